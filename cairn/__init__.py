@@ -1,0 +1,26 @@
+"""cairn: reinforcement learning whose checkpoints survive.
+
+>>> import cairn
+>>> config = cairn.PPOConfig().environment("CartPole-v1").debugging(seed=0)
+"""
+
+from cairn._version import __version__
+from cairn.algorithms import PPO, Algorithm, PPOConfig
+from cairn.checkpoint import get_checkpoint_info
+from cairn.config import AlgorithmConfig
+from cairn.policy import Policy, PolicySpec
+from cairn.policy_ids import validate_policy_id
+from cairn.registry import register_env
+
+__all__ = [
+    "__version__",
+    "Algorithm",
+    "AlgorithmConfig",
+    "PPO",
+    "PPOConfig",
+    "Policy",
+    "PolicySpec",
+    "get_checkpoint_info",
+    "register_env",
+    "validate_policy_id",
+]

@@ -1,0 +1,470 @@
+"""Algorithm: owns the config, the policies, the env runners and the training loop.
+
+Subclasses implement :meth:`Algorithm.training_step`; everything else (building policies from
+the environment's spaces, metrics, evaluation, state and checkpoints) is shared here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import zlib
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping, spaces_equal
+from cairn.env_runner.env_runner import DEFAULT_AGENT_ID, EnvRunner, is_multi_agent_env, make_env
+from cairn.env_runner.env_state import make_rng, rng_state
+from cairn.env_runner.group import EnvRunnerGroup
+from cairn.env_runner.sample_batch import SampleBatch
+from cairn.errors import ConfigError
+from cairn.policy.policy import Policy
+from cairn.policy.spec import PolicySpec
+from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids, validate_policy_id
+from cairn.registry import class_reference, resolve_class
+
+__all__ = ["Algorithm"]
+
+_METRICS_WINDOW = 100
+
+
+def _policy_seed(seed: int | None, policy_id: str) -> int | None:
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, zlib.crc32(policy_id.encode())]).generate_state(1)[0])
+
+
+class Algorithm:
+    """Base class of cairn's algorithms.
+
+    Build one from a config (``PPOConfig().environment("CartPole-v1").build()``) or from a
+    checkpoint (``Algorithm.from_checkpoint(path)``), then call :meth:`train` repeatedly.
+    """
+
+    #: The config class of this algorithm (``PPOConfig`` for ``PPO``).
+    config_class: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
+    #: The policy class used when a PolicySpec names none.
+    default_policy_class: ClassVar[type[Policy]] = Policy
+
+    def __init__(
+        self, config: AlgorithmConfig, *, _policy_states: Mapping[str, Any] | None = None
+    ) -> None:
+        config.validate()
+        self.config = config.copy()
+        self.iteration = 0
+        self.counters = {
+            "num_env_steps_sampled_lifetime": 0,
+            "num_agent_steps_sampled_lifetime": 0,
+            "num_env_steps_trained_lifetime": 0,
+            "num_episodes_lifetime": 0,
+        }
+        seed = self.config.seed
+        self._rng = np.random.default_rng(np.random.SeedSequence(None if seed is None else [seed, 1]))
+        self._recent_episodes: deque[dict[str, Any]] = deque(maxlen=_METRICS_WINDOW)
+        self.policies: dict[str, Policy] = {}
+        self._build_policies(_policy_states or {})
+        self.env_runner_group = EnvRunnerGroup(self.config, self.policies)
+        self._eval_runner: EnvRunner | None = None
+        self._eval_runner_state: dict[str, Any] | None = None
+        self._log_dir: str | None = self.config.log_dir
+
+    # ---------------------------------------------------------------------------- building
+    def _probe_agents(self) -> dict[Any, tuple[Any, Any]]:
+        """Create one env and return ``{agent_id: (observation_space, action_space)}``."""
+        env = make_env(self.config)
+        try:
+            if is_multi_agent_env(env):
+                return {a: (env.observation_space(a), env.action_space(a)) for a in env.possible_agents}
+            return {DEFAULT_AGENT_ID: (env.observation_space, env.action_space)}
+        finally:
+            close = getattr(env, "close", None)
+            if close is not None:
+                close()
+
+    def _resolve_specs(self) -> dict[str, PolicySpec]:
+        """Fill in each PolicySpec's class and spaces, and check the agent -> policy mapping."""
+        agents = self._probe_agents()
+        mapped: dict[str, list[Any]] = {pid: [] for pid in self.config.policies}
+        for agent in agents:
+            pid = self.config.map_agent(agent)
+            if pid not in mapped:
+                raise ConfigError(
+                    f"policy_mapping_fn maps agent {agent!r} to {pid!r}, which is not one of the "
+                    f"policies {sorted(mapped)}. Return one of those IDs, or pass a new "
+                    "policy_mapping_fn (e.g. to from_checkpoint(..., policy_mapping_fn=...)) when "
+                    "policies were dropped."
+                )
+            mapped[pid].append(agent)
+        resolved = {}
+        for pid, spec in self.config.policies.items():
+            obs_space, act_space = spec.observation_space, spec.action_space
+            for agent in mapped[pid]:
+                a_obs, a_act = agents[agent]
+                for name, given, actual in (("observation", obs_space, a_obs), ("action", act_space, a_act)):
+                    if given is not None and not spaces_equal(given, actual):
+                        raise ConfigError(
+                            f"Policy {pid!r} has {name} space {given}, but agent {agent!r} mapped "
+                            f"to it has {actual}. Map agents with different spaces to different "
+                            "policies, or fix the PolicySpec."
+                        )
+                obs_space, act_space = obs_space or a_obs, act_space or a_act
+            if obs_space is None or act_space is None:
+                raise ConfigError(
+                    f"Policy {pid!r} has no agents mapped to it, so its spaces cannot be inferred; "
+                    "give observation_space and action_space in its PolicySpec."
+                )
+            cls = spec.policy_class or self.default_policy_class
+            if isinstance(cls, str):
+                cls = resolve_class(cls, Policy)
+            resolved[pid] = PolicySpec(cls, obs_space, act_space, self.config.policy_config(pid))
+        return resolved
+
+    def _build_policies(self, states: Mapping[str, Any]) -> None:
+        for pid, spec in self._resolve_specs().items():
+            if pid in states:
+                policy = Policy.from_state(states[pid])
+                for name, a, b in (("observation", policy.observation_space, spec.observation_space),
+                                   ("action", policy.action_space, spec.action_space)):
+                    if not spaces_equal(a, b):
+                        raise ConfigError(
+                            f"Restored policy {pid!r} has {name} space {a}, but the environment's "
+                            f"agents mapped to it have {b}."
+                        )
+                policy.config.update(lr=spec.config["lr"] if spec.config else policy.config["lr"])
+                for group in policy.optimizer.param_groups:
+                    group["lr"] = float(policy.config["lr"])
+            else:
+                policy = Policy.from_spec(spec, seed=_policy_seed(self.config.seed, pid))
+            self.policies[pid] = policy
+
+    @property
+    def policies_to_train(self) -> list[str]:
+        """IDs of the policies that learn."""
+        chosen = self.config.policies_to_train
+        return [pid for pid in self.policies if chosen is None or pid in chosen]
+
+    # ---------------------------------------------------------------------------- training
+    def training_step(self) -> dict[str, dict[str, float]]:
+        """Sample and learn once; return learner stats per policy ID."""
+        raise NotImplementedError(f"{type(self).__name__} must implement training_step().")
+
+    def _sample(self) -> dict[str, SampleBatch]:
+        """Collect one round of experience and update the sampling counters and metrics."""
+        batches, episodes, env_steps = self.env_runner_group.sample()
+        self.counters["num_env_steps_sampled_lifetime"] += env_steps
+        self.counters["num_agent_steps_sampled_lifetime"] += sum(len(b) for b in batches.values())
+        self.counters["num_episodes_lifetime"] += len(episodes)
+        self._recent_episodes.extend(episodes)
+        return batches
+
+    def train(self) -> dict[str, Any]:
+        """Run one training iteration and return its results.
+
+        Keys include ``training_iteration``, ``num_env_steps_sampled_lifetime``,
+        ``num_episodes_lifetime``, ``episode_return_mean``, ``episode_len_mean`` (over the last
+        100 episodes), ``policy_episode_return_mean``, ``time_this_iter_s`` and
+        ``learners[policy_id]``; plus ``evaluation`` when evaluation is due.
+        """
+        start = time.perf_counter()
+        learner_stats = self.training_step()
+        self.iteration += 1
+        result = {"training_iteration": self.iteration, **self.counters,
+                  **self._episode_metrics(list(self._recent_episodes)),
+                  "learners": learner_stats}
+        interval = self.config.evaluation_interval
+        if interval and self.iteration % interval == 0:
+            result["evaluation"] = self.evaluate()
+        result["time_this_iter_s"] = time.perf_counter() - start
+        return result
+
+    @staticmethod
+    def _episode_metrics(episodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        per_policy: dict[str, list[float]] = {}
+        for ep in episodes:
+            for pid, returns in ep["policy_returns"].items():
+                per_policy.setdefault(pid, []).extend(returns)
+        return {
+            "episode_return_mean": float(np.mean([e["return"] for e in episodes])) if episodes else math.nan,
+            "episode_len_mean": float(np.mean([e["length"] for e in episodes])) if episodes else math.nan,
+            "num_episodes": len(episodes),
+            "policy_episode_return_mean": {pid: float(np.mean(r)) for pid, r in per_policy.items()},
+        }
+
+    def evaluate(self) -> dict[str, Any]:
+        """Play ``evaluation_duration`` episodes with greedy actions and report their returns."""
+        if self._eval_runner is None:
+            self._eval_runner = EnvRunner(self.config, self.policies, worker_index=0,
+                                          num_envs=1, seed_offset=1_000_003)
+            if self._eval_runner_state is not None:
+                self._eval_runner.set_state(self._eval_runner_state)
+        self._eval_runner.policies = dict(self.policies)
+        episodes = self._eval_runner.run_episodes(self.config.evaluation_duration, explore=False)
+        return self._episode_metrics(episodes)
+
+    # ------------------------------------------------------------------------------ acting
+    def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Policy:
+        """The policy with this ID."""
+        if policy_id not in self.policies:
+            raise KeyError(f"No policy {policy_id!r}; policies are {sorted(self.policies)}.")
+        return self.policies[policy_id]
+
+    def compute_single_action(
+        self, obs: Any, *, policy_id: str = DEFAULT_POLICY_ID, explore: bool = False
+    ) -> Any:
+        """The action of ``policy_id`` for one raw observation (greedy by default)."""
+        return self.get_policy(policy_id).compute_single_action(obs, explore=explore)
+
+    def add_policy(
+        self,
+        policy_id: str,
+        spec_or_policy: PolicySpec | Policy,
+        *,
+        policy_mapping_fn: PolicyMapping | None = None,
+        policies_to_train: Sequence[str] | None = None,
+    ) -> Policy:
+        """Add a policy (built from a spec, or an existing Policy object) while training.
+
+        The ID is validated (safe directory name, unique ignoring case) before anything changes.
+        """
+        validate_policy_id(policy_id, error=True)
+        check_policy_ids([*self.policies, policy_id])
+        new_config = self.config.copy()
+        spec = spec_or_policy.spec if isinstance(spec_or_policy, Policy) else spec_or_policy
+        if not isinstance(spec, PolicySpec):
+            raise ConfigError(f"add_policy needs a PolicySpec or Policy, got {type(spec_or_policy).__name__}.")
+        new_config.policies = {**new_config.policies, policy_id: PolicySpec(
+            spec.policy_class, spec.observation_space, spec.action_space, spec.config)}
+        if policy_mapping_fn is not None:
+            new_config.multi_agent(policy_mapping_fn=policy_mapping_fn)
+        if policies_to_train is not None:
+            new_config.multi_agent(policies_to_train=policies_to_train)
+        new_config.validate()
+        self._apply_policy_change(new_config, add=(policy_id, spec_or_policy))
+        return self.policies[policy_id]
+
+    def remove_policy(
+        self,
+        policy_id: str,
+        *,
+        policy_mapping_fn: PolicyMapping | None = None,
+        policies_to_train: Sequence[str] | None = None,
+    ) -> None:
+        """Remove a policy; agents mapped to it need a new ``policy_mapping_fn``."""
+        if policy_id not in self.policies:
+            raise KeyError(f"No policy {policy_id!r}; policies are {sorted(self.policies)}.")
+        new_config = self.config.copy()
+        new_config.policies = {k: v for k, v in new_config.policies.items() if k != policy_id}
+        if policy_mapping_fn is not None:
+            new_config.multi_agent(policy_mapping_fn=policy_mapping_fn)
+        if policies_to_train is not None:
+            new_config.multi_agent(policies_to_train=policies_to_train)
+        elif new_config.policies_to_train is not None:
+            new_config.policies_to_train = [p for p in new_config.policies_to_train if p != policy_id]
+        new_config.validate()
+        self._apply_policy_change(new_config, remove=policy_id)
+
+    def _apply_policy_change(
+        self, new_config: AlgorithmConfig, *, add: tuple[str, Any] | None = None,
+        remove: str | None = None,
+    ) -> None:
+        old_config, old_policies = self.config, dict(self.policies)
+        self.config = new_config
+        try:
+            specs = self._resolve_specs()  # validates the mapping against the env's agents
+        except Exception:
+            self.config = old_config
+            raise
+        if remove is not None:
+            self.policies.pop(remove)
+        if add is not None:
+            pid, obj = add
+            self.policies[pid] = obj if isinstance(obj, Policy) else Policy.from_spec(
+                specs[pid], seed=_policy_seed(self.config.seed, pid))
+        for pid, spec in specs.items():
+            if pid in old_policies and spec.config:
+                self.config.policies[pid] = PolicySpec(
+                    type(self.policies[pid]), spec.observation_space, spec.action_space,
+                    self.config.policies[pid].config)
+        self.env_runner_group.update_policies(self.config, self.policies)
+        if self._eval_runner is not None:
+            self._eval_runner.config = self.config
+            self._eval_runner._agent_pids = [{} for _ in range(self._eval_runner.num_envs)]
+
+    # ------------------------------------------------------------------------------- state
+    def get_state(self) -> dict[str, Any]:
+        """The whole algorithm as a tree of JSON values and numpy arrays (a snapshot)."""
+        return self._get_state(copy=True)
+
+    def _get_state(self, *, copy: bool) -> dict[str, Any]:
+        eval_state = self._eval_runner.get_state() if self._eval_runner else self._eval_runner_state
+        return {
+            "algorithm_class": class_reference(type(self)),
+            "config": self.config.to_dict(),
+            "iteration": self.iteration,
+            "counters": dict(self.counters),
+            "rng": rng_state(self._rng),
+            "policy_ids": list(self.policies),
+            "policies": {pid: p._get_state(copy=copy) for pid, p in self.policies.items()},
+            "env_runners": self.env_runner_group.get_state(),
+            "evaluation_runner": eval_state,
+            "recent_episodes": list(self._recent_episodes),
+            "extra": self._get_extra_state(),
+        }
+
+    def _get_extra_state(self) -> dict[str, Any]:
+        """Algorithm-specific state (subclasses: e.g. target-network timers)."""
+        return {}
+
+    def _set_extra_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`_get_extra_state`."""
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`get_state` in place.
+
+        Policies in the state replace those with the same ID (new IDs are added); the config of
+        this object is kept.
+        """
+        for pid, policy_state in state.get("policies", {}).items():
+            if pid in self.policies:
+                self.policies[pid].set_state(policy_state)
+            else:
+                self.policies[pid] = Policy.from_state(policy_state)
+        self.iteration = int(state["iteration"])
+        self.counters.update({k: int(v) for k, v in state["counters"].items()})
+        self._rng = make_rng(state["rng"])
+        self.env_runner_group.set_state(list(state.get("env_runners") or []))
+        self._eval_runner_state = state.get("evaluation_runner")
+        if self._eval_runner is not None and self._eval_runner_state is not None:
+            self._eval_runner.set_state(self._eval_runner_state)
+        self._recent_episodes = deque(state.get("recent_episodes") or [], maxlen=_METRICS_WINDOW)
+        self._set_extra_state(state.get("extra") or {})
+
+    @classmethod
+    def from_state(
+        cls,
+        state: Mapping[str, Any],
+        *,
+        policy_ids: Sequence[str] | None = None,
+        policy_mapping_fn: PolicyMapping | None = None,
+        policies_to_train: Sequence[str] | None = None,
+        config_overrides: Mapping[str, Any] | None = None,
+    ) -> Algorithm:
+        """Rebuild an algorithm from :meth:`get_state` alone (no config or class needed).
+
+        Args:
+            policy_ids: Keep only these policies.
+            policy_mapping_fn: New agent -> policy mapping (needed when agents were mapped to a
+                dropped policy, or when the stored one was a lambda).
+            policies_to_train: New list of learning policies.
+            config_overrides: Flat config keys as in ``config.to_dict()``, e.g.
+                ``{"num_env_runners": 0, "lr": 1e-4}``.
+        """
+        algo_cls = resolve_class(state["algorithm_class"], Algorithm)
+        config = _restored_config(state, policy_ids, policy_mapping_fn, policies_to_train,
+                                  config_overrides)
+        policy_states = {pid: s for pid, s in state["policies"].items() if pid in config.policies}
+        algo = algo_cls(config, _policy_states=policy_states)
+        algo.set_state({**state, "policies": {}})
+        return algo
+
+    # -------------------------------------------------------------------------- checkpoints
+    def save(self, checkpoint_dir: str | os.PathLike[str] | None = None) -> str:
+        """Write a checkpoint (atomically) and return its path.
+
+        Without ``checkpoint_dir``: ``<log_dir>/checkpoint_<NNNNNN>`` numbered by iteration.
+        """
+        from cairn.checkpoint.writer import save_algorithm
+
+        if checkpoint_dir is None:
+            checkpoint_dir = Path(self.log_dir) / f"checkpoint_{self.iteration:06d}"
+        return save_algorithm(self, checkpoint_dir)
+
+    @property
+    def log_dir(self) -> str:
+        """Where ``save()`` puts numbered checkpoints (``~/cairn_results/<Algo>_<time>``)."""
+        if self._log_dir is None:
+            stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+            self._log_dir = str(Path.home() / "cairn_results" / f"{type(self).__name__}_{stamp}_{os.getpid()}")
+        return self._log_dir
+
+    def restore(self, checkpoint: Any) -> None:
+        """Load a checkpoint of this algorithm into this object, in place."""
+        from cairn.checkpoint.reader import load_algorithm_state
+
+        self.set_state(load_algorithm_state(checkpoint))
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        checkpoint: Any,
+        *,
+        policy_ids: Sequence[str] | None = None,
+        policy_mapping_fn: PolicyMapping | None = None,
+        policies_to_train: Sequence[str] | None = None,
+        config_overrides: Mapping[str, Any] | None = None,
+    ) -> Algorithm:
+        """Rebuild an algorithm from a checkpoint directory, with no config or class in hand.
+
+        ``policy_ids`` restores only those policies and reads only their files. The other
+        arguments are as in :meth:`from_state`.
+        """
+        from cairn.checkpoint.reader import load_algorithm_state
+
+        state = load_algorithm_state(checkpoint, policy_ids=policy_ids)
+        return cls.from_state(state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
+                              policies_to_train=policies_to_train, config_overrides=config_overrides)
+
+    def stop(self) -> None:
+        """Release environments and remote runners."""
+        self.env_runner_group.stop()
+        if self._eval_runner is not None:
+            self._eval_runner.stop()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(env={self.config.env!r}, policies={sorted(self.policies)})"
+
+
+def _restored_config(
+    state: Mapping[str, Any],
+    policy_ids: Sequence[str] | None,
+    policy_mapping_fn: PolicyMapping | None,
+    policies_to_train: Sequence[str] | None,
+    config_overrides: Mapping[str, Any] | None,
+) -> AlgorithmConfig:
+    data = dict(state["config"])
+    callables: dict[str, Any] = {}
+    for key, value in (config_overrides or {}).items():
+        if key in ("policies", "algo_class"):
+            raise ConfigError(
+                f"config_overrides cannot change {key!r}; use policy_ids=[...] to restore a subset."
+            )
+        if callable(value) and not isinstance(value, Mapping):
+            callables[key] = value
+        else:
+            data[key] = value
+    if policy_mapping_fn is not None:
+        callables["policy_mapping_fn"] = policy_mapping_fn
+    available = list(state["policies"]) if "policies" in state else list(data["policies"])
+    if policy_ids is not None:
+        unknown = [pid for pid in policy_ids if pid not in data["policies"]]
+        if unknown:
+            from cairn.errors import UnknownPolicyIdError
+
+            raise UnknownPolicyIdError(
+                f"Policy IDs {unknown} are not in the checkpoint; it has {sorted(data['policies'])}."
+            )
+        data["policies"] = {pid: data["policies"][pid] for pid in policy_ids}
+        if data.get("policies_to_train") is not None:
+            data["policies_to_train"] = [p for p in data["policies_to_train"] if p in policy_ids]
+    else:
+        data["policies"] = {pid: s for pid, s in data["policies"].items() if pid in available}
+    if policies_to_train is not None:
+        data["policies_to_train"] = list(policies_to_train)
+    config = AlgorithmConfig.from_dict(data, callables=callables)
+    config.validate()
+    return config

@@ -1,0 +1,161 @@
+"""Atomic directory replacement: a checkpoint path holds the old checkpoint or the new one.
+
+A save writes into a temporary sibling ``.<name>.cairn-tmp-<pid>-<hex>``, fsyncs every file and
+directory, then moves it into place:
+
+* path absent: ``rename(tmp, path)``, atomic on POSIX;
+* path present, Linux: ``renameat2(tmp, path, RENAME_EXCHANGE)`` swaps both atomically, and the
+  old checkpoint (now at the temporary name) is deleted;
+* path present, elsewhere: the old one is first renamed to ``.<name>.cairn-old-<pid>-<hex>``;
+  a crash between the two renames leaves it there, and :func:`cleanup` puts it back.
+
+Leftover temporary directories of dead processes are removed by the next save next to them, or
+by :func:`cleanup`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["atomic_directory", "cleanup", "fsync_dir", "TMP_MARKER", "OLD_MARKER"]
+
+TMP_MARKER = ".cairn-tmp-"
+OLD_MARKER = ".cairn-old-"
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _libc_renameat2() -> object | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_RENAMEAT2 = _libc_renameat2()
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths; False when the platform or file system cannot."""
+    if _RENAMEAT2 is None:
+        return False
+    rc = _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)  # type: ignore[operator]
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _owner_pid(name: str, marker: str) -> int | None:
+    try:
+        return int(name.split(marker, 1)[1].split("-", 1)[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def cleanup(root: str | os.PathLike[str], *, name: str | None = None) -> list[str]:
+    """Remove leftovers of interrupted saves under ``root`` (only of dead processes).
+
+    Temporary directories are deleted; an old checkpoint left by an interrupted two-step
+    replacement is moved back to its path if that path is empty. Returns what was removed or
+    restored. ``name`` limits the cleanup to leftovers of that checkpoint name.
+    """
+    root_path = Path(root)
+    done = []
+    if not root_path.is_dir():
+        return done
+    for entry in root_path.iterdir():
+        base = entry.name
+        for marker in (TMP_MARKER, OLD_MARKER):
+            if not base.startswith(".") or marker not in base:
+                continue
+            target_name = base[1:].split(marker, 1)[0]
+            if name is not None and target_name != name:
+                continue
+            pid = _owner_pid(base, marker)
+            if pid is None or (pid != os.getpid() and _pid_alive(pid)):
+                continue
+            target = root_path / target_name
+            if marker == OLD_MARKER and not target.exists():
+                os.replace(entry, target)
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
+            done.append(str(entry))
+    return done
+
+
+@contextlib.contextmanager
+def atomic_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a fresh temporary directory; on normal exit it atomically becomes ``target``.
+
+    On an exception the temporary directory is removed and ``target`` is untouched.
+    """
+    target = Path(target).absolute()
+    parent = target.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(f"{target} exists and is not a directory")
+    cleanup(parent, name=target.name)
+    tmp = parent / f".{target.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+        if not target.exists():
+            os.rename(tmp, target)
+        elif _exchange(tmp, target):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            old = parent / f".{target.name}{OLD_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+            os.rename(target, old)
+            os.rename(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _fsync_tree(root: Path) -> None:
+    # Files are fsynced as they are written (writer.py); directories here, deepest first.
+    dirs = [Path(d) for d, _, _ in os.walk(root)]
+    for d in reversed(dirs):
+        fsync_dir(d)

@@ -1,0 +1,218 @@
+"""The manifest: what a checkpoint is, which versions wrote it, and every file's size and hash."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import stat
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from cairn.checkpoint.format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    HASH_ALGORITHM,
+    MANIFEST_FILE,
+    MAX_JSON_BYTES,
+    MAX_MANIFEST_BYTES,
+)
+from cairn.checkpoint.migrations import parse_version
+from cairn.checkpoint.safetensors_io import new_hasher
+from cairn.errors import (
+    CheckpointCorruptedError,
+    CheckpointFormatError,
+    CheckpointNotFoundError,
+    UnsafeCheckpointError,
+    UnsupportedCheckpointVersionError,
+)
+from cairn.policy_ids import validate_policy_id
+
+__all__ = ["build_manifest", "read_manifest", "read_verified", "safe_relative_path", "library_versions"]
+
+CHECKPOINT_TYPES = ("Algorithm", "Policy")
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of cairn and the libraries whose behaviour a checkpoint depends on."""
+    import gymnasium
+    import numpy
+    import torch
+
+    from cairn._version import __version__
+
+    return {
+        "cairn": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gymnasium": gymnasium.__version__,
+        "numpy": numpy.__version__,
+    }
+
+
+def build_manifest(
+    *, checkpoint_type: str, class_reference: str, state_file: str,
+    files: Mapping[str, Mapping[str, Any]], policy_ids: list[str] | None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The manifest document of a checkpoint being written."""
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "type": checkpoint_type,
+        "class": class_reference,
+        "policy_ids": policy_ids,
+        "state_file": state_file,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "versions": library_versions(),
+        "hash_algorithm": HASH_ALGORITHM,
+        "files": {name: dict(entry) for name, entry in sorted(files.items())},
+        **(extra or {}),
+    }
+
+
+def safe_relative_path(name: Any) -> PurePosixPath:
+    """Check that a manifest file name stays inside the checkpoint directory."""
+    if not isinstance(name, str) or not name or len(name) > 1024:
+        raise UnsafeCheckpointError(f"Manifest lists an invalid file name {name!r:.100}.")
+    bad = ("\x00" in name or "\\" in name or name.startswith("/") or ":" in name)
+    path = PurePosixPath(name)
+    if bad or any(part in ("", ".", "..") for part in name.split("/")):
+        raise UnsafeCheckpointError(
+            f"Manifest lists file {name!r:.100}, which escapes the checkpoint directory; "
+            "file names must be relative paths without '..', drive letters or NUL bytes."
+        )
+    return path
+
+
+def _load_json(data: bytes | bytearray, what: str) -> Any:
+    def reject_constant(value: str) -> None:
+        raise ValueError(f"non-standard JSON constant {value}")
+
+    try:
+        return json.loads(data, parse_constant=reject_constant)
+    except RecursionError:
+        raise CheckpointCorruptedError(f"{what} is nested too deeply to be a cairn file.") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointCorruptedError(f"{what} is not valid JSON: {exc}.") from None
+
+
+def _check_regular_file(path: Path, root: Path, what: str) -> os.stat_result:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise CheckpointNotFoundError(f"{what} is missing: {path} does not exist.") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafeCheckpointError(
+            f"{what} ({path}) is a symbolic link; checkpoints must contain regular files only."
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise CheckpointCorruptedError(f"{what} ({path}) is not a regular file.")
+    # A directory on the way could itself be a link that leads outside the checkpoint.
+    if not os.path.realpath(path).startswith(os.path.realpath(root) + os.sep):
+        raise UnsafeCheckpointError(f"{what} ({path}) resolves outside the checkpoint directory.")
+    return info
+
+
+def read_manifest(directory: Path, *, expected_type: str | None = None) -> dict[str, Any]:
+    """Read and check the manifest of the checkpoint in ``directory`` (no other file is read)."""
+    path = directory / MANIFEST_FILE
+    if not path.exists() and not path.is_symlink():
+        raise CheckpointNotFoundError(
+            f"{directory} is not a cairn checkpoint: it has no {MANIFEST_FILE}. Pass the "
+            "directory that Algorithm.save() or Policy.export_checkpoint() wrote."
+        )
+    info = _check_regular_file(path, directory, "The manifest")
+    if info.st_size > MAX_MANIFEST_BYTES:
+        raise CheckpointCorruptedError(
+            f"{path} has {info.st_size} bytes, more than a manifest may ({MAX_MANIFEST_BYTES})."
+        )
+    manifest = _load_json(path.read_bytes(), str(path))
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise CheckpointFormatError(
+            f"{path} is not a cairn checkpoint manifest: format is {found!r:.60}, expected "
+            f"{FORMAT_NAME!r}."
+        )
+    version = manifest.get("format_version")
+    if parse_version(version) > parse_version(FORMAT_VERSION):
+        raise UnsupportedCheckpointVersionError(
+            f"{path} has format version {version}, newer than {FORMAT_VERSION}, the newest this "
+            "cairn reads. Upgrade cairn (pip install -U cairn-rl) to load it."
+        )
+    kind = manifest.get("type")
+    if kind not in CHECKPOINT_TYPES:
+        raise CheckpointFormatError(f"{path} has type {kind!r:.40}; expected one of {CHECKPOINT_TYPES}.")
+    if expected_type is not None and kind != expected_type:
+        raise CheckpointFormatError(
+            f"{directory} is a {kind} checkpoint, but a {expected_type} checkpoint is needed here."
+            + (" Use Policy.from_checkpoint() for a Policy checkpoint." if kind == "Policy" else "")
+        )
+    for key, types in (("class", str), ("state_file", str), ("files", dict), ("versions", dict)):
+        if not isinstance(manifest.get(key), types):
+            raise CheckpointFormatError(f"{path}: key {key!r} is missing or has the wrong type.")
+    if manifest.get("hash_algorithm") != HASH_ALGORITHM:
+        raise CheckpointFormatError(
+            f"{path}: hash_algorithm {manifest.get('hash_algorithm')!r:.40} is not {HASH_ALGORITHM!r}."
+        )
+    for name, entry in manifest["files"].items():
+        safe_relative_path(name)
+        if not (isinstance(entry, dict) and type(entry.get("size")) is int and entry["size"] >= 0
+                and isinstance(entry.get("hash"), str)):
+            raise CheckpointFormatError(f"{path}: entry for {name!r:.100} needs an int size and a hash.")
+    if manifest["state_file"] not in manifest["files"]:
+        raise CheckpointFormatError(f"{path}: state_file {manifest['state_file']!r:.100} is not listed in files.")
+    policy_ids = manifest.get("policy_ids")
+    if kind == "Algorithm":
+        if not isinstance(policy_ids, list):
+            raise CheckpointFormatError(f"{path}: policy_ids must be a list.")
+        lowered = set()
+        for pid in policy_ids:
+            if not validate_policy_id(pid):
+                raise UnsafeCheckpointError(
+                    f"{path} lists policy ID {pid!r:.80}, which is not a safe directory name."
+                )
+            if pid.lower() in lowered:
+                raise CheckpointFormatError(f"{path} lists policy ID {pid!r} twice (ignoring case).")
+            lowered.add(pid.lower())
+    elif policy_ids is not None:
+        raise CheckpointFormatError(f"{path}: a Policy checkpoint has policy_ids null.")
+    return manifest
+
+
+def read_verified(directory: Path, name: str, manifest: Mapping[str, Any], *, limit: int = MAX_JSON_BYTES) -> bytearray:
+    """Read one listed file, checking that it is a regular file inside the checkpoint with the
+    manifest's size (before reading) and hash (after)."""
+    entry = manifest["files"].get(name)
+    if entry is None:
+        raise CheckpointFormatError(f"{directory}: {name} is not listed in the manifest.")
+    path = directory / safe_relative_path(name)
+    info = _check_regular_file(path, directory, f"Checkpoint file {name}")
+    size = entry["size"]
+    if info.st_size != size:
+        raise CheckpointCorruptedError(
+            f"{path} has {info.st_size} bytes, but the manifest says {size}; the checkpoint is "
+            "truncated or was modified. Restore it from a good copy."
+        )
+    if size > limit:
+        raise CheckpointCorruptedError(f"{path} has {size} bytes, more than allowed here ({limit}).")
+    buffer = bytearray(size)
+    with open(path, "rb") as f:
+        read = f.readinto(buffer)
+    if read != size:
+        raise CheckpointCorruptedError(f"{path}: read {read} bytes, expected {size}.")
+    digest = new_hasher()
+    digest.update(buffer)
+    if digest.hexdigest() != entry["hash"]:
+        raise CheckpointCorruptedError(
+            f"{path} does not match its hash in the manifest; the file is corrupted or was "
+            "modified. Restore it from a good copy."
+        )
+    return buffer
+
+
+def load_json_file(directory: Path, name: str, manifest: Mapping[str, Any]) -> Any:
+    """Read a listed JSON file with verification."""
+    return _load_json(read_verified(directory, name, manifest), str(directory / name))

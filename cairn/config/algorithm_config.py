@@ -1,0 +1,520 @@
+"""AlgorithmConfig: typed, validated, JSON-convertible settings with RLlib-style fluent methods."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import gymnasium as gym
+
+from cairn.config.fields import (
+    Field,
+    boolean,
+    choice,
+    non_negative_int,
+    number,
+    optional,
+    positive_int,
+)
+from cairn.errors import ConfigError, MissingCallableError
+from cairn.policy.filters import FILTER_NAMES
+from cairn.policy.model import DEFAULT_MODEL_CONFIG
+from cairn.policy.policy import check_model_config
+from cairn.policy.spec import PolicySpec
+from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids, validate_policy_id
+from cairn.registry import callable_reference, registered_envs, resolve_callable
+from cairn.spaces import space_to_json
+
+if TYPE_CHECKING:
+    from cairn.algorithms.algorithm import Algorithm
+
+__all__ = ["AlgorithmConfig", "PolicyMapping", "CALLABLE_KEY"]
+
+PolicyMapping = Callable[..., str] | Mapping[Any, str]
+CALLABLE_KEY = "__callable__"
+_NOT_PROVIDED: Any = object()
+
+
+def _check_fragment(key: str, value: Any) -> None:
+    if value != "auto":
+        positive_int(key, value)
+
+
+def _check_any(key: str, value: Any) -> None:
+    """Checked as a whole in validate()."""
+
+
+def _check_model(key: str, value: Any) -> None:
+    check_model_config(value)
+
+
+def _check_seed(key: str, value: Any) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise ConfigError(f"Config {key!r}={value!r} is invalid: expected an int or None.")
+
+
+def _check_str_or_none(key: str, value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"Config {key!r}={value!r} is invalid: expected a path str or None.")
+
+
+BASE_FIELDS: dict[str, Field] = {
+    # environment
+    "env": Field("environment", None, _check_any, "Gymnasium ID, registered name or creator"),
+    "env_config": Field("environment", {}, _check_any, "kwargs for the env creator"),
+    # env_runners
+    "num_env_runners": Field("env_runners", 0, non_negative_int, "remote Ray env runners"),
+    "num_envs_per_env_runner": Field("env_runners", 1, positive_int, "vectorised envs each"),
+    "rollout_fragment_length": Field("env_runners", "auto", _check_fragment, "steps per env"),
+    "observation_filter": Field("env_runners", "NoFilter", choice(*FILTER_NAMES), "filter"),
+    # training
+    "lr": Field("training", 3e-4, number(0.0, 10.0, low_open=True), "learning rate"),
+    "gamma": Field("training", 0.99, number(0.0, 1.0), "discount factor"),
+    "train_batch_size": Field("training", 2048, positive_int, "env steps per iteration"),
+    "minibatch_size": Field("training", 64, positive_int, "SGD minibatch size"),
+    "num_epochs": Field("training", 10, positive_int, "passes over each train batch"),
+    "grad_clip": Field("training", 0.5, optional(number(0.0, 1e12, low_open=True)), "max grad norm"),
+    "model": Field("training", DEFAULT_MODEL_CONFIG, _check_model, "network settings"),
+    # multi_agent
+    "policies": Field("multi_agent", None, _check_any, "policy IDs or {pid: PolicySpec}"),
+    "policy_mapping_fn": Field("multi_agent", None, _check_any, "agent ID -> policy ID"),
+    "policies_to_train": Field("multi_agent", None, _check_any, "IDs that learn (None: all)"),
+    # evaluation
+    "evaluation_interval": Field("evaluation", None, optional(positive_int), "iterations"),
+    "evaluation_duration": Field("evaluation", 10, positive_int, "episodes per evaluation"),
+    # checkpointing
+    "export_native_model_files": Field("checkpointing", False, boolean, "write model/ files"),
+    # debugging
+    "seed": Field("debugging", None, _check_seed, "seed for weights, sampling and envs"),
+    "log_dir": Field("debugging", None, _check_str_or_none, "default folder for save()"),
+}
+
+
+class AlgorithmConfig:
+    """Settings of an algorithm, set through fluent methods and validated once.
+
+    >>> from cairn import PPOConfig
+    >>> config = (
+    ...     PPOConfig()
+    ...     .environment("CartPole-v1")
+    ...     .training(lr=3e-4, train_batch_size=2048)
+    ...     .debugging(seed=0)
+    ... )
+    >>> config.to_dict()["lr"]
+    0.0003
+    """
+
+    FIELDS: ClassVar[dict[str, Field]] = BASE_FIELDS
+    #: Registry name of the algorithm class this config builds (set by subclasses).
+    algo_class_name: ClassVar[str | None] = None
+
+    def __init__(self) -> None:
+        for key, field in self.FIELDS.items():
+            setattr(self, key, field.default_value())
+        self.policies = {DEFAULT_POLICY_ID: PolicySpec()}
+
+    # ------------------------------------------------------------------------- fluent methods
+    def _set(self, section: str, values: Mapping[str, Any]) -> AlgorithmConfig:
+        allowed = sorted(k for k, f in self.FIELDS.items() if f.section == section)
+        for key, value in values.items():
+            if value is _NOT_PROVIDED:
+                continue
+            if key not in allowed:
+                raise ConfigError(
+                    f"Unknown {section}() setting {key!r}; allowed: {allowed}."
+                    + _suggest(key, allowed)
+                )
+            if key != "model":
+                self.FIELDS[key].check(key, value)
+            setattr(self, key, copy.deepcopy(value) if key != "env" else value)
+        return self
+
+    def environment(
+        self, env: str | Callable[[dict[str, Any]], Any] | None = _NOT_PROVIDED, *,
+        env_config: dict[str, Any] | None = _NOT_PROVIDED,
+    ) -> AlgorithmConfig:
+        """Set the environment: a Gymnasium ID, a name given to :func:`cairn.register_env`, or
+        a callable ``creator(env_config) -> env`` (Gymnasium Env or PettingZoo ParallelEnv)."""
+        if env_config is not _NOT_PROVIDED and env_config is None:
+            env_config = {}
+        return self._set("environment", {"env": env, "env_config": env_config})
+
+    def env_runners(
+        self, *, num_env_runners: int = _NOT_PROVIDED, num_envs_per_env_runner: int = _NOT_PROVIDED,
+        rollout_fragment_length: int | str = _NOT_PROVIDED, observation_filter: str = _NOT_PROVIDED,
+    ) -> AlgorithmConfig:
+        """Set how experience is collected.
+
+        Args:
+            num_env_runners: Remote env runners (Ray actors); 0 samples in this process.
+            num_envs_per_env_runner: Environments each runner steps as one vectorised batch.
+            rollout_fragment_length: Steps per environment per sample() call; ``"auto"`` splits
+                ``train_batch_size`` evenly.
+            observation_filter: ``"NoFilter"`` or ``"MeanStdFilter"`` (running normalisation,
+                stored with each policy).
+        """
+        return self._set("env_runners", {
+            "num_env_runners": num_env_runners,
+            "num_envs_per_env_runner": num_envs_per_env_runner,
+            "rollout_fragment_length": rollout_fragment_length,
+            "observation_filter": observation_filter,
+        })
+
+    def training(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set training settings: ``lr``, ``gamma``, ``train_batch_size``, ``minibatch_size``,
+        ``num_epochs``, ``grad_clip``, ``model`` and the algorithm's own (see its FIELDS).
+
+        ``model`` is merged into the current model settings, so ``model={"hidden": [32]}``
+        keeps the activation.
+        """
+        if "model" in kwargs:
+            model = kwargs.pop("model")
+            check_model_config(model)
+            merged = {**self.model, **model}
+            check_model_config(merged)
+            self.model = copy.deepcopy(merged)
+        return self._set("training", kwargs)
+
+    def multi_agent(
+        self, *, policies: Any = _NOT_PROVIDED, policy_mapping_fn: Any = _NOT_PROVIDED,
+        policies_to_train: Sequence[str] | None = _NOT_PROVIDED,
+    ) -> AlgorithmConfig:
+        """Set the policies and which agents they control.
+
+        Args:
+            policies: A set/list of policy IDs (spaces inferred from the env's agents) or a dict
+                ``{policy_id: PolicySpec(...)}`` (None fields inferred).
+            policy_mapping_fn: ``fn(agent_id, **kwargs) -> policy_id`` or a dict
+                ``{agent_id: policy_id}``. Optional with a single policy.
+            policies_to_train: IDs of the policies that learn; None means all.
+        """
+        if policies is not _NOT_PROVIDED:
+            policies = _normalize_policies(policies)
+        if policies_to_train is not _NOT_PROVIDED and policies_to_train is not None:
+            if isinstance(policies_to_train, str) or not isinstance(
+                policies_to_train, (list, tuple, set, frozenset)
+            ):
+                raise ConfigError(
+                    f"policies_to_train must be a list of policy IDs or None, got "
+                    f"{policies_to_train!r}."
+                )
+            policies_to_train = sorted(policies_to_train) if isinstance(
+                policies_to_train, (set, frozenset)) else list(policies_to_train)
+        if policy_mapping_fn is not _NOT_PROVIDED:
+            _check_mapping(policy_mapping_fn)
+        for key, value in (("policies", policies), ("policy_mapping_fn", policy_mapping_fn),
+                           ("policies_to_train", policies_to_train)):
+            if value is not _NOT_PROVIDED:
+                setattr(self, key, value)
+        return self
+
+    def evaluation(
+        self, *, evaluation_interval: int | None = _NOT_PROVIDED,
+        evaluation_duration: int = _NOT_PROVIDED,
+    ) -> AlgorithmConfig:
+        """Evaluate greedily every ``evaluation_interval`` iterations (None: only when asked)
+        for ``evaluation_duration`` episodes."""
+        return self._set("evaluation", {
+            "evaluation_interval": evaluation_interval, "evaluation_duration": evaluation_duration,
+        })
+
+    def checkpointing(self, *, export_native_model_files: bool = _NOT_PROVIDED) -> AlgorithmConfig:
+        """Set what checkpoints contain beyond the state (e.g. native model files)."""
+        return self._set("checkpointing", {"export_native_model_files": export_native_model_files})
+
+    def debugging(self, *, seed: int | None = _NOT_PROVIDED, log_dir: str | None = _NOT_PROVIDED) -> AlgorithmConfig:
+        """Set the seed (reproducible runs with ``num_env_runners=0``) and the log directory
+        under which ``save()`` numbers its checkpoints."""
+        return self._set("debugging", {"seed": seed, "log_dir": log_dir})
+
+    # ------------------------------------------------------------------------------ lifecycle
+    def copy(self) -> AlgorithmConfig:
+        """A deep copy (callables are shared, not copied)."""
+        return copy.deepcopy(self)
+
+    def validate(self) -> None:
+        """Check every setting; raise ConfigError naming the key, the value and the fix.
+
+        Checks that need the environment (spaces, agent mapping) run in ``build()``.
+        """
+        for key, field in self.FIELDS.items():
+            field.check(key, getattr(self, key))
+        if self.env is None:
+            raise ConfigError(
+                "No environment set. Call config.environment('CartPole-v1') or pass a creator."
+            )
+        _check_env(self.env)
+        if not isinstance(self.env_config, Mapping):
+            raise ConfigError(f"Config 'env_config' must be a dict, got {self.env_config!r}.")
+        if self.minibatch_size > self.train_batch_size:
+            raise ConfigError(
+                f"Config 'minibatch_size'={self.minibatch_size} is larger than "
+                f"'train_batch_size'={self.train_batch_size}; lower minibatch_size or raise "
+                "train_batch_size."
+            )
+        policies = _normalize_policies(self.policies)
+        check_policy_ids(policies)
+        _check_mapping(self.policy_mapping_fn)
+        if self.policy_mapping_fn is None and len(policies) > 1:
+            raise ConfigError(
+                f"{len(policies)} policies {sorted(policies)} but no policy_mapping_fn: pass "
+                "config.multi_agent(policy_mapping_fn=...) to say which agent uses which policy."
+            )
+        if isinstance(self.policy_mapping_fn, Mapping):
+            for agent_id, pid in self.policy_mapping_fn.items():
+                if pid not in policies:
+                    raise ConfigError(
+                        f"policy_mapping_fn maps agent {agent_id!r} to unknown policy {pid!r}; "
+                        f"known policies: {sorted(policies)}."
+                    )
+        if self.policies_to_train is not None:
+            for pid in self.policies_to_train:
+                if pid not in policies:
+                    raise ConfigError(
+                        f"policies_to_train names {pid!r}, which is not one of the policies "
+                        f"{sorted(policies)}."
+                    )
+        for pid, spec in policies.items():
+            if spec.config:
+                check_model_config({**self.model, **spec.config.get("model", {})})
+
+    def build(self) -> Algorithm:
+        """Validate, then build the algorithm (environments, policies, env runners)."""
+        from cairn.registry import resolve_class
+        from cairn.algorithms.algorithm import Algorithm
+
+        self.validate()
+        if self.algo_class_name is None:
+            raise ConfigError(
+                "A plain AlgorithmConfig builds no algorithm; use an algorithm's config such as "
+                "cairn.PPOConfig()."
+            )
+        return resolve_class(self.algo_class_name, Algorithm)(config=self)
+
+    # ---------------------------------------------------------------------------- derived
+    @property
+    def is_multi_agent(self) -> bool:
+        """Whether more than one policy is configured, or agents are mapped explicitly."""
+        return len(self.policies) > 1 or self.policy_mapping_fn is not None
+
+    def get_rollout_fragment_length(self, num_runners: int | None = None) -> int:
+        """Steps per environment per sample() call on each runner."""
+        if self.rollout_fragment_length != "auto":
+            return int(self.rollout_fragment_length)
+        runners = max(1, self.num_env_runners if num_runners is None else num_runners)
+        per_env = self.train_batch_size / (runners * self.num_envs_per_env_runner)
+        return max(1, int(-(-per_env // 1)))
+
+    def policy_config(self, policy_id: str) -> dict[str, Any]:
+        """The settings a policy gets: shared ones, overridden by its PolicySpec.config."""
+        base = {
+            "model": copy.deepcopy(self.model),
+            "lr": self.lr,
+            "observation_filter": self.observation_filter,
+        }
+        spec = self.policies[policy_id]
+        overrides = copy.deepcopy(spec.config or {})
+        if "model" in overrides:
+            base["model"].update(overrides.pop("model"))
+        base.update(overrides)
+        return base
+
+    def map_agent(self, agent_id: Any) -> str:
+        """The policy ID that controls ``agent_id``."""
+        fn = self.policy_mapping_fn
+        if fn is None:
+            return next(iter(self.policies))
+        if isinstance(fn, Mapping):
+            if agent_id in fn:
+                return fn[agent_id]
+            if str(agent_id) in fn:
+                return fn[str(agent_id)]
+            raise ConfigError(
+                f"policy_mapping_fn (a dict) has no entry for agent {agent_id!r}; add one."
+            )
+        return fn(agent_id, episode=None, worker=None)  # type: ignore[no-any-return]
+
+    # ----------------------------------------------------------------------- dict conversion
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting as a flat, JSON-safe dict with RLlib-style keys.
+
+        Callables become ``{"__callable__": "module:function"}`` when importable, else
+        ``{"__callable__": None, "name": ...}`` (not storable; a restore must pass it again).
+        """
+        out: dict[str, Any] = {"algo_class": self.algo_class_name}
+        for key in self.FIELDS:
+            value = getattr(self, key)
+            if key == "policies":
+                value = {pid: spec.to_dict() for pid, spec in _normalize_policies(value).items()}
+            elif callable(value) and not isinstance(value, Mapping):
+                value = encode_callable(value)
+            else:
+                value = copy.deepcopy(value)
+            out[key] = value
+        return out
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], *, callables: Mapping[str, Any] | None = None
+    ) -> AlgorithmConfig:
+        """Rebuild a config from :meth:`to_dict` output (any subclass, picked by
+        ``algo_class``). ``callables`` supplies values for keys whose callable was not
+        storable, e.g. ``{"policy_mapping_fn": fn}``."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"from_dict needs a dict, got {type(data).__name__}.")
+        config_cls: type[AlgorithmConfig] = cls
+        algo_name = data.get("algo_class")
+        if algo_name is not None and algo_name != cls.algo_class_name:
+            config_cls = _config_class_for(algo_name)
+        config = config_cls()
+        callables = dict(callables or {})
+        unknown = set(data) - set(config.FIELDS) - {"algo_class"}
+        if unknown:
+            key = sorted(unknown)[0]
+            raise ConfigError(
+                f"Unknown config key {key!r} (value {data[key]!r:.80}); allowed keys: "
+                f"{sorted(config.FIELDS)}." + _suggest(key, config.FIELDS)
+            )
+        for key, value in data.items():
+            if key == "algo_class":
+                continue
+            if key in callables:
+                value = callables.pop(key)
+            elif isinstance(value, Mapping) and CALLABLE_KEY in value:
+                value = decode_callable(value, key)
+            if key == "policies":
+                value = {pid: PolicySpec.from_dict(s) for pid, s in _mapping(value, key).items()}
+            elif key == "model":
+                check_model_config(value)
+            setattr(config, key, copy.deepcopy(value) if key not in ("env", "policy_mapping_fn") or not callable(value) else value)
+        for key, value in callables.items():  # callables for keys absent from data
+            setattr(config, key, value)
+        for key, field in config.FIELDS.items():
+            if key not in ("env", "policies", "policy_mapping_fn", "policies_to_train"):
+                field.check(key, getattr(config, key))
+        return config
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.to_dict()!r})"
+
+
+def _mapping(value: Any, key: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"Config {key!r} must be a dict, got {value!r:.100}.")
+    return value
+
+
+def _config_class_for(algo_name: Any) -> type[AlgorithmConfig]:
+    from cairn.algorithms.algorithm import Algorithm
+    from cairn.registry import resolve_class
+
+    try:
+        algo_cls = resolve_class(algo_name, Algorithm)
+    except Exception as exc:
+        raise ConfigError(f"Unknown algo_class {algo_name!r}: {exc}") from exc
+    return algo_cls.config_class
+
+
+def encode_callable(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``{"__callable__": "module:function"}``, or a ``None`` reference when not importable."""
+    return {CALLABLE_KEY: callable_reference(fn), "name": getattr(fn, "__qualname__", repr(fn))}
+
+
+def decode_callable(value: Mapping[str, Any], key: str) -> Callable[..., Any]:
+    reference = value.get(CALLABLE_KEY)
+    if reference is None:
+        hint = (
+            f"policy_mapping_fn=..." if key == "policy_mapping_fn"
+            else f"config_overrides={{{key!r}: ...}}"
+        )
+        raise MissingCallableError(
+            f"Config {key!r} was the callable {value.get('name')!r}, which has no import path "
+            f"(a lambda, closure or __main__ function) and was not stored. Pass it again: "
+            f"{hint}."
+        )
+    return resolve_callable(reference, what=key)
+
+
+def _suggest(key: str, allowed: Any) -> str:
+    close = difflib.get_close_matches(key, list(allowed), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _normalize_policies(policies: Any) -> dict[str, PolicySpec]:
+    """Accept a set/list of IDs or a dict of PolicySpec (or None) and return a dict."""
+    if policies is None:
+        return {DEFAULT_POLICY_ID: PolicySpec()}
+    if isinstance(policies, Mapping):
+        out = {}
+        for pid, spec in policies.items():
+            validate_policy_id(pid, error=True)
+            if spec is None:
+                spec = PolicySpec()
+            elif isinstance(spec, Mapping):
+                spec = PolicySpec(**spec)
+            elif not isinstance(spec, PolicySpec):
+                raise ConfigError(
+                    f"policies[{pid!r}] must be a PolicySpec, a dict of its fields or None, got "
+                    f"{type(spec).__name__}."
+                )
+            out[pid] = spec
+        check_policy_ids(out)
+        return out
+    if isinstance(policies, (set, frozenset, list, tuple)):
+        ids = sorted(policies, key=str) if isinstance(policies, (set, frozenset)) else list(policies)
+        check_policy_ids(ids)
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"policies contains duplicates: {ids!r}.")
+        return {pid: PolicySpec() for pid in ids}
+    raise ConfigError(
+        f"policies must be a set/list of policy IDs or a dict {{policy_id: PolicySpec}}, got "
+        f"{type(policies).__name__}."
+    )
+
+
+def _check_mapping(fn: Any) -> None:
+    if fn is None or isinstance(fn, Mapping):
+        return
+    if not callable(fn):
+        raise ConfigError(
+            f"policy_mapping_fn must be a callable (agent_id, **kwargs) -> policy_id or a dict "
+            f"{{agent_id: policy_id}}, got {type(fn).__name__}."
+        )
+    try:
+        inspect.signature(fn).bind("agent_0", episode=None, worker=None)
+    except TypeError as exc:
+        raise ConfigError(
+            f"policy_mapping_fn {getattr(fn, '__qualname__', fn)!r} must accept "
+            "(agent_id, **kwargs); cairn calls it as fn(agent_id, episode=None, worker=None). "
+            "Write it as `def fn(agent_id, **kwargs)`."
+        ) from exc
+    except ValueError:
+        return  # builtins without signatures: trust them
+
+
+def _check_env(env: Any) -> None:
+    if callable(env):
+        return
+    if not isinstance(env, str):
+        raise ConfigError(
+            f"Config 'env'={env!r} is invalid: expected a Gymnasium ID, a registered name or a "
+            "callable creator(env_config) -> env."
+        )
+    if env in registered_envs():
+        return
+    try:
+        gym.spec(env)
+    except gym.error.Error as exc:
+        known = list(registered_envs()) + list(gym.envs.registry.keys())
+        raise ConfigError(
+            f"Unknown environment {env!r}: it is neither registered with cairn.register_env() "
+            f"nor a Gymnasium ID ({exc})." + _suggest(env, known)
+        ) from None
+
+
+def spaces_equal(a: gym.Space[Any], b: gym.Space[Any]) -> bool:
+    """Structural equality of two spaces through their JSON form."""
+    return space_to_json(a) == space_to_json(b)

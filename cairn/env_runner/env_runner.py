@@ -1,0 +1,442 @@
+"""EnvRunner: steps vectorised environments with batched policy inference.
+
+One runner owns ``num_envs_per_env_runner`` environments (Gymnasium ``Env`` or PettingZoo
+``ParallelEnv``), the episode bookkeeping, and a numpy random generator that seeds resets.
+Policies are passed in (the learner's own objects for the local runner, copies for remote
+ones). ``sample()`` returns ``{policy_id: SampleBatch}``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+
+from cairn.env_runner.env_state import get_env_state, make_rng, rng_state, set_env_state
+from cairn.env_runner.sample_batch import SampleBatch
+from cairn.errors import ConfigError, EnvError
+from cairn.registry import registered_envs
+
+if TYPE_CHECKING:
+    from cairn.config.algorithm_config import AlgorithmConfig
+    from cairn.policy.policy import Policy
+
+__all__ = ["EnvRunner", "make_env", "is_multi_agent_env", "DEFAULT_AGENT_ID"]
+
+#: The agent ID under which a single-agent environment's one agent is mapped to a policy.
+DEFAULT_AGENT_ID = "default_agent"
+
+
+def make_env(config: AlgorithmConfig) -> Any:
+    """Create one environment from ``config.env`` and ``config.env_config``."""
+    env, env_config = config.env, dict(config.env_config or {})
+    try:
+        if callable(env):
+            return env(env_config)
+        creators = registered_envs()
+        if env in creators:
+            return creators[env](env_config)
+        return gym.make(env, **env_config)
+    except (gym.error.Error, TypeError) as exc:
+        raise EnvError(f"Could not create environment {env!r} with env_config={env_config}: {exc}") from exc
+
+
+def is_multi_agent_env(env: Any) -> bool:
+    """True for PettingZoo ParallelEnv-like environments (``possible_agents`` and dict spaces)."""
+    return hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
+
+
+class _Episode:
+    """Running totals of one environment's current episode."""
+
+    __slots__ = ("ret", "length", "agent_returns")
+
+    def __init__(self) -> None:
+        self.ret = 0.0
+        self.length = 0
+        self.agent_returns: dict[Any, float] = defaultdict(float)
+
+    def to_state(self) -> dict[str, Any]:
+        return {"return": self.ret, "length": self.length,
+                "agent_returns": {str(k): v for k, v in self.agent_returns.items()}}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], agent_ids: Mapping[str, Any]) -> _Episode:
+        ep = cls()
+        ep.ret, ep.length = float(state["return"]), int(state["length"])
+        for key, value in state["agent_returns"].items():
+            ep.agent_returns[agent_ids.get(key, key)] = float(value)
+        return ep
+
+
+class EnvRunner:
+    """Collects experience from vectorised environments.
+
+    Args:
+        config: The algorithm config (environment, mapping, vectorisation).
+        policies: ``{policy_id: Policy}`` used for inference.
+        worker_index: 0 for the local runner, 1.. for remote ones; selects env seeds.
+        num_envs: Overrides ``config.num_envs_per_env_runner`` (evaluation uses 1).
+        seed_offset: Added to the seed, to keep evaluation envs apart from training envs.
+    """
+
+    def __init__(
+        self,
+        config: AlgorithmConfig,
+        policies: Mapping[str, Policy],
+        *,
+        worker_index: int = 0,
+        num_envs: int | None = None,
+        seed_offset: int = 0,
+    ) -> None:
+        self.config = config
+        self.policies = dict(policies)
+        self.worker_index = worker_index
+        self.num_envs = num_envs or config.num_envs_per_env_runner
+        seed = config.seed
+        entropy = None if seed is None else [seed, worker_index, seed_offset]
+        self._rng = np.random.default_rng(np.random.SeedSequence(entropy))
+        self.envs = [make_env(config) for _ in range(self.num_envs)]
+        self.multi_agent = is_multi_agent_env(self.envs[0])
+        self._completed: list[dict[str, Any]] = []
+        self._episodes = [_Episode() for _ in range(self.num_envs)]
+        self.num_env_steps_sampled = 0
+        self.num_episodes = 0
+        self._agent_pids: list[dict[Any, str]] = [{} for _ in range(self.num_envs)]
+        self._obs: np.ndarray | None = None  # single-agent: processed obs [E, d]
+        self._ma_obs: list[dict[Any, np.ndarray]] = [{} for _ in range(self.num_envs)]
+        self._needs_reset = True
+        if not self.multi_agent:
+            self._single_pid = config.map_agent(DEFAULT_AGENT_ID)
+            if self._single_pid not in self.policies:
+                raise ConfigError(
+                    f"policy_mapping_fn maps the single agent to {self._single_pid!r}, which is "
+                    f"not one of the policies {sorted(self.policies)}."
+                )
+
+    # ------------------------------------------------------------------------------- helpers
+    def _draw_seed(self) -> int | None:
+        return None if self.config.seed is None else int(self._rng.integers(2**31 - 1))
+
+    def _map(self, env_index: int, agent: Any) -> str:
+        pids = self._agent_pids[env_index]
+        if agent not in pids:
+            pid = self.config.map_agent(agent)
+            if pid not in self.policies:
+                raise ConfigError(
+                    f"policy_mapping_fn mapped agent {agent!r} to {pid!r}, which is not one of "
+                    f"the policies {sorted(self.policies)}; return one of those IDs."
+                )
+            pids[agent] = pid
+        return pids[agent]
+
+    def _reset_all(self, *, update_filter: bool) -> None:
+        if self.multi_agent:
+            raw_by_pid: dict[str, list[tuple[int, Any, Any]]] = defaultdict(list)
+            for i in range(self.num_envs):
+                for agent, obs in self._reset_ma_env(i).items():
+                    raw_by_pid[self._map(i, agent)].append((i, agent, obs))
+            self._store_ma_obs(raw_by_pid, update_filter=update_filter)
+        else:
+            raws = [env.reset(seed=self._draw_seed())[0] for env in self.envs]
+            policy = self.policies[self._single_pid]
+            self._obs = policy.process_observations(raws, update=update_filter)
+        self._episodes = [_Episode() for _ in range(self.num_envs)]
+        self._needs_reset = False
+
+    def _reset_ma_env(self, i: int) -> dict[Any, Any]:
+        obs, _ = self.envs[i].reset(seed=self._draw_seed())
+        self._agent_pids[i] = {}
+        self._ma_obs[i] = {}
+        return {a: o for a, o in obs.items() if a in self.envs[i].agents}
+
+    def _store_ma_obs(
+        self, raw_by_pid: Mapping[str, list[tuple[int, Any, Any]]], *, update_filter: bool
+    ) -> dict[tuple[int, Any], np.ndarray]:
+        """Process newly received observations per policy in one batch each."""
+        processed: dict[tuple[int, Any], np.ndarray] = {}
+        for pid, items in raw_by_pid.items():
+            rows = self.policies[pid].process_observations(
+                [o for _, _, o in items], update=update_filter
+            )
+            for k, (i, agent, _) in enumerate(items):
+                processed[(i, agent)] = rows[k]
+        return processed
+
+    def _finish_episode(self, i: int) -> None:
+        ep = self._episodes[i]
+        policy_returns: dict[str, list[float]] = defaultdict(list)
+        for agent, ret in ep.agent_returns.items():
+            policy_returns[self._agent_pids[i].get(agent, self._single_pid_or(agent))].append(ret)
+        self._completed.append(
+            {"return": ep.ret, "length": ep.length, "policy_returns": dict(policy_returns)}
+        )
+        self.num_episodes += 1
+        self._episodes[i] = _Episode()
+
+    def _single_pid_or(self, agent: Any) -> str:
+        return getattr(self, "_single_pid", str(agent))
+
+    # -------------------------------------------------------------------------------- sample
+    def sample(self, num_steps: int | None = None, *, explore: bool = True) -> dict[str, SampleBatch]:
+        """Step every environment ``num_steps`` times (default: the rollout fragment length)
+        and return the experience keyed by policy ID."""
+        steps = num_steps or self.config.get_rollout_fragment_length()
+        if self._needs_reset:
+            self._reset_all(update_filter=True)
+        if self.multi_agent:
+            return self._sample_multi_agent(steps, explore=explore, record=True, update_filter=True)
+        return self._sample_single_agent(steps, explore=explore, record=True, update_filter=True)
+
+    def run_episodes(self, num_episodes: int, *, explore: bool = False) -> list[dict[str, Any]]:
+        """Play ``num_episodes`` fresh episodes without recording or updating filters
+        (used for evaluation) and return their metrics."""
+        self._completed = []
+        self._reset_all(update_filter=False)
+        while len(self._completed) < num_episodes:
+            if self.multi_agent:
+                self._sample_multi_agent(64, explore=explore, record=False, update_filter=False)
+            else:
+                self._sample_single_agent(64, explore=explore, record=False, update_filter=False)
+        self._needs_reset = True
+        done, self._completed = self._completed[:num_episodes], []
+        return done
+
+    def _sample_single_agent(
+        self, steps: int, *, explore: bool, record: bool, update_filter: bool
+    ) -> dict[str, SampleBatch]:
+        policy = self.policies[self._single_pid]
+        dist = policy.dist
+        n_envs, envs, episodes = self.num_envs, self.envs, self._episodes
+        obs = self._obs
+        assert obs is not None
+        if record:
+            obs_buf = np.empty((steps, n_envs, obs.shape[1]), dtype=np.float32)
+            next_buf = np.empty_like(obs_buf)
+            act_buf = np.empty((steps, n_envs, *dist.raw_action_shape), dtype=dist.raw_action_dtype)
+            rew_buf = np.empty((steps, n_envs), dtype=np.float32)
+            term_buf = np.zeros((steps, n_envs), dtype=bool)
+            trunc_buf = np.zeros((steps, n_envs), dtype=bool)
+        for t in range(steps):
+            raw = policy.compute_raw_actions(obs, explore=explore)
+            env_actions = dist.to_env(raw)
+            next_raw, finals = [], []
+            for i in range(n_envs):
+                o, r, terminated, truncated, _ = envs[i].step(env_actions[i])
+                ep = episodes[i]
+                ep.ret += r
+                ep.length += 1
+                ep.agent_returns[DEFAULT_AGENT_ID] += r
+                if record:
+                    rew_buf[t, i] = r
+                    term_buf[t, i] = terminated
+                    trunc_buf[t, i] = truncated
+                if terminated or truncated:
+                    finals.append((i, o))
+                    self._finish_episode(i)
+                    o = envs[i].reset(seed=self._draw_seed())[0]
+                next_raw.append(o)
+            next_obs = policy.process_observations(next_raw, update=update_filter)
+            if record:
+                obs_buf[t] = obs
+                act_buf[t] = raw
+                next_buf[t] = next_obs
+                if finals:
+                    final_rows = policy.process_observations([o for _, o in finals], update=update_filter)
+                    next_buf[t, [i for i, _ in finals]] = final_rows
+            obs = next_obs
+        self._obs = obs
+        if not record:
+            return {}
+        policy.global_timestep += steps * n_envs
+        self.num_env_steps_sampled += steps * n_envs
+        ends = term_buf | trunc_buf
+        ends[-1] = True
+
+        def env_major(a: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(a.swapaxes(0, 1)).reshape(steps * n_envs, *a.shape[2:])
+
+        batch = SampleBatch(
+            obs=env_major(obs_buf), actions=env_major(act_buf), rewards=env_major(rew_buf),
+            terminateds=env_major(term_buf), truncateds=env_major(trunc_buf),
+            ends=env_major(ends), next_obs=env_major(next_buf),
+        )
+        return {self._single_pid: batch}
+
+    def _sample_multi_agent(
+        self, steps: int, *, explore: bool, record: bool, update_filter: bool
+    ) -> dict[str, SampleBatch]:
+        # One trajectory per (env index, agent); rows are appended as the agent acts, and the
+        # next observation of its last row is filled in when the following observation arrives.
+        trajs: dict[tuple[int, Any], dict[str, list[Any]]] = {}
+        order: list[tuple[int, Any]] = []
+        for _ in range(steps):
+            by_pid: dict[str, list[tuple[int, Any]]] = defaultdict(list)
+            for i in range(self.num_envs):
+                for agent in self._ma_obs[i]:
+                    by_pid[self._map(i, agent)].append((i, agent))
+            actions: list[dict[Any, Any]] = [{} for _ in range(self.num_envs)]
+            acted: dict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = {}
+            for pid, slots in by_pid.items():
+                policy = self.policies[pid]
+                obs = np.stack([self._ma_obs[i][a] for i, a in slots])
+                raw = policy.compute_raw_actions(obs, explore=explore)
+                env_actions = policy.dist.to_env(raw)
+                if record:
+                    policy.global_timestep += len(slots)
+                for k, (i, agent) in enumerate(slots):
+                    actions[i][agent] = env_actions[k]
+                    acted[(i, agent)] = (obs[k], raw[k])
+            # Step every env; gather the raw observations to process, per policy.
+            incoming: dict[str, list[tuple[int, Any, Any]]] = defaultdict(list)
+            ended: set[tuple[int, Any]] = set()
+            for i, env in enumerate(self.envs):
+                if not actions[i]:
+                    continue
+                obs_d, rew_d, term_d, trunc_d, _ = env.step(actions[i])
+                ep = self._episodes[i]
+                ep.length += 1
+                for agent in actions[i]:
+                    r = float(rew_d.get(agent, 0.0))
+                    ep.ret += r
+                    ep.agent_returns[agent] += r
+                    if record:
+                        key = (i, agent)
+                        if key not in trajs:
+                            trajs[key] = {c: [] for c in ("obs", "actions", "rewards", "terminateds", "truncateds", "next_obs")}
+                            order.append(key)
+                        row = trajs[key]
+                        row["obs"].append(acted[key][0])
+                        row["actions"].append(acted[key][1])
+                        row["rewards"].append(r)
+                        row["terminateds"].append(bool(term_d.get(agent, False)))
+                        row["truncateds"].append(bool(trunc_d.get(agent, False)))
+                        row["next_obs"].append(None)
+                alive = set(env.agents)
+                episode_over = not alive
+                for agent in actions[i]:
+                    if agent not in alive or episode_over:
+                        ended.add((i, agent))
+                        if agent in obs_d:
+                            incoming[self._map(i, agent)].append((i, ("final", agent), obs_d[agent]))
+                if episode_over:
+                    self._finish_episode(i)
+                    reset_obs = self._reset_ma_env(i)
+                    for agent, o in reset_obs.items():
+                        incoming[self._map(i, agent)].append((i, agent, o))
+                else:
+                    self._ma_obs[i] = {}
+                    for agent in alive:
+                        if agent in obs_d:
+                            incoming[self._map(i, agent)].append((i, agent, obs_d[agent]))
+            processed = self._store_ma_obs(incoming, update_filter=update_filter)
+            for (i, tag), row in processed.items():
+                if isinstance(tag, tuple):  # ("final", agent): next obs of a finished agent
+                    if record and (i, tag[1]) in trajs:
+                        trajs[(i, tag[1])]["next_obs"][-1] = row
+                    continue
+                if record and (i, tag) in acted and (i, tag) not in ended:
+                    trajs[(i, tag)]["next_obs"][-1] = row
+                self._ma_obs[i][tag] = row
+        if not record:
+            return {}
+        self.num_env_steps_sampled += steps * self.num_envs
+        per_pid: dict[str, list[dict[str, np.ndarray]]] = defaultdict(list)
+        for key in order:
+            i, agent = key
+            row = trajs[key]
+            # Rows whose agent vanished without a final observation bootstrap from their own obs
+            # (their value is cut by terminated/ends anyway).
+            next_obs = [n if n is not None else o for n, o in zip(row["next_obs"], row["obs"])]
+            term = np.array(row["terminateds"], dtype=bool)
+            trunc = np.array(row["truncateds"], dtype=bool)
+            ends = term | trunc
+            ends[-1] = True
+            per_pid[self._agent_pids[i].get(agent) or self.config.map_agent(agent)].append({
+                "obs": np.stack(row["obs"]).astype(np.float32, copy=False),
+                "actions": np.stack(row["actions"]),
+                "rewards": np.array(row["rewards"], dtype=np.float32),
+                "terminateds": term, "truncateds": trunc, "ends": ends,
+                "next_obs": np.stack(next_obs).astype(np.float32, copy=False),
+            })
+        return {pid: SampleBatch.concat(parts) for pid, parts in per_pid.items()}
+
+    # ------------------------------------------------------------------------------- metrics
+    def get_metrics(self) -> list[dict[str, Any]]:
+        """Return and forget the episodes completed since the last call."""
+        done, self._completed = self._completed, []
+        return done
+
+    # --------------------------------------------------------------------------------- state
+    def get_state(self) -> dict[str, Any]:
+        """Environments, current observations, episode totals, counters and RNG, as data."""
+        if self.multi_agent:
+            current: Any = [
+                {"agents": [str(a) for a in obs], "obs": {str(a): row.copy() for a, row in obs.items()},
+                 "agent_pids": {str(a): p for a, p in self._agent_pids[i].items()}}
+                for i, obs in enumerate(self._ma_obs)
+            ]
+        else:
+            current = None if self._obs is None else self._obs.copy()
+        return {
+            "worker_index": self.worker_index,
+            "num_envs": self.num_envs,
+            "multi_agent": self.multi_agent,
+            "rng": rng_state(self._rng),
+            "needs_reset": self._needs_reset,
+            "envs": [get_env_state(env) for env in self.envs],
+            "current_obs": current,
+            "episodes": [ep.to_state() for ep in self._episodes],
+            "counters": {
+                "num_env_steps_sampled": self.num_env_steps_sampled,
+                "num_episodes": self.num_episodes,
+            },
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`get_state`. Environments whose state cannot be set (or a different
+        number of them) start fresh episodes seeded from the restored generator."""
+        self._rng = make_rng(state["rng"])
+        counters = state["counters"]
+        self.num_env_steps_sampled = int(counters["num_env_steps_sampled"])
+        self.num_episodes = int(counters["num_episodes"])
+        env_states = state.get("envs") or []
+        exact = (
+            not state.get("needs_reset", True)
+            and len(env_states) == self.num_envs
+            and bool(state.get("multi_agent")) == self.multi_agent
+            and all(set_env_state(env, s) for env, s in zip(self.envs, env_states))
+        )
+        if not exact:
+            self._needs_reset = True
+            return
+        if self.multi_agent:
+            for i, entry in enumerate(state["current_obs"]):
+                ids = {str(a): a for a in self.envs[i].possible_agents}
+                self._agent_pids[i] = {ids.get(k, k): p for k, p in entry["agent_pids"].items()}
+                self._ma_obs[i] = {ids.get(k, k): np.asarray(v, dtype=np.float32) for k, v in entry["obs"].items()}
+            self._episodes = [
+                _Episode.from_state(s, {str(a): a for a in self.envs[i].possible_agents})
+                for i, s in enumerate(state["episodes"])
+            ]
+        else:
+            self._obs = np.asarray(state["current_obs"], dtype=np.float32).copy()
+            self._episodes = [_Episode.from_state(s, {}) for s in state["episodes"]]
+        self._needs_reset = False
+
+    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+        """Load policy weights (and filter states) sent by the learner."""
+        for pid, w in weights.items():
+            if pid in self.policies:
+                self.policies[pid].set_weights(w["weights"])
+                self.policies[pid].observation_filter.set_state(w["observation_filter"])
+
+    def stop(self) -> None:
+        """Close the environments."""
+        for env in self.envs:
+            close = getattr(env, "close", None)
+            if close is not None:
+                close()

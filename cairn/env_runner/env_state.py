@@ -1,0 +1,107 @@
+"""The environment state protocol: how an env runner saves and restores environments.
+
+An environment takes part in exact resume when cairn can read and write its state:
+
+1. **Protocol.** The environment (``env.unwrapped`` for Gymnasium wrappers) defines
+   ``get_state() -> dict`` and ``set_state(state) -> None``; the dict holds JSON values and
+   numpy arrays only. :class:`cairn.envs.MultiAgentCartPole` does this.
+2. **Gymnasium classic control** (CartPole, Acrobot, MountainCar, MountainCarContinuous,
+   Pendulum) is supported without changes: cairn stores the physics state, the environment's
+   random generator and the ``TimeLimit`` step counter.
+
+Any other environment returns ``None`` here; after a restore its env runner starts fresh
+episodes seeded from the runner's restored random generator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["get_env_state", "set_env_state", "rng_state", "make_rng"]
+
+_CLASSIC_CONTROL_ATTRS = ("state", "steps_beyond_terminated", "last_u")
+_WRAPPER_ATTRS = ("_elapsed_steps", "_has_reset")
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
+
+
+def rng_state(generator: np.random.Generator) -> dict[str, Any]:
+    """The state of a numpy Generator as JSON data."""
+    return generator.bit_generator.state  # type: ignore[no-any-return]
+
+
+def make_rng(state: dict[str, Any]) -> np.random.Generator:
+    """A numpy Generator restored from :func:`rng_state` (known bit generators only)."""
+    name = state.get("bit_generator") if isinstance(state, dict) else None
+    if name not in _BIT_GENERATORS:
+        raise ValueError(f"Unknown bit generator {name!r}; expected one of {_BIT_GENERATORS}.")
+    bit_generator = getattr(np.random, name)()
+    bit_generator.state = state
+    return np.random.Generator(bit_generator)
+
+
+def _base(env: Any) -> Any:
+    return env.unwrapped if isinstance(env, gym.Env) else env
+
+
+def _is_classic_control(env: Any) -> bool:
+    return type(env).__module__.startswith("gymnasium.envs.classic_control")
+
+
+def get_env_state(env: Any) -> dict[str, Any] | None:
+    """The state of ``env`` as data, or None when it cannot be captured."""
+    base = _base(env)
+    getter = getattr(base, "get_state", None)
+    if callable(getter) and callable(getattr(base, "set_state", None)):
+        return {"kind": "protocol", "state": getter()}
+    if not _is_classic_control(base):
+        return None
+    attrs = {}
+    for name in _CLASSIC_CONTROL_ATTRS:
+        if hasattr(base, name):
+            value = getattr(base, name)
+            attrs[name] = np.array(value) if isinstance(value, (np.ndarray, tuple, list)) else value
+    wrappers = []
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        wrappers.append({k: getattr(layer, k) for k in _WRAPPER_ATTRS if hasattr(layer, k)})
+        layer = layer.env
+    rng = getattr(base, "_np_random", None)
+    return {
+        "kind": "classic_control",
+        "attrs": attrs,
+        "wrappers": wrappers,
+        "np_random": None if rng is None else rng_state(rng),
+    }
+
+
+def set_env_state(env: Any, state: dict[str, Any] | None) -> bool:
+    """Restore :func:`get_env_state` output; False when ``state`` does not apply to ``env``."""
+    if state is None:
+        return False
+    base = _base(env)
+    if state.get("kind") == "protocol":
+        setter = getattr(base, "set_state", None)
+        if not callable(setter):
+            return False
+        setter(state["state"])
+        return True
+    if state.get("kind") != "classic_control" or not _is_classic_control(base):
+        return False
+    # A reset first brings every wrapper (order enforcing, env checker) into its after-reset
+    # state; the physics, step counters and generator are then overwritten with the saved ones.
+    env.reset()
+    for name, value in state["attrs"].items():
+        if name in _CLASSIC_CONTROL_ATTRS:
+            setattr(base, name, np.array(value) if isinstance(value, np.ndarray) else value)
+    layer, index = env, 0
+    while isinstance(layer, gym.Wrapper) and index < len(state["wrappers"]):
+        for key, value in state["wrappers"][index].items():
+            if key in _WRAPPER_ATTRS:
+                setattr(layer, key, value)
+        layer, index = layer.env, index + 1
+    if state.get("np_random") is not None:
+        base._np_random = make_rng(state["np_random"])
+    return True

@@ -1,0 +1,73 @@
+"""The exception hierarchy of cairn.
+
+Every error cairn raises on purpose derives from :class:`CairnError`. Messages state what was
+found, what was expected, and how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CairnError",
+    "ConfigError",
+    "EnvError",
+    "ExportError",
+    "CheckpointError",
+    "CheckpointNotFoundError",
+    "CheckpointCorruptedError",
+    "CheckpointFormatError",
+    "UnsupportedCheckpointVersionError",
+    "UnsafeCheckpointError",
+    "UnknownPolicyIdError",
+    "MissingCallableError",
+]
+
+
+class CairnError(Exception):
+    """Root of every error raised by cairn."""
+
+
+class ConfigError(CairnError, ValueError):
+    """An invalid configuration value, raised by ``validate()``/``build()`` before any work."""
+
+
+class EnvError(CairnError):
+    """An environment could not be created or does not follow the expected API."""
+
+
+class ExportError(CairnError):
+    """A policy's model could not be exported to a native format."""
+
+
+class CheckpointError(CairnError):
+    """Base class of every checkpoint reading or writing failure."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """The checkpoint directory, its manifest, or a file the manifest lists does not exist."""
+
+
+class CheckpointCorruptedError(CheckpointError):
+    """A file's size or content hash differs from the manifest, or a file cannot be parsed."""
+
+
+class CheckpointFormatError(CheckpointError):
+    """The directory is not a cairn checkpoint, or its manifest or state has the wrong structure."""
+
+
+class UnsupportedCheckpointVersionError(CheckpointError):
+    """The checkpoint's format version is newer than this cairn can read."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """The checkpoint asks for something cairn refuses to do on load (e.g. import arbitrary code)."""
+
+
+class UnknownPolicyIdError(CheckpointError, KeyError):
+    """A requested policy ID is not in the checkpoint."""
+
+    def __str__(self) -> str:  # KeyError would wrap the message in quotes.
+        return str(self.args[0]) if self.args else ""
+
+
+class MissingCallableError(CheckpointError):
+    """The checkpoint recorded a callable it could not store; pass it to the restore call."""

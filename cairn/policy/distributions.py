@@ -1,0 +1,183 @@
+"""Action distributions: how a network's outputs become actions, log-probabilities and entropy.
+
+Each distribution reads a flat ``inputs`` tensor of ``num_inputs`` columns produced by the
+network, and works on *raw* actions (category indices, unclipped Gaussian samples). Turning raw
+actions into what the environment accepts (adding a space's ``start``, clipping to a Box) is
+``to_env``, a numpy function, so that exported models can repeat it exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+__all__ = [
+    "ActionDistribution",
+    "Categorical",
+    "MultiCategorical",
+    "DiagGaussian",
+    "distribution_for",
+]
+
+_LOG_2PI_E = math.log(2 * math.pi * math.e)
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class ActionDistribution(ABC):
+    """The stateless maths of one family of action distributions."""
+
+    num_inputs: int
+    raw_action_dtype: np.dtype[Any]
+    raw_action_shape: tuple[int, ...]
+
+    @abstractmethod
+    def sample(self, inputs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Draw one raw action per row of ``inputs``."""
+
+    @abstractmethod
+    def deterministic(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The greedy raw action per row: the mode (argmax, or the Gaussian mean)."""
+
+    @abstractmethod
+    def logp(self, inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Log-probability of raw ``actions`` under ``inputs``, one value per row."""
+
+    @abstractmethod
+    def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Entropy per row."""
+
+    @abstractmethod
+    def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
+        """Raw actions (batch first) -> actions inside the environment's action space."""
+
+
+def _sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    # Inverse-CDF sampling: one uniform per row, cheaper than torch.multinomial for small
+    # batches and driven by the policy's own generator so that runs are reproducible.
+    cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)
+    u = torch.rand((logits.shape[0], 1), generator=generator, dtype=logits.dtype)
+    return (cdf < u).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
+
+
+def _categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
+    logp = F.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+class Categorical(ActionDistribution):
+    """One categorical over ``n`` choices, for a Discrete space."""
+
+    def __init__(self, space: gym.spaces.Discrete) -> None:
+        self.num_inputs = int(space.n)
+        self.start = int(space.start)
+        self.raw_action_dtype = np.dtype(np.int64)
+        self.raw_action_shape = ()
+
+    def sample(self, inputs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return _sample_categorical(inputs, generator)
+
+    def deterministic(self, inputs: torch.Tensor) -> torch.Tensor:
+        return inputs.argmax(dim=-1)
+
+    def logp(self, inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(inputs, dim=-1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
+        return _categorical_entropy(inputs)
+
+    def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
+        return raw_actions + self.start if self.start else raw_actions
+
+
+class MultiCategorical(ActionDistribution):
+    """Independent categoricals, one per MultiDiscrete component."""
+
+    def __init__(self, space: gym.spaces.MultiDiscrete) -> None:
+        self.nvec = [int(n) for n in space.nvec.reshape(-1)]
+        self.start = space.start.reshape(-1).astype(np.int64)
+        self.shape = tuple(space.shape)
+        self.env_dtype = space.dtype
+        self.num_inputs = sum(self.nvec)
+        self.raw_action_dtype = np.dtype(np.int64)
+        self.raw_action_shape = (len(self.nvec),)
+
+    def _split(self, inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.split(inputs, self.nvec, dim=-1)
+
+    def sample(self, inputs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return torch.stack([_sample_categorical(x, generator) for x in self._split(inputs)], -1)
+
+    def deterministic(self, inputs: torch.Tensor) -> torch.Tensor:
+        return torch.stack([x.argmax(dim=-1) for x in self._split(inputs)], dim=-1)
+
+    def logp(self, inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        parts = [
+            F.log_softmax(x, dim=-1).gather(-1, actions[:, i : i + 1].long()).squeeze(-1)
+            for i, x in enumerate(self._split(inputs))
+        ]
+        return torch.stack(parts, dim=-1).sum(dim=-1)
+
+    def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
+        return torch.stack([_categorical_entropy(x) for x in self._split(inputs)], -1).sum(-1)
+
+    def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
+        out = raw_actions + self.start
+        return out.reshape((raw_actions.shape[0], *self.shape)).astype(self.env_dtype, copy=False)
+
+
+class DiagGaussian(ActionDistribution):
+    """A diagonal Gaussian for a Box space; inputs are ``[mean, log_std]`` concatenated.
+
+    Samples are unbounded; ``to_env`` clips them to the Box, while log-probabilities are taken
+    of the unclipped sample, as in Stable-Baselines3 and RLlib.
+    """
+
+    def __init__(self, space: gym.spaces.Box) -> None:
+        self.size = int(np.prod(space.shape))
+        self.shape = tuple(space.shape)
+        self.low = space.low.reshape(-1).astype(np.float32)
+        self.high = space.high.reshape(-1).astype(np.float32)
+        self.env_dtype = space.dtype
+        self.num_inputs = 2 * self.size
+        self.raw_action_dtype = np.dtype(np.float32)
+        self.raw_action_shape = (self.size,)
+
+    def sample(self, inputs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        mean, log_std = inputs.chunk(2, dim=-1)
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+        return mean + log_std.exp() * noise
+
+    def deterministic(self, inputs: torch.Tensor) -> torch.Tensor:
+        return inputs[..., : self.size]
+
+    def logp(self, inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        mean, log_std = inputs.chunk(2, dim=-1)
+        z = (actions - mean) * torch.exp(-log_std)
+        return (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(dim=-1)
+
+    def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
+        log_std = inputs[..., self.size :]
+        return (log_std + 0.5 * _LOG_2PI_E).sum(dim=-1)
+
+    def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
+        clipped = np.clip(raw_actions, self.low, self.high)
+        return clipped.reshape((raw_actions.shape[0], *self.shape)).astype(self.env_dtype)
+
+
+def distribution_for(space: gym.Space[Any]) -> ActionDistribution:
+    """The distribution cairn uses for an action space."""
+    if isinstance(space, gym.spaces.Discrete):
+        return Categorical(space)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return MultiCategorical(space)
+    if isinstance(space, gym.spaces.Box):
+        return DiagGaussian(space)
+    raise ValueError(
+        f"Unsupported action space {space!r}: use Discrete, MultiDiscrete or Box."
+    )

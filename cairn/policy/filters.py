@@ -1,0 +1,145 @@
+"""Observation filters: running normalisation that travels with the policy.
+
+The filter belongs to the policy (not to the env runner) so that a policy restored alone, or
+exported, normalises observations exactly as it did in training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["NoFilter", "MeanStdFilter", "make_filter", "FILTER_NAMES"]
+
+FILTER_NAMES = ("NoFilter", "MeanStdFilter")
+
+
+class NoFilter:
+    """Passes observations through unchanged."""
+
+    name = "NoFilter"
+
+    def update(self, batch: np.ndarray) -> None:
+        """Nothing to learn."""
+
+    def apply(self, batch: np.ndarray) -> np.ndarray:
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Stateless."""
+
+    def pop_delta(self) -> dict[str, Any] | None:
+        return None
+
+    def merge_delta(self, delta: dict[str, Any]) -> None:
+        """Stateless."""
+
+
+def _merge(
+    n_a: int, mean_a: np.ndarray, m2_a: np.ndarray, n_b: int, mean_b: np.ndarray, m2_b: np.ndarray
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """Chan et al.'s parallel update of (count, mean, sum of squared deviations)."""
+    n = n_a + n_b
+    if n_b == 0:
+        return n_a, mean_a, m2_a
+    delta = mean_b - mean_a
+    mean = mean_a + delta * (n_b / n)
+    m2 = m2_a + m2_b + delta * delta * (n_a * n_b / n)
+    return n, mean, m2
+
+
+class MeanStdFilter:
+    """``(obs - mean) / (std + eps)``, clipped to ``[-clip, clip]``, with running statistics.
+
+    Statistics since the last :meth:`pop_delta` are also kept separately, so that copies of the
+    policy on remote env runners can send what they saw to the learner to be merged.
+    """
+
+    name = "MeanStdFilter"
+
+    def __init__(self, size: int, *, clip: float = 10.0, epsilon: float = 1e-8) -> None:
+        self.size, self.clip, self.epsilon = size, clip, epsilon
+        self.count = 0
+        self.mean = np.zeros(size, dtype=np.float64)
+        self.m2 = np.zeros(size, dtype=np.float64)
+        self._delta = (0, np.zeros(size), np.zeros(size))
+        self._cache: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def std(self) -> np.ndarray:
+        """Population standard deviation of everything seen so far (1 before any data)."""
+        if self.count < 2:
+            return np.ones(self.size)
+        return np.sqrt(self.m2 / self.count)
+
+    def update(self, batch: np.ndarray) -> None:
+        n = batch.shape[0]
+        if n == 0:
+            return
+        b_mean = batch.mean(axis=0, dtype=np.float64)
+        b_m2 = ((batch - b_mean) ** 2).sum(axis=0, dtype=np.float64)
+        self.count, self.mean, self.m2 = _merge(self.count, self.mean, self.m2, n, b_mean, b_m2)
+        self._delta = _merge(*self._delta, n, b_mean, b_m2)
+        self._cache = None
+
+    def _constants(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._cache is None:
+            self._cache = (
+                self.mean.astype(np.float32),
+                (1.0 / (self.std + self.epsilon)).astype(np.float32),
+            )
+        return self._cache
+
+    def apply(self, batch: np.ndarray) -> np.ndarray:
+        mean, inv_std = self._constants()
+        out = (batch - mean) * inv_std
+        return np.clip(out, -self.clip, self.clip, out=out)
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "clip": self.clip,
+            "epsilon": self.epsilon,
+            "count": self.count,
+            "mean": self.mean.copy(),
+            "m2": self.m2.copy(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        mean = np.asarray(state["mean"], dtype=np.float64)
+        m2 = np.asarray(state["m2"], dtype=np.float64)
+        if mean.shape != (self.size,) or m2.shape != (self.size,):
+            raise ValueError(
+                f"MeanStdFilter state has shape {mean.shape}, expected ({self.size},)"
+            )
+        self.count = int(state["count"])
+        self.mean, self.m2 = mean.copy(), m2.copy()
+        self.clip, self.epsilon = float(state["clip"]), float(state["epsilon"])
+        self._delta = (0, np.zeros(self.size), np.zeros(self.size))
+        self._cache = None
+
+    def pop_delta(self) -> dict[str, Any] | None:
+        """Return and forget the statistics gathered since the last call."""
+        n, mean, m2 = self._delta
+        self._delta = (0, np.zeros(self.size), np.zeros(self.size))
+        return {"count": n, "mean": mean, "m2": m2}
+
+    def merge_delta(self, delta: dict[str, Any]) -> None:
+        """Add statistics gathered elsewhere (by a remote env runner's copy)."""
+        self.count, self.mean, self.m2 = _merge(
+            self.count, self.mean, self.m2, int(delta["count"]), delta["mean"], delta["m2"]
+        )
+        self._cache = None
+
+
+def make_filter(name: str, size: int) -> NoFilter | MeanStdFilter:
+    """Build the observation filter called ``name`` for observations of ``size`` floats."""
+    if name == "MeanStdFilter":
+        return MeanStdFilter(size)
+    if name == "NoFilter":
+        return NoFilter()
+    raise ValueError(f"Unknown observation_filter {name!r}; choose one of {FILTER_NAMES}.")

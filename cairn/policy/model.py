@@ -1,0 +1,98 @@
+"""The default network: MLP actor and critic, separate or sharing a trunk."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["ActorCriticMLP", "ACTIVATIONS", "DEFAULT_MODEL_CONFIG"]
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh,
+    "relu": nn.ReLU,
+    "elu": nn.ELU,
+    "silu": nn.SiLU,
+}
+
+DEFAULT_MODEL_CONFIG: dict[str, Any] = {
+    "hidden": [64, 64],
+    "activation": "tanh",
+    "vf_share_layers": False,
+    "log_std_init": 0.0,
+}
+
+
+def _mlp(sizes: Sequence[int], activation: str) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
+    return nn.Sequential(*layers)
+
+
+class ActorCriticMLP(nn.Module):
+    """``forward(obs) -> (action_inputs, value)`` with a state-independent log-std for Box.
+
+    ``num_outputs`` is the number of distribution inputs the network computes itself; with
+    ``free_log_std`` the second half of the inputs (log-std) is a learned vector instead.
+    """
+
+    def __init__(
+        self,
+        obs_size: int,
+        num_outputs: int,
+        *,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        vf_share_layers: bool = False,
+        free_log_std: bool = False,
+        log_std_init: float = 0.0,
+    ) -> None:
+        super().__init__()
+        sizes = [obs_size, *hidden]
+        last = sizes[-1]
+        head_outputs = num_outputs // 2 if free_log_std else num_outputs
+        self.vf_share_layers = vf_share_layers
+        self.actor = _mlp(sizes, activation)
+        self.action_head = nn.Linear(last, head_outputs)
+        self.critic = None if vf_share_layers else _mlp(sizes, activation)
+        self.value_head = nn.Linear(last, 1)
+        self.log_std = (
+            nn.Parameter(torch.full((head_outputs,), float(log_std_init))) if free_log_std else None
+        )
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """Orthogonal initialisation as in PPO implementations that learn reliably.
+
+        Hidden layers get gain sqrt(2), the action head 0.01 (near-uniform first policy) and
+        the value head 1; biases start at zero.
+        """
+        heads = {self.action_head: 0.01, self.value_head: 1.0}
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                gain = heads.get(module, 2**0.5)
+                nn.init.orthogonal_(module.weight, gain=gain, generator=generator)
+                nn.init.zeros_(module.bias)
+
+    def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action distribution's inputs for a batch of processed observations."""
+        out = self.action_head(self.actor(obs))
+        if self.log_std is not None:
+            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State-value estimates, shape ``[batch]``."""
+        trunk = self.actor if self.critic is None else self.critic
+        return self.value_head(trunk(obs)).squeeze(-1)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.critic is None:
+            features = self.actor(obs)
+            out = self.action_head(features)
+            if self.log_std is not None:
+                out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+            return out, self.value_head(features).squeeze(-1)
+        return self.action_inputs(obs), self.value(obs)

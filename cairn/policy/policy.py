@@ -1,0 +1,394 @@
+"""Policy: maps observations to actions, and carries everything needed to keep learning."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from cairn.errors import ConfigError
+from cairn.policy.distributions import ActionDistribution, distribution_for
+from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
+from cairn.policy.model import ACTIVATIONS, DEFAULT_MODEL_CONFIG, ActorCriticMLP
+from cairn.policy.spec import PolicySpec
+from cairn.registry import class_reference, register_class, resolve_class
+from cairn.spaces import ObservationPreprocessor, check_action_space, space_from_json
+
+if TYPE_CHECKING:
+    from cairn.checkpoint.paths import CheckpointLike
+
+__all__ = ["Policy"]
+
+
+def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def check_model_config(model: Any) -> None:
+    """Raise ConfigError for an invalid ``model`` config section."""
+    if not isinstance(model, Mapping):
+        raise ConfigError(f"Config 'model' must be a dict, got {model!r}.")
+    unknown = set(model) - set(DEFAULT_MODEL_CONFIG)
+    if unknown:
+        raise ConfigError(
+            f"Unknown model config keys {sorted(unknown)}; allowed: {sorted(DEFAULT_MODEL_CONFIG)}."
+        )
+    hidden = model.get("hidden", DEFAULT_MODEL_CONFIG["hidden"])
+    if not (
+        isinstance(hidden, (list, tuple))
+        and all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden)
+    ):
+        raise ConfigError(
+            f"Config 'model.hidden' must be a list of positive ints, got {hidden!r}."
+        )
+    activation = model.get("activation", "tanh")
+    if activation not in ACTIVATIONS:
+        raise ConfigError(
+            f"Config 'model.activation'={activation!r} is not supported; choose one of "
+            f"{sorted(ACTIVATIONS)}."
+        )
+
+
+@register_class
+class Policy:
+    """A PyTorch actor-critic policy for one observation space and one action space.
+
+    A Policy is enough to act (``compute_actions``) and enough to continue training: it owns its
+    network, optimizer, observation filter, random generator and counters, and describes itself
+    as data through :attr:`spec`.
+
+    Args:
+        observation_space: Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple.
+        action_space: Discrete, MultiDiscrete or Box.
+        config: Policy settings merged over :attr:`DEFAULT_CONFIG`: ``model`` (``hidden``,
+            ``activation``, ``vf_share_layers``, ``log_std_init``), ``lr``, and
+            ``observation_filter`` (``"NoFilter"`` or ``"MeanStdFilter"``).
+        seed: Seeds weight initialisation and action sampling. None: nondeterministic.
+
+    >>> import gymnasium as gym
+    >>> policy = Policy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
+    >>> policy.compute_single_action([0.0, 0.1, 0.0, -0.1], explore=False) in (0, 1)
+    True
+    """
+
+    DEFAULT_CONFIG: dict[str, Any] = {
+        "model": DEFAULT_MODEL_CONFIG,
+        "lr": 3e-4,
+        "observation_filter": "NoFilter",
+    }
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        config: Mapping[str, Any] | None = None,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        self._setup(observation_space, action_space, config, seed=seed, init_weights=True)
+
+    # ----------------------------------------------------------------------------------- build
+    def _setup(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        config: Mapping[str, Any] | None,
+        *,
+        seed: int | None,
+        init_weights: bool,
+    ) -> None:
+        try:
+            check_action_space(action_space)
+            self.preprocessor = ObservationPreprocessor(observation_space)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        self.config: dict[str, Any] = _deep_merge(self.DEFAULT_CONFIG, config or {})
+        check_model_config(self.config["model"])
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.dist: ActionDistribution = distribution_for(action_space)
+        self.generator = torch.Generator()
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(int(seed) % (2**63))
+        # Restoring skips random initialisation: parameters are created uninitialised (meta
+        # device, then empty CPU storage) and filled from the saved state right after.
+        with torch.device("meta") if not init_weights else contextlib.nullcontext():
+            self.model = self.make_model()
+        if init_weights:
+            self.init_weights()
+        else:
+            self.model.to_empty(device="cpu")
+        self.optimizer = self.make_optimizer()
+        try:
+            self.observation_filter: NoFilter | MeanStdFilter = make_filter(
+                self.config["observation_filter"], self.preprocessor.size
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        self.global_timestep = 0
+        self.num_grad_updates = 0
+
+    def make_model(self) -> torch.nn.Module:
+        """Build the network (override in subclasses for other architectures)."""
+        model_cfg = _deep_merge(DEFAULT_MODEL_CONFIG, self.config["model"])
+        return ActorCriticMLP(
+            self.preprocessor.size,
+            self.dist.num_inputs,
+            hidden=list(model_cfg["hidden"]),
+            activation=model_cfg["activation"],
+            vf_share_layers=bool(model_cfg["vf_share_layers"]),
+            free_log_std=isinstance(self.action_space, gym.spaces.Box),
+            log_std_init=float(model_cfg["log_std_init"]),
+        )
+
+    def init_weights(self) -> None:
+        """Randomly initialise the network from the policy's own generator."""
+        reset = getattr(self.model, "reset_parameters", None)
+        if reset is not None:
+            reset(self.generator)
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """Adam over all parameters (override for other optimizers)."""
+        return torch.optim.Adam(self.model.parameters(), lr=float(self.config["lr"]), eps=1e-5)
+
+    @property
+    def spec(self) -> PolicySpec:
+        """This policy as data: class, spaces and config."""
+        return PolicySpec(type(self), self.observation_space, self.action_space, self.config)
+
+    @classmethod
+    def from_spec(cls, spec: PolicySpec, *, seed: int | None = None) -> Policy:
+        """Build a new policy from a complete spec (class, both spaces and config)."""
+        policy_class = spec.policy_class or cls
+        if isinstance(policy_class, str):
+            policy_class = resolve_class(policy_class, Policy)
+        if spec.observation_space is None or spec.action_space is None:
+            raise ConfigError(
+                "PolicySpec needs observation_space and action_space to build a policy on its own."
+            )
+        return policy_class(spec.observation_space, spec.action_space, spec.config, seed=seed)
+
+    # ------------------------------------------------------------------------------------- act
+    def process_observations(self, obs_batch: Sequence[Any] | np.ndarray, *, update: bool) -> np.ndarray:
+        """Raw observations -> the float32 network inputs (flattened, one-hot, filtered).
+
+        ``update=True`` also feeds them to the observation filter's running statistics.
+        """
+        processed = self.preprocessor(obs_batch)
+        if update:
+            self.observation_filter.update(processed)
+        return self.observation_filter.apply(processed)
+
+    def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
+        """Processed observations -> raw actions (category indices / unclipped samples)."""
+        with torch.inference_mode():
+            inputs = self.model.action_inputs(torch.from_numpy(processed_obs))
+            if explore:
+                actions = self.dist.sample(inputs, self.generator)
+            else:
+                actions = self.dist.deterministic(inputs)
+        return actions.numpy()
+
+    def compute_actions(self, obs_batch: Sequence[Any] | np.ndarray, *, explore: bool = True) -> np.ndarray:
+        """Actions for a batch of raw observations, ready for the environment.
+
+        Returns an array whose first dimension is the batch; each entry lies in the action space
+        (Box actions are clipped to its bounds).
+        """
+        processed = self.process_observations(obs_batch, update=False)
+        return self.dist.to_env(self.compute_raw_actions(processed, explore=explore))
+
+    def compute_single_action(self, obs: Any, *, explore: bool = True) -> Any:
+        """The action for one raw observation (an int for Discrete spaces)."""
+        action = self.compute_actions([obs], explore=explore)[0]
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            return int(action)
+        return action
+
+    # --------------------------------------------------------------------------------- weights
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """A copy of the network's parameters and buffers as numpy arrays."""
+        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Load parameters produced by :meth:`get_weights` (names and shapes must match)."""
+        own = self.model.state_dict()
+        missing, unexpected = set(own) - set(weights), set(weights) - set(own)
+        if missing or unexpected:
+            raise ValueError(
+                f"Weights do not fit this policy's network: missing {sorted(missing)}, "
+                f"unexpected {sorted(unexpected)}."
+            )
+        for name, tensor in own.items():
+            value = np.asarray(weights[name])
+            if tuple(value.shape) != tuple(tensor.shape):
+                raise ValueError(
+                    f"Weight {name!r} has shape {tuple(value.shape)}, but this policy's network "
+                    f"expects {tuple(tensor.shape)}; were the spaces or model config changed?"
+                )
+            with torch.no_grad():
+                tensor.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+
+    # ----------------------------------------------------------------------------------- state
+    def get_state(self) -> dict[str, Any]:
+        """The whole policy as a tree of JSON values and numpy arrays (a snapshot)."""
+        return self._get_state(copy=True)
+
+    def _get_state(self, *, copy: bool) -> dict[str, Any]:
+        weights = {
+            k: (v.detach().numpy().copy() if copy else v.detach().numpy())
+            for k, v in self.model.state_dict().items()
+        }
+        return {
+            "spec": self.spec.to_dict(),
+            "weights": weights,
+            "optimizer": _optimizer_state_to_tree(self.optimizer, copy=copy),
+            "observation_filter": self.observation_filter.get_state(),
+            "counters": {
+                "global_timestep": self.global_timestep,
+                "num_grad_updates": self.num_grad_updates,
+            },
+            "exploration": self.get_exploration_state(),
+            "rng": {"torch": self.generator.get_state().numpy().copy()},
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`get_state` into this policy (same spaces and model)."""
+        self.set_weights(state["weights"])
+        _optimizer_state_from_tree(self.optimizer, state["optimizer"])
+        for group in self.optimizer.param_groups:  # the config's lr wins (it may be overridden)
+            group["lr"] = float(self.config["lr"])
+        filter_state = state["observation_filter"]
+        if filter_state.get("name") != self.observation_filter.name:
+            raise ValueError(
+                f"State has observation filter {filter_state.get('name')!r}, this policy uses "
+                f"{self.observation_filter.name!r}."
+            )
+        self.observation_filter.set_state(filter_state)
+        counters = state["counters"]
+        self.global_timestep = int(counters["global_timestep"])
+        self.num_grad_updates = int(counters["num_grad_updates"])
+        self.set_exploration_state(state.get("exploration") or {})
+        rng = np.asarray(state["rng"]["torch"], dtype=np.uint8)
+        self.generator.set_state(torch.from_numpy(rng.copy()))
+
+    def get_exploration_state(self) -> dict[str, Any]:
+        """Exploration state beyond the random generator (e.g. an epsilon schedule)."""
+        return {}
+
+    def set_exploration_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`get_exploration_state`."""
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> Policy:
+        """Rebuild a policy from :meth:`get_state` alone, without running random init.
+
+        The class named in the state must be a subclass of :class:`Policy`.
+        """
+        spec = state["spec"]
+        policy_class = resolve_class(spec["policy_class"], Policy)
+        policy = policy_class.__new__(policy_class)
+        policy._setup(
+            space_from_json(spec["observation_space"]),
+            space_from_json(spec["action_space"]),
+            spec.get("config") or {},
+            seed=0,
+            init_weights=False,
+        )
+        policy.set_state(state)
+        return policy
+
+    # ------------------------------------------------------------------------------ checkpoint
+    def export_checkpoint(self, export_dir: str | os.PathLike[str]) -> None:
+        """Write this policy alone as a Policy checkpoint directory (atomically)."""
+        from cairn.checkpoint.writer import save_policy
+
+        save_policy(self, export_dir)
+
+    @classmethod
+    def from_checkpoint(
+        cls, checkpoint: CheckpointLike, *, policy_ids: Sequence[str] | None = None
+    ) -> Any:
+        """Load a Policy checkpoint (returns a Policy), or the policies of an Algorithm
+        checkpoint (returns ``{policy_id: Policy}``, only ``policy_ids`` if given)."""
+        from cairn.checkpoint.reader import load_policies_from_checkpoint
+
+        return load_policies_from_checkpoint(checkpoint, policy_ids=policy_ids)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(observation_space={self.observation_space}, "
+            f"action_space={self.action_space})"
+        )
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        """The network's parameters (for optimizers and gradient clipping)."""
+        return self.model.parameters()
+
+    @property
+    def policy_class_reference(self) -> str:
+        """The reference stored in checkpoints for this policy's class."""
+        return class_reference(type(self))
+
+
+def _optimizer_state_to_tree(optimizer: torch.optim.Optimizer, *, copy: bool) -> dict[str, Any]:
+    raw = optimizer.state_dict()
+    state: dict[str, Any] = {}
+    for index, slots in raw["state"].items():
+        state[str(index)] = {
+            name: (value.detach().numpy().copy() if copy else value.detach().numpy())
+            if isinstance(value, torch.Tensor)
+            else value
+            for name, value in slots.items()
+        }
+    groups = [
+        {k: (list(v) if isinstance(v, tuple) else v) for k, v in group.items()}
+        for group in raw["param_groups"]
+    ]
+    return {"state": state, "param_groups": groups}
+
+
+def _optimizer_state_from_tree(optimizer: torch.optim.Optimizer, tree: Mapping[str, Any]) -> None:
+    own_groups = optimizer.state_dict()["param_groups"]
+    groups = tree["param_groups"]
+    if not isinstance(groups, list) or len(groups) != len(own_groups):
+        raise ValueError("Optimizer state has a different number of parameter groups.")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    state: dict[int, dict[str, Any]] = {}
+    for key, slots in tree["state"].items():
+        index = int(key)
+        if not 0 <= index < len(params):
+            raise ValueError(f"Optimizer state refers to parameter {key}, which does not exist.")
+        restored: dict[str, Any] = {}
+        for name, value in slots.items():
+            if isinstance(value, np.ndarray):
+                tensor = torch.from_numpy(np.array(value, copy=True))
+                if tensor.ndim and tuple(tensor.shape) != tuple(params[index].shape):
+                    raise ValueError(
+                        f"Optimizer slot {name!r} of parameter {key} has shape "
+                        f"{tuple(tensor.shape)}, expected {tuple(params[index].shape)}."
+                    )
+                restored[name] = tensor
+            else:
+                restored[name] = value
+        state[index] = restored
+    merged_groups = []
+    for own, saved in zip(own_groups, groups):
+        group = dict(own)
+        group.update({k: (tuple(v) if k == "betas" else v) for k, v in saved.items() if k != "params"})
+        merged_groups.append(group)
+    optimizer.load_state_dict({"state": state, "param_groups": merged_groups})

@@ -1,0 +1,74 @@
+"""Policy IDs become directory names, so they must be safe ones on every OS."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from cairn.errors import ConfigError
+
+__all__ = ["DEFAULT_POLICY_ID", "validate_policy_id", "check_policy_ids"]
+
+DEFAULT_POLICY_ID = "default_policy"
+MAX_POLICY_ID_LENGTH = 64
+
+_ALLOWED = re.compile(r"[A-Za-z0-9_.\-]+")
+_WINDOWS_RESERVED = frozenset(
+    ["CON", "PRN", "AUX", "NUL"]
+    + [f"COM{i}" for i in range(1, 10)]
+    + [f"LPT{i}" for i in range(1, 10)]
+)
+
+
+def _problem(policy_id: Any) -> str | None:
+    """Return why ``policy_id`` is not a valid policy ID, or None when it is."""
+    if not isinstance(policy_id, str):
+        return f"policy IDs must be str, got {type(policy_id).__name__} {policy_id!r}"
+    if not 1 <= len(policy_id) <= MAX_POLICY_ID_LENGTH:
+        return f"policy ID {policy_id!r} must have 1 to {MAX_POLICY_ID_LENGTH} characters"
+    if not _ALLOWED.fullmatch(policy_id):
+        bad = sorted({c for c in policy_id if not _ALLOWED.fullmatch(c)})
+        return (
+            f"policy ID {policy_id!r} contains {bad}; only ASCII letters, digits, '_', '-' "
+            "and '.' are allowed"
+        )
+    if policy_id[0] in ".-":
+        return f"policy ID {policy_id!r} must not start with {policy_id[0]!r}"
+    if policy_id.endswith("."):
+        return f"policy ID {policy_id!r} must not end with '.'"
+    if policy_id.split(".")[0].upper() in _WINDOWS_RESERVED:
+        return f"policy ID {policy_id!r} is a reserved device name on Windows"
+    return None
+
+
+def validate_policy_id(policy_id: Any, *, error: bool = False) -> bool:
+    """Return whether ``policy_id`` can be used as a policy ID (and so as a directory name).
+
+    Allowed: 1 to 64 ASCII letters, digits, ``_``, ``-`` and ``.``; not starting with ``.`` or
+    ``-``; not ending with ``.``; not a Windows reserved device name such as ``CON`` or
+    ``com1.txt``. With ``error=True`` an invalid ID raises :class:`~cairn.errors.ConfigError`
+    instead of returning False.
+
+    >>> validate_policy_id("attacker_v2")
+    True
+    >>> validate_policy_id("../evil")
+    False
+    """
+    problem = _problem(policy_id)
+    if problem is not None and error:
+        raise ConfigError(f"Invalid policy ID: {problem}. Choose a name such as 'policy_1'.")
+    return problem is None
+
+
+def check_policy_ids(policy_ids: Iterable[Any]) -> None:
+    """Raise ConfigError unless every ID is valid and no two are equal ignoring case."""
+    seen: dict[str, str] = {}
+    for pid in policy_ids:
+        validate_policy_id(pid, error=True)
+        other = seen.setdefault(pid.lower(), pid)
+        if other != pid:
+            raise ConfigError(
+                f"Policy IDs {other!r} and {pid!r} differ only in case; they would share a "
+                "directory on case-insensitive file systems. Rename one of them."
+            )

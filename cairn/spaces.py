@@ -1,0 +1,206 @@
+"""Gymnasium spaces as JSON data, and the array conversions a policy needs around its network.
+
+Spaces are stored in checkpoints as plain JSON (never pickled), so that a checkpoint can be read
+without executing code and inspected by hand. Non-finite bounds are written as the strings
+``"inf"``, ``"-inf"`` and ``"nan"`` so that the JSON stays strict.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = [
+    "space_to_json",
+    "space_from_json",
+    "ObservationPreprocessor",
+    "check_action_space",
+]
+
+MAX_SPACE_ELEMENTS = 1 << 26  # 64M elements: far beyond any policy input, small enough to refuse.
+MAX_SPACE_DEPTH = 16
+_SUPPORTED_ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Box)
+_FLOAT_NAMES = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _float_to_json(x: float) -> float | str:
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _float_from_json(x: Any) -> float:
+    if isinstance(x, str) and x in _FLOAT_NAMES:
+        return _FLOAT_NAMES[x]
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    raise ValueError(f"expected a number or 'inf'/'-inf'/'nan', got {x!r}")
+
+
+def space_to_json(space: gym.Space[Any]) -> dict[str, Any]:
+    """Describe a Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple space as JSON data."""
+    if isinstance(space, gym.spaces.Box):
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "dtype": np.dtype(space.dtype).name,
+            "low": [_float_to_json(float(v)) for v in space.low.reshape(-1)],
+            "high": [_float_to_json(float(v)) for v in space.high.reshape(-1)],
+        }
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "nvec": space.nvec.reshape(-1).tolist(),
+            "start": space.start.reshape(-1).tolist(),
+            "shape": list(space.shape),
+            "dtype": np.dtype(space.dtype).name,
+        }
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"type": "MultiBinary", "shape": list(space.shape)}
+    if isinstance(space, gym.spaces.Dict):
+        return {"type": "Dict", "spaces": [[k, space_to_json(s)] for k, s in space.spaces.items()]}
+    if isinstance(space, gym.spaces.Tuple):
+        return {"type": "Tuple", "spaces": [space_to_json(s) for s in space.spaces]}
+    raise ValueError(
+        f"Cannot describe space {space!r} as data: supported are Box, Discrete, "
+        "MultiDiscrete, MultiBinary, Dict and Tuple."
+    )
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or len(value) > 32:
+        raise ValueError(f"expected a shape (list of at most 32 ints), got {value!r}")
+    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d for d in value):
+        raise ValueError(f"shape entries must be non-negative ints, got {value!r}")
+    size = 1
+    for d in value:
+        size *= d
+    if size > MAX_SPACE_ELEMENTS:
+        raise ValueError(f"shape {value!r} has more than {MAX_SPACE_ELEMENTS} elements")
+    return tuple(value)
+
+
+def _int_list(value: Any, length: int, what: str) -> list[int]:
+    if not isinstance(value, list) or len(value) != length:
+        raise ValueError(f"{what} must be a list of {length} ints, got {value!r}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"{what} must contain ints, got {value!r}")
+    return value
+
+
+def _dtype(name: Any, kinds: str) -> np.dtype[Any]:
+    if not isinstance(name, str):
+        raise ValueError(f"dtype must be a str, got {name!r}")
+    try:
+        dtype = np.dtype(name)
+    except TypeError as exc:
+        raise ValueError(f"unknown dtype {name!r}") from exc
+    if dtype.kind not in kinds:
+        raise ValueError(f"dtype {name!r} is not allowed here")
+    return dtype
+
+
+def space_from_json(data: Any, _depth: int = 0) -> gym.Space[Any]:
+    """Rebuild a space written by :func:`space_to_json`; raises ValueError on anything else."""
+    if _depth > MAX_SPACE_DEPTH:
+        raise ValueError(f"spaces nested deeper than {MAX_SPACE_DEPTH} levels")
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise ValueError(f"expected a space description with a 'type', got {data!r:.200}")
+    kind = data["type"]
+    if kind == "Box":
+        shape = _shape(data.get("shape"))
+        size = int(np.prod(shape, dtype=np.int64))
+        low, high = data.get("low"), data.get("high")
+        if not isinstance(low, list) or not isinstance(high, list):
+            raise ValueError("Box 'low' and 'high' must be lists")
+        if len(low) != size or len(high) != size:
+            raise ValueError(f"Box bounds must have {size} entries for shape {list(shape)}")
+        dtype = _dtype(data.get("dtype"), "fiu")
+        low_a = np.array([_float_from_json(v) for v in low], dtype=np.float64).reshape(shape)
+        high_a = np.array([_float_from_json(v) for v in high], dtype=np.float64).reshape(shape)
+        return gym.spaces.Box(low=low_a.astype(dtype), high=high_a.astype(dtype), dtype=dtype)
+    if kind == "Discrete":
+        n, start = data.get("n"), data.get("start", 0)
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_SPACE_ELEMENTS:
+            raise ValueError(f"Discrete 'n' must be an int in [1, {MAX_SPACE_ELEMENTS}], got {n!r}")
+        if not isinstance(start, int) or isinstance(start, bool):
+            raise ValueError(f"Discrete 'start' must be an int, got {start!r}")
+        return gym.spaces.Discrete(n, start=start)
+    if kind == "MultiDiscrete":
+        shape = _shape(data.get("shape"))
+        size = int(np.prod(shape, dtype=np.int64))
+        nvec = _int_list(data.get("nvec"), size, "MultiDiscrete 'nvec'")
+        start = _int_list(data.get("start"), size, "MultiDiscrete 'start'")
+        if not all(1 <= n <= MAX_SPACE_ELEMENTS for n in nvec):
+            raise ValueError("MultiDiscrete 'nvec' entries must be positive")
+        dtype = _dtype(data.get("dtype", "int64"), "iu")
+        return gym.spaces.MultiDiscrete(
+            np.array(nvec).reshape(shape), dtype=dtype, start=np.array(start).reshape(shape)
+        )
+    if kind == "MultiBinary":
+        return gym.spaces.MultiBinary(list(_shape(data.get("shape"))))
+    if kind in ("Dict", "Tuple"):
+        subs = data.get("spaces")
+        if not isinstance(subs, list) or len(subs) > 1024:
+            raise ValueError(f"{kind} 'spaces' must be a list of at most 1024 entries")
+        if kind == "Tuple":
+            return gym.spaces.Tuple([space_from_json(s, _depth + 1) for s in subs])
+        items = []
+        for item in subs:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+                raise ValueError(f"Dict entries must be [key, space] pairs, got {item!r:.200}")
+            items.append((item[0], space_from_json(item[1], _depth + 1)))
+        return gym.spaces.Dict(dict(items))
+    raise ValueError(f"unknown space type {kind!r}")
+
+
+def check_action_space(space: gym.Space[Any]) -> None:
+    """Raise ValueError unless cairn's policies can act in ``space``."""
+    if not isinstance(space, _SUPPORTED_ACTION_SPACES):
+        raise ValueError(
+            f"Unsupported action space {space!r}: cairn policies act in Discrete, "
+            "MultiDiscrete and Box spaces. Wrap the environment to use one of them."
+        )
+    if isinstance(space, gym.spaces.Box) and not np.issubdtype(space.dtype, np.floating):
+        raise ValueError(f"Box action spaces must have a float dtype, got {space!r}.")
+
+
+class ObservationPreprocessor:
+    """Turns a batch of raw observations into a float32 matrix ``[batch, size]``.
+
+    Box and MultiBinary observations are flattened, Discrete ones one-hot encoded, and Dict,
+    Tuple and MultiDiscrete ones flattened the way :func:`gymnasium.spaces.flatten` does it.
+    """
+
+    def __init__(self, space: gym.Space[Any]) -> None:
+        if not isinstance(
+            space,
+            (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary,
+             gym.spaces.MultiDiscrete, gym.spaces.Dict, gym.spaces.Tuple),
+        ):
+            raise ValueError(
+                f"Unsupported observation space {space!r}: cairn policies read Box, "
+                "Discrete, MultiDiscrete, MultiBinary, Dict and Tuple observations."
+            )
+        self.space = space
+        self.size = int(gym.spaces.flatdim(space))
+        self._array_like = isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary))
+        self._start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
+
+    def __call__(self, batch: Sequence[Any] | np.ndarray) -> np.ndarray:
+        if self._array_like:
+            arr = np.asarray(batch, dtype=np.float32)
+            return arr.reshape(arr.shape[0] if arr.ndim else 1, self.size)
+        if isinstance(self.space, gym.spaces.Discrete):
+            idx = np.asarray(batch, dtype=np.int64).reshape(-1) - self._start
+            out = np.zeros((idx.shape[0], self.size), dtype=np.float32)
+            out[np.arange(idx.shape[0]), idx] = 1.0
+            return out
+        rows = [np.asarray(gym.spaces.flatten(self.space, o), dtype=np.float32) for o in batch]
+        return np.stack(rows) if rows else np.zeros((0, self.size), dtype=np.float32)
