@@ -314,11 +314,20 @@ class Algorithm:
             "evaluation_runner": eval_state,
             "recent_episodes": list(self._recent_episodes),
             "extra": self._get_extra_state(),
+            "components": self._get_components(copy=copy),
         }
 
     def _get_extra_state(self) -> dict[str, Any]:
         """Algorithm-specific state (subclasses: e.g. target-network timers)."""
         return {}
+
+    def _get_components(self, *, copy: bool) -> dict[str, Any]:
+        """Optional large parts of the state, each stored as its own checkpoint component
+        (``components/<name>/``), e.g. a replay buffer. Override in subclasses."""
+        return {}
+
+    def _set_components(self, components: Mapping[str, Any]) -> None:
+        """Restore :meth:`_get_components` (called with ``{}`` when none were stored)."""
 
     def _set_extra_state(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`_get_extra_state`."""
@@ -343,6 +352,7 @@ class Algorithm:
             self._eval_runner.set_state(self._eval_runner_state)
         self._recent_episodes = deque(state.get("recent_episodes") or [], maxlen=_METRICS_WINDOW)
         self._set_extra_state(state.get("extra") or {})
+        self._set_components(state.get("components") or {})
 
     @classmethod
     def from_state(

@@ -25,6 +25,9 @@ ALGORITHM_ARRAYS_FILE = "algorithm_state.safetensors"
 POLICY_STATE_FILE = "policy_state.json"
 POLICY_ARRAYS_FILE = "policy_state.safetensors"
 POLICIES_DIR = "policies"
+COMPONENTS_DIR = "components"
+COMPONENT_STATE_FILE = "state.json"
+COMPONENT_ARRAYS_FILE = "state.safetensors"
 #: Content hash of every file: XXH3-128, hex. An integrity check against corruption (truncation,
 #: bit flips, mixed-up files), not a signature: anyone who can edit files can edit the manifest.
 HASH_ALGORITHM = "xxh3_128"

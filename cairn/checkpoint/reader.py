@@ -6,7 +6,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cairn.checkpoint.format import ALGORITHM_ARRAYS_FILE, MANIFEST_FILE, POLICIES_DIR, POLICY_ARRAYS_FILE
+from cairn.checkpoint.format import (
+    ALGORITHM_ARRAYS_FILE,
+    COMPONENT_ARRAYS_FILE,
+    COMPONENT_STATE_FILE,
+    COMPONENTS_DIR,
+    MANIFEST_FILE,
+    POLICIES_DIR,
+    POLICY_ARRAYS_FILE,
+)
 from cairn.checkpoint.manifest import load_json_file, read_manifest, read_verified
 from cairn.checkpoint.migrations import migrate
 from cairn.checkpoint.paths import CheckpointLike, checkpoint_directory
@@ -33,8 +41,10 @@ __all__ = [
 _MAX_ARRAY_BYTES = 1 << 40
 
 
-def _read_state(directory: Path, manifest: Mapping[str, Any], arrays_name: str) -> Any:
-    tree = load_json_file(directory, manifest["state_file"], manifest)
+def _read_state(directory: Path, manifest: Mapping[str, Any], arrays_name: str,
+                state_name: str | None = None, *, kind: str | None = None) -> Any:
+    state_name = state_name or manifest["state_file"]
+    tree = load_json_file(directory, state_name, manifest)
     arrays: dict[str, Any] = {}
     if arrays_name in manifest["files"]:
         buffer = read_verified(directory, arrays_name, manifest, limit=_MAX_ARRAY_BYTES)
@@ -45,10 +55,10 @@ def _read_state(directory: Path, manifest: Mapping[str, Any], arrays_name: str) 
     try:
         state = join_arrays(tree, arrays)
     except TreeError as exc:
-        raise CheckpointFormatError(f"{directory / manifest['state_file']}: {exc}.") from None
+        raise CheckpointFormatError(f"{directory / state_name}: {exc}.") from None
     if not isinstance(state, dict):
-        raise CheckpointFormatError(f"{directory / manifest['state_file']} does not hold a state object.")
-    return migrate(manifest["type"], state, manifest["format_version"])
+        raise CheckpointFormatError(f"{directory / state_name} does not hold a state object.")
+    return migrate(kind or manifest["type"], state, manifest["format_version"])
 
 
 def load_policy_state(directory: Path) -> dict[str, Any]:
@@ -87,6 +97,15 @@ def load_algorithm_state(
         manifest = read_manifest(root, expected_type="Algorithm")
         selected = _select(manifest, policy_ids)
         state = _read_state(root, manifest, ALGORITHM_ARRAYS_FILE)
+        components = manifest.get("components") or []
+        if not isinstance(components, list) or not all(isinstance(c, str) for c in components):
+            raise CheckpointFormatError(f"{root}: 'components' must be a list of names.")
+        state["components"] = {
+            name: _read_state(root, manifest, f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}",
+                              f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
+                              kind=f"component:{name}")
+            for name in components
+        }
         state["policies"] = {
             pid: _guard(lambda pid=pid: load_policy_state(_policy_dir(root, manifest, pid)), pid)
             for pid in selected

@@ -13,6 +13,9 @@ from cairn.checkpoint.atomic import atomic_directory
 from cairn.checkpoint.format import (
     ALGORITHM_ARRAYS_FILE,
     ALGORITHM_STATE_FILE,
+    COMPONENT_ARRAYS_FILE,
+    COMPONENT_STATE_FILE,
+    COMPONENTS_DIR,
     MANIFEST_FILE,
     POLICIES_DIR,
     POLICY_ARRAYS_FILE,
@@ -117,6 +120,8 @@ def save_algorithm(algo: Algorithm, path: str | os.PathLike[str]) -> str:
     check_policy_ids(algo.policies)
     state = algo._get_state(copy=False)
     policy_states = state.pop("policies")
+    components = state.pop("components", {}) or {}
+    check_policy_ids(components)  # component names follow the same directory-name rules
     _warn_unstorable(state["config"])
     export_native = bool(algo.config.export_native_model_files)
     with atomic_directory(path) as tmp:
@@ -130,10 +135,14 @@ def save_algorithm(algo: Algorithm, path: str | os.PathLike[str]) -> str:
             files[f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"] = {
                 "size": len(manifest_bytes), "hash": hasher.hexdigest(),
             }
+        for name, component in components.items():
+            _write_state(tmp, f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
+                         f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}", component, files)
         _write_state(tmp, ALGORITHM_STATE_FILE, ALGORITHM_ARRAYS_FILE, state, files)
         manifest = build_manifest(
             checkpoint_type="Algorithm", class_reference=state["algorithm_class"],
             state_file=ALGORITHM_STATE_FILE, files=files, policy_ids=list(policy_states),
+            extra={"components": sorted(components)},
         )
         _write_json(tmp, MANIFEST_FILE, manifest, {})
     return str(Path(path))

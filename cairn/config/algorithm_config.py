@@ -221,9 +221,14 @@ class AlgorithmConfig:
             "evaluation_interval": evaluation_interval, "evaluation_duration": evaluation_duration,
         })
 
-    def checkpointing(self, *, export_native_model_files: bool = _NOT_PROVIDED) -> AlgorithmConfig:
-        """Set what checkpoints contain beyond the state (e.g. native model files)."""
-        return self._set("checkpointing", {"export_native_model_files": export_native_model_files})
+    def checkpointing(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set what checkpoints contain beyond the state.
+
+        ``export_native_model_files=True`` writes each policy's model as ONNX and a torch
+        program into ``policies/<id>/model/``; algorithms may add settings (DQN:
+        ``store_replay_buffer``).
+        """
+        return self._set("checkpointing", kwargs)
 
     def debugging(self, *, seed: int | None = _NOT_PROVIDED, log_dir: str | None = _NOT_PROVIDED) -> AlgorithmConfig:
         """Set the seed (reproducible runs with ``num_env_runners=0``) and the log directory

@@ -319,6 +319,17 @@ class Policy:
 
         save_policy(self, export_dir)
 
+    def export_model(self, export_dir: str | os.PathLike[str], *, onnx: int | None = None) -> None:
+        """Write the observation-to-action path in a native format that loads without cairn.
+
+        Without ``onnx``: a ``torch.export`` program plus safetensors weights; with
+        ``onnx=<opset>``: ``model.onnx``. Both come with ``signature.json``. Raises
+        :class:`~cairn.errors.ExportError` when the model cannot be exported.
+        """
+        from cairn.export import export_model
+
+        export_model(self, export_dir, onnx=onnx)
+
     @classmethod
     def from_checkpoint(
         cls, checkpoint: CheckpointLike, *, policy_ids: Sequence[str] | None = None
