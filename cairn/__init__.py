@@ -5,7 +5,7 @@
 """
 
 from cairn._version import __version__
-from cairn.algorithms import PPO, Algorithm, PPOConfig
+from cairn.algorithms import DQN, PPO, Algorithm, DQNConfig, PPOConfig
 from cairn.checkpoint import get_checkpoint_info
 from cairn.config import AlgorithmConfig
 from cairn.policy import Policy, PolicySpec
@@ -16,6 +16,8 @@ __all__ = [
     "__version__",
     "Algorithm",
     "AlgorithmConfig",
+    "DQN",
+    "DQNConfig",
     "PPO",
     "PPOConfig",
     "Policy",

@@ -6,20 +6,22 @@ the environment's spaces, metrics, evaluation, state and checkpoints) is shared 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
 import zlib
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping, spaces_equal
 from cairn.env_runner.env_runner import DEFAULT_AGENT_ID, EnvRunner, is_multi_agent_env, make_env
-from cairn.env_runner.env_state import make_rng, rng_state
+from cairn.rng import make_rng, rng_state
 from cairn.env_runner.group import EnvRunnerGroup
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
@@ -31,6 +33,7 @@ from cairn.registry import class_reference, resolve_class
 __all__ = ["Algorithm"]
 
 _METRICS_WINDOW = 100
+_SMALL_NETWORK_PARAMETERS = 1_000_000
 
 
 def _policy_seed(seed: int | None, policy_id: str) -> int | None:
@@ -162,6 +165,23 @@ class Algorithm:
         self._recent_episodes.extend(episodes)
         return batches
 
+    @contextlib.contextmanager
+    def _torch_threads(self) -> Iterator[None]:
+        """Apply ``config.torch_num_threads`` for the duration of a call."""
+        wanted = self.config.torch_num_threads
+        if wanted == "auto":
+            small = all(sum(p.numel() for p in policy.parameters()) < _SMALL_NETWORK_PARAMETERS
+                        for policy in self.policies.values())
+            wanted = 1 if small else None
+        previous = torch.get_num_threads()
+        if wanted is not None and wanted != previous:
+            torch.set_num_threads(int(wanted))
+        try:
+            yield
+        finally:
+            if torch.get_num_threads() != previous:
+                torch.set_num_threads(previous)
+
     def train(self) -> dict[str, Any]:
         """Run one training iteration and return its results.
 
@@ -171,7 +191,8 @@ class Algorithm:
         ``learners[policy_id]``; plus ``evaluation`` when evaluation is due.
         """
         start = time.perf_counter()
-        learner_stats = self.training_step()
+        with self._torch_threads():
+            learner_stats = self.training_step()
         self.iteration += 1
         result = {"training_iteration": self.iteration, **self.counters,
                   **self._episode_metrics(list(self._recent_episodes)),
@@ -203,7 +224,8 @@ class Algorithm:
             if self._eval_runner_state is not None:
                 self._eval_runner.set_state(self._eval_runner_state)
         self._eval_runner.policies = dict(self.policies)
-        episodes = self._eval_runner.run_episodes(self.config.evaluation_duration, explore=False)
+        with self._torch_threads():
+            episodes = self._eval_runner.run_episodes(self.config.evaluation_duration, explore=False)
         return self._episode_metrics(episodes)
 
     # ------------------------------------------------------------------------------ acting

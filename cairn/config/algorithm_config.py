@@ -56,6 +56,11 @@ def _check_seed(key: str, value: Any) -> None:
         raise ConfigError(f"Config {key!r}={value!r} is invalid: expected an int or None.")
 
 
+def _check_threads(key: str, value: Any) -> None:
+    if value != "auto":
+        positive_int(key, value)
+
+
 def _check_str_or_none(key: str, value: Any) -> None:
     if value is not None and not isinstance(value, str):
         raise ConfigError(f"Config {key!r}={value!r} is invalid: expected a path str or None.")
@@ -85,6 +90,8 @@ BASE_FIELDS: dict[str, Field] = {
     # evaluation
     "evaluation_interval": Field("evaluation", None, optional(positive_int), "iterations"),
     "evaluation_duration": Field("evaluation", 10, positive_int, "episodes per evaluation"),
+    # resources
+    "torch_num_threads": Field("resources", "auto", _check_threads, "torch intra-op threads"),
     # checkpointing
     "export_native_model_files": Field("checkpointing", False, boolean, "write model/ files"),
     # debugging
@@ -220,6 +227,16 @@ class AlgorithmConfig:
         return self._set("evaluation", {
             "evaluation_interval": evaluation_interval, "evaluation_duration": evaluation_duration,
         })
+
+    def resources(self, *, torch_num_threads: int | str = _NOT_PROVIDED) -> AlgorithmConfig:
+        """Set torch's intra-op threads while this algorithm trains and evaluates.
+
+        ``"auto"`` (default) uses 1 thread when every policy network is small (under 1M
+        parameters), where splitting tiny matrix products across threads costs more than it
+        saves (and collapses on a busy machine); otherwise torch's own setting. The previous
+        setting is restored after each call.
+        """
+        return self._set("resources", {"torch_num_threads": torch_num_threads})
 
     def checkpointing(self, **kwargs: Any) -> AlgorithmConfig:
         """Set what checkpoints contain beyond the state.

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from cairn.env_runner.env_state import get_env_state, make_rng, rng_state, set_env_state
+from cairn.env_runner.env_state import get_env_state, set_env_state
+from cairn.rng import make_rng, rng_state
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError, EnvError
 from cairn.registry import registered_envs
@@ -139,7 +140,8 @@ class EnvRunner:
             for i in range(self.num_envs):
                 for agent, obs in self._reset_ma_env(i).items():
                     raw_by_pid[self._map(i, agent)].append((i, agent, obs))
-            self._store_ma_obs(raw_by_pid, update_filter=update_filter)
+            for (i, agent), row in self._store_ma_obs(raw_by_pid, update_filter=update_filter).items():
+                self._ma_obs[i][agent] = row
         else:
             raws = [env.reset(seed=self._draw_seed())[0] for env in self.envs]
             policy = self.policies[self._single_pid]

@@ -20,26 +20,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["get_env_state", "set_env_state", "rng_state", "make_rng"]
+from cairn.rng import make_rng, rng_state
+
+__all__ = ["get_env_state", "set_env_state"]
 
 _CLASSIC_CONTROL_ATTRS = ("state", "steps_beyond_terminated", "last_u")
 _WRAPPER_ATTRS = ("_elapsed_steps", "_has_reset")
-_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
-
-
-def rng_state(generator: np.random.Generator) -> dict[str, Any]:
-    """The state of a numpy Generator as JSON data."""
-    return generator.bit_generator.state  # type: ignore[no-any-return]
-
-
-def make_rng(state: dict[str, Any]) -> np.random.Generator:
-    """A numpy Generator restored from :func:`rng_state` (known bit generators only)."""
-    name = state.get("bit_generator") if isinstance(state, dict) else None
-    if name not in _BIT_GENERATORS:
-        raise ValueError(f"Unknown bit generator {name!r}; expected one of {_BIT_GENERATORS}.")
-    bit_generator = getattr(np.random, name)()
-    bit_generator.state = state
-    return np.random.Generator(bit_generator)
 
 
 def _base(env: Any) -> Any:

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-from cairn.env_runner.env_state import make_rng, rng_state
+from cairn.rng import make_rng, rng_state
 
 __all__ = ["MultiAgentCartPole"]
 

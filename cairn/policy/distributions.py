@@ -45,6 +45,14 @@ class ActionDistribution(ABC):
         """The greedy raw action per row: the mode (argmax, or the Gaussian mean)."""
 
     @abstractmethod
+    def sample_numpy(self, inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """:meth:`sample` in numpy, for the sampling loop (no tensor round trips)."""
+
+    @abstractmethod
+    def deterministic_numpy(self, inputs: np.ndarray) -> np.ndarray:
+        """:meth:`deterministic` in numpy."""
+
+    @abstractmethod
     def logp(self, inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Log-probability of raw ``actions`` under ``inputs``, one value per row."""
 
@@ -63,6 +71,13 @@ def _sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> tor
     cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)
     u = torch.rand((logits.shape[0], 1), generator=generator, dtype=logits.dtype)
     return (cdf < u).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
+
+
+def _sample_categorical_numpy(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    cdf = np.cumsum(shifted, axis=-1)
+    u = rng.random((logits.shape[0], 1), dtype=np.float32) * cdf[:, -1:]
+    return np.minimum((cdf < u).sum(axis=-1), logits.shape[-1] - 1).astype(np.int64)
 
 
 def _categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -84,6 +99,12 @@ class Categorical(ActionDistribution):
 
     def deterministic(self, inputs: torch.Tensor) -> torch.Tensor:
         return inputs.argmax(dim=-1)
+
+    def sample_numpy(self, inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return _sample_categorical_numpy(inputs, rng)
+
+    def deterministic_numpy(self, inputs: np.ndarray) -> np.ndarray:
+        return inputs.argmax(axis=-1)
 
     def logp(self, inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return F.log_softmax(inputs, dim=-1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -115,6 +136,15 @@ class MultiCategorical(ActionDistribution):
 
     def deterministic(self, inputs: torch.Tensor) -> torch.Tensor:
         return torch.stack([x.argmax(dim=-1) for x in self._split(inputs)], dim=-1)
+
+    def _split_numpy(self, inputs: np.ndarray) -> list[np.ndarray]:
+        return np.split(inputs, np.cumsum(self.nvec)[:-1], axis=-1)
+
+    def sample_numpy(self, inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return np.stack([_sample_categorical_numpy(x, rng) for x in self._split_numpy(inputs)], -1)
+
+    def deterministic_numpy(self, inputs: np.ndarray) -> np.ndarray:
+        return np.stack([x.argmax(axis=-1) for x in self._split_numpy(inputs)], axis=-1)
 
     def logp(self, inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         parts = [
@@ -155,6 +185,14 @@ class DiagGaussian(ActionDistribution):
 
     def deterministic(self, inputs: torch.Tensor) -> torch.Tensor:
         return inputs[..., : self.size]
+
+    def sample_numpy(self, inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        mean, log_std = inputs[:, : self.size], inputs[:, self.size :]
+        noise = rng.standard_normal(mean.shape, dtype=np.float32)
+        return (mean + np.exp(log_std) * noise).astype(np.float32, copy=False)
+
+    def deterministic_numpy(self, inputs: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(inputs[:, : self.size], dtype=np.float32)
 
     def logp(self, inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         mean, log_std = inputs.chunk(2, dim=-1)

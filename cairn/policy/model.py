@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -15,6 +16,13 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
     "elu": nn.ELU,
     "silu": nn.SiLU,
+}
+
+_NUMPY_ACTIVATIONS = {
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
 }
 
 DEFAULT_MODEL_CONFIG: dict[str, Any] = {
@@ -55,6 +63,8 @@ class ActorCriticMLP(nn.Module):
         last = sizes[-1]
         head_outputs = num_outputs // 2 if free_log_std else num_outputs
         self.vf_share_layers = vf_share_layers
+        self.activation = activation
+        self._numpy_layers: list[tuple[np.ndarray, np.ndarray]] | None = None
         self.actor = _mlp(sizes, activation)
         self.action_head = nn.Linear(last, head_outputs)
         self.critic = None if vf_share_layers else _mlp(sizes, activation)
@@ -75,6 +85,31 @@ class ActorCriticMLP(nn.Module):
                 gain = heads.get(module, 2**0.5)
                 nn.init.orthogonal_(module.weight, gain=gain, generator=generator)
                 nn.init.zeros_(module.bias)
+
+    def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`action_inputs` in numpy on views of the live parameters.
+
+        For a batch of a few observations, numpy's small matrix products cost a fraction of
+        torch's per-operator dispatch; the sampling loop calls this once per step. The views
+        share memory with the parameters, so in-place optimizer updates are seen at once.
+        """
+        if self._numpy_layers is None:
+            linears = [m for m in self.actor if isinstance(m, nn.Linear)] + [self.action_head]
+            self._numpy_layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linears]
+        act = _NUMPY_ACTIVATIONS[self.activation]
+        x = obs
+        *hidden, (w_out, b_out) = self._numpy_layers
+        for w, b in hidden:
+            x = act(x @ w + b)
+        out = x @ w_out + b_out
+        if self.log_std is not None:
+            log_std = self.log_std.detach().numpy()
+            out = np.concatenate([out, np.broadcast_to(log_std, out.shape)], axis=-1)
+        return out  # type: ignore[no-any-return]
+
+    def _apply(self, fn: Any, recurse: bool = True) -> ActorCriticMLP:
+        self._numpy_layers = None  # parameters may be replaced (to_empty, .to(), ...)
+        return super()._apply(fn, recurse)  # type: ignore[no-any-return]
 
     def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
         """The action distribution's inputs for a batch of processed observations."""

@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from cairn.rng import make_rng
 from cairn.errors import ConfigError
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
@@ -119,11 +120,13 @@ class Policy:
         self.observation_space = observation_space
         self.action_space = action_space
         self.dist: ActionDistribution = distribution_for(action_space)
+        # torch's generator initialises weights; numpy's samples actions in the sampling loop.
         self.generator = torch.Generator()
         if seed is None:
             self.generator.seed()
         else:
             self.generator.manual_seed(int(seed) % (2**63))
+        self.np_random = np.random.default_rng(None if seed is None else [int(seed) % (2**63), 7])
         # Restoring skips random initialisation: parameters are created uninitialised (meta
         # device, then empty CPU storage) and filled from the saved state right after.
         with torch.device("meta") if not init_weights else contextlib.nullcontext():
@@ -162,8 +165,12 @@ class Policy:
             reset(self.generator)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
-        """Adam over all parameters (override for other optimizers)."""
-        return torch.optim.Adam(self.model.parameters(), lr=float(self.config["lr"]), eps=1e-5)
+        """Adam over all parameters (override for other optimizers).
+
+        The fused implementation updates each parameter in one kernel: for small networks the
+        per-operator overhead of the default implementation dominates the update.
+        """
+        return torch.optim.Adam(self.model.parameters(), lr=float(self.config["lr"]), eps=1e-5, fused=True)
 
     @property
     def spec(self) -> PolicySpec:
@@ -193,15 +200,20 @@ class Policy:
             self.observation_filter.update(processed)
         return self.observation_filter.apply(processed)
 
+    def compute_action_inputs(self, processed_obs: np.ndarray) -> np.ndarray:
+        """The action distribution's inputs (logits, or mean and log-std) for processed obs."""
+        fast = getattr(self.model, "numpy_action_inputs", None)
+        if fast is not None:
+            return fast(processed_obs)  # type: ignore[no-any-return]
+        with torch.inference_mode():
+            return self.model.action_inputs(torch.from_numpy(processed_obs)).numpy()  # type: ignore[no-any-return]
+
     def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
         """Processed observations -> raw actions (category indices / unclipped samples)."""
-        with torch.inference_mode():
-            inputs = self.model.action_inputs(torch.from_numpy(processed_obs))
-            if explore:
-                actions = self.dist.sample(inputs, self.generator)
-            else:
-                actions = self.dist.deterministic(inputs)
-        return actions.numpy()
+        inputs = self.compute_action_inputs(processed_obs)
+        if explore:
+            return self.dist.sample_numpy(inputs, self.np_random)
+        return self.dist.deterministic_numpy(inputs)
 
     def compute_actions(self, obs_batch: Sequence[Any] | np.ndarray, *, explore: bool = True) -> np.ndarray:
         """Actions for a batch of raw observations, ready for the environment.
@@ -263,7 +275,10 @@ class Policy:
                 "num_grad_updates": self.num_grad_updates,
             },
             "exploration": self.get_exploration_state(),
-            "rng": {"torch": self.generator.get_state().numpy().copy()},
+            "rng": {
+                "torch": self.generator.get_state().numpy().copy(),
+                "numpy": self.np_random.bit_generator.state,
+            },
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
@@ -285,6 +300,7 @@ class Policy:
         self.set_exploration_state(state.get("exploration") or {})
         rng = np.asarray(state["rng"]["torch"], dtype=np.uint8)
         self.generator.set_state(torch.from_numpy(rng.copy()))
+        self.np_random = make_rng(state["rng"]["numpy"])
 
     def get_exploration_state(self) -> dict[str, Any]:
         """Exploration state beyond the random generator (e.g. an epsilon schedule)."""
@@ -356,6 +372,11 @@ class Policy:
         return class_reference(type(self))
 
 
+_OPTIMIZER_IMPLEMENTATION_KEYS = frozenset(
+    {"params", "foreach", "fused", "capturable", "differentiable"}
+)
+
+
 def _optimizer_state_to_tree(optimizer: torch.optim.Optimizer, *, copy: bool) -> dict[str, Any]:
     raw = optimizer.state_dict()
     state: dict[str, Any] = {}
@@ -400,6 +421,10 @@ def _optimizer_state_from_tree(optimizer: torch.optim.Optimizer, tree: Mapping[s
     merged_groups = []
     for own, saved in zip(own_groups, groups):
         group = dict(own)
-        group.update({k: (tuple(v) if k == "betas" else v) for k, v in saved.items() if k != "params"})
+        # Hyperparameters come from the checkpoint; implementation switches (fused, foreach,
+        # capturable, ...) stay as this process built them, so a checkpoint never asks for an
+        # implementation this torch lacks.
+        group.update({k: (tuple(v) if k == "betas" else v) for k, v in saved.items()
+                      if k in own and k not in _OPTIMIZER_IMPLEMENTATION_KEYS})
         merged_groups.append(group)
     optimizer.load_state_dict({"state": state, "param_groups": merged_groups})

@@ -74,7 +74,9 @@ def ppo_loss(
         clipped = old_values + torch.clamp(values - old_values, -vf_clip_param, vf_clip_param)
         vf_loss = torch.max((values - returns).pow(2), (clipped - returns).pow(2)).mean()
     entropy_mean = entropy.mean()
-    loss = policy_loss + vf_coeff * vf_loss - entropy_coeff * entropy_mean
+    loss = policy_loss + vf_coeff * vf_loss
+    if entropy_coeff:  # a zero-weighted term would still cost its backward pass
+        loss = loss - entropy_coeff * entropy_mean
     with torch.no_grad():
         log_ratio = logp - old_logp
         stats = PPOLossStats(

@@ -13,6 +13,7 @@ from cairn.config.algorithm_config import BASE_FIELDS, AlgorithmConfig
 from cairn.config.fields import Field, boolean, number, optional
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.policy.policy import Policy
+from cairn.policy.torch_utils import clip_grad_norm
 from cairn.registry import register_class
 
 __all__ = ["PPO", "PPOConfig"]
@@ -100,8 +101,7 @@ class PPO(Algorithm):
                 policy.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.grad_clip is not None:
-                    grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-                    stats["grad_norm"] = grad_norm.detach()
+                    stats["grad_norm"] = clip_grad_norm(params, cfg.grad_clip)
                 policy.optimizer.step()
                 policy.num_grad_updates += 1
                 history.append(torch.stack(list(stats.values())))

@@ -1,0 +1,115 @@
+"""DQNConfig: DQN's settings on top of the shared AlgorithmConfig sections."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from cairn.algorithms.dqn.dqn_policy import DEFAULT_EPSILON, DQNPolicy, check_epsilon_schedule
+from cairn.algorithms.dqn.loss import TD_ERROR_LOSS_FNS
+from cairn.config.algorithm_config import BASE_FIELDS, AlgorithmConfig
+from cairn.config.fields import (
+    Field,
+    boolean,
+    choice,
+    non_negative_int,
+    number,
+    optional,
+    positive_int,
+)
+from cairn.errors import ConfigError
+from cairn.replay.factory import DEFAULT_REPLAY_BUFFER_CONFIG, REPLAY_BUFFER_TYPES
+
+__all__ = ["DQNConfig"]
+
+
+def _check_replay_buffer_config(key: str, value: Any) -> None:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"Config {key!r} must be a dict, got {value!r}.")
+    unknown = set(value) - set(DEFAULT_REPLAY_BUFFER_CONFIG)
+    if unknown:
+        raise ConfigError(
+            f"Unknown {key} keys {sorted(unknown)}; allowed: {sorted(DEFAULT_REPLAY_BUFFER_CONFIG)}."
+        )
+    merged = {**DEFAULT_REPLAY_BUFFER_CONFIG, **value}
+    choice(*REPLAY_BUFFER_TYPES)(f"{key}.type", merged["type"])
+    positive_int(f"{key}.capacity", merged["capacity"])
+    number(0.0, 1e6)(f"{key}.alpha", merged["alpha"])
+    number(0.0, 1e6)(f"{key}.beta", merged["beta"])
+    number(0.0, 1e6)(f"{key}.epsilon", merged["epsilon"])
+
+
+def _check_fragment(key: str, value: Any) -> None:
+    if value != "auto":
+        positive_int(key, value)
+
+
+class DQNConfig(AlgorithmConfig):
+    """Config for :class:`~cairn.algorithms.dqn.DQN`.
+
+    Shared settings keep their cairn meaning: ``train_batch_size`` is the number of env steps
+    sampled per ``train()`` call (RLlib calls this ``min_sample_timesteps_per_iteration``),
+    ``minibatch_size`` the transitions per gradient update (RLlib's ``train_batch_size``,
+    SB3's ``batch_size``), and ``rollout_fragment_length`` the steps per environment between
+    two rounds of learning.
+
+    DQN's own ``training()`` settings:
+
+    - ``replay_buffer_config``: ``{"type": "uniform" | "prioritized", "capacity", "alpha",
+      "beta", "epsilon"}`` (merged over the current value; the last three for prioritized).
+    - ``target_network_update_freq``: sampled steps of a policy between target syncs.
+    - ``double_q``, ``dueling``: double Q-learning targets; dueling value/advantage heads.
+    - ``n_step``: length of the return before bootstrapping.
+    - ``td_error_loss_fn``: ``"huber"`` (delta 1) or ``"mse"``.
+    - ``epsilon``: ``[[timestep, epsilon], ...]``, piecewise linear over a policy's steps.
+    - ``num_steps_sampled_before_learning_starts``: env steps collected before any update.
+    - ``training_intensity``: replayed transitions per sampled transition (a replay ratio);
+      None: one gradient update per sampling round.
+
+    ``checkpointing(store_replay_buffer=True)`` writes the replay buffers into checkpoints
+    (and into ``get_state()``), for exact resume.
+
+    >>> config = DQNConfig().environment("CartPole-v1").training(n_step=3, lr=1e-3)
+    """
+
+    FIELDS: ClassVar[dict[str, Field]] = {
+        **BASE_FIELDS,
+        "rollout_fragment_length": Field("env_runners", 4, _check_fragment, "steps per env per round"),
+        "lr": Field("training", 5e-4, number(0.0, 10.0, low_open=True), "learning rate"),
+        "train_batch_size": Field("training", 1000, positive_int, "env steps per iteration"),
+        "grad_clip": Field("training", 10.0, optional(number(0.0, 1e12, low_open=True)), "max grad norm"),
+        "model": Field("training", DQNPolicy.DEFAULT_CONFIG["model"], BASE_FIELDS["model"].check,
+                       "network settings"),
+        "replay_buffer_config": Field("training", DEFAULT_REPLAY_BUFFER_CONFIG,
+                                      _check_replay_buffer_config, "replay buffer type and size"),
+        "target_network_update_freq": Field("training", 500, positive_int, "steps between syncs"),
+        "double_q": Field("training", True, boolean, "double Q-learning"),
+        "dueling": Field("training", True, boolean, "dueling heads"),
+        "n_step": Field("training", 1, positive_int, "n-step returns"),
+        "td_error_loss_fn": Field("training", "huber", choice(*TD_ERROR_LOSS_FNS), "TD loss"),
+        "epsilon": Field("training", DEFAULT_EPSILON, check_epsilon_schedule, "exploration schedule"),
+        "num_steps_sampled_before_learning_starts": Field(
+            "training", 1000, non_negative_int, "env steps before learning"),
+        "training_intensity": Field("training", None, optional(number(0.0, 1e6, low_open=True)),
+                                    "replay ratio"),
+        "store_replay_buffer": Field("checkpointing", False, boolean, "buffer in checkpoints"),
+    }
+    algo_class_name = "DQN"
+
+    def training(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set training settings; ``replay_buffer_config`` is merged like ``model``."""
+        if "replay_buffer_config" in kwargs:
+            given = kwargs.pop("replay_buffer_config")
+            _check_replay_buffer_config("replay_buffer_config", given)
+            self.replay_buffer_config = {**self.replay_buffer_config, **copy.deepcopy(dict(given))}
+        return super().training(**kwargs)
+
+    def policy_config(self, policy_id: str) -> dict[str, Any]:
+        """The shared policy settings plus DQN's ``dueling`` and ``epsilon``."""
+        base = super().policy_config(policy_id)
+        overrides = self.policies[policy_id].config or {}
+        for key in ("dueling", "epsilon"):
+            if key not in overrides:
+                base[key] = copy.deepcopy(getattr(self, key))
+        return base

@@ -1,0 +1,170 @@
+"""DQNPolicy: a Q-network acting epsilon-greedily, with its target network."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from cairn.algorithms.dqn.model import QNetwork
+from cairn.errors import ConfigError
+from cairn.policy.model import DEFAULT_MODEL_CONFIG
+from cairn.policy.policy import Policy, _deep_merge
+from cairn.registry import register_class
+
+__all__ = ["DQNPolicy", "epsilon_at", "check_epsilon_schedule", "DEFAULT_EPSILON"]
+
+#: ``[[timestep, epsilon], ...]``: linear from 1.0 to 0.05 over the first 10k steps.
+DEFAULT_EPSILON: list[list[float]] = [[0, 1.0], [10_000, 0.05]]
+
+
+def check_epsilon_schedule(key: str, value: Any) -> None:
+    """A schedule is a non-empty list of ``[timestep, epsilon]`` pairs with rising timesteps."""
+    ok = isinstance(value, (list, tuple)) and len(value) > 0
+    previous = -1.0
+    for pair in value if ok else []:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair)
+                and pair[0] > previous and 0.0 <= pair[1] <= 1.0):
+            ok = False
+            break
+        previous = pair[0]
+    if not ok:
+        raise ConfigError(
+            f"Config {key!r}={value!r} is invalid: expected [[timestep, epsilon], ...] with "
+            "rising timesteps >= 0 and epsilons in [0, 1], e.g. [[0, 1.0], [10000, 0.05]]."
+        )
+
+
+def epsilon_at(schedule: Sequence[Sequence[float]], timestep: int) -> float:
+    """Piecewise-linear interpolation of ``schedule``, constant beyond its ends.
+
+    >>> epsilon_at([[0, 1.0], [100, 0.0]], 25)
+    0.75
+    """
+    times = [float(t) for t, _ in schedule]
+    values = [float(v) for _, v in schedule]
+    return float(np.interp(timestep, times, values))
+
+
+@register_class
+class DQNPolicy(Policy):
+    """A Q-network for a Discrete action space, acting epsilon-greedily when exploring.
+
+    Owns a target network (a frozen copy of the Q-network, synchronised by the algorithm),
+    whose weights and last update time are part of the policy's state, as is the current
+    epsilon; so a DQNPolicy checkpoint alone is enough to continue training.
+
+    Config (merged over :attr:`DEFAULT_CONFIG`): ``model`` (``hidden``, ``activation``),
+    ``lr``, ``observation_filter``, ``dueling`` (dueling heads) and ``epsilon`` (schedule
+    over this policy's sampled timesteps, ``[[t, eps], ...]``).
+
+    >>> policy = DQNPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
+    >>> policy.compute_single_action([0.0, 0.1, 0.0, -0.1], explore=False) in (0, 1)
+    True
+    """
+
+    DEFAULT_CONFIG: dict[str, Any] = {
+        "model": {**DEFAULT_MODEL_CONFIG, "hidden": [64, 64], "activation": "relu"},
+        "lr": 5e-4,
+        "observation_filter": "NoFilter",
+        "dueling": True,
+        "epsilon": DEFAULT_EPSILON,
+    }
+
+    def _setup(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        config: Mapping[str, Any] | None,
+        *,
+        seed: int | None,
+        init_weights: bool,
+    ) -> None:
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ConfigError(
+                f"DQN needs a Discrete action space, got {action_space}. Use PPO for Box, "
+                "MultiDiscrete or other action spaces."
+            )
+        merged = _deep_merge(self.DEFAULT_CONFIG, config or {})
+        check_epsilon_schedule("epsilon", merged["epsilon"])
+        super()._setup(observation_space, action_space, config, seed=seed, init_weights=init_weights)
+        self.num_actions = int(action_space.n)
+        # A copy of the (initialised, or still empty when restoring) Q-network; restoring
+        # overwrites both from the saved state.
+        self.target_model = copy.deepcopy(self.model)
+        self.target_model.requires_grad_(False)
+        self.last_target_update = 0
+        self.epsilon = epsilon_at(self.config["epsilon"], 0)
+
+    def make_model(self) -> torch.nn.Module:
+        model_cfg = _deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
+        return QNetwork(
+            self.preprocessor.size, int(self.action_space.n), hidden=list(model_cfg["hidden"]),  # type: ignore[attr-defined]
+            activation=model_cfg["activation"], dueling=bool(self.config["dueling"]),
+        )
+
+    # ------------------------------------------------------------------------------------- act
+    def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
+        """Greedy actions, each replaced by a uniform random one with probability epsilon."""
+        if explore:
+            self.epsilon = epsilon_at(self.config["epsilon"], self.global_timestep)
+            n = processed_obs.shape[0]
+            explore_mask = torch.rand(n, generator=self.generator) < self.epsilon
+            random_actions = torch.randint(self.num_actions, (n,), generator=self.generator)
+            if bool(explore_mask.all()):  # nothing greedy to compute
+                return random_actions.numpy()
+        with torch.inference_mode():
+            greedy = self.model(torch.from_numpy(processed_obs)).argmax(dim=1)
+        if explore:
+            greedy = torch.where(explore_mask, random_actions, greedy)
+        return greedy.numpy()
+
+    def compute_q_values(self, obs_batch: Sequence[Any] | np.ndarray) -> np.ndarray:
+        """``Q(s, .)`` for a batch of raw observations, ``[batch, num_actions]``."""
+        processed = self.process_observations(obs_batch, update=False)
+        with torch.inference_mode():
+            return self.model(torch.from_numpy(processed)).numpy()  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------------- target network
+    def update_target(self) -> None:
+        """Copy the Q-network's weights into the target network."""
+        self.target_model.load_state_dict(self.model.state_dict())
+        self.last_target_update = self.global_timestep
+
+    # ----------------------------------------------------------------------------------- state
+    def _get_state(self, *, copy: bool) -> dict[str, Any]:
+        state = super()._get_state(copy=copy)
+        state["target"] = {
+            "weights": {
+                k: (v.detach().numpy().copy() if copy else v.detach().numpy())
+                for k, v in self.target_model.state_dict().items()
+            },
+            "last_update_timestep": self.last_target_update,
+        }
+        return state
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        super().set_state(state)
+        target = state["target"]
+        own = self.target_model.state_dict()
+        weights = target["weights"]
+        if set(weights) != set(own):
+            raise ValueError(
+                f"Target weights {sorted(weights)} do not fit this policy's network {sorted(own)}."
+            )
+        with torch.no_grad():
+            for name, tensor in own.items():
+                tensor.copy_(torch.from_numpy(np.ascontiguousarray(weights[name])))
+        self.last_target_update = int(target["last_update_timestep"])
+
+    def get_exploration_state(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon}
+
+    def set_exploration_state(self, state: Mapping[str, Any]) -> None:
+        if "epsilon" in state:
+            self.epsilon = float(state["epsilon"])

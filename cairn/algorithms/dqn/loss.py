@@ -1,0 +1,109 @@
+"""DQN's maths as pure functions.
+
+Q-learning targets (Mnih et al. 2015), double Q-learning (van Hasselt et al. 2016), n-step
+returns (Sutton 1988; Hessel et al. 2018) and importance weights for prioritized replay
+(Schaul et al. 2016).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+__all__ = ["n_step_returns", "dqn_loss", "DQNLossStats", "TD_ERROR_LOSS_FNS"]
+
+TD_ERROR_LOSS_FNS = ("huber", "mse")
+
+
+def n_step_returns(
+    rewards: np.ndarray, ends: np.ndarray, *, gamma: float, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """n-step returns for trajectory pieces laid end to end.
+
+    ``G_t = sum_{k<m} gamma^k r_{t+k}`` where ``m = min(n, steps left in t's piece)``; the
+    window stops at the step marked in ``ends`` (episode or fragment end), so a short window
+    simply bootstraps earlier. Returns ``(G, last, m)``: the returns, the row whose next
+    observation (and ``terminated``) the target bootstraps from, and the window lengths, so
+    that the bootstrap discount is ``gamma ** m``.
+
+    >>> G, last, m = n_step_returns(np.array([1.0, 1.0, 1.0]), np.array([False, False, True]),
+    ...                             gamma=0.5, n=2)
+    >>> G.tolist(), last.tolist(), m.tolist()
+    ([1.5, 1.5, 1.0], [1, 2, 2], [2, 2, 1])
+    """
+    length = len(rewards)
+    t = np.arange(length)
+    returns = np.zeros(length, dtype=np.float64)
+    last = t.copy()
+    steps = np.zeros(length, dtype=np.int64)
+    open_ = np.ones(length, dtype=bool)  # windows still collecting rewards
+    for k in range(n):
+        row = np.minimum(t + k, length - 1)
+        returns += np.where(open_, gamma**k * rewards[row], 0.0)
+        last = np.where(open_, row, last)
+        steps += open_
+        open_ &= ~ends[row] & (t + k + 1 < length)
+    return returns.astype(np.float32), last, steps
+
+
+class DQNLossStats(dict[str, torch.Tensor]):
+    """Detached scalars describing one gradient update."""
+
+
+def dqn_loss(
+    q_values: torch.Tensor,
+    actions: torch.Tensor,
+    rewards: torch.Tensor,
+    terminateds: torch.Tensor,
+    discounts: torch.Tensor,
+    next_q_target: torch.Tensor,
+    next_q_online: torch.Tensor | None = None,
+    *,
+    double_q: bool = True,
+    loss_fn: str = "huber",
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, DQNLossStats]:
+    """The TD loss of a batch of transitions, and its TD errors (for replay priorities).
+
+    ``y = r + discount * (1 - terminated) * Q_target(s', a*)`` with
+    ``a* = argmax_a Q_online(s', a)`` (double Q-learning) or ``argmax_a Q_target(s', a)``;
+    ``L = mean(w * l(Q(s, a) - y))`` where ``l`` is the Huber loss (delta 1) or the squared
+    error, and ``w`` are importance weights (1 without prioritized replay).
+
+    Args:
+        q_values: ``Q(s, .)`` of the online network, ``[B, A]`` (with gradients).
+        actions: Taken actions, ``[B]`` int64.
+        rewards: (n-step) returns, ``[B]``.
+        terminateds: Whether ``s'`` is terminal, ``[B]``; truncation is not termination.
+        discounts: ``gamma ** n`` per transition, ``[B]``.
+        next_q_target: ``Q_target(s', .)``, ``[B, A]``.
+        next_q_online: ``Q_online(s', .)``, ``[B, A]``; needed when ``double_q``.
+        weights: Importance-sampling weights, ``[B]``.
+    """
+    if loss_fn not in TD_ERROR_LOSS_FNS:
+        raise ValueError(f"Got invalid {loss_fn=}. Valid values are: {list(TD_ERROR_LOSS_FNS)}.")
+    q_taken = q_values.gather(1, actions.long().unsqueeze(1)).squeeze(1)
+    with torch.no_grad():
+        if double_q:
+            if next_q_online is None:
+                raise ValueError("double_q needs next_q_online, the online network's Q(s', .).")
+            next_actions = next_q_online.argmax(dim=1, keepdim=True)
+        else:
+            next_actions = next_q_target.argmax(dim=1, keepdim=True)
+        next_value = next_q_target.gather(1, next_actions).squeeze(1)
+        not_terminal = 1.0 - terminateds.to(q_taken.dtype)
+        targets = rewards + discounts * not_terminal * next_value
+    td_errors = q_taken - targets
+    if loss_fn == "huber":
+        per_sample = F.huber_loss(q_taken, targets, reduction="none", delta=1.0)
+    else:
+        per_sample = td_errors.pow(2)
+    loss = per_sample.mean() if weights is None else (weights * per_sample).mean()
+    stats = DQNLossStats(
+        loss=loss.detach(),
+        q_mean=q_taken.detach().mean(),
+        target_mean=targets.mean(),
+        td_error_abs_mean=td_errors.detach().abs().mean(),
+    )
+    return loss, td_errors.detach(), stats

@@ -1,0 +1,82 @@
+"""Native model files inside checkpoints: ``policies/<id>/model/`` (or ``model/`` of a Policy
+checkpoint), written when ``config.checkpointing(export_native_model_files=True)``.
+
+An export failure never loses the checkpoint: it is written without ``model/``, its manifest
+says why, and a warning is issued.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cairn.checkpoint.atomic import fsync_dir
+from cairn.checkpoint.safetensors_io import new_hasher
+from cairn.errors import ExportError
+from cairn.export.model_export import trace_policy, write_onnx_file, write_torch_files
+from cairn.export.onnx_model import DEFAULT_OPSET, missing_onnx_packages
+from cairn.export.signature import build_signature, write_signature
+
+if TYPE_CHECKING:
+    from cairn.policy.policy import Policy
+
+__all__ = ["MODEL_DIR", "write_native_model_files"]
+
+MODEL_DIR = "model"
+_CHUNK = 1 << 20
+
+
+def _record(model_dir: Path, root: Path, files: dict[str, dict[str, Any]]) -> None:
+    """fsync every file under ``model_dir`` and add its size and hash to ``files``."""
+    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+        hasher = new_hasher()
+        size = 0
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                hasher.update(chunk)
+                size += len(chunk)
+            os.fsync(f.fileno())
+        files[path.relative_to(root).as_posix()] = {"size": size, "hash": hasher.hexdigest()}
+    fsync_dir(model_dir)
+
+
+def write_native_model_files(policy: Policy, root: Path, files: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Export ``policy`` into ``root / "model"`` and record each file in ``files``.
+
+    Writes the torch program and weights, ``model.onnx`` (opset 18) when onnx, onnxscript and
+    onnxruntime can be imported, and ``signature.json``.
+
+    Returns:
+        The manifest's ``native_model`` record: ``{"status": "ok", "formats": [...],
+        "opset": 18 | None}`` (plus ``"skipped": {"onnx": reason}`` when ONNX was not
+        written), or ``{"status": "failed", "reason": ...}`` when nothing could be exported.
+    """
+    model_dir = root / MODEL_DIR
+    try:
+        traced = trace_policy(policy)
+        written = write_torch_files(traced, model_dir)
+    except ExportError as exc:
+        shutil.rmtree(model_dir, ignore_errors=True)
+        warnings.warn(
+            f"The checkpoint of {policy!r} is written without native model files: {exc}",
+            stacklevel=2,
+        )
+        return {"status": "failed", "reason": str(exc)}
+    record: dict[str, Any] = {"status": "ok", "formats": ["torch"], "opset": None}
+    missing = missing_onnx_packages()
+    if missing:
+        record["skipped"] = {"onnx": f"not installed: {', '.join(missing)}"}
+    else:
+        try:
+            written.update(write_onnx_file(traced, model_dir, DEFAULT_OPSET))
+            record["formats"].append("onnx")
+            record["opset"] = DEFAULT_OPSET
+        except ExportError as exc:
+            record["skipped"] = {"onnx": str(exc)}
+            warnings.warn(f"The checkpoint of {policy!r} has no model.onnx: {exc}", stacklevel=2)
+    write_signature(model_dir, build_signature(policy, written, opset=record["opset"]))
+    _record(model_dir, root, files)
+    return record

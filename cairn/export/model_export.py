@@ -1,0 +1,126 @@
+"""export_model: write a policy's observation-to-action path as a torch program or ONNX."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from cairn.errors import ExportError
+from cairn.export.conventions import input_spec, output_specs
+from cairn.export.graph import PolicyGraph, example_input
+from cairn.export.onnx_model import ONNX_FILE, check_opset, convert_to_onnx
+from cairn.export.signature import build_signature, write_signature
+from cairn.export.summary import short_reason
+from cairn.export.torch_program import (
+    PROGRAM_FILE,
+    WEIGHTS_FILE,
+    load_program,
+    save_program,
+    trace_program,
+)
+from cairn.export.verify import check_against_policy, onnx_runner, program_runner
+
+if TYPE_CHECKING:
+    from cairn.policy.policy import Policy
+
+__all__ = ["export_model", "Traced", "trace_policy", "write_torch_files", "write_onnx_file"]
+
+
+@dataclass(frozen=True)
+class Traced:
+    """A policy traced once, from which each format is written."""
+
+    policy: Policy
+    program: torch.export.ExportedProgram
+    example: torch.Tensor
+
+
+def trace_policy(policy: Policy) -> Traced:
+    """Trace ``policy``'s whole path with torch.export; raise ExportError if it cannot be."""
+    graph = PolicyGraph(policy)
+    example = example_input(policy)
+    return Traced(policy, trace_program(graph, example), example)
+
+
+def _remove(directory: Path, names: list[str]) -> None:
+    for name in names:
+        (directory / name).unlink(missing_ok=True)
+
+
+def write_torch_files(traced: Traced, directory: Path) -> dict[str, str]:
+    """Write ``model.pt2`` and ``model.safetensors``, then check the program read back from
+    disk against the policy; returns ``{"torch": ..., "torch_weights": ...}``."""
+    names = [PROGRAM_FILE, WEIGHTS_FILE]
+    try:
+        save_program(traced.program, directory)
+        loaded = load_program(directory)
+        check_against_policy(traced.policy, program_runner(loaded), f"saved {PROGRAM_FILE}")
+    except ExportError:
+        _remove(directory, names)
+        raise
+    except OSError:
+        raise
+    except Exception as exc:  # serialisation of unusual graphs fails with many error types
+        _remove(directory, names)
+        raise ExportError(f"Could not save or reload the torch program: {short_reason(exc)}.") from exc
+    return {"torch": PROGRAM_FILE, "torch_weights": WEIGHTS_FILE}
+
+
+def write_onnx_file(traced: Traced, directory: Path, opset: int) -> dict[str, str]:
+    """Convert to ONNX at ``opset``, check it in onnxruntime against the policy, then write
+    ``model.onnx``; returns ``{"onnx": "model.onnx"}``."""
+    policy = traced.policy
+    data = convert_to_onnx(
+        traced.program, traced.example, opset=opset,
+        inputs=[input_spec(policy.observation_space)], outputs=output_specs(policy.action_space),
+        doc=f"{policy!r} exported by cairn; see signature.json beside this file.",
+    )
+    try:
+        runner = onnx_runner(data)
+    except Exception as exc:  # onnxruntime reports invalid graphs with its own error types
+        raise ExportError(
+            f"onnxruntime rejected the exported ONNX model at opset {opset}: {short_reason(exc)}."
+        ) from exc
+    check_against_policy(policy, runner, f"ONNX model (opset {opset})")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / ONNX_FILE).write_bytes(data)
+    return {"onnx": ONNX_FILE}
+
+
+def export_model(
+    policy: Policy, export_dir: str | os.PathLike[str], *, onnx: int | None = None
+) -> dict[str, Any]:
+    """Write ``policy``'s observation-to-action path in a native format, with ``signature.json``.
+
+    Without ``onnx``: ``model.pt2`` (load with ``torch.export.load``) and ``model.safetensors``.
+    With ``onnx=<opset>`` (one of ``SUPPORTED_OPSETS``, default choice 18): ``model.onnx``.
+    The model takes raw observations (see :mod:`cairn.export.conventions`) and returns the
+    deterministic action, the action distribution's inputs and the value estimate; it is
+    checked against ``policy.compute_actions`` before this returns.
+
+    Args:
+        policy: The policy to export; it is not changed.
+        export_dir: Directory to write into (created if needed; same-named files replaced).
+        onnx: ONNX opset to export, or None for the torch program.
+
+    Returns:
+        The signature document written to ``signature.json``.
+
+    Raises:
+        ExportError: The model cannot be traced or converted, an ONNX package is missing, the
+            opset is not supported, or the exported model disagrees with the policy.
+    """
+    opset = None if onnx is None else check_opset(onnx)
+    directory = Path(export_dir)
+    if directory.exists() and not directory.is_dir():
+        raise ExportError(f"Export directory {directory} exists and is not a directory.")
+    traced = trace_policy(policy)
+    directory.mkdir(parents=True, exist_ok=True)
+    files = write_torch_files(traced, directory) if opset is None else write_onnx_file(traced, directory, opset)
+    signature = build_signature(policy, files, opset=opset)
+    write_signature(directory, signature)
+    return signature

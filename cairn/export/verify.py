@@ -1,0 +1,133 @@
+"""Checking exported models against the policy they came from, before anyone relies on them.
+
+An export that traces but computes something else (a model reading Python state, an opset
+conversion gone wrong) is worse than a failed one, so every export runs the written model on
+sampled observations and compares it with :meth:`cairn.Policy.compute_actions`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from cairn.errors import ExportError
+from cairn.export.conventions import model_inputs
+from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
+
+if TYPE_CHECKING:
+    from cairn.policy.policy import Policy
+
+__all__ = ["Runner", "sample_observations", "reference_outputs", "check_against_policy",
+           "program_runner", "onnx_runner"]
+
+Runner = Callable[[np.ndarray], Sequence[np.ndarray]]
+RTOL, ATOL = 1e-5, 1e-5
+# A discrete action may legitimately differ where the two best logits are this close: float
+# rounding in another runtime's matrix products can swap them.
+TIE_MARGIN = 1e-4
+
+
+def sample_observations(space: gym.Space[Any], n: int, *, seed: int = 0) -> list[Any]:
+    """``n`` observations drawn from a seeded copy of ``space`` (the space is left alone)."""
+    space = copy.deepcopy(space)
+    space.seed(seed)
+    return [space.sample() for _ in range(n)]
+
+
+def reference_outputs(policy: Policy, observations: Sequence[Any]) -> list[np.ndarray]:
+    """What the exported model must output for ``observations``, computed by the policy."""
+    action = policy.compute_actions(observations, explore=False)
+    processed = policy.process_observations(observations, update=False)
+    with torch.inference_mode():
+        x = torch.from_numpy(processed)
+        inputs = policy.model.action_inputs(x).numpy()
+        value = policy.model.value(x).numpy()
+    if isinstance(policy.dist, DiagGaussian):
+        size = policy.dist.size
+        return [action, inputs[:, :size], inputs[:, size:], value]
+    return [action, inputs, value]
+
+
+def _near_ties(policy: Policy, logits: np.ndarray) -> np.ndarray:
+    """Rows whose (per component) two best logits are within TIE_MARGIN."""
+    dist = policy.dist
+    sizes = dist.nvec if isinstance(dist, MultiCategorical) else [logits.shape[1]]
+    tied = np.zeros(logits.shape[0], dtype=bool)
+    offset = 0
+    for size in sizes:
+        part = np.sort(logits[:, offset : offset + size], axis=1)
+        offset += size
+        if size > 1:
+            tied |= (part[:, -1] - part[:, -2]) < TIE_MARGIN
+    return tied
+
+
+def check_against_policy(policy: Policy, run: Runner, what: str, *, n: int = 64, seed: int = 0) -> None:
+    """Raise ExportError unless ``run`` reproduces the policy's outputs on ``n`` observations.
+
+    Discrete actions must be equal (except at near-ties of the logits), everything else equal
+    within ``1e-5`` (absolute and relative).
+    """
+    observations = sample_observations(policy.observation_space, n, seed=seed)
+    expected = reference_outputs(policy, observations)
+    got = list(run(model_inputs(policy.observation_space, observations)))
+    if len(got) != len(expected):
+        raise ExportError(f"The {what} returned {len(got)} outputs, expected {len(expected)}.")
+    for index, (out, ref) in enumerate(zip(got, expected, strict=True)):
+        out = np.asarray(out)
+        if out.shape != ref.shape or out.dtype != ref.dtype:
+            raise ExportError(
+                f"The {what}'s output {index} has shape {out.shape} and dtype {out.dtype}, "
+                f"but the policy gives {ref.shape} and {ref.dtype}."
+            )
+    action, ref_action = np.asarray(got[0]), expected[0]
+    if isinstance(policy.dist, (Categorical, MultiCategorical)):
+        wrong = (action != ref_action).reshape(len(observations), -1).any(axis=1)
+        wrong &= ~_near_ties(policy, expected[1])
+        if wrong.any():
+            raise ExportError(
+                f"The {what} chose different actions than the policy for {int(wrong.sum())} "
+                f"of {n} sampled observations (e.g. {action[wrong][0]!r} instead of "
+                f"{ref_action[wrong][0]!r}); the exported model is not faithful."
+            )
+        start = 1
+    else:
+        start = 0
+    for index in range(start, len(expected)):
+        if not np.allclose(got[index], expected[index], rtol=RTOL, atol=ATOL, equal_nan=True):
+            error = float(np.nanmax(np.abs(np.asarray(got[index], np.float64) - expected[index])))
+            raise ExportError(
+                f"The {what}'s output {index} differs from the policy's by up to {error:.3g} "
+                f"(tolerance {ATOL}); the exported model is not faithful."
+            )
+
+
+def program_runner(program: torch.export.ExportedProgram) -> Runner:
+    """Run an exported program on numpy input, returning numpy outputs."""
+    module = program.module()
+
+    def run(obs: np.ndarray) -> list[np.ndarray]:
+        with torch.inference_mode():
+            return [t.numpy() for t in module(torch.from_numpy(obs))]
+
+    return run
+
+
+def onnx_runner(model: bytes | str) -> Runner:
+    """Run an ONNX model (bytes or path) in onnxruntime on numpy input."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1  # a check, not a benchmark: stay off the other cores
+    session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+
+    def run(obs: np.ndarray) -> list[np.ndarray]:
+        return list(session.run(None, {name: obs}))
+
+    return run

@@ -1,0 +1,98 @@
+"""PrioritizedReplayBuffer: proportional prioritized replay (Schaul et al. 2016)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from cairn.replay.sum_tree import SumTree
+from cairn.replay.uniform import ReplayBuffer
+
+__all__ = ["PrioritizedReplayBuffer"]
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Samples transition ``i`` with probability ``p_i^alpha / sum_k p_k^alpha``.
+
+    New transitions get the largest priority seen so far, so each is replayed at least about
+    once. Samples carry importance ``weights`` ``(N * P(i))^-beta / max_j (N * P(j))^-beta``
+    that undo the bias of non-uniform sampling. Call :meth:`update_priorities` with the
+    absolute TD errors after learning on a sample.
+
+    Args:
+        capacity: The number of transitions kept.
+        alpha: How much prioritisation is used (0: uniform).
+        beta: Importance-sampling correction (1: full correction).
+        epsilon: Added to every priority so that no transition becomes unsampleable.
+        seed: Seeds the sampling generator.
+    """
+
+    type_name = "prioritized"
+
+    def __init__(
+        self, capacity: int, *, alpha: float = 0.6, beta: float = 0.4, epsilon: float = 1e-6,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(capacity, seed=seed)
+        for name, value in (("alpha", alpha), ("beta", beta), ("epsilon", epsilon)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"Prioritized replay {name} must be a number >= 0, got {value!r}.")
+        self.alpha, self.beta, self.epsilon = float(alpha), float(beta), float(epsilon)
+        self.tree = SumTree(capacity)
+        self.max_priority = 1.0  # the largest p_i^alpha so far
+
+    def add(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+        slots = super().add(batch)
+        self.tree.update(slots, np.full(len(slots), self.max_priority))
+        return slots
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """Stratified proportional sampling: one draw from each of ``batch_size`` equal slices
+        of the total priority; adds ``weights`` and ``batch_indexes``."""
+        if self.size == 0:
+            raise ValueError("Cannot sample from an empty replay buffer; add transitions first.")
+        total = self.tree.total
+        targets = (np.arange(batch_size) + self.rng.random(batch_size)) * (total / batch_size)
+        # Rounding can carry a target past the last filled leaf; keep it inside.
+        indexes = np.minimum(self.tree.find(np.minimum(targets, np.nextafter(total, 0))), self.size - 1)
+        probs = self.tree.leaves(self.size)[indexes] / total
+        min_prob = self.tree.min(self.size) / total
+        weights = (probs / min_prob) ** (-self.beta)  # = (N P(i))^-beta / (N P_min)^-beta
+        out = self._gather(indexes)
+        out["weights"] = weights.astype(np.float32)
+        return out
+
+    def update_priorities(self, indexes: np.ndarray, td_errors: np.ndarray) -> None:
+        """Set the priorities of sampled slots from their absolute TD errors."""
+        priorities = (np.abs(np.asarray(td_errors, dtype=np.float64)) + self.epsilon) ** self.alpha
+        self.tree.update(np.asarray(indexes), priorities)
+        self.max_priority = max(self.max_priority, float(priorities.max(initial=0.0)))
+
+    def get_state(self, *, copy: bool = True) -> dict[str, Any]:
+        state = super().get_state(copy=copy)
+        leaves = self.tree.leaves(self.size)
+        state.update(
+            priorities=leaves.copy() if copy else leaves,
+            max_priority=self.max_priority,
+            alpha=self.alpha,
+            beta=self.beta,
+            epsilon=self.epsilon,
+        )
+        return state
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        priorities = np.asarray(state["priorities"], dtype=np.float64)
+        if len(priorities) != int(state["size"]):
+            raise ValueError(
+                f"Prioritized buffer state has size {state['size']} but {len(priorities)} priorities."
+            )
+        if int(state["capacity"]) != self.capacity:
+            # The base class reorders rows oldest first; priorities follow the same order.
+            size, cursor = int(state["size"]), int(state["cursor"])
+            order = np.arange(size) if size < int(state["capacity"]) else (cursor + np.arange(size)) % size
+            priorities = priorities[order][max(0, size - self.capacity) :]
+        super().set_state(state)
+        self.max_priority = float(state["max_priority"])
+        self.tree.rebuild(priorities)
