@@ -144,7 +144,8 @@ def space_from_json(data: Any, _depth: int = 0) -> gym.Space[Any]:
             np.array(nvec).reshape(shape), dtype=dtype, start=np.array(start).reshape(shape)
         )
     if kind == "MultiBinary":
-        return gym.spaces.MultiBinary(list(_shape(data.get("shape"))))
+        shape = _shape(data.get("shape"))
+        return gym.spaces.MultiBinary(shape[0] if len(shape) == 1 else list(shape))
     if kind in ("Dict", "Tuple"):
         subs = data.get("spaces")
         if not isinstance(subs, list) or len(subs) > 1024:

@@ -89,9 +89,14 @@ class Algorithm:
             if close is not None:
                 close()
 
-    def _resolve_specs(self) -> dict[str, PolicySpec]:
-        """Fill in each PolicySpec's class and spaces, and check the agent -> policy mapping."""
+    def _resolve_specs(self, known: Mapping[str, PolicySpec] | None = None) -> dict[str, PolicySpec]:
+        """Fill in each PolicySpec's class and spaces, and check the agent -> policy mapping.
+
+        Spaces come from the spec, else from ``known`` (existing or restored policies), else
+        from the environment's agents mapped to the policy, which must all agree.
+        """
         agents = self._probe_agents()
+        known = known or {}
         mapped: dict[str, list[Any]] = {pid: [] for pid in self.config.policies}
         for agent in agents:
             pid = self.config.map_agent(agent)
@@ -105,7 +110,9 @@ class Algorithm:
             mapped[pid].append(agent)
         resolved = {}
         for pid, spec in self.config.policies.items():
-            obs_space, act_space = spec.observation_space, spec.action_space
+            fallback = known.get(pid)
+            obs_space = spec.observation_space or (fallback.observation_space if fallback else None)
+            act_space = spec.action_space or (fallback.action_space if fallback else None)
             for agent in mapped[pid]:
                 a_obs, a_act = agents[agent]
                 for name, given, actual in (("observation", obs_space, a_obs), ("action", act_space, a_act)):
@@ -121,14 +128,24 @@ class Algorithm:
                     f"Policy {pid!r} has no agents mapped to it, so its spaces cannot be inferred; "
                     "give observation_space and action_space in its PolicySpec."
                 )
-            cls = spec.policy_class or self.default_policy_class
+            cls = spec.policy_class or (fallback.policy_class if fallback else None) or self.default_policy_class
             if isinstance(cls, str):
                 cls = resolve_class(cls, Policy)
             resolved[pid] = PolicySpec(cls, obs_space, act_space, self.config.policy_config(pid))
         return resolved
 
+    def _record_specs(self, resolved: Mapping[str, PolicySpec]) -> None:
+        """Keep the resolved class and spaces in the config, so that it describes the policies
+        completely (a restore then needs no environment agent to infer them)."""
+        for pid, spec in resolved.items():
+            own = self.config.policies[pid]
+            self.config.policies[pid] = PolicySpec(
+                spec.policy_class, spec.observation_space, spec.action_space, own.config)
+
     def _build_policies(self, states: Mapping[str, Any]) -> None:
-        for pid, spec in self._resolve_specs().items():
+        known = {pid: PolicySpec.from_dict(s["spec"]) for pid, s in states.items()}
+        resolved = self._resolve_specs(known)
+        for pid, spec in resolved.items():
             if pid in states:
                 policy = Policy.from_state(states[pid])
                 for name, a, b in (("observation", policy.observation_space, spec.observation_space),
@@ -138,12 +155,14 @@ class Algorithm:
                             f"Restored policy {pid!r} has {name} space {a}, but the environment's "
                             f"agents mapped to it have {b}."
                         )
-                policy.config.update(lr=spec.config["lr"] if spec.config else policy.config["lr"])
+                # The restored config's lr (possibly overridden) wins over the stored one.
+                policy.config["lr"] = spec.config["lr"] if spec.config else policy.config["lr"]
                 for group in policy.optimizer.param_groups:
                     group["lr"] = float(policy.config["lr"])
             else:
                 policy = Policy.from_spec(spec, seed=_policy_seed(self.config.seed, pid))
             self.policies[pid] = policy
+        self._record_specs(resolved)
 
     @property
     def policies_to_train(self) -> list[str]:
@@ -294,10 +313,13 @@ class Algorithm:
         self, new_config: AlgorithmConfig, *, add: tuple[str, Any] | None = None,
         remove: str | None = None,
     ) -> None:
-        old_config, old_policies = self.config, dict(self.policies)
+        old_config = self.config
         self.config = new_config
+        known = {pid: p.spec for pid, p in self.policies.items()}
+        if add is not None and isinstance(add[1], Policy):
+            known[add[0]] = add[1].spec
         try:
-            specs = self._resolve_specs()  # validates the mapping against the env's agents
+            resolved = self._resolve_specs(known)  # validates the mapping against the env's agents
         except Exception:
             self.config = old_config
             raise
@@ -306,12 +328,8 @@ class Algorithm:
         if add is not None:
             pid, obj = add
             self.policies[pid] = obj if isinstance(obj, Policy) else Policy.from_spec(
-                specs[pid], seed=_policy_seed(self.config.seed, pid))
-        for pid, spec in specs.items():
-            if pid in old_policies and spec.config:
-                self.config.policies[pid] = PolicySpec(
-                    type(self.policies[pid]), spec.observation_space, spec.action_space,
-                    self.config.policies[pid].config)
+                resolved[pid], seed=_policy_seed(self.config.seed, pid))
+        self._record_specs(resolved)
         self.env_runner_group.update_policies(self.config, self.policies)
         if self._eval_runner is not None:
             self._eval_runner.config = self.config

@@ -418,7 +418,13 @@ class EnvRunner:
         if self.multi_agent:
             for i, entry in enumerate(state["current_obs"]):
                 ids = {str(a): a for a in self.envs[i].possible_agents}
-                self._agent_pids[i] = {ids.get(k, k): p for k, p in entry["agent_pids"].items()}
+                saved = {ids.get(k, k): p for k, p in entry["agent_pids"].items()}
+                if any(self.config.map_agent(a) != p or p not in self.policies for a, p in saved.items()):
+                    # The mapping or the policy set changed at restore: the observations in
+                    # flight were processed by other policies' filters, so start over.
+                    self._needs_reset = True
+                    return
+                self._agent_pids[i] = saved
                 self._ma_obs[i] = {ids.get(k, k): np.asarray(v, dtype=np.float32) for k, v in entry["obs"].items()}
             self._episodes = [
                 _Episode.from_state(s, {str(a): a for a in self.envs[i].possible_agents})

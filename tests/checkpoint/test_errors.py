@@ -1,0 +1,138 @@
+"""One test per CheckpointError class: each names the file or value and what to do."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import cairn
+from cairn.checkpoint.safetensors_io import new_hasher
+from cairn.errors import (
+    CheckpointCorruptedError,
+    CheckpointError,
+    CheckpointFormatError,
+    CheckpointNotFoundError,
+    MissingCallableError,
+    UnknownPolicyIdError,
+    UnsafeCheckpointError,
+    UnsupportedCheckpointVersionError,
+)
+
+
+@pytest.fixture
+def ckpt(ppo_algo, tmp_path):
+    return Path(ppo_algo.save(tmp_path / "c"))
+
+
+def _rewrite_manifest(path: Path, **changes):
+    manifest = json.loads((path / "cairn_checkpoint.json").read_text())
+    manifest.update(changes)
+    (path / "cairn_checkpoint.json").write_text(json.dumps(manifest))
+
+
+def _rehash(path: Path, name: str):
+    manifest = json.loads((path / "cairn_checkpoint.json").read_text())
+    data = (path / name).read_bytes()
+    h = new_hasher()
+    h.update(data)
+    manifest["files"][name] = {"size": len(data), "hash": h.hexdigest()}
+    (path / "cairn_checkpoint.json").write_text(json.dumps(manifest))
+
+
+def test_all_errors_are_checkpoint_errors():
+    for cls in (CheckpointNotFoundError, CheckpointCorruptedError, CheckpointFormatError,
+                UnsupportedCheckpointVersionError, UnsafeCheckpointError, UnknownPolicyIdError,
+                MissingCallableError):
+        assert issubclass(cls, CheckpointError)
+
+
+def test_not_found(tmp_path, ckpt):
+    with pytest.raises(CheckpointNotFoundError, match="not a directory"):
+        cairn.Algorithm.from_checkpoint(tmp_path / "nope")
+    (ckpt / "cairn_checkpoint.json").unlink()
+    with pytest.raises(CheckpointNotFoundError, match="no cairn_checkpoint.json"):
+        cairn.get_checkpoint_info(ckpt)
+
+
+def test_missing_file(ckpt):
+    (ckpt / "algorithm_state.safetensors").unlink()
+    with pytest.raises(CheckpointNotFoundError, match="algorithm_state.safetensors"):
+        cairn.Algorithm.from_checkpoint(ckpt)
+
+
+def test_wrong_size_and_hash(ckpt, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(ckpt, other)
+    with open(ckpt / "algorithm_state.json", "ab") as f:
+        f.write(b" ")
+    with pytest.raises(CheckpointCorruptedError, match="algorithm_state.json has .* bytes"):
+        cairn.Algorithm.from_checkpoint(ckpt)
+    target = other / "policies/default_policy/policy_state.safetensors"
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    with pytest.raises(CheckpointCorruptedError, match="does not match its hash"):
+        cairn.Algorithm.from_checkpoint(other)
+
+
+def test_bad_json(ckpt):
+    (ckpt / "algorithm_state.json").write_text("{not json")
+    _rehash(ckpt, "algorithm_state.json")
+    with pytest.raises(CheckpointCorruptedError, match="not valid JSON"):
+        cairn.Algorithm.from_checkpoint(ckpt)
+
+
+def test_unknown_format(ckpt):
+    _rewrite_manifest(ckpt, format="someone-elses-format")
+    with pytest.raises(CheckpointFormatError, match="someone-elses-format"):
+        cairn.get_checkpoint_info(ckpt)
+
+
+def test_newer_version(ckpt):
+    _rewrite_manifest(ckpt, format_version="2")
+    with pytest.raises(UnsupportedCheckpointVersionError, match="Upgrade cairn"):
+        cairn.Algorithm.from_checkpoint(ckpt)
+
+
+def test_wrong_kind(ckpt, ppo_algo, tmp_path):
+    ppo_algo.get_policy().export_checkpoint(tmp_path / "pol")
+    with pytest.raises(CheckpointFormatError, match="Policy.from_checkpoint"):
+        cairn.Algorithm.from_checkpoint(tmp_path / "pol")
+
+
+def test_unsafe_class_reference(ckpt):
+    _rewrite_manifest(ckpt)  # keep manifest valid; tamper with the state's class reference
+    state = json.loads((ckpt / "algorithm_state.json").read_text())
+    state["algorithm_class"] = "os:system"
+    (ckpt / "algorithm_state.json").write_text(json.dumps(state))
+    _rehash(ckpt, "algorithm_state.json")
+    with pytest.raises(UnsafeCheckpointError, match="os:system"):
+        cairn.Algorithm.from_checkpoint(ckpt)
+
+
+def test_unsafe_path(ckpt):
+    manifest = json.loads((ckpt / "cairn_checkpoint.json").read_text())
+    manifest["files"]["../outside.json"] = {"size": 1, "hash": "00"}
+    (ckpt / "cairn_checkpoint.json").write_text(json.dumps(manifest))
+    with pytest.raises(UnsafeCheckpointError, match="escapes"):
+        cairn.get_checkpoint_info(ckpt)
+
+
+def test_unknown_policy_id_error(ckpt):
+    with pytest.raises(UnknownPolicyIdError, match="'ghost'.*default_policy"):
+        cairn.Algorithm.from_checkpoint(ckpt, policy_ids=["ghost"])
+
+
+def test_missing_callable(tmp_path):
+    algo = cairn.PPOConfig().environment(lambda cfg: __import__("gymnasium").make("CartPole-v1")).training(
+        train_batch_size=64, minibatch_size=32).build()
+    with pytest.warns(UserWarning, match="'env'"):
+        path = algo.save(tmp_path / "c")
+    with pytest.raises(MissingCallableError, match="config_overrides=\\{'env'"):
+        cairn.Algorithm.from_checkpoint(path)
+    import gymnasium as gym
+
+    restored = cairn.Algorithm.from_checkpoint(
+        path, config_overrides={"env": lambda cfg: gym.make("CartPole-v1")})
+    assert restored.iteration == 0

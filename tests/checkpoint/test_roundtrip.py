@@ -1,0 +1,169 @@
+"""Save and restore: Algorithm and Policy checkpoints, from_state, every checkpoint form."""
+
+import contextlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cairn
+from cairn.checkpoint.format import MANIFEST_FILE
+from tests.helpers import small_ppo
+
+
+def _weights_equal(a, b):
+    wa, wb = a.get_weights(), b.get_weights()
+    return wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa)
+
+
+def test_save_writes_the_documented_layout(ma_algo, tmp_path):
+    ma_algo.train()
+    path = Path(ma_algo.save(tmp_path / "ckpt"))
+    assert path == tmp_path / "ckpt"
+    names = {p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()}
+    assert {MANIFEST_FILE, "algorithm_state.json", "algorithm_state.safetensors"} <= names
+    for pid in ("p0", "p1", "p2"):
+        assert {f"policies/{pid}/{MANIFEST_FILE}", f"policies/{pid}/policy_state.json",
+                f"policies/{pid}/policy_state.safetensors"} <= names
+    manifest = json.loads((path / MANIFEST_FILE).read_text())
+    assert manifest["format"] == "cairn-checkpoint" and manifest["format_version"] == "1"
+    assert manifest["type"] == "Algorithm" and manifest["class"] == "PPO"
+    assert manifest["policy_ids"] == ["p0", "p1", "p2"]
+    assert set(manifest["versions"]) >= {"cairn", "torch", "gymnasium", "python"}
+    for name, entry in manifest["files"].items():
+        assert (path / name).stat().st_size == entry["size"]
+    assert not list(tmp_path.glob(".*cairn-tmp*"))
+
+
+def test_get_checkpoint_info_reads_the_manifest_only(ppo_algo, tmp_path):
+    path = ppo_algo.save(tmp_path / "c")
+    (Path(path) / "algorithm_state.json").write_text("garbage")  # not read by info
+    info = cairn.get_checkpoint_info(path)
+    assert info["type"] == "Algorithm"
+    assert info["checkpoint_version"] == "1"
+    assert info["format"] == "cairn-checkpoint"
+    assert info["checkpoint_dir"] == str(path)
+    assert info["state_file"].endswith("algorithm_state.json")
+    assert info["policy_ids"] == ["default_policy"]
+    assert info["cairn_version"] == cairn.__version__
+    ppo_algo.get_policy().export_checkpoint(tmp_path / "p")
+    policy_info = cairn.get_checkpoint_info(tmp_path / "p")
+    assert policy_info["type"] == "Policy" and policy_info["policy_ids"] is None
+
+
+def test_from_checkpoint_needs_no_config(ppo_algo, tmp_path):
+    ppo_algo.train()
+    path = ppo_algo.save(tmp_path / "c")
+    restored = cairn.Algorithm.from_checkpoint(path)
+    assert type(restored) is cairn.PPO
+    assert restored.iteration == 1
+    assert restored.config.to_dict() == ppo_algo.config.to_dict()
+    assert _weights_equal(restored.get_policy(), ppo_algo.get_policy())
+    assert restored.counters == ppo_algo.counters
+
+
+def test_default_save_path_is_numbered_under_log_dir(tmp_path):
+    algo = small_ppo().debugging(log_dir=str(tmp_path / "logs")).build()
+    algo.train()
+    assert algo.save() == str(tmp_path / "logs" / "checkpoint_000001")
+
+
+def test_restore_in_place_and_save_over_existing(ppo_algo, tmp_path):
+    path = ppo_algo.save(tmp_path / "c")
+    before = ppo_algo.get_policy().get_weights()
+    ppo_algo.train()
+    ppo_algo.save(path)  # replaces the old checkpoint atomically
+    after = ppo_algo.get_policy().get_weights()
+    ppo_algo.train()
+    ppo_algo.restore(path)
+    assert ppo_algo.iteration == 1
+    now = ppo_algo.get_policy().get_weights()
+    assert all(np.array_equal(now[k], after[k]) for k in now)
+    assert not all(np.array_equal(before[k], after[k]) for k in now)
+
+
+def test_from_state_in_memory(ma_algo):
+    ma_algo.train()
+    state = ma_algo.get_state()
+    clone = cairn.Algorithm.from_state(state)
+    for pid in ma_algo.policies:
+        assert _weights_equal(clone.get_policy(pid), ma_algo.get_policy(pid))
+    ma_algo.train()
+    clone.train()
+    for pid in ma_algo.policies:
+        assert _weights_equal(clone.get_policy(pid), ma_algo.get_policy(pid))
+
+
+def test_policy_checkpoint_alone(ppo_algo, tmp_path):
+    ppo_algo.train()
+    policy = ppo_algo.get_policy()
+    assert policy.export_checkpoint(tmp_path / "pol") is None
+    loaded = cairn.Policy.from_checkpoint(tmp_path / "pol")
+    assert isinstance(loaded, cairn.Policy)
+    assert _weights_equal(loaded, policy)
+    assert loaded.num_grad_updates == policy.num_grad_updates
+    obs = np.random.default_rng(0).uniform(-0.1, 0.1, (20, 4)).astype(np.float32)
+    assert np.array_equal(loaded.compute_actions(obs, explore=False), policy.compute_actions(obs, explore=False))
+    from_state = cairn.Policy.from_state(policy.get_state())
+    assert _weights_equal(from_state, policy)
+
+
+def test_policy_from_algorithm_checkpoint_returns_dict(ma_algo, tmp_path):
+    path = ma_algo.save(tmp_path / "c")
+    policies = cairn.Policy.from_checkpoint(path)
+    assert set(policies) == {"p0", "p1", "p2"}
+    subset = cairn.Policy.from_checkpoint(path, policy_ids=["p1"])
+    assert set(subset) == {"p1"}
+    # Each policies/<id>/ folder is itself a complete Policy checkpoint.
+    alone = cairn.Policy.from_checkpoint(Path(path) / "policies" / "p2")
+    assert _weights_equal(alone, ma_algo.get_policy("p2"))
+
+
+class _ToDirectory:
+    def __init__(self, path):
+        self.path = path
+
+    def to_directory(self):
+        return str(self.path)
+
+
+class _AsDirectory:
+    def __init__(self, path):
+        self.path = path
+
+    @contextlib.contextmanager
+    def as_directory(self):
+        yield str(self.path)
+
+
+@pytest.mark.parametrize("form", ["str", "pathlike", "file_url", "to_directory", "as_directory"])
+def test_every_checkpoint_form(ppo_algo, tmp_path, form):
+    path = Path(ppo_algo.save(tmp_path / "c"))
+    arg = {"str": str(path), "pathlike": path, "file_url": path.as_uri(),
+           "to_directory": _ToDirectory(path), "as_directory": _AsDirectory(path)}[form]
+    assert cairn.get_checkpoint_info(arg)["type"] == "Algorithm"
+    assert _weights_equal(cairn.Algorithm.from_checkpoint(arg).get_policy(), ppo_algo.get_policy())
+
+
+def test_topology_and_overrides_at_restore(tmp_path):
+    algo = small_ppo().env_runners(num_envs_per_env_runner=2).build()
+    algo.train()
+    path = algo.save(tmp_path / "c")
+    restored = cairn.Algorithm.from_checkpoint(
+        path, config_overrides={"num_envs_per_env_runner": 3, "lr": 1e-4, "seed": 7})
+    assert restored.config.lr == 1e-4 and restored.config.num_envs_per_env_runner == 3
+    assert restored.get_policy().optimizer.param_groups[0]["lr"] == 1e-4
+    assert restored.train()["training_iteration"] == 2
+
+
+def test_lambda_mapping_warns_and_must_be_passed(tmp_path):
+    from tests.helpers import small_ma_ppo
+
+    algo = small_ma_ppo(2).multi_agent(policy_mapping_fn=lambda aid, **kw: "p" + aid[-1]).build()
+    with pytest.warns(UserWarning, match="policy_mapping_fn"):
+        path = algo.save(tmp_path / "c")
+    with pytest.raises(cairn.errors.MissingCallableError, match="policy_mapping_fn=..."):
+        cairn.Algorithm.from_checkpoint(path)
+    restored = cairn.Algorithm.from_checkpoint(path, policy_mapping_fn=lambda aid, **kw: "p" + aid[-1])
+    assert set(restored.policies) == {"p0", "p1"}

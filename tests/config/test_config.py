@@ -1,0 +1,108 @@
+import json
+
+import pytest
+
+import cairn
+from cairn.errors import ConfigError, MissingCallableError
+from tests.helpers import map_by_index, small_ma_ppo
+
+
+def test_fluent_methods_return_config():
+    config = cairn.PPOConfig()
+    for result in (
+        config.environment("CartPole-v1"),
+        config.env_runners(num_envs_per_env_runner=2),
+        config.training(lr=1e-3, clip_param=0.1),
+        config.evaluation(evaluation_interval=2),
+        config.debugging(seed=3),
+        config.checkpointing(export_native_model_files=False),
+        config.resources(torch_num_threads=1),
+    ):
+        assert result is config
+    assert config.lr == 1e-3 and config.clip_param == 0.1 and config.seed == 3
+
+
+def test_to_dict_is_json_and_round_trips():
+    config = small_ma_ppo(2).training(model={"hidden": [32]})
+    data = config.to_dict()
+    text = json.dumps(data, allow_nan=False)
+    back = cairn.AlgorithmConfig.from_dict(json.loads(text))
+    assert isinstance(back, cairn.PPOConfig)
+    assert back.to_dict() == data
+    assert back.policy_mapping_fn is map_by_index
+    assert back.model["hidden"] == [32] and back.model["activation"] == "tanh"
+
+
+def test_lambda_is_recorded_as_not_storable():
+    config = small_ma_ppo(2).multi_agent(policy_mapping_fn=lambda agent_id, **kw: "p0")
+    data = config.to_dict()
+    assert data["policy_mapping_fn"]["__callable__"] is None
+    with pytest.raises(MissingCallableError, match="policy_mapping_fn=..."):
+        cairn.AlgorithmConfig.from_dict(data)
+    fn = lambda agent_id, **kw: "p1"  # noqa: E731
+    assert cairn.AlgorithmConfig.from_dict(data, callables={"policy_mapping_fn": fn}).policy_mapping_fn is fn
+
+
+def test_copy_is_deep():
+    config = cairn.PPOConfig().training(model={"hidden": [8]})
+    clone = config.copy()
+    clone.model["hidden"].append(9)
+    assert config.model["hidden"] == [8]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda c: c.training(lr=-1.0), "'lr'=-1.0 is invalid"),
+        (lambda c: c.training(gamma=1.5), "'gamma'"),
+        (lambda c: c.training(minibatch_size=0), "'minibatch_size'"),
+        (lambda c: c.training(lrr=0.1), "Did you mean 'lr'"),
+        (lambda c: c.training(model={"hiden": [3]}), "Unknown model config keys"),
+        (lambda c: c.training(model={"activation": "gelu2"}), "activation"),
+        (lambda c: c.env_runners(observation_filter="Mean"), "observation_filter"),
+        (lambda c: c.env_runners(num_env_runners=-1), "num_env_runners"),
+        (lambda c: c.multi_agent(policies={"../x"}), "policy ID"),
+        (lambda c: c.multi_agent(policies={3}), "must be str"),
+        (lambda c: c.multi_agent(policy_mapping_fn=42), "policy_mapping_fn"),
+        (lambda c: c.multi_agent(policy_mapping_fn=lambda: "p"), "agent_id, \\*\\*kwargs"),
+    ],
+)
+def test_bad_values_raise_config_error_naming_them(call, message):
+    with pytest.raises(ConfigError, match=message):
+        call(cairn.PPOConfig().environment("CartPole-v1"))
+
+
+def test_from_dict_rejects_unknown_keys():
+    data = cairn.PPOConfig().environment("CartPole-v1").to_dict()
+    data["learning_rate"] = 0.1
+    with pytest.raises(ConfigError, match="'learning_rate'"):
+        cairn.AlgorithmConfig.from_dict(data)
+    data = cairn.PPOConfig().environment("CartPole-v1").to_dict()
+    data["lr"] = "fast"
+    with pytest.raises(ConfigError, match="'lr'='fast'"):
+        cairn.AlgorithmConfig.from_dict(data)
+
+
+def test_validate_catches_new_user_mistakes():
+    with pytest.raises(ConfigError, match="Unknown environment 'CartPol-v1'.*CartPole-v1"):
+        cairn.PPOConfig().environment("CartPol-v1").validate()
+    with pytest.raises(ConfigError, match="minibatch_size"):
+        cairn.PPOConfig().environment("CartPole-v1").training(train_batch_size=64, minibatch_size=128).validate()
+    with pytest.raises(ConfigError, match="No environment"):
+        cairn.PPOConfig().validate()
+    with pytest.raises(ConfigError, match="no policy_mapping_fn"):
+        cairn.PPOConfig().environment("CartPole-v1").multi_agent(policies={"a", "b"}).validate()
+    with pytest.raises(ConfigError, match="policies_to_train names 'c'"):
+        small_ma_ppo(2).multi_agent(policies_to_train=["c"]).validate()
+
+
+def test_build_catches_mapping_and_space_mistakes():
+    with pytest.raises(ConfigError, match="maps agent 'agent_1' to 'nope'"):
+        small_ma_ppo(2).multi_agent(policy_mapping_fn=lambda aid, **kw: "p0" if aid == "agent_0" else "nope").build()
+    import gymnasium as gym
+
+    spec = cairn.PolicySpec(observation_space=gym.spaces.Box(-1, 1, (3,)))
+    with pytest.raises(ConfigError, match="observation space"):
+        small_ma_ppo(2).multi_agent(policies={"p0": spec, "p1": None}).build()
+    with pytest.raises(ConfigError, match="no agents mapped"):
+        small_ma_ppo(2).multi_agent(policies={"p0", "p1", "p2"}).build()

@@ -1,0 +1,101 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import cairn
+from cairn.errors import ConfigError
+
+OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+ACTION_SPACES = [
+    gym.spaces.Discrete(3, start=1),
+    gym.spaces.MultiDiscrete([2, 3]),
+    gym.spaces.Box(-2.0, 2.0, (2,), np.float32),
+]
+
+
+@pytest.mark.parametrize("action_space", ACTION_SPACES, ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize("explore", [True, False])
+def test_actions_inside_action_space(action_space, explore):
+    policy = cairn.Policy(OBS, action_space, seed=0)
+    batch = np.random.default_rng(0).uniform(-1, 1, (64, 4)).astype(np.float32)
+    actions = policy.compute_actions(batch, explore=explore)
+    assert actions.shape[0] == 64
+    assert all(action_space.contains(a) for a in actions)
+    single = policy.compute_single_action(batch[0], explore=explore)
+    assert action_space.contains(single)
+
+
+def test_box_actions_are_clipped():
+    policy = cairn.Policy(OBS, ACTION_SPACES[2], {"model": {"log_std_init": 3.0}}, seed=0)
+    actions = policy.compute_actions(np.zeros((500, 4), np.float32), explore=True)
+    assert actions.min() == -2.0 and actions.max() == 2.0
+
+
+@pytest.mark.parametrize(
+    "obs_space",
+    [gym.spaces.Discrete(4), gym.spaces.Dict({"a": gym.spaces.Box(0, 1, (2,)), "b": gym.spaces.Discrete(2)}),
+     gym.spaces.Tuple((gym.spaces.Box(0, 1, (3,)), gym.spaces.MultiBinary(2)))],
+    ids=lambda s: type(s).__name__,
+)
+def test_observation_spaces(obs_space):
+    policy = cairn.Policy(obs_space, gym.spaces.Discrete(2), seed=0)
+    obs = [obs_space.sample() for _ in range(5)]
+    assert policy.compute_actions(obs).shape == (5,)
+
+
+def test_unsupported_spaces_name_the_space():
+    with pytest.raises(ConfigError, match="Text"):
+        cairn.Policy(gym.spaces.Text(4), gym.spaces.Discrete(2))
+    with pytest.raises(ConfigError, match="MultiBinary"):
+        cairn.Policy(OBS, gym.spaces.MultiBinary(2))
+
+
+def test_seeded_policies_are_identical():
+    a = cairn.Policy(OBS, ACTION_SPACES[0], seed=3)
+    b = cairn.Policy(OBS, ACTION_SPACES[0], seed=3)
+    c = cairn.Policy(OBS, ACTION_SPACES[0], seed=4)
+    wa, wb, wc = a.get_weights(), b.get_weights(), c.get_weights()
+    assert all(np.array_equal(wa[k], wb[k]) for k in wa)
+    assert not all(np.array_equal(wa[k], wc[k]) for k in wa)
+
+
+def test_state_round_trip_continues_identically():
+    policy = cairn.Policy(OBS, ACTION_SPACES[2], {"observation_filter": "MeanStdFilter"}, seed=1)
+    data = np.random.default_rng(1).normal(size=(32, 4)).astype(np.float32)
+    policy.process_observations(data, update=True)
+    state = policy.get_state()
+    clone = cairn.Policy.from_state(state)
+    assert np.array_equal(policy.compute_actions(data), clone.compute_actions(data))
+    # get_state() is a snapshot: later changes to the policy do not leak into it.
+    policy.model.action_head.bias.data += 1.0
+    assert not np.array_equal(state["weights"]["action_head.bias"], policy.get_weights()["action_head.bias"])
+
+
+def test_set_weights_rejects_wrong_shapes():
+    policy = cairn.Policy(OBS, ACTION_SPACES[0], seed=0)
+    other = cairn.Policy(gym.spaces.Box(-1, 1, (5,)), ACTION_SPACES[0], seed=0)
+    with pytest.raises(ValueError, match="shape"):
+        policy.set_weights(other.get_weights())
+
+
+def test_numpy_and_torch_forward_agree():
+    import torch
+
+    policy = cairn.Policy(OBS, ACTION_SPACES[2], {"model": {"activation": "relu"}}, seed=0)
+    obs = np.random.default_rng(2).uniform(-1, 1, (16, 4)).astype(np.float32)
+    with torch.no_grad():
+        expected = policy.model.action_inputs(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(policy.compute_action_inputs(obs), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_mean_std_filter_matches_numpy():
+    from cairn.policy.filters import MeanStdFilter
+
+    data = np.random.default_rng(0).normal(3.0, 2.0, size=(1000, 3))
+    f = MeanStdFilter(3)
+    for chunk in np.array_split(data, 7):
+        f.update(chunk)
+    np.testing.assert_allclose(f.mean, data.mean(0))
+    np.testing.assert_allclose(f.std, data.std(0))
+    out = f.apply(data[:2].astype(np.float32))
+    np.testing.assert_allclose(out, (data[:2] - data.mean(0)) / data.std(0), rtol=1e-4)
