@@ -1,5 +1,5 @@
 """Environments that ship with cairn, for tests and examples."""
 
-from cairn.envs.multi_agent_cartpole import MultiAgentCartPole
+from cairn.envs.multi_agent_cartpole import MultiAgentCartPole, make_multi_agent_cartpole
 
-__all__ = ["MultiAgentCartPole"]
+__all__ = ["MultiAgentCartPole", "make_multi_agent_cartpole"]

@@ -10,7 +10,7 @@ from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from cairn.rng import make_rng, rng_state
 
-__all__ = ["MultiAgentCartPole"]
+__all__ = ["MultiAgentCartPole", "make_multi_agent_cartpole"]
 
 
 class MultiAgentCartPole:
@@ -98,3 +98,10 @@ class MultiAgentCartPole:
             env.steps_beyond_terminated = s["steps_beyond_terminated"]
             if s["np_random"] is not None:
                 env._np_random = make_rng(s["np_random"])
+
+
+def make_multi_agent_cartpole(env_config: dict[str, Any]) -> MultiAgentCartPole:
+    """Env creator for configs: ``config.environment(make_multi_agent_cartpole,
+    env_config={"num_agents": 3})``. Being a module-level function, it is stored in
+    checkpoints by reference, so they restore without passing the env again."""
+    return MultiAgentCartPole(**env_config)
