@@ -13,7 +13,7 @@ _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
 
 def rng_state(generator: np.random.Generator) -> dict[str, Any]:
     """The state of a numpy Generator as JSON data."""
-    return generator.bit_generator.state  # type: ignore[no-any-return]
+    return dict(generator.bit_generator.state)
 
 
 def make_rng(state: dict[str, Any]) -> np.random.Generator:

@@ -21,7 +21,6 @@ import torch
 
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping, spaces_equal
 from cairn.env_runner.env_runner import DEFAULT_AGENT_ID, EnvRunner, is_multi_agent_env, make_env
-from cairn.rng import make_rng, rng_state
 from cairn.env_runner.group import EnvRunnerGroup
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
@@ -29,6 +28,7 @@ from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids, validate_policy_id
 from cairn.registry import class_reference, resolve_class
+from cairn.rng import make_rng, rng_state
 
 __all__ = ["Algorithm"]
 
@@ -150,7 +150,7 @@ class Algorithm:
                 policy = Policy.from_state(states[pid])
                 for name, a, b in (("observation", policy.observation_space, spec.observation_space),
                                    ("action", policy.action_space, spec.action_space)):
-                    if not spaces_equal(a, b):
+                    if b is not None and not spaces_equal(a, b):
                         raise ConfigError(
                             f"Restored policy {pid!r} has {name} space {a}, but the environment's "
                             f"agents mapped to it have {b}."
@@ -187,11 +187,14 @@ class Algorithm:
     @contextlib.contextmanager
     def _torch_threads(self) -> Iterator[None]:
         """Apply ``config.torch_num_threads`` for the duration of a call."""
-        wanted = self.config.torch_num_threads
-        if wanted == "auto":
+        setting = self.config.torch_num_threads
+        wanted: int | None
+        if setting == "auto":
             small = all(sum(p.numel() for p in policy.parameters()) < _SMALL_NETWORK_PARAMETERS
                         for policy in self.policies.values())
             wanted = 1 if small else None
+        else:
+            wanted = int(setting)
         previous = torch.get_num_threads()
         if wanted is not None and wanted != previous:
             torch.set_num_threads(int(wanted))
@@ -444,9 +447,11 @@ class Algorithm:
 
     def restore(self, checkpoint: Any) -> None:
         """Load a checkpoint of this algorithm into this object, in place."""
-        from cairn.checkpoint.reader import load_algorithm_state
+        from cairn.checkpoint.reader import load_algorithm_state, restoring
 
-        self.set_state(load_algorithm_state(checkpoint))
+        state = load_algorithm_state(checkpoint)
+        with restoring(checkpoint):
+            self.set_state(state)
 
     @classmethod
     def from_checkpoint(
@@ -463,11 +468,12 @@ class Algorithm:
         ``policy_ids`` restores only those policies and reads only their files. The other
         arguments are as in :meth:`from_state`.
         """
-        from cairn.checkpoint.reader import load_algorithm_state
+        from cairn.checkpoint.reader import restore_algorithm
 
-        state = load_algorithm_state(checkpoint, policy_ids=policy_ids)
-        return cls.from_state(state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
-                              policies_to_train=policies_to_train, config_overrides=config_overrides)
+        return restore_algorithm(cls, checkpoint, policy_ids=policy_ids,
+                                 policy_mapping_fn=policy_mapping_fn,
+                                 policies_to_train=policies_to_train,
+                                 config_overrides=config_overrides)
 
     def stop(self) -> None:
         """Release environments and remote runners."""

@@ -118,6 +118,30 @@ class AlgorithmConfig:
     #: Registry name of the algorithm class this config builds (set by subclasses).
     algo_class_name: ClassVar[str | None] = None
 
+    # One attribute per field of FIELDS (documented there and in the fluent methods).
+    env: Any
+    env_config: dict[str, Any]
+    num_env_runners: int
+    num_envs_per_env_runner: int
+    rollout_fragment_length: int | str
+    observation_filter: str
+    lr: float
+    gamma: float
+    train_batch_size: int
+    minibatch_size: int
+    num_epochs: int
+    grad_clip: float | None
+    model: dict[str, Any]
+    policies: dict[str, PolicySpec]
+    policy_mapping_fn: Any
+    policies_to_train: list[str] | None
+    evaluation_interval: int | None
+    evaluation_duration: int
+    torch_num_threads: int | str
+    export_native_model_files: bool
+    seed: int | None
+    log_dir: str | None
+
     def __init__(self) -> None:
         for key, field in self.FIELDS.items():
             setattr(self, key, field.default_value())
@@ -299,14 +323,14 @@ class AlgorithmConfig:
                         f"policies_to_train names {pid!r}, which is not one of the policies "
                         f"{sorted(policies)}."
                     )
-        for pid, spec in policies.items():
+        for spec in policies.values():
             if spec.config:
                 check_model_config({**self.model, **spec.config.get("model", {})})
 
     def build(self) -> Algorithm:
         """Validate, then build the algorithm (environments, policies, env runners)."""
-        from cairn.registry import resolve_class
         from cairn.algorithms.algorithm import Algorithm
+        from cairn.registry import resolve_class
 
         self.validate()
         if self.algo_class_name is None:
@@ -332,7 +356,7 @@ class AlgorithmConfig:
 
     def policy_config(self, policy_id: str) -> dict[str, Any]:
         """The settings a policy gets: shared ones, overridden by its PolicySpec.config."""
-        base = {
+        base: dict[str, Any] = {
             "model": copy.deepcopy(self.model),
             "lr": self.lr,
             "observation_filter": self.observation_filter,
@@ -449,7 +473,7 @@ def decode_callable(value: Mapping[str, Any], key: str) -> Callable[..., Any]:
     reference = value.get(CALLABLE_KEY)
     if reference is None:
         hint = (
-            f"policy_mapping_fn=..." if key == "policy_mapping_fn"
+            "policy_mapping_fn=..." if key == "policy_mapping_fn"
             else f"config_overrides={{{key!r}: ...}}"
         )
         raise MissingCallableError(

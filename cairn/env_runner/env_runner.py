@@ -16,10 +16,10 @@ import gymnasium as gym
 import numpy as np
 
 from cairn.env_runner.env_state import get_env_state, set_env_state
-from cairn.rng import make_rng, rng_state
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError, EnvError
 from cairn.registry import registered_envs
+from cairn.rng import make_rng, rng_state
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -53,7 +53,7 @@ def is_multi_agent_env(env: Any) -> bool:
 class _Episode:
     """Running totals of one environment's current episode."""
 
-    __slots__ = ("ret", "length", "agent_returns")
+    __slots__ = ("agent_returns", "length", "ret")
 
     def __init__(self) -> None:
         self.ret = 0.0
@@ -335,14 +335,14 @@ class EnvRunner:
                         if agent in obs_d:
                             incoming[self._map(i, agent)].append((i, agent, obs_d[agent]))
             processed = self._store_ma_obs(incoming, update_filter=update_filter)
-            for (i, tag), row in processed.items():
+            for (i, tag), processed_row in processed.items():
                 if isinstance(tag, tuple):  # ("final", agent): next obs of a finished agent
                     if record and (i, tag[1]) in trajs:
-                        trajs[(i, tag[1])]["next_obs"][-1] = row
+                        trajs[(i, tag[1])]["next_obs"][-1] = processed_row
                     continue
                 if record and (i, tag) in acted and (i, tag) not in ended:
-                    trajs[(i, tag)]["next_obs"][-1] = row
-                self._ma_obs[i][tag] = row
+                    trajs[(i, tag)]["next_obs"][-1] = processed_row
+                self._ma_obs[i][tag] = processed_row
         if not record:
             return {}
         self.num_env_steps_sampled += steps * self.num_envs
@@ -435,7 +435,7 @@ class EnvRunner:
             self._episodes = [_Episode.from_state(s, {}) for s in state["episodes"]]
         self._needs_reset = False
 
-    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+    def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:
         """Load policy weights (and filter states) sent by the learner."""
         for pid, w in weights.items():
             if pid in self.policies:

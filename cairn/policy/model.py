@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "silu": nn.SiLU,
 }
 
-_NUMPY_ACTIVATIONS = {
+_NUMPY_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     "relu": lambda x: np.maximum(x, 0.0),
     "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
@@ -35,7 +36,7 @@ DEFAULT_MODEL_CONFIG: dict[str, Any] = {
 
 def _mlp(sizes: Sequence[int], activation: str) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+    for fan_in, fan_out in itertools.pairwise(sizes):
         layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
     return nn.Sequential(*layers)
 

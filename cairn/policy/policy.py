@@ -12,13 +12,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cairn.rng import make_rng
 from cairn.errors import ConfigError
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
 from cairn.policy.model import ACTIVATIONS, DEFAULT_MODEL_CONFIG, ActorCriticMLP
 from cairn.policy.spec import PolicySpec
 from cairn.registry import class_reference, register_class, resolve_class
+from cairn.rng import make_rng
 from cairn.spaces import ObservationPreprocessor, check_action_space, space_from_json
 
 if TYPE_CHECKING:
@@ -130,7 +130,8 @@ class Policy:
         # Restoring skips random initialisation: parameters are created uninitialised (meta
         # device, then empty CPU storage) and filled from the saved state right after.
         with torch.device("meta") if not init_weights else contextlib.nullcontext():
-            self.model = self.make_model()
+            # Any: subclasses bring their own module types with their own methods.
+            self.model: Any = self.make_model()
         if init_weights:
             self.init_weights()
         else:

@@ -14,7 +14,7 @@ def _runner(config, num_envs=None):
 
 
 def test_single_agent_batch_columns_and_episode_ends():
-    runner, algo = _runner(small_ppo().env_runners(num_envs_per_env_runner=2))
+    runner, _ = _runner(small_ppo().env_runners(num_envs_per_env_runner=2))
     batch = runner.sample(100)["default_policy"]
     assert len(batch) == 200
     assert batch["obs"].shape == (200, 4) and batch["obs"].dtype == np.float32

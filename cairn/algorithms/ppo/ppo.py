@@ -41,6 +41,13 @@ class PPOConfig(AlgorithmConfig):
     }
     algo_class_name = "PPO"
 
+    lambda_: float
+    clip_param: float
+    vf_coeff: float
+    entropy_coeff: float
+    vf_clip_param: float | None
+    normalize_advantages: bool
+
 
 @register_class
 class PPO(Algorithm):
