@@ -38,6 +38,12 @@ class PolicyGraph(nn.Module):
     train/eval flags), and the constants are snapshots of the policy's current state.
     """
 
+    obs_mean: torch.Tensor
+    obs_inv_std: torch.Tensor
+    action_start: torch.Tensor
+    action_low: torch.Tensor
+    action_high: torch.Tensor
+
     def __init__(self, policy: Policy) -> None:
         super().__init__()
         model = policy.model
@@ -97,14 +103,17 @@ class PolicyGraph(nn.Module):
         if isinstance(dist, MultiCategorical):
             out = (raw + self.action_start).reshape(raw.shape[0], *dist.shape)
             return out.to(self.action_dtype)
-        # np.clip(x, low, high) is minimum(maximum(x, low), high); ONNX's Clip wants scalars.
-        clipped = torch.minimum(torch.maximum(raw, self.action_low), self.action_high)
-        return clipped.reshape(raw.shape[0], *dist.shape).to(self.action_dtype)
+        if isinstance(dist, DiagGaussian):
+            # np.clip(x, low, high) is minimum(maximum(x, low), high); ONNX's Clip wants scalars.
+            clipped = torch.minimum(torch.maximum(raw, self.action_low), self.action_high)
+            return clipped.reshape(raw.shape[0], *dist.shape).to(self.action_dtype)
+        raise ExportError(f"Cannot export action distribution {type(dist).__name__}.")
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         x = self.preprocess(obs)
-        inputs = self.model.action_inputs(x)
-        value = self.model.value(x)
+        model: Any = self.model  # checked in __init__ to have both methods
+        inputs = model.action_inputs(x)
+        value = model.value(x)
         action = self.to_env(self.dist.deterministic(inputs))
         if isinstance(self.dist, DiagGaussian):
             size = self.dist.size

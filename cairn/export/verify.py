@@ -45,8 +45,9 @@ def reference_outputs(policy: Policy, observations: Sequence[Any]) -> list[np.nd
     processed = policy.process_observations(observations, update=False)
     with torch.inference_mode():
         x = torch.from_numpy(processed)
-        inputs = policy.model.action_inputs(x).numpy()
-        value = policy.model.value(x).numpy()
+        model: Any = policy.model
+        inputs = model.action_inputs(x).numpy()
+        value = model.value(x).numpy()
     if isinstance(policy.dist, DiagGaussian):
         size = policy.dist.size
         return [action, inputs[:, :size], inputs[:, size:], value]

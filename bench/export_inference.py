@@ -1,0 +1,140 @@
+"""Inference speed of exported models against the library call, side by side in one process.
+
+For a CartPole-sized policy (Box(4) -> Discrete(2), 64x64 actor and critic, MeanStdFilter) it
+measures the per-observation latency and the batch-1024 throughput of
+
+* ``policy.compute_single_action`` / ``policy.compute_actions`` (the anchor),
+* the ONNX model in onnxruntime (``model.onnx``, opset 18),
+* the native program loaded with ``torch.export.load`` (``model.pt2``),
+
+with warm-up first and medians over repeated timed loops, the three taking turns in each repeat. The exported models compute more than the library call (logits and the value too).
+
+    .venv/bin/python bench/export_inference.py [--threads 1] [--out bench/results/export_inference.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import cairn
+from cairn.export import export_model
+
+
+def _loop_seconds(fn: Callable[[], object], inner: int) -> float:
+    start = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - start) / inner
+
+
+def _interleaved_medians(
+    cases: dict[str, Callable[[], object]], *, inner: int, repeats: int, warmup: int
+) -> dict[str, float]:
+    """Median seconds per call of each case; the cases take turns within every repeat, so
+    that load from other jobs on this shared machine falls on all of them alike."""
+    for fn in cases.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            times[name].append(_loop_seconds(fn, inner))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=1, help="torch and onnxruntime threads")
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "export_inference.md")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    import onnxruntime
+
+    env = gym.make("CartPole-v1")
+    policy = cairn.Policy(env.observation_space, env.action_space,
+                          {"observation_filter": "MeanStdFilter"}, seed=0)
+    rng = np.random.default_rng(0)
+    policy.process_observations(rng.normal(size=(1000, 4)).astype(np.float32), update=True)
+    one = rng.normal(size=4).astype(np.float32)
+    batch = rng.normal(size=(1024, 4)).astype(np.float32)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        export_model(policy, Path(tmp) / "torch")
+        export_model(policy, Path(tmp) / "onnx", onnx=18)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = args.threads
+        session = onnxruntime.InferenceSession(str(Path(tmp) / "onnx" / "model.onnx"), options,
+                                               providers=["CPUExecutionProvider"])
+        program = torch.export.load(str(Path(tmp) / "torch" / "model.pt2")).module()
+
+    def program_run(x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return program(torch.from_numpy(x))[0].numpy()  # type: ignore[no-any-return]
+
+    one_b = one[None]
+    assert session.run(["action"], {"obs": one_b})[0][0] == program_run(one_b)[0] == \
+        policy.compute_single_action(one, explore=False)
+    rows = {
+        "cairn compute_single_action / compute_actions": (
+            lambda: policy.compute_single_action(one, explore=False),
+            lambda: policy.compute_actions(batch, explore=False)),
+        "ONNX in onnxruntime": (
+            lambda: session.run(["action"], {"obs": one_b}),
+            lambda: session.run(["action"], {"obs": batch})),
+        "torch.export program (plain torch)": (
+            lambda: program_run(one_b), lambda: program_run(batch)),
+    }
+    latency = _interleaved_medians({name: pair[0] for name, pair in rows.items()},
+                                   inner=200, repeats=args.repeats, warmup=200)
+    per_batch = _interleaved_medians({name: pair[1] for name, pair in rows.items()},
+                                     inner=10, repeats=args.repeats, warmup=5)
+    results = {name: (latency[name], 1024 / per_batch[name]) for name in rows}
+    for name, (seconds, throughput) in results.items():
+        print(f"{name:50s} {seconds * 1e6:8.1f} us/obs  {throughput:12,.0f} obs/s at batch 1024")
+
+    anchor_latency, anchor_throughput = next(iter(results.values()))
+    versions = {name: importlib.metadata.version(name)
+                for name in ("torch", "onnxruntime", "onnx", "onnxscript", "numpy", "gymnasium")}
+    lines = [
+        "# Exported-model inference vs the library call",
+        "",
+        f"`bench/export_inference.py --threads {args.threads}`: CartPole-sized policy (Box(4) -> "
+        "Discrete(2), 64x64 tanh actor and critic, MeanStdFilter), deterministic actions. "
+        f"Medians of {args.repeats} timed loops after warm-up, the paths taking turns in each repeat "
+        "(per observation: 200 calls per loop; batch: 10 calls of 1,024 observations per loop). Exported models also compute the "
+        "logits and the value; the library call computes the action only.",
+        "",
+        f"Machine: {os.cpu_count()} cores ({platform.machine()}, shared with other jobs), "
+        f"Python {platform.python_version()}, cairn {cairn.__version__}, "
+        + ", ".join(f"{k} {v}" for k, v in versions.items()) + f"; {args.threads} thread(s) "
+        "for torch and onnxruntime.",
+        "",
+        "| path | latency per observation (µs) | speed-up | throughput at batch 1024 (obs/s) | ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, (latency, throughput) in results.items():
+        lines.append(
+            f"| {name} | {latency * 1e6:.1f} | {anchor_latency / latency:.1f}x | "
+            f"{throughput:,.0f} | {throughput / anchor_throughput:.2f}x |"
+        )
+    lines += ["", "Speed-up and ratio are against the first row, measured in the same run.", ""]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

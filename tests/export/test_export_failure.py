@@ -1,0 +1,142 @@
+"""When a model cannot be exported: checkpoints are still written and say why; explicit
+exports raise ExportError; exported models that disagree with the policy are refused."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import cairn
+from cairn.checkpoint.writer import save_policy
+from cairn.errors import ExportError
+from cairn.export import onnx_model as onnx_model_module
+from cairn.export.verify import check_against_policy
+
+OBS = gym.spaces.Box(-1.0, 1.0, (4,))
+
+
+class BranchingModel(nn.Module):
+    """Chooses its head with Python control flow on tensor data: torch.export refuses it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.left = nn.Linear(4, 2)
+        self.right = nn.Linear(4, 2)
+        self.critic = nn.Linear(4, 1)
+
+    def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        if obs.sum() > 0:
+            return self.left(obs)
+        return self.right(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+
+class BranchingPolicy(cairn.Policy):
+    """A policy whose model cannot be traced."""
+
+    def make_model(self) -> nn.Module:
+        return BranchingModel()
+
+
+class HeadlessModel(nn.Module):
+    """Has a forward but not the action_inputs/value methods exports call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(4, 3)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)
+
+
+class HeadlessPolicy(cairn.Policy):
+    def make_model(self) -> nn.Module:
+        return HeadlessModel()
+
+
+def test_unexportable_model_still_checkpoints(tmp_path: Path) -> None:
+    policy = BranchingPolicy(OBS, gym.spaces.Discrete(2), seed=0)
+    with pytest.warns(UserWarning, match=r"without native model files.*torch\.export could not trace"):
+        checkpoint = Path(save_policy(policy, tmp_path / "ckpt", export_native=True))
+
+    info = cairn.get_checkpoint_info(checkpoint)
+    record = info["native_model"]
+    assert record["status"] == "failed"
+    assert "torch.export could not trace the model BranchingModel" in record["reason"]
+    assert "data-dependent" in record["reason"]
+    assert not (checkpoint / "model").exists()
+    assert not any(name.startswith("model/") for name in info["files"])
+
+    restored = cairn.Policy.from_checkpoint(checkpoint)
+    assert type(restored).__name__ == "BranchingPolicy"
+    obs = np.random.default_rng(0).uniform(-1, 1, (20, 4)).astype(np.float32)
+    np.testing.assert_array_equal(restored.compute_actions(obs, explore=False),
+                                  policy.compute_actions(obs, explore=False))
+
+
+def test_explicit_export_raises(tmp_path: Path) -> None:
+    policy = BranchingPolicy(OBS, gym.spaces.Discrete(2), seed=0)
+    with pytest.raises(ExportError, match=r"torch\.export could not trace"):
+        policy.export_model(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    headless = HeadlessPolicy(OBS, gym.spaces.Discrete(3), seed=0)
+    with pytest.raises(ExportError, match=r"no action_inputs.*value"):
+        cairn.export.export_model(headless, tmp_path / "out2", onnx=18)
+
+
+def test_checkpoint_without_onnx_packages_keeps_torch_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, helpers: Any
+) -> None:
+    monkeypatch.setattr(onnx_model_module, "ONNX_PACKAGES", ("onnx", "no_such_package_for_cairn"))
+    policy = helpers.make_policy(OBS, gym.spaces.Discrete(2), filtered=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # missing optional packages: no warning
+        checkpoint = Path(save_policy(policy, tmp_path / "ckpt", export_native=True))
+    record = cairn.get_checkpoint_info(checkpoint)["native_model"]
+    assert record == {"status": "ok", "formats": ["torch"], "opset": None,
+                      "skipped": {"onnx": "not installed: no_such_package_for_cairn"}}
+    assert sorted(p.name for p in (checkpoint / "model").iterdir()) == [
+        "model.pt2", "model.safetensors", "signature.json"]
+    helpers.check_model_dir(policy, checkpoint / "model")
+
+
+def test_unfaithful_models_are_refused(helpers: Any) -> None:
+    """The check every export runs catches a model that computes other actions."""
+    policy = helpers.make_policy(OBS, gym.spaces.MultiDiscrete([3, 2]), filtered=True)
+
+    def faithful(obs: np.ndarray) -> list[np.ndarray]:
+        processed = torch.from_numpy(policy.process_observations(obs, update=False))
+        with torch.no_grad():
+            inputs = policy.model.action_inputs(processed)
+            value = policy.model.value(processed)
+        return [policy.compute_actions(obs, explore=False), inputs.numpy(), value.numpy()]
+
+    check_against_policy(policy, faithful, "reference")
+
+    def wrong_action(obs: np.ndarray) -> list[np.ndarray]:
+        action, inputs, value = faithful(obs)
+        return [(action + 1) % 2, inputs, value]
+
+    def wrong_value(obs: np.ndarray) -> list[np.ndarray]:
+        action, inputs, value = faithful(obs)
+        return [action, inputs, value + 1e-3]
+
+    def wrong_dtype(obs: np.ndarray) -> list[np.ndarray]:
+        action, inputs, value = faithful(obs)
+        return [action.astype(np.int32), inputs, value]
+
+    with pytest.raises(ExportError, match="chose different actions"):
+        check_against_policy(policy, wrong_action, "model")
+    with pytest.raises(ExportError, match="output 2 differs"):
+        check_against_policy(policy, wrong_value, "model")
+    with pytest.raises(ExportError, match="dtype int32"):
+        check_against_policy(policy, wrong_dtype, "model")
