@@ -39,3 +39,15 @@ def small_ma_ppo(num_agents: int = 2, **training: object) -> cairn.PPOConfig:
         .debugging(seed=0)
     )
     return config
+
+
+def weights_digest(algo: cairn.Algorithm) -> str:
+    """A hash of every policy's weights, to compare runs across processes bit for bit."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for pid in sorted(algo.policies):
+        for name, array in sorted(algo.get_policy(pid).get_weights().items()):
+            digest.update(name.encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()

@@ -1,35 +1,23 @@
 """Exact resume: 2 iterations + save + (new process) restore + 2 iterations == 4 iterations."""
 
-import hashlib
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import ROOT
+from tests.helpers import weights_digest
 
 _CONTINUE = """
-import sys, hashlib
+import sys
 sys.path.insert(0, {root!r})
 import cairn
+from tests.helpers import weights_digest
 algo = cairn.Algorithm.from_checkpoint({path!r})
 for _ in range(2):
     algo.train()
-digest = hashlib.sha256()
-for pid in sorted(algo.policies):
-    for name, array in sorted(algo.get_policy(pid).get_weights().items()):
-        digest.update(name.encode()); digest.update(array.tobytes())
-print(digest.hexdigest(), algo.counters["num_env_steps_sampled_lifetime"])
+print(weights_digest(algo), algo.counters["num_env_steps_sampled_lifetime"])
 """
-
-
-def _digest(algo):
-    digest = hashlib.sha256()
-    for pid in sorted(algo.policies):
-        for name, array in sorted(algo.get_policy(pid).get_weights().items()):
-            digest.update(name.encode())
-            digest.update(array.tobytes())
-    return digest.hexdigest()
 
 
 @pytest.mark.parametrize(
@@ -47,7 +35,7 @@ def test_resume_in_new_process_is_bit_identical(tmp_path, factory):
     path = algo.save(tmp_path / "c")
     for _ in range(2):
         algo.train()
-    expected = f"{_digest(algo)} {algo.counters['num_env_steps_sampled_lifetime']}"
+    expected = f"{weights_digest(algo)} {algo.counters['num_env_steps_sampled_lifetime']}"
     out = subprocess.run(
         [sys.executable, "-c", _CONTINUE.format(root=str(ROOT), path=str(path))],
         capture_output=True, text=True, check=True, cwd=ROOT,

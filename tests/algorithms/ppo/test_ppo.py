@@ -80,17 +80,13 @@ def test_add_and_remove_policy(ma_algo):
 
 
 _SEEDED_RUN = """
-import sys, json, hashlib
+import sys, json
 sys.path.insert(0, {root!r})
-from tests.helpers import small_ppo, small_ma_ppo
+from tests.helpers import small_ppo, small_ma_ppo, weights_digest
 algo = ({factory}).build()
 for _ in range(3):
     algo.train()
-digest = hashlib.sha256()
-for pid in sorted(algo.policies):
-    for name, array in sorted(algo.get_policy(pid).get_weights().items()):
-        digest.update(name.encode()); digest.update(array.tobytes())
-print(json.dumps(digest.hexdigest()))
+print(json.dumps(weights_digest(algo)))
 """
 
 
