@@ -103,6 +103,10 @@ def _export(args: argparse.Namespace) -> int:
     from cairn.export import export_model
     from cairn.policy.policy import Policy
 
+    if args.opset is not None and args.format != "onnx":
+        print("cairn export: --opset applies to --format onnx only.", file=sys.stderr)
+        return 2
+
     loaded = Policy.from_checkpoint(args.checkpoint)
     if isinstance(loaded, dict):
         if args.policy_id is None:

@@ -64,7 +64,7 @@ class PolicyGraph(nn.Module):
         self.clip = 0.0
         if isinstance(obs_filter, MeanStdFilter):
             # The very arrays MeanStdFilter.apply uses, so that the results agree bit for bit.
-            mean, inv_std = obs_filter._constants()
+            mean, inv_std = obs_filter.constants()
             self.register_buffer("obs_mean", torch.from_numpy(mean.copy()))
             self.register_buffer("obs_inv_std", torch.from_numpy(inv_std.copy()))
             self.clip = float(obs_filter.clip)

@@ -86,7 +86,9 @@ class MeanStdFilter:
         self._delta = _merge(*self._delta, n, b_mean, b_m2)
         self._cache = None
 
-    def _constants(self) -> tuple[np.ndarray, np.ndarray]:
+    def constants(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, 1 / (std + epsilon))`` as float32, exactly as :meth:`apply` uses them
+        (exported models embed these)."""
         if self._cache is None:
             self._cache = (
                 self.mean.astype(np.float32),
@@ -95,7 +97,7 @@ class MeanStdFilter:
         return self._cache
 
     def apply(self, batch: np.ndarray) -> np.ndarray:
-        mean, inv_std = self._constants()
+        mean, inv_std = self.constants()
         out = (batch - mean) * inv_std
         return np.clip(out, -self.clip, self.clip, out=out)
 

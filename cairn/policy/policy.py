@@ -330,11 +330,18 @@ class Policy:
         return policy
 
     # ------------------------------------------------------------------------------ checkpoint
-    def export_checkpoint(self, export_dir: str | os.PathLike[str]) -> None:
-        """Write this policy alone as a Policy checkpoint directory (atomically)."""
+    def export_checkpoint(
+        self, export_dir: str | os.PathLike[str], *, export_native_model_files: bool = False
+    ) -> None:
+        """Write this policy alone as a Policy checkpoint directory (atomically).
+
+        With ``export_native_model_files=True`` the checkpoint also gets ``model/`` (a torch
+        program, and ONNX when the ``onnx`` extra is installed), as Algorithm checkpoints do with
+        ``config.checkpointing(export_native_model_files=True)``.
+        """
         from cairn.checkpoint.writer import save_policy
 
-        save_policy(self, export_dir)
+        save_policy(self, export_dir, export_native=export_native_model_files)
 
     def export_model(self, export_dir: str | os.PathLike[str], *, onnx: int | None = None) -> None:
         """Write the observation-to-action path in a native format that loads without cairn.

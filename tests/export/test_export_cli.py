@@ -54,3 +54,21 @@ def test_export_policy_checkpoint_needs_no_policy_id(tmp_path: Path, helpers: An
     checkpoint = save_policy(policy, tmp_path / "ckpt")
     assert main(["export", checkpoint, "--format", "torch", "--out", str(tmp_path / "out")]) == 0
     helpers.check_model_dir(policy, tmp_path / "out")
+
+
+def test_opset_with_torch_format_is_a_usage_error(tmp_path):
+    from cairn.cli import main
+
+    assert main(["export", str(tmp_path), "--format", "torch", "--opset", "18", "--out", str(tmp_path / "o")]) == 2
+
+
+def test_policy_export_checkpoint_can_include_native_files(tmp_path):
+    import gymnasium as gym
+
+    import cairn
+
+    policy = cairn.Policy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
+    policy.export_checkpoint(tmp_path / "p", export_native_model_files=True)
+    info = cairn.get_checkpoint_info(tmp_path / "p")
+    assert info["native_model"]["status"] == "ok"
+    assert "model/signature.json" in info["files"]
