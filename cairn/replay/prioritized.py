@@ -83,6 +83,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return state
 
     def set_state(self, state: Mapping[str, Any]) -> None:
+        if state.get("type") != self.type_name:
+            raise ValueError(
+                f"State is of a {state.get('type')!r} replay buffer; this one is {self.type_name!r}."
+            )
         priorities = np.asarray(state["priorities"], dtype=np.float64)
         if len(priorities) != int(state["size"]):
             raise ValueError(

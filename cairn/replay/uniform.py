@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from cairn.env_runner.env_state import make_rng, rng_state
+from cairn.rng import make_rng, rng_state
 
 __all__ = ["ReplayBuffer"]
 

@@ -17,6 +17,7 @@ from cairn.algorithms.dqn.loss import dqn_loss, n_step_returns
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.policy.policy import Policy
+from cairn.policy.torch_utils import clip_grad_norm
 from cairn.registry import register_class
 from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer, make_replay_buffer
 
@@ -52,23 +53,22 @@ class DQN(Algorithm):
         self.replay_buffers: dict[str, ReplayBuffer] = {}
         # Gradient updates owed to each policy by the replay ratio (fractions carry over).
         self._update_credit: dict[str, float] = {}
-        for pid, policy in self.policies.items():
-            if not isinstance(policy, DQNPolicy):
-                raise TypeError(f"DQN needs DQNPolicy policies; {pid!r} is a {type(policy).__name__}.")
+        for pid in self.policies:
+            self._dqn_policy(pid)
 
     def _buffer(self, pid: str) -> ReplayBuffer:
         if pid not in self.replay_buffers:
-            seed = self.config.seed
+            seed = self._cfg.seed
             entropy = None if seed is None else [seed, 2, zlib.crc32(pid.encode())]
             self.replay_buffers[pid] = make_replay_buffer(
-                self.config.replay_buffer_config,  # type: ignore[attr-defined]
+                self._cfg.replay_buffer_config,
                 seed=int(np.random.SeedSequence(entropy).generate_state(1)[0]),
             )
         return self.replay_buffers[pid]
 
     # ---------------------------------------------------------------------------- training
     def training_step(self) -> dict[str, dict[str, float]]:
-        cfg: Any = self.config
+        cfg = self._cfg
         history: dict[str, list[torch.Tensor]] = {}
         start = self.counters["num_env_steps_sampled_lifetime"]
         while self.counters["num_env_steps_sampled_lifetime"] - start < cfg.train_batch_size:
@@ -85,41 +85,53 @@ class DQN(Algorithm):
                 if not learning or buffer is None or not len(buffer):
                     continue
                 for _ in range(self._updates_due(pid, 0 if batch is None else len(batch))):
-                    history.setdefault(pid, []).append(self._learn(self.policies[pid], buffer))
+                    history.setdefault(pid, []).append(self._learn(self._dqn_policy(pid), buffer))
                     self.counters["num_env_steps_trained_lifetime"] += cfg.minibatch_size
-                policy = self.policies[pid]
-                assert isinstance(policy, DQNPolicy)
+                policy = self._dqn_policy(pid)
                 if policy.global_timestep - policy.last_target_update >= cfg.target_network_update_freq:
                     policy.update_target()
         stats: dict[str, dict[str, float]] = {}
         for pid, rows in history.items():
-            policy = self.policies[pid]
-            assert isinstance(policy, DQNPolicy)
+            policy = self._dqn_policy(pid)
             means = torch.stack(rows).mean(dim=0).tolist()
-            stats[pid] = dict(zip(("loss", "q_mean", "target_mean", "td_error_abs_mean"), means))
+            stats[pid] = dict(zip(("loss", "q_mean", "target_mean", "td_error_abs_mean"), means, strict=True))
             stats[pid].update(num_grad_updates=float(policy.num_grad_updates),
                               epsilon=policy.epsilon, replay_buffer_size=float(len(self.replay_buffers[pid])))
         return stats
 
+    @property
+    def _cfg(self) -> Any:
+        """The config, typed loosely: its settings are declared as FIELDS, not attributes."""
+        return self.config
+
+    def _dqn_policy(self, pid: str) -> DQNPolicy:
+        policy = self.policies[pid]
+        if not isinstance(policy, DQNPolicy):
+            raise TypeError(
+                f"DQN trains DQNPolicy policies; {pid!r} is a {type(policy).__name__}. Add it with "
+                "PolicySpec(DQNPolicy, ...) or leave policy_class unset."
+            )
+        return policy
+
     def _updates_due(self, pid: str, rows: int) -> int:
         """Gradient updates owed after ``rows`` new transitions of policy ``pid``."""
-        intensity = self.config.training_intensity  # type: ignore[attr-defined]
+        intensity = self._cfg.training_intensity
         if intensity is None:
             return 1 if rows else 0
-        credit = self._update_credit.get(pid, 0.0) + rows * intensity / self.config.minibatch_size
+        credit = self._update_credit.get(pid, 0.0) + rows * intensity / self._cfg.minibatch_size
         due = int(credit)
         self._update_credit[pid] = credit - due
         return due
 
     def _transitions(self, batch: SampleBatch) -> dict[str, np.ndarray]:
         """Rows to store: n-step returns, bootstrapping from the window's last next_obs."""
-        n = self.config.n_step  # type: ignore[attr-defined]
+        n = self._cfg.n_step
         if n == 1:
             returns, last = batch["rewards"], np.arange(len(batch))
             steps = np.ones(len(batch), dtype=np.int32)
         else:
             returns, last, steps = n_step_returns(batch["rewards"], batch["ends"],
-                                                  gamma=self.config.gamma, n=n)
+                                                  gamma=self._cfg.gamma, n=n)
         return {
             "obs": batch["obs"],
             "actions": batch["actions"],
@@ -130,7 +142,7 @@ class DQN(Algorithm):
         }
 
     def _learn(self, policy: DQNPolicy, buffer: ReplayBuffer) -> torch.Tensor:
-        cfg: Any = self.config
+        cfg = self._cfg
         sample = buffer.sample(cfg.minibatch_size)
         size = len(sample["actions"])
         obs = torch.from_numpy(sample["obs"])
@@ -155,7 +167,7 @@ class DQN(Algorithm):
         policy.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip)
+            clip_grad_norm(list(policy.model.parameters()), cfg.grad_clip)
         policy.optimizer.step()
         policy.num_grad_updates += 1
         if isinstance(buffer, PrioritizedReplayBuffer):
@@ -172,7 +184,7 @@ class DQN(Algorithm):
     def _get_components(self, *, copy: bool) -> dict[str, Any]:
         """The replay buffers, when ``store_replay_buffer`` is set: in checkpoints as the
         ``replay_buffer`` component, and in :meth:`get_state` (as a copy) likewise."""
-        if not self.config.store_replay_buffer:  # type: ignore[attr-defined]
+        if not self._cfg.store_replay_buffer:
             return {}
         return {REPLAY_BUFFER_COMPONENT: {
             "policies": {pid: buf.get_state(copy=copy) for pid, buf in self.replay_buffers.items()},

@@ -18,8 +18,8 @@ from cairn.registry import register_class
 
 __all__ = ["DQNPolicy", "epsilon_at", "check_epsilon_schedule", "DEFAULT_EPSILON"]
 
-#: ``[[timestep, epsilon], ...]``: linear from 1.0 to 0.05 over the first 10k steps.
-DEFAULT_EPSILON: list[list[float]] = [[0, 1.0], [10_000, 0.05]]
+#: ``[[timestep, epsilon], ...]``: linear from 1.0 to 0.04 over the first 8k steps.
+DEFAULT_EPSILON: list[list[float]] = [[0, 1.0], [8_000, 0.04]]
 
 
 def check_epsilon_schedule(key: str, value: Any) -> None:
@@ -69,8 +69,8 @@ class DQNPolicy(Policy):
     """
 
     DEFAULT_CONFIG: dict[str, Any] = {
-        "model": {**DEFAULT_MODEL_CONFIG, "hidden": [64, 64], "activation": "relu"},
-        "lr": 5e-4,
+        "model": {**DEFAULT_MODEL_CONFIG, "hidden": [256, 256], "activation": "relu"},
+        "lr": 2.3e-3,
         "observation_filter": "NoFilter",
         "dueling": True,
         "epsilon": DEFAULT_EPSILON,
@@ -114,15 +114,18 @@ class DQNPolicy(Policy):
         if explore:
             self.epsilon = epsilon_at(self.config["epsilon"], self.global_timestep)
             n = processed_obs.shape[0]
-            explore_mask = torch.rand(n, generator=self.generator) < self.epsilon
-            random_actions = torch.randint(self.num_actions, (n,), generator=self.generator)
-            if bool(explore_mask.all()):  # nothing greedy to compute
-                return random_actions.numpy()
-        with torch.inference_mode():
-            greedy = self.model(torch.from_numpy(processed_obs)).argmax(dim=1)
+            explore_mask = np.asarray(self.np_random.random(n) < self.epsilon)
+            random_actions = np.asarray(self.np_random.integers(self.num_actions, size=n))
+            if explore_mask.all():  # nothing greedy to compute
+                return random_actions
+        greedy = self.compute_action_inputs(processed_obs).argmax(axis=1)
         if explore:
-            greedy = torch.where(explore_mask, random_actions, greedy)
-        return greedy.numpy()
+            return np.where(explore_mask, random_actions, greedy)
+        return greedy  # type: ignore[no-any-return]
+
+    def compute_action_inputs(self, processed_obs: np.ndarray) -> np.ndarray:
+        """Q-values of processed observations (the action distribution's logits)."""
+        return self.model.numpy_q_values(processed_obs)  # type: ignore[no-any-return,operator]
 
     def compute_q_values(self, obs_batch: Sequence[Any] | np.ndarray) -> np.ndarray:
         """``Q(s, .)`` for a batch of raw observations, ``[batch, num_actions]``."""

@@ -1,0 +1,117 @@
+"""DQN's pure maths: n-step returns, the TD loss, and the dueling Q-network."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cairn.algorithms.dqn.loss import dqn_loss, n_step_returns
+from cairn.algorithms.dqn.model import QNetwork
+
+
+def n_step_reference(rewards, ends, gamma, n):  # type: ignore[no-untyped-def]
+    """The definition, one transition at a time."""
+    out, lasts, steps = [], [], []
+    for t in range(len(rewards)):
+        g, k = 0.0, 0
+        while True:
+            g += gamma**k * rewards[t + k]
+            k += 1
+            if ends[t + k - 1] or k == n:
+                break
+        out.append(g)
+        lasts.append(t + k - 1)
+        steps.append(k)
+    return np.array(out), np.array(lasts), np.array(steps)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_n_step_returns_match_definition(n: int) -> None:
+    rng = np.random.default_rng(n)
+    rewards = rng.normal(size=40).astype(np.float32)
+    ends = rng.random(40) < 0.2
+    ends[-1] = True
+    returns, last, steps = n_step_returns(rewards, ends, gamma=0.9, n=n)
+    ref_returns, ref_last, ref_steps = n_step_reference(rewards, ends, 0.9, n)
+    np.testing.assert_allclose(returns, ref_returns, rtol=1e-5)
+    np.testing.assert_array_equal(last, ref_last)
+    np.testing.assert_array_equal(steps, ref_steps)
+
+
+def q(*rows: list[float]) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_double_q_evaluates_the_online_argmax_with_the_target_network() -> None:
+    q_values = q([1.0, 2.0]).requires_grad_()
+    next_target = q([10.0, 0.0])
+    next_online = q([0.0, 5.0])  # online prefers action 1, worth 0 to the target
+    args = (q_values, torch.tensor([1]), torch.tensor([1.0]), torch.tensor([False]),
+            torch.tensor([0.5]), next_target, next_online)
+    _, td_double, stats = dqn_loss(*args, double_q=True, loss_fn="mse")
+    _, td_plain, _ = dqn_loss(*args, double_q=False, loss_fn="mse")
+    # double: y = 1 + 0.5 * Q_target(s', 1) = 1; plain: y = 1 + 0.5 * max Q_target = 6
+    assert td_double.tolist() == [1.0]
+    assert td_plain.tolist() == [-4.0]
+    assert stats["target_mean"].item() == 1.0
+
+
+def test_terminal_transitions_do_not_bootstrap_and_truncation_is_not_terminal() -> None:
+    q_values = q([0.0, 0.0], [0.0, 0.0]).requires_grad_()
+    _, td, _ = dqn_loss(q_values, torch.tensor([0, 0]), torch.tensor([1.0, 1.0]),
+                        torch.tensor([True, False]), torch.tensor([0.99, 0.99]),
+                        q([7.0, 7.0], [7.0, 7.0]), q([1.0, 0.0], [1.0, 0.0]))
+    assert td.tolist() == pytest.approx([-1.0, -(1.0 + 0.99 * 7.0)])
+
+
+def test_huber_is_quadratic_near_zero_and_linear_beyond_one() -> None:
+    def loss_for(error: float, fn: str) -> float:
+        q_values = q([error]).requires_grad_()
+        loss, _, _ = dqn_loss(q_values, torch.tensor([0]), torch.tensor([0.0]), torch.tensor([True]),
+                              torch.tensor([1.0]), q([0.0]), q([0.0]), loss_fn=fn)
+        return float(loss.detach())
+
+    assert loss_for(0.5, "huber") == pytest.approx(0.125)
+    assert loss_for(3.0, "huber") == pytest.approx(2.5)
+    assert loss_for(3.0, "mse") == pytest.approx(9.0)
+    with pytest.raises(ValueError, match="loss_fn"):
+        loss_for(1.0, "l1")
+
+
+def test_importance_weights_scale_each_sample_and_gradients_reach_taken_actions_only() -> None:
+    q_values = q([2.0, 0.0], [0.0, 4.0]).requires_grad_()
+    args = (q_values, torch.tensor([0, 1]), torch.tensor([0.0, 0.0]), torch.tensor([True, True]),
+            torch.tensor([1.0, 1.0]), q([0, 0], [0, 0]), q([0, 0], [0, 0]))
+    loss, _, _ = dqn_loss(*args, loss_fn="mse", weights=torch.tensor([1.0, 0.0]))
+    assert float(loss.detach()) == pytest.approx(4.0 / 2)
+    loss.backward()
+    assert q_values.grad is not None
+    assert q_values.grad.tolist() == [[2.0, 0.0], [0.0, 0.0]]
+
+
+def test_dueling_head_combines_value_and_centred_advantages() -> None:
+    torch.manual_seed(0)
+    net = QNetwork(3, 4, hidden=[8], dueling=True)
+    obs = torch.randn(5, 3)
+    features = net.trunk(obs)
+    assert net.value_head is not None
+    value = net.value_head(features).squeeze(1)
+    q_values = net(obs)
+    torch.testing.assert_close(q_values.mean(dim=1), value)
+    advantages = net.advantage_head(features)
+    torch.testing.assert_close(q_values - value[:, None], advantages - advantages.mean(1, keepdim=True))
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_numpy_forward_matches_torch(dueling: bool) -> None:
+    net = QNetwork(4, 3, hidden=[16, 16], activation="relu", dueling=dueling)
+    net.reset_parameters(torch.Generator().manual_seed(1))
+    obs = np.random.default_rng(0).normal(size=(7, 4)).astype(np.float32)
+    with torch.no_grad():
+        expected = net(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(net.numpy_q_values(obs), expected, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():  # the numpy path views the live parameters
+        net.advantage_head.bias.add_(1.0)
+        expected = net(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(net.numpy_q_values(obs), expected, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,221 @@
+"""Replay buffers: ring storage, sampling, priorities and exact state round trips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cairn.replay import (
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    SumTree,
+    make_replay_buffer,
+    replay_buffer_from_state,
+)
+
+
+def rows(start: int, count: int) -> dict[str, np.ndarray]:
+    ids = np.arange(start, start + count)
+    return {"obs": np.stack([ids, -ids], axis=1).astype(np.float32), "actions": ids.astype(np.int64),
+            "done": ids % 2 == 0}
+
+
+def test_add_fills_then_overwrites_oldest() -> None:
+    buffer = ReplayBuffer(5, seed=0)
+    buffer.add(rows(0, 3))
+    assert (len(buffer), buffer.cursor) == (3, 3)
+    slots = buffer.add(rows(3, 4))
+    assert slots.tolist() == [3, 4, 0, 1]
+    assert (len(buffer), buffer.cursor, buffer.num_added) == (5, 2, 7)
+    assert buffer.columns["actions"].tolist() == [5, 6, 2, 3, 4]
+    assert buffer.columns["obs"][:, 1].tolist() == [-5, -6, -2, -3, -4]
+
+
+def test_batch_larger_than_capacity_keeps_newest_rows() -> None:
+    buffer = ReplayBuffer(4, seed=0)
+    buffer.add(rows(0, 1))
+    buffer.add(rows(1, 10))
+    assert sorted(buffer.columns["actions"].tolist()) == [7, 8, 9, 10]
+    assert buffer.columns["actions"][(buffer.cursor - 1) % 4] == 10
+
+
+def test_add_rejects_ragged_or_different_columns() -> None:
+    buffer = ReplayBuffer(4)
+    with pytest.raises(ValueError, match="equal lengths"):
+        buffer.add({"a": np.zeros(2), "b": np.zeros(3)})
+    buffer.add({"a": np.zeros(2)})
+    with pytest.raises(ValueError, match="differ"):
+        buffer.add({"b": np.zeros(2)})
+
+
+def test_sample_is_uniform_over_filled_rows_and_seeded() -> None:
+    buffer = ReplayBuffer(100, seed=1)
+    buffer.add(rows(0, 10))
+    sample = buffer.sample(5000)
+    assert set(sample["actions"].tolist()) == set(range(10))
+    counts = np.bincount(sample["actions"], minlength=10)
+    assert counts.min() > 400 and counts.max() < 600
+    np.testing.assert_array_equal(sample["obs"][:, 0], sample["actions"])
+    other = ReplayBuffer(100, seed=1)
+    other.add(rows(0, 10))
+    np.testing.assert_array_equal(other.sample(5000)["batch_indexes"], sample["batch_indexes"])
+    with pytest.raises(ValueError, match="empty"):
+        ReplayBuffer(3).sample(1)
+
+
+def test_state_holds_only_filled_rows_and_restores_exactly() -> None:
+    buffer = ReplayBuffer(1000, seed=3)
+    buffer.add(rows(0, 30))
+    buffer.sample(7)  # advance the generator
+    state = buffer.get_state()
+    assert all(len(v) == 30 for v in state["columns"].values())
+    assert (state["size"], state["cursor"], state["capacity"]) == (30, 30, 1000)
+    restored = replay_buffer_from_state(state)
+    first, second = buffer.sample(64), restored.sample(64)
+    for key in first:
+        np.testing.assert_array_equal(first[key], second[key])
+    restored.add(rows(30, 5))
+    buffer.add(rows(30, 5))
+    np.testing.assert_array_equal(buffer.columns["actions"][:35], restored.columns["actions"][:35])
+
+
+def test_get_state_copy_false_returns_views_and_copy_true_copies() -> None:
+    buffer = ReplayBuffer(8, seed=0)
+    buffer.add(rows(0, 8))
+    view = buffer.get_state(copy=False)["columns"]["actions"]
+    snap = buffer.get_state()["columns"]["actions"]
+    assert np.shares_memory(view, buffer.columns["actions"])
+    assert not np.shares_memory(snap, buffer.columns["actions"])
+
+
+def test_restoring_one_state_twice_does_not_share_storage() -> None:
+    buffer = ReplayBuffer(4, seed=0)
+    buffer.add(rows(0, 4))
+    state = buffer.get_state()
+    a, b = ReplayBuffer(4), ReplayBuffer(4)
+    a.set_state(state)
+    b.set_state(state)
+    a.add(rows(100, 1))
+    assert 100 not in b.columns["actions"]
+
+
+def test_full_column_viewing_file_bytes_is_adopted() -> None:
+    raw = bytearray(np.arange(4, dtype=np.int64).tobytes())
+    adopted = np.frombuffer(raw, dtype=np.int64)
+    buffer = ReplayBuffer(4, seed=0)
+    buffer.add({"actions": np.zeros(4, dtype=np.int64)})
+    state = buffer.get_state()
+    state["columns"] = {"actions": adopted}
+    restored = ReplayBuffer(4)
+    restored.set_state(state)
+    assert np.shares_memory(restored.columns["actions"], adopted)
+
+
+def test_restore_into_other_capacity_keeps_newest_in_order() -> None:
+    buffer = ReplayBuffer(5, seed=0)
+    buffer.add(rows(0, 8))  # holds 3..7, oldest (3) at the cursor
+    smaller = ReplayBuffer(3)
+    with pytest.warns(UserWarning, match="capacity"):
+        smaller.set_state(buffer.get_state())
+    assert smaller.columns["actions"].tolist() == [5, 6, 7]
+    larger = ReplayBuffer(10)
+    with pytest.warns(UserWarning):
+        larger.set_state(buffer.get_state())
+    assert larger.columns["actions"][: len(larger)].tolist() == [3, 4, 5, 6, 7]
+
+
+def test_set_state_rejects_other_type_and_bad_sizes() -> None:
+    buffer = ReplayBuffer(4, seed=0)
+    buffer.add(rows(0, 2))
+    state = buffer.get_state()
+    with pytest.raises(ValueError, match="uniform"):
+        PrioritizedReplayBuffer(4).set_state(state)
+    state["size"] = 3
+    with pytest.raises(ValueError, match="size"):
+        ReplayBuffer(4).set_state(state)
+
+
+def test_empty_buffer_state_round_trip() -> None:
+    restored = replay_buffer_from_state(ReplayBuffer(4, seed=0).get_state())
+    assert len(restored) == 0 and restored.columns == {}
+
+
+# ------------------------------------------------------------------------------- sum tree
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.0, 100.0), min_size=1, max_size=40), st.data())
+def test_sum_tree_find_matches_cumulative_sum(priorities: list[float], data: st.DataObject) -> None:
+    p = np.array(priorities)
+    if p.sum() <= 0:
+        p[0] = 1.0
+    tree = SumTree(len(p))
+    tree.update(np.arange(len(p)), p)
+    assert tree.total == pytest.approx(p.sum())
+    assert tree.min(len(p)) == p.min()
+    targets = np.array(data.draw(st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=20)))
+    targets = targets * tree.total
+    found = tree.find(targets)
+    cumulative = np.cumsum(p)
+    for target, leaf in zip(targets, found, strict=True):
+        assert p[leaf] > 0
+        assert cumulative[leaf] - p[leaf] <= target * (1 + 1e-12) + 1e-9
+        assert target <= cumulative[leaf] * (1 + 1e-12) + 1e-9
+
+
+def test_sum_tree_rebuild_is_bit_identical_to_updates() -> None:
+    rng = np.random.default_rng(0)
+    tree = SumTree(37)
+    for _ in range(50):
+        idx = rng.integers(0, 37, size=5)
+        tree.update(idx, rng.random(5))
+    rebuilt = SumTree(37)
+    rebuilt.rebuild(tree.leaves(37).copy())
+    np.testing.assert_array_equal(tree.sums, rebuilt.sums)
+    np.testing.assert_array_equal(tree.mins, rebuilt.mins)
+
+
+# ---------------------------------------------------------------------------- prioritized
+def test_prioritized_sampling_follows_priorities() -> None:
+    buffer = PrioritizedReplayBuffer(8, alpha=1.0, beta=1.0, epsilon=0.0, seed=0)
+    buffer.add(rows(0, 4))
+    buffer.update_priorities(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+    sample = buffer.sample(20_000)
+    freq = np.bincount(sample["batch_indexes"], minlength=4) / 20_000
+    np.testing.assert_allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=0.01)
+    # weights (N P(i))^-beta normalised by the largest: P_min / P(i) with beta=1.
+    expected = 0.1 / (np.array([1, 2, 3, 4]) / 10)
+    np.testing.assert_allclose(sample["weights"], expected[sample["batch_indexes"]], rtol=1e-6)
+
+
+def test_new_transitions_get_the_largest_priority() -> None:
+    buffer = PrioritizedReplayBuffer(8, alpha=0.5, epsilon=0.0, seed=0)
+    buffer.add(rows(0, 2))
+    buffer.update_priorities(np.array([0, 1]), np.array([9.0, 1.0]))
+    buffer.add(rows(2, 1))
+    assert buffer.tree.leaves(3).tolist() == [3.0, 1.0, 3.0]
+
+
+def test_prioritized_state_round_trip_is_exact() -> None:
+    buffer = make_replay_buffer({"type": "prioritized", "capacity": 50, "alpha": 0.7}, seed=5)
+    rng = np.random.default_rng(1)
+    for start in range(0, 80, 10):
+        buffer.add(rows(start, 10))
+        sample = buffer.sample(8)
+        buffer.update_priorities(sample["batch_indexes"], rng.normal(size=8))
+    state = buffer.get_state()
+    assert len(state["priorities"]) == 50
+    restored = replay_buffer_from_state(state)
+    assert isinstance(restored, PrioritizedReplayBuffer) and restored.alpha == 0.7
+    np.testing.assert_array_equal(buffer.tree.sums, restored.tree.sums)
+    for _ in range(3):
+        a, b = buffer.sample(16), restored.sample(16)
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+        buffer.update_priorities(a["batch_indexes"], a["obs"][:, 0])
+        restored.update_priorities(b["batch_indexes"], b["obs"][:, 0])
+
+
+def test_make_replay_buffer_rejects_unknown_type() -> None:
+    with pytest.raises(ValueError, match="Unknown replay buffer type"):
+        make_replay_buffer({"type": "reservoir"})
