@@ -19,6 +19,8 @@ __all__ = [
     "UnsafeCheckpointError",
     "UnknownPolicyIdError",
     "MissingCallableError",
+    "CheckpointConfigError",
+    "CheckpointEnvError",
 ]
 
 
@@ -71,3 +73,17 @@ class UnknownPolicyIdError(CheckpointError, KeyError):
 
 class MissingCallableError(CheckpointError):
     """The checkpoint recorded a callable it could not store; pass it to the restore call."""
+
+
+class CheckpointConfigError(CheckpointFormatError, ConfigError):
+    """The config stored in a checkpoint (with any overrides passed to the restore) is invalid.
+
+    Both ``except CheckpointError`` and ``except ConfigError`` catch it.
+    """
+
+
+class CheckpointEnvError(CheckpointFormatError, EnvError):
+    """The environment named by a checkpoint's config cannot be created in this process.
+
+    Both ``except CheckpointError`` and ``except EnvError`` catch it.
+    """

@@ -99,7 +99,7 @@ def cleanup(root: str | os.PathLike[str], *, name: str | None = None) -> list[st
     restored. ``name`` limits the cleanup to leftovers of that checkpoint name.
     """
     root_path = Path(root)
-    done = []
+    done: list[str] = []
     if not root_path.is_dir():
         return done
     for entry in root_path.iterdir():
@@ -111,7 +111,7 @@ def cleanup(root: str | os.PathLike[str], *, name: str | None = None) -> list[st
             if name is not None and target_name != name:
                 continue
             pid = _owner_pid(base, marker)
-            if pid is None or (pid != os.getpid() and _pid_alive(pid)):
+            if pid is None or (pid != os.getpid() and _pid_alive(pid)) or str(entry) in _IN_PROGRESS:
                 continue
             target = root_path / target_name
             if marker == OLD_MARKER and not target.exists():
@@ -122,36 +122,96 @@ def cleanup(root: str | os.PathLike[str], *, name: str | None = None) -> list[st
     return done
 
 
+#: Temporary directories this process is writing right now: never cleaned up from under a save
+#: running in another thread.
+_IN_PROGRESS: set[str] = set()
+
+
 @contextlib.contextmanager
 def atomic_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh temporary directory; on normal exit it atomically becomes ``target``.
 
-    On an exception the temporary directory is removed and ``target`` is untouched.
+    On an exception the temporary directory is removed and ``target`` is untouched. An
+    ``OSError`` (e.g. ``ENOSPC``, disk full) is raised again as an ``OSError`` of the same
+    ``errno`` whose message names ``target`` and says that the previous checkpoint is intact.
     """
     target = Path(target).absolute()
     parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    if target.exists() and not target.is_dir():
-        raise FileExistsError(f"{target} exists and is not a directory")
-    cleanup(parent, name=target.name)
-    tmp = parent / f".{target.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
-    tmp.mkdir()
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        if target.exists() and not target.is_dir():
+            raise FileExistsError(errno.EEXIST, f"{target} exists and is not a directory", str(target))
+        cleanup(parent, name=target.name)
+        tmp = parent / f".{target.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+        tmp.mkdir()
+    except OSError as exc:
+        raise _save_error(exc, target) from exc
+    _IN_PROGRESS.add(str(tmp))
     try:
         yield tmp
         _fsync_tree(tmp)
-        if not target.exists():
-            os.rename(tmp, target)
-        elif _exchange(tmp, target):
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            old = parent / f".{target.name}{OLD_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
-            os.rename(target, old)
-            os.rename(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
+        _move_into_place(tmp, target)
         fsync_dir(parent)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _save_error(exc, target) from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        _IN_PROGRESS.discard(str(tmp))
+
+
+def _save_error(exc: OSError, target: Path) -> OSError:
+    """The same kind of OSError, saying which checkpoint failed and that the old one is intact."""
+    if exc.errno is None:
+        return exc
+    cause = exc.strerror or str(exc)
+    where = f" ({exc.filename})" if exc.filename else ""
+    return OSError(
+        exc.errno,
+        f"Could not save the checkpoint {target}: {cause}{where}. The previous checkpoint at "
+        "that path, if any, is unchanged, and the partial write was removed.",
+        str(target),
+    )
+
+
+def _move_into_place(tmp: Path, target: Path) -> None:
+    """Atomically make ``tmp`` the directory at ``target``, replacing any checkpoint there.
+
+    Concurrent writers of the same target are fine: each one's rename or exchange is atomic, so
+    the target always holds one complete checkpoint (the last one moved in).
+    """
+    for _ in range(100):  # another writer may create or replace the target between our steps
+        if not os.path.lexists(target):
+            try:
+                os.rename(tmp, target)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                continue  # another writer got there first: exchange with its checkpoint
+        try:
+            exchanged = _exchange(tmp, target)
+        except FileNotFoundError:
+            continue  # the target vanished meanwhile (another writer's two-step replace)
+        if exchanged:
+            shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old checkpoint
+            return
+        old = target.parent / f".{target.name}{OLD_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            os.rename(target, old)
+        except FileNotFoundError:
+            continue
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not os.path.lexists(target):
+                os.rename(old, target)  # put the old checkpoint back before failing
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    raise OSError(errno.EBUSY, f"{target} kept changing while this checkpoint was moved there")
 
 
 def _fsync_tree(root: Path) -> None:

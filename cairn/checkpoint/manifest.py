@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
-import os
+import math
 import platform
-import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Union
 
+from cairn.checkpoint.dirhandle import CheckpointDir
 from cairn.checkpoint.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -18,6 +19,7 @@ from cairn.checkpoint.format import (
     MANIFEST_FILE,
     MAX_JSON_BYTES,
     MAX_MANIFEST_BYTES,
+    POLICIES_DIR,
 )
 from cairn.checkpoint.migrations import parse_version
 from cairn.checkpoint.safetensors_io import new_hasher
@@ -91,45 +93,49 @@ def _load_json(data: bytes | bytearray, what: str) -> Any:
     def reject_constant(value: str) -> None:
         raise ValueError(f"non-standard JSON constant {value}")
 
+    def finite_float(text: str) -> float:
+        # 1e999 parses to inf: a way around the ban on non-standard constants.
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"number {text:.40} does not fit a float")
+        return value
+
     try:
-        return json.loads(data, parse_constant=reject_constant)
+        return json.loads(data, parse_constant=reject_constant, parse_float=finite_float)
     except RecursionError:
         raise CheckpointCorruptedError(f"{what} is nested too deeply to be a cairn file.") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:  # incl. ints over sys.get_int_max_str_digits()
         raise CheckpointCorruptedError(f"{what} is not valid JSON: {exc}.") from None
 
 
-def _check_regular_file(path: Path, root: Path, what: str) -> os.stat_result:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        raise CheckpointNotFoundError(f"{what} is missing: {path} does not exist.") from None
-    if stat.S_ISLNK(info.st_mode):
-        raise UnsafeCheckpointError(
-            f"{what} ({path}) is a symbolic link; checkpoints must contain regular files only."
-        )
-    if not stat.S_ISREG(info.st_mode):
-        raise CheckpointCorruptedError(f"{what} ({path}) is not a regular file.")
-    # A directory on the way could itself be a link that leads outside the checkpoint.
-    if not os.path.realpath(path).startswith(os.path.realpath(root) + os.sep):
-        raise UnsafeCheckpointError(f"{what} ({path}) resolves outside the checkpoint directory.")
-    return info
+Directory = Union[Path, CheckpointDir]
 
 
-def read_manifest(directory: Path, *, expected_type: str | None = None) -> dict[str, Any]:
+@contextlib.contextmanager
+def _opened(directory: Directory) -> Iterator[CheckpointDir]:
+    if isinstance(directory, CheckpointDir):
+        yield directory
+        return
+    with CheckpointDir.open(directory) as handle:
+        yield handle
+
+
+def read_manifest(directory: Directory, *, expected_type: str | None = None) -> dict[str, Any]:
     """Read and check the manifest of the checkpoint in ``directory`` (no other file is read)."""
-    path = directory / MANIFEST_FILE
-    if not path.exists() and not path.is_symlink():
-        raise CheckpointNotFoundError(
-            f"{directory} is not a cairn checkpoint: it has no {MANIFEST_FILE}. Pass the "
-            "directory that Algorithm.save() or Policy.export_checkpoint() wrote."
-        )
-    info = _check_regular_file(path, directory, "The manifest")
-    if info.st_size > MAX_MANIFEST_BYTES:
-        raise CheckpointCorruptedError(
-            f"{path} has {info.st_size} bytes, more than a manifest may ({MAX_MANIFEST_BYTES})."
-        )
-    manifest = _load_json(path.read_bytes(), str(path))
+    with _opened(directory) as handle:
+        path = handle.path / MANIFEST_FILE
+        try:
+            data = handle.read_file(MANIFEST_FILE, "a manifest", expected_size=None,
+                                    limit=MAX_MANIFEST_BYTES)
+        except CheckpointNotFoundError:
+            raise CheckpointNotFoundError(
+                f"{handle.path} is not a cairn checkpoint: it has no {MANIFEST_FILE}. Pass the "
+                "directory that Algorithm.save() or Policy.export_checkpoint() wrote."
+            ) from None
+        return _check_manifest(_load_json(data, str(path)), path, handle.path, expected_type)
+
+
+def _check_manifest(manifest: Any, path: Path, directory: Path, expected_type: str | None) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise CheckpointFormatError(
@@ -157,6 +163,8 @@ def read_manifest(directory: Path, *, expected_type: str | None = None) -> dict[
         raise CheckpointFormatError(
             f"{path}: hash_algorithm {manifest.get('hash_algorithm')!r:.40} is not {HASH_ALGORITHM!r}."
         )
+    if not isinstance(manifest.get("format_version"), str):
+        raise CheckpointFormatError(f"{path}: key 'format_version' is missing or not a str.")
     for name, entry in manifest["files"].items():
         safe_relative_path(name)
         if not (isinstance(entry, dict) and type(entry.get("size")) is int and entry["size"] >= 0
@@ -168,7 +176,7 @@ def read_manifest(directory: Path, *, expected_type: str | None = None) -> dict[
     if kind == "Algorithm":
         if not isinstance(policy_ids, list):
             raise CheckpointFormatError(f"{path}: policy_ids must be a list.")
-        lowered = set()
+        lowered: set[str] = set()
         for pid in policy_ids:
             if not validate_policy_id(pid):
                 raise UnsafeCheckpointError(
@@ -177,42 +185,47 @@ def read_manifest(directory: Path, *, expected_type: str | None = None) -> dict[
             if pid.lower() in lowered:
                 raise CheckpointFormatError(f"{path} lists policy ID {pid!r} twice (ignoring case).")
             lowered.add(pid.lower())
+            if f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}" not in manifest["files"]:
+                raise CheckpointFormatError(
+                    f"{path} lists policy {pid!r}, but not its manifest "
+                    f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE} among its files."
+                )
+        components = manifest.get("components", [])
+        if not isinstance(components, list):
+            raise CheckpointFormatError(f"{path}: 'components' must be a list of names.")
+        for name in components:
+            if not validate_policy_id(name):
+                raise UnsafeCheckpointError(
+                    f"{path} lists component {name!r:.80}, which is not a safe directory name."
+                )
     elif policy_ids is not None:
         raise CheckpointFormatError(f"{path}: a Policy checkpoint has policy_ids null.")
     return manifest
 
 
-def read_verified(directory: Path, name: str, manifest: Mapping[str, Any], *, limit: int = MAX_JSON_BYTES) -> bytearray:
+def read_verified(directory: Directory, name: str, manifest: Mapping[str, Any], *,
+                  limit: int = MAX_JSON_BYTES) -> bytearray:
     """Read one listed file, checking that it is a regular file inside the checkpoint with the
     manifest's size (before reading) and hash (after)."""
     entry = manifest["files"].get(name)
-    if entry is None:
-        raise CheckpointFormatError(f"{directory}: {name} is not listed in the manifest.")
-    path = directory / safe_relative_path(name)
-    info = _check_regular_file(path, directory, f"Checkpoint file {name}")
-    size = entry["size"]
-    if info.st_size != size:
-        raise CheckpointCorruptedError(
-            f"{path} has {info.st_size} bytes, but the manifest says {size}; the checkpoint is "
-            "truncated or was modified. Restore it from a good copy."
-        )
-    if size > limit:
-        raise CheckpointCorruptedError(f"{path} has {size} bytes, more than allowed here ({limit}).")
-    buffer = bytearray(size)
-    with open(path, "rb") as f:
-        read = f.readinto(buffer)
-    if read != size:
-        raise CheckpointCorruptedError(f"{path}: read {read} bytes, expected {size}.")
-    digest = new_hasher()
-    digest.update(buffer)
-    if digest.hexdigest() != entry["hash"]:
-        raise CheckpointCorruptedError(
-            f"{path} does not match its hash in the manifest; the file is corrupted or was "
-            "modified. Restore it from a good copy."
-        )
+    with _opened(directory) as handle:
+        if entry is None:
+            raise CheckpointFormatError(f"{handle.path}: {name} is not listed in the manifest.")
+        safe_relative_path(name)
+        buffer = handle.read_file(name, f"checkpoint file {name}", expected_size=entry["size"],
+                                  limit=limit)
+        digest = new_hasher()
+        digest.update(buffer)
+        if digest.hexdigest() != entry["hash"]:
+            raise CheckpointCorruptedError(
+                f"{handle.path / name} does not match its hash in the manifest; the file is "
+                "corrupted or was modified. Restore it from a good copy."
+            )
     return buffer
 
 
-def load_json_file(directory: Path, name: str, manifest: Mapping[str, Any]) -> Any:
+def load_json_file(directory: Directory, name: str, manifest: Mapping[str, Any]) -> Any:
     """Read a listed JSON file with verification."""
-    return _load_json(read_verified(directory, name, manifest), str(directory / name))
+    data = read_verified(directory, name, manifest)
+    shown = (directory.path if isinstance(directory, CheckpointDir) else directory) / name
+    return _load_json(data, str(shown))

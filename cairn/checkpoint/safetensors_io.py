@@ -49,7 +49,7 @@ def write_safetensors(f: IO[bytes], arrays: Mapping[str, np.ndarray], hasher: An
         header[name] = {"dtype": _NAMES[dtype], "shape": list(arr.shape),
                         "data_offsets": [offset, offset + arr.nbytes]}
         offset += arr.nbytes
-        views.append(memoryview(arr.reshape(-1)).cast("B") if arr.nbytes else b"")
+        views.append(memoryview(arr.reshape(-1)).cast("B") if arr.nbytes else b"")  # type: ignore[arg-type]
     header_bytes = json.dumps(header, separators=(",", ":")).encode()
     header_bytes += b" " * (-len(header_bytes) % _ALIGN)  # keep the data 8-byte aligned
     prefix = struct.pack("<Q", len(header_bytes)) + header_bytes

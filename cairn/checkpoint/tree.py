@@ -86,7 +86,7 @@ def join_arrays(tree: Any, arrays: Mapping[str, np.ndarray]) -> Any:
                 return arrays[name]
             if FLOAT_KEY in node:
                 value = node[FLOAT_KEY]
-                if len(node) != 1 or value not in _SPECIAL_FLOATS:
+                if len(node) != 1 or not isinstance(value, str) or value not in _SPECIAL_FLOATS:
                     raise TreeError(f"malformed float {node!r:.100}")
                 return _SPECIAL_FLOATS[value]
             return {k: walk(v, depth + 1) for k, v in node.items()}

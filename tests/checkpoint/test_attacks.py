@@ -1,0 +1,120 @@
+"""Hostile and broken checkpoints (tests/checkpoint/attacks/corpus.py) are refused with the right
+CheckpointError subclass, without running code, within bounded memory, in under a second."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cairn.algorithms.algorithm import Algorithm
+from cairn.checkpoint import get_checkpoint_info
+from cairn.errors import CheckpointCorruptedError, CheckpointError
+from cairn.policy.policy import Policy
+from tests.checkpoint.attacks import MANIFEST, base_checkpoints, copy_base
+from tests.checkpoint.attacks.corpus import ATTACKS, Attack
+
+#: Address space a load may add to the process (the base checkpoint is a few kB; the point is
+#: that a few bytes of hostile JSON cannot make the reader allocate gigabytes).
+MEMORY_HEADROOM = 1 << 30
+TIME_LIMIT_S = 1.0
+
+
+def _vm_size() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmSize")
+
+
+@contextlib.contextmanager
+def bounded_memory() -> Iterator[None]:
+    """Cap the address space at its current size plus MEMORY_HEADROOM while loading."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = _vm_size() + MEMORY_HEADROOM
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def load(loader: str, path: Path) -> None:
+    if loader == "info":
+        get_checkpoint_info(path)
+    elif loader == "policy":
+        Policy.from_checkpoint(path)
+    else:
+        Algorithm.from_checkpoint(path).stop()
+
+
+@pytest.fixture
+def canary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "canary"
+    monkeypatch.setenv("CAIRN_CANARY", str(path))
+    return path
+
+
+def test_corpus_is_large_and_distinct() -> None:
+    names = [a.name for a in ATTACKS]
+    assert len(set(names)) == len(names)
+    assert sum(a.error is not None for a in ATTACKS) >= 40
+
+
+def test_base_checkpoints_load() -> None:
+    """The corpus starts from checkpoints that load: each refusal is due to its change."""
+    root = base_checkpoints()
+    for kind, loaders in (("algo", ("info", "algo", "policy")), ("policy", ("info", "policy"))):
+        for loader in loaders:
+            load(loader, root / kind)
+
+
+@pytest.mark.parametrize("case", ATTACKS, ids=[a.name for a in ATTACKS])
+def test_attack_is_refused(case: Attack, tmp_path: Path, canary: Path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    root = copy_base(case.base, tmp_path / "checkpoint")
+    case.mutate(root, scratch)
+    for loader in case.loaders:
+        start = time.perf_counter()
+        with bounded_memory():
+            if case.error is None:
+                load(loader, root)
+            else:
+                with pytest.raises(CheckpointError) as info:
+                    load(loader, root)
+        elapsed = time.perf_counter() - start
+        if case.error is not None:
+            assert isinstance(info.value, case.error), (
+                f"{loader}: expected {case.error.__name__}, got {type(info.value).__name__}: {info.value}")
+            message = str(info.value)
+            assert message and "allocate" not in message, message
+        assert not canary.exists(), f"{loader}: the payload ran: {canary.read_text()}"
+        assert elapsed < TIME_LIMIT_S, f"{loader} took {elapsed:.2f}s"
+
+
+@pytest.mark.parametrize("rel", [
+    MANIFEST.replace(MANIFEST, "algorithm_state.json"), "algorithm_state.safetensors",
+    f"policies/default_policy/{MANIFEST}", "policies/default_policy/policy_state.json",
+    "policies/default_policy/policy_state.safetensors",
+])
+@pytest.mark.parametrize("change", ["bitflip", "truncate", "append"])
+def test_unhashed_change_is_caught_by_hash_or_size(rel: str, change: str, tmp_path: Path) -> None:
+    """The trivial path: any change to a listed file, not re-hashed, is corruption, named."""
+    root = copy_base("algo", tmp_path / "checkpoint")
+    data = bytearray((root / rel).read_bytes())
+    if change == "bitflip":
+        data[len(data) // 2] ^= 0x01
+    elif change == "truncate":
+        del data[-1:]
+    else:
+        data += b" "
+    (root / rel).write_bytes(bytes(data))
+    with pytest.raises(CheckpointCorruptedError, match=rel.rsplit("/", 1)[-1]):
+        Algorithm.from_checkpoint(root)
