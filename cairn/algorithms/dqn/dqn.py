@@ -46,10 +46,9 @@ class DQN(Algorithm):
     config_class: ClassVar[type[AlgorithmConfig]] = DQNConfig
     default_policy_class: ClassVar[type[Policy]] = DQNPolicy
 
-    def __init__(
-        self, config: AlgorithmConfig, *, _policy_states: Mapping[str, Any] | None = None
-    ) -> None:
-        super().__init__(config, _policy_states=_policy_states)
+    def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
+        # Keyword arguments (restored policy states and the like) belong to Algorithm.
+        super().__init__(config, **kwargs)
         self.replay_buffers: dict[str, ReplayBuffer] = {}
         # Gradient updates owed to each policy by the replay ratio (fractions carry over).
         self._update_credit: dict[str, float] = {}
