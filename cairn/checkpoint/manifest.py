@@ -89,7 +89,7 @@ def safe_relative_path(name: Any) -> PurePosixPath:
     return path
 
 
-def _load_json(data: bytes | bytearray, what: str) -> Any:
+def _load_json(data: bytes | bytearray | memoryview, what: str) -> Any:
     def reject_constant(value: str) -> None:
         raise ValueError(f"non-standard JSON constant {value}")
 
@@ -101,7 +101,8 @@ def _load_json(data: bytes | bytearray, what: str) -> Any:
         return value
 
     try:
-        return json.loads(data, parse_constant=reject_constant, parse_float=finite_float)
+        text = data.tobytes() if isinstance(data, memoryview) else data
+        return json.loads(text, parse_constant=reject_constant, parse_float=finite_float)
     except RecursionError:
         raise CheckpointCorruptedError(f"{what} is nested too deeply to be a cairn file.") from None
     except (ValueError, UnicodeDecodeError) as exc:  # incl. ints over sys.get_int_max_str_digits()
@@ -204,7 +205,7 @@ def _check_manifest(manifest: Any, path: Path, directory: Path, expected_type: s
 
 
 def read_verified(directory: Directory, name: str, manifest: Mapping[str, Any], *,
-                  limit: int = MAX_JSON_BYTES) -> bytearray:
+                  limit: int = MAX_JSON_BYTES) -> memoryview:
     """Read one listed file, checking that it is a regular file inside the checkpoint with the
     manifest's size (before reading) and hash (after)."""
     entry = manifest["files"].get(name)

@@ -192,7 +192,8 @@ def _policy_from_state(state: Mapping[str, Any], where: Any) -> Policy:
     from cairn.policy.policy import Policy
 
     with restoring(where):
-        return Policy.from_state(state)
+        # The arrays were read into buffers nobody else holds: adopt them, don't copy.
+        return Policy.from_state(state, copy=False)
     raise AssertionError("unreachable")  # mypy: restoring() never swallows
 
 
@@ -231,7 +232,7 @@ def restore_algorithm(
     if "env" not in overrides:
         check_env_reference(state["config"], checkpoint)
     with restoring(checkpoint):
-        return algo_cls.from_state(state, policy_ids=policy_ids, **from_state_kwargs)
+        return algo_cls.from_state(state, policy_ids=policy_ids, copy=False, **from_state_kwargs)
     raise AssertionError("unreachable")
 
 

@@ -61,7 +61,7 @@ def write_safetensors(f: IO[bytes], arrays: Mapping[str, np.ndarray], hasher: An
     return len(prefix) + offset
 
 
-def parse_safetensors(buffer: bytearray | bytes) -> dict[str, np.ndarray]:
+def parse_safetensors(buffer: bytearray | bytes | memoryview) -> dict[str, np.ndarray]:
     """Parse a whole safetensors file held in ``buffer`` into numpy arrays viewing it.
 
     Rejects: short files, oversized or non-JSON headers, unknown dtypes, shapes that do not

@@ -82,6 +82,7 @@ class EnvRunner:
         worker_index: 0 for the local runner, 1.. for remote ones; selects env seeds.
         num_envs: Overrides ``config.num_envs_per_env_runner`` (evaluation uses 1).
         seed_offset: Added to the seed, to keep evaluation envs apart from training envs.
+        first_env: An already created environment to use as the first one.
     """
 
     def __init__(
@@ -92,6 +93,7 @@ class EnvRunner:
         worker_index: int = 0,
         num_envs: int | None = None,
         seed_offset: int = 0,
+        first_env: Any = None,
     ) -> None:
         self.config = config
         self.policies = dict(policies)
@@ -100,7 +102,8 @@ class EnvRunner:
         seed = config.seed
         entropy = None if seed is None else [seed, worker_index, seed_offset]
         self._rng = np.random.default_rng(np.random.SeedSequence(entropy))
-        self.envs = [make_env(config) for _ in range(self.num_envs)]
+        self.envs = [first_env] if first_env is not None else []
+        self.envs += [make_env(config) for _ in range(self.num_envs - len(self.envs))]
         self.multi_agent = is_multi_agent_env(self.envs[0])
         self._completed: list[dict[str, Any]] = []
         self._episodes = [_Episode() for _ in range(self.num_envs)]

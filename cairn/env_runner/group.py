@@ -61,14 +61,19 @@ class EnvRunnerGroup:
     into the learner's policies.
     """
 
-    def __init__(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:
+    def __init__(
+        self, config: AlgorithmConfig, policies: Mapping[str, Policy], *, first_env: Any = None
+    ) -> None:
         self.config = config
         self.policies = policies
         self.local: EnvRunner | None = None
         self.remote: list[Any] = []
         if config.num_env_runners == 0:
-            self.local = EnvRunner(config, policies, worker_index=0)
+            self.local = EnvRunner(config, policies, worker_index=0, first_env=first_env)
             return
+        close = getattr(first_env, "close", None)
+        if close is not None:  # remote runners build their own
+            close()
         try:
             import ray
         except ImportError:

@@ -84,6 +84,9 @@ class Policy:
     True
     """
 
+    #: Arrays that ``from_state(copy=False)`` hands to ``_setup``/``set_state`` as storage.
+    _adopted_weights: Mapping[str, np.ndarray] | None = None
+
     DEFAULT_CONFIG: dict[str, Any] = {
         "model": DEFAULT_MODEL_CONFIG,
         "lr": 3e-4,
@@ -132,8 +135,11 @@ class Policy:
         with torch.device("meta") if not init_weights else contextlib.nullcontext():
             # Any: subclasses bring their own module types with their own methods.
             self.model: Any = self.make_model()
+        adopted = self._adopted_weights
         if init_weights:
             self.init_weights()
+        elif adopted is not None:
+            self._adopt_weights(adopted)
         else:
             self.model.to_empty(device="cpu")
         self.optimizer = self.make_optimizer()
@@ -237,8 +243,20 @@ class Policy:
         """A copy of the network's parameters and buffers as numpy arrays."""
         return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
 
-    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        """Load parameters produced by :meth:`get_weights` (names and shapes must match)."""
+    def _adopt_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Make the given arrays the parameters' storage (no allocation, no copy)."""
+        self._check_weights(weights)
+        own = self.model.state_dict()
+        tensors = {}
+        for name, value in weights.items():
+            array = np.asarray(value)
+            if not (array.flags.writeable and array.flags.c_contiguous):
+                array = np.array(array, copy=True, order="C")
+            tensor = torch.from_numpy(array)
+            tensors[name] = tensor if tensor.dtype == own[name].dtype else tensor.to(own[name].dtype)
+        self.model.load_state_dict(tensors, assign=True)
+
+    def _check_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         own = self.model.state_dict()
         missing, unexpected = set(own) - set(weights), set(weights) - set(own)
         if missing or unexpected:
@@ -247,12 +265,19 @@ class Policy:
                 f"unexpected {sorted(unexpected)}."
             )
         for name, tensor in own.items():
-            value = np.asarray(weights[name])
-            if tuple(value.shape) != tuple(tensor.shape):
+            value = weights[name]
+            if tuple(np.shape(value)) != tuple(tensor.shape):
                 raise ValueError(
-                    f"Weight {name!r} has shape {tuple(value.shape)}, but this policy's network "
-                    f"expects {tuple(tensor.shape)}; were the spaces or model config changed?"
+                    f"Weight {name!r} has shape {tuple(np.shape(value))}, but this policy's "
+                    f"network expects {tuple(tensor.shape)}; were the spaces or model config "
+                    "changed?"
                 )
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Load parameters produced by :meth:`get_weights` (names and shapes must match)."""
+        self._check_weights(weights)
+        for name, tensor in self.model.state_dict().items():
+            value = np.asarray(weights[name])
             with torch.no_grad():
                 tensor.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
@@ -284,8 +309,10 @@ class Policy:
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`get_state` into this policy (same spaces and model)."""
-        self.set_weights(state["weights"])
-        _optimizer_state_from_tree(self.optimizer, state["optimizer"])
+        adopted = self._adopted_weights
+        if adopted is not state["weights"]:
+            self.set_weights(state["weights"])
+        _optimizer_state_from_tree(self.optimizer, state["optimizer"], copy=adopted is None)
         for group in self.optimizer.param_groups:  # the config's lr wins (it may be overridden)
             group["lr"] = float(self.config["lr"])
         filter_state = state["observation_filter"]
@@ -311,22 +338,29 @@ class Policy:
         """Restore :meth:`get_exploration_state`."""
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> Policy:
+    def from_state(cls, state: Mapping[str, Any], *, copy: bool = True) -> Policy:
         """Rebuild a policy from :meth:`get_state` alone, without running random init.
 
-        The class named in the state must be a subclass of :class:`Policy`.
+        The class named in the state must be a subclass of :class:`Policy`. With
+        ``copy=False`` the policy takes the state's arrays as its own storage instead of copying
+        them (the checkpoint reader does this with the buffers it just read); the caller must
+        not use those arrays afterwards.
         """
         spec = state["spec"]
         policy_class = resolve_class(spec["policy_class"], Policy)
         policy = policy_class.__new__(policy_class)
-        policy._setup(
-            space_from_json(spec["observation_space"]),
-            space_from_json(spec["action_space"]),
-            spec.get("config") or {},
-            seed=0,
-            init_weights=False,
-        )
-        policy.set_state(state)
+        policy._adopted_weights = None if copy else state["weights"]
+        try:
+            policy._setup(
+                space_from_json(spec["observation_space"]),
+                space_from_json(spec["action_space"]),
+                spec.get("config") or {},
+                seed=0,
+                init_weights=False,
+            )
+            policy.set_state(state)
+        finally:
+            policy._adopted_weights = None
         return policy
 
     # ------------------------------------------------------------------------------ checkpoint
@@ -402,7 +436,9 @@ def _optimizer_state_to_tree(optimizer: torch.optim.Optimizer, *, copy: bool) ->
     return {"state": state, "param_groups": groups}
 
 
-def _optimizer_state_from_tree(optimizer: torch.optim.Optimizer, tree: Mapping[str, Any]) -> None:
+def _optimizer_state_from_tree(
+    optimizer: torch.optim.Optimizer, tree: Mapping[str, Any], *, copy: bool = True
+) -> None:
     own_groups = optimizer.state_dict()["param_groups"]
     groups = tree["param_groups"]
     if not isinstance(groups, list) or len(groups) != len(own_groups):
@@ -416,7 +452,8 @@ def _optimizer_state_from_tree(optimizer: torch.optim.Optimizer, tree: Mapping[s
         restored: dict[str, Any] = {}
         for name, value in slots.items():
             if isinstance(value, np.ndarray):
-                tensor = torch.from_numpy(np.array(value, copy=True))
+                owned = not copy and value.flags.writeable and value.flags.c_contiguous
+                tensor = torch.from_numpy(value if owned else np.array(value, copy=True, order="C"))
                 if tensor.ndim and tuple(tensor.shape) != tuple(params[index].shape):
                     raise ValueError(
                         f"Optimizer slot {name!r} of parameter {key} has shape "
