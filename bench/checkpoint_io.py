@@ -261,17 +261,19 @@ def make_ma_cartpole(env_config: dict[str, Any]) -> Any:
     return MultiAgentCartPole(num_agents=int(env_config["num_agents"]))
 
 
-def build_ma(n: int, hidden: list[int]) -> Any:
+def build_ma(n: int, hidden: list[int], agents: int) -> Any:
+    """``agents`` CartPoles (the same env for every N), agent_i -> p_(i mod n): only the number
+    of policies in the checkpoint differs between the compared checkpoints."""
     import cairn
 
     cairn.register_env(MA_ENV, make_ma_cartpole)
     algo = (
         cairn.PPOConfig()
-        .environment(MA_ENV, env_config={"num_agents": n})
+        .environment(MA_ENV, env_config={"num_agents": agents})
         .training(train_batch_size=32, minibatch_size=32, num_epochs=1,
                   model={"hidden": hidden, "activation": "tanh", "vf_share_layers": False})
         .multi_agent(policies={f"p{i}" for i in range(n)},
-                     policy_mapping_fn={f"agent_{i}": f"p{i}" for i in range(n)})
+                     policy_mapping_fn={f"agent_{i}": f"p{i % n}" for i in range(agents)})
         .debugging(seed=0)
         .build()
     )
@@ -286,7 +288,7 @@ def bench_partial(counts: list[int], hidden: list[int], repeats: int, work: Path
     paths = {}
     for n in counts:
         print(f"== multi-agent: {n} policies, building, one iteration, save", flush=True)
-        algo = build_ma(n, hidden)
+        algo = build_ma(n, hidden, agents=max(counts))
         paths[n] = work / f"ma_{n}"
         algo.save(paths[n])
         algo.stop()
@@ -294,7 +296,7 @@ def bench_partial(counts: list[int], hidden: list[int], repeats: int, work: Path
         n: {"restore": [], "read_state": [], "rchar": []} for n in counts}
     for rep in range(repeats + 1):
         for n in (counts if rep % 2 == 0 else counts[::-1]):
-            mapping = {f"agent_{i}": "p0" for i in range(n)}
+            mapping = {f"agent_{i}": "p0" for i in range(max(counts))}
             gc.collect()
             t_read, _ = timed(lambda n=n: load_algorithm_state(paths[n], policy_ids=["p0"]))
             before = read_bytes_of_process()
@@ -524,7 +526,8 @@ def main() -> None:
         f"{ma_hidden[1]} actor + critic per policy with Adam state)",
         "",
         "`Algorithm.from_checkpoint(path, policy_ids=['p0'], policy_mapping_fn={every agent: "
-        "'p0'})`; the env is registered with `cairn.register_env` (N agents, agent_i -> p_i when "
+        "'p0'})`; the env is registered with `cairn.register_env` and is the same for every N "
+        f"({max(counts)} agents; agent_i -> p_(i mod N) when "
         "saved). `load_algorithm_state` = the checkpoint reader alone; bytes read = growth of "
         "`rchar` in /proc/self/io during the restore.",
         "",

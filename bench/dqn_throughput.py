@@ -37,7 +37,10 @@ def run_cairn(steps: int, seed: int, *, double_dueling: bool) -> float:
         cairn.DQNConfig()
         .environment("CartPole-v1")
         .env_runners(num_env_runners=0, num_envs_per_env_runner=1, rollout_fragment_length=TRAIN_FREQ)
+        # One update of BATCH transitions per TRAIN_FREQ env steps, as SB3's train_freq=4,
+        # gradient_steps=1: a replay ratio of BATCH / TRAIN_FREQ replayed per sampled step.
         .training(lr=LR, minibatch_size=BATCH, train_batch_size=1000, grad_clip=CLIP,
+                  training_intensity=BATCH / TRAIN_FREQ,
                   replay_buffer_config={"type": "uniform", "capacity": BUFFER},
                   num_steps_sampled_before_learning_starts=STARTS, target_network_update_freq=TARGET,
                   epsilon=[[0, 1.0], [EPS_STEPS, 0.05]], double_q=double_dueling,

@@ -119,6 +119,14 @@ class Algorithm:
                 )
             mapped[pid].append(agent)
         resolved = {}
+        compared: dict[tuple[int, int], bool] = {}  # many agents usually share space objects
+
+        def same(a: Any, b: Any) -> bool:
+            key = (id(a), id(b))
+            if key not in compared:
+                compared[key] = a is b or spaces_equal(a, b)
+            return compared[key]
+
         for pid, spec in self.config.policies.items():
             fallback = known.get(pid)
             obs_space = spec.observation_space or (fallback.observation_space if fallback else None)
@@ -126,7 +134,7 @@ class Algorithm:
             for agent in mapped[pid]:
                 a_obs, a_act = agents[agent]
                 for name, given, actual in (("observation", obs_space, a_obs), ("action", act_space, a_act)):
-                    if given is not None and not spaces_equal(given, actual):
+                    if given is not None and not same(given, actual):
                         raise ConfigError(
                             f"Policy {pid!r} has {name} space {given}, but agent {agent!r} mapped "
                             f"to it has {actual}. Map agents with different spaces to different "
