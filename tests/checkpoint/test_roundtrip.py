@@ -167,3 +167,18 @@ def test_lambda_mapping_warns_and_must_be_passed(tmp_path):
         cairn.Algorithm.from_checkpoint(path)
     restored = cairn.Algorithm.from_checkpoint(path, policy_mapping_fn=lambda aid, **kw: "p" + aid[-1])
     assert set(restored.policies) == {"p0", "p1"}
+
+
+def test_memory_mapped_files_restore_and_stay_private(ppo_algo, tmp_path, monkeypatch):
+    from cairn.checkpoint import dirhandle
+
+    monkeypatch.setattr(dirhandle, "MMAP_MIN_BYTES", 1)  # map every file, as for large ones
+    ppo_algo.train()
+    path = Path(ppo_algo.save(tmp_path / "c"))
+    on_disk = (path / "policies/default_policy/policy_state.safetensors").read_bytes()
+    restored = cairn.Algorithm.from_checkpoint(path)
+    assert _weights_equal(restored.get_policy(), ppo_algo.get_policy())
+    ppo_algo.train()
+    restored.train()  # writes to the mapped parameters: copy-on-write, never to the file
+    assert _weights_equal(restored.get_policy(), ppo_algo.get_policy())
+    assert (path / "policies/default_policy/policy_state.safetensors").read_bytes() == on_disk
