@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from cairn.errors import ConfigError
 
-__all__ = ["Field", "positive_int", "non_negative_int", "number", "choice", "optional", "boolean"]
+__all__ = [
+    "Field", "positive_int", "non_negative_int", "number", "choice", "optional", "boolean",
+    "check_section",
+]
 
 Check = Callable[[str, Any], None]
 
@@ -73,3 +76,12 @@ def optional(inner: Check) -> Check:
             inner(key, value)
 
     return check
+
+
+def check_section(key: str, value: Any, allowed: Iterable[str]) -> None:
+    """Raise ConfigError unless ``value`` is a dict whose keys are all in ``allowed``."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"Config {key!r} must be a dict, got {value!r}.")
+    unknown = set(value) - set(allowed)
+    if unknown:
+        raise ConfigError(f"Unknown {key} keys {sorted(unknown)}; allowed: {sorted(allowed)}.")

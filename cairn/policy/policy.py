@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from cairn.config.fields import check_section
 from cairn.errors import ConfigError
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
@@ -39,13 +40,7 @@ def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[st
 
 def check_model_config(model: Any) -> None:
     """Raise ConfigError for an invalid ``model`` config section."""
-    if not isinstance(model, Mapping):
-        raise ConfigError(f"Config 'model' must be a dict, got {model!r}.")
-    unknown = set(model) - set(DEFAULT_MODEL_CONFIG)
-    if unknown:
-        raise ConfigError(
-            f"Unknown model config keys {sorted(unknown)}; allowed: {sorted(DEFAULT_MODEL_CONFIG)}."
-        )
+    check_section("model", dict(model) if isinstance(model, Mapping) else model, DEFAULT_MODEL_CONFIG)
     hidden = model.get("hidden", DEFAULT_MODEL_CONFIG["hidden"])
     if not (
         isinstance(hidden, (list, tuple))

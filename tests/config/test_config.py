@@ -57,7 +57,7 @@ def test_copy_is_deep():
         (lambda c: c.training(gamma=1.5), "'gamma'"),
         (lambda c: c.training(minibatch_size=0), "'minibatch_size'"),
         (lambda c: c.training(lrr=0.1), "Did you mean 'lr'"),
-        (lambda c: c.training(model={"hiden": [3]}), "Unknown model config keys"),
+        (lambda c: c.training(model={"hiden": [3]}), "Unknown model keys"),
         (lambda c: c.training(model={"activation": "gelu2"}), "activation"),
         (lambda c: c.env_runners(observation_filter="Mean"), "observation_filter"),
         (lambda c: c.env_runners(num_env_runners=-1), "num_env_runners"),

@@ -12,26 +12,20 @@ from cairn.config.algorithm_config import BASE_FIELDS, AlgorithmConfig
 from cairn.config.fields import (
     Field,
     boolean,
+    check_section,
     choice,
     non_negative_int,
     number,
     optional,
     positive_int,
 )
-from cairn.errors import ConfigError
 from cairn.replay.factory import DEFAULT_REPLAY_BUFFER_CONFIG, REPLAY_BUFFER_TYPES
 
 __all__ = ["DQNConfig"]
 
 
 def _check_replay_buffer_config(key: str, value: Any) -> None:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"Config {key!r} must be a dict, got {value!r}.")
-    unknown = set(value) - set(DEFAULT_REPLAY_BUFFER_CONFIG)
-    if unknown:
-        raise ConfigError(
-            f"Unknown {key} keys {sorted(unknown)}; allowed: {sorted(DEFAULT_REPLAY_BUFFER_CONFIG)}."
-        )
+    check_section(key, dict(value) if isinstance(value, Mapping) else value, DEFAULT_REPLAY_BUFFER_CONFIG)
     merged = {**DEFAULT_REPLAY_BUFFER_CONFIG, **value}
     choice(*REPLAY_BUFFER_TYPES)(f"{key}.type", merged["type"])
     positive_int(f"{key}.capacity", merged["capacity"])
