@@ -7,25 +7,27 @@ the environment's spaces, metrics, evaluation, state and checkpoints) is shared 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
+from cairn.algorithms.metrics import episode_metrics
+from cairn.algorithms.policy_specs import resolve_policy_specs
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping, spaces_equal
+from cairn.config.restore import restored_config
 from cairn.env_runner.env_runner import DEFAULT_AGENT_ID, EnvRunner, is_multi_agent_env, make_env
 from cairn.env_runner.group import EnvRunnerGroup
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
+from cairn.policy.torch_utils import torch_threads
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids, validate_policy_id
 from cairn.registry import class_reference, resolve_class
 from cairn.rng import make_rng, rng_state
@@ -33,7 +35,6 @@ from cairn.rng import make_rng, rng_state
 __all__ = ["Algorithm"]
 
 _METRICS_WINDOW = 100
-_SMALL_NETWORK_PARAMETERS = 1_000_000
 
 
 def _policy_seed(seed: int | None, policy_id: str) -> int | None:
@@ -100,57 +101,10 @@ class Algorithm:
             close()
 
     def _resolve_specs(self, known: Mapping[str, PolicySpec] | None = None) -> dict[str, PolicySpec]:
-        """Fill in each PolicySpec's class and spaces, and check the agent -> policy mapping.
-
-        Spaces come from the spec, else from ``known`` (existing or restored policies), else
-        from the environment's agents mapped to the policy, which must all agree.
-        """
-        agents = self._probe_agents()
-        known = known or {}
-        mapped: dict[str, list[Any]] = {pid: [] for pid in self.config.policies}
-        for agent in agents:
-            pid = self.config.map_agent(agent)
-            if pid not in mapped:
-                raise ConfigError(
-                    f"policy_mapping_fn maps agent {agent!r} to {pid!r}, which is not one of the "
-                    f"policies {sorted(mapped)}. Return one of those IDs, or pass a new "
-                    "policy_mapping_fn (e.g. to from_checkpoint(..., policy_mapping_fn=...)) when "
-                    "policies were dropped."
-                )
-            mapped[pid].append(agent)
-        resolved = {}
-        compared: dict[tuple[int, int], bool] = {}  # many agents usually share space objects
-
-        def same(a: Any, b: Any) -> bool:
-            key = (id(a), id(b))
-            if key not in compared:
-                compared[key] = a is b or spaces_equal(a, b)
-            return compared[key]
-
-        for pid, spec in self.config.policies.items():
-            fallback = known.get(pid)
-            obs_space = spec.observation_space or (fallback.observation_space if fallback else None)
-            act_space = spec.action_space or (fallback.action_space if fallback else None)
-            for agent in mapped[pid]:
-                a_obs, a_act = agents[agent]
-                for name, given, actual in (("observation", obs_space, a_obs), ("action", act_space, a_act)):
-                    if given is not None and not same(given, actual):
-                        raise ConfigError(
-                            f"Policy {pid!r} has {name} space {given}, but agent {agent!r} mapped "
-                            f"to it has {actual}. Map agents with different spaces to different "
-                            "policies, or fix the PolicySpec."
-                        )
-                obs_space, act_space = obs_space or a_obs, act_space or a_act
-            if obs_space is None or act_space is None:
-                raise ConfigError(
-                    f"Policy {pid!r} has no agents mapped to it, so its spaces cannot be inferred; "
-                    "give observation_space and action_space in its PolicySpec."
-                )
-            cls = spec.policy_class or (fallback.policy_class if fallback else None) or self.default_policy_class
-            if isinstance(cls, str):
-                cls = resolve_class(cls, Policy)
-            resolved[pid] = PolicySpec(cls, obs_space, act_space, self.config.policy_config(pid))
-        return resolved
+        """Complete every configured PolicySpec from the environment's agents (see
+        :func:`cairn.algorithms.policy_specs.resolve_policy_specs`)."""
+        return resolve_policy_specs(self.config, self._probe_agents(), known or {},
+                                    default_class=self.default_policy_class)
 
     def _record_specs(self, resolved: Mapping[str, PolicySpec]) -> None:
         """Keep the resolved class and spaces in the config, so that it describes the policies
@@ -202,25 +156,9 @@ class Algorithm:
         self._recent_episodes.extend(episodes)
         return batches
 
-    @contextlib.contextmanager
-    def _torch_threads(self) -> Iterator[None]:
+    def _torch_threads(self) -> contextlib.AbstractContextManager[None]:
         """Apply ``config.torch_num_threads`` for the duration of a call."""
-        setting = self.config.torch_num_threads
-        wanted: int | None
-        if setting == "auto":
-            small = all(sum(p.numel() for p in policy.parameters()) < _SMALL_NETWORK_PARAMETERS
-                        for policy in self.policies.values())
-            wanted = 1 if small else None
-        else:
-            wanted = int(setting)
-        previous = torch.get_num_threads()
-        if wanted is not None and wanted != previous:
-            torch.set_num_threads(int(wanted))
-        try:
-            yield
-        finally:
-            if torch.get_num_threads() != previous:
-                torch.set_num_threads(previous)
+        return torch_threads(self.config.torch_num_threads, self.policies.values())
 
     def train(self) -> dict[str, Any]:
         """Run one training iteration and return its results.
@@ -235,26 +173,13 @@ class Algorithm:
             learner_stats = self.training_step()
         self.iteration += 1
         result = {"training_iteration": self.iteration, **self.counters,
-                  **self._episode_metrics(list(self._recent_episodes)),
+                  **episode_metrics(list(self._recent_episodes)),
                   "learners": learner_stats}
         interval = self.config.evaluation_interval
         if interval and self.iteration % interval == 0:
             result["evaluation"] = self.evaluate()
         result["time_this_iter_s"] = time.perf_counter() - start
         return result
-
-    @staticmethod
-    def _episode_metrics(episodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        per_policy: dict[str, list[float]] = {}
-        for ep in episodes:
-            for pid, returns in ep["policy_returns"].items():
-                per_policy.setdefault(pid, []).extend(returns)
-        return {
-            "episode_return_mean": float(np.mean([e["return"] for e in episodes])) if episodes else math.nan,
-            "episode_len_mean": float(np.mean([e["length"] for e in episodes])) if episodes else math.nan,
-            "num_episodes": len(episodes),
-            "policy_episode_return_mean": {pid: float(np.mean(r)) for pid, r in per_policy.items()},
-        }
 
     def evaluate(self) -> dict[str, Any]:
         """Play ``evaluation_duration`` episodes with greedy actions and report their returns."""
@@ -266,7 +191,7 @@ class Algorithm:
         self._eval_runner.policies = dict(self.policies)
         with self._torch_threads():
             episodes = self._eval_runner.run_episodes(self.config.evaluation_duration, explore=False)
-        return self._episode_metrics(episodes)
+        return episode_metrics(episodes)
 
     # ------------------------------------------------------------------------------ acting
     def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Policy:
@@ -441,7 +366,7 @@ class Algorithm:
                 their storage instead of copying them (the state must not be used afterwards).
         """
         algo_cls = resolve_class(state["algorithm_class"], Algorithm)
-        config = _restored_config(state, policy_ids, policy_mapping_fn, policies_to_train,
+        config = restored_config(state, policy_ids, policy_mapping_fn, policies_to_train,
                                   config_overrides)
         policy_states = {pid: s for pid, s in state["policies"].items() if pid in config.policies}
         algo = algo_cls(config, _policy_states=policy_states, _copy_states=copy)
@@ -506,44 +431,3 @@ class Algorithm:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(env={self.config.env!r}, policies={sorted(self.policies)})"
-
-
-def _restored_config(
-    state: Mapping[str, Any],
-    policy_ids: Sequence[str] | None,
-    policy_mapping_fn: PolicyMapping | None,
-    policies_to_train: Sequence[str] | None,
-    config_overrides: Mapping[str, Any] | None,
-) -> AlgorithmConfig:
-    data = dict(state["config"])
-    callables: dict[str, Any] = {}
-    for key, value in (config_overrides or {}).items():
-        if key in ("policies", "algo_class"):
-            raise ConfigError(
-                f"config_overrides cannot change {key!r}; use policy_ids=[...] to restore a subset."
-            )
-        if callable(value) and not isinstance(value, Mapping):
-            callables[key] = value
-        else:
-            data[key] = value
-    if policy_mapping_fn is not None:
-        callables["policy_mapping_fn"] = policy_mapping_fn
-    available = list(state["policies"]) if "policies" in state else list(data["policies"])
-    if policy_ids is not None:
-        unknown = [pid for pid in policy_ids if pid not in data["policies"]]
-        if unknown:
-            from cairn.errors import UnknownPolicyIdError
-
-            raise UnknownPolicyIdError(
-                f"Policy IDs {unknown} are not in the checkpoint; it has {sorted(data['policies'])}."
-            )
-        data["policies"] = {pid: data["policies"][pid] for pid in policy_ids}
-        if data.get("policies_to_train") is not None:
-            data["policies_to_train"] = [p for p in data["policies_to_train"] if p in policy_ids]
-    else:
-        data["policies"] = {pid: s for pid, s in data["policies"].items() if pid in available}
-    if policies_to_train is not None:
-        data["policies_to_train"] = list(policies_to_train)
-    config = AlgorithmConfig.from_dict(data, callables=callables)
-    config.validate()
-    return config

@@ -87,11 +87,12 @@ def _flat_size(space: gym.Space[Any]) -> int:
 def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_space: gym.Space[Any],
                         state: Mapping[str, Any], weights: Mapping[str, np.ndarray], where: Any) -> None:
     from cairn.algorithms.dqn.dqn_policy import DQNPolicy
-    from cairn.policy.policy import Policy, _deep_merge
+    from cairn.policy.merge import deep_merge
+    from cairn.policy.policy import Policy
     from cairn.registry import resolve_class
 
     policy_class = resolve_class(spec["policy_class"], Policy)
-    config = _deep_merge(policy_class.DEFAULT_CONFIG, spec.get("config") or {})
+    config = deep_merge(policy_class.DEFAULT_CONFIG, spec.get("config") or {})
     obs_size = _flat_size(obs_space)
     out_size = _flat_size(act_space) if not isinstance(act_space, gym.spaces.Box) else 2 * _flat_size(act_space)
     filter_state = state["observation_filter"]

@@ -3,101 +3,33 @@
 from __future__ import annotations
 
 import copy
-import difflib
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import gymnasium as gym
-
-from cairn.config.fields import (
-    Field,
-    boolean,
-    choice,
-    non_negative_int,
-    number,
-    optional,
-    positive_int,
+from cairn.config.base_fields import BASE_FIELDS
+from cairn.config.checks import (
+    CALLABLE_KEY,
+    check_env,
+    check_policy_mapping,
+    decode_callable,
+    encode_callable,
+    normalize_policies,
+    spaces_equal,
+    suggest,
 )
-from cairn.errors import ConfigError, MissingCallableError
-from cairn.policy.filters import FILTER_NAMES
-from cairn.policy.model import DEFAULT_MODEL_CONFIG
-from cairn.policy.policy import check_model_config
+from cairn.config.fields import Field
+from cairn.errors import ConfigError
+from cairn.policy.model import check_model_config
 from cairn.policy.spec import PolicySpec
-from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids, validate_policy_id
-from cairn.registry import callable_reference, registered_envs, resolve_callable
-from cairn.spaces import space_to_json
+from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
 
-__all__ = ["AlgorithmConfig", "PolicyMapping", "CALLABLE_KEY"]
+__all__ = ["AlgorithmConfig", "PolicyMapping", "BASE_FIELDS", "CALLABLE_KEY", "spaces_equal"]
 
 PolicyMapping = Callable[..., str] | Mapping[Any, str]
-CALLABLE_KEY = "__callable__"
 _NOT_PROVIDED: Any = object()
-
-
-def _check_fragment(key: str, value: Any) -> None:
-    if value != "auto":
-        positive_int(key, value)
-
-
-def _check_any(key: str, value: Any) -> None:
-    """Checked as a whole in validate()."""
-
-
-def _check_model(key: str, value: Any) -> None:
-    check_model_config(value)
-
-
-def _check_seed(key: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise ConfigError(f"Config {key!r}={value!r} is invalid: expected an int or None.")
-
-
-def _check_threads(key: str, value: Any) -> None:
-    if value != "auto":
-        positive_int(key, value)
-
-
-def _check_str_or_none(key: str, value: Any) -> None:
-    if value is not None and not isinstance(value, str):
-        raise ConfigError(f"Config {key!r}={value!r} is invalid: expected a path str or None.")
-
-
-BASE_FIELDS: dict[str, Field] = {
-    # environment
-    "env": Field("environment", None, _check_any, "Gymnasium ID, registered name or creator"),
-    "env_config": Field("environment", {}, _check_any, "kwargs for the env creator"),
-    # env_runners
-    "num_env_runners": Field("env_runners", 0, non_negative_int, "remote Ray env runners"),
-    "num_envs_per_env_runner": Field("env_runners", 1, positive_int, "vectorised envs each"),
-    "rollout_fragment_length": Field("env_runners", "auto", _check_fragment, "steps per env"),
-    "observation_filter": Field("env_runners", "NoFilter", choice(*FILTER_NAMES), "filter"),
-    # training
-    "lr": Field("training", 3e-4, number(0.0, 10.0, low_open=True), "learning rate"),
-    "gamma": Field("training", 0.99, number(0.0, 1.0), "discount factor"),
-    "train_batch_size": Field("training", 2048, positive_int, "env steps per iteration"),
-    "minibatch_size": Field("training", 64, positive_int, "SGD minibatch size"),
-    "num_epochs": Field("training", 10, positive_int, "passes over each train batch"),
-    "grad_clip": Field("training", 0.5, optional(number(0.0, 1e12, low_open=True)), "max grad norm"),
-    "model": Field("training", DEFAULT_MODEL_CONFIG, _check_model, "network settings"),
-    # multi_agent
-    "policies": Field("multi_agent", None, _check_any, "policy IDs or {pid: PolicySpec}"),
-    "policy_mapping_fn": Field("multi_agent", None, _check_any, "agent ID -> policy ID"),
-    "policies_to_train": Field("multi_agent", None, _check_any, "IDs that learn (None: all)"),
-    # evaluation
-    "evaluation_interval": Field("evaluation", None, optional(positive_int), "iterations"),
-    "evaluation_duration": Field("evaluation", 10, positive_int, "episodes per evaluation"),
-    # resources
-    "torch_num_threads": Field("resources", "auto", _check_threads, "torch intra-op threads"),
-    # checkpointing
-    "export_native_model_files": Field("checkpointing", False, boolean, "write model/ files"),
-    # debugging
-    "seed": Field("debugging", None, _check_seed, "seed for weights, sampling and envs"),
-    "log_dir": Field("debugging", None, _check_str_or_none, "default folder for save()"),
-}
 
 
 class AlgorithmConfig:
@@ -156,7 +88,7 @@ class AlgorithmConfig:
             if key not in allowed:
                 raise ConfigError(
                     f"Unknown {section}() setting {key!r}; allowed: {allowed}."
-                    + _suggest(key, allowed)
+                    + suggest(key, allowed)
                 )
             if key != "model":
                 self.FIELDS[key].check(key, value)
@@ -223,7 +155,7 @@ class AlgorithmConfig:
             policies_to_train: IDs of the policies that learn; None means all.
         """
         if policies is not _NOT_PROVIDED:
-            policies = _normalize_policies(policies)
+            policies = normalize_policies(policies)
         if policies_to_train is not _NOT_PROVIDED and policies_to_train is not None:
             if isinstance(policies_to_train, str) or not isinstance(
                 policies_to_train, (list, tuple, set, frozenset)
@@ -235,7 +167,7 @@ class AlgorithmConfig:
             policies_to_train = sorted(policies_to_train) if isinstance(
                 policies_to_train, (set, frozenset)) else list(policies_to_train)
         if policy_mapping_fn is not _NOT_PROVIDED:
-            _check_mapping(policy_mapping_fn)
+            check_policy_mapping(policy_mapping_fn)
         for key, value in (("policies", policies), ("policy_mapping_fn", policy_mapping_fn),
                            ("policies_to_train", policies_to_train)):
             if value is not _NOT_PROVIDED:
@@ -292,7 +224,7 @@ class AlgorithmConfig:
             raise ConfigError(
                 "No environment set. Call config.environment('CartPole-v1') or pass a creator."
             )
-        _check_env(self.env)
+        check_env(self.env)
         if not isinstance(self.env_config, Mapping):
             raise ConfigError(f"Config 'env_config' must be a dict, got {self.env_config!r}.")
         if self.minibatch_size > self.train_batch_size:
@@ -301,9 +233,9 @@ class AlgorithmConfig:
                 f"'train_batch_size'={self.train_batch_size}; lower minibatch_size or raise "
                 "train_batch_size."
             )
-        policies = _normalize_policies(self.policies)
+        policies = normalize_policies(self.policies)
         check_policy_ids(policies)
-        _check_mapping(self.policy_mapping_fn)
+        check_policy_mapping(self.policy_mapping_fn)
         if self.policy_mapping_fn is None and len(policies) > 1:
             raise ConfigError(
                 f"{len(policies)} policies {sorted(policies)} but no policy_mapping_fn: pass "
@@ -394,7 +326,7 @@ class AlgorithmConfig:
         for key in self.FIELDS:
             value = getattr(self, key)
             if key == "policies":
-                value = {pid: spec.to_dict() for pid, spec in _normalize_policies(value).items()}
+                value = {pid: spec.to_dict() for pid, spec in normalize_policies(value).items()}
             elif callable(value) and not isinstance(value, Mapping):
                 value = encode_callable(value)
             else:
@@ -422,7 +354,7 @@ class AlgorithmConfig:
             key = sorted(unknown)[0]
             raise ConfigError(
                 f"Unknown config key {key!r} (value {data[key]!r:.80}); allowed keys: "
-                f"{sorted(config.FIELDS)}." + _suggest(key, config.FIELDS)
+                f"{sorted(config.FIELDS)}." + suggest(key, config.FIELDS)
             )
         for key, value in data.items():
             if key == "algo_class":
@@ -462,105 +394,3 @@ def _config_class_for(algo_name: Any) -> type[AlgorithmConfig]:
     except Exception as exc:
         raise ConfigError(f"Unknown algo_class {algo_name!r}: {exc}") from exc
     return algo_cls.config_class
-
-
-def encode_callable(fn: Callable[..., Any]) -> dict[str, Any]:
-    """``{"__callable__": "module:function"}``, or a ``None`` reference when not importable."""
-    return {CALLABLE_KEY: callable_reference(fn), "name": getattr(fn, "__qualname__", repr(fn))}
-
-
-def decode_callable(value: Mapping[str, Any], key: str) -> Callable[..., Any]:
-    reference = value.get(CALLABLE_KEY)
-    if reference is None:
-        hint = (
-            "policy_mapping_fn=..." if key == "policy_mapping_fn"
-            else f"config_overrides={{{key!r}: ...}}"
-        )
-        raise MissingCallableError(
-            f"Config {key!r} was the callable {value.get('name')!r}, which has no import path "
-            f"(a lambda, closure or __main__ function) and was not stored. Pass it again: "
-            f"{hint}."
-        )
-    return resolve_callable(reference, what=key)
-
-
-def _suggest(key: str, allowed: Any) -> str:
-    close = difflib.get_close_matches(key, list(allowed), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
-
-
-def _normalize_policies(policies: Any) -> dict[str, PolicySpec]:
-    """Accept a set/list of IDs or a dict of PolicySpec (or None) and return a dict."""
-    if policies is None:
-        return {DEFAULT_POLICY_ID: PolicySpec()}
-    if isinstance(policies, Mapping):
-        out = {}
-        for pid, spec in policies.items():
-            validate_policy_id(pid, error=True)
-            if spec is None:
-                spec = PolicySpec()
-            elif isinstance(spec, Mapping):
-                spec = PolicySpec(**spec)
-            elif not isinstance(spec, PolicySpec):
-                raise ConfigError(
-                    f"policies[{pid!r}] must be a PolicySpec, a dict of its fields or None, got "
-                    f"{type(spec).__name__}."
-                )
-            out[pid] = spec
-        check_policy_ids(out)
-        return out
-    if isinstance(policies, (set, frozenset, list, tuple)):
-        ids = sorted(policies, key=str) if isinstance(policies, (set, frozenset)) else list(policies)
-        check_policy_ids(ids)
-        if len(set(ids)) != len(ids):
-            raise ConfigError(f"policies contains duplicates: {ids!r}.")
-        return {pid: PolicySpec() for pid in ids}
-    raise ConfigError(
-        f"policies must be a set/list of policy IDs or a dict {{policy_id: PolicySpec}}, got "
-        f"{type(policies).__name__}."
-    )
-
-
-def _check_mapping(fn: Any) -> None:
-    if fn is None or isinstance(fn, Mapping):
-        return
-    if not callable(fn):
-        raise ConfigError(
-            f"policy_mapping_fn must be a callable (agent_id, **kwargs) -> policy_id or a dict "
-            f"{{agent_id: policy_id}}, got {type(fn).__name__}."
-        )
-    try:
-        inspect.signature(fn).bind("agent_0", episode=None, worker=None)
-    except TypeError as exc:
-        raise ConfigError(
-            f"policy_mapping_fn {getattr(fn, '__qualname__', fn)!r} must accept "
-            "(agent_id, **kwargs); cairn calls it as fn(agent_id, episode=None, worker=None). "
-            "Write it as `def fn(agent_id, **kwargs)`."
-        ) from exc
-    except ValueError:
-        return  # builtins without signatures: trust them
-
-
-def _check_env(env: Any) -> None:
-    if callable(env):
-        return
-    if not isinstance(env, str):
-        raise ConfigError(
-            f"Config 'env'={env!r} is invalid: expected a Gymnasium ID, a registered name or a "
-            "callable creator(env_config) -> env."
-        )
-    if env in registered_envs():
-        return
-    try:
-        gym.spec(env)
-    except gym.error.Error as exc:
-        known = list(registered_envs()) + list(gym.envs.registry.keys())
-        raise ConfigError(
-            f"Unknown environment {env!r}: it is neither registered with cairn.register_env() "
-            f"nor a Gymnasium ID ({exc})." + _suggest(env, known)
-        ) from None
-
-
-def spaces_equal(a: gym.Space[Any], b: gym.Space[Any]) -> bool:
-    """Structural equality of two spaces through their JSON form."""
-    return space_to_json(a) == space_to_json(b)

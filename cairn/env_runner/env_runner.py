@@ -12,13 +12,13 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
 
 from cairn.env_runner.env_state import get_env_state, set_env_state
+from cairn.env_runner.episode import EpisodeTotals
+from cairn.env_runner.make_env import is_multi_agent_env, make_env
 from cairn.env_runner.sample_batch import SampleBatch
-from cairn.errors import ConfigError, EnvError
-from cairn.registry import registered_envs
+from cairn.errors import ConfigError
 from cairn.rng import make_rng, rng_state
 
 if TYPE_CHECKING:
@@ -29,48 +29,6 @@ __all__ = ["EnvRunner", "make_env", "is_multi_agent_env", "DEFAULT_AGENT_ID"]
 
 #: The agent ID under which a single-agent environment's one agent is mapped to a policy.
 DEFAULT_AGENT_ID = "default_agent"
-
-
-def make_env(config: AlgorithmConfig) -> Any:
-    """Create one environment from ``config.env`` and ``config.env_config``."""
-    env, env_config = config.env, dict(config.env_config or {})
-    try:
-        if callable(env):
-            return env(env_config)
-        creators = registered_envs()
-        if env in creators:
-            return creators[env](env_config)
-        return gym.make(env, **env_config)
-    except (gym.error.Error, TypeError) as exc:
-        raise EnvError(f"Could not create environment {env!r} with env_config={env_config}: {exc}") from exc
-
-
-def is_multi_agent_env(env: Any) -> bool:
-    """True for PettingZoo ParallelEnv-like environments (``possible_agents`` and dict spaces)."""
-    return hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
-
-
-class _Episode:
-    """Running totals of one environment's current episode."""
-
-    __slots__ = ("agent_returns", "length", "ret")
-
-    def __init__(self) -> None:
-        self.ret = 0.0
-        self.length = 0
-        self.agent_returns: dict[Any, float] = defaultdict(float)
-
-    def to_state(self) -> dict[str, Any]:
-        return {"return": self.ret, "length": self.length,
-                "agent_returns": {str(k): v for k, v in self.agent_returns.items()}}
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, Any], agent_ids: Mapping[str, Any]) -> _Episode:
-        ep = cls()
-        ep.ret, ep.length = float(state["return"]), int(state["length"])
-        for key, value in state["agent_returns"].items():
-            ep.agent_returns[agent_ids.get(key, key)] = float(value)
-        return ep
 
 
 class EnvRunner:
@@ -106,7 +64,7 @@ class EnvRunner:
         self.envs += [make_env(config) for _ in range(self.num_envs - len(self.envs))]
         self.multi_agent = is_multi_agent_env(self.envs[0])
         self._completed: list[dict[str, Any]] = []
-        self._episodes = [_Episode() for _ in range(self.num_envs)]
+        self._episodes = [EpisodeTotals() for _ in range(self.num_envs)]
         self.num_env_steps_sampled = 0
         self.num_episodes = 0
         self._agent_pids: list[dict[Any, str]] = [{} for _ in range(self.num_envs)]
@@ -149,7 +107,7 @@ class EnvRunner:
             raws = [env.reset(seed=self._draw_seed())[0] for env in self.envs]
             policy = self.policies[self._single_pid]
             self._obs = policy.process_observations(raws, update=update_filter)
-        self._episodes = [_Episode() for _ in range(self.num_envs)]
+        self._episodes = [EpisodeTotals() for _ in range(self.num_envs)]
         self._needs_reset = False
 
     def _reset_ma_env(self, i: int) -> dict[Any, Any]:
@@ -180,7 +138,7 @@ class EnvRunner:
             {"return": ep.ret, "length": ep.length, "policy_returns": dict(policy_returns)}
         )
         self.num_episodes += 1
-        self._episodes[i] = _Episode()
+        self._episodes[i] = EpisodeTotals()
 
     def _single_pid_or(self, agent: Any) -> str:
         return getattr(self, "_single_pid", str(agent))
@@ -430,12 +388,12 @@ class EnvRunner:
                 self._agent_pids[i] = saved
                 self._ma_obs[i] = {ids.get(k, k): np.asarray(v, dtype=np.float32) for k, v in entry["obs"].items()}
             self._episodes = [
-                _Episode.from_state(s, {str(a): a for a in self.envs[i].possible_agents})
+                EpisodeTotals.from_state(s, {str(a): a for a in self.envs[i].possible_agents})
                 for i, s in enumerate(state["episodes"])
             ]
         else:
             self._obs = np.asarray(state["current_obs"], dtype=np.float32).copy()
-            self._episodes = [_Episode.from_state(s, {}) for s in state["episodes"]]
+            self._episodes = [EpisodeTotals.from_state(s, {}) for s in state["episodes"]]
         self._needs_reset = False
 
     def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:

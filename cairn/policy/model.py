@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["ActorCriticMLP", "ACTIVATIONS", "DEFAULT_MODEL_CONFIG"]
+from cairn.config.fields import check_section
+from cairn.errors import ConfigError
+
+__all__ = ["ActorCriticMLP", "ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -32,6 +35,25 @@ DEFAULT_MODEL_CONFIG: dict[str, Any] = {
     "vf_share_layers": False,
     "log_std_init": 0.0,
 }
+
+
+def check_model_config(model: Any) -> None:
+    """Raise ConfigError for an invalid ``model`` config section."""
+    check_section("model", dict(model) if isinstance(model, Mapping) else model, DEFAULT_MODEL_CONFIG)
+    hidden = model.get("hidden", DEFAULT_MODEL_CONFIG["hidden"])
+    if not (
+        isinstance(hidden, (list, tuple))
+        and all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden)
+    ):
+        raise ConfigError(
+            f"Config 'model.hidden' must be a list of positive ints, got {hidden!r}."
+        )
+    activation = model.get("activation", "tanh")
+    if activation not in ACTIVATIONS:
+        raise ConfigError(
+            f"Config 'model.activation'={activation!r} is not supported; choose one of "
+            f"{sorted(ACTIVATIONS)}."
+        )
 
 
 def _mlp(sizes: Sequence[int], activation: str) -> nn.Sequential:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -12,11 +11,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cairn.config.fields import check_section
 from cairn.errors import ConfigError
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
-from cairn.policy.model import ACTIVATIONS, DEFAULT_MODEL_CONFIG, ActorCriticMLP
+from cairn.policy.merge import deep_merge
+from cairn.policy.model import DEFAULT_MODEL_CONFIG, ActorCriticMLP, check_model_config
+from cairn.policy.optimizer_state import optimizer_state_from_tree, optimizer_state_to_tree
 from cairn.policy.spec import PolicySpec
 from cairn.registry import class_reference, register_class, resolve_class
 from cairn.rng import make_rng
@@ -26,35 +26,6 @@ if TYPE_CHECKING:
     from cairn.checkpoint.paths import CheckpointLike
 
 __all__ = ["Policy"]
-
-
-def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def check_model_config(model: Any) -> None:
-    """Raise ConfigError for an invalid ``model`` config section."""
-    check_section("model", dict(model) if isinstance(model, Mapping) else model, DEFAULT_MODEL_CONFIG)
-    hidden = model.get("hidden", DEFAULT_MODEL_CONFIG["hidden"])
-    if not (
-        isinstance(hidden, (list, tuple))
-        and all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden)
-    ):
-        raise ConfigError(
-            f"Config 'model.hidden' must be a list of positive ints, got {hidden!r}."
-        )
-    activation = model.get("activation", "tanh")
-    if activation not in ACTIVATIONS:
-        raise ConfigError(
-            f"Config 'model.activation'={activation!r} is not supported; choose one of "
-            f"{sorted(ACTIVATIONS)}."
-        )
 
 
 @register_class
@@ -113,7 +84,7 @@ class Policy:
             self.preprocessor = ObservationPreprocessor(observation_space)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
-        self.config: dict[str, Any] = _deep_merge(self.DEFAULT_CONFIG, config or {})
+        self.config: dict[str, Any] = deep_merge(self.DEFAULT_CONFIG, config or {})
         check_model_config(self.config["model"])
         self.observation_space = observation_space
         self.action_space = action_space
@@ -149,7 +120,7 @@ class Policy:
 
     def make_model(self) -> torch.nn.Module:
         """Build the network (override in subclasses for other architectures)."""
-        model_cfg = _deep_merge(DEFAULT_MODEL_CONFIG, self.config["model"])
+        model_cfg = deep_merge(DEFAULT_MODEL_CONFIG, self.config["model"])
         return ActorCriticMLP(
             self.preprocessor.size,
             self.dist.num_inputs,
@@ -289,7 +260,7 @@ class Policy:
         return {
             "spec": self.spec.to_dict(),
             "weights": weights,
-            "optimizer": _optimizer_state_to_tree(self.optimizer, copy=copy),
+            "optimizer": optimizer_state_to_tree(self.optimizer, copy=copy),
             "observation_filter": self.observation_filter.get_state(),
             "counters": {
                 "global_timestep": self.global_timestep,
@@ -307,7 +278,7 @@ class Policy:
         adopted = self._adopted_weights
         if adopted is not state["weights"]:
             self.set_weights(state["weights"])
-        _optimizer_state_from_tree(self.optimizer, state["optimizer"], copy=adopted is None)
+        optimizer_state_from_tree(self.optimizer, state["optimizer"], copy=adopted is None)
         for group in self.optimizer.param_groups:  # the config's lr wins (it may be overridden)
             group["lr"] = float(self.config["lr"])
         filter_state = state["observation_filter"]
@@ -407,64 +378,3 @@ class Policy:
     def policy_class_reference(self) -> str:
         """The reference stored in checkpoints for this policy's class."""
         return class_reference(type(self))
-
-
-_OPTIMIZER_IMPLEMENTATION_KEYS = frozenset(
-    {"params", "foreach", "fused", "capturable", "differentiable"}
-)
-
-
-def _optimizer_state_to_tree(optimizer: torch.optim.Optimizer, *, copy: bool) -> dict[str, Any]:
-    raw = optimizer.state_dict()
-    state: dict[str, Any] = {}
-    for index, slots in raw["state"].items():
-        state[str(index)] = {
-            name: (value.detach().numpy().copy() if copy else value.detach().numpy())
-            if isinstance(value, torch.Tensor)
-            else value
-            for name, value in slots.items()
-        }
-    groups = [
-        {k: (list(v) if isinstance(v, tuple) else v) for k, v in group.items()}
-        for group in raw["param_groups"]
-    ]
-    return {"state": state, "param_groups": groups}
-
-
-def _optimizer_state_from_tree(
-    optimizer: torch.optim.Optimizer, tree: Mapping[str, Any], *, copy: bool = True
-) -> None:
-    own_groups = optimizer.state_dict()["param_groups"]
-    groups = tree["param_groups"]
-    if not isinstance(groups, list) or len(groups) != len(own_groups):
-        raise ValueError("Optimizer state has a different number of parameter groups.")
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    state: dict[int, dict[str, Any]] = {}
-    for key, slots in tree["state"].items():
-        index = int(key)
-        if not 0 <= index < len(params):
-            raise ValueError(f"Optimizer state refers to parameter {key}, which does not exist.")
-        restored: dict[str, Any] = {}
-        for name, value in slots.items():
-            if isinstance(value, np.ndarray):
-                owned = not copy and value.flags.writeable and value.flags.c_contiguous
-                tensor = torch.from_numpy(value if owned else np.array(value, copy=True, order="C"))
-                if tensor.ndim and tuple(tensor.shape) != tuple(params[index].shape):
-                    raise ValueError(
-                        f"Optimizer slot {name!r} of parameter {key} has shape "
-                        f"{tuple(tensor.shape)}, expected {tuple(params[index].shape)}."
-                    )
-                restored[name] = tensor
-            else:
-                restored[name] = value
-        state[index] = restored
-    merged_groups = []
-    for own, saved in zip(own_groups, groups):
-        group = dict(own)
-        # Hyperparameters come from the checkpoint; implementation switches (fused, foreach,
-        # capturable, ...) stay as this process built them, so a checkpoint never asks for an
-        # implementation this torch lacks.
-        group.update({k: (tuple(v) if k == "betas" else v) for k, v in saved.items()
-                      if k in own and k not in _OPTIMIZER_IMPLEMENTATION_KEYS})
-        merged_groups.append(group)
-    optimizer.load_state_dict({"state": state, "param_groups": merged_groups})

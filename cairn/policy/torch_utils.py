@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 
-__all__ = ["clip_grad_norm"]
+__all__ = ["clip_grad_norm", "torch_threads", "SMALL_NETWORK_PARAMETERS"]
+
+#: Below this many parameters per policy, ``torch_num_threads="auto"`` means one thread.
+SMALL_NETWORK_PARAMETERS = 1_000_000
 
 
 def clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
@@ -24,3 +29,28 @@ def clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float) -> tor
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     torch._foreach_mul_(grads, coef)
     return total.detach()
+
+
+@contextlib.contextmanager
+def torch_threads(setting: int | str, policies: Iterable[Any]) -> Iterator[None]:
+    """Run the block with torch's intra-op threads set per ``config.torch_num_threads``.
+
+    ``"auto"``: one thread when every policy has fewer than ``SMALL_NETWORK_PARAMETERS``
+    parameters (splitting tiny matrix products across threads costs more than it saves, and
+    collapses on a busy machine), else torch's own setting. The previous setting is restored.
+    """
+    wanted: int | None
+    if setting == "auto":
+        small = all(sum(p.numel() for p in policy.parameters()) < SMALL_NETWORK_PARAMETERS
+                    for policy in policies)
+        wanted = 1 if small else None
+    else:
+        wanted = int(setting)
+    previous = torch.get_num_threads()
+    if wanted is not None and wanted != previous:
+        torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)

@@ -12,8 +12,9 @@ import torch
 
 from cairn.algorithms.dqn.model import QNetwork
 from cairn.errors import ConfigError
+from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG
-from cairn.policy.policy import Policy, _deep_merge
+from cairn.policy.policy import Policy
 from cairn.registry import register_class
 
 __all__ = ["DQNPolicy", "epsilon_at", "check_epsilon_schedule", "DEFAULT_EPSILON"]
@@ -90,7 +91,7 @@ class DQNPolicy(Policy):
                 f"DQN needs a Discrete action space, got {action_space}. Use PPO for Box, "
                 "MultiDiscrete or other action spaces."
             )
-        merged = _deep_merge(self.DEFAULT_CONFIG, config or {})
+        merged = deep_merge(self.DEFAULT_CONFIG, config or {})
         check_epsilon_schedule("epsilon", merged["epsilon"])
         super()._setup(observation_space, action_space, config, seed=seed, init_weights=init_weights)
         self.num_actions = int(action_space.n)
@@ -102,7 +103,7 @@ class DQNPolicy(Policy):
         self.epsilon = epsilon_at(self.config["epsilon"], 0)
 
     def make_model(self) -> torch.nn.Module:
-        model_cfg = _deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
+        model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
         return QNetwork(
             self.preprocessor.size, int(self.action_space.n), hidden=list(model_cfg["hidden"]),  # type: ignore[attr-defined]
             activation=model_cfg["activation"], dueling=bool(self.config["dueling"]),

@@ -1,0 +1,82 @@
+"""The settings every algorithm shares: one Field per key (section, default, check)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cairn.config.fields import (
+    Field,
+    boolean,
+    choice,
+    non_negative_int,
+    number,
+    optional,
+    positive_int,
+)
+from cairn.errors import ConfigError
+from cairn.policy.filters import FILTER_NAMES
+from cairn.policy.model import DEFAULT_MODEL_CONFIG, check_model_config
+
+__all__ = ["BASE_FIELDS"]
+
+
+def _check_fragment(key: str, value: Any) -> None:
+    if value != "auto":
+        positive_int(key, value)
+
+
+def _check_any(key: str, value: Any) -> None:
+    """Checked as a whole in validate()."""
+
+
+def _check_model(key: str, value: Any) -> None:
+    check_model_config(value)
+
+
+def _check_seed(key: str, value: Any) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise ConfigError(f"Config {key!r}={value!r} is invalid: expected an int or None.")
+
+
+def _check_threads(key: str, value: Any) -> None:
+    if value != "auto":
+        positive_int(key, value)
+
+
+def _check_str_or_none(key: str, value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"Config {key!r}={value!r} is invalid: expected a path str or None.")
+
+
+BASE_FIELDS: dict[str, Field] = {
+    # environment
+    "env": Field("environment", None, _check_any, "Gymnasium ID, registered name or creator"),
+    "env_config": Field("environment", {}, _check_any, "kwargs for the env creator"),
+    # env_runners
+    "num_env_runners": Field("env_runners", 0, non_negative_int, "remote Ray env runners"),
+    "num_envs_per_env_runner": Field("env_runners", 1, positive_int, "vectorised envs each"),
+    "rollout_fragment_length": Field("env_runners", "auto", _check_fragment, "steps per env"),
+    "observation_filter": Field("env_runners", "NoFilter", choice(*FILTER_NAMES), "filter"),
+    # training
+    "lr": Field("training", 3e-4, number(0.0, 10.0, low_open=True), "learning rate"),
+    "gamma": Field("training", 0.99, number(0.0, 1.0), "discount factor"),
+    "train_batch_size": Field("training", 2048, positive_int, "env steps per iteration"),
+    "minibatch_size": Field("training", 64, positive_int, "SGD minibatch size"),
+    "num_epochs": Field("training", 10, positive_int, "passes over each train batch"),
+    "grad_clip": Field("training", 0.5, optional(number(0.0, 1e12, low_open=True)), "max grad norm"),
+    "model": Field("training", DEFAULT_MODEL_CONFIG, _check_model, "network settings"),
+    # multi_agent
+    "policies": Field("multi_agent", None, _check_any, "policy IDs or {pid: PolicySpec}"),
+    "policy_mapping_fn": Field("multi_agent", None, _check_any, "agent ID -> policy ID"),
+    "policies_to_train": Field("multi_agent", None, _check_any, "IDs that learn (None: all)"),
+    # evaluation
+    "evaluation_interval": Field("evaluation", None, optional(positive_int), "iterations"),
+    "evaluation_duration": Field("evaluation", 10, positive_int, "episodes per evaluation"),
+    # resources
+    "torch_num_threads": Field("resources", "auto", _check_threads, "torch intra-op threads"),
+    # checkpointing
+    "export_native_model_files": Field("checkpointing", False, boolean, "write model/ files"),
+    # debugging
+    "seed": Field("debugging", None, _check_seed, "seed for weights, sampling and envs"),
+    "log_dir": Field("debugging", None, _check_str_or_none, "default folder for save()"),
+}

@@ -1,0 +1,132 @@
+"""Checks and conversions behind AlgorithmConfig: policies, mappings, envs, callables."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+
+from cairn.errors import ConfigError, MissingCallableError
+from cairn.policy.spec import PolicySpec
+from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids, validate_policy_id
+from cairn.registry import callable_reference, registered_envs, resolve_callable
+from cairn.spaces import space_to_json
+
+__all__ = [
+    "CALLABLE_KEY",
+    "encode_callable",
+    "decode_callable",
+    "suggest",
+    "normalize_policies",
+    "check_policy_mapping",
+    "check_env",
+    "spaces_equal",
+]
+
+#: Key of the JSON object that stands for a callable in ``AlgorithmConfig.to_dict()``.
+CALLABLE_KEY = "__callable__"
+
+
+def encode_callable(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``{"__callable__": "module:function"}``, or a ``None`` reference when not importable."""
+    return {CALLABLE_KEY: callable_reference(fn), "name": getattr(fn, "__qualname__", repr(fn))}
+
+
+def decode_callable(value: Mapping[str, Any], key: str) -> Callable[..., Any]:
+    reference = value.get(CALLABLE_KEY)
+    if reference is None:
+        hint = (
+            "policy_mapping_fn=..." if key == "policy_mapping_fn"
+            else f"config_overrides={{{key!r}: ...}}"
+        )
+        raise MissingCallableError(
+            f"Config {key!r} was the callable {value.get('name')!r}, which has no import path "
+            f"(a lambda, closure or __main__ function) and was not stored. Pass it again: "
+            f"{hint}."
+        )
+    return resolve_callable(reference, what=key)
+
+
+def suggest(key: str, allowed: Any) -> str:
+    close = difflib.get_close_matches(key, list(allowed), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def normalize_policies(policies: Any) -> dict[str, PolicySpec]:
+    """Accept a set/list of IDs or a dict of PolicySpec (or None) and return a dict."""
+    if policies is None:
+        return {DEFAULT_POLICY_ID: PolicySpec()}
+    if isinstance(policies, Mapping):
+        out = {}
+        for pid, spec in policies.items():
+            validate_policy_id(pid, error=True)
+            if spec is None:
+                spec = PolicySpec()
+            elif isinstance(spec, Mapping):
+                spec = PolicySpec(**spec)
+            elif not isinstance(spec, PolicySpec):
+                raise ConfigError(
+                    f"policies[{pid!r}] must be a PolicySpec, a dict of its fields or None, got "
+                    f"{type(spec).__name__}."
+                )
+            out[pid] = spec
+        check_policy_ids(out)
+        return out
+    if isinstance(policies, (set, frozenset, list, tuple)):
+        ids = sorted(policies, key=str) if isinstance(policies, (set, frozenset)) else list(policies)
+        check_policy_ids(ids)
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"policies contains duplicates: {ids!r}.")
+        return {pid: PolicySpec() for pid in ids}
+    raise ConfigError(
+        f"policies must be a set/list of policy IDs or a dict {{policy_id: PolicySpec}}, got "
+        f"{type(policies).__name__}."
+    )
+
+
+def check_policy_mapping(fn: Any) -> None:
+    if fn is None or isinstance(fn, Mapping):
+        return
+    if not callable(fn):
+        raise ConfigError(
+            f"policy_mapping_fn must be a callable (agent_id, **kwargs) -> policy_id or a dict "
+            f"{{agent_id: policy_id}}, got {type(fn).__name__}."
+        )
+    try:
+        inspect.signature(fn).bind("agent_0", episode=None, worker=None)
+    except TypeError as exc:
+        raise ConfigError(
+            f"policy_mapping_fn {getattr(fn, '__qualname__', fn)!r} must accept "
+            "(agent_id, **kwargs); cairn calls it as fn(agent_id, episode=None, worker=None). "
+            "Write it as `def fn(agent_id, **kwargs)`."
+        ) from exc
+    except ValueError:
+        return  # builtins without signatures: trust them
+
+
+def check_env(env: Any) -> None:
+    if callable(env):
+        return
+    if not isinstance(env, str):
+        raise ConfigError(
+            f"Config 'env'={env!r} is invalid: expected a Gymnasium ID, a registered name or a "
+            "callable creator(env_config) -> env."
+        )
+    if env in registered_envs():
+        return
+    try:
+        gym.spec(env)
+    except gym.error.Error as exc:
+        known = list(registered_envs()) + list(gym.envs.registry.keys())
+        raise ConfigError(
+            f"Unknown environment {env!r}: it is neither registered with cairn.register_env() "
+            f"nor a Gymnasium ID ({exc})." + suggest(env, known)
+        ) from None
+
+
+def spaces_equal(a: gym.Space[Any], b: gym.Space[Any]) -> bool:
+    """Structural equality of two spaces through their JSON form."""
+    return space_to_json(a) == space_to_json(b)

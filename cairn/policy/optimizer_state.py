@@ -1,0 +1,79 @@
+"""Optimizer state as a state tree (numpy arrays and JSON values) and back.
+
+``torch.optim.Optimizer.state_dict()`` holds tensors keyed by parameter index; checkpoints need
+arrays keyed by strings, and restoring must check shapes before torch silently broadcasts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["optimizer_state_to_tree", "optimizer_state_from_tree"]
+
+_OPTIMIZER_IMPLEMENTATION_KEYS = frozenset(
+    {"params", "foreach", "fused", "capturable", "differentiable"}
+)
+
+
+def optimizer_state_to_tree(optimizer: torch.optim.Optimizer, *, copy: bool) -> dict[str, Any]:
+    """``{"state": {"<param index>": {slot: array | number}}, "param_groups": [...]}``;
+    ``copy=False`` returns views of the live tensors (for writing a checkpoint at once)."""
+    raw = optimizer.state_dict()
+    state: dict[str, Any] = {}
+    for index, slots in raw["state"].items():
+        state[str(index)] = {
+            name: (value.detach().numpy().copy() if copy else value.detach().numpy())
+            if isinstance(value, torch.Tensor)
+            else value
+            for name, value in slots.items()
+        }
+    groups = [
+        {k: (list(v) if isinstance(v, tuple) else v) for k, v in group.items()}
+        for group in raw["param_groups"]
+    ]
+    return {"state": state, "param_groups": groups}
+
+
+def optimizer_state_from_tree(
+    optimizer: torch.optim.Optimizer, tree: Mapping[str, Any], *, copy: bool = True
+) -> None:
+    """Load :func:`optimizer_state_to_tree` output, checking indices and shapes first.
+    ``copy=False`` lets the optimizer keep writable arrays as its state tensors."""
+    own_groups = optimizer.state_dict()["param_groups"]
+    groups = tree["param_groups"]
+    if not isinstance(groups, list) or len(groups) != len(own_groups):
+        raise ValueError("Optimizer state has a different number of parameter groups.")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    state: dict[int, dict[str, Any]] = {}
+    for key, slots in tree["state"].items():
+        index = int(key)
+        if not 0 <= index < len(params):
+            raise ValueError(f"Optimizer state refers to parameter {key}, which does not exist.")
+        restored: dict[str, Any] = {}
+        for name, value in slots.items():
+            if isinstance(value, np.ndarray):
+                owned = not copy and value.flags.writeable and value.flags.c_contiguous
+                tensor = torch.from_numpy(value if owned else np.array(value, copy=True, order="C"))
+                if tensor.ndim and tuple(tensor.shape) != tuple(params[index].shape):
+                    raise ValueError(
+                        f"Optimizer slot {name!r} of parameter {key} has shape "
+                        f"{tuple(tensor.shape)}, expected {tuple(params[index].shape)}."
+                    )
+                restored[name] = tensor
+            else:
+                restored[name] = value
+        state[index] = restored
+    merged_groups = []
+    for own, saved in zip(own_groups, groups):
+        group = dict(own)
+        # Hyperparameters come from the checkpoint; implementation switches (fused, foreach,
+        # capturable, ...) stay as this process built them, so a checkpoint never asks for an
+        # implementation this torch lacks.
+        group.update({k: (tuple(v) if k == "betas" else v) for k, v in saved.items()
+                      if k in own and k not in _OPTIMIZER_IMPLEMENTATION_KEYS})
+        merged_groups.append(group)
+    optimizer.load_state_dict({"state": state, "param_groups": merged_groups})
