@@ -26,8 +26,9 @@ def clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float) -> tor
     if not grads:
         return torch.zeros(())
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    torch._foreach_mul_(grads, coef)
+    coef = max_norm / (float(total) + 1e-6)
+    if coef < 1.0:  # scaling by exactly 1 would change nothing; skip the operation
+        torch._foreach_mul_(grads, coef)
     return total.detach()
 
 

@@ -99,3 +99,21 @@ def test_mean_std_filter_matches_numpy():
     np.testing.assert_allclose(f.std, data.std(0))
     out = f.apply(data[:2].astype(np.float32))
     np.testing.assert_allclose(out, (data[:2] - data.mean(0)) / data.std(0), rtol=1e-4)
+
+
+def test_clip_grad_norm_matches_torch():
+    import torch
+
+    from cairn.policy.torch_utils import clip_grad_norm
+
+    for scale in (0.01, 100.0):
+        params = [torch.nn.Parameter(torch.zeros(3, 2)), torch.nn.Parameter(torch.zeros(2))]
+        twins = [torch.nn.Parameter(torch.zeros(3, 2)), torch.nn.Parameter(torch.zeros(2))]
+        for p, t in zip(params, twins):
+            p.grad = torch.randn_like(p) * scale
+            t.grad = p.grad.clone()
+        ours = clip_grad_norm(params, 1.0)
+        theirs = torch.nn.utils.clip_grad_norm_(twins, 1.0)
+        torch.testing.assert_close(ours, theirs)
+        for p, t in zip(params, twins):
+            torch.testing.assert_close(p.grad, t.grad)

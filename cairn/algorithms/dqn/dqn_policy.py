@@ -47,9 +47,15 @@ def epsilon_at(schedule: Sequence[Sequence[float]], timestep: int) -> float:
     >>> epsilon_at([[0, 1.0], [100, 0.0]], 25)
     0.75
     """
-    times = [float(t) for t, _ in schedule]
-    values = [float(v) for _, v in schedule]
-    return float(np.interp(timestep, times, values))
+    # Plain Python: called once per sampling step, where np.interp's array setup dominated.
+    (t0, v0), *rest = schedule
+    if timestep <= t0:
+        return float(v0)
+    for t1, v1 in rest:
+        if timestep < t1:
+            return float(v0 + (v1 - v0) * (timestep - t0) / (t1 - t0))
+        t0, v0 = t1, v1
+    return float(v0)
 
 
 @register_class

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-__all__ = ["n_step_returns", "dqn_loss", "DQNLossStats", "TD_ERROR_LOSS_FNS"]
+__all__ = ["n_step_returns", "q_targets", "dqn_loss", "DQNLossStats", "TD_ERROR_LOSS_FNS"]
 
 TD_ERROR_LOSS_FNS = ("huber", "mse")
 
@@ -47,63 +47,84 @@ def n_step_returns(
     return returns.astype(np.float32), last, steps
 
 
-class DQNLossStats(dict[str, torch.Tensor]):
-    """Detached scalars describing one gradient update."""
+def q_targets(
+    rewards: np.ndarray,
+    discounts: np.ndarray,
+    terminateds: np.ndarray,
+    next_q_target: np.ndarray,
+    next_q_online: np.ndarray | None = None,
+    *,
+    double_q: bool = True,
+) -> np.ndarray:
+    """Bootstrapped Q-learning targets (no gradient flows through them, so numpy suffices).
+
+    ``y = r + discount * (1 - terminated) * Q_target(s', a*)`` with
+    ``a* = argmax_a Q_online(s', a)`` (double Q-learning, van Hasselt et al. 2016) or
+    ``argmax_a Q_target(s', a)`` (Mnih et al. 2015).
+
+    Args:
+        rewards: (n-step) returns, ``[B]``.
+        discounts: ``gamma ** n`` per transition, ``[B]``.
+        terminateds: Whether ``s'`` is terminal, ``[B]``; truncation is not termination.
+        next_q_target: ``Q_target(s', .)``, ``[B, A]``.
+        next_q_online: ``Q_online(s', .)``, ``[B, A]``; needed when ``double_q``.
+
+    >>> q_targets(np.array([1.0]), np.array([0.5]), np.array([False]),
+    ...           np.array([[10.0, 0.0]]), np.array([[0.0, 5.0]])).tolist()
+    [1.0]
+    """
+    if double_q:
+        if next_q_online is None:
+            raise ValueError("double_q needs next_q_online, the online network's Q(s', .).")
+        next_actions = next_q_online.argmax(axis=1)
+    else:
+        next_actions = next_q_target.argmax(axis=1)
+    next_value = np.take_along_axis(next_q_target, next_actions[:, None], axis=1)[:, 0]
+    bootstrap = np.where(terminateds, 0.0, discounts * next_value)
+    return (rewards + bootstrap).astype(np.float32)
+
+
+class DQNLossStats(dict[str, float]):
+    """Scalars describing one gradient update."""
 
 
 def dqn_loss(
     q_values: torch.Tensor,
     actions: torch.Tensor,
-    rewards: torch.Tensor,
-    terminateds: torch.Tensor,
-    discounts: torch.Tensor,
-    next_q_target: torch.Tensor,
-    next_q_online: torch.Tensor | None = None,
+    targets: torch.Tensor,
     *,
-    double_q: bool = True,
     loss_fn: str = "huber",
     weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, DQNLossStats]:
     """The TD loss of a batch of transitions, and its TD errors (for replay priorities).
 
-    ``y = r + discount * (1 - terminated) * Q_target(s', a*)`` with
-    ``a* = argmax_a Q_online(s', a)`` (double Q-learning) or ``argmax_a Q_target(s', a)``;
-    ``L = mean(w * l(Q(s, a) - y))`` where ``l`` is the Huber loss (delta 1) or the squared
-    error, and ``w`` are importance weights (1 without prioritized replay).
+    ``L = mean(w * l(Q(s, a) - y))`` where ``y`` are :func:`q_targets`, ``l`` is the Huber loss
+    (delta 1) or the squared error, and ``w`` are importance weights (1 without prioritized
+    replay).
 
     Args:
         q_values: ``Q(s, .)`` of the online network, ``[B, A]`` (with gradients).
         actions: Taken actions, ``[B]`` int64.
-        rewards: (n-step) returns, ``[B]``.
-        terminateds: Whether ``s'`` is terminal, ``[B]``; truncation is not termination.
-        discounts: ``gamma ** n`` per transition, ``[B]``.
-        next_q_target: ``Q_target(s', .)``, ``[B, A]``.
-        next_q_online: ``Q_online(s', .)``, ``[B, A]``; needed when ``double_q``.
+        targets: Bootstrapped targets ``y``, ``[B]``.
         weights: Importance-sampling weights, ``[B]``.
     """
     if loss_fn not in TD_ERROR_LOSS_FNS:
         raise ValueError(f"Got invalid {loss_fn=}. Valid values are: {list(TD_ERROR_LOSS_FNS)}.")
     q_taken = q_values.gather(1, actions.long().unsqueeze(1)).squeeze(1)
-    with torch.no_grad():
-        if double_q:
-            if next_q_online is None:
-                raise ValueError("double_q needs next_q_online, the online network's Q(s', .).")
-            next_actions = next_q_online.argmax(dim=1, keepdim=True)
-        else:
-            next_actions = next_q_target.argmax(dim=1, keepdim=True)
-        next_value = next_q_target.gather(1, next_actions).squeeze(1)
-        not_terminal = 1.0 - terminateds.to(q_taken.dtype)
-        targets = rewards + discounts * not_terminal * next_value
-    td_errors = q_taken - targets
     if loss_fn == "huber":
         per_sample = F.huber_loss(q_taken, targets, reduction="none", delta=1.0)
     else:
-        per_sample = td_errors.pow(2)
+        per_sample = (q_taken - targets).pow(2)
     loss = per_sample.mean() if weights is None else (weights * per_sample).mean()
+    # Statistics in numpy on views of the tensors: a handful of torch reductions per update
+    # would cost more than the update's arithmetic for small networks.
+    q_taken_np = q_taken.detach().numpy()
+    targets_np = targets.numpy()
+    td_errors = q_taken_np - targets_np
     stats = DQNLossStats(
-        loss=loss.detach(),
-        q_mean=q_taken.detach().mean(),
-        target_mean=targets.mean(),
-        td_error_abs_mean=td_errors.detach().abs().mean(),
+        loss=float(loss.detach()),
+        q_mean=float(q_taken_np.mean()),
+        target_mean=float(targets_np.mean()),
+        td_error_abs_mean=float(np.abs(td_errors).mean()),
     )
-    return loss, td_errors.detach(), stats
+    return loss, torch.from_numpy(td_errors), stats

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from cairn.algorithms.dqn.loss import dqn_loss, n_step_returns
+from cairn.algorithms.dqn.loss import dqn_loss, n_step_returns, q_targets
 from cairn.algorithms.dqn.model import QNetwork
 
 
@@ -44,32 +44,35 @@ def q(*rows: list[float]) -> torch.Tensor:
 
 
 def test_double_q_evaluates_the_online_argmax_with_the_target_network() -> None:
-    q_values = q([1.0, 2.0]).requires_grad_()
-    next_target = q([10.0, 0.0])
-    next_online = q([0.0, 5.0])  # online prefers action 1, worth 0 to the target
-    args = (q_values, torch.tensor([1]), torch.tensor([1.0]), torch.tensor([False]),
-            torch.tensor([0.5]), next_target, next_online)
-    _, td_double, stats = dqn_loss(*args, double_q=True, loss_fn="mse")
-    _, td_plain, _ = dqn_loss(*args, double_q=False, loss_fn="mse")
+    next_target = np.array([[10.0, 0.0]])
+    next_online = np.array([[0.0, 5.0]])  # online prefers action 1, worth 0 to the target
+    args = (np.array([1.0]), np.array([0.5]), np.array([False]), next_target, next_online)
     # double: y = 1 + 0.5 * Q_target(s', 1) = 1; plain: y = 1 + 0.5 * max Q_target = 6
-    assert td_double.tolist() == [1.0]
-    assert td_plain.tolist() == [-4.0]
-    assert stats["target_mean"].item() == 1.0
+    assert q_targets(*args, double_q=True).tolist() == [1.0]
+    assert q_targets(*args, double_q=False).tolist() == [6.0]
+    with pytest.raises(ValueError, match="next_q_online"):
+        q_targets(*args[:4], double_q=True)
 
 
 def test_terminal_transitions_do_not_bootstrap_and_truncation_is_not_terminal() -> None:
-    q_values = q([0.0, 0.0], [0.0, 0.0]).requires_grad_()
-    _, td, _ = dqn_loss(q_values, torch.tensor([0, 0]), torch.tensor([1.0, 1.0]),
-                        torch.tensor([True, False]), torch.tensor([0.99, 0.99]),
-                        q([7.0, 7.0], [7.0, 7.0]), q([1.0, 0.0], [1.0, 0.0]))
-    assert td.tolist() == pytest.approx([-1.0, -(1.0 + 0.99 * 7.0)])
+    targets = q_targets(np.array([1.0, 1.0]), np.array([0.99, 0.99]), np.array([True, False]),
+                        np.array([[7.0, 7.0], [7.0, 7.0]]), np.array([[1.0, 0.0], [1.0, 0.0]]))
+    assert targets.dtype == np.float32
+    assert targets.tolist() == pytest.approx([1.0, 1.0 + 0.99 * 7.0])
+
+
+def test_td_errors_and_stats() -> None:
+    q_values = q([1.0, 2.0], [3.0, 0.0]).requires_grad_()
+    _, td, stats = dqn_loss(q_values, torch.tensor([1, 0]), torch.tensor([1.0, 1.0]), loss_fn="mse")
+    assert td.tolist() == [1.0, 2.0]
+    assert stats["q_mean"] == 2.5 and stats["target_mean"] == 1.0
+    assert stats["td_error_abs_mean"] == 1.5
 
 
 def test_huber_is_quadratic_near_zero_and_linear_beyond_one() -> None:
     def loss_for(error: float, fn: str) -> float:
         q_values = q([error]).requires_grad_()
-        loss, _, _ = dqn_loss(q_values, torch.tensor([0]), torch.tensor([0.0]), torch.tensor([True]),
-                              torch.tensor([1.0]), q([0.0]), q([0.0]), loss_fn=fn)
+        loss, _, _ = dqn_loss(q_values, torch.tensor([0]), torch.tensor([0.0]), loss_fn=fn)
         return float(loss.detach())
 
     assert loss_for(0.5, "huber") == pytest.approx(0.125)
@@ -81,9 +84,8 @@ def test_huber_is_quadratic_near_zero_and_linear_beyond_one() -> None:
 
 def test_importance_weights_scale_each_sample_and_gradients_reach_taken_actions_only() -> None:
     q_values = q([2.0, 0.0], [0.0, 4.0]).requires_grad_()
-    args = (q_values, torch.tensor([0, 1]), torch.tensor([0.0, 0.0]), torch.tensor([True, True]),
-            torch.tensor([1.0, 1.0]), q([0, 0], [0, 0]), q([0, 0], [0, 0]))
-    loss, _, _ = dqn_loss(*args, loss_fn="mse", weights=torch.tensor([1.0, 0.0]))
+    loss, _, _ = dqn_loss(q_values, torch.tensor([0, 1]), torch.tensor([0.0, 0.0]), loss_fn="mse",
+                          weights=torch.tensor([1.0, 0.0]))
     assert float(loss.detach()) == pytest.approx(4.0 / 2)
     loss.backward()
     assert q_values.grad is not None
