@@ -323,14 +323,24 @@ class Algorithm:
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`get_state` in place.
 
-        Policies in the state replace those with the same ID (new IDs are added); the config of
-        this object is kept.
+        Policies in the state replace those with the same ID; new IDs are added (with their
+        spec in the config, and known to the env runners) but no agent is mapped to them unless
+        the current ``policy_mapping_fn`` does so. The rest of this object's config is kept.
         """
+        added = []
         for pid, policy_state in state.get("policies", {}).items():
             if pid in self.policies:
                 self.policies[pid].set_state(policy_state)
             else:
-                self.policies[pid] = Policy.from_state(policy_state)
+                check_policy_ids([*self.policies, pid])
+                policy = Policy.from_state(policy_state)
+                self.policies[pid] = policy
+                self.config.policies[pid] = PolicySpec(
+                    type(policy), policy.observation_space, policy.action_space,
+                    policy_state["spec"].get("config"))
+                added.append(pid)
+        if added:
+            self.env_runner_group.update_policies(self.config, self.policies)
         self.iteration = int(state["iteration"])
         self.counters.update({k: int(v) for k, v in state["counters"].items()})
         self._rng = make_rng(state["rng"])

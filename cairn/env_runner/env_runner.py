@@ -380,9 +380,12 @@ class EnvRunner:
             for i, entry in enumerate(state["current_obs"]):
                 ids = {str(a): a for a in self.envs[i].possible_agents}
                 saved = {ids.get(k, k): p for k, p in entry["agent_pids"].items()}
-                if any(self.config.map_agent(a) != p or p not in self.policies for a, p in saved.items()):
-                    # The mapping or the policy set changed at restore: the observations in
-                    # flight were processed by other policies' filters, so start over.
+                known = set(self.envs[i].possible_agents)
+                if any(a not in known or self.config.map_agent(a) != p or p not in self.policies
+                       for a, p in saved.items()):
+                    # The agents, the mapping or the policy set changed at restore: the
+                    # observations in flight belong to other agents or were processed by other
+                    # policies' filters, so start over.
                     self._needs_reset = True
                     return
                 self._agent_pids[i] = saved

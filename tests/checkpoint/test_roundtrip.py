@@ -182,3 +182,17 @@ def test_memory_mapped_files_restore_and_stay_private(ppo_algo, tmp_path, monkey
     restored.train()  # writes to the mapped parameters: copy-on-write, never to the file
     assert _weights_equal(restored.get_policy(), ppo_algo.get_policy())
     assert (path / "policies/default_policy/policy_state.safetensors").read_bytes() == on_disk
+
+
+def test_restore_in_place_adds_policies_the_object_lacks(tmp_path):
+    from tests.helpers import small_ma_ppo
+
+    three = small_ma_ppo(3).build()
+    three.train()
+    path = three.save(tmp_path / "c")
+    two = small_ma_ppo(2).build()  # agents 0 and 1, policies p0 and p1
+    two.restore(path)
+    assert set(two.policies) == {"p0", "p1", "p2"}
+    assert _weights_equal(two.get_policy("p2"), three.get_policy("p2"))
+    assert two.train()["learners"].keys() == {"p0", "p1"}  # p2 has no agent in this env
+    assert "p2" in two.config.to_dict()["policies"]
