@@ -67,18 +67,25 @@ def _disk_full_after(monkeypatch: pytest.MonkeyPatch, free: int) -> None:
     monkeypatch.setattr(writer_module, "open", _FullDisk(free).open, raising=False)
 
 
-@pytest.mark.parametrize("free", [0, 100, 3000, 20000])
-def test_disk_full_while_writing(free: int, policy: Any, tmp_path: Path,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    target = copy_base("policy", tmp_path / "checkpoint")
-    before = _fingerprint(load_policy_state(target))
-    _disk_full_after(monkeypatch, free)
+def _failed_export_message(policy: Any, target: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Export over ``target`` with the failure already patched in; check the error names the
+    disk-full cause and the path, and return its message."""
     with pytest.raises(OSError) as info:
         policy.export_checkpoint(target)
     monkeypatch.undo()
     assert info.value.errno == errno.ENOSPC
     message = str(info.value)
     assert str(target) in message and "No space left on device" in message, message
+    return message
+
+
+@pytest.mark.parametrize("free", [0, 100, 3000, 20000])
+def test_disk_full_while_writing(free: int, policy: Any, tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    target = copy_base("policy", tmp_path / "checkpoint")
+    before = _fingerprint(load_policy_state(target))
+    _disk_full_after(monkeypatch, free)
+    message = _failed_export_message(policy, target, monkeypatch)
     assert _fingerprint(load_policy_state(target)) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"], "a temporary directory was left"
 
@@ -92,12 +99,7 @@ def test_disk_full_keeps_previous_checkpoint(where: str, after: int, policy: Any
     target_obj, name = {"fsync": (os, "fsync"),
                         "mkdir": (Path, "mkdir"), "rename": (atomic_module, "_exchange")}[where]
     _fail_after(monkeypatch, target_obj, name, after if where != "rename" else 0)
-    with pytest.raises(OSError) as info:
-        policy.export_checkpoint(target)
-    monkeypatch.undo()
-    assert info.value.errno == errno.ENOSPC
-    message = str(info.value)
-    assert str(target) in message and "No space left on device" in message, message
+    message = _failed_export_message(policy, target, monkeypatch)
     assert "unchanged" in message
     assert _fingerprint(load_policy_state(target)) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"], "a temporary directory was left"
