@@ -85,7 +85,7 @@ def test_disk_full_while_writing(free: int, policy: Any, tmp_path: Path,
     target = copy_base("policy", tmp_path / "checkpoint")
     before = _fingerprint(load_policy_state(target))
     _disk_full_after(monkeypatch, free)
-    message = _failed_export_message(policy, target, monkeypatch)
+    _failed_export_message(policy, target, monkeypatch)
     assert _fingerprint(load_policy_state(target)) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"], "a temporary directory was left"
 
