@@ -14,6 +14,7 @@ from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.dqn.config import DQNConfig
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.dqn.loss import dqn_loss, n_step_returns, q_targets
+from cairn.algorithms.dqn.numpy_update import numpy_dqn_update, supports_numpy_update
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.policy.policy import Policy
@@ -154,22 +155,31 @@ class DQN(Algorithm):
             sample["terminateds"], next_q_target, next_q_online, double_q=cfg.double_q,
         )
         weights = sample.get("weights")
-        loss, td_errors, stats = dqn_loss(
-            policy.model(torch.from_numpy(sample["obs"])), torch.from_numpy(sample["actions"]),
-            torch.from_numpy(targets), loss_fn=cfg.td_error_loss_fn,
-            weights=None if weights is None else torch.from_numpy(weights),
-        )
-        params = list(policy.model.parameters())
-        for param in params:
-            param.grad = None
-        loss.backward()
-        if cfg.grad_clip is not None:
-            clip_grad_norm(params, cfg.grad_clip)
-        policy.optimizer.step()
+        if supports_numpy_update(policy.model, policy.optimizer):
+            # The same step as below, written over numpy views (see numpy_update.py).
+            result = numpy_dqn_update(
+                policy.model, policy.optimizer, sample["obs"], sample["actions"], targets,
+                loss_fn=cfg.td_error_loss_fn, grad_clip=cfg.grad_clip, weights=weights,
+            )
+            stats, td_errors = result.stats, result.td_errors
+        else:
+            loss, td, loss_stats = dqn_loss(
+                policy.model(torch.from_numpy(sample["obs"])), torch.from_numpy(sample["actions"]),
+                torch.from_numpy(targets), loss_fn=cfg.td_error_loss_fn,
+                weights=None if weights is None else torch.from_numpy(weights),
+            )
+            params = list(policy.model.parameters())
+            for param in params:
+                param.grad = None
+            loss.backward()
+            if cfg.grad_clip is not None:
+                clip_grad_norm(params, cfg.grad_clip)
+            policy.optimizer.step()
+            stats, td_errors = list(loss_stats.values()), td.numpy()
         policy.num_grad_updates += 1
         if isinstance(buffer, PrioritizedReplayBuffer):
-            buffer.update_priorities(sample["batch_indexes"], td_errors.numpy())
-        return list(stats.values())
+            buffer.update_priorities(sample["batch_indexes"], td_errors)
+        return stats
 
     # ------------------------------------------------------------------------------- state
     def _get_extra_state(self) -> dict[str, Any]:
