@@ -7,13 +7,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+from pettingzoo import ParallelEnv
 
 from cairn.rng import make_rng, rng_state
 
 __all__ = ["MultiAgentCartPole", "make_multi_agent_cartpole"]
 
 
-class MultiAgentCartPole:
+class MultiAgentCartPole(ParallelEnv):  # type: ignore[misc]
     """N agents (``"agent_0"``...), each balancing its own pole; an agent leaves when its pole
     falls or after ``max_episode_steps``, and the episode ends when all have left.
 

@@ -96,3 +96,9 @@ def test_multi_agent_cartpole_protocol():
     b = twin.step({"agent_0": 1, "agent_1": 1})
     for k in a[0]:
         np.testing.assert_array_equal(a[0][k], b[0][k])
+
+
+def test_multi_agent_cartpole_passes_pettingzoos_api_test():
+    from pettingzoo.test import parallel_api_test
+
+    parallel_api_test(MultiAgentCartPole(num_agents=3), num_cycles=100)
