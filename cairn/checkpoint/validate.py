@@ -86,7 +86,6 @@ def _flat_size(space: gym.Space[Any]) -> int:
 
 def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_space: gym.Space[Any],
                         state: Mapping[str, Any], weights: Mapping[str, np.ndarray], where: Any) -> None:
-    from cairn.algorithms.dqn.dqn_policy import DQNPolicy
     from cairn.policy.merge import deep_merge
     from cairn.policy.policy import Policy
     from cairn.registry import resolve_class
@@ -104,7 +103,7 @@ def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_
             "of the observation space."
         )
     stored = sum(int(w.size) for w in weights.values())
-    builtin = policy_class.make_model in (Policy.make_model, DQNPolicy.make_model)
+    builtin = getattr(policy_class.make_model, "builds_config_mlp", False)
     if not builtin:
         if max(obs_size, out_size) > _MAX_UNCHECKED_SIZE:
             raise CheckpointFormatError(f"{where}: the policy's spaces are too large to build.")

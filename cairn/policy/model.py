@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -13,7 +13,7 @@ from torch import nn
 from cairn.config.fields import check_section
 from cairn.errors import ConfigError
 
-__all__ = ["ActorCriticMLP", "ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config"]
+__all__ = ["ActorCriticMLP", "ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config", "builds_config_mlp"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -54,6 +54,20 @@ def check_model_config(model: Any) -> None:
             f"Config 'model.activation'={activation!r} is not supported; choose one of "
             f"{sorted(ACTIVATIONS)}."
         )
+
+
+MakeModel = TypeVar("MakeModel", bound=Callable[..., Any])
+
+
+def builds_config_mlp(make_model: MakeModel) -> MakeModel:
+    """Mark a ``Policy.make_model`` that builds an MLP from ``config["model"]["hidden"]``.
+
+    The checkpoint reader then bounds the network's size from the stored spec before building
+    it (a hostile spec could ask for a billion units); an override without the mark gets only
+    generic checks.
+    """
+    make_model.builds_config_mlp = True  # type: ignore[attr-defined]
+    return make_model
 
 
 def _mlp(sizes: Sequence[int], activation: str) -> nn.Sequential:

@@ -15,7 +15,7 @@ from cairn.errors import ConfigError
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
 from cairn.policy.merge import deep_merge
-from cairn.policy.model import DEFAULT_MODEL_CONFIG, ActorCriticMLP, check_model_config
+from cairn.policy.model import DEFAULT_MODEL_CONFIG, ActorCriticMLP, builds_config_mlp, check_model_config
 from cairn.policy.optimizer_state import optimizer_state_from_tree, optimizer_state_to_tree
 from cairn.policy.spec import PolicySpec
 from cairn.registry import class_reference, register_class, resolve_class
@@ -118,6 +118,7 @@ class Policy:
         self.global_timestep = 0
         self.num_grad_updates = 0
 
+    @builds_config_mlp
     def make_model(self) -> torch.nn.Module:
         """Build the network (override in subclasses for other architectures)."""
         model_cfg = deep_merge(DEFAULT_MODEL_CONFIG, self.config["model"])

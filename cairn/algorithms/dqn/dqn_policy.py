@@ -13,7 +13,7 @@ import torch
 from cairn.algorithms.dqn.model import QNetwork
 from cairn.errors import ConfigError
 from cairn.policy.merge import deep_merge
-from cairn.policy.model import DEFAULT_MODEL_CONFIG
+from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp
 from cairn.policy.policy import Policy
 from cairn.registry import register_class
 
@@ -108,6 +108,7 @@ class DQNPolicy(Policy):
         self.last_target_update = 0
         self.epsilon = epsilon_at(self.config["epsilon"], 0)
 
+    @builds_config_mlp
     def make_model(self) -> torch.nn.Module:
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
         return QNetwork(
