@@ -133,15 +133,13 @@ class EnvRunner:
         ep = self._episodes[i]
         policy_returns: dict[str, list[float]] = defaultdict(list)
         for agent, ret in ep.agent_returns.items():
-            policy_returns[self._agent_pids[i].get(agent, self._single_pid_or(agent))].append(ret)
+            pid = self._agent_pids[i].get(agent, str(agent)) if self.multi_agent else self._single_pid
+            policy_returns[pid].append(ret)
         self._completed.append(
             {"return": ep.ret, "length": ep.length, "policy_returns": dict(policy_returns)}
         )
         self.num_episodes += 1
         self._episodes[i] = EpisodeTotals()
-
-    def _single_pid_or(self, agent: Any) -> str:
-        return getattr(self, "_single_pid", str(agent))
 
     # -------------------------------------------------------------------------------- sample
     def sample(self, num_steps: int | None = None, *, explore: bool = True) -> dict[str, SampleBatch]:
