@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 # constraints.txt pins torch to the CPU build available on this project's machines.
 PIP_INSTALL := $(PIP) install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test lint typecheck pytest fuzz bench clean fixtures
+.PHONY: demo test lint typecheck pytest fuzz clean fixtures
 
 $(VENV)/.installed-base: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
