@@ -80,7 +80,8 @@ def _write_state(root: Path, json_name: str, arrays_name: str, state: Any, files
 
 
 def _write_policy_dir(root: Path, policy_state: Mapping[str, Any], policy: Policy | None,
-                      *, export_native: bool) -> None:
+                      *, export_native: bool) -> dict[str, Any]:
+    """Write one Policy checkpoint into ``root``; return its manifest's size and hash."""
     files: Files = {}
     _write_state(root, POLICY_STATE_FILE, POLICY_ARRAYS_FILE, policy_state, files)
     extra: dict[str, Any] = {}
@@ -92,7 +93,9 @@ def _write_policy_dir(root: Path, policy_state: Mapping[str, Any], policy: Polic
         checkpoint_type="Policy", class_reference=policy_state["spec"]["policy_class"],
         state_file=POLICY_STATE_FILE, files=files, policy_ids=None, extra=extra,
     )
-    _write_json(root, MANIFEST_FILE, manifest, {})
+    written: Files = {}
+    _write_json(root, MANIFEST_FILE, manifest, written)
+    return written[MANIFEST_FILE]
 
 
 def save_policy(policy: Policy, path: str | os.PathLike[str], *, export_native: bool = False) -> str:
@@ -127,14 +130,9 @@ def save_algorithm(algo: Algorithm, path: str | os.PathLike[str]) -> str:
     with atomic_directory(path) as tmp:
         files: Files = {}
         for pid, policy_state in policy_states.items():
-            sub = Path(POLICIES_DIR) / pid
-            _write_policy_dir(tmp / sub, policy_state, algo.policies[pid], export_native=export_native)
-            manifest_bytes = (tmp / sub / MANIFEST_FILE).read_bytes()
-            hasher = new_hasher()
-            hasher.update(manifest_bytes)
-            files[f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"] = {
-                "size": len(manifest_bytes), "hash": hasher.hexdigest(),
-            }
+            # The root manifest vouches for each policy's manifest, hashed as it is written.
+            files[f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"] = _write_policy_dir(
+                tmp / POLICIES_DIR / pid, policy_state, algo.policies[pid], export_native=export_native)
         for name, component in components.items():
             _write_state(tmp, f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
                          f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}", component, files)
