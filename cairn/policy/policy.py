@@ -212,8 +212,7 @@ class Policy:
 
     def _adopt_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Make the given arrays the parameters' storage (no allocation, no copy)."""
-        self._check_weights(weights)
-        own = self.model.state_dict()
+        own = self._check_weights(weights)
         tensors = {}
         for name, value in weights.items():
             array = np.asarray(value)
@@ -223,7 +222,8 @@ class Policy:
             tensors[name] = tensor if tensor.dtype == own[name].dtype else tensor.to(own[name].dtype)
         self.model.load_state_dict(tensors, assign=True)
 
-    def _check_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+    def _check_weights(self, weights: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """Check names and shapes against the network; return its state dict."""
         own = self.model.state_dict()
         missing, unexpected = set(own) - set(weights), set(weights) - set(own)
         if missing or unexpected:
@@ -239,11 +239,11 @@ class Policy:
                     f"network expects {tuple(tensor.shape)}; were the spaces or model config "
                     "changed?"
                 )
+        return own
 
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load parameters produced by :meth:`get_weights` (names and shapes must match)."""
-        self._check_weights(weights)
-        for name, tensor in self.model.state_dict().items():
+        for name, tensor in self._check_weights(weights).items():
             value = np.asarray(weights[name])
             with torch.no_grad():
                 tensor.copy_(torch.from_numpy(np.ascontiguousarray(value)))
