@@ -24,8 +24,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from cairn.alignment import empty_aligned
 from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
@@ -186,7 +185,7 @@ class CheckpointDir:
                 # page is copied only when training first writes to it. Hashing right after
                 # still reads every byte, so verification is unchanged.
                 return memoryview(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY))
-            view, done = np.empty(size, dtype=np.uint8).data, 0
+            view, done = empty_aligned(size).data, 0
             while done < size:
                 n = f.readinto(view[done:])
                 if not n:

@@ -16,6 +16,8 @@ from typing import IO, Any
 import numpy as np
 import xxhash
 
+from cairn.alignment import ALIGNMENT, aligned, is_aligned
+
 __all__ = ["write_safetensors", "parse_safetensors", "SafetensorsError"]
 
 _DTYPES: dict[str, np.dtype[Any]] = {
@@ -27,7 +29,6 @@ _DTYPES: dict[str, np.dtype[Any]] = {
 }
 _NAMES = {dtype: name for name, dtype in _DTYPES.items()}
 MAX_HEADER_BYTES = 100 << 20  # the reference implementation's limit
-_ALIGN = 8
 
 
 class SafetensorsError(ValueError):
@@ -35,11 +36,19 @@ class SafetensorsError(ValueError):
 
 
 def write_safetensors(f: IO[bytes], arrays: Mapping[str, np.ndarray], hasher: Any) -> int:
-    """Write ``arrays`` to the open binary file ``f``, feeding ``hasher``; return bytes written."""
+    """Write ``arrays`` to the open binary file ``f``, feeding ``hasher``; return bytes written.
+
+    The header is padded (with spaces, as the format allows) so that the data starts on an
+    ``ALIGNMENT``-byte boundary, and arrays whose size is a multiple of ``ALIGNMENT`` come
+    first: read into an aligned buffer or mapped from a page, those arrays are aligned in
+    place and need no copy to serve as parameters (see :mod:`cairn.alignment`).
+    """
     header: dict[str, Any] = {}
     views = []
     offset = 0
-    for name, array in arrays.items():
+    order = sorted(arrays, key=lambda name: arrays[name].nbytes % ALIGNMENT != 0)  # stable
+    for name in order:
+        array = arrays[name]
         # np.ascontiguousarray would turn 0-d arrays (Adam's step) into 1-d ones.
         arr = array if array.flags.c_contiguous else array.copy(order="C")
         dtype = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
@@ -51,7 +60,7 @@ def write_safetensors(f: IO[bytes], arrays: Mapping[str, np.ndarray], hasher: An
         offset += arr.nbytes
         views.append(memoryview(arr.reshape(-1)).cast("B") if arr.nbytes else b"")  # type: ignore[arg-type]
     header_bytes = json.dumps(header, separators=(",", ":")).encode()
-    header_bytes += b" " * (-len(header_bytes) % _ALIGN)  # keep the data 8-byte aligned
+    header_bytes += b" " * (-(8 + len(header_bytes)) % ALIGNMENT)
     prefix = struct.pack("<Q", len(header_bytes)) + header_bytes
     f.write(prefix)
     hasher.update(prefix)
@@ -63,6 +72,9 @@ def write_safetensors(f: IO[bytes], arrays: Mapping[str, np.ndarray], hasher: An
 
 def parse_safetensors(buffer: bytearray | bytes | memoryview) -> dict[str, np.ndarray]:
     """Parse a whole safetensors file held in ``buffer`` into numpy arrays viewing it.
+
+    Every array returned starts on an ``ALIGNMENT``-byte boundary: arrays that do not in
+    ``buffer`` (files of other writers or of earlier cairn versions) are copied.
 
     Rejects: short files, oversized or non-JSON headers, unknown dtypes, shapes that do not
     match their byte ranges, ranges outside the data, overlapping or gapped ranges.
@@ -119,8 +131,8 @@ def parse_safetensors(buffer: bytearray | bytes | memoryview) -> dict[str, np.nd
     out = {}
     for begin, end, name, dtype, shape in spans:
         count = (end - begin) // dtype.itemsize
-        out[name] = np.frombuffer(buffer, dtype=dtype, count=count,
-                                  offset=data_start + begin).reshape(shape)
+        view = np.frombuffer(buffer, dtype=dtype, count=count, offset=data_start + begin)
+        out[name] = (view if is_aligned(view) else aligned(view)).reshape(shape)
     return out
 
 

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from cairn.alignment import aligned
+
 __all__ = ["optimizer_state_to_tree", "optimizer_state_from_tree"]
 
 _OPTIMIZER_IMPLEMENTATION_KEYS = frozenset(
@@ -56,8 +58,9 @@ def optimizer_state_from_tree(
         restored: dict[str, Any] = {}
         for name, value in slots.items():
             if isinstance(value, np.ndarray):
-                owned = not copy and value.flags.writeable and value.flags.c_contiguous
-                tensor = torch.from_numpy(value if owned else np.array(value, copy=True, order="C"))
+                # aligned() keeps a writable, contiguous, aligned array as the storage and
+                # copies anything else (see cairn.alignment for why alignment matters).
+                tensor = torch.from_numpy(aligned(value, copy=copy))
                 if tensor.ndim and tuple(tensor.shape) != tuple(params[index].shape):
                     raise ValueError(
                         f"Optimizer slot {name!r} of parameter {key} has shape "

@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from cairn.alignment import aligned
 from cairn.errors import ConfigError
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
@@ -215,10 +216,8 @@ class Policy:
         own = self._check_weights(weights)
         tensors = {}
         for name, value in weights.items():
-            array = np.asarray(value)
-            if not (array.flags.writeable and array.flags.c_contiguous):
-                array = np.array(array, copy=True, order="C")
-            tensor = torch.from_numpy(array)
+            # Misaligned storage would change what MKL computes (see cairn.alignment).
+            tensor = torch.from_numpy(aligned(np.asarray(value)))
             tensors[name] = tensor if tensor.dtype == own[name].dtype else tensor.to(own[name].dtype)
         self.model.load_state_dict(tensors, assign=True)
 
