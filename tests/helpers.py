@@ -51,3 +51,25 @@ def weights_digest(algo: cairn.Algorithm) -> str:
             digest.update(name.encode())
             digest.update(array.tobytes())
     return digest.hexdigest()
+
+
+def assert_trees_equal(a: object, b: object, path: str = "state") -> None:
+    """Two state trees are equal: the same keys, types, array dtypes, shapes and values
+    (NaN equal to NaN); the message names the first path that differs."""
+    import numpy as np
+
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        assert isinstance(a, np.ndarray) and isinstance(b, np.ndarray), f"{path}: {type(a)} vs {type(b)}"
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{path}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"), f"{path}: values differ"
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"{path}: keys {set(a) ^ set(b or {})} differ"
+        for key in a:
+            assert_trees_equal(a[key], b[key], f"{path}/{key}")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), f"{path}: {a!r:.80} vs {b!r:.80}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_trees_equal(x, y, f"{path}[{i}]")
+    else:
+        same_nan = isinstance(a, float) and isinstance(b, float) and a != a and b != b
+        assert type(a) is type(b) and (a == b or same_nan), f"{path}: {a!r} vs {b!r}"
