@@ -1,5 +1,8 @@
 """Atomic directory replacement: a checkpoint path holds the old checkpoint or the new one.
 
+A save may replace only a cairn checkpoint (a directory holding its manifest) or an empty
+directory: any other directory is refused before anything is written, as it would be deleted.
+
 A save writes into a temporary sibling ``.<name>.cairn-tmp-<pid>-<hex>``, fsyncs every file and
 directory, then moves it into place:
 
@@ -25,7 +28,11 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_directory", "cleanup", "fsync_dir", "TMP_MARKER", "OLD_MARKER"]
+from cairn.checkpoint.format import MANIFEST_FILE
+from cairn.checkpoint.paths import save_target
+from cairn.errors import CheckpointFormatError
+
+__all__ = ["atomic_directory", "check_replaceable", "cleanup", "fsync_dir", "TMP_MARKER", "OLD_MARKER"]
 
 TMP_MARKER = ".cairn-tmp-"
 OLD_MARKER = ".cairn-old-"
@@ -98,7 +105,7 @@ def cleanup(root: str | os.PathLike[str], *, name: str | None = None) -> list[st
     replacement is moved back to its path if that path is empty. Returns what was removed or
     restored. ``name`` limits the cleanup to leftovers of that checkpoint name.
     """
-    root_path = Path(root)
+    root_path = Path(root).expanduser()
     done: list[str] = []
     if not root_path.is_dir():
         return done
@@ -131,13 +138,19 @@ _IN_PROGRESS: set[str] = set()
 def atomic_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh temporary directory; on normal exit it atomically becomes ``target``.
 
+    ``target`` is a path or a ``file://`` URL (see :func:`~cairn.checkpoint.paths.save_target`).
+    An existing directory there is replaced only if it is a cairn checkpoint or empty; any other
+    raises :class:`~cairn.errors.CheckpointFormatError` before anything is written (and again,
+    with the new checkpoint discarded, if such a directory appeared there during the save).
+
     On an exception the temporary directory is removed and ``target`` is untouched. An
     ``OSError`` (e.g. ``ENOSPC``, disk full) is raised again as an ``OSError`` of the same
     ``errno`` whose message names ``target`` and says that the previous checkpoint is intact.
     """
-    target = Path(target).absolute()
+    target = save_target(target).absolute()
     parent = target.parent
     try:
+        check_replaceable(target)
         parent.mkdir(parents=True, exist_ok=True)
         if target.exists() and not target.is_dir():
             raise FileExistsError(errno.EEXIST, f"{target} exists and is not a directory", str(target))
@@ -176,6 +189,31 @@ def _save_error(exc: OSError, target: Path) -> OSError:
     )
 
 
+def check_replaceable(target: Path) -> None:
+    """Raise :class:`~cairn.errors.CheckpointFormatError` if a save to the local path ``target``
+    would delete something other than a checkpoint: a non-empty directory without a manifest.
+
+    Replacing a directory deletes what it holds: fine for an older checkpoint or nothing, data
+    loss for anything else (e.g. a results folder passed by mistake). :func:`atomic_directory`
+    calls it; callers may call it earlier, to refuse before doing any work.
+    """
+    if not target.is_dir() or (target / MANIFEST_FILE).is_file():
+        return
+    try:
+        entries = sorted(entry.name for entry in target.iterdir())
+    except FileNotFoundError:  # replaced or removed meanwhile by another writer: nothing to keep
+        return
+    if not entries:
+        return
+    shown = ", ".join(repr(name) for name in entries[:3]) + (", ..." if len(entries) > 3 else "")
+    raise CheckpointFormatError(
+        f"Cannot save a checkpoint to {target}: that directory is not a cairn checkpoint (it has "
+        f"no {MANIFEST_FILE}) and is not empty ({len(entries)} entries: {shown}), and saving "
+        f"would delete what it holds. Expected a new or empty directory, or an existing "
+        f"checkpoint to replace. Save to a new or empty directory, or remove {target} first."
+    )
+
+
 def _move_into_place(tmp: Path, target: Path) -> None:
     """Atomically make ``tmp`` the directory at ``target``, replacing any checkpoint there.
 
@@ -183,6 +221,7 @@ def _move_into_place(tmp: Path, target: Path) -> None:
     the target always holds one complete checkpoint (the last one moved in).
     """
     for _ in range(100):  # another writer may create or replace the target between our steps
+        check_replaceable(target)  # again: something may have been put there during the save
         if not os.path.lexists(target):
             try:
                 os.rename(tmp, target)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cairn.checkpoint.atomic import atomic_directory
+from cairn.checkpoint.atomic import atomic_directory, check_replaceable
 from cairn.checkpoint.format import (
     ALGORITHM_ARRAYS_FILE,
     ALGORITHM_STATE_FILE,
@@ -22,6 +22,7 @@ from cairn.checkpoint.format import (
     POLICY_STATE_FILE,
 )
 from cairn.checkpoint.manifest import build_manifest
+from cairn.checkpoint.paths import save_target
 from cairn.checkpoint.safetensors_io import new_hasher, write_safetensors
 from cairn.checkpoint.tree import TreeError, split_arrays
 from cairn.config.algorithm_config import CALLABLE_KEY
@@ -98,12 +99,25 @@ def _write_policy_dir(root: Path, policy_state: Mapping[str, Any], policy: Polic
     return written[MANIFEST_FILE]
 
 
+def _local_target(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a local path, refused before any state is gathered if a save may not go there."""
+    target = save_target(path)
+    check_replaceable(target)
+    return target
+
+
 def save_policy(policy: Policy, path: str | os.PathLike[str], *, export_native: bool = False) -> str:
-    """Write ``policy`` as a standalone Policy checkpoint at ``path`` (atomically)."""
+    """Write ``policy`` as a standalone Policy checkpoint at ``path`` (atomically); return the
+    local path written.
+
+    ``path`` is a local path (``~`` expanded) or a ``file://`` URL; an existing directory there
+    is replaced only if it is a cairn checkpoint or empty (:func:`atomic_directory`).
+    """
+    target = _local_target(path)
     state = policy._get_state(copy=False)
-    with atomic_directory(path) as tmp:
+    with atomic_directory(target) as tmp:
         _write_policy_dir(tmp, state, policy, export_native=export_native)
-    return str(Path(path))
+    return str(target)
 
 
 def _warn_unstorable(config: Mapping[str, Any]) -> None:
@@ -119,7 +133,9 @@ def _warn_unstorable(config: Mapping[str, Any]) -> None:
 
 
 def save_algorithm(algo: Algorithm, path: str | os.PathLike[str]) -> str:
-    """Write ``algo`` as an Algorithm checkpoint at ``path`` (atomically); return the path."""
+    """Write ``algo`` as an Algorithm checkpoint at ``path`` (atomically); return the local path
+    written. ``path`` is as in :func:`save_policy`."""
+    target = _local_target(path)
     check_policy_ids(algo.policies)
     state = algo._get_state(copy=False)
     policy_states = state.pop("policies")
@@ -127,7 +143,7 @@ def save_algorithm(algo: Algorithm, path: str | os.PathLike[str]) -> str:
     check_policy_ids(components)  # component names follow the same directory-name rules
     _warn_unstorable(state["config"])
     export_native = bool(algo.config.export_native_model_files)
-    with atomic_directory(path) as tmp:
+    with atomic_directory(target) as tmp:
         files: Files = {}
         for pid, policy_state in policy_states.items():
             # The root manifest vouches for each policy's manifest, hashed as it is written.
@@ -143,4 +159,4 @@ def save_algorithm(algo: Algorithm, path: str | os.PathLike[str]) -> str:
             extra={"components": sorted(components)},
         )
         _write_json(tmp, MANIFEST_FILE, manifest, {})
-    return str(Path(path))
+    return str(target)
