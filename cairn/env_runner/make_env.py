@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from cairn.errors import EnvError
+from cairn.errors import ConfigError, EnvError
 from cairn.registry import registered_envs
 
 if TYPE_CHECKING:
@@ -16,19 +16,61 @@ __all__ = ["make_env", "is_multi_agent_env"]
 
 
 def make_env(config: AlgorithmConfig) -> Any:
-    """Create one environment from ``config.env`` and ``config.env_config``."""
+    """Create one environment from ``config.env`` and ``config.env_config``.
+
+    Multi-agent environments run through PettingZoo's ``ParallelEnv`` API. A PettingZoo
+    ``AECEnv`` whose metadata says ``is_parallelizable`` (every agent acts once per cycle, as in
+    the envs PettingZoo builds with ``parallel_to_aec``) is converted with
+    ``pettingzoo.utils.conversions.aec_to_parallel``, which is exact for such envs. Any other
+    AECEnv (turn-based games such as chess or tic-tac-toe) raises :class:`ConfigError`: the
+    first env is created by ``build()``, so the error comes before any training.
+    """
     env, env_config = config.env, dict(config.env_config or {})
     try:
         if callable(env):
-            return env(env_config)
-        creators = registered_envs()
-        if env in creators:
-            return creators[env](env_config)
-        return gym.make(env, **env_config)
+            created = env(env_config)
+        elif env in (creators := registered_envs()):
+            created = creators[env](env_config)
+        else:
+            created = gym.make(env, **env_config)
     except (gym.error.Error, TypeError) as exc:
         raise EnvError(f"Could not create environment {env!r} with env_config={env_config}: {exc}") from exc
+    return _as_parallel_env(created, env)
+
+
+def _as_parallel_env(env: Any, source: Any) -> Any:
+    """``env`` itself, or a parallelizable PettingZoo AECEnv converted to a ParallelEnv."""
+    if isinstance(env, gym.Env):  # single-agent: no need to import pettingzoo (~0.1 s)
+        return env
+    from pettingzoo import AECEnv
+
+    if not isinstance(env, AECEnv):
+        return env
+    unwrapped = getattr(env, "unwrapped", env)
+    name = f"{type(unwrapped).__module__}.{type(unwrapped).__qualname__}"
+    if env is not unwrapped:
+        name += f" (wrapped in {type(env).__name__})"
+    metadata = getattr(env, "metadata", None) or {}
+    if metadata.get("is_parallelizable", False):
+        from pettingzoo.utils.conversions import aec_to_parallel
+
+        return aec_to_parallel(env)
+    label = getattr(source, "__qualname__", None) if callable(source) else None
+    raise ConfigError(
+        f"config.env={label or repr(source)} created {name}, a PettingZoo AECEnv (agents act "
+        "one at a time) that does not declare metadata['is_parallelizable']; cairn runs "
+        "multi-agent environments only through the pettingzoo.ParallelEnv API, where every "
+        "agent acts at every step. Fix: create a ParallelEnv instead (most PettingZoo envs have "
+        "a parallel_env() constructor), or, if all agents of this env do act once in every "
+        "cycle, set metadata['is_parallelizable'] = True on it: cairn then converts it with "
+        "pettingzoo.utils.conversions.aec_to_parallel (which requires that key). Turn-based "
+        "games, where agents take turns, are not supported yet."
+    )
 
 
 def is_multi_agent_env(env: Any) -> bool:
-    """True for PettingZoo ParallelEnv-like environments (``possible_agents`` and dict spaces)."""
+    """True for PettingZoo ParallelEnv-like environments (``possible_agents`` and dict spaces).
+
+    :func:`make_env` has already turned away (or converted) AEC environments.
+    """
     return hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
