@@ -1,4 +1,4 @@
-"""The exception hierarchy of cairn.
+"""The exception hierarchy of cairn, and the warnings it gives.
 
 Every error cairn raises on purpose derives from :class:`CairnError`. Messages state what was
 found, what was expected, and how to fix it.
@@ -10,6 +10,7 @@ __all__ = [
     "CairnError",
     "ConfigError",
     "EnvError",
+    "ObservationSpaceError",
     "ExportError",
     "CheckpointError",
     "CheckpointNotFoundError",
@@ -21,6 +22,7 @@ __all__ = [
     "MissingCallableError",
     "CheckpointConfigError",
     "CheckpointEnvError",
+    "ImageObservationWarning",
 ]
 
 
@@ -34,6 +36,10 @@ class ConfigError(CairnError, ValueError):
 
 class EnvError(CairnError):
     """An environment could not be created or does not follow the expected API."""
+
+
+class ObservationSpaceError(CairnError, ValueError):
+    """Observations given to a policy do not fit its observation space (shape, rank or type)."""
 
 
 class ExportError(CairnError):
@@ -86,4 +92,12 @@ class CheckpointEnvError(CheckpointFormatError, EnvError):
     """The environment named by a checkpoint's config cannot be created in this process.
 
     Both ``except CheckpointError`` and ``except EnvError`` catch it.
+    """
+
+
+class ImageObservationWarning(UserWarning):
+    """A policy flattens image observations into an MLP, which rarely learns from pixels.
+
+    Filter it (``warnings.simplefilter("ignore", ImageObservationWarning)``) when the
+    flattening is on purpose.
     """

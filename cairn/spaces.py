@@ -14,15 +14,20 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from cairn.errors import ObservationSpaceError
+
 __all__ = [
     "space_to_json",
     "space_from_json",
     "ObservationPreprocessor",
     "check_action_space",
+    "is_image_space",
 ]
 
 MAX_SPACE_ELEMENTS = 1 << 26  # 64M elements: far beyond any policy input, small enough to refuse.
 MAX_SPACE_DEPTH = 16
+MIN_IMAGE_SIDE = 8  # smaller "images" (MiniGrid's 7x7 cells) are fine as MLP inputs
+_IMAGE_CHANNELS = (1, 3, 4)  # grey, RGB, RGBA (or 4 stacked grey frames)
 _SUPPORTED_ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Box)
 _FLOAT_NAMES = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
@@ -172,6 +177,33 @@ def check_action_space(space: gym.Space[Any]) -> None:
         raise ValueError(f"Box action spaces must have a float dtype, got {space!r}.")
 
 
+def is_image_space(space: gym.Space[Any]) -> bool:
+    """True when ``space`` is a Box that holds images rather than a vector of features.
+
+    The rule: a Box with two spatial axes of at least :data:`MIN_IMAGE_SIDE` each, and either
+
+    * rank 3 with a channel axis of 1, 3 or 4 at one end, ``(H, W, C)`` or ``(C, H, W)``, of any
+      dtype (wrappers often rescale pixels to floats), or
+    * dtype ``uint8`` and rank 2 or more (grey frames ``(84, 84)``, frame stacks).
+
+    >>> import numpy as np
+    >>> is_image_space(gym.spaces.Box(0, 255, (84, 84, 3), np.uint8))
+    True
+    >>> is_image_space(gym.spaces.Box(-1.0, 1.0, (4,)))
+    False
+    """
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) < 2:
+        return False
+    shape = space.shape
+    if len(shape) == 3:
+        channels_last = shape[2] in _IMAGE_CHANNELS and min(shape[:2]) >= MIN_IMAGE_SIDE
+        channels_first = shape[0] in _IMAGE_CHANNELS and min(shape[1:]) >= MIN_IMAGE_SIDE
+        if channels_last or channels_first:
+            return True
+    large_axes = sum(1 for d in shape if d >= MIN_IMAGE_SIDE)
+    return np.dtype(space.dtype) == np.uint8 and large_axes >= 2
+
+
 class ObservationPreprocessor:
     """Turns a batch of raw observations into a float32 matrix ``[batch, size]``.
 
@@ -192,16 +224,80 @@ class ObservationPreprocessor:
         self.space = space
         self.size = int(gym.spaces.flatdim(space))
         self._array_like = isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary))
+        # The shape one observation has: what each row of a batch must have (Discrete: ()).
+        self._obs_shape: tuple[int, ...] = tuple(space.shape or ()) if self._array_like else ()
         self._start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
 
     def __call__(self, batch: Sequence[Any] | np.ndarray) -> np.ndarray:
+        """``batch`` (a sequence or array of observations) -> ``float32 [len(batch), size]``.
+
+        Raises :class:`~cairn.errors.ObservationSpaceError` when the observations do not fit
+        the space. The sampling loop calls this every step, so the checks on the way are O(1)
+        (a shape comparison); the costly diagnosis runs only once something did not fit.
+        """
         if self._array_like:
-            arr = np.asarray(batch, dtype=np.float32)
-            return arr.reshape(arr.shape[0] if arr.ndim else 1, self.size)
+            try:
+                arr = np.asarray(batch, dtype=np.float32)
+            except (ValueError, TypeError) as exc:  # ragged rows, or not numbers at all
+                raise self._error(f"could not be read as one array of numbers ({exc})") from exc
+            if arr.shape[1:] != self._obs_shape:
+                if arr.ndim == 1 and arr.size == 0:  # an empty list: an empty batch
+                    return np.zeros((0, self.size), dtype=np.float32)
+                raise self._shape_error(arr.shape)
+            return arr.reshape(arr.shape[0], self.size)
         if isinstance(self.space, gym.spaces.Discrete):
-            idx = np.asarray(batch, dtype=np.int64).reshape(-1) - self._start
+            try:
+                idx = np.asarray(batch, dtype=np.int64)
+            except (ValueError, TypeError) as exc:
+                raise self._error(f"could not be read as integers ({exc})") from exc
+            if idx.ndim != 1:
+                raise self._shape_error(idx.shape)
+            idx = idx - self._start
             out = np.zeros((idx.shape[0], self.size), dtype=np.float32)
-            out[np.arange(idx.shape[0]), idx] = 1.0
+            try:
+                out[np.arange(idx.shape[0]), idx] = 1.0
+            except IndexError as exc:
+                raise self._error(
+                    f"hold values outside [{self._start}, {self._start + self.size - 1}] ({exc})"
+                ) from exc
             return out
-        rows = [np.asarray(gym.spaces.flatten(self.space, o), dtype=np.float32) for o in batch]
-        return np.stack(rows) if rows else np.zeros((0, self.size), dtype=np.float32)
+        try:
+            rows = [np.asarray(gym.spaces.flatten(self.space, o), dtype=np.float32) for o in batch]
+            out = np.stack(rows) if rows else np.zeros((0, self.size), dtype=np.float32)
+        except (ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
+            raise self._error(f"could not be flattened ({type(exc).__name__}: {exc})") from exc
+        if out.shape != (len(rows), self.size):
+            raise self._error(f"flattened to rows of shape {out.shape[1:]}, not ({self.size},)")
+        return out
+
+    def _error(self, problem: str) -> ObservationSpaceError:
+        return ObservationSpaceError(
+            f"Observations for the observation space {self.space} {problem}. Expected a batch "
+            "of observations, each one in that space. Fix: pass observations of this space "
+            "(compute_single_action takes one observation, compute_actions a batch of them); if "
+            "they come from the environment itself, its observations disagree with its declared "
+            "observation_space."
+        )
+
+    def _shape_error(self, got: tuple[int, ...]) -> ObservationSpaceError:
+        """The message for a batch of shape ``got`` that does not fit the space."""
+        expected = self._obs_shape
+        batch_shape = "(N, " + ", ".join(str(d) for d in expected) + ")" if expected else "(N,)"
+        found = (
+            f"got a batch of shape {got}, i.e. observations of shape {got[1:]}"
+            if got else "got a single value, not a batch"
+        )
+        hint = (f"give each observation the shape {expected}; if they come from the environment "
+                "itself, its observations disagree with its declared observation_space (fix the "
+                "env, or reshape them in a wrapper)")
+        if got == expected:
+            hint = ("this looks like one observation: use compute_single_action(obs), or "
+                    "compute_actions([obs])")
+        elif len(got) == len(expected) + 2 and got[0] == 1 and got[2:] == expected:
+            hint = ("each entry looks like a batch itself: use compute_actions(batch) rather than "
+                    "compute_single_action(batch)")
+        return ObservationSpaceError(
+            f"Observations do not fit the policy's observation space {self.space}: expected each "
+            f"observation to have shape {expected} (a batch of shape {batch_shape}), but "
+            f"{found}. Fix: {hint}."
+        )

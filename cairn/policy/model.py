@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -11,9 +12,11 @@ import torch
 from torch import nn
 
 from cairn.config.fields import check_section
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, ImageObservationWarning
+from cairn.spaces import is_image_space
 
-__all__ = ["ActorCriticMLP", "ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config", "builds_config_mlp"]
+__all__ = ["ActorCriticMLP", "ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config", "builds_config_mlp",
+           "warn_if_image_observations"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -68,6 +71,28 @@ def builds_config_mlp(make_model: MakeModel) -> MakeModel:
     """
     make_model.builds_config_mlp = True  # type: ignore[attr-defined]
     return make_model
+
+
+def warn_if_image_observations(observation_space: Any, *, stacklevel: int = 2) -> None:
+    """Warn (:class:`~cairn.errors.ImageObservationWarning`) when an MLP is about to read images.
+
+    The default networks flatten every observation; for an image space (see
+    :func:`cairn.spaces.is_image_space`) that makes one input per pixel and channel, which
+    trains slowly and rarely learns. Policies call this when they build a new MLP, not when
+    they are restored (the user saw the warning when the policy was first made).
+    """
+    if not is_image_space(observation_space):
+        return
+    size = int(np.prod(observation_space.shape))
+    warnings.warn(
+        f"The observation space {observation_space} holds images, and this policy's MLP "
+        f"flattens each one into {size} inputs: cairn has no CNN encoder yet, and an MLP on raw "
+        "pixels rarely learns. Fix: downscale/grey-scale the image (gymnasium.wrappers."
+        "ResizeObservation, GrayscaleObservation), or flatten it in a wrapper on purpose "
+        "(gymnasium.wrappers.FlattenObservation), until CNN encoders arrive.",
+        ImageObservationWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 def _mlp(sizes: Sequence[int], activation: str) -> nn.Sequential:

@@ -16,7 +16,13 @@ from cairn.errors import ConfigError
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
 from cairn.policy.merge import deep_merge
-from cairn.policy.model import DEFAULT_MODEL_CONFIG, ActorCriticMLP, builds_config_mlp, check_model_config
+from cairn.policy.model import (
+    DEFAULT_MODEL_CONFIG,
+    ActorCriticMLP,
+    builds_config_mlp,
+    check_model_config,
+    warn_if_image_observations,
+)
 from cairn.policy.optimizer_state import optimizer_state_from_tree, optimizer_state_to_tree
 from cairn.policy.spec import PolicySpec
 from cairn.registry import class_reference, register_class, resolve_class
@@ -89,6 +95,9 @@ class Policy:
         check_model_config(self.config["model"])
         self.observation_space = observation_space
         self.action_space = action_space
+        # Only a new policy warns: a restored one was warned about when it was first made.
+        if init_weights and getattr(self.make_model, "builds_config_mlp", False):
+            warn_if_image_observations(observation_space, stacklevel=3)
         self.dist: ActionDistribution = distribution_for(action_space)
         # torch's generator initialises weights; numpy's samples actions in the sampling loop.
         self.generator = torch.Generator()
@@ -194,13 +203,19 @@ class Policy:
         """Actions for a batch of raw observations, ready for the environment.
 
         Returns an array whose first dimension is the batch; each entry lies in the action space
-        (Box actions are clipped to its bounds).
+        (Box actions are clipped to its bounds). Raises
+        :class:`~cairn.errors.ObservationSpaceError` for observations that do not fit the
+        observation space (e.g. rows of the wrong shape, or one observation instead of a batch).
         """
         processed = self.process_observations(obs_batch, update=False)
         return self.dist.to_env(self.compute_raw_actions(processed, explore=explore))
 
     def compute_single_action(self, obs: Any, *, explore: bool = True) -> Any:
-        """The action for one raw observation (an int for Discrete spaces)."""
+        """The action for one raw observation (an int for Discrete spaces).
+
+        Raises :class:`~cairn.errors.ObservationSpaceError` when ``obs`` does not fit the
+        observation space.
+        """
         action = self.compute_actions([obs], explore=explore)[0]
         if isinstance(self.action_space, gym.spaces.Discrete):
             return int(action)
