@@ -1,6 +1,7 @@
 """The ``cairn`` command line: train, export and inspect.
 
     cairn train --algo PPO --env CartPole-v1 --stop-iters 20 --out runs/cartpole
+    cairn train ... --out runs/cartpole --overwrite   # replace the checkpoint there
     cairn export runs/cartpole --format onnx --opset 18 --out model_dir
     cairn info runs/cartpole
 """
@@ -10,13 +11,31 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from cairn._version import __version__
 from cairn.errors import CairnError
 
-__all__ = ["main"]
+__all__ = ["main", "EXIT_INTERRUPTED"]
+
+EXIT_INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT, the shell's convention)."""
+
+DEFAULT_OUT = "~/cairn_results/<ALGO>_<YYYY-mm-dd_HH-MM-SS>_<pid>/checkpoint_<NNNNNN>"
+"""Where ``Algorithm.save()`` puts a checkpoint without a path (``Algorithm.log_dir``)."""
+
+TRAIN_EPILOG = f"""\
+Without --out the checkpoint is written to
+  {DEFAULT_OUT}
+(NNNNNN: the iteration). A checkpoint already at --out is replaced only with --overwrite.
+Ctrl-C saves a checkpoint after the current iteration and exits with status 130.
+"""
 
 
 def _parse_assignment(text: str) -> tuple[str, Any]:
@@ -32,9 +51,11 @@ def _parse_assignment(text: str) -> tuple[str, Any]:
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cairn", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"cairn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train an algorithm and save a checkpoint")
+    train = sub.add_parser("train", help="train an algorithm and save a checkpoint",
+                           epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("--algo", required=True, help="algorithm name, e.g. PPO or DQN")
     train.add_argument("--env", required=True, help="Gymnasium ID or registered env name")
     train.add_argument("--stop-iters", type=int, default=None, help="stop after N iterations")
@@ -43,7 +64,10 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="stop when episode_return_mean reaches R")
     train.add_argument("--config", type=_parse_assignment, nargs="*", default=[], metavar="KEY=VALUE",
                        help="config settings by their to_dict() keys; values are JSON (lr=0.001)")
-    train.add_argument("--out", default=None, help="checkpoint directory to write at the end")
+    train.add_argument("--out", default=None,
+                       help="checkpoint directory to write at the end (default: see below)")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace a checkpoint already at --out (refused otherwise)")
 
     export = sub.add_parser("export", help="export a policy's model as ONNX or a torch program")
     export.add_argument("checkpoint", help="Algorithm or Policy checkpoint directory")
@@ -57,6 +81,116 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _out_problem(out: str, *, overwrite: bool) -> str | None:
+    """Why ``cairn train`` must not write its checkpoint to ``out``, or None; checked before
+    training so that a refusal costs nothing."""
+    from cairn.checkpoint.format import MANIFEST_FILE
+
+    path = Path(out)
+    if not os.path.lexists(path):
+        return None
+    if not path.is_dir():
+        return f"--out {out} exists and is not a directory; choose another --out."
+    if (path / MANIFEST_FILE).is_file():
+        if overwrite:
+            return None
+        return (f"--out {out} already holds a checkpoint; pass --overwrite to replace it, "
+                "or choose another --out.")
+    if any(path.iterdir()):
+        # Saving swaps the whole directory: never do that to one that holds something else.
+        return (f"--out {out} is not empty and not a cairn checkpoint; choose a new or empty "
+                "--out directory (--overwrite replaces checkpoints only).")
+    return None
+
+
+class _InterruptRequest:
+    """SIGINT during ``cairn train``: the first one asks to stop at the end of the current
+    iteration and save (so the checkpoint resumes exactly); the next raises KeyboardInterrupt.
+
+    The handler is installed only where Python's own one is (in the main thread, and not where
+    the shell made the process ignore SIGINT).
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._installed = False
+
+    def __enter__(self) -> _InterruptRequest:
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # os.write, not print: a signal handler may run in the middle of another write to stderr.
+        message = ("\ncairn train: interrupted; finishing this iteration, then saving a "
+                   "checkpoint (Ctrl-C again to quit without saving)\n")
+        try:
+            os.write(2, message.encode())
+        except OSError:
+            pass
+
+
+def _print_progress(result: dict[str, Any]) -> None:
+    ret = result["episode_return_mean"]
+    print(
+        f"iter {result['training_iteration']:4d} | env steps "
+        f"{result['num_env_steps_sampled_lifetime']:8d} | return_mean "
+        f"{'nan' if math.isnan(ret) else f'{ret:8.2f}'} | len_mean "
+        f"{result['episode_len_mean']:7.1f} | {result['time_this_iter_s']:.2f}s",
+        flush=True,
+    )
+
+
+def _should_stop(args: argparse.Namespace, result: dict[str, Any]) -> bool:
+    ret = result["episode_return_mean"]
+    return (
+        (args.stop_iters is not None and result["training_iteration"] >= args.stop_iters)
+        or (args.stop_timesteps is not None
+            and result["num_env_steps_sampled_lifetime"] >= args.stop_timesteps)
+        or (args.stop_reward is not None and not math.isnan(ret) and ret >= args.stop_reward)
+    )
+
+
+def _not_saved(out: str | None) -> int:
+    where = f"; {out} is unchanged" if out is not None else ""
+    print(f"cairn train: interrupted again: checkpoint not saved{where}.", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _train_and_save(algo: Any, args: argparse.Namespace) -> int:
+    with _InterruptRequest() as interrupt:
+        try:
+            while not interrupt.requested:
+                result = algo.train()
+                _print_progress(result)
+                if _should_stop(args, result):
+                    break
+        except KeyboardInterrupt:
+            if interrupt.requested:  # the second Ctrl-C: the user wants out now
+                return _not_saved(args.out)
+            # No handler of ours saw it (another thread's or library's signal handling): save
+            # what there is, possibly from the middle of an iteration.
+            interrupt.requested = True
+        try:
+            path = algo.save(args.out)
+        except KeyboardInterrupt:  # saves are atomic: an interrupted one leaves the old checkpoint
+            return _not_saved(args.out)
+    if interrupt.requested:
+        print(f"interrupted after iteration {algo.iteration}: checkpoint saved to {path}; continue "
+              f"with cairn.Algorithm.from_checkpoint({path!r}).train()", flush=True)
+        return EXIT_INTERRUPTED
+    print(f"checkpoint: {path}")
+    return 0
+
+
 def _train(args: argparse.Namespace) -> int:
     from cairn.algorithms.algorithm import Algorithm
     from cairn.registry import resolve_class
@@ -66,6 +200,11 @@ def _train(args: argparse.Namespace) -> int:
     except CairnError:
         print(f"cairn train: unknown --algo {args.algo!r}; try PPO or DQN.", file=sys.stderr)
         return 2
+    if args.out is not None:
+        problem = _out_problem(args.out, overwrite=args.overwrite)
+        if problem is not None:
+            print(f"cairn train: {problem}", file=sys.stderr)
+            return 2
     if args.stop_iters is None and args.stop_timesteps is None and args.stop_reward is None:
         args.stop_iters = 10
     base = algo_cls.config_class().environment(args.env)
@@ -75,28 +214,9 @@ def _train(args: argparse.Namespace) -> int:
     config = type(base).from_dict(data)
     algo = config.build()
     try:
-        while True:
-            result = algo.train()
-            ret = result["episode_return_mean"]
-            print(
-                f"iter {result['training_iteration']:4d} | env steps "
-                f"{result['num_env_steps_sampled_lifetime']:8d} | return_mean "
-                f"{'nan' if math.isnan(ret) else f'{ret:8.2f}'} | len_mean "
-                f"{result['episode_len_mean']:7.1f} | {result['time_this_iter_s']:.2f}s",
-                flush=True,
-            )
-            if (
-                (args.stop_iters is not None and result["training_iteration"] >= args.stop_iters)
-                or (args.stop_timesteps is not None
-                    and result["num_env_steps_sampled_lifetime"] >= args.stop_timesteps)
-                or (args.stop_reward is not None and not math.isnan(ret) and ret >= args.stop_reward)
-            ):
-                break
-        path = algo.save(args.out)
-        print(f"checkpoint: {path}")
+        return _train_and_save(algo, args)
     finally:
         algo.stop()
-    return 0
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -148,6 +268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CairnError as exc:
         print(f"cairn {args.command}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # before or after training, or in export/info: nothing to save
+        print(f"cairn {args.command}: interrupted.", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
