@@ -6,7 +6,7 @@ arrays keyed by strings, and restoring must check shapes before torch silently b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,7 @@ import torch
 
 from cairn.alignment import aligned
 
-__all__ = ["optimizer_state_to_tree", "optimizer_state_from_tree"]
+__all__ = ["optimizer_state_to_tree", "optimizer_state_from_tree", "check_optimizer_tree"]
 
 _OPTIMIZER_IMPLEMENTATION_KEYS = frozenset(
     {"params", "foreach", "fused", "capturable", "differentiable"}
@@ -40,36 +40,43 @@ def optimizer_state_to_tree(optimizer: torch.optim.Optimizer, *, copy: bool) -> 
     return {"state": state, "param_groups": groups}
 
 
+def check_optimizer_tree(
+    tree: Mapping[str, Any], params: Sequence[torch.Tensor], *, num_groups: int
+) -> None:
+    """Raise ValueError unless ``tree`` (from :func:`optimizer_state_to_tree`) fits an
+    optimizer over ``params`` (in its parameter order) with ``num_groups`` groups."""
+    groups = tree["param_groups"]
+    if not isinstance(groups, list) or len(groups) != num_groups:
+        raise ValueError("Optimizer state has a different number of parameter groups.")
+    for key, slots in tree["state"].items():
+        index = int(key)
+        if not 0 <= index < len(params):
+            raise ValueError(f"Optimizer state refers to parameter {key}, which does not exist.")
+        for name, value in slots.items():
+            if isinstance(value, np.ndarray) and value.ndim and value.shape != tuple(params[index].shape):
+                raise ValueError(
+                    f"Optimizer slot {name!r} of parameter {key} has shape "
+                    f"{tuple(value.shape)}, expected {tuple(params[index].shape)}."
+                )
+
+
 def optimizer_state_from_tree(
     optimizer: torch.optim.Optimizer, tree: Mapping[str, Any], *, copy: bool = True
 ) -> None:
     """Load :func:`optimizer_state_to_tree` output, checking indices and shapes first.
     ``copy=False`` lets the optimizer keep writable arrays as its state tensors."""
     own_groups = optimizer.state_dict()["param_groups"]
-    groups = tree["param_groups"]
-    if not isinstance(groups, list) or len(groups) != len(own_groups):
-        raise ValueError("Optimizer state has a different number of parameter groups.")
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    check_optimizer_tree(tree, params, num_groups=len(own_groups))
+    groups = tree["param_groups"]
     state: dict[int, dict[str, Any]] = {}
     for key, slots in tree["state"].items():
-        index = int(key)
-        if not 0 <= index < len(params):
-            raise ValueError(f"Optimizer state refers to parameter {key}, which does not exist.")
-        restored: dict[str, Any] = {}
-        for name, value in slots.items():
-            if isinstance(value, np.ndarray):
-                # aligned() keeps a writable, contiguous, aligned array as the storage and
-                # copies anything else (see cairn.alignment for why alignment matters).
-                tensor = torch.from_numpy(aligned(value, copy=copy))
-                if tensor.ndim and tuple(tensor.shape) != tuple(params[index].shape):
-                    raise ValueError(
-                        f"Optimizer slot {name!r} of parameter {key} has shape "
-                        f"{tuple(tensor.shape)}, expected {tuple(params[index].shape)}."
-                    )
-                restored[name] = tensor
-            else:
-                restored[name] = value
-        state[index] = restored
+        # aligned() keeps a writable, contiguous, aligned array as the storage and copies
+        # anything else (see cairn.alignment for why alignment matters).
+        state[int(key)] = {
+            name: torch.from_numpy(aligned(value, copy=copy)) if isinstance(value, np.ndarray) else value
+            for name, value in slots.items()
+        }
     merged_groups = []
     for own, saved in zip(own_groups, groups):
         group = dict(own)

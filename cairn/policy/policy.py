@@ -23,7 +23,11 @@ from cairn.policy.model import (
     check_model_config,
     warn_if_image_observations,
 )
-from cairn.policy.optimizer_state import optimizer_state_from_tree, optimizer_state_to_tree
+from cairn.policy.optimizer_state import (
+    check_optimizer_tree,
+    optimizer_state_from_tree,
+    optimizer_state_to_tree,
+)
 from cairn.policy.spec import PolicySpec
 from cairn.registry import class_reference, register_class, resolve_class
 from cairn.rng import make_rng
@@ -118,7 +122,12 @@ class Policy:
             self._adopt_weights(adopted)
         else:
             self.model.to_empty(device="cpu")
-        self.optimizer = self.make_optimizer()
+        # The default optimizer is built on first use (see the optimizer property); an
+        # overridden make_optimizer is built now, as its parameter grouping is its own.
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._pending_optimizer_state: Mapping[str, Any] | None = None
+        if type(self).make_optimizer is not Policy.make_optimizer:
+            self._optimizer = self.make_optimizer()
         try:
             self.observation_filter: NoFilter | MeanStdFilter = make_filter(
                 self.config["observation_filter"], self.preprocessor.size
@@ -155,6 +164,42 @@ class Policy:
         per-operator overhead of the default implementation dominates the update.
         """
         return torch.optim.Adam(self.model.parameters(), lr=float(self.config["lr"]), eps=1e-5, fused=True)
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer, with any restored state loaded.
+
+        Built on first use: constructing a torch optimizer imports ``torch._dynamo`` (about a
+        second), which a policy restored only to act never needs. A restored optimizer state
+        is checked against the network when it is restored, and loaded here.
+        """
+        if self._optimizer is None:
+            optimizer = self.make_optimizer()
+            pending, self._pending_optimizer_state = self._pending_optimizer_state, None
+            if pending is not None:  # owned by this policy: its arrays become the state
+                optimizer_state_from_tree(optimizer, pending, copy=False)
+            for group in optimizer.param_groups:  # the config's lr wins (it may be overridden)
+                group["lr"] = float(self.config["lr"])
+            self._optimizer = optimizer
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizer, self._pending_optimizer_state = optimizer, None
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Set ``config["lr"]`` and the optimizer's learning rate (now, or when it is built)."""
+        self.config["lr"] = float(lr)
+        if self._optimizer is not None:
+            for group in self._optimizer.param_groups:
+                group["lr"] = float(lr)
+
+    def _optimizer_tree(self, *, copy: bool) -> dict[str, Any]:
+        """The optimizer's state tree, without building an optimizer that was never used."""
+        pending = self._pending_optimizer_state
+        if self._optimizer is None and pending is not None:
+            return _copy_optimizer_tree(pending) if copy else dict(pending)
+        return optimizer_state_to_tree(self.optimizer, copy=copy)
 
     @property
     def spec(self) -> PolicySpec:
@@ -275,7 +320,7 @@ class Policy:
         return {
             "spec": self.spec.to_dict(),
             "weights": weights,
-            "optimizer": optimizer_state_to_tree(self.optimizer, copy=copy),
+            "optimizer": self._optimizer_tree(copy=copy),
             "observation_filter": self.observation_filter.get_state(),
             "counters": {
                 "global_timestep": self.global_timestep,
@@ -293,9 +338,13 @@ class Policy:
         adopted = self._adopted_weights
         if adopted is not state["weights"]:
             self.set_weights(state["weights"])
-        optimizer_state_from_tree(self.optimizer, state["optimizer"], copy=adopted is None)
-        for group in self.optimizer.param_groups:  # the config's lr wins (it may be overridden)
-            group["lr"] = float(self.config["lr"])
+        if self._optimizer is None:
+            check_optimizer_tree(state["optimizer"], list(self.model.parameters()), num_groups=1)
+            tree = state["optimizer"]
+            self._pending_optimizer_state = tree if adopted is not None else _copy_optimizer_tree(tree)
+        else:
+            optimizer_state_from_tree(self._optimizer, state["optimizer"], copy=adopted is None)
+            self.set_learning_rate(float(self.config["lr"]))  # the config's lr wins
         filter_state = state["observation_filter"]
         if filter_state.get("name") != self.observation_filter.name:
             raise ValueError(
@@ -393,3 +442,13 @@ class Policy:
     def policy_class_reference(self) -> str:
         """The reference stored in checkpoints for this policy's class."""
         return class_reference(type(self))
+
+
+def _copy_optimizer_tree(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of an optimizer state tree whose arrays are aligned and owned by nobody else."""
+    return {
+        "state": {key: {name: aligned(v, copy=True) if isinstance(v, np.ndarray) else v
+                        for name, v in slots.items()}
+                  for key, slots in tree["state"].items()},
+        "param_groups": [dict(group) for group in tree["param_groups"]],
+    }
