@@ -12,7 +12,7 @@ import torch
 from cairn.errors import ExportError
 from cairn.export.conventions import input_spec, output_specs
 from cairn.export.graph import PolicyGraph, example_input
-from cairn.export.onnx_model import ONNX_FILE, check_opset, convert_to_onnx
+from cairn.export.onnx_model import ONNX_FILE, check_opset, convert_to_onnx, require_onnx_packages
 from cairn.export.signature import build_signature, write_signature
 from cairn.export.summary import short_reason
 from cairn.export.torch_program import (
@@ -49,6 +49,25 @@ def trace_policy(policy: Policy) -> Traced:
 def _remove(directory: Path, names: list[str]) -> None:
     for name in names:
         (directory / name).unlink(missing_ok=True)
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    """``directory`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for path in (directory, *directory.parents):
+        if os.path.lexists(path):
+            break
+        missing.append(path)
+    return missing
+
+
+def _remove_if_empty(dirs: list[Path]) -> None:
+    """Remove the directories an export created, deepest first, where nothing was left in them."""
+    for path in dirs:
+        try:
+            path.rmdir()
+        except OSError:  # not empty (or already gone): keep it and everything above it
+            return
 
 
 def write_torch_files(traced: Traced, directory: Path) -> dict[str, str]:
@@ -115,12 +134,19 @@ def export_model(
             opset is not supported, or the exported model disagrees with the policy.
     """
     opset = None if onnx is None else check_opset(onnx)
+    if opset is not None:
+        require_onnx_packages()  # before tracing: fail in a second, not after a minute
     directory = Path(export_dir)
     if directory.exists() and not directory.is_dir():
         raise ExportError(f"Export directory {directory} exists and is not a directory.")
-    traced = trace_policy(policy)
-    directory.mkdir(parents=True, exist_ok=True)
-    files = write_torch_files(traced, directory) if opset is None else write_onnx_file(traced, directory, opset)
-    signature = build_signature(policy, files, opset=opset)
-    write_signature(directory, signature)
+    created = _missing_dirs(directory)
+    try:
+        traced = trace_policy(policy)
+        directory.mkdir(parents=True, exist_ok=True)
+        files = write_torch_files(traced, directory) if opset is None else write_onnx_file(traced, directory, opset)
+        signature = build_signature(policy, files, opset=opset)
+        write_signature(directory, signature)
+    except BaseException:
+        _remove_if_empty(created)  # a failed export leaves no empty directory behind
+        raise
     return signature

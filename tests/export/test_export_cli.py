@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import pytest
 
 from cairn.checkpoint.writer import save_policy
 from cairn.cli import main
+from tests.conftest import ROOT
 
 
 def test_export_each_policy_of_an_algorithm_checkpoint(
@@ -72,3 +78,92 @@ def test_policy_export_checkpoint_can_include_native_files(tmp_path):
     info = cairn.get_checkpoint_info(tmp_path / "p")
     assert info["native_model"]["status"] == "ok"
     assert "model/signature.json" in info["files"]
+
+
+def _policy_checkpoint(helpers: Any, path: Path) -> str:
+    policy = helpers.make_policy(gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2), filtered=True)
+    return save_policy(policy, path)
+
+
+def test_onnx_export_without_the_onnx_extra_says_how_to_install_it(tmp_path: Path, helpers: Any) -> None:
+    checkpoint = _policy_checkpoint(helpers, tmp_path / "ckpt")
+    out = tmp_path / "new" / "model"
+    # As if the onnx extra were not installed: `import onnx` fails and find_spec finds nothing.
+    script = ("import sys; sys.modules['onnx'] = None; from cairn.cli import main; "
+              "sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run(
+        [sys.executable, "-c", script, "export", checkpoint, "--format", "onnx", "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "ONNX export needs onnx" in proc.stderr
+    assert "pip install -e '.[onnx]'" in proc.stderr  # in a checkout
+    assert "pip install 'cairn-rl[onnx]'" in proc.stderr  # everywhere else
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_failed_export_leaves_no_empty_directory(tmp_path: Path, helpers: Any, monkeypatch: Any,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The torch files are written, then found unfaithful and removed: nothing stays behind."""
+    import cairn.export.model_export
+    from cairn.errors import ExportError
+
+    def unfaithful(*args: Any, **kwargs: Any) -> None:
+        raise ExportError("The saved model.pt2 chose different actions (simulated).")
+
+    checkpoint = _policy_checkpoint(helpers, tmp_path / "ckpt")
+    monkeypatch.setattr(cairn.export.model_export, "check_against_policy", unfaithful)
+    assert main(["export", checkpoint, "--format", "torch", "--out", str(tmp_path / "a" / "b")]) == 1
+    assert "(simulated)" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    (tmp_path / "kept").mkdir()  # an existing directory is the user's: it stays
+    assert main(["export", checkpoint, "--format", "torch", "--out", str(tmp_path / "kept")]) == 1
+    assert (tmp_path / "kept").is_dir()
+
+
+@pytest.mark.slow
+def test_onnx_export_keeps_the_exporters_warnings_off_the_terminal(tmp_path: Path, helpers: Any) -> None:
+    pytest.importorskip("onnxruntime")
+    checkpoint = _policy_checkpoint(helpers, tmp_path / "ckpt")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cairn", "export", checkpoint, "--format", "onnx", "--out",
+         str(tmp_path / "onnx")], capture_output=True, text=True, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # torch.onnx logs skipped torchvision operators, torch deprecations
+    assert proc.stdout == f"exported onnx model to {tmp_path / 'onnx'}\n"
+
+
+def test_exporter_failures_are_reported_and_its_noise_is_not(
+    tmp_path: Path, helpers: Any, monkeypatch: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("onnxscript")
+    import torch
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    exporter_logger = logging.getLogger("torch.onnx")
+    level = exporter_logger.level
+    exporter_logger.addHandler(handler)
+
+    def failing_export(*args: Any, **kwargs: Any) -> None:
+        logging.getLogger("torch.onnx._internal.exporter._registration").warning("noise: skipping")
+        warnings.warn("noise: deprecated", FutureWarning, stacklevel=1)
+        raise RuntimeError("unsupported operator aten::frobnicate")
+
+    checkpoint = _policy_checkpoint(helpers, tmp_path / "ckpt")
+    monkeypatch.setattr(torch.onnx, "export", failing_export)
+    try:
+        with warnings.catch_warnings(record=True) as leaked:
+            warnings.simplefilter("always")
+            code = main(["export", checkpoint, "--format", "onnx", "--out", str(tmp_path / "onnx")])
+    finally:
+        exporter_logger.removeHandler(handler)
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "aten::frobnicate" in err and "noise" not in err
+    assert [r.getMessage() for r in records] == [] and [str(w.message) for w in leaked] == []
+    assert exporter_logger.level == level  # the exporter's logging is as it was
+    assert not (tmp_path / "onnx").exists()
