@@ -72,27 +72,32 @@ class EnvRunner:
         self._ma_obs: list[dict[Any, np.ndarray]] = [{} for _ in range(self.num_envs)]
         self._needs_reset = True
         if not self.multi_agent:
-            self._single_pid = config.map_agent(DEFAULT_AGENT_ID)
-            if self._single_pid not in self.policies:
-                raise ConfigError(
-                    f"policy_mapping_fn maps the single agent to {self._single_pid!r}, which is "
-                    f"not one of the policies {sorted(self.policies)}."
-                )
+            self._single_pid = self._mapped_policy(DEFAULT_AGENT_ID)
 
     # ------------------------------------------------------------------------------- helpers
     def _draw_seed(self) -> int | None:
         return None if self.config.seed is None else int(self._rng.integers(2**31 - 1))
 
+    def _mapped_policy(
+        self, agent: Any, config: AlgorithmConfig | None = None,
+        policies: Mapping[str, Policy] | None = None,
+    ) -> str:
+        """The policy ID that ``config`` (default: this runner's) maps ``agent`` to, which must
+        be one of ``policies`` (default: this runner's)."""
+        config = self.config if config is None else config
+        policies = self.policies if policies is None else policies
+        pid = config.map_agent(agent)
+        if pid not in policies:
+            raise ConfigError(
+                f"policy_mapping_fn mapped agent {agent!r} to {pid!r}, which is not one of the "
+                f"policies {sorted(policies)}; return one of those IDs (or add the policy first)."
+            )
+        return pid
+
     def _map(self, env_index: int, agent: Any) -> str:
         pids = self._agent_pids[env_index]
         if agent not in pids:
-            pid = self.config.map_agent(agent)
-            if pid not in self.policies:
-                raise ConfigError(
-                    f"policy_mapping_fn mapped agent {agent!r} to {pid!r}, which is not one of "
-                    f"the policies {sorted(self.policies)}; return one of those IDs."
-                )
-            pids[agent] = pid
+            pids[agent] = self._mapped_policy(agent)
         return pids[agent]
 
     def _reset_all(self, *, update_filter: bool) -> None:
@@ -396,6 +401,30 @@ class EnvRunner:
             self._obs = np.asarray(state["current_obs"], dtype=np.float32).copy()
             self._episodes = [EpisodeTotals.from_state(s, {}) for s in state["episodes"]]
         self._needs_reset = False
+
+    def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:
+        """Follow an added or removed policy, or a new ``policy_mapping_fn``.
+
+        The agents are mapped again under ``config`` (a multi-agent env's agents not in flight
+        when they next act); a policy they map to must be in ``policies``, else
+        :class:`~cairn.errors.ConfigError` and nothing changes. An observation in flight was
+        processed by its old policy's filter, so when one changes policy, every environment
+        starts a new episode at the next ``sample()``, as after :meth:`set_state` with a new
+        mapping; otherwise the episodes go on.
+        """
+        policies = dict(policies)
+        if self.multi_agent:
+            in_flight = [{agent: self._mapped_policy(agent, config, policies) for agent in obs}
+                         for obs in self._ma_obs]
+            changed = any(self._agent_pids[i].get(agent) != pid
+                          for i, pids in enumerate(in_flight) for agent, pid in pids.items())
+            # Agents already done this episode keep the policy their returns are reported under.
+            self._agent_pids = [{**old, **new} for old, new in zip(self._agent_pids, in_flight)]
+        else:
+            single_pid = self._mapped_policy(DEFAULT_AGENT_ID, config, policies)
+            changed, self._single_pid = single_pid != self._single_pid, single_pid
+        self.config, self.policies = config, policies
+        self._needs_reset = self._needs_reset or changed
 
     def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:
         """Load policy weights (and filter states) sent by the learner."""

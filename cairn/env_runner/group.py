@@ -55,9 +55,8 @@ class _RemoteEnvRunner:
     def reset_policies(self, config: AlgorithmConfig, policy_states: Mapping[str, Any]) -> None:
         from cairn.policy.policy import Policy
 
-        self.runner.config = config
-        self.runner.policies = {pid: Policy.from_state(s) for pid, s in policy_states.items()}
-        self.runner._agent_pids = [{} for _ in range(self.runner.num_envs)]
+        policies = {pid: Policy.from_state(s) for pid, s in policy_states.items()}
+        self.runner.update_policies(config, policies)
 
     def ready(self) -> bool:
         """Answers once the actor is built (the group waits for it at construction)."""
@@ -253,17 +252,17 @@ class EnvRunnerGroup:
         return {pid: SampleBatch.concat(b) for pid, b in parts.items()}, episodes, env_steps
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:
-        """Follow an added or removed policy (and a new mapping)."""
-        self.config, self.policies = config, policies
+        """Follow an added or removed policy (and a new mapping): every runner maps its agents
+        again and checks that the policies exist (:meth:`EnvRunner.update_policies`); remote
+        runners get copies of ``policies``."""
         if self.local is not None:
-            self.local.config = config
-            self.local.policies = dict(policies)
-            self.local._agent_pids = [{} for _ in range(self.local.num_envs)]
-            return
-        import ray
+            self.local.update_policies(config, policies)
+        else:
+            import ray
 
-        states = {pid: p.get_state() for pid, p in policies.items()}
-        ray.get([actor.reset_policies.remote(config, states) for actor in self.remote])
+            states = {pid: p.get_state() for pid, p in policies.items()}
+            ray.get([actor.reset_policies.remote(config, states) for actor in self.remote])
+        self.config, self.policies = config, policies
 
     def get_state(self) -> list[dict[str, Any]]:
         """One state per runner, local first (index 0) or remote ones in order.

@@ -1,0 +1,94 @@
+"""Adding and removing policies while training: the env runners follow the new mapping."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cairn
+from cairn.env_runner import EnvRunner
+from cairn.env_runner.group import _RemoteEnvRunner
+from cairn.errors import ConfigError
+from tests.helpers import small_ma_ppo, small_ppo
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_add_then_remove_policy_on_a_single_agent_env():
+    """RLlib's test_add_delete_policy flow on CartPole: the new mapping is followed."""
+    algo = small_ppo().build()
+    algo.train()
+    new = cairn.Policy.from_spec(algo.get_policy().spec, seed=1)
+    algo.add_policy("new", new, policy_mapping_fn=lambda aid, **kw: "new")
+    default_before, new_before = algo.get_policy().get_weights(), new.get_weights()
+    result = algo.train()
+    assert set(result["learners"]) == {"new"}
+    assert not _same(new.get_weights(), new_before)  # "new" sampled and trained
+    assert _same(algo.get_policy().get_weights(), default_before)  # default_policy did neither
+    algo.remove_policy("default_policy", policy_mapping_fn=lambda aid, **kw: "new")
+    assert set(algo.policies) == {"new"}
+    assert set(algo.train()["learners"]) == {"new"}
+    assert set(algo.evaluate()["policy_episode_return_mean"]) == {"new"}
+    algo.stop()
+
+
+def test_runner_starts_new_episodes_only_when_an_in_flight_agent_changes_policy():
+    algo = small_ppo().build()
+    runner = EnvRunner(algo.config, algo.policies)
+    runner.sample(5)
+    # A policy no agent is mapped to: the episodes in flight go on.
+    algo.add_policy("other", algo.get_policy().spec, policy_mapping_fn=lambda aid, **kw: "default_policy")
+    runner.update_policies(algo.config, algo.policies)
+    assert not runner.get_state()["needs_reset"]
+    config = algo.config.copy().multi_agent(policy_mapping_fn=lambda aid, **kw: "other")
+    runner.update_policies(config, algo.policies)
+    # The observation in flight went through default_policy's filter: start over.
+    assert runner.get_state()["needs_reset"]
+    assert set(runner.sample(5)) == {"other"}
+
+
+def test_multi_agent_runner_remaps_agents_in_flight():
+    algo = small_ma_ppo(2).build()
+    runner = EnvRunner(algo.config, algo.policies)
+    runner.sample(3)
+    config = algo.config.copy().multi_agent(policy_mapping_fn={"agent_0": "p0", "agent_1": "p0"})
+    runner.update_policies(config, algo.policies)
+    assert runner.get_state()["needs_reset"]
+    assert set(runner.sample(20)) == {"p0"}
+    runner.update_policies(config, algo.policies)  # the same mapping again: nothing restarts
+    assert not runner.get_state()["needs_reset"]
+
+
+@pytest.mark.parametrize("multi_agent", [False, True])
+def test_runner_refuses_a_mapping_to_a_missing_policy_and_keeps_its_own(multi_agent):
+    algo = (small_ma_ppo(2) if multi_agent else small_ppo()).build()
+    runner = EnvRunner(algo.config, algo.policies)
+    runner.sample(3)
+    config = algo.config.copy().multi_agent(policy_mapping_fn=lambda aid, **kw: "gone")
+    with pytest.raises(ConfigError, match="to 'gone', which is not one of the policies") as err:
+        runner.update_policies(config, algo.policies)
+    assert "add the policy first" in str(err.value)
+    assert runner.config is algo.config and not runner.get_state()["needs_reset"]
+    assert set(runner.sample(3)) <= set(algo.policies)
+
+
+def test_remote_runner_reset_policies_follows_the_new_mapping():
+    """The Ray actor's class, run in this process: it uses EnvRunner.update_policies."""
+    algo = small_ppo().build()
+    remote = _RemoteEnvRunner(algo.config, {p: s.get_state() for p, s in algo.policies.items()}, 1)
+    algo.add_policy("new", cairn.PolicySpec(), policy_mapping_fn=lambda aid, **kw: "new")
+    weights = {pid: {"weights": p.get_weights(), "observation_filter": p.observation_filter.get_state()}
+               for pid, p in algo.policies.items()}
+    remote.reset_policies(algo.config, {pid: p.get_state() for pid, p in algo.policies.items()})
+    batches, _, _, _ = remote.sample(weights)
+    assert set(batches) == {"new"}
+    algo.stop()
+
+
+def test_remove_policy_without_new_mapping_fails_before_anything_changes(ma_algo):
+    with pytest.raises(ConfigError, match="not one of the policies"):
+        ma_algo.remove_policy("p1")
+    assert set(ma_algo.policies) == {"p0", "p1", "p2"}
+    assert set(ma_algo.train()["learners"]) == {"p0", "p1", "p2"}
