@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cairn.errors import ConfigError
 
-__all__ = ["DEFAULT_POLICY_ID", "validate_policy_id", "check_policy_ids"]
+__all__ = ["DEFAULT_POLICY_ID", "validate_policy_id", "check_policy_ids", "normalize_policy_ids"]
 
 DEFAULT_POLICY_ID = "default_policy"
 MAX_POLICY_ID_LENGTH = 64
@@ -72,3 +72,34 @@ def check_policy_ids(policy_ids: Iterable[Any]) -> None:
                 f"Policy IDs {other!r} and {pid!r} differ only in case; they would share a "
                 "directory on case-insensitive file systems. Rename one of them."
             )
+
+
+def normalize_policy_ids(policy_ids: str | Iterable[str] | None) -> list[str] | None:
+    """The ``policy_ids=`` argument of a restore as a list: None (all policies) stays None, a
+    str is one ID, and a list, tuple or set gives its IDs (a set sorted; repeats dropped).
+
+    Anything else, or an element that is not a str, raises :class:`~cairn.errors.ConfigError`
+    (a str is not split into characters: ``"p1"`` means ``["p1"]``).
+
+    >>> normalize_policy_ids("p1")
+    ['p1']
+    >>> normalize_policy_ids(("p0", "p1", "p0"))
+    ['p0', 'p1']
+    """
+    if policy_ids is None:
+        return None
+    if isinstance(policy_ids, str):
+        return [policy_ids]
+    if isinstance(policy_ids, (bytes, Mapping)) or not isinstance(policy_ids, Iterable):
+        raise ConfigError(
+            f"policy_ids must be a policy ID (str), a list of them or None, got "
+            f"{type(policy_ids).__name__} {policy_ids!r:.100}; pass e.g. policy_ids=['p0']."
+        )
+    ids = list(policy_ids)
+    for pid in ids:
+        if not isinstance(pid, str):
+            raise ConfigError(
+                f"policy_ids must hold policy IDs (str), got {type(pid).__name__} {pid!r:.100} "
+                f"in {ids!r:.200}; pass the IDs as strings, e.g. policy_ids=['p0']."
+            )
+    return list(dict.fromkeys(sorted(ids) if isinstance(policy_ids, (set, frozenset)) else ids))

@@ -35,6 +35,7 @@ from cairn.errors import (
     EnvError,
     UnknownPolicyIdError,
 )
+from cairn.policy_ids import normalize_policy_ids
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
@@ -121,12 +122,11 @@ def _load_policy(root: CheckpointDir, manifest: Mapping[str, Any], pid: str) -> 
         raise type(exc)(f"Policy {pid!r}: {exc}") from exc
 
 
-def _select(manifest: Mapping[str, Any], policy_ids: Sequence[str] | None) -> list[str]:
+def _select(manifest: Mapping[str, Any], policy_ids: str | Sequence[str] | None) -> list[str]:
     available = list(manifest["policy_ids"])
+    policy_ids = normalize_policy_ids(policy_ids)
     if policy_ids is None:
         return available
-    if isinstance(policy_ids, str):
-        policy_ids = [policy_ids]
     unknown = [pid for pid in policy_ids if pid not in available]
     if unknown:
         raise UnknownPolicyIdError(

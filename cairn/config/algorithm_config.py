@@ -26,10 +26,20 @@ from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
 
-__all__ = ["AlgorithmConfig", "PolicyMapping", "BASE_FIELDS", "CALLABLE_KEY", "spaces_equal"]
+__all__ = ["AlgorithmConfig", "PolicyMapping", "BASE_FIELDS", "CALLABLE_KEY", "spaces_equal", "merge_setting"]
 
 PolicyMapping = Callable[..., str] | Mapping[Any, str]
 _NOT_PROVIDED: Any = object()
+
+
+def merge_setting(current: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """A dict-valued setting (:meth:`AlgorithmConfig.merged_fields`) after ``training()`` or a
+    restore's ``config_overrides`` set ``given`` over ``current``: one level deep, as a copy.
+
+    >>> merge_setting({"hidden": [64, 64], "activation": "tanh"}, {"hidden": [32]})
+    {'hidden': [32], 'activation': 'tanh'}
+    """
+    return copy.deepcopy({**current, **given})
 
 
 class AlgorithmConfig:
@@ -90,8 +100,7 @@ class AlgorithmConfig:
                     f"Unknown {section}() setting {key!r}; allowed: {allowed}."
                     + suggest(key, allowed)
                 )
-            if key != "model":
-                self.FIELDS[key].check(key, value)
+            self.FIELDS[key].check(key, value)
             setattr(self, key, copy.deepcopy(value) if key != "env" else value)
         return self
 
@@ -130,16 +139,24 @@ class AlgorithmConfig:
         """Set training settings: ``lr``, ``gamma``, ``train_batch_size``, ``minibatch_size``,
         ``num_epochs``, ``grad_clip``, ``model`` and the algorithm's own (see its FIELDS).
 
-        ``model`` is merged into the current model settings, so ``model={"hidden": [32]}``
-        keeps the activation.
+        Dict-valued settings (:meth:`merged_fields`: ``model``, DQN's ``replay_buffer_config``)
+        are merged into the current value, so ``model={"hidden": [32]}`` keeps the activation.
         """
-        if "model" in kwargs:
-            model = kwargs.pop("model")
-            check_model_config(model)
-            merged = {**self.model, **model}
-            check_model_config(merged)
-            self.model = copy.deepcopy(merged)
+        for key in sorted(self.merged_fields() & kwargs.keys()):
+            given = kwargs.pop(key)
+            field = self.FIELDS[key]
+            field.check(key, given)
+            merged = merge_setting(getattr(self, key), given)
+            field.check(key, merged)
+            setattr(self, key, merged)
         return self._set("training", kwargs)
+
+    @classmethod
+    def merged_fields(cls) -> frozenset[str]:
+        """The dict-valued training settings, e.g. ``model``: ``training()`` and a restore's
+        ``config_overrides`` merge them into the current value (:func:`merge_setting`)."""
+        return frozenset(key for key, field in cls.FIELDS.items()
+                         if field.section == "training" and isinstance(field.default, dict))
 
     def multi_agent(
         self, *, policies: Any = _NOT_PROVIDED, policy_mapping_fn: Any = _NOT_PROVIDED,
@@ -296,7 +313,7 @@ class AlgorithmConfig:
         spec = self.policies[policy_id]
         overrides = copy.deepcopy(spec.config or {})
         if "model" in overrides:
-            base["model"].update(overrides.pop("model"))
+            base["model"] = merge_setting(base["model"], overrides.pop("model"))
         base.update(overrides)
         return base
 
@@ -343,11 +360,7 @@ class AlgorithmConfig:
         storable, e.g. ``{"policy_mapping_fn": fn}``."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"from_dict needs a dict, got {type(data).__name__}.")
-        config_cls: type[AlgorithmConfig] = cls
-        algo_name = data.get("algo_class")
-        if algo_name is not None and algo_name != cls.algo_class_name:
-            config_cls = _config_class_for(algo_name)
-        config = config_cls()
+        config = cls.class_for(data.get("algo_class"))()
         callables = dict(callables or {})
         unknown = set(data) - set(config.FIELDS) - {"algo_class"}
         if unknown:
@@ -375,6 +388,21 @@ class AlgorithmConfig:
                 field.check(key, getattr(config, key))
         return config
 
+    @classmethod
+    def class_for(cls, algo_class: Any) -> type[AlgorithmConfig]:
+        """The config class of the algorithm ``algo_class`` names (a registry name, as
+        ``to_dict()`` stores it); this class for None or its own algorithm's name."""
+        from cairn.algorithms.algorithm import Algorithm
+        from cairn.registry import resolve_class
+
+        if algo_class is None or algo_class == cls.algo_class_name:
+            return cls
+        try:
+            algo_cls = resolve_class(algo_class, Algorithm)
+        except Exception as exc:
+            raise ConfigError(f"Unknown algo_class {algo_class!r}: {exc}") from exc
+        return algo_cls.config_class
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.to_dict()!r})"
 
@@ -383,14 +411,3 @@ def _mapping(value: Any, key: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"Config {key!r} must be a dict, got {value!r:.100}.")
     return value
-
-
-def _config_class_for(algo_name: Any) -> type[AlgorithmConfig]:
-    from cairn.algorithms.algorithm import Algorithm
-    from cairn.registry import resolve_class
-
-    try:
-        algo_cls = resolve_class(algo_name, Algorithm)
-    except Exception as exc:
-        raise ConfigError(f"Unknown algo_class {algo_name!r}: {exc}") from exc
-    return algo_cls.config_class

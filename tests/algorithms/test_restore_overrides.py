@@ -1,0 +1,100 @@
+"""config_overrides at restore set each value as its fluent method does: dict-valued training
+settings (``AlgorithmConfig.merged_fields()``) merge into the stored value, others replace it."""
+
+from __future__ import annotations
+
+import pytest
+
+import cairn
+from cairn import DQNConfig, PPOConfig
+from cairn.errors import ConfigError
+from tests.helpers import make_ma_cartpole, small_ppo
+
+
+def test_merged_fields_are_the_dict_valued_training_settings():
+    assert PPOConfig.merged_fields() == {"model"}
+    assert DQNConfig.merged_fields() == {"model", "replay_buffer_config"}
+
+
+def test_training_merges_model_as_before():
+    config = small_ppo().training(model={"hidden": [8]})
+    assert config.model == {**PPOConfig().model, "hidden": [8]}
+    with pytest.raises(ConfigError, match="Unknown model keys"):
+        config.training(model={"hiden": [8]})
+
+
+def test_model_override_merges_into_the_stored_model(tmp_path):
+    algo = small_ppo(model={"hidden": [16, 16], "activation": "relu"}).build()
+    path = algo.save(tmp_path / "c")
+    restored = cairn.Algorithm.from_checkpoint(path, config_overrides={"model": {"hidden": [8]}})
+    assert restored.config.model == {**algo.config.model, "hidden": [8]}
+    assert restored.config.model["activation"] == "relu"  # kept, as training(model=...) keeps it
+    state = algo.get_state()
+    from_state = cairn.Algorithm.from_state(state, config_overrides={"model": {"hidden": [8]}})
+    assert from_state.config.model == restored.config.model
+    assert restored.train()["learners"].keys() == {"default_policy"}
+
+
+def test_invalid_model_override_is_refused(tmp_path):
+    path = small_ppo().build().save(tmp_path / "c")
+    with pytest.raises(ConfigError, match="model"):
+        cairn.Algorithm.from_checkpoint(path, config_overrides={"model": {"hiden": [8]}})
+
+
+def _prioritized_dqn() -> cairn.Algorithm:
+    return (
+        DQNConfig()
+        .environment("CartPole-v1")
+        .env_runners(rollout_fragment_length=16)
+        .training(train_batch_size=64, minibatch_size=16, num_steps_sampled_before_learning_starts=32,
+                  training_intensity=1, model={"hidden": [16]},
+                  replay_buffer_config={"type": "prioritized", "capacity": 150, "alpha": 0.5})
+        .checkpointing(store_replay_buffer=True)
+        .debugging(seed=0)
+        .build()
+    )
+
+
+def test_partial_replay_buffer_config_override_keeps_the_buffer_type(tmp_path):
+    """docs/dqn.md: partial dicts merge; the prioritized buffer stays prioritized."""
+    algo = _prioritized_dqn()
+    algo.train()
+    path = algo.save(tmp_path / "c")
+    with pytest.warns(UserWarning, match="capacity 150 into capacity 50"):
+        restored = cairn.Algorithm.from_checkpoint(
+            path, config_overrides={"replay_buffer_config": {"capacity": 50}})
+    assert restored.config.replay_buffer_config == {
+        **algo.config.replay_buffer_config, "capacity": 50}
+    buffer = restored.replay_buffers["default_policy"]
+    assert type(buffer).__name__ == "PrioritizedReplayBuffer" and buffer.capacity == 50
+    assert len(buffer) == 50
+    restored.train()
+
+
+def test_env_config_override_replaces_as_environment_does(tmp_path):
+    """env_config is set by environment(), which replaces it; so does the override."""
+    config = (
+        PPOConfig()
+        .environment(make_ma_cartpole, env_config={"num_agents": 2, "unused": 1})
+        .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
+        .multi_agent(policies={"p"}, policy_mapping_fn={"agent_0": "p", "agent_1": "p", "agent_2": "p"})
+    )
+    path = config.build().save(tmp_path / "c")
+    restored = cairn.Algorithm.from_checkpoint(path, config_overrides={"env_config": {"num_agents": 3}})
+    assert restored.config.env_config == {"num_agents": 3}
+    assert len(restored.env_runner_group.local.envs[0].possible_agents) == 3
+
+
+def test_dict_policy_mapping_override_replaces_as_multi_agent_does(tmp_path):
+    config = (
+        PPOConfig()
+        .environment(make_ma_cartpole, env_config={"num_agents": 2})
+        .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
+        .multi_agent(policies={"p0", "p1"}, policy_mapping_fn={"agent_0": "p0", "agent_1": "p1"})
+    )
+    path = config.build().save(tmp_path / "c")
+    restored = cairn.Algorithm.from_checkpoint(
+        path, config_overrides={"policy_mapping_fn": {"agent_0": "p1", "agent_1": "p1"}})
+    assert restored.config.policy_mapping_fn == {"agent_0": "p1", "agent_1": "p1"}
+    with pytest.raises(ConfigError, match="no entry for agent 'agent_0'"):
+        cairn.Algorithm.from_checkpoint(path, config_overrides={"policy_mapping_fn": {"agent_1": "p1"}})
