@@ -17,10 +17,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from cairn.algorithms.checkpointing import algorithm_from_state, policy_to_export
 from cairn.algorithms.metrics import episode_metrics
+from cairn.algorithms.policy_changes import config_adding_policy, config_removing_policy
 from cairn.algorithms.policy_specs import resolve_policy_specs
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping, spaces_equal
-from cairn.config.restore import restored_config
 from cairn.env_runner.env_runner import DEFAULT_AGENT_ID, EnvRunner, is_multi_agent_env, make_env
 from cairn.env_runner.group import EnvRunnerGroup
 from cairn.env_runner.sample_batch import SampleBatch
@@ -28,8 +29,8 @@ from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
 from cairn.policy.torch_utils import torch_threads
-from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids, validate_policy_id
-from cairn.registry import class_reference, resolve_class
+from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
+from cairn.registry import class_reference
 from cairn.rng import make_rng, rng_state
 
 __all__ = ["Algorithm"]
@@ -173,7 +174,7 @@ class Algorithm:
             learner_stats = self.training_step()
         self.iteration += 1
         result = {"training_iteration": self.iteration, **self.counters,
-                  **episode_metrics(list(self._recent_episodes)),
+                  **episode_metrics(list(self._recent_episodes), policy_ids=self.policies),
                   "learners": learner_stats}
         interval = self.config.evaluation_interval
         if interval and self.iteration % interval == 0:
@@ -188,7 +189,7 @@ class Algorithm:
                                           num_envs=1, seed_offset=1_000_003)
             if self._eval_runner_state is not None:
                 self._eval_runner.set_state(self._eval_runner_state)
-        self._eval_runner.policies = dict(self.policies)
+        self._eval_runner.update_policies(self.config, self.policies)
         with self._torch_threads():
             episodes = self._eval_runner.run_episodes(self.config.evaluation_duration, explore=False)
         return episode_metrics(episodes)
@@ -218,19 +219,9 @@ class Algorithm:
 
         The ID is validated (safe directory name, unique ignoring case) before anything changes.
         """
-        validate_policy_id(policy_id, error=True)
-        check_policy_ids([*self.policies, policy_id])
-        new_config = self.config.copy()
-        spec = spec_or_policy.spec if isinstance(spec_or_policy, Policy) else spec_or_policy
-        if not isinstance(spec, PolicySpec):
-            raise ConfigError(f"add_policy needs a PolicySpec or Policy, got {type(spec_or_policy).__name__}.")
-        new_config.policies = {**new_config.policies, policy_id: PolicySpec(
-            spec.policy_class, spec.observation_space, spec.action_space, spec.config)}
-        if policy_mapping_fn is not None:
-            new_config.multi_agent(policy_mapping_fn=policy_mapping_fn)
-        if policies_to_train is not None:
-            new_config.multi_agent(policies_to_train=policies_to_train)
-        new_config.validate()
+        new_config = config_adding_policy(self.config, policy_id, spec_or_policy,
+                                          policy_mapping_fn=policy_mapping_fn,
+                                          policies_to_train=policies_to_train)
         self._apply_policy_change(new_config, add=(policy_id, spec_or_policy))
         return self.policies[policy_id]
 
@@ -244,15 +235,9 @@ class Algorithm:
         """Remove a policy; agents mapped to it need a new ``policy_mapping_fn``."""
         if policy_id not in self.policies:
             raise KeyError(f"No policy {policy_id!r}; policies are {sorted(self.policies)}.")
-        new_config = self.config.copy()
-        new_config.policies = {k: v for k, v in new_config.policies.items() if k != policy_id}
-        if policy_mapping_fn is not None:
-            new_config.multi_agent(policy_mapping_fn=policy_mapping_fn)
-        if policies_to_train is not None:
-            new_config.multi_agent(policies_to_train=policies_to_train)
-        elif new_config.policies_to_train is not None:
-            new_config.policies_to_train = [p for p in new_config.policies_to_train if p != policy_id]
-        new_config.validate()
+        new_config = config_removing_policy(self.config, policy_id,
+                                            policy_mapping_fn=policy_mapping_fn,
+                                            policies_to_train=policies_to_train)
         self._apply_policy_change(new_config, remove=policy_id)
 
     def _apply_policy_change(
@@ -280,8 +265,7 @@ class Algorithm:
         self._record_specs(resolved)
         self.env_runner_group.update_policies(self.config, self.policies)
         if self._eval_runner is not None:
-            self._eval_runner.config = self.config
-            self._eval_runner._agent_pids = [{} for _ in range(self._eval_runner.num_envs)]
+            self._eval_runner.update_policies(self.config, self.policies)
 
     # ------------------------------------------------------------------------------- state
     def get_state(self) -> dict[str, Any]:
@@ -357,7 +341,7 @@ class Algorithm:
         cls,
         state: Mapping[str, Any],
         *,
-        policy_ids: Sequence[str] | None = None,
+        policy_ids: str | Sequence[str] | None = None,
         policy_mapping_fn: PolicyMapping | None = None,
         policies_to_train: Sequence[str] | None = None,
         config_overrides: Mapping[str, Any] | None = None,
@@ -366,22 +350,21 @@ class Algorithm:
         """Rebuild an algorithm from :meth:`get_state` alone (no config or class needed).
 
         Args:
-            policy_ids: Keep only these policies.
+            policy_ids: Keep only these policies (a str is one policy ID).
             policy_mapping_fn: New agent -> policy mapping (needed when agents were mapped to a
                 dropped policy, or when the stored one was a lambda).
             policies_to_train: New list of learning policies.
             config_overrides: Flat config keys as in ``config.to_dict()``, e.g.
-                ``{"num_env_runners": 0, "lr": 1e-4}``.
+                ``{"num_env_runners": 0, "lr": 1e-4}``. A dict for a dict-valued training
+                setting (``model``, DQN's ``replay_buffer_config``) is merged into the stored
+                one, as ``config.training()`` merges it: ``{"model": {"hidden": [32]}}`` keeps
+                the stored activation. Other values replace the stored ones.
             copy: False lets the policies take the state's weight and optimizer arrays as
                 their storage instead of copying them (the state must not be used afterwards).
         """
-        algo_cls = resolve_class(state["algorithm_class"], Algorithm)
-        config = restored_config(state, policy_ids, policy_mapping_fn, policies_to_train,
-                                  config_overrides)
-        policy_states = {pid: s for pid, s in state["policies"].items() if pid in config.policies}
-        algo = algo_cls(config, _policy_states=policy_states, _copy_states=copy)
-        algo.set_state({**state, "policies": {}})
-        return algo
+        return algorithm_from_state(
+            state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
+            policies_to_train=policies_to_train, config_overrides=config_overrides, copy=copy)
 
     # -------------------------------------------------------------------------- checkpoints
     def save(self, checkpoint_dir: str | os.PathLike[str] | None = None) -> str:
@@ -416,15 +399,15 @@ class Algorithm:
         cls,
         checkpoint: Any,
         *,
-        policy_ids: Sequence[str] | None = None,
+        policy_ids: str | Sequence[str] | None = None,
         policy_mapping_fn: PolicyMapping | None = None,
         policies_to_train: Sequence[str] | None = None,
         config_overrides: Mapping[str, Any] | None = None,
     ) -> Algorithm:
         """Rebuild an algorithm from a checkpoint directory, with no config or class in hand.
 
-        ``policy_ids`` restores only those policies and reads only their files. The other
-        arguments are as in :meth:`from_state`.
+        ``policy_ids`` (a list of IDs, or one ID as a str) restores only those policies and
+        reads only their files. The other arguments are as in :meth:`from_state`.
         """
         from cairn.checkpoint.reader import restore_algorithm
 
@@ -432,6 +415,37 @@ class Algorithm:
                                  policy_mapping_fn=policy_mapping_fn,
                                  policies_to_train=policies_to_train,
                                  config_overrides=config_overrides)
+
+    def export_policy_checkpoint(
+        self, export_dir: str | os.PathLike[str], policy_id: str = DEFAULT_POLICY_ID, *,
+        export_native_model_files: bool | None = None,
+    ) -> None:
+        """Write one policy as a standalone Policy checkpoint (RLlib's name for it), which
+        ``Policy.from_checkpoint(export_dir)`` loads with no algorithm.
+
+        The same as ``algo.get_policy(policy_id).export_checkpoint(export_dir, ...)``.
+        ``export_native_model_files`` (default: this config's setting) adds ``model/``.
+        Raises :class:`~cairn.errors.UnknownPolicyIdError` for an ID this algorithm lacks.
+        """
+        policy = policy_to_export(self.policies, policy_id, "export_policy_checkpoint")
+        if export_native_model_files is None:
+            export_native_model_files = self.config.export_native_model_files
+        policy.export_checkpoint(export_dir, export_native_model_files=export_native_model_files)
+
+    def export_policy_model(
+        self, export_dir: str | os.PathLike[str], policy_id: str = DEFAULT_POLICY_ID,
+        onnx: int | None = None,
+    ) -> None:
+        """Write one policy's model in a native format that loads without cairn (RLlib's name):
+        a ``torch.export`` program (``onnx=None``) or ``model.onnx`` at opset ``onnx``, with
+        ``signature.json``; see :func:`cairn.export.export_model` and ``docs/export.md``.
+
+        The same as ``algo.get_policy(policy_id).export_model(export_dir, onnx=onnx)``. Raises
+        :class:`~cairn.errors.UnknownPolicyIdError` for an ID this algorithm lacks, and
+        :class:`~cairn.errors.ExportError` when the model cannot be exported.
+        """
+        policy_to_export(self.policies, policy_id, "export_policy_model").export_model(
+            export_dir, onnx=onnx)
 
     def stop(self) -> None:
         """Release environments and remote runners."""

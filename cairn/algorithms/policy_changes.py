@@ -1,0 +1,56 @@
+"""The config after ``Algorithm.add_policy`` or ``remove_policy``, checked before anything
+changes: the policy set, the mapping and the learning policies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
+from cairn.errors import ConfigError
+from cairn.policy.policy import Policy
+from cairn.policy.spec import PolicySpec
+from cairn.policy_ids import check_policy_ids, validate_policy_id
+
+__all__ = ["config_adding_policy", "config_removing_policy"]
+
+
+def _remap(
+    config: AlgorithmConfig, policy_mapping_fn: PolicyMapping | None,
+    policies_to_train: Sequence[str] | None,
+) -> AlgorithmConfig:
+    if policy_mapping_fn is not None:
+        config.multi_agent(policy_mapping_fn=policy_mapping_fn)
+    if policies_to_train is not None:
+        config.multi_agent(policies_to_train=policies_to_train)
+    config.validate()
+    return config
+
+
+def config_adding_policy(
+    config: AlgorithmConfig, policy_id: str, spec_or_policy: PolicySpec | Policy, *,
+    policy_mapping_fn: PolicyMapping | None, policies_to_train: Sequence[str] | None,
+) -> AlgorithmConfig:
+    """A copy of ``config`` with ``policy_id`` added (its ID a safe directory name, unique
+    ignoring case) and the mapping and learning policies replaced where given."""
+    validate_policy_id(policy_id, error=True)
+    check_policy_ids([*config.policies, policy_id])
+    spec = spec_or_policy.spec if isinstance(spec_or_policy, Policy) else spec_or_policy
+    if not isinstance(spec, PolicySpec):
+        raise ConfigError(f"add_policy needs a PolicySpec or Policy, got {type(spec_or_policy).__name__}.")
+    new_config = config.copy()
+    new_config.policies = {**new_config.policies, policy_id: PolicySpec(
+        spec.policy_class, spec.observation_space, spec.action_space, spec.config)}
+    return _remap(new_config, policy_mapping_fn, policies_to_train)
+
+
+def config_removing_policy(
+    config: AlgorithmConfig, policy_id: str, *,
+    policy_mapping_fn: PolicyMapping | None, policies_to_train: Sequence[str] | None,
+) -> AlgorithmConfig:
+    """A copy of ``config`` without ``policy_id`` (nor in ``policies_to_train`` unless new ones
+    are given) and with the mapping replaced where given."""
+    new_config = config.copy()
+    new_config.policies = {k: v for k, v in new_config.policies.items() if k != policy_id}
+    if policies_to_train is None and new_config.policies_to_train is not None:
+        new_config.policies_to_train = [p for p in new_config.policies_to_train if p != policy_id]
+    return _remap(new_config, policy_mapping_fn, policies_to_train)

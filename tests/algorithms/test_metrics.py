@@ -1,0 +1,48 @@
+"""train()'s per-policy metrics name only the policies the algorithm has."""
+
+from __future__ import annotations
+
+import math
+
+import cairn
+from cairn.algorithms.metrics import episode_metrics
+from tests.helpers import small_ma_ppo
+
+
+def _episode(ret: float, policy_returns: dict[str, list[float]]) -> dict:
+    return {"return": ret, "length": 10, "policy_returns": policy_returns}
+
+
+def test_episode_metrics_limits_per_policy_means_to_policy_ids():
+    episodes = [_episode(3.0, {"p0": [1.0], "p1": [2.0]}), _episode(5.0, {"p0": [3.0], "p1": [2.0]})]
+    everything = episode_metrics(episodes)
+    assert everything["policy_episode_return_mean"] == {"p0": 2.0, "p1": 2.0}
+    kept = episode_metrics(episodes, policy_ids={"p0"})
+    assert kept["policy_episode_return_mean"] == {"p0": 2.0}
+    assert kept["episode_return_mean"] == everything["episode_return_mean"] == 4.0
+    assert math.isnan(episode_metrics([])["episode_return_mean"])
+
+
+def _train_until_reported(algo: cairn.Algorithm, policy_id: str) -> None:
+    for _ in range(20):
+        if policy_id in algo.train()["policy_episode_return_mean"]:
+            return
+    raise AssertionError(f"no episode of {policy_id!r} finished in 20 iterations")
+
+
+def test_subset_restore_reports_only_the_restored_policies(tmp_path):
+    algo = small_ma_ppo(3).build()
+    _train_until_reported(algo, "p1")
+    _train_until_reported(algo, "p2")
+    path = algo.save(tmp_path / "c")
+    restored = cairn.Algorithm.from_checkpoint(
+        path, policy_ids=["p0"], policy_mapping_fn=lambda aid, **kw: "p0")
+    result = restored.train()
+    assert set(result["policy_episode_return_mean"]) == {"p0"}
+    assert result["num_episodes"] > 0  # the restored window still counts the episodes
+
+
+def test_removed_policy_leaves_the_per_policy_metrics(ma_algo):
+    _train_until_reported(ma_algo, "p2")
+    ma_algo.remove_policy("p2", policy_mapping_fn=lambda aid, **kw: "p0" if aid == "agent_2" else "p" + aid[-1])
+    assert set(ma_algo.train()["policy_episode_return_mean"]) == {"p0", "p1"}
