@@ -129,9 +129,8 @@ class Algorithm:
                             f"agents mapped to it have {b}."
                         )
                 # The restored config's lr (possibly overridden) wins over the stored one.
-                policy.config["lr"] = spec.config["lr"] if spec.config else policy.config["lr"]
-                for group in policy.optimizer.param_groups:
-                    group["lr"] = float(policy.config["lr"])
+                if spec.config:
+                    policy.set_learning_rate(float(spec.config["lr"]))
             else:
                 policy = Policy.from_spec(spec, seed=_policy_seed(self.config.seed, pid))
             self.policies[pid] = policy
