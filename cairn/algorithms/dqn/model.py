@@ -1,10 +1,11 @@
-"""QNetwork: an MLP with a plain or dueling Q head."""
+"""QNetwork: an MLP with a plain or dueling Q head, and its numpy forward pass."""
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,9 +15,47 @@ from torch.nn import functional as F
 
 from cairn.policy.model import _NUMPY_ACTIVATIONS, ACTIVATIONS
 
-__all__ = ["QNetwork"]
+__all__ = ["QNetwork", "NumpyQLayers", "NumpyQForward", "numpy_q_forward"]
 
 _TORCH_ACTIVATIONS: dict[str, Any] = {"tanh": torch.tanh, "relu": torch.relu, "elu": F.elu, "silu": F.silu}
+
+
+@dataclass(frozen=True, slots=True)
+class NumpyQLayers:
+    """A QNetwork as data: numpy views of its live parameters, each ``(weight [out, in], bias)``,
+    and its activation. Views, so they follow every in-place update of the parameters."""
+
+    hidden: tuple[tuple[np.ndarray, np.ndarray], ...]
+    advantage: tuple[np.ndarray, np.ndarray]
+    value: tuple[np.ndarray, np.ndarray] | None  # None: plain (not dueling) head
+    activation: str
+    act: Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class NumpyQForward:
+    """One numpy forward pass: the Q-values and what a backward pass needs."""
+
+    #: The trunk's input, then each hidden layer's activated output (the last: the features).
+    activations: list[np.ndarray]
+    q_values: np.ndarray  # [batch, num_actions]
+
+
+def numpy_q_forward(layers: NumpyQLayers, obs: np.ndarray) -> NumpyQForward:
+    """:meth:`QNetwork.forward` in numpy, over :meth:`QNetwork.numpy_layers`: the one numpy
+    forward pass, shared by acting, the targets and the numpy update's backward pass."""
+    activations = [obs]
+    x = obs
+    for w, b in layers.hidden:
+        x = layers.act(x @ w.T + b)
+        activations.append(x)
+    w_a, b_a = layers.advantage
+    advantages = x @ w_a.T + b_a
+    if layers.value is None:
+        return NumpyQForward(activations, advantages)
+    w_v, b_v = layers.value
+    q_values = (x @ w_v.T + b_v) + advantages - advantages.mean(axis=1, keepdims=True)
+    return NumpyQForward(activations, q_values)
 
 
 class QNetwork(nn.Module):
@@ -25,6 +64,9 @@ class QNetwork(nn.Module):
     With ``dueling`` (Wang et al. 2016) the trunk feeds a value stream ``V(s)`` and an
     advantage stream ``A(s, a)``, combined as ``Q = V + A - mean_a A`` so that V and A are
     identifiable.
+
+    The network is its linear layers (:meth:`linear_layers`) and one activation; the torch
+    :meth:`forward` and the numpy :func:`numpy_q_forward` both walk that list.
     """
 
     def __init__(
@@ -38,7 +80,7 @@ class QNetwork(nn.Module):
             layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
         self.trunk = nn.Sequential(*layers)
         self.activation = activation
-        self._numpy_layers: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._numpy_layers: NumpyQLayers | None = None
         self.dueling = dueling
         self.advantage_head = nn.Linear(sizes[-1], num_actions)
         self.value_head = nn.Linear(sizes[-1], 1) if dueling else None
@@ -51,45 +93,54 @@ class QNetwork(nn.Module):
                 nn.init.uniform_(module.weight, -bound, bound, generator=generator)
                 nn.init.uniform_(module.bias, -bound, bound, generator=generator)
 
+    def linear_layers(self) -> tuple[list[nn.Linear], nn.Linear, nn.Linear | None]:
+        """The hidden layers (each followed by the activation), the advantage head (the Q head
+        when not dueling) and the value head (None when not dueling)."""
+        hidden = [m for m in self.trunk if isinstance(m, nn.Linear)]
+        return hidden, self.advantage_head, self.value_head
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # Functional calls instead of module calls: the learner runs this hundreds of times
         # per iteration on small batches, where nn.Module.__call__ costs more than the maths.
         act = _TORCH_ACTIVATIONS[self.activation]
+        hidden, advantage_head, value_head = self.linear_layers()
         x = obs
-        for module in self.trunk:
-            if isinstance(module, nn.Linear):
-                x = act(F.linear(x, module.weight, module.bias))
-        advantages = F.linear(x, self.advantage_head.weight, self.advantage_head.bias)
-        if self.value_head is None:
+        for layer in hidden:
+            x = act(F.linear(x, layer.weight, layer.bias))
+        advantages = F.linear(x, advantage_head.weight, advantage_head.bias)
+        if value_head is None:
             return advantages
-        value = F.linear(x, self.value_head.weight, self.value_head.bias)
+        value = F.linear(x, value_head.weight, value_head.bias)
         return value + advantages - advantages.mean(dim=1, keepdim=True)
 
     def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values, read as the logits of a Categorical whose mode is the greedy action."""
         return self(obs)  # type: ignore[no-any-return]
 
+    def numpy_layers(self) -> NumpyQLayers:
+        """:meth:`linear_layers` as numpy views of the live parameters (built once, then
+        cached until the parameters are replaced)."""
+        if self._numpy_layers is None:
+            hidden, advantage_head, value_head = self.linear_layers()
+            self._numpy_layers = NumpyQLayers(
+                hidden=tuple(_views(layer) for layer in hidden),
+                advantage=_views(advantage_head),
+                value=None if value_head is None else _views(value_head),
+                activation=self.activation,
+                act=_NUMPY_ACTIVATIONS[self.activation],
+            )
+        return self._numpy_layers
+
     def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
         """:meth:`forward` in numpy on views of the live parameters, for the sampling loop
-        (a few observations per call, where torch's per-operator dispatch dominates)."""
-        if self._numpy_layers is None:
-            linears = [m for m in self.trunk if isinstance(m, nn.Linear)] + [self.advantage_head]
-            if self.value_head is not None:
-                linears.append(self.value_head)
-            self._numpy_layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linears]
-        act: Any = _NUMPY_ACTIVATIONS[self.activation]
-        layers = self._numpy_layers
-        heads = 2 if self.value_head is not None else 1
-        x = obs
-        for w, b in layers[:-heads]:
-            x = act(x @ w + b)
-        w_a, b_a = layers[-heads]
-        advantages = x @ w_a + b_a
-        if self.value_head is None:
-            return advantages  # type: ignore[no-any-return]
-        w_v, b_v = layers[-1]
-        return (x @ w_v + b_v) + advantages - advantages.mean(axis=1, keepdims=True)  # type: ignore[no-any-return]
+        (a few observations per call, where torch's per-operator dispatch dominates) and
+        the learner's targets."""
+        return numpy_q_forward(self.numpy_layers(), obs).q_values
 
     def _apply(self, fn: Any, recurse: bool = True) -> QNetwork:
         self._numpy_layers = None  # parameters may be replaced (to_empty, .to(), ...)
         return super()._apply(fn, recurse)  # type: ignore[no-any-return]
+
+
+def _views(layer: nn.Linear) -> tuple[np.ndarray, np.ndarray]:
+    return layer.weight.detach().numpy(), layer.bias.detach().numpy()

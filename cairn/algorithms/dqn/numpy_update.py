@@ -1,32 +1,43 @@
-"""One DQN gradient step for small Q-networks, in numpy.
+"""One DQN gradient step for small Q-networks, in numpy: ``update_backend="numpy"``.
 
 For the networks DQN usually trains on a CPU (two hidden layers of 64-256 units, minibatches of
 32-256), torch spends most of an update dispatching some forty small operators (forward,
 autograd, clipping, Adam). The same step written as a dozen numpy matrix products on views of
 the parameters and of the optimizer's own state tensors costs a fraction of that, and leaves the
-policy, its optimizer and its checkpoints exactly as the torch path would.
+policy, its optimizer and its checkpoints in the same layout as the torch path would (equal up
+to float32 rounding; see docs/dqn.md for the measured difference).
 
-It covers :class:`~cairn.algorithms.dqn.model.QNetwork` (plain or dueling heads, ``relu`` or
-``tanh``) with ``torch.optim.Adam`` (no weight decay, no AMSGrad); anything else uses the
-torch path. ``tests/algorithms/dqn/test_numpy_update.py`` checks it against autograd and
-``torch.optim.Adam``.
+The forward pass is the network's own numpy forward (:func:`~cairn.algorithms.dqn.model.
+numpy_q_forward`, also used for acting and targets); this module adds the backward pass,
+global-norm clipping and torch's Adam step. :func:`numpy_update_unsupported` says which
+network/optimizer pairs it covers; ``tests/algorithms/dqn/test_numpy_update.py`` checks it
+against autograd and ``torch.optim.Adam``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from cairn.algorithms.dqn.model import QNetwork
+from cairn.algorithms.dqn.model import QNetwork, numpy_q_forward
 
-__all__ = ["supports_numpy_update", "numpy_dqn_update", "UpdateResult"]
+__all__ = ["numpy_update_unsupported", "supports_numpy_update", "numpy_dqn_update", "UpdateResult",
+           "NUMPY_UPDATE_ACTIVATIONS"]
 
-_ACTIVATIONS = ("relu", "tanh")
+#: d(loss)/d(pre-activation) from d(loss)/d(output) and the output, per supported activation.
+_ACTIVATION_GRADS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "relu": lambda d_out, out: d_out * (out > 0),
+    "tanh": lambda d_out, out: d_out * (1.0 - out * out),
+}
+#: The activations the numpy update can differentiate.
+NUMPY_UPDATE_ACTIVATIONS = tuple(_ACTIVATION_GRADS)
+
+_ADAM_FLAGS = ("amsgrad", "maximize", "differentiable", "capturable")
 
 
 @dataclass
@@ -37,22 +48,45 @@ class UpdateResult:
     td_errors: np.ndarray
 
 
-def supports_numpy_update(model: Any, optimizer: Any) -> bool:
-    """Whether :func:`numpy_dqn_update` reproduces the torch update for this pair."""
-    if not (isinstance(model, QNetwork) and model.activation in _ACTIVATIONS):
-        return False
-    if type(optimizer) is not torch.optim.Adam or len(optimizer.param_groups) != 1:
-        return False
+def numpy_update_unsupported(model: Any, optimizer: Any) -> str | None:
+    """Why :func:`numpy_dqn_update` cannot stand in for the torch update of this pair, or None
+    when it can: a :class:`QNetwork` (exactly that class, since a subclass may change the
+    forward pass) with a ``relu`` or ``tanh`` activation, all of whose float32 CPU parameters,
+    each requiring grad, are trained by one ``torch.optim.Adam`` param group without
+    ``weight_decay``, ``amsgrad``, ``maximize``, ``differentiable`` or ``capturable``.
+
+    >>> import torch
+    >>> net = QNetwork(4, 2, activation="elu")
+    >>> numpy_update_unsupported(net, torch.optim.Adam(net.parameters()))
+    "activation 'elu' (the numpy update covers ['relu', 'tanh'])"
+    """
+    if type(model) is not QNetwork:
+        return f"the network is a {type(model).__name__}, not a QNetwork"
+    if model.activation not in _ACTIVATION_GRADS:
+        return f"activation {model.activation!r} (the numpy update covers {list(NUMPY_UPDATE_ACTIVATIONS)})"
+    if type(optimizer) is not torch.optim.Adam:
+        return f"the optimizer is {type(optimizer).__module__}.{type(optimizer).__name__}, not torch.optim.Adam"
+    if len(optimizer.param_groups) != 1:
+        return f"the optimizer has {len(optimizer.param_groups)} param groups, not 1"
     group = optimizer.param_groups[0]
-    return (
-        not group["amsgrad"] and not group["maximize"] and group["weight_decay"] == 0
-        and not group.get("differentiable", False) and not group.get("capturable", False)
-        and all(p.dtype == torch.float32 and p.device.type == "cpu" for p in group["params"])
-    )
+    flags = [flag for flag in _ADAM_FLAGS if group.get(flag)]
+    if flags:
+        return f"Adam with {', '.join(f'{flag}=True' for flag in flags)}"
+    if group["weight_decay"] != 0:
+        return f"Adam with weight_decay={group['weight_decay']}"
+    params = list(model.parameters())
+    if {id(p) for p in group["params"]} != {id(p) for p in params} or len(group["params"]) != len(params):
+        return "the optimizer does not train exactly the network's parameters"
+    for param in params:
+        if param.dtype != torch.float32 or param.device.type != "cpu" or not param.requires_grad:
+            return (f"a parameter is {param.dtype} on {param.device} with requires_grad="
+                    f"{param.requires_grad} (needs float32 on the CPU, requiring grad)")
+    return None
 
 
-def _layers(model: QNetwork) -> tuple[list[nn.Linear], nn.Linear, nn.Linear | None]:
-    return [m for m in model.trunk if isinstance(m, nn.Linear)], model.advantage_head, model.value_head
+def supports_numpy_update(model: Any, optimizer: Any) -> bool:
+    """Whether :func:`numpy_dqn_update` can stand in for the torch update of this pair."""
+    return numpy_update_unsupported(model, optimizer) is None
 
 
 def numpy_dqn_update(
@@ -70,23 +104,15 @@ def numpy_dqn_update(
 
     ``l`` is the Huber loss (delta 1) or the squared error. The gradient's global norm is
     clipped to ``grad_clip`` first. Parameters and the Adam state (``step``, ``exp_avg``,
-    ``exp_avg_sq``, created as torch creates them) are updated through numpy views.
+    ``exp_avg_sq``, created as torch creates them) are updated through numpy views. Only for
+    pairs that :func:`numpy_update_unsupported` accepts.
     """
-    trunk, adv_head, value_head = _layers(model)
-    relu = model.activation == "relu"
+    hidden, adv_head, value_head = model.linear_layers()
+    layers = model.numpy_layers()
+    activation_grad = _ACTIVATION_GRADS[layers.activation]
+    forward = numpy_q_forward(layers, obs)
+    q_values, outputs = forward.q_values, forward.activations
     batch = obs.shape[0]
-    # Forward, keeping each layer's output for the backward pass.
-    outputs = [obs]
-    for layer in trunk:
-        z = outputs[-1] @ _np(layer.weight).T + _np(layer.bias)
-        outputs.append(np.maximum(z, 0.0) if relu else np.tanh(z))
-    features = outputs[-1]
-    advantages = features @ _np(adv_head.weight).T + _np(adv_head.bias)
-    if value_head is None:
-        q_values = advantages
-    else:
-        value = features @ _np(value_head.weight).T + _np(value_head.bias)
-        q_values = value + advantages - advantages.mean(axis=1, keepdims=True)
     rows = np.arange(batch)
     q_taken = q_values[rows, actions]
     td = q_taken - targets
@@ -99,29 +125,29 @@ def numpy_dqn_update(
         per_sample = td * td
         d_q_taken = w * 2.0 * td / batch
     loss = float((w * per_sample).mean())
-    # Backward.
+    # Backward, through the heads, then the trunk from its last layer to its first.
+    features = outputs[-1]
     d_q = np.zeros_like(q_values)
     d_q[rows, actions] = d_q_taken
     grads: dict[torch.Tensor, np.ndarray] = {}
-    if value_head is None:
+    if value_head is None or layers.value is None:
         d_adv = d_q
+        d_h = d_adv @ layers.advantage[0]
     else:
         d_value = d_q.sum(axis=1, keepdims=True)
         d_adv = d_q - d_value / d_q.shape[1]  # Q = V + A - mean(A)
         grads[value_head.weight] = d_value.T @ features
         grads[value_head.bias] = d_value.sum(axis=0)
+        d_h = d_adv @ layers.advantage[0]
+        d_h += d_value @ layers.value[0]
     grads[adv_head.weight] = d_adv.T @ features
     grads[adv_head.bias] = d_adv.sum(axis=0)
-    d_h = d_adv @ _np(adv_head.weight)
-    if value_head is not None:
-        d_h += d_value @ _np(value_head.weight)
-    for i in range(len(trunk) - 1, -1, -1):
-        out = outputs[i + 1]
-        d_z = d_h * (out > 0) if relu else d_h * (1.0 - out * out)
-        grads[trunk[i].weight] = d_z.T @ outputs[i]
-        grads[trunk[i].bias] = d_z.sum(axis=0)
+    for i in range(len(hidden) - 1, -1, -1):
+        d_z = activation_grad(d_h, outputs[i + 1])
+        grads[hidden[i].weight] = d_z.T @ outputs[i]
+        grads[hidden[i].bias] = d_z.sum(axis=0)
         if i:
-            d_h = d_z @ _np(trunk[i].weight)
+            d_h = d_z @ layers.hidden[i][0]
     if grad_clip is not None:
         total = math.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in grads.values()))
         scale = grad_clip / (total + 1e-6)
@@ -132,10 +158,6 @@ def numpy_dqn_update(
     td_errors = td.astype(np.float32, copy=False)
     stats = [loss, float(q_taken.mean()), float(targets.mean()), float(np.abs(td_errors).mean())]
     return UpdateResult(stats=stats, td_errors=td_errors)
-
-
-def _np(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().numpy()
 
 
 def _adam_step(optimizer: torch.optim.Optimizer, grads: dict[torch.Tensor, np.ndarray]) -> None:
