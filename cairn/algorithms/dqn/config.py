@@ -21,7 +21,10 @@ from cairn.config.fields import (
 )
 from cairn.replay.factory import DEFAULT_REPLAY_BUFFER_CONFIG, REPLAY_BUFFER_TYPES
 
-__all__ = ["DQNConfig"]
+__all__ = ["DQNConfig", "UPDATE_BACKENDS"]
+
+#: ``update_backend`` values: numpy where it applies, else torch; always torch; always numpy.
+UPDATE_BACKENDS = ("auto", "torch", "numpy")
 
 
 def _check_replay_buffer_config(key: str, value: Any) -> None:
@@ -60,6 +63,12 @@ class DQNConfig(AlgorithmConfig):
     - ``num_steps_sampled_before_learning_starts``: env steps collected before any update.
     - ``training_intensity``: replayed transitions per sampled transition (a replay ratio);
       None: one gradient update per sampling round. Default 32 (128 updates of 64 per 256 steps).
+    - ``update_backend``: who runs each gradient update. ``"torch"``: autograd and the policy's
+      optimizer. ``"numpy"``: the same step written in numpy (``dqn/numpy_update.py``), for a
+      ``QNetwork`` with ``relu`` or ``tanh`` trained by plain ``torch.optim.Adam`` on float32
+      CPU parameters; build() raises ConfigError for any other policy. ``"auto"`` (default):
+      numpy where it applies, else torch. Results name the one that ran
+      (``result["learners"][policy_id]["update_backend"]``).
 
     ``checkpointing(store_replay_buffer=True)`` writes the replay buffers into checkpoints
     (and into ``get_state()``), for exact resume.
@@ -89,6 +98,8 @@ class DQNConfig(AlgorithmConfig):
             "training", 1000, non_negative_int, "env steps before learning"),
         "training_intensity": Field("training", 32.0, optional(number(0.0, 1e6, low_open=True)),
                                     "replay ratio"),
+        "update_backend": Field("training", "auto", choice(*UPDATE_BACKENDS),
+                                "gradient update in numpy or torch"),
         "store_replay_buffer": Field("checkpointing", False, boolean, "buffer in checkpoints"),
     }
     algo_class_name = "DQN"

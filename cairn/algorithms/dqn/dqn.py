@@ -14,9 +14,10 @@ from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.dqn.config import DQNConfig
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.dqn.loss import dqn_loss, n_step_returns, q_targets
-from cairn.algorithms.dqn.numpy_update import numpy_dqn_update, supports_numpy_update
+from cairn.algorithms.dqn.numpy_update import numpy_dqn_update, numpy_update_unsupported
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.sample_batch import SampleBatch
+from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
 from cairn.policy.torch_utils import clip_grad_norm
 from cairn.registry import register_class
@@ -38,6 +39,10 @@ class DQN(Algorithm):
     buffer, then (after ``num_steps_sampled_before_learning_starts``) run the gradient updates
     that ``training_intensity`` calls for and sync target networks that are due.
 
+    ``update_backend`` picks who runs each gradient update (numpy or torch autograd, see
+    :class:`~cairn.algorithms.dqn.config.DQNConfig`); each policy's learner stats name the
+    one that ran as ``"update_backend"``.
+
     >>> from cairn import DQNConfig
     >>> algo = DQNConfig().environment("CartPole-v1").training(train_batch_size=100).build()
     >>> algo.train()["training_iteration"]
@@ -53,8 +58,15 @@ class DQN(Algorithm):
         self.replay_buffers: dict[str, ReplayBuffer] = {}
         # Gradient updates owed to each policy by the replay ratio (fractions carry over).
         self._update_credit: dict[str, float] = {}
-        for pid in self.policies:
-            self._dqn_policy(pid)
+        try:
+            for pid in self.policies:
+                self._dqn_policy(pid)
+            if self._cfg.update_backend == "numpy":  # refuse what numpy cannot train now, not later
+                for pid in self.policies_to_train:
+                    self._update_backend(pid, self._dqn_policy(pid))
+        except Exception:
+            self.stop()
+            raise
 
     def _buffer(self, pid: str) -> ReplayBuffer:
         if pid not in self.replay_buffers:
@@ -67,9 +79,10 @@ class DQN(Algorithm):
         return self.replay_buffers[pid]
 
     # ---------------------------------------------------------------------------- training
-    def training_step(self) -> dict[str, dict[str, float]]:
+    def training_step(self) -> dict[str, dict[str, Any]]:
         cfg = self._cfg
         history: dict[str, list[list[float]]] = {}
+        backends: dict[str, str] = {}
         start = self.counters["num_env_steps_sampled_lifetime"]
         while self.counters["num_env_steps_sampled_lifetime"] - start < cfg.train_batch_size:
             before = self.counters["num_env_steps_sampled_lifetime"]
@@ -85,18 +98,22 @@ class DQN(Algorithm):
                 if not learning or buffer is None or not len(buffer):
                     continue
                 for _ in range(self._updates_due(pid, 0 if batch is None else len(batch))):
-                    history.setdefault(pid, []).append(self._learn(self._dqn_policy(pid), buffer))
+                    policy = self._dqn_policy(pid)
+                    if pid not in backends:  # once per iteration: a few microseconds
+                        backends[pid] = self._update_backend(pid, policy)
+                    history.setdefault(pid, []).append(self._learn(policy, buffer, backend=backends[pid]))
                     self.counters["num_env_steps_trained_lifetime"] += cfg.minibatch_size
                 policy = self._dqn_policy(pid)
                 if policy.global_timestep - policy.last_target_update >= cfg.target_network_update_freq:
                     policy.update_target()
-        stats: dict[str, dict[str, float]] = {}
+        stats: dict[str, dict[str, Any]] = {}
         for pid, rows in history.items():
             policy = self._dqn_policy(pid)
             means = np.mean(rows, axis=0).tolist()
             stats[pid] = dict(zip(("loss", "q_mean", "target_mean", "td_error_abs_mean"), means, strict=True))
             stats[pid].update(num_grad_updates=float(policy.num_grad_updates),
-                              epsilon=policy.epsilon, replay_buffer_size=float(len(self.replay_buffers[pid])))
+                              epsilon=policy.epsilon, replay_buffer_size=float(len(self.replay_buffers[pid])),
+                              update_backend=backends[pid])
         return stats
 
     @property
@@ -112,6 +129,27 @@ class DQN(Algorithm):
                 "PolicySpec(DQNPolicy, ...) or leave policy_class unset."
             )
         return policy
+
+    def _update_backend(self, pid: str, policy: DQNPolicy) -> str:
+        """``"numpy"`` or ``"torch"``: who runs ``policy``'s updates, per ``update_backend``.
+
+        Asked again in every iteration, so a network or optimizer replaced between two
+        ``train()`` calls is seen.
+        """
+        chosen = self._cfg.update_backend
+        if chosen == "torch":
+            return "torch"
+        reason = numpy_update_unsupported(policy.model, policy.optimizer)
+        if reason is None:
+            return "numpy"
+        if chosen == "numpy":
+            raise ConfigError(
+                f"update_backend='numpy' cannot train policy {pid!r}: {reason}. The numpy update "
+                "covers a QNetwork with relu or tanh, trained by torch.optim.Adam (one param group, "
+                "no weight_decay, amsgrad, maximize, differentiable or capturable) on float32 CPU "
+                "parameters. Use update_backend='auto' (numpy where it applies, else torch) or 'torch'."
+            )
+        return "torch"
 
     def _updates_due(self, pid: str, rows: int) -> int:
         """Gradient updates owed after ``rows`` new transitions of policy ``pid``."""
@@ -141,7 +179,7 @@ class DQN(Algorithm):
             "n_steps": steps.astype(np.int32, copy=False),
         }
 
-    def _learn(self, policy: DQNPolicy, buffer: ReplayBuffer) -> list[float]:
+    def _learn(self, policy: DQNPolicy, buffer: ReplayBuffer, *, backend: str) -> list[float]:
         cfg = self._cfg
         sample = buffer.sample(cfg.minibatch_size)
         # Targets need no gradient: compute them in numpy on views of the networks' live
@@ -155,7 +193,7 @@ class DQN(Algorithm):
             sample["terminateds"], next_q_target, next_q_online, double_q=cfg.double_q,
         )
         weights = sample.get("weights")
-        if supports_numpy_update(policy.model, policy.optimizer):
+        if backend == "numpy":
             # The same step as below, written over numpy views (see numpy_update.py).
             result = numpy_dqn_update(
                 policy.model, policy.optimizer, sample["obs"], sample["actions"], targets,

@@ -56,6 +56,7 @@ def test_replay_buffer_config_merges_and_round_trips_through_dict() -> None:
     {"n_step": 0},
     {"td_error_loss_fn": "l1"},
     {"training_intensity": 0},
+    {"update_backend": "jax"},
 ])
 def test_invalid_settings_raise_config_error(settings: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
@@ -192,6 +193,89 @@ def test_multi_agent_policies_each_learn_from_their_own_buffer() -> None:
             assert len(algo.replay_buffers[pid]) == policy.global_timestep
     finally:
         algo.stop()
+
+
+# ------------------------------------------------------------------------ update backend
+def test_update_backend_defaults_to_auto_and_round_trips_through_dict() -> None:
+    config = DQNConfig()
+    assert config.update_backend == "auto"  # type: ignore[attr-defined]
+    config.training(update_backend="torch")
+    assert AlgorithmConfig.from_dict(config.to_dict()).update_backend == "torch"  # type: ignore[attr-defined]
+    old = {k: v for k, v in DQNConfig().to_dict().items() if k != "update_backend"}  # older checkpoints
+    assert AlgorithmConfig.from_dict(old).update_backend == "auto"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("backend", "activation", "ran"), [
+    ("auto", "relu", "numpy"), ("auto", "tanh", "numpy"), ("auto", "elu", "torch"),
+    ("torch", "relu", "torch"), ("numpy", "relu", "numpy"),
+])
+def test_update_backend_choice_is_honoured_and_reported(
+    backend: str, activation: str, ran: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import cairn.algorithms.dqn.dqn as dqn_module
+
+    calls = []
+    real_update = dqn_module.numpy_dqn_update
+
+    def counted_update(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(dqn_module, "numpy_dqn_update", counted_update)
+    algo = small_config(update_backend=backend, model={"hidden": [16], "activation": activation}).build()
+    try:
+        stats = algo.train()["learners"]["default_policy"]
+        assert stats["update_backend"] == ran
+        assert stats["num_grad_updates"] > 0
+        assert len(calls) == (stats["num_grad_updates"] if ran == "numpy" else 0)
+    finally:
+        algo.stop()
+
+
+def test_numpy_backend_refuses_an_unsupported_policy_at_build() -> None:
+    with pytest.raises(ConfigError, match=r"update_backend='numpy' cannot train policy 'default_policy': "
+                                          r"activation 'elu'.*update_backend='auto'"):
+        small_config(update_backend="numpy", model={"hidden": [16], "activation": "elu"}).build()
+
+
+def test_numpy_backend_refuses_an_optimizer_changed_after_build() -> None:
+    algo = small_config(update_backend="numpy").build()
+    try:
+        policy = algo.get_policy()
+        assert isinstance(policy, DQNPolicy)
+        policy.optimizer.param_groups[0]["weight_decay"] = 0.01
+        with pytest.raises(ConfigError, match="weight_decay=0.01"):
+            algo.train()
+    finally:
+        algo.stop()
+
+
+def test_auto_backend_falls_back_to_torch_for_an_unsupported_optimizer() -> None:
+    algo = small_config().build()
+    try:
+        assert algo.train()["learners"]["default_policy"]["update_backend"] == "numpy"
+        policy = algo.get_policy()
+        assert isinstance(policy, DQNPolicy)
+        policy.optimizer.param_groups[0]["weight_decay"] = 0.01  # seen from the next iteration on
+        assert algo.train()["learners"]["default_policy"]["update_backend"] == "torch"
+    finally:
+        algo.stop()
+
+
+def test_update_backend_is_restored_and_can_be_overridden_on_restore(tmp_path: Path) -> None:
+    algo = small_config(update_backend="numpy").checkpointing(store_replay_buffer=True).build()
+    try:
+        algo.train()
+        path = algo.save(tmp_path / "ckpt")
+    finally:
+        algo.stop()
+    for overrides, ran in ((None, "numpy"), ({"update_backend": "torch"}, "torch")):
+        restored = Algorithm.from_checkpoint(path, config_overrides=overrides)
+        try:
+            assert restored.config.update_backend == ran  # type: ignore[attr-defined]
+            assert restored.train()["learners"]["default_policy"]["update_backend"] == ran
+        finally:
+            restored.stop()
 
 
 # ---------------------------------------------------------------------------- components
