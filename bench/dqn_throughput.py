@@ -5,7 +5,9 @@ as SB3's DQN has neither), Adam lr 5e-4, replay 50k, learning starts at 1000 ste
 gradient update of 64 transitions every 4 env steps, target sync every 500 steps, epsilon
 1.0 -> 0.05 over 10k steps, grad-norm clip 10, gamma 0.99, Huber loss. Both run with one torch
 thread (the faster setting for such small networks on this machine). cairn is also timed with
-its defaults of double Q + dueling. Runs alternate; the table reports medians.
+its defaults of double Q + dueling, and with ``update_backend="torch"`` (autograd and
+torch.optim.Adam instead of the numpy update that ``"auto"`` picks for this network). Runs
+alternate; the table reports medians.
 
 Needs Stable-Baselines3, which cairn does not depend on; run it in the bench virtualenv:
 
@@ -32,7 +34,7 @@ import cairn
 LR, BUFFER, STARTS, BATCH, TRAIN_FREQ, TARGET, EPS_STEPS, CLIP = 5e-4, 50_000, 1000, 64, 4, 500, 10_000, 10.0
 
 
-def run_cairn(steps: int, seed: int, *, double_dueling: bool) -> float:
+def run_cairn(steps: int, seed: int, *, double_dueling: bool, update_backend: str = "auto") -> float:
     config = (
         cairn.DQNConfig()
         .environment("CartPole-v1")
@@ -44,7 +46,8 @@ def run_cairn(steps: int, seed: int, *, double_dueling: bool) -> float:
                   replay_buffer_config={"type": "uniform", "capacity": BUFFER},
                   num_steps_sampled_before_learning_starts=STARTS, target_network_update_freq=TARGET,
                   epsilon=[[0, 1.0], [EPS_STEPS, 0.05]], double_q=double_dueling,
-                  dueling=double_dueling, model={"hidden": [64, 64], "activation": "relu"})
+                  dueling=double_dueling, model={"hidden": [64, 64], "activation": "relu"},
+                  update_backend=update_backend)
         .resources(torch_num_threads=1)
         .debugging(seed=seed)
     )
@@ -52,8 +55,11 @@ def run_cairn(steps: int, seed: int, *, double_dueling: bool) -> float:
     try:
         start = time.perf_counter()
         while algo.counters["num_env_steps_sampled_lifetime"] < steps:
-            algo.train()
+            result = algo.train()
         elapsed = time.perf_counter() - start
+        ran = result["learners"]["default_policy"]["update_backend"]
+        if update_backend != "auto" and ran != update_backend:
+            raise RuntimeError(f"asked for update_backend={update_backend!r}, {ran!r} ran")
         return algo.counters["num_env_steps_sampled_lifetime"] / elapsed
     finally:
         algo.stop()
@@ -85,11 +91,13 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    results: dict[str, list[float]] = {"sb3": [], "cairn": [], "cairn_double_dueling": []}
+    results: dict[str, list[float]] = {"sb3": [], "cairn": [], "cairn_double_dueling": [], "cairn_torch": []}
     for rep in range(args.reps):
         runs = [("sb3", functools.partial(run_sb3, args.steps, rep)),
                 ("cairn", functools.partial(run_cairn, args.steps, rep, double_dueling=False)),
-                ("cairn_double_dueling", functools.partial(run_cairn, args.steps, rep, double_dueling=True))]
+                ("cairn_double_dueling", functools.partial(run_cairn, args.steps, rep, double_dueling=True)),
+                ("cairn_torch", functools.partial(run_cairn, args.steps, rep, double_dueling=False,
+                                                  update_backend="torch"))]
         for name, fn in runs if rep % 2 == 0 else runs[::-1]:
             results[name].append(fn())
             print(f"rep {rep} {name}: {results[name][-1]:.0f} env steps/s", flush=True)
@@ -120,7 +128,8 @@ def render(results: dict[str, list[float]], args: argparse.Namespace) -> str:
         "|---|---:|---|---:|",
     ]
     names = {"sb3": "Stable-Baselines3 DQN", "cairn": "cairn DQN (plain heads, as SB3)",
-             "cairn_double_dueling": "cairn DQN (double Q + dueling)"}
+             "cairn_double_dueling": "cairn DQN (double Q + dueling)",
+             "cairn_torch": 'cairn DQN (plain heads, update_backend="torch")'}
     for key, label in names.items():
         lines.append(f"| {label} | {med[key]:,.0f} | {', '.join(f'{x:,.0f}' for x in results[key])} | "
                      f"{med[key] / med['sb3']:.2f}x |")
