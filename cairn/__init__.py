@@ -4,6 +4,9 @@
 >>> config = cairn.PPOConfig().environment("CartPole-v1").debugging(seed=0)
 """
 
+# cairn.export registers the native model writer that Policy.export_checkpoint finds through
+# cairn.registry (export sits above the policy layer, which cannot import it).
+from cairn import export as _export  # noqa: F401
 from cairn._version import __version__
 from cairn.algorithms import DQN, PPO, Algorithm, DQNConfig, PPOConfig
 from cairn.checkpoint import get_checkpoint_info

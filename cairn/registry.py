@@ -7,7 +7,12 @@ Two kinds of references appear in configs and checkpoints:
   subclass of the expected base class (:class:`~cairn.errors.UnsafeCheckpointError`).
 * **callable references** (``"my_project.envs:make_env"``): resolved by
   :func:`resolve_callable`, which accepts only plain Python functions defined at module level
-  in the named module, and never from the standard library.
+  in the named module, and never from the standard library. In a config's JSON form a callable
+  is the object ``{CALLABLE_KEY: reference or None, "name": ...}``.
+
+It also holds the one hook that lets a lower layer call a higher one without importing it:
+:func:`register_native_model_writer`, through which ``cairn.export`` (registered when it is
+imported, which ``import cairn`` does) writes a policy's native model files into a checkpoint.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import inspect
 import sys
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from cairn.errors import ConfigError, UnsafeCheckpointError
@@ -29,10 +35,24 @@ __all__ = [
     "resolve_class",
     "callable_reference",
     "resolve_callable",
+    "CALLABLE_KEY",
+    "NativeModelWriter",
+    "register_native_model_writer",
+    "native_model_writer",
 ]
+
+#: Key of the JSON object that stands for a callable in ``AlgorithmConfig.to_dict()``: its value
+#: is the :func:`callable_reference`, or None for a callable that has none (not stored).
+CALLABLE_KEY = "__callable__"
+
+#: ``writer(policy, directory, files) -> native_model record``: exports ``policy``'s model into
+#: ``directory / "model"``, adds each file's size and hash to ``files``, and returns the
+#: manifest's ``native_model`` entry (``cairn.export.write_native_model_files``).
+NativeModelWriter = Callable[[Any, Path, dict[str, dict[str, Any]]], dict[str, Any]]
 
 _ENV_CREATORS: dict[str, Callable[[dict[str, Any]], Any]] = {}
 _CLASSES: dict[str, type] = {}
+_NATIVE_MODEL_WRITER: list[NativeModelWriter] = []
 
 T = TypeVar("T")
 
@@ -58,6 +78,22 @@ def register_env(name: str, creator: Callable[[dict[str, Any]], Any]) -> None:
 def registered_envs() -> dict[str, Callable[[dict[str, Any]], Any]]:
     """Return a copy of the env registry (name -> creator)."""
     return dict(_ENV_CREATORS)
+
+
+def register_native_model_writer(writer: NativeModelWriter) -> None:
+    """Install the function that writes native model files into checkpoints (replacing any).
+
+    ``cairn.export`` registers ``write_native_model_files`` when it is imported, so that the
+    policy layer, below export, can offer ``export_checkpoint(..., export_native_model_files=True)``.
+    """
+    if not callable(writer):
+        raise TypeError(f"register_native_model_writer needs a callable, got {type(writer).__name__}.")
+    _NATIVE_MODEL_WRITER[:] = [writer]
+
+
+def native_model_writer() -> NativeModelWriter | None:
+    """The function installed by :func:`register_native_model_writer`, or None."""
+    return _NATIVE_MODEL_WRITER[0] if _NATIVE_MODEL_WRITER else None
 
 
 def register_class(cls: type[T], name: str | None = None) -> type[T]:

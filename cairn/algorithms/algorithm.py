@@ -17,7 +17,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from cairn.algorithms.checkpointing import algorithm_from_state, policy_to_export
+from cairn.algorithms.checkpointing import (
+    algorithm_from_checkpoint,
+    algorithm_from_state,
+    policy_to_export,
+    restore_algorithm,
+    save_algorithm,
+)
 from cairn.algorithms.metrics import episode_metrics
 from cairn.algorithms.policy_changes import config_adding_policy, config_removing_policy
 from cairn.algorithms.policy_specs import resolve_policy_specs
@@ -267,11 +273,13 @@ class Algorithm:
             self._eval_runner.update_policies(self.config, self.policies)
 
     # ------------------------------------------------------------------------------- state
-    def get_state(self) -> dict[str, Any]:
-        """The whole algorithm as a tree of JSON values and numpy arrays (a snapshot)."""
-        return self._get_state(copy=True)
+    def get_state(self, *, copy: bool = True) -> dict[str, Any]:
+        """The whole algorithm as a tree of JSON values and numpy arrays.
 
-    def _get_state(self, *, copy: bool) -> dict[str, Any]:
+        ``copy=True`` returns a snapshot that later training does not change; ``copy=False``
+        may return views of live arrays (policy weights, a replay buffer), for a caller that
+        writes them at once (:meth:`save`).
+        """
         eval_state = self._eval_runner.get_state() if self._eval_runner else self._eval_runner_state
         return {
             "algorithm_class": class_reference(type(self)),
@@ -280,7 +288,7 @@ class Algorithm:
             "counters": dict(self.counters),
             "rng": rng_state(self._rng),
             "policy_ids": list(self.policies),
-            "policies": {pid: p._get_state(copy=copy) for pid, p in self.policies.items()},
+            "policies": {pid: p.get_state(copy=copy) for pid, p in self.policies.items()},
             "env_runners": self.env_runner_group.get_state(),
             "evaluation_runner": eval_state,
             "recent_episodes": list(self._recent_episodes),
@@ -371,8 +379,6 @@ class Algorithm:
 
         Without ``checkpoint_dir``: ``<log_dir>/checkpoint_<NNNNNN>`` numbered by iteration.
         """
-        from cairn.checkpoint.writer import save_algorithm
-
         if checkpoint_dir is None:
             checkpoint_dir = Path(self.log_dir) / f"checkpoint_{self.iteration:06d}"
         return save_algorithm(self, checkpoint_dir)
@@ -387,11 +393,7 @@ class Algorithm:
 
     def restore(self, checkpoint: Any) -> None:
         """Load a checkpoint of this algorithm into this object, in place."""
-        from cairn.checkpoint.reader import load_algorithm_state, restoring
-
-        state = load_algorithm_state(checkpoint)
-        with restoring(checkpoint):
-            self.set_state(state)
+        restore_algorithm(self, checkpoint)
 
     @classmethod
     def from_checkpoint(
@@ -407,13 +409,15 @@ class Algorithm:
 
         ``policy_ids`` (a list of IDs, or one ID as a str) restores only those policies and
         reads only their files. The other arguments are as in :meth:`from_state`.
-        """
-        from cairn.checkpoint.reader import restore_algorithm
 
-        return restore_algorithm(cls, checkpoint, policy_ids=policy_ids,
-                                 policy_mapping_fn=policy_mapping_fn,
-                                 policies_to_train=policies_to_train,
-                                 config_overrides=config_overrides)
+        ``Algorithm.from_checkpoint`` builds whatever algorithm the checkpoint holds; a
+        subclass builds only its own kind (or a subclass of it): ``PPO.from_checkpoint`` of a
+        DQN checkpoint raises :class:`~cairn.checkpoint.CheckpointClassMismatchError`.
+        """
+        return algorithm_from_checkpoint(cls, checkpoint, policy_ids=policy_ids,
+                                         policy_mapping_fn=policy_mapping_fn,
+                                         policies_to_train=policies_to_train,
+                                         config_overrides=config_overrides)
 
     def export_policy_checkpoint(
         self, export_dir: str | os.PathLike[str], policy_id: str = DEFAULT_POLICY_ID, *,

@@ -1,26 +1,170 @@
 """What Algorithm's checkpoint and export entry points do, apart from the class body.
 
-``Algorithm.from_state`` rebuilds an algorithm from a state tree (``from_checkpoint`` reads one
-and calls it); ``export_policy_checkpoint`` and ``export_policy_model`` write one policy on its
-own, through the policy's :meth:`~cairn.policy.policy.Policy.export_checkpoint` and
+The checkpoint layer stores and reads state trees; this module turns an Algorithm into one and
+back. :func:`save_algorithm` hands ``Algorithm.get_state()`` to the writer with callbacks that
+write native model files (cairn.export); :func:`algorithm_from_checkpoint` and
+:func:`restore_algorithm` read a tree, check that it describes an algorithm and its policies
+(:func:`check_algorithm_state`, :func:`~cairn.policy.state_check.check_policy_state`, and
+:func:`check_env_reference`), and build. ``export_policy_checkpoint`` and
+``export_policy_model`` write one policy on its own, through the policy's
+:meth:`~cairn.policy.policy.Policy.export_checkpoint` and
 :meth:`~cairn.policy.policy.Policy.export_model`.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from cairn.checkpoint import (
+    CheckpointClassMismatchError,
+    NativeFiles,
+    get_checkpoint_info,
+    load_algorithm_state,
+    restoring,
+    save_location,
+    write_algorithm_checkpoint,
+)
+from cairn.checkpoint.paths import CheckpointLike
+from cairn.checkpoint.validate import require_types
 from cairn.config.algorithm_config import PolicyMapping
 from cairn.config.restore import restored_config
-from cairn.errors import UnknownPolicyIdError
-from cairn.registry import resolve_class
+from cairn.errors import CheckpointError, CheckpointFormatError, UnknownPolicyIdError, UnsafeCheckpointError
+from cairn.policy.state_check import check_policy_state
+from cairn.policy_ids import check_policy_ids
+from cairn.registry import CALLABLE_KEY, resolve_class
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
     from cairn.policy.policy import Policy
 
-__all__ = ["algorithm_from_state", "policy_to_export"]
+__all__ = [
+    "algorithm_from_checkpoint",
+    "algorithm_from_state",
+    "check_algorithm_state",
+    "check_env_reference",
+    "policy_to_export",
+    "restore_algorithm",
+    "save_algorithm",
+]
+
+_ALGORITHM_KEYS = {
+    "algorithm_class": str, "config": dict, "iteration": int, "counters": dict, "rng": dict,
+    "policy_ids": list, "env_runners": list, "recent_episodes": list,
+}
+
+
+def save_algorithm(algo: Algorithm, path: str | os.PathLike[str]) -> str:
+    """The body of :meth:`Algorithm.save <cairn.algorithms.algorithm.Algorithm.save>`: write
+    ``algo`` as an Algorithm checkpoint at ``path`` (atomically); return the local path."""
+    target = save_location(path)  # refused before any state is gathered
+    check_policy_ids(algo.policies)
+    state = algo.get_state(copy=False)  # written at once, so views of live arrays are enough
+    _warn_unstorable(state["config"])
+    native: dict[str, NativeFiles] = {}
+    if algo.config.export_native_model_files:
+        from cairn.export import write_native_model_files
+
+        native = {pid: functools.partial(write_native_model_files, policy)
+                  for pid, policy in algo.policies.items()}
+    return write_algorithm_checkpoint(target, state, policy_native_files=native)
+
+
+def _warn_unstorable(config: Mapping[str, Any]) -> None:
+    """Warn (at the caller of ``save``) about config callables the checkpoint cannot store."""
+    for key, value in config.items():
+        if isinstance(value, Mapping) and CALLABLE_KEY in value and value[CALLABLE_KEY] is None:
+            arg = "policy_mapping_fn=..." if key == "policy_mapping_fn" else f"config_overrides={{{key!r}: ...}}"
+            warnings.warn(
+                f"Config {key!r} is {value.get('name')!r}, which has no import path (lambda, "
+                f"closure or __main__ function) and is not stored in the checkpoint; restoring it "
+                f"will require {arg}. Define it at module level to store it.",
+                stacklevel=4,  # _warn_unstorable <- save_algorithm <- Algorithm.save <- caller
+            )
+
+
+def check_algorithm_state(state: Mapping[str, Any], where: Any) -> None:
+    """Check that an Algorithm state tree read from a checkpoint has what an Algorithm is built
+    from, and each of its policies' states what a Policy is built from."""
+    require_types(state, _ALGORITHM_KEYS, where, "algorithm")
+    if not isinstance(state["config"].get("policies"), dict):
+        raise CheckpointFormatError(f"{where}: the stored config has no 'policies' dict.")
+    for pid, policy_state in (state.get("policies") or {}).items():
+        try:
+            check_policy_state(policy_state, where)
+        except CheckpointError as exc:
+            raise type(exc)(f"Policy {pid!r}: {exc}") from exc
+
+
+def check_env_reference(config: Mapping[str, Any], where: Any) -> None:
+    """Refuse an env ID that would make Gymnasium import a module (``"module:Env-v0"``)."""
+    env = config.get("env")
+    if isinstance(env, str) and ":" in env:
+        raise UnsafeCheckpointError(
+            f"{where}: the stored env {env!r:.100} names a module for gymnasium to import; a "
+            "checkpoint never imports modules for environments. Import it yourself and pass "
+            "config_overrides={'env': ...}."
+        )
+
+
+def _check_stored_class(expected: type[Algorithm], checkpoint: CheckpointLike) -> None:
+    """Refuse, from the manifest alone, a checkpoint of an algorithm that is not ``expected``
+    (or a subclass of it); ``Algorithm`` itself accepts every algorithm."""
+    import cairn
+    from cairn.algorithms.algorithm import Algorithm
+
+    if expected is Algorithm:
+        return
+    info = get_checkpoint_info(checkpoint)
+    if info["type"] != "Algorithm":
+        return  # load_algorithm_state names the wrong checkpoint type
+    stored = resolve_class(info["class"], Algorithm)
+    if not issubclass(stored, expected):
+        own = f"cairn.{stored.__name__}" if getattr(cairn, stored.__name__, None) is stored else (
+            f"{stored.__module__}.{stored.__qualname__}")
+        raise CheckpointClassMismatchError(
+            f"{checkpoint} is a {stored.__name__} checkpoint, but {expected.__name__}."
+            f"from_checkpoint builds only {expected.__name__} algorithms (or subclasses). Use "
+            f"cairn.Algorithm.from_checkpoint(...), which builds the stored class, or "
+            f"{own}.from_checkpoint(...)."
+        )
+
+
+def algorithm_from_checkpoint(
+    cls: type[Algorithm],
+    checkpoint: CheckpointLike,
+    *,
+    policy_ids: str | Sequence[str] | None,
+    policy_mapping_fn: PolicyMapping | None,
+    policies_to_train: Sequence[str] | None,
+    config_overrides: Mapping[str, Any] | None,
+) -> Algorithm:
+    """The body of :meth:`Algorithm.from_checkpoint
+    <cairn.algorithms.algorithm.Algorithm.from_checkpoint>`: read the tree, check it, build."""
+    _check_stored_class(cls, checkpoint)
+    state = load_algorithm_state(checkpoint, policy_ids=policy_ids)
+    check_algorithm_state(state, checkpoint)
+    if "env" not in (config_overrides or {}):
+        check_env_reference(state["config"], checkpoint)
+    with restoring(checkpoint):
+        # The arrays were read into buffers nobody else holds: adopt them, don't copy.
+        return algorithm_from_state(state, policy_ids=policy_ids,
+                                    policy_mapping_fn=policy_mapping_fn,
+                                    policies_to_train=policies_to_train,
+                                    config_overrides=config_overrides, copy=False)
+    raise AssertionError("unreachable")  # restoring() re-raises every error it catches
+
+
+def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike) -> None:
+    """The body of :meth:`Algorithm.restore <cairn.algorithms.algorithm.Algorithm.restore>`:
+    read the tree, check it, and load it into ``algo`` in place."""
+    state = load_algorithm_state(checkpoint)
+    check_algorithm_state(state, checkpoint)
+    with restoring(checkpoint):
+        algo.set_state(state)
 
 
 def algorithm_from_state(

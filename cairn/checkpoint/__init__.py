@@ -1,10 +1,45 @@
 """Checkpoints: the only package that reads or writes checkpoint files.
 
-See docs/checkpoint-format.md for the normative format.
+It stores and reads *state trees* (JSON values and numpy arrays) and knows no Algorithm, Policy
+or config class: the layers above hand it a tree (plus callbacks that write native model files)
+and rebuild their objects from the trees it returns. See docs/checkpoint-format.md for the
+normative format.
+
+Writing: :func:`save_location` (check a target before gathering state),
+:func:`write_policy_checkpoint`, :func:`write_algorithm_checkpoint`. Reading:
+:func:`get_checkpoint_info` (the manifest alone), :func:`load_policy_state`,
+:func:`load_policy_states`, :func:`load_algorithm_state`, and :func:`restoring`, the boundary
+that turns what building objects from a tree raises into ``CheckpointError`` subclasses.
 """
 
 from cairn.checkpoint.atomic import cleanup
 from cairn.checkpoint.format import FORMAT_VERSION
-from cairn.checkpoint.reader import get_checkpoint_info
+from cairn.checkpoint.reader import (
+    CheckpointClassMismatchError,
+    get_checkpoint_info,
+    load_algorithm_state,
+    load_policy_state,
+    load_policy_states,
+    restoring,
+)
+from cairn.checkpoint.writer import (
+    NativeFiles,
+    save_location,
+    write_algorithm_checkpoint,
+    write_policy_checkpoint,
+)
 
-__all__ = ["FORMAT_VERSION", "cleanup", "get_checkpoint_info"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointClassMismatchError",
+    "NativeFiles",
+    "cleanup",
+    "get_checkpoint_info",
+    "load_algorithm_state",
+    "load_policy_state",
+    "load_policy_states",
+    "restoring",
+    "save_location",
+    "write_algorithm_checkpoint",
+    "write_policy_checkpoint",
+]

@@ -1,11 +1,16 @@
-"""Reading Algorithm and Policy checkpoints: verified, partial, and free of code execution."""
+"""Reading Algorithm and Policy checkpoints: verified, partial, and free of code execution.
+
+The reader returns state trees and knows no class above the checkpoint layer: the policy and
+algorithm layers check that a tree describes their objects and build them
+(``Policy.from_checkpoint``, ``Algorithm.from_checkpoint``), inside :func:`restoring`.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from cairn.checkpoint.dirhandle import CheckpointDir
 from cairn.checkpoint.format import (
@@ -22,7 +27,7 @@ from cairn.checkpoint.migrations import migrate
 from cairn.checkpoint.paths import CheckpointLike, checkpoint_directory
 from cairn.checkpoint.safetensors_io import SafetensorsError, parse_safetensors
 from cairn.checkpoint.tree import TreeError, join_arrays
-from cairn.checkpoint.validate import check_algorithm_state, check_env_reference, check_policy_state
+from cairn.checkpoint.validate import check_policy_ids_agree
 from cairn.errors import (
     CairnError,
     CheckpointConfigError,
@@ -37,16 +42,12 @@ from cairn.errors import (
 )
 from cairn.policy_ids import normalize_policy_ids
 
-if TYPE_CHECKING:
-    from cairn.algorithms.algorithm import Algorithm
-    from cairn.policy.policy import Policy
-
 __all__ = [
+    "CheckpointClassMismatchError",
     "get_checkpoint_info",
     "load_algorithm_state",
     "load_policy_state",
-    "load_policies_from_checkpoint",
-    "restore_algorithm",
+    "load_policy_states",
     "restoring",
 ]
 
@@ -59,6 +60,11 @@ _READ_ATTEMPTS = 3
 _STATE_ERRORS = (LookupError, TypeError, ValueError, AttributeError, ArithmeticError, RuntimeError)
 
 T = TypeVar("T")
+
+
+class CheckpointClassMismatchError(CheckpointError, TypeError):
+    """The checkpoint holds a class that is not the one asked for (``PPO.from_checkpoint`` of
+    a DQN checkpoint); the message names both and the call that loads it."""
 
 
 def _consistent(root: Path, read: Callable[[CheckpointDir], T]) -> T:
@@ -98,14 +104,17 @@ def _read_state(directory: CheckpointDir, manifest: Mapping[str, Any], arrays_na
     return migrate(kind or manifest["type"], state, manifest["format_version"])
 
 
-def load_policy_state(directory: Path | CheckpointDir) -> dict[str, Any]:
-    """The verified, migrated state of the Policy checkpoint in ``directory``."""
-    if not isinstance(directory, CheckpointDir):
-        return _consistent(directory, load_policy_state)
-    manifest = read_manifest(directory, expected_type="Policy")
-    state = _read_state(directory, manifest, POLICY_ARRAYS_FILE)
-    check_policy_state(state, directory.path)
-    return state  # type: ignore[no-any-return]
+def load_policy_state(checkpoint: CheckpointLike | CheckpointDir) -> dict[str, Any]:
+    """The verified, migrated state tree of the Policy checkpoint ``checkpoint``.
+
+    The tree is checked as a file format, not as a policy: the policy layer checks that it
+    describes a policy (:func:`cairn.policy.state_check.check_policy_state`) before building one.
+    """
+    if isinstance(checkpoint, CheckpointDir):
+        manifest = read_manifest(checkpoint, expected_type="Policy")
+        return _read_state(checkpoint, manifest, POLICY_ARRAYS_FILE)  # type: ignore[no-any-return]
+    with checkpoint_directory(checkpoint) as root:
+        return _consistent(root, load_policy_state)
 
 
 def _policy_dir(root: CheckpointDir, manifest: Mapping[str, Any], pid: str) -> CheckpointDir:
@@ -136,16 +145,47 @@ def _select(manifest: Mapping[str, Any], policy_ids: str | Sequence[str] | None)
     return list(policy_ids)
 
 
+def load_policy_states(
+    checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """``{policy_id: state tree}`` of an Algorithm checkpoint's policies, reading only the files
+    of ``policy_ids`` (all when None; a str is one policy ID).
+
+    Raises :class:`~cairn.errors.UnknownPolicyIdError` for an ID the checkpoint lacks, and
+    :class:`~cairn.errors.CheckpointFormatError` for a Policy checkpoint (read it with
+    :func:`load_policy_state`).
+    """
+
+    def read(root: CheckpointDir) -> dict[str, dict[str, Any]]:
+        manifest = read_manifest(root)
+        if manifest["type"] != "Algorithm":
+            raise CheckpointFormatError(
+                f"{root.path} is a {manifest['type']} checkpoint, not an Algorithm checkpoint; "
+                "policy_ids applies to Algorithm checkpoints. Load it without policy_ids."
+            )
+        return {pid: _load_policy(root, manifest, pid) for pid in _select(manifest, policy_ids)}
+
+    with checkpoint_directory(checkpoint) as root:
+        return _consistent(root, read)
+
+
 def load_algorithm_state(
-    checkpoint: CheckpointLike, *, policy_ids: Sequence[str] | None = None
+    checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None
 ) -> dict[str, Any]:
-    """The verified state of an Algorithm checkpoint, reading only ``policy_ids``' files."""
+    """The verified, migrated state tree of an Algorithm checkpoint, reading only the files of
+    ``policy_ids`` (all when None; a str is one policy ID).
+
+    The tree is the algorithm state plus ``components`` (``{name: tree}``) and ``policies``
+    (``{policy_id: policy state tree}``, the selected ones). It is checked as a file format
+    (its ``policy_ids`` are its manifest's); the algorithms layer checks that it describes an
+    algorithm before building one.
+    """
 
     def read(root: CheckpointDir) -> dict[str, Any]:
         manifest = read_manifest(root, expected_type="Algorithm")
         selected = _select(manifest, policy_ids)
         state = _read_state(root, manifest, ALGORITHM_ARRAYS_FILE)
-        check_algorithm_state(state, manifest, root.path)
+        check_policy_ids_agree(state, manifest, root.path)
         state["components"] = {
             name: _read_state(root, manifest, f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}",
                               f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
@@ -186,54 +226,6 @@ def restoring(where: Any) -> Iterator[None]:
             f"{where}: the stored state does not fit the objects it describes "
             f"({type(exc).__name__}: {exc})."
         ) from exc
-
-
-def _policy_from_state(state: Mapping[str, Any], where: Any) -> Policy:
-    from cairn.policy.policy import Policy
-
-    with restoring(where):
-        # The arrays were read into buffers nobody else holds: adopt them, don't copy.
-        return Policy.from_state(state, copy=False)
-    raise AssertionError("unreachable")  # mypy: restoring() never swallows
-
-
-def load_policies_from_checkpoint(
-    checkpoint: CheckpointLike, *, policy_ids: Sequence[str] | None = None
-) -> Policy | dict[str, Policy]:
-    """A Policy for a Policy checkpoint; ``{policy_id: Policy}`` for an Algorithm checkpoint."""
-
-    def read(root: CheckpointDir) -> dict[str, Any] | None:
-        manifest = read_manifest(root)
-        if manifest["type"] == "Policy":
-            if policy_ids is not None:
-                raise CheckpointFormatError(
-                    f"{root.path} is a Policy checkpoint; policy_ids applies to Algorithm "
-                    "checkpoints."
-                )
-            return None
-        return {pid: _load_policy(root, manifest, pid) for pid in _select(manifest, policy_ids)}
-
-    with checkpoint_directory(checkpoint) as root:
-        states = _consistent(root, read)
-        if states is None:
-            return _policy_from_state(load_policy_state(root), root)
-        return {pid: _policy_from_state(state, root / POLICIES_DIR / pid)
-                for pid, state in states.items()}
-
-
-def restore_algorithm(
-    algo_cls: type[Algorithm], checkpoint: CheckpointLike, *,
-    policy_ids: Sequence[str] | None = None, **from_state_kwargs: Any,
-) -> Algorithm:
-    """``algo_cls.from_state`` on a verified checkpoint: the body of
-    ``Algorithm.from_checkpoint``, raising only ``CheckpointError`` for a bad checkpoint."""
-    state = load_algorithm_state(checkpoint, policy_ids=policy_ids)
-    overrides = from_state_kwargs.get("config_overrides") or {}
-    if "env" not in overrides:
-        check_env_reference(state["config"], checkpoint)
-    with restoring(checkpoint):
-        return algo_cls.from_state(state, policy_ids=policy_ids, copy=False, **from_state_kwargs)
-    raise AssertionError("unreachable")
 
 
 def get_checkpoint_info(checkpoint: CheckpointLike) -> dict[str, Any]:

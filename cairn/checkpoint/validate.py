@@ -1,38 +1,26 @@
-"""Structural checks on loaded states, before any object is built from them.
+"""Structural checks on loaded state trees that know no class above the checkpoint layer.
 
 A state that passed its hash check is still untrusted data: whoever can edit the files can edit
-the manifest. These checks give a clear ``CheckpointFormatError`` for a state of the wrong
-shape, and, above all, refuse a spec whose network would be far larger than the weights stored
-for it (a few bytes of JSON such as ``"hidden": [1000000000]`` or ``Discrete(2**26)`` would
-otherwise allocate gigabytes before the weights are compared).
+the manifest. The layers that build objects from a tree check what their objects need
+(:mod:`cairn.policy.state_check`, :mod:`cairn.algorithms.checkpointing`) with these helpers,
+which turn a tree of the wrong shape into a clear ``CheckpointFormatError``.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
-from cairn.errors import CheckpointFormatError, UnsafeCheckpointError
+from cairn.errors import CheckpointFormatError
 
-__all__ = ["check_policy_state", "check_algorithm_state", "check_env_reference"]
-
-_POLICY_KEYS = {
-    "spec": dict, "weights": dict, "optimizer": dict, "observation_filter": dict,
-    "counters": dict, "rng": dict,
-}
-_ALGORITHM_KEYS = {
-    "algorithm_class": str, "config": dict, "iteration": int, "counters": dict, "rng": dict,
-    "policy_ids": list, "env_runners": list, "recent_episodes": list,
-}
-#: Elements a network input or output may have when its model is not one of cairn's own.
-_MAX_UNCHECKED_SIZE = 1 << 26
+__all__ = ["require_types", "array_map", "check_policy_ids_agree"]
 
 
-def _require(state: Mapping[str, Any], keys: Mapping[str, type], where: Any, what: str) -> None:
+def require_types(state: Mapping[str, Any], keys: Mapping[str, type], where: Any, what: str) -> None:
+    """Refuse a ``state`` whose ``keys`` are missing or not of the given types (``bool`` is no
+    ``int``), naming ``where`` and the ``what`` state."""
     for key, kind in keys.items():
         value = state.get(key)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -42,114 +30,19 @@ def _require(state: Mapping[str, Any], keys: Mapping[str, type], where: Any, wha
             )
 
 
-def _weights(tree: Any, where: Any, what: str) -> dict[str, np.ndarray]:
+def array_map(tree: Any, where: Any, what: str) -> dict[str, np.ndarray]:
+    """``tree`` if it maps str names to numpy arrays; else ``CheckpointFormatError``."""
     if not isinstance(tree, dict) or not all(
             isinstance(k, str) and isinstance(v, np.ndarray) for k, v in tree.items()):
         raise CheckpointFormatError(f"{where}: {what} must map parameter names to arrays.")
     return tree
 
 
-def check_policy_state(state: Mapping[str, Any], where: Any) -> None:
-    """Check a loaded Policy state's structure, and that its spec fits its weights."""
-    _require(state, _POLICY_KEYS, where, "policy")
-    spec = state["spec"]
-    if not isinstance(spec.get("policy_class"), str) or not isinstance(spec.get("config") or {}, dict):
-        raise CheckpointFormatError(f"{where}: the policy spec needs a str policy_class and a dict config.")
-    weights = _weights(state["weights"], where, "'weights'")
-    target = state.get("target")
-    if isinstance(target, dict) and "weights" in target:
-        target_weights = _weights(target["weights"], where, "'target.weights'")
-        shapes = {k: v.shape for k, v in weights.items()}
-        if {k: v.shape for k, v in target_weights.items()} != shapes:
-            raise CheckpointFormatError(
-                f"{where}: the target network's weights differ in names or shapes from the "
-                "network's own."
-            )
-    from cairn.spaces import space_from_json
-
-    try:
-        obs_space = space_from_json(spec.get("observation_space"))
-        act_space = space_from_json(spec.get("action_space"))
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise CheckpointFormatError(f"{where}: the policy spec's spaces are invalid: {exc}.") from None
-    _check_network_fits(spec, obs_space, act_space, state, weights, where)
-
-
-def _flat_size(space: gym.Space[Any]) -> int:
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        return int(np.sum(space.nvec, dtype=object))  # one-hot per entry, no overflow
-    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
-        subs = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
-        return sum(_flat_size(s) for s in subs)
-    return int(gym.spaces.flatdim(space))
-
-
-def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_space: gym.Space[Any],
-                        state: Mapping[str, Any], weights: Mapping[str, np.ndarray], where: Any) -> None:
-    from cairn.policy.merge import deep_merge
-    from cairn.policy.policy import Policy
-    from cairn.registry import resolve_class
-
-    policy_class = resolve_class(spec["policy_class"], Policy)
-    config = deep_merge(policy_class.DEFAULT_CONFIG, spec.get("config") or {})
-    obs_size = _flat_size(obs_space)
-    out_size = _flat_size(act_space) if not isinstance(act_space, gym.spaces.Box) else 2 * _flat_size(act_space)
-    filter_state = state["observation_filter"]
-    mean = filter_state.get("mean")
-    if filter_state.get("name") == "MeanStdFilter" and not (
-            isinstance(mean, np.ndarray) and mean.size == obs_size):
+def check_policy_ids_agree(state: Mapping[str, Any], manifest: Mapping[str, Any], where: Any) -> None:
+    """An Algorithm state's ``policy_ids`` must be its manifest's (docs/checkpoint-format.md,
+    section 5)."""
+    if state.get("policy_ids") != manifest["policy_ids"]:
         raise CheckpointFormatError(
-            f"{where}: the observation filter's statistics do not have the {_short(obs_size)} entries "
-            "of the observation space."
-        )
-    stored = sum(int(w.size) for w in weights.values())
-    builtin = getattr(policy_class.make_model, "builds_config_mlp", False)
-    if not builtin:
-        if max(obs_size, out_size) > _MAX_UNCHECKED_SIZE:
-            raise CheckpointFormatError(f"{where}: the policy's spaces are too large to build.")
-        return
-    model = config.get("model")
-    hidden = model.get("hidden", [64, 64]) if isinstance(model, Mapping) else None
-    if not (isinstance(hidden, list) and all(type(h) is int and h > 0 for h in hidden)):
-        raise CheckpointFormatError(
-            f"{where}: model.hidden must be a list of positive ints, got {hidden!r:.100}."
-        )
-    # Each layer's weight matrix is a parameter of the network: the actor path alone needs
-    # these many, so weights holding fewer cannot belong to this spec.
-    sizes = [obs_size, *hidden, max(1, out_size // 2)]
-    needed = sum(a * b for a, b in itertools.pairwise(sizes))
-    if len(hidden) + 1 > len(weights) or needed > stored:
-        raise CheckpointFormatError(
-            f"{where}: the stored weights ({stored} numbers in {len(weights)} arrays) cannot belong "
-            f"to the network the spec describes (observation size {_short(obs_size)}, hidden "
-            f"{hidden!r:.100}, {_short(out_size)} outputs: at least {_short(needed)} numbers). The "
-            "spec's spaces or model config do not fit the weights."
-        )
-
-
-def _short(number: int) -> str:
-    text = str(number)
-    return text if len(text) <= 24 else f"{text[:8]}...({len(text)} digits)"
-
-
-def check_algorithm_state(state: Mapping[str, Any], manifest: Mapping[str, Any], where: Any) -> None:
-    """Check a loaded Algorithm state's structure against its manifest."""
-    _require(state, _ALGORITHM_KEYS, where, "algorithm")
-    if state["policy_ids"] != manifest["policy_ids"]:
-        raise CheckpointFormatError(
-            f"{where}: the algorithm state lists policies {state['policy_ids']!r:.200}, the "
+            f"{where}: the algorithm state lists policies {state.get('policy_ids')!r:.200}, the "
             f"manifest {manifest['policy_ids']!r:.200}."
-        )
-    if not isinstance(state["config"].get("policies"), dict):
-        raise CheckpointFormatError(f"{where}: the stored config has no 'policies' dict.")
-
-
-def check_env_reference(config: Mapping[str, Any], where: Any) -> None:
-    """Refuse an env ID that would make Gymnasium import a module (``"module:Env-v0"``)."""
-    env = config.get("env")
-    if isinstance(env, str) and ":" in env:
-        raise UnsafeCheckpointError(
-            f"{where}: the stored env {env!r:.100} names a module for gymnasium to import; a "
-            "checkpoint never imports modules for environments. Import it yourself and pass "
-            "config_overrides={'env': ...}."
         )

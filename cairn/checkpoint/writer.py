@@ -1,13 +1,16 @@
-"""Writing Algorithm and Policy checkpoints (format: docs/checkpoint-format.md)."""
+"""Writing Algorithm and Policy checkpoints (format: docs/checkpoint-format.md).
+
+The writer takes state trees, not objects: the layers above hand it ``Policy.get_state()`` or
+``Algorithm.get_state()`` output, plus callbacks that write opaque native model files.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from cairn.checkpoint.atomic import atomic_directory, check_replaceable
 from cairn.checkpoint.format import (
@@ -25,17 +28,27 @@ from cairn.checkpoint.manifest import build_manifest
 from cairn.checkpoint.paths import save_target
 from cairn.checkpoint.safetensors_io import new_hasher, write_safetensors
 from cairn.checkpoint.tree import TreeError, split_arrays
-from cairn.config.algorithm_config import CALLABLE_KEY
 from cairn.errors import CheckpointError
 from cairn.policy_ids import check_policy_ids
 
-if TYPE_CHECKING:
-    from cairn.algorithms.algorithm import Algorithm
-    from cairn.policy.policy import Policy
-
-__all__ = ["save_algorithm", "save_policy"]
+__all__ = [
+    "NativeFiles",
+    "save_location",
+    "write_policy_checkpoint",
+    "write_algorithm_checkpoint",
+    "save_policy",
+]
 
 Files = dict[str, dict[str, Any]]
+#: ``native_files(directory, files) -> native_model record | None``: writes opaque native model
+#: files into a Policy checkpoint's ``directory``, records each in ``files`` (path relative to
+#: ``directory`` -> ``{"size", "hash"}``), and returns the manifest's ``native_model`` entry.
+NativeFiles = Callable[[Path, Files], "dict[str, Any] | None"]
+
+
+class _ExportsCheckpoint(Protocol):
+    def export_checkpoint(self, export_dir: str | os.PathLike[str], *,
+                          export_native_model_files: bool = ...) -> None: ...
 
 
 class _HashingFile:
@@ -80,18 +93,18 @@ def _write_state(root: Path, json_name: str, arrays_name: str, state: Any, files
     _write_json(root, json_name, tree, files)
 
 
-def _write_policy_dir(root: Path, policy_state: Mapping[str, Any], policy: Policy | None,
-                      *, export_native: bool) -> dict[str, Any]:
+def _write_policy_dir(root: Path, policy_state: Mapping[str, Any],
+                      native_files: NativeFiles | None) -> dict[str, Any]:
     """Write one Policy checkpoint into ``root``; return its manifest's size and hash."""
     files: Files = {}
     _write_state(root, POLICY_STATE_FILE, POLICY_ARRAYS_FILE, policy_state, files)
     extra: dict[str, Any] = {}
-    if export_native and policy is not None:
-        from cairn.export import write_native_model_files
-
-        extra["native_model"] = write_native_model_files(policy, root, files)
+    if native_files is not None:
+        record = native_files(root, files)
+        if record is not None:
+            extra["native_model"] = record
     manifest = build_manifest(
-        checkpoint_type="Policy", class_reference=policy_state["spec"]["policy_class"],
+        checkpoint_type="Policy", class_reference=_policy_class(policy_state),
         state_file=POLICY_STATE_FILE, files=files, policy_ids=None, extra=extra,
     )
     written: Files = {}
@@ -99,64 +112,101 @@ def _write_policy_dir(root: Path, policy_state: Mapping[str, Any], policy: Polic
     return written[MANIFEST_FILE]
 
 
-def _local_target(path: str | os.PathLike[str]) -> Path:
-    """``path`` as a local path, refused before any state is gathered if a save may not go there."""
+def _policy_class(policy_state: Mapping[str, Any]) -> str:
+    spec = policy_state.get("spec")
+    reference = spec.get("policy_class") if isinstance(spec, Mapping) else None
+    if not isinstance(reference, str):
+        raise CheckpointError(
+            f"Cannot save this policy state: its 'spec' should hold a str 'policy_class', got "
+            f"{type(reference).__name__}. Pass the output of Policy.get_state()."
+        )
+    return reference
+
+
+def save_location(path: str | os.PathLike[str]) -> Path:
+    """The local directory a save to ``path`` writes, refused before any state is gathered if a
+    save may not go there.
+
+    ``path`` is a local path (``~`` expanded) or a ``file://`` URL (:func:`save_target`); an
+    existing directory there may be replaced only if it is a cairn checkpoint or empty
+    (:func:`check_replaceable`). Callers check this, then gather the state, then write it.
+    """
     target = save_target(path)
     check_replaceable(target)
     return target
 
 
-def save_policy(policy: Policy, path: str | os.PathLike[str], *, export_native: bool = False) -> str:
-    """Write ``policy`` as a standalone Policy checkpoint at ``path`` (atomically); return the
-    local path written.
+def write_policy_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any], *,
+                            native_files: NativeFiles | None = None) -> str:
+    """Write a policy state tree as a standalone Policy checkpoint at ``path`` (atomically);
+    return the local path written.
 
-    ``path`` is a local path (``~`` expanded) or a ``file://`` URL; an existing directory there
-    is replaced only if it is a cairn checkpoint or empty (:func:`atomic_directory`).
+    Args:
+        path: As in :func:`save_location`.
+        state: The policy's state tree (``Policy.get_state(copy=False)`` is enough: it is
+            written before this returns). Its ``spec.policy_class`` is the manifest's class.
+        native_files: ``native_files(directory, files)`` writes opaque native model files
+            into ``directory`` (recording each in ``files``) and returns the manifest's
+            ``native_model`` entry, or None for none.
     """
-    target = _local_target(path)
-    state = policy._get_state(copy=False)
+    target = save_location(path)
     with atomic_directory(target) as tmp:
-        _write_policy_dir(tmp, state, policy, export_native=export_native)
+        _write_policy_dir(tmp, state, native_files)
     return str(target)
 
 
-def _warn_unstorable(config: Mapping[str, Any]) -> None:
-    for key, value in config.items():
-        if isinstance(value, Mapping) and CALLABLE_KEY in value and value[CALLABLE_KEY] is None:
-            arg = "policy_mapping_fn=..." if key == "policy_mapping_fn" else f"config_overrides={{{key!r}: ...}}"
-            warnings.warn(
-                f"Config {key!r} is {value.get('name')!r}, which has no import path (lambda, "
-                f"closure or __main__ function) and is not stored in the checkpoint; restoring it "
-                f"will require {arg}. Define it at module level to store it.",
-                stacklevel=3,
-            )
+def write_algorithm_checkpoint(
+    path: str | os.PathLike[str], state: Mapping[str, Any], *,
+    policy_native_files: Mapping[str, NativeFiles] | None = None,
+) -> str:
+    """Write an algorithm state tree as an Algorithm checkpoint at ``path`` (atomically); return
+    the local path written.
 
-
-def save_algorithm(algo: Algorithm, path: str | os.PathLike[str]) -> str:
-    """Write ``algo`` as an Algorithm checkpoint at ``path`` (atomically); return the local path
-    written. ``path`` is as in :func:`save_policy`."""
-    target = _local_target(path)
-    check_policy_ids(algo.policies)
-    state = algo._get_state(copy=False)
-    policy_states = state.pop("policies")
-    components = state.pop("components", {}) or {}
+    Args:
+        path: As in :func:`save_location`.
+        state: The algorithm's state tree: ``algorithm_class`` (the manifest's class),
+            ``policies`` (``{policy_id: policy state}``, each written as a Policy checkpoint
+            under ``policies/``), optional ``components`` (``{name: tree}``, each its own
+            component) and the rest, written as the algorithm state.
+        policy_native_files: ``{policy_id: native_files}``, as in
+            :func:`write_policy_checkpoint`, for the policies that get native model files.
+    """
+    target = save_location(path)
+    rest = dict(state)
+    policy_states: Mapping[str, Any] = rest.pop("policies")
+    components: Mapping[str, Any] = rest.pop("components", None) or {}
+    check_policy_ids(policy_states)
     check_policy_ids(components)  # component names follow the same directory-name rules
-    _warn_unstorable(state["config"])
-    export_native = bool(algo.config.export_native_model_files)
+    class_reference = rest.get("algorithm_class")
+    if not isinstance(class_reference, str):
+        raise CheckpointError(
+            f"Cannot save this algorithm state: its 'algorithm_class' should be a str, got "
+            f"{type(class_reference).__name__}. Pass the output of Algorithm.get_state()."
+        )
+    native = policy_native_files or {}
     with atomic_directory(target) as tmp:
         files: Files = {}
         for pid, policy_state in policy_states.items():
             # The root manifest vouches for each policy's manifest, hashed as it is written.
             files[f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"] = _write_policy_dir(
-                tmp / POLICIES_DIR / pid, policy_state, algo.policies[pid], export_native=export_native)
+                tmp / POLICIES_DIR / pid, policy_state, native.get(pid))
         for name, component in components.items():
             _write_state(tmp, f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
                          f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}", component, files)
-        _write_state(tmp, ALGORITHM_STATE_FILE, ALGORITHM_ARRAYS_FILE, state, files)
+        _write_state(tmp, ALGORITHM_STATE_FILE, ALGORITHM_ARRAYS_FILE, rest, files)
         manifest = build_manifest(
-            checkpoint_type="Algorithm", class_reference=state["algorithm_class"],
+            checkpoint_type="Algorithm", class_reference=class_reference,
             state_file=ALGORITHM_STATE_FILE, files=files, policy_ids=list(policy_states),
             extra={"components": sorted(components)},
         )
         _write_json(tmp, MANIFEST_FILE, manifest, {})
+    return str(target)
+
+
+def save_policy(policy: _ExportsCheckpoint, path: str | os.PathLike[str], *,
+                export_native: bool = False) -> str:
+    """``policy.export_checkpoint(path, export_native_model_files=export_native)``, returning
+    the local path written (kept for callers of this older name)."""
+    target = save_location(path)
+    policy.export_checkpoint(target, export_native_model_files=export_native)
     return str(target)

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from cairn.config.base_fields import BASE_FIELDS
 from cairn.config.checks import (
-    CALLABLE_KEY,
     check_env,
     check_policy_mapping,
     decode_callable,
@@ -22,6 +21,7 @@ from cairn.errors import ConfigError
 from cairn.policy.model import check_model_config
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
+from cairn.registry import CALLABLE_KEY
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from cairn.alignment import aligned
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, ExportError
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
 from cairn.policy.merge import deep_merge
@@ -29,12 +30,14 @@ from cairn.policy.optimizer_state import (
     optimizer_state_to_tree,
 )
 from cairn.policy.spec import PolicySpec
-from cairn.registry import class_reference, register_class, resolve_class
+from cairn.policy.state_check import check_policy_state
+from cairn.registry import class_reference, native_model_writer, register_class, resolve_class
 from cairn.rng import make_rng
 from cairn.spaces import ObservationPreprocessor, check_action_space, space_from_json
 
 if TYPE_CHECKING:
     from cairn.checkpoint.paths import CheckpointLike
+    from cairn.checkpoint.writer import NativeFiles
 
 __all__ = ["Policy"]
 
@@ -308,11 +311,13 @@ class Policy:
                 tensor.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
     # ----------------------------------------------------------------------------------- state
-    def get_state(self) -> dict[str, Any]:
-        """The whole policy as a tree of JSON values and numpy arrays (a snapshot)."""
-        return self._get_state(copy=True)
+    def get_state(self, *, copy: bool = True) -> dict[str, Any]:
+        """The whole policy as a tree of JSON values and numpy arrays.
 
-    def _get_state(self, *, copy: bool) -> dict[str, Any]:
+        ``copy=True`` returns a snapshot that later training does not change; ``copy=False``
+        may return views of the live weight and optimizer arrays, for a caller that writes them
+        at once (a checkpoint save). Subclasses extend it (``super().get_state(copy=copy)``).
+        """
         weights = {
             k: (v.detach().numpy().copy() if copy else v.detach().numpy())
             for k, v in self.model.state_dict().items()
@@ -403,9 +408,39 @@ class Policy:
         program, and ONNX when the ``onnx`` extra is installed), as Algorithm checkpoints do with
         ``config.checkpointing(export_native_model_files=True)``.
         """
-        from cairn.checkpoint.writer import save_policy
+        from cairn.checkpoint import save_location, write_policy_checkpoint
 
-        save_policy(self, export_dir, export_native=export_native_model_files)
+        target = save_location(export_dir)  # refused before any state is gathered
+        native_files = self._native_files_writer() if export_native_model_files else None
+        write_policy_checkpoint(target, self.get_state(copy=False), native_files=native_files)
+
+    def _native_files_writer(self) -> NativeFiles:
+        """The callback that writes this policy's ``model/`` into a checkpoint directory.
+
+        cairn.export (a layer above this one) installs the writer in the registry when it is
+        imported; ``import cairn`` imports it.
+        """
+        writer = native_model_writer()
+        if writer is None:
+            raise ExportError(
+                "export_native_model_files=True: no native model writer is registered; "
+                "cairn.export registers one when it is imported (`import cairn` does). Import "
+                "cairn.export first, or pass export_native_model_files=False."
+            )
+        return functools.partial(writer, self)
+
+    def export_graph(self) -> ExportGraph:
+        """The export hook: this policy's observation-to-output path as one torch module.
+
+        ``cairn.export`` traces the returned graph into a torch program and ONNX, writes its
+        outputs into ``signature.json`` and checks the files against ``graph.reference``
+        (this policy's own ``compute_actions``, action inputs and value). This builds the
+        actor-critic graph (:func:`cairn.policy.export_graph.actor_critic_export_graph`);
+        a policy with another network or action path overrides it.
+        """
+        from cairn.policy.export_graph import actor_critic_export_graph
+
+        return actor_critic_export_graph(self)
 
     def export_model(self, export_dir: str | os.PathLike[str], *, onnx: int | None = None) -> None:
         """Write the observation-to-action path in a native format that loads without cairn.
@@ -418,15 +453,47 @@ class Policy:
 
         export_model(self, export_dir, onnx=onnx)
 
+    @overload
+    @classmethod
+    def from_checkpoint(cls, checkpoint: CheckpointLike, *,
+                        policy_ids: str | Sequence[str]) -> dict[str, Policy]: ...
+
+    @overload
+    @classmethod
+    def from_checkpoint(cls, checkpoint: CheckpointLike, *,
+                        policy_ids: None = None) -> Policy | dict[str, Policy]: ...
+
     @classmethod
     def from_checkpoint(
-        cls, checkpoint: CheckpointLike, *, policy_ids: Sequence[str] | None = None
-    ) -> Any:
-        """Load a Policy checkpoint (returns a Policy), or the policies of an Algorithm
-        checkpoint (returns ``{policy_id: Policy}``, only ``policy_ids`` if given)."""
-        from cairn.checkpoint.reader import load_policies_from_checkpoint
+        cls, checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None
+    ) -> Policy | dict[str, Policy]:
+        """Load the policy of a Policy checkpoint, or the policies of an Algorithm checkpoint.
 
-        return load_policies_from_checkpoint(checkpoint, policy_ids=policy_ids)
+        * a Policy checkpoint (``export_checkpoint``) gives a :class:`Policy`;
+        * an Algorithm checkpoint gives ``{policy_id: Policy}``: all its policies, or only
+          ``policy_ids`` (a list, or one ID as a str), reading only their files.
+
+        The return type depends on the directory, so type checkers see ``Policy | dict``
+        without ``policy_ids``; with ``policy_ids`` they see ``dict[str, Policy]``, and
+        :meth:`from_policy_checkpoint` is typed ``-> Policy``. Each state is checked
+        (:func:`cairn.policy.state_check.check_policy_state`) before a policy is built from it.
+        The class stored in the checkpoint is built (it must subclass :class:`Policy`).
+        """
+        from cairn.checkpoint import get_checkpoint_info, load_policy_states
+
+        if policy_ids is None and get_checkpoint_info(checkpoint)["type"] == "Policy":
+            return cls.from_policy_checkpoint(checkpoint)
+        states = load_policy_states(checkpoint, policy_ids=policy_ids)
+        return {pid: _policy_from_checkpoint_state(state, f"{checkpoint} (policy {pid!r})")
+                for pid, state in states.items()}
+
+    @classmethod
+    def from_policy_checkpoint(cls, checkpoint: CheckpointLike) -> Policy:
+        """Load a Policy checkpoint (written by :meth:`export_checkpoint`); an Algorithm
+        checkpoint is refused with ``CheckpointFormatError`` (use :meth:`from_checkpoint`)."""
+        from cairn.checkpoint import load_policy_state
+
+        return _policy_from_checkpoint_state(load_policy_state(checkpoint), checkpoint)
 
     def __repr__(self) -> str:
         return (
@@ -442,6 +509,17 @@ class Policy:
     def policy_class_reference(self) -> str:
         """The reference stored in checkpoints for this policy's class."""
         return class_reference(type(self))
+
+
+def _policy_from_checkpoint_state(state: Mapping[str, Any], where: Any) -> Policy:
+    """Check a state tree the checkpoint reader returned, and build its policy from it."""
+    from cairn.checkpoint import restoring
+
+    check_policy_state(state, where)
+    with restoring(where):
+        # The arrays were read into buffers nobody else holds: adopt them, don't copy.
+        return Policy.from_state(state, copy=False)
+    raise AssertionError("unreachable")  # restoring() re-raises every error it catches
 
 
 def _copy_optimizer_tree(tree: Mapping[str, Any]) -> dict[str, Any]:

@@ -82,8 +82,8 @@ def test_the_refusal_comes_before_any_state_is_gathered(algo, tmp_path, monkeypa
     def no_state(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("state gathered for a save that must be refused")
 
-    monkeypatch.setattr(type(algo), "_get_state", no_state)
-    monkeypatch.setattr(type(algo.get_policy()), "_get_state", no_state)
+    monkeypatch.setattr(type(algo), "get_state", no_state)
+    monkeypatch.setattr(type(algo.get_policy()), "get_state", no_state)
     with pytest.raises(CheckpointFormatError, match="not a cairn checkpoint"):
         save(algo, target)
 

@@ -148,8 +148,8 @@ class DQNPolicy(Policy):
         self.last_target_update = self.global_timestep
 
     # ----------------------------------------------------------------------------------- state
-    def _get_state(self, *, copy: bool) -> dict[str, Any]:
-        state = super()._get_state(copy=copy)
+    def get_state(self, *, copy: bool = True) -> dict[str, Any]:
+        state = super().get_state(copy=copy)
         state["target"] = {
             "weights": {
                 k: (v.detach().numpy().copy() if copy else v.detach().numpy())

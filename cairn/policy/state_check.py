@@ -1,0 +1,115 @@
+"""What a policy state read from a checkpoint must hold, checked before a Policy is built.
+
+A few bytes of JSON such as ``"hidden": [1000000000]`` or ``Discrete(2**26)`` would otherwise
+allocate gigabytes before the weights are compared: :func:`check_policy_state` refuses a spec
+whose network would be far larger than the weights stored for it, and a state of the wrong
+shape, with ``CheckpointFormatError`` (docs/checkpoint-format.md, section 5).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from cairn.checkpoint.validate import array_map, require_types
+from cairn.errors import CheckpointFormatError
+from cairn.policy.merge import deep_merge
+from cairn.policy.model import DEFAULT_MODEL_CONFIG
+from cairn.registry import resolve_class
+from cairn.spaces import space_from_json
+
+__all__ = ["check_policy_state"]
+
+_POLICY_KEYS = {
+    "spec": dict, "weights": dict, "optimizer": dict, "observation_filter": dict,
+    "counters": dict, "rng": dict,
+}
+#: Elements a network input or output may have when its model is not one of cairn's own.
+_MAX_UNCHECKED_SIZE = 1 << 26
+
+
+def check_policy_state(state: Mapping[str, Any], where: Any) -> None:
+    """Check a loaded Policy state's structure, and that its spec fits its weights.
+
+    ``where`` (the checkpoint, or one of its policies) starts each error message. A target
+    network (``state["target"]["weights"]``, DQN's) must have the network's names and shapes.
+    """
+    require_types(state, _POLICY_KEYS, where, "policy")
+    spec = state["spec"]
+    if not isinstance(spec.get("policy_class"), str) or not isinstance(spec.get("config") or {}, dict):
+        raise CheckpointFormatError(f"{where}: the policy spec needs a str policy_class and a dict config.")
+    weights = array_map(state["weights"], where, "'weights'")
+    target = state.get("target")
+    if isinstance(target, dict) and "weights" in target:
+        target_weights = array_map(target["weights"], where, "'target.weights'")
+        shapes = {k: v.shape for k, v in weights.items()}
+        if {k: v.shape for k, v in target_weights.items()} != shapes:
+            raise CheckpointFormatError(
+                f"{where}: the target network's weights differ in names or shapes from the "
+                "network's own."
+            )
+    try:
+        obs_space = space_from_json(spec.get("observation_space"))
+        act_space = space_from_json(spec.get("action_space"))
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise CheckpointFormatError(f"{where}: the policy spec's spaces are invalid: {exc}.") from None
+    _check_network_fits(spec, obs_space, act_space, state, weights, where)
+
+
+def _flat_size(space: gym.Space[Any]) -> int:
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return int(np.sum(space.nvec, dtype=object))  # one-hot per entry, no overflow
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        subs = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
+        return sum(_flat_size(s) for s in subs)
+    return int(gym.spaces.flatdim(space))
+
+
+def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_space: gym.Space[Any],
+                        state: Mapping[str, Any], weights: Mapping[str, np.ndarray], where: Any) -> None:
+    from cairn.policy.policy import Policy  # the module that imports this one
+
+    policy_class = resolve_class(spec["policy_class"], Policy)
+    config = deep_merge(policy_class.DEFAULT_CONFIG, spec.get("config") or {})
+    obs_size = _flat_size(obs_space)
+    out_size = _flat_size(act_space) if not isinstance(act_space, gym.spaces.Box) else 2 * _flat_size(act_space)
+    filter_state = state["observation_filter"]
+    mean = filter_state.get("mean")
+    if filter_state.get("name") == "MeanStdFilter" and not (
+            isinstance(mean, np.ndarray) and mean.size == obs_size):
+        raise CheckpointFormatError(
+            f"{where}: the observation filter's statistics do not have the {_short(obs_size)} entries "
+            "of the observation space."
+        )
+    stored = sum(int(w.size) for w in weights.values())
+    builtin = getattr(policy_class.make_model, "builds_config_mlp", False)
+    if not builtin:
+        if max(obs_size, out_size) > _MAX_UNCHECKED_SIZE:
+            raise CheckpointFormatError(f"{where}: the policy's spaces are too large to build.")
+        return
+    model = config.get("model")
+    hidden = model.get("hidden", DEFAULT_MODEL_CONFIG["hidden"]) if isinstance(model, Mapping) else None
+    if not (isinstance(hidden, list) and all(type(h) is int and h > 0 for h in hidden)):
+        raise CheckpointFormatError(
+            f"{where}: model.hidden must be a list of positive ints, got {hidden!r:.100}."
+        )
+    # Each layer's weight matrix is a parameter of the network: the actor path alone needs
+    # these many, so weights holding fewer cannot belong to this spec.
+    sizes = [obs_size, *hidden, max(1, out_size // 2)]
+    needed = sum(a * b for a, b in itertools.pairwise(sizes))
+    if len(hidden) + 1 > len(weights) or needed > stored:
+        raise CheckpointFormatError(
+            f"{where}: the stored weights ({stored} numbers in {len(weights)} arrays) cannot belong "
+            f"to the network the spec describes (observation size {_short(obs_size)}, hidden "
+            f"{hidden!r:.100}, {_short(out_size)} outputs: at least {_short(needed)} numbers). The "
+            "spec's spaces or model config do not fit the weights."
+        )
+
+
+def _short(number: int) -> str:
+    text = str(number)
+    return text if len(text) <= 24 else f"{text[:8]}...({len(text)} digits)"
