@@ -4,9 +4,6 @@
 >>> config = cairn.PPOConfig().environment("CartPole-v1").debugging(seed=0)
 """
 
-# cairn.export registers the native model writer that Policy.export_checkpoint finds through
-# cairn.registry (export sits above the policy layer, which cannot import it).
-from cairn import export as _export  # noqa: F401
 from cairn._version import __version__
 from cairn.algorithms import DQN, PPO, Algorithm, DQNConfig, PPOConfig
 from cairn.checkpoint import get_checkpoint_info
@@ -14,6 +11,12 @@ from cairn.config import AlgorithmConfig
 from cairn.policy import Policy, PolicySpec
 from cairn.policy_ids import validate_policy_id
 from cairn.registry import register_env
+
+# isort: split
+# cairn.export registers the native model writer that Policy.export_checkpoint finds through
+# cairn.registry (export sits above the policy layer, which cannot import it); imported last,
+# after the layers it builds on.
+from cairn import export as _export  # noqa: F401
 
 __all__ = [
     "__version__",
