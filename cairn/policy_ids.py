@@ -8,7 +8,10 @@ from typing import Any
 
 from cairn.errors import ConfigError
 
-__all__ = ["DEFAULT_POLICY_ID", "validate_policy_id", "check_policy_ids", "normalize_policy_ids"]
+__all__ = [
+    "DEFAULT_POLICY_ID", "validate_policy_id", "check_policy_ids", "check_mapped_policy_id",
+    "normalize_policy_ids",
+]
 
 DEFAULT_POLICY_ID = "default_policy"
 MAX_POLICY_ID_LENGTH = 64
@@ -72,6 +75,25 @@ def check_policy_ids(policy_ids: Iterable[Any]) -> None:
                 f"Policy IDs {other!r} and {pid!r} differ only in case; they would share a "
                 "directory on case-insensitive file systems. Rename one of them."
             )
+
+
+def check_mapped_policy_id(agent: Any, policy_id: str, policy_ids: Iterable[str]) -> str:
+    """``policy_id`` (what ``policy_mapping_fn`` returned for ``agent``), or ConfigError when
+    it is not one of ``policy_ids``: the one check of a mapping's result (config validation,
+    building and restoring policies, and the env runners all call it).
+
+    >>> check_mapped_policy_id("agent_0", "p0", ["p0", "p1"])
+    'p0'
+    """
+    known = list(policy_ids)
+    if policy_id not in known:
+        raise ConfigError(
+            f"policy_mapping_fn maps agent {agent!r} to {policy_id!r}, which is not one of the "
+            f"policies {sorted(known)}. Return one of those IDs (or add the policy first), or "
+            "pass a new policy_mapping_fn (e.g. to from_checkpoint(..., policy_mapping_fn=...)) "
+            "when policies were dropped."
+        )
+    return policy_id
 
 
 def normalize_policy_ids(policy_ids: str | Iterable[str] | None) -> list[str] | None:

@@ -8,8 +8,8 @@ without executing code and inspected by hand. Non-finite bounds are written as t
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -22,6 +22,10 @@ __all__ = [
     "ObservationPreprocessor",
     "check_action_space",
     "is_image_space",
+    "spaces_equal",
+    "mismatched_space",
+    "ObservationKind",
+    "observation_kind",
 ]
 
 MAX_SPACE_ELEMENTS = 1 << 26  # 64M elements: far beyond any policy input, small enough to refuse.
@@ -76,6 +80,37 @@ def space_to_json(space: gym.Space[Any]) -> dict[str, Any]:
         f"Cannot describe space {space!r} as data: supported are Box, Discrete, "
         "MultiDiscrete, MultiBinary, Dict and Tuple."
     )
+
+
+def spaces_equal(a: gym.Space[Any], b: gym.Space[Any]) -> bool:
+    """Structural equality of two spaces through their JSON form (the one space comparison
+    cairn makes: a restored policy against the environment, a PolicySpec against its agents).
+
+    >>> spaces_equal(gym.spaces.Discrete(2), gym.spaces.Discrete(2))
+    True
+    """
+    return a is b or space_to_json(a) == space_to_json(b)
+
+
+def mismatched_space(
+    expected: tuple[gym.Space[Any] | None, gym.Space[Any] | None],
+    actual: tuple[gym.Space[Any], gym.Space[Any]],
+    *,
+    equal: Callable[[gym.Space[Any], gym.Space[Any]], bool] = spaces_equal,
+) -> tuple[str, gym.Space[Any], gym.Space[Any]] | None:
+    """The first of ``(observation, action)`` spaces where ``expected`` (None: anything goes)
+    differs from ``actual``, as ``(name, expected, actual)``; None when both fit.
+
+    Callers raise their own error (they know which policy and which agent are involved).
+
+    >>> box, two = gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2)
+    >>> mismatched_space((None, gym.spaces.Discrete(3)), (box, two))[0]
+    'action'
+    """
+    for name, given, found in (("observation", expected[0], actual[0]), ("action", expected[1], actual[1])):
+        if given is not None and not equal(given, found):
+            return name, given, found
+    return None
 
 
 def _shape(value: Any) -> tuple[int, ...]:
@@ -204,6 +239,34 @@ def is_image_space(space: gym.Space[Any]) -> bool:
     return np.dtype(space.dtype) == np.uint8 and large_axes >= 2
 
 
+#: How observations of a space become a policy's float input row (see :func:`observation_kind`).
+ObservationKind = Literal["array", "discrete", "flattened"]
+
+
+def observation_kind(space: gym.Space[Any]) -> ObservationKind:
+    """The one switch over observation spaces: how an observation of ``space`` is read.
+
+    * ``"array"``: Box and MultiBinary, an array of the space's shape, flattened as it is;
+    * ``"discrete"``: Discrete, an int in ``[start, start + n)``, one-hot encoded;
+    * ``"flattened"``: Dict, Tuple and MultiDiscrete, through :func:`gymnasium.spaces.flatten`.
+
+    Raises ValueError for a space cairn's policies cannot read.
+
+    >>> observation_kind(gym.spaces.Discrete(3))
+    'discrete'
+    """
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
+        return "array"
+    if isinstance(space, gym.spaces.Discrete):
+        return "discrete"
+    if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.Dict, gym.spaces.Tuple)):
+        return "flattened"
+    raise ValueError(
+        f"Unsupported observation space {space!r}: cairn policies read Box, "
+        "Discrete, MultiDiscrete, MultiBinary, Dict and Tuple observations."
+    )
+
+
 class ObservationPreprocessor:
     """Turns a batch of raw observations into a float32 matrix ``[batch, size]``.
 
@@ -212,18 +275,10 @@ class ObservationPreprocessor:
     """
 
     def __init__(self, space: gym.Space[Any]) -> None:
-        if not isinstance(
-            space,
-            (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary,
-             gym.spaces.MultiDiscrete, gym.spaces.Dict, gym.spaces.Tuple),
-        ):
-            raise ValueError(
-                f"Unsupported observation space {space!r}: cairn policies read Box, "
-                "Discrete, MultiDiscrete, MultiBinary, Dict and Tuple observations."
-            )
+        self.kind = observation_kind(space)
         self.space = space
         self.size = int(gym.spaces.flatdim(space))
-        self._array_like = isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary))
+        self._array_like = self.kind == "array"
         # The shape one observation has: what each row of a batch must have (Discrete: ()).
         self._obs_shape: tuple[int, ...] = tuple(space.shape or ()) if self._array_like else ()
         self._start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
@@ -245,7 +300,7 @@ class ObservationPreprocessor:
                     return np.zeros((0, self.size), dtype=np.float32)
                 raise self._shape_error(arr.shape)
             return arr.reshape(arr.shape[0], self.size)
-        if isinstance(self.space, gym.spaces.Discrete):
+        if self.kind == "discrete":
             try:
                 idx = np.asarray(batch, dtype=np.int64)
             except (ValueError, TypeError) as exc:

@@ -9,13 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import zlib
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
-
-import numpy as np
 
 from cairn.algorithms.checkpointing import (
     algorithm_from_checkpoint,
@@ -24,12 +21,20 @@ from cairn.algorithms.checkpointing import (
     restore_algorithm,
     save_algorithm,
 )
+from cairn.algorithms.evaluation import evaluate_episodes, evaluation_runner
 from cairn.algorithms.metrics import episode_metrics
 from cairn.algorithms.policy_changes import config_adding_policy, config_removing_policy
-from cairn.algorithms.policy_specs import resolve_policy_specs
-from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping, spaces_equal
-from cairn.env_runner.env_runner import DEFAULT_AGENT_ID, EnvRunner, is_multi_agent_env, make_env
+from cairn.algorithms.policy_specs import (
+    build_policies,
+    new_policy,
+    probe_agents,
+    record_specs,
+    resolve_policy_specs,
+)
+from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
+from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.group import EnvRunnerGroup
+from cairn.env_runner.make_env import close_env
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
@@ -37,17 +42,11 @@ from cairn.policy.spec import PolicySpec
 from cairn.policy.torch_utils import torch_threads
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
 from cairn.registry import class_reference
-from cairn.rng import make_rng, rng_state
+from cairn.rng import make_rng, rng_state, seeded_rng
 
 __all__ = ["Algorithm"]
 
 _METRICS_WINDOW = 100
-
-
-def _policy_seed(seed: int | None, policy_id: str) -> int | None:
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([seed, zlib.crc32(policy_id.encode())]).generate_state(1)[0])
 
 
 class Algorithm:
@@ -61,11 +60,19 @@ class Algorithm:
     config_class: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
     #: The policy class used when a PolicySpec names none.
     default_policy_class: ClassVar[type[Policy]] = Policy
+    #: This algorithm's config, a ``config_class`` (subclasses narrow the type, so that mypy
+    #: checks every option read: ``config: PPOConfig``).
+    config: AlgorithmConfig
 
     def __init__(
         self, config: AlgorithmConfig, *, _policy_states: Mapping[str, Any] | None = None,
         _copy_states: bool = True,
     ) -> None:
+        if not isinstance(config, self.config_class):
+            raise ConfigError(
+                f"{type(self).__name__} needs a {self.config_class.__name__}, got a "
+                f"{type(config).__name__}; build it with {self.config_class.__name__}()...build()."
+            )
         config.validate()
         self.config = config.copy()
         self.iteration = 0
@@ -75,8 +82,7 @@ class Algorithm:
             "num_env_steps_trained_lifetime": 0,
             "num_episodes_lifetime": 0,
         }
-        seed = self.config.seed
-        self._rng = np.random.default_rng(np.random.SeedSequence(None if seed is None else [seed, 1]))
+        self._rng = seeded_rng(self.config.seed, 1)
         self._recent_episodes: deque[dict[str, Any]] = deque(maxlen=_METRICS_WINDOW)
         self.policies: dict[str, Policy] = {}
         self._probe_env: Any = None
@@ -89,23 +95,15 @@ class Algorithm:
 
     # ---------------------------------------------------------------------------- building
     def _probe_agents(self) -> dict[Any, tuple[Any, Any]]:
-        """Create one env and return ``{agent_id: (observation_space, action_space)}``.
-
-        The env is kept in ``self._probe_env`` for the local env runner to reuse (building a
-        large multi-agent env twice was most of a partial restore's time).
-        """
+        """The environment's agents (:func:`~cairn.algorithms.policy_specs.probe_agents`); the
+        env is kept in ``self._probe_env`` for the local env runner to reuse."""
         self._close_probe_env()
-        env = make_env(self.config)
-        self._probe_env = env
-        if is_multi_agent_env(env):
-            return {a: (env.observation_space(a), env.action_space(a)) for a in env.possible_agents}
-        return {DEFAULT_AGENT_ID: (env.observation_space, env.action_space)}
+        self._probe_env, agents = probe_agents(self.config)
+        return agents
 
     def _close_probe_env(self) -> None:
         env, self._probe_env = self._probe_env, None
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
+        close_env(env)
 
     def _resolve_specs(self, known: Mapping[str, PolicySpec] | None = None) -> dict[str, PolicySpec]:
         """Complete every configured PolicySpec from the environment's agents (see
@@ -113,34 +111,11 @@ class Algorithm:
         return resolve_policy_specs(self.config, self._probe_agents(), known or {},
                                     default_class=self.default_policy_class)
 
-    def _record_specs(self, resolved: Mapping[str, PolicySpec]) -> None:
-        """Keep the resolved class and spaces in the config, so that it describes the policies
-        completely (a restore then needs no environment agent to infer them)."""
-        for pid, spec in resolved.items():
-            own = self.config.policies[pid]
-            self.config.policies[pid] = PolicySpec(
-                spec.policy_class, spec.observation_space, spec.action_space, own.config)
-
     def _build_policies(self, states: Mapping[str, Any], *, copy: bool = True) -> None:
-        known = {pid: PolicySpec.from_dict(s["spec"]) for pid, s in states.items()}
-        resolved = self._resolve_specs(known)
-        for pid, spec in resolved.items():
-            if pid in states:
-                policy = Policy.from_state(states[pid], copy=copy)
-                for name, a, b in (("observation", policy.observation_space, spec.observation_space),
-                                   ("action", policy.action_space, spec.action_space)):
-                    if b is not None and not spaces_equal(a, b):
-                        raise ConfigError(
-                            f"Restored policy {pid!r} has {name} space {a}, but the environment's "
-                            f"agents mapped to it have {b}."
-                        )
-                # The restored config's lr (possibly overridden) wins over the stored one.
-                if spec.config:
-                    policy.set_learning_rate(float(spec.config["lr"]))
-            else:
-                policy = Policy.from_spec(spec, seed=_policy_seed(self.config.seed, pid))
-            self.policies[pid] = policy
-        self._record_specs(resolved)
+        """New policies, or restored from ``states`` (:func:`~cairn.algorithms.policy_specs.build_policies`)."""
+        resolved = self._resolve_specs({pid: PolicySpec.from_dict(s["spec"]) for pid, s in states.items()})
+        self.policies.update(build_policies(self.config, resolved, states, copy=copy))
+        record_specs(self.config, resolved)
 
     @property
     def policies_to_train(self) -> list[str]:
@@ -190,14 +165,9 @@ class Algorithm:
     def evaluate(self) -> dict[str, Any]:
         """Play ``evaluation_duration`` episodes with greedy actions and report their returns."""
         if self._eval_runner is None:
-            self._eval_runner = EnvRunner(self.config, self.policies, worker_index=0,
-                                          num_envs=1, seed_offset=1_000_003)
-            if self._eval_runner_state is not None:
-                self._eval_runner.set_state(self._eval_runner_state)
-        self._eval_runner.update_policies(self.config, self.policies)
+            self._eval_runner = evaluation_runner(self.config, self.policies, self._eval_runner_state)
         with self._torch_threads():
-            episodes = self._eval_runner.run_episodes(self.config.evaluation_duration, explore=False)
-        return episode_metrics(episodes)
+            return evaluate_episodes(self._eval_runner, self.config, self.policies)
 
     # ------------------------------------------------------------------------------ acting
     def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Policy:
@@ -238,8 +208,7 @@ class Algorithm:
         policies_to_train: Sequence[str] | None = None,
     ) -> None:
         """Remove a policy; agents mapped to it need a new ``policy_mapping_fn``."""
-        if policy_id not in self.policies:
-            raise KeyError(f"No policy {policy_id!r}; policies are {sorted(self.policies)}.")
+        self.get_policy(policy_id)  # KeyError for an unknown ID, before anything changes
         new_config = config_removing_policy(self.config, policy_id,
                                             policy_mapping_fn=policy_mapping_fn,
                                             policies_to_train=policies_to_train)
@@ -265,9 +234,9 @@ class Algorithm:
             self.policies.pop(remove)
         if add is not None:
             pid, obj = add
-            self.policies[pid] = obj if isinstance(obj, Policy) else Policy.from_spec(
-                resolved[pid], seed=_policy_seed(self.config.seed, pid))
-        self._record_specs(resolved)
+            self.policies[pid] = obj if isinstance(obj, Policy) else new_policy(
+                self.config, pid, resolved[pid])
+        record_specs(self.config, resolved)
         self.env_runner_group.update_policies(self.config, self.policies)
         if self._eval_runner is not None:
             self._eval_runner.update_policies(self.config, self.policies)

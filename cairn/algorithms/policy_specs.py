@@ -1,20 +1,35 @@
-"""Completing PolicySpecs from an environment's agents, and checking the agent mapping."""
+"""Building an algorithm's policies: completing PolicySpecs from an environment's agents,
+checking the agent mapping, and making (or restoring) each policy."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from cairn.config.checks import spaces_equal
+from cairn.env_runner.env_runner import DEFAULT_AGENT_ID
+from cairn.env_runner.make_env import env_agents, make_env
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
+from cairn.policy_ids import check_mapped_policy_id
 from cairn.registry import resolve_class
+from cairn.rng import derive_seed
+from cairn.spaces import mismatched_space, spaces_equal
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
 
-__all__ = ["resolve_policy_specs"]
+__all__ = ["probe_agents", "resolve_policy_specs", "new_policy", "build_policies", "record_specs"]
+
+
+def probe_agents(config: AlgorithmConfig) -> tuple[Any, dict[Any, tuple[Any, Any]]]:
+    """Create one env and return it with ``{agent_id: (observation_space, action_space)}``.
+
+    The caller keeps the env for its local env runner to reuse (building a large multi-agent
+    env twice was most of a partial restore's time).
+    """
+    env = make_env(config)
+    return env, env_agents(env, DEFAULT_AGENT_ID)
 
 
 def resolve_policy_specs(
@@ -31,22 +46,14 @@ def resolve_policy_specs(
     """
     mapped: dict[str, list[Any]] = {pid: [] for pid in config.policies}
     for agent in agents:
-        pid = config.map_agent(agent)
-        if pid not in mapped:
-            raise ConfigError(
-                f"policy_mapping_fn maps agent {agent!r} to {pid!r}, which is not one of the "
-                f"policies {sorted(mapped)}. Return one of those IDs, or pass a new "
-                "policy_mapping_fn (e.g. to from_checkpoint(..., policy_mapping_fn=...)) when "
-                "policies were dropped."
-            )
-        mapped[pid].append(agent)
+        mapped[check_mapped_policy_id(agent, config.map_agent(agent), mapped)].append(agent)
     resolved = {}
     compared: dict[tuple[int, int], bool] = {}  # many agents usually share space objects
 
     def same(a: Any, b: Any) -> bool:
         key = (id(a), id(b))
         if key not in compared:
-            compared[key] = a is b or spaces_equal(a, b)
+            compared[key] = spaces_equal(a, b)
         return compared[key]
 
     for pid, spec in config.policies.items():
@@ -55,13 +62,14 @@ def resolve_policy_specs(
         act_space = spec.action_space or (fallback.action_space if fallback else None)
         for agent in mapped[pid]:
             a_obs, a_act = agents[agent]
-            for name, given, actual in (("observation", obs_space, a_obs), ("action", act_space, a_act)):
-                if given is not None and not same(given, actual):
-                    raise ConfigError(
-                        f"Policy {pid!r} has {name} space {given}, but agent {agent!r} mapped "
-                        f"to it has {actual}. Map agents with different spaces to different "
-                        "policies, or fix the PolicySpec."
-                    )
+            mismatch = mismatched_space((obs_space, act_space), (a_obs, a_act), equal=same)
+            if mismatch is not None:
+                name, given, actual = mismatch
+                raise ConfigError(
+                    f"Policy {pid!r} has {name} space {given}, but agent {agent!r} mapped "
+                    f"to it has {actual}. Map agents with different spaces to different "
+                    "policies, or fix the PolicySpec."
+                )
             obs_space, act_space = obs_space or a_obs, act_space or a_act
         if obs_space is None or act_space is None:
             raise ConfigError(
@@ -73,3 +81,44 @@ def resolve_policy_specs(
             cls = resolve_class(cls, Policy)
         resolved[pid] = PolicySpec(cls, obs_space, act_space, config.policy_config(pid))
     return resolved
+
+
+def new_policy(config: AlgorithmConfig, policy_id: str, spec: PolicySpec) -> Policy:
+    """A new policy from a resolved spec, its weights seeded from ``config.seed`` and its ID."""
+    return Policy.from_spec(spec, seed=derive_seed(config.seed, policy_id))
+
+
+def build_policies(
+    config: AlgorithmConfig, resolved: Mapping[str, PolicySpec], states: Mapping[str, Any], *,
+    copy: bool = True,
+) -> dict[str, Policy]:
+    """The policies of ``resolved`` specs: restored from ``states`` where one is given (its
+    spaces checked against the environment's agents), else new."""
+    policies: dict[str, Policy] = {}
+    for pid, spec in resolved.items():
+        if pid not in states:
+            policies[pid] = new_policy(config, pid, spec)
+            continue
+        policy = Policy.from_state(states[pid], copy=copy)
+        mismatch = mismatched_space((spec.observation_space, spec.action_space),
+                                    (policy.observation_space, policy.action_space))
+        if mismatch is not None:
+            name, agents_space, policy_space = mismatch
+            raise ConfigError(
+                f"Restored policy {pid!r} has {name} space {policy_space}, but the environment's "
+                f"agents mapped to it have {agents_space}."
+            )
+        # The restored config's lr (possibly overridden) wins over the stored one.
+        if spec.config:
+            policy.set_learning_rate(float(spec.config["lr"]))
+        policies[pid] = policy
+    return policies
+
+
+def record_specs(config: AlgorithmConfig, resolved: Mapping[str, PolicySpec]) -> None:
+    """Keep the resolved class and spaces in ``config``, so that it describes the policies
+    completely (a restore then needs no environment agent to infer them)."""
+    for pid, spec in resolved.items():
+        own = config.policies[pid]
+        config.policies[pid] = PolicySpec(spec.policy_class, spec.observation_space,
+                                          spec.action_space, own.config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
 from cairn.config.base_fields import BASE_FIELDS
 from cairn.config.checks import (
@@ -13,23 +13,46 @@ from cairn.config.checks import (
     decode_callable,
     encode_callable,
     normalize_policies,
-    spaces_equal,
     suggest,
 )
 from cairn.config.fields import Field
-from cairn.errors import ConfigError
+from cairn.core import AlgorithmLike
+from cairn.errors import ConfigError, UnsafeCheckpointError
 from cairn.policy.model import check_model_config
 from cairn.policy.spec import PolicySpec
-from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
-from cairn.registry import CALLABLE_KEY
+from cairn.policy_ids import DEFAULT_POLICY_ID, check_mapped_policy_id
+from cairn.registry import CALLABLE_KEY, resolve_class
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
 
-__all__ = ["AlgorithmConfig", "PolicyMapping", "BASE_FIELDS", "CALLABLE_KEY", "spaces_equal", "merge_setting"]
+__all__ = ["AlgorithmConfig", "PolicyMapping", "BASE_FIELDS", "CALLABLE_KEY", "merge_setting"]
 
 PolicyMapping = Callable[..., str] | Mapping[Any, str]
 _NOT_PROVIDED: Any = object()
+#: Config classes by the registry name of the algorithm they build (``algo_class_name``).
+_CONFIG_CLASSES: dict[str, type[AlgorithmConfig]] = {}
+
+
+def _algorithm_class(name: str) -> type:
+    """The algorithm class registered as ``name`` (or named ``"module:QualName"``), checked to
+    be an algorithm (:class:`cairn.core.AlgorithmLike`) before it is used.
+
+    The config layer imports no algorithm: algorithms register themselves
+    (``@register_class``) when their module is imported, which ``import cairn`` does for
+    cairn's own.
+    """
+    try:
+        return resolve_class(name, cast("type[Any]", AlgorithmLike))
+    except UnsafeCheckpointError as exc:
+        if ":" in name:  # an import reference that was refused: a checkpoint attack's error
+            raise
+        raise ConfigError(
+            f"Unknown algo_class {name!r}: no algorithm is registered under that name ({exc}). "
+            "Import the module that defines the algorithm (its class is registered with "
+            "cairn.register_class when the module is imported), or name it as "
+            "'package.module:ClassName'."
+        ) from exc
 
 
 def merge_setting(current: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
@@ -83,6 +106,13 @@ class AlgorithmConfig:
     export_native_model_files: bool
     seed: int | None
     log_dir: str | None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Config classes know their algorithm by registry name only (config sits below the
+        # algorithms): from_dict() picks the config class of a stored algo_class here.
+        super().__init_subclass__(**kwargs)
+        if cls.algo_class_name is not None:
+            _CONFIG_CLASSES[cls.algo_class_name] = cls
 
     def __init__(self) -> None:
         for key, field in self.FIELDS.items():
@@ -226,7 +256,7 @@ class AlgorithmConfig:
         return self._set("debugging", {"seed": seed, "log_dir": log_dir})
 
     # ------------------------------------------------------------------------------ lifecycle
-    def copy(self) -> AlgorithmConfig:
+    def copy(self) -> Self:
         """A deep copy (callables are shared, not copied)."""
         return copy.deepcopy(self)
 
@@ -251,7 +281,6 @@ class AlgorithmConfig:
                 "train_batch_size."
             )
         policies = normalize_policies(self.policies)
-        check_policy_ids(policies)
         check_policy_mapping(self.policy_mapping_fn)
         if self.policy_mapping_fn is None and len(policies) > 1:
             raise ConfigError(
@@ -260,11 +289,7 @@ class AlgorithmConfig:
             )
         if isinstance(self.policy_mapping_fn, Mapping):
             for agent_id, pid in self.policy_mapping_fn.items():
-                if pid not in policies:
-                    raise ConfigError(
-                        f"policy_mapping_fn maps agent {agent_id!r} to unknown policy {pid!r}; "
-                        f"known policies: {sorted(policies)}."
-                    )
+                check_mapped_policy_id(agent_id, pid, policies)
         if self.policies_to_train is not None:
             for pid in self.policies_to_train:
                 if pid not in policies:
@@ -278,16 +303,14 @@ class AlgorithmConfig:
 
     def build(self) -> Algorithm:
         """Validate, then build the algorithm (environments, policies, env runners)."""
-        from cairn.algorithms.algorithm import Algorithm
-        from cairn.registry import resolve_class
-
         self.validate()
         if self.algo_class_name is None:
             raise ConfigError(
                 "A plain AlgorithmConfig builds no algorithm; use an algorithm's config such as "
                 "cairn.PPOConfig()."
             )
-        return resolve_class(self.algo_class_name, Algorithm)(config=self)
+        algo_cls: Any = _algorithm_class(self.algo_class_name)
+        return algo_cls(config=self)  # type: ignore[no-any-return]
 
     # ---------------------------------------------------------------------------- derived
     @property
@@ -392,16 +415,17 @@ class AlgorithmConfig:
     def class_for(cls, algo_class: Any) -> type[AlgorithmConfig]:
         """The config class of the algorithm ``algo_class`` names (a registry name, as
         ``to_dict()`` stores it); this class for None or its own algorithm's name."""
-        from cairn.algorithms.algorithm import Algorithm
-        from cairn.registry import resolve_class
-
         if algo_class is None or algo_class == cls.algo_class_name:
             return cls
-        try:
-            algo_cls = resolve_class(algo_class, Algorithm)
-        except Exception as exc:
-            raise ConfigError(f"Unknown algo_class {algo_class!r}: {exc}") from exc
-        return algo_cls.config_class
+        if algo_class in _CONFIG_CLASSES:
+            return _CONFIG_CLASSES[algo_class]
+        config_cls = getattr(_algorithm_class(algo_class), "config_class", None)
+        if not (isinstance(config_cls, type) and issubclass(config_cls, AlgorithmConfig)):
+            raise ConfigError(
+                f"algo_class {algo_class!r} names an algorithm without a config_class (a subclass "
+                "of AlgorithmConfig); give the algorithm class one."
+            )
+        return config_cls
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.to_dict()!r})"

@@ -11,9 +11,8 @@ import gymnasium as gym
 
 from cairn.errors import ConfigError, MissingCallableError
 from cairn.policy.spec import PolicySpec
-from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids, validate_policy_id
+from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
 from cairn.registry import callable_reference, registered_envs, resolve_callable
-from cairn.spaces import space_to_json
 
 __all__ = [
     "CALLABLE_KEY",
@@ -23,7 +22,6 @@ __all__ = [
     "normalize_policies",
     "check_policy_mapping",
     "check_env",
-    "spaces_equal",
 ]
 
 #: Key of the JSON object that stands for a callable in ``AlgorithmConfig.to_dict()``.
@@ -61,8 +59,8 @@ def normalize_policies(policies: Any) -> dict[str, PolicySpec]:
         return {DEFAULT_POLICY_ID: PolicySpec()}
     if isinstance(policies, Mapping):
         out = {}
+        check_policy_ids(policies)
         for pid, spec in policies.items():
-            validate_policy_id(pid, error=True)
             if spec is None:
                 spec = PolicySpec()
             elif isinstance(spec, Mapping):
@@ -73,7 +71,6 @@ def normalize_policies(policies: Any) -> dict[str, PolicySpec]:
                     f"{type(spec).__name__}."
                 )
             out[pid] = spec
-        check_policy_ids(out)
         return out
     if isinstance(policies, (set, frozenset, list, tuple)):
         ids = sorted(policies, key=str) if isinstance(policies, (set, frozenset)) else list(policies)
@@ -125,8 +122,3 @@ def check_env(env: Any) -> None:
             f"Unknown environment {env!r}: it is neither registered with cairn.register_env() "
             f"nor a Gymnasium ID ({exc})." + suggest(env, known)
         ) from None
-
-
-def spaces_equal(a: gym.Space[Any], b: gym.Space[Any]) -> bool:
-    """Structural equality of two spaces through their JSON form."""
-    return space_to_json(a) == space_to_json(b)

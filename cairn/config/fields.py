@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from cairn.errors import ConfigError
+from cairn.validation import check_section
 
 __all__ = [
     "Field", "positive_int", "non_negative_int", "number", "choice", "optional", "boolean",
@@ -76,12 +77,3 @@ def optional(inner: Check) -> Check:
             inner(key, value)
 
     return check
-
-
-def check_section(key: str, value: Any, allowed: Iterable[str]) -> None:
-    """Raise ConfigError unless ``value`` is a dict whose keys are all in ``allowed``."""
-    if not isinstance(value, dict):
-        raise ConfigError(f"Config {key!r} must be a dict, got {value!r}.")
-    unknown = set(value) - set(allowed)
-    if unknown:
-        raise ConfigError(f"Unknown {key} keys {sorted(unknown)}; allowed: {sorted(allowed)}.")

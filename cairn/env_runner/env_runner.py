@@ -16,10 +16,11 @@ import numpy as np
 
 from cairn.env_runner.env_state import get_env_state, set_env_state
 from cairn.env_runner.episode import EpisodeTotals
-from cairn.env_runner.make_env import is_multi_agent_env, make_env
-from cairn.env_runner.sample_batch import SampleBatch
-from cairn.errors import ConfigError
-from cairn.rng import make_rng, rng_state
+from cairn.env_runner.make_env import close_env, is_multi_agent_env, make_env
+from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
+from cairn.env_runner.trajectories import AgentTrajectories
+from cairn.policy_ids import check_mapped_policy_id
+from cairn.rng import make_rng, rng_state, seeded_rng
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -57,9 +58,7 @@ class EnvRunner:
         self.policies = dict(policies)
         self.worker_index = worker_index
         self.num_envs = num_envs or config.num_envs_per_env_runner
-        seed = config.seed
-        entropy = None if seed is None else [seed, worker_index, seed_offset]
-        self._rng = np.random.default_rng(np.random.SeedSequence(entropy))
+        self._rng = seeded_rng(config.seed, worker_index, seed_offset)
         self.envs = [first_env] if first_env is not None else []
         self.envs += [make_env(config) for _ in range(self.num_envs - len(self.envs))]
         self.multi_agent = is_multi_agent_env(self.envs[0])
@@ -86,13 +85,7 @@ class EnvRunner:
         be one of ``policies`` (default: this runner's)."""
         config = self.config if config is None else config
         policies = self.policies if policies is None else policies
-        pid = config.map_agent(agent)
-        if pid not in policies:
-            raise ConfigError(
-                f"policy_mapping_fn mapped agent {agent!r} to {pid!r}, which is not one of the "
-                f"policies {sorted(policies)}; return one of those IDs (or add the policy first)."
-            )
-        return pid
+        return check_mapped_policy_id(agent, config.map_agent(agent), policies)
 
     def _map(self, env_index: int, agent: Any) -> str:
         pids = self._agent_pids[env_index]
@@ -153,20 +146,19 @@ class EnvRunner:
         steps = num_steps or self.config.get_rollout_fragment_length()
         if self._needs_reset:
             self._reset_all(update_filter=True)
-        if self.multi_agent:
-            return self._sample_multi_agent(steps, explore=explore, record=True, update_filter=True)
-        return self._sample_single_agent(steps, explore=explore, record=True, update_filter=True)
+        sample = self._sample_multi_agent if self.multi_agent else self._sample_single_agent
+        batches = sample(steps, explore=explore, record=True, update_filter=True)
+        self.num_env_steps_sampled += steps * self.num_envs
+        return batches
 
     def run_episodes(self, num_episodes: int, *, explore: bool = False) -> list[dict[str, Any]]:
         """Play ``num_episodes`` fresh episodes without recording or updating filters
         (used for evaluation) and return their metrics."""
         self._completed = []
         self._reset_all(update_filter=False)
+        sample = self._sample_multi_agent if self.multi_agent else self._sample_single_agent
         while len(self._completed) < num_episodes:
-            if self.multi_agent:
-                self._sample_multi_agent(64, explore=explore, record=False, update_filter=False)
-            else:
-                self._sample_single_agent(64, explore=explore, record=False, update_filter=False)
+            sample(64, explore=explore, record=False, update_filter=False)
         self._needs_reset = True
         done, self._completed = self._completed[:num_episodes], []
         return done
@@ -217,28 +209,17 @@ class EnvRunner:
         self._obs = obs
         if not record:
             return {}
-        policy.global_timestep += steps * n_envs
-        self.num_env_steps_sampled += steps * n_envs
-        ends = term_buf | trunc_buf
-        ends[-1] = True
-
-        def env_major(a: np.ndarray) -> np.ndarray:
-            return np.ascontiguousarray(a.swapaxes(0, 1)).reshape(steps * n_envs, *a.shape[2:])
-
-        batch = SampleBatch(
-            obs=env_major(obs_buf), actions=env_major(act_buf), rewards=env_major(rew_buf),
-            terminateds=env_major(term_buf), truncateds=env_major(trunc_buf),
-            ends=env_major(ends), next_obs=env_major(next_buf),
-        )
-        return {self._single_pid: batch}
+        count_sampled_steps(self.policies, {self._single_pid: steps * n_envs})
+        return {self._single_pid: SampleBatch.from_time_major(
+            obs=obs_buf, actions=act_buf, rewards=rew_buf, terminateds=term_buf,
+            truncateds=trunc_buf, next_obs=next_buf)}
 
     def _sample_multi_agent(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool
     ) -> dict[str, SampleBatch]:
         # One trajectory per (env index, agent); rows are appended as the agent acts, and the
         # next observation of its last row is filled in when the following observation arrives.
-        trajs: dict[tuple[int, Any], dict[str, list[Any]]] = {}
-        order: list[tuple[int, Any]] = []
+        trajs = AgentTrajectories()
         for _ in range(steps):
             by_pid: dict[str, list[tuple[int, Any]]] = defaultdict(list)
             for i in range(self.num_envs):
@@ -251,8 +232,8 @@ class EnvRunner:
                 obs = np.stack([self._ma_obs[i][a] for i, a in slots])
                 raw = policy.compute_raw_actions(obs, explore=explore)
                 env_actions = policy.dist.to_env(raw)
-                if record:
-                    policy.global_timestep += len(slots)
+                if record:  # counted as they act: a DQN policy's epsilon follows at once
+                    count_sampled_steps(self.policies, {pid: len(slots)})
                 for k, (i, agent) in enumerate(slots):
                     actions[i][agent] = env_actions[k]
                     acted[(i, agent)] = (obs[k], raw[k])
@@ -270,17 +251,8 @@ class EnvRunner:
                     ep.ret += r
                     ep.agent_returns[agent] += r
                     if record:
-                        key = (i, agent)
-                        if key not in trajs:
-                            trajs[key] = {c: [] for c in ("obs", "actions", "rewards", "terminateds", "truncateds", "next_obs")}
-                            order.append(key)
-                        row = trajs[key]
-                        row["obs"].append(acted[key][0])
-                        row["actions"].append(acted[key][1])
-                        row["rewards"].append(r)
-                        row["terminateds"].append(bool(term_d.get(agent, False)))
-                        row["truncateds"].append(bool(trunc_d.get(agent, False)))
-                        row["next_obs"].append(None)
+                        trajs.add((i, agent), *acted[(i, agent)], r, bool(term_d.get(agent, False)),
+                                  bool(trunc_d.get(agent, False)))
                 alive = set(env.agents)
                 episode_over = not alive
                 for agent in actions[i]:
@@ -302,33 +274,14 @@ class EnvRunner:
             for (i, tag), processed_row in processed.items():
                 if isinstance(tag, tuple):  # ("final", agent): next obs of a finished agent
                     if record and (i, tag[1]) in trajs:
-                        trajs[(i, tag[1])]["next_obs"][-1] = processed_row
+                        trajs.set_next_obs((i, tag[1]), processed_row)
                     continue
                 if record and (i, tag) in acted and (i, tag) not in ended:
-                    trajs[(i, tag)]["next_obs"][-1] = processed_row
+                    trajs.set_next_obs((i, tag), processed_row)
                 self._ma_obs[i][tag] = processed_row
         if not record:
             return {}
-        self.num_env_steps_sampled += steps * self.num_envs
-        per_pid: dict[str, list[dict[str, np.ndarray]]] = defaultdict(list)
-        for key in order:
-            i, agent = key
-            row = trajs[key]
-            # Rows whose agent vanished without a final observation bootstrap from their own obs
-            # (their value is cut by terminated/ends anyway).
-            next_obs = [n if n is not None else o for n, o in zip(row["next_obs"], row["obs"])]
-            term = np.array(row["terminateds"], dtype=bool)
-            trunc = np.array(row["truncateds"], dtype=bool)
-            ends = term | trunc
-            ends[-1] = True
-            per_pid[self._agent_pids[i].get(agent) or self.config.map_agent(agent)].append({
-                "obs": np.stack(row["obs"]).astype(np.float32, copy=False),
-                "actions": np.stack(row["actions"]),
-                "rewards": np.array(row["rewards"], dtype=np.float32),
-                "terminateds": term, "truncateds": trunc, "ends": ends,
-                "next_obs": np.stack(next_obs).astype(np.float32, copy=False),
-            })
-        return {pid: SampleBatch.concat(parts) for pid, parts in per_pid.items()}
+        return trajs.batches(lambda key: self._agent_pids[key[0]].get(key[1]) or self.config.map_agent(key[1]))
 
     # ------------------------------------------------------------------------------- metrics
     def get_metrics(self) -> list[dict[str, Any]]:
@@ -436,6 +389,4 @@ class EnvRunner:
     def stop(self) -> None:
         """Close the environments."""
         for env in self.envs:
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
+            close_env(env)

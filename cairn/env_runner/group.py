@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cairn.env_runner.env_runner import EnvRunner
-from cairn.env_runner.sample_batch import SampleBatch
+from cairn.env_runner.make_env import close_env
+from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.errors import CairnError, ConfigError
 
 if TYPE_CHECKING:
@@ -148,9 +149,7 @@ class EnvRunnerGroup:
         if config.num_env_runners == 0:
             self.local = EnvRunner(config, policies, worker_index=0, first_env=first_env)
             return
-        close = getattr(first_env, "close", None)
-        if close is not None:  # remote runners build their own
-            close()
+        close_env(first_env)  # remote runners build their own
         try:
             import ray
         except ImportError:
@@ -241,9 +240,9 @@ class EnvRunnerGroup:
         episodes: list[dict[str, Any]] = []
         env_steps = 0
         for batches, metrics, deltas, steps in (results[index] for index in sorted(results)):
+            count_sampled_steps(self.policies, {pid: len(batch) for pid, batch in batches.items()})
             for pid, batch in batches.items():
                 parts[pid].append(batch)
-                self.policies[pid].global_timestep += len(batch)
             for pid, delta in deltas.items():
                 if delta is not None and pid in self.policies:
                     self.policies[pid].observation_filter.merge_delta(delta)

@@ -12,7 +12,7 @@ from cairn.registry import registered_envs
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
 
-__all__ = ["make_env", "is_multi_agent_env"]
+__all__ = ["make_env", "is_multi_agent_env", "env_agents", "close_env"]
 
 
 def make_env(config: AlgorithmConfig) -> Any:
@@ -74,3 +74,18 @@ def is_multi_agent_env(env: Any) -> bool:
     :func:`make_env` has already turned away (or converted) AEC environments.
     """
     return hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
+
+
+def env_agents(env: Any, default_agent_id: Any) -> dict[Any, tuple[Any, Any]]:
+    """``{agent_id: (observation_space, action_space)}`` of an environment; a single-agent one
+    has one agent, ``default_agent_id``."""
+    if is_multi_agent_env(env):
+        return {a: (env.observation_space(a), env.action_space(a)) for a in env.possible_agents}
+    return {default_agent_id: (env.observation_space, env.action_space)}
+
+
+def close_env(env: Any) -> None:
+    """Close ``env`` if it can be closed (None and objects without ``close()`` are left be)."""
+    close = getattr(env, "close", None)
+    if close is not None:
+        close()

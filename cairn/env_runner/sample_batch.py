@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
-__all__ = ["SampleBatch", "COLUMNS"]
+__all__ = ["SampleBatch", "COLUMNS", "count_sampled_steps"]
 
 #: obs and next_obs are processed (flattened, filtered) float32 rows; actions are raw policy
 #: actions; ``ends`` marks the last step of each contiguous piece of one episode (episode end or
@@ -34,3 +35,29 @@ class SampleBatch(dict[str, np.ndarray]):
         if len(batches) == 1:
             return SampleBatch(batches[0])
         return SampleBatch({k: np.concatenate([b[k] for b in batches]) for k in batches[0]})
+
+    @staticmethod
+    def from_time_major(**columns: np.ndarray) -> SampleBatch:
+        """A batch from ``[steps, envs, ...]`` columns (one row per step of each env), in env
+        major order: each env's steps are contiguous, so that ``ends`` cuts its trajectory.
+
+        ``ends`` is computed here (an episode end, or the fragment's last step).
+        """
+        steps, n_envs = columns["rewards"].shape[:2]
+        ends = columns["terminateds"] | columns["truncateds"]
+        ends[-1] = True
+
+        def env_major(a: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(a.swapaxes(0, 1)).reshape(steps * n_envs, *a.shape[2:])
+
+        columns = {**columns, "ends": ends}
+        return SampleBatch({k: env_major(columns[k]) for k in COLUMNS if k in columns})
+
+
+def count_sampled_steps(policies: Mapping[str, Any], steps: Mapping[str, int]) -> None:
+    """Add ``steps[policy_id]`` agent steps to each policy's ``global_timestep``: the one place
+    that counter grows (an env runner for its own policies as it samples; the runner group
+    for the learner's, from the batches of remote runners)."""
+    for pid, n in steps.items():
+        if pid in policies:
+            policies[pid].global_timestep += n

@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from cairn.config.fields import check_section
 from cairn.errors import ConfigError, ImageObservationWarning
 from cairn.spaces import is_image_space
+from cairn.validation import check_section
 
 __all__ = ["ActorCriticMLP", "ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config", "builds_config_mlp",
            "warn_if_image_observations"]

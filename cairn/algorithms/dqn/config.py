@@ -103,7 +103,19 @@ class DQNConfig(AlgorithmConfig):
         "store_replay_buffer": Field("checkpointing", False, boolean, "buffer in checkpoints"),
     }
     algo_class_name = "DQN"
+
+    # One attribute per DQN field (documented above), so that mypy checks every option read.
     replay_buffer_config: dict[str, Any]
+    target_network_update_freq: int
+    double_q: bool
+    dueling: bool
+    n_step: int
+    td_error_loss_fn: str
+    epsilon: list[list[float]]
+    num_steps_sampled_before_learning_starts: int
+    training_intensity: float | None
+    update_backend: str
+    store_replay_buffer: bool
 
     def training(self, **kwargs: Any) -> AlgorithmConfig:
         """Set training settings; ``replay_buffer_config`` is merged like ``model``."""

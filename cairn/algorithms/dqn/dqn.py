@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-import zlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -22,6 +21,7 @@ from cairn.policy.policy import Policy
 from cairn.policy.torch_utils import clip_grad_norm
 from cairn.registry import register_class
 from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer, make_replay_buffer
+from cairn.rng import seed_sequence
 
 __all__ = ["DQN", "REPLAY_BUFFER_COMPONENT"]
 
@@ -50,6 +50,7 @@ class DQN(Algorithm):
     """
 
     config_class: ClassVar[type[AlgorithmConfig]] = DQNConfig
+    config: DQNConfig
     default_policy_class: ClassVar[type[Policy]] = DQNPolicy
 
     def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
@@ -61,7 +62,7 @@ class DQN(Algorithm):
         try:
             for pid in self.policies:
                 self._dqn_policy(pid)
-            if self._cfg.update_backend == "numpy":  # refuse what numpy cannot train now, not later
+            if self.config.update_backend == "numpy":  # refuse what numpy cannot train now, not later
                 for pid in self.policies_to_train:
                     self._update_backend(pid, self._dqn_policy(pid))
         except Exception:
@@ -70,17 +71,15 @@ class DQN(Algorithm):
 
     def _buffer(self, pid: str) -> ReplayBuffer:
         if pid not in self.replay_buffers:
-            seed = self._cfg.seed
-            entropy = None if seed is None else [seed, 2, zlib.crc32(pid.encode())]
             self.replay_buffers[pid] = make_replay_buffer(
-                self._cfg.replay_buffer_config,
-                seed=int(np.random.SeedSequence(entropy).generate_state(1)[0]),
+                self.config.replay_buffer_config,
+                seed=int(seed_sequence(self.config.seed, 2, pid).generate_state(1)[0]),
             )
         return self.replay_buffers[pid]
 
     # ---------------------------------------------------------------------------- training
     def training_step(self) -> dict[str, dict[str, Any]]:
-        cfg = self._cfg
+        cfg = self.config
         history: dict[str, list[list[float]]] = {}
         backends: dict[str, str] = {}
         start = self.counters["num_env_steps_sampled_lifetime"]
@@ -116,11 +115,6 @@ class DQN(Algorithm):
                               update_backend=backends[pid])
         return stats
 
-    @property
-    def _cfg(self) -> Any:
-        """The config, typed loosely: its settings are declared as FIELDS, not attributes."""
-        return self.config
-
     def _dqn_policy(self, pid: str) -> DQNPolicy:
         policy = self.policies[pid]
         if not isinstance(policy, DQNPolicy):
@@ -136,7 +130,7 @@ class DQN(Algorithm):
         Asked again in every iteration, so a network or optimizer replaced between two
         ``train()`` calls is seen.
         """
-        chosen = self._cfg.update_backend
+        chosen = self.config.update_backend
         if chosen == "torch":
             return "torch"
         reason = numpy_update_unsupported(policy.model, policy.optimizer)
@@ -153,23 +147,23 @@ class DQN(Algorithm):
 
     def _updates_due(self, pid: str, rows: int) -> int:
         """Gradient updates owed after ``rows`` new transitions of policy ``pid``."""
-        intensity = self._cfg.training_intensity
+        intensity = self.config.training_intensity
         if intensity is None:
             return 1 if rows else 0
-        credit = self._update_credit.get(pid, 0.0) + rows * intensity / self._cfg.minibatch_size
+        credit = self._update_credit.get(pid, 0.0) + rows * intensity / self.config.minibatch_size
         due = int(credit)
         self._update_credit[pid] = credit - due
         return due
 
     def _transitions(self, batch: SampleBatch) -> dict[str, np.ndarray]:
         """Rows to store: n-step returns, bootstrapping from the window's last next_obs."""
-        n = self._cfg.n_step
+        n = self.config.n_step
         if n == 1:
             returns, last = batch["rewards"], np.arange(len(batch))
             steps = np.ones(len(batch), dtype=np.int32)
         else:
             returns, last, steps = n_step_returns(batch["rewards"], batch["ends"],
-                                                  gamma=self._cfg.gamma, n=n)
+                                                  gamma=self.config.gamma, n=n)
         return {
             "obs": batch["obs"],
             "actions": batch["actions"],
@@ -180,7 +174,7 @@ class DQN(Algorithm):
         }
 
     def _learn(self, policy: DQNPolicy, buffer: ReplayBuffer, *, backend: str) -> list[float]:
-        cfg = self._cfg
+        cfg = self.config
         sample = buffer.sample(cfg.minibatch_size)
         # Targets need no gradient: compute them in numpy on views of the networks' live
         # parameters. For a minibatch of 64, that skips dozens of torch operator dispatches
@@ -229,7 +223,7 @@ class DQN(Algorithm):
     def _get_components(self, *, copy: bool) -> dict[str, Any]:
         """The replay buffers, when ``store_replay_buffer`` is set: in checkpoints as the
         ``replay_buffer`` component, and in :meth:`get_state` (as a copy) likewise."""
-        if not self._cfg.store_replay_buffer:
+        if not self.config.store_replay_buffer:
             return {}
         return {REPLAY_BUFFER_COMPONENT: {
             "policies": {pid: buf.get_state(copy=copy) for pid, buf in self.replay_buffers.items()},

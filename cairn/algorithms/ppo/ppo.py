@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -61,6 +61,7 @@ class PPO(Algorithm):
     """
 
     config_class: ClassVar[type[AlgorithmConfig]] = PPOConfig
+    config: PPOConfig
 
     def training_step(self) -> dict[str, dict[str, float]]:
         batches = self._sample()
@@ -73,7 +74,7 @@ class PPO(Algorithm):
         return stats
 
     def _learn(self, policy: Policy, batch: SampleBatch) -> dict[str, float]:
-        cfg: Any = self.config
+        cfg = self.config
         model, dist = policy.model, policy.dist
         obs = torch.from_numpy(batch["obs"])
         actions = torch.from_numpy(batch["actions"])
