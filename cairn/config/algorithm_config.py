@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from cairn.config.algorithm_classes import algorithm_class, register_config_class, registered_config_class
 from cairn.config.base_fields import BASE_FIELDS
 from cairn.config.checks import (
     check_env,
     check_policy_mapping,
     decode_callable,
     encode_callable,
+    merge_setting,
     normalize_policies,
+    require_mapping,
     suggest,
 )
 from cairn.config.fields import Field
-from cairn.core import AlgorithmLike
-from cairn.errors import ConfigError, UnsafeCheckpointError
+from cairn.errors import ConfigError
 from cairn.policy.model import check_model_config
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_mapped_policy_id
-from cairn.registry import CALLABLE_KEY, resolve_class
+from cairn.registry import CALLABLE_KEY
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
@@ -30,39 +32,6 @@ __all__ = ["AlgorithmConfig", "PolicyMapping", "BASE_FIELDS", "CALLABLE_KEY", "m
 
 PolicyMapping = Callable[..., str] | Mapping[Any, str]
 _NOT_PROVIDED: Any = object()
-#: Config classes by the registry name of the algorithm they build (``algo_class_name``).
-_CONFIG_CLASSES: dict[str, type[AlgorithmConfig]] = {}
-
-
-def _algorithm_class(name: str) -> type:
-    """The algorithm class registered as ``name`` (or named ``"module:QualName"``), checked to
-    be an algorithm (:class:`cairn.core.AlgorithmLike`) before it is used.
-
-    The config layer imports no algorithm: algorithms register themselves
-    (``@register_class``) when their module is imported, which ``import cairn`` does for
-    cairn's own.
-    """
-    try:
-        return resolve_class(name, cast("type[Any]", AlgorithmLike))
-    except UnsafeCheckpointError as exc:
-        if ":" in name:  # an import reference that was refused: a checkpoint attack's error
-            raise
-        raise ConfigError(
-            f"Unknown algo_class {name!r}: no algorithm is registered under that name ({exc}). "
-            "Import the module that defines the algorithm (its class is registered with "
-            "cairn.register_class when the module is imported), or name it as "
-            "'package.module:ClassName'."
-        ) from exc
-
-
-def merge_setting(current: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
-    """A dict-valued setting (:meth:`AlgorithmConfig.merged_fields`) after ``training()`` or a
-    restore's ``config_overrides`` set ``given`` over ``current``: one level deep, as a copy.
-
-    >>> merge_setting({"hidden": [64, 64], "activation": "tanh"}, {"hidden": [32]})
-    {'hidden': [32], 'activation': 'tanh'}
-    """
-    return copy.deepcopy({**current, **given})
 
 
 class AlgorithmConfig:
@@ -112,7 +81,7 @@ class AlgorithmConfig:
         # algorithms): from_dict() picks the config class of a stored algo_class here.
         super().__init_subclass__(**kwargs)
         if cls.algo_class_name is not None:
-            _CONFIG_CLASSES[cls.algo_class_name] = cls
+            register_config_class(cls.algo_class_name, cls)
 
     def __init__(self) -> None:
         for key, field in self.FIELDS.items():
@@ -309,7 +278,7 @@ class AlgorithmConfig:
                 "A plain AlgorithmConfig builds no algorithm; use an algorithm's config such as "
                 "cairn.PPOConfig()."
             )
-        algo_cls: Any = _algorithm_class(self.algo_class_name)
+        algo_cls: Any = algorithm_class(self.algo_class_name)
         return algo_cls(config=self)  # type: ignore[no-any-return]
 
     # ---------------------------------------------------------------------------- derived
@@ -400,7 +369,7 @@ class AlgorithmConfig:
             elif isinstance(value, Mapping) and CALLABLE_KEY in value:
                 value = decode_callable(value, key)
             if key == "policies":
-                value = {pid: PolicySpec.from_dict(s) for pid, s in _mapping(value, key).items()}
+                value = {pid: PolicySpec.from_dict(s) for pid, s in require_mapping(value, key).items()}
             elif key == "model":
                 check_model_config(value)
             setattr(config, key, copy.deepcopy(value) if key not in ("env", "policy_mapping_fn") or not callable(value) else value)
@@ -417,9 +386,8 @@ class AlgorithmConfig:
         ``to_dict()`` stores it); this class for None or its own algorithm's name."""
         if algo_class is None or algo_class == cls.algo_class_name:
             return cls
-        if algo_class in _CONFIG_CLASSES:
-            return _CONFIG_CLASSES[algo_class]
-        config_cls = getattr(_algorithm_class(algo_class), "config_class", None)
+        config_cls = registered_config_class(algo_class) or getattr(
+            algorithm_class(algo_class), "config_class", None)
         if not (isinstance(config_cls, type) and issubclass(config_cls, AlgorithmConfig)):
             raise ConfigError(
                 f"algo_class {algo_class!r} names an algorithm without a config_class (a subclass "
@@ -429,9 +397,3 @@ class AlgorithmConfig:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.to_dict()!r})"
-
-
-def _mapping(value: Any, key: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"Config {key!r} must be a dict, got {value!r:.100}.")
-    return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import inspect
 from collections.abc import Callable, Mapping
@@ -22,6 +23,8 @@ __all__ = [
     "normalize_policies",
     "check_policy_mapping",
     "check_env",
+    "merge_setting",
+    "require_mapping",
 ]
 
 #: Key of the JSON object that stands for a callable in ``AlgorithmConfig.to_dict()``.
@@ -122,3 +125,20 @@ def check_env(env: Any) -> None:
             f"Unknown environment {env!r}: it is neither registered with cairn.register_env() "
             f"nor a Gymnasium ID ({exc})." + suggest(env, known)
         ) from None
+
+
+def merge_setting(current: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """A dict-valued setting (:meth:`AlgorithmConfig.merged_fields`) after ``training()`` or a
+    restore's ``config_overrides`` set ``given`` over ``current``: one level deep, as a copy.
+
+    >>> merge_setting({"hidden": [64, 64], "activation": "tanh"}, {"hidden": [32]})
+    {'hidden': [32], 'activation': 'tanh'}
+    """
+    return copy.deepcopy({**current, **given})
+
+
+def require_mapping(value: Any, key: str) -> Mapping[str, Any]:
+    """``value``, or ConfigError when config ``key`` is not a dict."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"Config {key!r} must be a dict, got {value!r:.100}.")
+    return value

@@ -1,0 +1,51 @@
+"""Which algorithm a config builds, and which config class a stored ``algo_class`` names.
+
+The config layer sits below the algorithms and imports none of them: an algorithm is found by
+its registry name (``@register_class`` registers it when its module is imported, which
+``import cairn`` does for cairn's own) and checked to be an algorithm
+(:class:`cairn.core.AlgorithmLike`) before it is used. Config classes register themselves here
+under the name of the algorithm they build (``algo_class_name``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from cairn.core import AlgorithmLike
+from cairn.errors import ConfigError, UnsafeCheckpointError
+from cairn.registry import resolve_class
+
+__all__ = ["register_config_class", "registered_config_class", "algorithm_class"]
+
+#: Config classes by the registry name of the algorithm they build (``algo_class_name``).
+_CONFIG_CLASSES: dict[str, type] = {}
+
+
+def register_config_class(name: str, config_cls: type) -> None:
+    """Record ``config_cls`` as the config of the algorithm registered as ``name``."""
+    _CONFIG_CLASSES[name] = config_cls
+
+
+def registered_config_class(name: str) -> type | None:
+    """The config class registered for algorithm ``name``, or None."""
+    return _CONFIG_CLASSES.get(name)
+
+
+def algorithm_class(name: str) -> type:
+    """The algorithm class registered as ``name`` (or named ``"module:QualName"``).
+
+    An unregistered short name raises :class:`~cairn.errors.ConfigError` saying to import the
+    algorithm's module; a refused import reference keeps its
+    :class:`~cairn.errors.UnsafeCheckpointError` (a crafted checkpoint's ``"os:system"``).
+    """
+    try:
+        return resolve_class(name, cast("type[Any]", AlgorithmLike))
+    except UnsafeCheckpointError as exc:
+        if ":" in name:
+            raise
+        raise ConfigError(
+            f"Unknown algo_class {name!r}: no algorithm is registered under that name ({exc}). "
+            "Import the module that defines the algorithm (its class is registered with "
+            "cairn.register_class when the module is imported), or name it as "
+            "'package.module:ClassName'."
+        ) from exc
