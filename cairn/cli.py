@@ -3,6 +3,7 @@
     cairn train --algo PPO --env CartPole-v1 --stop-iters 20 --out runs/cartpole
     cairn train ... --out runs/cartpole --overwrite   # replace the checkpoint there
     cairn export runs/cartpole --format onnx --opset 18 --out model_dir
+    cairn export runs/ma --policy-id p0 --policy-id p1 --format torch --out models  # models/p0, models/p1
     cairn info runs/cartpole
 """
 
@@ -38,6 +39,13 @@ Ctrl-C saves a checkpoint after the current iteration and exits with status 130.
 """
 
 
+EXPORT_EPILOG = """\
+One policy (a Policy checkpoint, a single --policy-id, or an Algorithm checkpoint with one
+policy) is written into --out itself; several are written into --out/<policy_id>/ each.
+Only the chosen policies are read from the checkpoint.
+"""
+
+
 def _parse_assignment(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key:
@@ -69,11 +77,15 @@ def _build_parser() -> argparse.ArgumentParser:
     train.add_argument("--overwrite", action="store_true",
                        help="replace a checkpoint already at --out (refused otherwise)")
 
-    export = sub.add_parser("export", help="export a policy's model as ONNX or a torch program")
+    export = sub.add_parser("export", help="export policies' models as ONNX or torch programs",
+                            epilog=EXPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     export.add_argument("checkpoint", help="Algorithm or Policy checkpoint directory")
-    export.add_argument("--policy-id", default=None, help="policy of an Algorithm checkpoint")
+    export.add_argument("--policy-id", action="append", default=None, metavar="ID",
+                        help="a policy of an Algorithm checkpoint to export (repeatable; "
+                             "default: all of them)")
     export.add_argument("--format", choices=["onnx", "torch"], required=True)
-    export.add_argument("--opset", type=int, default=None, help="ONNX opset (default 18)")
+    export.add_argument("--opset", type=int, default=None,
+                        help="ONNX opset (--format onnx only; default 18)")
     export.add_argument("--out", required=True, help="output directory")
 
     info = sub.add_parser("info", help="print a checkpoint's manifest summary as JSON")
@@ -219,35 +231,46 @@ def _train(args: argparse.Namespace) -> int:
         algo.stop()
 
 
-def _export(args: argparse.Namespace) -> int:
-    from cairn.export import export_model
+def _export_targets(args: argparse.Namespace) -> list[tuple[str | None, Any, Path]] | str:
+    """What ``cairn export`` writes: ``(policy_id or None for a Policy checkpoint, policy,
+    directory)`` for each chosen policy; or the usage problem, as a message."""
+    from cairn.checkpoint.reader import get_checkpoint_info
     from cairn.policy.policy import Policy
+
+    out = Path(args.out)
+    info = get_checkpoint_info(args.checkpoint)
+    if info["type"] != "Algorithm":
+        if args.policy_id:
+            return ("--policy-id applies to Algorithm checkpoints; this is a Policy checkpoint "
+                    "(leave --policy-id out).")
+        return [(None, Policy.from_checkpoint(args.checkpoint), out)]
+    available = list(info["policy_ids"])
+    chosen = list(dict.fromkeys(args.policy_id)) if args.policy_id else available
+    unknown = [pid for pid in chosen if pid not in available]
+    if unknown:
+        return f"no policy {unknown[0]!r}; the checkpoint has {sorted(available)}."
+    policies = Policy.from_checkpoint(args.checkpoint, policy_ids=chosen)  # only those are read
+    return [(pid, policies[pid], out / pid if len(chosen) > 1 else out) for pid in chosen]
+
+
+def _export(args: argparse.Namespace) -> int:
+    from cairn.export import DEFAULT_OPSET, export_model
+    from cairn.export.onnx_model import check_opset
 
     if args.opset is not None and args.format != "onnx":
         print("cairn export: --opset applies to --format onnx only.", file=sys.stderr)
         return 2
-
-    loaded = Policy.from_checkpoint(args.checkpoint)
-    if isinstance(loaded, dict):
-        if args.policy_id is None:
-            if len(loaded) != 1:
-                print(f"cairn export: the checkpoint has policies {sorted(loaded)}; choose one "
-                      "with --policy-id.", file=sys.stderr)
-                return 2
-            policy = next(iter(loaded.values()))
-        elif args.policy_id in loaded:
-            policy = loaded[args.policy_id]
-        else:
-            print(f"cairn export: no policy {args.policy_id!r}; the checkpoint has "
-                  f"{sorted(loaded)}.", file=sys.stderr)
-            return 2
-    else:
-        policy = loaded
-    if args.format == "onnx":
-        export_model(policy, args.out, onnx=args.opset or 18)
-    else:
-        export_model(policy, args.out)
-    print(f"exported {args.format} model to {args.out}")
+    opset = None
+    if args.format == "onnx":  # checked before any policy is read or written
+        opset = check_opset(DEFAULT_OPSET if args.opset is None else args.opset)
+    targets = _export_targets(args)
+    if isinstance(targets, str):
+        print(f"cairn export: {targets}", file=sys.stderr)
+        return 2
+    for pid, policy, out in targets:
+        export_model(policy, out, onnx=opset)
+        of = "" if pid is None else f" of policy {pid!r}"
+        print(f"exported {args.format} model{of} to {out}", flush=True)
     return 0
 
 

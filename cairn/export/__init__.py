@@ -1,5 +1,8 @@
 """Native model export: a policy's observation-to-action path as files that load without cairn.
 
+Each policy builds its own export graph (:meth:`cairn.Policy.export_graph`, the hook); this
+package only drives it:
+
 * :func:`export_model` writes a ``torch.export`` program (``model.pt2`` + ``model.safetensors``)
   or ``model.onnx``, with ``signature.json``;
 * :func:`write_native_model_files` puts all of them into a checkpoint's ``model/`` directory
@@ -10,22 +13,23 @@ The conventions are documented in ``docs/export.md`` and :mod:`cairn.export.conv
 """
 
 from cairn.export.checkpoint_files import MODEL_DIR, write_native_model_files
-from cairn.export.conventions import BATCH, TensorSpec, input_spec, model_inputs, output_specs
+from cairn.export.conventions import BATCH, TensorSpec, input_spec, model_inputs
 from cairn.export.model_export import export_model
 from cairn.export.onnx_model import DEFAULT_OPSET, ONNX_FILE, SUPPORTED_OPSETS
 from cairn.export.signature import SIGNATURE_FILE
 from cairn.export.torch_program import PROGRAM_FILE, WEIGHTS_FILE
+from cairn.policy.export_graph import register_model_exporter
 from cairn.registry import register_native_model_writer
 
 # Policy.export_checkpoint (policy layer, below this one) finds the writer through the registry.
 register_native_model_writer(write_native_model_files)
+register_model_exporter(export_model)  # Policy.export_model, the same way
 
 __all__ = [
     "export_model",
     "write_native_model_files",
     "model_inputs",
     "input_spec",
-    "output_specs",
     "TensorSpec",
     "BATCH",
     "DEFAULT_OPSET",

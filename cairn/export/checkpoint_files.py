@@ -77,6 +77,6 @@ def write_native_model_files(policy: Policy, root: Path, files: dict[str, dict[s
         except ExportError as exc:
             record["skipped"] = {"onnx": str(exc)}
             warnings.warn(f"The checkpoint of {policy!r} has no model.onnx: {exc}", stacklevel=2)
-    write_signature(model_dir, build_signature(policy, written, opset=record["opset"]))
+    write_signature(model_dir, build_signature(policy, traced.graph, written, opset=record["opset"]))
     _record(model_dir, root, files)
     return record

@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cairn.errors import ExportError
-from cairn.export.conventions import input_spec, output_specs
-from cairn.export.graph import PolicyGraph, example_input
 from cairn.export.onnx_model import ONNX_FILE, check_opset, convert_to_onnx, require_onnx_packages
 from cairn.export.signature import build_signature, write_signature
 from cairn.export.summary import short_reason
@@ -23,6 +21,7 @@ from cairn.export.torch_program import (
     trace_program,
 )
 from cairn.export.verify import check_against_policy, onnx_runner, program_runner
+from cairn.policy.export_graph import ExportGraph
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -32,18 +31,18 @@ __all__ = ["export_model", "Traced", "trace_policy", "write_torch_files", "write
 
 @dataclass(frozen=True)
 class Traced:
-    """A policy traced once, from which each format is written."""
+    """A policy's export graph traced once, from which each format is written."""
 
     policy: Policy
+    graph: ExportGraph
     program: torch.export.ExportedProgram
-    example: torch.Tensor
 
 
 def trace_policy(policy: Policy) -> Traced:
-    """Trace ``policy``'s whole path with torch.export; raise ExportError if it cannot be."""
-    graph = PolicyGraph(policy)
-    example = example_input(policy)
-    return Traced(policy, trace_program(graph, example), example)
+    """Trace the graph of ``policy``'s export hook (:meth:`~cairn.Policy.export_graph`) with
+    torch.export; raise ExportError if it cannot be."""
+    graph = policy.export_graph()
+    return Traced(policy, graph, trace_program(graph))
 
 
 def _remove(directory: Path, names: list[str]) -> None:
@@ -77,7 +76,8 @@ def write_torch_files(traced: Traced, directory: Path) -> dict[str, str]:
     try:
         save_program(traced.program, directory)
         loaded = load_program(directory)
-        check_against_policy(traced.policy, program_runner(loaded), f"saved {PROGRAM_FILE}")
+        check_against_policy(traced.policy, program_runner(loaded), f"saved {PROGRAM_FILE}",
+                             graph=traced.graph)
     except ExportError:
         _remove(directory, names)
         raise
@@ -92,10 +92,9 @@ def write_torch_files(traced: Traced, directory: Path) -> dict[str, str]:
 def write_onnx_file(traced: Traced, directory: Path, opset: int) -> dict[str, str]:
     """Convert to ONNX at ``opset``, check it in onnxruntime against the policy, then write
     ``model.onnx``; returns ``{"onnx": "model.onnx"}``."""
-    policy = traced.policy
+    policy, graph = traced.policy, traced.graph
     data = convert_to_onnx(
-        traced.program, traced.example, opset=opset,
-        inputs=[input_spec(policy.observation_space)], outputs=output_specs(policy.action_space),
+        traced.program, graph.example, opset=opset, inputs=[graph.input], outputs=graph.outputs,
         doc=f"{policy!r} exported by cairn; see signature.json beside this file.",
     )
     try:
@@ -104,7 +103,7 @@ def write_onnx_file(traced: Traced, directory: Path, opset: int) -> dict[str, st
         raise ExportError(
             f"onnxruntime rejected the exported ONNX model at opset {opset}: {short_reason(exc)}."
         ) from exc
-    check_against_policy(policy, runner, f"ONNX model (opset {opset})")
+    check_against_policy(policy, runner, f"ONNX model (opset {opset})", graph=graph)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ONNX_FILE).write_bytes(data)
     return {"onnx": ONNX_FILE}
@@ -117,9 +116,12 @@ def export_model(
 
     Without ``onnx``: ``model.pt2`` (load with ``torch.export.load``) and ``model.safetensors``.
     With ``onnx=<opset>`` (one of ``SUPPORTED_OPSETS``, default choice 18): ``model.onnx``.
-    The model takes raw observations (see :mod:`cairn.export.conventions`) and returns the
-    deterministic action, the action distribution's inputs and the value estimate; it is
-    checked against ``policy.compute_actions`` before this returns.
+    The model is the graph of the policy's export hook (:meth:`~cairn.Policy.export_graph`):
+    it takes raw observations (see :mod:`cairn.export.conventions`) and returns the
+    deterministic action first, then the policy's other outputs (an actor-critic policy's
+    action-distribution inputs and value, a DQN policy's Q-values); it is checked against the
+    policy's own ``compute_actions`` (and the reference of each other output) before this
+    returns.
 
     Args:
         policy: The policy to export; it is not changed.
@@ -144,7 +146,7 @@ def export_model(
         traced = trace_policy(policy)
         directory.mkdir(parents=True, exist_ok=True)
         files = write_torch_files(traced, directory) if opset is None else write_onnx_file(traced, directory, opset)
-        signature = build_signature(policy, files, opset=opset)
+        signature = build_signature(policy, traced.graph, files, opset=opset)
         write_signature(directory, signature)
     except BaseException:
         _remove_if_empty(created)  # a failed export leaves no empty directory behind

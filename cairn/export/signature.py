@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn.checkpoint.manifest import library_versions
-from cairn.export.conventions import TensorSpec, input_spec, output_specs
-from cairn.policy.filters import MeanStdFilter
+from cairn.policy.export_graph import ExportGraph
 from cairn.spaces import space_to_json
 
 if TYPE_CHECKING:
@@ -34,43 +33,29 @@ def _versions(formats: list[str]) -> dict[str, str]:
     return versions
 
 
-def _filter_description(policy: Policy) -> dict[str, Any]:
-    obs_filter = policy.observation_filter
-    if isinstance(obs_filter, MeanStdFilter):
-        return {
-            "name": obs_filter.name,
-            "count": int(obs_filter.count),
-            "clip": float(obs_filter.clip),
-            "epsilon": float(obs_filter.epsilon),
-            "note": "applied inside the model: clip((x - mean) / (std + epsilon), -clip, clip) "
-                    "with the statistics at export time (obs_mean, obs_inv_std in the weights)",
-        }
-    return {"name": obs_filter.name}
-
-
 def build_signature(
-    policy: Policy, files: dict[str, str], *, opset: int | None,
+    policy: Policy, graph: ExportGraph, files: dict[str, str], *, opset: int | None,
 ) -> dict[str, Any]:
-    """The signature document for a model exported from ``policy``.
+    """The signature document for ``graph``, exported from ``policy``.
 
     ``files`` maps each written format (``"torch"``, ``"torch_weights"``, ``"onnx"``) to its
-    file name; ``opset`` is the ONNX opset, or None without an ONNX file.
+    file name; ``opset`` is the ONNX opset, or None without an ONNX file. The graph's
+    ``metadata`` (e.g. ``observation_filter``) is added as it is.
     """
-    inputs: list[TensorSpec] = [input_spec(policy.observation_space)]
-    outputs = output_specs(policy.action_space)
-    return {
+    signature: dict[str, Any] = {
         "format": SIGNATURE_FORMAT,
         "format_version": SIGNATURE_VERSION,
         "policy_class": policy.policy_class_reference,
         "files": dict(files),
-        "inputs": [spec.to_json() for spec in inputs],
-        "outputs": [spec.to_json() for spec in outputs],
+        "inputs": [graph.input.to_json()],
+        "outputs": [spec.to_json() for spec in graph.outputs],
         "observation_space": space_to_json(policy.observation_space),
         "action_space": space_to_json(policy.action_space),
-        "observation_filter": _filter_description(policy),
-        "opset": opset,
-        "versions": _versions(list(files)),
     }
+    signature.update(graph.metadata)
+    signature["opset"] = opset
+    signature["versions"] = _versions(list(files))
+    return signature
 
 
 def write_signature(directory: Path, signature: dict[str, Any]) -> str:

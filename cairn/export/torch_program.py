@@ -15,8 +15,8 @@ import torch
 from cairn.checkpoint.safetensors_io import new_hasher, write_safetensors
 from cairn.errors import ExportError
 from cairn.export.conventions import BATCH
-from cairn.export.graph import PolicyGraph
 from cairn.export.summary import short_reason
+from cairn.policy.export_graph import ExportGraph
 
 __all__ = ["PROGRAM_FILE", "WEIGHTS_FILE", "trace_program", "save_program", "load_program"]
 
@@ -24,15 +24,17 @@ PROGRAM_FILE = "model.pt2"
 WEIGHTS_FILE = "model.safetensors"
 
 
-def trace_program(graph: PolicyGraph, example: torch.Tensor) -> torch.export.ExportedProgram:
-    """Trace ``graph`` with a dynamic batch dimension; raise ExportError if torch.export cannot."""
+def trace_program(graph: ExportGraph) -> torch.export.ExportedProgram:
+    """Trace the policy's export graph with a dynamic batch dimension; raise ExportError if
+    torch.export cannot."""
     batch = torch.export.Dim(BATCH)
     try:
         with torch.no_grad():
-            return torch.export.export(graph, (example,), dynamic_shapes={"obs": {0: batch}})
+            # Positional dynamic shapes: the module's forward may name its input as it likes.
+            return torch.export.export(graph.module, (graph.example,), dynamic_shapes=({0: batch},))
     except Exception as exc:  # torch.export raises many error types; all mean "not exportable"
         raise ExportError(
-            f"torch.export could not trace the model {type(graph.model).__name__}: "
+            f"torch.export could not trace the model {graph.network_name}: "
             f"{short_reason(exc)}. Exported models need a graph without data-dependent Python "
             "control flow (use torch.where/torch.cond instead of `if tensor:`)."
         ) from exc

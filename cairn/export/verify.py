@@ -2,7 +2,9 @@
 
 An export that traces but computes something else (a model reading Python state, an opset
 conversion gone wrong) is worse than a failed one, so every export runs the written model on
-sampled observations and compares it with :meth:`cairn.Policy.compute_actions`.
+sampled observations and compares it with the policy's own acting path
+(:meth:`cairn.Policy.compute_actions`, and the other outputs' reference from the policy's
+export graph).
 """
 
 from __future__ import annotations
@@ -17,17 +19,17 @@ import torch
 
 from cairn.errors import ExportError
 from cairn.export.conventions import model_inputs
-from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
+from cairn.policy.export_graph import ExportGraph
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
 
-__all__ = ["Runner", "sample_observations", "reference_outputs", "check_against_policy",
-           "program_runner", "onnx_runner"]
+__all__ = ["Runner", "sample_observations", "check_against_policy", "program_runner",
+           "onnx_runner"]
 
 Runner = Callable[[np.ndarray], Sequence[np.ndarray]]
 RTOL, ATOL = 1e-5, 1e-5
-# A discrete action may legitimately differ where the two best logits are this close: float
+# A discrete action may legitimately differ where the two best scores are this close: float
 # rounding in another runtime's matrix products can swap them.
 TIE_MARGIN = 1e-4
 
@@ -39,43 +41,33 @@ def sample_observations(space: gym.Space[Any], n: int, *, seed: int = 0) -> list
     return [space.sample() for _ in range(n)]
 
 
-def reference_outputs(policy: Policy, observations: Sequence[Any]) -> list[np.ndarray]:
-    """What the exported model must output for ``observations``, computed by the policy."""
-    action = policy.compute_actions(observations, explore=False)
-    processed = policy.process_observations(observations, update=False)
-    with torch.inference_mode():
-        x = torch.from_numpy(processed)
-        model: Any = policy.model
-        inputs = model.action_inputs(x).numpy()
-        value = model.value(x).numpy()
-    if isinstance(policy.dist, DiagGaussian):
-        size = policy.dist.size
-        return [action, inputs[:, :size], inputs[:, size:], value]
-    return [action, inputs, value]
-
-
-def _near_ties(policy: Policy, logits: np.ndarray) -> np.ndarray:
-    """Rows whose (per component) two best logits are within TIE_MARGIN."""
-    dist = policy.dist
-    sizes = dist.nvec if isinstance(dist, MultiCategorical) else [logits.shape[1]]
-    tied = np.zeros(logits.shape[0], dtype=bool)
+def _near_ties(scores: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
+    """Rows whose (per component) two best scores are within TIE_MARGIN."""
+    tied = np.zeros(scores.shape[0], dtype=bool)
     offset = 0
     for size in sizes:
-        part = np.sort(logits[:, offset : offset + size], axis=1)
+        part = np.sort(scores[:, offset : offset + size], axis=1)
         offset += size
         if size > 1:
             tied |= (part[:, -1] - part[:, -2]) < TIE_MARGIN
     return tied
 
 
-def check_against_policy(policy: Policy, run: Runner, what: str, *, n: int = 64, seed: int = 0) -> None:
+def check_against_policy(
+    policy: Policy, run: Runner, what: str, *, graph: ExportGraph | None = None, n: int = 64,
+    seed: int = 0,
+) -> None:
     """Raise ExportError unless ``run`` reproduces the policy's outputs on ``n`` observations.
 
-    Discrete actions must be equal (except at near-ties of the logits), everything else equal
-    within ``1e-5`` (absolute and relative).
+    The expected outputs are ``graph.reference`` (the policy's own acting path:
+    ``compute_actions(obs, explore=False)``, then e.g. its action inputs and value, or its
+    Q-values); ``graph`` defaults to ``policy.export_graph()``. Discrete actions must be equal
+    (except at near-ties of their scores), everything else equal within ``1e-5`` (absolute
+    and relative).
     """
+    graph = policy.export_graph() if graph is None else graph
     observations = sample_observations(policy.observation_space, n, seed=seed)
-    expected = reference_outputs(policy, observations)
+    expected = graph.reference(observations)
     got = list(run(model_inputs(policy.observation_space, observations)))
     if len(got) != len(expected):
         raise ExportError(f"The {what} returned {len(got)} outputs, expected {len(expected)}.")
@@ -87,9 +79,10 @@ def check_against_policy(policy: Policy, run: Runner, what: str, *, n: int = 64,
                 f"but the policy gives {ref.shape} and {ref.dtype}."
             )
     action, ref_action = np.asarray(got[0]), expected[0]
-    if isinstance(policy.dist, (Categorical, MultiCategorical)):
+    start = 0
+    if graph.discrete_sizes is not None:
         wrong = (action != ref_action).reshape(len(observations), -1).any(axis=1)
-        wrong &= ~_near_ties(policy, expected[1])
+        wrong &= ~_near_ties(expected[1], graph.discrete_sizes)
         if wrong.any():
             raise ExportError(
                 f"The {what} chose different actions than the policy for {int(wrong.sum())} "
@@ -97,14 +90,13 @@ def check_against_policy(policy: Policy, run: Runner, what: str, *, n: int = 64,
                 f"{ref_action[wrong][0]!r}); the exported model is not faithful."
             )
         start = 1
-    else:
-        start = 0
     for index in range(start, len(expected)):
         if not np.allclose(got[index], expected[index], rtol=RTOL, atol=ATOL, equal_nan=True):
             error = float(np.nanmax(np.abs(np.asarray(got[index], np.float64) - expected[index])))
             raise ExportError(
-                f"The {what}'s output {index} differs from the policy's by up to {error:.3g} "
-                f"(tolerance {ATOL}); the exported model is not faithful."
+                f"The {what}'s output {index} ({graph.outputs[index].name}) differs from the "
+                f"policy's by up to {error:.3g} (tolerance {ATOL}); the exported model is not "
+                "faithful."
             )
 
 

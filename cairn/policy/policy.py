@@ -38,6 +38,7 @@ from cairn.spaces import ObservationPreprocessor, check_action_space, space_from
 if TYPE_CHECKING:
     from cairn.checkpoint.paths import CheckpointLike
     from cairn.checkpoint.writer import NativeFiles
+    from cairn.policy.export_graph import ExportGraph
 
 __all__ = ["Policy"]
 
@@ -449,9 +450,9 @@ class Policy:
         ``onnx=<opset>``: ``model.onnx``. Both come with ``signature.json``. Raises
         :class:`~cairn.errors.ExportError` when the model cannot be exported.
         """
-        from cairn.export import export_model
+        from cairn.policy.export_graph import model_exporter
 
-        export_model(self, export_dir, onnx=onnx)
+        model_exporter()(self, export_dir, onnx=onnx)  # cairn.export.export_model, registered
 
     @overload
     @classmethod

@@ -1,7 +1,8 @@
-"""`cairn export`: formats, policy selection and exit codes."""
+"""`cairn export`: formats, opsets, policy selection (PPO and DQN checkpoints) and exit codes."""
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -24,7 +25,7 @@ def test_export_each_policy_of_an_algorithm_checkpoint(
     policies, checkpoint = multi_agent_checkpoint
     assert main(["export", str(checkpoint), "--policy-id", "p1", "--format", "onnx",
                  "--out", str(tmp_path / "onnx")]) == 0
-    assert "exported onnx model" in capsys.readouterr().out
+    assert capsys.readouterr().out == f"exported onnx model of policy 'p1' to {tmp_path / 'onnx'}\n"
     assert main(["export", str(checkpoint), "--policy-id", "p0", "--format", "torch",
                  "--out", str(tmp_path / "torch")]) == 0
     assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == ["model.onnx", "signature.json"]
@@ -36,11 +37,12 @@ def test_export_exit_codes(multi_agent_checkpoint: Any, tmp_path: Path,
                            capsys: pytest.CaptureFixture[str], helpers: Any) -> None:
     _, checkpoint = multi_agent_checkpoint
     out = str(tmp_path / "out")
-    # Two policies and no --policy-id; an unknown policy ID: usage errors.
-    assert main(["export", str(checkpoint), "--format", "torch", "--out", out]) == 2
-    assert "--policy-id" in capsys.readouterr().err
+    # An unknown policy ID (alone or beside a known one): a usage error, nothing written.
     assert main(["export", str(checkpoint), "--policy-id", "p9", "--format", "torch", "--out", out]) == 2
     assert "'p9'" in capsys.readouterr().err
+    assert main(["export", str(checkpoint), "--policy-id", "p0", "--policy-id", "p9", "--format",
+                 "torch", "--out", out]) == 2
+    assert "no policy 'p9'; the checkpoint has ['p0', 'p1']" in capsys.readouterr().err
     # No checkpoint there, or an opset cairn does not export: cairn errors.
     assert main(["export", str(tmp_path / "missing"), "--format", "onnx", "--out", out]) == 1
     assert main(["export", str(checkpoint), "--policy-id", "p0", "--format", "onnx",
@@ -51,6 +53,83 @@ def test_export_exit_codes(multi_agent_checkpoint: Any, tmp_path: Path,
     with pytest.raises(SystemExit) as exited:
         main(["export", str(checkpoint), "--format", "tflite", "--out", out])
     assert exited.value.code == 2
+
+
+def test_export_writes_all_policies_or_the_chosen_ones(
+    multi_agent_checkpoint: Any, tmp_path: Path, helpers: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policies, checkpoint = multi_agent_checkpoint
+    # Default: every policy, each into --out/<policy_id>/.
+    assert main(["export", str(checkpoint), "--format", "torch", "--out", str(tmp_path / "all")]) == 0
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == ["p0", "p1"]
+    for pid, policy in policies.items():
+        helpers.check_model_dir(policy, tmp_path / "all" / pid)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"exported torch model of policy '{pid}' to {tmp_path / 'all' / pid}"
+                     for pid in ("p0", "p1")]
+    # --policy-id repeated: those policies, in subdirectories; a repeated ID is exported once.
+    assert main(["export", str(checkpoint), "--policy-id", "p1", "--policy-id", "p0", "--policy-id",
+                 "p1", "--format", "torch", "--out", str(tmp_path / "both")]) == 0
+    assert sorted(p.name for p in (tmp_path / "both").iterdir()) == ["p0", "p1"]
+    # One --policy-id: only that policy, into --out itself.
+    assert main(["export", str(checkpoint), "--policy-id", "p0", "--format", "torch",
+                 "--out", str(tmp_path / "one")]) == 0
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == [
+        "model.pt2", "model.safetensors", "signature.json"]
+    helpers.check_model_dir(policies["p0"], tmp_path / "one")
+
+
+def test_export_reads_only_the_chosen_policies(multi_agent_checkpoint: Any, tmp_path: Path,
+                                               monkeypatch: Any) -> None:
+    import cairn
+
+    _, checkpoint = multi_agent_checkpoint
+    asked: list[Any] = []
+    original = cairn.Policy.from_checkpoint
+
+    def spy(path: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs.get("policy_ids"))
+        return original(path, **kwargs)
+
+    monkeypatch.setattr(cairn.Policy, "from_checkpoint", spy)
+    assert main(["export", str(checkpoint), "--policy-id", "p1", "--format", "torch",
+                 "--out", str(tmp_path / "o")]) == 0
+    assert asked == [["p1"]]
+
+
+def test_export_opset(multi_agent_checkpoint: Any, tmp_path: Path, helpers: Any) -> None:
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    policies, checkpoint = multi_agent_checkpoint
+    assert main(["export", str(checkpoint), "--policy-id", "p0", "--format", "onnx", "--opset", "20",
+                 "--out", str(tmp_path / "o")]) == 0
+    proto = onnx.load(str(tmp_path / "o" / "model.onnx"))
+    assert {o.domain: o.version for o in proto.opset_import}[""] == 20
+    assert json.loads((tmp_path / "o" / "signature.json").read_text())["opset"] == 20
+    helpers.check_model_dir(policies["p0"], tmp_path / "o")
+
+
+def test_export_dqn_checkpoints(dqn_checkpoint: Any, multi_agent_dqn_checkpoint: Any, tmp_path: Path,
+                                helpers: Any) -> None:
+    pytest.importorskip("onnxruntime")
+    (pid, policy), = dqn_checkpoint[0].items()
+    assert main(["export", str(dqn_checkpoint[1]), "--format", "onnx", "--out", str(tmp_path / "sa")]) == 0
+    signature = json.loads((tmp_path / "sa" / "signature.json").read_text())
+    assert [o["name"] for o in signature["outputs"]] == ["action", "q_values"]
+    helpers.check_model_dir(policy, tmp_path / "sa")
+    policies, checkpoint = multi_agent_dqn_checkpoint
+    assert main(["export", str(checkpoint), "--format", "torch", "--out", str(tmp_path / "ma")]) == 0
+    for pid, policy in policies.items():
+        helpers.check_model_dir(policy, tmp_path / "ma" / pid)
+
+
+def test_policy_id_with_a_policy_checkpoint_is_a_usage_error(tmp_path: Path, helpers: Any,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = _policy_checkpoint(helpers, tmp_path / "ckpt")
+    assert main(["export", checkpoint, "--policy-id", "p0", "--format", "torch",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "Policy checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_export_policy_checkpoint_needs_no_policy_id(tmp_path: Path, helpers: Any) -> None:

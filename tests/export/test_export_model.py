@@ -120,7 +120,7 @@ def test_unsupported_opsets_are_refused(opset: Any, tmp_path: Path, helpers: Any
 def test_missing_onnx_packages_are_named(tmp_path: Path, helpers: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(onnx_model_module, "ONNX_PACKAGES", ("onnx", "no_such_package_for_cairn"))
     policy = helpers.make_policy(BOX_OBS, gym.spaces.Discrete(2), filtered=False)
-    with pytest.raises(ExportError, match=r"no_such_package_for_cairn.*pip install cairn-rl\[onnx\]"):
+    with pytest.raises(ExportError, match=r"no_such_package_for_cairn.*pip install 'cairn-rl\[onnx\]'"):
         export_model(policy, tmp_path, onnx=18)
     assert not (tmp_path / "model.onnx").exists()
 

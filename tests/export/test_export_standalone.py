@@ -53,10 +53,15 @@ def _cairn_returns(policy: Any) -> list[float]:
     return returns
 
 
-def test_examples_act_without_cairn(tmp_path: Path, helpers: Any) -> None:
+@pytest.mark.parametrize("kind", ["ppo", "dqn"])
+def test_examples_act_without_cairn(kind: str, tmp_path: Path, helpers: Any) -> None:
     pytest.importorskip("onnxruntime")
     env = gym.make("CartPole-v1")
-    policy = helpers.make_policy(env.observation_space, env.action_space, filtered=True)
+    if kind == "dqn":
+        policy = helpers.make_dqn_policy(env.observation_space, env.action_space, filtered=True,
+                                         dueling=True)
+    else:
+        policy = helpers.make_policy(env.observation_space, env.action_space, filtered=True)
     export_model(policy, tmp_path / "torch_model")
     export_model(policy, tmp_path / "onnx_model", onnx=18)
     blocked = _blocking_dir(tmp_path / "blocked", "cairn", "torch")

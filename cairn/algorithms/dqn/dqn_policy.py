@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -16,6 +16,9 @@ from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp
 from cairn.policy.policy import Policy
 from cairn.registry import register_class
+
+if TYPE_CHECKING:
+    from cairn.policy.export_graph import ExportGraph
 
 __all__ = ["DQNPolicy", "epsilon_at", "check_epsilon_schedule", "DEFAULT_EPSILON"]
 
@@ -140,6 +143,14 @@ class DQNPolicy(Policy):
         processed = self.process_observations(obs_batch, update=False)
         with torch.inference_mode():
             return self.model(torch.from_numpy(processed)).numpy()  # type: ignore[no-any-return]
+
+    def export_graph(self) -> ExportGraph:
+        """The export hook: outputs ``action`` (the greedy action, argmax of Q plus the action
+        space's start) and ``q_values``, checked against :meth:`compute_actions` with
+        ``explore=False`` and :meth:`compute_q_values`."""
+        from cairn.policy.export_graph import q_value_export_graph
+
+        return q_value_export_graph(self, self.model, self.compute_q_values)
 
     # ------------------------------------------------------------------------- target network
     def update_target(self) -> None:
