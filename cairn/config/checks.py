@@ -60,6 +60,11 @@ def normalize_policies(policies: Any) -> dict[str, PolicySpec]:
     """Accept a set/list of IDs or a dict of PolicySpec (or None) and return a dict."""
     if policies is None:
         return {DEFAULT_POLICY_ID: PolicySpec()}
+    if isinstance(policies, (Mapping, set, frozenset, list, tuple)) and not policies:
+        raise ConfigError(
+            "policies is empty; configure at least one, e.g. config.multi_agent(policies={'p0'}), "
+            "or leave it unset for the single 'default_policy'."
+        )
     if isinstance(policies, Mapping):
         out = {}
         check_policy_ids(policies)

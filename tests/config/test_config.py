@@ -106,3 +106,14 @@ def test_build_catches_mapping_and_space_mistakes():
         small_ma_ppo(2).multi_agent(policies={"p0": spec, "p1": None}).build()
     with pytest.raises(ConfigError, match="no agents mapped"):
         small_ma_ppo(2).multi_agent(policies={"p0", "p1", "p2"}).build()
+
+
+def test_empty_policies_are_refused_with_the_fix():
+    # Found by the checkpoint fuzzer: a stored config whose policies were emptied reached
+    # map_agent() and escaped as a bare StopIteration.
+    with pytest.raises(ConfigError, match="policies is empty; configure at least one"):
+        cairn.PPOConfig().environment("CartPole-v1").multi_agent(policies={})
+    config = cairn.PPOConfig().environment("CartPole-v1")
+    config.policies = {}
+    with pytest.raises(ConfigError, match="policies is empty"):
+        config.validate()
