@@ -298,9 +298,10 @@ def _actor_critic_outputs(action_space: gym.Space[Any]) -> tuple[TensorSpec, ...
                        f"(sizes {nvec})."),
             value,
         )
-    size = int(np.prod(action_space.shape))
+    shape = tuple(action_space.shape or ())
+    size = int(np.prod(shape))
     return (
-        TensorSpec("action", np.dtype(action_space.dtype).name, (BATCH, *action_space.shape),
+        TensorSpec("action", np.dtype(action_space.dtype).name, (BATCH, *shape),
                    "Deterministic action: the Gaussian mean clipped to the Box bounds."),
         TensorSpec("mean", "float32", (BATCH, size), "Mean of the diagonal Gaussian "
                    "(flattened, unclipped)."),
