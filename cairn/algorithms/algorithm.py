@@ -339,7 +339,7 @@ class Algorithm:
                 their storage instead of copying them (the state must not be used afterwards).
         """
         return algorithm_from_state(
-            state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
+            state, base=Algorithm, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
             policies_to_train=policies_to_train, config_overrides=config_overrides, copy=copy)
 
     # -------------------------------------------------------------------------- checkpoints
@@ -383,7 +383,7 @@ class Algorithm:
         subclass builds only its own kind (or a subclass of it): ``PPO.from_checkpoint`` of a
         DQN checkpoint raises :class:`~cairn.checkpoint.CheckpointClassMismatchError`.
         """
-        return algorithm_from_checkpoint(cls, checkpoint, policy_ids=policy_ids,
+        return algorithm_from_checkpoint(cls, checkpoint, base=Algorithm, policy_ids=policy_ids,
                                          policy_mapping_fn=policy_mapping_fn,
                                          policies_to_train=policies_to_train,
                                          config_overrides=config_overrides)

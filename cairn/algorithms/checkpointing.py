@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from cairn.checkpoint.validate import require_types
 from cairn.config.algorithm_config import PolicyMapping
 from cairn.config.restore import restored_config
 from cairn.errors import CheckpointError, CheckpointFormatError, UnknownPolicyIdError, UnsafeCheckpointError
+from cairn.policy.policy import Policy
 from cairn.policy.state_check import check_policy_state
 from cairn.policy_ids import check_policy_ids
 from cairn.registry import CALLABLE_KEY, resolve_class
@@ -94,7 +96,7 @@ def check_algorithm_state(state: Mapping[str, Any], where: Any) -> None:
         raise CheckpointFormatError(f"{where}: the stored config has no 'policies' dict.")
     for pid, policy_state in (state.get("policies") or {}).items():
         try:
-            check_policy_state(policy_state, where)
+            check_policy_state(policy_state, where, base=Policy)
         except CheckpointError as exc:
             raise type(exc)(f"Policy {pid!r}: {exc}") from exc
 
@@ -110,20 +112,18 @@ def check_env_reference(config: Mapping[str, Any], where: Any) -> None:
         )
 
 
-def _check_stored_class(expected: type[Algorithm], checkpoint: CheckpointLike) -> None:
+def _check_stored_class(expected: type[Algorithm], base: type[Algorithm], checkpoint: CheckpointLike) -> None:
     """Refuse, from the manifest alone, a checkpoint of an algorithm that is not ``expected``
-    (or a subclass of it); ``Algorithm`` itself accepts every algorithm."""
-    import cairn
-    from cairn.algorithms.algorithm import Algorithm
-
-    if expected is Algorithm:
+    (or a subclass of it); ``base`` (``Algorithm`` itself) accepts every algorithm."""
+    if expected is base:
         return
     info = get_checkpoint_info(checkpoint)
     if info["type"] != "Algorithm":
         return  # load_algorithm_state names the wrong checkpoint type
-    stored = resolve_class(info["class"], Algorithm)
+    stored = resolve_class(info["class"], base)
     if not issubclass(stored, expected):
-        own = f"cairn.{stored.__name__}" if getattr(cairn, stored.__name__, None) is stored else (
+        package = sys.modules.get("cairn")  # imported: it is the package this module is in
+        own = f"cairn.{stored.__name__}" if getattr(package, stored.__name__, None) is stored else (
             f"{stored.__module__}.{stored.__qualname__}")
         raise CheckpointClassMismatchError(
             f"{checkpoint} is a {stored.__name__} checkpoint, but {expected.__name__}."
@@ -137,6 +137,7 @@ def algorithm_from_checkpoint(
     cls: type[Algorithm],
     checkpoint: CheckpointLike,
     *,
+    base: type[Algorithm],
     policy_ids: str | Sequence[str] | None,
     policy_mapping_fn: PolicyMapping | None,
     policies_to_train: Sequence[str] | None,
@@ -144,14 +145,14 @@ def algorithm_from_checkpoint(
 ) -> Algorithm:
     """The body of :meth:`Algorithm.from_checkpoint
     <cairn.algorithms.algorithm.Algorithm.from_checkpoint>`: read the tree, check it, build."""
-    _check_stored_class(cls, checkpoint)
+    _check_stored_class(cls, base, checkpoint)
     state = load_algorithm_state(checkpoint, policy_ids=policy_ids)
     check_algorithm_state(state, checkpoint)
     if "env" not in (config_overrides or {}):
         check_env_reference(state["config"], checkpoint)
     with restoring(checkpoint):
         # The arrays were read into buffers nobody else holds: adopt them, don't copy.
-        return algorithm_from_state(state, policy_ids=policy_ids,
+        return algorithm_from_state(state, base=base, policy_ids=policy_ids,
                                     policy_mapping_fn=policy_mapping_fn,
                                     policies_to_train=policies_to_train,
                                     config_overrides=config_overrides, copy=False)
@@ -170,6 +171,7 @@ def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike) -> None:
 def algorithm_from_state(
     state: Mapping[str, Any],
     *,
+    base: type[Algorithm],
     policy_ids: str | Sequence[str] | None,
     policy_mapping_fn: PolicyMapping | None,
     policies_to_train: Sequence[str] | None,
@@ -178,10 +180,9 @@ def algorithm_from_state(
 ) -> Algorithm:
     """The body of :meth:`Algorithm.from_state <cairn.algorithms.algorithm.Algorithm.from_state>`:
     the stored class, built from the restored config and the kept policies' states, then given
-    the rest of the state."""
-    from cairn.algorithms.algorithm import Algorithm
-
-    algo_cls = resolve_class(state["algorithm_class"], Algorithm)
+    the rest of the state. ``base`` is :class:`~cairn.algorithms.algorithm.Algorithm`, passed
+    in by the module that defines it (which imports this one)."""
+    algo_cls = resolve_class(state["algorithm_class"], base)
     config = restored_config(state, policy_ids, policy_mapping_fn, policies_to_train,
                              config_overrides)
     policy_states = {pid: s for pid, s in state["policies"].items() if pid in config.policies}

@@ -15,7 +15,7 @@ from cairn.errors import ConfigError, ImageObservationWarning
 from cairn.spaces import is_image_space
 from cairn.validation import check_section
 
-__all__ = ["ActorCriticMLP", "ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config", "builds_config_mlp",
+__all__ = ["ActorCriticMLP", "ACTIVATIONS", "NUMPY_ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config", "builds_config_mlp",
            "warn_if_image_observations"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -25,7 +25,8 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "silu": nn.SiLU,
 }
 
-_NUMPY_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+#: The same activations on numpy arrays, for the numpy forward passes used when acting.
+NUMPY_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     "relu": lambda x: np.maximum(x, 0.0),
     "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
@@ -158,7 +159,7 @@ class ActorCriticMLP(nn.Module):
         if self._numpy_layers is None:
             linears = [m for m in self.actor if isinstance(m, nn.Linear)] + [self.action_head]
             self._numpy_layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linears]
-        act = _NUMPY_ACTIVATIONS[self.activation]
+        act = NUMPY_ACTIVATIONS[self.activation]
         x = obs
         *hidden, (w_out, b_out) = self._numpy_layers
         for w, b in hidden:

@@ -516,7 +516,7 @@ def _policy_from_checkpoint_state(state: Mapping[str, Any], where: Any) -> Polic
     """Check a state tree the checkpoint reader returned, and build its policy from it."""
     from cairn.checkpoint import restoring
 
-    check_policy_state(state, where)
+    check_policy_state(state, where, base=Policy)
     with restoring(where):
         # The arrays were read into buffers nobody else holds: adopt them, don't copy.
         return Policy.from_state(state, copy=False)

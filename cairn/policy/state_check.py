@@ -32,11 +32,13 @@ _POLICY_KEYS = {
 _MAX_UNCHECKED_SIZE = 1 << 26
 
 
-def check_policy_state(state: Mapping[str, Any], where: Any) -> None:
+def check_policy_state(state: Mapping[str, Any], where: Any, *, base: type) -> None:
     """Check a loaded Policy state's structure, and that its spec fits its weights.
 
-    ``where`` (the checkpoint, or one of its policies) starts each error message. A target
-    network (``state["target"]["weights"]``, DQN's) must have the network's names and shapes.
+    ``where`` (the checkpoint, or one of its policies) starts each error message. The stored
+    policy class must subclass ``base`` (:class:`~cairn.policy.policy.Policy`, passed in by
+    the module that defines it, which imports this one). A target network
+    (``state["target"]["weights"]``, DQN's) must have the network's names and shapes.
     """
     require_types(state, _POLICY_KEYS, where, "policy")
     spec = state["spec"]
@@ -57,7 +59,7 @@ def check_policy_state(state: Mapping[str, Any], where: Any) -> None:
         act_space = space_from_json(spec.get("action_space"))
     except (ValueError, TypeError, OverflowError) as exc:
         raise CheckpointFormatError(f"{where}: the policy spec's spaces are invalid: {exc}.") from None
-    _check_network_fits(spec, obs_space, act_space, state, weights, where)
+    _check_network_fits(spec, obs_space, act_space, state, weights, where, base)
 
 
 def _flat_size(space: gym.Space[Any]) -> int:
@@ -70,10 +72,9 @@ def _flat_size(space: gym.Space[Any]) -> int:
 
 
 def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_space: gym.Space[Any],
-                        state: Mapping[str, Any], weights: Mapping[str, np.ndarray], where: Any) -> None:
-    from cairn.policy.policy import Policy  # the module that imports this one
-
-    policy_class = resolve_class(spec["policy_class"], Policy)
+                        state: Mapping[str, Any], weights: Mapping[str, np.ndarray], where: Any,
+                        base: type) -> None:
+    policy_class: Any = resolve_class(spec["policy_class"], base)
     config = deep_merge(policy_class.DEFAULT_CONFIG, spec.get("config") or {})
     obs_size = _flat_size(obs_space)
     out_size = _flat_size(act_space) if not isinstance(act_space, gym.spaces.Box) else 2 * _flat_size(act_space)

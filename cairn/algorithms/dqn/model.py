@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cairn.policy.model import _NUMPY_ACTIVATIONS, ACTIVATIONS
+from cairn.policy.model import ACTIVATIONS, NUMPY_ACTIVATIONS
 
 __all__ = ["QNetwork", "NumpyQLayers", "NumpyQForward", "numpy_q_forward"]
 
@@ -127,7 +127,7 @@ class QNetwork(nn.Module):
                 advantage=_views(advantage_head),
                 value=None if value_head is None else _views(value_head),
                 activation=self.activation,
-                act=_NUMPY_ACTIVATIONS[self.activation],
+                act=NUMPY_ACTIVATIONS[self.activation],
             )
         return self._numpy_layers
 
