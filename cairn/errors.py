@@ -20,6 +20,8 @@ __all__ = [
     "UnsafeCheckpointError",
     "UnknownPolicyIdError",
     "MissingCallableError",
+    "UnsupportedCheckpointLocationError",
+    "CheckpointClassMismatchError",
     "CheckpointConfigError",
     "CheckpointEnvError",
     "ImageObservationWarning",
@@ -79,6 +81,16 @@ class UnknownPolicyIdError(CheckpointError, KeyError):
 
 class MissingCallableError(CheckpointError):
     """The checkpoint recorded a callable it could not store; pass it to the restore call."""
+
+
+class UnsupportedCheckpointLocationError(CheckpointError, ValueError):
+    """A checkpoint location cairn cannot use yet: a URL whose scheme is not ``file``, or a
+    ``file://`` URL that names another host."""
+
+
+class CheckpointClassMismatchError(CheckpointError, TypeError):
+    """The checkpoint holds a class that is not the one asked for (``PPO.from_checkpoint`` of
+    a DQN checkpoint); the message names both and the call that loads it."""
 
 
 class CheckpointConfigError(CheckpointFormatError, ConfigError):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Union
 from urllib.parse import unquote, urlparse
 
-from cairn.errors import CheckpointError, CheckpointNotFoundError
+from cairn.errors import CheckpointError, CheckpointNotFoundError, UnsupportedCheckpointLocationError
 
 __all__ = ["CheckpointLike", "UnsupportedCheckpointLocationError", "checkpoint_directory", "save_target"]
 
@@ -25,11 +25,6 @@ CheckpointLike = Union[str, "os.PathLike[str]", Any]
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 # What ``Path("s3://bucket/x")`` leaves of a URL: a first component "s3:" ("//" collapsed).
 _COLLAPSED_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):$")
-
-
-class UnsupportedCheckpointLocationError(CheckpointError, ValueError):
-    """A checkpoint location cairn cannot use yet: a URL whose scheme is not ``file``, or a
-    ``file://`` URL that names another host."""
 
 
 def save_target(target: str | os.PathLike[str]) -> Path:

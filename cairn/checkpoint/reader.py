@@ -30,6 +30,7 @@ from cairn.checkpoint.tree import TreeError, join_arrays
 from cairn.checkpoint.validate import check_policy_ids_agree
 from cairn.errors import (
     CairnError,
+    CheckpointClassMismatchError,
     CheckpointConfigError,
     CheckpointCorruptedError,
     CheckpointEnvError,
@@ -60,11 +61,6 @@ _READ_ATTEMPTS = 3
 _STATE_ERRORS = (LookupError, TypeError, ValueError, AttributeError, ArithmeticError, RuntimeError)
 
 T = TypeVar("T")
-
-
-class CheckpointClassMismatchError(CheckpointError, TypeError):
-    """The checkpoint holds a class that is not the one asked for (``PPO.from_checkpoint`` of
-    a DQN checkpoint); the message names both and the call that loads it."""
 
 
 def _consistent(root: Path, read: Callable[[CheckpointDir], T]) -> T:

@@ -13,7 +13,7 @@ import gymnasium as gym
 from cairn.errors import ConfigError, MissingCallableError
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
-from cairn.registry import callable_reference, registered_envs, resolve_callable
+from cairn.registry import CALLABLE_KEY, callable_reference, registered_envs, resolve_callable
 
 __all__ = [
     "CALLABLE_KEY",
@@ -26,10 +26,6 @@ __all__ = [
     "merge_setting",
     "require_mapping",
 ]
-
-#: Key of the JSON object that stands for a callable in ``AlgorithmConfig.to_dict()``.
-CALLABLE_KEY = "__callable__"
-
 
 def encode_callable(fn: Callable[..., Any]) -> dict[str, Any]:
     """``{"__callable__": "module:function"}``, or a ``None`` reference when not importable."""
