@@ -41,8 +41,8 @@ from cairn.algorithms.dqn import DQN
 from cairn.checkpoint.atomic import atomic_directory
 from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.manifest import build_manifest, read_manifest
-from cairn.checkpoint.reader import _read_state
-from cairn.checkpoint.writer import _write_json, _write_state
+from cairn.checkpoint.reader import read_state_files
+from cairn.checkpoint.writer import write_json_file, write_state_files
 from cairn.replay import ReplayBuffer, replay_buffer_from_state
 
 STATE_FILE, ARRAYS_FILE = "state.json", "state.safetensors"
@@ -77,15 +77,15 @@ def cairn_save(buffer: ReplayBuffer, path: Path) -> None:
     state = buffer.get_state(copy=False)
     with atomic_directory(path) as tmp:
         files: dict[str, dict[str, Any]] = {}
-        _write_state(tmp, STATE_FILE, ARRAYS_FILE, state, files)
+        write_state_files(tmp, STATE_FILE, ARRAYS_FILE, state, files)
         manifest = build_manifest(checkpoint_type="Algorithm", class_reference="DQN",
                                   state_file=STATE_FILE, files=files, policy_ids=[])
-        _write_json(tmp, MANIFEST_FILE, manifest, {})
+        write_json_file(tmp, MANIFEST_FILE, manifest, {})
 
 
 def cairn_restore(path: Path) -> ReplayBuffer:
     manifest = read_manifest(path)
-    state = _read_state(path, manifest, ARRAYS_FILE, STATE_FILE, kind="component:replay_buffer")
+    state = read_state_files(path, manifest, ARRAYS_FILE, STATE_FILE, kind="component:replay_buffer")
     return replay_buffer_from_state(state)
 
 

@@ -73,3 +73,9 @@ def assert_trees_equal(a: object, b: object, path: str = "state") -> None:
     else:
         same_nan = isinstance(a, float) and isinstance(b, float) and a != a and b != b
         assert type(a) is type(b) and (a == b or same_nan), f"{path}: {a!r} vs {b!r}"
+
+
+def policy_checkpoint(policy: cairn.Policy, path: object, *, export_native: bool = False) -> str:
+    """Write ``policy`` as a Policy checkpoint at ``path`` and return the path, as a str."""
+    policy.export_checkpoint(path, export_native_model_files=export_native)  # type: ignore[arg-type]
+    return str(path)

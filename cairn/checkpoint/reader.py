@@ -49,6 +49,7 @@ __all__ = [
     "load_algorithm_state",
     "load_policy_state",
     "load_policy_states",
+    "read_state_files",
     "restoring",
 ]
 
@@ -80,8 +81,12 @@ def _consistent(root: Path, read: Callable[[CheckpointDir], T]) -> T:
     raise AssertionError("unreachable")
 
 
-def _read_state(directory: CheckpointDir, manifest: Mapping[str, Any], arrays_name: str,
-                state_name: str | None = None, *, kind: str | None = None) -> Any:
+def read_state_files(directory: CheckpointDir, manifest: Mapping[str, Any], arrays_name: str,
+                     state_name: str | None = None, *, kind: str | None = None) -> Any:
+    """One state tree of a checkpoint: ``state_name`` (JSON; default the manifest's state
+    file) joined with the arrays of ``arrays_name`` (safetensors), both verified against
+    ``manifest``, then migrated to the current format as ``kind`` (default the manifest's
+    type)."""
     state_name = state_name or manifest["state_file"]
     tree = load_json_file(directory, state_name, manifest)
     arrays: dict[str, Any] = {}
@@ -108,7 +113,7 @@ def load_policy_state(checkpoint: CheckpointLike | CheckpointDir) -> dict[str, A
     """
     if isinstance(checkpoint, CheckpointDir):
         manifest = read_manifest(checkpoint, expected_type="Policy")
-        return _read_state(checkpoint, manifest, POLICY_ARRAYS_FILE)  # type: ignore[no-any-return]
+        return read_state_files(checkpoint, manifest, POLICY_ARRAYS_FILE)  # type: ignore[no-any-return]
     with checkpoint_directory(checkpoint) as root:
         return _consistent(root, load_policy_state)
 
@@ -180,10 +185,10 @@ def load_algorithm_state(
     def read(root: CheckpointDir) -> dict[str, Any]:
         manifest = read_manifest(root, expected_type="Algorithm")
         selected = _select(manifest, policy_ids)
-        state = _read_state(root, manifest, ALGORITHM_ARRAYS_FILE)
+        state = read_state_files(root, manifest, ALGORITHM_ARRAYS_FILE)
         check_policy_ids_agree(state, manifest, root.path)
         state["components"] = {
-            name: _read_state(root, manifest, f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}",
+            name: read_state_files(root, manifest, f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}",
                               f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
                               kind=f"component:{name}")
             for name in manifest.get("components") or []

@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from cairn.checkpoint.atomic import atomic_directory, check_replaceable
 from cairn.checkpoint.format import (
@@ -36,7 +36,8 @@ __all__ = [
     "save_location",
     "write_policy_checkpoint",
     "write_algorithm_checkpoint",
-    "save_policy",
+    "write_json_file",
+    "write_state_files",
 ]
 
 Files = dict[str, dict[str, Any]]
@@ -44,11 +45,6 @@ Files = dict[str, dict[str, Any]]
 #: files into a Policy checkpoint's ``directory``, records each in ``files`` (path relative to
 #: ``directory`` -> ``{"size", "hash"}``), and returns the manifest's ``native_model`` entry.
 NativeFiles = Callable[[Path, Files], "dict[str, Any] | None"]
-
-
-class _ExportsCheckpoint(Protocol):
-    def export_checkpoint(self, export_dir: str | os.PathLike[str], *,
-                          export_native_model_files: bool = ...) -> None: ...
 
 
 class _HashingFile:
@@ -77,27 +73,30 @@ class _HashingFile:
             self.f.close()
 
 
-def _write_json(root: Path, name: str, data: Any, files: Files) -> None:
+def write_json_file(root: Path, name: str, data: Any, files: Files) -> None:
+    """Write ``data`` as the JSON file ``root/name``, recording its size and hash in ``files``."""
     text = json.dumps(data, indent=1, allow_nan=False).encode()
     with _HashingFile(root, name, files) as out:
         out.write(text)
 
 
-def _write_state(root: Path, json_name: str, arrays_name: str, state: Any, files: Files) -> None:
+def write_state_files(root: Path, json_name: str, arrays_name: str, state: Any, files: Files) -> None:
+    """Write a state tree as ``json_name`` (its JSON values) and ``arrays_name`` (its arrays,
+    safetensors), recording both in ``files``."""
     try:
         tree, arrays = split_arrays(state)
     except TreeError as exc:
         raise CheckpointError(f"Cannot save this state: {exc}.") from exc
     with _HashingFile(root, arrays_name, files) as out:
         write_safetensors(out.f, arrays, out.hasher)
-    _write_json(root, json_name, tree, files)
+    write_json_file(root, json_name, tree, files)
 
 
 def _write_policy_dir(root: Path, policy_state: Mapping[str, Any],
                       native_files: NativeFiles | None) -> dict[str, Any]:
     """Write one Policy checkpoint into ``root``; return its manifest's size and hash."""
     files: Files = {}
-    _write_state(root, POLICY_STATE_FILE, POLICY_ARRAYS_FILE, policy_state, files)
+    write_state_files(root, POLICY_STATE_FILE, POLICY_ARRAYS_FILE, policy_state, files)
     extra: dict[str, Any] = {}
     if native_files is not None:
         record = native_files(root, files)
@@ -108,7 +107,7 @@ def _write_policy_dir(root: Path, policy_state: Mapping[str, Any],
         state_file=POLICY_STATE_FILE, files=files, policy_ids=None, extra=extra,
     )
     written: Files = {}
-    _write_json(root, MANIFEST_FILE, manifest, written)
+    write_json_file(root, MANIFEST_FILE, manifest, written)
     return written[MANIFEST_FILE]
 
 
@@ -191,22 +190,13 @@ def write_algorithm_checkpoint(
             files[f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"] = _write_policy_dir(
                 tmp / POLICIES_DIR / pid, policy_state, native.get(pid))
         for name, component in components.items():
-            _write_state(tmp, f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
+            write_state_files(tmp, f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
                          f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}", component, files)
-        _write_state(tmp, ALGORITHM_STATE_FILE, ALGORITHM_ARRAYS_FILE, rest, files)
+        write_state_files(tmp, ALGORITHM_STATE_FILE, ALGORITHM_ARRAYS_FILE, rest, files)
         manifest = build_manifest(
             checkpoint_type="Algorithm", class_reference=class_reference,
             state_file=ALGORITHM_STATE_FILE, files=files, policy_ids=list(policy_states),
             extra={"components": sorted(components)},
         )
-        _write_json(tmp, MANIFEST_FILE, manifest, {})
-    return str(target)
-
-
-def save_policy(policy: _ExportsCheckpoint, path: str | os.PathLike[str], *,
-                export_native: bool = False) -> str:
-    """``policy.export_checkpoint(path, export_native_model_files=export_native)``, returning
-    the local path written (kept for callers of this older name)."""
-    target = save_location(path)
-    policy.export_checkpoint(target, export_native_model_files=export_native)
+        write_json_file(tmp, MANIFEST_FILE, manifest, {})
     return str(target)

@@ -113,14 +113,14 @@ def test_a_directory_filled_during_the_save_is_not_replaced(algo, tmp_path, monk
 
     target = tmp_path / "racy"
     target.mkdir()
-    real_write = writer._write_json
+    real_write = writer.write_json_file
 
     def fill_target_then_write(root: Path, name: str, data: Any, files: Any) -> None:
         if name == MANIFEST_FILE and root.parent == tmp_path:  # the last file of the save
             (target / "x.txt").write_text("arrived meanwhile")
         real_write(root, name, data, files)
 
-    monkeypatch.setattr(writer, "_write_json", fill_target_then_write)
+    monkeypatch.setattr(writer, "write_json_file", fill_target_then_write)
     with pytest.raises(CheckpointFormatError, match="x.txt"):
         algo.save(target)
     assert _tree(tmp_path) == {"racy": None, "racy/x.txt": b"arrived meanwhile"}

@@ -13,9 +13,9 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
-from cairn.checkpoint.writer import save_policy
 from cairn.cli import main
 from tests.conftest import ROOT
+from tests.helpers import policy_checkpoint
 
 
 def test_export_each_policy_of_an_algorithm_checkpoint(
@@ -136,7 +136,7 @@ def test_export_policy_checkpoint_needs_no_policy_id(tmp_path: Path, helpers: An
     import gymnasium as gym
 
     policy = helpers.make_policy(gym.spaces.Box(-1.0, 1.0, (3,)), gym.spaces.Discrete(2), filtered=True)
-    checkpoint = save_policy(policy, tmp_path / "ckpt")
+    checkpoint = policy_checkpoint(policy, tmp_path / "ckpt")
     assert main(["export", checkpoint, "--format", "torch", "--out", str(tmp_path / "out")]) == 0
     helpers.check_model_dir(policy, tmp_path / "out")
 
@@ -161,7 +161,7 @@ def test_policy_export_checkpoint_can_include_native_files(tmp_path):
 
 def _policy_checkpoint(helpers: Any, path: Path) -> str:
     policy = helpers.make_policy(gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2), filtered=True)
-    return save_policy(policy, path)
+    return policy_checkpoint(policy, path)
 
 
 def test_onnx_export_without_the_onnx_extra_says_how_to_install_it(tmp_path: Path, helpers: Any) -> None:

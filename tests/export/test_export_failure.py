@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 import cairn
-from cairn.checkpoint.writer import save_policy
 from cairn.errors import ExportError
 from cairn.export import onnx_model as onnx_model_module
 from cairn.export.verify import check_against_policy
+from tests.helpers import policy_checkpoint
 
 OBS = gym.spaces.Box(-1.0, 1.0, (4,))
 
@@ -66,7 +66,7 @@ class HeadlessPolicy(cairn.Policy):
 def test_unexportable_model_still_checkpoints(tmp_path: Path) -> None:
     policy = BranchingPolicy(OBS, gym.spaces.Discrete(2), seed=0)
     with pytest.warns(UserWarning, match=r"without native model files.*torch\.export could not trace"):
-        checkpoint = Path(save_policy(policy, tmp_path / "ckpt", export_native=True))
+        checkpoint = Path(policy_checkpoint(policy, tmp_path / "ckpt", export_native=True))
 
     info = cairn.get_checkpoint_info(checkpoint)
     record = info["native_model"]
@@ -100,7 +100,7 @@ def test_checkpoint_without_onnx_packages_keeps_torch_files(
     policy = helpers.make_policy(OBS, gym.spaces.Discrete(2), filtered=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # missing optional packages: no warning
-        checkpoint = Path(save_policy(policy, tmp_path / "ckpt", export_native=True))
+        checkpoint = Path(policy_checkpoint(policy, tmp_path / "ckpt", export_native=True))
     record = cairn.get_checkpoint_info(checkpoint)["native_model"]
     assert record == {"status": "ok", "formats": ["torch"], "opset": None,
                       "skipped": {"onnx": "not installed: no_such_package_for_cairn"}}

@@ -18,7 +18,7 @@ import pytest
 
 import cairn
 from cairn.checkpoint.safetensors_io import new_hasher
-from cairn.checkpoint.writer import save_policy
+from tests.helpers import policy_checkpoint
 
 pytest.importorskip("onnxruntime")
 
@@ -49,7 +49,7 @@ def _hash(path: Path) -> str:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_policy_checkpoint_models_match_policy(case: str, filtered: bool, tmp_path: Path, helpers: Any) -> None:
     policy = helpers.make_policy(*CASES[case], filtered=filtered)
-    checkpoint = Path(save_policy(policy, tmp_path / "ckpt", export_native=True))
+    checkpoint = Path(policy_checkpoint(policy, tmp_path / "ckpt", export_native=True))
 
     info = cairn.get_checkpoint_info(checkpoint)
     assert info["native_model"] == {"status": "ok", "formats": ["torch", "onnx"], "opset": 18}
@@ -70,7 +70,7 @@ def test_policy_checkpoint_models_match_policy(case: str, filtered: bool, tmp_pa
 def test_filter_constants_are_snapshots(tmp_path: Path, helpers: Any) -> None:
     """The model holds the filter's statistics at export time, not a live reference."""
     policy = helpers.make_policy(*CASES["discrete"], filtered=True)
-    checkpoint = Path(save_policy(policy, tmp_path / "ckpt", export_native=True))
+    checkpoint = Path(policy_checkpoint(policy, tmp_path / "ckpt", export_native=True))
     signature = json.loads((checkpoint / "model" / "signature.json").read_text())
     assert signature["observation_filter"]["name"] == "MeanStdFilter"
     assert signature["observation_filter"]["count"] == 500
@@ -137,7 +137,7 @@ def _check_native_files(checkpoint: Path) -> None:
 def test_dqn_policy_checkpoint_models_match_policy(case: str, filtered: bool, dueling: bool,
                                                    tmp_path: Path, helpers: Any) -> None:
     policy = helpers.make_dqn_policy(*DQN_CASES[case], filtered=filtered, dueling=dueling)
-    checkpoint = Path(save_policy(policy, tmp_path / "ckpt", export_native=True))
+    checkpoint = Path(policy_checkpoint(policy, tmp_path / "ckpt", export_native=True))
     _check_native_files(checkpoint)
     signature = json.loads((checkpoint / "model" / "signature.json").read_text())
     n = policy.action_space.n
