@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 # constraints.txt pins torch to the CPU build available on this project's machines.
 PIP_INSTALL := $(PIP) install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test lint typecheck pytest fuzz clean fixtures
+.PHONY: demo test lint imports typecheck pytest fuzz clean fixtures
 
 $(VENV)/.installed-base: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,13 +25,17 @@ demo: $(VENV)/.installed-base
 lint: $(VENV)/.installed-all
 	$(PY) -m ruff check cairn tests bench examples scripts
 
+# The layer contract in pyproject.toml ([tool.importlinter]); docs/architecture.md draws it.
+imports: $(VENV)/.installed-all
+	$(VENV)/bin/lint-imports
+
 typecheck: $(VENV)/.installed-all
 	$(PY) -m mypy
 
 pytest: $(VENV)/.installed-all
 	$(PY) -m pytest -q
 
-test: lint typecheck pytest
+test: lint imports typecheck pytest
 
 fuzz: $(VENV)/.installed-all
 	CAIRN_FUZZ_EXAMPLES=5000 $(PY) -m pytest -q tests/checkpoint -k fuzz
