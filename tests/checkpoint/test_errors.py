@@ -136,3 +136,16 @@ def test_missing_callable(tmp_path):
     restored = cairn.Algorithm.from_checkpoint(
         path, config_overrides={"env": lambda cfg: gym.make("CartPole-v1")})
     assert restored.iteration == 0
+
+
+def test_a_stored_config_without_policies_is_a_config_error(ckpt):
+    # Found by the fuzzer: this escaped from the config as a bare StopIteration.
+    from cairn.errors import CheckpointConfigError
+    from tests.checkpoint.attacks import rehash
+
+    state = json.loads((ckpt / "algorithm_state.json").read_text())
+    state["config"]["policies"] = {}
+    (ckpt / "algorithm_state.json").write_text(json.dumps(state))
+    rehash(ckpt, "algorithm_state.json")
+    with pytest.raises(CheckpointConfigError, match="policies is empty"):
+        cairn.Algorithm.from_checkpoint(ckpt)
