@@ -48,6 +48,8 @@ __all__ = [
     "algorithm_from_state",
     "check_algorithm_state",
     "check_env_reference",
+    "export_policy_checkpoint",
+    "export_policy_model",
     "policy_to_export",
     "restore_algorithm",
     "save_algorithm",
@@ -144,7 +146,16 @@ def algorithm_from_checkpoint(
     config_overrides: Mapping[str, Any] | None,
 ) -> Algorithm:
     """The body of :meth:`Algorithm.from_checkpoint
-    <cairn.algorithms.algorithm.Algorithm.from_checkpoint>`: read the tree, check it, build."""
+    <cairn.algorithms.algorithm.Algorithm.from_checkpoint>`: read the tree, check it, build.
+
+    ``policy_ids`` (a list of IDs, or one ID as a str) restores only those policies and reads
+    only their files. The other arguments are as in :func:`algorithm_from_state`.
+
+    ``Algorithm.from_checkpoint`` (``cls`` is ``base``) builds whatever algorithm the
+    checkpoint holds; a subclass builds only its own kind (or a subclass of it):
+    ``PPO.from_checkpoint`` of a DQN checkpoint raises
+    :class:`~cairn.checkpoint.CheckpointClassMismatchError`.
+    """
     _check_stored_class(cls, base, checkpoint)
     state = load_algorithm_state(checkpoint, policy_ids=policy_ids)
     check_algorithm_state(state, checkpoint)
@@ -180,8 +191,23 @@ def algorithm_from_state(
 ) -> Algorithm:
     """The body of :meth:`Algorithm.from_state <cairn.algorithms.algorithm.Algorithm.from_state>`:
     the stored class, built from the restored config and the kept policies' states, then given
-    the rest of the state. ``base`` is :class:`~cairn.algorithms.algorithm.Algorithm`, passed
-    in by the module that defines it (which imports this one)."""
+    the rest of the state. No config or class is needed besides the state.
+
+    Args:
+        base: :class:`~cairn.algorithms.algorithm.Algorithm`, passed in by the module that
+            defines it (which imports this one).
+        policy_ids: Keep only these policies (a str is one policy ID).
+        policy_mapping_fn: New agent -> policy mapping (needed when agents were mapped to a
+            dropped policy, or when the stored one was a lambda).
+        policies_to_train: New list of learning policies.
+        config_overrides: Flat config keys as in ``config.to_dict()``, e.g.
+            ``{"num_env_runners": 0, "lr": 1e-4}``. A dict for a dict-valued training
+            setting (``model``, DQN's ``replay_buffer_config``) is merged into the stored
+            one, as ``config.training()`` merges it: ``{"model": {"hidden": [32]}}`` keeps
+            the stored activation. Other values replace the stored ones.
+        copy: False lets the policies take the state's weight and optimizer arrays as
+            their storage instead of copying them (the state must not be used afterwards).
+    """
     algo_cls = resolve_class(state["algorithm_class"], base)
     config = restored_config(state, policy_ids, policy_mapping_fn, policies_to_train,
                              config_overrides)
@@ -200,3 +226,39 @@ def policy_to_export(policies: Mapping[str, Policy], policy_id: str, call: str) 
             f"{sorted(policies)}. Pass one of those as policy_id=..."
         )
     return policies[policy_id]
+
+
+def export_policy_checkpoint(
+    algo: Algorithm, export_dir: str | os.PathLike[str], policy_id: str, *,
+    export_native_model_files: bool | None,
+) -> None:
+    """The body of :meth:`Algorithm.export_policy_checkpoint
+    <cairn.algorithms.algorithm.Algorithm.export_policy_checkpoint>`: write one policy as a
+    standalone Policy checkpoint (RLlib's name for it), which
+    ``Policy.from_checkpoint(export_dir)`` loads with no algorithm.
+
+    The same as ``algo.get_policy(policy_id).export_checkpoint(export_dir, ...)``.
+    ``export_native_model_files`` (default: ``algo``'s config setting) adds ``model/``.
+    Raises :class:`~cairn.errors.UnknownPolicyIdError` for an ID ``algo`` lacks.
+    """
+    policy = policy_to_export(algo.policies, policy_id, "export_policy_checkpoint")
+    if export_native_model_files is None:
+        export_native_model_files = algo.config.export_native_model_files
+    policy.export_checkpoint(export_dir, export_native_model_files=export_native_model_files)
+
+
+def export_policy_model(
+    algo: Algorithm, export_dir: str | os.PathLike[str], policy_id: str, onnx: int | None,
+) -> None:
+    """The body of :meth:`Algorithm.export_policy_model
+    <cairn.algorithms.algorithm.Algorithm.export_policy_model>`: write one policy's model in a
+    native format that loads without cairn (RLlib's name): a ``torch.export`` program
+    (``onnx=None``) or ``model.onnx`` at opset ``onnx``, with ``signature.json``; see
+    :func:`cairn.export.export_model` and ``docs/export.md``.
+
+    The same as ``algo.get_policy(policy_id).export_model(export_dir, onnx=onnx)``. Raises
+    :class:`~cairn.errors.UnknownPolicyIdError` for an ID ``algo`` lacks, and
+    :class:`~cairn.errors.ExportError` when the model cannot be exported.
+    """
+    policy_to_export(algo.policies, policy_id, "export_policy_model").export_model(
+        export_dir, onnx=onnx)

@@ -214,13 +214,13 @@ class DQN(Algorithm):
         return stats
 
     # ------------------------------------------------------------------------------- state
-    def _get_extra_state(self) -> dict[str, Any]:
+    def get_extra_state(self) -> dict[str, Any]:
         return {"update_credit": dict(self._update_credit)}
 
-    def _set_extra_state(self, state: Mapping[str, Any]) -> None:
+    def set_extra_state(self, state: Mapping[str, Any]) -> None:
         self._update_credit = {k: float(v) for k, v in (state.get("update_credit") or {}).items()}
 
-    def _get_components(self, *, copy: bool) -> dict[str, Any]:
+    def get_components(self, *, copy: bool) -> dict[str, Any]:
         """The replay buffers, when ``store_replay_buffer`` is set: in checkpoints as the
         ``replay_buffer`` component, and in :meth:`get_state` (as a copy) likewise."""
         if not self.config.store_replay_buffer:
@@ -229,7 +229,7 @@ class DQN(Algorithm):
             "policies": {pid: buf.get_state(copy=copy) for pid, buf in self.replay_buffers.items()},
         }}
 
-    def _set_components(self, components: Mapping[str, Any]) -> None:
+    def set_components(self, components: Mapping[str, Any]) -> None:
         stored = components.get(REPLAY_BUFFER_COMPONENT)
         self.replay_buffers = {}
         if stored is None:
@@ -237,7 +237,7 @@ class DQN(Algorithm):
                 "This DQN state has no replay buffer, so training continues with empty buffers "
                 "(and does not repeat the original run exactly). Save with "
                 "config.checkpointing(store_replay_buffer=True) to keep them.",
-                stacklevel=3,
+                stacklevel=4,  # set_components <- set_algorithm_state <- Algorithm.set_state <- caller
             )
             return
         for pid, buffer_state in stored["policies"].items():

@@ -1,0 +1,80 @@
+"""An Algorithm as a state tree, and back: the layout of ``Algorithm.get_state()``.
+
+The tree holds the class reference, the config, the counters and random generator, every
+policy's state, the env runners' and the evaluation runner's states, the recent episodes
+behind the metrics, and two subclass hooks: ``extra`` (:meth:`Algorithm.get_extra_state
+<cairn.algorithms.algorithm.Algorithm.get_extra_state>`, small values such as DQN's replay
+credit) and ``components`` (:meth:`~cairn.algorithms.algorithm.Algorithm.get_components`,
+large parts stored as their own checkpoint components, such as replay buffers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from cairn.policy.policy import Policy
+from cairn.policy.spec import PolicySpec
+from cairn.policy_ids import check_policy_ids
+from cairn.registry import class_reference
+from cairn.rng import make_rng, rng_state
+
+if TYPE_CHECKING:
+    from cairn.algorithms.algorithm import Algorithm
+
+__all__ = ["algorithm_state", "set_algorithm_state"]
+
+
+def algorithm_state(algo: Algorithm, *, copy: bool = True) -> dict[str, Any]:
+    """The body of :meth:`Algorithm.get_state <cairn.algorithms.algorithm.Algorithm.get_state>`.
+
+    ``copy=False`` may return views of live arrays (policy weights, a replay buffer), for a
+    caller that writes them at once.
+    """
+    return {
+        "algorithm_class": class_reference(type(algo)),
+        "config": algo.config.to_dict(),
+        "iteration": algo.iteration,
+        "counters": dict(algo.counters),
+        "rng": rng_state(algo.rng),
+        "policy_ids": list(algo.policies),
+        "policies": {pid: p.get_state(copy=copy) for pid, p in algo.policies.items()},
+        "env_runners": algo.env_runner_group.get_state(),
+        "evaluation_runner": algo.get_evaluation_runner_state(),
+        "recent_episodes": list(algo.recent_episodes),
+        "extra": algo.get_extra_state(),
+        "components": algo.get_components(copy=copy),
+    }
+
+
+def set_algorithm_state(algo: Algorithm, state: Mapping[str, Any]) -> None:
+    """The body of :meth:`Algorithm.set_state <cairn.algorithms.algorithm.Algorithm.set_state>`.
+
+    Policies in the state replace those with the same ID; new IDs are added (with their spec
+    in the config, and known to the env runners) but no agent is mapped to them unless the
+    current ``policy_mapping_fn`` does so. The rest of ``algo``'s config is kept.
+    """
+    added = []
+    for pid, policy_state in state.get("policies", {}).items():
+        if pid in algo.policies:
+            algo.policies[pid].set_state(policy_state)
+        else:
+            check_policy_ids([*algo.policies, pid])
+            policy = Policy.from_state(policy_state)
+            algo.policies[pid] = policy
+            algo.config.policies[pid] = PolicySpec(
+                type(policy), policy.observation_space, policy.action_space,
+                policy_state["spec"].get("config"))
+            added.append(pid)
+    if added:
+        algo.env_runner_group.update_policies(algo.config, algo.policies)
+    algo.iteration = int(state["iteration"])
+    algo.counters.update({k: int(v) for k, v in state["counters"].items()})
+    algo.rng = make_rng(state["rng"])
+    algo.env_runner_group.set_state(list(state.get("env_runners") or []))
+    algo.set_evaluation_runner_state(state.get("evaluation_runner"))
+    episodes = algo.recent_episodes  # cleared in place: the window's length stays
+    episodes.clear()
+    episodes.extend(state.get("recent_episodes") or [])
+    algo.set_extra_state(state.get("extra") or {})
+    algo.set_components(state.get("components") or {})
