@@ -20,7 +20,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from cairn.policy.export_graph import BATCH, TensorSpec, input_spec
+from cairn.policy.export_hook import BATCH, TensorSpec
+from cairn.policy.observation_path import input_spec
 
 __all__ = ["BATCH", "TensorSpec", "input_spec", "model_inputs"]
 

@@ -21,7 +21,7 @@ from cairn.export.torch_program import (
     trace_program,
 )
 from cairn.export.verify import check_against_policy, onnx_runner, program_runner
-from cairn.policy.export_graph import ExportGraph
+from cairn.policy.export_hook import ExportGraph
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy

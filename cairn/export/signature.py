@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn.checkpoint.manifest import library_versions
-from cairn.policy.export_graph import ExportGraph
+from cairn.policy.export_hook import ExportGraph
 from cairn.spaces import space_to_json
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from cairn.checkpoint.safetensors_io import new_hasher, write_safetensors
 from cairn.errors import ExportError
 from cairn.export.conventions import BATCH
 from cairn.export.summary import short_reason
-from cairn.policy.export_graph import ExportGraph
+from cairn.policy.export_hook import ExportGraph
 
 __all__ = ["PROGRAM_FILE", "WEIGHTS_FILE", "trace_program", "save_program", "load_program"]
 

@@ -19,7 +19,7 @@ import torch
 
 from cairn.errors import ExportError
 from cairn.export.conventions import model_inputs
-from cairn.policy.export_graph import ExportGraph
+from cairn.policy.export_hook import ExportGraph
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy

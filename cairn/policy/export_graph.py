@@ -9,7 +9,9 @@ overrides the hook (``DQNPolicy`` does).
 The model's input (see :func:`input_spec`) is the raw observation, flattened where the space
 is not an array, so the graph repeats the policy's numpy preprocessing in torch with the same
 constants: flatten / one-hot, then the observation filter's current mean, inverse std and
-clip. Two builders cover cairn's policies:
+clip (:mod:`cairn.policy.observation_path`). What a graph holds (:class:`ExportGraph`,
+:class:`TensorSpec`) and the exporter registry are in :mod:`cairn.policy.export_hook`; this
+module re-exports them. Two builders, defined here, cover cairn's policies:
 
 * :func:`actor_critic_export_graph`: ``(action, logits | mean + log_std, value)`` through
   ``model.action_inputs`` and ``model.value`` and the distribution's deterministic action;
@@ -22,8 +24,7 @@ nothing (a reshape of an already flat input, a cast to the dtype a tensor has, a
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -33,11 +34,21 @@ from torch import nn
 
 from cairn.errors import ExportError
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
-from cairn.policy.filters import MeanStdFilter
+from cairn.policy.export_hook import (
+    BATCH,
+    ExportGraph,
+    ModelExporter,
+    TensorSpec,
+    model_exporter,
+    register_model_exporter,
+)
+from cairn.policy.observation_path import ObservationPath, example_input, filter_description, input_spec
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
 
+# The data types and the observation path live in their own modules (export_hook,
+# observation_path); they are re-exported here, where the export hook's users look for them.
 __all__ = [
     "BATCH",
     "TensorSpec",
@@ -53,182 +64,9 @@ __all__ = [
     "model_exporter",
 ]
 
-BATCH = "batch"
-"""Name of the dynamic first dimension of every input and output."""
-
-Dim = int | str
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Name, numpy dtype name, shape (``"batch"`` for the dynamic dimension) and meaning."""
-
-    name: str
-    dtype: str
-    shape: tuple[Dim, ...]
-    description: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "description": self.description,
-        }
-
-
-@dataclass(frozen=True)
-class ExportGraph:
-    """What a policy hands to the exporter.
-
-    Attributes:
-        module: ``forward(obs) -> tuple`` of the outputs, in :attr:`outputs` order; the
-            environment-ready deterministic action first. A snapshot: exporting never changes
-            the policy, and later training does not reach the module.
-        input: The ``obs`` input (:func:`input_spec`).
-        outputs: Name, dtype, shape and meaning of each output.
-        example: A valid input to trace with (2 rows, so that the batch stays dynamic).
-        reference: Raw observations -> what each output must be, computed by the policy's own
-            acting path (``compute_actions(obs, explore=False)`` first).
-        discrete_sizes: For discrete actions, the number of choices per action component;
-            output 1 then holds their scores (logits, Q-values), and an exported action may
-            differ from the reference only where the two best scores nearly tie. None for
-            continuous actions (compared within a tolerance like every other output).
-        network_name: The network's class name, for error messages.
-        metadata: Extra ``signature.json`` entries (e.g. ``observation_filter``).
-    """
-
-    module: nn.Module
-    input: TensorSpec
-    outputs: tuple[TensorSpec, ...]
-    example: torch.Tensor
-    reference: Callable[[Sequence[Any]], list[np.ndarray]]
-    discrete_sizes: tuple[int, ...] | None
-    network_name: str
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-
-#: ``exporter(policy, export_dir, *, onnx) -> signature``: ``cairn.export.export_model``.
-ModelExporter = Callable[..., dict[str, Any]]
-_MODEL_EXPORTER: list[ModelExporter] = []
-
-
-def register_model_exporter(exporter: ModelExporter) -> None:
-    """Install the function behind :meth:`cairn.Policy.export_model` (replacing any).
-
-    ``cairn.export`` registers ``export_model`` when it is imported (``import cairn`` does),
-    so that the policy layer, below export, offers the method without importing upward.
-    """
-    if not callable(exporter):
-        raise TypeError(f"register_model_exporter needs a callable, got {type(exporter).__name__}.")
-    _MODEL_EXPORTER[:] = [exporter]
-
-
-def model_exporter() -> ModelExporter:
-    """The function installed by :func:`register_model_exporter`; ExportError when none is."""
-    if not _MODEL_EXPORTER:
-        raise ExportError(
-            "export_model: no model exporter is registered; cairn.export registers one when "
-            "it is imported (`import cairn` does). Import cairn.export first."
-        )
-    return _MODEL_EXPORTER[0]
-
-
-def input_spec(observation_space: gym.Space[Any]) -> TensorSpec:
-    """The ``obs`` input for observations from ``observation_space``.
-
-    * Box and MultiBinary: float32 ``[batch, *space.shape]``;
-    * Discrete: int64 ``[batch]`` (the raw values, ``start`` included);
-    * Dict, Tuple and MultiDiscrete: float32 ``[batch, flatdim]``, each row the
-      :func:`gymnasium.spaces.flatten` of one observation.
-    """
-    if isinstance(observation_space, (gym.spaces.Box, gym.spaces.MultiBinary)):
-        return TensorSpec(
-            "obs", "float32", (BATCH, *observation_space.shape),
-            "Raw observations cast to float32 (no normalisation: the model applies the "
-            "policy's observation filter itself).",
-        )
-    if isinstance(observation_space, gym.spaces.Discrete):
-        return TensorSpec(
-            "obs", "int64", (BATCH,),
-            f"Raw Discrete observations in [{observation_space.start}, "
-            f"{observation_space.start + observation_space.n}); the model one-hot encodes them.",
-        )
-    return TensorSpec(
-        "obs", "float32", (BATCH, int(gym.spaces.flatdim(observation_space))),
-        "Observations flattened with gymnasium.spaces.flatten(observation_space, obs), as "
-        "float32 (Discrete parts one-hot, in the space's key/index order).",
-    )
-
-
-def example_input(policy: Policy, batch: int = 2) -> torch.Tensor:
-    """A valid ``obs`` input of ``batch`` rows (2+ rows keeps the batch dynamic when traced)."""
-    space = policy.observation_space
-    if isinstance(space, gym.spaces.Discrete):
-        return torch.full((batch,), int(space.start), dtype=torch.int64)
-    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
-        return torch.zeros((batch, *space.shape), dtype=torch.float32)
-    return torch.zeros((batch, int(policy.preprocessor.size)), dtype=torch.float32)
-
-
-def filter_description(policy: Policy) -> dict[str, Any]:
-    """The observation filter as ``signature.json`` describes it."""
-    obs_filter = policy.observation_filter
-    if isinstance(obs_filter, MeanStdFilter):
-        return {
-            "name": obs_filter.name,
-            "count": int(obs_filter.count),
-            "clip": float(obs_filter.clip),
-            "epsilon": float(obs_filter.epsilon),
-            "note": "applied inside the model: clip((x - mean) / (std + epsilon), -clip, clip) "
-                    "with the statistics at export time (obs_mean, obs_inv_std in the weights)",
-        }
-    return {"name": obs_filter.name}
-
 
 def _torch_dtype(dtype: Any) -> torch.dtype:
     return torch.from_numpy(np.zeros(0, dtype=np.dtype(dtype))).dtype
-
-
-class ObservationPath(nn.Module):
-    """``forward(obs) -> float32 [batch, obs_size]``: :meth:`cairn.Policy.process_observations`
-    in torch (flatten or one-hot, then the observation filter with its current constants)."""
-
-    obs_mean: torch.Tensor
-    obs_inv_std: torch.Tensor
-
-    def __init__(self, policy: Policy) -> None:
-        super().__init__()
-        space = policy.observation_space
-        self.obs_size = int(policy.preprocessor.size)
-        self.obs_discrete = isinstance(space, gym.spaces.Discrete)
-        self.obs_start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
-        # A [batch, obs_size] float32 input needs no reshape: leave that node out of the graph.
-        shape = tuple(space.shape or ()) if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)) else None
-        self.obs_flat = shape is None or shape == (self.obs_size,)
-        obs_filter = policy.observation_filter
-        self.filtered = isinstance(obs_filter, MeanStdFilter)
-        self.clip = 0.0
-        if isinstance(obs_filter, MeanStdFilter):
-            # The very arrays MeanStdFilter.apply uses, so that the results agree bit for bit.
-            mean, inv_std = obs_filter.constants()
-            self.register_buffer("obs_mean", torch.from_numpy(mean.copy()))
-            self.register_buffer("obs_inv_std", torch.from_numpy(inv_std.copy()))
-            self.clip = float(obs_filter.clip)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.obs_discrete:
-            # Comparing with arange one-hot encodes without one_hot's data-dependent checks.
-            categories = torch.arange(self.obs_size, dtype=obs.dtype, device=obs.device)
-            shifted = obs - self.obs_start if self.obs_start else obs
-            x = (shifted.unsqueeze(-1) == categories).to(torch.float32)
-        else:
-            x = obs if obs.dtype == torch.float32 else obs.to(torch.float32)
-            if not self.obs_flat:
-                x = x.flatten(1)
-        if self.filtered:
-            x = torch.clamp((x - self.obs_mean) * self.obs_inv_std, -self.clip, self.clip)
-        return x
 
 
 class _ActorCriticModule(nn.Module):

@@ -14,7 +14,12 @@ import torch
 
 from cairn.alignment import aligned
 
-__all__ = ["optimizer_state_to_tree", "optimizer_state_from_tree", "check_optimizer_tree"]
+__all__ = [
+    "optimizer_state_to_tree",
+    "optimizer_state_from_tree",
+    "check_optimizer_tree",
+    "copy_optimizer_tree",
+]
 
 _OPTIMIZER_IMPLEMENTATION_KEYS = frozenset(
     {"params", "foreach", "fused", "capturable", "differentiable"}
@@ -87,3 +92,13 @@ def optimizer_state_from_tree(
                       if k in own and k not in _OPTIMIZER_IMPLEMENTATION_KEYS})
         merged_groups.append(group)
     optimizer.load_state_dict({"state": state, "param_groups": merged_groups})
+
+
+def copy_optimizer_tree(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of an optimizer state tree whose arrays are aligned and owned by nobody else."""
+    return {
+        "state": {key: {name: aligned(v, copy=True) if isinstance(v, np.ndarray) else v
+                        for name, v in slots.items()}
+                  for key, slots in tree["state"].items()},
+        "param_groups": [dict(group) for group in tree["param_groups"]],
+    }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
@@ -12,10 +11,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cairn.alignment import aligned
-from cairn.errors import ConfigError, ExportError
+from cairn.errors import ConfigError
+from cairn.policy import checkpointing
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
+from cairn.policy.lazy_optimizer import LazyOptimizer
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import (
     DEFAULT_MODEL_CONFIG,
@@ -24,21 +24,15 @@ from cairn.policy.model import (
     check_model_config,
     warn_if_image_observations,
 )
-from cairn.policy.optimizer_state import (
-    check_optimizer_tree,
-    optimizer_state_from_tree,
-    optimizer_state_to_tree,
-)
 from cairn.policy.spec import PolicySpec
-from cairn.policy.state_check import check_policy_state
-from cairn.registry import class_reference, native_model_writer, register_class, resolve_class
-from cairn.rng import make_rng
+from cairn.policy.state_tree import make_generators, policy_state_tree, restore_policy_state_tree
+from cairn.policy.weights import adopt_weights, load_weights, weights_to_numpy
+from cairn.registry import class_reference, register_class, resolve_class
 from cairn.spaces import ObservationPreprocessor, check_action_space, space_from_json
 
 if TYPE_CHECKING:
     from cairn.checkpoint.paths import CheckpointLike
-    from cairn.checkpoint.writer import NativeFiles
-    from cairn.policy.export_graph import ExportGraph
+    from cairn.policy.export_hook import ExportGraph
 
 __all__ = ["Policy"]
 
@@ -107,13 +101,7 @@ class Policy:
         if init_weights and getattr(self.make_model, "builds_config_mlp", False):
             warn_if_image_observations(observation_space, stacklevel=3)
         self.dist: ActionDistribution = distribution_for(action_space)
-        # torch's generator initialises weights; numpy's samples actions in the sampling loop.
-        self.generator = torch.Generator()
-        if seed is None:
-            self.generator.seed()
-        else:
-            self.generator.manual_seed(int(seed) % (2**63))
-        self.np_random = np.random.default_rng(None if seed is None else [int(seed) % (2**63), 7])
+        self.generator, self.np_random = make_generators(seed)
         # Restoring skips random initialisation: parameters are created uninitialised (meta
         # device, then empty CPU storage) and filled from the saved state right after.
         with torch.device("meta") if not init_weights else contextlib.nullcontext():
@@ -123,15 +111,14 @@ class Policy:
         if init_weights:
             self.init_weights()
         elif adopted is not None:
-            self._adopt_weights(adopted)
+            adopt_weights(self.model, adopted)
         else:
             self.model.to_empty(device="cpu")
         # The default optimizer is built on first use (see the optimizer property); an
         # overridden make_optimizer is built now, as its parameter grouping is its own.
-        self._optimizer: torch.optim.Optimizer | None = None
-        self._pending_optimizer_state: Mapping[str, Any] | None = None
+        self._optimizers = LazyOptimizer()
         if type(self).make_optimizer is not Policy.make_optimizer:
-            self._optimizer = self.make_optimizer()
+            self._optimizers.set(self.make_optimizer())
         try:
             self.observation_filter: NoFilter | MeanStdFilter = make_filter(
                 self.config["observation_filter"], self.preprocessor.size
@@ -175,35 +162,19 @@ class Policy:
 
         Built on first use: constructing a torch optimizer imports ``torch._dynamo`` (about a
         second), which a policy restored only to act never needs. A restored optimizer state
-        is checked against the network when it is restored, and loaded here.
+        is checked against the network when it is restored, and loaded here
+        (:class:`~cairn.policy.lazy_optimizer.LazyOptimizer`).
         """
-        if self._optimizer is None:
-            optimizer = self.make_optimizer()
-            pending, self._pending_optimizer_state = self._pending_optimizer_state, None
-            if pending is not None:  # owned by this policy: its arrays become the state
-                optimizer_state_from_tree(optimizer, pending, copy=False)
-            for group in optimizer.param_groups:  # the config's lr wins (it may be overridden)
-                group["lr"] = float(self.config["lr"])
-            self._optimizer = optimizer
-        return self._optimizer
+        return self._optimizers.get(self.make_optimizer, lr=float(self.config["lr"]))
 
     @optimizer.setter
     def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        self._optimizer, self._pending_optimizer_state = optimizer, None
+        self._optimizers.set(optimizer)
 
     def set_learning_rate(self, lr: float) -> None:
         """Set ``config["lr"]`` and the optimizer's learning rate (now, or when it is built)."""
         self.config["lr"] = float(lr)
-        if self._optimizer is not None:
-            for group in self._optimizer.param_groups:
-                group["lr"] = float(lr)
-
-    def _optimizer_tree(self, *, copy: bool) -> dict[str, Any]:
-        """The optimizer's state tree, without building an optimizer that was never used."""
-        pending = self._pending_optimizer_state
-        if self._optimizer is None and pending is not None:
-            return _copy_optimizer_tree(pending) if copy else dict(pending)
-        return optimizer_state_to_tree(self.optimizer, copy=copy)
+        self._optimizers.set_learning_rate(float(lr))
 
     @property
     def spec(self) -> PolicySpec:
@@ -273,43 +244,11 @@ class Policy:
     # --------------------------------------------------------------------------------- weights
     def get_weights(self) -> dict[str, np.ndarray]:
         """A copy of the network's parameters and buffers as numpy arrays."""
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
-
-    def _adopt_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        """Make the given arrays the parameters' storage (no allocation, no copy)."""
-        own = self._check_weights(weights)
-        tensors = {}
-        for name, value in weights.items():
-            # Misaligned storage would change what MKL computes (see cairn.alignment).
-            tensor = torch.from_numpy(aligned(np.asarray(value)))
-            tensors[name] = tensor if tensor.dtype == own[name].dtype else tensor.to(own[name].dtype)
-        self.model.load_state_dict(tensors, assign=True)
-
-    def _check_weights(self, weights: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        """Check names and shapes against the network; return its state dict."""
-        own = self.model.state_dict()
-        missing, unexpected = set(own) - set(weights), set(weights) - set(own)
-        if missing or unexpected:
-            raise ValueError(
-                f"Weights do not fit this policy's network: missing {sorted(missing)}, "
-                f"unexpected {sorted(unexpected)}."
-            )
-        for name, tensor in own.items():
-            value = weights[name]
-            if tuple(np.shape(value)) != tuple(tensor.shape):
-                raise ValueError(
-                    f"Weight {name!r} has shape {tuple(np.shape(value))}, but this policy's "
-                    f"network expects {tuple(tensor.shape)}; were the spaces or model config "
-                    "changed?"
-                )
-        return own
+        return weights_to_numpy(self.model, copy=True)
 
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load parameters produced by :meth:`get_weights` (names and shapes must match)."""
-        for name, tensor in self._check_weights(weights).items():
-            value = np.asarray(weights[name])
-            with torch.no_grad():
-                tensor.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+        load_weights(self.model, weights)
 
     # ----------------------------------------------------------------------------------- state
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
@@ -319,52 +258,20 @@ class Policy:
         may return views of the live weight and optimizer arrays, for a caller that writes them
         at once (a checkpoint save). Subclasses extend it (``super().get_state(copy=copy)``).
         """
-        weights = {
-            k: (v.detach().numpy().copy() if copy else v.detach().numpy())
-            for k, v in self.model.state_dict().items()
-        }
-        return {
-            "spec": self.spec.to_dict(),
-            "weights": weights,
-            "optimizer": self._optimizer_tree(copy=copy),
-            "observation_filter": self.observation_filter.get_state(),
-            "counters": {
-                "global_timestep": self.global_timestep,
-                "num_grad_updates": self.num_grad_updates,
-            },
-            "exploration": self.get_exploration_state(),
-            "rng": {
-                "torch": self.generator.get_state().numpy().copy(),
-                "numpy": self.np_random.bit_generator.state,
-            },
-        }
+        lr = float(self.config["lr"])
+        optimizer = self._optimizers.state_tree(self.make_optimizer, lr=lr, copy=copy)
+        return policy_state_tree(self, weights=weights_to_numpy(self.model, copy=copy), optimizer=optimizer)
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`get_state` into this policy (same spaces and model)."""
         adopted = self._adopted_weights
         if adopted is not state["weights"]:
             self.set_weights(state["weights"])
-        if self._optimizer is None:
-            check_optimizer_tree(state["optimizer"], list(self.model.parameters()), num_groups=1)
-            tree = state["optimizer"]
-            self._pending_optimizer_state = tree if adopted is not None else _copy_optimizer_tree(tree)
-        else:
-            optimizer_state_from_tree(self._optimizer, state["optimizer"], copy=adopted is None)
+        params = list(self.model.parameters())
+        self._optimizers.restore(state["optimizer"], params, adopt=adopted is not None)
+        if self._optimizers.built is not None:
             self.set_learning_rate(float(self.config["lr"]))  # the config's lr wins
-        filter_state = state["observation_filter"]
-        if filter_state.get("name") != self.observation_filter.name:
-            raise ValueError(
-                f"State has observation filter {filter_state.get('name')!r}, this policy uses "
-                f"{self.observation_filter.name!r}."
-            )
-        self.observation_filter.set_state(filter_state)
-        counters = state["counters"]
-        self.global_timestep = int(counters["global_timestep"])
-        self.num_grad_updates = int(counters["num_grad_updates"])
-        self.set_exploration_state(state.get("exploration") or {})
-        rng = np.asarray(state["rng"]["torch"], dtype=np.uint8)
-        self.generator.set_state(torch.from_numpy(rng.copy()))
-        self.np_random = make_rng(state["rng"]["numpy"])
+        restore_policy_state_tree(self, state)  # filter, counters, exploration, generators
 
     def get_exploration_state(self) -> dict[str, Any]:
         """Exploration state beyond the random generator (e.g. an epsilon schedule)."""
@@ -409,26 +316,7 @@ class Policy:
         program, and ONNX when the ``onnx`` extra is installed), as Algorithm checkpoints do with
         ``config.checkpointing(export_native_model_files=True)``.
         """
-        from cairn.checkpoint import save_location, write_policy_checkpoint
-
-        target = save_location(export_dir)  # refused before any state is gathered
-        native_files = self._native_files_writer() if export_native_model_files else None
-        write_policy_checkpoint(target, self.get_state(copy=False), native_files=native_files)
-
-    def _native_files_writer(self) -> NativeFiles:
-        """The callback that writes this policy's ``model/`` into a checkpoint directory.
-
-        cairn.export (a layer above this one) installs the writer in the registry when it is
-        imported; ``import cairn`` imports it.
-        """
-        writer = native_model_writer()
-        if writer is None:
-            raise ExportError(
-                "export_native_model_files=True: no native model writer is registered; "
-                "cairn.export registers one when it is imported (`import cairn` does). Import "
-                "cairn.export first, or pass export_native_model_files=False."
-            )
-        return functools.partial(writer, self)
+        checkpointing.write_policy_checkpoint_dir(self, export_dir, export_native_model_files=export_native_model_files)
 
     def export_graph(self) -> ExportGraph:
         """The export hook: this policy's observation-to-output path as one torch module.
@@ -450,9 +338,7 @@ class Policy:
         ``onnx=<opset>``: ``model.onnx``. Both come with ``signature.json``. Raises
         :class:`~cairn.errors.ExportError` when the model cannot be exported.
         """
-        from cairn.policy.export_graph import model_exporter
-
-        model_exporter()(self, export_dir, onnx=onnx)  # cairn.export.export_model, registered
+        checkpointing.export_native_model(self, export_dir, onnx=onnx)  # cairn.export's, registered
 
     @overload
     @classmethod
@@ -480,21 +366,15 @@ class Policy:
         (:func:`cairn.policy.state_check.check_policy_state`) before a policy is built from it.
         The class stored in the checkpoint is built (it must subclass :class:`Policy`).
         """
-        from cairn.checkpoint import get_checkpoint_info, load_policy_states
-
-        if policy_ids is None and get_checkpoint_info(checkpoint)["type"] == "Policy":
+        if policy_ids is None and checkpointing.is_policy_checkpoint(checkpoint):
             return cls.from_policy_checkpoint(checkpoint)
-        states = load_policy_states(checkpoint, policy_ids=policy_ids)
-        return {pid: _policy_from_checkpoint_state(state, f"{checkpoint} (policy {pid!r})")
-                for pid, state in states.items()}
+        return checkpointing.policies_from_checkpoint(checkpoint, policy_ids=policy_ids, base=Policy)
 
     @classmethod
     def from_policy_checkpoint(cls, checkpoint: CheckpointLike) -> Policy:
         """Load a Policy checkpoint (written by :meth:`export_checkpoint`); an Algorithm
         checkpoint is refused with ``CheckpointFormatError`` (use :meth:`from_checkpoint`)."""
-        from cairn.checkpoint import load_policy_state
-
-        return _policy_from_checkpoint_state(load_policy_state(checkpoint), checkpoint)
+        return checkpointing.policy_from_policy_checkpoint(checkpoint, base=Policy)
 
     def __repr__(self) -> str:
         return (
@@ -511,23 +391,3 @@ class Policy:
         """The reference stored in checkpoints for this policy's class."""
         return class_reference(type(self))
 
-
-def _policy_from_checkpoint_state(state: Mapping[str, Any], where: Any) -> Policy:
-    """Check a state tree the checkpoint reader returned, and build its policy from it."""
-    from cairn.checkpoint import restoring
-
-    check_policy_state(state, where, base=Policy)
-    with restoring(where):
-        # The arrays were read into buffers nobody else holds: adopt them, don't copy.
-        return Policy.from_state(state, copy=False)
-    raise AssertionError("unreachable")  # restoring() re-raises every error it catches
-
-
-def _copy_optimizer_tree(tree: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of an optimizer state tree whose arrays are aligned and owned by nobody else."""
-    return {
-        "state": {key: {name: aligned(v, copy=True) if isinstance(v, np.ndarray) else v
-                        for name, v in slots.items()}
-                  for key, slots in tree["state"].items()},
-        "param_groups": [dict(group) for group in tree["param_groups"]],
-    }

@@ -18,7 +18,7 @@ from cairn.policy.policy import Policy
 from cairn.registry import register_class
 
 if TYPE_CHECKING:
-    from cairn.policy.export_graph import ExportGraph
+    from cairn.policy.export_hook import ExportGraph
 
 __all__ = ["DQNPolicy", "epsilon_at", "check_epsilon_schedule", "DEFAULT_EPSILON"]
 

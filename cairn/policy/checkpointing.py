@@ -1,0 +1,107 @@
+"""A policy's files: Policy checkpoints written and read, and native model exports.
+
+The thin :class:`~cairn.policy.policy.Policy` methods (``export_checkpoint``,
+``export_model``, ``from_checkpoint``, ``from_policy_checkpoint``) call these functions. The
+policy module imports this one, never the reverse: a function that builds policies receives
+the Policy class as ``base``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from cairn.errors import ExportError
+from cairn.policy.state_check import check_policy_state
+from cairn.registry import native_model_writer
+
+if TYPE_CHECKING:
+    from cairn.checkpoint.paths import CheckpointLike
+    from cairn.checkpoint.writer import NativeFiles
+    from cairn.policy.policy import Policy
+
+__all__ = [
+    "write_policy_checkpoint_dir",
+    "native_files_writer",
+    "export_native_model",
+    "is_policy_checkpoint",
+    "policies_from_checkpoint",
+    "policy_from_policy_checkpoint",
+    "policy_from_checkpoint_state",
+]
+
+
+def write_policy_checkpoint_dir(
+    policy: Policy, export_dir: str | os.PathLike[str], *, export_native_model_files: bool
+) -> None:
+    """Write ``policy`` alone as a Policy checkpoint directory (atomically); with
+    ``export_native_model_files`` also its ``model/`` (see :func:`native_files_writer`)."""
+    from cairn.checkpoint import save_location, write_policy_checkpoint
+
+    target = save_location(export_dir)  # refused before any state is gathered
+    native_files = native_files_writer(policy) if export_native_model_files else None
+    write_policy_checkpoint(target, policy.get_state(copy=False), native_files=native_files)
+
+
+def native_files_writer(policy: Policy) -> NativeFiles:
+    """The callback that writes ``policy``'s ``model/`` into a checkpoint directory.
+
+    cairn.export (a layer above this one) installs the writer in the registry when it is
+    imported; ``import cairn`` imports it.
+    """
+    writer = native_model_writer()
+    if writer is None:
+        raise ExportError(
+            "export_native_model_files=True: no native model writer is registered; "
+            "cairn.export registers one when it is imported (`import cairn` does). Import "
+            "cairn.export first, or pass export_native_model_files=False."
+        )
+    return functools.partial(writer, policy)
+
+
+def export_native_model(policy: Policy, export_dir: str | os.PathLike[str], *, onnx: int | None) -> None:
+    """Write ``policy``'s observation-to-action path with the registered model exporter
+    (``cairn.export.export_model``): a torch program, or ONNX with ``onnx=<opset>``."""
+    from cairn.policy.export_hook import model_exporter
+
+    model_exporter()(policy, export_dir, onnx=onnx)
+
+
+def is_policy_checkpoint(checkpoint: CheckpointLike) -> bool:
+    """Whether ``checkpoint`` is a Policy checkpoint (not an Algorithm checkpoint)."""
+    from cairn.checkpoint import get_checkpoint_info
+
+    return bool(get_checkpoint_info(checkpoint)["type"] == "Policy")
+
+
+def policies_from_checkpoint(
+    checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None, base: type[Policy]
+) -> dict[str, Policy]:
+    """``{policy_id: Policy}`` of an Algorithm checkpoint: all its policies, or only
+    ``policy_ids``, reading only their files; each stored class must subclass ``base``."""
+    from cairn.checkpoint import load_policy_states
+
+    states = load_policy_states(checkpoint, policy_ids=policy_ids)
+    return {pid: policy_from_checkpoint_state(state, f"{checkpoint} (policy {pid!r})", base=base)
+            for pid, state in states.items()}
+
+
+def policy_from_policy_checkpoint(checkpoint: CheckpointLike, *, base: type[Policy]) -> Policy:
+    """The policy of a Policy checkpoint; an Algorithm checkpoint is refused with
+    ``CheckpointFormatError``. The stored class must subclass ``base``."""
+    from cairn.checkpoint import load_policy_state
+
+    return policy_from_checkpoint_state(load_policy_state(checkpoint), checkpoint, base=base)
+
+
+def policy_from_checkpoint_state(state: Mapping[str, Any], where: Any, *, base: type[Policy]) -> Policy:
+    """Check a state tree the checkpoint reader returned, and build its policy from it."""
+    from cairn.checkpoint import restoring
+
+    check_policy_state(state, where, base=base)
+    with restoring(where):
+        # The arrays were read into buffers nobody else holds: adopt them, don't copy.
+        return base.from_state(state, copy=False)
+    raise AssertionError("unreachable")  # restoring() re-raises every error it catches

@@ -1,0 +1,60 @@
+"""A network's weights as numpy arrays, and back: checked, copied in, or adopted as storage."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from cairn.alignment import aligned
+
+__all__ = ["weights_to_numpy", "check_weights", "load_weights", "adopt_weights"]
+
+
+def weights_to_numpy(model: torch.nn.Module, *, copy: bool) -> dict[str, np.ndarray]:
+    """The network's parameters and buffers as numpy arrays; ``copy=False`` returns views of
+    the live tensors (for a caller that writes them at once)."""
+    return {
+        k: (v.detach().numpy().copy() if copy else v.detach().numpy())
+        for k, v in model.state_dict().items()
+    }
+
+
+def check_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """Check names and shapes against the network; return its state dict."""
+    own = model.state_dict()
+    missing, unexpected = set(own) - set(weights), set(weights) - set(own)
+    if missing or unexpected:
+        raise ValueError(
+            f"Weights do not fit this policy's network: missing {sorted(missing)}, "
+            f"unexpected {sorted(unexpected)}."
+        )
+    for name, tensor in own.items():
+        value = weights[name]
+        if tuple(np.shape(value)) != tuple(tensor.shape):
+            raise ValueError(
+                f"Weight {name!r} has shape {tuple(np.shape(value))}, but this policy's "
+                f"network expects {tuple(tensor.shape)}; were the spaces or model config "
+                "changed?"
+            )
+    return own
+
+
+def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> None:
+    """Copy ``weights`` into the network's tensors (names and shapes must match)."""
+    for name, tensor in check_weights(model, weights).items():
+        value = np.asarray(weights[name])
+        with torch.no_grad():
+            tensor.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+
+
+def adopt_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> None:
+    """Make the given arrays the parameters' storage (no allocation, no copy)."""
+    own = check_weights(model, weights)
+    tensors = {}
+    for name, value in weights.items():
+        # Misaligned storage would change what MKL computes (see cairn.alignment).
+        tensor = torch.from_numpy(aligned(np.asarray(value)))
+        tensors[name] = tensor if tensor.dtype == own[name].dtype else tensor.to(own[name].dtype)
+    model.load_state_dict(tensors, assign=True)
