@@ -1,0 +1,112 @@
+"""The architecture as tests: no import cycles, no module using another's private names, small
+modules. The layer order itself is import-linter's contract in pyproject.toml (``lint-imports``
+runs in ``make test``); this file checks what a layers contract cannot."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "cairn"
+MAX_MODULE_LINES = 400
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+
+def _graph() -> grimp.ImportGraph:
+    return grimp.build_graph("cairn", exclude_type_checking_imports=True, cache_dir=None)
+
+
+def _cycle_from(graph: grimp.ImportGraph, start: str) -> list[str] | None:
+    """The shortest import chain from ``start`` back to itself, if any."""
+    best: list[str] | None = None
+    for first in graph.find_modules_directly_imported_by(start):
+        if first == start:
+            return [start, start]
+        chain = graph.find_shortest_chain(importer=first, imported=start)
+        if chain is not None and (best is None or len(chain) + 1 < len(best)):
+            best = [start, *chain]
+    return best
+
+
+def test_no_import_cycles_between_modules():
+    graph = _graph()
+    cycles = {}
+    for module in sorted(graph.modules):
+        cycle = _cycle_from(graph, module)
+        if cycle is not None:
+            cycles[frozenset(cycle)] = " -> ".join(cycle)
+    assert not cycles, "import cycles (outside TYPE_CHECKING):\n" + "\n".join(sorted(cycles.values()))
+
+
+def test_the_layer_contract_has_no_exceptions():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert config.get("exclude_type_checking_imports") is True
+    for contract in config["contracts"]:
+        assert not contract.get("ignore_imports"), f"{contract['name']} has ignore_imports"
+
+
+def _private_names_defined(tree: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return {n for n in names if n.startswith("_")}
+
+
+def _external_modules(tree: ast.AST) -> set[str]:
+    """Names bound by ``import x`` of modules outside cairn (torch, numpy, ...)."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not alias.name.startswith("cairn"):
+                    bound.add(alias.asname or alias.name.split(".")[0])
+    return bound
+
+
+def _private_uses(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    own, external = _private_names_defined(tree), _external_modules(tree)
+    where = path.relative_to(ROOT)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cairn"):
+            found += [f"{where}:{node.lineno} imports {node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+        elif (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+              and not node.attr.startswith("__") and node.attr not in own):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in ("self", "cls", *external):
+                continue
+            if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super":
+                continue
+            found.append(f"{where}:{node.lineno} uses {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    """``obj._name`` is fine inside the module that defines ``_name``, nowhere else."""
+    found = [use for path in sorted(PACKAGE.rglob("*.py")) for use in _private_uses(path)]
+    assert not found, "private names used across modules:\n" + "\n".join(found)
+
+
+def test_no_module_is_over_the_size_limit():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    over = {p: n for p, n in sorted(sizes.items()) if n > MAX_MODULE_LINES}
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them along their concepts): {over}"
