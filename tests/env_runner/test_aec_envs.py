@@ -82,7 +82,8 @@ def test_turn_based_aec_env_is_refused_at_build_with_the_fix(wrap):
 
 
 def test_pettingzoo_tictactoe_is_refused_at_build():
-    tictactoe_v3 = pytest.importorskip("pettingzoo.classic.tictactoe_v3")  # needs pygame
+    from pettingzoo.classic import tictactoe_v3  # needs pygame (in the dev extra)
+
     with pytest.raises(ConfigError, match="AECEnv"):
         small_ppo().environment(lambda cfg: tictactoe_v3.env()).build()
 
