@@ -110,3 +110,22 @@ def test_no_module_is_over_the_size_limit():
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     over = {p: n for p, n in sorted(sizes.items()) if n > MAX_MODULE_LINES}
     assert not over, f"modules over {MAX_MODULE_LINES} lines (split them along their concepts): {over}"
+
+
+def test_every_stateful_class_follows_the_state_protocol():
+    """cairn/core.py's Stateful: get_state(*, copy=True) and set_state(state)."""
+    import inspect
+
+    from cairn.algorithms.algorithm import Algorithm
+    from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+    from cairn.env_runner.env_runner import EnvRunner
+    from cairn.policy.filters import MeanStdFilter, NoFilter
+    from cairn.policy.policy import Policy
+    from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer
+
+    for cls in (Algorithm, Policy, DQNPolicy, EnvRunner, MeanStdFilter, NoFilter, ReplayBuffer,
+                PrioritizedReplayBuffer):
+        parameter = inspect.signature(cls.get_state).parameters.get("copy")
+        assert parameter is not None and parameter.kind is inspect.Parameter.KEYWORD_ONLY, cls
+        assert parameter.default is True, cls
+        assert callable(getattr(cls, "set_state", None)), cls

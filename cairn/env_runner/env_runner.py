@@ -290,16 +290,18 @@ class EnvRunner:
         return done
 
     # --------------------------------------------------------------------------------- state
-    def get_state(self) -> dict[str, Any]:
-        """Environments, current observations, episode totals, counters and RNG, as data."""
+    def get_state(self, *, copy: bool = True) -> dict[str, Any]:
+        """Environments, current observations, episode totals, counters and RNG, as data
+        (``copy=False``: the current observations as views)."""
         if self.multi_agent:
             current: Any = [
-                {"agents": [str(a) for a in obs], "obs": {str(a): row.copy() for a, row in obs.items()},
+                {"agents": [str(a) for a in obs],
+                 "obs": {str(a): row.copy() if copy else row for a, row in obs.items()},
                  "agent_pids": {str(a): p for a, p in self._agent_pids[i].items()}}
                 for i, obs in enumerate(self._ma_obs)
             ]
         else:
-            current = None if self._obs is None else self._obs.copy()
+            current = None if self._obs is None else (self._obs.copy() if copy else self._obs)
         return {
             "worker_index": self.worker_index,
             "num_envs": self.num_envs,

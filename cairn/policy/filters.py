@@ -26,7 +26,8 @@ class NoFilter:
     def apply(self, batch: np.ndarray) -> np.ndarray:
         return batch
 
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self, *, copy: bool = True) -> dict[str, Any]:
+        """Only the name: the filter has no state."""
         return {"name": self.name}
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -101,14 +102,15 @@ class MeanStdFilter:
         out = (batch - mean) * inv_std
         return np.clip(out, -self.clip, self.clip, out=out)
 
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self, *, copy: bool = True) -> dict[str, Any]:
+        """Count, mean and sum of squared deviations (``copy=False``: the arrays as views)."""
         return {
             "name": self.name,
             "clip": self.clip,
             "epsilon": self.epsilon,
             "count": self.count,
-            "mean": self.mean.copy(),
-            "m2": self.m2.copy(),
+            "mean": self.mean.copy() if copy else self.mean,
+            "m2": self.m2.copy() if copy else self.m2,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
