@@ -77,3 +77,21 @@ def test_a_dead_runner_neither_blocks_save_nor_hangs_a_restore(ray_cluster, tmp_
     assert runner_1["counters"]["num_env_steps_sampled"] == 0  # started fresh
     assert restored.train()["training_iteration"] == 3
     restored.stop()
+
+
+def test_remote_runners_follow_an_added_policy_and_a_dead_one_is_named(ray_cluster):
+    algo = small_ma_ppo(2, train_batch_size=128).env_runners(num_env_runners=2).build()
+    try:
+        algo.train()
+        algo.add_policy("p2", algo.get_policy("p0").spec,
+                        policy_mapping_fn={"agent_0": "p2", "agent_1": "p1"})
+        before = algo.get_policy("p2").get_weights()
+        result = algo.train()
+        assert set(result["learners"]) == {"p1", "p2"}
+        after = algo.get_policy("p2").get_weights()
+        assert any(not np.array_equal(before[k], after[k]) for k in before)
+        ray.kill(algo.env_runner_group.remote[1])
+        with pytest.raises(CairnError, match=r"worker_index 2"):
+            algo.remove_policy("p0", policy_mapping_fn={"agent_0": "p2", "agent_1": "p1"})
+    finally:
+        algo.stop()

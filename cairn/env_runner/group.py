@@ -257,10 +257,11 @@ class EnvRunnerGroup:
         if self.local is not None:
             self.local.update_policies(config, policies)
         else:
-            import ray
-
+            self._raise_if_failed("update_policies()")
             states = {pid: p.get_state() for pid, p in policies.items()}
-            ray.get([actor.reset_policies.remote(config, states) for actor in self.remote])
+            calls = {index: actor.reset_policies.remote(config, states) for index, actor in self._runners()}
+            self._health.gather(calls, timeout_s=STATE_TIMEOUT_S)
+            self._raise_if_failed("update_policies()")
         self.config, self.policies = config, policies
 
     def get_state(self) -> list[dict[str, Any]]:
