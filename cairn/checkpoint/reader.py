@@ -189,8 +189,8 @@ def load_algorithm_state(
         check_policy_ids_agree(state, manifest, root.path)
         state["components"] = {
             name: read_state_files(root, manifest, f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}",
-                              f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
-                              kind=f"component:{name}")
+                                   f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
+                                   kind=f"component:{name}")
             for name in manifest.get("components") or []
         }
         state["policies"] = {pid: _load_policy(root, manifest, pid) for pid in selected}

@@ -148,7 +148,7 @@ def write_policy_checkpoint(path: str | os.PathLike[str], state: Mapping[str, An
             into ``directory`` (recording each in ``files``) and returns the manifest's
             ``native_model`` entry, or None for none.
     """
-    target = save_location(path)
+    target = save_target(path)  # atomic_directory refuses a target it may not replace
     with atomic_directory(target) as tmp:
         _write_policy_dir(tmp, state, native_files)
     return str(target)
@@ -170,7 +170,7 @@ def write_algorithm_checkpoint(
         policy_native_files: ``{policy_id: native_files}``, as in
             :func:`write_policy_checkpoint`, for the policies that get native model files.
     """
-    target = save_location(path)
+    target = save_target(path)  # atomic_directory refuses a target it may not replace
     rest = dict(state)
     policy_states: Mapping[str, Any] = rest.pop("policies")
     components: Mapping[str, Any] = rest.pop("components", None) or {}
@@ -191,7 +191,7 @@ def write_algorithm_checkpoint(
                 tmp / POLICIES_DIR / pid, policy_state, native.get(pid))
         for name, component in components.items():
             write_state_files(tmp, f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
-                         f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}", component, files)
+                              f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}", component, files)
         write_state_files(tmp, ALGORITHM_STATE_FILE, ALGORITHM_ARRAYS_FILE, rest, files)
         manifest = build_manifest(
             checkpoint_type="Algorithm", class_reference=class_reference,
