@@ -15,6 +15,7 @@ from cairn.errors import ConfigError
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp
 from cairn.policy.policy import Policy
+from cairn.policy.weights import load_weights, weights_to_numpy
 from cairn.registry import register_class
 
 if TYPE_CHECKING:
@@ -162,10 +163,7 @@ class DQNPolicy(Policy):
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
         state = super().get_state(copy=copy)
         state["target"] = {
-            "weights": {
-                k: (v.detach().numpy().copy() if copy else v.detach().numpy())
-                for k, v in self.target_model.state_dict().items()
-            },
+            "weights": weights_to_numpy(self.target_model, copy=copy),
             "last_update_timestep": self.last_target_update,
         }
         return state
@@ -173,15 +171,7 @@ class DQNPolicy(Policy):
     def set_state(self, state: Mapping[str, Any]) -> None:
         super().set_state(state)
         target = state["target"]
-        own = self.target_model.state_dict()
-        weights = target["weights"]
-        if set(weights) != set(own):
-            raise ValueError(
-                f"Target weights {sorted(weights)} do not fit this policy's network {sorted(own)}."
-            )
-        with torch.no_grad():
-            for name, tensor in own.items():
-                tensor.copy_(torch.from_numpy(np.ascontiguousarray(weights[name])))
+        load_weights(self.target_model, target["weights"])
         self.last_target_update = int(target["last_update_timestep"])
 
     def get_exploration_state(self) -> dict[str, Any]:
