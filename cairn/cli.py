@@ -95,23 +95,23 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _out_problem(out: str, *, overwrite: bool) -> str | None:
     """Why ``cairn train`` must not write its checkpoint to ``out``, or None; checked before
-    training so that a refusal costs nothing."""
+    training so that a refusal costs nothing. The save's own rules come from
+    :func:`cairn.checkpoint.save_location` (``~``, ``file://`` URLs, never replacing a
+    directory that holds something else); the CLI adds that replacing a checkpoint needs
+    ``--overwrite``."""
+    from cairn.checkpoint import save_location
     from cairn.checkpoint.format import MANIFEST_FILE
+    from cairn.errors import CheckpointError
 
-    path = Path(out)
-    if not os.path.lexists(path):
-        return None
-    if not path.is_dir():
+    try:
+        path = save_location(out)
+    except CheckpointError as exc:
+        return f"--out {out}: {exc} (--overwrite replaces checkpoints only.)"
+    if os.path.lexists(path) and not path.is_dir():
         return f"--out {out} exists and is not a directory; choose another --out."
-    if (path / MANIFEST_FILE).is_file():
-        if overwrite:
-            return None
+    if (path / MANIFEST_FILE).is_file() and not overwrite:
         return (f"--out {out} already holds a checkpoint; pass --overwrite to replace it, "
                 "or choose another --out.")
-    if any(path.iterdir()):
-        # Saving swaps the whole directory: never do that to one that holds something else.
-        return (f"--out {out} is not empty and not a cairn checkpoint; choose a new or empty "
-                "--out directory (--overwrite replaces checkpoints only).")
     return None
 
 
