@@ -41,9 +41,8 @@ class LazyOptimizer:
             pending, self.pending = self.pending, None
             if pending is not None:  # owned by the policy: its arrays become the state
                 optimizer_state_from_tree(optimizer, pending, copy=False)
-            for group in optimizer.param_groups:  # the config's lr wins (it may be overridden)
-                group["lr"] = lr
             self.built = optimizer
+            self.set_learning_rate(lr)  # the config's lr wins (it may be overridden)
         return self.built
 
     def set(self, optimizer: torch.optim.Optimizer) -> None:
