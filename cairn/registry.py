@@ -39,6 +39,9 @@ __all__ = [
     "NativeModelWriter",
     "register_native_model_writer",
     "native_model_writer",
+    "ModelExporter",
+    "register_model_exporter",
+    "model_exporter",
 ]
 
 #: Key of the JSON object that stands for a callable in ``AlgorithmConfig.to_dict()``: its value
@@ -52,7 +55,11 @@ NativeModelWriter = Callable[[Any, Path, dict[str, dict[str, Any]]], dict[str, A
 
 _ENV_CREATORS: dict[str, Callable[[dict[str, Any]], Any]] = {}
 _CLASSES: dict[str, type] = {}
-_NATIVE_MODEL_WRITER: list[NativeModelWriter] = []
+#: ``exporter(policy, export_dir, *, onnx) -> signature``: ``cairn.export.export_model``.
+ModelExporter = Callable[..., dict[str, Any]]
+#: Functions a higher layer installs for a lower one (name -> function), e.g. cairn.export's
+#: writers for the policy layer, which may not import it.
+_HOOKS: dict[str, Callable[..., Any]] = {}
 
 T = TypeVar("T")
 
@@ -86,14 +93,32 @@ def register_native_model_writer(writer: NativeModelWriter) -> None:
     ``cairn.export`` registers ``write_native_model_files`` when it is imported, so that the
     policy layer, below export, can offer ``export_checkpoint(..., export_native_model_files=True)``.
     """
-    if not callable(writer):
-        raise TypeError(f"register_native_model_writer needs a callable, got {type(writer).__name__}.")
-    _NATIVE_MODEL_WRITER[:] = [writer]
+    _install("register_native_model_writer", writer)
 
 
 def native_model_writer() -> NativeModelWriter | None:
     """The function installed by :func:`register_native_model_writer`, or None."""
-    return _NATIVE_MODEL_WRITER[0] if _NATIVE_MODEL_WRITER else None
+    return _HOOKS.get("register_native_model_writer")
+
+
+def register_model_exporter(exporter: ModelExporter) -> None:
+    """Install the function behind :meth:`cairn.Policy.export_model` (replacing any).
+
+    ``cairn.export`` registers ``export_model`` when it is imported (``import cairn`` does),
+    so that the policy layer, below export, offers the method without importing upward.
+    """
+    _install("register_model_exporter", exporter)
+
+
+def model_exporter() -> ModelExporter | None:
+    """The function installed by :func:`register_model_exporter`, or None."""
+    return _HOOKS.get("register_model_exporter")
+
+
+def _install(hook: str, fn: Callable[..., Any]) -> None:
+    if not callable(fn):
+        raise TypeError(f"{hook} needs a callable, got {type(fn).__name__}.")
+    _HOOKS[hook] = fn
 
 
 def register_class(cls: type[T], name: str | None = None) -> type[T]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.errors import ExportError
 from cairn.policy.state_check import check_policy_state
-from cairn.registry import native_model_writer
+from cairn.registry import model_exporter, native_model_writer
 
 if TYPE_CHECKING:
     from cairn.checkpoint.paths import CheckpointLike
@@ -64,9 +64,13 @@ def native_files_writer(policy: Policy) -> NativeFiles:
 def export_native_model(policy: Policy, export_dir: str | os.PathLike[str], *, onnx: int | None) -> None:
     """Write ``policy``'s observation-to-action path with the registered model exporter
     (``cairn.export.export_model``): a torch program, or ONNX with ``onnx=<opset>``."""
-    from cairn.policy.export_hook import model_exporter
-
-    model_exporter()(policy, export_dir, onnx=onnx)
+    exporter = model_exporter()
+    if exporter is None:
+        raise ExportError(
+            "export_model: no model exporter is registered; cairn.export registers one when "
+            "it is imported (`import cairn` does). Import cairn.export first."
+        )
+    exporter(policy, export_dir, onnx=onnx)
 
 
 def is_policy_checkpoint(checkpoint: CheckpointLike) -> bool:

@@ -37,10 +37,7 @@ from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategoric
 from cairn.policy.export_hook import (
     BATCH,
     ExportGraph,
-    ModelExporter,
     TensorSpec,
-    model_exporter,
-    register_model_exporter,
 )
 from cairn.policy.observation_path import ObservationPath, example_input, filter_description, input_spec
 
@@ -59,9 +56,6 @@ __all__ = [
     "filter_description",
     "actor_critic_export_graph",
     "q_value_export_graph",
-    "ModelExporter",
-    "register_model_exporter",
-    "model_exporter",
 ]
 
 

@@ -2,8 +2,9 @@
 
 :meth:`cairn.Policy.export_graph` returns an :class:`ExportGraph` (a torch module with named,
 typed inputs and outputs, see :class:`TensorSpec`); :meth:`cairn.Policy.export_model` calls the
-exporter that ``cairn.export`` registers here (:func:`register_model_exporter`), so that the
-policy layer, below export, offers the method without importing upward.
+exporter that ``cairn.export`` registers in the registry
+(:func:`cairn.registry.register_model_exporter`), so that the policy layer, below export,
+offers the method without importing upward.
 """
 
 from __future__ import annotations
@@ -16,15 +17,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from cairn.errors import ExportError
-
 __all__ = [
     "BATCH",
     "TensorSpec",
     "ExportGraph",
-    "ModelExporter",
-    "register_model_exporter",
-    "model_exporter",
 ]
 
 BATCH = "batch"
@@ -80,29 +76,3 @@ class ExportGraph:
     discrete_sizes: tuple[int, ...] | None
     network_name: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
-
-
-#: ``exporter(policy, export_dir, *, onnx) -> signature``: ``cairn.export.export_model``.
-ModelExporter = Callable[..., dict[str, Any]]
-_MODEL_EXPORTER: list[ModelExporter] = []
-
-
-def register_model_exporter(exporter: ModelExporter) -> None:
-    """Install the function behind :meth:`cairn.Policy.export_model` (replacing any).
-
-    ``cairn.export`` registers ``export_model`` when it is imported (``import cairn`` does),
-    so that the policy layer, below export, offers the method without importing upward.
-    """
-    if not callable(exporter):
-        raise TypeError(f"register_model_exporter needs a callable, got {type(exporter).__name__}.")
-    _MODEL_EXPORTER[:] = [exporter]
-
-
-def model_exporter() -> ModelExporter:
-    """The function installed by :func:`register_model_exporter`; ExportError when none is."""
-    if not _MODEL_EXPORTER:
-        raise ExportError(
-            "export_model: no model exporter is registered; cairn.export registers one when "
-            "it is imported (`import cairn` does). Import cairn.export first."
-        )
-    return _MODEL_EXPORTER[0]
