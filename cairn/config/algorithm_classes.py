@@ -15,7 +15,7 @@ from cairn.core import AlgorithmLike
 from cairn.errors import ConfigError, UnsafeCheckpointError
 from cairn.registry import resolve_class
 
-__all__ = ["register_config_class", "registered_config_class", "algorithm_class"]
+__all__ = ["register_config_class", "registered_config_class", "algorithm_class", "config_class_for"]
 
 #: Config classes by the registry name of the algorithm they build (``algo_class_name``).
 _CONFIG_CLASSES: dict[str, type] = {}
@@ -49,3 +49,20 @@ def algorithm_class(name: str) -> type:
             "cairn.register_class when the module is imported), or name it as "
             "'package.module:ClassName'."
         ) from exc
+
+
+def config_class_for(config_cls: type, algo_class: Any, *, base: type) -> Any:
+    """The config class of the algorithm ``algo_class`` names (the body of
+    ``AlgorithmConfig.class_for``): ``config_cls`` itself for None or its own algorithm's name,
+    else the registered config class, or the algorithm's ``config_class`` (a subclass of
+    ``base``, AlgorithmConfig)."""
+    if algo_class is None or algo_class == getattr(config_cls, "algo_class_name", None):
+        return config_cls
+    found = registered_config_class(algo_class) or getattr(
+        algorithm_class(algo_class), "config_class", None)
+    if not (isinstance(found, type) and issubclass(found, base)):
+        raise ConfigError(
+            f"algo_class {algo_class!r} names an algorithm without a config_class (a subclass "
+            "of AlgorithmConfig); give the algorithm class one."
+        )
+    return found

@@ -6,13 +6,14 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from cairn.config.algorithm_classes import algorithm_class, register_config_class, registered_config_class
+from cairn.config.algorithm_classes import algorithm_class, config_class_for, register_config_class
 from cairn.config.base_fields import BASE_FIELDS
 from cairn.config.checks import (
     check_env,
     check_policy_mapping,
     decode_callable,
     encode_callable,
+    map_agent,
     merge_setting,
     normalize_policies,
     require_mapping,
@@ -59,6 +60,12 @@ class AlgorithmConfig:
     num_envs_per_env_runner: int
     rollout_fragment_length: int | str
     observation_filter: str
+    restart_failed_env_runners: bool
+    max_num_env_runner_restarts: int
+    ignore_env_runner_failures: bool
+    sample_timeout_s: float
+    env_runner_health_probe_timeout_s: float
+    env_runner_restore_timeout_s: float
     lr: float
     gamma: float
     train_batch_size: int
@@ -133,6 +140,19 @@ class AlgorithmConfig:
             "rollout_fragment_length": rollout_fragment_length,
             "observation_filter": observation_filter,
         })
+
+    def fault_tolerance(
+        self, *, restart_failed_env_runners: bool = _NOT_PROVIDED,
+        max_num_env_runner_restarts: int = _NOT_PROVIDED, ignore_env_runner_failures: bool = _NOT_PROVIDED,
+        sample_timeout_s: float = _NOT_PROVIDED, env_runner_health_probe_timeout_s: float = _NOT_PROVIDED,
+        env_runner_restore_timeout_s: float = _NOT_PROVIDED,
+    ) -> AlgorithmConfig:
+        """Set what happens when a remote env runner fails (RLlib's names and defaults; the
+        behaviour is in docs/ray.md): it is recreated and restored (at most
+        ``max_num_env_runner_restarts`` times in all), else left out when
+        ``ignore_env_runner_failures``, else ``train()`` raises EnvRunnerFailedError. Timeouts
+        in seconds: one ``sample()``, a ping, rebuilding a runner."""
+        return self._set("fault_tolerance", {k: v for k, v in locals().items() if k != "self"})
 
     def training(self, **kwargs: Any) -> AlgorithmConfig:
         """Set training settings: ``lr``, ``gamma``, ``train_batch_size``, ``minibatch_size``,
@@ -311,18 +331,7 @@ class AlgorithmConfig:
 
     def map_agent(self, agent_id: Any) -> str:
         """The policy ID that controls ``agent_id``."""
-        fn = self.policy_mapping_fn
-        if fn is None:
-            return next(iter(self.policies))
-        if isinstance(fn, Mapping):
-            if agent_id in fn:
-                return fn[agent_id]
-            if str(agent_id) in fn:
-                return fn[str(agent_id)]
-            raise ConfigError(
-                f"policy_mapping_fn (a dict) has no entry for agent {agent_id!r}; add one."
-            )
-        return fn(agent_id, episode=None, worker=None)  # type: ignore[no-any-return]
+        return map_agent(self.policy_mapping_fn, self.policies, agent_id)
 
     # ----------------------------------------------------------------------- dict conversion
     def to_dict(self) -> dict[str, Any]:
@@ -384,16 +393,7 @@ class AlgorithmConfig:
     def class_for(cls, algo_class: Any) -> type[AlgorithmConfig]:
         """The config class of the algorithm ``algo_class`` names (a registry name, as
         ``to_dict()`` stores it); this class for None or its own algorithm's name."""
-        if algo_class is None or algo_class == cls.algo_class_name:
-            return cls
-        config_cls = registered_config_class(algo_class) or getattr(
-            algorithm_class(algo_class), "config_class", None)
-        if not (isinstance(config_cls, type) and issubclass(config_cls, AlgorithmConfig)):
-            raise ConfigError(
-                f"algo_class {algo_class!r} names an algorithm without a config_class (a subclass "
-                "of AlgorithmConfig); give the algorithm class one."
-            )
-        return config_cls
+        return config_class_for(cls, algo_class, base=AlgorithmConfig)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.to_dict()!r})"

@@ -48,6 +48,8 @@ def _check_str_or_none(key: str, value: Any) -> None:
         raise ConfigError(f"Config {key!r}={value!r} is invalid: expected a path str or None.")
 
 
+_seconds = number(0.0, 1e9, low_open=True)
+
 BASE_FIELDS: dict[str, Field] = {
     # environment
     "env": Field("environment", None, _check_any, "Gymnasium ID, registered name or creator"),
@@ -57,6 +59,13 @@ BASE_FIELDS: dict[str, Field] = {
     "num_envs_per_env_runner": Field("env_runners", 1, positive_int, "vectorised envs each"),
     "rollout_fragment_length": Field("env_runners", "auto", _check_fragment, "steps per env"),
     "observation_filter": Field("env_runners", "NoFilter", choice(*FILTER_NAMES), "filter"),
+    # fault_tolerance (remote env runners; RLlib's names and defaults, docs/ray.md)
+    "restart_failed_env_runners": Field("fault_tolerance", True, boolean, "recreate failed runners"),
+    "max_num_env_runner_restarts": Field("fault_tolerance", 1000, non_negative_int, "restarts in all"),
+    "ignore_env_runner_failures": Field("fault_tolerance", False, boolean, "go on without them"),
+    "sample_timeout_s": Field("fault_tolerance", 60.0, _seconds, "wait for one sample()"),
+    "env_runner_health_probe_timeout_s": Field("fault_tolerance", 30.0, _seconds, "wait for a ping"),
+    "env_runner_restore_timeout_s": Field("fault_tolerance", 1800.0, _seconds, "wait to rebuild one"),
     # training
     "lr": Field("training", 3e-4, number(0.0, 10.0, low_open=True), "learning rate"),
     "gamma": Field("training", 0.99, number(0.0, 1.0), "discount factor"),

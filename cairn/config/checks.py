@@ -22,6 +22,7 @@ __all__ = [
     "suggest",
     "normalize_policies",
     "check_policy_mapping",
+    "map_agent",
     "check_env",
     "merge_setting",
     "require_mapping",
@@ -86,6 +87,22 @@ def normalize_policies(policies: Any) -> dict[str, PolicySpec]:
         f"policies must be a set/list of policy IDs or a dict {{policy_id: PolicySpec}}, got "
         f"{type(policies).__name__}."
     )
+
+
+def map_agent(fn: Any, policies: Mapping[str, Any], agent_id: Any) -> str:
+    """The policy ID that ``policy_mapping_fn`` ``fn`` (None: the first of ``policies``, a dict,
+    or a callable) maps ``agent_id`` to (the body of ``AlgorithmConfig.map_agent``)."""
+    if fn is None:
+        return next(iter(policies))
+    if isinstance(fn, Mapping):
+        if agent_id in fn:
+            return fn[agent_id]  # type: ignore[no-any-return]
+        if str(agent_id) in fn:
+            return fn[str(agent_id)]  # type: ignore[no-any-return]
+        raise ConfigError(
+            f"policy_mapping_fn (a dict) has no entry for agent {agent_id!r}; add one."
+        )
+    return fn(agent_id, episode=None, worker=None)  # type: ignore[no-any-return]
 
 
 def check_policy_mapping(fn: Any) -> None:
