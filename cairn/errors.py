@@ -12,6 +12,7 @@ __all__ = [
     "EnvError",
     "ObservationSpaceError",
     "ExportError",
+    "EnvRunnerFailedError",
     "CheckpointError",
     "CheckpointNotFoundError",
     "CheckpointCorruptedError",
@@ -46,6 +47,11 @@ class ObservationSpaceError(CairnError, ValueError):
 
 class ExportError(CairnError):
     """A policy's model could not be exported to a native format."""
+
+
+class EnvRunnerFailedError(CairnError):
+    """A remote env runner died, raised or timed out, and the fault-tolerance settings
+    (``config.fault_tolerance(...)``) neither restart it nor let training go on without it."""
 
 
 class CheckpointError(CairnError):
