@@ -26,3 +26,23 @@ def ma_algo():
     algo = small_ma_ppo(3).build()
     yield algo
     algo.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """One moto S3 server on 127.0.0.1 for the whole session (see tests/s3_server.py)."""
+    from tests.s3_server import S3Server
+
+    server = S3Server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server):
+    """A fresh, empty bucket on the session's S3 server, s3fs caches cleared (tests/s3_server.py)."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    s3_server.reset_requests()
+    return s3_server.new_bucket()
