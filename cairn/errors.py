@@ -25,6 +25,11 @@ __all__ = [
     "CheckpointClassMismatchError",
     "CheckpointConfigError",
     "CheckpointEnvError",
+    "CheckpointStorageError",
+    "StorageNotFoundError",
+    "StoragePermissionError",
+    "StorageBackendMissingError",
+    "UncommittedCheckpointError",
     "ImageObservationWarning",
 ]
 
@@ -111,6 +116,29 @@ class CheckpointEnvError(CheckpointFormatError, EnvError):
 
     Both ``except CheckpointError`` and ``except EnvError`` catch it.
     """
+
+
+class CheckpointStorageError(CheckpointError):
+    """The storage of a checkpoint location failed (an object store's bucket, credentials,
+    permissions, network); the message names the URL and the cause."""
+
+
+class StorageNotFoundError(CheckpointStorageError, CheckpointNotFoundError):
+    """The bucket (or container) of a checkpoint URL does not exist."""
+
+
+class StoragePermissionError(CheckpointStorageError, PermissionError):
+    """No credentials were found for a checkpoint URL, or they may not do what was asked."""
+
+
+class StorageBackendMissingError(CheckpointStorageError, ImportError):
+    """The fsspec backend of a URL scheme is not installed; the message gives the
+    ``pip install`` command (``cairn-rl[s3]`` for ``s3://``, ``cairn-rl[gcs]`` for ``gs://``)."""
+
+
+class UncommittedCheckpointError(CheckpointNotFoundError):
+    """An object-store prefix holds checkpoint files but no committed manifest: a save there
+    was interrupted (or is still running), so nothing there may be loaded."""
 
 
 class ImageObservationWarning(UserWarning):

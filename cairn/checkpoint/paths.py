@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlparse
 
 from cairn.errors import CheckpointError, CheckpointNotFoundError, UnsupportedCheckpointLocationError
 
-__all__ = ["CheckpointLike", "UnsupportedCheckpointLocationError", "checkpoint_directory", "save_target"]
+__all__ = ["CheckpointLike", "UnsupportedCheckpointLocationError", "checkpoint_directory", "is_url", "save_target"]
 
 CheckpointLike = Union[str, "os.PathLike[str]", Any]
 
@@ -25,6 +25,12 @@ CheckpointLike = Union[str, "os.PathLike[str]", Any]
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 # What ``Path("s3://bucket/x")`` leaves of a URL: a first component "s3:" ("//" collapsed).
 _COLLAPSED_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):$")
+
+
+def is_url(text: str) -> str | None:
+    """The URL scheme of ``text`` (``"s3"`` for ``s3://b/k``), or None for a plain path."""
+    match = _URL.match(text)
+    return match.group(1) if match else None
 
 
 def save_target(target: str | os.PathLike[str]) -> Path:

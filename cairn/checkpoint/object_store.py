@@ -1,0 +1,268 @@
+"""Object stores (``s3://``, ``gs://``, ``memory://``, any fsspec URL) as a :class:`~cairn.checkpoint.storage_base.Storage`.
+
+fsspec and its backends are imported here only, when a URL is first used: ``import cairn`` and
+local checkpoints never load them. Credentials and endpoints come from where the backend looks
+(for s3fs: the AWS environment variables, ``AWS_ENDPOINT_URL``, ``~/.aws``), or from
+``storage_options``. Every backend failure is raised as a
+:class:`~cairn.errors.CheckpointStorageError` subclass naming the URL and the cause, never as
+a bare botocore or aiohttp exception.
+
+Transfers of many files run in a thread pool (:func:`ObjectStorage.put_files`,
+:func:`ObjectStorage.copy_files`, :func:`ObjectStorage.read_many`); large files are read in
+concurrent ranges (:meth:`ObjectStorage.read_exact`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from cairn.alignment import empty_aligned
+from cairn.checkpoint.storage_base import Storage, relative_parts
+from cairn.errors import (
+    CheckpointCorruptedError,
+    CheckpointNotFoundError,
+    CheckpointStorageError,
+    StorageBackendMissingError,
+    StorageNotFoundError,
+    StoragePermissionError,
+    UnsupportedCheckpointLocationError,
+)
+
+__all__ = ["ObjectStorage", "TRANSFER_THREADS", "RANGE_BYTES"]
+
+#: Parallel transfers (files, or ranges of one large file) of a save or a restore.
+TRANSFER_THREADS = 16
+#: Large files are downloaded in ranges of this size, concurrently.
+RANGE_BYTES = 8 << 20
+#: The extra that installs each scheme's fsspec backend.
+_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+_CREDENTIAL_ERRORS = ("NoCredentialsError", "PartialCredentialsError", "NoAuthTokenError",
+                      "CredentialRetrievalError", "DefaultCredentialsError", "RefreshError")
+
+T = TypeVar("T")
+
+
+def _parallel(fn: Callable[[T], Any], items: Sequence[T]) -> list[Any]:
+    """``[fn(item) for item in items]``, run in up to ``TRANSFER_THREADS`` threads."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(min(TRANSFER_THREADS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+class ObjectStorage(Storage):
+    """A prefix of an fsspec file system (a bucket and key prefix, on S3)."""
+
+    def __init__(self, fs: Any, root: str, url: str) -> None:
+        self.fs, self.root, self.url = fs, root.rstrip("/"), url.rstrip("/")
+
+    @classmethod
+    def from_url(cls, url: str, storage_options: Mapping[str, Any]) -> ObjectStorage:
+        """The storage of ``url``, its fsspec file system built with ``storage_options``."""
+        scheme = url.split("://", 1)[0].lower()
+        try:
+            from fsspec.core import url_to_fs
+        except ImportError:  # pragma: no cover - fsspec is a dependency of cairn and torch
+            raise StorageBackendMissingError(
+                f"Cannot use {url!r}: fsspec is not installed. Install it: pip install fsspec."
+            ) from None
+        try:
+            fs, root = url_to_fs(url, **dict(storage_options))
+        except ImportError as exc:
+            extra = _EXTRAS.get(scheme)
+            fix = (f"pip install 'cairn-rl[{extra}]'" if extra else
+                   f"install the fsspec backend of {scheme}:// ({exc})")
+            raise StorageBackendMissingError(
+                f"Cannot use the checkpoint URL {url!r}: the {scheme}:// backend is not "
+                f"installed. Install it: {fix}."
+            ) from exc
+        except ValueError as exc:
+            if "protocol not known" not in str(exc).lower():
+                raise CheckpointStorageError(f"Cannot use the checkpoint URL {url!r}: {exc}.") from exc
+            raise UnsupportedCheckpointLocationError(
+                f"Cannot use the checkpoint URL {url!r}: fsspec knows no {scheme}:// file "
+                "system. Use a local path, file://, s3:// (cairn-rl[s3]), gs:// (cairn-rl[gcs]), "
+                "memory://, or install the fsspec backend of that scheme."
+            ) from exc
+        except TypeError as exc:
+            raise CheckpointStorageError(
+                f"Cannot use the checkpoint URL {url!r}: its file system refused "
+                f"storage_options {sorted(storage_options)}: {exc}."
+            ) from exc
+        if not root.strip("/"):
+            raise UnsupportedCheckpointLocationError(
+                f"Cannot use the checkpoint URL {url!r}: it names no prefix inside the store; "
+                "a checkpoint needs its own prefix, e.g. s3://bucket/runs/checkpoint_000010."
+            )
+        return cls(fs, root, _display_url(url))
+
+    # ----------------------------------------------------------------------- addressing
+    def path(self, relative: str = "") -> str:
+        """The file system path (no protocol) of ``relative``."""
+        parts = relative_parts(relative)
+        return "/".join([self.root, *parts]) if parts else self.root
+
+    def url_of(self, relative: str = "") -> str:
+        parts = relative_parts(relative)
+        return "/".join([self.url, *parts]) if parts else self.url
+
+    def child(self, relative: str) -> ObjectStorage:
+        return ObjectStorage(self.fs, self.path(relative), self.url_of(relative))
+
+    def same_store(self, other: Storage) -> bool:
+        return isinstance(other, ObjectStorage) and other.fs is self.fs
+
+    @contextlib.contextmanager
+    def errors(self, relative: str, action: str) -> Iterator[None]:
+        """Turn what the backend raises while ``action``-ing ``relative`` into cairn errors."""
+        where = self.url_of(relative)
+        try:
+            yield
+        except CheckpointStorageError:
+            raise
+        except FileNotFoundError as exc:
+            if "bucket" in str(exc).lower():
+                raise StorageNotFoundError(
+                    f"Cannot {action} {where}: its bucket does not exist ({exc}). Create the "
+                    "bucket, or fix the URL."
+                ) from None
+            raise CheckpointNotFoundError(f"{where} does not exist.") from None
+        except PermissionError as exc:
+            raise StoragePermissionError(
+                f"Cannot {action} {where}: permission denied ({exc}). Check the credentials and "
+                "the bucket policy (storage_options, or the AWS_*/GOOGLE_* environment)."
+            ) from None
+        except Exception as exc:
+            if type(exc).__name__ in _CREDENTIAL_ERRORS:
+                raise StoragePermissionError(
+                    f"Cannot {action} {where}: no credentials were found ({exc}). Set them in the "
+                    "environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or a profile in "
+                    "~/.aws), or pass storage_options={'key': ..., 'secret': ...}; for a public "
+                    "bucket, storage_options={'anon': True}."
+                ) from None
+            if isinstance(exc, (OSError, ValueError)) or type(exc).__module__.split(".")[0] in (
+                    "botocore", "aiobotocore", "aiohttp", "google", "gcsfs", "s3fs", "fsspec"):
+                raise CheckpointStorageError(
+                    f"Cannot {action} {where}: {type(exc).__name__}: {exc}"
+                ) from None
+            raise
+
+    # ------------------------------------------------------------------------- Storage
+    def exists(self, relative: str = "") -> bool:
+        with self.errors(relative, "look up"):
+            self.fs.invalidate_cache(self.path(relative))
+            return bool(self.fs.exists(self.path(relative)))
+
+    def list_files(self, relative: str = "") -> list[str]:
+        start = self.path(relative)
+        with self.errors(relative, "list"):
+            self.fs.invalidate_cache(start)
+            try:
+                found = self.fs.find(start, withdirs=False)
+            except FileNotFoundError as exc:
+                if "bucket" in str(exc).lower():
+                    raise
+                return []
+        prefix = self.root.lstrip("/") + "/"
+        names = []
+        for path in found:
+            path = path.lstrip("/")
+            if path.startswith(prefix):
+                names.append(path[len(prefix):])
+            elif path == self.root.lstrip("/"):  # the storage itself is one object
+                names.append("")
+        return sorted(name for name in names if name)
+
+    def read_bytes(self, relative: str, *, limit: int) -> bytes:
+        with self.errors(relative, "read"):
+            data = self.fs.cat_file(self.path(relative), start=0, end=limit + 1)
+        if len(data) > limit:
+            raise CheckpointCorruptedError(f"{self.url_of(relative)} has more than {limit} bytes.")
+        return bytes(data)
+
+    def read_exact(self, relative: str, size: int | None, *, limit: int) -> memoryview:
+        """Read ``relative`` into 64-byte-aligned memory, refusing (before reading it whole) a
+        file that is not ``size`` bytes (when given) or is over ``limit``. Files over
+        ``RANGE_BYTES`` come in concurrent ranges."""
+        where = self.url_of(relative)
+        if size is None or size <= RANGE_BYTES:
+            data = self.read_bytes(relative, limit=limit if size is None else min(limit, size))
+            if size is not None and len(data) != size:
+                raise _size_error(where, len(data), size)
+            view = empty_aligned(len(data)).data
+            view[:] = data
+            return view
+        if size > limit:
+            raise CheckpointCorruptedError(f"{where}: the manifest says {size} bytes, more than {limit}.")
+        starts = list(range(0, size, RANGE_BYTES))
+        ends = [*starts[1:], size + 1]  # one byte past the end: a longer file is seen
+        path = self.path(relative)
+        with self.errors(relative, "read"):
+            chunks = self.fs.cat_ranges([path] * len(starts), starts, ends, on_error="raise")
+        got = sum(len(chunk) for chunk in chunks)
+        if got != size:
+            raise _size_error(where, got, size)
+        view = empty_aligned(size).data
+        for start, chunk in zip(starts, chunks):
+            view[start:start + len(chunk)] = chunk
+        return view
+
+    def read_many(self, names: Sequence[tuple[str, int | None]], *, limit: int) -> list[memoryview]:
+        """:meth:`read_exact` of several ``(relative, size)``, in parallel."""
+        return _parallel(lambda item: self.read_exact(item[0], item[1], limit=limit), names)
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
+        with self.errors(relative, "write"):
+            self.fs.pipe_file(self.path(relative), bytes(data))
+
+    def put_files(self, pairs: Sequence[tuple[str | os.PathLike[str], str]]) -> None:
+        """Upload local files: ``[(local path, relative name)]``, in parallel."""
+        def put(pair: tuple[str | os.PathLike[str], str]) -> None:
+            with self.errors(pair[1], "write"):
+                self.fs.put_file(os.fspath(pair[0]), self.path(pair[1]))
+
+        _parallel(put, pairs)
+
+    def copy_files(self, pairs: Sequence[tuple[ObjectStorage, str, str]]) -> None:
+        """Server-side copies ``[(source storage, source name, relative name)]``, in parallel
+        (no byte passes through this process on S3 or GCS)."""
+        def copy(item: tuple[ObjectStorage, str, str]) -> None:
+            source, name, relative = item
+            with self.errors(relative, "copy into"):
+                self.fs.copy(source.path(name), self.path(relative))
+
+        _parallel(copy, pairs)
+
+    def delete(self, relative: str) -> None:
+        with self.errors(relative, "delete"), contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self.path(relative))
+
+    def delete_files(self, names: Sequence[str]) -> None:
+        """Delete several files (one bulk request where the backend has one)."""
+        if not names:
+            return
+        with self.errors("", "delete files in"), contextlib.suppress(FileNotFoundError):
+            self.fs.rm([self.path(name) for name in names])
+
+    def delete_prefix(self, relative: str = "") -> None:
+        names = self.list_files(relative)
+        if relative and self.exists(relative) and not names:
+            names = [relative]  # a single object
+        self.delete_files(names)
+
+
+def _size_error(where: str, got: int, expected: int) -> CheckpointCorruptedError:
+    return CheckpointCorruptedError(
+        f"{where} has {'at least ' if got > expected else ''}{got} bytes, but the manifest says "
+        f"{expected}; the checkpoint is truncated or was modified. Restore it from a good copy."
+    )
+
+
+def _display_url(url: str) -> str:
+    """``url`` without a trailing slash (``s3://b/x/`` and ``s3://b/x`` name one prefix)."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{rest.rstrip('/')}"
