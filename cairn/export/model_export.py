@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,10 +39,11 @@ class Traced:
     program: torch.export.ExportedProgram
 
 
-def trace_policy(policy: Policy) -> Traced:
-    """Trace the graph of ``policy``'s export hook (:meth:`~cairn.Policy.export_graph`) with
-    torch.export; raise ExportError if it cannot be."""
-    graph = policy.export_graph()
+def trace_policy(policy: Policy, extra_outputs: Sequence[str] = ()) -> Traced:
+    """Trace the graph of ``policy``'s export hook (:meth:`~cairn.Policy.export_graph`), with
+    the optional outputs named in ``extra_outputs``, with torch.export; raise ExportError if it
+    cannot be."""
+    graph = policy.export_graph().with_outputs(extra_outputs)
     return Traced(policy, graph, trace_program(graph))
 
 
@@ -110,7 +112,8 @@ def write_onnx_file(traced: Traced, directory: Path, opset: int) -> dict[str, st
 
 
 def export_model(
-    policy: Policy, export_dir: str | os.PathLike[str], *, onnx: int | None = None
+    policy: Policy, export_dir: str | os.PathLike[str], *, onnx: int | None = None,
+    extra_outputs: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Write ``policy``'s observation-to-action path in a native format, with ``signature.json``.
 
@@ -119,14 +122,17 @@ def export_model(
     The model is the graph of the policy's export hook (:meth:`~cairn.Policy.export_graph`):
     it takes raw observations (see :mod:`cairn.export.conventions`) and returns the
     deterministic action first, then the policy's other outputs (an actor-critic policy's
-    action-distribution inputs and value, a DQN policy's Q-values); it is checked against the
-    policy's own ``compute_actions`` (and the reference of each other output) before this
-    returns.
+    action-distribution inputs, a DQN policy's Q-values), and the optional outputs asked for
+    (an actor-critic policy's ``value``); it is checked against the policy's own
+    ``compute_actions`` (and the reference of each other output) before this returns.
 
     Args:
         policy: The policy to export; it is not changed.
         export_dir: Directory to write into (created if needed; same-named files replaced).
         onnx: ONNX opset to export, or None for the torch program.
+        extra_outputs: Optional outputs to export as well, by name (``["value"]`` for an
+            actor-critic policy). Left out by default: each output costs single-observation
+            latency in onnxruntime (``bench/export_inference.py``).
 
     Returns:
         The signature document written to ``signature.json``.
@@ -143,7 +149,7 @@ def export_model(
         raise ExportError(f"Export directory {directory} exists and is not a directory.")
     created = _missing_dirs(directory)
     try:
-        traced = trace_policy(policy)
+        traced = trace_policy(policy, extra_outputs)
         directory.mkdir(parents=True, exist_ok=True)
         files = write_torch_files(traced, directory) if opset is None else write_onnx_file(traced, directory, opset)
         signature = build_signature(policy, traced.graph, files, opset=opset)

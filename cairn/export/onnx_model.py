@@ -17,6 +17,7 @@ import torch
 
 from cairn.errors import ExportError
 from cairn.export.conventions import BATCH, TensorSpec
+from cairn.export.onnx_fold import fold_observation_filter
 from cairn.export.summary import short_reason
 
 __all__ = [
@@ -140,6 +141,7 @@ def convert_to_onnx(
             f"torch.onnx.export could not convert the model to ONNX opset {opset}: "
             f"{short_reason(exc)}."
         ) from exc
+    fold_observation_filter(proto)
     _name_batch_dims(proto, {spec.name for spec in [*inputs, *outputs]})
     descriptions = {spec.name: spec.description for spec in [*inputs, *outputs]}
     for value in [*proto.graph.input, *proto.graph.output]:

@@ -61,16 +61,18 @@ def native_files_writer(policy: Policy) -> NativeFiles:
     return functools.partial(writer, policy)
 
 
-def export_native_model(policy: Policy, export_dir: str | os.PathLike[str], *, onnx: int | None) -> None:
+def export_native_model(policy: Policy, export_dir: str | os.PathLike[str], *, onnx: int | None,
+                        extra_outputs: Sequence[str] = ()) -> None:
     """Write ``policy``'s observation-to-action path with the registered model exporter
-    (``cairn.export.export_model``): a torch program, or ONNX with ``onnx=<opset>``."""
+    (``cairn.export.export_model``): a torch program, or ONNX with ``onnx=<opset>``, plus the
+    optional outputs named in ``extra_outputs``."""
     exporter = model_exporter()
     if exporter is None:
         raise ExportError(
             "export_model: no model exporter is registered; cairn.export registers one when "
             "it is imported (`import cairn` does). Import cairn.export first."
         )
-    exporter(policy, export_dir, onnx=onnx)
+    exporter(policy, export_dir, onnx=onnx, extra_outputs=extra_outputs)
 
 
 def is_policy_checkpoint(checkpoint: CheckpointLike) -> bool:

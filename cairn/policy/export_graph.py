@@ -110,7 +110,8 @@ class _ActorCriticModule(nn.Module):
 
 
 def _actor_critic_outputs(action_space: gym.Space[Any]) -> tuple[TensorSpec, ...]:
-    value = TensorSpec("value", "float32", (BATCH,), "The value function's estimate V(obs).")
+    value = TensorSpec("value", "float32", (BATCH,), "The value function's estimate V(obs).",
+                       optional=True)
     if isinstance(action_space, gym.spaces.Discrete):
         n, start = int(action_space.n), int(action_space.start)
         return (
@@ -147,7 +148,8 @@ def actor_critic_export_graph(policy: Policy) -> ExportGraph:
     """The export graph of an actor-critic :class:`~cairn.Policy`.
 
     Outputs: ``action`` (as ``compute_actions(obs, explore=False)`` returns it), the action
-    distribution's inputs (``logits``, or ``mean`` and ``log_std``) and ``value``. Raises
+    distribution's inputs (``logits``, or ``mean`` and ``log_std``) and ``value`` (optional:
+    exported only when asked for, see :meth:`ExportGraph.with_outputs`). Raises
     ExportError when the model lacks ``action_inputs(obs)``/``value(obs)`` or the
     distribution is not Categorical, MultiCategorical or DiagGaussian.
     """

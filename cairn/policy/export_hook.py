@@ -10,12 +10,14 @@ offers the method without importing upward.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+
+from cairn.errors import ExportError
 
 __all__ = [
     "BATCH",
@@ -31,12 +33,18 @@ Dim = int | str
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Name, numpy dtype name, shape (``"batch"`` for the dynamic dimension) and meaning."""
+    """Name, numpy dtype name, shape (``"batch"`` for the dynamic dimension) and meaning.
+
+    An ``optional`` output (an actor-critic policy's ``value``) is left out of an export unless
+    it is asked for by name (``export_model(..., extra_outputs=["value"])``): every output
+    costs latency in onnxruntime, and serving needs the action.
+    """
 
     name: str
     dtype: str
     shape: tuple[Dim, ...]
     description: str
+    optional: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,3 +84,52 @@ class ExportGraph:
     discrete_sizes: tuple[int, ...] | None
     network_name: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_outputs(self, extra_outputs: Sequence[str] = ()) -> ExportGraph:
+        """This graph with its required outputs plus the optional ones named in
+        ``extra_outputs`` (in :attr:`outputs` order); raises ExportError for a name that is
+        not an optional output of this graph."""
+        optional = [spec.name for spec in self.outputs if spec.optional]
+        unknown = [name for name in extra_outputs if name not in optional]
+        if unknown:
+            raise ExportError(
+                f"extra_outputs={list(extra_outputs)!r}: {unknown} are not optional outputs of "
+                f"this {self.network_name} export; its optional outputs are {optional} (the "
+                f"others, {[s.name for s in self.outputs if not s.optional]}, are always exported)."
+            )
+        keep = [i for i, spec in enumerate(self.outputs) if not spec.optional or spec.name in extra_outputs]
+        if len(keep) == len(self.outputs):
+            return self
+        reference = self.reference
+
+        def selected_reference(observations: Sequence[Any]) -> list[np.ndarray]:
+            expected = reference(observations)
+            return [expected[i] for i in keep]
+
+        return replace(
+            self, module=_SelectOutputs(self.module, keep),
+            outputs=tuple(self.outputs[i] for i in keep), reference=selected_reference)
+
+
+class _SelectOutputs(nn.Module):
+    """``forward(obs)``: the outputs of ``module`` at ``keep``, in order (tracing drops the
+    computation of the others).
+
+    ``module``'s parameters, buffers and submodules are registered here under their own names,
+    so the exported weights keep the names they have in ``module`` (no wrapper prefix).
+    """
+
+    def __init__(self, module: nn.Module, keep: Sequence[int]) -> None:
+        super().__init__()
+        for name, child in module.named_children():
+            self.add_module(name, child)
+        for name, parameter in module.named_parameters(recurse=False):
+            self.register_parameter(name, parameter)
+        for name, buffer in module.named_buffers(recurse=False):
+            self.register_buffer(name, buffer)
+        object.__setattr__(self, "selected_from", module)  # not a submodule: no name prefix
+        self.keep = tuple(keep)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outputs = self.selected_from(obs)
+        return tuple(outputs[i] for i in self.keep)

@@ -331,14 +331,17 @@ class Policy:
 
         return actor_critic_export_graph(self)
 
-    def export_model(self, export_dir: str | os.PathLike[str], *, onnx: int | None = None) -> None:
+    def export_model(self, export_dir: str | os.PathLike[str], *, onnx: int | None = None,
+                     extra_outputs: Sequence[str] = ()) -> None:
         """Write the observation-to-action path in a native format that loads without cairn.
 
         Without ``onnx``: a ``torch.export`` program plus safetensors weights; with
-        ``onnx=<opset>``: ``model.onnx``. Both come with ``signature.json``. Raises
+        ``onnx=<opset>``: ``model.onnx``. Both come with ``signature.json``. ``extra_outputs``
+        adds optional outputs by name (``["value"]``). Raises
         :class:`~cairn.errors.ExportError` when the model cannot be exported.
         """
-        checkpointing.export_native_model(self, export_dir, onnx=onnx)  # cairn.export's, registered
+        checkpointing.export_native_model(  # cairn.export's, registered
+            self, export_dir, onnx=onnx, extra_outputs=extra_outputs)
 
     @overload
     @classmethod

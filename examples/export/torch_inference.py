@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     path = args.model / "model.pt2" if args.model.is_dir() else args.model
-    policy = torch.export.load(str(path)).module()  # outputs: action, distribution inputs, value
+    policy = torch.export.load(str(path)).module()  # outputs: action, distribution inputs
     env = gym.make(args.env)
     for episode in range(args.episodes):
         obs, _ = env.reset(seed=args.seed + episode)

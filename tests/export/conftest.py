@@ -101,7 +101,9 @@ def assert_parity(policy: cairn.Policy, outputs: Sequence[np.ndarray], observati
     with torch.inference_mode():
         inputs = policy.model.action_inputs(processed).numpy()
         value = policy.model.value(processed).numpy()
-    np.testing.assert_allclose(got["value"], value, rtol=1e-5, atol=1e-5)
+    assert names[-1:] == ["value"] if "value" in got else "value" not in names
+    if "value" in got:  # optional: exported with extra_outputs=["value"]
+        np.testing.assert_allclose(got["value"], value, rtol=1e-5, atol=1e-5)
     if "logits" in got:
         np.testing.assert_allclose(got["logits"], inputs, rtol=1e-5, atol=1e-5)
     else:

@@ -20,6 +20,30 @@ from cairn.spaces import space_from_json
 BOX_OBS = gym.spaces.Box(-2.0, 2.0, (4,))
 
 
+@pytest.mark.parametrize("onnx", [None, 18])
+def test_value_is_an_optional_output(onnx: int | None, tmp_path: Path, helpers: Any) -> None:
+    """``value`` is left out unless asked for; asked for, it is the last output and faithful."""
+    if onnx is not None:
+        pytest.importorskip("onnxruntime")
+    policy = helpers.make_policy(BOX_OBS, gym.spaces.Discrete(3), filtered=True)
+    plain = export_model(policy, tmp_path / "plain", onnx=onnx)
+    assert [o["name"] for o in plain["outputs"]] == ["action", "logits"]
+    helpers.check_model_dir(policy, tmp_path / "plain")
+    with_value = export_model(policy, tmp_path / "value", onnx=onnx, extra_outputs=["value"])
+    assert [o["name"] for o in with_value["outputs"]] == ["action", "logits", "value"]
+    helpers.check_model_dir(policy, tmp_path / "value")  # checks value against model.value
+
+
+def test_unknown_extra_output_is_refused(tmp_path: Path, helpers: Any) -> None:
+    policy = helpers.make_policy(BOX_OBS, gym.spaces.Discrete(3), filtered=False)
+    with pytest.raises(ExportError, match=r"\['q_values'\] are not optional outputs.*optional outputs are \['value'\]"):
+        export_model(policy, tmp_path / "out", extra_outputs=["q_values"])
+    assert not (tmp_path / "out").exists()
+    dqn = helpers.make_dqn_policy(BOX_OBS, gym.spaces.Discrete(3), filtered=False, dueling=False)
+    with pytest.raises(ExportError, match=r"optional outputs are \[\]"):
+        dqn.export_model(tmp_path / "dqn", extra_outputs=["value"])
+
+
 def test_torch_export_files_and_signature(tmp_path: Path, helpers: Any) -> None:
     policy = helpers.make_policy(BOX_OBS, gym.spaces.Box(-1.0, 1.0, (2,)), filtered=True)
     weights_before = {k: v.copy() for k, v in policy.get_weights().items()}
@@ -35,7 +59,7 @@ def test_torch_export_files_and_signature(tmp_path: Path, helpers: Any) -> None:
                                     "description": signature["inputs"][0]["description"]}]
     assert [(o["name"], o["dtype"], o["shape"]) for o in signature["outputs"]] == [
         ("action", "float32", ["batch", 2]), ("mean", "float32", ["batch", 2]),
-        ("log_std", "float32", ["batch", 2]), ("value", "float32", ["batch"])]
+        ("log_std", "float32", ["batch", 2])]
     assert space_from_json(signature["observation_space"]) == policy.observation_space
     assert space_from_json(signature["action_space"]) == policy.action_space
     assert {"cairn", "torch", "numpy", "gymnasium", "python"} <= set(signature["versions"])
