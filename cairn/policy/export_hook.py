@@ -119,6 +119,8 @@ class _SelectOutputs(nn.Module):
     so the exported weights keep the names they have in ``module`` (no wrapper prefix).
     """
 
+    selected_from: nn.Module
+
     def __init__(self, module: nn.Module, keep: Sequence[int]) -> None:
         super().__init__()
         for name, child in module.named_children():
