@@ -4,15 +4,16 @@ For a CartPole-sized policy (Box(4) -> Discrete(2), 64x64 actor and critic, Mean
 measures the per-observation latency and the batch-1024 throughput of
 
 * ``policy.compute_single_action`` / ``policy.compute_actions`` (the library call),
-* the ONNX model in onnxruntime (``model.onnx``, opset 18),
+* the ONNX model in onnxruntime (``model.onnx``, opset 18; ``action`` and ``logits``), and the
+  same exported with ``extra_outputs=["value"]``,
 * the **bare MLP** as ONNX: the policy's own actor Linear/Tanh layers and action head exported
   alone (``obs -> logits``, no filter, no critic, no argmax), the anchor for the exported
   graph's single-observation latency (issue 11: within 1.2x),
 * the native program loaded with ``torch.export.load`` (``model.pt2``),
 
 with warm-up first and medians over repeated timed loops, all paths taking turns in each
-repeat. The exported policy computes more than the bare MLP (the filter, the value and the
-argmax too). Both ONNX sessions use the same options: ``intra_op_num_threads=--threads`` and
+repeat. The exported policy computes more than the bare MLP (the filter and the argmax
+too, and the critic when the value is exported). Both ONNX sessions use the same options: ``intra_op_num_threads=--threads`` and
 onnxruntime's default ``graph_optimization_level`` (``ORT_ENABLE_ALL``).
 
     .venv/bin/python bench/export_inference.py [--threads 1] [--out bench/results/export_inference.md]
@@ -91,10 +92,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         export_model(policy, Path(tmp) / "torch")
         export_model(policy, Path(tmp) / "onnx", onnx=18)
+        export_model(policy, Path(tmp) / "onnx_value", onnx=18, extra_outputs=["value"])
+        unfiltered = cairn.Policy(env.observation_space, env.action_space, {"observation_filter": "NoFilter"},
+                                  seed=0)
+        export_model(unfiltered, Path(tmp) / "onnx_nofilter", onnx=18)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = args.threads
         session = onnxruntime.InferenceSession(str(Path(tmp) / "onnx" / "model.onnx"), options,
                                                providers=["CPUExecutionProvider"])
+        no_filter = onnxruntime.InferenceSession(str(Path(tmp) / "onnx_nofilter" / "model.onnx"), options,
+                                                 providers=["CPUExecutionProvider"])
+        with_value = onnxruntime.InferenceSession(str(Path(tmp) / "onnx_value" / "model.onnx"), options,
+                                                  providers=["CPUExecutionProvider"])
         _bare_mlp_onnx(policy, Path(tmp) / "bare.onnx")
         bare = onnxruntime.InferenceSession(str(Path(tmp) / "bare.onnx"), options,
                                             providers=["CPUExecutionProvider"])
@@ -121,6 +130,12 @@ def main() -> None:
         "ONNX in onnxruntime, all outputs": (
             lambda: session.run(None, {"obs": one_b}),
             lambda: session.run(None, {"obs": batch})),
+        "ONNX of the same policy with NoFilter": (
+            lambda: no_filter.run(["action"], {"obs": one_b}),
+            lambda: no_filter.run(["action"], {"obs": batch})),
+        "ONNX with extra_outputs=['value'], all outputs": (
+            lambda: with_value.run(None, {"obs": one_b}),
+            lambda: with_value.run(None, {"obs": batch})),
         "bare MLP ONNX (anchor: actor layers alone, obs -> logits)": (
             lambda: bare.run(None, {"obs": one_b}),
             lambda: bare.run(None, {"obs": batch})),
@@ -139,8 +154,13 @@ def main() -> None:
     onnx_ratio = latency["ONNX in onnxruntime"] / latency["bare MLP ONNX (anchor: actor layers alone, obs -> logits)"]
     all_ratio = latency["ONNX in onnxruntime, all outputs"] / latency[
         "bare MLP ONNX (anchor: actor layers alone, obs -> logits)"]
+    value_ratio = latency["ONNX with extra_outputs=['value'], all outputs"] / latency[
+        "bare MLP ONNX (anchor: actor layers alone, obs -> logits)"]
+    nofilter_ratio = latency["ONNX of the same policy with NoFilter"] / latency[
+        "bare MLP ONNX (anchor: actor layers alone, obs -> logits)"]
     print(f"exported policy ONNX / bare MLP ONNX, one observation: {onnx_ratio:.2f}x "
-          f"(all outputs fetched: {all_ratio:.2f}x)")
+          f"(all outputs fetched: {all_ratio:.2f}x; with the value output: {value_ratio:.2f}x; "
+          f"NoFilter policy: {nofilter_ratio:.2f}x)")
     versions = {name: importlib.metadata.version(name)
                 for name in ("torch", "onnxruntime", "onnx", "onnxscript", "numpy", "gymnasium")}
     lines = [
@@ -150,7 +170,7 @@ def main() -> None:
         "Discrete(2), 64x64 tanh actor and critic, MeanStdFilter), deterministic actions. "
         f"Medians of {args.repeats} timed loops after warm-up, the paths taking turns in each repeat "
         "(per observation: 200 calls per loop; batch: 10 calls of 1,024 observations per loop). Exported models also compute the "
-        "logits and the value; the library call computes the action only. The bare MLP is the policy's actor layers and action "
+        "logits (and the value when exported with `extra_outputs=['value']`); the library call computes the action only. The bare MLP is the policy's actor layers and action "
         "head exported alone (obs -> logits). Both ONNX sessions: intra_op_num_threads as below, default graph optimisation "
         "(ORT_ENABLE_ALL).",
         "",
@@ -170,7 +190,9 @@ def main() -> None:
     lines += [
         "", "Speed-up and ratio are against the first row, measured in the same run.", "",
         f"**Exported policy ONNX vs the bare MLP ONNX, one observation: {onnx_ratio:.2f}x** "
-        f"(fetching `action` only; {all_ratio:.2f}x fetching all outputs). Target: <= 1.2x.", "",
+        f"(fetching `action` only; {all_ratio:.2f}x fetching all outputs; {value_ratio:.2f}x exported with "
+        "`extra_outputs=['value']`, all outputs fetched; the same policy with NoFilter: "
+        f"{nofilter_ratio:.2f}x). Target: <= 1.2x.", "",
         f"ONNX nodes, exported policy: {' '.join(nodes['policy'])}", "",
         f"ONNX nodes, bare MLP: {' '.join(nodes['bare'])}", "",
     ]
