@@ -8,8 +8,9 @@ One input, ``obs``, whose first dimension is the batch (:func:`input_spec`):
   :func:`gymnasium.spaces.flatten` of one observation.
 
 The outputs are the policy's own (:meth:`cairn.Policy.export_graph`): the environment-ready
-deterministic action first, then what the policy adds (``logits``/``mean`` + ``log_std`` and
-``value`` for actor-critic policies, ``q_values`` for DQN).
+deterministic action first, then what the policy adds (``logits``/``mean`` + ``log_std``, and
+``value`` when asked for with ``extra_outputs=["value"]``, for actor-critic policies;
+``q_values`` for DQN).
 """
 
 from __future__ import annotations
