@@ -7,6 +7,7 @@
 from cairn._version import __version__
 from cairn.algorithms import DQN, PPO, Algorithm, DQNConfig, PPOConfig
 from cairn.checkpoint import get_checkpoint_info
+from cairn.checkpoint.manager import CheckpointManager
 from cairn.config import AlgorithmConfig
 from cairn.policy import Policy, PolicySpec
 from cairn.policy_ids import validate_policy_id
@@ -22,6 +23,7 @@ __all__ = [
     "__version__",
     "Algorithm",
     "AlgorithmConfig",
+    "CheckpointManager",
     "DQN",
     "DQNConfig",
     "PPO",

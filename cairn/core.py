@@ -36,6 +36,7 @@ __all__ = [
     "PolicyLike",
     "EnvRunnerLike",
     "AlgorithmLike",
+    "Checkpointable",
     "register_class",
     "class_reference",
     "resolve_class",
@@ -133,10 +134,24 @@ class AlgorithmLike(Stateful, Protocol):
         """The policy with this ID."""
         ...
 
-    def save(self, checkpoint_dir: Any = None) -> str:
-        """Write a checkpoint atomically and return its path."""
+    def save(self, path: Any = None, *, blocking: bool = True) -> Any:
+        """Write a checkpoint atomically and return its location (``blocking=False``: a
+        ``concurrent.futures.Future`` of it, written in the background)."""
         ...
 
     def stop(self) -> None:
         """Release environments and remote runners."""
+        ...
+
+
+@runtime_checkable
+class Checkpointable(Protocol):
+    """What a ``CheckpointManager`` saves (an Algorithm): an iteration that names the
+    checkpoint, and a ``save`` that returns the location, or a Future of it with
+    ``blocking=False``."""
+
+    iteration: int
+
+    def save(self, path: Any = None, *, blocking: bool = True) -> Any:
+        """Write a checkpoint at ``path``; see :meth:`AlgorithmLike.save`."""
         ...

@@ -25,6 +25,7 @@ __all__ = [
     "CheckpointClassMismatchError",
     "CheckpointConfigError",
     "CheckpointEnvError",
+    "BackgroundSaveError",
     "CheckpointStorageError",
     "StorageNotFoundError",
     "StoragePermissionError",
@@ -139,6 +140,11 @@ class StorageBackendMissingError(CheckpointStorageError, ImportError):
 class UncommittedCheckpointError(CheckpointNotFoundError):
     """An object-store prefix holds checkpoint files but no committed manifest: a save there
     was interrupted (or is still running), so nothing there may be loaded."""
+
+
+class BackgroundSaveError(CheckpointError):
+    """A background save (``save(blocking=False)``) failed; raised by the next ``save()`` or
+    ``stop()``, with the original error as ``__cause__``. Its checkpoint was not written."""
 
 
 class ImageObservationWarning(UserWarning):

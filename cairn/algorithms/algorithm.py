@@ -81,6 +81,7 @@ class Algorithm:
         self._eval_runner: EnvRunner | None = None
         self._eval_runner_state: Mapping[str, Any] | None = None
         self._log_dir: str | None = self.config.log_dir
+        self._saver = BackgroundSaver()  # save(blocking=False)'s writer thread
 
     # ---------------------------------------------------------------------------- building
     def _build_policies(self, states: Mapping[str, Any], *, copy: bool) -> Any:
@@ -240,12 +241,33 @@ class Algorithm:
             policies_to_train=policies_to_train, config_overrides=config_overrides, copy=copy)
 
     # -------------------------------------------------------------------------- checkpoints
-    def save(self, checkpoint_dir: str | os.PathLike[str] | None = None) -> str:
-        """Write a checkpoint (atomically) and return its path; without ``checkpoint_dir``,
-        ``<log_dir>/checkpoint_<NNNNNN>`` numbered by iteration."""
-        if checkpoint_dir is None:
-            checkpoint_dir = Path(self.log_dir) / f"checkpoint_{self.iteration:06d}"
-        return save_algorithm(self, checkpoint_dir)
+    @overload
+    def save(self, path: str | os.PathLike[str] | None = None, *, blocking: Literal[True] = True) -> str: ...
+    @overload
+    def save(self, path: str | os.PathLike[str] | None = None, *, blocking: Literal[False]) -> Future[str]: ...
+    @overload
+    def save(self, path: str | os.PathLike[str] | None = None, *, blocking: bool) -> str | Future[str]: ...
+
+    def save(
+        self, path: str | os.PathLike[str] | None = None, *, blocking: bool = True,
+    ) -> str | Future[str]:
+        """Write a checkpoint (atomically) and return its location; without ``path``,
+        ``<log_dir>/checkpoint_<NNNNNN>`` numbered by iteration.
+
+        ``blocking=False`` returns at once a ``concurrent.futures.Future`` of the location:
+        the state is snapshotted before ``save`` returns (training afterwards never reaches
+        the checkpoint) and written in a background thread. One write is in flight at a time:
+        a save while one is running waits for it first. A failed background write raises from
+        its Future, and once more from the next ``save()`` or :meth:`stop` (which waits for
+        the write in flight); see :mod:`cairn.algorithms.async_save` and docs/checkpoints.md.
+        """
+        self._saver.wait()  # one write at a time; raises an earlier background failure
+        if path is None:
+            path = Path(self.log_dir) / f"checkpoint_{self.iteration:06d}"
+        write = prepare_algorithm_save(self, path, snapshot=not blocking)
+        if blocking:
+            return write()
+        return self._saver.submit(write, os.fspath(path))
 
     @property
     def log_dir(self) -> str:
@@ -289,10 +311,15 @@ class Algorithm:
         export_policy_model(self, export_dir, policy_id, onnx)
 
     def stop(self) -> None:
-        """Release environments and remote runners."""
-        self.env_runner_group.stop()
-        if self._eval_runner is not None:
-            self._eval_runner.stop()
+        """Wait for a background save in flight (``save(blocking=False)``), then release
+        environments and remote runners; raises a background save's failure that no ``save()``
+        raised yet (after releasing them)."""
+        try:
+            self._saver.flush()
+        finally:
+            self.env_runner_group.stop()
+            if self._eval_runner is not None:
+                self._eval_runner.stop()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(env={self.config.env!r}, policies={sorted(self.policies)})"

@@ -17,7 +17,7 @@ import functools
 import os
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cairn.checkpoint import (
@@ -29,6 +29,7 @@ from cairn.checkpoint import (
     save_location,
     write_algorithm_checkpoint,
 )
+from cairn.checkpoint.manager import resolve_checkpoint
 from cairn.checkpoint.paths import CheckpointLike
 from cairn.checkpoint.validate import require_types
 from cairn.config.algorithm_config import PolicyMapping
@@ -51,6 +52,7 @@ __all__ = [
     "export_policy_checkpoint",
     "export_policy_model",
     "policy_to_export",
+    "prepare_algorithm_save",
     "restore_algorithm",
     "save_algorithm",
 ]
@@ -62,19 +64,35 @@ _ALGORITHM_KEYS = {
 
 
 def save_algorithm(algo: Algorithm, path: str | os.PathLike[str]) -> str:
-    """The body of :meth:`Algorithm.save <cairn.algorithms.algorithm.Algorithm.save>`: write
-    ``algo`` as an Algorithm checkpoint at ``path`` (atomically); return the local path."""
+    """Write ``algo`` as an Algorithm checkpoint at ``path`` (atomically); return the local
+    path. The same as ``prepare_algorithm_save(algo, path, snapshot=False)()``."""
+    return prepare_algorithm_save(algo, path, snapshot=False)()
+
+
+def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
+                           snapshot: bool) -> Callable[[], str]:
+    """The body of :meth:`Algorithm.save <cairn.algorithms.algorithm.Algorithm.save>`: check
+    the target, gather ``algo``'s state, and return the call that writes it (and returns the
+    location).
+
+    ``snapshot=False``: the state holds views of live arrays; call the result at once.
+    ``snapshot=True``: the state is a copy (``get_state(copy=True)``), and native model files
+    are exported from policies rebuilt from it, so that the call may run later, in another
+    thread, while training goes on (``save(blocking=False)``).
+    """
     target = save_location(path)  # refused before any state is gathered
     check_policy_ids(algo.policies)
-    state = algo.get_state(copy=False)  # written at once, so views of live arrays are enough
+    state = algo.get_state(copy=snapshot)
     _warn_unstorable(state["config"])
     native: dict[str, NativeFiles] = {}
     if algo.config.export_native_model_files:
         from cairn.export import write_native_model_files
 
+        policies = ({pid: Policy.from_state(state["policies"][pid]) for pid in algo.policies}
+                    if snapshot else algo.policies)
         native = {pid: functools.partial(write_native_model_files, policy)
-                  for pid, policy in algo.policies.items()}
-    return write_algorithm_checkpoint(target, state, policy_native_files=native)
+                  for pid, policy in policies.items()}
+    return functools.partial(write_algorithm_checkpoint, target, state, policy_native_files=native)
 
 
 def _warn_unstorable(config: Mapping[str, Any]) -> None:
@@ -86,7 +104,7 @@ def _warn_unstorable(config: Mapping[str, Any]) -> None:
                 f"Config {key!r} is {value.get('name')!r}, which has no import path (lambda, "
                 f"closure or __main__ function) and is not stored in the checkpoint; restoring it "
                 f"will require {arg}. Define it at module level to store it.",
-                stacklevel=4,  # _warn_unstorable <- save_algorithm <- Algorithm.save <- caller
+                stacklevel=4,  # _warn_unstorable <- prepare_algorithm_save <- Algorithm.save <- caller
             )
 
 
@@ -155,7 +173,10 @@ def algorithm_from_checkpoint(
     checkpoint holds; a subclass builds only its own kind (or a subclass of it):
     ``PPO.from_checkpoint`` of a DQN checkpoint raises
     :class:`~cairn.checkpoint.CheckpointClassMismatchError`.
+
+    A :class:`~cairn.checkpoint.manager.CheckpointManager` root means its latest checkpoint.
     """
+    checkpoint = resolve_checkpoint(checkpoint)
     _check_stored_class(cls, base, checkpoint)
     state = load_algorithm_state(checkpoint, policy_ids=policy_ids)
     check_algorithm_state(state, checkpoint)

@@ -1,0 +1,161 @@
+"""CheckpointManager on a local root: when it saves, what it keeps, what a new manager on the
+same root knows, and that Algorithm.from_checkpoint(root) resolves to the latest."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+import cairn
+from cairn.checkpoint.manager import ManagedCheckpoint, checkpoint_name, resolve_checkpoint
+from cairn.checkpoint.reader import load_algorithm_state
+from cairn.errors import BackgroundSaveError, CheckpointError, ConfigError
+from tests.helpers import small_ppo
+
+
+@pytest.fixture(scope="module")
+def algo():
+    algo = small_ppo().build()
+    yield algo
+    algo.stop()
+
+
+def _save_at(manager: cairn.CheckpointManager, algo: cairn.Algorithm, iteration: int,
+             result: dict | None = None, **kwargs):
+    algo.iteration = iteration  # a public counter; saving needs no training
+    return manager.save(algo, result, **kwargs)
+
+
+def _names(root) -> list[str]:
+    return sorted(os.listdir(root))
+
+
+def test_keep_last_deletes_old_checkpoints_after_the_new_one_is_committed(algo, tmp_path):
+    manager = cairn.CheckpointManager(tmp_path, keep_last=2)
+    locations = [_save_at(manager, algo, i) for i in range(1, 6)]
+    assert locations == [str(tmp_path / checkpoint_name(i)) for i in range(1, 6)]
+    assert [c.iteration for c in manager.checkpoints()] == [4, 5]
+    assert manager.latest() == str(tmp_path / "checkpoint_000005")
+    assert _names(tmp_path) == ["checkpoint_000004", "checkpoint_000004.record.json",
+                                "checkpoint_000005", "checkpoint_000005.record.json"]
+    assert load_algorithm_state(manager.latest())["iteration"] == 5
+    assert manager.best() is None  # no keep_best
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("max", 3), ("min", 2)])
+def test_keep_best_keeps_the_best_by_a_dotted_metric_as_well(algo, tmp_path, mode, expected):
+    manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=("evaluation.return", mode))
+    values = {1: 5.0, 2: 1.0, 3: 9.0, 4: 4.0, 5: float("nan")}
+    for i, value in values.items():
+        _save_at(manager, algo, i, {"training_iteration": i, "evaluation": {"return": value}})
+    _save_at(manager, algo, 6, {"training_iteration": 6})  # no evaluation this iteration
+    assert manager.best() == str(tmp_path / checkpoint_name(expected))
+    kept = manager.checkpoints()
+    assert [c.iteration for c in kept] == [expected, 6]
+    assert kept[0] == ManagedCheckpoint(expected, str(tmp_path / checkpoint_name(expected)), values[expected])
+    assert kept[1].metric is None
+
+
+def test_a_top_level_key_and_ties(algo, tmp_path):
+    manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=("episode_return_mean", "max"))
+    for i in (1, 2, 3):
+        _save_at(manager, algo, i, {"episode_return_mean": 10.0 if i < 3 else 2.0})
+    assert manager.best() == str(tmp_path / "checkpoint_000002")  # the newest among equals
+    assert [c.iteration for c in manager.checkpoints()] == [2, 3]
+
+
+def test_due_by_iterations_and_by_seconds(algo, tmp_path):
+    manager = cairn.CheckpointManager(tmp_path / "it", save_every_iterations=3, keep_last=None)
+    saved = [i for i in range(1, 8) if _save_at(manager, algo, i) is not None]
+    assert saved == [3, 6]
+    assert _save_at(manager, algo, 7, force=True) == str(tmp_path / "it" / "checkpoint_000007")
+    assert _save_at(manager, algo, 7) is None  # already saved
+
+    timed = cairn.CheckpointManager(tmp_path / "t", save_every_iterations=None, save_every_seconds=0.2)
+    assert _save_at(timed, algo, 1) is None
+    time.sleep(0.25)
+    assert _save_at(timed, algo, 2) is not None
+    assert _save_at(timed, algo, 3) is None  # the clock restarts at each save
+
+
+def test_a_new_manager_on_the_same_root_knows_the_checkpoints_and_their_metrics(algo, tmp_path):
+    first = cairn.CheckpointManager(tmp_path, keep_last=2, keep_best=("score", "max"))
+    for i, score in [(1, 7.0), (2, 1.0), (3, 2.0)]:
+        _save_at(first, algo, i, {"score": score})
+    resumed = cairn.CheckpointManager(tmp_path, keep_last=2, keep_best=("score", "max"))
+    assert resumed.checkpoints() == first.checkpoints()
+    assert [c.iteration for c in resumed.checkpoints()] == [1, 2, 3]
+    assert resumed.best() == str(tmp_path / "checkpoint_000001")
+    assert not resumed.due(3) and resumed.due(4)
+    _save_at(resumed, algo, 4, {"score": 3.0})
+    assert [c.iteration for c in resumed.checkpoints()] == [1, 3, 4]  # the best stays
+    with pytest.raises(CheckpointError, match="later iteration 4"):
+        _save_at(resumed, algo, 2, force=True)
+
+
+def test_algorithm_from_checkpoint_of_a_manager_root_is_the_latest(algo, tmp_path):
+    manager = cairn.CheckpointManager(tmp_path / "run", keep_last=2)
+    for i in (1, 2):
+        _save_at(manager, algo, i)
+    restored = cairn.Algorithm.from_checkpoint(tmp_path / "run")
+    assert restored.iteration == 2
+    restored.stop()
+    assert resolve_checkpoint(str(tmp_path / "run")) == manager.latest()
+    assert resolve_checkpoint(manager.latest()) == manager.latest()  # a checkpoint is itself
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert resolve_checkpoint(empty) == empty
+    with pytest.raises(CheckpointError):
+        cairn.Algorithm.from_checkpoint(empty)
+
+
+def test_a_new_manager_removes_what_crashed_saves_left(algo, tmp_path):
+    manager = cairn.CheckpointManager(tmp_path)
+    _save_at(manager, algo, 1)
+    dead = 2 ** 22 + 12345  # above the default pid_max: no such process
+    stale = [f".checkpoint_000002.cairn-tmp-{dead}-abcd1234", f".checkpoint_000001.record.json.cairn-tmp-{dead}-00"]
+    (tmp_path / stale[0]).mkdir()
+    (tmp_path / stale[0] / "algorithm_state.json").write_text("{}")
+    (tmp_path / stale[1]).write_text("{}")
+    (tmp_path / "checkpoint_000003").mkdir()  # a store without rename leaves uncommitted prefixes
+    (tmp_path / "checkpoint_000003" / "algorithm_state.json").write_text("{}")
+    (tmp_path / "checkpoint_000004.record.json").write_text(json.dumps({"iteration": 4}))
+    (tmp_path / "notes.txt").write_text("not the manager's")
+    cairn.CheckpointManager(tmp_path)
+    assert _names(tmp_path) == ["checkpoint_000001", "checkpoint_000001.record.json", "notes.txt"]
+
+
+def test_bad_arguments_are_refused_with_the_value(tmp_path):
+    for kwargs, match in [({"keep_last": 0}, "keep_last=0"), ({"keep_best": ("m", "up")}, "keep_best"),
+                          ({"save_every_iterations": 0}, "save_every_iterations=0"),
+                          ({"save_every_seconds": -1}, "save_every_seconds=-1")]:
+        with pytest.raises(ConfigError, match=match):
+            cairn.CheckpointManager(tmp_path, **kwargs)
+
+
+def test_background_saves_retain_after_commit_and_wait_reports_failures(algo, tmp_path):
+    manager = cairn.CheckpointManager(tmp_path / "run", keep_last=1)
+    futures = [_save_at(manager, algo, i, blocking=False) for i in (1, 2, 3)]
+    manager.wait()
+    assert [f.result() for f in futures] == [str(tmp_path / "run" / checkpoint_name(i)) for i in (1, 2, 3)]
+    assert [c.iteration for c in manager.checkpoints()] == [3]
+
+    (tmp_path / "run" / "checkpoint_000004").write_text("in the way")  # a file: the write fails
+    failed = _save_at(manager, algo, 4, blocking=False)
+    with pytest.raises(CheckpointError, match="background save") as raised:
+        manager.wait()
+    assert raised.value.__cause__ is failed.exception()
+    assert [c.iteration for c in manager.checkpoints()] == [3]  # nothing was deleted
+    with pytest.raises(BackgroundSaveError):  # the algorithm raises it once more, as it does alone
+        _save_at(manager, algo, 5)
+    manager.wait()  # reported once
+    assert _save_at(manager, algo, 5) == str(tmp_path / "run" / "checkpoint_000005")
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    broken = cairn.CheckpointManager(blocker / "run")  # nothing can be written under a file
+    with pytest.raises(OSError):
+        _save_at(broken, algo, 4, blocking=False)  # the record fails at once, in this thread
