@@ -21,6 +21,7 @@ import errno
 import mmap
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,11 @@ class CheckpointDir:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def prefetch(self, names: Sequence[tuple[str, int]], *, limit: int) -> None:
+        """Nothing to do on a local disk: files are read when asked for. (On an object store,
+        :meth:`ObjectStoreDir.prefetch <cairn.checkpoint.object_dir.ObjectStoreDir.prefetch>`
+        downloads them in parallel.)"""
 
     def replaced(self) -> bool:
         """True when ``path`` no longer names the directory that was opened (a writer swapped

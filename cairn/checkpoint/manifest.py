@@ -22,17 +22,20 @@ from cairn.checkpoint.format import (
     POLICIES_DIR,
 )
 from cairn.checkpoint.migrations import parse_version
+from cairn.checkpoint.object_dir import ObjectStoreDir
 from cairn.checkpoint.safetensors_io import new_hasher
 from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointFormatError,
     CheckpointNotFoundError,
+    UncommittedCheckpointError,
     UnsafeCheckpointError,
     UnsupportedCheckpointVersionError,
 )
 from cairn.policy_ids import validate_policy_id
 
-__all__ = ["build_manifest", "read_manifest", "read_verified", "safe_relative_path", "library_versions"]
+__all__ = ["build_manifest", "parse_manifest", "read_manifest", "read_verified", "safe_relative_path",
+           "library_versions"]
 
 CHECKPOINT_TYPES = ("Algorithm", "Policy")
 
@@ -109,12 +112,12 @@ def _load_json(data: bytes | bytearray | memoryview, what: str) -> Any:
         raise CheckpointCorruptedError(f"{what} is not valid JSON: {exc}.") from None
 
 
-Directory = Union[Path, CheckpointDir]
+Directory = Union[Path, CheckpointDir, ObjectStoreDir]
 
 
 @contextlib.contextmanager
-def _opened(directory: Directory) -> Iterator[CheckpointDir]:
-    if isinstance(directory, CheckpointDir):
+def _opened(directory: Directory) -> Iterator[CheckpointDir | ObjectStoreDir]:
+    if isinstance(directory, (CheckpointDir, ObjectStoreDir)):
         yield directory
         return
     with CheckpointDir.open(directory) as handle:
@@ -124,19 +127,28 @@ def _opened(directory: Directory) -> Iterator[CheckpointDir]:
 def read_manifest(directory: Directory, *, expected_type: str | None = None) -> dict[str, Any]:
     """Read and check the manifest of the checkpoint in ``directory`` (no other file is read)."""
     with _opened(directory) as handle:
-        path = handle.path / MANIFEST_FILE
         try:
             data = handle.read_file(MANIFEST_FILE, "a manifest", expected_size=None,
                                     limit=MAX_MANIFEST_BYTES)
+        except UncommittedCheckpointError:
+            raise
         except CheckpointNotFoundError:
             raise CheckpointNotFoundError(
                 f"{handle.path} is not a cairn checkpoint: it has no {MANIFEST_FILE}. Pass the "
                 "directory that Algorithm.save() or Policy.export_checkpoint() wrote."
             ) from None
-        return _check_manifest(_load_json(data, str(path)), path, handle.path, expected_type)
+        return parse_manifest(data, handle.path, expected_type=expected_type)
 
 
-def _check_manifest(manifest: Any, path: Path, directory: Path, expected_type: str | None) -> dict[str, Any]:
+def parse_manifest(data: bytes | memoryview, directory: Any, *,
+                   expected_type: str | None = None) -> dict[str, Any]:
+    """Check and return the manifest held in ``data``, the bytes of ``directory``'s manifest
+    (already read, e.g. verified against a root manifest)."""
+    path = directory / MANIFEST_FILE
+    return _check_manifest(_load_json(data, str(path)), path, directory, expected_type)
+
+
+def _check_manifest(manifest: Any, path: Any, directory: Any, expected_type: str | None) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise CheckpointFormatError(
@@ -228,5 +240,5 @@ def read_verified(directory: Directory, name: str, manifest: Mapping[str, Any], 
 def load_json_file(directory: Directory, name: str, manifest: Mapping[str, Any]) -> Any:
     """Read a listed JSON file with verification."""
     data = read_verified(directory, name, manifest)
-    shown = (directory.path if isinstance(directory, CheckpointDir) else directory) / name
+    shown = (directory if isinstance(directory, Path) else directory.path) / name
     return _load_json(data, str(shown))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union, cast
 
 from cairn.checkpoint.dirhandle import CheckpointDir
 from cairn.checkpoint.format import (
@@ -22,10 +22,13 @@ from cairn.checkpoint.format import (
     POLICIES_DIR,
     POLICY_ARRAYS_FILE,
 )
-from cairn.checkpoint.manifest import load_json_file, read_manifest, read_verified
+from cairn.checkpoint.manifest import load_json_file, parse_manifest, read_manifest, read_verified
 from cairn.checkpoint.migrations import migrate
+from cairn.checkpoint.object_dir import ObjectStoreDir
+from cairn.checkpoint.object_store import ObjectStorage
 from cairn.checkpoint.paths import CheckpointLike, checkpoint_directory
 from cairn.checkpoint.safetensors_io import SafetensorsError, parse_safetensors
+from cairn.checkpoint.storage import LocalStorage, is_object_store, resolve_storage
 from cairn.checkpoint.tree import TreeError, join_arrays
 from cairn.checkpoint.validate import check_policy_ids_agree
 from cairn.errors import (
@@ -49,6 +52,8 @@ __all__ = [
     "load_algorithm_state",
     "load_policy_state",
     "load_policy_states",
+    "located",
+    "open_handle",
     "read_state_files",
     "restoring",
 ]
@@ -62,9 +67,32 @@ _READ_ATTEMPTS = 3
 _STATE_ERRORS = (LookupError, TypeError, ValueError, AttributeError, ArithmeticError, RuntimeError)
 
 T = TypeVar("T")
+Handle = Union[CheckpointDir, ObjectStoreDir]
+StorageOptions = Union[Mapping[str, Any], None]
 
 
-def _consistent(root: Path, read: Callable[[CheckpointDir], T]) -> T:
+@contextlib.contextmanager
+def located(checkpoint: CheckpointLike, storage_options: StorageOptions = None) -> Iterator[Path | ObjectStorage]:
+    """The local directory (a ``Path``) or the object-store prefix of ``checkpoint``: a path,
+    a URL (``file://``, ``s3://``, ``memory://``, ...), a :class:`~cairn.checkpoint.storage.Storage`,
+    or an object with ``as_directory()``/``to_directory()``."""
+    if isinstance(checkpoint, LocalStorage) and not storage_options:
+        checkpoint = checkpoint.path
+    if is_object_store(checkpoint):
+        yield cast(ObjectStorage, resolve_storage(checkpoint, storage_options=storage_options))
+        return
+    if storage_options:
+        resolve_storage(checkpoint, storage_options=storage_options)  # raises: local takes none
+    with checkpoint_directory(checkpoint) as root:
+        yield root
+
+
+def open_handle(location: Path | ObjectStorage) -> Handle:
+    """Open a located checkpoint for reading (:func:`located`)."""
+    return ObjectStoreDir.open(location) if isinstance(location, ObjectStorage) else CheckpointDir.open(location)
+
+
+def _consistent(root: Path | ObjectStorage, read: Callable[[Handle], T]) -> T:
     """Run ``read`` on the directory opened once; retry when a writer replaced it meanwhile.
 
     Every file comes from the directory opened first, so a read sees one checkpoint whole. A
@@ -72,7 +100,7 @@ def _consistent(root: Path, read: Callable[[CheckpointDir], T]) -> T:
     way fails, and is retried on the new checkpoint (up to ``_READ_ATTEMPTS`` times).
     """
     for attempt in range(1, _READ_ATTEMPTS + 1):
-        with CheckpointDir.open(root) as handle:
+        with open_handle(root) as handle:
             try:
                 return read(handle)
             except (CheckpointNotFoundError, CheckpointCorruptedError):
@@ -81,7 +109,7 @@ def _consistent(root: Path, read: Callable[[CheckpointDir], T]) -> T:
     raise AssertionError("unreachable")
 
 
-def read_state_files(directory: CheckpointDir, manifest: Mapping[str, Any], arrays_name: str,
+def read_state_files(directory: Handle, manifest: Mapping[str, Any], arrays_name: str,
                      state_name: str | None = None, *, kind: str | None = None) -> Any:
     """One state tree of a checkpoint: ``state_name`` (JSON; default the manifest's state
     file) joined with the arrays of ``arrays_name`` (safetensors), both verified against
@@ -105,31 +133,56 @@ def read_state_files(directory: CheckpointDir, manifest: Mapping[str, Any], arra
     return migrate(kind or manifest["type"], state, manifest["format_version"])
 
 
-def load_policy_state(checkpoint: CheckpointLike | CheckpointDir) -> dict[str, Any]:
-    """The verified, migrated state tree of the Policy checkpoint ``checkpoint``.
+def load_policy_state(checkpoint: CheckpointLike | Handle, *,
+                      storage_options: StorageOptions = None) -> dict[str, Any]:
+    """The verified, migrated state tree of the Policy checkpoint ``checkpoint`` (a path, a
+    URL with ``storage_options`` for its file system, or an opened handle).
 
     The tree is checked as a file format, not as a policy: the policy layer checks that it
     describes a policy (:func:`cairn.policy.state_check.check_policy_state`) before building one.
     """
-    if isinstance(checkpoint, CheckpointDir):
+    if isinstance(checkpoint, (CheckpointDir, ObjectStoreDir)):
         manifest = read_manifest(checkpoint, expected_type="Policy")
+        _prefetch_states(checkpoint, manifest)
         return read_state_files(checkpoint, manifest, POLICY_ARRAYS_FILE)  # type: ignore[no-any-return]
-    with checkpoint_directory(checkpoint) as root:
+    with located(checkpoint, storage_options) as root:
         return _consistent(root, load_policy_state)
 
 
-def _policy_dir(root: CheckpointDir, manifest: Mapping[str, Any], pid: str) -> CheckpointDir:
-    """Verify a policy's manifest against the root manifest before it is trusted."""
-    read_verified(root, f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}", manifest)
-    return root.subdir(f"{POLICIES_DIR}/{pid}")
+def _prefetch_states(root: Handle, manifest: Mapping[str, Any], prefix: str = "") -> None:
+    """Let an object store download a policy's state files in parallel (no-op locally)."""
+    names = [manifest["state_file"], POLICY_ARRAYS_FILE]
+    root.prefetch([(prefix + name, manifest["files"][name]["size"]) for name in names
+                   if name in manifest["files"]], limit=_MAX_ARRAY_BYTES)
 
 
-def _load_policy(root: CheckpointDir, manifest: Mapping[str, Any], pid: str) -> dict[str, Any]:
-    try:
-        with _policy_dir(root, manifest, pid) as sub:
-            return load_policy_state(sub)
-    except CheckpointError as exc:
-        raise type(exc)(f"Policy {pid!r}: {exc}") from exc
+def _policy_manifests(root: Handle, manifest: Mapping[str, Any],
+                      selected: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The selected policies' manifests, each verified against the root manifest before it is
+    trusted, then their state files downloaded together (object stores)."""
+    names = [f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}" for pid in selected]
+    root.prefetch([(name, manifest["files"][name]["size"]) for name in names], limit=_MAX_ARRAY_BYTES)
+    manifests = {}
+    for pid, name in zip(selected, names):
+        try:
+            data = read_verified(root, name, manifest)
+            manifests[pid] = parse_manifest(data, root.path / f"{POLICIES_DIR}/{pid}", expected_type="Policy")
+        except CheckpointError as exc:
+            raise type(exc)(f"Policy {pid!r}: {exc}") from exc
+    for pid, policy_manifest in manifests.items():
+        _prefetch_states(root, policy_manifest, f"{POLICIES_DIR}/{pid}/")
+    return manifests
+
+
+def _load_policies(root: Handle, manifest: Mapping[str, Any], selected: Sequence[str]) -> dict[str, Any]:
+    states = {}
+    for pid, policy_manifest in _policy_manifests(root, manifest, selected).items():
+        try:
+            with root.subdir(f"{POLICIES_DIR}/{pid}") as sub:
+                states[pid] = read_state_files(sub, policy_manifest, POLICY_ARRAYS_FILE)
+        except CheckpointError as exc:
+            raise type(exc)(f"Policy {pid!r}: {exc}") from exc
+    return states
 
 
 def _select(manifest: Mapping[str, Any], policy_ids: str | Sequence[str] | None) -> list[str]:
@@ -147,7 +200,8 @@ def _select(manifest: Mapping[str, Any], policy_ids: str | Sequence[str] | None)
 
 
 def load_policy_states(
-    checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None
+    checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None,
+    storage_options: StorageOptions = None,
 ) -> dict[str, dict[str, Any]]:
     """``{policy_id: state tree}`` of an Algorithm checkpoint's policies, reading only the files
     of ``policy_ids`` (all when None; a str is one policy ID).
@@ -157,21 +211,22 @@ def load_policy_states(
     :func:`load_policy_state`).
     """
 
-    def read(root: CheckpointDir) -> dict[str, dict[str, Any]]:
+    def read(root: Handle) -> dict[str, dict[str, Any]]:
         manifest = read_manifest(root)
         if manifest["type"] != "Algorithm":
             raise CheckpointFormatError(
                 f"{root.path} is a {manifest['type']} checkpoint, not an Algorithm checkpoint; "
                 "policy_ids applies to Algorithm checkpoints. Load it without policy_ids."
             )
-        return {pid: _load_policy(root, manifest, pid) for pid in _select(manifest, policy_ids)}
+        return _load_policies(root, manifest, _select(manifest, policy_ids))
 
-    with checkpoint_directory(checkpoint) as root:
+    with located(checkpoint, storage_options) as root:
         return _consistent(root, read)
 
 
 def load_algorithm_state(
-    checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None
+    checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None,
+    storage_options: StorageOptions = None,
 ) -> dict[str, Any]:
     """The verified, migrated state tree of an Algorithm checkpoint, reading only the files of
     ``policy_ids`` (all when None; a str is one policy ID).
@@ -182,9 +237,14 @@ def load_algorithm_state(
     algorithm before building one.
     """
 
-    def read(root: CheckpointDir) -> dict[str, Any]:
+    def read(root: Handle) -> dict[str, Any]:
         manifest = read_manifest(root, expected_type="Algorithm")
         selected = _select(manifest, policy_ids)
+        own = [manifest["state_file"], ALGORITHM_ARRAYS_FILE] + [
+            f"{COMPONENTS_DIR}/{name}/{file}" for name in manifest.get("components") or []
+            for file in (COMPONENT_STATE_FILE, COMPONENT_ARRAYS_FILE)]
+        root.prefetch([(name, manifest["files"][name]["size"]) for name in own
+                       if name in manifest["files"]], limit=_MAX_ARRAY_BYTES)
         state = read_state_files(root, manifest, ALGORITHM_ARRAYS_FILE)
         check_policy_ids_agree(state, manifest, root.path)
         state["components"] = {
@@ -193,10 +253,10 @@ def load_algorithm_state(
                                    kind=f"component:{name}")
             for name in manifest.get("components") or []
         }
-        state["policies"] = {pid: _load_policy(root, manifest, pid) for pid in selected}
+        state["policies"] = _load_policies(root, manifest, selected)
         return state
 
-    with checkpoint_directory(checkpoint) as root:
+    with located(checkpoint, storage_options) as root:
         return _consistent(root, read)
 
 
@@ -229,21 +289,22 @@ def restoring(where: Any) -> Iterator[None]:
         ) from exc
 
 
-def get_checkpoint_info(checkpoint: CheckpointLike) -> dict[str, Any]:
-    """What a checkpoint is, read from its manifest alone (no state is loaded).
+def get_checkpoint_info(checkpoint: CheckpointLike, *, storage_options: StorageOptions = None) -> dict[str, Any]:
+    """What a checkpoint is, read from its manifest alone (no state is loaded): a path, or a
+    URL (``s3://``, ``memory://``, ...; ``storage_options`` for its file system).
 
     Keys: ``type`` ("Algorithm" or "Policy"), ``checkpoint_version`` (str), ``format``,
     ``checkpoint_dir``, ``state_file``, ``policy_ids`` (None for a Policy checkpoint),
     ``cairn_version``, ``class``, ``created_at``, ``versions``, ``files``.
     """
-    with checkpoint_directory(checkpoint) as root:
+    with located(checkpoint, storage_options) as root:
         manifest = _consistent(root, read_manifest)
         return {
             "type": manifest["type"],
             "checkpoint_version": manifest["format_version"],
             "format": manifest["format"],
             "checkpoint_dir": str(root),
-            "state_file": str(root / manifest["state_file"]),
+            "state_file": f"{root}/{manifest['state_file']}",
             "policy_ids": manifest.get("policy_ids"),
             "cairn_version": manifest["versions"].get("cairn"),
             "class": manifest["class"],

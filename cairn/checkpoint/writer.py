@@ -6,13 +6,12 @@ The writer takes state trees, not objects: the layers above hand it ``Policy.get
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
-from cairn.checkpoint.atomic import atomic_directory, check_replaceable
+from cairn.checkpoint.atomic import check_replaceable
 from cairn.checkpoint.format import (
     ALGORITHM_ARRAYS_FILE,
     ALGORITHM_STATE_FILE,
@@ -24,10 +23,12 @@ from cairn.checkpoint.format import (
     POLICY_ARRAYS_FILE,
     POLICY_STATE_FILE,
 )
+from cairn.checkpoint.incremental import previous_policies, reuse_policy
 from cairn.checkpoint.manifest import build_manifest
 from cairn.checkpoint.paths import save_target
-from cairn.checkpoint.safetensors_io import new_hasher, write_safetensors
-from cairn.checkpoint.tree import TreeError, split_arrays
+from cairn.checkpoint.storage import Storage
+from cairn.checkpoint.targets import writing
+from cairn.checkpoint.writer_files import Files, write_json_file, write_state_files
 from cairn.errors import CheckpointError
 from cairn.policy_ids import check_policy_ids
 
@@ -40,56 +41,12 @@ __all__ = [
     "write_state_files",
 ]
 
-Files = dict[str, dict[str, Any]]
 #: ``native_files(directory, files) -> native_model record | None``: writes opaque native model
 #: files into a Policy checkpoint's ``directory``, records each in ``files`` (path relative to
 #: ``directory`` -> ``{"size", "hash"}``), and returns the manifest's ``native_model`` entry.
 NativeFiles = Callable[[Path, Files], "dict[str, Any] | None"]
-
-
-class _HashingFile:
-    """Writes a file, fsyncs it, and records its size and hash in ``files``."""
-
-    def __init__(self, root: Path, name: str, files: Files) -> None:
-        self.path, self.name, self.files = root / name, name, files
-        self.hasher = new_hasher()
-
-    def __enter__(self) -> _HashingFile:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(self.path, "wb")
-        return self
-
-    def write(self, data: bytes) -> None:
-        self.f.write(data)
-        self.hasher.update(data)
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            if exc[0] is None:
-                self.f.flush()
-                os.fsync(self.f.fileno())
-                self.files[self.name] = {"size": self.f.tell(), "hash": self.hasher.hexdigest()}
-        finally:
-            self.f.close()
-
-
-def write_json_file(root: Path, name: str, data: Any, files: Files) -> None:
-    """Write ``data`` as the JSON file ``root/name``, recording its size and hash in ``files``."""
-    text = json.dumps(data, indent=1, allow_nan=False).encode()
-    with _HashingFile(root, name, files) as out:
-        out.write(text)
-
-
-def write_state_files(root: Path, json_name: str, arrays_name: str, state: Any, files: Files) -> None:
-    """Write a state tree as ``json_name`` (its JSON values) and ``arrays_name`` (its arrays,
-    safetensors), recording both in ``files``."""
-    try:
-        tree, arrays = split_arrays(state)
-    except TreeError as exc:
-        raise CheckpointError(f"Cannot save this state: {exc}.") from exc
-    with _HashingFile(root, arrays_name, files) as out:
-        write_safetensors(out.f, arrays, out.hasher)
-    write_json_file(root, json_name, tree, files)
+#: Where a checkpoint is written or read: a path, a URL, or a Storage.
+Location = Union[str, "os.PathLike[str]", Storage]
 
 
 def _write_policy_dir(root: Path, policy_state: Mapping[str, Any],
@@ -129,48 +86,61 @@ def save_location(path: str | os.PathLike[str]) -> Path:
     ``path`` is a local path (``~`` expanded) or a ``file://`` URL (:func:`save_target`); an
     existing directory there may be replaced only if it is a cairn checkpoint or empty
     (:func:`check_replaceable`). Callers check this, then gather the state, then write it.
+    For any location, object-store URLs included, use
+    :func:`~cairn.checkpoint.targets.check_save_location`.
     """
     target = save_target(path)
     check_replaceable(target)
     return target
 
 
-def write_policy_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any], *,
-                            native_files: NativeFiles | None = None) -> str:
-    """Write a policy state tree as a standalone Policy checkpoint at ``path`` (atomically);
-    return the local path written.
+def write_policy_checkpoint(path: Location, state: Mapping[str, Any], *,
+                            native_files: NativeFiles | None = None,
+                            storage_options: Mapping[str, Any] | None = None) -> str:
+    """Write a policy state tree as a standalone Policy checkpoint at ``path`` (atomically
+    locally; committed by its manifest, written last, on an object store); return the location
+    written (a local path, or the URL).
 
     Args:
-        path: As in :func:`save_location`.
+        path: A local path, a ``file://`` URL, an object-store URL (``s3://``, ``gs://``,
+            ``memory://``), or a :class:`~cairn.checkpoint.storage.Storage`.
         state: The policy's state tree (``Policy.get_state(copy=False)`` is enough: it is
             written before this returns). Its ``spec.policy_class`` is the manifest's class.
         native_files: ``native_files(directory, files)`` writes opaque native model files
             into ``directory`` (recording each in ``files``) and returns the manifest's
             ``native_model`` entry, or None for none.
+        storage_options: Options of the URL's fsspec file system (docs/storage.md).
     """
-    target = save_target(path)  # atomic_directory refuses a target it may not replace
-    with atomic_directory(target) as tmp:
-        _write_policy_dir(tmp, state, native_files)
-    return str(target)
+    with writing(path, storage_options=storage_options) as target:  # refuses what it may not replace
+        _write_policy_dir(target.directory, state, native_files)
+    return target.storage.url
 
 
 def write_algorithm_checkpoint(
-    path: str | os.PathLike[str], state: Mapping[str, Any], *,
+    path: Location, state: Mapping[str, Any], *,
     policy_native_files: Mapping[str, NativeFiles] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    previous: Location | None = None,
 ) -> str:
-    """Write an algorithm state tree as an Algorithm checkpoint at ``path`` (atomically); return
-    the local path written.
+    """Write an algorithm state tree as an Algorithm checkpoint at ``path`` (atomically
+    locally; committed by its manifest, written last, on an object store); return the location
+    written (a local path, or the URL).
 
     Args:
-        path: As in :func:`save_location`.
+        path: As in :func:`write_policy_checkpoint`.
         state: The algorithm's state tree: ``algorithm_class`` (the manifest's class),
             ``policies`` (``{policy_id: policy state}``, each written as a Policy checkpoint
             under ``policies/``), optional ``components`` (``{name: tree}``, each its own
             component) and the rest, written as the algorithm state.
         policy_native_files: ``{policy_id: native_files}``, as in
             :func:`write_policy_checkpoint`, for the policies that get native model files.
+        storage_options: Options of the URL's fsspec file system (docs/storage.md), for
+            ``path`` and ``previous``.
+        previous: An earlier Algorithm checkpoint on the same store (incremental save): a
+            policy whose files would hash the same as there is not written again but hard-linked
+            (locally) or copied server-side (object stores). The new checkpoint stands alone;
+            deleting ``previous`` never breaks it. Ignored when it lies elsewhere.
     """
-    target = save_target(path)  # atomic_directory refuses a target it may not replace
     rest = dict(state)
     policy_states: Mapping[str, Any] = rest.pop("policies")
     components: Mapping[str, Any] = rest.pop("components", None) or {}
@@ -183,12 +153,15 @@ def write_algorithm_checkpoint(
             f"{type(class_reference).__name__}. Pass the output of Algorithm.get_state()."
         )
     native = policy_native_files or {}
-    with atomic_directory(target) as tmp:
+    with writing(path, storage_options=storage_options) as target:  # refuses what it may not replace
+        earlier = previous_policies(previous, target, storage_options=storage_options)
+        tmp = target.directory
         files: Files = {}
         for pid, policy_state in policy_states.items():
             # The root manifest vouches for each policy's manifest, hashed as it is written.
-            files[f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"] = _write_policy_dir(
-                tmp / POLICIES_DIR / pid, policy_state, native.get(pid))
+            name = f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"
+            entry = reuse_policy(target, pid, policy_state, earlier.get(pid), native=pid in native)
+            files[name] = entry or _write_policy_dir(tmp / POLICIES_DIR / pid, policy_state, native.get(pid))
         for name, component in components.items():
             write_state_files(tmp, f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
                               f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}", component, files)
@@ -199,4 +172,4 @@ def write_algorithm_checkpoint(
             extra={"components": sorted(components)},
         )
         write_json_file(tmp, MANIFEST_FILE, manifest, {})
-    return str(target)
+    return target.storage.url

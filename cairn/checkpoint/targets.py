@@ -1,0 +1,159 @@
+"""Where a save writes: an atomic local directory, or an object-store prefix committed by its
+manifest.
+
+:func:`writing` yields a :class:`WriteTarget`: a local directory the writer fills (the files
+of the checkpoint, as laid out in docs/checkpoint-format.md), plus :meth:`WriteTarget.reuse`,
+which takes a file from an earlier checkpoint without writing it again (incremental saves).
+
+* Local: the directory is the temporary sibling of :func:`~cairn.checkpoint.atomic.atomic_directory`,
+  renamed into place at the end; ``reuse`` is a hard link (a copy across devices).
+* Object store: the directory is a local staging area. At the end every file is uploaded under
+  the final prefix in parallel (``reuse`` is a server-side copy), and the manifest **last**:
+  it is the commit point. Replacing a checkpoint there first deletes its manifest (the prefix
+  is uncommitted while it is rewritten, so no reader ever sees a mix of two checkpoints), and
+  deletes the old checkpoint's other objects once the new manifest is in place.
+
+A prefix holding objects that are not a cairn checkpoint's is never written into
+(``CheckpointFormatError``), as locally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+from cairn.checkpoint.atomic import atomic_directory, check_replaceable
+from cairn.checkpoint.format import (
+    ALGORITHM_ARRAYS_FILE,
+    ALGORITHM_STATE_FILE,
+    COMPONENTS_DIR,
+    MANIFEST_FILE,
+    POLICIES_DIR,
+    POLICY_ARRAYS_FILE,
+    POLICY_STATE_FILE,
+)
+from cairn.checkpoint.object_store import ObjectStorage
+from cairn.checkpoint.storage import LocalStorage, Storage, resolve_storage
+from cairn.errors import CheckpointFormatError
+
+__all__ = ["WriteTarget", "writing", "check_save_location", "CHECKPOINT_ENTRIES"]
+
+#: The top-level names a cairn checkpoint may hold (files, and directories with a "/").
+CHECKPOINT_ENTRIES = frozenset({
+    MANIFEST_FILE, ALGORITHM_STATE_FILE, ALGORITHM_ARRAYS_FILE, POLICY_STATE_FILE,
+    POLICY_ARRAYS_FILE, f"{POLICIES_DIR}/", f"{COMPONENTS_DIR}/", "model/",
+})
+
+
+def check_save_location(location: str | os.PathLike[str] | Storage, *,
+                        storage_options: Mapping[str, Any] | None = None) -> Storage:
+    """The :class:`Storage` a save to ``location`` writes, refused before any state is
+    gathered when a save may not go there: a local directory that is neither empty nor a
+    checkpoint, or an object-store prefix holding objects other than a checkpoint's."""
+    storage = resolve_storage(location, storage_options=storage_options)
+    if isinstance(storage, LocalStorage):
+        check_replaceable(storage.path)
+    else:
+        _check_prefix(storage, storage.list_files())
+    return storage
+
+
+def _check_prefix(storage: Storage, names: list[str]) -> None:
+    foreign = sorted({name.split("/", 1)[0] + ("/" if "/" in name else "") for name in names}
+                     - CHECKPOINT_ENTRIES)
+    if not foreign:
+        return
+    shown = ", ".join(repr(name) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+    raise CheckpointFormatError(
+        f"Cannot save a checkpoint to {storage.url}: that prefix holds objects that are not a "
+        f"cairn checkpoint's ({shown}), and saving would delete them. Save to a new prefix, or "
+        "remove those objects first."
+    )
+
+
+class WriteTarget:
+    """The directory a checkpoint is written into, and how earlier files are reused."""
+
+    def __init__(self, directory: Path, storage: Storage) -> None:
+        #: Write the checkpoint's new files here (a local directory in every case).
+        self.directory = directory
+        #: The final location.
+        self.storage = storage
+        self.copies: list[tuple[ObjectStorage, str, str]] = []
+
+    def can_reuse(self, source: Storage) -> bool:
+        """Whether files of ``source`` (an earlier checkpoint) can be linked or copied
+        server-side into this one."""
+        return self.storage.same_store(source)
+
+    def reuse(self, source: Storage, name: str, relative: str) -> None:
+        """Make ``relative`` of this checkpoint the file ``name`` of ``source`` (which
+        :meth:`can_reuse`), without writing its bytes again."""
+        if isinstance(source, LocalStorage):
+            destination = self.directory / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            link_or_copy(source.path / name, destination)
+        else:  # can_reuse: an object store, the target's
+            self.copies.append((cast(ObjectStorage, source), name, relative))
+
+
+def link_or_copy(source: Path, destination: Path) -> None:
+    """Hard-link ``source`` as ``destination``; copy it (and fsync) where links cannot be
+    made (another device, a file system without hard links)."""
+    try:
+        os.link(source, destination, follow_symlinks=False)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+            raise
+    shutil.copyfile(source, destination, follow_symlinks=False)
+    with open(destination, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def writing(location: str | os.PathLike[str] | Storage, *,
+            storage_options: Mapping[str, Any] | None = None) -> Iterator[WriteTarget]:
+    """Yield the :class:`WriteTarget` of a save to ``location``; on normal exit the checkpoint
+    written into it becomes ``location`` (module docstring). On an exception nothing at
+    ``location`` changes locally; on an object store the prefix is left uncommitted (no reader
+    loads it; the next save there replaces it)."""
+    storage = resolve_storage(location, storage_options=storage_options)
+    if isinstance(storage, LocalStorage):
+        with atomic_directory(storage.path) as tmp:
+            yield WriteTarget(tmp, storage)
+        return
+    storage = cast(ObjectStorage, storage)  # resolve_storage: local, or an object store
+    before = storage.list_files()
+    _check_prefix(storage, before)
+    staging = Path(tempfile.mkdtemp(prefix="cairn-upload-"))
+    try:
+        target = WriteTarget(staging, storage)
+        yield target
+        _commit(target, storage, before)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _commit(target: WriteTarget, storage: ObjectStorage, before: list[str]) -> None:
+    """Upload the staged checkpoint under ``storage``'s prefix, the manifest last."""
+    staged = sorted(path.relative_to(target.directory).as_posix()
+                    for path in target.directory.rglob("*") if path.is_file())
+    if MANIFEST_FILE not in staged:
+        raise CheckpointFormatError(f"Internal error: the checkpoint for {storage.url} has no manifest.")
+    now = storage.list_files()
+    _check_prefix(storage, now)  # again: something may have been put there during the save
+    if MANIFEST_FILE in now:
+        storage.delete(MANIFEST_FILE)  # uncommit the old checkpoint before any file changes
+    written = [name for name in staged if name != MANIFEST_FILE]
+    storage.put_files([(target.directory / name, name) for name in written])
+    storage.copy_files(target.copies)
+    storage.put_files([(target.directory / MANIFEST_FILE, MANIFEST_FILE)])  # the commit point
+    keep = {*staged, *(relative for _, _, relative in target.copies)}
+    storage.delete_files(sorted((set(before) | set(now)) - keep))

@@ -1,0 +1,101 @@
+"""Writing a checkpoint's files into a local directory, each fsynced, with its size and hash
+recorded for the manifest; and the same entries computed without writing
+(:func:`state_file_entries`, which incremental saves compare with an earlier manifest)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cairn.checkpoint.safetensors_io import new_hasher, write_safetensors
+from cairn.checkpoint.tree import TreeError, split_arrays
+from cairn.errors import CheckpointError
+
+__all__ = ["Files", "HashingFile", "write_json_file", "write_state_files", "state_file_entries"]
+
+#: ``{relative path: {"size": int, "hash": str}}``, a manifest's ``files``.
+Files = dict[str, dict[str, Any]]
+
+
+class HashingFile:
+    """Writes a file, fsyncs it, and records its size and hash in ``files``."""
+
+    def __init__(self, root: Path, name: str, files: Files) -> None:
+        self.path, self.name, self.files = root / name, name, files
+        self.hasher = new_hasher()
+
+    def __enter__(self) -> HashingFile:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(self.path, "wb")
+        return self
+
+    def write(self, data: bytes) -> None:
+        self.f.write(data)
+        self.hasher.update(data)
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if exc[0] is None:
+                self.f.flush()
+                os.fsync(self.f.fileno())
+                self.files[self.name] = {"size": self.f.tell(), "hash": self.hasher.hexdigest()}
+        finally:
+            self.f.close()
+
+
+def write_json_file(root: Path, name: str, data: Any, files: Files) -> None:
+    """Write ``data`` as the JSON file ``root/name``, recording its size and hash in ``files``."""
+    text = _json_bytes(data)
+    with HashingFile(root, name, files) as out:
+        out.write(text)
+
+
+def write_state_files(root: Path, json_name: str, arrays_name: str, state: Any, files: Files) -> None:
+    """Write a state tree as ``json_name`` (its JSON values) and ``arrays_name`` (its arrays,
+    safetensors), recording both in ``files``."""
+    tree, arrays = _split(state)
+    with HashingFile(root, arrays_name, files) as out:
+        write_safetensors(out.f, arrays, out.hasher)
+    write_json_file(root, json_name, tree, files)
+
+
+def _split(state: Any) -> tuple[Any, dict[str, Any]]:
+    try:
+        return split_arrays(state)
+    except TreeError as exc:
+        raise CheckpointError(f"Cannot save this state: {exc}.") from exc
+
+
+class _Discard:
+    """A binary sink that keeps nothing (hashing a file without writing it)."""
+
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+def state_file_entries(state: Any, json_name: str, arrays_name: str,
+                       known: Mapping[str, Mapping[str, Any]] | None = None) -> Files | None:
+    """The ``{"size", "hash"}`` entries :func:`write_state_files` would record for ``state``,
+    computed without writing. With ``known`` (an earlier manifest's files) it stops at the
+    first file that differs from there and returns None: the cheap JSON file is hashed first,
+    so a changed state rarely costs hashing its arrays."""
+    tree, arrays = _split(state)
+    text = _json_bytes(tree)
+    hasher = new_hasher()
+    hasher.update(text)
+    entries: Files = {json_name: {"size": len(text), "hash": hasher.hexdigest()}}
+    if known is not None and known.get(json_name) != entries[json_name]:
+        return None
+    hasher = new_hasher()
+    size = write_safetensors(_Discard(), arrays, hasher)  # type: ignore[arg-type]
+    entries[arrays_name] = {"size": size, "hash": hasher.hexdigest()}
+    if known is not None and known.get(arrays_name) != entries[arrays_name]:
+        return None
+    return entries
+
+
+def _json_bytes(data: Any) -> bytes:
+    return json.dumps(data, indent=1, allow_nan=False).encode()
