@@ -11,18 +11,20 @@ import os
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, overload
 
 import numpy as np
 
+from cairn.algorithms.async_save import BackgroundSaver
 from cairn.algorithms.checkpointing import (
     algorithm_from_checkpoint,
     algorithm_from_state,
     export_policy_checkpoint,
     export_policy_model,
+    prepare_algorithm_save,
     restore_algorithm,
-    save_algorithm,
 )
 from cairn.algorithms.evaluation import evaluate_episodes, evaluation_runner
 from cairn.algorithms.metrics import episode_metrics
