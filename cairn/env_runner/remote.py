@@ -1,0 +1,157 @@
+"""What runs inside a remote env runner's Ray actor, and how cairn starts Ray and the actors.
+
+Ray is imported only inside the functions that need it (the ``ray`` extra): ``import cairn``
+stays fast and works without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cairn.env_runner.env_runner import EnvRunner
+from cairn.env_runner.sample_batch import SampleBatch
+from cairn.errors import ConfigError
+from cairn.rng import seeded_rng
+
+if TYPE_CHECKING:
+    from cairn.config.algorithm_config import AlgorithmConfig
+
+__all__ = ["RemoteEnvRunner", "SampleResult", "FaultToleranceSettings", "ensure_ray", "start_actor"]
+
+logger = logging.getLogger("cairn.env_runner")
+
+
+@dataclass(frozen=True)
+class FaultToleranceSettings:
+    """The ``config.fault_tolerance(...)`` settings, read once by the runner group."""
+
+    restart_failed_env_runners: bool
+    max_num_env_runner_restarts: int
+    ignore_env_runner_failures: bool
+    sample_timeout_s: float
+    env_runner_health_probe_timeout_s: float
+    env_runner_restore_timeout_s: float
+
+    @classmethod
+    def from_config(cls, config: AlgorithmConfig) -> FaultToleranceSettings:
+        return cls(
+            restart_failed_env_runners=config.restart_failed_env_runners,
+            max_num_env_runner_restarts=config.max_num_env_runner_restarts,
+            ignore_env_runner_failures=config.ignore_env_runner_failures,
+            sample_timeout_s=config.sample_timeout_s,
+            env_runner_health_probe_timeout_s=config.env_runner_health_probe_timeout_s,
+            env_runner_restore_timeout_s=config.env_runner_restore_timeout_s,
+        )
+
+
+@dataclass
+class SampleResult:
+    """What one remote ``sample()`` sends back to the learner.
+
+    ``filter_deltas``: the observation-filter statistics gathered during this sample, per
+    policy (merged into the learner's filters). ``position``: the runner's generator and
+    counters after it, i.e. where its own seed stream stands, so that a runner recreated after
+    a failure continues the stream instead of starting it over.
+    """
+
+    batches: dict[str, SampleBatch]
+    episodes: list[dict[str, Any]]
+    filter_deltas: dict[str, Any]
+    env_steps: int
+    position: dict[str, Any]
+
+
+class RemoteEnvRunner:
+    """Runs inside a Ray actor: an :class:`EnvRunner` over copies of the learner's policies.
+
+    Also usable in-process (tests compare it with the actor): every call is plain Python.
+    """
+
+    def __init__(self, config: AlgorithmConfig, policy_states: Mapping[str, Any], worker_index: int) -> None:
+        from cairn.policy.policy import Policy
+
+        policies = {pid: Policy.from_state(s) for pid, s in policy_states.items()}
+        self.runner = EnvRunner(config, policies, worker_index=worker_index)
+
+    def sample(self, broadcast: Mapping[str, Any]) -> SampleResult:
+        """Load the learner's weights, filters and timesteps (``broadcast``, one object in Ray's
+        store read by every runner), sample one fragment and return it with the statistics."""
+        runner = self.runner
+        runner.set_weights(broadcast)
+        for pid, policy in runner.policies.items():
+            if pid in broadcast:
+                policy.global_timestep = int(broadcast[pid]["global_timestep"])
+            policy.observation_filter.pop_delta()
+            # Each runner's own action-sampling stream, keyed by where the runner stands:
+            # copies built from one policy state would otherwise draw the same numbers.
+            policy.np_random = seeded_rng(
+                runner.config.seed, runner.worker_index, "actions", pid, runner.num_env_steps_sampled)
+        before = runner.num_env_steps_sampled
+        batches = runner.sample()
+        deltas = {pid: p.observation_filter.pop_delta() for pid, p in runner.policies.items()}
+        return SampleResult(batches, runner.get_metrics(), deltas,
+                            runner.num_env_steps_sampled - before, self.position())
+
+    def position(self) -> dict[str, Any]:
+        """The runner's generator and counters: a state for :meth:`EnvRunner.set_state` that
+        starts fresh episodes from where its seed stream stands."""
+        state = self.runner.get_state()
+        return {"worker_index": state["worker_index"], "num_envs": state["num_envs"],
+                "multi_agent": state["multi_agent"], "rng": state["rng"], "needs_reset": True,
+                "envs": [], "current_obs": None, "episodes": [], "counters": state["counters"]}
+
+    def reset_policies(self, config: AlgorithmConfig, policy_states: Mapping[str, Any]) -> None:
+        from cairn.policy.policy import Policy
+
+        policies = {pid: Policy.from_state(s) for pid, s in policy_states.items()}
+        self.runner.update_policies(config, policies)
+
+    def ping(self) -> bool:
+        """Answers while the actor lives (the group waits for it after starting an actor)."""
+        return True
+
+    def pid(self) -> int:
+        """The actor's process ID (tests SIGKILL it)."""
+        return os.getpid()
+
+    def get_state(self) -> dict[str, Any]:
+        return self.runner.get_state()
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self.runner.set_state(state)
+
+    def stop(self) -> None:
+        self.runner.stop()
+
+
+def ensure_ray() -> Any:
+    """The ``ray`` module, with Ray initialised: the user's cluster when ``ray.init`` ran
+    (or ``RAY_ADDRESS`` names one), else a local one that cairn starts and says so."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "num_env_runners > 0 needs Ray: pip install 'cairn-rl[ray]', or set "
+            "num_env_runners=0 to sample in this process."
+        ) from None
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        logger.info(
+            "cairn: Ray is not initialised; starting %s for the remote env runners (call "
+            "ray.init(...) first to choose the cluster).",
+            f"a connection to RAY_ADDRESS={address}" if address else "a local Ray instance",
+        )
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return ray
+
+
+def start_actor(config: AlgorithmConfig, policy_states: Any, worker_index: int) -> Any:
+    """Create the Ray actor of remote runner ``worker_index`` (1 CPU; Ray does not restart it:
+    the group does, restoring its weights, filters and seed stream)."""
+    ray = ensure_ray()
+    actor_cls = ray.remote(num_cpus=1, max_restarts=0)(RemoteEnvRunner)
+    return actor_cls.remote(config, policy_states, worker_index=worker_index)

@@ -1,0 +1,35 @@
+"""Environments for the Ray tests, importable by the runners' worker processes."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import gymnasium as gym
+
+
+class FlakyCartPole(gym.Wrapper):
+    """CartPole that can cost time per step (``step_sleep_s``) and raise once in ``step``.
+
+    ``fail_marker``: a file path; the first ``step`` of any process that finds no file there
+    creates it and raises, so exactly one failure happens across all runners and restarts.
+    """
+
+    def __init__(self, env_config: dict[str, Any]) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.step_sleep_s = float(env_config.get("step_sleep_s", 0.0))
+        self.fail_marker = env_config.get("fail_marker")
+
+    def step(self, action: Any) -> Any:
+        if self.fail_marker and not os.path.exists(self.fail_marker):
+            with open(self.fail_marker, "w") as f:
+                f.write(str(os.getpid()))
+            raise RuntimeError("FlakyCartPole: the step that was told to fail")
+        if self.step_sleep_s:
+            time.sleep(self.step_sleep_s)
+        return self.env.step(action)
+
+
+def make_flaky_cartpole(env_config: dict[str, Any]) -> FlakyCartPole:
+    return FlakyCartPole(env_config)

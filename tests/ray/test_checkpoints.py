@@ -1,0 +1,94 @@
+"""Checkpoints of remote env runners: gathered over Ray, resumed exactly with the same number
+of runners, and restored with another number (0 included) by the rule in docs/ray.md."""
+
+import math
+import time
+
+import pytest
+
+import cairn
+from cairn.checkpoint.reader import load_algorithm_state
+from cairn.env_runner import fault_tolerance
+from cairn.errors import CairnError
+from tests.helpers import assert_trees_equal, small_ppo, weights_digest
+
+pytestmark = pytest.mark.ray
+
+
+def comparable(result):
+    return {k: v for k, v in result.items()
+            if k != "time_this_iter_s" and not (isinstance(v, float) and math.isnan(v))}
+
+
+def two_runner_ppo():
+    return small_ppo(train_batch_size=128).env_runners(
+        num_env_runners=2, num_envs_per_env_runner=2, observation_filter="MeanStdFilter")
+
+
+def test_a_checkpoint_of_two_runners_resumes_exactly_and_restores_with_zero_and_one(ray_cluster, tmp_path):
+    algo = two_runner_ppo().build()
+    try:
+        algo.train()
+        path = algo.save(tmp_path / "c")
+        expected = algo.train()
+        expected_weights = weights_digest(algo)
+    finally:
+        algo.stop()
+    saved = load_algorithm_state(path)
+    assert [s["worker_index"] for s in saved["env_runners"]] == [1, 2]
+
+    restored = cairn.Algorithm.from_checkpoint(path)
+    try:
+        assert_trees_equal(restored.env_runner_group.get_state(), saved["env_runners"], "env_runners")
+        assert comparable(restored.train()) == comparable(expected)
+        assert weights_digest(restored) == expected_weights
+    finally:
+        restored.stop()
+
+    # Another layout: the first runner takes runner 1's state, other runners start fresh.
+    for n in (0, 1):
+        other = cairn.Algorithm.from_checkpoint(path, config_overrides={"num_env_runners": n})
+        try:
+            first = other.env_runner_group.get_state()[0]
+            assert first["counters"] == saved["env_runners"][0]["counters"]
+            assert first["rng"] == saved["env_runners"][0]["rng"]
+            result = other.train()
+            assert result["training_iteration"] == 2 and result["num_healthy_env_runners"] == n
+            assert result["num_env_steps_sampled_lifetime"] == 256
+        finally:
+            other.stop()
+
+
+@pytest.mark.slow
+def test_a_dead_runner_neither_blocks_save_nor_hangs_a_restore(ray_cluster, tmp_path, monkeypatch):
+    algo = two_runner_ppo().build()
+    algo.train()
+    earlier = algo.save(tmp_path / "earlier")
+    ray_cluster.kill(algo.env_runner_group.remote_actors()[0])
+    time.sleep(0.5)
+
+    # The driver holds policies, optimizers, counters and filters: the save goes through,
+    # leaving out only the dead runner's state, and says so.
+    with pytest.warns(RuntimeWarning, match=r"worker_index=1 gave no state: its actor died"):
+        path = algo.save(tmp_path / "after_death")
+    saved = load_algorithm_state(path)
+    assert [s["worker_index"] for s in saved["env_runners"]] == [2]
+
+    # The live runner of `algo` still holds one of the cluster's two CPUs, so a second pair of
+    # runners cannot start: a clear error within the startup timeout, not a hang.
+    monkeypatch.setattr(fault_tolerance, "STARTUP_TIMEOUT_S", 3.0)
+    start = time.monotonic()
+    with pytest.raises(CairnError, match=r"Not enough free CPUs.*algo\.stop\(\)"):
+        cairn.Algorithm.from_checkpoint(earlier)
+    assert time.monotonic() - start < 60
+    monkeypatch.undo()
+
+    algo.stop()
+    restored = cairn.Algorithm.from_checkpoint(path)
+    try:
+        runner_1, runner_2 = restored.env_runner_group.get_state()
+        assert runner_2["counters"] == saved["env_runners"][0]["counters"]  # its own state, by index
+        assert runner_1["counters"]["num_env_steps_sampled"] == 0  # started fresh
+        assert restored.train()["training_iteration"] == 2
+    finally:
+        restored.stop()

@@ -1,0 +1,90 @@
+"""Remote env runners that die (actor killed, process SIGKILLed, env raising in step) are
+recreated, left out, or reported, as config.fault_tolerance(...) says."""
+
+import logging
+import os
+import signal
+import threading
+
+import pytest
+import ray
+
+import cairn
+from cairn.errors import EnvRunnerFailedError
+from tests.ray.envs import make_flaky_cartpole
+
+pytestmark = pytest.mark.ray
+
+
+def flaky_ppo(**env_config):
+    return (cairn.PPOConfig().environment(make_flaky_cartpole, env_config=env_config)
+            .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
+            .env_runners(num_env_runners=2, observation_filter="MeanStdFilter").debugging(seed=0))
+
+
+def test_a_killed_and_a_sigkilled_runner_are_recreated_mid_iteration(ray_cluster):
+    # 20 ms per step: each runner's 64 steps take over a second, and both die 0.4 s in.
+    algo = flaky_ppo(step_sleep_s=0.02).build()
+    try:
+        algo.train()
+        first, second = algo.env_runner_group.remote_actors()
+        pid = ray.get(second.pid.remote())
+
+        def kill():
+            ray.kill(first)
+            os.kill(pid, signal.SIGKILL)
+
+        threading.Timer(0.4, kill).start()
+        result = algo.train()
+        assert result["num_env_runner_restarts"] == 2
+        assert result["num_healthy_env_runners"] == 2
+        # The iteration kept its batch size, and every counter agrees: nothing was lost.
+        assert result["num_env_steps_sampled_lifetime"] == 256
+        assert algo.get_policy().global_timestep == 256
+        assert algo.get_policy().observation_filter.count >= 256
+        new_pids = {ray.get(a.pid.remote()) for a in algo.env_runner_group.remote_actors()}
+        assert pid not in new_pids and len(new_pids) == 2
+        result = algo.train()
+        assert result["num_env_runner_restarts"] == 2 and result["num_env_steps_sampled_lifetime"] == 384
+    finally:
+        algo.stop()
+
+
+def test_an_env_raising_in_step_is_recreated_and_the_iteration_completes(ray_cluster, tmp_path, caplog):
+    algo = flaky_ppo(fail_marker=str(tmp_path / "failed")).build()
+    try:
+        with caplog.at_level(logging.WARNING, logger="cairn"):
+            result = algo.train()
+        assert (tmp_path / "failed").exists()
+        assert result["num_env_runner_restarts"] == 1 and result["num_healthy_env_runners"] == 2
+        assert result["num_env_steps_sampled_lifetime"] == 128
+        assert "it raised RuntimeError: FlakyCartPole: the step that was told to fail" in caplog.text
+        assert "recreated it (restart 1 of at most 1000)" in caplog.text
+    finally:
+        algo.stop()
+
+
+def test_without_restarts_a_dead_runner_fails_train_naming_it(ray_cluster):
+    algo = flaky_ppo().fault_tolerance(restart_failed_env_runners=False).build()
+    try:
+        ray.kill(algo.env_runner_group.remote_actors()[1])
+        with pytest.raises(EnvRunnerFailedError, match=(
+                r"worker_index 2 failed in sample\(\): its actor died .*restart_failed_env_runners=False")):
+            algo.train()
+    finally:
+        algo.stop()
+
+
+def test_ignored_failures_leave_the_runner_out_and_keep_the_batch_size(ray_cluster):
+    algo = flaky_ppo().fault_tolerance(
+        restart_failed_env_runners=False, ignore_env_runner_failures=True).build()
+    try:
+        ray.kill(algo.env_runner_group.remote_actors()[0])
+        result = algo.train()
+        assert result["num_healthy_env_runners"] == 1 and result["num_env_runner_restarts"] == 0
+        assert result["num_env_steps_sampled_lifetime"] == 128  # runner 2 sampled both shares
+        ray.kill(algo.env_runner_group.remote_actors()[0])
+        with pytest.raises(EnvRunnerFailedError, match=r"no healthy remote env runner left"):
+            algo.train()
+    finally:
+        algo.stop()

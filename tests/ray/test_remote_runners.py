@@ -1,0 +1,111 @@
+"""Remote env runners as Ray actors: the same samples as in-process runners, one broadcast
+object per iteration, filter statistics merged into the learner's, metrics from all runners."""
+
+import numpy as np
+import pytest
+
+from cairn.env_runner.remote import RemoteEnvRunner
+from cairn.policy.filters import MeanStdFilter
+from tests.helpers import small_ma_ppo, small_ppo
+
+pytestmark = pytest.mark.ray
+
+
+def test_filter_deltas_merge_into_the_statistics_of_all_observations():
+    rng = np.random.default_rng(0)
+    learner, local = MeanStdFilter(3), MeanStdFilter(3)
+    seen = rng.normal(2.0, 3.0, size=(50, 3))
+    learner.update(seen)
+    local.update(seen)
+    runners = [MeanStdFilter(3) for _ in range(2)]
+    for runner, scale in zip(runners, (1.0, 5.0)):
+        runner.set_state(learner.get_state())  # broadcast to the runner
+        for _ in range(7):
+            batch = rng.normal(-1.0, scale, size=(4, 3))
+            runner.update(batch)
+            local.update(batch)  # what one process seeing every observation computes
+    for runner in runners:
+        learner.merge_delta(runner.pop_delta())
+    assert learner.count == local.count == 50 + 2 * 7 * 4
+    np.testing.assert_allclose(learner.mean, local.mean, rtol=1e-12)
+    np.testing.assert_allclose(learner.m2, local.m2, rtol=1e-12)
+
+
+def test_two_remote_runners_sample_what_two_in_process_runners_sample(ray_cluster):
+    config = small_ppo(train_batch_size=64).env_runners(
+        num_env_runners=2, num_envs_per_env_runner=2, observation_filter="MeanStdFilter")
+    algo = config.build()
+    try:
+        group = algo.env_runner_group
+        assert len(group.remote_actors()) == 2
+        initial = {pid: p.get_state() for pid, p in algo.policies.items()}
+        broadcast = {  # what the group puts into the object store
+            pid: {"weights": p.get_weights(), "observation_filter": p.observation_filter.get_state(),
+                  "global_timestep": p.global_timestep} for pid, p in algo.policies.items()}
+        batches, episodes, steps = group.sample()
+        assert steps == 64 and len(batches["default_policy"]) == 64
+
+        # The same config, seeds and policy states, sampled in this process by worker_index.
+        local = [RemoteEnvRunner(algo.config, initial, worker_index=i).sample(broadcast) for i in (1, 2)]
+        expected = np.concatenate([r.batches["default_policy"]["obs"] for r in local])
+        np.testing.assert_array_equal(batches["default_policy"]["obs"], expected)
+        np.testing.assert_array_equal(
+            batches["default_policy"]["actions"],
+            np.concatenate([r.batches["default_policy"]["actions"] for r in local]))
+        assert episodes == [e for r in local for e in r.episodes]
+
+        # The learner's filter: its own state, with each runner's statistics merged in order.
+        merged = MeanStdFilter(4)
+        merged.set_state(initial["default_policy"]["observation_filter"])
+        for r in local:
+            merged.merge_delta(r.filter_deltas["default_policy"])
+        learner_filter = algo.get_policy().observation_filter
+        assert learner_filter.count == merged.count >= 64  # resets and final observations count too
+        np.testing.assert_array_equal(learner_filter.mean, merged.mean)
+        np.testing.assert_array_equal(learner_filter.m2, merged.m2)
+        # The two runners draw their own actions: copies of one policy state must not share
+        # one action-sampling stream.
+        assert not np.array_equal(local[0].batches["default_policy"]["actions"],
+                                  local[1].batches["default_policy"]["actions"])
+        result = algo.train()
+        assert result["num_healthy_env_runners"] == 2 and result["num_env_runner_restarts"] == 0
+        assert result["num_env_steps_sampled_lifetime"] == 64  # group.sample() above is not counted
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+def test_two_remote_runners_learn_cartpole_as_the_local_runner_does(ray_cluster):
+    def learn(num_env_runners):
+        algo = small_ppo(train_batch_size=1000, minibatch_size=100, num_epochs=6, lr=1e-3).env_runners(
+            num_env_runners=num_env_runners).build()
+        try:
+            for _ in range(20):
+                result = algo.train()
+            return result["episode_return_mean"]
+        finally:
+            algo.stop()
+
+    local, remote = learn(0), learn(2)
+    assert local > 100 and remote > 100, (local, remote)
+
+
+def test_remote_runners_follow_an_added_policy(ray_cluster):
+    algo = small_ma_ppo(2, train_batch_size=128).env_runners(num_env_runners=2).build()
+    try:
+        algo.train()
+        algo.add_policy("p2", algo.get_policy("p0").spec,
+                        policy_mapping_fn={"agent_0": "p2", "agent_1": "p1"})
+        before = algo.get_policy("p2").get_weights()
+        result = algo.train()
+        assert set(result["learners"]) == {"p1", "p2"}
+        after = algo.get_policy("p2").get_weights()
+        assert any(not np.array_equal(before[k], after[k]) for k in before)
+        # A runner killed before the change is recreated with the new policies and mapping.
+        ray_cluster.kill(algo.env_runner_group.remote_actors()[1])
+        algo.remove_policy("p0", policy_mapping_fn={"agent_0": "p2", "agent_1": "p1"})
+        result = algo.train()
+        assert result["num_env_runner_restarts"] == 1 and result["num_healthy_env_runners"] == 2
+        assert set(result["learners"]) == {"p1", "p2"}
+    finally:
+        algo.stop()
