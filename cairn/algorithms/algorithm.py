@@ -132,7 +132,7 @@ class Algorithm:
         self.iteration += 1
         result = {"training_iteration": self.iteration, **self.counters,
                   **episode_metrics(list(self._recent_episodes), policy_ids=self.policies),
-                  "learners": learner_stats}
+                  **self.env_runner_group.health_metrics(), "learners": learner_stats}
         interval = self.config.evaluation_interval
         if interval and self.iteration % interval == 0:
             result["evaluation"] = self.evaluate()
