@@ -4,6 +4,8 @@
 >>> config = cairn.PPOConfig().environment("CartPole-v1").debugging(seed=0)
 """
 
+import logging as _logging
+
 from cairn._version import __version__
 from cairn.algorithms import DQN, PPO, Algorithm, DQNConfig, PPOConfig
 from cairn.checkpoint import get_checkpoint_info
@@ -18,6 +20,11 @@ from cairn.registry import register_env
 # cairn.registry (export sits above the policy layer, which cannot import it); imported last,
 # after the layers it builds on.
 from cairn import export as _export  # noqa: F401
+
+# The library logs to the "cairn" logger and prints nothing unless the application configures
+# logging (the cairn command does: -v, --log-level); without this handler Python's last-resort
+# handler would print its warnings.
+_logging.getLogger("cairn").addHandler(_logging.NullHandler())
 
 __all__ = [
     "__version__",

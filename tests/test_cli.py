@@ -14,13 +14,16 @@ from tests.conftest import ROOT
 
 
 def test_train_prints_progress_and_saves(tmp_path, capsys):
-    out = tmp_path / "ckpt"
+    out = tmp_path / "run"
     code = main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "2",
                  "--config", "train_batch_size=64", "minibatch_size=32", "num_epochs=1",
                  "observation_filter=MeanStdFilter", "--out", str(out)])
     assert code == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter")]
+    printed = capsys.readouterr().out.splitlines()
+    lines = [line for line in printed if line.startswith("iter")]
     assert len(lines) == 2
+    out = out / "checkpoints" / "checkpoint_000002"
+    assert printed[-1] == f"checkpoint: {out}"
     info = cairn.get_checkpoint_info(out)
     assert info["type"] == "Algorithm"
     restored = cairn.Algorithm.from_checkpoint(out)
@@ -38,7 +41,8 @@ def test_bad_arguments_exit_2():
                  ["frobnicate"], ["train", "--algo", "Nope", "--env", "CartPole-v1"]):
         proc = subprocess.run([sys.executable, "-m", "cairn", *args], capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 2, (args, proc.stderr)
-        assert "usage" in proc.stderr or "unknown --algo" in proc.stderr
+        assert "usage" in proc.stderr or "cairn: error: unknown --algo" in proc.stderr
+        assert "Traceback" not in proc.stderr
 
 
 def test_bad_config_is_a_clear_error(capsys):
@@ -66,38 +70,49 @@ def test_help_states_the_default_output_and_the_code_uses_it(tmp_path, monkeypat
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     text = capsys.readouterr().out
-    assert "  ~/cairn_results/<ALGO>_<YYYY-mm-dd_HH-MM-SS>_<pid>/checkpoint_<NNNNNN>\n" in text
-    assert "--overwrite" in text
+    assert "(--out; default ~/cairn_results/<ALGO>_<YYYY-mm-dd_HH-MM-SS>_<pid>)" in text
+    assert "--overwrite" in text and "--resume RUN" in text
     monkeypatch.setenv("HOME", str(tmp_path))
     assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "1", *SMALL]) == 0
-    saved = capsys.readouterr().out.splitlines()[-1].removeprefix("checkpoint: ")
-    run_dir = Path(saved).parent
-    assert run_dir.parent == tmp_path / "cairn_results" and Path(saved).name == "checkpoint_000001"
+    saved = Path(capsys.readouterr().out.splitlines()[-1].removeprefix("checkpoint: "))
+    run_dir = saved.parent.parent
+    assert saved.parent.name == "checkpoints" and saved.name == "checkpoint_000001"
+    assert run_dir.parent == tmp_path / "cairn_results" and (run_dir / "progress.csv").is_file()
     assert re.fullmatch(r"PPO_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+", run_dir.name), run_dir.name
 
 
-def test_out_refuses_to_replace_a_checkpoint_without_overwrite(tmp_path, capsys, ppo_algo):
-    out = Path(ppo_algo.save(tmp_path / "run"))
-    before = (out / "cairn_checkpoint.json").read_bytes()
-    args = ["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "1", *SMALL, "--out", str(out)]
-    assert main(args) == 2
+def test_out_refuses_a_run_or_a_checkpoint_and_overwrite_starts_over(tmp_path, capsys, ppo_algo):
+    ckpt = Path(ppo_algo.save(tmp_path / "ckpt"))
+    before = (ckpt / "cairn_checkpoint.json").read_bytes()
+    args = ["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "1", *SMALL]
+    for extra in ([], ["--overwrite"]):  # a checkpoint is never a run directory
+        assert main([*args, "--out", str(ckpt), *extra]) == 2
+        error = capsys.readouterr().err.strip()
+        assert len(error.splitlines()) == 1 and str(ckpt) in error and "not a run directory" in error
+    assert (ckpt / "cairn_checkpoint.json").read_bytes() == before
+    run = tmp_path / "run"
+    assert main([*args, "--out", str(run)]) == 0
+    (run / "notes.txt").write_text("mine")
+    captured = capsys.readouterr()
+    assert main([*args, "--out", str(run)]) == 2
     captured = capsys.readouterr()
     assert not any(line.startswith("iter") for line in captured.out.splitlines())  # refused up front
     error = captured.err.strip()
-    assert len(error.splitlines()) == 1 and str(out) in error and "--overwrite" in error and "--out" in error
-    assert (out / "cairn_checkpoint.json").read_bytes() == before
-    assert main([*args, "--overwrite"]) == 0
-    assert cairn.Algorithm.from_checkpoint(out).iteration == 1
+    assert len(error.splitlines()) == 1 and "--resume" in error and "--overwrite" in error, error
+    assert main([*args, "--stop-iters", "2", "--out", str(run), "--overwrite"]) == 0
+    assert (run / "notes.txt").read_text() == "mine"  # --overwrite removes only what cairn train wrote
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir()) == ["checkpoint_000002"]
+    assert len((run / "progress.csv").read_text().splitlines()) == 3  # header + 2 fresh rows
 
 
-def test_out_never_replaces_a_directory_that_is_not_a_checkpoint(tmp_path, capsys):
+def test_out_never_uses_a_directory_that_is_not_a_run(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("keep me")
     for extra in ([], ["--overwrite"]):
         assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", *SMALL,
                      "--out", str(tmp_path), *extra]) == 2
         error = capsys.readouterr().err
-        assert str(tmp_path) in error and "not a cairn checkpoint" in error
-    assert (tmp_path / "notes.txt").read_text() == "keep me"
+        assert str(tmp_path) in error and "not a cairn run directory" in error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 def _wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float) -> list[str]:
@@ -137,19 +152,25 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
     assert "KeyboardInterrupt" not in stderr
     assert "Traceback" not in stdout
     said = [line for line in stdout.splitlines() if str(out) in line]
-    assert len(said) == 1 and "from_checkpoint" in said[0], stdout
-    restored = cairn.Algorithm.from_checkpoint(out)
+    assert len(said) == 1 and f"cairn train --resume {out}" in said[0], stdout
+    saved = said[0].split("checkpoint saved to ")[1].split(";")[0]
+    restored = cairn.Algorithm.from_checkpoint(saved)
     assert restored.iteration >= 1
+    rows = (out / "progress.csv").read_text().splitlines()
+    assert len(rows) == 1 + restored.iteration  # one row per iteration trained, the last one saved
 
 
-def test_second_ctrl_c_during_the_save_leaves_the_old_checkpoint(tmp_path, capsys, monkeypatch, ppo_algo):
+def test_second_ctrl_c_during_the_save_leaves_the_old_checkpoint(tmp_path, capsys, monkeypatch):
     """The first Ctrl-C (raised after an iteration) asks for a save; a second one in the middle
-    of writing it aborts the save, and the checkpoint already at --out is untouched."""
+    of writing it aborts the save, and the run's earlier checkpoint is untouched."""
     import cairn.checkpoint.atomic
     from cairn.algorithms.algorithm import Algorithm
 
-    out = Path(ppo_algo.save(tmp_path / "run"))
-    before = (out / "cairn_checkpoint.json").read_bytes()
+    out = tmp_path / "run"
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "1", *SMALL, "--out", str(out)]) == 0
+    first = out / "checkpoints" / "checkpoint_000001"
+    before = (first / "cairn_checkpoint.json").read_bytes()
+    capsys.readouterr()
     real_train = Algorithm.train
 
     def train_then_ctrl_c(self):
@@ -163,14 +184,13 @@ def test_second_ctrl_c_during_the_save_leaves_the_old_checkpoint(tmp_path, capsy
     monkeypatch.setattr(Algorithm, "train", train_then_ctrl_c)
     monkeypatch.setattr(cairn.checkpoint.atomic, "_fsync_tree", ctrl_c_again)
     try:
-        code = main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "100", *SMALL,
-                     "--out", str(out), "--overwrite"])
+        code = main(["train", "--resume", str(out), "--stop-iters", "100"])
     except KeyboardInterrupt:  # not handled: fail this test instead of ending the session
         pytest.fail("cairn train let KeyboardInterrupt escape")
     assert code == 130
     captured = capsys.readouterr()
     assert sum(line.startswith("iter") for line in captured.out.splitlines()) == 1
-    assert "not saved" in captured.err and str(out) in captured.err
-    assert (out / "cairn_checkpoint.json").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temporary sibling left
+    assert "not saved" in captured.err
+    assert (first / "cairn_checkpoint.json").read_bytes() == before
+    assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.is_dir()) == ["checkpoint_000001"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -139,12 +139,14 @@ class Algorithm:
         result["time_this_iter_s"] = time.perf_counter() - start
         return result
 
-    def evaluate(self) -> dict[str, Any]:
-        """Play ``evaluation_duration`` episodes with greedy actions and report their returns."""
-        if self._eval_runner is None:
+    def evaluate(self, num_episodes: int | None = None, *, seed: int | None = None) -> dict[str, Any]:
+        """Play ``num_episodes`` (default ``evaluation_duration``) greedy episodes and report
+        returns and lengths (mean/std/min/max); ``seed`` and the keys are explained in
+        :func:`cairn.algorithms.evaluation.evaluate_episodes`."""
+        if seed is None and self._eval_runner is None:
             self._eval_runner = evaluation_runner(self.config, self.policies, self._eval_runner_state)
         with self._torch_threads():
-            return evaluate_episodes(self._eval_runner, self.config, self.policies)
+            return evaluate_episodes(self._eval_runner, self.config, self.policies, num_episodes, seed=seed)
 
     # ------------------------------------------------------------------------------ acting
     def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Policy:

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from cairn.algorithms.metrics import episode_metrics
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.env_runner import EnvRunner
+from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
 
-__all__ = ["EVALUATION_SEED_OFFSET", "evaluation_runner", "evaluate_episodes"]
+__all__ = ["EVALUATION_SEED_OFFSET", "evaluation_runner", "evaluate_episodes", "episode_statistics",
+           "check_num_episodes"]
 
 #: Added to the evaluation runner's seed stream, to keep its envs apart from the training ones.
 EVALUATION_SEED_OFFSET = 1_000_003
+
+_log = logging.getLogger(__name__)
 
 
 def evaluation_runner(
@@ -28,10 +36,58 @@ def evaluation_runner(
     return runner
 
 
+def check_num_episodes(num_episodes: Any) -> int | None:
+    """``num_episodes`` of ``Algorithm.evaluate``: None, or an int of at least 1."""
+    if num_episodes is None:
+        return None
+    if isinstance(num_episodes, bool) or not isinstance(num_episodes, (int, np.integer)) or num_episodes < 1:
+        raise ConfigError(f"evaluate(num_episodes={num_episodes!r}): pass an int of at least 1 "
+                          "(or None for config.evaluation_duration).")
+    return int(num_episodes)
+
+
+def episode_statistics(episodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Spread of finished episodes: ``episode_return_std/min/max``, ``episode_len_std/min/max``
+    (nan when there are none; std is the population standard deviation, ``np.std``) and the
+    per-episode ``episode_returns`` and ``episode_lens``, in the order they finished."""
+    returns = [float(e["return"]) for e in episodes]
+    lens = [int(e["length"]) for e in episodes]
+    stats: dict[str, Any] = {}
+    for name, values in (("return", returns), ("len", lens)):
+        for stat, fn in (("std", np.std), ("min", np.min), ("max", np.max)):
+            stats[f"episode_{name}_{stat}"] = float(fn(values)) if values else math.nan
+    stats["episode_returns"] = returns
+    stats["episode_lens"] = lens
+    return stats
+
+
 def evaluate_episodes(
-    runner: EnvRunner, config: AlgorithmConfig, policies: Mapping[str, Policy]
+    runner: EnvRunner | None, config: AlgorithmConfig, policies: Mapping[str, Policy],
+    num_episodes: int | None = None, *, seed: int | None = None,
 ) -> dict[str, Any]:
-    """Play ``config.evaluation_duration`` episodes with greedy actions on ``runner`` (after it
-    follows the current policies and mapping) and return their :func:`episode_metrics`."""
-    runner.update_policies(config, policies)
-    return episode_metrics(runner.run_episodes(config.evaluation_duration, explore=False))
+    """Play ``num_episodes`` (default ``config.evaluation_duration``) episodes with greedy
+    actions and return their :func:`episode_metrics` and :func:`episode_statistics`.
+
+    With ``seed=None`` they are played on ``runner`` (the algorithm's evaluation runner, whose
+    seed stream goes on from call to call and is saved in checkpoints), after it follows the
+    current policies and mapping. With an int ``seed`` they are played on a fresh runner seeded
+    from it (then closed; ``runner`` is left as it was), so that equal seeds give equal episodes:
+    ``cairn evaluate --seed`` calls this.
+    """
+    count = check_num_episodes(num_episodes)
+    count = config.evaluation_duration if count is None else count
+    if seed is not None:
+        config = config.copy().debugging(seed=seed)
+        fresh = evaluation_runner(config, policies, None)
+        try:
+            episodes = fresh.run_episodes(count, explore=False)
+        finally:
+            fresh.stop()
+    elif runner is None:
+        raise ValueError("evaluate_episodes needs a runner when seed is None")
+    else:
+        runner.update_policies(config, policies)
+        episodes = runner.run_episodes(count, explore=False)
+    result = {**episode_metrics(episodes), **episode_statistics(episodes)}
+    _log.debug("evaluated %d episodes: episode_return_mean %.3f", len(episodes), result["episode_return_mean"])
+    return result

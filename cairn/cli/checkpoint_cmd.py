@@ -1,0 +1,114 @@
+"""``cairn checkpoint info|verify|upgrade|diff|ls``: look at, check and convert checkpoints
+from the shell. (``cairn info CKPT`` is kept as the short form of ``cairn checkpoint info``.)
+
+Checkpoint arguments are handed to cairn's checkpoint functions as given (strings), so every
+location those accept (paths, ``file://`` URLs, and the URI schemes that cairn supports)
+works here too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from cairn.cli.checkpoint_diff import add_parser as add_diff
+from cairn.cli.checkpoint_upgrade import add_parser as add_upgrade
+from cairn.cli.checkpoint_verify import add_parser as add_verify
+from cairn.cli.common import UsageError
+
+__all__ = ["add_parser", "info", "ls", "format_size"]
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``cairn checkpoint ...`` (and the short ``cairn info``) to the subcommands ``sub``."""
+    group = sub.add_parser("checkpoint", parents=[common], help="inspect, verify, upgrade, compare, list checkpoints",
+                           description="Inspect, verify, upgrade, compare and list checkpoints.")
+    tools = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    p = tools.add_parser("info", parents=[common], help="the manifest's summary as JSON (reads nothing else)")
+    p.add_argument("checkpoint")
+    p.set_defaults(run=info)
+    short = sub.add_parser("info", parents=[common], help="the same as: cairn checkpoint info")
+    short.add_argument("checkpoint")
+    short.set_defaults(run=info)
+
+    for add in (add_verify, add_upgrade, add_diff):
+        add(tools, common)
+
+    p = tools.add_parser("ls", parents=[common], help="a run's (or a checkpoint root's) checkpoints",
+                         description="List the checkpoints in ROOT (a run directory of cairn train, or the "
+                                     "folder that holds its checkpoint_<N> directories): iteration, the "
+                                     "run's episode_return_mean at that iteration, size, time written.")
+    p.add_argument("root", metavar="ROOT")
+    p.add_argument("--json", action="store_true", help="one JSON list instead of a table")
+    p.set_defaults(run=ls)
+
+
+def info(args: argparse.Namespace) -> int:
+    """``cairn checkpoint info``: the manifest summary (without the file list) as JSON."""
+    from cairn.checkpoint import get_checkpoint_info
+
+    summary = get_checkpoint_info(args.checkpoint)
+    summary.pop("files")
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def format_size(size: float) -> str:
+    """``1.5 MiB``: a byte count for people."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _metrics_by_iteration(run_dir: str) -> dict[int, float]:
+    from cairn.cli.runlog import PROGRESS_FILE, read_progress
+
+    path = os.path.join(run_dir, PROGRESS_FILE)
+    if not os.path.isfile(path):
+        return {}
+    _, rows = read_progress(path)
+    return {int(row["training_iteration"]): row.get("episode_return_mean", float("nan")) for row in rows}
+
+
+def ls(args: argparse.Namespace) -> int:
+    """``cairn checkpoint ls ROOT``."""
+    from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, list_checkpoints
+
+    root = os.path.expanduser(args.root)
+    if not os.path.isdir(root):
+        raise UsageError(f"{args.root} is not a directory; pass a run directory of cairn train or the folder "
+                         "of its checkpoints.")
+    nested = os.path.join(root, CHECKPOINTS_DIR)
+    folder, run_dir = (nested, root) if os.path.isdir(nested) else (root, os.path.dirname(os.path.abspath(root)))
+    stored = list_checkpoints(folder)
+    metrics = _metrics_by_iteration(run_dir)
+    rows: list[dict[str, Any]] = [
+        {"path": c.path, "iteration": c.iteration, "size": c.size, "created_at": c.created_at,
+         "episode_return_mean": metrics.get(c.iteration, c.metric if c.metric_name == "episode_return_mean" else None)}
+        for c in stored]
+    scored = [r for r in rows if r["episode_return_mean"] is not None and r["episode_return_mean"] == r["episode_return_mean"]]
+    best = max(scored, key=lambda r: (r["episode_return_mean"], r["iteration"]))["iteration"] if scored else None
+    for r in rows:
+        r["tags"] = [tag for tag, on in (("latest", r is rows[-1]), ("best", r["iteration"] == best)) if on]
+    if args.json:
+        from cairn.cli.common import json_safe
+
+        print(json.dumps(json_safe(rows), indent=2))
+        return 0
+    if not rows:
+        print(f"no checkpoints in {folder}")
+        return 0
+    name_width = max(len(os.path.basename(r["path"])) for r in rows)
+    print(f"{'checkpoint':<{name_width}}  {'iteration':>9}  {'return_mean':>11}  {'size':>10}  created")
+    for r in rows:
+        metric = r["episode_return_mean"]
+        shown = "-" if metric is None or metric != metric else f"{metric:.2f}"
+        print(f"{os.path.basename(r['path']):<{name_width}}  {r['iteration']:>9}  {shown:>11}  "
+              f"{format_size(r['size']):>10}  {r['created_at'] or '-':<25}  {', '.join(r['tags'])}".rstrip())
+    print(f"{len(rows)} checkpoint{'s' if len(rows) != 1 else ''} in {folder}")
+    return 0

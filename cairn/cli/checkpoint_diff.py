@@ -1,0 +1,132 @@
+"""``cairn checkpoint diff A B``: how two checkpoints differ: each policy's weights (L2 norm
+of the difference and largest absolute change, per policy and per parameter), policies only
+in one of them, and config settings, counters and iteration."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from cairn.cli.common import json_safe
+
+__all__ = ["add_parser", "run", "diff_checkpoints", "weight_changes", "flat_differences"]
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``diff`` to ``cairn checkpoint``'s actions."""
+    p = sub.add_parser("diff", parents=[common], help="weight and config differences of two checkpoints",
+                       description="Compare two checkpoints (Algorithm or Policy): per policy, the L2 norm "
+                                   "of the weights' difference and the largest absolute change (in total and "
+                                   "per parameter), and the settings, counters and specs that differ.")
+    p.add_argument("a", metavar="A")
+    p.add_argument("b", metavar="B")
+    p.add_argument("--json", action="store_true", help="the differences as one JSON document")
+    p.set_defaults(run=run)
+
+
+def weight_changes(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """``{"l2": ..., "max_abs": ..., "params": {name: {"l2", "max_abs"} | {"change": ...}}}``
+    between two ``{name: array}`` weight dicts; l2 is the norm over all shared, same-shaped
+    parameters, as if they were one vector."""
+    params: dict[str, Any] = {}
+    total_sq, total_max = 0.0, 0.0
+    for name in sorted(set(a) | set(b)):
+        if name not in b or name not in a:
+            params[name] = {"change": f"only in {'A' if name in a else 'B'}"}
+            continue
+        x, y = np.asarray(a[name], dtype=np.float64), np.asarray(b[name], dtype=np.float64)
+        if x.shape != y.shape:
+            params[name] = {"change": f"shape {list(x.shape)} -> {list(y.shape)}"}
+            continue
+        delta = y - x
+        l2 = float(np.sqrt(np.sum(delta * delta)))
+        max_abs = float(np.max(np.abs(delta))) if delta.size else 0.0
+        params[name] = {"l2": l2, "max_abs": max_abs}
+        total_sq += l2 * l2
+        total_max = max(total_max, max_abs)
+    return {"l2": float(np.sqrt(total_sq)), "max_abs": total_max, "params": params}
+
+
+def flat_differences(a: Any, b: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """``{"dotted.key": (value in a, value in b)}`` for every leaf that differs."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        out: dict[str, tuple[Any, Any]] = {}
+        for key in sorted(set(a) | set(b), key=str):
+            missing = "<absent>"
+            out.update(flat_differences(a.get(key, missing), b.get(key, missing), f"{prefix}{key}."))
+        return out
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        same = isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and np.array_equal(a, b)
+        return {} if same else {prefix[:-1]: ("<array>", "<array>")}
+    return {} if a == b else {prefix[:-1]: (a, b)}
+
+
+def _read(checkpoint: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(type, {policy_id: policy state}, the settings to compare)."""
+    from cairn.checkpoint import get_checkpoint_info, load_algorithm_state, load_policy_state
+
+    kind = get_checkpoint_info(checkpoint)["type"]
+    if kind == "Algorithm":
+        state = load_algorithm_state(checkpoint)
+        settings = {"config": state.get("config"), "iteration": state.get("iteration"),
+                    "counters": state.get("counters")}
+        return kind, state["policies"], settings
+    state = load_policy_state(checkpoint)
+    return kind, {"policy": state}, {"spec": state.get("spec")}
+
+
+def diff_checkpoints(a: str, b: str) -> dict[str, Any]:
+    """The differences of checkpoints ``a`` and ``b``: ``policies`` (``{policy_id:
+    weight_changes}``), ``only_in_a``, ``only_in_b`` (policy IDs) and ``settings``
+    (``{key: [a, b]}``; a Policy checkpoint's policy is called ``"policy"``)."""
+    kind_a, policies_a, settings_a = _read(a)
+    kind_b, policies_b, settings_b = _read(b)
+    settings = flat_differences(settings_a, settings_b)
+    if kind_a != kind_b:
+        settings["type"] = (kind_a, kind_b)
+    if kind_a != kind_b and len(policies_a) == 1 and len(policies_b) == 1:  # compare the one policy each has
+        policies_a, policies_b = {"policy": next(iter(policies_a.values()))}, {"policy": next(iter(policies_b.values()))}
+    shared = [pid for pid in policies_a if pid in policies_b]
+    for pid in shared:
+        for key, values in flat_differences(policies_a[pid].get("spec"), policies_b[pid].get("spec")).items():
+            settings[f"policies.{pid}.spec.{key}"] = values
+    return {
+        "policies": {pid: weight_changes(policies_a[pid]["weights"], policies_b[pid]["weights"]) for pid in shared},
+        "only_in_a": [pid for pid in policies_a if pid not in policies_b],
+        "only_in_b": [pid for pid in policies_b if pid not in policies_a],
+        "settings": {key: list(values) for key, values in settings.items()},
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``cairn checkpoint diff``."""
+    diff = diff_checkpoints(args.a, args.b)
+    if args.json:
+        print(json.dumps(json_safe(diff), indent=2))
+        return 0
+    changed = [pid for pid, change in diff["policies"].items() if change["l2"] > 0 or any(
+        "change" in p for p in change["params"].values())]
+    print(f"weights ({len(changed)} of {len(diff['policies'])} shared policies changed):")
+    for pid, change in diff["policies"].items():
+        print(f"  {pid}: L2 {change['l2']:.6g}, max abs {change['max_abs']:.6g}")
+        for name, param in change["params"].items():
+            if "change" in param:
+                print(f"    {name}: {param['change']}")
+            elif param["l2"] > 0:
+                print(f"    {name}: L2 {param['l2']:.6g}, max abs {param['max_abs']:.6g}")
+    for side in ("a", "b"):
+        if diff[f"only_in_{side}"]:
+            print(f"policies only in {side.upper()}: {', '.join(diff[f'only_in_{side}'])}")
+    if diff["settings"]:
+        print(f"settings ({len(diff['settings'])} differ):")
+        for key, (x, y) in diff["settings"].items():
+            print(f"  {key}: {json.dumps(json_safe(x))} -> {json.dumps(json_safe(y))}")
+    else:
+        print("settings: no differences")
+    if not changed and not diff["settings"] and not diff["only_in_a"] and not diff["only_in_b"]:
+        print("no differences")
+    return 0

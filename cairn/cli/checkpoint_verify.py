@@ -1,0 +1,127 @@
+"""``cairn checkpoint verify CKPT``: every file's size and hash against the manifests, the
+structure (manifests, listed files, nothing unlisted), and that the state trees load.
+
+It reports every problem it finds, one line each, rather than stopping at the first (as
+loading does), and exits 1 when there is any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from cairn.cli.common import EXIT_FAILURE
+
+__all__ = ["add_parser", "run", "verify_checkpoint"]
+
+MANIFEST = "cairn_checkpoint.json"
+_CHUNK = 1 << 20
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``verify`` to ``cairn checkpoint``'s actions."""
+    p = sub.add_parser("verify", parents=[common], help="check every file's size and hash and the structure",
+                       description="Check a checkpoint: each manifest, every listed file's size and hash, "
+                                   "files the manifests do not list, and that the state loads. Prints one "
+                                   "line per problem and exits 1 if there is any, 0 if none.")
+    p.add_argument("checkpoint")
+    p.set_defaults(run=run)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _check_file(root: str, name: str, entry: Mapping[str, Any]) -> str | None:
+    from cairn.checkpoint.safetensors_io import new_hasher
+
+    path = os.path.join(root, *name.split("/"))
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
+        return f"{path}: not a regular file"
+    if not os.path.exists(path):
+        return f"{path}: missing (listed in the manifest)"
+    size = os.path.getsize(path)
+    if size != entry["size"]:
+        return f"{path}: size {size} bytes, the manifest says {entry['size']}"
+    hasher = new_hasher()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            hasher.update(chunk)
+    if hasher.hexdigest() != entry["hash"]:
+        return f"{path}: content hash {hasher.hexdigest()} does not match the manifest's {entry['hash']}"
+    return None
+
+
+def _walk(root: str) -> set[str]:
+    found = set()
+    for folder, _, files in os.walk(root):
+        for name in files:
+            found.add(os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"))
+    return found
+
+
+def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None]:
+    """Problems of ``checkpoint`` (one line each; empty when it is sound) and its root
+    manifest summary (``get_checkpoint_info``; None when the manifest itself is unreadable)."""
+    from cairn.checkpoint import get_checkpoint_info, load_algorithm_state, load_policy_state
+    from cairn.errors import CheckpointError
+
+    try:
+        info = get_checkpoint_info(checkpoint)
+    except CheckpointError as exc:
+        return [_one_line(exc)], None
+    root = info["checkpoint_dir"]
+    present = _walk(root)
+    problems = []
+    listed = {MANIFEST}
+    bad: set[str] = set()
+    for name, entry in sorted(info["files"].items()):
+        listed.add(name)
+        problem = _check_file(root, name, entry)
+        if problem:
+            problems.append(problem)
+            bad.add(name)
+    for pid in info["policy_ids"] or []:
+        sub = f"policies/{pid}"
+        if f"{sub}/{MANIFEST}" in bad:  # reported; a manifest that fails its hash vouches for nothing
+            listed.update(name for name in present if name.startswith(f"{sub}/"))
+            continue
+        try:
+            sub_info = get_checkpoint_info(os.path.join(root, "policies", pid))
+        except CheckpointError as exc:
+            problems.append(f"policy {pid!r}: {_one_line(exc)}")
+            continue
+        for name, entry in sorted(sub_info["files"].items()):
+            listed.add(f"{sub}/{name}")
+            problem = _check_file(os.path.join(root, "policies", pid), name, entry)
+            if problem:
+                problems.append(problem)
+    for name in sorted(present - listed):
+        problems.append(f"{os.path.join(root, name)}: not listed in any manifest")
+    if not problems:  # the structure inside the files: JSON, safetensors, trees, migrations
+        try:
+            if info["type"] == "Algorithm":
+                load_algorithm_state(checkpoint)
+            else:
+                load_policy_state(checkpoint)
+        except CheckpointError as exc:
+            problems.append(_one_line(exc))
+    return problems, info
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``cairn checkpoint verify``."""
+    problems, info = verify_checkpoint(args.checkpoint)
+    for problem in problems:
+        print(problem, flush=True)
+    if problems:
+        print(f"cairn: error: {args.checkpoint}: {len(problems)} problem{'s' if len(problems) > 1 else ''}",
+              file=sys.stderr)
+        return EXIT_FAILURE
+    assert info is not None
+    print(f"ok: {info['checkpoint_dir']} ({info['type']} checkpoint, format version {info['checkpoint_version']}): "
+          f"manifests, sizes, hashes and state trees verified")
+    return 0

@@ -1,0 +1,147 @@
+"""``cairn evaluate CKPT``: greedy episodes of a trained algorithm, their return and length
+(mean, std, min, max), optionally a GIF or MP4 of one episode.
+
+``--seed`` plays on a fresh evaluation runner seeded from it, so that the numbers repeat
+(``Algorithm.evaluate(num_episodes=N, seed=S)`` is the Python twin and gives the same ones);
+without it the checkpoint's own evaluation runner goes on with its seed stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from cairn.cli.common import UsageError, json_safe
+
+__all__ = ["add_parser", "run", "render_episode", "first_episode_seed", "write_frames"]
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``cairn evaluate`` to the subcommands ``sub``."""
+    p = sub.add_parser("evaluate", parents=[common], help="play greedy episodes of a checkpoint",
+                       description="Play greedy episodes of an Algorithm checkpoint and report their return and "
+                                   "length (mean, std, min, max).")
+    p.add_argument("checkpoint", help="an Algorithm checkpoint (e.g. RUN/checkpoints/checkpoint_000010)")
+    p.add_argument("--episodes", type=int, default=None, metavar="N",
+                   help="episodes to play (default: the config's evaluation_duration, 10)")
+    p.add_argument("--env", default=None, metavar="ID", help="evaluate on this environment instead of the "
+                                                            "checkpoint's (same spaces)")
+    p.add_argument("--seed", type=int, default=None, metavar="S", help="seed the episodes: equal seeds, equal numbers")
+    p.add_argument("--render", default=None, metavar="FILE",
+                   help="also record one greedy episode into FILE: .gif (Pillow) or .mp4 (imageio-ffmpeg); "
+                        "with --seed it is the first episode of the report")
+    p.add_argument("--fps", type=int, default=30, help="frames per second of --render (default 30)")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON document")
+    p.set_defaults(run=run)
+
+
+def write_frames(path: str, frames: list[Any], fps: int) -> None:
+    """Write RGB frames (``H x W x 3`` uint8 arrays) as a GIF or MP4 with imageio."""
+    try:
+        import imageio.v3 as iio
+    except ImportError:
+        raise UsageError("--render needs imageio: pip install 'cairn-rl[cli]'.") from None
+    if path.lower().endswith(".gif"):
+        iio.imwrite(path, frames, extension=".gif", duration=1000 / fps, loop=0)
+    else:
+        try:
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError:
+            raise UsageError("--render to .mp4 needs imageio-ffmpeg: pip install 'cairn-rl[cli]'.") from None
+        import imageio
+
+        imageio.mimwrite(path, frames, fps=fps, macro_block_size=1)
+
+
+def first_episode_seed(seed: int | None) -> int | None:
+    """The reset seed of the first episode that ``Algorithm.evaluate(seed=seed)`` plays: the
+    first draw of its runner's stream (worker 0, the evaluation offset), as ``EnvRunner``
+    draws it; so that ``--render`` records that episode (a test holds the two together)."""
+    from cairn.algorithms.evaluation import EVALUATION_SEED_OFFSET
+    from cairn.rng import seeded_rng
+
+    if seed is None:
+        return None
+    return int(seeded_rng(seed, 0, EVALUATION_SEED_OFFSET).integers(2**31 - 1))
+
+
+def render_episode(algo: Any, seed: int | None) -> tuple[list[Any], float, int]:
+    """Play one greedy episode on a fresh ``render_mode="rgb_array"`` copy of the algorithm's
+    environment, reset with ``seed``; returns (frames: the reset one and one per step, return,
+    length)."""
+    from cairn.env_runner.env_runner import DEFAULT_AGENT_ID
+    from cairn.env_runner.make_env import close_env, is_multi_agent_env, make_env
+
+    # pygame-based renderers (Gymnasium's classic control) need no display for rgb_array frames.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    config = algo.config.copy()
+    config.environment(env_config={**(config.env_config or {}), "render_mode": "rgb_array"})
+    env = make_env(config)
+    try:
+        if is_multi_agent_env(env):
+            raise UsageError("--render records single-agent environments only; leave it out for this one.")
+        policy = algo.get_policy(config.map_agent(DEFAULT_AGENT_ID))
+        obs, _ = env.reset(seed=seed)
+        frames, total, length = [env.render()], 0.0, 0
+        if frames[0] is None:
+            raise UsageError(f"environment {config.env!r} renders no rgb_array frames; --render needs them.")
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(policy.compute_single_action(obs, explore=False))
+            frames.append(env.render())
+            total, length, done = total + float(reward), length + 1, bool(terminated or truncated)
+        return frames, total, length
+    finally:
+        close_env(env)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``cairn evaluate``."""
+    from cairn.algorithms.algorithm import Algorithm
+    from cairn.checkpoint import get_checkpoint_info
+
+    if args.episodes is not None and args.episodes < 1:
+        raise UsageError(f"--episodes {args.episodes}: expected at least 1.")
+    if args.render is not None and not args.render.lower().endswith((".gif", ".mp4")):
+        raise UsageError(f"--render {args.render}: expected a .gif or .mp4 file name.")
+    if args.fps < 1:
+        raise UsageError(f"--fps {args.fps}: expected at least 1.")
+    if get_checkpoint_info(args.checkpoint)["type"] != "Algorithm":
+        raise UsageError(f"{args.checkpoint} is a Policy checkpoint; cairn evaluate takes an Algorithm checkpoint "
+                         "(RUN/checkpoints/checkpoint_<N>), which knows its environment.")
+    overrides: dict[str, Any] = {"num_env_runners": 0, "num_envs_per_env_runner": 1}
+    if args.env is not None:
+        overrides["env"] = args.env
+    algo = Algorithm.from_checkpoint(args.checkpoint, config_overrides=overrides)
+    try:
+        result = algo.evaluate(args.episodes, seed=args.seed)
+        rendered = None
+        if args.render is not None:
+            frames, total, length = render_episode(algo, first_episode_seed(args.seed))
+            write_frames(args.render, frames, args.fps)
+            rendered = {"path": args.render, "frames": len(frames), "episode_return": total, "episode_len": length}
+        env = algo.config.env if isinstance(algo.config.env, str) else getattr(algo.config.env, "__name__", "env")
+    finally:
+        algo.stop()
+    keys = [f"episode_{what}_{stat}" for what in ("return", "len") for stat in ("mean", "std", "min", "max")]
+    report = {"checkpoint": args.checkpoint, "env": env, "seed": args.seed, "num_episodes": result["num_episodes"],
+              **{key: result[key] for key in keys}, "episode_returns": result["episode_returns"],
+              "episode_lens": result["episode_lens"], "render": rendered}
+    if args.json:
+        print(json.dumps(json_safe(report), indent=2))
+        return 0
+    seed = "" if args.seed is None else f", seed {args.seed}"
+    count = result["num_episodes"]
+    print(f"{os.path.basename(os.path.normpath(args.checkpoint))} on {env}: {count} greedy "
+          f"episode{'s' if count != 1 else ''}{seed}")
+    for what, label, spec in (("return", "return", ".2f"), ("len", "length", ".1f")):
+        values = "  ".join(f"{stat} {format(result[f'episode_{what}_{stat}'], spec):>8}"
+                           for stat in ("mean", "std", "min", "max"))
+        print(f"  {label:<7} {values}")
+    if rendered is not None:
+        print(f"  rendered one episode (return {rendered['episode_return']:.2f}, {rendered['frames']} frames) "
+              f"to {rendered['path']}")
+    return 0

@@ -1,0 +1,61 @@
+"""The command line's logging: the library logs to the ``cairn`` logger and stays quiet (a
+``NullHandler``, set in ``cairn/__init__.py``); the ``cairn`` command shows its records on
+stderr at the level that ``-v``, ``--debug`` or ``--log-level`` ask for (WARNING by default)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+__all__ = ["LOGGER_NAME", "configure_logging", "remove_handler", "log_level", "shows_tracebacks"]
+
+LOGGER_NAME = "cairn"
+
+
+def log_level(args: argparse.Namespace) -> int:
+    """The level asked for: ``--log-level``, else DEBUG for ``-vv``/``--debug``, INFO for
+    ``-v``, ERROR for ``-q``, WARNING otherwise."""
+    explicit = getattr(args, "log_level", None)
+    if explicit:
+        return int(logging.getLevelName(explicit))
+    verbose = getattr(args, "verbose", 0) or 0
+    if getattr(args, "debug", False) or verbose >= 2:
+        return logging.DEBUG
+    if verbose == 1:
+        return logging.INFO
+    return logging.ERROR if getattr(args, "quiet", False) else logging.WARNING
+
+
+def shows_tracebacks(args: argparse.Namespace) -> bool:
+    """Whether a failure prints its traceback (``-v``, ``--debug``, or ``--log-level DEBUG``)."""
+    return bool(getattr(args, "verbose", 0) or getattr(args, "debug", False)
+                or getattr(args, "log_level", None) == "DEBUG")
+
+
+class _Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = "cairn" if record.levelno < logging.WARNING else f"cairn: {record.levelname.lower()}"
+        text = f"{prefix}: {record.getMessage()}"
+        if record.exc_info and record.levelno <= logging.DEBUG:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+def configure_logging(args: argparse.Namespace) -> logging.Handler:
+    """Send the ``cairn`` logger's records at :func:`log_level` to stderr, one line each
+    (``cairn: warning: ...``, ``cairn: ...`` for INFO/DEBUG); returns the handler, which the
+    command removes when it ends (``main()`` may run more than once in a process)."""
+    logger = logging.getLogger(LOGGER_NAME)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    logger.addHandler(handler)
+    logger.setLevel(log_level(args))
+    return handler
+
+
+def remove_handler(handler: logging.Handler) -> None:
+    """Undo :func:`configure_logging`."""
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.removeHandler(handler)
+    logger.setLevel(logging.NOTSET)

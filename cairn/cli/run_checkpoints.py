@@ -1,0 +1,91 @@
+"""The checkpoints of a run directory, ``RUN/checkpoints/``: a :class:`cairn.CheckpointManager`
+root (``checkpoint_<NNNNNN>`` plus the manager's ``.record.json`` files).
+
+``cairn train`` saves through the manager (every ``--checkpoint-every`` iterations and at the
+end; the newest ``--keep`` and the best by ``episode_return_mean`` are kept). ``cairn
+checkpoint ls`` only reads: it lists committed checkpoints without opening a manager, whose
+start-up cleans a crashed save's leftovers and could race a run that is saving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CHECKPOINTS_DIR", "BEST_METRIC", "StoredCheckpoint", "run_manager", "list_checkpoints",
+           "latest_checkpoint"]
+
+#: The folder of a run directory that holds its checkpoints.
+CHECKPOINTS_DIR = "checkpoints"
+#: The result key by which a run keeps its best checkpoint (besides the newest ``--keep``).
+BEST_METRIC = "episode_return_mean"
+
+_NAME = re.compile(r"checkpoint_(\d{6,})")
+_RECORD_SUFFIX = ".record.json"  # the manager's record next to each checkpoint (cairn/checkpoint/manager.py)
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """One committed checkpoint: where, its iteration, its size in bytes, when it was written,
+    and the metric its manager recorded (None without one)."""
+
+    path: str
+    iteration: int
+    size: int
+    created_at: str | None
+    metric: float | None
+    metric_name: str | None
+
+
+def run_manager(root: str, *, keep: int | None, every: int | None) -> Any:
+    """The :class:`cairn.CheckpointManager` of a run: ``keep`` newest (None: all) plus the best
+    by :data:`BEST_METRIC`; due every ``every`` iterations (None: only forced saves)."""
+    from cairn.checkpoint.manager import CheckpointManager
+
+    return CheckpointManager(root, keep_last=keep, keep_best=(BEST_METRIC, "max"), save_every_iterations=every)
+
+
+def _record(root: str, name: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(root, name + _RECORD_SUFFIX)) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def list_checkpoints(root: str) -> list[StoredCheckpoint]:
+    """The committed cairn checkpoints in the local folder ``root`` (named ``checkpoint_<N>``),
+    oldest iteration first; anything else there is left out. Reads only manifests and records."""
+    from cairn.checkpoint import get_checkpoint_info
+    from cairn.errors import CheckpointError
+
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        match = _NAME.fullmatch(name)
+        path = os.path.join(root, name)
+        if match is None or not os.path.isdir(path):
+            continue
+        try:
+            info = get_checkpoint_info(path)
+        except CheckpointError:
+            continue
+        size = sum(int(entry["size"]) for entry in info["files"].values())
+        size += os.path.getsize(os.path.join(path, "cairn_checkpoint.json"))
+        record = _record(root, name)
+        metric = record.get("metric")
+        found.append(StoredCheckpoint(path, int(match.group(1)), size, info.get("created_at"),
+                                      float(metric) if isinstance(metric, (int, float)) else None,
+                                      record.get("metric_name")))
+    return sorted(found, key=lambda c: c.iteration)
+
+
+def latest_checkpoint(root: str) -> str | None:
+    """The path of the newest committed checkpoint in ``root``, or None when there is none."""
+    stored = list_checkpoints(root)
+    return stored[-1].path if stored else None

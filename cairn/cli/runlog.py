@@ -1,0 +1,199 @@
+"""A run directory's log files, written by ``cairn train``:
+
+- ``config.json``: the algorithm's config as ``to_dict()`` (``--config RUN/config.json``
+  trains the same way again);
+- ``run.json``: the command's own settings (algorithm, stop criteria, checkpointing), which
+  ``--resume`` starts from;
+- ``progress.csv``: one row per iteration (:data:`PROGRESS_COLUMNS`, then the learners' numeric
+  stats), for plots and spreadsheets;
+- ``result.jsonl``: every iteration's full result dict, one JSON document per line (NaN as
+  null);
+- ``tensorboard/``: TensorBoard event files of the progress columns (``--tensorboard``).
+
+Rows are flushed as they are written. On resume the files are appended; rows of iterations
+after the checkpoint resumed from (written before a crash) are cut off first, so that every
+iteration appears once.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cairn.cli.common import json_safe
+
+__all__ = ["CONFIG_FILE", "RUN_FILE", "PROGRESS_FILE", "RESULT_FILE", "TENSORBOARD_DIR", "PROGRESS_COLUMNS",
+           "RunLog", "progress_row", "read_progress", "write_json_atomic", "RUN_FILES"]
+
+CONFIG_FILE = "config.json"
+RUN_FILE = "run.json"
+PROGRESS_FILE = "progress.csv"
+RESULT_FILE = "result.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+#: What ``cairn train`` writes into a run directory (besides ``checkpoints/``).
+RUN_FILES = (CONFIG_FILE, RUN_FILE, PROGRESS_FILE, RESULT_FILE, TENSORBOARD_DIR)
+
+#: The first columns of progress.csv; the learners' stats follow (``policy_loss`` ..., or
+#: ``<policy_id>/policy_loss`` with several policies).
+PROGRESS_COLUMNS = (
+    "training_iteration", "timesteps", "time", "episode_return_mean", "episode_return_min",
+    "episode_return_max", "episode_len_mean", "episodes", "env_steps_per_s",
+)
+
+
+def progress_row(result: Mapping[str, Any]) -> dict[str, Any]:
+    """One progress.csv row from a result dict of ``cairn train`` (``Algorithm.train()``'s,
+    with ``time_total_s``, ``episode_return_min/max`` and ``env_steps_per_s`` added)."""
+    row: dict[str, Any] = {
+        "training_iteration": result["training_iteration"],
+        "timesteps": result["num_env_steps_sampled_lifetime"],
+        "time": result.get("time_total_s"),
+        "episode_return_mean": result.get("episode_return_mean"),
+        "episode_return_min": result.get("episode_return_min"),
+        "episode_return_max": result.get("episode_return_max"),
+        "episode_len_mean": result.get("episode_len_mean"),
+        "episodes": result.get("num_episodes_lifetime"),
+        "env_steps_per_s": result.get("env_steps_per_s"),
+    }
+    learners: Mapping[str, Mapping[str, Any]] = result.get("learners") or {}
+    several = len(learners) > 1
+    for pid, stats in learners.items():
+        for key, value in stats.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[f"{pid}/{key}" if several else key] = value
+    if "evaluation" in result:
+        row["evaluation/episode_return_mean"] = result["evaluation"].get("episode_return_mean")
+    return row
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file and a rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _cut_after(path: Path, keep: Any) -> None:
+    """Truncate ``path`` after its last line for which ``keep(line)`` holds (lines are kept
+    from the start up to the first that fails); the bytes before are not rewritten."""
+    if not path.exists():
+        return
+    offset = 0
+    with open(path, "rb") as f:
+        for line in f:
+            if not keep(line.decode()):
+                break
+            offset += len(line)
+    with open(path, "r+b") as f:
+        f.truncate(offset)
+
+
+def read_progress(path: str | os.PathLike[str]) -> tuple[list[str], list[dict[str, float]]]:
+    """The columns and rows of a progress.csv, values as floats (nan for empty cells)."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [{k: float(v) if v not in ("", None) else math.nan for k, v in row.items()} for row in reader]
+        return list(reader.fieldnames or []), rows
+
+
+class RunLog:
+    """Appends iterations to a run directory's progress.csv, result.jsonl and (optionally)
+    TensorBoard events.
+
+    Args:
+        run_dir: The run directory (created if missing).
+        resume_iteration: When resuming: the iteration of the checkpoint resumed from. Rows after
+            it are cut off, the header of progress.csv is kept, and :attr:`time_offset` is the
+            last kept row's time.
+        tensorboard: Also write TensorBoard event files (needs tensorboardX).
+    """
+
+    def __init__(self, run_dir: Path, *, resume_iteration: int | None = None, tensorboard: bool = False) -> None:
+        self.run_dir = run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.progress_path = run_dir / PROGRESS_FILE
+        self.result_path = run_dir / RESULT_FILE
+        self.columns: list[str] | None = None
+        self.time_offset = 0.0
+        if resume_iteration is not None:
+            self._resume(resume_iteration)
+        self._tb: Any = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(str(run_dir / TENSORBOARD_DIR))
+
+    def _resume(self, iteration: int) -> None:
+        def result_kept(line: str) -> bool:
+            try:
+                return int(json.loads(line)["training_iteration"]) <= iteration
+            except (ValueError, KeyError, TypeError):
+                return False
+
+        _cut_after(self.result_path, result_kept)
+        header: list[str] = []
+
+        def row_kept(line: str) -> bool:
+            if not header:
+                header.extend(next(csv.reader([line])))
+                return True
+            cells = dict(zip(header, next(csv.reader([line]), [])))
+            try:
+                kept = int(float(cells.get("training_iteration", ""))) <= iteration
+            except ValueError:
+                return False
+            if kept and cells.get("time"):
+                self.time_offset = float(cells["time"])
+            return kept
+
+        _cut_after(self.progress_path, row_kept)
+        self.columns = header or None
+
+    def write_config(self, config: Mapping[str, Any], settings: Mapping[str, Any]) -> None:
+        """Write config.json (the config's ``to_dict()``) and run.json (the command's settings)."""
+        write_json_atomic(self.run_dir / CONFIG_FILE, config)
+        write_json_atomic(self.run_dir / RUN_FILE, settings)
+
+    def append(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        """Write one iteration; returns its progress row."""
+        with open(self.result_path, "a") as f:
+            f.write(json.dumps(json_safe(result), allow_nan=False) + "\n")
+        row = progress_row(result)
+        new_file = self.columns is None or not self.progress_path.exists() or self.progress_path.stat().st_size == 0
+        if new_file:
+            self.columns = list(row)
+        assert self.columns is not None
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        if new_file:
+            writer.writerow(self.columns)
+        writer.writerow([_cell(row.get(column)) for column in self.columns])
+        with open(self.progress_path, "a", newline="") as f:
+            f.write(buffer.getvalue())
+        if self._tb is not None:
+            step = int(row["timesteps"])
+            for key, value in row.items():
+                if key not in ("training_iteration", "timesteps") and isinstance(value, (int, float)) \
+                        and math.isfinite(value):
+                    self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+        return row
+
+    def close(self) -> None:
+        """Close the TensorBoard writer (the CSV and JSONL files are closed after each row)."""
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+

@@ -1,0 +1,351 @@
+"""``cairn train``: train an algorithm into a run directory, or resume one.
+
+    cairn train --algo PPO --env CartPole-v1 --stop-timesteps 50000 --out runs/cartpole
+    cairn train --config runs/cartpole/config.json --seed 2 --out runs/cartpole_s2
+    cairn train --resume runs/cartpole --stop-timesteps 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cairn.cli.common import EXIT_INTERRUPTED, ArgumentsError, UsageError, is_assignment, parse_assignment
+from cairn.cli.interrupt import InterruptRequest
+from cairn.cli.progress import Reporter, make_reporter
+from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_checkpoint, list_checkpoints, run_manager
+from cairn.cli.runlog import RUN_FILE, RUN_FILES, RunLog
+
+__all__ = ["add_parser", "run", "DEFAULT_RUN_DIR", "DEFAULT_STOP_ITERS", "DEFAULT_KEEP"]
+
+DEFAULT_RUN_DIR = "~/cairn_results/<ALGO>_<YYYY-mm-dd_HH-MM-SS>_<pid>"
+"""The run directory without ``--out`` (``Algorithm.log_dir``)."""
+DEFAULT_STOP_ITERS = 10
+"""Iterations trained when no stop criterion is given."""
+DEFAULT_KEEP = 3
+"""Checkpoints a run keeps (the newest ones) without ``--keep``."""
+
+_log = logging.getLogger("cairn.cli")
+
+EPILOG = f"""\
+A run directory (--out; default {DEFAULT_RUN_DIR}) holds
+  config.json     the config, as to_dict() (--config RUN/config.json trains the same way)
+  run.json        this command's settings (stop criteria, checkpointing), for --resume
+  progress.csv    one row per iteration: training_iteration, timesteps, time, episode_return_mean/
+                  min/max, episode_len_mean, episodes, env_steps_per_s, the learners' losses
+  result.jsonl    every iteration's full result dict, one JSON document per line
+  checkpoints/    checkpoint_<NNNNNN> (the iteration): every --checkpoint-every N iterations and
+                  at the end; the newest --keep (default {DEFAULT_KEEP}) are kept
+  tensorboard/    TensorBoard event files (--tensorboard)
+
+--config takes files (YAML or JSON holding a config's to_dict() form) and KEY=VALUE settings
+(values are JSON: lr=0.001 model='{{"hidden": [32, 32]}}'); later ones win, and --env, --seed and
+--algo override them. Without a stop criterion training stops after {DEFAULT_STOP_ITERS} iterations;
+stop criteria count from the start of the run, also after --resume.
+
+--resume RUN continues RUN from its latest checkpoint: iteration and step counters, random
+generators, optimizer state and the metrics window go on, and the log files are appended. Its stop
+criteria are the run's own unless given again; KEY=VALUE settings become config_overrides.
+
+Ctrl-C finishes the current iteration, saves a checkpoint and exits with status 130 (continue
+with --resume RUN); a second Ctrl-C quits at once without saving.
+"""
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``cairn train`` to the subcommands ``sub``."""
+    p = sub.add_parser("train", parents=[common], help="train an algorithm into a run directory",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--algo", default=None, help="algorithm name, e.g. PPO or DQN")
+    p.add_argument("--env", default=None, help="Gymnasium ID or registered env name")
+    p.add_argument("--config", nargs="+", default=[], metavar="FILE|KEY=VALUE",
+                   help="config files (YAML/JSON) and KEY=VALUE settings; see below")
+    p.add_argument("--seed", type=int, default=None, help="seed of the run (config key 'seed')")
+    p.add_argument("--stop-iters", type=int, default=None, help="stop after N iterations")
+    p.add_argument("--stop-timesteps", type=int, default=None, help="stop after N env steps")
+    p.add_argument("--stop-reward", type=float, default=None, help="stop when episode_return_mean reaches R")
+    p.add_argument("--out", default=None, metavar="RUN", help=f"run directory (default {DEFAULT_RUN_DIR})")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start a new run in an --out that holds one: its log files and checkpoints "
+                        "are removed first (other files are left alone)")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="also save a checkpoint every N iterations (default: only at the end)")
+    p.add_argument("--keep", type=int, default=None, metavar="N",
+                   help=f"keep the newest N checkpoints (default {DEFAULT_KEEP}; 0 keeps all)")
+    p.add_argument("--resume", default=None, metavar="RUN", help="continue RUN from its latest checkpoint")
+    p.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
+    p.set_defaults(run=run, parser=p)
+
+
+# --------------------------------------------------------------------------- configuration
+def _load_config_file(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).expanduser().read_text()
+    except OSError as exc:
+        raise UsageError(f"--config {path}: cannot read it ({exc.strerror or exc}).") from None
+    try:
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except ImportError:
+        raise UsageError(f"--config {path}: reading YAML needs PyYAML: pip install 'cairn-rl[cli]'.") from None
+    except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"--config {path} is not valid {'YAML' if path.endswith(('yaml', 'yml')) else 'JSON'}: "
+                         f"{first}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path} holds a {type(data).__name__}; expected a mapping of config keys "
+                         "(the form of AlgorithmConfig.to_dict()).")
+    return data
+
+
+def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(from the --config files, from the KEY=VALUE settings)."""
+    from_files: dict[str, Any] = {}
+    assignments: dict[str, Any] = {}
+    for item in args.config:
+        if is_assignment(item):
+            key, value = parse_assignment(item)
+            assignments[key] = value
+        else:
+            from_files.update(_load_config_file(item))
+    return from_files, assignments
+
+
+def _build_config(args: argparse.Namespace) -> Any:
+    from cairn.algorithms.algorithm import Algorithm
+    from cairn.errors import CairnError
+    from cairn.registry import resolve_class
+
+    from_files, assignments = _settings(args)
+    algo_name = args.algo or from_files.get("algo_class")
+    if algo_name is None:
+        raise ArgumentsError("--algo is required (or a --config file with 'algo_class', or --resume RUN).")
+    try:
+        algo_cls = resolve_class(algo_name, Algorithm)
+    except CairnError:
+        raise UsageError(f"unknown --algo {algo_name!r}; try PPO or DQN.") from None
+    data = algo_cls.config_class().to_dict()
+    data.update(from_files)
+    data["algo_class"] = algo_cls.config_class().algo_class_name
+    if args.env is not None:
+        data["env"] = args.env
+    if data.get("env") is None:
+        raise ArgumentsError("--env is required (or a --config file with 'env').")
+    data.update(assignments)
+    if args.seed is not None:
+        data["seed"] = args.seed
+    return algo_cls.config_class().from_dict(data)
+
+
+# ---------------------------------------------------------------------------- run directory
+def _run_files(run_dir: Path) -> list[str]:
+    return [name for name in (*RUN_FILES, CHECKPOINTS_DIR) if (run_dir / name).exists()]
+
+
+def _check_new_run_dir(run_dir: Path, out: str, *, overwrite: bool) -> None:
+    import shutil
+
+    if os.path.lexists(run_dir) and not run_dir.is_dir():
+        raise UsageError(f"--out {out} exists and is not a directory; choose another --out.")
+    if not run_dir.is_dir():
+        return
+    if (run_dir / "cairn_checkpoint.json").exists():
+        raise UsageError(f"--out {out} is a cairn checkpoint, not a run directory; choose a new or empty "
+                         "directory for the run (its checkpoints go to RUN/checkpoints/).")
+    ours = _run_files(run_dir)
+    others = sorted(set(os.listdir(run_dir)) - set(ours))
+    if ours and not overwrite:
+        raise UsageError(f"--out {out} already holds a run ({', '.join(ours)}); continue it with "
+                         f"--resume {out}, pass --overwrite to start over, or choose another --out.")
+    if not ours and others:
+        raise UsageError(f"--out {out} is not a cairn run directory and is not empty ({others[0]!r}, ...); "
+                         "choose a new or empty directory for the run.")
+    for name in ours:  # --overwrite: only what an earlier cairn train wrote
+        path = run_dir / name
+        if name == CHECKPOINTS_DIR:
+            for stored in list_checkpoints(str(path)):
+                shutil.rmtree(stored.path)
+                Path(f"{stored.path}.record.json").unlink(missing_ok=True)
+        elif path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def _local_dir(location: str, flag: str) -> Path:
+    from cairn.checkpoint import save_location
+    from cairn.errors import CheckpointError
+
+    try:
+        return save_location(location) if not os.path.isdir(os.path.expanduser(location)) else \
+            Path(os.path.expanduser(location))
+    except CheckpointError as exc:
+        raise UsageError(f"{flag} {location}: {exc}") from None
+
+
+# ------------------------------------------------------------------------------- training
+def _stop_settings(args: argparse.Namespace, saved: dict[str, Any] | None) -> dict[str, Any]:
+    given = {"iters": args.stop_iters, "timesteps": args.stop_timesteps, "reward": args.stop_reward}
+    if all(v is None for v in given.values()):
+        given = dict(saved) if saved else {"iters": DEFAULT_STOP_ITERS, "timesteps": None, "reward": None}
+    return given
+
+
+def _should_stop(stop: dict[str, Any], result: dict[str, Any]) -> bool:
+    ret = result.get("episode_return_mean")
+    return ((stop["iters"] is not None and result["training_iteration"] >= stop["iters"])
+            or (stop["timesteps"] is not None and result["num_env_steps_sampled_lifetime"] >= stop["timesteps"])
+            or (stop["reward"] is not None and ret is not None and ret == ret and ret >= stop["reward"]))
+
+
+def _with_run_metrics(algo: Any, result: dict[str, Any], steps_before: int, time_offset: float) -> dict[str, Any]:
+    """The result plus what the run log reports beyond ``train()``: the metrics window's
+    ``episode_return_min/max``, ``env_steps_per_s`` and ``time_total_s``."""
+    returns = [float(e["return"]) for e in algo.recent_episodes]
+    steps = result["num_env_steps_sampled_lifetime"] - steps_before
+    elapsed = result["time_this_iter_s"]
+    return {**result, "episode_return_min": min(returns) if returns else float("nan"),
+            "episode_return_max": max(returns) if returns else float("nan"),
+            "env_steps_per_s": steps / elapsed if elapsed > 0 else float("nan"),
+            "time_total_s": time_offset + elapsed}
+
+
+def _loop(algo: Any, log: RunLog, reporter: Reporter, stop: dict[str, Any], manager: Any,
+          interrupt: InterruptRequest, last: list[dict[str, Any]]) -> tuple[str | None, bool]:
+    """Train until a stop criterion or Ctrl-C, saving when the manager says a save is due;
+    returns (the checkpoint saved at the last iteration, or None; whether Ctrl-C stopped it).
+    ``last`` receives each iteration's result (the final save records its metric)."""
+    saved_at: tuple[int, str] | None = None
+    time_total = log.time_offset
+    while not interrupt.requested:
+        before = algo.counters["num_env_steps_sampled_lifetime"]
+        result = _with_run_metrics(algo, algo.train(), before, time_total)
+        last[:] = [result]
+        time_total = result["time_total_s"]
+        log.append(result)
+        reporter.update(result)
+        saved = manager.save(algo, result)
+        if saved is not None:
+            saved_at = (algo.iteration, str(saved))
+        if _should_stop(stop, result):
+            break
+    latest = saved_at[1] if saved_at and saved_at[0] == algo.iteration else None
+    return latest, interrupt.requested
+
+
+def _train_run(algo: Any, run_dir: Path, args: argparse.Namespace, settings: dict[str, Any],
+               log: RunLog, resumed: dict[str, Any] | None) -> int:
+    manager = run_manager(str(run_dir / CHECKPOINTS_DIR), keep=settings["keep"] or None,
+                          every=settings["checkpoint_every"])
+    title = f"{type(algo).__name__} {algo.config.env if isinstance(algo.config.env, str) else 'env'}"
+    reporter = make_reporter(quiet=bool(getattr(args, "quiet", False)), title=title, stop=settings["stop"])
+    last: list[dict[str, Any]] = []
+    with InterruptRequest() as interrupt:
+        reporter.start(resumed)
+        try:
+            try:
+                latest, interrupted = _loop(algo, log, reporter, settings["stop"], manager, interrupt, last)
+            except KeyboardInterrupt:
+                if interrupt.requested:  # the second Ctrl-C: the user wants out now
+                    return _not_saved()
+                interrupt.requested = True  # raised outside our handler: save what there is
+                latest, interrupted = None, True
+            try:
+                path = latest or str(manager.save(algo, last[0] if last else None, force=True))
+            except KeyboardInterrupt:  # saves are atomic: an interrupted one leaves the others
+                return _not_saved()
+        finally:
+            reporter.stop()
+            log.close()
+    if interrupted:
+        print(f"interrupted after iteration {algo.iteration}: checkpoint saved to {path}; continue with "
+              f"cairn train --resume {run_dir}", flush=True)
+        return EXIT_INTERRUPTED
+    print(f"checkpoint: {path}", flush=True)
+    return 0
+
+
+def _not_saved() -> int:
+    print("cairn train: interrupted again: checkpoint not saved; the run's earlier checkpoints are unchanged.",
+          file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    for flag, value in (("--checkpoint-every", args.checkpoint_every), ("--keep", args.keep),
+                        ("--stop-iters", args.stop_iters), ("--stop-timesteps", args.stop_timesteps)):
+        if value is not None and value < (0 if flag == "--keep" else 1):
+            raise UsageError(f"{flag} {value}: expected an int of at least {0 if flag == '--keep' else 1}.")
+    if args.tensorboard:
+        try:
+            import tensorboardX  # noqa: F401
+        except ImportError:
+            raise UsageError("--tensorboard needs tensorboardX: pip install 'cairn-rl[tensorboard]'.") from None
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from cairn.algorithms.algorithm import Algorithm
+
+    given = [flag for flag, value in (("--algo", args.algo), ("--env", args.env), ("--seed", args.seed),
+                                      ("--out", args.out)) if value is not None]
+    if args.overwrite:
+        given.append("--overwrite")
+    files = [item for item in args.config if not is_assignment(item)]
+    if given or files:
+        raise ArgumentsError(f"--resume continues a run as it was configured; leave out {', '.join(given + files)} "
+                         "(KEY=VALUE settings are allowed: they become config_overrides).")
+    run_dir = _local_dir(args.resume, "--resume")
+    latest = latest_checkpoint(str(run_dir / CHECKPOINTS_DIR))
+    if latest is None:
+        raise UsageError(f"--resume {args.resume}: no checkpoint in {run_dir / CHECKPOINTS_DIR}; "
+                         "is it a run directory of cairn train?")
+    saved: dict[str, Any] = {}
+    if (run_dir / RUN_FILE).is_file():
+        saved = json.loads((run_dir / RUN_FILE).read_text())
+    _, overrides = _settings(args)
+    algo = Algorithm.from_checkpoint(latest, config_overrides=overrides or None)
+    try:
+        settings = {"algo": type(algo).__name__, "stop": _stop_settings(args, saved.get("stop")),
+                    "checkpoint_every": args.checkpoint_every or saved.get("checkpoint_every"),
+                    "keep": args.keep if args.keep is not None else saved.get("keep", DEFAULT_KEEP)}
+        log = RunLog(run_dir, resume_iteration=algo.iteration, tensorboard=args.tensorboard)
+        log.write_config(algo.config.to_dict(), settings)
+        _log.info("resuming %s from %s (iteration %d)", run_dir, latest, algo.iteration)
+        state = {"training_iteration": algo.iteration, **algo.counters}
+        return _train_run(algo, run_dir, args, settings, log, state)
+    finally:
+        algo.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``cairn train`` with parsed arguments."""
+    _check_counts(args)
+    if args.resume is not None:
+        return _resume(args)
+    config = _build_config(args)
+    if args.out is not None:
+        run_dir = _local_dir(args.out, "--out")
+        _check_new_run_dir(run_dir, args.out, overwrite=args.overwrite)
+    settings = {"algo": config.algo_class_name, "stop": _stop_settings(args, None),
+                "checkpoint_every": args.checkpoint_every,
+                "keep": DEFAULT_KEEP if args.keep is None else args.keep, "started_at": time.time()}
+    algo = config.build()
+    try:
+        if args.out is None:
+            run_dir = Path(algo.log_dir)
+        log = RunLog(run_dir, tensorboard=args.tensorboard)
+        log.write_config(algo.config.to_dict(), settings)
+        return _train_run(algo, run_dir, args, settings, log, None)
+    finally:
+        algo.stop()
+
