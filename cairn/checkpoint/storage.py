@@ -38,10 +38,18 @@ from cairn.errors import UnsupportedCheckpointLocationError
 __all__ = ["Storage", "LocalStorage", "ObjectStorage", "resolve_storage", "is_object_store", "relative_parts"]
 
 
+def _is_checkpoint_object(location: Any) -> bool:
+    """A checkpoint object such as ``ray.tune.Checkpoint``: os.PathLike by its ``__fspath__``,
+    which raises, so it must be told apart before ``os.fspath`` is called on it."""
+    return hasattr(location, "as_directory") and not isinstance(location, (str, bytes, Path))
+
+
 def is_object_store(location: Any) -> bool:
     """Whether ``location`` is a URL that is not ``file://`` (it goes through fsspec)."""
     if isinstance(location, Storage):
         return not location.is_local
+    if _is_checkpoint_object(location):
+        return False
     if not isinstance(location, (str, os.PathLike)) or isinstance(location, Path):
         return False
     scheme = is_url(os.fsdecode(os.fspath(location)))
@@ -66,6 +74,10 @@ def resolve_storage(location: str | os.PathLike[str] | Storage, *,
     """
     if isinstance(location, Storage):
         return location
+    if _is_checkpoint_object(location):
+        raise UnsupportedCheckpointLocationError(
+            f"A {type(location).__name__} is read through its as_directory()/to_directory() "
+            "(cairn.checkpoint.paths.checkpoint_directory), not as a storage location.")
     if is_object_store(location):
         return ObjectStorage.from_url(os.fsdecode(os.fspath(location)), storage_options or {})
     if storage_options:

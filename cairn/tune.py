@@ -1,0 +1,99 @@
+"""Ray Tune: a ``ray.tune.Trainable`` class for any registered cairn algorithm.
+
+>>> import cairn, cairn.tune                                           # doctest: +SKIP
+>>> from ray import tune                                               # doctest: +SKIP
+>>> tuner = tune.Tuner(cairn.tune.trainable(cairn.PPOConfig().environment("CartPole-v1")),
+...                    param_space={"lr": tune.grid_search([1e-3, 3e-4])})  # doctest: +SKIP
+
+Each Tune checkpoint is a cairn checkpoint (``Trainable.save_checkpoint`` writes one), so
+``cairn.Algorithm.from_checkpoint(result.checkpoint)`` rebuilds the trial's algorithm. Ray is
+imported when :func:`trainable` is called (the ``ray`` extra); docs/ray.md has the full example.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from cairn.config.algorithm_config import AlgorithmConfig
+from cairn.config.checks import merge_setting, suggest
+from cairn.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cairn.algorithms.algorithm import Algorithm
+
+__all__ = ["trainable", "apply_param_space"]
+
+
+def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> AlgorithmConfig:
+    """A copy of ``config`` with ``params`` set by field name (``"lr"``), a dotted key going
+    into a dict-valued field (``"model.hidden"``, ``"env_config.num_agents"``).
+
+    >>> import cairn
+    >>> c = apply_param_space(cairn.PPOConfig(), {"lr": 1e-3, "model.hidden": [32]})
+    >>> c.lr, c.model["hidden"]
+    (0.001, [32])
+    """
+    out = config.copy()
+    for key, value in params.items():
+        name, *path = str(key).split(".")
+        if name not in out.FIELDS:
+            raise ConfigError(f"param_space key {key!r} names no config field of "
+                              f"{type(out).__name__}; fields: {sorted(out.FIELDS)}." + suggest(name, out.FIELDS))
+        if path:
+            current = getattr(out, name)
+            if not isinstance(current, Mapping):
+                raise ConfigError(f"param_space key {key!r} goes into {name!r}, which is "
+                                  f"{current!r}, not a dict; use the key {name!r}.")
+            nested: Any = value
+            for part in reversed(path):
+                nested = {part: nested}
+            value = merge_setting(copy.deepcopy(dict(current)), nested)
+        out.FIELDS[name].check(name, value)
+        setattr(out, name, value)
+    return out
+
+
+def trainable(config: AlgorithmConfig) -> Any:
+    """A ``ray.tune.Trainable`` subclass that trains ``config``'s algorithm, with Tune's
+    ``param_space`` applied by :func:`apply_param_space` in each trial.
+
+    ``step()`` is one ``Algorithm.train()`` (its results go to Tune as they are);
+    ``save_checkpoint(dir)`` writes a cairn checkpoint into ``dir``; ``load_checkpoint``
+    restores one in place (``tune.Tuner.restore``, schedulers that pause trials). Each trial
+    asks Tune for 1 CPU for the learner plus 1 per remote env runner.
+    """
+    from ray import tune
+
+    if not isinstance(config, AlgorithmConfig):
+        raise ConfigError(f"cairn.tune.trainable needs an AlgorithmConfig, got {type(config).__name__}.")
+    config.validate()
+    base = config.copy()
+
+    class CairnTrainable(tune.Trainable):  # type: ignore[misc]
+        algo: Algorithm
+
+        @classmethod
+        def default_resource_request(cls, trial_config: Mapping[str, Any]) -> Any:
+            runners = apply_param_space(base, trial_config or {}).num_env_runners
+            bundles: list[dict[str, float]] = [{"CPU": 1.0} for _ in range(1 + runners)]
+            return tune.PlacementGroupFactory(bundles)
+
+        def setup(self, trial_config: Mapping[str, Any]) -> None:
+            self.algo = apply_param_space(base, trial_config or {}).build()
+
+        def step(self) -> dict[str, Any]:
+            return self.algo.train()
+
+        def save_checkpoint(self, checkpoint_dir: str) -> None:
+            self.algo.save(checkpoint_dir)
+
+        def load_checkpoint(self, checkpoint: Any) -> None:
+            self.algo.restore(checkpoint)
+
+        def cleanup(self) -> None:
+            self.algo.stop()
+
+    CairnTrainable.__name__ = CairnTrainable.__qualname__ = f"{type(config).__name__}Trainable"
+    return CairnTrainable

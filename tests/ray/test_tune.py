@@ -1,0 +1,56 @@
+"""cairn.tune.trainable: a Tune grid whose checkpoints are cairn checkpoints."""
+
+import os
+
+import pytest
+
+import cairn
+import cairn.tune
+from cairn.errors import ConfigError
+from cairn.tune import apply_param_space
+from tests.helpers import small_ppo
+
+pytestmark = pytest.mark.ray
+
+
+def test_param_space_keys_set_config_fields_by_name_and_dotted_path():
+    config = small_ppo()
+    tuned = apply_param_space(config, {"lr": 1e-3, "model.hidden": [16], "num_env_runners": 1})
+    assert (tuned.lr, tuned.model["hidden"], tuned.num_env_runners) == (1e-3, [16], 1)
+    assert tuned.model["activation"] == config.model["activation"]  # the rest of the dict stays
+    assert config.lr == 3e-4  # the given config is not changed
+    with pytest.raises(ConfigError, match=r"'lrr' names no config field.*Did you mean 'lr'"):
+        apply_param_space(config, {"lrr": 1e-3})
+    with pytest.raises(ConfigError, match=r"'lr.x' goes into 'lr'"):
+        apply_param_space(config, {"lr.x": 1e-3})
+    with pytest.raises(ConfigError, match=r"'gamma'=2"):
+        apply_param_space(config, {"gamma": 2})
+
+
+def test_a_tune_grid_keeps_checkpoints_and_its_best_restores_with_the_trial_lr(ray_cluster, tmp_path):
+    from ray import tune
+
+    tuner = tune.Tuner(
+        cairn.tune.trainable(small_ppo(train_batch_size=64, minibatch_size=32, num_epochs=1)),
+        param_space={"lr": tune.grid_search([1e-3, 1e-4])},
+        tune_config=tune.TuneConfig(metric="episode_return_mean", mode="max"),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name="grid", stop={"training_iteration": 2}, verbose=0,
+            checkpoint_config=tune.CheckpointConfig(
+                num_to_keep=1, checkpoint_frequency=1, checkpoint_score_attribute="training_iteration")),
+    )
+    grid = tuner.fit()
+    assert len(grid) == 2 and not grid.errors
+    for result in grid:
+        assert result.metrics["training_iteration"] == 2
+        assert len(result.best_checkpoints) == 1  # num_to_keep=1 of the two written
+        kept = [d for d in os.listdir(result.path) if d.startswith("checkpoint_")]
+        assert len(kept) == 1, kept
+    best = grid.get_best_result()
+    algo = cairn.Algorithm.from_checkpoint(best.checkpoint)
+    try:
+        assert algo.config.lr == best.config["lr"]
+        assert algo.iteration == 2
+        assert algo.train()["training_iteration"] == 3
+    finally:
+        algo.stop()
