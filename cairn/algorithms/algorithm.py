@@ -281,22 +281,24 @@ class Algorithm:
             self._log_dir = str(Path.home() / "cairn_results" / f"{type(self).__name__}_{stamp}_{os.getpid()}")
         return self._log_dir
 
-    def restore(self, checkpoint: Any) -> None:
-        """Load a checkpoint of this algorithm into this object, in place."""
-        restore_algorithm(self, checkpoint)
+    def restore(self, checkpoint: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
+        """Load a checkpoint of this algorithm (a directory or a URL such as ``s3://...``;
+        ``storage_options`` for its fsspec file system) into this object, in place."""
+        restore_algorithm(self, checkpoint, storage_options=storage_options)
 
     @classmethod
     def from_checkpoint(
         cls, checkpoint: Any, *, policy_ids: str | Sequence[str] | None = None,
         policy_mapping_fn: PolicyMapping | None = None, policies_to_train: Sequence[str] | None = None,
-        config_overrides: Mapping[str, Any] | None = None,
+        config_overrides: Mapping[str, Any] | None = None, storage_options: Mapping[str, Any] | None = None,
     ) -> Algorithm:
-        """Rebuild an algorithm from a checkpoint directory, with no config or class in hand
-        (a subclass builds only its own kind); the arguments are in
-        :func:`cairn.algorithms.checkpointing.algorithm_from_checkpoint`."""
+        """Rebuild an algorithm from a checkpoint directory or URL (``s3://``, ``memory://``,
+        ...), with no config or class in hand (a subclass builds only its own kind); the
+        arguments are in :func:`cairn.algorithms.checkpointing.algorithm_from_checkpoint`."""
         return algorithm_from_checkpoint(
             cls, checkpoint, base=Algorithm, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
-            policies_to_train=policies_to_train, config_overrides=config_overrides)
+            policies_to_train=policies_to_train, config_overrides=config_overrides,
+            storage_options=storage_options)
 
     def export_policy_checkpoint(
         self, export_dir: str | os.PathLike[str], policy_id: str = DEFAULT_POLICY_ID, *,

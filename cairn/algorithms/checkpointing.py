@@ -26,11 +26,11 @@ from cairn.checkpoint import (
     get_checkpoint_info,
     load_algorithm_state,
     restoring,
-    save_location,
     write_algorithm_checkpoint,
 )
 from cairn.checkpoint.manager import resolve_checkpoint
 from cairn.checkpoint.paths import CheckpointLike
+from cairn.checkpoint.targets import check_save_location
 from cairn.checkpoint.validate import require_types
 from cairn.config.algorithm_config import PolicyMapping
 from cairn.config.restore import restored_config
@@ -63,14 +63,29 @@ _ALGORITHM_KEYS = {
 }
 
 
-def save_algorithm(algo: Algorithm, path: str | os.PathLike[str]) -> str:
-    """Write ``algo`` as an Algorithm checkpoint at ``path`` (atomically); return the local
-    path. The same as ``prepare_algorithm_save(algo, path, snapshot=False)()``."""
-    return prepare_algorithm_save(algo, path, snapshot=False)()
+def save_algorithm(algo: Algorithm, path: str | os.PathLike[str], *,
+                   storage_options: Mapping[str, Any] | None = None,
+                   previous: str | os.PathLike[str] | None = None) -> str:
+    """Write ``algo`` as an Algorithm checkpoint at ``path`` (atomically, or committed by its
+    manifest on an object store); return the location written. The same as
+    ``prepare_algorithm_save(algo, path, snapshot=False, ...)()``.
+
+    Args:
+        path: A local path, a ``file://`` URL, or an object-store URL (``s3://``, ``gs://``,
+            ``memory://``; docs/storage.md).
+        storage_options: Options of the URL's fsspec file system (e.g. s3fs's ``key``,
+            ``secret``, ``client_kwargs={"endpoint_url": ...}``).
+        previous: An earlier checkpoint of this algorithm on the same store: policies whose
+            files would be the same bytes are linked or copied server-side from it instead of
+            written (incremental save; :func:`cairn.checkpoint.write_algorithm_checkpoint`).
+    """
+    return prepare_algorithm_save(algo, path, snapshot=False, storage_options=storage_options,
+                                  previous=previous)()
 
 
 def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
-                           snapshot: bool) -> Callable[[], str]:
+                           snapshot: bool, storage_options: Mapping[str, Any] | None = None,
+                           previous: str | os.PathLike[str] | None = None) -> Callable[[], str]:
     """The body of :meth:`Algorithm.save <cairn.algorithms.algorithm.Algorithm.save>`: check
     the target, gather ``algo``'s state, and return the call that writes it (and returns the
     location).
@@ -79,8 +94,9 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
     ``snapshot=True``: the state is a copy (``get_state(copy=True)``), and native model files
     are exported from policies rebuilt from it, so that the call may run later, in another
     thread, while training goes on (``save(blocking=False)``).
+    ``storage_options`` and ``previous`` are as in :func:`save_algorithm`.
     """
-    target = save_location(path)  # refused before any state is gathered
+    target = check_save_location(path, storage_options=storage_options)  # refused before any state is gathered
     check_policy_ids(algo.policies)
     state = algo.get_state(copy=snapshot)
     _warn_unstorable(state["config"])
@@ -92,7 +108,8 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
                     if snapshot else algo.policies)
         native = {pid: functools.partial(write_native_model_files, policy)
                   for pid, policy in policies.items()}
-    return functools.partial(write_algorithm_checkpoint, target, state, policy_native_files=native)
+    return functools.partial(write_algorithm_checkpoint, target, state, policy_native_files=native,
+                             storage_options=storage_options, previous=previous)
 
 
 def _warn_unstorable(config: Mapping[str, Any]) -> None:
@@ -132,12 +149,13 @@ def check_env_reference(config: Mapping[str, Any], where: Any) -> None:
         )
 
 
-def _check_stored_class(expected: type[Algorithm], base: type[Algorithm], checkpoint: CheckpointLike) -> None:
+def _check_stored_class(expected: type[Algorithm], base: type[Algorithm], checkpoint: CheckpointLike,
+                        storage_options: Mapping[str, Any] | None) -> None:
     """Refuse, from the manifest alone, a checkpoint of an algorithm that is not ``expected``
     (or a subclass of it); ``base`` (``Algorithm`` itself) accepts every algorithm."""
     if expected is base:
         return
-    info = get_checkpoint_info(checkpoint)
+    info = get_checkpoint_info(checkpoint, storage_options=storage_options)
     if info["type"] != "Algorithm":
         return  # load_algorithm_state names the wrong checkpoint type
     stored = resolve_class(info["class"], base)
@@ -162,10 +180,13 @@ def algorithm_from_checkpoint(
     policy_mapping_fn: PolicyMapping | None,
     policies_to_train: Sequence[str] | None,
     config_overrides: Mapping[str, Any] | None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Algorithm:
     """The body of :meth:`Algorithm.from_checkpoint
     <cairn.algorithms.algorithm.Algorithm.from_checkpoint>`: read the tree, check it, build.
 
+    ``checkpoint`` is a directory, a ``file://`` URL or an object-store URL (``s3://``,
+    ``gs://``, ``memory://``; ``storage_options`` for its fsspec file system, docs/storage.md).
     ``policy_ids`` (a list of IDs, or one ID as a str) restores only those policies and reads
     only their files. The other arguments are as in :func:`algorithm_from_state`.
 
@@ -176,9 +197,9 @@ def algorithm_from_checkpoint(
 
     A :class:`~cairn.checkpoint.manager.CheckpointManager` root means its latest checkpoint.
     """
-    checkpoint = resolve_checkpoint(checkpoint)
-    _check_stored_class(cls, base, checkpoint)
-    state = load_algorithm_state(checkpoint, policy_ids=policy_ids)
+    checkpoint = resolve_checkpoint(checkpoint, storage_options=storage_options)
+    _check_stored_class(cls, base, checkpoint, storage_options)
+    state = load_algorithm_state(checkpoint, policy_ids=policy_ids, storage_options=storage_options)
     check_algorithm_state(state, checkpoint)
     if "env" not in (config_overrides or {}):
         check_env_reference(state["config"], checkpoint)
@@ -191,10 +212,12 @@ def algorithm_from_checkpoint(
     raise AssertionError("unreachable")  # restoring() re-raises every error it catches
 
 
-def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike) -> None:
+def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike, *,
+                      storage_options: Mapping[str, Any] | None = None) -> None:
     """The body of :meth:`Algorithm.restore <cairn.algorithms.algorithm.Algorithm.restore>`:
-    read the tree, check it, and load it into ``algo`` in place."""
-    state = load_algorithm_state(checkpoint)
+    read the tree (a path or a URL, ``storage_options`` as in :func:`algorithm_from_checkpoint`),
+    check it, and load it into ``algo`` in place."""
+    state = load_algorithm_state(checkpoint, storage_options=storage_options)
     check_algorithm_state(state, checkpoint)
     with restoring(checkpoint):
         algo.set_state(state)

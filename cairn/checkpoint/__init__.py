@@ -5,7 +5,10 @@ or config class: the layers above hand it a tree (plus callbacks that write nati
 and rebuild their objects from the trees it returns. See docs/checkpoint-format.md for the
 normative format.
 
-Writing: :func:`save_location` (check a target before gathering state),
+Locations: a local path, a ``file://`` URL, or any fsspec URL (``s3://``, ``gs://``,
+``memory://``) with ``storage_options``; :func:`resolve_storage` gives its :class:`Storage`
+(docs/storage.md). Writing: :func:`check_save_location` (check a target before gathering
+state; :func:`save_location` for a local directory),
 :func:`write_policy_checkpoint`, :func:`write_algorithm_checkpoint`. Reading:
 :func:`get_checkpoint_info` (the manifest alone), :func:`load_policy_state`,
 :func:`load_policy_states`, :func:`load_algorithm_state`, and :func:`restoring`, the boundary
@@ -22,6 +25,8 @@ from cairn.checkpoint.reader import (
     load_policy_states,
     restoring,
 )
+from cairn.checkpoint.storage import LocalStorage, ObjectStorage, Storage, resolve_storage
+from cairn.checkpoint.targets import check_save_location
 from cairn.checkpoint.writer import (
     NativeFiles,
     save_location,
@@ -32,12 +37,17 @@ from cairn.checkpoint.writer import (
 __all__ = [
     "FORMAT_VERSION",
     "CheckpointClassMismatchError",
+    "LocalStorage",
     "NativeFiles",
+    "ObjectStorage",
+    "Storage",
+    "check_save_location",
     "cleanup",
     "get_checkpoint_info",
     "load_algorithm_state",
     "load_policy_state",
     "load_policy_states",
+    "resolve_storage",
     "restoring",
     "save_location",
     "write_algorithm_checkpoint",

@@ -63,12 +63,15 @@ class ObjectStorage(Storage):
     @classmethod
     def from_url(cls, url: str, storage_options: Mapping[str, Any]) -> ObjectStorage:
         """The storage of ``url``, its fsspec file system built with ``storage_options``."""
-        scheme = url.split("://", 1)[0].lower()
+        given = url
+        scheme, rest = url.split("://", 1)
+        scheme = scheme.lower()  # schemes are case-insensitive (RFC 3986); fsspec's are lowercase
+        url = f"{scheme}://{rest}"
         try:
             from fsspec.core import url_to_fs
         except ImportError:  # pragma: no cover - fsspec is a dependency of cairn and torch
             raise StorageBackendMissingError(
-                f"Cannot use {url!r}: fsspec is not installed. Install it: pip install fsspec."
+                f"Cannot use {given!r}: fsspec is not installed. Install it: pip install fsspec."
             ) from None
         try:
             fs, root = url_to_fs(url, **dict(storage_options))
@@ -77,25 +80,25 @@ class ObjectStorage(Storage):
             fix = (f"pip install 'cairn-rl[{extra}]'" if extra else
                    f"install the fsspec backend of {scheme}:// ({exc})")
             raise StorageBackendMissingError(
-                f"Cannot use the checkpoint URL {url!r}: the {scheme}:// backend is not "
+                f"Cannot use the checkpoint URL {given!r}: the {scheme}:// backend is not "
                 f"installed. Install it: {fix}."
             ) from exc
         except ValueError as exc:
             if "protocol not known" not in str(exc).lower():
-                raise CheckpointStorageError(f"Cannot use the checkpoint URL {url!r}: {exc}.") from exc
+                raise CheckpointStorageError(f"Cannot use the checkpoint URL {given!r}: {exc}.") from exc
             raise UnsupportedCheckpointLocationError(
-                f"Cannot use the checkpoint URL {url!r}: fsspec knows no {scheme}:// file "
+                f"Cannot use the checkpoint URL {given!r}: fsspec knows no {scheme}:// file "
                 "system. Use a local path, file://, s3:// (cairn-rl[s3]), gs:// (cairn-rl[gcs]), "
                 "memory://, or install the fsspec backend of that scheme."
             ) from exc
         except TypeError as exc:
             raise CheckpointStorageError(
-                f"Cannot use the checkpoint URL {url!r}: its file system refused "
+                f"Cannot use the checkpoint URL {given!r}: its file system refused "
                 f"storage_options {sorted(storage_options)}: {exc}."
             ) from exc
         if not root.strip("/"):
             raise UnsupportedCheckpointLocationError(
-                f"Cannot use the checkpoint URL {url!r}: it names no prefix inside the store; "
+                f"Cannot use the checkpoint URL {given!r}: it names no prefix inside the store; "
                 "a checkpoint needs its own prefix, e.g. s3://bucket/runs/checkpoint_000010."
             )
         return cls(fs, root, _display_url(url))

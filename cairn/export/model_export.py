@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from cairn.checkpoint.storage import ObjectStorage, is_object_store, resolve_storage
 from cairn.errors import ExportError
 from cairn.export.onnx_model import ONNX_FILE, check_opset, convert_to_onnx, require_onnx_packages
 from cairn.export.signature import build_signature, write_signature
@@ -113,7 +115,7 @@ def write_onnx_file(traced: Traced, directory: Path, opset: int) -> dict[str, st
 
 def export_model(
     policy: Policy, export_dir: str | os.PathLike[str], *, onnx: int | None = None,
-    extra_outputs: Sequence[str] = (),
+    extra_outputs: Sequence[str] = (), storage_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``policy``'s observation-to-action path in a native format, with ``signature.json``.
 
@@ -128,11 +130,14 @@ def export_model(
 
     Args:
         policy: The policy to export; it is not changed.
-        export_dir: Directory to write into (created if needed; same-named files replaced).
+        export_dir: Directory to write into (created if needed; same-named files replaced),
+            or an object-store URL (``s3://...``; the files are written locally, checked, then
+            uploaded under that prefix).
         onnx: ONNX opset to export, or None for the torch program.
         extra_outputs: Optional outputs to export as well, by name (``["value"]`` for an
             actor-critic policy). Left out by default: each output costs single-observation
             latency in onnxruntime (``bench/export_inference.py``).
+        storage_options: Options of a URL's fsspec file system (docs/storage.md).
 
     Returns:
         The signature document written to ``signature.json``.
@@ -144,6 +149,9 @@ def export_model(
     opset = None if onnx is None else check_opset(onnx)
     if opset is not None:
         require_onnx_packages()  # before tracing: fail in a second, not after a minute
+    if is_object_store(export_dir) or storage_options:
+        return _export_to_store(policy, export_dir, onnx=onnx, extra_outputs=extra_outputs,
+                                storage_options=storage_options)
     directory = Path(export_dir)
     if directory.exists() and not directory.is_dir():
         raise ExportError(f"Export directory {directory} exists and is not a directory.")
@@ -157,4 +165,15 @@ def export_model(
     except BaseException:
         _remove_if_empty(created)  # a failed export leaves no empty directory behind
         raise
+    return signature
+
+
+def _export_to_store(policy: Policy, url: str | os.PathLike[str], *, onnx: int | None,
+                     extra_outputs: Sequence[str], storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:func:`export_model` to an object store: export into a local directory, then upload."""
+    store = cast(ObjectStorage, resolve_storage(url, storage_options=storage_options))  # raises if local
+    with tempfile.TemporaryDirectory(prefix="cairn-export-") as local:
+        signature = export_model(policy, local, onnx=onnx, extra_outputs=extra_outputs)
+        names = sorted(p.relative_to(local).as_posix() for p in Path(local).rglob("*") if p.is_file())
+        store.put_files([(Path(local) / name, name) for name in names])
     return signature

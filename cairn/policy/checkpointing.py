@@ -34,13 +34,15 @@ __all__ = [
 
 
 def write_policy_checkpoint_dir(
-    policy: Policy, export_dir: str | os.PathLike[str], *, export_native_model_files: bool
+    policy: Policy, export_dir: str | os.PathLike[str], *, export_native_model_files: bool,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write ``policy`` alone as a Policy checkpoint directory (atomically); with
+    """Write ``policy`` alone as a Policy checkpoint directory (atomically), or under an
+    object-store URL (``storage_options`` for its file system); with
     ``export_native_model_files`` also its ``model/`` (see :func:`native_files_writer`)."""
-    from cairn.checkpoint import save_location, write_policy_checkpoint
+    from cairn.checkpoint import check_save_location, write_policy_checkpoint
 
-    target = save_location(export_dir)  # refused before any state is gathered
+    target = check_save_location(export_dir, storage_options=storage_options)  # before gathering
     native_files = native_files_writer(policy) if export_native_model_files else None
     write_policy_checkpoint(target, policy.get_state(copy=False), native_files=native_files)
 
@@ -75,31 +77,35 @@ def export_native_model(policy: Policy, export_dir: str | os.PathLike[str], *, o
     exporter(policy, export_dir, onnx=onnx, extra_outputs=extra_outputs)
 
 
-def is_policy_checkpoint(checkpoint: CheckpointLike) -> bool:
+def is_policy_checkpoint(checkpoint: CheckpointLike, *,
+                         storage_options: Mapping[str, Any] | None = None) -> bool:
     """Whether ``checkpoint`` is a Policy checkpoint (not an Algorithm checkpoint)."""
     from cairn.checkpoint import get_checkpoint_info
 
-    return bool(get_checkpoint_info(checkpoint)["type"] == "Policy")
+    return bool(get_checkpoint_info(checkpoint, storage_options=storage_options)["type"] == "Policy")
 
 
 def policies_from_checkpoint(
-    checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None, base: type[Policy]
+    checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None, base: type[Policy],
+    storage_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Policy]:
     """``{policy_id: Policy}`` of an Algorithm checkpoint: all its policies, or only
     ``policy_ids``, reading only their files; each stored class must subclass ``base``."""
     from cairn.checkpoint import load_policy_states
 
-    states = load_policy_states(checkpoint, policy_ids=policy_ids)
+    states = load_policy_states(checkpoint, policy_ids=policy_ids, storage_options=storage_options)
     return {pid: policy_from_checkpoint_state(state, f"{checkpoint} (policy {pid!r})", base=base)
             for pid, state in states.items()}
 
 
-def policy_from_policy_checkpoint(checkpoint: CheckpointLike, *, base: type[Policy]) -> Policy:
+def policy_from_policy_checkpoint(checkpoint: CheckpointLike, *, base: type[Policy],
+                                  storage_options: Mapping[str, Any] | None = None) -> Policy:
     """The policy of a Policy checkpoint; an Algorithm checkpoint is refused with
     ``CheckpointFormatError``. The stored class must subclass ``base``."""
     from cairn.checkpoint import load_policy_state
 
-    return policy_from_checkpoint_state(load_policy_state(checkpoint), checkpoint, base=base)
+    state = load_policy_state(checkpoint, storage_options=storage_options)
+    return policy_from_checkpoint_state(state, checkpoint, base=base)
 
 
 def policy_from_checkpoint_state(state: Mapping[str, Any], where: Any, *, base: type[Policy]) -> Policy:

@@ -31,7 +31,7 @@ from cairn.registry import class_reference, register_class, resolve_class
 from cairn.spaces import ObservationPreprocessor, check_action_space, space_from_json
 
 if TYPE_CHECKING:
-    from cairn.checkpoint.paths import CheckpointLike
+    from cairn.checkpoint.reader import CheckpointLike, StorageOptions
     from cairn.policy.export_hook import ExportGraph
 
 __all__ = ["Policy"]
@@ -308,15 +308,16 @@ class Policy:
 
     # ------------------------------------------------------------------------------ checkpoint
     def export_checkpoint(
-        self, export_dir: str | os.PathLike[str], *, export_native_model_files: bool = False
+        self, export_dir: str | os.PathLike[str], *, export_native_model_files: bool = False, storage_options: StorageOptions = None
     ) -> None:
-        """Write this policy alone as a Policy checkpoint directory (atomically).
+        """Write this policy alone as a Policy checkpoint directory (atomically), or under a URL
+        (``s3://...``, ``memory://...``; ``storage_options`` for its file system, docs/storage.md).
 
         With ``export_native_model_files=True`` the checkpoint also gets ``model/`` (a torch
         program, and ONNX when the ``onnx`` extra is installed), as Algorithm checkpoints do with
         ``config.checkpointing(export_native_model_files=True)``.
         """
-        checkpointing.write_policy_checkpoint_dir(self, export_dir, export_native_model_files=export_native_model_files)
+        checkpointing.write_policy_checkpoint_dir(self, export_dir, export_native_model_files=export_native_model_files, storage_options=storage_options)
 
     def export_graph(self) -> ExportGraph:
         """The export hook: this policy's observation-to-output path as one torch module.
@@ -345,19 +346,20 @@ class Policy:
 
     @overload
     @classmethod
-    def from_checkpoint(cls, checkpoint: CheckpointLike, *,
-                        policy_ids: str | Sequence[str]) -> dict[str, Policy]: ...
+    def from_checkpoint(cls, checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str],
+                        storage_options: StorageOptions = None) -> dict[str, Policy]: ...
 
     @overload
     @classmethod
-    def from_checkpoint(cls, checkpoint: CheckpointLike, *,
-                        policy_ids: None = None) -> Policy | dict[str, Policy]: ...
+    def from_checkpoint(cls, checkpoint: CheckpointLike, *, policy_ids: None = None,
+                        storage_options: StorageOptions = None) -> Policy | dict[str, Policy]: ...
 
     @classmethod
     def from_checkpoint(
-        cls, checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None
+        cls, checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None, storage_options: StorageOptions = None
     ) -> Policy | dict[str, Policy]:
-        """Load the policy of a Policy checkpoint, or the policies of an Algorithm checkpoint.
+        """Load the policy of a Policy checkpoint, or the policies of an Algorithm checkpoint, from
+        a directory or a URL (``s3://``, ``memory://``; ``storage_options`` for its file system).
 
         * a Policy checkpoint (``export_checkpoint``) gives a :class:`Policy`;
         * an Algorithm checkpoint gives ``{policy_id: Policy}``: all its policies, or only
@@ -369,15 +371,16 @@ class Policy:
         (:func:`cairn.policy.state_check.check_policy_state`) before a policy is built from it.
         The class stored in the checkpoint is built (it must subclass :class:`Policy`).
         """
-        if policy_ids is None and checkpointing.is_policy_checkpoint(checkpoint):
-            return cls.from_policy_checkpoint(checkpoint)
-        return checkpointing.policies_from_checkpoint(checkpoint, policy_ids=policy_ids, base=Policy)
+        if policy_ids is None and checkpointing.is_policy_checkpoint(checkpoint, storage_options=storage_options):
+            return cls.from_policy_checkpoint(checkpoint, storage_options=storage_options)
+        return checkpointing.policies_from_checkpoint(
+            checkpoint, policy_ids=policy_ids, base=Policy, storage_options=storage_options)
 
     @classmethod
-    def from_policy_checkpoint(cls, checkpoint: CheckpointLike) -> Policy:
-        """Load a Policy checkpoint (written by :meth:`export_checkpoint`); an Algorithm
-        checkpoint is refused with ``CheckpointFormatError`` (use :meth:`from_checkpoint`)."""
-        return checkpointing.policy_from_policy_checkpoint(checkpoint, base=Policy)
+    def from_policy_checkpoint(cls, checkpoint: CheckpointLike, *, storage_options: StorageOptions = None) -> Policy:
+        """Load a Policy checkpoint (written by :meth:`export_checkpoint`; a directory or a URL); an
+        Algorithm checkpoint is refused with ``CheckpointFormatError`` (use :meth:`from_checkpoint`)."""
+        return checkpointing.policy_from_policy_checkpoint(checkpoint, base=Policy, storage_options=storage_options)
 
     def __repr__(self) -> str:
         return (

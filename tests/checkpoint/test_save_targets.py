@@ -2,8 +2,9 @@
 
 * An existing directory that is not a cairn checkpoint and not empty is refused before anything
   is written; an empty one is written into; an existing checkpoint is replaced atomically.
-* Only local paths and ``file://`` URLs are save targets for now: other URL schemes are refused,
-  and no directory named after a scheme (``memory:``, ``s3:``, ``file:``) ever appears.
+* Local paths and ``file://`` URLs are local save targets; other URL schemes go through fsspec
+  (tests/checkpoint/test_storage.py, test_s3.py) or are refused when fsspec knows none, and no
+  directory named after a scheme (``memory:``, ``s3:``, ``file:``) ever appears.
 * ``~`` is expanded, for writing and for reading.
 """
 
@@ -128,15 +129,25 @@ def test_a_directory_filled_during_the_save_is_not_replaced(algo, tmp_path, monk
 
 # ------------------------------------------------------------------------------ URLs
 @SAVERS
-@pytest.mark.parametrize("url", ["memory://x", "s3://bucket/x", "gs://bucket/dir/x", "S3://bucket/x"])
-def test_save_refuses_url_schemes_other_than_file(algo, tmp_path, monkeypatch, save, url):
+@pytest.mark.parametrize("url", ["nosuchscheme://bucket/x", "NoSuchScheme://bucket/dir/x"])
+def test_save_refuses_url_schemes_fsspec_does_not_know(algo, tmp_path, monkeypatch, save, url):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UnsupportedCheckpointLocationError) as info:
         save(algo, url)
     message = str(info.value)
-    assert url in message and "not supported yet" in message and "local" in message
+    assert url in message and "nosuchscheme://" in message.lower() and "local path" in message
     assert isinstance(info.value, CheckpointError)
-    assert list(tmp_path.iterdir()) == []  # no "memory:", "s3:" or "gs:" directory
+    assert list(tmp_path.iterdir()) == []  # no "nosuchscheme:" directory
+
+
+@SAVERS
+@pytest.mark.parametrize("url", ["memory://save-targets/x", "MEMORY://save-targets/y"])
+def test_save_to_another_url_scheme_goes_through_fsspec_not_to_a_local_directory(
+        algo, tmp_path, monkeypatch, save, url):
+    monkeypatch.chdir(tmp_path)
+    save(algo, url)
+    assert list(tmp_path.iterdir()) == []  # no "memory:" directory
+    assert cairn.get_checkpoint_info(url)["checkpoint_dir"] == "memory://" + url.split("://")[1]
 
 
 @SAVERS
