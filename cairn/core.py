@@ -134,7 +134,8 @@ class AlgorithmLike(Stateful, Protocol):
         """The policy with this ID."""
         ...
 
-    def save(self, path: Any = None, *, blocking: bool = True) -> Any:
+    def save(self, path: Any = None, *, blocking: bool = True,
+             storage_options: Mapping[str, Any] | None = None, previous: Any = None) -> Any:
         """Write a checkpoint atomically and return its location (``blocking=False``: a
         ``concurrent.futures.Future`` of it, written in the background)."""
         ...
@@ -148,10 +149,12 @@ class AlgorithmLike(Stateful, Protocol):
 class Checkpointable(Protocol):
     """What a ``CheckpointManager`` saves (an Algorithm): an iteration that names the
     checkpoint, and a ``save`` that returns the location, or a Future of it with
-    ``blocking=False``."""
+    ``blocking=False``; ``previous`` names an earlier checkpoint whose unchanged files the
+    save may link instead of rewriting."""
 
     iteration: int
 
-    def save(self, path: Any = None, *, blocking: bool = True) -> Any:
+    def save(self, path: Any = None, *, blocking: bool = True,
+             storage_options: Mapping[str, Any] | None = None, previous: Any = None) -> Any:
         """Write a checkpoint at ``path``; see :meth:`AlgorithmLike.save`."""
         ...

@@ -246,17 +246,25 @@ class Algorithm:
 
     # -------------------------------------------------------------------------- checkpoints
     @overload
-    def save(self, path: str | os.PathLike[str] | None = None, *, blocking: Literal[True] = True) -> str: ...
+    def save(self, path: str | os.PathLike[str] | None = None, *, blocking: Literal[True] = True,
+             storage_options: Mapping[str, Any] | None = None,
+             previous: str | os.PathLike[str] | None = None) -> str: ...
     @overload
-    def save(self, path: str | os.PathLike[str] | None = None, *, blocking: Literal[False]) -> Future[str]: ...
+    def save(self, path: str | os.PathLike[str] | None = None, *, blocking: Literal[False],
+             storage_options: Mapping[str, Any] | None = None,
+             previous: str | os.PathLike[str] | None = None) -> Future[str]: ...
     @overload
-    def save(self, path: str | os.PathLike[str] | None = None, *, blocking: bool) -> str | Future[str]: ...
+    def save(self, path: str | os.PathLike[str] | None = None, *, blocking: bool,
+             storage_options: Mapping[str, Any] | None = None,
+             previous: str | os.PathLike[str] | None = None) -> str | Future[str]: ...
 
     def save(
         self, path: str | os.PathLike[str] | None = None, *, blocking: bool = True,
+        storage_options: Mapping[str, Any] | None = None, previous: str | os.PathLike[str] | None = None,
     ) -> str | Future[str]:
         """Write a checkpoint (atomically) and return its location; without ``path``,
-        ``<log_dir>/checkpoint_<NNNNNN>`` numbered by iteration.
+        ``<log_dir>/checkpoint_<NNNNNN>`` numbered by iteration. ``path`` may be a URL
+        (``s3://``, ``gs://``, ``memory://``) with fsspec ``storage_options``.
 
         ``blocking=False`` returns at once a ``concurrent.futures.Future`` of the location:
         the state is snapshotted before ``save`` returns (training afterwards never reaches
@@ -264,11 +272,16 @@ class Algorithm:
         a save while one is running waits for it first. A failed background write raises from
         its Future, and once more from the next ``save()`` or :meth:`stop` (which waits for
         the write in flight); see :mod:`cairn.algorithms.async_save` and docs/checkpoints.md.
+
+        ``previous`` (advanced; :class:`cairn.CheckpointManager` passes it): an earlier
+        checkpoint of this algorithm on the same store, whose files are linked (copied
+        server-side) instead of rewritten for the policies that did not change.
         """
         self._saver.wait()  # one write at a time; raises an earlier background failure
         if path is None:
             path = Path(self.log_dir) / f"checkpoint_{self.iteration:06d}"
-        write = prepare_algorithm_save(self, path, snapshot=not blocking)
+        write = prepare_algorithm_save(self, path, snapshot=not blocking,
+                                       storage_options=storage_options, previous=previous)
         if blocking:
             return write()
         return self._saver.submit(write, os.fspath(path))

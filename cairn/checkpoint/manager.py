@@ -19,7 +19,10 @@ first on a store without rename), then removed, then its record. A crash at any 
 :meth:`latest` on a whole checkpoint.
 
 The manager knows no Algorithm class: it saves anything with ``iteration`` and
-``save(path, *, blocking, storage_options)`` (:class:`cairn.core.Checkpointable`).
+``save(path, *, blocking, storage_options, previous)`` (:class:`cairn.core.Checkpointable`).
+Each save passes the latest committed checkpoint as ``previous``, so that the files of
+policies that did not change are linked (copied server-side) rather than written again; each
+checkpoint still stands alone, so retention may delete any of them.
 """
 
 from __future__ import annotations
@@ -254,6 +257,13 @@ class CheckpointManager:
         iteration = int(algo.iteration)
         if not (force or self.due(iteration)):
             return None
+        # The algorithm would wait for its write in flight anyway; waiting here as well lets
+        # that write's commit and retention finish, so that ``previous`` is still there.
+        with self._lock:
+            in_flight = [future for future in self._unwaited if not future.done()]
+        for future in in_flight:
+            future.exception()
+        self._raise_errors()
         committed = _committed(self._store)
         latest = max([*committed[-1:], *([] if self._last_iteration is None else [self._last_iteration])],
                      default=None)
@@ -271,7 +281,9 @@ class CheckpointManager:
             "metric_name": self.keep_best[0] if self.keep_best else None, "metric": metric,
             "time": time.time()})
         location = self._store.location(name)
-        saved = algo.save(location, blocking=blocking, **self._save_options())
+        previous = self._store.location(checkpoint_name(committed[-1])) if committed else None
+        saved = algo.save(location, blocking=blocking, storage_options=self.storage_options,
+                          previous=previous if previous != location else None)
         self._last_iteration, self._last_time = iteration, time.monotonic()
         if blocking:
             self._retain()
@@ -281,9 +293,6 @@ class CheckpointManager:
             self._unwaited.append(done)
         saved.add_done_callback(lambda written: self._committed_in_background(written, done))
         return done
-
-    def _save_options(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options} if self.storage_options else {}
 
     def _committed_in_background(self, written: Future[Any], done: Future[str]) -> None:
         """After a background write (in the writer's thread): retention, then ``done``."""

@@ -1,6 +1,12 @@
 """The few storage operations a :class:`~cairn.checkpoint.manager.CheckpointManager` needs on its
 root: list it, tell a committed checkpoint, read and write a small JSON record atomically, and
 delete a checkpoint so that it is never seen half deleted.
+
+:class:`LocalStore` works on a directory: a deleted checkpoint is first renamed to a temporary
+name (one atomic step), which :func:`cairn.checkpoint.atomic.cleanup` removes if the process
+dies before the rest. :class:`ObjectStore` works through the checkpoint layer's
+:class:`~cairn.checkpoint.storage.Storage` (fsspec): without rename, a deleted checkpoint
+loses its manifest first (it is then uncommitted, which readers refuse), then its objects.
 """
 
 from __future__ import annotations
@@ -16,9 +22,12 @@ from typing import Any, Protocol
 
 from cairn.checkpoint.atomic import TMP_MARKER, cleanup, fsync_dir
 from cairn.checkpoint.format import MANIFEST_FILE
-from cairn.checkpoint.paths import save_target
+from cairn.checkpoint.storage import Storage, resolve_storage
+from cairn.errors import CheckpointCorruptedError, CheckpointNotFoundError
 
-__all__ = ["ManagerStore", "LocalStore", "open_store"]
+__all__ = ["ManagerStore", "LocalStore", "ObjectStore", "open_store"]
+
+_RECORD_LIMIT = 1 << 20
 
 
 class ManagerStore(Protocol):
@@ -63,7 +72,7 @@ class LocalStore:
     """A manager root on the local file system."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = save_target(root).absolute()
+        self.root = Path(root).absolute()
 
     def location(self, name: str) -> str:
         return str(self.root / name) if name else str(self.root)
@@ -84,18 +93,17 @@ class LocalStore:
             return None
 
     def write_json(self, name: str, data: Any) -> None:
+        # Atomic (rename), but not fsynced: a record is written just before a checkpoint whose
+        # commit fsyncs this same directory, and a record lost to a power cut only loses a
+        # metric (an unreadable record reads as none). It keeps save(blocking=False) cheap.
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self._temporary(name)
         try:
-            with open(tmp, "wb") as f:
-                f.write(json.dumps(data, indent=1, allow_nan=False).encode())
-                f.flush()
-                os.fsync(f.fileno())
+            tmp.write_bytes(json.dumps(data, indent=1, allow_nan=False).encode())
             os.replace(tmp, self.root / name)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        fsync_dir(self.root)
 
     def remove_checkpoint(self, name: str) -> None:
         # One rename makes it invisible; cleanup() removes the rest if we die during rmtree.
@@ -147,6 +155,53 @@ def _alive(temporary_name: str) -> bool:
     return True
 
 
+class ObjectStore:
+    """A manager root on an object store (any fsspec URL), through a checkpoint ``Storage``."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def location(self, name: str) -> str:
+        return self.storage.child(name).url if name else self.storage.url
+
+    def list_names(self) -> list[str]:
+        return sorted({relative.split("/", 1)[0] for relative in self.storage.list_files()})
+
+    def is_committed(self, name: str) -> bool:
+        return self.storage.exists(f"{name}/{MANIFEST_FILE}" if name else MANIFEST_FILE)
+
+    def read_json(self, name: str) -> Any:
+        try:
+            return json.loads(self.storage.read_bytes(name, limit=_RECORD_LIMIT))
+        except (CheckpointNotFoundError, CheckpointCorruptedError, ValueError):
+            return None
+
+    def write_json(self, name: str, data: Any) -> None:
+        self.storage.write_bytes(name, json.dumps(data, indent=1, allow_nan=False).encode())
+
+    def remove_checkpoint(self, name: str) -> None:
+        self.storage.delete(f"{name}/{MANIFEST_FILE}")  # uncommitted from here on
+        self.storage.delete_prefix(name)
+
+    def remove_file(self, name: str) -> None:
+        self.storage.delete(name)
+
+    def clean_stale(self, committed: Collection[str], *, is_checkpoint: Callable[[str], bool],
+                    record_suffix: str) -> None:
+        for name in self.list_names():
+            if name.endswith(record_suffix) and name[:-len(record_suffix)] not in committed:
+                self.storage.delete(name)  # the record of a save that never committed
+            elif is_checkpoint(name) and name not in committed:
+                self.storage.delete_prefix(name)  # the objects of a save that never committed
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.storage.url!r})"
+
+
 def open_store(root: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> ManagerStore:
-    """The store of a manager root: a local path or ``file://`` URL."""
-    return LocalStore(root)
+    """The store of a manager root: a local path or ``file://`` URL, or any URL the checkpoint
+    layer's storage takes (``s3://``, ``gs://``, ``memory://``), with its ``storage_options``."""
+    storage = resolve_storage(root, storage_options=storage_options)
+    if storage.is_local:
+        return LocalStore(storage.url)
+    return ObjectStore(storage)

@@ -4,10 +4,10 @@ save() or stop(), and stop() flushes."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,7 +42,7 @@ class GatedWriter:
         try:
             assert self.gate.wait(30), "the test never opened the gate"
             result = self._write(path, state, **kwargs)
-            self.order.append(Path(path).name)
+            self.order.append(os.path.basename(str(path)))  # a path or a Storage
             return result
         finally:
             with self._lock:
