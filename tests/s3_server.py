@@ -13,9 +13,10 @@ Use it through the pytest fixtures registered in ``tests/conftest.py``:
   are cleared before each test.
 
 Or by hand (in a child process, say): ``server = S3Server.start()`` then ``server.stop()``.
-The server also counts the requests it served (``server.requests()``, reset by
-``server.reset_requests()``), which is how tests check that a subset restore reads only the
-objects of the policies asked for.
+The server also logs the requests it served as ``(method, path)`` (``server.requests()``,
+``server.request_counts()``, reset by ``server.reset_requests()``; a server-side copy is logged
+as method ``"COPY"``), which is how tests check that a subset restore reads only the objects of
+the policies asked for, and that an incremental save copies instead of uploading.
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ class S3Server:
 
         def logged(environ: dict[str, Any], start_response: Any) -> Any:
             with lock:
-                log.append((environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")))
+                method = environ["REQUEST_METHOD"]
+                if method == "PUT" and "HTTP_X_AMZ_COPY_SOURCE" in environ:
+                    method = "COPY"  # a server-side copy (CopyObject): no object bytes sent
+                log.append((method, environ.get("PATH_INFO", "")))
             return inner(environ, start_response)
 
         self._server._server.app = _Logged(logged)

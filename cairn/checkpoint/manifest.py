@@ -28,6 +28,7 @@ from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointFormatError,
     CheckpointNotFoundError,
+    CheckpointStorageError,
     UncommittedCheckpointError,
     UnsafeCheckpointError,
     UnsupportedCheckpointVersionError,
@@ -130,7 +131,7 @@ def read_manifest(directory: Directory, *, expected_type: str | None = None) -> 
         try:
             data = handle.read_file(MANIFEST_FILE, "a manifest", expected_size=None,
                                     limit=MAX_MANIFEST_BYTES)
-        except UncommittedCheckpointError:
+        except (UncommittedCheckpointError, CheckpointStorageError):
             raise
         except CheckpointNotFoundError:
             raise CheckpointNotFoundError(

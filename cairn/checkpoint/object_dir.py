@@ -20,7 +20,12 @@ from typing import Any
 
 from cairn.checkpoint.format import MANIFEST_FILE, MAX_MANIFEST_BYTES
 from cairn.checkpoint.object_store import ObjectStorage
-from cairn.errors import CheckpointCorruptedError, CheckpointNotFoundError, UncommittedCheckpointError
+from cairn.errors import (
+    CheckpointCorruptedError,
+    CheckpointNotFoundError,
+    CheckpointStorageError,
+    UncommittedCheckpointError,
+)
 
 __all__ = ["ObjectStoreDir", "UrlPath"]
 
@@ -101,7 +106,7 @@ class ObjectStoreDir:
             return cached
         try:
             data: memoryview = self.storage.read_exact(relative, expected_size, limit=limit)
-        except UncommittedCheckpointError:
+        except (UncommittedCheckpointError, CheckpointStorageError):
             raise
         except CheckpointNotFoundError:
             if relative == MANIFEST_FILE and self.storage.list_files():
