@@ -1,0 +1,154 @@
+"""cairn checkpoint info|verify|upgrade|diff|ls."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cairn
+from cairn.checkpoint import FORMAT_VERSION, load_algorithm_state, load_policy_state, load_policy_states
+from cairn.cli import main
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
+FIXTURE_DIRS = sorted(p for p in FIXTURES.glob("*/*") if p.is_dir())
+
+
+def _ckpt(run, iteration):
+    return run / "checkpoints" / f"checkpoint_{iteration:06d}"
+
+
+def test_info(trained_run, capsys):
+    for argv in (["checkpoint", "info"], ["info"]):
+        assert main([*argv, str(_ckpt(trained_run, 3))]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert info["type"] == "Algorithm" and info["policy_ids"] == ["default_policy"] and "files" not in info
+
+
+def test_verify_ok_then_one_line_per_problem(trained_run, tmp_path, capsys):
+    ckpt = tmp_path / "c"
+    shutil.copytree(_ckpt(trained_run, 3), ckpt)
+    assert main(["checkpoint", "verify", str(ckpt)]) == 0
+    assert capsys.readouterr().out.startswith(f"ok: {ckpt} (Algorithm checkpoint, format version {FORMAT_VERSION})")
+    weights = ckpt / "policies" / "default_policy" / "policy_state.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x01  # one flipped bit in a weight
+    weights.write_bytes(bytes(data))
+    assert main(["checkpoint", "verify", str(ckpt)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        f"{weights}: content hash {captured.out.split('content hash ')[1].split()[0]} does not match the "
+        f"manifest's {json.loads((weights.parent / 'cairn_checkpoint.json').read_text())['files']['policy_state.safetensors']['hash']}"]
+    assert captured.err.strip() == f"cairn: error: {ckpt}: 1 problem"
+    (ckpt / "algorithm_state.json").write_text("{}")  # another size
+    (ckpt / "stray.txt").write_text("?")
+    assert main(["checkpoint", "verify", str(ckpt)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith(f"{ckpt / 'algorithm_state.json'}: size 2 bytes, the manifest says")
+    assert lines[1].startswith(str(weights)) and lines[2] == f"{ckpt / 'stray.txt'}: not listed in any manifest"
+
+
+def test_verify_a_missing_checkpoint_is_one_line(tmp_path, capsys):
+    assert main(["checkpoint", "verify", str(tmp_path / "none")]) == 1
+    out = capsys.readouterr().out.strip()
+    assert len(out.splitlines()) == 1 and str(tmp_path / "none") in out
+
+
+@pytest.mark.parametrize("fixture", FIXTURE_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_upgrade_every_frozen_fixture(fixture, tmp_path, capsys):
+    """Each frozen fixture becomes a current-format checkpoint with the same state (older
+    versions through the migrations; the current one is rewritten as it is)."""
+    out = tmp_path / "upgraded"
+    assert main(["checkpoint", "upgrade", str(fixture), "--out", str(out)]) == 0
+    assert f"to {FORMAT_VERSION}: {out}" in capsys.readouterr().out
+    info = cairn.get_checkpoint_info(out)
+    assert info["checkpoint_version"] == FORMAT_VERSION
+    assert main(["checkpoint", "verify", str(out)]) == 0
+    load = load_algorithm_state if info["type"] == "Algorithm" else load_policy_state
+    _assert_same_tree(load(out), load(fixture))
+    capsys.readouterr()
+    assert main(["checkpoint", "upgrade", str(out)]) == 0  # in place, already current: left alone
+    assert "nothing to do" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # the native model export (torch.export + ONNX) takes seconds
+def test_upgrade_in_place_keeps_native_model_files(tmp_path, capsys):
+    from tests.helpers import small_ppo
+
+    algo = small_ppo().checkpointing(export_native_model_files=True).build()
+    try:
+        path = Path(algo.save(tmp_path / "c"))
+    finally:
+        algo.stop()
+    model = path / "policies" / "default_policy" / "model"
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    from cairn.cli.checkpoint_upgrade import upgrade_checkpoint
+
+    written, old, new = upgrade_checkpoint(str(path))  # what `upgrade` runs on an older version
+    assert Path(written) == path and old == new == FORMAT_VERSION
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    assert main(["checkpoint", "verify", str(path)]) == 0
+    assert cairn.get_checkpoint_info(path / "policies" / "default_policy")["native_model"]["status"] == "ok"
+
+
+def _assert_same_tree(a, b):
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and sorted(a) == sorted(b)
+        for key in a:
+            _assert_same_tree(a[key], b[key])
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_same_tree(x, y)
+    else:
+        assert a == b
+
+
+def test_diff_numbers_against_numpy(trained_run, capsys):
+    a, b = _ckpt(trained_run, 1), _ckpt(trained_run, 3)
+    assert main(["checkpoint", "diff", str(a), str(b), "--json"]) == 0
+    diff = json.loads(capsys.readouterr().out)
+    wa = load_policy_states(a)["default_policy"]["weights"]
+    wb = load_policy_states(b)["default_policy"]["weights"]
+    change = diff["policies"]["default_policy"]
+    deltas = {name: wb[name].astype(np.float64) - wa[name] for name in wa}
+    assert change["l2"] == pytest.approx(float(np.sqrt(sum(np.sum(d * d) for d in deltas.values()))))
+    assert change["max_abs"] == pytest.approx(max(float(np.abs(d).max()) for d in deltas.values()))
+    for name, d in deltas.items():
+        assert change["params"][name]["l2"] == pytest.approx(float(np.linalg.norm(d.ravel())))
+    assert diff["settings"]["iteration"] == [1, 3]
+    assert diff["settings"]["counters.num_env_steps_sampled_lifetime"] == [64, 192]
+    assert main(["checkpoint", "diff", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert "weights (1 of 1 shared policies changed):" in text and "  iteration: 1 -> 3" in text
+
+
+def test_diff_with_itself_reports_no_change(trained_run, capsys):
+    ckpt = str(_ckpt(trained_run, 2))
+    assert main(["checkpoint", "diff", ckpt, ckpt, "--json"]) == 0
+    diff = json.loads(capsys.readouterr().out)
+    assert diff["policies"]["default_policy"]["l2"] == 0.0 and diff["policies"]["default_policy"]["max_abs"] == 0.0
+    assert diff["settings"] == {} and diff["only_in_a"] == diff["only_in_b"] == []
+    assert main(["checkpoint", "diff", ckpt, ckpt]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "no differences"
+
+
+def test_ls(trained_run, capsys):
+    for root in (trained_run, trained_run / "checkpoints"):
+        assert main(["checkpoint", "ls", str(root), "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert [r["iteration"] for r in rows] == [1, 2, 3]
+        progress = (trained_run / "progress.csv").read_text().splitlines()[1:]
+        assert [r["episode_return_mean"] for r in rows] == [pytest.approx(float(line.split(",")[3])) for line in progress]
+        assert all(r["size"] > 1000 for r in rows) and rows[-1]["tags"][0] == "latest"
+    assert main(["checkpoint", "ls", str(trained_run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["checkpoint", "iteration", "return_mean", "size", "created"]
+    assert (lines[1].split()[:2] == ["checkpoint_000001", "1"] and lines[3].endswith("latest")) or "latest" in lines[3]
+    assert lines[-1] == f"3 checkpoints in {trained_run / 'checkpoints'}"

@@ -1,0 +1,62 @@
+"""Exit statuses, one-line failures, and the cairn logger."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cairn.cli import main
+from tests.conftest import ROOT
+
+
+def _cairn(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cairn", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+
+
+def test_failure_is_one_line_and_exit_1_and_debug_shows_the_traceback(tmp_path, capsys):
+    missing = str(tmp_path / "nothing-here")
+    proc = _cairn("evaluate", missing)  # the real process: its exit status and stderr
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("cairn: error: ")
+    assert missing in proc.stderr and "Traceback" not in proc.stderr
+    for flag in ("--debug", "-v"):
+        assert main(["evaluate", missing, flag]) == 1
+        err = capsys.readouterr().err
+        assert "Traceback" in err and err.strip().splitlines()[-1].startswith("cairn: error: ")
+
+
+def test_usage_errors_exit_2_with_argparse_message(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["checkpoint", "frobnicate"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: cairn checkpoint") and "invalid choice: 'frobnicate'" in err
+
+
+def test_usage_errors_found_after_parsing(tmp_path, capsys, trained_run):
+    assert main(["train", "--resume", str(trained_run), "--algo", "PPO"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: cairn train") and "cairn train: error: --resume continues a run" in err
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "no checkpoint in" in capsys.readouterr().err
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--keep", "-1"]) == 2
+    assert "--keep -1" in capsys.readouterr().err
+
+
+def test_library_is_quiet_and_verbose_shows_the_cairn_logger(trained_run, tmp_path, capsys):
+    import logging
+    import shutil
+
+    # A NullHandler: without logging configured, Python's last-resort handler stays silent.
+    assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("cairn").handlers)
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    assert main(["-v", "train", "--resume", str(run), "--stop-iters", "4", "-q"]) == 0
+    err = capsys.readouterr().err
+    assert f"cairn: resuming {run} from {run / 'checkpoints' / 'checkpoint_000003'} (iteration 3)" in err
+    assert main(["train", "--resume", str(run), "--stop-iters", "5", "-q"]) == 0
+    assert capsys.readouterr().err == ""
+    assert logging.getLogger("cairn").level == logging.NOTSET  # main() leaves logging as it found it

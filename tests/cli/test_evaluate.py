@@ -1,0 +1,83 @@
+"""cairn evaluate and its Python twin, Algorithm.evaluate(num_episodes=..., seed=...)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import cairn
+from cairn.cli import main
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_evaluate_json_is_seeded_and_equals_the_python_twin(trained_run, capsys):
+    ckpt = str(trained_run / "checkpoints" / "checkpoint_000003")
+    first = _json(capsys, ["evaluate", ckpt, "--episodes", "4", "--seed", "11", "--json"])
+    again = _json(capsys, ["evaluate", ckpt, "--episodes", "4", "--seed", "11", "--json"])
+    other = _json(capsys, ["evaluate", ckpt, "--episodes", "4", "--seed", "12", "--json"])
+    assert first == again and first["episode_returns"] != other["episode_returns"]
+    algo = cairn.Algorithm.from_checkpoint(ckpt)
+    try:
+        twin = algo.evaluate(num_episodes=4, seed=11)
+        own_before = algo.get_evaluation_runner_state()
+        assert algo.evaluate(4, seed=11)["episode_returns"] == twin["episode_returns"]
+        assert algo.get_evaluation_runner_state() == own_before  # a seeded call leaves the own runner alone
+    finally:
+        algo.stop()
+    returns = np.array(twin["episode_returns"])
+    assert first["num_episodes"] == 4 and first["episode_returns"] == twin["episode_returns"]
+    assert first["episode_lens"] == twin["episode_lens"]
+    for stat, fn in (("mean", np.mean), ("std", np.std), ("min", np.min), ("max", np.max)):
+        assert first[f"episode_return_{stat}"] == pytest.approx(float(fn(returns)))
+        assert first[f"episode_return_{stat}"] == twin[f"episode_return_{stat}"]
+        assert first[f"episode_len_{stat}"] == pytest.approx(float(fn(np.array(twin["episode_lens"]))))
+
+
+def test_evaluate_text_and_gif(trained_run, tmp_path, capsys):
+    from PIL import Image
+
+    ckpt = str(trained_run / "checkpoints" / "checkpoint_000003")
+    gif = tmp_path / "episode.gif"
+    assert main(["evaluate", ckpt, "--episodes", "2", "--seed", "4", "--render", str(gif), "--fps", "20"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "checkpoint_000003 on CartPole-v1: 2 greedy episodes, seed 4"
+    assert lines[1].split()[:3] == ["return", "mean", lines[1].split()[2]] and "std" in lines[1] and "max" in lines[1]
+    report = _json(capsys, ["evaluate", ckpt, "--episodes", "2", "--seed", "4", "--json"])
+    length = report["episode_lens"][0]
+    assert lines[3] == (f"  rendered one episode (return {report['episode_returns'][0]:.2f}, {length + 1} frames) "
+                        f"to {gif}")  # the first episode of the report
+    with Image.open(gif) as image:
+        assert image.size == (600, 400)
+        durations = []
+        for index in range(image.n_frames):  # identical consecutive frames are merged, durations summed
+            image.seek(index)
+            durations.append(image.info["duration"])
+    assert sum(durations) == 50 * (length + 1)  # one 50 ms frame per step, plus the reset frame
+
+
+def test_evaluate_refuses_bad_arguments(trained_run, capsys, ppo_algo, tmp_path):
+    ckpt = str(trained_run / "checkpoints" / "checkpoint_000003")
+    assert main(["evaluate", ckpt, "--render", str(tmp_path / "x.avi")]) == 2
+    assert "expected a .gif or .mp4" in capsys.readouterr().err
+    ppo_algo.export_policy_checkpoint(tmp_path / "policy")
+    assert main(["evaluate", str(tmp_path / "policy")]) == 2
+    assert "Policy checkpoint" in capsys.readouterr().err
+    with pytest.raises(cairn.errors.ConfigError, match="num_episodes=0"):
+        ppo_algo.evaluate(num_episodes=0)
+
+
+def test_evaluate_mp4_has_every_frame(trained_run, tmp_path, capsys):
+    import imageio.v2 as imageio
+
+    ckpt = str(trained_run / "checkpoints" / "checkpoint_000003")
+    report = _json(capsys, ["evaluate", ckpt, "--episodes", "1", "--seed", "2", "--json",
+                            "--render", str(tmp_path / "e.mp4")])
+    assert report["render"]["frames"] == report["episode_lens"][0] + 1
+    with imageio.get_reader(tmp_path / "e.mp4") as reader:
+        assert reader.count_frames() == report["render"]["frames"]

@@ -1,0 +1,138 @@
+"""cairn train's run directory: files, columns, resume, progress output."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+import yaml
+
+import cairn
+from cairn.cli import main
+from cairn.cli.runlog import PROGRESS_COLUMNS
+from tests.cli.conftest import TRAIN
+
+
+def _rows(run):
+    with open(run / "progress.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_run_directory_holds_every_file_and_column(trained_run):
+    run = trained_run
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.json", "progress.csv", "result.jsonl",
+                                                      "run.json"]
+    rows = _rows(run)
+    header = list(rows[0])
+    assert tuple(header[:len(PROGRESS_COLUMNS)]) == PROGRESS_COLUMNS
+    assert {"policy_loss", "vf_loss", "total_loss", "entropy"} <= set(header)  # the learner's losses
+    assert [int(r["training_iteration"]) for r in rows] == [1, 2, 3]
+    assert [int(r["timesteps"]) for r in rows] == [64, 128, 192]
+    times = [float(r["time"]) for r in rows]
+    assert times == sorted(times) and times[0] > 0
+    for r in rows:
+        assert float(r["episode_return_min"]) <= float(r["episode_return_mean"]) <= float(r["episode_return_max"])
+        assert float(r["env_steps_per_s"]) > 0 and math.isfinite(float(r["policy_loss"]))
+    results = [json.loads(line) for line in (run / "result.jsonl").read_text().splitlines()]
+    assert [r["training_iteration"] for r in results] == [1, 2, 3]
+    assert results[-1]["learners"]["default_policy"]["policy_loss"] == pytest.approx(float(rows[-1]["policy_loss"]))
+    assert results[-1]["num_env_steps_sampled_lifetime"] == 192
+    config = json.loads((run / "config.json").read_text())
+    assert config["seed"] == 0 and config["train_batch_size"] == 64 and config["env"] == "CartPole-v1"
+    assert cairn.AlgorithmConfig.from_dict(config).to_dict() == config  # loadable: --config RUN/config.json
+    settings = json.loads((run / "run.json").read_text())
+    assert settings["stop"] == {"iters": 3, "timesteps": None, "reward": None} and settings["checkpoint_every"] == 1
+    names = sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir())
+    assert names == ["checkpoint_000001", "checkpoint_000002", "checkpoint_000003"]
+
+
+def test_resume_continues_counters_rng_and_appends(tmp_path, capsys):
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    assert main([*TRAIN, "--seed", "3", "--stop-iters", "4", "--out", str(straight), "-q"]) == 0
+    assert main([*TRAIN, "--seed", "3", "--stop-iters", "2", "--out", str(run), "-q"]) == 0
+    head = (run / "progress.csv").read_bytes()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--stop-iters", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in out if line.startswith("iter")] == ["3", "4"]
+    assert (run / "progress.csv").read_bytes().startswith(head)  # appended, not rewritten
+    rows, expected = _rows(run), _rows(straight)
+    assert [r["training_iteration"] for r in rows] == ["1", "2", "3", "4"]
+    # Counters, random generators and the metrics window continue: the same numbers as one run.
+    for key in ("timesteps", "episodes", "episode_return_mean", "episode_return_max", "policy_loss"):
+        assert [r[key] for r in rows] == [r[key] for r in expected], key
+    assert float(rows[2]["time"]) > float(rows[1]["time"])
+    assert len((run / "result.jsonl").read_text().splitlines()) == 4
+    restored = cairn.Algorithm.from_checkpoint(run / "checkpoints" / "checkpoint_000004")
+    assert restored.iteration == 4 and restored.counters["num_env_steps_sampled_lifetime"] == 256
+
+
+def test_resume_cuts_rows_written_after_the_latest_checkpoint(tmp_path):
+    """A run that died after logging iterations it never checkpointed: those rows go, once."""
+    import shutil
+
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--seed", "1", "--stop-iters", "3", "--checkpoint-every", "2", "--keep", "0",
+                 "--out", str(run), "-q"]) == 0
+    shutil.rmtree(run / "checkpoints" / "checkpoint_000003")  # as if it had crashed before the last save
+    first_two = "".join((run / "progress.csv").read_text().splitlines(keepends=True)[:3])
+    assert main(["train", "--resume", str(run), "-q"]) == 0  # the run's own stop criterion: 3 iterations
+    text = (run / "progress.csv").read_text()
+    assert text.startswith(first_two)
+    assert [r["training_iteration"] for r in _rows(run)] == ["1", "2", "3"]
+    assert [json.loads(line)["training_iteration"] for line in (run / "result.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_config_file_and_flags(tmp_path):
+    file = tmp_path / "ppo.yaml"
+    file.write_text(yaml.safe_dump({"algo_class": "PPO", "env": "CartPole-v1", "train_batch_size": 64,
+                                    "minibatch_size": 32, "num_epochs": 1, "lr": 0.01, "seed": 5}))
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(file), "lr=0.002", "--seed", "7", "--stop-timesteps", "100",
+                 "--out", str(run), "-q"]) == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["lr"] == 0.002 and config["seed"] == 7 and config["train_batch_size"] == 64
+    assert [r["timesteps"] for r in _rows(run)] == ["64", "128"]  # stopped at the first >= 100
+
+
+def test_plain_lines_quiet_and_bar(tmp_path, capsys, monkeypatch):
+    from rich.console import Console
+
+    from cairn.cli import progress, train
+
+    assert main([*TRAIN, "--stop-iters", "2", "--out", str(tmp_path / "plain")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line[:9] for line in lines[:2]] == ["iter    1", "iter    2"] and "steps/s" in lines[0]
+    assert lines[2].startswith("checkpoint: ") and len(lines) == 3
+    assert main([*TRAIN, "--stop-iters", "2", "--out", str(tmp_path / "quiet"), "-q"]) == 0
+    assert not any(line.startswith("iter") for line in capsys.readouterr().out.splitlines())
+    console = Console(record=True, force_terminal=True, width=120)
+    monkeypatch.setattr(train, "make_reporter", lambda **kw: progress.BarReporter(kw["title"], kw["stop"], console))
+    assert main([*TRAIN, "--stop-timesteps", "192", "--out", str(tmp_path / "bar")]) == 0
+    shown = console.export_text()
+    assert "PPO CartPole-v1" in shown and "━" in shown and "192/192 steps" in shown
+    assert "ETA" in shown and "return" in shown and "steps/s" in shown
+    assert not any(line.startswith("iter") for line in capsys.readouterr().out.splitlines())
+
+
+def test_tensorboard_event_files(tmp_path):
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--stop-iters", "2", "--tensorboard", "--out", str(run), "-q"]) == 0
+    events = list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1 and events[0].stat().st_size > 0
+    import struct
+
+    from tensorboardX.event_file_writer import EventFileWriter  # noqa: F401  (the writer is installed)
+    from tensorboardX.proto import event_pb2
+    data, tags = events[0].read_bytes(), set()
+    offset = 0
+    while offset < len(data):  # TFRecord framing: length, crc, payload, crc
+        (length,) = struct.unpack("<Q", data[offset:offset + 8])
+        event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+        tags.update(v.tag for v in event.summary.value)
+        offset += 12 + length + 4
+    assert {"episode_return_mean", "policy_loss", "env_steps_per_s"} <= tags
+
+
