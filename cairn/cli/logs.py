@@ -42,12 +42,21 @@ class _Formatter(logging.Formatter):
         return text
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record comes: while the progress bar runs,
+    rich puts a writer there that prints above the bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure_logging(args: argparse.Namespace) -> logging.Handler:
     """Send the ``cairn`` logger's records at :func:`log_level` to stderr, one line each
     (``cairn: warning: ...``, ``cairn: ...`` for INFO/DEBUG); returns the handler, which the
     command removes when it ends (``main()`` may run more than once in a process)."""
     logger = logging.getLogger(LOGGER_NAME)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler(sys.stderr)
     handler.setFormatter(_Formatter())
     logger.addHandler(handler)
     logger.setLevel(log_level(args))

@@ -237,6 +237,7 @@ def _loop(algo: Any, log: RunLog, reporter: Reporter, stop: dict[str, Any], mana
         saved = manager.save(algo, result)
         if saved is not None:
             saved_at = (algo.iteration, str(saved))
+            _log.info("checkpoint %s", saved)
         if _should_stop(stop, result):
             break
     latest = saved_at[1] if saved_at and saved_at[0] == algo.iteration else None
