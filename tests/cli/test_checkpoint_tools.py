@@ -152,3 +152,49 @@ def test_ls(trained_run, capsys):
     assert lines[0].split() == ["checkpoint", "iteration", "return_mean", "size", "created"]
     assert (lines[1].split()[:2] == ["checkpoint_000001", "1"] and lines[3].endswith("latest")) or "latest" in lines[3]
     assert lines[-1] == f"3 checkpoints in {trained_run / 'checkpoints'}"
+
+
+def _rehash(root: Path, name: str, manifest: dict) -> None:
+    from cairn.checkpoint.safetensors_io import new_hasher
+
+    data = (root / name).read_bytes()
+    hasher = new_hasher()
+    hasher.update(data)
+    manifest["files"][name] = {"size": len(data), "hash": hasher.hexdigest()}
+
+
+def test_upgrade_runs_the_registered_migrations_in_place(tmp_path, monkeypatch, capsys):
+    """An older format version (here a made-up "0" whose algorithm state called the counters
+    "counts") goes through the registered one-step migrations and is rewritten, in place."""
+    from cairn.checkpoint import migrations
+
+    ckpt = tmp_path / "old"
+    shutil.copytree(FIXTURES / "1" / "ppo_single", ckpt)
+    root_manifest = json.loads((ckpt / "cairn_checkpoint.json").read_text())
+    state = json.loads((ckpt / "algorithm_state.json").read_text())
+    state["counts"] = state.pop("counters")
+    (ckpt / "algorithm_state.json").write_text(json.dumps(state))
+    _rehash(ckpt, "algorithm_state.json", root_manifest)
+    policy_manifest_path = ckpt / "policies" / "default_policy" / "cairn_checkpoint.json"
+    policy_manifest = json.loads(policy_manifest_path.read_text())
+    policy_manifest["format_version"] = "0"
+    policy_manifest_path.write_text(json.dumps(policy_manifest))
+    _rehash(ckpt, "policies/default_policy/cairn_checkpoint.json", root_manifest)
+    root_manifest["format_version"] = "0"
+    (ckpt / "cairn_checkpoint.json").write_text(json.dumps(root_manifest))
+
+    def counts_to_counters(tree):
+        tree = dict(tree)
+        tree["counters"] = tree.pop("counts")
+        return tree
+
+    monkeypatch.setitem(migrations.MIGRATIONS, ("Algorithm", "0"), ("1", counts_to_counters))
+    monkeypatch.setitem(migrations.MIGRATIONS, ("Policy", "0"), ("1", lambda tree: tree))
+    assert main(["checkpoint", "upgrade", str(ckpt)]) == 0
+    assert capsys.readouterr().out.strip() == f"upgraded {ckpt} from format version 0 to {FORMAT_VERSION}: {ckpt}"
+    assert cairn.get_checkpoint_info(ckpt)["checkpoint_version"] == FORMAT_VERSION
+    assert json.loads(policy_manifest_path.read_text())["format_version"] == FORMAT_VERSION
+    assert "counts" not in json.loads((ckpt / "algorithm_state.json").read_text())
+    monkeypatch.delitem(migrations.MIGRATIONS, ("Algorithm", "0"))  # no migration needed any more
+    _assert_same_tree(load_algorithm_state(ckpt), load_algorithm_state(FIXTURES / "1" / "ppo_single"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]  # no temporary sibling left

@@ -81,3 +81,10 @@ def test_evaluate_mp4_has_every_frame(trained_run, tmp_path, capsys):
     assert report["render"]["frames"] == report["episode_lens"][0] + 1
     with imageio.get_reader(tmp_path / "e.mp4") as reader:
         assert reader.count_frames() == report["render"]["frames"]
+
+
+def test_evaluate_on_another_env_with_the_same_spaces(trained_run, capsys):
+    ckpt = str(trained_run / "checkpoints" / "checkpoint_000003")
+    report = _json(capsys, ["evaluate", ckpt, "--env", "CartPole-v0", "--episodes", "2", "--seed", "0", "--json"])
+    assert report["env"] == "CartPole-v0" and report["num_episodes"] == 2
+    assert max(report["episode_lens"]) <= 200  # CartPole-v0's time limit, not v1's 500
