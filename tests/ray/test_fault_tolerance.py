@@ -23,8 +23,8 @@ def flaky_ppo(**env_config):
 
 
 def test_a_killed_and_a_sigkilled_runner_are_recreated_mid_iteration(ray_cluster):
-    # 20 ms per step: each runner's 64 steps take over a second, and both die 0.4 s in.
-    algo = flaky_ppo(step_sleep_s=0.02).build()
+    # 10 ms per step: each runner's 64 steps take over 0.6 s, and both die 0.25 s in.
+    algo = flaky_ppo(step_sleep_s=0.01).build()
     try:
         algo.train()
         first, second = algo.env_runner_group.remote_actors()
@@ -34,7 +34,7 @@ def test_a_killed_and_a_sigkilled_runner_are_recreated_mid_iteration(ray_cluster
             ray.kill(first)
             os.kill(pid, signal.SIGKILL)
 
-        threading.Timer(0.4, kill).start()
+        threading.Timer(0.25, kill).start()
         result = algo.train()
         assert result["num_env_runner_restarts"] == 2
         assert result["num_healthy_env_runners"] == 2

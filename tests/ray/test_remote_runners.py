@@ -80,14 +80,15 @@ def test_two_remote_runners_learn_cartpole_as_the_local_runner_does(ray_cluster)
         algo = small_ppo(train_batch_size=1000, minibatch_size=100, num_epochs=6, lr=1e-3).env_runners(
             num_env_runners=num_env_runners).build()
         try:
-            for _ in range(20):
+            for _ in range(15):
                 result = algo.train()
             return result["episode_return_mean"]
         finally:
             algo.stop()
 
+    # Measured: 124 in-process and 116 with two runners (both start at 21, the same curve).
     local, remote = learn(0), learn(2)
-    assert local > 100 and remote > 100, (local, remote)
+    assert local > 90 and remote > 90 and remote > 0.75 * local, (local, remote)
 
 
 def test_remote_runners_follow_an_added_policy(ray_cluster):
