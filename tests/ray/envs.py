@@ -12,17 +12,21 @@ import gymnasium as gym
 class FlakyCartPole(gym.Wrapper):
     """CartPole that can cost time per step (``step_sleep_s``) and raise once in ``step``.
 
-    ``fail_marker``: a file path; the first ``step`` of any process that finds no file there
-    creates it and raises, so exactly one failure happens across all runners and restarts.
+    ``fail_marker``: a file path; the first ``step`` (after ``fail_after_steps`` steps of this
+    env) of any process that finds no file there creates it and raises, so exactly one failure
+    happens across all runners, restarts and restored Tune trials.
     """
 
     def __init__(self, env_config: dict[str, Any]) -> None:
         super().__init__(gym.make("CartPole-v1"))
         self.step_sleep_s = float(env_config.get("step_sleep_s", 0.0))
         self.fail_marker = env_config.get("fail_marker")
+        self.fail_after_steps = int(env_config.get("fail_after_steps", 0))
+        self.steps = 0
 
     def step(self, action: Any) -> Any:
-        if self.fail_marker and not os.path.exists(self.fail_marker):
+        self.steps += 1
+        if self.fail_marker and self.steps > self.fail_after_steps and not os.path.exists(self.fail_marker):
             with open(self.fail_marker, "w") as f:
                 f.write(str(os.getpid()))
             raise RuntimeError("FlakyCartPole: the step that was told to fail")

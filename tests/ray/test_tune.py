@@ -9,6 +9,7 @@ import cairn.tune
 from cairn.errors import ConfigError
 from cairn.tune import apply_param_space
 from tests.helpers import small_ppo
+from tests.ray.envs import make_flaky_cartpole
 
 pytestmark = pytest.mark.ray
 
@@ -52,5 +53,31 @@ def test_a_tune_grid_keeps_checkpoints_and_its_best_restores_with_the_trial_lr(r
         assert algo.config.lr == best.config["lr"]
         assert algo.iteration == 2
         assert algo.train()["training_iteration"] == 3
+    finally:
+        algo.stop()
+
+
+def test_tuner_restore_resumes_an_interrupted_experiment_from_its_cairn_checkpoint(ray_cluster, tmp_path):
+    from ray import tune
+
+    marker = tmp_path / "failed"
+    # The env raises once, in the second iteration (after the first checkpoint).
+    config = small_ppo(train_batch_size=64, minibatch_size=32, num_epochs=1).environment(
+        make_flaky_cartpole, env_config={"fail_marker": str(marker), "fail_after_steps": 100})
+    trainable = cairn.tune.trainable(config)
+    run_config = tune.RunConfig(
+        storage_path=str(tmp_path), name="resume", stop={"training_iteration": 3}, verbose=0,
+        checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1))
+    first = tune.Tuner(trainable, run_config=run_config).fit()
+    assert marker.exists() and first.errors and first[0].metrics["training_iteration"] == 1
+
+    grid = tune.Tuner.restore(str(tmp_path / "resume"), trainable, resume_errored=True).fit()
+    assert not grid.errors
+    result = grid[0]
+    assert result.metrics["training_iteration"] == 3
+    algo = cairn.Algorithm.from_checkpoint(result.checkpoint)
+    try:
+        # Restored from the iteration-1 checkpoint: 3 iterations of 64 steps in all, not 4.
+        assert algo.iteration == 3 and algo.counters["num_env_steps_sampled_lifetime"] == 192
     finally:
         algo.stop()
