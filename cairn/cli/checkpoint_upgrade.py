@@ -43,8 +43,10 @@ def _native_copier(policy_dir: str) -> Any:
     in ``policy_dir`` (verified against its manifest) into the checkpoint being written."""
     from cairn.checkpoint import get_checkpoint_info
     from cairn.checkpoint.safetensors_io import new_hasher
+    from cairn.checkpoint.storage import resolve_storage
 
     info = get_checkpoint_info(policy_dir)
+    source = resolve_storage(info["checkpoint_dir"])
     names = [name for name in info["files"] if name not in _POLICY_STATE_FILES]
     if not names:
         return None
@@ -52,10 +54,10 @@ def _native_copier(policy_dir: str) -> Any:
 
     def copy(directory: Path, files: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         for name in names:
-            data = (Path(info["checkpoint_dir"]) / name).read_bytes()
+            entry = info["files"][name]
+            data = source.read_bytes(name, limit=entry["size"])
             hasher = new_hasher()
             hasher.update(data)
-            entry = info["files"][name]
             if len(data) != entry["size"] or hasher.hexdigest() != entry["hash"]:
                 raise CommandError(f"{info['checkpoint_dir']}/{name} does not match its manifest; run "
                                    "cairn checkpoint verify on it. Nothing was written.")
@@ -90,11 +92,11 @@ def upgrade_checkpoint(checkpoint: str, out: str | None = None) -> tuple[str, st
     if info["type"] == "Algorithm":
         state = load_algorithm_state(checkpoint)
         native = {pid: copier for pid in state["policies"]
-                  if (copier := _native_copier(os.path.join(root, "policies", pid))) is not None}
+                  if (copier := _native_copier(f"{root.rstrip('/')}/policies/{pid}")) is not None}
         written = write_algorithm_checkpoint(target, state, policy_native_files=native)
     else:
         state = load_policy_state(checkpoint)
-        written = write_policy_checkpoint(target, state, native_files=_native_copier(root))
+        written = write_policy_checkpoint(target, state, native_files=_native_copier(str(root)))
     return written, old, FORMAT_VERSION
 
 

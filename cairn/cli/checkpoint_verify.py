@@ -18,7 +18,6 @@ from cairn.cli.common import EXIT_FAILURE
 __all__ = ["add_parser", "run", "verify_checkpoint"]
 
 MANIFEST = "cairn_checkpoint.json"
-_CHUNK = 1 << 20
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -35,52 +34,54 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def _check_file(root: str, name: str, entry: Mapping[str, Any]) -> str | None:
+def _check_file(storage: Any, where: str, name: str, entry: Mapping[str, Any]) -> str | None:
+    """The problem of the listed file ``name`` of ``storage`` (shown under ``where``), or None."""
     from cairn.checkpoint.safetensors_io import new_hasher
+    from cairn.errors import CheckpointError
 
-    path = os.path.join(root, *name.split("/"))
-    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
-        return f"{path}: not a regular file"
-    if not os.path.exists(path):
+    path = f"{where}/{name}"
+    if not storage.exists(name):
         return f"{path}: missing (listed in the manifest)"
-    size = os.path.getsize(path)
-    if size != entry["size"]:
-        return f"{path}: size {size} bytes, the manifest says {entry['size']}"
+    try:  # a file larger than the manifest says is refused unread
+        data = storage.read_bytes(name, limit=entry["size"])
+    except CheckpointError as exc:  # larger than listed; a link, a directory, a special file
+        local = f"{storage.path}/{name}" if storage.is_local else None
+        if local and os.path.isfile(local) and not os.path.islink(local):
+            return f"{path}: size {os.path.getsize(local)} bytes, the manifest says {entry['size']}"
+        message = _one_line(exc)
+        for prefix in (path, local or path):  # the library's message names the file too
+            message = message.removeprefix(prefix).lstrip(": ")
+        return f"{path}: {message}"
+    if len(data) != entry["size"]:
+        return f"{path}: size {len(data)} bytes, the manifest says {entry['size']}"
     hasher = new_hasher()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            hasher.update(chunk)
+    hasher.update(data)
     if hasher.hexdigest() != entry["hash"]:
         return f"{path}: content hash {hasher.hexdigest()} does not match the manifest's {entry['hash']}"
     return None
 
 
-def _walk(root: str) -> set[str]:
-    found = set()
-    for folder, _, files in os.walk(root):
-        for name in files:
-            found.add(os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"))
-    return found
-
-
 def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None]:
     """Problems of ``checkpoint`` (one line each; empty when it is sound) and its root
-    manifest summary (``get_checkpoint_info``; None when the manifest itself is unreadable)."""
+    manifest summary (``get_checkpoint_info``; None when the manifest itself is unreadable).
+    ``checkpoint`` is any location cairn reads (a path, a ``file://`` or object-store URL)."""
     from cairn.checkpoint import get_checkpoint_info, load_algorithm_state, load_policy_state
+    from cairn.checkpoint.storage import resolve_storage
     from cairn.errors import CheckpointError
 
     try:
         info = get_checkpoint_info(checkpoint)
     except CheckpointError as exc:
         return [_one_line(exc)], None
-    root = info["checkpoint_dir"]
-    present = _walk(root)
+    where = str(info["checkpoint_dir"]).rstrip("/")
+    storage = resolve_storage(info["checkpoint_dir"])
+    present = set(storage.list_files())
     problems = []
     listed = {MANIFEST}
     bad: set[str] = set()
     for name, entry in sorted(info["files"].items()):
         listed.add(name)
-        problem = _check_file(root, name, entry)
+        problem = _check_file(storage, where, name, entry)
         if problem:
             problems.append(problem)
             bad.add(name)
@@ -90,17 +91,17 @@ def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None
             listed.update(name for name in present if name.startswith(f"{sub}/"))
             continue
         try:
-            sub_info = get_checkpoint_info(os.path.join(root, "policies", pid))
+            sub_info = get_checkpoint_info(f"{where}/{sub}")
         except CheckpointError as exc:
             problems.append(f"policy {pid!r}: {_one_line(exc)}")
             continue
         for name, entry in sorted(sub_info["files"].items()):
             listed.add(f"{sub}/{name}")
-            problem = _check_file(os.path.join(root, "policies", pid), name, entry)
+            problem = _check_file(storage, where, f"{sub}/{name}", entry)
             if problem:
                 problems.append(problem)
     for name in sorted(present - listed):
-        problems.append(f"{os.path.join(root, name)}: not listed in any manifest")
+        problems.append(f"{where}/{name}: not listed in any manifest")
     if not problems:  # the structure inside the files: JSON, safetensors, trees, migrations
         try:
             if info["type"] == "Algorithm":

@@ -198,3 +198,30 @@ def test_upgrade_runs_the_registered_migrations_in_place(tmp_path, monkeypatch, 
     monkeypatch.delitem(migrations.MIGRATIONS, ("Algorithm", "0"))  # no migration needed any more
     _assert_same_tree(load_algorithm_state(ckpt), load_algorithm_state(FIXTURES / "1" / "ppo_single"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]  # no temporary sibling left
+
+
+def test_checkpoint_tools_take_urls_as_given(ppo_algo, capsys):
+    """Locations go to the library as strings: a memory:// checkpoint is verified, diffed and
+    upgraded like a local one."""
+    import fsspec
+
+    ppo_algo.save("memory://cli-tools/a")
+    ppo_algo.train()
+    ppo_algo.save("memory://cli-tools/b")
+    assert main(["checkpoint", "verify", "memory://cli-tools/a"]) == 0
+    assert main(["checkpoint", "diff", "memory://cli-tools/a", "memory://cli-tools/b", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["checkpoint", "diff", "memory://cli-tools/a", "memory://cli-tools/b", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["settings"]["iteration"] == [0, 1]
+    assert main(["checkpoint", "upgrade", "memory://cli-tools/a", "--out", "memory://cli-tools/c"]) == 0
+    assert main(["checkpoint", "verify", "memory://cli-tools/c"]) == 0
+    fs = fsspec.filesystem("memory")
+    name = "/cli-tools/b/policies/default_policy/policy_state.safetensors"
+    data = bytearray(fs.cat_file(name))
+    data[-1] ^= 0x10
+    fs.pipe_file(name, bytes(data))
+    capsys.readouterr()
+    assert main(["checkpoint", "verify", "memory://cli-tools/b"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"memory:/{name}: content hash")
+    fs.rm("/cli-tools", recursive=True)

@@ -83,6 +83,7 @@ def test_evaluate_mp4_has_every_frame(trained_run, tmp_path, capsys):
         assert reader.count_frames() == report["render"]["frames"]
 
 
+@pytest.mark.filterwarnings("ignore:.*CartPole-v0 is out of date")
 def test_evaluate_on_another_env_with_the_same_spaces(trained_run, capsys):
     ckpt = str(trained_run / "checkpoints" / "checkpoint_000003")
     report = _json(capsys, ["evaluate", ckpt, "--env", "CartPole-v0", "--episodes", "2", "--seed", "0", "--json"])
