@@ -81,16 +81,22 @@ def build_manifest(
 
 def safe_relative_path(name: Any) -> PurePosixPath:
     """Check that a manifest file name stays inside the checkpoint directory."""
+    check_relative_name(name)
+    return PurePosixPath(name)
+
+
+def check_relative_name(name: Any) -> None:
+    """Refuse (``UnsafeCheckpointError``) a manifest file name that leaves the checkpoint
+    directory; :func:`safe_relative_path` without building the path (manifests list every
+    file, so this runs once per file on every read)."""
     if not isinstance(name, str) or not name or len(name) > 1024:
         raise UnsafeCheckpointError(f"Manifest lists an invalid file name {name!r:.100}.")
     bad = ("\x00" in name or "\\" in name or name.startswith("/") or ":" in name)
-    path = PurePosixPath(name)
     if bad or any(part in ("", ".", "..") for part in name.split("/")):
         raise UnsafeCheckpointError(
             f"Manifest lists file {name!r:.100}, which escapes the checkpoint directory; "
             "file names must be relative paths without '..', drive letters or NUL bytes."
         )
-    return path
 
 
 def _load_json(data: bytes | bytearray | memoryview, what: str) -> Any:
@@ -180,7 +186,7 @@ def _check_manifest(manifest: Any, path: Any, directory: Any, expected_type: str
     if not isinstance(manifest.get("format_version"), str):
         raise CheckpointFormatError(f"{path}: key 'format_version' is missing or not a str.")
     for name, entry in manifest["files"].items():
-        safe_relative_path(name)
+        check_relative_name(name)
         if not (isinstance(entry, dict) and type(entry.get("size")) is int and entry["size"] >= 0
                 and isinstance(entry.get("hash"), str)):
             raise CheckpointFormatError(f"{path}: entry for {name!r:.100} needs an int size and a hash.")

@@ -40,6 +40,7 @@ from cairn.checkpoint.format import (
 )
 from cairn.checkpoint.object_store import ObjectStorage
 from cairn.checkpoint.storage import LocalStorage, Storage, resolve_storage
+from cairn.checkpoint.writer_files import staging
 from cairn.errors import CheckpointFormatError
 
 __all__ = ["WriteTarget", "writing", "check_save_location", "CHECKPOINT_ENTRIES"]
@@ -130,25 +131,26 @@ def writing(location: str | os.PathLike[str] | Storage, *,
             yield WriteTarget(tmp, storage)
         return
     storage = cast(ObjectStorage, storage)  # resolve_storage: local, or an object store
-    before = storage.list_files()
-    _check_prefix(storage, before)
-    staging = Path(tempfile.mkdtemp(prefix="cairn-upload-"))
+    directory = Path(tempfile.mkdtemp(prefix="cairn-upload-"))
     try:
-        target = WriteTarget(staging, storage)
-        yield target
-        _commit(target, storage, before)
+        target = WriteTarget(directory, storage)
+        with staging():  # staged files are uploaded at once: no fsync
+            yield target
+        _commit(target, storage)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
-def _commit(target: WriteTarget, storage: ObjectStorage, before: list[str]) -> None:
-    """Upload the staged checkpoint under ``storage``'s prefix, the manifest last."""
+def _commit(target: WriteTarget, storage: ObjectStorage) -> None:
+    """Upload the staged checkpoint under ``storage``'s prefix, the manifest last. (The prefix
+    is checked here, listed once; :func:`check_save_location` checks it before the state is
+    gathered too.)"""
     staged = sorted(path.relative_to(target.directory).as_posix()
                     for path in target.directory.rglob("*") if path.is_file())
     if MANIFEST_FILE not in staged:
         raise CheckpointFormatError(f"Internal error: the checkpoint for {storage.url} has no manifest.")
     now = storage.list_files()
-    _check_prefix(storage, now)  # again: something may have been put there during the save
+    _check_prefix(storage, now)
     if MANIFEST_FILE in now:
         storage.delete(MANIFEST_FILE)  # uncommit the old checkpoint before any file changes
     written = [name for name in staged if name != MANIFEST_FILE]
@@ -156,4 +158,4 @@ def _commit(target: WriteTarget, storage: ObjectStorage, before: list[str]) -> N
     storage.copy_files(target.copies)
     storage.put_files([(target.directory / MANIFEST_FILE, MANIFEST_FILE)])  # the commit point
     keep = {*staged, *(relative for _, _, relative in target.copies)}
-    storage.delete_files(sorted((set(before) | set(now)) - keep))
+    storage.delete_files(sorted(set(now) - keep))

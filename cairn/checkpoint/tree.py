@@ -19,6 +19,7 @@ ARRAY_KEY = "__array__"
 FLOAT_KEY = "__float__"
 MAX_DEPTH = 64
 _SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_CONTAINERS = (dict, list)  # what json.loads builds that may hold an array reference
 
 
 class TreeError(ValueError):
@@ -91,6 +92,8 @@ def join_arrays(tree: Any, arrays: Mapping[str, np.ndarray]) -> Any:
                 return _SPECIAL_FLOATS[value]
             return {k: walk(v, depth + 1) for k, v in node.items()}
         if isinstance(node, list):
+            if depth < MAX_DEPTH and not any(type(v) in _CONTAINERS for v in node):
+                return node  # a list of plain values (space bounds, counters): nothing to join
             return [walk(v, depth + 1) for v in node]
         return node
 

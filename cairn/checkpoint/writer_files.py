@@ -4,9 +4,11 @@ recorded for the manifest; and the same entries computed without writing
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +16,24 @@ from cairn.checkpoint.safetensors_io import new_hasher, write_safetensors
 from cairn.checkpoint.tree import TreeError, split_arrays
 from cairn.errors import CheckpointError
 
-__all__ = ["Files", "HashingFile", "write_json_file", "write_state_files", "state_file_entries"]
+__all__ = ["Files", "HashingFile", "staging", "write_json_file", "write_state_files", "state_file_entries"]
 
 #: ``{relative path: {"size": int, "hash": str}}``, a manifest's ``files``.
 Files = dict[str, dict[str, Any]]
+#: False while a checkpoint is staged locally for an upload: the staged files are read back
+#: at once and never are the checkpoint themselves, so making them durable would be wasted.
+_DURABLE: contextvars.ContextVar[bool] = contextvars.ContextVar("cairn_durable_writes", default=True)
+
+
+@contextlib.contextmanager
+def staging() -> Iterator[None]:
+    """Within this block (in this thread), files are written without fsync: for a local
+    staging copy of a checkpoint that is uploaded to an object store."""
+    token = _DURABLE.set(False)
+    try:
+        yield
+    finally:
+        _DURABLE.reset(token)
 
 
 class HashingFile:
@@ -40,7 +56,8 @@ class HashingFile:
         try:
             if exc[0] is None:
                 self.f.flush()
-                os.fsync(self.f.fileno())
+                if _DURABLE.get():
+                    os.fsync(self.f.fileno())
                 self.files[self.name] = {"size": self.f.tell(), "hash": self.hasher.hexdigest()}
         finally:
             self.f.close()

@@ -1,0 +1,255 @@
+"""Checkpoint storage (issue 12): local saves vs numpy, S3 vs boto3, incremental and subset
+saves/restores, each side by side with its anchor in one run.
+
+Parts:
+
+1. **Local save** of PPO CartPole with 3x1024 (48 MiB with Adam) and 3x2048 (192 MiB) actor and
+   critic vs numpy writing + fsyncing the same number of bytes as one file. Target 1.2x.
+2. **S3** (a moto server on 127.0.0.1, tests/s3_server.py, through s3fs): ``save_algorithm`` of
+   the 3x1024 algorithm to ``s3://`` and ``Algorithm.from_checkpoint`` of it vs boto3's
+   ``upload_fileobj`` / ``download_fileobj`` of the same bytes as one multipart object
+   (boto3's default transfer config: 8 MiB parts, 10 threads). Target 1.3x.
+3. **Incremental save**: 64 policies (2x256), one of them changed since the previous checkpoint:
+   ``save_algorithm(..., previous=...)`` vs a save of the same algorithm with that one policy
+   alone, and vs a full save of all 64. Target 1.5x of the one-policy save.
+4. **Subset restore**: ``Algorithm.from_checkpoint(path, policy_ids=["p0"])`` of 1 policy of 64
+   vs 1 of 2 (2x256 policies, 64 agents either way). Target 1.2x.
+
+Runs in the project's own virtualenv (the ``s3`` and ``dev`` extras), alternating the compared
+calls within each repetition after a warm-up round:
+
+    .venv/bin/python bench/storage_io.py            # full, a few minutes
+    .venv/bin/python bench/storage_io.py --quick    # smoke: small models, 2 repeats
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _util import REPO, command_line, fmt, load_average, machine_lines, median, ratio, table, timed
+from checkpoint_io import array_bytes, build_cairn, build_ma, numpy_save
+
+TARGETS = {"local": 1.2, "s3": 1.3, "incremental": 1.5, "subset": 1.2}
+
+
+def ms(seconds: float) -> str:
+    return fmt(seconds * 1000, 1)
+
+
+def alternate(calls: dict[str, Callable[[int], Any]], repeats: int) -> dict[str, list[float]]:
+    """Median-ready timings of each call, alternating their order; round 0 is a warm-up."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    names = list(calls)
+    for rep in range(repeats + 1):
+        for name in (names if rep % 2 == 0 else names[::-1]):
+            gc.collect()
+            t, _ = timed(lambda name=name, rep=rep: calls[name](rep))
+            if rep:
+                times[name].append(t)
+        print(f"  rep {rep} (load {load_average()}): " + ", ".join(
+            f"{n} {ms(times[n][-1]) if rep else '-'} ms" for n in names), flush=True)
+    return times
+
+
+# ------------------------------------------------------------------------------ 1: local
+def bench_local(hidden: list[int], repeats: int, work: Path) -> dict[str, Any]:
+    from cairn.algorithms.checkpointing import save_algorithm
+
+    print(f"== local save {len(hidden)}x{hidden[0]}", flush=True)
+    algo = build_cairn(hidden)
+    nbytes = array_bytes(algo.get_state())
+    buf = np.random.default_rng(0).integers(0, 255, size=nbytes, dtype=np.uint8)
+
+    def cairn_save(rep: int) -> None:
+        save_algorithm(algo, work / f"local_{rep}")
+
+    def numpy_write(rep: int) -> None:
+        numpy_save(buf, work / f"numpy_{rep}.bin")
+
+    times = alternate({"numpy": numpy_write, "cairn": cairn_save}, repeats)
+    for path in work.glob("local_*"):
+        shutil.rmtree(path)
+    for path in work.glob("numpy_*"):
+        path.unlink()
+    algo.stop()
+    return {"hidden": hidden, "bytes": nbytes, "times": times}
+
+
+# --------------------------------------------------------------------------------- 2: S3
+def bench_s3(hidden: list[int], repeats: int) -> dict[str, Any]:
+    import boto3.s3.transfer
+
+    import cairn
+    from cairn.algorithms.checkpointing import save_algorithm
+    from tests.s3_server import S3Server
+
+    print(f"== S3 (moto on 127.0.0.1) {len(hidden)}x{hidden[0]}", flush=True)
+    server = S3Server.start()
+    bucket = server.new_bucket()
+    client = server.client()
+    config = boto3.s3.transfer.TransferConfig()  # the defaults: multipart over 8 MiB, 10 threads
+    algo = build_cairn(hidden)
+    nbytes = array_bytes(algo.get_state())
+    data = np.random.default_rng(0).integers(0, 255, size=nbytes, dtype=np.uint8).tobytes()
+    options = server.storage_options
+
+    def cairn_save(rep: int) -> None:
+        save_algorithm(algo, bucket.url(f"c{rep}"), storage_options=options)
+
+    def boto3_upload(rep: int) -> None:
+        client.upload_fileobj(io.BytesIO(data), bucket.name, f"blob{rep}", Config=config)
+
+    def cairn_restore(rep: int) -> None:
+        cairn.Algorithm.from_checkpoint(bucket.url(f"c{rep}"), storage_options=options).stop()
+
+    def boto3_download(rep: int) -> None:
+        out = io.BytesIO()
+        client.download_fileobj(bucket.name, f"blob{rep}", out, Config=config)
+        assert out.getbuffer().nbytes == nbytes
+
+    saves = alternate({"boto3 upload": boto3_upload, "cairn save": cairn_save}, repeats)
+    restores = alternate({"boto3 download": boto3_download, "cairn restore": cairn_restore}, repeats)
+    algo.stop()
+    server.stop()
+    return {"hidden": hidden, "bytes": nbytes, "save": saves, "restore": restores}
+
+
+# ------------------------------------------------------------------------ 3: incremental
+def _change(algo: Any, pid: str, rep: int) -> None:
+    policy = algo.get_policy(pid)
+    weights = policy.get_weights()
+    name = next(iter(weights))
+    policy.set_weights({**weights, name: weights[name] + 1e-3 * (rep + 1)})
+
+
+def bench_incremental(n: int, hidden: list[int], repeats: int, work: Path) -> dict[str, Any]:
+    from cairn.algorithms.checkpointing import save_algorithm
+
+    print(f"== incremental save: {n} policies {len(hidden)}x{hidden[0]}, one changed", flush=True)
+    many, one = build_ma(n, hidden, agents=n), build_ma(1, hidden, agents=n)
+    base = save_algorithm(many, work / "inc_base")
+
+    def incremental(rep: int) -> None:
+        _change(many, "p0", rep)
+        save_algorithm(many, work / f"inc_{rep}", previous=base)
+
+    def one_policy(rep: int) -> None:
+        _change(one, "p0", rep)
+        save_algorithm(one, work / f"one_{rep}")
+
+    def full(rep: int) -> None:
+        save_algorithm(many, work / f"full_{rep}")
+
+    times = alternate({"one policy alone": one_policy, "incremental": incremental, "full": full}, repeats)
+    linked = sum(1 for p in (work / f"inc_{repeats}" / "policies").rglob("*") if p.is_file() and p.stat().st_nlink > 1)
+    many.stop()
+    one.stop()
+    return {"n": n, "hidden": hidden, "times": times, "linked_files": linked}
+
+
+# ----------------------------------------------------------------------------- 4: subset
+def bench_subset(counts: list[int], hidden: list[int], repeats: int, work: Path) -> dict[str, Any]:
+    import cairn
+
+    print(f"== subset restore: 1 policy of {counts}", flush=True)
+    agents = max(counts)
+    paths = {}
+    for n in counts:
+        algo = build_ma(n, hidden, agents=agents)
+        paths[n] = algo.save(work / f"subset_{n}")
+        algo.stop()
+    mapping = {f"agent_{i}": "p0" for i in range(agents)}
+
+    def restore(n: int) -> Callable[[int], None]:
+        def call(rep: int) -> None:
+            cairn.Algorithm.from_checkpoint(paths[n], policy_ids=["p0"], policy_mapping_fn=mapping).stop()
+        return call
+
+    times = alternate({f"1 of {n}": restore(n) for n in counts}, repeats)
+    return {"counts": counts, "hidden": hidden, "times": times}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke: small models, 2 repeats")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--parts", default="local,s3,incremental,subset")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="Markdown results (default bench/results/storage_io.md; none for --quick)")
+    args = parser.parse_args()
+    sizes, n, counts, ma_hidden = [[1024] * 3, [2048] * 3], 64, [2, 64], [256, 256]
+    if args.quick:
+        sizes, n, counts, args.repeats = [[256] * 3], 8, [2, 8], 2
+    parts = set(args.parts.split(","))
+    work = Path(tempfile.mkdtemp(prefix="cairn_storage_bench_"))
+    results: dict[str, Any] = {}
+    try:
+        if "local" in parts:
+            results["local"] = [bench_local(h, args.repeats, work) for h in sizes]
+        if "s3" in parts:
+            results["s3"] = bench_s3(sizes[0], args.repeats)
+        if "incremental" in parts:
+            results["incremental"] = bench_incremental(n, ma_hidden, args.repeats, work)
+        if "subset" in parts:
+            results["subset"] = bench_subset(counts, ma_hidden, args.repeats, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    lines = report(results, args)
+    print("\n".join(lines))
+    out = args.out or (None if args.quick else REPO / "bench/results/storage_io.md")
+    if out:
+        out.write_text("\n".join(lines) + "\n")
+        print(f"wrote {out}")
+
+
+def report(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    met = {True: "**met**", False: "**MISSED**"}
+    rows = []
+    for run in results.get("local", []):
+        a, b = median(run["times"]["numpy"]), median(run["times"]["cairn"])
+        rows.append((f"local save {len(run['hidden'])}x{run['hidden'][0]} ({run['bytes'] / 2**20:.0f} MiB) "
+                     "vs numpy write+fsync", f"numpy {ms(a)} ms", f"cairn {ms(b)} ms",
+                     f"{ratio(b, a):.2f}x", met[ratio(b, a) <= TARGETS["local"]] + f" (<= {TARGETS['local']}x)"))
+    if "s3" in results:
+        run = results["s3"]
+        for kind, anchor, ours in (("save", "boto3 upload", "cairn save"), ("restore", "boto3 download", "cairn restore")):
+            a, b = median(run[kind][anchor]), median(run[kind][ours])
+            rows.append((f"S3 {kind} of {run['bytes'] / 2**20:.0f} MiB vs boto3 one multipart object",
+                         f"{anchor} {ms(a)} ms", f"{ours} {ms(b)} ms", f"{ratio(b, a):.2f}x",
+                         met[ratio(b, a) <= TARGETS["s3"]] + f" (<= {TARGETS['s3']}x)"))
+    if "incremental" in results:
+        run = results["incremental"]
+        a, b, c = (median(run["times"][k]) for k in ("one policy alone", "incremental", "full"))
+        rows.append((f"incremental save, {run['n']} policies, 1 changed ({run['linked_files']} files linked) "
+                     "vs a save of that policy alone", f"one policy {ms(a)} ms", f"incremental {ms(b)} ms",
+                     f"{ratio(b, a):.2f}x", met[ratio(b, a) <= TARGETS["incremental"]]
+                     + f" (<= {TARGETS['incremental']}x)"))
+        rows.append((f"full save of {run['n']} policies (for comparison)", f"one policy {ms(a)} ms",
+                     f"full {ms(c)} ms", f"{ratio(c, a):.2f}x", "report"))
+    if "subset" in results:
+        run = results["subset"]
+        lo, hi = (median(run["times"][f"1 of {n}"]) for n in run["counts"])
+        rows.append((f"from_checkpoint(policy_ids=['p0']), 1 of {run['counts'][1]} vs 1 of {run['counts'][0]}",
+                     f"1 of {run['counts'][0]} {ms(lo)} ms", f"1 of {run['counts'][1]} {ms(hi)} ms",
+                     f"{ratio(hi, lo):.2f}x", met[ratio(hi, lo) <= TARGETS["subset"]] + f" (<= {TARGETS['subset']}x)"))
+    return ["# Checkpoint storage: local, S3, incremental, subset", "",
+            f"Command: `{command_line().replace('.bench-venv', '.venv')}`; medians of {args.repeats} "
+            "alternating repetitions after a warm-up round.", "", *machine_lines(), "",
+            *table(("what", "anchor", "cairn", "ratio", "target"), rows)]
+
+
+if __name__ == "__main__":
+    main()
