@@ -244,7 +244,9 @@ class RemoteRunners:
         return [results[share] for share in sorted(results)]
 
     def stop(self) -> None:
-        ray = ensure_ray()
-        for actor in self.actors.values():
-            ray.kill(actor)  # no wait: a dead actor's kill is a no-op
+        import ray
+
+        if ray.is_initialized():  # after ray.shutdown() the actors are gone already
+            for actor in self.actors.values():
+                ray.kill(actor)  # no wait: a dead actor's kill is a no-op
         self.actors = {}
