@@ -41,6 +41,7 @@ RUN_FILES = (CONFIG_FILE, RUN_FILE, PROGRESS_FILE, RESULT_FILE, TENSORBOARD_DIR)
 
 #: The first columns of progress.csv; the learners' stats follow (``policy_loss`` ..., or
 #: ``<policy_id>/policy_loss`` with several policies).
+_EVALUATION_COLUMN = "evaluation/episode_return_mean"
 PROGRESS_COLUMNS = (
     "training_iteration", "timesteps", "time", "episode_return_mean", "episode_return_min",
     "episode_return_max", "episode_len_mean", "episodes", "env_steps_per_s",
@@ -68,7 +69,7 @@ def progress_row(result: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 row[f"{pid}/{key}" if several else key] = value
     if "evaluation" in result:
-        row["evaluation/episode_return_mean"] = result["evaluation"].get("episode_return_mean")
+        row[_EVALUATION_COLUMN] = result["evaluation"].get("episode_return_mean")
     return row
 
 
@@ -118,10 +119,17 @@ class RunLog:
             it are cut off, the header of progress.csv is kept, and :attr:`time_offset` is the
             last kept row's time.
         tensorboard: Also write TensorBoard event files (needs tensorboardX).
+        evaluates: The config evaluates every few iterations: progress.csv gets its
+            ``evaluation/episode_return_mean`` column from the first row (empty between).
+
+    progress.csv's columns are those of its first row; result.jsonl holds every key of every
+    iteration (a policy added later, say).
     """
 
-    def __init__(self, run_dir: Path, *, resume_iteration: int | None = None, tensorboard: bool = False) -> None:
+    def __init__(self, run_dir: Path, *, resume_iteration: int | None = None, tensorboard: bool = False,
+                 evaluates: bool = False) -> None:
         self.run_dir = run_dir
+        self.evaluates = evaluates
         run_dir.mkdir(parents=True, exist_ok=True)
         self.progress_path = run_dir / PROGRESS_FILE
         self.result_path = run_dir / RESULT_FILE
@@ -174,6 +182,8 @@ class RunLog:
         new_file = self.columns is None or not self.progress_path.exists() or self.progress_path.stat().st_size == 0
         if new_file:
             self.columns = list(row)
+            if self.evaluates and _EVALUATION_COLUMN not in row:
+                self.columns.append(_EVALUATION_COLUMN)
         assert self.columns is not None
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")

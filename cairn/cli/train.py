@@ -319,7 +319,8 @@ def _resume(args: argparse.Namespace) -> int:
         settings = {"algo": type(algo).__name__, "stop": _stop_settings(args, saved.get("stop")),
                     "checkpoint_every": args.checkpoint_every or saved.get("checkpoint_every"),
                     "keep": args.keep if args.keep is not None else saved.get("keep", DEFAULT_KEEP)}
-        log = RunLog(run_dir, resume_iteration=algo.iteration, tensorboard=args.tensorboard)
+        log = RunLog(run_dir, resume_iteration=algo.iteration, tensorboard=args.tensorboard,
+                     evaluates=bool(algo.config.evaluation_interval))
         log.write_config(algo.config.to_dict(), settings)
         _log.info("resuming %s from %s (iteration %d)", run_dir, latest, algo.iteration)
         state = {"training_iteration": algo.iteration, **algo.counters}
@@ -344,7 +345,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.out is None:
             run_dir = Path(algo.log_dir)
-        log = RunLog(run_dir, tensorboard=args.tensorboard)
+        log = RunLog(run_dir, tensorboard=args.tensorboard, evaluates=bool(algo.config.evaluation_interval))
         log.write_config(algo.config.to_dict(), settings)
         return _train_run(algo, run_dir, args, settings, log, None)
     finally:
