@@ -88,13 +88,16 @@ def test_resume_cuts_rows_written_after_the_latest_checkpoint(tmp_path):
 def test_config_file_and_flags(tmp_path):
     file = tmp_path / "ppo.yaml"
     file.write_text(yaml.safe_dump({"algo_class": "PPO", "env": "CartPole-v1", "train_batch_size": 64,
-                                    "minibatch_size": 32, "num_epochs": 1, "lr": 0.01, "seed": 5}))
+                                    "minibatch_size": 32, "num_epochs": 1, "lr": 0.01, "seed": 5,
+                                    "evaluation_interval": 2, "evaluation_duration": 1}))
     run = tmp_path / "run"
     assert main(["train", "--config", str(file), "lr=0.002", "--seed", "7", "--stop-timesteps", "100",
                  "--out", str(run), "-q"]) == 0
     config = json.loads((run / "config.json").read_text())
     assert config["lr"] == 0.002 and config["seed"] == 7 and config["train_batch_size"] == 64
-    assert [r["timesteps"] for r in _rows(run)] == ["64", "128"]  # stopped at the first >= 100
+    rows = _rows(run)
+    assert [r["timesteps"] for r in rows] == ["64", "128"]  # stopped at the first >= 100
+    assert rows[0]["evaluation/episode_return_mean"] == "" and float(rows[1]["evaluation/episode_return_mean"]) > 0
 
 
 def test_plain_lines_quiet_and_bar(tmp_path, capsys, monkeypatch):
