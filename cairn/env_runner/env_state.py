@@ -48,7 +48,9 @@ def get_env_state(env: Any) -> dict[str, Any] | None:
     for name in _CLASSIC_CONTROL_ATTRS:
         if hasattr(base, name):
             value = getattr(base, name)
-            attrs[name] = np.array(value) if isinstance(value, (np.ndarray, tuple, list)) else value
+            # A numpy scalar (Pendulum's last_u) becomes a Python number, as JSON restores it.
+            attrs[name] = (np.array(value) if isinstance(value, (np.ndarray, tuple, list))
+                           else value.item() if isinstance(value, np.generic) else value)
     wrappers = []
     layer = env
     while isinstance(layer, gym.Wrapper):

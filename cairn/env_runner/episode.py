@@ -20,8 +20,9 @@ class EpisodeTotals:
         self.agent_returns: dict[Any, float] = defaultdict(float)
 
     def to_state(self) -> dict[str, Any]:
-        return {"return": self.ret, "length": self.length,
-                "agent_returns": {str(k): v for k, v in self.agent_returns.items()}}
+        # float(): rewards may be numpy scalars (Pendulum's), which JSON restores as floats.
+        return {"return": float(self.ret), "length": self.length,
+                "agent_returns": {str(k): float(v) for k, v in self.agent_returns.items()}}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], agent_ids: Mapping[str, Any]) -> EpisodeTotals:

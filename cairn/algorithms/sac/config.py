@@ -1,0 +1,151 @@
+"""SACConfig: SAC's settings on top of the shared AlgorithmConfig sections."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from cairn.algorithms.dqn.config import DQNConfig
+from cairn.algorithms.sac.sac_policy import SACPolicy, check_target_entropy
+from cairn.config.algorithm_config import BASE_FIELDS, AlgorithmConfig
+from cairn.config.fields import Field, boolean, non_negative_int, number, optional, positive_int
+from cairn.errors import ConfigError
+from cairn.replay.factory import DEFAULT_REPLAY_BUFFER_CONFIG
+
+__all__ = ["SACConfig"]
+
+#: The replay buffer check is DQN's: the same buffers, the same keys.
+_check_replay_buffer_config = DQNConfig.FIELDS["replay_buffer_config"].check
+_lr = optional(number(0.0, 10.0, low_open=True))
+
+
+def _check_gradient_steps(key: str, value: Any) -> None:
+    if value != -1:
+        positive_int(key, value)
+
+
+def _check_fragment(key: str, value: Any) -> None:
+    if value != "auto":
+        positive_int(key, value)
+
+
+class SACConfig(AlgorithmConfig):
+    """Config for :class:`~cairn.algorithms.sac.SAC`. Defaults follow Stable-Baselines3's SAC
+    (buffer 1e6, batch 256, tau 0.005, gamma 0.99, lr 3e-4, 256x256 ReLU, learning starts
+    after 100 steps, one gradient step per env step, alpha tuned from 1.0 to the target
+    entropy ``-dim(A)``).
+
+    Shared settings keep their cairn meaning: ``train_batch_size`` is the number of env steps
+    sampled per ``train()`` call, ``minibatch_size`` the transitions per gradient step (SB3's
+    ``batch_size``), ``lr`` the learning rate of the actor, the critics and alpha unless
+    ``actor_lr``, ``critic_lr`` or ``alpha_lr`` set their own, and ``grad_clip`` (default None,
+    as SB3) clips the actor's and the critics' gradient norms separately.
+
+    SAC's own ``training()`` settings:
+
+    - ``train_freq``: env steps per environment between two rounds of gradient steps (sets
+      ``rollout_fragment_length``, which stays ``"auto"``).
+    - ``gradient_steps``: gradient steps per policy per round; ``-1``: as many as the
+      transitions the round added (SB3's ``-1``).
+    - ``tau``: Polyak coefficient of the target critics, applied after every gradient step.
+    - ``n_step``: length of the return before bootstrapping, at most: windows stop at episode
+      ends and at the end of each sampled fragment of ``train_freq`` steps (where they
+      bootstrap after fewer steps, with the matching discount), so ``n_step`` may not exceed
+      ``train_freq``.
+    - ``initial_alpha``, ``target_entropy`` (``"auto"``: ``-dim(A)``): entropy tuning.
+    - ``actor_lr``, ``critic_lr``, ``alpha_lr``: None: ``lr``.
+    - ``replay_buffer_config``: as DQN's (``{"type": "uniform" | "prioritized", "capacity",
+      "alpha", "beta", "epsilon"}``), merged over the current value.
+    - ``num_steps_sampled_before_learning_starts`` (SB3's ``learning_starts``): env steps
+      collected, with uniformly random actions, before any gradient step.
+
+    ``checkpointing(store_replay_buffer=True)`` writes the replay buffers into checkpoints
+    (and into ``get_state()``), for exact resume.
+
+    >>> config = SACConfig().environment("Pendulum-v1").training(tau=0.01, critic_lr=1e-3)
+    """
+
+    FIELDS: ClassVar[dict[str, Field]] = {
+        **BASE_FIELDS,
+        "rollout_fragment_length": Field("env_runners", "auto", _check_fragment,
+                                         "steps per env per round ('auto': train_freq)"),
+        "lr": Field("training", 3e-4, number(0.0, 10.0, low_open=True), "learning rate"),
+        "train_batch_size": Field("training", 1000, positive_int, "env steps per iteration"),
+        "minibatch_size": Field("training", 256, positive_int, "transitions per gradient step"),
+        "grad_clip": Field("training", None, optional(number(0.0, 1e12, low_open=True)), "max grad norm"),
+        "model": Field("training", SACPolicy.DEFAULT_CONFIG["model"], BASE_FIELDS["model"].check,
+                       "network settings"),
+        "replay_buffer_config": Field("training", {**DEFAULT_REPLAY_BUFFER_CONFIG, "capacity": 1_000_000},
+                                      _check_replay_buffer_config, "replay buffer type and size"),
+        "train_freq": Field("training", 1, positive_int, "env steps per env between updates"),
+        "gradient_steps": Field("training", 1, _check_gradient_steps, "gradient steps per round"),
+        "tau": Field("training", 0.005, number(0.0, 1.0, low_open=True), "target Polyak coefficient"),
+        "n_step": Field("training", 1, positive_int, "n-step returns"),
+        "initial_alpha": Field("training", 1.0, number(0.0, 1e9, low_open=True), "starting temperature"),
+        "target_entropy": Field("training", "auto", check_target_entropy, "entropy target"),
+        "actor_lr": Field("training", None, _lr, "actor learning rate (None: lr)"),
+        "critic_lr": Field("training", None, _lr, "critic learning rate (None: lr)"),
+        "alpha_lr": Field("training", None, _lr, "alpha learning rate (None: lr)"),
+        "num_steps_sampled_before_learning_starts": Field(
+            "training", 100, non_negative_int, "env steps before learning"),
+        "store_replay_buffer": Field("checkpointing", False, boolean, "buffer in checkpoints"),
+    }
+    algo_class_name = "SAC"
+
+    # One attribute per SAC field (documented above), so that mypy checks every option read.
+    replay_buffer_config: dict[str, Any]
+    train_freq: int
+    gradient_steps: int
+    tau: float
+    n_step: int
+    initial_alpha: float
+    target_entropy: float | str
+    actor_lr: float | None
+    critic_lr: float | None
+    alpha_lr: float | None
+    num_steps_sampled_before_learning_starts: int
+    store_replay_buffer: bool
+
+    def training(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set training settings; ``replay_buffer_config`` is merged like ``model``."""
+        if "replay_buffer_config" in kwargs:
+            given = kwargs.pop("replay_buffer_config")
+            _check_replay_buffer_config("replay_buffer_config", given)
+            self.replay_buffer_config = {**self.replay_buffer_config, **copy.deepcopy(dict(given))}
+        return super().training(**kwargs)
+
+    def validate(self) -> None:
+        super().validate()
+        fragment = self.rollout_fragment_length
+        if fragment != "auto" and fragment != self.train_freq:
+            raise ConfigError(
+                f"Config 'rollout_fragment_length'={fragment!r} contradicts 'train_freq'="
+                f"{self.train_freq}: SAC samples train_freq steps per env between rounds of "
+                "gradient steps. Set train_freq only (rollout_fragment_length='auto')."
+            )
+
+        if self.n_step > self.train_freq:
+            raise ConfigError(
+                f"Config 'n_step'={self.n_step} needs 'train_freq' >= {self.n_step} (got "
+                f"{self.train_freq}): n-step returns are computed within each sampled fragment of "
+                "train_freq steps per env, so with a shorter one they would stay 1-step. E.g. "
+                f"training(train_freq={self.n_step}, gradient_steps={self.n_step}) keeps one "
+                "gradient step per env step."
+            )
+
+    def get_rollout_fragment_length(self, num_runners: int | None = None) -> int:
+        """``train_freq``: the steps per env between two rounds of gradient steps."""
+        return self.train_freq
+
+    def policy_config(self, policy_id: str) -> dict[str, Any]:
+        """The shared policy settings plus SAC's learning rates, alpha and random warm-up."""
+        base = super().policy_config(policy_id)
+        overrides: Mapping[str, Any] = self.policies[policy_id].config or {}
+        own = {"actor_lr": self.actor_lr, "critic_lr": self.critic_lr, "alpha_lr": self.alpha_lr,
+               "initial_alpha": self.initial_alpha, "target_entropy": self.target_entropy,
+               "initial_random_steps": self.num_steps_sampled_before_learning_starts}
+        for key, value in own.items():
+            if key not in overrides:
+                base[key] = value
+        return base

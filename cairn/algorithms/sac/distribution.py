@@ -1,0 +1,68 @@
+"""SquashedGaussian: SAC's action distribution, ``tanh`` of a diagonal Gaussian, rescaled."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from cairn.algorithms.sac.loss import squashed_gaussian_log_prob, squashed_gaussian_sample
+from cairn.policy.distributions import ActionDistribution
+
+__all__ = ["SquashedGaussian"]
+
+#: Raw actions are clipped this far inside (-1, 1) before ``atanh`` in :meth:`logp`.
+_ATANH_LIMIT = 1.0 - 1e-6
+
+
+class SquashedGaussian(ActionDistribution):
+    """``a = tanh(u)``, ``u ~ N(mean, exp(log_std))``; inputs are ``[mean, log_std]``.
+
+    Raw actions are the squashed values in [-1, 1] (replay stores them and the critics read
+    them); :meth:`to_env` rescales them linearly to the Box bounds,
+    ``low + (a + 1) / 2 * (high - low)``.
+    """
+
+    def __init__(self, space: gym.spaces.Box) -> None:
+        self.size = int(np.prod(space.shape))
+        self.shape = tuple(space.shape)
+        self.low = space.low.reshape(-1).astype(np.float32)
+        self.high = space.high.reshape(-1).astype(np.float32)
+        self.half_range = (0.5 * (self.high - self.low)).astype(np.float32)
+        self.env_dtype = space.dtype
+        self.num_inputs = 2 * self.size
+        self.raw_action_dtype = np.dtype(np.float32)
+        self.raw_action_shape = (self.size,)
+
+    def sample(self, inputs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        mean, log_std = inputs.chunk(2, dim=-1)
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+        return squashed_gaussian_sample(mean, log_std, noise)[0]
+
+    def deterministic(self, inputs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(inputs[..., : self.size])
+
+    def sample_numpy(self, inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        mean, log_std = inputs[:, : self.size], inputs[:, self.size :]
+        noise = rng.standard_normal(mean.shape, dtype=np.float32)
+        return np.tanh(mean + np.exp(log_std) * noise).astype(np.float32, copy=False)
+
+    def deterministic_numpy(self, inputs: np.ndarray) -> np.ndarray:
+        return np.tanh(inputs[:, : self.size]).astype(np.float32, copy=False)
+
+    def logp(self, inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        mean, log_std = inputs.chunk(2, dim=-1)
+        pre_tanh = torch.atanh(actions.clamp(-_ATANH_LIMIT, _ATANH_LIMIT))
+        return squashed_gaussian_log_prob(mean, log_std, pre_tanh)
+
+    def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
+        # No closed form: SAC estimates the entropy from samples, as -log pi(a|s).
+        raise NotImplementedError(
+            "A tanh-squashed Gaussian has no closed-form entropy; estimate it as -logp(inputs, "
+            "sample(inputs)) (SAC's losses do)."
+        )
+
+    def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
+        scaled = self.low + (raw_actions + 1.0) * self.half_range
+        clipped = np.clip(scaled, self.low, self.high)  # rounding may step past a bound
+        return clipped.reshape((raw_actions.shape[0], *self.shape)).astype(self.env_dtype, copy=False)

@@ -1,0 +1,161 @@
+"""SACModel: a squashed-Gaussian actor, twin Q critics with their targets, and log-alpha.
+
+One module holds everything SAC learns, so that the policy's weights tree (and so its
+checkpoint) has all of it: ``actor.*``, ``critic.*``, ``target_critic.*`` and ``log_alpha``.
+The target critics never receive gradients (``requires_grad`` is off); they follow the
+critics by Polyak averaging (:meth:`SACModel.update_targets`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from cairn.policy.model import NUMPY_ACTIVATIONS
+
+__all__ = ["SACModel", "SquashedGaussianActor", "TwinQ", "LOG_STD_MIN", "LOG_STD_MAX"]
+
+#: The actor's log-std is clamped to this range, as in Haarnoja et al.'s code and SB3.
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+_TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "tanh": torch.tanh, "relu": torch.relu, "elu": F.elu, "silu": F.silu}
+
+
+def _uniform_init(tensor: torch.Tensor, fan_in: int, generator: torch.Generator) -> None:
+    # PyTorch's default nn.Linear initialisation (what SB3's SAC networks start from).
+    bound = 1.0 / math.sqrt(fan_in)
+    nn.init.uniform_(tensor, -bound, bound, generator=generator)
+
+
+class SquashedGaussianActor(nn.Module):
+    """``obs -> (mean, log_std)`` of the Gaussian whose samples ``tanh`` squashes to [-1, 1].
+
+    The log-std depends on the state (a second head) and is clamped to
+    ``[LOG_STD_MIN, LOG_STD_MAX]``.
+    """
+
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str) -> None:
+        super().__init__()
+        sizes = [obs_size, *hidden]
+        self.trunk = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(sizes))
+        self.mean_head = nn.Linear(sizes[-1], action_size)
+        self.log_std_head = nn.Linear(sizes[-1], action_size)
+        self.activation = activation
+
+    def hidden_layers(self) -> list[nn.Linear]:
+        """The trunk's layers, each followed by the activation."""
+        return [m for m in self.trunk if isinstance(m, nn.Linear)]
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # Functional calls: the learner runs this twice per update on small batches, where
+        # nn.Module.__call__ costs more than the maths.
+        act = _TORCH_ACTIVATIONS[self.activation]
+        x = obs
+        for layer in self.hidden_layers():
+            x = act(F.linear(x, layer.weight, layer.bias))
+        mean = F.linear(x, self.mean_head.weight, self.mean_head.bias)
+        log_std = F.linear(x, self.log_std_head.weight, self.log_std_head.bias)
+        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
+        """``[mean, log_std]`` concatenated, in numpy on views of the live parameters (the
+        sampling loop acts on a few observations per call, where torch's dispatch dominates)."""
+        act = NUMPY_ACTIVATIONS[self.activation]
+        x = obs
+        for layer in self.hidden_layers():
+            x = act(x @ layer.weight.detach().numpy().T + layer.bias.detach().numpy())
+        heads = (self.mean_head, self.log_std_head)
+        mean, log_std = (x @ h.weight.detach().numpy().T + h.bias.detach().numpy() for h in heads)
+        return np.concatenate([mean, np.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)], axis=-1)
+
+
+class TwinQ(nn.Module):
+    """Two Q-networks ``Q_i(obs, action)`` evaluated as one batched ensemble.
+
+    Layer ``k`` of both networks is one weight ``[2, fan_in, fan_out]`` and bias
+    ``[2, 1, fan_out]``, so each layer is a single batched matrix product for both critics
+    (half the operator calls of two separate MLPs, the same arithmetic).
+    """
+
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str) -> None:
+        super().__init__()
+        sizes = [obs_size + action_size, *hidden, 1]
+        self.weights = nn.ParameterList(torch.empty(2, a, b) for a, b in itertools.pairwise(sizes))
+        self.biases = nn.ParameterList(torch.empty(2, 1, b) for b in sizes[1:])
+        self.activation = activation
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        for weight, bias in zip(self.weights, self.biases, strict=True):
+            fan_in = weight.shape[1]
+            with torch.no_grad():
+                for i in range(2):  # one critic after the other, as two nn.Linear stacks would
+                    _uniform_init(weight[i], fan_in, generator)
+                    _uniform_init(bias[i], fan_in, generator)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
+        """``[2, batch]``: both critics' ``Q(obs, action)``. ``detach``: gradients reach the
+        actions but not the critics' weights (the actor loss)."""
+        act = _TORCH_ACTIVATIONS[self.activation]
+        x = torch.cat([obs, actions], dim=-1).expand(2, -1, -1)
+        last = len(self.weights) - 1
+        for k, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            if detach:
+                weight, bias = weight.detach(), bias.detach()
+            x = torch.baddbmm(bias, x, weight)
+            if k < last:
+                x = act(x)
+        return x.squeeze(-1)
+
+
+class SACModel(nn.Module):
+    """Everything SAC learns: ``actor``, ``critic`` (twin Q), ``target_critic``, ``log_alpha``."""
+
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
+                 initial_alpha: float) -> None:
+        super().__init__()
+        self.actor = SquashedGaussianActor(obs_size, action_size, hidden=hidden, activation=activation)
+        self.critic = TwinQ(obs_size, action_size, hidden=hidden, activation=activation)
+        self.target_critic = TwinQ(obs_size, action_size, hidden=hidden, activation=activation)
+        self.target_critic.requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)]))
+        self.initial_alpha = initial_alpha
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """Default Linear initialisation from the policy's generator; targets copy the critics."""
+        for layer in [*self.actor.hidden_layers(), self.actor.mean_head, self.actor.log_std_head]:
+            _uniform_init(layer.weight.data, layer.in_features, generator)
+            _uniform_init(layer.bias.data, layer.in_features, generator)
+        self.critic.reset_parameters(generator)
+        self.target_critic.load_state_dict(self.critic.state_dict())
+        with torch.no_grad():
+            self.log_alpha.fill_(math.log(self.initial_alpha))
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """The parameters each of SAC's three optimizers trains."""
+        return {"actor": list(self.actor.parameters()), "critic": list(self.critic.parameters()),
+                "alpha": [self.log_alpha]}
+
+    def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[mean, log_std]`` of the pre-squash Gaussian, concatenated."""
+        return torch.cat(self.actor(obs), dim=-1)
+
+    def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`action_inputs` in numpy (see :meth:`SquashedGaussianActor.numpy_forward`)."""
+        return self.actor.numpy_forward(obs)
+
+    @torch.no_grad()
+    def update_targets(self, tau: float) -> None:
+        """Polyak averaging: ``target <- (1 - tau) * target + tau * critic``."""
+        targets: list[torch.Tensor] = list(self.target_critic.parameters())
+        sources: list[torch.Tensor] = list(self.critic.parameters())
+        torch._foreach_lerp_(targets, sources, tau)
+
+    def extra_repr(self) -> str:
+        return f"initial_alpha={self.initial_alpha}"

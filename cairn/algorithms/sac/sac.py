@@ -1,0 +1,183 @@
+"""SAC: sample a few steps, store them in replay, take soft actor-critic gradient steps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from cairn.algorithms.algorithm import Algorithm
+from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT, PolicyReplayBuffers, replay_transitions
+from cairn.algorithms.sac.config import SACConfig
+from cairn.algorithms.sac.loss import (
+    actor_loss,
+    alpha_loss,
+    critic_loss,
+    soft_q_targets,
+    squashed_gaussian_sample,
+)
+from cairn.algorithms.sac.sac_policy import SACPolicy
+from cairn.config.algorithm_config import AlgorithmConfig
+from cairn.policy.policy import Policy
+from cairn.policy.torch_utils import clip_grad_norm
+from cairn.registry import register_class
+from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer
+
+__all__ = ["SAC", "REPLAY_BUFFER_COMPONENT", "LEARNER_STATS"]
+
+#: The learner statistics of each policy, averaged over an iteration's gradient steps.
+LEARNER_STATS = ("critic_loss", "actor_loss", "alpha_loss", "q_mean", "target_mean", "log_prob_mean")
+
+
+@register_class
+class SAC(Algorithm):
+    """Soft Actor-Critic (Haarnoja et al. 2018): a squashed-Gaussian actor, twin Q critics
+    with Polyak-averaged targets, and automatic entropy tuning; n-step returns, uniform or
+    prioritized replay; single- and multi-agent (one replay buffer per policy).
+
+    Each ``train()`` call repeats, until ``train_batch_size`` env steps are sampled: sample
+    ``train_freq`` steps per environment (uniformly random actions until
+    ``num_steps_sampled_before_learning_starts``), add them to each policy's replay buffer,
+    then take ``gradient_steps`` gradient steps per policy. Each gradient step, on one
+    minibatch and in Stable-Baselines3's order: the temperature (``alpha_loss``), the critics
+    towards the soft n-step target (``critic_loss``), the actor against the updated critics
+    (``actor_loss``), then the target critics (``tau``).
+
+    >>> from cairn import SACConfig
+    >>> algo = (SACConfig().environment("Pendulum-v1")
+    ...         .training(train_batch_size=300, minibatch_size=32, model={"hidden": [32, 32]}).build())
+    >>> algo.train()["training_iteration"]
+    1
+    """
+
+    config_class: ClassVar[type[AlgorithmConfig]] = SACConfig
+    config: SACConfig
+    default_policy_class: ClassVar[type[Policy]] = SACPolicy
+
+    def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
+        # Keyword arguments (restored policy states and the like) belong to Algorithm.
+        super().__init__(config, **kwargs)
+        self.replay = PolicyReplayBuffers(self.config.replay_buffer_config, self.config.seed)
+        try:
+            for pid in self.policies:
+                self._sac_policy(pid)
+        except Exception:
+            self.stop()
+            raise
+
+    @property
+    def replay_buffers(self) -> dict[str, ReplayBuffer]:
+        """The replay buffer of each policy that has sampled."""
+        return self.replay.buffers
+
+    def _sac_policy(self, pid: str) -> SACPolicy:
+        policy = self.policies[pid]
+        if not isinstance(policy, SACPolicy):
+            raise TypeError(
+                f"SAC trains SACPolicy policies; {pid!r} is a {type(policy).__name__}. Add it with "
+                "PolicySpec(SACPolicy, ...) or leave policy_class unset."
+            )
+        return policy
+
+    # ---------------------------------------------------------------------------- training
+    def training_step(self) -> dict[str, dict[str, Any]]:
+        cfg = self.config
+        history: dict[str, list[list[float]]] = {}
+        start = self.counters["num_env_steps_sampled_lifetime"]
+        while self.counters["num_env_steps_sampled_lifetime"] - start < cfg.train_batch_size:
+            before = self.counters["num_env_steps_sampled_lifetime"]
+            batches = self._sample()
+            if self.counters["num_env_steps_sampled_lifetime"] == before:
+                break  # nothing was sampled (no envs stepped); avoid spinning
+            learning = self.counters["num_env_steps_sampled_lifetime"] >= cfg.num_steps_sampled_before_learning_starts
+            for pid in self.policies_to_train:
+                batch = batches.get(pid)
+                rows = 0 if batch is None else len(batch)
+                if batch is not None and rows:
+                    self.replay.buffer(pid).add(replay_transitions(batch, gamma=cfg.gamma, n_step=cfg.n_step))
+                buffer = self.replay_buffers.get(pid)
+                if not learning or buffer is None or not len(buffer) or not rows:
+                    continue
+                policy = self._sac_policy(pid)
+                steps = rows if cfg.gradient_steps == -1 else cfg.gradient_steps
+                for _ in range(steps):
+                    history.setdefault(pid, []).append(self._learn(policy, buffer))
+                    self.counters["num_env_steps_trained_lifetime"] += cfg.minibatch_size
+        stats: dict[str, dict[str, Any]] = {}
+        for pid, rows_ in history.items():
+            policy = self._sac_policy(pid)
+            stats[pid] = dict(zip(LEARNER_STATS, np.mean(rows_, axis=0).tolist(), strict=True))
+            stats[pid].update(alpha=policy.alpha, num_grad_updates=float(policy.num_grad_updates),
+                              replay_buffer_size=float(len(self.replay_buffers[pid])))
+        return stats
+
+    def _learn(self, policy: SACPolicy, buffer: ReplayBuffer) -> list[float]:
+        """One gradient step of ``policy`` on a minibatch from ``buffer``."""
+        cfg = self.config
+        sample = buffer.sample(cfg.minibatch_size)
+        model, optimizer = policy.model, policy.optimizer
+        groups = model.parameter_groups()
+        obs, actions = torch.from_numpy(sample["obs"]), torch.from_numpy(sample["actions"])
+        next_obs = torch.from_numpy(sample["next_obs"])
+        weights = sample.get("weights")
+        shape = (obs.shape[0], policy.action_size)
+
+        # The actor's reparameterised actions at s, for the alpha and actor losses.
+        mean, log_std = model.actor(obs)
+        noise = torch.randn(shape, generator=policy.generator)
+        actions_pi, log_prob = squashed_gaussian_sample(mean, log_std, noise)
+        alpha = model.log_alpha.detach().exp()  # this step's temperature, before alpha moves
+        loss_alpha = alpha_loss(model.log_alpha, log_prob, policy.target_entropy)
+
+        with torch.no_grad():
+            next_mean, next_log_std = model.actor(next_obs)
+            next_noise = torch.randn(shape, generator=policy.generator)
+            next_actions, next_log_prob = squashed_gaussian_sample(next_mean, next_log_std, next_noise)
+            discounts = torch.from_numpy(cfg.gamma ** sample["n_steps"].astype(np.float32))
+            targets = soft_q_targets(
+                torch.from_numpy(sample["rewards"]), discounts, torch.from_numpy(sample["terminateds"]),
+                model.target_critic(next_obs, next_actions), next_log_prob, alpha)
+        q_values = model.critic(obs, actions)
+        loss_critic, td_errors = critic_loss(
+            q_values, targets, None if weights is None else torch.from_numpy(weights))
+
+        # Alpha and the critics have disjoint parameters: one backward, one optimizer step.
+        _clear_grads(model.parameters())
+        (loss_critic + loss_alpha).backward()
+        if cfg.grad_clip is not None:
+            clip_grad_norm(groups["critic"], cfg.grad_clip)
+        optimizer.step()
+
+        # The actor against the updated critics; their weights are detached, so gradients
+        # reach only the actor (and the critics' stale gradients are cleared first).
+        loss_actor = actor_loss(log_prob, model.critic(obs, actions_pi, detach=True), alpha)
+        _clear_grads(model.parameters())
+        loss_actor.backward()
+        if cfg.grad_clip is not None:
+            clip_grad_norm(groups["actor"], cfg.grad_clip)
+        optimizer.step()
+
+        model.update_targets(cfg.tau)
+        policy.num_grad_updates += 1
+        if isinstance(buffer, PrioritizedReplayBuffer):
+            buffer.update_priorities(sample["batch_indexes"], td_errors.numpy())
+        return [float(loss_critic.detach()), float(loss_actor.detach()), float(loss_alpha.detach()),
+                float(q_values.detach().mean()), float(targets.mean()), float(log_prob.detach().mean())]
+
+    # ------------------------------------------------------------------------------- state
+    def get_components(self, *, copy: bool) -> dict[str, Any]:
+        """The replay buffers, when ``store_replay_buffer`` is set: in checkpoints as the
+        ``replay_buffer`` component, and in :meth:`get_state` (as a copy) likewise."""
+        if not self.config.store_replay_buffer:
+            return {}
+        return self.replay.component(copy=copy)
+
+    def set_components(self, components: Mapping[str, Any]) -> None:
+        self.replay.restore(components, self.policies, algorithm="SAC")
+
+
+def _clear_grads(params: Any) -> None:
+    for param in params:
+        param.grad = None

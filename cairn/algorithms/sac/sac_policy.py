@@ -1,0 +1,176 @@
+"""SACPolicy: a squashed-Gaussian actor acting in a Box, with SAC's critics, targets and alpha."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from cairn.algorithms.sac.distribution import SquashedGaussian
+from cairn.algorithms.sac.model import SACModel
+from cairn.errors import ConfigError
+from cairn.policy.merge import deep_merge
+from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp
+from cairn.policy.policy import Policy
+from cairn.registry import register_class
+
+if TYPE_CHECKING:
+    from cairn.policy.export_hook import ExportGraph
+
+__all__ = ["SACPolicy", "check_target_entropy", "OPTIMIZER_GROUPS"]
+
+#: The parameter groups of the policy's optimizer, in order: SAC's three optimizers.
+OPTIMIZER_GROUPS = ("actor", "critic", "alpha")
+
+
+def check_target_entropy(key: str, value: Any) -> None:
+    """``"auto"`` or a real number."""
+    if value != "auto" and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                            or not np.isfinite(value)):
+        raise ConfigError(
+            f"Config {key!r}={value!r} is invalid: expected 'auto' (minus the number of action "
+            "dimensions) or a finite number, e.g. -1.0."
+        )
+
+
+@register_class
+class SACPolicy(Policy):
+    """The policy of :class:`~cairn.algorithms.sac.SAC`, for a bounded Box action space.
+
+    Acts with ``a = tanh(u)``, ``u ~ N(mean(s), std(s))``, rescaled from [-1, 1] to the Box
+    bounds (``explore=False``: ``tanh(mean)``); raw actions (what replay stores and the critics
+    read) are the squashed values in [-1, 1]. While its sampled timesteps are below
+    ``initial_random_steps`` an exploring policy acts uniformly at random instead, as SB3's
+    SAC does before ``learning_starts``.
+
+    Its model (:class:`~cairn.algorithms.sac.model.SACModel`) holds the actor, both critics,
+    both target critics and ``log_alpha``; its optimizer is one Adam with a parameter group
+    per SAC optimizer (``actor``, ``critic``, ``alpha``, see :data:`OPTIMIZER_GROUPS`), each
+    with its own learning rate. Adam's state is per parameter and a group steps only when its
+    parameters have gradients, so this is exactly three Adams, saved as one state tree.
+
+    Config (merged over :attr:`DEFAULT_CONFIG`): ``model`` (``hidden``, ``activation``: both
+    actor and critics), ``lr`` (the learning rate of every group whose own is None),
+    ``actor_lr``, ``critic_lr``, ``alpha_lr``, ``initial_alpha``, ``target_entropy``
+    (``"auto"``: minus the action dimensions), ``initial_random_steps``,
+    ``observation_filter``.
+
+    >>> policy = SACPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)), seed=0)
+    >>> action = policy.compute_single_action([0.1, 0.2, 0.3], explore=False)
+    >>> action.shape, bool(abs(action[0]) <= 2)
+    ((1,), True)
+    """
+
+    DEFAULT_CONFIG: dict[str, Any] = {
+        "model": {**DEFAULT_MODEL_CONFIG, "hidden": [256, 256], "activation": "relu"},
+        "lr": 3e-4,
+        "actor_lr": None,
+        "critic_lr": None,
+        "alpha_lr": None,
+        "initial_alpha": 1.0,
+        "target_entropy": "auto",
+        "initial_random_steps": 0,
+        "observation_filter": "NoFilter",
+    }
+
+    def _setup(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        config: Mapping[str, Any] | None,
+        *,
+        seed: int | None,
+        init_weights: bool,
+    ) -> None:
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ConfigError(
+                f"SAC needs a Box action space, got {action_space}. Use DQN for Discrete actions, "
+                "or PPO for Discrete, MultiDiscrete and other action spaces."
+            )
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ConfigError(
+                f"SAC squashes actions into the Box bounds, but {action_space} has infinite bounds. "
+                "Wrap the environment so that its action space is bounded (e.g. gymnasium.wrappers."
+                "RescaleAction), or use PPO."
+            )
+        merged = deep_merge(self.DEFAULT_CONFIG, config or {})
+        check_target_entropy("target_entropy", merged["target_entropy"])
+        alpha = merged["initial_alpha"]
+        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha < float("inf"):
+            raise ConfigError(f"Config 'initial_alpha'={alpha!r} is invalid: expected a number > 0, e.g. 1.0.")
+        super()._setup(observation_space, action_space, config, seed=seed, init_weights=init_weights)
+        squashed = SquashedGaussian(action_space)
+        self.dist = squashed
+        self.action_size = squashed.size
+
+    @builds_config_mlp
+    def make_model(self) -> torch.nn.Module:
+        model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
+        return SACModel(
+            self.preprocessor.size, int(np.prod(self.action_space.shape)),  # type: ignore[arg-type]
+            hidden=list(model_cfg["hidden"]), activation=model_cfg["activation"],
+            initial_alpha=float(self.config["initial_alpha"]),
+        )
+
+    def group_learning_rates(self) -> dict[str, float]:
+        """The learning rate of each optimizer group (its own, else ``lr``)."""
+        lr = float(self.config["lr"])
+        return {name: lr if self.config[f"{name}_lr"] is None else float(self.config[f"{name}_lr"])
+                for name in OPTIMIZER_GROUPS}
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """One Adam (torch's default eps, as SB3) with the ``actor``, ``critic`` and ``alpha``
+        groups; ``fused`` steps each group's parameters in one kernel."""
+        groups, lrs = self.model.parameter_groups(), self.group_learning_rates()
+        return torch.optim.Adam([{"params": groups[name], "lr": lrs[name], "name": name}
+                                 for name in OPTIMIZER_GROUPS], fused=True)
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Set ``config["lr"]``, and the learning rate of every group that has none of its own."""
+        self.config["lr"] = float(lr)
+        self.apply_learning_rates()
+
+    def apply_learning_rates(self) -> None:
+        """Give each optimizer group its configured learning rate."""
+        lrs = self.group_learning_rates()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lrs[group["name"]]
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        super().set_state(state)
+        self.apply_learning_rates()  # the config's rates win over the stored ones
+
+    # --------------------------------------------------------------------------- entropy
+    @property
+    def target_entropy(self) -> float:
+        """``target_entropy``; ``"auto"`` is ``-dim(A)`` (Haarnoja et al. 2018)."""
+        value = self.config["target_entropy"]
+        return -float(self.action_size) if value == "auto" else float(value)
+
+    @property
+    def alpha(self) -> float:
+        """The current entropy temperature ``exp(log_alpha)``."""
+        return float(self.model.log_alpha.detach().exp()[0])
+
+    # ------------------------------------------------------------------------------- act
+    def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
+        """Squashed actions in [-1, 1]: sampled (``explore``; uniform during the initial
+        random steps) or ``tanh(mean)``."""
+        if explore and self.global_timestep < int(self.config["initial_random_steps"]):
+            shape = (processed_obs.shape[0], self.action_size)
+            return self.np_random.uniform(-1.0, 1.0, shape).astype(np.float32)
+        inputs = self.compute_action_inputs(processed_obs)
+        if explore:
+            return self.dist.sample_numpy(inputs, self.np_random)
+        return self.dist.deterministic_numpy(inputs)
+
+    def export_graph(self) -> ExportGraph:
+        """The export hook: outputs ``action`` (``tanh(mean)`` rescaled to the Box bounds, as
+        :meth:`compute_actions` with ``explore=False``), ``mean`` and ``log_std`` (the
+        pre-squash Gaussian's). The critics are not exported."""
+        from cairn.algorithms.sac.export import squashed_gaussian_export_graph
+
+        return squashed_gaussian_export_graph(self)
