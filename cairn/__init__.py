@@ -7,7 +7,7 @@
 import logging as _logging
 
 from cairn._version import __version__
-from cairn.algorithms import DQN, PPO, Algorithm, DQNConfig, PPOConfig
+from cairn.algorithms import DQN, PPO, SAC, Algorithm, DQNConfig, PPOConfig, SACConfig
 from cairn.checkpoint import get_checkpoint_info
 from cairn.checkpoint.manager import CheckpointManager
 from cairn.config import AlgorithmConfig
@@ -37,6 +37,8 @@ __all__ = [
     "PPOConfig",
     "Policy",
     "PolicySpec",
+    "SAC",
+    "SACConfig",
     "get_checkpoint_info",
     "register_env",
     "validate_policy_id",
