@@ -64,13 +64,16 @@ def test_an_env_raising_in_step_is_recreated_and_the_iteration_completes(ray_clu
         algo.stop()
 
 
-def test_without_restarts_a_dead_runner_fails_train_naming_it(ray_cluster):
-    algo = flaky_ppo().fault_tolerance(restart_failed_env_runners=False).build()
+def test_without_restarts_a_runner_past_its_sample_timeout_fails_train_naming_it(ray_cluster):
+    # 50 ms per step: runner 1's 64 steps take over 3 s, past the 1 s sample timeout.
+    algo = flaky_ppo(step_sleep_s=0.05).fault_tolerance(
+        restart_failed_env_runners=False, sample_timeout_s=1.0).build()
     try:
-        ray.kill(algo.env_runner_group.remote_actors()[1])
         with pytest.raises(EnvRunnerFailedError, match=(
-                r"worker_index 2 failed in sample\(\): its actor died .*restart_failed_env_runners=False")):
+                r"worker_index 1 failed in sample\(\): no answer within 1 s\. It was not recreated "
+                r"\(restart_failed_env_runners=False")):
             algo.train()
+        assert algo.env_runner_group.remote_actors() == []  # both timed out, and were ended
     finally:
         algo.stop()
 
