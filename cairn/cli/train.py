@@ -316,14 +316,21 @@ def _resume(args: argparse.Namespace) -> int:
     _, overrides = _settings(args)
     algo = Algorithm.from_checkpoint(latest, config_overrides=overrides or None)
     try:
-        settings = {"algo": type(algo).__name__, "stop": _stop_settings(args, saved.get("stop")),
+        settings = {**saved, "algo": type(algo).__name__, "stop": _stop_settings(args, saved.get("stop")),
                     "checkpoint_every": args.checkpoint_every or saved.get("checkpoint_every"),
                     "keep": args.keep if args.keep is not None else saved.get("keep", DEFAULT_KEEP)}
+        returns = [float(e["return"]) for e in algo.recent_episodes]
+        state = {"training_iteration": algo.iteration, **algo.counters,
+                 "episode_return_mean": sum(returns) / len(returns) if returns else float("nan")}
+        if _should_stop(settings["stop"], state):  # nothing to do: the files stay as they are
+            criteria = ", ".join(f"--stop-{k} {v}" for k, v in settings["stop"].items() if v is not None)
+            print(f"{run_dir} already meets its stop criteria ({criteria}) at iteration {algo.iteration}; "
+                  "give a later one to train on.")
+            return 0
         log = RunLog(run_dir, resume_iteration=algo.iteration, tensorboard=args.tensorboard,
                      evaluates=bool(algo.config.evaluation_interval))
         log.write_config(algo.config.to_dict(), settings)
         _log.info("resuming %s from %s (iteration %d)", run_dir, latest, algo.iteration)
-        state = {"training_iteration": algo.iteration, **algo.counters}
         return _train_run(algo, run_dir, args, settings, log, state)
     finally:
         algo.stop()

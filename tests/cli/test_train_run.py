@@ -69,7 +69,7 @@ def test_resume_continues_counters_rng_and_appends(tmp_path, capsys):
     assert restored.iteration == 4 and restored.counters["num_env_steps_sampled_lifetime"] == 256
 
 
-def test_resume_cuts_rows_written_after_the_latest_checkpoint(tmp_path):
+def test_resume_cuts_rows_written_after_the_latest_checkpoint(tmp_path, capsys):
     """A run that died after logging iterations it never checkpointed: those rows go, once."""
     import shutil
 
@@ -83,6 +83,12 @@ def test_resume_cuts_rows_written_after_the_latest_checkpoint(tmp_path):
     assert text.startswith(first_two)
     assert [r["training_iteration"] for r in _rows(run)] == ["1", "2", "3"]
     assert [json.loads(line)["training_iteration"] for line in (run / "result.jsonl").read_text().splitlines()] == [1, 2, 3]
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 0  # done already: nothing trained, nothing written
+    assert capsys.readouterr().out.strip() == (f"{run} already meets its stop criteria (--stop-iters 3) at "
+                                               "iteration 3; give a later one to train on.")
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
 
 
 def test_config_file_and_flags(tmp_path):
