@@ -41,7 +41,8 @@ A run directory (--out; default {DEFAULT_RUN_DIR}) holds
                   min/max, episode_len_mean, episodes, env_steps_per_s, the learners' losses
   result.jsonl    every iteration's full result dict, one JSON document per line
   checkpoints/    checkpoint_<NNNNNN> (the iteration): every --checkpoint-every N iterations and
-                  at the end; the newest --keep (default {DEFAULT_KEEP}) are kept
+                  at the end; the newest --keep (default {DEFAULT_KEEP}) and the best by
+                  episode_return_mean are kept
   tensorboard/    TensorBoard event files (--tensorboard)
 
 --config takes files (YAML or JSON holding a config's to_dict() form) and KEY=VALUE settings
@@ -66,10 +67,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--env", default=None, help="Gymnasium ID or registered env name")
     p.add_argument("--config", nargs="+", default=[], metavar="FILE|KEY=VALUE",
                    help="config files (YAML/JSON) and KEY=VALUE settings; see below")
-    p.add_argument("--seed", type=int, default=None, help="seed of the run (config key 'seed')")
-    p.add_argument("--stop-iters", type=int, default=None, help="stop after N iterations")
-    p.add_argument("--stop-timesteps", type=int, default=None, help="stop after N env steps")
-    p.add_argument("--stop-reward", type=float, default=None, help="stop when episode_return_mean reaches R")
+    p.add_argument("--seed", type=int, default=None, metavar="S", help="seed of the run (config key 'seed')")
+    p.add_argument("--stop-iters", type=int, default=None, metavar="N", help="stop after N iterations")
+    p.add_argument("--stop-timesteps", type=int, default=None, metavar="N", help="stop after N env steps")
+    p.add_argument("--stop-reward", type=float, default=None, metavar="R",
+                   help="stop when episode_return_mean reaches R")
     p.add_argument("--out", default=None, metavar="RUN", help=f"run directory (default {DEFAULT_RUN_DIR})")
     p.add_argument("--overwrite", action="store_true",
                    help="start a new run in an --out that holds one: its log files and checkpoints "
@@ -77,7 +79,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="also save a checkpoint every N iterations (default: only at the end)")
     p.add_argument("--keep", type=int, default=None, metavar="N",
-                   help=f"keep the newest N checkpoints (default {DEFAULT_KEEP}; 0 keeps all)")
+                   help=f"keep the newest N checkpoints (default {DEFAULT_KEEP}; 0 keeps all) and the best "
+                        "by episode_return_mean")
     p.add_argument("--resume", default=None, metavar="RUN", help="continue RUN from its latest checkpoint")
     p.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
     p.set_defaults(run=run, parser=p)
