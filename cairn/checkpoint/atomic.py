@@ -26,6 +26,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cairn.checkpoint.format import MANIFEST_FILE
@@ -254,7 +255,14 @@ def _move_into_place(tmp: Path, target: Path) -> None:
 
 
 def _fsync_tree(root: Path) -> None:
-    # Files are fsynced as they are written (writer.py); directories here, deepest first.
+    # Files are fsynced as they are written (writer_files.py); directories here. They are
+    # fsynced concurrently: each fsync of a directory waits for a journal commit, and commits
+    # that are waited for at once are shared (an Algorithm checkpoint has a directory per
+    # policy: 64 one after the other took ~250 ms on a busy disk). All finish before the rename.
     dirs = [Path(d) for d, _, _ in os.walk(root)]
-    for d in reversed(dirs):
-        fsync_dir(d)
+    if len(dirs) < 4:
+        for d in reversed(dirs):
+            fsync_dir(d)
+        return
+    with ThreadPoolExecutor(min(16, len(dirs))) as pool:
+        list(pool.map(fsync_dir, reversed(dirs)))

@@ -24,7 +24,7 @@ import pytest
 import cairn
 from cairn.checkpoint import atomic as atomic_module
 from cairn.checkpoint import cleanup
-from cairn.checkpoint import writer as writer_module
+from cairn.checkpoint import writer_files as writer_module
 from cairn.checkpoint.atomic import OLD_MARKER, TMP_MARKER
 from cairn.checkpoint.reader import load_algorithm_state, load_policy_state
 from cairn.errors import CheckpointError
@@ -114,7 +114,7 @@ def _run_child(scenario: Scenario, target: Path, kill_at: int | None, count_file
 
             for module, name in _STEP_FUNCTIONS:
                 setattr(module, name, hooked(getattr(module, name)))
-            writer_module._HashingFile.write = hooked(writer_module._HashingFile.write)  # type: ignore[method-assign]
+            writer_module.HashingFile.write = hooked(writer_module.HashingFile.write)  # type: ignore[method-assign]
             scenario.save(target)
             if count_file is not None:
                 count_file.write_text(str(steps[0]))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cairn.checkpoint import atomic as atomic_module
-from cairn.checkpoint import writer as writer_module
+from cairn.checkpoint import writer_files as writer_module
 from cairn.checkpoint.reader import load_algorithm_state, load_policy_state
 from cairn.policy.policy import Policy
 from tests.checkpoint.attacks import base_checkpoints, copy_base

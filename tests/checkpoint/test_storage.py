@@ -165,3 +165,28 @@ def test_missing_backend_names_the_extra_to_install(ma_algo):
 def test_storage_options_for_a_local_path_are_refused(tmp_path):
     with pytest.raises(UnsupportedCheckpointLocationError, match="takes none"):
         cairn.get_checkpoint_info(tmp_path, storage_options={"key": "x"})
+
+
+_LOCAL_ONLY = """
+import json, sys
+sys.path.insert(0, {root!r})
+import cairn
+policy = cairn.Policy.from_checkpoint({path!r})
+cairn.get_checkpoint_info({path!r})
+policy.export_checkpoint({again!r})
+print(json.dumps([m for m in ("fsspec", "s3fs", "gcsfs", "botocore", "aiobotocore") if m in sys.modules]))
+"""
+
+
+def test_local_checkpoints_never_import_fsspec_or_a_cloud_backend(ma_algo, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    path = tmp_path / "p0"
+    ma_algo.get_policy("p0").export_checkpoint(path)
+    script = _LOCAL_ONLY.format(root=str(ROOT), path=str(path), again=str(tmp_path / "again"))
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

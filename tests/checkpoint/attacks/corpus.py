@@ -9,6 +9,7 @@ cases named ``*_unhashed`` test the hash/size check itself.
 from __future__ import annotations
 
 import os
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -301,12 +302,20 @@ def _(root: Path, _s: Path) -> None:
 
 
 # -------------------------------------------------------------------------------- JSON
+def _iteration(root: Path, replacement: bytes) -> bytes:
+    """The algorithm state's JSON with its ``"iteration": 1`` (compact or indented) replaced."""
+    data = (root / ASTATE).read_bytes()
+    new = re.sub(rb'"iteration": ?1(?=[,}\n])', lambda _: replacement, data, count=1)
+    assert new != data, "the attack did not apply"
+    return new
+
+
 attack("json_float_overflow", CheckpointCorruptedError, ("algo",))(
-    lambda root, _: write_bytes(root, ASTATE, (root / ASTATE).read_bytes().replace(b'"iteration": 1', b'"iteration": 1e999')))
+    lambda root, _: write_bytes(root, ASTATE, _iteration(root, b'"iteration": 1e999')))
 attack("json_int_5000_digits", CheckpointCorruptedError, ("algo",))(
-    lambda root, _: write_bytes(root, ASTATE, (root / ASTATE).read_bytes().replace(b'"iteration": 1', b'"iteration": ' + b"9" * 5000)))
+    lambda root, _: write_bytes(root, ASTATE, _iteration(root, b'"iteration": ' + b"9" * 5000)))
 attack("json_nan_token", CheckpointCorruptedError, ("algo",))(
-    lambda root, _: write_bytes(root, ASTATE, (root / ASTATE).read_bytes().replace(b'"iteration": 1', b'"iteration": NaN')))
+    lambda root, _: write_bytes(root, ASTATE, _iteration(root, b'"iteration": NaN')))
 attack("json_deep_nesting", CheckpointCorruptedError, ("algo",))(
     lambda root, _: write_bytes(root, ASTATE, b"[" * 200_000 + b"]" * 200_000))
 attack("json_tree_too_deep", CheckpointFormatError, ("algo",))(
