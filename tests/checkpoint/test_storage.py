@@ -8,6 +8,7 @@ test_incremental.py.
 from __future__ import annotations
 
 import importlib.util
+import json
 import secrets
 
 import numpy as np
@@ -179,7 +180,6 @@ print(json.dumps([m for m in ("fsspec", "s3fs", "gcsfs", "botocore", "aiobotocor
 
 
 def test_local_checkpoints_never_import_fsspec_or_a_cloud_backend(ma_algo, tmp_path):
-    import json
     import subprocess
     import sys
 
@@ -190,3 +190,13 @@ def test_local_checkpoints_never_import_fsspec_or_a_cloud_backend(ma_algo, tmp_p
     script = _LOCAL_ONLY.format(root=str(ROOT), path=str(path), again=str(tmp_path / "again"))
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_export_model_to_an_object_store_uploads_the_checked_files(ma_algo):
+    from cairn.export import PROGRAM_FILE, SIGNATURE_FILE, WEIGHTS_FILE, export_model
+
+    url = _url("model")
+    signature = export_model(ma_algo.get_policy("p0"), url)
+    store = resolve_storage(url)
+    assert {PROGRAM_FILE, SIGNATURE_FILE, WEIGHTS_FILE} <= set(store.list_files())
+    assert json.loads(store.read_bytes(SIGNATURE_FILE, limit=1 << 20)) == signature
