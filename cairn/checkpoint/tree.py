@@ -39,6 +39,11 @@ def split_arrays(tree: Any) -> tuple[Any, dict[str, np.ndarray]]:
     def walk(node: Any, path: str, depth: int) -> Any:
         if depth > MAX_DEPTH:
             raise TreeError(f"state nested deeper than {MAX_DEPTH} levels at {path!r}")
+        kind = type(node)  # the common exact types first: isinstance against an ABC is slow
+        if kind is str or kind is int or kind is bool or node is None:
+            return node
+        if kind is float:
+            return node if math.isfinite(node) else _float_json(node)
         if isinstance(node, np.ndarray):
             if node.dtype.kind not in "biuf":
                 raise TreeError(f"array at {path!r} has dtype {node.dtype}; only numbers and bool")
