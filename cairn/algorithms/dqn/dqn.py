@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -12,21 +11,17 @@ import torch
 from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.dqn.config import DQNConfig
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
-from cairn.algorithms.dqn.loss import dqn_loss, n_step_returns, q_targets
+from cairn.algorithms.dqn.loss import dqn_loss, q_targets
 from cairn.algorithms.dqn.numpy_update import numpy_dqn_update, numpy_update_unsupported
+from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT, PolicyReplayBuffers, replay_transitions
 from cairn.config.algorithm_config import AlgorithmConfig
-from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
 from cairn.policy.torch_utils import clip_grad_norm
 from cairn.registry import register_class
-from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer, make_replay_buffer
-from cairn.rng import seed_sequence
+from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer
 
 __all__ = ["DQN", "REPLAY_BUFFER_COMPONENT"]
-
-#: The checkpoint component (``components/replay_buffer/``) holding the replay buffers.
-REPLAY_BUFFER_COMPONENT = "replay_buffer"
 
 
 @register_class
@@ -56,7 +51,7 @@ class DQN(Algorithm):
     def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
         # Keyword arguments (restored policy states and the like) belong to Algorithm.
         super().__init__(config, **kwargs)
-        self.replay_buffers: dict[str, ReplayBuffer] = {}
+        self.replay = PolicyReplayBuffers(self.config.replay_buffer_config, self.config.seed)
         # Gradient updates owed to each policy by the replay ratio (fractions carry over).
         self._update_credit: dict[str, float] = {}
         try:
@@ -69,13 +64,10 @@ class DQN(Algorithm):
             self.stop()
             raise
 
-    def _buffer(self, pid: str) -> ReplayBuffer:
-        if pid not in self.replay_buffers:
-            self.replay_buffers[pid] = make_replay_buffer(
-                self.config.replay_buffer_config,
-                seed=int(seed_sequence(self.config.seed, 2, pid).generate_state(1)[0]),
-            )
-        return self.replay_buffers[pid]
+    @property
+    def replay_buffers(self) -> dict[str, ReplayBuffer]:
+        """The replay buffer of each policy that has sampled."""
+        return self.replay.buffers
 
     # ---------------------------------------------------------------------------- training
     def training_step(self) -> dict[str, dict[str, Any]]:
@@ -92,7 +84,7 @@ class DQN(Algorithm):
             for pid in self.policies_to_train:
                 batch = batches.get(pid)
                 if batch is not None and len(batch):
-                    self._buffer(pid).add(self._transitions(batch))
+                    self.replay.buffer(pid).add(replay_transitions(batch, gamma=cfg.gamma, n_step=cfg.n_step))
                 buffer = self.replay_buffers.get(pid)
                 if not learning or buffer is None or not len(buffer):
                     continue
@@ -155,24 +147,6 @@ class DQN(Algorithm):
         self._update_credit[pid] = credit - due
         return due
 
-    def _transitions(self, batch: SampleBatch) -> dict[str, np.ndarray]:
-        """Rows to store: n-step returns, bootstrapping from the window's last next_obs."""
-        n = self.config.n_step
-        if n == 1:
-            returns, last = batch["rewards"], np.arange(len(batch))
-            steps = np.ones(len(batch), dtype=np.int32)
-        else:
-            returns, last, steps = n_step_returns(batch["rewards"], batch["ends"],
-                                                  gamma=self.config.gamma, n=n)
-        return {
-            "obs": batch["obs"],
-            "actions": batch["actions"],
-            "rewards": returns.astype(np.float32, copy=False),
-            "next_obs": batch["next_obs"][last],
-            "terminateds": batch["terminateds"][last],
-            "n_steps": steps.astype(np.int32, copy=False),
-        }
-
     def _learn(self, policy: DQNPolicy, buffer: ReplayBuffer, *, backend: str) -> list[float]:
         cfg = self.config
         sample = buffer.sample(cfg.minibatch_size)
@@ -225,21 +199,7 @@ class DQN(Algorithm):
         ``replay_buffer`` component, and in :meth:`get_state` (as a copy) likewise."""
         if not self.config.store_replay_buffer:
             return {}
-        return {REPLAY_BUFFER_COMPONENT: {
-            "policies": {pid: buf.get_state(copy=copy) for pid, buf in self.replay_buffers.items()},
-        }}
+        return self.replay.component(copy=copy)
 
     def set_components(self, components: Mapping[str, Any]) -> None:
-        stored = components.get(REPLAY_BUFFER_COMPONENT)
-        self.replay_buffers = {}
-        if stored is None:
-            warnings.warn(
-                "This DQN state has no replay buffer, so training continues with empty buffers "
-                "(and does not repeat the original run exactly). Save with "
-                "config.checkpointing(store_replay_buffer=True) to keep them.",
-                stacklevel=4,  # set_components <- set_algorithm_state <- Algorithm.set_state <- caller
-            )
-            return
-        for pid, buffer_state in stored["policies"].items():
-            if pid in self.policies:
-                self._buffer(pid).set_state(buffer_state)
+        self.replay.restore(components, self.policies, algorithm="DQN")
