@@ -144,3 +144,25 @@ def test_background_writes_do_not_change_training(tmp_path):
     assert_trees_equal(resumed.get_state(), plain.get_state())
     for algo in (saving, plain, resumed):
         algo.stop()
+
+
+def test_native_model_files_of_a_background_save_are_those_of_the_snapshot(tmp_path, monkeypatch):
+    """With export_native_model_files, the model files are exported from copies of the
+    snapshot's policies, not from the live ones that train on meanwhile (the torch program
+    only: ONNX export, tested in tests/export, takes most of a minute here)."""
+    from cairn.export import checkpoint_files
+    from tests.export.conftest import check_model_dir
+
+    monkeypatch.setattr(checkpoint_files, "missing_onnx_packages", lambda: ["onnx (left out by the test)"])
+
+    algo = small_ppo().checkpointing(export_native_model_files=True).build()
+    algo.train()
+    at_save = cairn.Policy.from_state(algo.get_policy().get_state())
+    writer = GatedWriter(monkeypatch)
+    future = algo.save(tmp_path / "c", blocking=False)
+    assert writer.started.wait(10)
+    algo.train()  # before the export has begun
+    writer.gate.set()
+    check_model_dir(at_save, tmp_path / future.result(60) / "policies" / "default_policy" / "model")
+    assert weights_digest(algo) != weights_digest(cairn.Algorithm.from_checkpoint(tmp_path / "c"))
+    algo.stop()
