@@ -88,7 +88,7 @@ def test_critic_loss_sums_both_critics_and_weights_samples():
     assert float(loss.detach()) == pytest.approx(0.5)
     np.testing.assert_allclose(td.numpy(), [1.0, 0.0])
     weighted, _ = critic_loss(q, y, torch.tensor([3.0, 1.0]))
-    assert float(weighted) == pytest.approx(1.5)
+    assert float(weighted.detach()) == pytest.approx(1.5)
     loss.backward()
     np.testing.assert_allclose(q.grad.numpy(), [[-0.5, 0.0], [0.5, 0.0]])  # (Q - y) / B
 
