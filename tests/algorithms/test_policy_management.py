@@ -7,7 +7,7 @@ import pytest
 
 import cairn
 from cairn.env_runner import EnvRunner
-from cairn.env_runner.group import _RemoteEnvRunner
+from cairn.env_runner.remote import RemoteEnvRunner
 from cairn.errors import ConfigError
 from tests.helpers import small_ma_ppo, small_ppo
 
@@ -77,13 +77,13 @@ def test_runner_refuses_a_mapping_to_a_missing_policy_and_keeps_its_own(multi_ag
 def test_remote_runner_reset_policies_follows_the_new_mapping():
     """The Ray actor's class, run in this process: it uses EnvRunner.update_policies."""
     algo = small_ppo().build()
-    remote = _RemoteEnvRunner(algo.config, {p: s.get_state() for p, s in algo.policies.items()}, 1)
+    remote = RemoteEnvRunner(algo.config, {p: s.get_state() for p, s in algo.policies.items()}, 1)
     algo.add_policy("new", cairn.PolicySpec(), policy_mapping_fn=lambda aid, **kw: "new")
-    weights = {pid: {"weights": p.get_weights(), "observation_filter": p.observation_filter.get_state()}
-               for pid, p in algo.policies.items()}
+    broadcast = {pid: {"weights": p.get_weights(), "observation_filter": p.observation_filter.get_state(),
+                       "global_timestep": p.global_timestep}
+                 for pid, p in algo.policies.items()}
     remote.reset_policies(algo.config, {pid: p.get_state() for pid, p in algo.policies.items()})
-    batches, _, _, _ = remote.sample(weights)
-    assert set(batches) == {"new"}
+    assert set(remote.sample(broadcast).batches) == {"new"}
     algo.stop()
 
 
