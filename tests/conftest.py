@@ -46,3 +46,16 @@ def s3(s3_server):
     s3fs.S3FileSystem.clear_instance_cache()
     s3_server.reset_requests()
     return s3_server.new_bucket()
+
+
+@pytest.fixture(autouse=True)
+def _default_sigint_handler():
+    """Each test starts with Python's own SIGINT handler: Ray and Tune install theirs in the
+    process and may leave them, which changes what Ctrl-C does in later tests (cairn train
+    installs its handler only over Python's default one)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield

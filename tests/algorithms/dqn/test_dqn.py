@@ -343,4 +343,5 @@ def test_cli_trains_dqn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
                      "--config", "train_batch_size=64", "--out", str(tmp_path / "run")])
     assert code == 0
     assert "iter    1" in capsys.readouterr().out
-    assert cairn.get_checkpoint_info(tmp_path / "run")["class"] == "DQN"
+    latest = cairn.CheckpointManager(tmp_path / "run" / "checkpoints").latest()
+    assert latest is not None and cairn.get_checkpoint_info(latest)["class"] == "DQN"
