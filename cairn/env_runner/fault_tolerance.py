@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cairn.env_runner.remote import FaultToleranceSettings, SampleResult, ensure_ray, start_actor
+from cairn.env_runner.remote import SampleResult, ensure_ray, start_actor
 from cairn.errors import CairnError, EnvRunnerFailedError
 
 if TYPE_CHECKING:
@@ -65,8 +65,7 @@ class RemoteRunners:
     def __init__(
         self, config: AlgorithmConfig, policy_states: Callable[[], Mapping[str, Any]]
     ) -> None:
-        self.config = config
-        self.settings = FaultToleranceSettings.from_config(config)
+        self.config = config  # also the fault_tolerance(...) settings, read where they apply
         self.policy_states = policy_states
         self.actors: dict[int, Any] = {}
         self.failed: dict[int, Failure] = {}  # failed and not (yet) restarted
@@ -165,9 +164,9 @@ class RemoteRunners:
         states_ref = None
         for index in sorted(set(self.failed) - self.ignored):
             failure = self.failed[index]
-            settings = self.settings
-            while settings.restart_failed_env_runners and (
-                    self.num_restarts < settings.max_num_env_runner_restarts):
+            config = self.config
+            while config.restart_failed_env_runners and (
+                    self.num_restarts < config.max_num_env_runner_restarts):
                 if states_ref is None:
                     states_ref = ensure_ray().put(dict(self.policy_states()))
                 self.num_restarts += 1
@@ -175,11 +174,11 @@ class RemoteRunners:
                 if restarted is None:
                     logger.warning("cairn: remote env runner worker_index=%d failed in %s (%s); "
                                    "recreated it (restart %d of at most %d).", index, during,
-                                   failure.cause, self.num_restarts, settings.max_num_env_runner_restarts)
+                                   failure.cause, self.num_restarts, config.max_num_env_runner_restarts)
                     break
                 failure = restarted
             else:
-                if settings.ignore_env_runner_failures:
+                if config.ignore_env_runner_failures:
                     logger.warning("cairn: remote env runner worker_index=%d failed in %s (%s); "
                                    "going on without it (ignore_env_runner_failures=True).",
                                    index, during, failure.cause)
@@ -194,12 +193,12 @@ class RemoteRunners:
             ) from next((f.error for f in self.failed.values() if f.error), None)
 
     def _failure_message(self, index: int, failure: Failure, during: str) -> str:
-        settings = self.settings
-        if not settings.restart_failed_env_runners:
+        config = self.config
+        if not config.restart_failed_env_runners:
             why = ("restart_failed_env_runners=False; config.fault_tolerance("
                    "restart_failed_env_runners=True) recreates it")
         else:
-            why = (f"all max_num_env_runner_restarts={settings.max_num_env_runner_restarts} "
+            why = (f"all max_num_env_runner_restarts={config.max_num_env_runner_restarts} "
                    "restarts are used; raise it in config.fault_tolerance(...)")
         return (f"Remote env runner worker_index {index} failed in {during}: {failure.cause}. It "
                 f"was not recreated ({why}), and ignore_env_runner_failures=False "
@@ -213,7 +212,7 @@ class RemoteRunners:
         actor = start_actor(self.config, states_ref, index)
         self.actors[index] = actor
         position = self.positions.get(index)
-        timeout = self.settings.env_runner_restore_timeout_s
+        timeout = self.config.env_runner_restore_timeout_s
         calls = {"ping": (index, actor.ping.remote())}
         if position is not None:
             calls["state"] = (index, actor.set_state.remote(position))
@@ -232,7 +231,7 @@ class RemoteRunners:
             calls = {
                 share: (index, self.actors[index].sample.remote(broadcast_ref))
                 for share, index in shares.items() if share not in results}
-            got = self.wait(calls, timeout_s=self.settings.sample_timeout_s, runner_errors_fail=True)
+            got = self.wait(calls, timeout_s=self.config.sample_timeout_s, runner_errors_fail=True)
             for share, result in got.items():
                 results[share] = result
                 self.positions[shares[share]] = result.position

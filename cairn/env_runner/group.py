@@ -106,7 +106,7 @@ class EnvRunnerGroup:
             remote.recover("update_policies()")
             states = ensure_ray().put({pid: p.get_state() for pid, p in policies.items()})
             remote.call("reset_policies", {i: (config, states) for i in remote.actors},
-                        timeout_s=remote.settings.env_runner_health_probe_timeout_s)
+                        timeout_s=remote.config.env_runner_health_probe_timeout_s)
             remote.recover("update_policies()")
         self.config, self.policies = config, policies
 
@@ -124,7 +124,7 @@ class EnvRunnerGroup:
             return [self.local.get_state()]
         remote = self._remote
         states = remote.call("get_state", {i: () for i in remote.actors},
-                             timeout_s=remote.settings.env_runner_health_probe_timeout_s)
+                             timeout_s=remote.config.env_runner_health_probe_timeout_s)
         for index, failure in sorted(remote.failed.items()):
             warnings.warn(
                 f"Remote env runner worker_index={index} gave no state: {failure.cause}. The "
@@ -158,7 +158,7 @@ class EnvRunnerGroup:
         remote.recover("set_state()")
         remote.positions.update(chosen)  # a runner recreated later comes back to its state
         remote.call("set_state", {i: (s,) for i, s in chosen.items()},
-                    timeout_s=remote.settings.env_runner_health_probe_timeout_s)
+                    timeout_s=remote.config.env_runner_health_probe_timeout_s)
         remote.recover("set_state()")  # a recreated runner is brought to its state
 
     def stop(self) -> None:

@@ -20,32 +20,9 @@ from cairn.rng import seeded_rng
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
 
-__all__ = ["RemoteEnvRunner", "SampleResult", "FaultToleranceSettings", "ensure_ray", "start_actor"]
+__all__ = ["RemoteEnvRunner", "SampleResult", "ensure_ray", "start_actor"]
 
 logger = logging.getLogger("cairn.env_runner")
-
-
-@dataclass(frozen=True)
-class FaultToleranceSettings:
-    """The ``config.fault_tolerance(...)`` settings, read once by the runner group."""
-
-    restart_failed_env_runners: bool
-    max_num_env_runner_restarts: int
-    ignore_env_runner_failures: bool
-    sample_timeout_s: float
-    env_runner_health_probe_timeout_s: float
-    env_runner_restore_timeout_s: float
-
-    @classmethod
-    def from_config(cls, config: AlgorithmConfig) -> FaultToleranceSettings:
-        return cls(
-            restart_failed_env_runners=config.restart_failed_env_runners,
-            max_num_env_runner_restarts=config.max_num_env_runner_restarts,
-            ignore_env_runner_failures=config.ignore_env_runner_failures,
-            sample_timeout_s=config.sample_timeout_s,
-            env_runner_health_probe_timeout_s=config.env_runner_health_probe_timeout_s,
-            env_runner_restore_timeout_s=config.env_runner_restore_timeout_s,
-        )
 
 
 @dataclass
