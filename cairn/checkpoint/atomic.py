@@ -33,7 +33,8 @@ from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.paths import save_target
 from cairn.errors import CheckpointFormatError
 
-__all__ = ["atomic_directory", "check_replaceable", "cleanup", "fsync_dir", "TMP_MARKER", "OLD_MARKER"]
+__all__ = ["atomic_directory", "check_replaceable", "cleanup", "fsync_dir", "owner_pid", "pid_alive",
+           "TMP_MARKER", "OLD_MARKER"]
 
 TMP_MARKER = ".cairn-tmp-"
 OLD_MARKER = ".cairn-old-"
@@ -82,7 +83,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs (one of another user counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -92,7 +94,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _owner_pid(name: str, marker: str) -> int | None:
+def owner_pid(name: str, marker: str) -> int | None:
+    """The process ID in a leftover's name ``.<name><marker><pid>-<hex>``; None if it has none."""
     try:
         return int(name.split(marker, 1)[1].split("-", 1)[0])
     except (IndexError, ValueError):
@@ -118,8 +121,8 @@ def cleanup(root: str | os.PathLike[str], *, name: str | None = None) -> list[st
             target_name = base[1:].split(marker, 1)[0]
             if name is not None and target_name != name:
                 continue
-            pid = _owner_pid(base, marker)
-            if pid is None or (pid != os.getpid() and _pid_alive(pid)) or str(entry) in _IN_PROGRESS:
+            pid = owner_pid(base, marker)
+            if pid is None or (pid != os.getpid() and pid_alive(pid)) or str(entry) in _IN_PROGRESS:
                 continue
             target = root_path / target_name
             if marker == OLD_MARKER and not target.exists():

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from cairn.checkpoint.atomic import TMP_MARKER, cleanup, fsync_dir
+from cairn.checkpoint.atomic import TMP_MARKER, cleanup, fsync_dir, owner_pid, pid_alive
 from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.storage import Storage, resolve_storage
 from cairn.errors import CheckpointCorruptedError, CheckpointNotFoundError
@@ -140,19 +140,8 @@ class LocalStore:
 
 def _alive(temporary_name: str) -> bool:
     """Whether the process that made the temporary ``.<name>.cairn-tmp-<pid>-<hex>`` runs."""
-    try:
-        pid = int(temporary_name.split(TMP_MARKER, 1)[1].split("-", 1)[0])
-    except (IndexError, ValueError):
-        return False
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    pid = owner_pid(temporary_name, TMP_MARKER)
+    return pid is not None and pid != os.getpid() and pid_alive(pid)
 
 
 class ObjectStore:
