@@ -12,6 +12,7 @@ __all__ = [
     "EnvError",
     "ObservationSpaceError",
     "ExportError",
+    "FrameworkUnavailableError",
     "EnvRunnerFailedError",
     "CheckpointError",
     "CheckpointNotFoundError",
@@ -53,6 +54,12 @@ class ObservationSpaceError(CairnError, ValueError):
 
 class ExportError(CairnError):
     """A policy's model could not be exported to a native format."""
+
+
+class FrameworkUnavailableError(CairnError, ImportError):
+    """The model framework a config or checkpoint names cannot run in this process: Keras is
+    not installed or too old, or it was (or is about to be) loaded with a backend other than
+    torch (``KERAS_BACKEND``). The message says what to install or change (docs/keras.md)."""
 
 
 class EnvRunnerFailedError(CairnError):

@@ -1,0 +1,83 @@
+"""Importing Keras on its torch backend, lazily, with errors that say how to fix the process.
+
+Keras picks its backend once, when it is first imported, from ``KERAS_BACKEND`` (then
+``~/.keras/keras.json``). cairn trains Keras models with its own torch losses and optimizers,
+which needs the torch backend: there a Keras layer is a ``torch.nn.Module`` whose variables
+are ``torch.nn.Parameter``\\ s. So :func:`import_keras` sets ``KERAS_BACKEND=torch`` only
+when nothing else chose a backend and Keras is not imported yet, and refuses, with
+:class:`~cairn.errors.FrameworkUnavailableError`, a process where Keras runs (or is set to
+run) on another backend. ``import cairn`` never imports Keras.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from typing import Any
+
+from cairn.errors import FrameworkUnavailableError
+
+__all__ = ["KERAS_INSTALL_HINT", "MIN_KERAS_VERSION", "import_keras", "keras_available"]
+
+KERAS_INSTALL_HINT = "`pip install 'cairn-rl[keras]'` (in a cairn checkout: `pip install -e '.[keras]'`)"
+#: Keras 3.8 added ``model.export(..., format="onnx")``, which cairn's ONNX export uses.
+MIN_KERAS_VERSION = (3, 8)
+
+
+def keras_available() -> bool:
+    """Whether Keras can be imported here (without importing it)."""
+    if "keras" in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec("keras") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _check_backend(keras: Any, why: str) -> Any:
+    backend = keras.backend.backend()
+    if backend != "torch":
+        raise FrameworkUnavailableError(
+            f"{why}: Keras is loaded in this process with the {backend!r} backend, but cairn "
+            "trains Keras models with its torch losses and optimizers, which needs Keras' torch "
+            "backend. Keras chooses its backend once, when first imported: set "
+            "KERAS_BACKEND=torch before anything imports keras (or leave KERAS_BACKEND unset "
+            "and let cairn import it), in a fresh process."
+        )
+    version = tuple(int(p) for p in keras.__version__.split(".")[:2] if p.isdigit())
+    if version < MIN_KERAS_VERSION:
+        raise FrameworkUnavailableError(
+            f"{why}: Keras {keras.__version__} is installed, cairn needs Keras >= "
+            f"{'.'.join(map(str, MIN_KERAS_VERSION))}; install it with {KERAS_INSTALL_HINT}."
+        )
+    return keras
+
+
+def import_keras(why: str = "model.framework='keras'") -> Any:
+    """The ``keras`` module, on the torch backend; ``why`` starts any error message.
+
+    Raises :class:`~cairn.errors.FrameworkUnavailableError` when Keras is not installed (or
+    older than 3.8), or when it was imported, or ``KERAS_BACKEND`` asks for it to be imported,
+    with another backend.
+    """
+    loaded = sys.modules.get("keras")
+    if loaded is not None:
+        return _check_backend(loaded, why)
+    chosen = os.environ.get("KERAS_BACKEND")
+    if chosen is not None and chosen != "torch":
+        raise FrameworkUnavailableError(
+            f"{why}: KERAS_BACKEND={chosen!r} is set in this process, but cairn trains Keras "
+            "models on Keras' torch backend. Set KERAS_BACKEND=torch (or unset it) before "
+            "starting Python. To serve a Keras policy with TensorFlow, export it: "
+            "`cairn export CHECKPOINT --format saved_model --out DIR` (docs/keras.md)."
+        )
+    if not keras_available():
+        raise FrameworkUnavailableError(
+            f"{why}: Keras is not installed. Install it with {KERAS_INSTALL_HINT}; restoring "
+            "or building a Keras policy needs it, torch policies do not."
+        )
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    import keras
+
+    return _check_backend(keras, why)

@@ -1,0 +1,269 @@
+"""Keras 3 networks inside cairn's torch training loop: the actor-critic built from ``model``.
+
+On Keras' torch backend a Keras model is a ``torch.nn.Module`` and its variables are
+``torch.nn.Parameter``\\ s, so cairn's torch losses, autograd and optimizers train it as they
+train a torch network. :class:`KerasActorCritic` gives a Keras model (``processed obs ->
+[action_inputs, value]``) the interface cairn's actor-critic code calls (``forward``,
+``action_inputs``, ``value``, ``reset_parameters``, ``numpy_action_inputs``).
+
+The network is either built from the model config (:func:`build_actor_critic_mlp`: the same
+layers, sizes and initialisation as :class:`~cairn.policy.model.ActorCriticMLP`, with Keras
+``Dense`` layers), or by the user's builder named in ``model["keras_model"]``
+(``"package.module:builder"``, called as ``builder(obs_size, num_outputs, model_config)``
+and returning a ``keras.Model`` from ``[batch, obs_size]`` float32 to ``[action_inputs
+[batch, num_outputs], value [batch, 1] or [batch]]``).
+
+Speed: Keras' ``Model.__call__`` walks its graph and runs ``Layer.__call__``'s bookkeeping
+for every layer, about five times the cost of the maths for PPO's minibatches of 64. For the
+MLP it builds itself, cairn therefore calls each Keras layer's own ``call`` in order
+(:class:`MLPLayers`); acting uses numpy on views of the Keras variables, as the torch MLP does.
+A user's model always runs through ``Model.__call__``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from cairn.errors import ConfigError
+from cairn.policy.keras_backend import import_keras
+from cairn.policy.keras_config import model_framework
+from cairn.policy.model import NUMPY_ACTIVATIONS, ActorCriticMLP
+
+__all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp", "load_keras_builder",
+           "make_keras_actor_critic", "orthogonal_init"]
+
+#: cairn's activation names -> Keras' (the same functions).
+KERAS_ACTIVATIONS = {"tanh": "tanh", "relu": "relu", "elu": "elu", "silu": "silu"}
+
+
+@dataclass(frozen=True)
+class MLPLayers:
+    """The Keras layers of a network :func:`build_actor_critic_mlp` built, in call order.
+
+    ``log_std`` is a ``Dense`` layer applied to zeros: its bias is the state-independent
+    log-std of a Box policy (its kernel only ever sees zeros, so it gets no gradient), which
+    keeps the whole network built-in Keras layers that ``keras.saving.load_model`` reads in
+    safe mode without cairn.
+    """
+
+    actor: tuple[Any, ...]
+    action_head: Any
+    critic: tuple[Any, ...] | None  # None: the critic shares the actor's trunk
+    value_head: Any
+    log_std: Any | None
+    activation: str
+
+
+def build_actor_critic_mlp(obs_size: int, num_outputs: int, *, hidden: Sequence[int], activation: str,
+                           vf_share_layers: bool, free_log_std: bool, log_std_init: float) -> tuple[Any, MLPLayers]:
+    """A Keras functional model ``obs -> [action_inputs, value [batch, 1]]`` and its layers,
+    with :class:`~cairn.policy.model.ActorCriticMLP`'s layout (names ``actor_<i>``,
+    ``action_head``, ``critic_<i>``, ``value_head``, ``log_std``)."""
+    keras = import_keras()
+    layers = keras.layers
+    act = KERAS_ACTIVATIONS[activation]
+    obs = keras.Input((obs_size,), name="obs", dtype="float32")
+    actor = tuple(layers.Dense(h, activation=act, name=f"actor_{i}") for i, h in enumerate(hidden))
+    head_outputs = num_outputs // 2 if free_log_std else num_outputs
+    action_head = layers.Dense(head_outputs, name="action_head")
+    critic = None if vf_share_layers else tuple(
+        layers.Dense(h, activation=act, name=f"critic_{i}") for i, h in enumerate(hidden))
+    value_head = layers.Dense(1, name="value_head")
+    log_std = layers.Dense(head_outputs, kernel_initializer="zeros",
+                           bias_initializer=keras.initializers.Constant(float(log_std_init)),
+                           name="log_std") if free_log_std else None
+    x = obs
+    for layer in actor:
+        x = layer(x)
+    inputs = action_head(x)
+    if log_std is not None:
+        zeros = keras.ops.zeros_like(obs[:, :1])
+        inputs = layers.Concatenate(name="action_inputs")([inputs, log_std(zeros)])
+    y = x
+    if critic is not None:
+        y = obs
+        for layer in critic:
+            y = layer(y)
+    value = value_head(y)
+    model = keras.Model(obs, [inputs, value], name="cairn_actor_critic")
+    return model, MLPLayers(actor, action_head, critic, value_head, log_std, activation)
+
+
+def load_keras_builder(reference: str) -> Any:
+    """The function ``"package.module:builder"`` names (module-level, not the standard library)."""
+    module_name, _, qualname = reference.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"Config 'model.keras_model'={reference!r} cannot be imported ({exc}); make the module "
+            "importable in this process (e.g. on PYTHONPATH) and the name a module-level function."
+        ) from exc
+    if not callable(target):
+        raise ConfigError(f"Config 'model.keras_model'={reference!r} is not callable.")
+    return target
+
+
+def orthogonal_init(kernel: torch.Tensor, gain: float, generator: torch.Generator) -> None:
+    """``torch.nn.init.orthogonal_`` of the torch layer ``kernel`` stands for (``[out, in]``, the
+    transpose of Keras' ``[in, out]``), so that the same generator gives the same weights."""
+    nn.init.orthogonal_(kernel.T, gain=gain, generator=generator)
+
+
+def _variable(layer: Any, name: str) -> torch.Tensor:
+    return getattr(layer, name).value  # type: ignore[no-any-return]
+
+
+class KerasActorCritic(nn.Module):
+    """``forward(obs) -> (action_inputs, value)`` over a Keras model (a submodule: its
+    variables are this module's parameters, ``network._torch_params.<layer>/<variable>``).
+
+    ``layers`` (:class:`MLPLayers`, for the MLP cairn builds) enables the per-layer torch path
+    and the numpy acting path; without it the Keras model is called as a whole.
+    """
+
+    def __init__(self, network: Any, layers: MLPLayers | None = None) -> None:
+        super().__init__()
+        self.network = network
+        self.activation = layers.activation if layers is not None else None
+        # A plain attribute (not a submodule): the layers' variables are the network's.
+        object.__setattr__(self, "mlp_layers", layers)
+        self._numpy_layers: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    # ------------------------------------------------------------------------------- init
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """:meth:`ActorCriticMLP.reset_parameters <cairn.policy.model.ActorCriticMLP.reset_parameters>`
+        on the Keras layers, in the same order from the same generator: a Keras policy starts
+        from the weights a torch policy with the same seed starts from. A user's model keeps
+        the initialisation its builder gave it."""
+        layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
+        if layers is None:
+            return
+        order = [*((layer, 2**0.5) for layer in layers.actor), (layers.action_head, 0.01),
+                 *((layer, 2**0.5) for layer in layers.critic or ()), (layers.value_head, 1.0)]
+        with torch.no_grad():
+            for layer, gain in order:
+                orthogonal_init(_variable(layer, "kernel"), gain, generator)
+                _variable(layer, "bias").zero_()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """Copy into the Keras variables' tensors, never replace them (``assign`` is ignored):
+        a Keras variable keeps the ``Parameter`` it was created with, so a replaced one would
+        no longer be the variable Keras computes with and saves."""
+        return super().load_state_dict(state_dict, strict=strict, assign=False)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> KerasActorCritic:
+        self._numpy_layers = None  # parameters may get new storage (to_empty, .to(), ...)
+        return super()._apply(fn, recurse)  # type: ignore[no-any-return]
+
+    # ---------------------------------------------------------------------------- compute
+    def _run(self, layers: Sequence[Any], x: torch.Tensor) -> torch.Tensor:
+        for layer in layers:
+            x = layer.call(x)
+        return x
+
+    def _log_std(self, layers: MLPLayers, out: torch.Tensor) -> torch.Tensor:
+        log_std = _variable(layers.log_std, "bias")
+        return torch.cat([out, log_std.expand_as(out)], dim=-1)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
+        if layers is None:
+            inputs, value = self.network(obs)
+            return inputs, value.reshape(value.shape[0])
+        features = self._run(layers.actor, obs)
+        out = layers.action_head.call(features)
+        if layers.log_std is not None:
+            out = self._log_std(layers, out)
+        trunk = features if layers.critic is None else self._run(layers.critic, obs)
+        return out, layers.value_head.call(trunk).squeeze(-1)
+
+    def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action distribution's inputs for a batch of processed observations."""
+        layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
+        if layers is None:
+            return self.network(obs)[0]  # type: ignore[no-any-return]
+        out = layers.action_head.call(self._run(layers.actor, obs))
+        return out if layers.log_std is None else self._log_std(layers, out)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State-value estimates, shape ``[batch]``."""
+        layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
+        if layers is None:
+            value = self.network(obs)[1]
+            return value.reshape(value.shape[0])  # type: ignore[no-any-return]
+        trunk = layers.actor if layers.critic is None else layers.critic
+        return layers.value_head.call(self._run(trunk, obs)).squeeze(-1)  # type: ignore[no-any-return]
+
+    def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`action_inputs` in numpy on views of the Keras variables (cairn's MLP only:
+        a user's model runs through Keras, see :meth:`action_inputs`)."""
+        layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
+        if layers is None:
+            with torch.inference_mode():
+                return self.action_inputs(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
+        if self._numpy_layers is None:
+            dense = [*layers.actor, layers.action_head]
+            self._numpy_layers = [(_variable(layer, "kernel").detach().numpy(),
+                                   _variable(layer, "bias").detach().numpy()) for layer in dense]
+        act = NUMPY_ACTIVATIONS[layers.activation]
+        x = obs
+        *hidden, (w_out, b_out) = self._numpy_layers
+        for w, b in hidden:
+            x = act(x @ w + b)
+        out = x @ w_out + b_out
+        if layers.log_std is not None:
+            log_std = _variable(layers.log_std, "bias").detach().numpy()
+            out = np.concatenate([out, np.broadcast_to(log_std, out.shape)], axis=-1)
+        return out  # type: ignore[no-any-return]
+
+
+def make_keras_actor_critic(obs_size: int, num_outputs: int, model_config: Mapping[str, Any], *,
+                            free_log_std: bool) -> KerasActorCritic:
+    """The :class:`KerasActorCritic` ``model_config`` describes: the user's builder
+    (``keras_model``) when set, else the MLP of ``hidden``/``activation``/``vf_share_layers``."""
+    reference = model_config.get("keras_model")
+    if reference is None:
+        network, layers = build_actor_critic_mlp(
+            obs_size, num_outputs, hidden=list(model_config["hidden"]), activation=model_config["activation"],
+            vf_share_layers=bool(model_config["vf_share_layers"]), free_log_std=free_log_std,
+            log_std_init=float(model_config["log_std_init"]))
+        return KerasActorCritic(network, layers)
+    keras = import_keras(f"model.keras_model={reference!r}")
+    network = load_keras_builder(reference)(obs_size, num_outputs, dict(model_config))
+    if not isinstance(network, keras.Model) or len(network.outputs) != 2:
+        raise ConfigError(
+            f"Config 'model.keras_model'={reference!r} returned {type(network).__name__}; expected a "
+            f"keras.Model with two outputs, [action_inputs [batch, {num_outputs}], value [batch, 1]], "
+            f"for inputs of shape [batch, {obs_size}]."
+        )
+    return KerasActorCritic(network)
+
+
+def actor_critic_network(model_config: Mapping[str, Any]) -> Callable[..., nn.Module]:
+    """What ``Policy.make_model`` builds for a merged model config: ActorCriticMLP, or for
+    ``framework="keras"`` a :class:`KerasActorCritic` taking ActorCriticMLP's arguments."""
+    if model_framework(model_config) != "keras":
+        return ActorCriticMLP
+
+    def build(obs_size: int, num_outputs: int, *, hidden: Sequence[int], activation: str, vf_share_layers: bool,
+              free_log_std: bool, log_std_init: float, **encoder: Any) -> KerasActorCritic:
+        if any(value is not None for value in encoder.values()):
+            raise ConfigError(
+                f"model.framework='keras' builds MLPs only: Keras policies have no CNN/dict encoder "
+                f"yet (asked for {sorted(encoder)}). Use framework='torch' for image observations, or "
+                "a Keras model of your own (model.keras_model='package.module:builder').")
+        settings = {**model_config, "hidden": list(hidden), "activation": activation,
+                    "vf_share_layers": vf_share_layers, "log_std_init": log_std_init}
+        return make_keras_actor_critic(obs_size, num_outputs, settings, free_log_std=free_log_std)
+
+    return build
