@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError, ImageObservationWarning
+from cairn.policy.keras_config import FRAMEWORK_MODEL_KEYS, check_framework_settings
 from cairn.spaces import is_image_space
 from cairn.validation import check_section
 
@@ -43,7 +44,9 @@ DEFAULT_MODEL_CONFIG: dict[str, Any] = {
 
 def check_model_config(model: Any) -> None:
     """Raise ConfigError for an invalid ``model`` config section."""
-    check_section("model", dict(model) if isinstance(model, Mapping) else model, DEFAULT_MODEL_CONFIG)
+    check_section("model", dict(model) if isinstance(model, Mapping) else model,
+                  [*DEFAULT_MODEL_CONFIG, *FRAMEWORK_MODEL_KEYS])
+    check_framework_settings(model)  # framework / keras_model: optional keys (docs/keras.md)
     hidden = model.get("hidden", DEFAULT_MODEL_CONFIG["hidden"])
     if not (
         isinstance(hidden, (list, tuple))

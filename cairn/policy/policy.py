@@ -15,11 +15,11 @@ from cairn.errors import ConfigError
 from cairn.policy import checkpointing
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
+from cairn.policy.keras_model import actor_critic_network
 from cairn.policy.lazy_optimizer import LazyOptimizer
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import (
     DEFAULT_MODEL_CONFIG,
-    ActorCriticMLP,
     builds_config_mlp,
     check_model_config,
     warn_if_image_observations,
@@ -132,7 +132,7 @@ class Policy:
     def make_model(self) -> torch.nn.Module:
         """Build the network (override in subclasses for other architectures)."""
         model_cfg = deep_merge(DEFAULT_MODEL_CONFIG, self.config["model"])
-        return ActorCriticMLP(
+        return actor_critic_network(model_cfg)(  # ActorCriticMLP, or its Keras twin (docs/keras.md)
             self.preprocessor.size,
             self.dist.num_inputs,
             hidden=list(model_cfg["hidden"]),
