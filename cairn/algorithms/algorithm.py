@@ -323,11 +323,12 @@ class Algorithm:
 
     def export_policy_model(
         self, export_dir: str | os.PathLike[str], policy_id: str = DEFAULT_POLICY_ID,
-        onnx: int | None = None,
+        onnx: int | None = None, extra_outputs: Sequence[str] = (),
     ) -> None:
         """Write one policy's model in a native format that loads without cairn (torch.export or
-        ONNX); see :func:`cairn.algorithms.checkpointing.export_policy_model`."""
-        export_policy_model(self, export_dir, policy_id, onnx)
+        ONNX), with the optional outputs ``extra_outputs`` (``["value"]``); see
+        :func:`cairn.algorithms.checkpointing.export_policy_model`."""
+        export_policy_model(self, export_dir, policy_id, onnx, extra_outputs)
 
     def stop(self) -> None:
         """Wait for a background save in flight (``save(blocking=False)``), then release

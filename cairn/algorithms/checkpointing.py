@@ -293,6 +293,7 @@ def export_policy_checkpoint(
 
 def export_policy_model(
     algo: Algorithm, export_dir: str | os.PathLike[str], policy_id: str, onnx: int | None,
+    extra_outputs: Sequence[str] = (),
 ) -> None:
     """The body of :meth:`Algorithm.export_policy_model
     <cairn.algorithms.algorithm.Algorithm.export_policy_model>`: write one policy's model in a
@@ -300,9 +301,10 @@ def export_policy_model(
     (``onnx=None``) or ``model.onnx`` at opset ``onnx``, with ``signature.json``; see
     :func:`cairn.export.export_model` and ``docs/export.md``.
 
-    The same as ``algo.get_policy(policy_id).export_model(export_dir, onnx=onnx)``. Raises
+    The same as ``algo.get_policy(policy_id).export_model(export_dir, onnx=onnx,
+    extra_outputs=extra_outputs)``. Raises
     :class:`~cairn.errors.UnknownPolicyIdError` for an ID ``algo`` lacks, and
     :class:`~cairn.errors.ExportError` when the model cannot be exported.
     """
     policy_to_export(algo.policies, policy_id, "export_policy_model").export_model(
-        export_dir, onnx=onnx)
+        export_dir, onnx=onnx, extra_outputs=extra_outputs)

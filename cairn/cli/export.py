@@ -26,6 +26,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="a policy of an Algorithm checkpoint to export (repeatable; default: all of them)")
     p.add_argument("--format", choices=["onnx", "torch"], required=True)
     p.add_argument("--opset", type=int, default=None, help="ONNX opset (--format onnx only; default 18)")
+    p.add_argument("--extra-output", action="append", default=None, metavar="NAME", dest="extra_outputs",
+                   help="an optional output to add after the default ones, e.g. value (repeatable)")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(run=run)
 
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "onnx":  # checked before any policy is read or written
         opset = check_opset(DEFAULT_OPSET if args.opset is None else args.opset)
     for pid, policy, out in _targets(args):
-        export_model(policy, out, onnx=opset)
+        export_model(policy, out, onnx=opset, extra_outputs=args.extra_outputs or ())
         of = "" if pid is None else f" of policy {pid!r}"
         print(f"exported {args.format} model{of} to {out}", flush=True)
     return 0

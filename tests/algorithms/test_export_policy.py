@@ -50,13 +50,16 @@ def test_export_policy_model_writes_a_torch_program(ppo_algo, tmp_path):
 def test_export_policy_model_writes_onnx(ma_algo, tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
-    ma_algo.export_policy_model(tmp_path / "m", policy_id="p2", onnx=18)
-    assert json.loads((tmp_path / "m" / "signature.json").read_text())["opset"] == 18
+    ma_algo.export_policy_model(tmp_path / "m", policy_id="p2", onnx=18, extra_outputs=["value"])
+    signature = json.loads((tmp_path / "m" / "signature.json").read_text())
+    assert signature["opset"] == 18 and signature["outputs"][-1]["name"] == "value"
     session = onnxruntime.InferenceSession(str(tmp_path / "m" / "model.onnx"),
                                            providers=["CPUExecutionProvider"])
     policy = ma_algo.get_policy("p2")
-    action = session.run(None, {"obs": model_inputs(policy.observation_space, OBSERVATIONS)})[0]
+    action, *_, value = session.run(None, {"obs": model_inputs(policy.observation_space, OBSERVATIONS)})
     np.testing.assert_array_equal(action, policy.compute_actions(OBSERVATIONS, explore=False))
+    expected_value = policy.export_graph().with_outputs(["value"]).reference(OBSERVATIONS)[-1]
+    np.testing.assert_allclose(value, expected_value, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("export", ["export_policy_checkpoint", "export_policy_model"])

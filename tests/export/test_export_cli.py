@@ -246,3 +246,23 @@ def test_exporter_failures_are_reported_and_its_noise_is_not(
     assert [r.getMessage() for r in records] == [] and [str(w.message) for w in leaked] == []
     assert exporter_logger.level == level  # the exporter's logging is as it was
     assert not (tmp_path / "onnx").exists()
+
+
+def test_export_extra_outputs(multi_agent_checkpoint: Any, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str], helpers: Any) -> None:
+    """`--extra-output value` adds the critic's value after the default outputs; a name the
+    policy's graph does not offer is an error naming the ones it does, and nothing is written."""
+    pytest.importorskip("onnxruntime")
+    policies, checkpoint = multi_agent_checkpoint
+    out = tmp_path / "value"
+    assert main(["export", str(checkpoint), "--policy-id", "p0", "--format", "onnx",
+                 "--extra-output", "value", "--out", str(out)]) == 0
+    names = [spec["name"] for spec in json.loads((out / "signature.json").read_text())["outputs"]]
+    assert names[-1] == "value" and names[0] == "action"
+    helpers.check_model_dir(policies["p0"], out)
+    bad = tmp_path / "bad"
+    assert main(["export", str(checkpoint), "--policy-id", "p0", "--format", "torch",
+                 "--extra-output", "q_value", "--out", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "'q_value'" in err and "value" in err
+    assert not bad.exists()
