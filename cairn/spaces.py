@@ -259,12 +259,35 @@ def observation_kind(space: gym.Space[Any]) -> ObservationKind:
         return "array"
     if isinstance(space, gym.spaces.Discrete):
         return "discrete"
-    if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.Dict, gym.spaces.Tuple)):
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        _check_nested_parts(space, "obs", 0)
+        return "flattened"
+    if isinstance(space, gym.spaces.MultiDiscrete):
         return "flattened"
     raise ValueError(
         f"Unsupported observation space {space!r}: cairn policies read Box, "
         "Discrete, MultiDiscrete, MultiBinary, Dict and Tuple observations."
     )
+
+
+def _check_nested_parts(space: Any, path: str, depth: int) -> None:
+    """Raise ValueError naming the first part of a Dict/Tuple space a policy cannot read."""
+    if depth > MAX_SPACE_DEPTH:
+        raise ValueError(f"Unsupported observation space: {path} nests Dict/Tuple spaces deeper than "
+                         f"{MAX_SPACE_DEPTH} levels. Flatten it in a wrapper.")
+    parts = space.spaces
+    for key, sub in (parts.items() if isinstance(space, gym.spaces.Dict) else enumerate(parts)):
+        where = f"{path}[{key!r}]"
+        if isinstance(sub, (gym.spaces.Dict, gym.spaces.Tuple)):
+            _check_nested_parts(sub, where, depth + 1)
+        elif not isinstance(sub, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.Discrete,
+                                  gym.spaces.MultiDiscrete)):
+            raise ValueError(
+                f"Unsupported observation space: its part {where} is {sub!r}; cairn policies "
+                "read Box, Discrete, MultiDiscrete and MultiBinary parts inside Dict and Tuple "
+                "observations. Fix: encode it as one of those in a wrapper (e.g. Text as token ids in "
+                "a MultiDiscrete), or drop it with gymnasium.wrappers.FilterObservation."
+            )
 
 
 class ObservationPreprocessor:

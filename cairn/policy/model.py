@@ -1,4 +1,5 @@
-"""The default network: MLP actor and critic, separate or sharing a trunk."""
+"""The default network: MLP actor and critic, separate or sharing a trunk, with a CNN encoder
+in front when the observations hold images (:mod:`cairn.policy.encoders`, ``docs/models.md``)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,19 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
 from cairn.errors import ConfigError, ImageObservationWarning
+from cairn.policy.encoders import ObservationEncoder, check_conv_config, encoder_description, image_layout
 from cairn.policy.keras_config import FRAMEWORK_MODEL_KEYS, check_framework_settings
 from cairn.spaces import is_image_space
 from cairn.validation import check_section
 
 __all__ = ["ActorCriticMLP", "ACTIVATIONS", "NUMPY_ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config", "builds_config_mlp",
-           "warn_if_image_observations"]
+           "warn_if_image_observations", "policy_encoder_description"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -39,6 +42,11 @@ DEFAULT_MODEL_CONFIG: dict[str, Any] = {
     "activation": "tanh",
     "vf_share_layers": False,
     "log_std_init": 0.0,
+    # The CNN for image observations (cairn.policy.encoders): None is the Nature CNN
+    # ([[32, 8, 4], [64, 4, 2], [64, 3, 1]] and a 512-unit dense layer), [] no CNN at all.
+    "conv_filters": None,
+    "conv_activation": "relu",
+    "conv_dense": 512,
 }
 
 
@@ -61,6 +69,16 @@ def check_model_config(model: Any) -> None:
             f"Config 'model.activation'={activation!r} is not supported; choose one of "
             f"{sorted(ACTIVATIONS)}."
         )
+    check_conv_config(model)
+
+
+def policy_encoder_description(policy: Any) -> dict[str, Any] | None:
+    """The :func:`~cairn.policy.encoders.encoder_description` of a policy's observation space
+    under its ``config["model"]``; images are scaled to [0, 1] only when no observation filter
+    normalises them (``observation_filter="NoFilter"``)."""
+    model_cfg = {**DEFAULT_MODEL_CONFIG, **policy.config["model"]}
+    return encoder_description(policy.observation_space, model_cfg,
+                               scale_images=policy.config.get("observation_filter", "NoFilter") == "NoFilter")
 
 
 MakeModel = TypeVar("MakeModel", bound=Callable[..., Any])
@@ -77,23 +95,37 @@ def builds_config_mlp(make_model: MakeModel) -> MakeModel:
     return make_model
 
 
-def warn_if_image_observations(observation_space: Any, *, stacklevel: int = 2) -> None:
+def _unread_images(space: Any) -> list[Any]:
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        subs = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
+        return [image for sub in subs for image in _unread_images(sub)]
+    return [space] if is_image_space(space) and image_layout(space.shape) is None else []
+
+
+def warn_if_image_observations(observation_space: Any, model_config: Mapping[str, Any] | None = None, *,
+                               stacklevel: int = 2) -> None:
     """Warn (:class:`~cairn.errors.ImageObservationWarning`) when an MLP is about to read images.
 
-    The default networks flatten every observation; for an image space (see
-    :func:`cairn.spaces.is_image_space`) that makes one input per pixel and channel, which
-    trains slowly and rarely learns. Policies call this when they build a new MLP, not when
-    they are restored (the user saw the warning when the policy was first made).
+    The CNN encoder reads images of rank 2 and 3 (``H x W``, ``H x W x C``, ``C x H x W``);
+    an image space (see :func:`cairn.spaces.is_image_space`) of another rank, alone or inside
+    a Dict/Tuple, is flattened into one MLP input per pixel and channel, which trains slowly and
+    rarely learns. ``model_config={"conv_filters": []}`` (no CNN, on purpose) does not warn.
+    Policies call this when they build a new network, not when they are restored (the user saw
+    the warning when the policy was first made).
     """
-    if not is_image_space(observation_space):
+    if model_config is not None and model_config.get("conv_filters") == []:
         return
-    size = int(np.prod(observation_space.shape))
+    unread = _unread_images(observation_space)
+    if not unread:
+        return
+    space = unread[0]
+    size = int(np.prod(space.shape))
     warnings.warn(
-        f"The observation space {observation_space} holds images, and this policy's MLP "
-        f"flattens each one into {size} inputs: cairn has no CNN encoder yet, and an MLP on raw "
-        "pixels rarely learns. Fix: downscale/grey-scale the image (gymnasium.wrappers."
-        "ResizeObservation, GrayscaleObservation), or flatten it in a wrapper on purpose "
-        "(gymnasium.wrappers.FlattenObservation), until CNN encoders arrive.",
+        f"The observation space {observation_space} holds images {space} that the CNN encoder "
+        f"does not read (it reads rank 2 and 3 images), so this policy's MLP flattens each one "
+        f"into {size} inputs, and an MLP on raw pixels rarely learns. Fix: merge the stacked "
+        "frames into the channel axis (e.g. grey-scale before gymnasium.wrappers."
+        "FrameStackObservation), or set model={'conv_filters': []} to flatten them on purpose.",
         ImageObservationWarning,
         stacklevel=stacklevel + 1,
     )
@@ -111,6 +143,9 @@ class ActorCriticMLP(nn.Module):
 
     ``num_outputs`` is the number of distribution inputs the network computes itself; with
     ``free_log_std`` the second half of the inputs (log-std) is a learned vector instead.
+    ``encoder`` (an :func:`~cairn.policy.encoders.encoder_description`) puts a CNN encoder in
+    front of the MLP: one (``encoder.*``) shared by actor and critic with ``vf_share_layers``,
+    else the actor's and the critic's own (``critic_encoder.*``).
     """
 
     def __init__(
@@ -123,9 +158,12 @@ class ActorCriticMLP(nn.Module):
         vf_share_layers: bool = False,
         free_log_std: bool = False,
         log_std_init: float = 0.0,
+        encoder: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        sizes = [obs_size, *hidden]
+        self.encoder = None if encoder is None else ObservationEncoder(encoder)
+        self.critic_encoder = None if encoder is None or vf_share_layers else ObservationEncoder(encoder)
+        sizes = [obs_size if encoder is None else int(encoder["output_size"]), *hidden]
         last = sizes[-1]
         head_outputs = num_outputs // 2 if free_log_std else num_outputs
         self.vf_share_layers = vf_share_layers
@@ -145,9 +183,9 @@ class ActorCriticMLP(nn.Module):
         Hidden layers get gain sqrt(2), the action head 0.01 (near-uniform first policy) and
         the value head 1; biases start at zero.
         """
-        heads = {self.action_head: 0.01, self.value_head: 1.0}
+        heads: dict[nn.Module, float] = {self.action_head: 0.01, self.value_head: 1.0}
         for module in self.modules():
-            if isinstance(module, nn.Linear):
+            if isinstance(module, (nn.Linear, nn.Conv2d)) and module.bias is not None:
                 gain = heads.get(module, 2**0.5)
                 nn.init.orthogonal_(module.weight, gain=gain, generator=generator)
                 nn.init.zeros_(module.bias)
@@ -158,7 +196,11 @@ class ActorCriticMLP(nn.Module):
         For a batch of a few observations, numpy's small matrix products cost a fraction of
         torch's per-operator dispatch; the sampling loop calls this once per step. The views
         share memory with the parameters, so in-place optimizer updates are seen at once.
+        A CNN encoder runs in torch (its convolutions dominate, not the dispatch).
         """
+        if self.encoder is not None:
+            with torch.inference_mode():
+                return self.action_inputs(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
         if self._numpy_layers is None:
             linears = [m for m in self.actor if isinstance(m, nn.Linear)] + [self.action_head]
             self._numpy_layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linears]
@@ -179,6 +221,8 @@ class ActorCriticMLP(nn.Module):
 
     def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
         """The action distribution's inputs for a batch of processed observations."""
+        if self.encoder is not None:
+            obs = self.encoder(obs)
         out = self.action_head(self.actor(obs))
         if self.log_std is not None:
             out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
@@ -187,11 +231,14 @@ class ActorCriticMLP(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State-value estimates, shape ``[batch]``."""
         trunk = self.actor if self.critic is None else self.critic
+        encoder = self.encoder if self.critic_encoder is None else self.critic_encoder
+        if encoder is not None:
+            obs = encoder(obs)
         return self.value_head(trunk(obs)).squeeze(-1)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.critic is None:
-            features = self.actor(obs)
+            features = self.actor(obs if self.encoder is None else self.encoder(obs))
             out = self.action_head(features)
             if self.log_std is not None:
                 out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)

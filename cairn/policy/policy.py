@@ -22,6 +22,7 @@ from cairn.policy.model import (
     DEFAULT_MODEL_CONFIG,
     builds_config_mlp,
     check_model_config,
+    policy_encoder_description,
     warn_if_image_observations,
 )
 from cairn.policy.spec import PolicySpec
@@ -48,8 +49,8 @@ class Policy:
     Args:
         observation_space: Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple.
         action_space: Discrete, MultiDiscrete or Box.
-        config: Policy settings merged over :attr:`DEFAULT_CONFIG`: ``model`` (``hidden``,
-            ``activation``, ``vf_share_layers``, ``log_std_init``), ``lr``, and
+        config: Policy settings merged over :attr:`DEFAULT_CONFIG`: ``model`` (``hidden``, ``activation``,
+            ``vf_share_layers``, ``log_std_init``; ``conv_*`` for images: docs/models.md), ``lr``, and
             ``observation_filter`` (``"NoFilter"`` or ``"MeanStdFilter"``).
         seed: Seeds weight initialisation and action sampling. None: nondeterministic.
 
@@ -99,7 +100,7 @@ class Policy:
         self.action_space = action_space
         # Only a new policy warns: a restored one was warned about when it was first made.
         if init_weights and getattr(self.make_model, "builds_config_mlp", False):
-            warn_if_image_observations(observation_space, stacklevel=3)
+            warn_if_image_observations(observation_space, self.config["model"], stacklevel=3)
         self.dist: ActionDistribution = distribution_for(action_space)
         self.generator, self.np_random = make_generators(seed)
         # Restoring skips random initialisation: parameters are created uninitialised (meta
@@ -140,6 +141,7 @@ class Policy:
             vf_share_layers=bool(model_cfg["vf_share_layers"]),
             free_log_std=isinstance(self.action_space, gym.spaces.Box),
             log_std_init=float(model_cfg["log_std_init"]),
+            encoder=policy_encoder_description(self),
         )
 
     def init_weights(self) -> None:
@@ -383,10 +385,7 @@ class Policy:
         return checkpointing.policy_from_policy_checkpoint(checkpoint, base=Policy, storage_options=storage_options)
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(observation_space={self.observation_space}, "
-            f"action_space={self.action_space})"
-        )
+        return f"{type(self).__name__}(observation_space={self.observation_space}, action_space={self.action_space})"
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         """The network's parameters (for optimizers and gradient clipping)."""

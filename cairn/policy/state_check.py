@@ -16,7 +16,8 @@ import gymnasium as gym
 import numpy as np
 
 from cairn.checkpoint.validate import array_map, require_types
-from cairn.errors import CheckpointFormatError
+from cairn.errors import CheckpointFormatError, ConfigError
+from cairn.policy.encoders import encoder_description, encoder_parameter_count
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG
 from cairn.registry import resolve_class
@@ -98,15 +99,22 @@ def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_
         raise CheckpointFormatError(
             f"{where}: model.hidden must be a list of positive ints, got {hidden!r:.100}."
         )
+    # A CNN encoder's size follows from the spec as plain arithmetic (nothing is allocated),
+    # so conv_filters such as [[10**9, 8, 4]] are refused like a huge hidden layer.
+    try:
+        encoder = encoder_description(obs_space, {**DEFAULT_MODEL_CONFIG, **(model or {})})
+    except ConfigError as exc:
+        raise CheckpointFormatError(f"{where}: the policy spec's model config is invalid: {exc}") from None
     # Each layer's weight matrix is a parameter of the network: the actor path alone needs
     # these many, so weights holding fewer cannot belong to this spec.
-    sizes = [obs_size, *hidden, max(1, out_size // 2)]
-    needed = sum(a * b for a, b in itertools.pairwise(sizes))
+    sizes = [obs_size if encoder is None else int(encoder["output_size"]), *hidden, max(1, out_size // 2)]
+    needed = encoder_parameter_count(encoder) + sum(a * b for a, b in itertools.pairwise(sizes))
     if len(hidden) + 1 > len(weights) or needed > stored:
         raise CheckpointFormatError(
             f"{where}: the stored weights ({stored} numbers in {len(weights)} arrays) cannot belong "
-            f"to the network the spec describes (observation size {_short(obs_size)}, hidden "
-            f"{hidden!r:.100}, {_short(out_size)} outputs: at least {_short(needed)} numbers). The "
+            f"to the network the spec describes (observation size {_short(obs_size)}, conv_filters "
+            f"{(model or {}).get('conv_filters')!r:.100} on images, hidden {hidden!r:.100}, {_short(out_size)} "
+            f"outputs: at least {_short(needed)} numbers). The "
             "spec's spaces or model config do not fit the weights."
         )
 

@@ -17,6 +17,7 @@ from tests.helpers import small_ppo
 
 CARTPOLE_OBS = gym.make("CartPole-v1").observation_space  # Box(4,)
 IMAGE = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
+COLOUR_STACK = gym.spaces.Box(0, 255, (4, 84, 84, 3), np.uint8)  # 4 stacked RGB frames
 
 
 @pytest.fixture(scope="module")
@@ -116,24 +117,25 @@ def test_which_spaces_count_as_images(space, image):
     assert is_image_space(space) is image
 
 
-def test_new_policy_on_images_warns_once_with_the_fix():
+def test_new_policy_on_images_the_cnn_cannot_read_warns_once_with_the_fix():
+    # The CNN reads rank 2 and 3 images; a stack of colour frames (rank 4) is left to the MLP.
     with pytest.warns(ImageObservationWarning) as record:
-        cairn.Policy(IMAGE, gym.spaces.Discrete(2), seed=0)
+        cairn.Policy(COLOUR_STACK, gym.spaces.Discrete(2), {"model": {"hidden": [8]}}, seed=0)
     assert len(record) == 1
     message = str(record[0].message)
-    assert "21168 inputs" in message and "(84, 84, 3)" in message
-    assert "downscale/grey-scale" in message and "until CNN encoders arrive" in message
+    assert "84672 inputs" in message and "(4, 84, 84, 3)" in message
+    assert "merge the stacked frames into the channel axis" in message and "'conv_filters': []" in message
     assert record[0].filename == __file__  # points at the line that built the policy
 
 
-def test_dqn_policy_on_images_warns_too():
+def test_dqn_policy_on_images_the_cnn_cannot_read_warns_too():
     with pytest.warns(ImageObservationWarning):
-        DQNPolicy(IMAGE, gym.spaces.Discrete(2), {"model": {"hidden": [8]}}, seed=0)
+        DQNPolicy(COLOUR_STACK, gym.spaces.Discrete(2), {"model": {"hidden": [8]}}, seed=0)
 
 
 def test_restoring_a_policy_on_images_does_not_warn():
     with pytest.warns(ImageObservationWarning):
-        policy = cairn.Policy(IMAGE, gym.spaces.Discrete(2), {"model": {"hidden": [8]}}, seed=0)
+        policy = cairn.Policy(COLOUR_STACK, gym.spaces.Discrete(2), {"model": {"hidden": [8]}}, seed=0)
     state = policy.get_state()
     with warnings.catch_warnings():
         warnings.simplefilter("error", ImageObservationWarning)
@@ -141,12 +143,16 @@ def test_restoring_a_policy_on_images_does_not_warn():
         cairn.Policy.from_state(state, copy=False)
 
 
-def test_vector_observations_and_own_models_do_not_warn():
+def test_images_the_cnn_reads_vector_observations_and_own_models_do_not_warn():
     class OwnModel(cairn.Policy):
-        def make_model(self):  # e.g. a CNN: not the flattening MLP, so no warning
+        def make_model(self):  # not the built-in network: no warning
             return super().make_model()
 
+    small_cnn = {"hidden": [8], "conv_filters": [[4, 8, 8]], "conv_dense": 8}
     with warnings.catch_warnings():
         warnings.simplefilter("error", ImageObservationWarning)
         cairn.Policy(CARTPOLE_OBS, gym.spaces.Discrete(2), seed=0)
-        OwnModel(IMAGE, gym.spaces.Discrete(2), {"model": {"hidden": [8]}}, seed=0)
+        cairn.Policy(IMAGE, gym.spaces.Discrete(2), {"model": small_cnn}, seed=0)  # read by the CNN
+        # conv_filters=[]: flattening into the MLP on purpose
+        cairn.Policy(COLOUR_STACK, gym.spaces.Discrete(2), {"model": {"hidden": [8], "conv_filters": []}}, seed=0)
+        OwnModel(COLOUR_STACK, gym.spaces.Discrete(2), {"model": {"hidden": [8]}}, seed=0)

@@ -13,7 +13,7 @@ import torch
 from cairn.algorithms.dqn.model import QNetwork
 from cairn.errors import ConfigError
 from cairn.policy.merge import deep_merge
-from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp
+from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
 from cairn.policy.policy import Policy
 from cairn.policy.weights import load_weights, weights_to_numpy
 from cairn.registry import register_class
@@ -70,7 +70,8 @@ class DQNPolicy(Policy):
     whose weights and last update time are part of the policy's state, as is the current
     epsilon; so a DQNPolicy checkpoint alone is enough to continue training.
 
-    Config (merged over :attr:`DEFAULT_CONFIG`): ``model`` (``hidden``, ``activation``),
+    Config (merged over :attr:`DEFAULT_CONFIG`): ``model`` (``hidden``, ``activation``, and
+    ``conv_filters``, ``conv_activation``, ``conv_dense`` for image observations: docs/models.md),
     ``lr``, ``observation_filter``, ``dueling`` (dueling heads) and ``epsilon`` (schedule
     over this policy's sampled timesteps, ``[[t, eps], ...]``).
 
@@ -118,6 +119,7 @@ class DQNPolicy(Policy):
         return QNetwork(
             self.preprocessor.size, int(self.action_space.n), hidden=list(model_cfg["hidden"]),  # type: ignore[attr-defined]
             activation=model_cfg["activation"], dueling=bool(self.config["dueling"]),
+            encoder=policy_encoder_description(self),
         )
 
     # ------------------------------------------------------------------------------------- act

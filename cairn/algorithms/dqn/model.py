@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from cairn.policy.encoders import ObservationEncoder
 from cairn.policy.model import ACTIVATIONS, NUMPY_ACTIVATIONS
 
 __all__ = ["QNetwork", "NumpyQLayers", "NumpyQForward", "numpy_q_forward"]
@@ -66,16 +67,19 @@ class QNetwork(nn.Module):
     identifiable.
 
     The network is its linear layers (:meth:`linear_layers`) and one activation; the torch
-    :meth:`forward` and the numpy :func:`numpy_q_forward` both walk that list.
+    :meth:`forward` and the numpy :func:`numpy_q_forward` both walk that list. ``encoder`` (an
+    :func:`~cairn.policy.encoders.encoder_description`) puts a CNN encoder (``encoder.*``) in
+    front of the trunk; such a network acts and computes targets in torch, not numpy.
     """
 
     def __init__(
         self, obs_size: int, num_actions: int, *, hidden: Sequence[int] = (64, 64),
-        activation: str = "relu", dueling: bool = True,
+        activation: str = "relu", dueling: bool = True, encoder: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.encoder = None if encoder is None else ObservationEncoder(encoder)
         layers: list[nn.Module] = []
-        sizes = [obs_size, *hidden]
+        sizes = [obs_size if encoder is None else int(encoder["output_size"]), *hidden]
         for fan_in, fan_out in itertools.pairwise(sizes):
             layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
         self.trunk = nn.Sequential(*layers)
@@ -87,8 +91,11 @@ class QNetwork(nn.Module):
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """PyTorch's default Linear initialisation, drawn from the policy's generator."""
+        encoder = () if self.encoder is None else list(self.encoder.modules())
+        if self.encoder is not None:
+            self.encoder.reset_parameters(generator, orthogonal=False)
         for module in self.modules():
-            if isinstance(module, nn.Linear):
+            if isinstance(module, nn.Linear) and not any(module is m for m in encoder):
                 bound = 1.0 / math.sqrt(module.in_features)
                 nn.init.uniform_(module.weight, -bound, bound, generator=generator)
                 nn.init.uniform_(module.bias, -bound, bound, generator=generator)
@@ -104,7 +111,7 @@ class QNetwork(nn.Module):
         # per iteration on small batches, where nn.Module.__call__ costs more than the maths.
         act = _TORCH_ACTIVATIONS[self.activation]
         hidden, advantage_head, value_head = self.linear_layers()
-        x = obs
+        x = obs if self.encoder is None else self.encoder(obs)
         for layer in hidden:
             x = act(F.linear(x, layer.weight, layer.bias))
         advantages = F.linear(x, advantage_head.weight, advantage_head.bias)
@@ -135,6 +142,9 @@ class QNetwork(nn.Module):
         """:meth:`forward` in numpy on views of the live parameters, for the sampling loop
         (a few observations per call, where torch's per-operator dispatch dominates) and
         the learner's targets."""
+        if self.encoder is not None:  # convolutions: torch's kernels, not dispatch, dominate
+            with torch.inference_mode():
+                return self(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
         return numpy_q_forward(self.numpy_layers(), obs).q_values
 
     def _apply(self, fn: Any, recurse: bool = True) -> QNetwork:

@@ -62,6 +62,8 @@ def numpy_update_unsupported(model: Any, optimizer: Any) -> str | None:
     """
     if type(model) is not QNetwork:
         return f"the network is a {type(model).__name__}, not a QNetwork"
+    if model.encoder is not None:
+        return "the QNetwork has a CNN encoder (image observations)"
     if model.activation not in _ACTIVATION_GRADS:
         return f"activation {model.activation!r} (the numpy update covers {list(NUMPY_UPDATE_ACTIVATIONS)})"
     if type(optimizer) is not torch.optim.Adam:

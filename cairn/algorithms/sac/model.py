@@ -8,15 +8,18 @@ critics by Polyak averaging (:meth:`SACModel.update_targets`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from cairn.policy.encoders import ObservationEncoder
 from cairn.policy.model import NUMPY_ACTIVATIONS
 
 __all__ = ["SACModel", "SquashedGaussianActor", "TwinQ", "LOG_STD_MIN", "LOG_STD_MAX"]
@@ -41,9 +44,12 @@ class SquashedGaussianActor(nn.Module):
     ``[LOG_STD_MIN, LOG_STD_MAX]``.
     """
 
-    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str) -> None:
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
+                 encoder: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        sizes = [obs_size, *hidden]
+        # Image observations: a CNN encoder in front (cairn.policy.encoders), the actor's own.
+        self.encoder = None if encoder is None else ObservationEncoder(encoder)
+        sizes = [obs_size if encoder is None else int(encoder["output_size"]), *hidden]
         self.trunk = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(sizes))
         self.mean_head = nn.Linear(sizes[-1], action_size)
         self.log_std_head = nn.Linear(sizes[-1], action_size)
@@ -57,7 +63,7 @@ class SquashedGaussianActor(nn.Module):
         # Functional calls: the learner runs this twice per update on small batches, where
         # nn.Module.__call__ costs more than the maths.
         act = _TORCH_ACTIVATIONS[self.activation]
-        x = obs
+        x = obs if self.encoder is None else self.encoder(obs)
         for layer in self.hidden_layers():
             x = act(F.linear(x, layer.weight, layer.bias))
         mean = F.linear(x, self.mean_head.weight, self.mean_head.bias)
@@ -67,6 +73,9 @@ class SquashedGaussianActor(nn.Module):
     def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
         """``[mean, log_std]`` concatenated, in numpy on views of the live parameters (the
         sampling loop acts on a few observations per call, where torch's dispatch dominates)."""
+        if self.encoder is not None:  # convolutions run in torch
+            with torch.inference_mode():
+                return torch.cat(self(torch.from_numpy(obs)), dim=-1).numpy()
         act = NUMPY_ACTIVATIONS[self.activation]
         x = obs
         for layer in self.hidden_layers():
@@ -84,14 +93,19 @@ class TwinQ(nn.Module):
     (half the operator calls of two separate MLPs, the same arithmetic).
     """
 
-    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str) -> None:
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
+                 encoder: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        sizes = [obs_size + action_size, *hidden, 1]
+        # Image observations: one CNN encoder for both critics, as SB3's critic has.
+        self.encoder = None if encoder is None else ObservationEncoder(encoder)
+        sizes = [(obs_size if encoder is None else int(encoder["output_size"])) + action_size, *hidden, 1]
         self.weights = nn.ParameterList(torch.empty(2, a, b) for a, b in itertools.pairwise(sizes))
         self.biases = nn.ParameterList(torch.empty(2, 1, b) for b in sizes[1:])
         self.activation = activation
 
     def reset_parameters(self, generator: torch.Generator) -> None:
+        if self.encoder is not None:
+            self.encoder.reset_parameters(generator, orthogonal=False)
         for weight, bias in zip(self.weights, self.biases, strict=True):
             fan_in = weight.shape[1]
             with torch.no_grad():
@@ -103,6 +117,9 @@ class TwinQ(nn.Module):
         """``[2, batch]``: both critics' ``Q(obs, action)``. ``detach``: gradients reach the
         actions but not the critics' weights (the actor loss)."""
         act = _TORCH_ACTIVATIONS[self.activation]
+        if self.encoder is not None:
+            with torch.no_grad() if detach else contextlib.nullcontext():
+                obs = self.encoder(obs)
         x = torch.cat([obs, actions], dim=-1).expand(2, -1, -1)
         last = len(self.weights) - 1
         for k, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
@@ -118,17 +135,20 @@ class SACModel(nn.Module):
     """Everything SAC learns: ``actor``, ``critic`` (twin Q), ``target_critic``, ``log_alpha``."""
 
     def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
-                 initial_alpha: float) -> None:
+                 initial_alpha: float, encoder: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        self.actor = SquashedGaussianActor(obs_size, action_size, hidden=hidden, activation=activation)
-        self.critic = TwinQ(obs_size, action_size, hidden=hidden, activation=activation)
-        self.target_critic = TwinQ(obs_size, action_size, hidden=hidden, activation=activation)
+        nets = {"hidden": hidden, "activation": activation, "encoder": encoder}
+        self.actor = SquashedGaussianActor(obs_size, action_size, **nets)  # type: ignore[arg-type]
+        self.critic = TwinQ(obs_size, action_size, **nets)  # type: ignore[arg-type]
+        self.target_critic = TwinQ(obs_size, action_size, **nets)  # type: ignore[arg-type]
         self.target_critic.requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)]))
         self.initial_alpha = initial_alpha
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """Default Linear initialisation from the policy's generator; targets copy the critics."""
+        if self.actor.encoder is not None:
+            self.actor.encoder.reset_parameters(generator, orthogonal=False)
         for layer in [*self.actor.hidden_layers(), self.actor.mean_head, self.actor.log_std_head]:
             _uniform_init(layer.weight.data, layer.in_features, generator)
             _uniform_init(layer.bias.data, layer.in_features, generator)

@@ -13,7 +13,7 @@ from cairn.algorithms.sac.distribution import SquashedGaussian
 from cairn.algorithms.sac.model import SACModel
 from cairn.errors import ConfigError
 from cairn.policy.merge import deep_merge
-from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp
+from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
 from cairn.policy.policy import Policy
 from cairn.registry import register_class
 
@@ -112,7 +112,7 @@ class SACPolicy(Policy):
         return SACModel(
             self.preprocessor.size, int(np.prod(self.action_space.shape)),  # type: ignore[arg-type]
             hidden=list(model_cfg["hidden"]), activation=model_cfg["activation"],
-            initial_alpha=float(self.config["initial_alpha"]),
+            initial_alpha=float(self.config["initial_alpha"]), encoder=policy_encoder_description(self),
         )
 
     def group_learning_rates(self) -> dict[str, float]:
