@@ -3,21 +3,28 @@
 A MeanStdFilter policy's graph starts with ``clip((obs - mean) * inv_std, -c, c)`` (three
 nodes: Sub, Mul, Clip) and feeds it to the first ``Gemm`` of each network. onnxruntime runs
 every node at a fixed cost of about a microsecond for one observation, as much as a small
-layer. Because ``inv_std > 0``, the same function is
+layer. The affine part of the filter can move into the weights of the Gemms that read it, and
+the clip can be done in fewer nodes, in one of two forms:
 
-    x = min(max(obs, mean - c / inv_std), mean + c / inv_std)      # clip in raw units
-    Gemm(W, b) applied to (x - mean) * inv_std  ==  Gemm(W * inv_std, b - (W * inv_std) @ mean)(x)
+* up to :data:`UNIT_CLIP_MAX_FEATURES` features, ``HardSigmoid(Gemm(obs))``: a diagonal Gemm
+  maps ``obs`` to ``u = ((obs - mean) * inv_std - low) / (high - low)``, HardSigmoid with
+  alpha 1 and beta 0 clips it to [0, 1], and the layer reads ``low + (high - low) * u``,
+  folded as ``Gemm(W * (high - low), b + low * W @ 1)``. onnxruntime fuses the activation
+  into its Gemm, so at run time the filter is one node;
+* above it, where the diagonal matrix would cost more than a node, the clip in raw units:
+  because ``inv_std > 0``, ``x = min(max(obs, mean + low / inv_std), mean + high / inv_std)``
+  (Max, Min) and ``Gemm(W * inv_std, b - (W * inv_std) @ mean)(x)``.
 
-so the three nodes become two (Max, Min) and the affine part moves into the weights of the
-Gemms that read it. The result differs from the unfolded graph by rounding only, and every
-export is then checked against the policy as usual (:mod:`cairn.export.verify`).
+The result differs from the unfolded graph by rounding only, and every export is then
+checked against the policy as usual (:mod:`cairn.export.verify`).
 
 The fold is applied only where it cannot lose precision: the folded bias subtracts
 ``(W * inv_std) @ mean`` from terms of the size of ``obs * inv_std``, which stay within
 ``|mean * inv_std| + c``; folding is skipped when ``|mean * inv_std|`` exceeds ``c`` for any
 feature (an observation far from zero in its own standard deviations), so rounding grows by at
 most a factor of two. Graphs without the pattern (no filter, one-hot inputs, a first layer that
-is not a plain Gemm) are left as they are.
+is not a plain Gemm, an input read by more than the filter and Shape nodes) are left as they
+are.
 """
 
 from __future__ import annotations
@@ -72,7 +79,10 @@ def fold_observation_filter(proto: Any) -> bool:
     initializers = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
     obs = graph.input[0].name
     subs = [n for n in _consumers(graph, obs) if n.op_type == "Sub" and list(n.input[:1]) == [obs]]
-    if len(subs) != 1 or len(_consumers(graph, obs)) != 1 or subs[0].input[1] not in initializers:
+    # Other readers of the raw input may only ask its shape (a Box policy's graph does, to
+    # expand its log-std to the batch): the input itself stays as it is.
+    others = [n for n in _consumers(graph, obs) if n not in subs]
+    if len(subs) != 1 or any(n.op_type != "Shape" for n in others) or subs[0].input[1] not in initializers:
         return False
     sub = subs[0]
     muls = _consumers(graph, sub.output[0])
