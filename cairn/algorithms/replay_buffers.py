@@ -14,16 +14,18 @@ from cairn.env_runner.sample_batch import SampleBatch
 from cairn.replay import ReplayBuffer, make_replay_buffer
 from cairn.rng import seed_sequence
 
-__all__ = ["REPLAY_BUFFER_COMPONENT", "PolicyReplayBuffers", "replay_transitions"]
+__all__ = ["REPLAY_BUFFER_COMPONENT", "PolicyReplayBuffers", "NStepTransitions", "ReplayRatio", "replay_transitions"]
 
 #: The checkpoint component (``components/replay_buffer/``) holding the replay buffers.
 REPLAY_BUFFER_COMPONENT = "replay_buffer"
 
 
 def replay_transitions(batch: SampleBatch, *, gamma: float, n_step: int) -> dict[str, np.ndarray]:
-    """The rows to store for ``batch``: ``obs``, ``actions``, the n-step ``rewards`` and the
-    ``next_obs``/``terminateds`` of each window's last step (where the target bootstraps),
-    and ``n_steps``, the window lengths (the bootstrap discount is ``gamma ** n_steps``)."""
+    """The rows to store for ``batch`` on its own: ``obs``, ``actions``, the n-step ``rewards``
+    and the ``next_obs``/``terminateds`` of each window's last step (where the target
+    bootstraps), and ``n_steps``, the window lengths (the bootstrap discount is
+    ``gamma ** n_steps``). Windows stop at every piece end of ``batch``, fragment ends included;
+    :class:`NStepTransitions` carries them over into the next fragment instead."""
     if n_step == 1:
         returns, last = batch["rewards"], np.arange(len(batch))
         steps = np.ones(len(batch), dtype=np.int32)
@@ -39,18 +41,110 @@ def replay_transitions(batch: SampleBatch, *, gamma: float, n_step: int) -> dict
     }
 
 
+class NStepTransitions:
+    """n-step transitions of one policy, whole across sample fragments.
+
+    A row whose n-step window reaches the end of its sampled fragment while its episode goes
+    on is held back, and completed with the first rows of the same trajectory (the same
+    ``streams`` id) in a later batch, so that every stored window has ``n_step`` rewards unless
+    its episode ended first. A held trajectory whose sequel does not start where it stopped
+    (its env was reset, e.g. by a restore without this state) is stored with the shorter
+    windows it has. ``n_step == 1`` holds nothing back. Batches without ``streams`` are
+    taken on their own (:func:`replay_transitions`).
+    """
+
+    def __init__(self, gamma: float, n_step: int) -> None:
+        self.gamma, self.n_step = gamma, n_step
+        self.pending: dict[int, dict[str, np.ndarray]] = {}  # stream id -> held rows
+
+    def add(self, batch: SampleBatch) -> dict[str, np.ndarray]:
+        """The completed transitions of the held rows and ``batch`` (see the class doc)."""
+        if self.n_step == 1 or "streams" not in batch:
+            return replay_transitions(batch, gamma=self.gamma, n_step=self.n_step)
+        joined, waits = self._join(batch)
+        returns, last, steps = n_step_returns(joined["rewards"], joined["ends"], gamma=self.gamma, n=self.n_step)
+        hold = waits[last] & (steps < self.n_step)
+        for stream in np.unique(joined["streams"][hold]):
+            rows = hold & (joined["streams"] == stream)
+            self.pending[int(stream)] = {k: v[rows] for k, v in joined.items()}
+        keep = ~hold
+        return {
+            "obs": joined["obs"][keep],
+            "actions": joined["actions"][keep],
+            "rewards": returns[keep].astype(np.float32, copy=False),
+            "next_obs": joined["next_obs"][last[keep]],
+            "terminateds": joined["terminateds"][last[keep]],
+            "n_steps": steps[keep].astype(np.int32, copy=False),
+        }
+
+    def _join(self, batch: SampleBatch) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """``batch`` with each stream's held rows in front of its first piece (or, when that
+        piece does not continue them, as a piece of their own), and which rows end a piece
+        that may still continue (a fragment end inside an episode)."""
+        ends = batch["ends"]
+        starts = np.concatenate([[0], np.flatnonzero(ends[:-1]) + 1])
+        stops = np.append(starts[1:], len(ends))
+        cut = ends & ~batch["terminateds"] & ~batch["truncateds"]
+        parts: list[dict[str, np.ndarray]] = []
+        waits: list[np.ndarray] = []
+        for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):
+            held = self.pending.pop(int(batch["streams"][lo]), None)
+            if held is not None:
+                continues = np.array_equal(held["next_obs"][-1], batch["obs"][lo])
+                held["ends"] = held["ends"].copy()
+                held["ends"][-1] = not continues
+                parts.append(held)
+                waits.append(np.zeros(len(held["ends"]), dtype=bool))
+            parts.append({k: batch[k][lo:hi] for k in _HELD_COLUMNS})
+            waits.append(cut[lo:hi])
+        return ({k: np.concatenate([p[k] for p in parts]) for k in _HELD_COLUMNS},
+                np.concatenate(waits))
+
+    def get_state(self, *, copy: bool = True) -> dict[str, Any]:
+        """The held rows, as one table (``{}`` when none)."""
+        if not self.pending:
+            return {}
+        return {k: np.concatenate([rows[k] for rows in self.pending.values()]) for k in _HELD_COLUMNS}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self.pending = {}
+        if not state:
+            return
+        streams = np.asarray(state["streams"])
+        for stream in dict.fromkeys(streams.tolist()):
+            rows = streams == stream
+            self.pending[int(stream)] = {k: np.array(state[k])[rows] for k in _HELD_COLUMNS}
+
+
+#: The columns of held rows (``ends`` marks the last of each stream's).
+_HELD_COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "ends", "next_obs", "streams")
+
+
 class PolicyReplayBuffers:
     """One replay buffer per policy ID, made on first use from ``replay_buffer_config`` and
     seeded from the algorithm's seed and the policy ID (so a run repeats exactly).
 
-    ``buffers`` maps policy IDs to their buffers. A plain holder of the algorithm's buffers:
-    their state goes into checkpoints through :meth:`component`.
+    ``buffers`` maps policy IDs to their buffers, ``n_step`` to their
+    :class:`NStepTransitions` (the rows held back for their sequel). A plain holder of the
+    algorithm's buffers: their state goes into checkpoints through :meth:`component`.
     """
 
-    def __init__(self, replay_buffer_config: Mapping[str, Any], seed: int | None) -> None:
+    def __init__(self, replay_buffer_config: Mapping[str, Any], seed: int | None, *,
+                 gamma: float = 0.99, n_step: int = 1) -> None:
         self.replay_buffer_config = dict(replay_buffer_config)
         self.seed = seed
+        self.gamma, self.n_step_length = gamma, n_step
         self.buffers: dict[str, ReplayBuffer] = {}
+        self.n_step: dict[str, NStepTransitions] = {}
+
+    def add(self, pid: str, batch: SampleBatch) -> None:
+        """Store the (n-step) transitions of ``batch`` in policy ``pid``'s buffer; rows whose
+        window continues into the next fragment wait for it (:class:`NStepTransitions`)."""
+        if pid not in self.n_step:
+            self.n_step[pid] = NStepTransitions(self.gamma, self.n_step_length)
+        rows = self.n_step[pid].add(batch)
+        if len(rows["rewards"]):
+            self.buffer(pid).add(rows)
 
     def buffer(self, pid: str) -> ReplayBuffer:
         """Policy ``pid``'s buffer, made empty on first use."""
@@ -62,16 +156,19 @@ class PolicyReplayBuffers:
         return self.buffers[pid]
 
     def component(self, *, copy: bool) -> dict[str, Any]:
-        """The ``replay_buffer`` checkpoint component: every buffer's state."""
+        """The ``replay_buffer`` checkpoint component: every buffer's state, and the rows held
+        back for their next fragment (``n_step_pending``, only for policies that hold some)."""
+        held = {pid: state for pid, n_step in self.n_step.items() if (state := n_step.get_state(copy=copy))}
         return {REPLAY_BUFFER_COMPONENT: {
             "policies": {pid: buf.get_state(copy=copy) for pid, buf in self.buffers.items()},
+            **({"n_step_pending": held} if held else {}),
         }}
 
     def restore(self, components: Mapping[str, Any], policy_ids: Any, *, algorithm: str) -> None:
         """Replace the buffers by those stored in ``components`` (for the policies in
         ``policy_ids``); none stored: empty buffers, with a warning that says how to keep them."""
         stored = components.get(REPLAY_BUFFER_COMPONENT)
-        self.buffers = {}
+        self.buffers, self.n_step = {}, {}
         if stored is None:
             warnings.warn(
                 f"This {algorithm} state has no replay buffer, so training continues with empty "
@@ -83,3 +180,34 @@ class PolicyReplayBuffers:
         for pid, buffer_state in stored["policies"].items():
             if pid in policy_ids:
                 self.buffer(pid).set_state(buffer_state)
+        for pid, held in (stored.get("n_step_pending") or {}).items():
+            if pid in policy_ids:
+                self.n_step[pid] = NStepTransitions(self.gamma, self.n_step_length)
+                self.n_step[pid].set_state(held)
+
+
+class ReplayRatio:
+    """Gradient updates owed to each policy by a replay ratio, ``training_intensity``: the
+    transitions replayed per transition sampled, in minibatches of ``minibatch_size``.
+
+    ``due(pid, rows)`` after ``rows`` new transitions is ``rows * intensity / minibatch_size``
+    updates, whole ones now and the fraction carried over to the next call (its ``credit``,
+    part of the algorithm's state).
+    """
+
+    def __init__(self, intensity: float, minibatch_size: int) -> None:
+        self.intensity, self.minibatch_size = intensity, minibatch_size
+        self.credit: dict[str, float] = {}
+
+    def due(self, pid: str, rows: int) -> int:
+        """Gradient updates owed to ``pid`` after ``rows`` new transitions."""
+        credit = self.credit.get(pid, 0.0) + rows * self.intensity / self.minibatch_size
+        due = int(credit)
+        self.credit[pid] = credit - due
+        return due
+
+    def get_state(self, *, copy: bool = True) -> dict[str, float]:
+        return dict(self.credit)
+
+    def set_state(self, state: Mapping[str, Any] | None) -> None:
+        self.credit = {str(k): float(v) for k, v in (state or {}).items()}

@@ -17,7 +17,7 @@ import numpy as np
 from cairn.env_runner.env_state import get_env_state, set_env_state
 from cairn.env_runner.episode import EpisodeTotals
 from cairn.env_runner.make_env import close_env, is_multi_agent_env, make_env
-from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
+from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, stream_ids
 from cairn.env_runner.trajectories import AgentTrajectories
 from cairn.policy_ids import check_mapped_policy_id
 from cairn.rng import make_rng, rng_state, seeded_rng
@@ -212,7 +212,8 @@ class EnvRunner:
         count_sampled_steps(self.policies, {self._single_pid: steps * n_envs})
         return {self._single_pid: SampleBatch.from_time_major(
             obs=obs_buf, actions=act_buf, rewards=rew_buf, terminateds=term_buf,
-            truncateds=trunc_buf, next_obs=next_buf)}
+            truncateds=trunc_buf, next_obs=next_buf,
+            streams=np.broadcast_to(stream_ids(self.worker_index, range(n_envs)), (steps, n_envs)))}
 
     def _sample_multi_agent(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool
@@ -281,7 +282,8 @@ class EnvRunner:
                 self._ma_obs[i][tag] = processed_row
         if not record:
             return {}
-        return trajs.batches(lambda key: self._agent_pids[key[0]].get(key[1]) or self.config.map_agent(key[1]))
+        return trajs.batches(lambda key: self._agent_pids[key[0]].get(key[1]) or self.config.map_agent(key[1]),
+                             self.worker_index)
 
     # ------------------------------------------------------------------------------- metrics
     def get_metrics(self) -> list[dict[str, Any]]:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SampleBatch", "COLUMNS", "count_sampled_steps"]
+__all__ = ["SampleBatch", "COLUMNS", "count_sampled_steps", "stream_ids"]
 
 #: obs and next_obs are processed (flattened, filtered) float32 rows; actions are raw policy
 #: actions; ``ends`` marks the last step of each contiguous piece of one episode (episode end or
-#: the end of the sampled fragment), which is where returns must be bootstrapped or cut.
-COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "ends", "next_obs")
+#: the end of the sampled fragment), which is where returns must be bootstrapped or cut;
+#: ``streams`` (int64) names the trajectory each row belongs to (:func:`stream_ids`), the same
+#: from fragment to fragment, so that a piece cut by a fragment end can be joined to its sequel.
+COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "ends", "next_obs", "streams")
 
 
 class SampleBatch(dict[str, np.ndarray]):
@@ -52,6 +55,13 @@ class SampleBatch(dict[str, np.ndarray]):
 
         columns = {**columns, "ends": ends}
         return SampleBatch({k: env_major(columns[k]) for k in COLUMNS if k in columns})
+
+
+def stream_ids(worker_index: int, keys: Iterable[Any]) -> np.ndarray:
+    """One int64 per key (an env index, or ``(env_index, agent_id)``) of runner
+    ``worker_index``: a hash of both, stable across fragments, processes and restarts."""
+    return np.array([int.from_bytes(hashlib.blake2b(f"{worker_index}/{key!r}".encode(), digest_size=8).digest(),
+                                    "little", signed=True) for key in keys], dtype=np.int64)
 
 
 def count_sampled_steps(policies: Mapping[str, Any], steps: Mapping[str, int]) -> None:

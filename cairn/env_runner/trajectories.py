@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from cairn.env_runner.sample_batch import SampleBatch
+from cairn.env_runner.sample_batch import SampleBatch, stream_ids
 
 __all__ = ["AgentTrajectories"]
 
@@ -48,8 +48,9 @@ class AgentTrajectories:
         """The next observation of ``key``'s last step."""
         self._rows[key]["next_obs"][-1] = processed_obs
 
-    def batches(self, policy_of: Callable[[AgentKey], str]) -> dict[str, SampleBatch]:
-        """One SampleBatch per policy (``policy_of`` maps each trajectory to its policy ID)."""
+    def batches(self, policy_of: Callable[[AgentKey], str], worker_index: int = 0) -> dict[str, SampleBatch]:
+        """One SampleBatch per policy (``policy_of`` maps each trajectory to its policy ID);
+        ``streams`` names each trajectory by ``worker_index`` and its key."""
         per_pid: dict[str, list[dict[str, np.ndarray]]] = defaultdict(list)
         for key, row in self._rows.items():
             # Rows whose agent vanished without a final observation bootstrap from their own obs
@@ -65,5 +66,6 @@ class AgentTrajectories:
                 "rewards": np.array(row["rewards"], dtype=np.float32),
                 "terminateds": term, "truncateds": trunc, "ends": ends,
                 "next_obs": np.stack(next_obs).astype(np.float32, copy=False),
+                "streams": np.repeat(stream_ids(worker_index, [key]), len(term)),
             })
         return {pid: SampleBatch.concat(parts) for pid, parts in per_pid.items()}

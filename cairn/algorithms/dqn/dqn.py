@@ -13,7 +13,7 @@ from cairn.algorithms.dqn.config import DQNConfig
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.dqn.loss import dqn_loss, q_targets
 from cairn.algorithms.dqn.numpy_update import numpy_dqn_update, numpy_update_unsupported
-from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT, PolicyReplayBuffers, replay_transitions
+from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT, PolicyReplayBuffers, ReplayRatio
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
@@ -51,9 +51,10 @@ class DQN(Algorithm):
     def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
         # Keyword arguments (restored policy states and the like) belong to Algorithm.
         super().__init__(config, **kwargs)
-        self.replay = PolicyReplayBuffers(self.config.replay_buffer_config, self.config.seed)
+        self.replay = PolicyReplayBuffers(self.config.replay_buffer_config, self.config.seed,
+                                          gamma=self.config.gamma, n_step=self.config.n_step)
         # Gradient updates owed to each policy by the replay ratio (fractions carry over).
-        self._update_credit: dict[str, float] = {}
+        self._replay_ratio = ReplayRatio(self.config.training_intensity or 1.0, self.config.minibatch_size)
         try:
             for pid in self.policies:
                 self._dqn_policy(pid)
@@ -84,7 +85,7 @@ class DQN(Algorithm):
             for pid in self.policies_to_train:
                 batch = batches.get(pid)
                 if batch is not None and len(batch):
-                    self.replay.buffer(pid).add(replay_transitions(batch, gamma=cfg.gamma, n_step=cfg.n_step))
+                    self.replay.add(pid, batch)
                 buffer = self.replay_buffers.get(pid)
                 if not learning or buffer is None or not len(buffer):
                     continue
@@ -139,13 +140,9 @@ class DQN(Algorithm):
 
     def _updates_due(self, pid: str, rows: int) -> int:
         """Gradient updates owed after ``rows`` new transitions of policy ``pid``."""
-        intensity = self.config.training_intensity
-        if intensity is None:
+        if self.config.training_intensity is None:
             return 1 if rows else 0
-        credit = self._update_credit.get(pid, 0.0) + rows * intensity / self.config.minibatch_size
-        due = int(credit)
-        self._update_credit[pid] = credit - due
-        return due
+        return self._replay_ratio.due(pid, rows)
 
     def _learn(self, policy: DQNPolicy, buffer: ReplayBuffer, *, backend: str) -> list[float]:
         cfg = self.config
@@ -189,10 +186,10 @@ class DQN(Algorithm):
 
     # ------------------------------------------------------------------------------- state
     def get_extra_state(self) -> dict[str, Any]:
-        return {"update_credit": dict(self._update_credit)}
+        return {"update_credit": self._replay_ratio.get_state()}
 
     def set_extra_state(self, state: Mapping[str, Any]) -> None:
-        self._update_credit = {k: float(v) for k, v in (state.get("update_credit") or {}).items()}
+        self._replay_ratio.set_state(state.get("update_credit"))
 
     def get_components(self, *, copy: bool) -> dict[str, Any]:
         """The replay buffers, when ``store_replay_buffer`` is set: in checkpoints as the

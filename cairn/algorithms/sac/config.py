@@ -48,11 +48,16 @@ class SACConfig(AlgorithmConfig):
       ``rollout_fragment_length``, which stays ``"auto"``).
     - ``gradient_steps``: gradient steps per policy per round; ``-1``: as many as the
       transitions the round added (SB3's ``-1``).
+    - ``training_intensity`` (RLlib's): instead of ``gradient_steps``, the transitions
+      replayed per transition sampled: each round takes ``rows * training_intensity /
+      minibatch_size`` gradient steps per policy, fractions carried over (``minibatch_size``:
+      one gradient step per sampled transition). None (default): ``gradient_steps`` decides;
+      with a value, ``gradient_steps`` must stay 1.
     - ``tau``: Polyak coefficient of the target critics, applied after every gradient step.
-    - ``n_step``: length of the return before bootstrapping, at most: windows stop at episode
-      ends and at the end of each sampled fragment of ``train_freq`` steps (where they
-      bootstrap after fewer steps, with the matching discount), so ``n_step`` may not exceed
-      ``train_freq``.
+    - ``n_step``: length of the return before bootstrapping; windows stop only at episode
+      ends. A transition whose window runs past the end of a sampled fragment waits for the
+      next fragment of its trajectory before it enters the buffer, so any ``n_step`` works
+      with any ``train_freq``.
     - ``initial_alpha``, ``target_entropy`` (``"auto"``: ``-dim(A)``): entropy tuning.
     - ``actor_lr``, ``critic_lr``, ``alpha_lr``: None: ``lr``.
     - ``replay_buffer_config``: as DQN's (``{"type": "uniform" | "prioritized", "capacity",
@@ -80,6 +85,8 @@ class SACConfig(AlgorithmConfig):
                                       _check_replay_buffer_config, "replay buffer type and size"),
         "train_freq": Field("training", 1, positive_int, "env steps per env between updates"),
         "gradient_steps": Field("training", 1, _check_gradient_steps, "gradient steps per round"),
+        "training_intensity": Field("training", None, optional(number(0.0, 1e6, low_open=True)),
+                                    "replay ratio (None: gradient_steps)"),
         "tau": Field("training", 0.005, number(0.0, 1.0, low_open=True), "target Polyak coefficient"),
         "n_step": Field("training", 1, positive_int, "n-step returns"),
         "initial_alpha": Field("training", 1.0, number(0.0, 1e9, low_open=True), "starting temperature"),
@@ -97,6 +104,7 @@ class SACConfig(AlgorithmConfig):
     replay_buffer_config: dict[str, Any]
     train_freq: int
     gradient_steps: int
+    training_intensity: float | None
     tau: float
     n_step: int
     initial_alpha: float
@@ -125,13 +133,11 @@ class SACConfig(AlgorithmConfig):
                 "gradient steps. Set train_freq only (rollout_fragment_length='auto')."
             )
 
-        if self.n_step > self.train_freq:
+        if self.training_intensity is not None and self.gradient_steps != 1:
             raise ConfigError(
-                f"Config 'n_step'={self.n_step} needs 'train_freq' >= {self.n_step} (got "
-                f"{self.train_freq}): n-step returns are computed within each sampled fragment of "
-                "train_freq steps per env, so with a shorter one they would stay 1-step. E.g. "
-                f"training(train_freq={self.n_step}, gradient_steps={self.n_step}) keeps one "
-                "gradient step per env step."
+                f"Config 'training_intensity'={self.training_intensity!r} and 'gradient_steps'="
+                f"{self.gradient_steps} both set how many gradient steps SAC takes. Set one: "
+                "training_intensity with gradient_steps=1 (its default), or training_intensity=None."
             )
 
     def get_rollout_fragment_length(self, num_runners: int | None = None) -> int:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from cairn.algorithms.algorithm import Algorithm
-from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT, PolicyReplayBuffers, replay_transitions
+from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT, PolicyReplayBuffers, ReplayRatio
 from cairn.algorithms.sac.config import SACConfig
 from cairn.algorithms.sac.loss import (
     actor_loss,
@@ -59,7 +59,9 @@ class SAC(Algorithm):
     def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
         # Keyword arguments (restored policy states and the like) belong to Algorithm.
         super().__init__(config, **kwargs)
-        self.replay = PolicyReplayBuffers(self.config.replay_buffer_config, self.config.seed)
+        self.replay = PolicyReplayBuffers(self.config.replay_buffer_config, self.config.seed,
+                                          gamma=self.config.gamma, n_step=self.config.n_step)
+        self._replay_ratio = ReplayRatio(self.config.training_intensity or 1.0, self.config.minibatch_size)
         try:
             for pid in self.policies:
                 self._sac_policy(pid)
@@ -96,12 +98,12 @@ class SAC(Algorithm):
                 batch = batches.get(pid)
                 rows = 0 if batch is None else len(batch)
                 if batch is not None and rows:
-                    self.replay.buffer(pid).add(replay_transitions(batch, gamma=cfg.gamma, n_step=cfg.n_step))
+                    self.replay.add(pid, batch)
                 buffer = self.replay_buffers.get(pid)
                 if not learning or buffer is None or not len(buffer) or not rows:
                     continue
                 policy = self._sac_policy(pid)
-                steps = rows if cfg.gradient_steps == -1 else cfg.gradient_steps
+                steps = self._gradient_steps_due(pid, rows)
                 for _ in range(steps):
                     history.setdefault(pid, []).append(self._learn(policy, buffer))
                     self.counters["num_env_steps_trained_lifetime"] += cfg.minibatch_size
@@ -112,6 +114,12 @@ class SAC(Algorithm):
             stats[pid].update(alpha=policy.alpha, num_grad_updates=float(policy.num_grad_updates),
                               replay_buffer_size=float(len(self.replay_buffers[pid])))
         return stats
+
+    def _gradient_steps_due(self, pid: str, rows: int) -> int:
+        """Gradient steps for ``pid`` after a round that sampled ``rows`` of its transitions."""
+        if self.config.training_intensity is not None:
+            return self._replay_ratio.due(pid, rows)
+        return rows if self.config.gradient_steps == -1 else self.config.gradient_steps
 
     def _learn(self, policy: SACPolicy, buffer: ReplayBuffer) -> list[float]:
         """One gradient step of ``policy`` on a minibatch from ``buffer``."""
@@ -167,6 +175,12 @@ class SAC(Algorithm):
                 float(q_values.detach().mean()), float(targets.mean()), float(log_prob.detach().mean())]
 
     # ------------------------------------------------------------------------------- state
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"update_credit": self._replay_ratio.get_state()}
+
+    def set_extra_state(self, state: Mapping[str, Any]) -> None:
+        self._replay_ratio.set_state(state.get("update_credit"))
+
     def get_components(self, *, copy: bool) -> dict[str, Any]:
         """The replay buffers, when ``store_replay_buffer`` is set: in checkpoints as the
         ``replay_buffer`` component, and in :meth:`get_state` (as a copy) likewise."""

@@ -51,11 +51,6 @@ def test_rollout_fragment_length_must_agree_with_train_freq():
     assert small_sac(train_freq=4).get_rollout_fragment_length() == 4
 
 
-def test_n_step_longer_than_a_sampling_round_is_refused():
-    with pytest.raises(ConfigError, match="'n_step'=3 needs 'train_freq' >= 3"):
-        small_sac(n_step=3).build()
-
-
 def test_discrete_action_space_is_refused_with_the_alternatives():
     with pytest.raises(ConfigError, match=r"SAC needs a Box action space, got Discrete\(2\).*DQN.*PPO"):
         small_sac().environment("CartPole-v1").build()
@@ -195,3 +190,22 @@ def test_multi_agent_prioritized_n_step_trains_each_policy_from_its_own_buffer()
                                   algo.get_policy("p1").get_weights()["actor.mean_head.weight"])
     finally:
         algo.stop()
+
+
+def test_training_intensity_sets_the_replay_ratio_with_fractions_carried_over():
+    # 1 row per round; 16 replayed per sampled transition in minibatches of 32: a gradient
+    # step every second round, from the round that reaches step 50 to step 200 (151 rounds).
+    algo = small_sac(training_intensity=16.0).build()
+    try:
+        algo.train()
+        assert algo.get_policy().num_grad_updates == 151 * 16 // 32
+        assert algo.counters["num_env_steps_trained_lifetime"] == 75 * 32
+    finally:
+        algo.stop()
+
+
+def test_training_intensity_and_gradient_steps_together_are_refused():
+    with pytest.raises(ConfigError, match=r"'training_intensity'=256.0 and 'gradient_steps'=4 .*Set one"):
+        small_sac(training_intensity=256.0, gradient_steps=4).build()
+    with pytest.raises(ConfigError, match="'training_intensity'=-1"):
+        cairn.SACConfig().training(training_intensity=-1)

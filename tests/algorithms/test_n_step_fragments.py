@@ -1,0 +1,139 @@
+"""n-step transitions are whole across sample fragments (DQN and SAC share them): a window
+that reaches the end of a fragment while its episode goes on waits for the next fragment of
+the same trajectory, so sampling in short fragments stores what one long fragment would."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cairn
+from cairn.algorithms.replay_buffers import NStepTransitions, replay_transitions
+from cairn.env_runner.sample_batch import SampleBatch
+from tests.algorithms.sac.multi_agent_pendulum import make_ma_pendulum
+from tests.helpers import map_by_index
+
+N = 3
+
+
+def runner_batches(config: cairn.AlgorithmConfig, lengths: list[int]) -> list[dict[str, SampleBatch]]:
+    """Fragments of ``lengths`` steps from the local env runner of a freshly built algorithm."""
+    algo = config.build()
+    try:
+        return [algo.env_runner_group.local.sample(n) for n in lengths]
+    finally:
+        algo.stop()
+
+
+def by_obs(rows: dict[str, np.ndarray]) -> dict[bytes, tuple[float, int, bytes, bool]]:
+    """Transitions keyed by their observation (unique floats in these envs)."""
+    return {rows["obs"][i].tobytes(): (float(rows["rewards"][i]), int(rows["n_steps"][i]),
+                                       rows["next_obs"][i].tobytes(), bool(rows["terminateds"][i]))
+            for i in range(len(rows["rewards"]))}
+
+
+# Random actions throughout (epsilon 1, SAC's warm-up), so that the actions do not depend on
+# the policies' step counters, which grow once per fragment.
+RANDOM_SAC = {"model": {"hidden": [8]}, "num_steps_sampled_before_learning_starts": 10_000}
+CONFIGS = {
+    "dqn-cartpole-2envs": lambda: cairn.DQNConfig().environment("CartPole-v1")
+    .training(epsilon=[[0, 1.0], [10_000, 1.0]]).env_runners(num_envs_per_env_runner=2).debugging(seed=1),
+    "sac-pendulum-2envs": lambda: cairn.SACConfig().environment("Pendulum-v1")
+    .training(**RANDOM_SAC).env_runners(num_envs_per_env_runner=2).debugging(seed=1),
+    "sac-multi-agent": lambda: cairn.SACConfig().environment(make_ma_pendulum, env_config={"num_agents": 2})
+    .training(**RANDOM_SAC).multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index)
+    .debugging(seed=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_short_fragments_store_the_transitions_of_one_long_fragment(name):
+    # CartPole (and the multi-agent Pendulum) end episodes inside the 60 steps, where windows
+    # are short by right; Pendulum's 200-step episodes run on, so every window is whole.
+    (long,) = runner_batches(CONFIGS[name](), [60])
+    short = runner_batches(CONFIGS[name](), [1, 2, 3, 1, 5, 4, 4] + [10] * 4)
+    for pid, whole in long.items():
+        assert "streams" in whole
+        expected = by_obs(replay_transitions(whole, gamma=0.9, n_step=N))
+        assembler = NStepTransitions(0.9, N)
+        got: dict[bytes, tuple[float, int, bytes, bool]] = {}
+        for fragment in short:
+            got.update(by_obs(assembler.add(fragment[pid])))
+        # The long fragment's own cut leaves its last N-1 rows per trajectory short; the
+        # short fragments hold the same rows back, waiting, instead of storing them short.
+        held = assembler.get_state()
+        num_streams = len(np.unique(whole["streams"]))
+        assert len(held["rewards"]) == (N - 1) * num_streams
+        cut_short = {whole["obs"][i].tobytes() for i in range(len(whole["rewards"]))
+                     if expected[whole["obs"][i].tobytes()][1] < N and not whole["terminateds"][i:i + N].any()
+                     and not whole["truncateds"][i:i + N].any()}
+        assert len(cut_short) == len(held["rewards"])
+        assert set(got) == set(expected) - cut_short
+        for key, value in got.items():
+            assert value[1:] == expected[key][1:] and value[0] == pytest.approx(expected[key][0], rel=1e-6)
+        if name == "sac-pendulum-2envs":
+            assert {v[1] for v in got.values()} == {N}  # no episode ended: every window whole
+
+
+def stream_batch(obs: list[float], rewards: list[float], *, stream: int = 7,
+                 terminated_last: bool = False) -> SampleBatch:
+    n = len(rewards)
+    ends = np.zeros(n, dtype=bool)
+    ends[-1] = True
+    terms = np.zeros(n, dtype=bool)
+    terms[-1] = terminated_last
+    column = np.array(obs, dtype=np.float32)[:, None]
+    return SampleBatch(obs=column[:-1], actions=np.zeros((n, 1), np.float32), rewards=np.array(rewards, np.float32),
+                       terminateds=terms, truncateds=np.zeros(n, dtype=bool), ends=ends, next_obs=column[1:],
+                       streams=np.full(n, stream, dtype=np.int64))
+
+
+def test_held_rows_complete_with_the_next_fragment_and_end_at_termination():
+    assembler = NStepTransitions(0.5, 3)
+    first = assembler.add(stream_batch([0, 1, 2], [1.0, 2.0]))
+    assert len(first["rewards"]) == 0  # both windows run into the next fragment
+    second = assembler.add(stream_batch([2, 3, 4, 5], [4.0, 8.0, 16.0], terminated_last=True))
+    # r0 + .5 r1 + .25 r2 from obs 0; the last rows stop at the termination.
+    assert second["obs"][:, 0].tolist() == [0, 1, 2, 3, 4]
+    assert second["rewards"].tolist() == [1 + 1 + 1, 2 + 2 + 2, 4 + 4 + 4, 8 + 8, 16]
+    assert second["n_steps"].tolist() == [3, 3, 3, 2, 1]
+    assert second["next_obs"][:, 0].tolist() == [3, 4, 5, 5, 5]
+    assert second["terminateds"].tolist() == [False, False, True, True, True]
+    assert assembler.get_state() == {}
+
+
+def test_held_rows_whose_trajectory_does_not_continue_are_stored_with_shorter_windows():
+    assembler = NStepTransitions(0.5, 3)
+    assembler.add(stream_batch([0, 1, 2], [1.0, 2.0]))
+    # The same stream starts elsewhere (its env was reset): the held rows bootstrap from obs 2.
+    rows = assembler.add(stream_batch([10, 11], [5.0], terminated_last=True))
+    assert rows["obs"][:, 0].tolist() == [0, 1, 10]
+    assert rows["rewards"].tolist() == [2.0, 2.0, 5.0]
+    assert rows["n_steps"].tolist() == [2, 1, 1]
+    assert rows["next_obs"][:, 0].tolist() == [2, 2, 11]
+
+
+def test_held_rows_round_trip_through_their_state():
+    assembler = NStepTransitions(0.5, 3)
+    assembler.add(stream_batch([0, 1, 2], [1.0, 2.0], stream=1))
+    assembler.add(stream_batch([5, 6], [3.0], stream=2))
+    again = NStepTransitions(0.5, 3)
+    again.set_state(assembler.get_state())
+    nxt = [stream_batch([2, 3, 4], [4.0, 8.0], stream=1), stream_batch([6, 7], [1.0], stream=2)]
+    for batch in nxt:
+        a, b = assembler.add(batch), again.add(batch)
+        assert {k: v.tolist() for k, v in a.items()} == {k: v.tolist() for k, v in b.items()}
+
+
+def test_sac_with_n_step_longer_than_train_freq_stores_whole_windows():
+    algo = (cairn.SACConfig().environment("Pendulum-v1")
+            .training(n_step=3, train_freq=1, train_batch_size=50, minibatch_size=16, model={"hidden": [8]},
+                      num_steps_sampled_before_learning_starts=20)
+            .debugging(seed=0).build())
+    try:
+        algo.train()
+        buffer = algo.replay_buffers["default_policy"]
+        assert len(buffer) == 48  # 2 rows wait for step 51
+        assert set(buffer.columns["n_steps"][:48].tolist()) == {3}
+    finally:
+        algo.stop()
