@@ -24,11 +24,20 @@ class FlakyCartPole(gym.Wrapper):
         self.fail_after_steps = int(env_config.get("fail_after_steps", 0))
         self.steps = 0
 
+    def _claim_the_failure(self) -> bool:
+        """Create the marker file if no process has: exactly one caller gets True. (An
+        exists-then-write check let two runners stepping at once both fail.)"""
+        try:
+            fd = os.open(self.fail_marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+
     def step(self, action: Any) -> Any:
         self.steps += 1
-        if self.fail_marker and self.steps > self.fail_after_steps and not os.path.exists(self.fail_marker):
-            with open(self.fail_marker, "w") as f:
-                f.write(str(os.getpid()))
+        if self.fail_marker and self.steps > self.fail_after_steps and self._claim_the_failure():
             raise RuntimeError("FlakyCartPole: the step that was told to fail")
         if self.step_sleep_s:
             time.sleep(self.step_sleep_s)
