@@ -64,7 +64,9 @@ class SAC(Algorithm):
         self._replay_ratio = ReplayRatio(self.config.training_intensity or 1.0, self.config.minibatch_size)
         try:
             for pid in self.policies:
-                self._sac_policy(pid)
+                # A restored policy keeps its Adam moments but takes the config's learning
+                # rates (config_overrides={"actor_lr": ...} on restore).
+                self._sac_policy(pid).set_group_learning_rates(self.config.policy_config(pid))
         except Exception:
             self.stop()
             raise

@@ -133,6 +133,14 @@ class SACPolicy(Policy):
         self.config["lr"] = float(lr)
         self.apply_learning_rates()
 
+    def set_group_learning_rates(self, rates: Mapping[str, Any]) -> None:
+        """Set ``lr``, ``actor_lr``, ``critic_lr``, ``alpha_lr`` from ``rates`` (keys it lacks
+        stay), and give the optimizer groups the result; their Adam moments stay."""
+        for key in ("lr", *(f"{name}_lr" for name in OPTIMIZER_GROUPS)):
+            if key in rates:
+                self.config[key] = None if rates[key] is None else float(rates[key])
+        self.apply_learning_rates()
+
     def apply_learning_rates(self) -> None:
         """Give each optimizer group its configured learning rate."""
         lrs = self.group_learning_rates()
