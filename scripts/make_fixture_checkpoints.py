@@ -2,16 +2,20 @@
 
     python scripts/make_fixture_checkpoints.py
 
-Writes tests/fixtures/checkpoints/<FORMAT_VERSION>/{ppo_single,ppo_multi,policy}/. Run it once
-per format version, commit the output, and never regenerate an existing version: the fixtures
-prove that checkpoints written by earlier releases keep loading. The script refuses to
-overwrite an existing version folder.
+Writes tests/fixtures/checkpoints/<FORMAT_VERSION>/{ppo_single,ppo_multi,policy,sac_single}/
+(and sac_single.expected.json, the greedy actions the SAC fixture must keep computing). Run it
+once per format version, commit the output, and never regenerate an existing fixture: the
+fixtures prove that checkpoints written by earlier releases keep loading. The script writes
+only the fixtures missing from the version folder and never overwrites one.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+
+import numpy as np
 
 import cairn
 from cairn.checkpoint.format import FORMAT_VERSION
@@ -23,9 +27,11 @@ SMALL = {"train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1, "model":
 
 def main() -> int:
     out = ROOT / "tests" / "fixtures" / "checkpoints" / FORMAT_VERSION
-    if out.exists():
-        print(f"{out} exists; fixtures of a released format version are never regenerated.")
-        return 1
+    if not (out / "sac_single").exists():
+        write_sac(out)
+    if (out / "ppo_single").exists():
+        print(f"{out}/ppo_* exist; fixtures of a released format version are never regenerated.")
+        return 0
     single = (cairn.PPOConfig().environment("CartPole-v1").training(**SMALL)
               .env_runners(observation_filter="MeanStdFilter").debugging(seed=0).build())
     single.train()
@@ -42,6 +48,25 @@ def main() -> int:
     multi.save(out / "ppo_multi")
     print(f"wrote fixtures to {out}")
     return 0
+
+
+#: The observations whose greedy actions the SAC fixture records (Pendulum's cos, sin, speed).
+SAC_OBS = [[1.0, 0.0, 0.0], [0.0, 1.0, -3.0], [-0.6, 0.8, 7.5], [0.28, -0.96, 1.2]]
+
+
+def write_sac(out: Path) -> None:
+    """A SAC Pendulum checkpoint with its replay buffer (and n-step rows held for the next
+    fragment), and the greedy actions it computes for :data:`SAC_OBS`."""
+    sac = (cairn.SACConfig().environment("Pendulum-v1")
+           .training(train_batch_size=64, minibatch_size=16, model={"hidden": [16, 16]}, n_step=2,
+                     train_freq=2, gradient_steps=2, num_steps_sampled_before_learning_starts=32,
+                     critic_lr=1e-3, replay_buffer_config={"capacity": 256})
+           .checkpointing(store_replay_buffer=True).debugging(seed=0).build())
+    sac.train()
+    sac.save(out / "sac_single")
+    actions = [sac.compute_single_action(np.array(o, dtype=np.float32)).tolist() for o in SAC_OBS]
+    (out / "sac_single.expected.json").write_text(json.dumps({"obs": SAC_OBS, "actions": actions}, indent=1) + "\n")
+    sac.stop()
 
 
 if __name__ == "__main__":
