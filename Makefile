@@ -16,7 +16,7 @@ $(VENV)/.installed-base: pyproject.toml constraints.txt
 	touch $@
 
 $(VENV)/.installed-all: $(VENV)/.installed-base
-	$(PIP_INSTALL) -e '.[dev,onnx,ray,s3,cli,tensorboard,atari]'
+	$(PIP_INSTALL) -e '.[dev,onnx,ray,s3,cli,tensorboard,atari,mujoco]'
 	touch $@
 
 demo: $(VENV)/.installed-base
