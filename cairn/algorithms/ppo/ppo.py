@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
+from cairn.algorithms.reward_normalization import RewardNormalizer
 from cairn.config.algorithm_config import BASE_FIELDS, AlgorithmConfig
 from cairn.config.fields import Field, boolean, number, optional
 from cairn.env_runner.sample_batch import SampleBatch
@@ -25,7 +27,11 @@ class PPOConfig(AlgorithmConfig):
     PPO's own ``training()`` settings: ``lambda_`` (GAE lambda), ``clip_param`` (surrogate
     clip range), ``vf_coeff`` (value-loss weight), ``entropy_coeff`` (entropy bonus weight),
     ``vf_clip_param`` (None, or the largest change of the value prediction per update), and
-    ``normalize_advantages`` (per minibatch).
+    ``normalize_advantages`` (per minibatch), ``normalize_rewards`` (divide the learner's
+    rewards by a running std of the discounted return, as SB3's ``VecNormalize(norm_reward=
+    True)``; :mod:`cairn.algorithms.reward_normalization`) and ``reward_clip`` (the scaled
+    rewards' bound). Observation normalisation is ``env_runners(observation_filter=
+    "MeanStdFilter")``. docs/ppo.md explains both.
 
     >>> config = PPOConfig().environment("CartPole-v1").training(clip_param=0.2, lambda_=0.95)
     """
@@ -38,6 +44,8 @@ class PPOConfig(AlgorithmConfig):
         "entropy_coeff": Field("training", 0.0, number(0.0, 1e6), "entropy bonus weight"),
         "vf_clip_param": Field("training", None, optional(number(0.0, 1e12, low_open=True)), "value clip"),
         "normalize_advantages": Field("training", True, boolean, "per-minibatch normalisation"),
+        "normalize_rewards": Field("training", False, boolean, "scale rewards by a running return std"),
+        "reward_clip": Field("training", 10.0, number(0.0, 1e12, low_open=True), "bound of scaled rewards"),
     }
     algo_class_name = "PPO"
 
@@ -47,6 +55,8 @@ class PPOConfig(AlgorithmConfig):
     entropy_coeff: float
     vf_clip_param: float | None
     normalize_advantages: bool
+    normalize_rewards: bool
+    reward_clip: float
 
 
 @register_class
@@ -62,6 +72,12 @@ class PPO(Algorithm):
 
     config_class: ClassVar[type[AlgorithmConfig]] = PPOConfig
     config: PPOConfig
+    #: One reward normaliser per policy ID, made on first use when ``normalize_rewards`` is on.
+    reward_normalizers: dict[str, RewardNormalizer]
+
+    def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
+        self.reward_normalizers = {}
+        super().__init__(config, **kwargs)
 
     def training_step(self) -> dict[str, dict[str, float]]:
         batches = self._sample()
@@ -69,11 +85,40 @@ class PPO(Algorithm):
         for pid in self.policies_to_train:
             batch = batches.get(pid)
             if batch is not None and len(batch):
-                stats[pid] = self._learn(self.policies[pid], batch)
+                stats[pid] = self._learn(self.policies[pid], batch, self._learner_rewards(pid, batch))
                 self.counters["num_env_steps_trained_lifetime"] += len(batch)
         return stats
 
-    def _learn(self, policy: Policy, batch: SampleBatch) -> dict[str, float]:
+    def _learner_rewards(self, pid: str, batch: SampleBatch) -> np.ndarray:
+        """The rewards the learner uses: as sampled, or scaled by the policy's normaliser."""
+        if not self.config.normalize_rewards:
+            return batch["rewards"]
+        cfg = self.config
+        norm = self.reward_normalizers.get(pid)
+        if norm is None:
+            norm = self.reward_normalizers[pid] = RewardNormalizer(gamma=cfg.gamma, clip=cfg.reward_clip)
+        norm.gamma, norm.clip = cfg.gamma, cfg.reward_clip  # the config's, also after a restore
+        dones = batch["terminateds"] | batch["truncateds"]
+        streams = batch.get("streams")
+        if streams is None:  # no trajectory IDs: the return restarts at each piece of the batch
+            streams = np.cumsum(np.concatenate([[0], batch["ends"][:-1]]))
+            norm.returns = {}
+        return norm.normalize(batch["rewards"], dones, streams)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The reward normalisers' states (``reward_normalizers``), when there are any."""
+        if not self.reward_normalizers:
+            return {}
+        return {"reward_normalizers": {pid: n.get_state() for pid, n in self.reward_normalizers.items()}}
+
+    def set_extra_state(self, state: Mapping[str, Any]) -> None:
+        cfg = self.config
+        self.reward_normalizers = {}
+        for pid, norm_state in (state.get("reward_normalizers") or {}).items():
+            norm = self.reward_normalizers[pid] = RewardNormalizer(gamma=cfg.gamma, clip=cfg.reward_clip)
+            norm.set_state(norm_state)
+
+    def _learn(self, policy: Policy, batch: SampleBatch, rewards: np.ndarray) -> dict[str, float]:
         cfg = self.config
         model, dist = policy.model, policy.dist
         obs = torch.from_numpy(batch["obs"])
@@ -83,7 +128,7 @@ class PPO(Algorithm):
             old_logp = dist.logp(inputs, actions)
             next_values = model.value(torch.from_numpy(batch["next_obs"]))
         advantages = compute_gae(
-            batch["rewards"], values.numpy(), next_values.numpy(), batch["terminateds"],
+            rewards, values.numpy(), next_values.numpy(), batch["terminateds"],
             batch["ends"], gamma=cfg.gamma, lambda_=cfg.lambda_,
         )
         adv_t = torch.from_numpy(advantages)

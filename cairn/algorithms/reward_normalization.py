@@ -1,0 +1,145 @@
+"""Reward normalisation: rewards divided by a running std of the discounted return.
+
+This is Stable-Baselines3's ``VecNormalize(norm_reward=True)`` (itself from OpenAI baselines):
+each environment keeps a running discounted return ``G = gamma * G + r`` (reset to 0 after
+the step that ends an episode), a running variance of ``G`` over everything seen is updated
+each step with every environment's ``G``, and the reward the learner sees is
+``clip(r / sqrt(var + epsilon), -clip, clip)``. Only the learner's copy of the rewards is
+scaled: episode returns reported by the env runners stay raw.
+
+cairn applies it in the learner, to each sampled batch before GAE, instead of in an env
+wrapper: the statistics then live in one place (the algorithm, one normaliser per policy),
+are updated only by training (never by ``evaluate()``), are the same with local or remote env
+runners, and are saved in the algorithm state (``extra``) for exact resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RunningMeanStd", "RewardNormalizer"]
+
+
+class RunningMeanStd:
+    """Running mean and variance of scalars, merged batch by batch (Chan et al.).
+
+    Starts as SB3's ``RunningMeanStd(epsilon=1e-4)``: mean 0, variance 1, a prior count of
+    ``1e-4``, so that the first batch decides the statistics almost alone.
+    """
+
+    def __init__(self, *, prior_count: float = 1e-4) -> None:
+        self.mean, self.var, self.count = 0.0, 1.0, float(prior_count)
+
+    def update(self, values: np.ndarray) -> None:
+        """Merge a batch of values (float64) into the statistics."""
+        n = values.shape[0]
+        if n == 0:
+            return
+        batch_mean, batch_var = float(values.mean()), float(values.var())
+        delta = batch_mean - self.mean
+        total = self.count + n
+        m2 = self.var * self.count + batch_var * n + delta * delta * self.count * n / total
+        self.mean = self.mean + delta * n / total
+        self.var = m2 / total
+        self.count = total
+
+    def get_state(self, *, copy: bool = True) -> dict[str, Any]:
+        """Mean, variance and count (plain floats: JSON keeps them exactly)."""
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])
+
+
+class RewardNormalizer:
+    """Scales one policy's sampled rewards by the running std of their discounted return.
+
+    Args:
+        gamma: Discount of the running return (the algorithm's ``gamma``, as rl-zoo sets
+            VecNormalize's).
+        clip: Scaled rewards are clipped to ``[-clip, clip]``.
+        epsilon: Added to the variance before the square root.
+
+    >>> import numpy as np
+    >>> norm = RewardNormalizer(gamma=0.99, clip=10.0)
+    >>> rewards = np.full(8, -5.0, dtype=np.float32)
+    >>> dones = np.zeros(8, dtype=bool)
+    >>> streams = np.repeat([7, 9], 4)  # two envs, 4 steps each
+    >>> scaled = norm.normalize(rewards, dones, streams)
+    >>> bool(abs(scaled).max() < 5.0)
+    True
+    """
+
+    def __init__(self, *, gamma: float, clip: float = 10.0, epsilon: float = 1e-8) -> None:
+        self.gamma, self.clip, self.epsilon = float(gamma), float(clip), float(epsilon)
+        self.stats = RunningMeanStd()
+        #: The running discounted return of each trajectory (by stream ID) at the end of the
+        #: last batch, for the trajectories that go on into the next one.
+        self.returns: dict[int, float] = {}
+
+    def _scale(self, rewards: np.ndarray) -> np.ndarray:
+        scaled = rewards / np.sqrt(self.stats.var + self.epsilon)
+        return np.clip(scaled, -self.clip, self.clip)
+
+    def normalize(self, rewards: np.ndarray, dones: np.ndarray, streams: np.ndarray) -> np.ndarray:
+        """The scaled rewards of one batch (float32); updates the statistics.
+
+        ``dones`` marks the steps that end an episode (terminated or truncated); ``streams``
+        names the trajectory of each row (the batch's ``streams`` column: the same ID from one
+        batch to the next for one environment, or one agent in one environment), each
+        trajectory's rows contiguous and in time order. A trajectory's running return carries
+        over from the previous batch. When every trajectory of the batch has the same number
+        of rows (single-agent sampling: one block per environment), the statistics are updated
+        step by step with every environment's return, as VecNormalize does; otherwise (agents
+        that acted unequally often) once with all of the batch's returns.
+        """
+        n = rewards.shape[0]
+        r = rewards.astype(np.float64)
+        cuts = np.flatnonzero(streams[1:] != streams[:-1]) + 1
+        starts = np.concatenate([[0], cuts]).astype(np.int64)
+        lengths = np.diff(np.concatenate([starts, [n]]))
+        ids = [int(streams[i]) for i in starts] if n else []
+        g = np.array([self.returns.get(i, 0.0) for i in ids], dtype=np.float64)
+        if n and (lengths == lengths[0]).all() and len(set(ids)) == len(ids):
+            steps = int(lengths[0])
+            r2, d2 = r.reshape(len(ids), steps), dones.reshape(len(ids), steps)
+            out = np.empty_like(r2)
+            for t in range(steps):
+                g = g * self.gamma + r2[:, t]
+                self.stats.update(g)
+                out[:, t] = self._scale(r2[:, t])
+                g = np.where(d2[:, t], 0.0, g)
+            self.returns = dict(zip(ids, g.tolist()))
+            return out.reshape(n).astype(np.float32)
+        running = np.empty(n, dtype=np.float64)
+        ends: dict[int, float] = {}
+        for k, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist())):
+            acc = float(g[k])
+            for i in range(start, start + length):
+                acc = acc * self.gamma + r[i]
+                running[i] = acc
+                if dones[i]:
+                    acc = 0.0
+            ends[ids[k]] = acc
+        self.returns = ends
+        self.stats.update(running)
+        return self._scale(r).astype(np.float32)
+
+    def get_state(self, *, copy: bool = True) -> dict[str, Any]:
+        """Settings, statistics and the running returns by stream ID (as two arrays)."""
+        return {"gamma": self.gamma, "clip": self.clip, "epsilon": self.epsilon,
+                **self.stats.get_state(),
+                "stream_ids": np.array(list(self.returns), dtype=np.int64),
+                "returns": np.array(list(self.returns.values()), dtype=np.float64)}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`get_state`; ``gamma`` and ``clip`` stay this normaliser's (the
+        config's, which a restore may override)."""
+        self.epsilon = float(state["epsilon"])
+        self.stats.set_state(state)
+        ids = np.asarray(state["stream_ids"], dtype=np.int64).reshape(-1)
+        values = np.asarray(state["returns"], dtype=np.float64).reshape(-1)
+        self.returns = dict(zip(ids.tolist(), values.tolist()))

@@ -1,0 +1,116 @@
+"""RewardNormalizer against a plain re-statement of VecNormalize's reward scaling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cairn.algorithms.reward_normalization import RewardNormalizer, RunningMeanStd
+
+
+class _Reference:
+    """VecNormalize's norm_reward written step by step over ``[T, E]`` arrays: per env a
+    discounted return, a running (count, mean, var) with prior count 1e-4 updated each step
+    with all envs' returns, rewards divided by sqrt(var + eps) and clipped, returns zeroed
+    after a done."""
+
+    def __init__(self, num_envs: int, gamma: float, clip: float) -> None:
+        self.ret = np.zeros(num_envs)
+        self.count, self.mean, self.var = 1e-4, 0.0, 1.0
+        self.gamma, self.clip = gamma, clip
+
+    def _update(self, x: np.ndarray) -> None:
+        n, bm, bv = x.shape[0], x.mean(), x.var()
+        delta, tot = bm - self.mean, self.count + x.shape[0]
+        m2 = self.var * self.count + bv * n + np.square(delta) * self.count * n / tot
+        self.mean, self.var, self.count = self.mean + delta * n / tot, m2 / tot, tot
+
+    def step(self, r: np.ndarray, done: np.ndarray) -> np.ndarray:
+        self.ret = self.ret * self.gamma + r
+        self._update(self.ret)
+        out = np.clip(r / np.sqrt(self.var + 1e-8), -self.clip, self.clip)
+        self.ret[done] = 0.0
+        return out
+
+
+def _batches(seed: int, steps: int, envs: int, n: int):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        yield (rng.normal(-3.0, 4.0, (steps, envs)).astype(np.float32), rng.random((steps, envs)) < 0.05)
+
+
+def _env_major(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a.T).reshape(-1)
+
+
+def test_matches_vecnormalize_step_by_step_across_batches() -> None:
+    steps, envs = 37, 3
+    ref, norm = _Reference(envs, 0.9, 10.0), RewardNormalizer(gamma=0.9, clip=10.0)
+    streams = np.repeat(np.array([11, -5, 2**40]), steps)
+    for rewards, dones in _batches(0, steps, envs, 4):
+        expected = np.stack([ref.step(rewards[t], dones[t]) for t in range(steps)])
+        got = norm.normalize(_env_major(rewards), _env_major(dones), streams)
+        np.testing.assert_array_equal(got, _env_major(expected).astype(np.float32))
+    assert (norm.stats.count, norm.stats.var) == (ref.count, ref.var)
+    assert norm.returns == dict(zip([11, -5, 2**40], ref.ret.tolist()))
+
+
+def test_running_return_continues_only_its_own_stream() -> None:
+    norm = RewardNormalizer(gamma=0.5, clip=1e9)
+    norm.normalize(np.array([1.0, 2.0], np.float32), np.array([False, False]), np.array([1, 2]))
+    assert norm.returns == {1: 1.0, 2: 2.0}
+    # Stream 2 first this time: its return carries over by ID, not by position.
+    norm.normalize(np.array([4.0, 4.0], np.float32), np.array([False, True]), np.array([2, 1]))
+    assert norm.returns == {2: 5.0, 1: 0.0}
+
+
+def test_ragged_trajectories_update_once_per_batch() -> None:
+    norm = RewardNormalizer(gamma=1.0, clip=1e9)
+    rewards = np.array([1.0, 1.0, 1.0, 2.0], np.float32)  # stream 7: 3 rows, stream 8: 1 row
+    out = norm.normalize(rewards, np.array([False, True, False, False]), np.array([7, 7, 7, 8]))
+    running = np.array([1.0, 2.0, 1.0, 2.0])  # reset after the done
+    expected = RunningMeanStd()
+    expected.update(running)
+    assert norm.stats.get_state() == expected.get_state()
+    np.testing.assert_array_equal(out, (rewards / np.sqrt(expected.var + 1e-8)).astype(np.float32))
+    assert norm.returns == {7: 1.0, 8: 2.0}
+
+
+def test_rewards_are_clipped() -> None:
+    norm = RewardNormalizer(gamma=0.99, clip=0.5)
+    out = norm.normalize(np.array([100.0, -100.0], np.float32), np.zeros(2, bool), np.array([0, 1]))
+    assert out.tolist() == [0.5, -0.5]
+
+
+def test_state_round_trip_is_exact() -> None:
+    norm = RewardNormalizer(gamma=0.9, clip=10.0)
+    streams = np.repeat(np.array([3, 4]), 20)
+    gen = _batches(1, 20, 2, 3)
+    for rewards, dones in [next(gen), next(gen)]:
+        norm.normalize(_env_major(rewards), _env_major(dones), streams)
+    copy = RewardNormalizer(gamma=0.9, clip=10.0)
+    copy.set_state(norm.get_state())
+    assert copy.get_state().keys() == norm.get_state().keys()
+    rewards, dones = next(gen)
+    np.testing.assert_array_equal(copy.normalize(_env_major(rewards), _env_major(dones), streams),
+                                  norm.normalize(_env_major(rewards), _env_major(dones), streams))
+    assert copy.stats.get_state() == norm.stats.get_state()
+
+
+def test_get_state_copies() -> None:
+    norm = RewardNormalizer(gamma=0.9)
+    norm.normalize(np.ones(2, np.float32), np.zeros(2, bool), np.array([0, 1]))
+    state = norm.get_state()
+    norm.normalize(np.ones(2, np.float32), np.zeros(2, bool), np.array([0, 1]))
+    assert state["returns"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("value", [0, -1.0])
+def test_reward_clip_must_be_positive(value: float) -> None:
+    from cairn import PPOConfig
+    from cairn.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="reward_clip"):
+        PPOConfig().training(reward_clip=value)
+    with pytest.raises(ConfigError, match="normalize_rewards"):
+        PPOConfig().training(normalize_rewards="yes")
