@@ -109,7 +109,8 @@ class PPO(Algorithm):
         """The reward normalisers' states (``reward_normalizers``), when there are any."""
         if not self.reward_normalizers:
             return {}
-        return {"reward_normalizers": {pid: n.get_state() for pid, n in self.reward_normalizers.items()}}
+        return {"reward_normalizers": {pid: n.get_state() for pid, n in self.reward_normalizers.items()
+                                       if pid in self.policies}}  # not those of removed policies
 
     def set_extra_state(self, state: Mapping[str, Any]) -> None:
         cfg = self.config
