@@ -127,9 +127,9 @@ class PPO(Algorithm):
         with torch.no_grad():
             inputs, values = model(obs)
             old_logp = dist.logp(inputs, actions)
-            next_values = model.value(torch.from_numpy(batch["next_obs"]))
+            next_values = _next_values(model, batch, values.numpy())
         advantages = compute_gae(
-            rewards, values.numpy(), next_values.numpy(), batch["terminateds"],
+            rewards, values.numpy(), next_values, batch["terminateds"],
             batch["ends"], gamma=cfg.gamma, lambda_=cfg.lambda_,
         )
         adv_t = torch.from_numpy(advantages)
@@ -167,3 +167,21 @@ class PPO(Algorithm):
         )
         out["num_grad_updates"] = float(policy.num_grad_updates)
         return out
+
+
+def _next_values(model: Any, batch: SampleBatch, values: np.ndarray) -> np.ndarray:
+    """``V(next_obs)`` of each row, for GAE.
+
+    Inside a piece of a trajectory a row's next observation is the next row's observation, so
+    its value is already in ``values``; only the piece ends that bootstrap (truncated episodes,
+    fragment ends) need a forward pass. For a CNN that saves a pass over the whole batch.
+    Terminal rows get 0 (GAE multiplies their next value by 0).
+    """
+    ends, terminateds = batch["ends"], batch["terminateds"]
+    next_values = np.zeros_like(values)
+    next_values[:-1] = values[1:]
+    next_values[ends] = 0.0
+    bootstrap = np.flatnonzero(ends & ~terminateds)
+    if bootstrap.size:
+        next_values[bootstrap] = model.value(torch.from_numpy(batch["next_obs"][bootstrap])).numpy()
+    return next_values
