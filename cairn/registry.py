@@ -22,7 +22,6 @@ import inspect
 import sys
 import types
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from cairn.errors import ConfigError, UnsafeCheckpointError
@@ -48,10 +47,11 @@ __all__ = [
 #: is the :func:`callable_reference`, or None for a callable that has none (not stored).
 CALLABLE_KEY = "__callable__"
 
-#: ``writer(policy, directory, files) -> native_model record``: exports ``policy``'s model into
-#: ``directory / "model"``, adds each file's size and hash to ``files``, and returns the
-#: manifest's ``native_model`` entry (``cairn.export.write_native_model_files``).
-NativeModelWriter = Callable[[Any, Path, dict[str, dict[str, Any]]], dict[str, Any]]
+#: ``writer(policy, directory, files, *, full=True) -> native_model record``: exports ``policy``'s
+#: model into ``directory / "model"`` (``full=False``: only a Keras policy's ``model.keras``), adds
+#: each file's size and hash to ``files``, and returns the manifest's ``native_model`` entry
+#: (``cairn.export.write_native_model_files``).
+NativeModelWriter = Callable[..., dict[str, Any]]
 
 _ENV_CREATORS: dict[str, Callable[[dict[str, Any]], Any]] = {}
 _CLASSES: dict[str, type] = {}

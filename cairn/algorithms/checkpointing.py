@@ -35,6 +35,7 @@ from cairn.checkpoint.validate import require_types
 from cairn.config.algorithm_config import PolicyMapping
 from cairn.config.restore import restored_config
 from cairn.errors import CheckpointError, CheckpointFormatError, UnknownPolicyIdError, UnsafeCheckpointError
+from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
 from cairn.policy.state_check import check_policy_state
 from cairn.policy_ids import check_policy_ids
@@ -101,12 +102,15 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
     state = algo.get_state(copy=snapshot)
     _warn_unstorable(state["config"])
     native: dict[str, NativeFiles] = {}
-    if algo.config.export_native_model_files:
+    full = bool(algo.config.export_native_model_files)
+    # A Keras policy's checkpoint always holds model/model.keras (docs/keras.md).
+    wanted = [pid for pid, policy in algo.policies.items() if full or uses_keras(policy.config)]
+    if wanted:
         from cairn.export import write_native_model_files
 
-        policies = ({pid: Policy.from_state(state["policies"][pid]) for pid in algo.policies}
-                    if snapshot else algo.policies)
-        native = {pid: functools.partial(write_native_model_files, policy)
+        policies = ({pid: Policy.from_state(state["policies"][pid]) for pid in wanted}
+                    if snapshot else {pid: algo.policies[pid] for pid in wanted})
+        native = {pid: functools.partial(write_native_model_files, policy, full=full)
                   for pid, policy in policies.items()}
     return functools.partial(write_algorithm_checkpoint, target, state, policy_native_files=native,
                              storage_options=storage_options, previous=previous)

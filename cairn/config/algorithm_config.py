@@ -170,10 +170,13 @@ class AlgorithmConfig:
             setattr(self, key, merged)
         return self._set("training", kwargs)
 
+    def framework(self, framework: str = "torch") -> AlgorithmConfig:
+        """Set ``model.framework``: ``"torch"`` networks (the default) or ``"keras"``, Keras 3 models run on Keras' torch backend (docs/keras.md); the same as ``training(model={"framework": ...})``."""
+        return self.training(model={"framework": framework})
+
     @classmethod
     def merged_fields(cls) -> frozenset[str]:
-        """The dict-valued training settings, e.g. ``model``: ``training()`` and a restore's
-        ``config_overrides`` merge them into the current value (:func:`merge_setting`)."""
+        """The dict-valued training settings, e.g. ``model``: ``training()`` and a restore's ``config_overrides`` merge them into the current value (:func:`merge_setting`)."""
         return frozenset(key for key, field in cls.FIELDS.items()
                          if field.section == "training" and isinstance(field.default, dict))
 
@@ -240,8 +243,7 @@ class AlgorithmConfig:
         return self._set("checkpointing", kwargs)
 
     def debugging(self, *, seed: int | None = _NOT_PROVIDED, log_dir: str | None = _NOT_PROVIDED) -> AlgorithmConfig:
-        """Set the seed (reproducible runs with ``num_env_runners=0``) and the log directory
-        under which ``save()`` numbers its checkpoints."""
+        """Set the seed (reproducible runs with ``num_env_runners=0``) and the log directory under which ``save()`` numbers its checkpoints."""
         return self._set("debugging", {"seed": seed, "log_dir": log_dir})
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -391,8 +393,7 @@ class AlgorithmConfig:
 
     @classmethod
     def class_for(cls, algo_class: Any) -> type[AlgorithmConfig]:
-        """The config class of the algorithm ``algo_class`` names (a registry name, as
-        ``to_dict()`` stores it); this class for None or its own algorithm's name."""
+        """The config class of the algorithm ``algo_class`` names (a registry name, as ``to_dict()`` stores it); this class for None or its own algorithm's name."""
         return config_class_for(cls, algo_class, base=AlgorithmConfig)
 
     def __repr__(self) -> str:

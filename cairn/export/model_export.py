@@ -13,6 +13,7 @@ import torch
 
 from cairn.checkpoint.storage import ObjectStorage, is_object_store, resolve_storage
 from cairn.errors import ExportError
+from cairn.export.keras_files import write_keras_export
 from cairn.export.onnx_model import ONNX_FILE, check_opset, convert_to_onnx, require_onnx_packages
 from cairn.export.signature import build_signature, write_signature
 from cairn.export.summary import short_reason
@@ -25,6 +26,7 @@ from cairn.export.torch_program import (
 )
 from cairn.export.verify import check_against_policy, onnx_runner, program_runner
 from cairn.policy.export_hook import ExportGraph
+from cairn.policy.keras_config import uses_keras
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -119,7 +121,8 @@ def export_model(
 ) -> dict[str, Any]:
     """Write ``policy``'s observation-to-action path in a native format, with ``signature.json``.
 
-    Without ``onnx``: ``model.pt2`` (load with ``torch.export.load``) and ``model.safetensors``.
+    Without ``onnx``: ``model.pt2`` (load with ``torch.export.load``) and ``model.safetensors``;
+    for a Keras policy (``model.framework="keras"``), ``model.keras`` (docs/keras.md).
     With ``onnx=<opset>`` (one of ``SUPPORTED_OPSETS``, default choice 18): ``model.onnx``.
     The model is the graph of the policy's export hook (:meth:`~cairn.Policy.export_graph`):
     it takes raw observations (see :mod:`cairn.export.conventions`) and returns the
@@ -157,10 +160,14 @@ def export_model(
         raise ExportError(f"Export directory {directory} exists and is not a directory.")
     created = _missing_dirs(directory)
     try:
-        traced = trace_policy(policy, extra_outputs)
-        directory.mkdir(parents=True, exist_ok=True)
-        files = write_torch_files(traced, directory) if opset is None else write_onnx_file(traced, directory, opset)
-        signature = build_signature(policy, traced.graph, files, opset=opset)
+        if uses_keras(policy.config):  # model.keras, or Keras' own ONNX export (docs/keras.md)
+            graph, files = write_keras_export(policy, directory, opset=opset, extra_outputs=extra_outputs)
+        else:
+            traced = trace_policy(policy, extra_outputs)
+            directory.mkdir(parents=True, exist_ok=True)
+            files = write_torch_files(traced, directory) if opset is None else write_onnx_file(traced, directory, opset)
+            graph = traced.graph
+        signature = build_signature(policy, graph, files, opset=opset)
         write_signature(directory, signature)
     except BaseException:
         _remove_if_empty(created)  # a failed export leaves no empty directory behind

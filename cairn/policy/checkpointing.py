@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cairn.errors import ExportError
+from cairn.policy.keras_config import uses_keras
 from cairn.policy.state_check import check_policy_state
 from cairn.registry import model_exporter, native_model_writer
 
@@ -43,12 +44,15 @@ def write_policy_checkpoint_dir(
     from cairn.checkpoint import check_save_location, write_policy_checkpoint
 
     target = check_save_location(export_dir, storage_options=storage_options)  # before gathering
-    native_files = native_files_writer(policy) if export_native_model_files else None
+    # A Keras policy's checkpoint always holds model/model.keras (docs/keras.md).
+    native = export_native_model_files or uses_keras(policy.config)
+    native_files = native_files_writer(policy, full=export_native_model_files) if native else None
     write_policy_checkpoint(target, policy.get_state(copy=False), native_files=native_files)
 
 
-def native_files_writer(policy: Policy) -> NativeFiles:
-    """The callback that writes ``policy``'s ``model/`` into a checkpoint directory.
+def native_files_writer(policy: Policy, *, full: bool = True) -> NativeFiles:
+    """The callback that writes ``policy``'s ``model/`` into a checkpoint directory (``full=False``:
+    only what every checkpoint of the policy holds, a Keras policy's ``model.keras``).
 
     cairn.export (a layer above this one) installs the writer in the registry when it is
     imported; ``import cairn`` imports it.
@@ -60,7 +64,7 @@ def native_files_writer(policy: Policy) -> NativeFiles:
             "cairn.export registers one when it is imported (`import cairn` does). Import "
             "cairn.export first, or pass export_native_model_files=False."
         )
-    return functools.partial(writer, policy)
+    return functools.partial(writer, policy, full=full)
 
 
 def export_native_model(policy: Policy, export_dir: str | os.PathLike[str], *, onnx: int | None,

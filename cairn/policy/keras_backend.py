@@ -27,7 +27,7 @@ MIN_KERAS_VERSION = (3, 8)
 
 def keras_available() -> bool:
     """Whether Keras can be imported here (without importing it)."""
-    if "keras" in sys.modules:
+    if sys.modules.get("keras") is not None:
         return True
     try:
         return importlib.util.find_spec("keras") is not None

@@ -124,16 +124,26 @@ def _variable(layer: Any, name: str) -> torch.Tensor:
 
 
 class KerasActorCritic(nn.Module):
-    """``forward(obs) -> (action_inputs, value)`` over a Keras model (a submodule: its
-    variables are this module's parameters, ``network._torch_params.<layer>/<variable>``).
+    """``forward(obs) -> (action_inputs, value)`` over a Keras model, whose variables are this
+    module's parameters (``variables.<layer>_<variable>``, e.g. ``variables.actor_0_kernel``).
 
     ``layers`` (:class:`MLPLayers`, for the MLP cairn builds) enables the per-layer torch path
     and the numpy acting path; without it the Keras model is called as a whole.
     """
 
+    network: Any  # the keras.Model
+
     def __init__(self, network: Any, layers: MLPLayers | None = None) -> None:
         super().__init__()
-        self.network = network
+        # The Keras model is not a submodule: its own parameter names follow Keras' layer
+        # names, which for unnamed layers count up per process ("dense_3"), so a restore
+        # would not find them. Its variables are registered here instead, under the layer
+        # names cairn gave them (its MLP) or by position (a user's model).
+        object.__setattr__(self, "network", network)
+        variables = list(network.variables)
+        names = ([v.path.replace("/", "_") for v in variables] if layers is not None
+                 else [f"variable_{i}" for i in range(len(variables))])
+        self.variables = nn.ParameterDict({name: v.value for name, v in zip(names, variables, strict=True)})
         self.activation = layers.activation if layers is not None else None
         # A plain attribute (not a submodule): the layers' variables are the network's.
         object.__setattr__(self, "mlp_layers", layers)

@@ -89,6 +89,8 @@ def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_
         )
     stored = sum(int(w.size) for w in weights.values())
     builtin = getattr(policy_class.make_model, "builds_config_mlp", False)
+    if isinstance(config.get("model"), Mapping) and config["model"].get("keras_model"):
+        builtin = False  # a user's Keras model (docs/keras.md): the generic checks only
     if not builtin:
         if max(obs_size, out_size) > _MAX_UNCHECKED_SIZE:
             raise CheckpointFormatError(f"{where}: the policy's spaces are too large to build.")

@@ -1,0 +1,16 @@
+"""A user's Keras model builder, named by import path in ``model={"keras_model": ...}``."""
+
+
+def small_actor_critic(obs_size, num_outputs, model_config):
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    obs = keras.Input((obs_size,), name="obs")
+    x = keras.layers.Dense(16, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=1))(obs)
+    logits = keras.layers.Dense(num_outputs, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
+    value = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(seed=3))(x)
+    return keras.Model(obs, [logits, value])
+
+
+def not_a_model(obs_size, num_outputs, model_config):
+    return "nope"

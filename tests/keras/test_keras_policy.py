@@ -1,0 +1,166 @@
+"""Keras policies: built from the model config, trained by torch, checkpointed with model.keras."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import cairn
+from cairn.errors import ConfigError, FrameworkUnavailableError
+from tests.conftest import ROOT
+from tests.helpers import small_ppo, weights_digest
+
+KERAS = {"model": {"framework": "keras"}}
+OBS = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+
+
+def test_a_keras_policy_starts_from_the_torch_policys_weights_and_computes_the_same():
+    space, actions = gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(2)
+    keras_policy = cairn.Policy(space, actions, KERAS, seed=3)
+    torch_policy = cairn.Policy(space, actions, seed=3)
+    x = torch.from_numpy(OBS)
+    with torch.no_grad():
+        np.testing.assert_allclose(keras_policy.model.action_inputs(x), torch_policy.model.action_inputs(x), atol=1e-6)
+        np.testing.assert_allclose(keras_policy.model.value(x), torch_policy.model.value(x), atol=1e-6)
+        # the per-layer path cairn trains with is the Keras model's own output
+        inputs, value = keras_policy.model.network(x)
+        np.testing.assert_allclose(inputs, keras_policy.model.action_inputs(x), atol=1e-6)
+        np.testing.assert_allclose(value[:, 0], keras_policy.model.value(x), atol=1e-6)
+    np.testing.assert_allclose(keras_policy.compute_action_inputs(OBS), torch_policy.compute_action_inputs(OBS), atol=1e-6)
+
+
+def test_keras_variables_are_the_parameters_torch_trains():
+    policy = cairn.Policy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Box(-1, 1, (2,)), KERAS, seed=0)
+    network = policy.model.network
+    params = dict(policy.model.named_parameters())
+    assert {id(v.value) for v in network.trainable_variables} == {id(p) for p in params.values()}
+    before = {v.path: v.numpy().copy() for v in network.trainable_variables}
+    inputs, value = policy.model(torch.from_numpy(OBS))
+    (inputs.sum() + value.sum()).backward()
+    policy.optimizer.step()
+    changed = [v.path for v in network.trainable_variables if not np.array_equal(v.numpy(), before[v.path])]
+    # every layer moves except the log-std layer's kernel, which only ever multiplies zeros
+    assert sorted(changed) == sorted(p for p in before if p != "log_std/kernel")
+
+
+def test_ppo_with_a_keras_policy_resumes_bit_identically_in_a_new_process(tmp_path):
+    algo = small_ppo().framework("keras").build()
+    assert type(algo.get_policy().model).__name__ == "KerasActorCritic"
+    for _ in range(2):
+        algo.train()
+    path = Path(algo.save(tmp_path / "c"))
+    for _ in range(2):
+        algo.train()
+    expected = f"{weights_digest(algo)} {algo.counters['num_env_steps_sampled_lifetime']}"
+    script = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\nimport cairn\nfrom tests.helpers import weights_digest\n"
+              f"algo = cairn.Algorithm.from_checkpoint({str(path)!r})\nfor _ in range(2):\n    algo.train()\n"
+              "print(weights_digest(algo), algo.counters['num_env_steps_sampled_lifetime'])")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip().splitlines()[-1] == expected
+    info = cairn.get_checkpoint_info(f"{path}/policies/default_policy")
+    assert info["native_model"] == {"status": "ok", "formats": ["keras"], "opset": None}
+    manifest = json.loads((path / "policies/default_policy/cairn_checkpoint.json").read_text())
+    assert {"model/model.keras", "model/signature.json"} <= set(manifest["files"])
+
+
+_PLAIN_KERAS = """
+import json, os, sys
+os.environ.setdefault("KERAS_BACKEND", "torch")
+import keras
+import numpy as np
+model = keras.saving.load_model({path!r})  # safe_mode=True is the default
+action, logits = model(np.asarray({obs!r}, dtype=np.float32))
+print(json.dumps({{"cairn": [m for m in sys.modules if m.startswith("cairn")],
+                  "action": keras.ops.convert_to_numpy(action).tolist(),
+                  "logits": keras.ops.convert_to_numpy(logits).tolist()}}))
+"""
+
+
+def test_model_keras_loads_with_plain_keras_in_a_fresh_process_and_gives_the_policys_actions(tmp_path):
+    algo = small_ppo().framework("keras").env_runners(observation_filter="MeanStdFilter").build()
+    algo.train()
+    policy = algo.get_policy()
+    path = Path(algo.save(tmp_path / "c")) / "policies/default_policy/model/model.keras"
+    obs = (OBS * 3).tolist()
+    out = subprocess.run([sys.executable, "-c", _PLAIN_KERAS.format(path=str(path), obs=obs)],
+                         capture_output=True, text=True, check=True, cwd=tmp_path)
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["cairn"] == []
+    assert report["action"] == policy.compute_actions(OBS * 3, explore=False).tolist()
+    expected = policy.compute_action_inputs(policy.process_observations(OBS * 3, update=False))
+    np.testing.assert_allclose(report["logits"], expected, atol=1e-5)
+
+
+def test_a_users_keras_model_by_import_path_trains_and_restores(tmp_path):
+    model = {"framework": "keras", "keras_model": "tests.keras.builders:small_actor_critic"}
+    algo = small_ppo(model=model).build()
+    algo.train()
+    policy = algo.get_policy()
+    assert policy.model.mlp_layers is None
+    restored = cairn.Policy.from_checkpoint(Path(algo.save(tmp_path / "c")) / "policies/default_policy")
+    np.testing.assert_array_equal(restored.compute_action_inputs(OBS), policy.compute_action_inputs(OBS))
+    assert restored.get_state()["optimizer"]["state"].keys() == policy.get_state()["optimizer"]["state"].keys()
+
+
+@pytest.mark.parametrize("model, match", [
+    ({"framework": "tensorflow"}, "model.framework"),
+    ({"keras_model": "tests.keras.builders:small_actor_critic"}, "needs model.framework='keras'"),
+    ({"framework": "keras", "keras_model": "not a path"}, "import path"),
+])
+def test_framework_settings_are_checked_before_building(model, match):
+    with pytest.raises(ConfigError, match=match):
+        small_ppo(model=model).validate()
+
+
+def test_a_builder_returning_no_keras_model_is_refused():
+    with pytest.raises(ConfigError, match="keras.Model with two outputs"):
+        small_ppo(model={"framework": "keras", "keras_model": "tests.keras.builders:not_a_model"}).build()
+
+
+_OTHER_BACKEND = """
+import sys
+sys.path.insert(0, {root!r})
+import cairn
+from cairn.errors import FrameworkUnavailableError
+{setup}
+try:
+    cairn.PPOConfig().environment("CartPole-v1").framework("keras").build()
+except FrameworkUnavailableError as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.parametrize("setup, match", [
+    ("import os; os.environ['KERAS_BACKEND'] = 'jax'", "KERAS_BACKEND='jax' is set"),
+    ("sys.modules['keras'] = None  # as if not installed", "Keras is not installed"),
+])
+def test_keras_missing_or_on_another_backend_is_a_clear_error(setup, match):
+    out = subprocess.run([sys.executable, "-c", _OTHER_BACKEND.format(root=str(ROOT), setup=setup)],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert "refused:" in out and match in out
+    assert issubclass(FrameworkUnavailableError, ImportError)
+
+
+_COLD = """
+import sys
+sys.path.insert(0, {root!r})
+import cairn
+policy = cairn.Policy.from_checkpoint({path!r})
+policy.compute_single_action([0.0, 0.1, 0.0, -0.1])
+print("keras" in sys.modules)
+"""
+
+
+def test_import_cairn_and_restoring_a_torch_policy_do_not_import_keras(tmp_path):
+    policy = cairn.Policy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
+    policy.export_checkpoint(tmp_path / "p")
+    out = subprocess.run([sys.executable, "-c", _COLD.format(root=str(ROOT), path=str(tmp_path / "p"))],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.strip() == "False"
