@@ -15,8 +15,10 @@ $(VENV)/.installed-base: pyproject.toml constraints.txt
 	$(PIP_INSTALL) -e .
 	touch $@
 
+# tensorflow-cpu: the tf extra's TensorFlow as its CPU-only build, for tests/keras' SavedModel test.
 $(VENV)/.installed-all: $(VENV)/.installed-base
-	$(PIP_INSTALL) -e '.[dev,onnx,ray,s3,cli,tensorboard,atari,mujoco]'
+	$(PIP_INSTALL) -e '.[dev,onnx,ray,s3,cli,tensorboard,atari,mujoco,keras]'
+	$(PIP_INSTALL) tensorflow-cpu==2.21.0
 	touch $@
 
 demo: $(VENV)/.installed-base
