@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.dqn.config import DQNConfig
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.dqn.loss import dqn_loss, q_targets
 from cairn.algorithms.dqn.numpy_update import numpy_dqn_update, numpy_update_unsupported
-from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT, PolicyReplayBuffers, ReplayRatio
+from cairn.algorithms.off_policy import OffPolicyAlgorithm
+from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
@@ -25,7 +24,7 @@ __all__ = ["DQN", "REPLAY_BUFFER_COMPONENT"]
 
 
 @register_class
-class DQN(Algorithm):
+class DQN(OffPolicyAlgorithm):
     """Deep Q-Network (Mnih et al. 2015) with double Q-learning, dueling heads, n-step
     returns and uniform or prioritized replay; single- and multi-agent.
 
@@ -51,10 +50,6 @@ class DQN(Algorithm):
     def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
         # Keyword arguments (restored policy states and the like) belong to Algorithm.
         super().__init__(config, **kwargs)
-        self.replay = PolicyReplayBuffers(self.config.replay_buffer_config, self.config.seed,
-                                          gamma=self.config.gamma, n_step=self.config.n_step)
-        # Gradient updates owed to each policy by the replay ratio (fractions carry over).
-        self._replay_ratio = ReplayRatio(self.config.training_intensity or 1.0, self.config.minibatch_size)
         try:
             for pid in self.policies:
                 self._dqn_policy(pid)
@@ -64,11 +59,6 @@ class DQN(Algorithm):
         except Exception:
             self.stop()
             raise
-
-    @property
-    def replay_buffers(self) -> dict[str, ReplayBuffer]:
-        """The replay buffer of each policy that has sampled."""
-        return self.replay.buffers
 
     # ---------------------------------------------------------------------------- training
     def training_step(self) -> dict[str, dict[str, Any]]:
@@ -142,7 +132,7 @@ class DQN(Algorithm):
         """Gradient updates owed after ``rows`` new transitions of policy ``pid``."""
         if self.config.training_intensity is None:
             return 1 if rows else 0
-        return self._replay_ratio.due(pid, rows)
+        return self.replay_ratio.due(pid, rows)
 
     def _learn(self, policy: DQNPolicy, buffer: ReplayBuffer, *, backend: str) -> list[float]:
         cfg = self.config
@@ -183,20 +173,3 @@ class DQN(Algorithm):
         if isinstance(buffer, PrioritizedReplayBuffer):
             buffer.update_priorities(sample["batch_indexes"], td_errors)
         return stats
-
-    # ------------------------------------------------------------------------------- state
-    def get_extra_state(self) -> dict[str, Any]:
-        return {"update_credit": self._replay_ratio.get_state()}
-
-    def set_extra_state(self, state: Mapping[str, Any]) -> None:
-        self._replay_ratio.set_state(state.get("update_credit"))
-
-    def get_components(self, *, copy: bool) -> dict[str, Any]:
-        """The replay buffers, when ``store_replay_buffer`` is set: in checkpoints as the
-        ``replay_buffer`` component, and in :meth:`get_state` (as a copy) likewise."""
-        if not self.config.store_replay_buffer:
-            return {}
-        return self.replay.component(copy=copy)
-
-    def set_components(self, components: Mapping[str, Any]) -> None:
-        self.replay.restore(components, self.policies, algorithm="DQN")

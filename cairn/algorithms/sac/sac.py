@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from cairn.algorithms.algorithm import Algorithm
-from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT, PolicyReplayBuffers, ReplayRatio
+from cairn.algorithms.off_policy import OffPolicyAlgorithm
+from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT
 from cairn.algorithms.sac.config import SACConfig
 from cairn.algorithms.sac.loss import (
     actor_loss,
@@ -32,7 +31,7 @@ LEARNER_STATS = ("critic_loss", "actor_loss", "alpha_loss", "q_mean", "target_me
 
 
 @register_class
-class SAC(Algorithm):
+class SAC(OffPolicyAlgorithm):
     """Soft Actor-Critic (Haarnoja et al. 2018): a squashed-Gaussian actor, twin Q critics
     with Polyak-averaged targets, and automatic entropy tuning; n-step returns, uniform or
     prioritized replay; single- and multi-agent (one replay buffer per policy).
@@ -59,9 +58,6 @@ class SAC(Algorithm):
     def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
         # Keyword arguments (restored policy states and the like) belong to Algorithm.
         super().__init__(config, **kwargs)
-        self.replay = PolicyReplayBuffers(self.config.replay_buffer_config, self.config.seed,
-                                          gamma=self.config.gamma, n_step=self.config.n_step)
-        self._replay_ratio = ReplayRatio(self.config.training_intensity or 1.0, self.config.minibatch_size)
         try:
             for pid in self.policies:
                 # A restored policy keeps its Adam moments but takes the config's learning
@@ -70,11 +66,6 @@ class SAC(Algorithm):
         except Exception:
             self.stop()
             raise
-
-    @property
-    def replay_buffers(self) -> dict[str, ReplayBuffer]:
-        """The replay buffer of each policy that has sampled."""
-        return self.replay.buffers
 
     def _sac_policy(self, pid: str) -> SACPolicy:
         policy = self.policies[pid]
@@ -120,7 +111,7 @@ class SAC(Algorithm):
     def _gradient_steps_due(self, pid: str, rows: int) -> int:
         """Gradient steps for ``pid`` after a round that sampled ``rows`` of its transitions."""
         if self.config.training_intensity is not None:
-            return self._replay_ratio.due(pid, rows)
+            return self.replay_ratio.due(pid, rows)
         return rows if self.config.gradient_steps == -1 else self.config.gradient_steps
 
     def _learn(self, policy: SACPolicy, buffer: ReplayBuffer) -> list[float]:
@@ -176,22 +167,6 @@ class SAC(Algorithm):
         return [float(loss_critic.detach()), float(loss_actor.detach()), float(loss_alpha.detach()),
                 float(q_values.detach().mean()), float(targets.mean()), float(log_prob.detach().mean())]
 
-    # ------------------------------------------------------------------------------- state
-    def get_extra_state(self) -> dict[str, Any]:
-        return {"update_credit": self._replay_ratio.get_state()}
-
-    def set_extra_state(self, state: Mapping[str, Any]) -> None:
-        self._replay_ratio.set_state(state.get("update_credit"))
-
-    def get_components(self, *, copy: bool) -> dict[str, Any]:
-        """The replay buffers, when ``store_replay_buffer`` is set: in checkpoints as the
-        ``replay_buffer`` component, and in :meth:`get_state` (as a copy) likewise."""
-        if not self.config.store_replay_buffer:
-            return {}
-        return self.replay.component(copy=copy)
-
-    def set_components(self, components: Mapping[str, Any]) -> None:
-        self.replay.restore(components, self.policies, algorithm="SAC")
 
 
 def _clear_grads(params: Any) -> None:
