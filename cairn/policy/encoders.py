@@ -231,7 +231,9 @@ class _ImageCNN(nn.Module):
             x = x.reshape(x.shape[0], c, h, w)
         if self.scale != 1.0:
             x = x * self.scale
-        x = self.conv(x).flatten(1)
+        # oneDNN's CPU convolutions run faster on NHWC memory (measured here: Nature CNN forward
+        # and backward on 256 frames 0.42 s against 0.45-0.54 s); the values are the same.
+        x = self.conv(x.contiguous(memory_format=torch.channels_last)).flatten(1)
         return x if self.dense is None else self.dense(x)
 
 
