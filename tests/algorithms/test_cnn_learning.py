@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -28,9 +29,10 @@ def test_ppo_cnn_learns_pixel_cue() -> None:
         algo.stop()
 
 
-def _short_run(config: Any, tmp_path: Any) -> None:
-    # The replay buffer (flat image rows) goes into the checkpoint too.
-    algo = config.checkpointing(store_replay_buffer=True).debugging(seed=0).build()
+def _short_run(config: Any, tmp_path: Any, *, store_replay_buffer: bool = True) -> None:
+    if store_replay_buffer:  # the replay buffer (flat image rows) goes into the checkpoint too
+        config = config.checkpointing(store_replay_buffer=True)
+    algo = config.debugging(seed=0).build()
     try:
         algo.train()
         algo.train()
@@ -58,3 +60,29 @@ def test_sac_trains_and_resumes_with_a_cnn(tmp_path: Any) -> None:
     _short_run(cairn.SACConfig().environment(make_pixel_cue, env_config={"size": 16, "continuous": True})
                .training(train_batch_size=32, minibatch_size=16, num_steps_sampled_before_learning_starts=16,
                          model={**CNN, "hidden": [16]}), tmp_path)
+
+
+class DictCue(gym.ObservationWrapper):
+    """PixelCue with the image under a key, beside a vector and a Discrete part."""
+
+    def __init__(self, env_config: dict[str, Any]) -> None:
+        super().__init__(make_pixel_cue(env_config))
+        self.observation_space = gym.spaces.Dict({
+            "pixels": self.env.observation_space, "noise": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+            "phase": gym.spaces.Discrete(2)})
+
+    def observation(self, observation: np.ndarray) -> dict[str, Any]:
+        rng = self.env.unwrapped.np_random
+        return {"pixels": observation, "noise": rng.uniform(-1, 1, 3).astype(np.float32),
+                "phase": int(rng.integers(2))}
+
+
+def make_dict_cue(env_config: dict[str, Any]) -> DictCue:
+    return DictCue(env_config)
+
+
+def test_ppo_trains_and_resumes_on_dict_observations_with_a_filter(tmp_path: Any) -> None:
+    _short_run(cairn.PPOConfig().environment(make_dict_cue, env_config={"size": 16})
+               .env_runners(observation_filter="MeanStdFilter", num_envs_per_env_runner=2)
+               .training(train_batch_size=64, minibatch_size=32, num_epochs=1, model={**CNN, "hidden": [16]}),
+               tmp_path, store_replay_buffer=False)
