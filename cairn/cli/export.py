@@ -24,7 +24,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="Algorithm or Policy checkpoint")
     p.add_argument("--policy-id", action="append", default=None, metavar="ID",
                    help="a policy of an Algorithm checkpoint to export (repeatable; default: all of them)")
-    p.add_argument("--format", choices=["onnx", "torch"], required=True)
+    p.add_argument("--format", choices=["onnx", "torch", "saved_model"], required=True,
+                   help="saved_model: a TensorFlow SavedModel of a Keras policy (needs the tf extra; docs/keras.md)")
     p.add_argument("--opset", type=int, default=None, help="ONNX opset (--format onnx only; default 18)")
     p.add_argument("--extra-output", action="append", default=None, metavar="NAME", dest="extra_outputs",
                    help="an optional output to add after the default ones, e.g. value (repeatable)")
@@ -63,8 +64,15 @@ def run(args: argparse.Namespace) -> int:
     opset = None
     if args.format == "onnx":  # checked before any policy is read or written
         opset = check_opset(DEFAULT_OPSET if args.opset is None else args.opset)
+    if args.format == "saved_model" and args.extra_outputs:
+        raise UsageError("--extra-output applies to --format onnx and torch only.")
     for pid, policy, out in _targets(args):
-        export_model(policy, out, onnx=opset, extra_outputs=args.extra_outputs or ())
+        if args.format == "saved_model":  # Keras policies, through TensorFlow in a subprocess
+            from cairn.export.keras_saved_model import export_saved_model
+
+            export_saved_model(policy, out)
+        else:
+            export_model(policy, out, onnx=opset, extra_outputs=args.extra_outputs or ())
         of = "" if pid is None else f" of policy {pid!r}"
         print(f"exported {args.format} model{of} to {out}", flush=True)
     return 0

@@ -101,6 +101,7 @@ def keras_onnx_bytes(policy: Policy, graph: ExportGraph, opset: int) -> bytes:
     model = serving_model(policy, graph)
     tmp = Path(tempfile.mkdtemp(prefix="cairn-keras-onnx-"))
     try:
+        model(graph.example.numpy())  # Keras' exporter takes only models that have been called
         with quiet_exporter():
             model.export(str(tmp / ONNX_FILE), format="onnx", opset_version=opset, verbose=False)
         proto = onnx.load(str(tmp / ONNX_FILE))
