@@ -1,0 +1,254 @@
+"""SAC on MuJoCo: cairn against Stable-Baselines3 with the same config and seeds.
+
+Config (both sides): SB3's SAC defaults as rl-zoo runs them on MuJoCo (hyperparams/sac.yml,
+``mujoco-defaults``: the defaults plus ``learning_starts: 10000``): 1 env, actor and twin
+critics 256x256 ReLU, Adam lr 3e-4 for actor, critics and alpha, replay 1e6, batch 256, one
+gradient step per env step, tau 0.005, gamma 0.99, alpha tuned from 1.0 towards -dim(A),
+uniformly random actions before learning starts. One torch thread on both sides.
+
+Two measurements:
+
+``throughput``: env steps/s of short runs (``--steps``, learning from step 100, so that
+nearly every step includes its gradient step), the libraries alternating run by run (and
+the env order too); medians, over wall time and over the process's CPU time (on a machine
+shared with other jobs the second is the steadier measure of what each library costs).
+
+``learn``: one process holds both learners for one env and seed and advances them in
+alternating chunks of ``--chunk`` env steps (so that at any time both have reached the same
+step count and shared the same machine load), evaluating each after every chunk with
+``--eval-episodes`` greedy episodes (the mean action; SB3's ``deterministic=True``). Each
+point is appended to ``--log`` as one JSON line as soon as it exists, so a run stopped early
+still reports how far it got. ``report`` turns the log(s) into the markdown table.
+
+Needs Stable-Baselines3 and MuJoCo (``pip install -c constraints.txt "gymnasium[mujoco]"``);
+run it in the bench virtualenv:
+
+    .bench-venv/bin/python bench/sac_mujoco.py throughput [--envs HalfCheetah-v5 Hopper-v5] \\
+        [--steps 1000] [--reps 3] [--out bench/results/sac_mujoco_throughput.md]
+    nice -n 10 .bench-venv/bin/python bench/sac_mujoco.py learn --env HalfCheetah-v5 --seed 0 \\
+        [--steps 100000] [--chunk 10000] --log bench/results/sac_mujoco_learn.jsonl
+    .bench-venv/bin/python bench/sac_mujoco.py report --log bench/results/sac_mujoco_learn.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import cairn
+
+LR, BUFFER, BATCH, TAU, GAMMA, HIDDEN = 3e-4, 1_000_000, 256, 0.005, 0.99, [256, 256]
+MUJOCO_STARTS = 10_000  # rl-zoo's mujoco-defaults
+
+
+def make_cairn(env: str, seed: int, starts: int) -> Any:
+    config = (
+        cairn.SACConfig()
+        .environment(env)
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=1)
+        .training(lr=LR, minibatch_size=BATCH, train_batch_size=1000, tau=TAU, gamma=GAMMA,
+                  train_freq=1, gradient_steps=1, num_steps_sampled_before_learning_starts=starts,
+                  replay_buffer_config={"type": "uniform", "capacity": BUFFER},
+                  model={"hidden": HIDDEN, "activation": "relu"})
+        .resources(torch_num_threads=1)
+        .debugging(seed=seed)
+    )
+    return config.build()
+
+
+def make_sb3(env: str, seed: int, starts: int) -> Any:
+    from stable_baselines3 import SAC
+
+    return SAC(
+        "MlpPolicy", gym.make(env), learning_rate=LR, buffer_size=BUFFER, learning_starts=starts,
+        batch_size=BATCH, tau=TAU, gamma=GAMMA, train_freq=1, gradient_steps=1,
+        ent_coef="auto", policy_kwargs={"net_arch": HIDDEN}, seed=seed, device="cpu", verbose=0,
+    )
+
+
+def advance_cairn(algo: Any, until: int) -> None:
+    while algo.counters["num_env_steps_sampled_lifetime"] < until:
+        algo.train()
+
+
+def advance_sb3(model: Any, until: int) -> None:
+    model.learn(total_timesteps=until - model.num_timesteps, reset_num_timesteps=False)
+
+
+def eval_sb3(model: Any, env: gym.Env, episodes: int) -> float:
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    mean, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True)
+    return float(mean)
+
+
+# ----------------------------------------------------------------------------- throughput
+def throughput(args: argparse.Namespace) -> None:
+    results: dict[tuple[str, str], list[float]] = {}
+    cpu_results: dict[tuple[str, str], list[float]] = {}
+    for rep in range(args.reps):
+        order = ["sb3", "cairn"] if rep % 2 == 0 else ["cairn", "sb3"]
+        for env in args.envs if rep % 2 == 0 else args.envs[::-1]:
+            for lib in order:
+                if lib == "cairn":
+                    algo = make_cairn(env, rep, 100)
+                    try:
+                        start, cpu = time.perf_counter(), time.process_time()
+                        advance_cairn(algo, args.steps)
+                        steps = algo.counters["num_env_steps_sampled_lifetime"]
+                        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                    finally:
+                        algo.stop()
+                else:
+                    model = make_sb3(env, rep, 100)
+                    start, cpu = time.perf_counter(), time.process_time()
+                    advance_sb3(model, args.steps)
+                    steps = model.num_timesteps
+                    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                    model.get_env().close()
+                results.setdefault((env, lib), []).append(steps / wall)
+                cpu_results.setdefault((env, lib), []).append(steps / cpu)
+                print(f"rep {rep} {env} {lib}: {steps / wall:.1f} env steps/s, {steps / cpu:.1f} per CPU s",
+                      flush=True)
+    lines = [
+        "## Throughput (`bench/sac_mujoco.py throughput`)",
+        "",
+        machine_line(),
+        "",
+        f"{args.steps} env steps per run (learning from step 100), {args.reps} runs each, "
+        "libraries and envs alternating in order; medians.",
+        "",
+        "| env | library | env steps/s (median) | all runs | vs SB3 | steps per CPU s (median) "
+        "| all runs | vs SB3 |",
+        "|---|---|---:|---|---:|---:|---|---:|",
+    ]
+    for env in args.envs:
+        base = statistics.median(results[(env, "sb3")])
+        cpu_base = statistics.median(cpu_results[(env, "sb3")])
+        for lib, label in (("sb3", "Stable-Baselines3 SAC"), ("cairn", "cairn SAC")):
+            runs, cpu_runs = results[(env, lib)], cpu_results[(env, lib)]
+            med, cpu_med = statistics.median(runs), statistics.median(cpu_runs)
+            lines.append(f"| {env} | {label} | {med:,.1f} | {', '.join(f'{x:,.1f}' for x in runs)} "
+                         f"| {med / base:.2f}x | {cpu_med:,.1f} | {', '.join(f'{x:,.1f}' for x in cpu_runs)} "
+                         f"| {cpu_med / cpu_base:.2f}x |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if args.out:
+        Path(args.out).write_text(table)
+
+
+# -------------------------------------------------------------------------------- learning
+def learn(args: argparse.Namespace) -> None:
+    algo = make_cairn(args.env, args.seed, MUJOCO_STARTS)
+    model = make_sb3(args.env, args.seed, MUJOCO_STARTS)
+    eval_env = gym.make(args.env)
+    eval_env.reset(seed=10_000 + args.seed)
+    log = Path(args.log)
+    clocks = {"cairn": [0.0, 0.0], "sb3": [0.0, 0.0]}  # wall s, process CPU s
+    try:
+        mark = 0
+        while mark < args.steps:
+            mark = min(mark + args.chunk, args.steps)
+            row: dict[str, Any] = {"env": args.env, "seed": args.seed, "steps": mark}
+            for lib in (("sb3", "cairn") if (mark // args.chunk) % 2 else ("cairn", "sb3")):
+                wall, cpu = time.perf_counter(), time.process_time()
+                if lib == "cairn":
+                    advance_cairn(algo, mark)
+                else:
+                    advance_sb3(model, mark)
+                clocks[lib][0] += time.perf_counter() - wall
+                clocks[lib][1] += time.process_time() - cpu
+                if lib == "cairn":
+                    ret = float(algo.evaluate(args.eval_episodes)["episode_return_mean"])
+                else:
+                    ret = eval_sb3(model, eval_env, args.eval_episodes)
+                row[lib] = {"return": ret, "train_wall_s": clocks[lib][0], "train_cpu_s": clocks[lib][1]}
+            with log.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+            print(json.dumps(row), flush=True)
+    finally:
+        algo.stop()
+        eval_env.close()
+
+
+def report(args: argparse.Namespace) -> None:
+    last: dict[tuple[str, int], dict[str, Any]] = {}
+    rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for path in args.log:
+        for line in Path(path).read_text().splitlines():
+            row = json.loads(line)
+            rows.setdefault((row["env"], row["seed"]), []).append(row)
+            last[(row["env"], row["seed"])] = row
+    lines = [
+        "## Learning (`bench/sac_mujoco.py learn`)",
+        "",
+        "Greedy mean return over the evaluation episodes after each chunk. Steps/s: the env "
+        "steps since the first point (the random warm-up) over the training time they took "
+        "(wall and process CPU, evaluation excluded).",
+        "",
+        "| env | seed | env steps | cairn return | SB3 return | cairn steps/s (wall, CPU) "
+        "| SB3 steps/s (wall, CPU) | vs SB3 (wall, CPU) |",
+        "|---|---:|---:|---:|---:|---|---|---|",
+    ]
+    for (env, seed), history in sorted(rows.items()):
+        first = history[0]
+        for row in history:
+            c, s = row["cairn"], row["sb3"]
+            if row is first:
+                lines.append(f"| {env} | {seed} | {row['steps']:,} | {c['return']:.1f} | {s['return']:.1f} "
+                             "| (warm-up) | (warm-up) | |")
+                continue
+            n = row["steps"] - first["steps"]
+            cw = n / (c["train_wall_s"] - first["cairn"]["train_wall_s"])
+            cc = n / (c["train_cpu_s"] - first["cairn"]["train_cpu_s"])
+            sw = n / (s["train_wall_s"] - first["sb3"]["train_wall_s"])
+            sc = n / (s["train_cpu_s"] - first["sb3"]["train_cpu_s"])
+            lines.append(f"| {env} | {seed} | {row['steps']:,} | {c['return']:.1f} | {s['return']:.1f} "
+                         f"| {cw:.1f}, {cc:.1f} | {sw:.1f}, {sc:.1f} | {cw / sw:.2f}x, {cc / sc:.2f}x |")
+    print("\n".join(lines))
+
+
+def machine_line() -> str:
+    import mujoco
+    import stable_baselines3
+
+    return (f"Machine: {os.cpu_count()} cores, shared with other jobs (timings vary run to run); "
+            f"Python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
+            f"gymnasium {gym.__version__}, mujoco {mujoco.__version__}, Stable-Baselines3 "
+            f"{stable_baselines3.__version__}, cairn {cairn.__version__}; 1 torch thread.")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("throughput")
+    p.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--out", default=None)
+    p = sub.add_parser("learn")
+    p.add_argument("--env", default="HalfCheetah-v5")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=100_000)
+    p.add_argument("--chunk", type=int, default=10_000)
+    p.add_argument("--eval-episodes", type=int, default=5)
+    p.add_argument("--log", required=True)
+    p = sub.add_parser("report")
+    p.add_argument("--log", nargs="+", required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    {"throughput": throughput, "learn": learn, "report": report}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main()
