@@ -78,27 +78,36 @@ class NStepTransitions:
         }
 
     def _join(self, batch: SampleBatch) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """``batch`` with each stream's held rows in front of its first piece (or, when that
-        piece does not continue them, as a piece of their own), and which rows end a piece
+        """``batch`` with each stream's held rows in front of its first row (when that row does
+        not continue them, they end there, as a piece of their own), and which rows end a piece
         that may still continue (a fragment end inside an episode)."""
-        ends = batch["ends"]
-        starts = np.concatenate([[0], np.flatnonzero(ends[:-1]) + 1])
-        stops = np.append(starts[1:], len(ends))
-        cut = ends & ~batch["terminateds"] & ~batch["truncateds"]
-        parts: list[dict[str, np.ndarray]] = []
-        waits: list[np.ndarray] = []
-        for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):
-            held = self.pending.pop(int(batch["streams"][lo]), None)
-            if held is not None:
-                continues = np.array_equal(held["next_obs"][-1], batch["obs"][lo])
-                held["ends"] = held["ends"].copy()
-                held["ends"][-1] = not continues
-                parts.append(held)
-                waits.append(np.zeros(len(held["ends"]), dtype=bool))
-            parts.append({k: batch[k][lo:hi] for k in _HELD_COLUMNS})
-            waits.append(cut[lo:hi])
-        return ({k: np.concatenate([p[k] for p in parts]) for k in _HELD_COLUMNS},
-                np.concatenate(waits))
+        size = len(batch)
+        streams, first_rows = np.unique(batch["streams"], return_index=True)
+        held_parts: list[dict[str, np.ndarray]] = []
+        inserts: list[tuple[int, int, int]] = []  # (row of batch, offset of held rows, count)
+        offset = size
+        for stream, row in zip(streams.tolist(), first_rows.tolist(), strict=True):
+            held = self.pending.pop(int(stream), None)
+            if held is None:
+                continue
+            held["ends"] = held["ends"].copy()
+            held["ends"][-1] = not np.array_equal(held["next_obs"][-1], batch["obs"][row])
+            held_parts.append(held)
+            inserts.append((row, offset, len(held["ends"])))
+            offset += len(held["ends"])
+        cut = batch["ends"] & ~batch["terminateds"] & ~batch["truncateds"]
+        if not held_parts:
+            return {k: batch[k] for k in _HELD_COLUMNS}, cut
+        order: list[np.ndarray] = []
+        previous = 0
+        for row, start, count in sorted(inserts):
+            order += [np.arange(previous, row), np.arange(start, start + count)]
+            previous = row
+        order.append(np.arange(previous, size))
+        index = np.concatenate(order)
+        joined = {k: np.concatenate([batch[k], *(h[k] for h in held_parts)])[index] for k in _HELD_COLUMNS}
+        waits = np.concatenate([cut, np.zeros(offset - size, dtype=bool)])[index]
+        return joined, waits
 
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
         """The held rows, as one table (``{}`` when none)."""
