@@ -163,10 +163,10 @@ class AlgorithmConfig:
         """
         for key in sorted(self.merged_fields() & kwargs.keys()):
             given = kwargs.pop(key)
-            field = self.FIELDS[key]
-            field.check(key, given)
-            merged = merge_setting(getattr(self, key), given)
-            field.check(key, merged)
+            # Checked once merged: a key may need another set earlier (model.keras_model needs
+            # the model.framework of config.framework('keras')).
+            merged = merge_setting(getattr(self, key), require_mapping(given, key))
+            self.FIELDS[key].check(key, merged)
             setattr(self, key, merged)
         return self._set("training", kwargs)
 

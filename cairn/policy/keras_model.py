@@ -22,6 +22,7 @@ A user's model always runs through ``Model.__call__``.
 
 from __future__ import annotations
 
+import copy
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_config import model_framework
 from cairn.policy.model import NUMPY_ACTIVATIONS, ActorCriticMLP
 
-__all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp", "load_keras_builder",
+__all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp", "deepcopy_keras_module", "load_keras_builder",
            "make_keras_actor_critic", "orthogonal_init"]
 
 #: cairn's activation names -> Keras' (the same functions).
@@ -119,6 +120,23 @@ def orthogonal_init(kernel: torch.Tensor, gain: float, generator: torch.Generato
     nn.init.orthogonal_(kernel.T, gain=gain, generator=generator)
 
 
+def deepcopy_keras_module(module: nn.Module, memo: dict[int, Any]) -> Any:
+    """``copy.deepcopy`` of a module holding a Keras model as ``network`` and its variables'
+    tensors as the ParameterDict ``variables``: Keras copies a variable's tensor without the
+    memo, so the copy's ``variables`` are re-pointed at the copied Keras variables (else a
+    target network would train, save and load tensors its Keras layers never read)."""
+    cls = type(module)
+    new = cls.__new__(cls)
+    memo[id(module)] = new
+    for key, value in module.__dict__.items():
+        object.__setattr__(new, key, copy.deepcopy(value, memo))
+    names: list[str] = getattr(module, "variable_names")  # noqa: B009 - aligned with network.variables (ParameterDict keeps its own order)
+    network: Any = new.__dict__["network"]  # set with object.__setattr__: no submodule
+    tensors = [v.value for v in network.variables]
+    new.variables = nn.ParameterDict(dict(zip(names, tensors, strict=True)))
+    return new
+
+
 def _variable(layer: Any, name: str) -> torch.Tensor:
     return getattr(layer, name).value  # type: ignore[no-any-return]
 
@@ -143,6 +161,7 @@ class KerasActorCritic(nn.Module):
         variables = list(network.variables)
         names = ([v.path.replace("/", "_") for v in variables] if layers is not None
                  else [f"variable_{i}" for i in range(len(variables))])
+        self.variable_names = names
         self.variables = nn.ParameterDict({name: v.value for name, v in zip(names, variables, strict=True)})
         self.activation = layers.activation if layers is not None else None
         # A plain attribute (not a submodule): the layers' variables are the network's.
@@ -164,6 +183,19 @@ class KerasActorCritic(nn.Module):
             for layer, gain in order:
                 orthogonal_init(_variable(layer, "kernel"), gain, generator)
                 _variable(layer, "bias").zero_()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> KerasActorCritic:
+        copied: KerasActorCritic = deepcopy_keras_module(self, memo)
+        copied._numpy_layers = None
+        layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
+        if layers is not None:  # the copy's own Keras layers, found by name
+            get = copied.network.get_layer
+            object.__setattr__(copied, "mlp_layers", MLPLayers(
+                tuple(get(layer.name) for layer in layers.actor), get(layers.action_head.name),
+                None if layers.critic is None else tuple(get(layer.name) for layer in layers.critic),
+                get(layers.value_head.name), None if layers.log_std is None else get(layers.log_std.name),
+                layers.activation))
+        return copied
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
         """Copy into the Keras variables' tensors, never replace them (``assign`` is ignored):

@@ -14,3 +14,13 @@ def small_actor_critic(obs_size, num_outputs, model_config):
 
 def not_a_model(obs_size, num_outputs, model_config):
     return "nope"
+
+
+def small_q_network(obs_size, num_actions, model_config):
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    obs = keras.Input((obs_size,), name="obs")
+    x = keras.layers.Dense(16, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=1))(obs)
+    q_values = keras.layers.Dense(num_actions, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
+    return keras.Model(obs, q_values)

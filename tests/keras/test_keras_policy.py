@@ -164,3 +164,21 @@ def test_import_cairn_and_restoring_a_torch_policy_do_not_import_keras(tmp_path)
     out = subprocess.run([sys.executable, "-c", _COLD.format(root=str(ROOT), path=str(tmp_path / "p"))],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "False"
+
+
+def test_copies_of_keras_networks_compute_with_their_own_parameters():
+    import copy
+
+    from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+
+    space, actions = gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(2)
+    for policy in (cairn.Policy(space, actions, KERAS, seed=0), DQNPolicy(space, actions, KERAS, seed=0)):
+        for network in (copy.deepcopy(policy.model), getattr(policy, "target_model", None)):
+            if network is None:
+                continue
+            own = {id(p) for p in network.parameters()}
+            assert {id(v.value) for v in network.network.variables} == own
+            with torch.no_grad():
+                for p in network.parameters():
+                    p.add_(1.0)
+            assert not np.allclose(network(torch.from_numpy(OBS))[0].detach(), policy.model(torch.from_numpy(OBS))[0].detach())

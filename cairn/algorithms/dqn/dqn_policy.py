@@ -12,6 +12,8 @@ import torch
 
 from cairn.algorithms.dqn.model import QNetwork
 from cairn.errors import ConfigError
+from cairn.policy.keras_config import model_framework
+from cairn.policy.keras_q import keras_q_network
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
 from cairn.policy.policy import Policy
@@ -116,6 +118,9 @@ class DQNPolicy(Policy):
     @builds_config_mlp
     def make_model(self) -> torch.nn.Module:
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
+        if model_framework(model_cfg) == "keras":  # Keras Dense layers on the torch backend (docs/keras.md)
+            return keras_q_network(self.preprocessor.size, int(self.action_space.n), model_cfg,  # type: ignore[attr-defined]
+                                   dueling=bool(self.config["dueling"]), encoder=policy_encoder_description(self))
         return QNetwork(
             self.preprocessor.size, int(self.action_space.n), hidden=list(model_cfg["hidden"]),  # type: ignore[attr-defined]
             activation=model_cfg["activation"], dueling=bool(self.config["dueling"]),

@@ -1,0 +1,165 @@
+"""DQN's Q-network as a Keras 3 model on Keras' torch backend (``model.framework="keras"``).
+
+:class:`KerasQNetwork` has :class:`~cairn.algorithms.dqn.model.QNetwork`'s layout (hidden
+``trunk_<i>`` Dense layers, an ``advantage_head`` and, dueling, a ``value_head`` combined as
+``Q = V + A - mean_a A`` with ``keras.ops``), its initialisation from the policy's generator,
+and its interface (``forward``, ``action_inputs``, ``numpy_q_values``, ``reset_parameters``),
+so DQN's torch loss and Adam train it as they train the torch network (through the torch
+update: the numpy update covers the torch QNetwork only). Like the actor-critic
+(:mod:`cairn.policy.keras_model`), the Keras variables are registered by name and cairn's MLP
+is run layer by layer (each Keras layer's own ``call``); a user's Keras model
+(``model.keras_model``, one output: the Q-values) runs through ``Model.__call__``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from cairn.errors import ConfigError
+from cairn.policy.keras_backend import import_keras
+from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module, load_keras_builder
+
+__all__ = ["KerasQNetwork", "QLayers", "build_q_mlp", "keras_q_network"]
+
+
+def _variable(layer: Any, name: str) -> torch.Tensor:
+    return getattr(layer, name).value  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class QLayers:
+    """The Keras layers of the Q-network :func:`build_q_mlp` built, in call order."""
+
+    trunk: tuple[Any, ...]
+    advantage_head: Any  # the Q head when not dueling
+    value_head: Any | None  # None: plain (not dueling) head
+
+    @property
+    def dense(self) -> tuple[Any, ...]:
+        """Every Dense layer, in QNetwork's initialisation order."""
+        return (*self.trunk, self.advantage_head, *(() if self.value_head is None else (self.value_head,)))
+
+
+def build_q_mlp(obs_size: int, num_actions: int, *, hidden: Sequence[int], activation: str,
+                dueling: bool) -> tuple[Any, QLayers]:
+    """A Keras functional model ``obs -> Q [batch, num_actions]`` with QNetwork's layout."""
+    keras = import_keras()
+    layers, ops = keras.layers, keras.ops
+    obs = keras.Input((obs_size,), name="obs", dtype="float32")
+    trunk = tuple(layers.Dense(h, activation=KERAS_ACTIVATIONS[activation], name=f"trunk_{i}")
+                  for i, h in enumerate(hidden))
+    advantage_head = layers.Dense(num_actions, name="advantage_head")
+    value_head = layers.Dense(1, name="value_head") if dueling else None
+    x = obs
+    for layer in trunk:
+        x = layer(x)
+    q = advantage_head(x)
+    if value_head is not None:
+        q = ops.subtract(ops.add(value_head(x), q), ops.mean(q, axis=1, keepdims=True))
+    return keras.Model(obs, q, name="cairn_q_network"), QLayers(trunk, advantage_head, value_head)
+
+
+class KerasQNetwork(nn.Module):
+    """``forward(obs) -> Q(obs, .)`` over a Keras model whose variables are this module's
+    parameters (``variables.<layer>_<variable>`` for cairn's MLP, ``variables.variable_<i>``
+    for a user's model, as in :class:`~cairn.policy.keras_model.KerasActorCritic`).
+
+    ``layers`` (:class:`QLayers`, for the MLP cairn builds) enables the layer-by-layer path and
+    QNetwork's initialisation; without it the Keras model is called as a whole.
+    """
+
+    network: Any
+
+    def __init__(self, network: Any, layers: QLayers | None = None) -> None:
+        super().__init__()
+        object.__setattr__(self, "network", network)  # not a submodule: its variables are below
+        object.__setattr__(self, "q_layers", layers)  # Keras layers: no torch submodules
+        variables = list(network.variables)
+        self.variable_names = ([v.path.replace("/", "_") for v in variables] if layers is not None
+                               else [f"variable_{i}" for i in range(len(variables))])
+        self.variables = nn.ParameterDict({name: v.value for name, v in zip(self.variable_names, variables, strict=True)})
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """QNetwork's initialisation (PyTorch's default Linear init) from the same generator,
+        in the same order: a Keras DQN policy starts from the torch one's weights. A user's
+        model keeps the initialisation its builder gave it."""
+        layers: QLayers | None = self.q_layers  # type: ignore[assignment]
+        if layers is None:
+            return
+        with torch.no_grad():
+            for layer in layers.dense:
+                kernel, bias = _variable(layer, "kernel"), _variable(layer, "bias")
+                bound = 1.0 / math.sqrt(kernel.shape[0])
+                # Drawn in torch's [out, in] order (uniform_ fills a transposed view in memory order).
+                weight = torch.empty(kernel.shape[1], kernel.shape[0]).uniform_(-bound, bound, generator=generator)
+                kernel.copy_(weight.T)
+                nn.init.uniform_(bias, -bound, bound, generator=generator)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> KerasQNetwork:
+        copied: KerasQNetwork = deepcopy_keras_module(self, memo)
+        layers: QLayers | None = self.q_layers  # type: ignore[assignment]
+        if layers is not None:  # the copy's own Keras layers (Keras copies models by config), by name
+            get = copied.network.get_layer
+            object.__setattr__(copied, "q_layers", QLayers(
+                tuple(get(layer.name) for layer in layers.trunk), get(layers.advantage_head.name),
+                None if layers.value_head is None else get(layers.value_head.name)))
+        return copied
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """Copy into the Keras variables' tensors (``assign`` ignored, see KerasActorCritic)."""
+        return super().load_state_dict(state_dict, strict=strict, assign=False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        layers: QLayers | None = self.q_layers  # type: ignore[assignment]
+        if layers is None:
+            return self.network(obs)  # type: ignore[no-any-return]
+        x = obs
+        for layer in layers.trunk:
+            x = layer.call(x)
+        advantages = layers.advantage_head.call(x)
+        if layers.value_head is None:
+            return advantages  # type: ignore[no-any-return]
+        return layers.value_head.call(x) + advantages - advantages.mean(dim=1, keepdim=True)  # type: ignore[no-any-return]
+
+    def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q-values, read as the logits of a Categorical whose mode is the greedy action."""
+        return self(obs)  # type: ignore[no-any-return]
+
+    def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`forward` for numpy observations (acting and the learner's targets)."""
+        with torch.inference_mode():
+            return self(torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))).numpy()  # type: ignore[no-any-return]
+
+
+def keras_q_network(obs_size: int, num_actions: int, model_config: Mapping[str, Any], *, dueling: bool,
+                    encoder: Any = None) -> KerasQNetwork:
+    """DQNPolicy.make_model's Keras network: the user's builder (``model.keras_model``) when
+    set, called as ``builder(obs_size, num_actions, model_config)`` and returning a
+    ``keras.Model`` from ``[batch, obs_size]`` to Q-values ``[batch, num_actions]`` (``dueling``
+    is then the model's own business), else QNetwork's MLP of ``hidden``/``activation``."""
+    if encoder is not None:
+        raise ConfigError(
+            "DQN with model.framework='keras' has no CNN/dict encoder yet (docs/keras.md); use "
+            "framework='torch' for image observations, or a Keras model of your own (model.keras_model)."
+        )
+    reference = model_config.get("keras_model")
+    if reference is None:
+        network, layers = build_q_mlp(obs_size, num_actions, hidden=list(model_config["hidden"]),
+                                      activation=model_config["activation"], dueling=dueling)
+        return KerasQNetwork(network, layers)
+    keras = import_keras(f"model.keras_model={reference!r}")
+    network = load_keras_builder(reference)(obs_size, num_actions, dict(model_config))
+    if not isinstance(network, keras.Model) or len(network.outputs) != 1:
+        raise ConfigError(
+            f"Config 'model.keras_model'={reference!r} returned {type(network).__name__}; DQN expects a "
+            f"keras.Model with one output, the Q-values [batch, {num_actions}], for inputs of shape "
+            f"[batch, {obs_size}]."
+        )
+    return KerasQNetwork(network)
