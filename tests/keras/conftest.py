@@ -1,6 +1,3 @@
-"""Keras tests need Keras (the ``keras`` extra, which ``make test`` installs); no test here
-imports Keras on a backend other than torch in the test process."""
-
-from cairn.policy.keras_backend import keras_available
-
-collect_ignore_glob = [] if keras_available() else ["test_*.py"]
+"""Keras tests need Keras (the ``keras`` extra, which ``make test`` installs): without it they
+fail with cairn's FrameworkUnavailableError, which names the install command, rather than
+being skipped. No test here imports Keras on a backend other than torch in the test process."""
