@@ -4,7 +4,7 @@
 # to run again or alongside another session that uses the same venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=.bench-venv
+VENV=${BENCH_VENV:-.bench-venv}
 PY="$VENV/bin/python"
 PIP=("$VENV/bin/pip" install -q -c constraints.txt)
 
@@ -15,8 +15,12 @@ have() { "$PY" -c "import $1" >/dev/null 2>&1; }
 # torch first (the CPU wheel pinned in constraints.txt), so later installs reuse it.
 have torch || "${PIP[@]}" torch==2.13.0
 have cairn || "${PIP[@]}" -e .
+have mujoco || "${PIP[@]}" "gymnasium[mujoco]"   # bench/sac_mujoco.py
+have ale_py || "${PIP[@]}" ale-py opencv-python-headless   # bench/cnn_throughput.py
 have stable_baselines3 || "${PIP[@]}" stable-baselines3
-have ray.rllib || "${PIP[@]}" "ray[rllib]==2.60.0"
+# RLlib 2.60 pins gymnasium==1.2.2, which constraints.txt (gymnasium 1.4.0, for cairn's own
+# tests) refuses: install it against every other pin, so gymnasium becomes 1.2.2 here.
+have ray.rllib || "$VENV/bin/pip" install -q -c <(grep -v '^gymnasium==' constraints.txt) "ray[rllib]==2.60.0"
 
 "$PY" - <<'PY'
 import importlib.metadata as md
