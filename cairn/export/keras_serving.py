@@ -112,13 +112,19 @@ def _q_value_outputs(policy: Policy, network: Any, x: Any, keras: Any) -> dict[s
 def serving_model(policy: Policy, graph: ExportGraph) -> Any:
     """A ``keras.Model`` from raw observations to ``graph``'s outputs, in ``graph.outputs``
     order (the policy's export graph, :meth:`~cairn.Policy.export_graph`, with the optional
-    outputs chosen), sharing the policy's Keras variables (save it to snapshot them)."""
+    outputs chosen), sharing the policy's Keras variables (save it to snapshot them). A network
+    with ``keras_serving_outputs(processed_obs, dist)`` (Keras SAC: the squashed, rescaled
+    action) builds its own outputs."""
     keras = import_keras("Keras export")
     network = keras_network(policy)
     obs, x = _observations(policy, keras)
     names: Sequence[str] = [spec.name for spec in graph.outputs]
-    build = _q_value_outputs if "q_values" in names else _actor_critic_outputs
-    outputs = build(policy, network, x, keras)
+    own_outputs = getattr(policy.model, "keras_serving_outputs", None)
+    if own_outputs is not None:  # a network that builds its own action path (Keras SAC's squashing)
+        outputs = own_outputs(x, policy.dist)
+    else:
+        build = _q_value_outputs if "q_values" in names else _actor_critic_outputs
+        outputs = build(policy, network, x, keras)
     missing = [name for name in names if name not in outputs]
     if missing:
         raise ExportError(f"The Keras export of {type(policy).__name__} computes no {missing}.")

@@ -10,8 +10,10 @@ import numpy as np
 import torch
 
 from cairn.algorithms.sac.distribution import SquashedGaussian
-from cairn.algorithms.sac.model import SACModel
+from cairn.algorithms.sac.model import LOG_STD_MAX, LOG_STD_MIN, SACModel
 from cairn.errors import ConfigError
+from cairn.policy.keras_config import model_framework
+from cairn.policy.keras_sac import keras_sac_model
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
 from cairn.policy.policy import Policy
@@ -109,6 +111,11 @@ class SACPolicy(Policy):
     @builds_config_mlp
     def make_model(self) -> torch.nn.Module:
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
+        if model_framework(model_cfg) == "keras":  # Keras actor and critics on the torch backend (docs/keras.md)
+            return keras_sac_model(
+                self.preprocessor.size, int(np.prod(self.action_space.shape)), model_cfg,  # type: ignore[arg-type]
+                initial_alpha=float(self.config["initial_alpha"]), log_std_bounds=(LOG_STD_MIN, LOG_STD_MAX),
+                encoder=policy_encoder_description(self))
         return SACModel(
             self.preprocessor.size, int(np.prod(self.action_space.shape)),  # type: ignore[arg-type]
             hidden=list(model_cfg["hidden"]), activation=model_cfg["activation"],

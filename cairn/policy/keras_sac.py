@@ -1,0 +1,305 @@
+"""SAC's networks as Keras 3 models on Keras' torch backend (``model.framework="keras"``).
+
+:class:`KerasSACModel` has :class:`~cairn.algorithms.sac.model.SACModel`'s parts and interface
+(``actor``, ``critic``, ``target_critic``, ``log_alpha``, ``parameter_groups``,
+``update_targets``, ``action_inputs``, ``numpy_action_inputs``, ``reset_parameters``), so SAC's
+torch losses and its one Adam with three groups train it as they train the torch model:
+
+* :class:`KerasSquashedGaussianActor`: a Keras model ``obs -> [mean, log_std]`` (Dense layers
+  ``actor_<i>``, ``mean_head``, ``log_std_head``; the log-std clipped to its bounds), run layer
+  by layer through each Keras layer's own ``call``, and acting in numpy on views of its variables;
+* :class:`KerasTwinQ`: a Keras model ``[obs, action] -> [q_0, q_1]`` (Dense layers
+  ``q<i>_<k>`` and ``q<i>_out``). cairn runs each Dense layer as one ``addmm`` on its Keras
+  variables followed by the layer's own activation, as the torch ``TwinQ`` runs its layers,
+  which also lets the actor loss read the critics detached (gradients to the actions only;
+  ``Dense.call`` would always reach the variables).
+
+Variables are registered by name in an ``nn.ParameterDict`` (``actor.variables.actor_0_kernel``,
+``critic.variables.q1_out_bias``, Keras' ``[in, out]`` kernel layout) and initialised from the
+policy's generator in SACModel's order, so a Keras SAC policy starts from the torch one's
+weights. The target critics are a second :class:`KerasTwinQ` with their own Keras variables.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from cairn.errors import ConfigError
+from cairn.policy.keras_backend import import_keras
+from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module
+from cairn.policy.model import NUMPY_ACTIVATIONS
+
+__all__ = ["KerasSACModel", "KerasSquashedGaussianActor", "KerasTwinQ", "keras_sac_model"]
+
+
+def _variable(layer: Any, name: str) -> torch.Tensor:
+    return getattr(layer, name).value  # type: ignore[no-any-return]
+
+
+def _keras_variables(module: nn.Module, network: Any) -> tuple[list[str], nn.ParameterDict]:
+    """Attach the Keras model as a plain attribute (its own parameter names follow per-process
+    layer counters) and return its variables' names and tensors, to register as
+    ``module.variables.<layer>_<variable>``."""
+    object.__setattr__(module, "network", network)
+    names = [v.path.replace("/", "_") for v in network.variables]
+    return names, nn.ParameterDict({name: v.value for name, v in zip(names, network.variables, strict=True)})
+
+
+def _numpy_dense(layer: Any, x: np.ndarray) -> np.ndarray:
+    """A Dense layer's affine map in numpy, on views of its variables."""
+    kernel, bias = _variable(layer, "kernel").detach().numpy(), _variable(layer, "bias").detach().numpy()
+    return x @ kernel + bias  # type: ignore[no-any-return]
+
+
+def _torch_linear_init(layer: Any, generator: torch.Generator) -> None:
+    """PyTorch's default ``nn.Linear`` initialisation, drawn in torch's ``[out, in]`` order
+    (``uniform_`` fills memory in order) and stored transposed in Keras' ``[in, out]`` kernel."""
+    kernel, bias = _variable(layer, "kernel"), _variable(layer, "bias")
+    bound = 1.0 / math.sqrt(kernel.shape[0])
+    weight = torch.empty(kernel.shape[1], kernel.shape[0]).uniform_(-bound, bound, generator=generator)
+    kernel.copy_(weight.T)
+    nn.init.uniform_(bias, -bound, bound, generator=generator)
+
+
+class KerasSquashedGaussianActor(nn.Module):
+    """``forward(obs) -> (mean, log_std)`` over a Keras model whose log-std is clipped to
+    ``log_std_bounds`` (SACModel's ``[LOG_STD_MIN, LOG_STD_MAX]``)."""
+
+    network: Any  # the keras.Model
+    trunk: tuple[Any, ...]  # Keras layers (not torch submodules), in call order
+    mean_head: Any
+    log_std_head: Any
+
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
+                 log_std_bounds: tuple[float, float]) -> None:
+        super().__init__()
+        keras = import_keras()
+        dense = keras.layers.Dense
+        obs = keras.Input((obs_size,), name="obs", dtype="float32")
+        act = KERAS_ACTIVATIONS[activation]
+        trunk = tuple(dense(h, activation=act, name=f"actor_{i}") for i, h in enumerate(hidden))
+        mean_head = dense(action_size, name="mean_head")
+        log_std_head = dense(action_size, name="log_std_head")
+        x = obs
+        for layer in trunk:
+            x = layer(x)
+        low, high = (float(b) for b in log_std_bounds)
+        log_std = keras.ops.clip(log_std_head(x), low, high)
+        network = keras.Model(obs, [mean_head(x), log_std], name="cairn_sac_actor")
+        self.variable_names, self.variables = _keras_variables(self, network)
+        self.trunk, self.mean_head, self.log_std_head = trunk, mean_head, log_std_head
+        self.activation = activation
+        self.log_std_bounds = (low, high)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("trunk", "mean_head", "log_std_head"):  # Keras layers: no torch submodules
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def dense_layers(self) -> list[Any]:
+        """The Keras Dense layers in SACModel's initialisation order."""
+        return [*self.trunk, self.mean_head, self.log_std_head]
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """SquashedGaussianActor's initialisation, layer by layer, from ``generator``."""
+        with torch.no_grad():
+            for layer in self.dense_layers():
+                _torch_linear_init(layer, generator)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> KerasSquashedGaussianActor:
+        copied: KerasSquashedGaussianActor = deepcopy_keras_module(self, memo)
+        get = copied.network.get_layer  # the copy's own Keras layers (Keras copies models by config)
+        copied.trunk = tuple(get(layer.name) for layer in self.trunk)
+        copied.mean_head, copied.log_std_head = get(self.mean_head.name), get(self.log_std_head.name)
+        return copied
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = obs
+        for layer in self.trunk:
+            x = layer.call(x)
+        low, high = self.log_std_bounds
+        return self.mean_head.call(x), self.log_std_head.call(x).clamp(low, high)
+
+    def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
+        """``[mean, log_std]`` concatenated, in numpy on views of the Keras variables."""
+        act = NUMPY_ACTIVATIONS[self.activation]
+        x = obs
+        for layer in self.trunk:
+            x = act(_numpy_dense(layer, x))
+        mean, log_std = _numpy_dense(self.mean_head, x), _numpy_dense(self.log_std_head, x)
+        return np.concatenate([mean, np.clip(log_std, *self.log_std_bounds)], axis=-1)
+
+
+class KerasTwinQ(nn.Module):
+    """``forward(obs, actions) -> [2, batch]``: two Keras Q-networks, evaluated as one ensemble."""
+
+    network: Any  # the keras.Model [obs, action] -> [q_0, q_1]
+    critics: tuple[tuple[Any, ...], ...]  # each critic's Dense layers, in call order
+
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str) -> None:
+        super().__init__()
+        keras = import_keras()
+        obs = keras.Input((obs_size,), name="obs", dtype="float32")
+        action = keras.Input((action_size,), name="action", dtype="float32")
+        joined = keras.layers.Concatenate(name="obs_action")([obs, action])
+        act = KERAS_ACTIVATIONS[activation]
+        critics, outputs = [], []
+        for i in range(2):
+            layers = [keras.layers.Dense(h, activation=act, name=f"q{i}_{k}") for k, h in enumerate(hidden)]
+            layers.append(keras.layers.Dense(1, name=f"q{i}_out"))
+            x = joined
+            for layer in layers:
+                x = layer(x)
+            critics.append(layers)
+            outputs.append(x)
+        network = keras.Model([obs, action], outputs, name="cairn_sac_critic")
+        self.variable_names, self.variables = _keras_variables(self, network)
+        object.__setattr__(self, "critics", tuple(tuple(layers) for layers in critics))
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """TwinQ's initialisation: per layer, critic 0's kernel and bias, then critic 1's
+        (Keras' ``[in, out]`` kernel is TwinQ's layout, so the draws fill it directly)."""
+        with torch.no_grad():
+            for pair in zip(*self.critics, strict=True):
+                for layer in pair:
+                    bound = 1.0 / math.sqrt(_variable(layer, "kernel").shape[0])
+                    nn.init.uniform_(_variable(layer, "kernel"), -bound, bound, generator=generator)
+                    nn.init.uniform_(_variable(layer, "bias"), -bound, bound, generator=generator)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> KerasTwinQ:
+        copied: KerasTwinQ = deepcopy_keras_module(self, memo)
+        get = copied.network.get_layer
+        critics = tuple(tuple(get(layer.name) for layer in layers) for layers in self.critics)
+        object.__setattr__(copied, "critics", critics)
+        return copied
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
+        """``[2, batch]``: both critics' ``Q(obs, action)``, the Keras model's outputs.
+        ``detach``: gradients reach the actions but not the critics' variables (the actor loss)."""
+        x = torch.cat([obs, actions], dim=-1)
+        q_values = []
+        for layers in self.critics:
+            h = x
+            for layer in layers:
+                kernel, bias = _variable(layer, "kernel"), _variable(layer, "bias")
+                if detach:
+                    kernel, bias = kernel.detach(), bias.detach()
+                h = layer.activation(torch.addmm(bias, h, kernel))  # Keras' own activation (linear last)
+            q_values.append(h.squeeze(-1))
+        return torch.stack(q_values)
+
+
+class KerasSACModel(nn.Module):
+    """Everything SAC learns, with Keras actor and critics: ``actor``, ``critic``,
+    ``target_critic`` and ``log_alpha``. ``network`` is the actor's Keras model (what exports
+    serve); :meth:`keras_serving_outputs` adds the deterministic action to it."""
+
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
+                 initial_alpha: float, log_std_bounds: tuple[float, float]) -> None:
+        super().__init__()
+        hidden = list(hidden)
+        self.actor = KerasSquashedGaussianActor(obs_size, action_size, hidden=hidden, activation=activation,
+                                                log_std_bounds=log_std_bounds)
+        self.critic = KerasTwinQ(obs_size, action_size, hidden=hidden, activation=activation)
+        self.target_critic = KerasTwinQ(obs_size, action_size, hidden=hidden, activation=activation)
+        self.target_critic.requires_grad_(False)
+        # On the CPU whatever device the policy builds under: a restore copies into it.
+        self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)], device="cpu"))
+        self.initial_alpha = initial_alpha
+
+    @property
+    def network(self) -> Any:
+        """The actor's Keras model ``processed obs -> [mean, log_std]``."""
+        return self.actor.network
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """SACModel's initialisation from the same generator; the targets copy the critics."""
+        self.actor.reset_parameters(generator)
+        self.critic.reset_parameters(generator)
+        with torch.no_grad():
+            for target, source in zip(self.target_critic.parameters(), self.critic.parameters(), strict=True):
+                target.copy_(source)
+            self.log_alpha.fill_(math.log(self.initial_alpha))
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
+                        assign: bool = False) -> Any:
+        """Copy into the Keras variables' tensors, never replace them (``assign`` is ignored):
+        a Keras variable keeps the ``Parameter`` it was created with, so a replaced one would no
+        longer be what Keras computes with and saves (a restore adopts arrays this way)."""
+        return super().load_state_dict(state_dict, strict=strict, assign=False)
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """The parameters each of SAC's three optimizers trains."""
+        return {"actor": list(self.actor.parameters()), "critic": list(self.critic.parameters()),
+                "alpha": [self.log_alpha]}
+
+    def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[mean, log_std]`` of the pre-squash Gaussian, concatenated."""
+        return torch.cat(self.actor(obs), dim=-1)
+
+    def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`action_inputs` in numpy (see :meth:`KerasSquashedGaussianActor.numpy_forward`)."""
+        return self.actor.numpy_forward(obs)
+
+    @torch.no_grad()
+    def update_targets(self, tau: float) -> None:
+        """Polyak averaging: ``target <- (1 - tau) * target + tau * critic``."""
+        targets: list[torch.Tensor] = list(self.target_critic.parameters())
+        sources: list[torch.Tensor] = list(self.critic.parameters())
+        torch._foreach_lerp_(targets, sources, tau)
+
+    def keras_serving_outputs(self, processed_obs: Any, dist: Any) -> dict[str, Any]:
+        """The export outputs in Keras ops on the processed observations (a KerasTensor):
+        ``action`` (``low + (tanh(mean) + 1) * half_range``, clipped to the bounds, as
+        ``dist.to_env`` of the deterministic action), ``mean`` and ``log_std``. ``dist`` is the
+        policy's squashed Gaussian (``low``, ``high``, ``half_range``, ``shape``, ``env_dtype``)."""
+        ops = import_keras("Keras export").ops
+        mean, log_std = self.network(processed_obs)
+        low, high = (np.asarray(b, np.float32) for b in (dist.low, dist.high))
+        half_range = np.asarray(dist.half_range, np.float32)
+        scaled = ops.add(low, ops.multiply(ops.add(ops.tanh(mean), 1.0), half_range))
+        action = ops.minimum(ops.maximum(scaled, low), high)
+        if tuple(dist.shape) != (int(low.size),):
+            action = ops.reshape(action, (-1, *dist.shape))
+        return {"action": ops.cast(action, np.dtype(dist.env_dtype).name), "mean": mean, "log_std": log_std}
+
+    def extra_repr(self) -> str:
+        return f"initial_alpha={self.initial_alpha}"
+
+
+def keras_sac_model(obs_size: int, action_size: int, model_config: Mapping[str, Any], *,
+                    initial_alpha: float, log_std_bounds: tuple[float, float],
+                    encoder: Mapping[str, Any] | None = None) -> KerasSACModel:
+    """SACPolicy.make_model's Keras model for a merged ``model_config`` (MLP actor and critics).
+
+    Raises ConfigError when the policy needs an observation encoder (``encoder``: observations
+    holding images, :func:`~cairn.policy.model.policy_encoder_description`) or names a
+    user's model (``keras_model``): neither exists for Keras SAC yet.
+
+    >>> model = keras_sac_model(3, 1, {"hidden": [8], "activation": "relu"}, initial_alpha=1.0,
+    ...                         log_std_bounds=(-20.0, 2.0))
+    >>> model.action_inputs(torch.zeros(2, 3)).shape
+    torch.Size([2, 2])
+    """
+    if encoder is not None:
+        images = [part.get("path") for part in encoder["parts"] if part.get("kind") == "image"]
+        raise ConfigError(
+            f"SAC with model.framework='keras' builds MLP actor and critics only, but the observations "
+            f"hold images {images} that need a CNN encoder, which Keras SAC does not have yet. Use "
+            "framework='torch' for these observations, or model.conv_filters=[] to have the Keras MLP "
+            "read the flattened images.")
+    if model_config.get("keras_model"):
+        raise ConfigError(
+            f"Config 'model.keras_model'={model_config['keras_model']!r} is not supported by SAC: its Keras "
+            "actor and critics are built from model.hidden/activation only. Remove keras_model (the "
+            "user-model builder is PPO's actor-critic), or use framework='torch'.")
+    return KerasSACModel(obs_size, action_size, hidden=list(model_config["hidden"]),
+                         activation=model_config["activation"], initial_alpha=initial_alpha,
+                         log_std_bounds=log_std_bounds)

@@ -1,0 +1,300 @@
+"""Keras SAC (``model.framework="keras"``): the actor and both critics are Keras models on the
+torch backend, trained by SAC's torch losses; same start as the torch policy, exact resume,
+``model.keras`` of the deterministic action path, ONNX and SavedModel exports."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import cairn
+from cairn.algorithms.sac import SACPolicy
+from cairn.errors import ConfigError
+from cairn.export.verify import onnx_runner
+from tests.algorithms.sac.multi_agent_pendulum import make_ma_pendulum
+from tests.checkpoint.test_resume_in_process import check_storage_alignment
+from tests.conftest import ROOT
+from tests.helpers import assert_trees_equal, map_by_index, weights_digest
+
+OBS_SPACE = gym.spaces.Box(-3.0, 3.0, (3,), np.float32)
+# Asymmetric bounds, and a 2x2 Box whose actions the serving model reshapes.
+ACT_SPACES = [gym.spaces.Box(np.array([0.0, -1.0], np.float32), np.array([10.0, 3.0], np.float32)),
+              gym.spaces.Box(-2.0, 2.0, (2, 2), np.float32)]
+OBS = np.random.default_rng(0).uniform(-3, 3, size=(64, 3)).astype(np.float32)
+
+
+def sac_policy(action_space: gym.spaces.Box, framework: str, **config: object) -> SACPolicy:
+    model = {"hidden": [32, 32], "framework": framework}
+    return SACPolicy(OBS_SPACE, action_space, {"model": model, **config}, seed=4)
+
+
+def sac_config(multi_agent: bool = False, *, framework: str = "keras", **env_runners: object) -> cairn.SACConfig:
+    buffer = {"type": "prioritized" if env_runners else "uniform", "capacity": 1000}
+    config = (
+        cairn.SACConfig().framework(framework)
+        .training(train_batch_size=120, minibatch_size=32, model={"hidden": [16, 16]}, n_step=2,
+                  train_freq=2, gradient_steps=2, num_steps_sampled_before_learning_starts=60,
+                  critic_lr=1e-3, replay_buffer_config=buffer)
+        .checkpointing(store_replay_buffer=True)
+        .env_runners(num_envs_per_env_runner=2, **env_runners)
+        .debugging(seed=3)
+    )
+    if multi_agent:
+        return config.environment(make_ma_pendulum, env_config={"num_agents": 2}).multi_agent(
+            policies={"p0", "p1"}, policy_mapping_fn=map_by_index)
+    return config.environment("Pendulum-v1")
+
+
+def close(actual: object, expected: object, atol: float = 1e-5) -> None:
+    np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), rtol=0, atol=atol)
+
+
+def as_torch_sac_weights(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A Keras SAC policy's weights under the torch SACModel's names and layouts (kernels
+    transposed to ``[out, in]``; the two critics' layers stacked as TwinQ holds them)."""
+    out = {"log_alpha": weights["log_alpha"]}
+    heads = {"mean_head": "actor.mean_head", "log_std_head": "actor.log_std_head"}
+    for name, array in weights.items():
+        if name.startswith("actor.variables."):
+            layer, variable = name.removeprefix("actor.variables.").rsplit("_", 1)
+            prefix = heads.get(layer) or f"actor.trunk.{layer.removeprefix('actor_')}"
+            out[f"{prefix}.{'weight' if variable == 'kernel' else 'bias'}"] = array.T if variable == "kernel" else array
+    for part in ("critic", "target_critic"):
+        layers = sorted({n.removeprefix(f"{part}.variables.q0_").rsplit("_", 1)[0] for n in weights
+                         if n.startswith(f"{part}.variables.q0_")}, key=lambda k: (k == "out", k))
+        for index, layer in enumerate(layers):
+            kernels = [weights[f"{part}.variables.q{i}_{layer}_kernel"] for i in range(2)]
+            out[f"{part}.weights.{index}"] = np.stack(kernels)
+            out[f"{part}.biases.{index}"] = np.stack([weights[f"{part}.variables.q{i}_{layer}_bias"][None] for i in range(2)])
+    return out
+
+
+@pytest.mark.parametrize("action_space", ACT_SPACES, ids=["bounds", "2x2"])
+def test_keras_sac_starts_from_the_torch_policys_weights_and_acts_the_same(action_space):
+    keras_policy, torch_policy = sac_policy(action_space, "keras"), sac_policy(action_space, "torch")
+    assert type(keras_policy.model).__name__ == "KerasSACModel"
+    assert_trees_equal(as_torch_sac_weights(keras_policy.get_weights()), torch_policy.get_weights())
+    close(keras_policy.compute_action_inputs(OBS), torch_policy.compute_action_inputs(OBS))
+    for explore in (False, True):  # the same numpy generator draws the same noise
+        close(keras_policy.compute_actions(OBS, explore=explore), torch_policy.compute_actions(OBS, explore=explore))
+    x = torch.from_numpy(OBS)
+    actions = np.random.default_rng(1).uniform(-1, 1, (len(OBS), keras_policy.action_size))
+    actions = torch.from_numpy(actions.astype(np.float32))
+    keras_model, torch_model = keras_policy.model, torch_policy.model
+    with torch.no_grad():
+        for name in ("critic", "target_critic"):
+            close(getattr(keras_model, name)(x, actions), getattr(torch_model, name)(x, actions))
+        close(keras_model.action_inputs(x), torch_model.action_inputs(x))
+        # what cairn computes layer by layer is the Keras models' own output
+        mean, log_std = keras_model.actor.network(x)
+        close(torch.cat([mean, log_std], -1), keras_model.action_inputs(x), atol=1e-6)
+        q0, q1 = keras_model.critic.network([x, actions])
+        close(torch.cat([q0, q1], -1).T, keras_model.critic(x, actions), atol=1e-6)
+
+
+def test_keras_sac_trains_as_the_torch_sac_does():
+    keras_algo, torch_algo = sac_config().build(), sac_config(framework="torch").build()
+    for _ in range(2):  # 240 env steps; 2 gradient steps per 4 of them after the first 60
+        keras_algo.train()
+        torch_algo.train()
+    assert keras_algo.get_policy().num_grad_updates == torch_algo.get_policy().num_grad_updates >= 90
+    trained = as_torch_sac_weights(keras_algo.get_policy().get_weights())
+    expected = torch_algo.get_policy().get_weights()
+    assert trained.keys() == expected.keys()
+    for name in expected:  # the same losses and Adam on the same numbers, up to the products' rounding
+        close(trained[name], expected[name], atol=1e-4)
+    keras_algo.stop()
+    torch_algo.stop()
+
+
+def test_keras_variables_are_what_sacs_three_groups_train_and_the_targets_follow():
+    algo = sac_config().training(num_steps_sampled_before_learning_starts=0).build()
+    policy = algo.get_policy()
+    model = policy.model
+    groups = {g["name"]: {id(p) for p in g["params"]} for g in policy.optimizer.param_groups}
+    assert groups["actor"] == {id(v.value) for v in model.actor.network.trainable_variables}
+    assert groups["critic"] == {id(v.value) for v in model.critic.network.trainable_variables}
+    assert groups["alpha"] == {id(model.log_alpha)}
+    targets = {id(v.value) for v in model.target_critic.network.variables}
+    assert targets == {id(p) for p in model.target_critic.parameters()} and not targets & groups["critic"]
+    assert not any(p.requires_grad for p in model.target_critic.parameters())
+    before = {name: w.copy() for name, w in policy.get_weights().items()}
+    algo.train()
+    after = policy.get_weights()
+    moved = {name for name in before if not np.array_equal(before[name], after[name])}
+    assert moved == set(before), sorted(set(before) - moved)  # actor, critics, targets (Polyak), alpha
+    critic = {n.removeprefix("critic."): w for n, w in after.items() if n.startswith("critic.")}
+    target = {n.removeprefix("target_critic."): w for n, w in after.items() if n.startswith("target_critic.")}
+    assert critic.keys() == target.keys() and any(not np.array_equal(critic[n], target[n]) for n in critic)
+    algo.stop()
+
+
+def test_copies_of_keras_sac_networks_compute_with_their_own_variables():
+    model = sac_policy(ACT_SPACES[0], "keras").model
+    copied = copy.deepcopy(model)
+    for part in ("actor", "critic", "target_critic"):
+        network = getattr(copied, part).network
+        own = {id(p) for p in getattr(copied, part).parameters()}
+        assert {id(v.value) for v in network.variables} == own
+        assert not own & {id(p) for p in model.parameters()}
+    with torch.no_grad():
+        for p in copied.parameters():
+            p.add_(0.5)
+        x, actions = torch.from_numpy(OBS), torch.zeros(len(OBS), 2)
+        assert not np.allclose(copied.action_inputs(x), model.action_inputs(x))
+        assert not np.allclose(copied.critic(x, actions), model.critic(x, actions))
+    np.testing.assert_allclose(copied.numpy_action_inputs(OBS), copied.action_inputs(torch.from_numpy(OBS)).detach(),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("multi_agent, env_runners", [
+    (False, {"observation_filter": "MeanStdFilter"}),
+    pytest.param(True, {}, marks=pytest.mark.slow),
+], ids=["sa-MeanStdFilter-prioritized", "ma-NoFilter-uniform"])
+def test_keras_sac_resumes_exactly(tmp_path, multi_agent, env_runners):
+    algo = sac_config(multi_agent, **env_runners).build()
+    for _ in range(2):
+        algo.train()
+    restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+    state = algo.get_state()
+    assert_trees_equal(state, restored.get_state())
+    for policy_id in algo.policies:
+        assert type(restored.get_policy(policy_id).model).__name__ == "KerasSACModel"
+        check_storage_alignment(restored.get_policy(policy_id))
+        assert {"actor.variables.mean_head_kernel", "critic.variables.q1_out_bias",
+                "target_critic.variables.q1_out_bias", "log_alpha"} <= set(state["policies"][policy_id]["weights"])
+    for _ in range(2):
+        algo.train()
+        restored.train()
+    assert weights_digest(restored) == weights_digest(algo)
+    assert_trees_equal(algo.get_state(), restored.get_state())
+    algo.stop()
+    restored.stop()
+
+
+_PLAIN_KERAS = """
+import json, os, sys
+os.environ.setdefault("KERAS_BACKEND", "torch")
+import keras
+import numpy as np
+report = {{}}
+for path in {paths!r}:
+    model = keras.saving.load_model(path)  # safe_mode=True is the default
+    report[path] = [keras.ops.convert_to_numpy(o).tolist() for o in model(np.asarray({obs!r}, dtype=np.float32))]
+print(json.dumps({{"cairn": [m for m in sys.modules if m.startswith("cairn")], "outputs": report}}))
+"""
+
+
+@pytest.mark.slow
+def test_model_keras_is_the_greedy_action_path_and_loads_with_plain_keras(tmp_path):
+    policies, paths = [], []
+    for i, action_space in enumerate(ACT_SPACES):
+        policy = sac_policy(action_space, "keras", observation_filter="MeanStdFilter")
+        with torch.no_grad():  # means that reach the tanh's flat ends: the bounds clip some actions
+            policy.model.actor.mean_head.kernel.value.mul_(30.0)
+        policy.process_observations(OBS, update=True)
+        policy.export_checkpoint(tmp_path / f"p{i}")
+        signature = json.loads((tmp_path / f"p{i}/model/signature.json").read_text())
+        assert [o["name"] for o in signature["outputs"]] == ["action", "mean", "log_std"]
+        policies.append(policy)
+        paths.append(str(tmp_path / f"p{i}/model/model.keras"))
+    obs = OBS * 1.5
+    out = subprocess.run([sys.executable, "-c", _PLAIN_KERAS.format(paths=paths, obs=obs.tolist())],
+                         capture_output=True, text=True, check=True, cwd=tmp_path)
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["cairn"] == []
+    for policy, path in zip(policies, paths, strict=True):
+        action, mean, log_std = (np.asarray(o, np.float32) for o in report["outputs"][path])
+        expected = policy.compute_actions(obs, explore=False)
+        assert action.shape == expected.shape == (len(obs), *policy.action_space.shape)
+        np.testing.assert_allclose(action, expected, rtol=0, atol=1e-5)
+        low, high = policy.action_space.low, policy.action_space.high
+        assert (np.isclose(expected, low) | np.isclose(expected, high)).any()
+        inputs = policy.compute_action_inputs(policy.process_observations(obs, update=False))
+        np.testing.assert_allclose(np.concatenate([mean, log_std], -1), inputs, rtol=1e-5, atol=1e-5)
+
+
+def test_onnx_of_a_keras_sac_policy_matches_the_policy(tmp_path):
+    policy = sac_policy(ACT_SPACES[0], "keras", observation_filter="MeanStdFilter")
+    policy.process_observations(OBS, update=True)
+    signature = cairn.export.export_model(policy, tmp_path / "m", onnx=18)  # parity checked inside
+    assert signature["files"] == {"onnx": "model.onnx"}
+    assert [o["name"] for o in signature["outputs"]] == ["action", "mean", "log_std"]
+    action, mean, log_std = onnx_runner(str(tmp_path / "m/model.onnx"))(OBS)
+    np.testing.assert_allclose(action, policy.compute_actions(OBS, explore=False), rtol=0, atol=1e-5)
+    inputs = policy.compute_action_inputs(policy.process_observations(OBS, update=False))
+    np.testing.assert_allclose(np.concatenate([mean, log_std], -1), inputs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_cairn_export_onnx_cli_on_a_keras_sac_checkpoint(tmp_path):
+    algo = sac_config(observation_filter="MeanStdFilter").build()
+    algo.train()
+    path = algo.save(tmp_path / "c")
+    subprocess.run([sys.executable, "-m", "cairn", "export", path, "--format", "onnx", "--out", str(tmp_path / "onnx")],
+                   check=True, cwd=ROOT, capture_output=True)
+    obs = np.random.default_rng(1).normal(size=(32, 3)).astype(np.float32)
+    action, *_ = onnx_runner(str(tmp_path / "onnx/model.onnx"))(obs)
+    np.testing.assert_allclose(action, algo.get_policy().compute_actions(obs, explore=False), rtol=0, atol=1e-5)
+    algo.stop()
+
+
+_SERVE = """
+import json, os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np
+import tensorflow as tf
+served = tf.saved_model.load({path!r})  # held: a temporary's variables are freed before serve() runs
+action, mean, log_std = served.serve(tf.constant(np.asarray({obs!r}, dtype=np.float32)))
+print(json.dumps(action.numpy().tolist()))
+"""
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_saved_model_export_of_a_keras_sac_policy_serves_its_greedy_actions(tmp_path):
+    from cairn.export.keras_saved_model import export_saved_model
+
+    policy = sac_policy(ACT_SPACES[1], "keras", observation_filter="MeanStdFilter")
+    policy.process_observations(OBS, update=True)
+    signature = export_saved_model(policy, tmp_path / "tf")  # the SavedModel's outputs checked inside
+    assert signature["files"] == {"saved_model": "saved_model", "keras": "model.keras"}
+    report = subprocess.run([sys.executable, "-c", _SERVE.format(path=str(tmp_path / "tf/saved_model"), obs=OBS.tolist())],
+                            check=True, capture_output=True, text=True, cwd=tmp_path).stdout
+    served = np.asarray(json.loads(report.strip().splitlines()[-1]), np.float32)
+    np.testing.assert_allclose(served, policy.compute_actions(OBS, explore=False), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("observation_space, model, match", [
+    (gym.spaces.Box(0, 255, (64, 64, 3), np.uint8), {}, r"images \['obs'\].*framework='torch'"),
+    (OBS_SPACE, {"keras_model": "tests.keras.builders:small_actor_critic"}, "not supported by SAC"),
+])
+def test_what_keras_sac_cannot_build_is_a_config_error(observation_space, model, match):
+    with pytest.raises(ConfigError, match=match):
+        SACPolicy(observation_space, ACT_SPACES[0], {"model": {"framework": "keras", **model}}, seed=0)
+
+
+def test_flattened_images_need_no_encoder():
+    space = gym.spaces.Box(0, 255, (8, 8, 1), np.uint8)
+    policy = SACPolicy(space, ACT_SPACES[0], {"model": {"framework": "keras", "hidden": [8], "conv_filters": []}}, seed=0)
+    assert policy.compute_actions([space.sample()], explore=False).shape == (1, 2)
+
+
+def test_a_keras_sac_checkpoint_restores_as_a_policy_alone(tmp_path):
+    policy = sac_policy(ACT_SPACES[0], "keras")
+    policy.export_checkpoint(tmp_path / "p")
+    restored = cairn.Policy.from_checkpoint(tmp_path / "p")
+    assert type(restored.model).__name__ == "KerasSACModel"
+    np.testing.assert_array_equal(restored.compute_action_inputs(OBS), policy.compute_action_inputs(OBS))
+    assert_trees_equal(policy.get_state(), restored.get_state())
+    copied = cairn.Policy.from_state(policy.get_state())  # copies into fresh storage instead of adopting
+    np.testing.assert_array_equal(copied.compute_action_inputs(OBS), policy.compute_action_inputs(OBS))
+    assert {id(v.value) for v in copied.model.network.variables} <= {id(p) for p in copied.model.parameters()}
+
