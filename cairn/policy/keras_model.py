@@ -8,7 +8,8 @@ train a torch network. :class:`KerasActorCritic` gives a Keras model (``processe
 
 The network is either built from the model config (:func:`build_actor_critic_mlp`: the same
 layers, sizes and initialisation as :class:`~cairn.policy.model.ActorCriticMLP`, with Keras
-``Dense`` layers), or by the user's builder named in ``model["keras_model"]``
+``Dense`` layers, behind the CNN/per-part encoder of :mod:`cairn.policy.keras_encoders` for
+image observations), or by the user's builder named in ``model["keras_model"]``
 (``"package.module:builder"``, called as ``builder(obs_size, num_outputs, model_config)``
 and returning a ``keras.Model`` from ``[batch, obs_size]`` float32 to ``[action_inputs
 [batch, num_outputs], value [batch, 1] or [batch]]``).
@@ -35,6 +36,7 @@ from torch import nn
 from cairn.errors import ConfigError
 from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_config import model_framework
+from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.model import NUMPY_ACTIVATIONS, ActorCriticMLP
 
 __all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp", "deepcopy_keras_module", "load_keras_builder",
@@ -51,7 +53,8 @@ class MLPLayers:
     ``log_std`` is a ``Dense`` layer applied to zeros: its bias is the state-independent
     log-std of a Box policy (its kernel only ever sees zeros, so it gets no gradient), which
     keeps the whole network built-in Keras layers that ``keras.saving.load_model`` reads in
-    safe mode without cairn.
+    safe mode without cairn. ``encoder`` (image observations) sits in front of the actor, and
+    of the critic too when it shares the trunk; else the critic has its own ``critic_encoder``.
     """
 
     actor: tuple[Any, ...]
@@ -60,13 +63,28 @@ class MLPLayers:
     value_head: Any
     log_std: Any | None
     activation: str
+    encoder: KerasEncoder | None = None
+    critic_encoder: KerasEncoder | None = None
+
+    def in_network(self, network: Any) -> MLPLayers:
+        """These layers, found by name in ``network`` (a copy of the model they were built into)."""
+        get = network.get_layer
+        return MLPLayers(
+            tuple(get(layer.name) for layer in self.actor), get(self.action_head.name),
+            None if self.critic is None else tuple(get(layer.name) for layer in self.critic),
+            get(self.value_head.name), None if self.log_std is None else get(self.log_std.name), self.activation,
+            None if self.encoder is None else self.encoder.in_network(network),
+            None if self.critic_encoder is None else self.critic_encoder.in_network(network))
 
 
 def build_actor_critic_mlp(obs_size: int, num_outputs: int, *, hidden: Sequence[int], activation: str,
-                           vf_share_layers: bool, free_log_std: bool, log_std_init: float) -> tuple[Any, MLPLayers]:
+                           vf_share_layers: bool, free_log_std: bool, log_std_init: float,
+                           encoder: Mapping[str, Any] | None = None) -> tuple[Any, MLPLayers]:
     """A Keras functional model ``obs -> [action_inputs, value [batch, 1]]`` and its layers,
     with :class:`~cairn.policy.model.ActorCriticMLP`'s layout (names ``actor_<i>``,
-    ``action_head``, ``critic_<i>``, ``value_head``, ``log_std``)."""
+    ``action_head``, ``critic_<i>``, ``value_head``, ``log_std``; with an ``encoder``
+    description, :mod:`cairn.policy.keras_encoders`' ``encoder_*`` layers in front, and
+    ``critic_encoder_*`` for the critic unless ``vf_share_layers``)."""
     keras = import_keras()
     layers = keras.layers
     act = KERAS_ACTIVATIONS[activation]
@@ -80,7 +98,9 @@ def build_actor_critic_mlp(obs_size: int, num_outputs: int, *, hidden: Sequence[
     log_std = layers.Dense(head_outputs, kernel_initializer="zeros",
                            bias_initializer=keras.initializers.Constant(float(log_std_init)),
                            name="log_std") if free_log_std else None
-    x = obs
+    actor_encoder = None if encoder is None else build_keras_encoder(encoder, "encoder")
+    critic_encoder = None if encoder is None or vf_share_layers else build_keras_encoder(encoder, "critic_encoder")
+    x = obs if actor_encoder is None else actor_encoder(obs)
     for layer in actor:
         x = layer(x)
     inputs = action_head(x)
@@ -89,12 +109,12 @@ def build_actor_critic_mlp(obs_size: int, num_outputs: int, *, hidden: Sequence[
         inputs = layers.Concatenate(name="action_inputs")([inputs, log_std(zeros)])
     y = x
     if critic is not None:
-        y = obs
+        y = obs if critic_encoder is None else critic_encoder(obs)
         for layer in critic:
             y = layer(y)
     value = value_head(y)
     model = keras.Model(obs, [inputs, value], name="cairn_actor_critic")
-    return model, MLPLayers(actor, action_head, critic, value_head, log_std, activation)
+    return model, MLPLayers(actor, action_head, critic, value_head, log_std, activation, actor_encoder, critic_encoder)
 
 
 def load_keras_builder(reference: str) -> Any:
@@ -172,11 +192,15 @@ class KerasActorCritic(nn.Module):
     def reset_parameters(self, generator: torch.Generator) -> None:
         """:meth:`ActorCriticMLP.reset_parameters <cairn.policy.model.ActorCriticMLP.reset_parameters>`
         on the Keras layers, in the same order from the same generator: a Keras policy starts
-        from the weights a torch policy with the same seed starts from. A user's model keeps
-        the initialisation its builder gave it."""
+        from the weights a torch policy with the same seed starts from (the encoders first, as
+        ActorCriticMLP registers them first). A user's model keeps the initialisation its
+        builder gave it."""
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
         if layers is None:
             return
+        for encoder in (layers.encoder, layers.critic_encoder):
+            if encoder is not None:
+                encoder.reset_parameters(generator, orthogonal=True)
         order = [*((layer, 2**0.5) for layer in layers.actor), (layers.action_head, 0.01),
                  *((layer, 2**0.5) for layer in layers.critic or ()), (layers.value_head, 1.0)]
         with torch.no_grad():
@@ -189,12 +213,7 @@ class KerasActorCritic(nn.Module):
         copied._numpy_layers = None
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
         if layers is not None:  # the copy's own Keras layers, found by name
-            get = copied.network.get_layer
-            object.__setattr__(copied, "mlp_layers", MLPLayers(
-                tuple(get(layer.name) for layer in layers.actor), get(layers.action_head.name),
-                None if layers.critic is None else tuple(get(layer.name) for layer in layers.critic),
-                get(layers.value_head.name), None if layers.log_std is None else get(layers.log_std.name),
-                layers.activation))
+            object.__setattr__(copied, "mlp_layers", layers.in_network(copied.network))
         return copied
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
@@ -208,10 +227,17 @@ class KerasActorCritic(nn.Module):
         return super()._apply(fn, recurse)  # type: ignore[no-any-return]
 
     # ---------------------------------------------------------------------------- compute
-    def _run(self, layers: Sequence[Any], x: torch.Tensor) -> torch.Tensor:
+    def _run(self, layers: Sequence[Any], x: torch.Tensor, encoder: KerasEncoder | None = None) -> torch.Tensor:
+        if encoder is not None:
+            x = encoder.call(x)
         for layer in layers:
             x = layer.call(x)
         return x
+
+    def _critic_features(self, layers: MLPLayers, obs: torch.Tensor) -> torch.Tensor:
+        if layers.critic is None:  # vf_share_layers: the actor's encoder and trunk
+            return self._run(layers.actor, obs, layers.encoder)
+        return self._run(layers.critic, obs, layers.critic_encoder)
 
     def _log_std(self, layers: MLPLayers, out: torch.Tensor) -> torch.Tensor:
         log_std = _variable(layers.log_std, "bias")
@@ -222,11 +248,11 @@ class KerasActorCritic(nn.Module):
         if layers is None:
             inputs, value = self.network(obs)
             return inputs, value.reshape(value.shape[0])
-        features = self._run(layers.actor, obs)
+        features = self._run(layers.actor, obs, layers.encoder)
         out = layers.action_head.call(features)
         if layers.log_std is not None:
             out = self._log_std(layers, out)
-        trunk = features if layers.critic is None else self._run(layers.critic, obs)
+        trunk = features if layers.critic is None else self._critic_features(layers, obs)
         return out, layers.value_head.call(trunk).squeeze(-1)
 
     def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
@@ -234,7 +260,7 @@ class KerasActorCritic(nn.Module):
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
         if layers is None:
             return self.network(obs)[0]  # type: ignore[no-any-return]
-        out = layers.action_head.call(self._run(layers.actor, obs))
+        out = layers.action_head.call(self._run(layers.actor, obs, layers.encoder))
         return out if layers.log_std is None else self._log_std(layers, out)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
@@ -243,14 +269,14 @@ class KerasActorCritic(nn.Module):
         if layers is None:
             value = self.network(obs)[1]
             return value.reshape(value.shape[0])  # type: ignore[no-any-return]
-        trunk = layers.actor if layers.critic is None else layers.critic
-        return layers.value_head.call(self._run(trunk, obs)).squeeze(-1)  # type: ignore[no-any-return]
+        return layers.value_head.call(self._critic_features(layers, obs)).squeeze(-1)  # type: ignore[no-any-return]
 
     def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
         """:meth:`action_inputs` in numpy on views of the Keras variables (cairn's MLP only:
-        a user's model runs through Keras, see :meth:`action_inputs`)."""
+        a user's model runs through Keras, see :meth:`action_inputs`; a CNN encoder runs in
+        torch, where its convolutions, not the dispatch, dominate)."""
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
-        if layers is None:
+        if layers is None or layers.encoder is not None:
             with torch.inference_mode():
                 return self.action_inputs(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
         if self._numpy_layers is None:
@@ -270,15 +296,18 @@ class KerasActorCritic(nn.Module):
 
 
 def make_keras_actor_critic(obs_size: int, num_outputs: int, model_config: Mapping[str, Any], *,
-                            free_log_std: bool) -> KerasActorCritic:
+                            free_log_std: bool, encoder: Mapping[str, Any] | None = None) -> KerasActorCritic:
     """The :class:`KerasActorCritic` ``model_config`` describes: the user's builder
-    (``keras_model``) when set, else the MLP of ``hidden``/``activation``/``vf_share_layers``."""
+    (``keras_model``) when set, else the MLP of ``hidden``/``activation``/``vf_share_layers``
+    behind the CNN/per-part ``encoder`` (an :func:`~cairn.policy.encoders.encoder_description`;
+    None: the MLP reads the processed row). A user's model reads the processed row whatever
+    the observations hold (images as raw values) and encodes them as it likes."""
     reference = model_config.get("keras_model")
     if reference is None:
         network, layers = build_actor_critic_mlp(
             obs_size, num_outputs, hidden=list(model_config["hidden"]), activation=model_config["activation"],
             vf_share_layers=bool(model_config["vf_share_layers"]), free_log_std=free_log_std,
-            log_std_init=float(model_config["log_std_init"]))
+            log_std_init=float(model_config["log_std_init"]), encoder=encoder)
         return KerasActorCritic(network, layers)
     keras = import_keras(f"model.keras_model={reference!r}")
     network = load_keras_builder(reference)(obs_size, num_outputs, dict(model_config))
@@ -298,14 +327,9 @@ def actor_critic_network(model_config: Mapping[str, Any]) -> Callable[..., nn.Mo
         return ActorCriticMLP
 
     def build(obs_size: int, num_outputs: int, *, hidden: Sequence[int], activation: str, vf_share_layers: bool,
-              free_log_std: bool, log_std_init: float, **encoder: Any) -> KerasActorCritic:
-        if any(value is not None for value in encoder.values()):
-            raise ConfigError(
-                f"model.framework='keras' builds MLPs only: Keras policies have no CNN/dict encoder "
-                f"yet (asked for {sorted(encoder)}). Use framework='torch' for image observations, or "
-                "a Keras model of your own (model.keras_model='package.module:builder').")
+              free_log_std: bool, log_std_init: float, encoder: Mapping[str, Any] | None = None) -> KerasActorCritic:
         settings = {**model_config, "hidden": list(hidden), "activation": activation,
                     "vf_share_layers": vf_share_layers, "log_std_init": log_std_init}
-        return make_keras_actor_critic(obs_size, num_outputs, settings, free_log_std=free_log_std)
+        return make_keras_actor_critic(obs_size, num_outputs, settings, free_log_std=free_log_std, encoder=encoder)
 
     return build

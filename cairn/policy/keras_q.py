@@ -2,7 +2,8 @@
 
 :class:`KerasQNetwork` has :class:`~cairn.algorithms.dqn.model.QNetwork`'s layout (hidden
 ``trunk_<i>`` Dense layers, an ``advantage_head`` and, dueling, a ``value_head`` combined as
-``Q = V + A - mean_a A`` with ``keras.ops``), its initialisation from the policy's generator,
+``Q = V + A - mean_a A`` with ``keras.ops``; for image observations the CNN/per-part encoder
+of :mod:`cairn.policy.keras_encoders` in front), its initialisation from the policy's generator,
 and its interface (``forward``, ``action_inputs``, ``numpy_q_values``, ``reset_parameters``),
 so DQN's torch loss and Adam train it as they train the torch network (through the torch
 update: the numpy update covers the torch QNetwork only). Like the actor-critic
@@ -24,6 +25,7 @@ from torch import nn
 
 from cairn.errors import ConfigError
 from cairn.policy.keras_backend import import_keras
+from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module, load_keras_builder
 
 __all__ = ["KerasQNetwork", "QLayers", "build_q_mlp", "keras_q_network"]
@@ -40,6 +42,7 @@ class QLayers:
     trunk: tuple[Any, ...]
     advantage_head: Any  # the Q head when not dueling
     value_head: Any | None  # None: plain (not dueling) head
+    encoder: KerasEncoder | None = None  # image observations: in front of the trunk
 
     @property
     def dense(self) -> tuple[Any, ...]:
@@ -48,8 +51,10 @@ class QLayers:
 
 
 def build_q_mlp(obs_size: int, num_actions: int, *, hidden: Sequence[int], activation: str,
-                dueling: bool) -> tuple[Any, QLayers]:
-    """A Keras functional model ``obs -> Q [batch, num_actions]`` with QNetwork's layout."""
+                dueling: bool, encoder: Mapping[str, Any] | None = None) -> tuple[Any, QLayers]:
+    """A Keras functional model ``obs -> Q [batch, num_actions]`` with QNetwork's layout,
+    behind the ``encoder_*`` layers of :mod:`cairn.policy.keras_encoders` when ``encoder``
+    (an :func:`~cairn.policy.encoders.encoder_description`) is given."""
     keras = import_keras()
     layers, ops = keras.layers, keras.ops
     obs = keras.Input((obs_size,), name="obs", dtype="float32")
@@ -57,13 +62,14 @@ def build_q_mlp(obs_size: int, num_actions: int, *, hidden: Sequence[int], activ
                   for i, h in enumerate(hidden))
     advantage_head = layers.Dense(num_actions, name="advantage_head")
     value_head = layers.Dense(1, name="value_head") if dueling else None
-    x = obs
+    keras_encoder = None if encoder is None else build_keras_encoder(encoder, "encoder")
+    x = obs if keras_encoder is None else keras_encoder(obs)
     for layer in trunk:
         x = layer(x)
     q = advantage_head(x)
     if value_head is not None:
         q = ops.subtract(ops.add(value_head(x), q), ops.mean(q, axis=1, keepdims=True))
-    return keras.Model(obs, q, name="cairn_q_network"), QLayers(trunk, advantage_head, value_head)
+    return keras.Model(obs, q, name="cairn_q_network"), QLayers(trunk, advantage_head, value_head, keras_encoder)
 
 
 class KerasQNetwork(nn.Module):
@@ -88,11 +94,13 @@ class KerasQNetwork(nn.Module):
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """QNetwork's initialisation (PyTorch's default Linear init) from the same generator,
-        in the same order: a Keras DQN policy starts from the torch one's weights. A user's
-        model keeps the initialisation its builder gave it."""
+        in the same order (the encoder first, as QNetwork does): a Keras DQN policy starts from
+        the torch one's weights. A user's model keeps the initialisation its builder gave it."""
         layers: QLayers | None = self.q_layers  # type: ignore[assignment]
         if layers is None:
             return
+        if layers.encoder is not None:
+            layers.encoder.reset_parameters(generator, orthogonal=False)
         with torch.no_grad():
             for layer in layers.dense:
                 kernel, bias = _variable(layer, "kernel"), _variable(layer, "bias")
@@ -109,7 +117,8 @@ class KerasQNetwork(nn.Module):
             get = copied.network.get_layer
             object.__setattr__(copied, "q_layers", QLayers(
                 tuple(get(layer.name) for layer in layers.trunk), get(layers.advantage_head.name),
-                None if layers.value_head is None else get(layers.value_head.name)))
+                None if layers.value_head is None else get(layers.value_head.name),
+                None if layers.encoder is None else layers.encoder.in_network(copied.network)))
         return copied
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
@@ -120,7 +129,7 @@ class KerasQNetwork(nn.Module):
         layers: QLayers | None = self.q_layers  # type: ignore[assignment]
         if layers is None:
             return self.network(obs)  # type: ignore[no-any-return]
-        x = obs
+        x = obs if layers.encoder is None else layers.encoder.call(obs)
         for layer in layers.trunk:
             x = layer.call(x)
         advantages = layers.advantage_head.call(x)
@@ -139,20 +148,17 @@ class KerasQNetwork(nn.Module):
 
 
 def keras_q_network(obs_size: int, num_actions: int, model_config: Mapping[str, Any], *, dueling: bool,
-                    encoder: Any = None) -> KerasQNetwork:
+                    encoder: Mapping[str, Any] | None = None) -> KerasQNetwork:
     """DQNPolicy.make_model's Keras network: the user's builder (``model.keras_model``) when
     set, called as ``builder(obs_size, num_actions, model_config)`` and returning a
     ``keras.Model`` from ``[batch, obs_size]`` to Q-values ``[batch, num_actions]`` (``dueling``
-    is then the model's own business), else QNetwork's MLP of ``hidden``/``activation``."""
-    if encoder is not None:
-        raise ConfigError(
-            "DQN with model.framework='keras' has no CNN/dict encoder yet (docs/keras.md); use "
-            "framework='torch' for image observations, or a Keras model of your own (model.keras_model)."
-        )
+    and any encoding of images, which it reads as raw values, are then the model's own
+    business), else QNetwork's MLP of ``hidden``/``activation`` behind the CNN/per-part
+    ``encoder`` (an :func:`~cairn.policy.encoders.encoder_description`, or None)."""
     reference = model_config.get("keras_model")
     if reference is None:
         network, layers = build_q_mlp(obs_size, num_actions, hidden=list(model_config["hidden"]),
-                                      activation=model_config["activation"], dueling=dueling)
+                                      activation=model_config["activation"], dueling=dueling, encoder=encoder)
         return KerasQNetwork(network, layers)
     keras = import_keras(f"model.keras_model={reference!r}")
     network = load_keras_builder(reference)(obs_size, num_actions, dict(model_config))
