@@ -14,6 +14,10 @@ torch losses and its one Adam with three groups train it as they train the torch
   which also lets the actor loss read the critics detached (gradients to the actions only;
   ``Dense.call`` would always reach the variables).
 
+For image observations each has the CNN/per-part encoder of :mod:`cairn.policy.keras_encoders`
+in front, as SACModel has: the actor its own, the twin critics one they share (the actor loss
+reads it without gradients), the target critics a Polyak-averaged copy.
+
 Variables are registered by name in an ``nn.ParameterDict`` (``actor.variables.actor_0_kernel``,
 ``critic.variables.q1_out_bias``, Keras' ``[in, out]`` kernel layout) and initialised from the
 policy's generator in SACModel's order, so a Keras SAC policy starts from the torch one's
@@ -22,6 +26,7 @@ weights. The target critics are a second :class:`KerasTwinQ` with their own Kera
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,6 +37,7 @@ from torch import nn
 
 from cairn.errors import ConfigError
 from cairn.policy.keras_backend import import_keras
+from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module
 from cairn.policy.model import NUMPY_ACTIVATIONS
 
@@ -69,15 +75,17 @@ def _torch_linear_init(layer: Any, generator: torch.Generator) -> None:
 
 class KerasSquashedGaussianActor(nn.Module):
     """``forward(obs) -> (mean, log_std)`` over a Keras model whose log-std is clipped to
-    ``log_std_bounds`` (SACModel's ``[LOG_STD_MIN, LOG_STD_MAX]``)."""
+    ``log_std_bounds`` (SACModel's ``[LOG_STD_MIN, LOG_STD_MAX]``); ``encoder`` (an
+    :func:`~cairn.policy.encoders.encoder_description`) puts the actor's own CNN in front."""
 
     network: Any  # the keras.Model
     trunk: tuple[Any, ...]  # Keras layers (not torch submodules), in call order
     mean_head: Any
     log_std_head: Any
+    encoder: KerasEncoder | None
 
     def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
-                 log_std_bounds: tuple[float, float]) -> None:
+                 log_std_bounds: tuple[float, float], encoder: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         keras = import_keras()
         dense = keras.layers.Dense
@@ -86,7 +94,8 @@ class KerasSquashedGaussianActor(nn.Module):
         trunk = tuple(dense(h, activation=act, name=f"actor_{i}") for i, h in enumerate(hidden))
         mean_head = dense(action_size, name="mean_head")
         log_std_head = dense(action_size, name="log_std_head")
-        x = obs
+        keras_encoder = None if encoder is None else build_keras_encoder(encoder, "encoder")
+        x = obs if keras_encoder is None else keras_encoder(obs)
         for layer in trunk:
             x = layer(x)
         low, high = (float(b) for b in log_std_bounds)
@@ -94,11 +103,12 @@ class KerasSquashedGaussianActor(nn.Module):
         network = keras.Model(obs, [mean_head(x), log_std], name="cairn_sac_actor")
         self.variable_names, self.variables = _keras_variables(self, network)
         self.trunk, self.mean_head, self.log_std_head = trunk, mean_head, log_std_head
+        self.encoder = keras_encoder
         self.activation = activation
         self.log_std_bounds = (low, high)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("trunk", "mean_head", "log_std_head"):  # Keras layers: no torch submodules
+        if name in ("trunk", "mean_head", "log_std_head", "encoder"):  # Keras layers: no torch submodules
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)
@@ -108,7 +118,10 @@ class KerasSquashedGaussianActor(nn.Module):
         return [*self.trunk, self.mean_head, self.log_std_head]
 
     def reset_parameters(self, generator: torch.Generator) -> None:
-        """SquashedGaussianActor's initialisation, layer by layer, from ``generator``."""
+        """SquashedGaussianActor's initialisation (as SACModel draws it: the encoder first),
+        layer by layer, from ``generator``."""
+        if self.encoder is not None:
+            self.encoder.reset_parameters(generator, orthogonal=False)
         with torch.no_grad():
             for layer in self.dense_layers():
                 _torch_linear_init(layer, generator)
@@ -118,17 +131,22 @@ class KerasSquashedGaussianActor(nn.Module):
         get = copied.network.get_layer  # the copy's own Keras layers (Keras copies models by config)
         copied.trunk = tuple(get(layer.name) for layer in self.trunk)
         copied.mean_head, copied.log_std_head = get(self.mean_head.name), get(self.log_std_head.name)
+        copied.encoder = None if self.encoder is None else self.encoder.in_network(copied.network)
         return copied
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = obs
+        x = obs if self.encoder is None else self.encoder.call(obs)
         for layer in self.trunk:
             x = layer.call(x)
         low, high = self.log_std_bounds
         return self.mean_head.call(x), self.log_std_head.call(x).clamp(low, high)
 
     def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
-        """``[mean, log_std]`` concatenated, in numpy on views of the Keras variables."""
+        """``[mean, log_std]`` concatenated, in numpy on views of the Keras variables (with an
+        encoder in torch, where the convolutions, not the dispatch, dominate)."""
+        if self.encoder is not None:
+            with torch.inference_mode():
+                return torch.cat(self(torch.from_numpy(obs)), dim=-1).numpy()
         act = NUMPY_ACTIVATIONS[self.activation]
         x = obs
         for layer in self.trunk:
@@ -138,17 +156,23 @@ class KerasSquashedGaussianActor(nn.Module):
 
 
 class KerasTwinQ(nn.Module):
-    """``forward(obs, actions) -> [2, batch]``: two Keras Q-networks, evaluated as one ensemble."""
+    """``forward(obs, actions) -> [2, batch]``: two Keras Q-networks, evaluated as one ensemble;
+    ``encoder`` (an :func:`~cairn.policy.encoders.encoder_description`) puts one CNN in front
+    that both critics read, as SB3's critic has."""
 
     network: Any  # the keras.Model [obs, action] -> [q_0, q_1]
     critics: tuple[tuple[Any, ...], ...]  # each critic's Dense layers, in call order
+    encoder: KerasEncoder | None
 
-    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str) -> None:
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
+                 encoder: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         keras = import_keras()
         obs = keras.Input((obs_size,), name="obs", dtype="float32")
         action = keras.Input((action_size,), name="action", dtype="float32")
-        joined = keras.layers.Concatenate(name="obs_action")([obs, action])
+        keras_encoder = None if encoder is None else build_keras_encoder(encoder, "encoder")
+        features = obs if keras_encoder is None else keras_encoder(obs)
+        joined = keras.layers.Concatenate(name="obs_action")([features, action])
         act = KERAS_ACTIVATIONS[activation]
         critics, outputs = [], []
         for i in range(2):
@@ -162,10 +186,13 @@ class KerasTwinQ(nn.Module):
         network = keras.Model([obs, action], outputs, name="cairn_sac_critic")
         self.variable_names, self.variables = _keras_variables(self, network)
         object.__setattr__(self, "critics", tuple(tuple(layers) for layers in critics))
+        object.__setattr__(self, "encoder", keras_encoder)
 
     def reset_parameters(self, generator: torch.Generator) -> None:
-        """TwinQ's initialisation: per layer, critic 0's kernel and bias, then critic 1's
-        (Keras' ``[in, out]`` kernel is TwinQ's layout, so the draws fill it directly)."""
+        """TwinQ's initialisation: the encoder, then per layer critic 0's kernel and bias, then
+        critic 1's (Keras' ``[in, out]`` kernel is TwinQ's layout, so the draws fill it directly)."""
+        if self.encoder is not None:
+            self.encoder.reset_parameters(generator, orthogonal=False)
         with torch.no_grad():
             for pair in zip(*self.critics, strict=True):
                 for layer in pair:
@@ -178,11 +205,16 @@ class KerasTwinQ(nn.Module):
         get = copied.network.get_layer
         critics = tuple(tuple(get(layer.name) for layer in layers) for layers in self.critics)
         object.__setattr__(copied, "critics", critics)
+        encoder: KerasEncoder | None = self.encoder
+        object.__setattr__(copied, "encoder", None if encoder is None else encoder.in_network(copied.network))
         return copied
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
         """``[2, batch]``: both critics' ``Q(obs, action)``, the Keras model's outputs.
         ``detach``: gradients reach the actions but not the critics' variables (the actor loss)."""
+        if self.encoder is not None:
+            with torch.no_grad() if detach else contextlib.nullcontext():
+                obs = self.encoder.call(obs)
         x = torch.cat([obs, actions], dim=-1)
         q_values = []
         for layers in self.critics:
@@ -202,13 +234,13 @@ class KerasSACModel(nn.Module):
     serve); :meth:`keras_serving_outputs` adds the deterministic action to it."""
 
     def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
-                 initial_alpha: float, log_std_bounds: tuple[float, float]) -> None:
+                 initial_alpha: float, log_std_bounds: tuple[float, float],
+                 encoder: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        hidden = list(hidden)
-        self.actor = KerasSquashedGaussianActor(obs_size, action_size, hidden=hidden, activation=activation,
-                                                log_std_bounds=log_std_bounds)
-        self.critic = KerasTwinQ(obs_size, action_size, hidden=hidden, activation=activation)
-        self.target_critic = KerasTwinQ(obs_size, action_size, hidden=hidden, activation=activation)
+        nets = {"hidden": list(hidden), "activation": activation, "encoder": encoder}
+        self.actor = KerasSquashedGaussianActor(obs_size, action_size, log_std_bounds=log_std_bounds, **nets)  # type: ignore[arg-type]
+        self.critic = KerasTwinQ(obs_size, action_size, **nets)  # type: ignore[arg-type]
+        self.target_critic = KerasTwinQ(obs_size, action_size, **nets)  # type: ignore[arg-type]
         self.target_critic.requires_grad_(False)
         # On the CPU whatever device the policy builds under: a restore copies into it.
         self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)], device="cpu"))
@@ -277,24 +309,18 @@ class KerasSACModel(nn.Module):
 def keras_sac_model(obs_size: int, action_size: int, model_config: Mapping[str, Any], *,
                     initial_alpha: float, log_std_bounds: tuple[float, float],
                     encoder: Mapping[str, Any] | None = None) -> KerasSACModel:
-    """SACPolicy.make_model's Keras model for a merged ``model_config`` (MLP actor and critics).
+    """SACPolicy.make_model's Keras model for a merged ``model_config``: MLP actor and critics,
+    behind CNN/per-part encoders when ``encoder`` (observations holding images,
+    :func:`~cairn.policy.model.policy_encoder_description`) is given.
 
-    Raises ConfigError when the policy needs an observation encoder (``encoder``: observations
-    holding images, :func:`~cairn.policy.model.policy_encoder_description`) or names a
-    user's model (``keras_model``): neither exists for Keras SAC yet.
+    Raises ConfigError when the config names a user's model (``keras_model``), which Keras SAC
+    does not take.
 
     >>> model = keras_sac_model(3, 1, {"hidden": [8], "activation": "relu"}, initial_alpha=1.0,
     ...                         log_std_bounds=(-20.0, 2.0))
     >>> model.action_inputs(torch.zeros(2, 3)).shape
     torch.Size([2, 2])
     """
-    if encoder is not None:
-        images = [part.get("path") for part in encoder["parts"] if part.get("kind") == "image"]
-        raise ConfigError(
-            f"SAC with model.framework='keras' builds MLP actor and critics only, but the observations "
-            f"hold images {images} that need a CNN encoder, which Keras SAC does not have yet. Use "
-            "framework='torch' for these observations, or model.conv_filters=[] to have the Keras MLP "
-            "read the flattened images.")
     if model_config.get("keras_model"):
         raise ConfigError(
             f"Config 'model.keras_model'={model_config['keras_model']!r} is not supported by SAC: its Keras "
@@ -302,4 +328,4 @@ def keras_sac_model(obs_size: int, action_size: int, model_config: Mapping[str, 
             "user-model builder is PPO's actor-critic), or use framework='torch'.")
     return KerasSACModel(obs_size, action_size, hidden=list(model_config["hidden"]),
                          activation=model_config["activation"], initial_alpha=initial_alpha,
-                         log_std_bounds=log_std_bounds)
+                         log_std_bounds=log_std_bounds, encoder=encoder)

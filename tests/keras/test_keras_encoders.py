@@ -16,6 +16,7 @@ import torch
 
 import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+from cairn.algorithms.sac import SACPolicy
 from cairn.export.verify import onnx_runner
 from cairn.policy.encoders import encoder_description, encoder_parameter_count
 from cairn.rng import make_rng, rng_state
@@ -134,7 +135,8 @@ class Cue(gym.Env):
     """PixelCue's task (a bright square in the left or right half of a 16x16 image; name the
     side) with the environment state protocol, so that a run resumes exactly (PixelCue has
     none, and restarts episodes after a restore). ``channels_last``: ``(16, 16, 3)`` images,
-    else ``(1, 16, 16)``; ``dict``: the image under a key beside a vector and a Discrete part."""
+    else ``(1, 16, 16)``; ``dict``: the image under a key beside a vector and a Discrete part;
+    ``continuous``: a Box action whose sign names the side (reward ``-(action - target)^2``)."""
 
     def __init__(self, env_config):
         self.shape = (16, 16, 3) if env_config.get("channels_last") else (1, 16, 16)
@@ -143,7 +145,9 @@ class Cue(gym.Env):
         self.observation_space = gym.spaces.Dict({
             "pixels": image, "noise": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
             "phase": gym.spaces.Discrete(2)}) if self.as_dict else image
-        self.action_space = gym.spaces.Discrete(2)
+        self.continuous = bool(env_config.get("continuous"))
+        self.action_space = (gym.spaces.Box(-1.0, 1.0, (1,), np.float32) if self.continuous
+                             else gym.spaces.Discrete(2))
         self.side, self.t = 0, 0
 
     def observe(self):
@@ -162,7 +166,10 @@ class Cue(gym.Env):
         return self.observe(), {}
 
     def step(self, action):
-        reward = float(int(action) == self.side)
+        if self.continuous:
+            reward = -float((float(np.asarray(action).reshape(-1)[0]) - (2 * self.side - 1)) ** 2)
+        else:
+            reward = float(int(action) == self.side)
         self.t += 1
         return self.observe(), reward, False, self.t >= 16, {}
 
@@ -213,6 +220,51 @@ def test_dqn_with_a_keras_cnn_resumes_exactly_with_its_replay_buffer(tmp_path):
     assert {stats["update_backend"] for stats in algo.train()["learners"].values()} == {"torch"}
 
 
+def test_sac_with_a_keras_cnn_resumes_exactly(tmp_path):
+    _resumes_exactly(cairn.SACConfig().environment(make_cue, env_config={"continuous": True}).framework("keras")
+                     .checkpointing(store_replay_buffer=True)
+                     .training(train_batch_size=32, minibatch_size=16, num_steps_sampled_before_learning_starts=16,
+                               model=CNN), tmp_path)
+
+
+@pytest.mark.parametrize("name", ["stack", "dict"])
+def test_keras_sac_with_encoders_starts_from_the_torch_policys_weights(name):
+    space, actions = SPACES[name], gym.spaces.Box(-1.0, 1.0, (2,))
+    keras_policy = SACPolicy(space, actions, {"model": KERAS}, seed=2)
+    torch_policy = SACPolicy(space, actions, {"model": SMALL}, seed=2)
+    obs, x = _rows(torch_policy)
+    a = torch.from_numpy(np.random.default_rng(1).uniform(-1, 1, (len(obs), 2)).astype(np.float32))
+    model, reference = keras_policy.model, torch_policy.model
+    with torch.no_grad():
+        np.testing.assert_allclose(model.action_inputs(x), reference.action_inputs(x), atol=1e-5)
+        np.testing.assert_allclose(model.critic(x, a), reference.critic(x, a), atol=1e-5)
+        np.testing.assert_allclose(model.target_critic(x, a), reference.critic(x, a), atol=1e-5)
+        # the per-layer paths are the Keras models' own outputs
+        np.testing.assert_allclose(torch.cat(model.actor.network(x), dim=-1), model.action_inputs(x), atol=1e-6)
+        np.testing.assert_allclose(torch.stack(model.critic.network([x, a]))[..., 0], model.critic(x, a), atol=1e-6)
+    np.testing.assert_allclose(keras_policy.compute_actions(obs, explore=False),
+                               torch_policy.compute_actions(obs, explore=False), atol=1e-5)
+    # the actor's own CNN, one the critics share, and the targets' copy (own variables)
+    weights = keras_policy.get_weights()
+    count = encoder_parameter_count(encoder_description(space, SMALL))
+    for net in ("actor", "critic", "target_critic"):
+        assert sum(w.size for k, w in weights.items() if k.startswith(f"{net}.variables.encoder_")) == count
+    assert {id(p) for p in model.target_critic.parameters()}.isdisjoint(id(p) for p in model.critic.parameters())
+    assert sum(w.size for w in weights.values()) == sum(w.size for w in torch_policy.get_weights().values())
+
+
+def test_the_sac_actor_loss_reads_the_critics_encoder_without_training_it():
+    policy = SACPolicy(STACK, gym.spaces.Box(-1.0, 1.0, (2,)), {"model": KERAS}, seed=0)
+    _, x = _rows(policy)
+    actions = torch.zeros(len(x), 2, requires_grad=True)
+    policy.model.critic(x, actions, detach=True).sum().backward()
+    assert actions.grad is not None and bool(actions.grad.abs().sum() > 0)
+    assert all(p.grad is None for p in policy.model.critic.parameters())
+    policy.model.critic(x, actions).sum().backward()
+    encoder = [p for name, p in policy.model.critic.named_parameters() if "encoder_" in name]
+    assert encoder and all(p.grad is not None for p in encoder)
+
+
 _PLAIN_KERAS = """
 import json, os, sys
 os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -245,19 +297,20 @@ def test_model_keras_of_a_cnn_policy_loads_with_plain_keras_and_gives_its_action
         policy.process_observations(list(images), update=False)), atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["ppo", "dqn"])
+@pytest.mark.parametrize("kind", ["ppo", "dqn", "sac"])
 def test_onnx_of_a_keras_encoder_policy_matches_the_policy(tmp_path, kind):
-    make = cairn.Policy if kind == "ppo" else DQNPolicy
-    policy = make(DICT, gym.spaces.Discrete(3), {"model": KERAS, "observation_filter": "MeanStdFilter"}, seed=0)
+    make, actions = {"ppo": (cairn.Policy, gym.spaces.Discrete(3)), "dqn": (DQNPolicy, gym.spaces.Discrete(3)),
+                     "sac": (SACPolicy, gym.spaces.Box(-2.0, 2.0, (2,)))}[kind]
+    policy = make(DICT, actions, {"model": KERAS, "observation_filter": "MeanStdFilter"}, seed=0)
     obs = [DICT.sample() for _ in range(16)]
     policy.process_observations(obs, update=True)  # filter statistics that are not the identity
     signature = cairn.export.export_model(policy, tmp_path / "m", onnx=18)  # parity checked inside
     assert signature["files"] == {"onnx": "model.onnx"}
-    action, values = onnx_runner(str(tmp_path / "m/model.onnx"))(cairn.export.model_inputs(DICT, obs))
-    np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))
+    action, *values = onnx_runner(str(tmp_path / "m/model.onnx"))(cairn.export.model_inputs(DICT, obs))
+    np.testing.assert_allclose(action, policy.compute_actions(obs, explore=False), rtol=0, atol=1e-5)
     expected = (policy.compute_q_values(obs) if kind == "dqn"
                 else policy.compute_action_inputs(policy.process_observations(obs, update=False)))
-    np.testing.assert_allclose(values, expected, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(values, axis=-1), expected, atol=1e-5)  # SAC: mean, log_std
 
 
 def test_a_users_keras_model_reads_the_flat_row_of_image_observations():
