@@ -318,3 +318,17 @@ def test_a_users_keras_model_reads_the_flat_row_of_image_observations():
                           {"model": {**KERAS, "keras_model": "tests.keras.builders:small_actor_critic"}})
     assert policy.model.network.input_shape == (None, 2 * 16 * 16)
     assert policy.compute_actions([STACK.sample()], explore=False).shape == (1,)
+
+
+@pytest.mark.tf
+def test_saved_model_of_a_keras_cnn_policy_serves_its_actions_with_tensorflow(tmp_path):
+    from cairn.export.keras_saved_model import export_saved_model
+
+    policy = cairn.Policy(DICT, gym.spaces.Discrete(3), {"model": KERAS}, seed=0)
+    with torch.no_grad():  # a head that tells observations apart (the 0.01-gain start is near-uniform)
+        policy.model.variables["action_head_kernel"].mul_(100.0)
+    # Keras' TensorFlow backend in a subprocess runs the channels_first convolutions on the CPU;
+    # cairn checks the served actions and logits against the policy's inside (64 observations).
+    signature = export_saved_model(policy, tmp_path / "tf")
+    assert signature["files"] == {"saved_model": "saved_model", "keras": "model.keras"}
+    assert (tmp_path / "tf/saved_model/saved_model.pb").is_file()
