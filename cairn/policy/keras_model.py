@@ -39,7 +39,7 @@ from cairn.policy.keras_config import model_framework
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.model import NUMPY_ACTIVATIONS, ActorCriticMLP
 
-__all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp", "deepcopy_keras_module", "load_keras_builder",
+__all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp", "build_user_keras_model", "deepcopy_keras_module", "load_keras_builder",
            "make_keras_actor_critic", "orthogonal_init"]
 
 #: cairn's activation names -> Keras' (the same functions).
@@ -132,6 +132,21 @@ def load_keras_builder(reference: str) -> Any:
     if not callable(target):
         raise ConfigError(f"Config 'model.keras_model'={reference!r} is not callable.")
     return target
+
+
+def build_user_keras_model(reference: str, obs_size: int, num_outputs: int, model_config: Mapping[str, Any], *,
+                           outputs: int, expected: str) -> Any:
+    """The ``keras.Model`` the user's builder ``reference`` returns for
+    ``builder(obs_size, num_outputs, model_config)``; ConfigError unless it is one with
+    ``outputs`` outputs (``expected`` describes them in the message)."""
+    keras = import_keras(f"model.keras_model={reference!r}")
+    network = load_keras_builder(reference)(obs_size, num_outputs, dict(model_config))
+    if not isinstance(network, keras.Model) or len(network.outputs) != outputs:
+        raise ConfigError(
+            f"Config 'model.keras_model'={reference!r} returned {type(network).__name__}; expected a "
+            f"keras.Model with {expected}, for inputs of shape [batch, {obs_size}]."
+        )
+    return network
 
 
 def orthogonal_init(kernel: torch.Tensor, gain: float, generator: torch.Generator) -> None:
@@ -309,15 +324,9 @@ def make_keras_actor_critic(obs_size: int, num_outputs: int, model_config: Mappi
             vf_share_layers=bool(model_config["vf_share_layers"]), free_log_std=free_log_std,
             log_std_init=float(model_config["log_std_init"]), encoder=encoder)
         return KerasActorCritic(network, layers)
-    keras = import_keras(f"model.keras_model={reference!r}")
-    network = load_keras_builder(reference)(obs_size, num_outputs, dict(model_config))
-    if not isinstance(network, keras.Model) or len(network.outputs) != 2:
-        raise ConfigError(
-            f"Config 'model.keras_model'={reference!r} returned {type(network).__name__}; expected a "
-            f"keras.Model with two outputs, [action_inputs [batch, {num_outputs}], value [batch, 1]], "
-            f"for inputs of shape [batch, {obs_size}]."
-        )
-    return KerasActorCritic(network)
+    return KerasActorCritic(build_user_keras_model(
+        reference, obs_size, num_outputs, model_config, outputs=2,
+        expected=f"two outputs, [action_inputs [batch, {num_outputs}], value [batch, 1]]"))
 
 
 def actor_critic_network(model_config: Mapping[str, Any]) -> Callable[..., nn.Module]:

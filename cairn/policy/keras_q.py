@@ -23,10 +23,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from cairn.errors import ConfigError
 from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
-from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module, load_keras_builder
+from cairn.policy.keras_model import KERAS_ACTIVATIONS, build_user_keras_model, deepcopy_keras_module
 
 __all__ = ["KerasQNetwork", "QLayers", "build_q_mlp", "keras_q_network"]
 
@@ -160,12 +159,6 @@ def keras_q_network(obs_size: int, num_actions: int, model_config: Mapping[str, 
         network, layers = build_q_mlp(obs_size, num_actions, hidden=list(model_config["hidden"]),
                                       activation=model_config["activation"], dueling=dueling, encoder=encoder)
         return KerasQNetwork(network, layers)
-    keras = import_keras(f"model.keras_model={reference!r}")
-    network = load_keras_builder(reference)(obs_size, num_actions, dict(model_config))
-    if not isinstance(network, keras.Model) or len(network.outputs) != 1:
-        raise ConfigError(
-            f"Config 'model.keras_model'={reference!r} returned {type(network).__name__}; DQN expects a "
-            f"keras.Model with one output, the Q-values [batch, {num_actions}], for inputs of shape "
-            f"[batch, {obs_size}]."
-        )
-    return KerasQNetwork(network)
+    return KerasQNetwork(build_user_keras_model(
+        reference, obs_size, num_actions, model_config, outputs=1,
+        expected=f"one output for DQN, the Q-values [batch, {num_actions}]"))

@@ -93,7 +93,7 @@ def test_a_users_keras_q_model_trains_restores_and_exports(tmp_path):
 
 def test_a_users_keras_model_with_the_wrong_outputs_is_refused_for_dqn():
     config = {"model": {"framework": "keras", "keras_model": "tests.keras.builders:small_actor_critic"}}
-    with pytest.raises(ConfigError, match="DQN expects a keras.Model with one output"):
+    with pytest.raises(ConfigError, match="expected a keras.Model with one output for DQN"):
         DQNPolicy(SPACE, ACTIONS, config, seed=0)
 
 
