@@ -7,8 +7,9 @@ from tests.helpers import small_ma_ppo
 
 
 @pytest.mark.slow
-def test_ppo_solves_cartpole_within_100k_steps():
-    algo = cairn.PPOConfig().environment("CartPole-v1").debugging(seed=0).build()
+@pytest.mark.parametrize("framework", ["torch", "keras"])  # keras: the same MLP as Keras layers (docs/keras.md)
+def test_ppo_solves_cartpole_within_100k_steps(framework):
+    algo = cairn.PPOConfig().environment("CartPole-v1").framework(framework).debugging(seed=0).build()
     best = 0.0
     while algo.counters["num_env_steps_sampled_lifetime"] < 100_000:
         algo.train()
