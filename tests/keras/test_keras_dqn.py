@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from cairn.errors import ConfigError
 from cairn.export.verify import onnx_runner
 from tests.conftest import ROOT
 from tests.helpers import assert_trees_equal, make_ma_cartpole, map_by_index, weights_digest
+from tests.keras.plain_keras import plain_keras_outputs
 
 KERAS = {"model": {"framework": "keras"}}
 SPACE, ACTIONS = gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(3)
@@ -109,32 +109,15 @@ def test_onnx_of_a_keras_dqn_policy_gives_its_greedy_actions_and_q_values(tmp_pa
     np.testing.assert_allclose(q_values, policy.compute_q_values(obs), atol=1e-5)
 
 
-_PLAIN_KERAS = """
-import json, os, sys
-os.environ.setdefault("KERAS_BACKEND", "torch")
-import keras
-import numpy as np
-model = keras.saving.load_model({path!r})  # safe_mode=True is the default
-action, q_values = model(np.asarray({obs!r}, dtype=np.float32))
-print(json.dumps({{"cairn": [m for m in sys.modules if m.startswith("cairn")],
-                  "action": keras.ops.convert_to_numpy(action).tolist(),
-                  "q_values": keras.ops.convert_to_numpy(q_values).tolist()}}))
-"""
-
-
 def test_cairn_export_and_model_keras_of_a_keras_dqn_checkpoint_load_without_cairn(tmp_path):
     algo = _dqn().build()
     algo.train()
     policy = algo.get_policy()
     path = algo.save(tmp_path / "c")
     obs = OBS * 2
-    out = subprocess.run([sys.executable, "-c", _PLAIN_KERAS.format(
-        path=str(Path(path) / "policies/default_policy/model/model.keras"), obs=obs.tolist())],
-        capture_output=True, text=True, check=True, cwd=tmp_path)
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report["cairn"] == []
-    assert report["action"] == policy.compute_actions(obs, explore=False).tolist()
-    np.testing.assert_allclose(report["q_values"], policy.compute_q_values(obs), atol=1e-5)
+    [(action, q_values)] = plain_keras_outputs([Path(path) / "policies/default_policy/model/model.keras"], obs, tmp_path)
+    assert action.tolist() == policy.compute_actions(obs, explore=False).tolist()
+    np.testing.assert_allclose(q_values, policy.compute_q_values(obs), atol=1e-5)
 
     subprocess.run([sys.executable, "-m", "cairn", "export", path, "--format", "onnx", "--out", str(tmp_path / "onnx")],
                    check=True, cwd=ROOT, capture_output=True)

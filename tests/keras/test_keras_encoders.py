@@ -4,9 +4,6 @@ encoder's network and start, the per-layer path, copies, exact resume, model.ker
 from __future__ import annotations
 
 import copy
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -21,6 +18,7 @@ from cairn.export.verify import onnx_runner
 from cairn.policy.encoders import encoder_description, encoder_parameter_count
 from cairn.rng import make_rng, rng_state
 from tests.helpers import assert_trees_equal, weights_digest
+from tests.keras.plain_keras import plain_keras_outputs
 
 SMALL = {"hidden": [8], "conv_filters": [[4, 4, 2], [8, 3, 1]], "conv_dense": 16}
 KERAS = {**SMALL, "framework": "keras"}
@@ -265,19 +263,6 @@ def test_the_sac_actor_loss_reads_the_critics_encoder_without_training_it():
     assert encoder and all(p.grad is not None for p in encoder)
 
 
-_PLAIN_KERAS = """
-import json, os, sys
-os.environ.setdefault("KERAS_BACKEND", "torch")
-import keras
-import numpy as np
-model = keras.saving.load_model({path!r})  # safe_mode=True is the default
-action, logits = model(np.load({obs!r}))
-print(json.dumps({{"cairn": [m for m in sys.modules if m.startswith("cairn")],
-                  "action": keras.ops.convert_to_numpy(action).tolist(),
-                  "logits": keras.ops.convert_to_numpy(logits).tolist()}}))
-"""
-
-
 def test_model_keras_of_a_cnn_policy_loads_with_plain_keras_and_gives_its_actions_from_raw_images(tmp_path):
     policy = cairn.Policy(COLOUR, gym.spaces.Discrete(3), {"model": KERAS}, seed=0)
     with torch.no_grad():  # a head that tells the images apart (the 0.01-gain start is near-uniform)
@@ -285,15 +270,11 @@ def test_model_keras_of_a_cnn_policy_loads_with_plain_keras_and_gives_its_action
     signature = cairn.export.export_model(policy, tmp_path / "m")
     assert signature["files"] == {"keras": "model.keras"}
     images = np.random.default_rng(0).integers(0, 256, (8, 12, 12, 3)).astype(np.uint8)
-    np.save(tmp_path / "obs.npy", images.astype(np.float32))  # raw pixel values, as every export takes
-    out = subprocess.run([sys.executable, "-c", _PLAIN_KERAS.format(path=str(tmp_path / "m/model.keras"),
-                                                                    obs=str(tmp_path / "obs.npy"))],
-                         capture_output=True, text=True, check=True, cwd=tmp_path)
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report["cairn"] == []
-    assert report["action"] == policy.compute_actions(list(images), explore=False).tolist()
-    assert len(set(report["action"])) > 1
-    np.testing.assert_allclose(report["logits"], policy.compute_action_inputs(
+    # raw pixel values, as every export takes
+    [(action, logits)] = plain_keras_outputs([tmp_path / "m/model.keras"], images.astype(np.float32), tmp_path)
+    assert action.tolist() == policy.compute_actions(list(images), explore=False).tolist()
+    assert len(set(action.tolist())) > 1
+    np.testing.assert_allclose(logits, policy.compute_action_inputs(
         policy.process_observations(list(images), update=False)), atol=1e-5)
 
 

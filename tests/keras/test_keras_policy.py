@@ -16,6 +16,7 @@ import cairn
 from cairn.errors import ConfigError, FrameworkUnavailableError
 from tests.conftest import ROOT
 from tests.helpers import small_ppo, weights_digest
+from tests.keras.plain_keras import plain_keras_outputs
 
 KERAS = {"model": {"framework": "keras"}}
 OBS = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
@@ -70,32 +71,15 @@ def test_ppo_with_a_keras_policy_resumes_bit_identically_in_a_new_process(tmp_pa
     assert {"model/model.keras", "model/signature.json"} <= set(manifest["files"])
 
 
-_PLAIN_KERAS = """
-import json, os, sys
-os.environ.setdefault("KERAS_BACKEND", "torch")
-import keras
-import numpy as np
-model = keras.saving.load_model({path!r})  # safe_mode=True is the default
-action, logits = model(np.asarray({obs!r}, dtype=np.float32))
-print(json.dumps({{"cairn": [m for m in sys.modules if m.startswith("cairn")],
-                  "action": keras.ops.convert_to_numpy(action).tolist(),
-                  "logits": keras.ops.convert_to_numpy(logits).tolist()}}))
-"""
-
-
 def test_model_keras_loads_with_plain_keras_in_a_fresh_process_and_gives_the_policys_actions(tmp_path):
     algo = small_ppo().framework("keras").env_runners(observation_filter="MeanStdFilter").build()
     algo.train()
     policy = algo.get_policy()
     path = Path(algo.save(tmp_path / "c")) / "policies/default_policy/model/model.keras"
-    obs = (OBS * 3).tolist()
-    out = subprocess.run([sys.executable, "-c", _PLAIN_KERAS.format(path=str(path), obs=obs)],
-                         capture_output=True, text=True, check=True, cwd=tmp_path)
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report["cairn"] == []
-    assert report["action"] == policy.compute_actions(OBS * 3, explore=False).tolist()
+    [(action, logits)] = plain_keras_outputs([path], OBS * 3, tmp_path)
+    assert action.tolist() == policy.compute_actions(OBS * 3, explore=False).tolist()
     expected = policy.compute_action_inputs(policy.process_observations(OBS * 3, update=False))
-    np.testing.assert_allclose(report["logits"], expected, atol=1e-5)
+    np.testing.assert_allclose(logits, expected, atol=1e-5)
 
 
 def test_a_users_keras_model_by_import_path_trains_and_restores(tmp_path):

@@ -22,6 +22,7 @@ from tests.algorithms.sac.multi_agent_pendulum import make_ma_pendulum
 from tests.checkpoint.test_resume_in_process import check_storage_alignment
 from tests.conftest import ROOT
 from tests.helpers import assert_trees_equal, map_by_index, weights_digest
+from tests.keras.plain_keras import plain_keras_outputs
 
 OBS_SPACE = gym.spaces.Box(-3.0, 3.0, (3,), np.float32)
 # Asymmetric bounds, and a 2x2 Box whose actions the serving model reshapes.
@@ -179,19 +180,6 @@ def test_keras_sac_resumes_exactly(tmp_path, multi_agent, env_runners):
     restored.stop()
 
 
-_PLAIN_KERAS = """
-import json, os, sys
-os.environ.setdefault("KERAS_BACKEND", "torch")
-import keras
-import numpy as np
-report = {{}}
-for path in {paths!r}:
-    model = keras.saving.load_model(path)  # safe_mode=True is the default
-    report[path] = [keras.ops.convert_to_numpy(o).tolist() for o in model(np.asarray({obs!r}, dtype=np.float32))]
-print(json.dumps({{"cairn": [m for m in sys.modules if m.startswith("cairn")], "outputs": report}}))
-"""
-
-
 @pytest.mark.slow
 def test_model_keras_is_the_greedy_action_path_and_loads_with_plain_keras(tmp_path):
     policies, paths = [], []
@@ -206,12 +194,7 @@ def test_model_keras_is_the_greedy_action_path_and_loads_with_plain_keras(tmp_pa
         policies.append(policy)
         paths.append(str(tmp_path / f"p{i}/model/model.keras"))
     obs = OBS * 1.5
-    out = subprocess.run([sys.executable, "-c", _PLAIN_KERAS.format(paths=paths, obs=obs.tolist())],
-                         capture_output=True, text=True, check=True, cwd=tmp_path)
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report["cairn"] == []
-    for policy, path in zip(policies, paths, strict=True):
-        action, mean, log_std = (np.asarray(o, np.float32) for o in report["outputs"][path])
+    for policy, (action, mean, log_std) in zip(policies, plain_keras_outputs(paths, obs, tmp_path), strict=True):
         expected = policy.compute_actions(obs, explore=False)
         assert action.shape == expected.shape == (len(obs), *policy.action_space.shape)
         np.testing.assert_allclose(action, expected, rtol=0, atol=1e-5)
