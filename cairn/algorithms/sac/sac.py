@@ -145,7 +145,7 @@ class SAC(OffPolicyAlgorithm):
             q_values, targets, None if weights is None else torch.from_numpy(weights))
 
         # Alpha and the critics have disjoint parameters: one backward, one optimizer step.
-        _clear_grads(model.parameters())
+        _clear_grads(groups)
         (loss_critic + loss_alpha).backward()
         if cfg.grad_clip is not None:
             clip_grad_norm(groups["critic"], cfg.grad_clip)
@@ -154,7 +154,7 @@ class SAC(OffPolicyAlgorithm):
         # The actor against the updated critics; their weights are detached, so gradients
         # reach only the actor (and the critics' stale gradients are cleared first).
         loss_actor = actor_loss(log_prob, model.critic(obs, actions_pi, detach=True), alpha)
-        _clear_grads(model.parameters())
+        _clear_grads(groups)
         loss_actor.backward()
         if cfg.grad_clip is not None:
             clip_grad_norm(groups["actor"], cfg.grad_clip)
@@ -169,6 +169,9 @@ class SAC(OffPolicyAlgorithm):
 
 
 
-def _clear_grads(params: Any) -> None:
-    for param in params:
-        param.grad = None
+def _clear_grads(groups: dict[str, list[torch.nn.Parameter]]) -> None:
+    # The optimizer's groups hold every parameter with a gradient (the target critics have
+    # none): walking them is cheaper than walking the model's modules twice per step.
+    for params in groups.values():
+        for param in params:
+            param.grad = None

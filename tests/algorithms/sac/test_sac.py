@@ -19,6 +19,7 @@ from cairn.algorithms.sac.loss import (
     soft_q_targets,
     squashed_gaussian_sample,
 )
+from cairn.algorithms.sac.model import TwinQ
 from cairn.errors import ConfigError
 from tests.algorithms.sac.multi_agent_pendulum import make_ma_pendulum
 from tests.helpers import map_by_index
@@ -147,6 +148,47 @@ def test_one_gradient_step_equals_three_separate_adams_in_sb3_order():
         assert not torch.equal(policy.model.critic.weights[0], policy.model.target_critic.weights[0])
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "elu"])
+def test_twin_q_equals_two_separate_linear_stacks(activation):
+    # TwinQ stores both critics as [2, fan_in, fan_out] weights and evaluates them per critic
+    # (relu and tanh in place); reference: two plain nn.Linear stacks with the same weights.
+    twin = TwinQ(5, 2, hidden=[16, 8], activation=activation)
+    twin.reset_parameters(torch.Generator().manual_seed(0))
+    act = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh, "elu": torch.nn.ELU}[activation]
+    stacks = []
+    for i in range(2):
+        layers: list[torch.nn.Module] = []
+        for k, (weight, bias) in enumerate(zip(twin.weights, twin.biases, strict=True)):
+            linear = torch.nn.Linear(weight.shape[1], weight.shape[2])
+            with torch.no_grad():
+                linear.weight.copy_(weight[i].T)
+                linear.bias.copy_(bias[i, 0])
+            layers += [linear, act()] if k < len(twin.weights) - 1 else [linear]
+        stacks.append(torch.nn.Sequential(*layers))
+    obs, actions = torch.randn(64, 5), torch.rand(64, 2) * 2 - 1
+    coeffs = torch.randn(2, 64)
+
+    q = twin(obs, actions)
+    want = torch.stack([stack(torch.cat([obs, actions], dim=-1)).squeeze(-1) for stack in stacks])
+    torch.testing.assert_close(q, want, rtol=1e-6, atol=1e-6)
+    (coeffs * q).sum().backward()
+    (coeffs * want).sum().backward()
+    for k, (weight, bias) in enumerate(zip(twin.weights, twin.biases, strict=True)):
+        for i in range(2):
+            linear = stacks[i][2 * k]
+            torch.testing.assert_close(weight.grad[i], linear.weight.grad.T, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(bias.grad[i, 0], linear.bias.grad, rtol=1e-5, atol=1e-6)
+
+    # detach=True (the actor loss): gradients reach the actions, not the critics' weights.
+    twin.zero_grad(set_to_none=True)
+    leaf = actions.clone().requires_grad_()
+    (coeffs * twin(obs, leaf, detach=True)).sum().backward()
+    assert all(p.grad is None for p in twin.parameters())
+    reference = actions.clone().requires_grad_()
+    (coeffs * torch.stack([s(torch.cat([obs, reference], -1)).squeeze(-1) for s in stacks])).sum().backward()
+    torch.testing.assert_close(leaf.grad, reference.grad, rtol=1e-5, atol=1e-6)
 
 
 def test_training_reports_losses_and_counts_gradient_steps():
