@@ -51,12 +51,12 @@ LR, BUFFER, BATCH, TAU, GAMMA, HIDDEN = 3e-4, 1_000_000, 256, 0.005, 0.99, [256,
 MUJOCO_STARTS = 10_000  # rl-zoo's mujoco-defaults
 
 
-def make_cairn(env: str, seed: int, starts: int) -> Any:
+def make_cairn(env: str, seed: int, starts: int, train_batch_size: int = 1000) -> Any:
     config = (
         cairn.SACConfig()
         .environment(env)
         .env_runners(num_env_runners=0, num_envs_per_env_runner=1)
-        .training(lr=LR, minibatch_size=BATCH, train_batch_size=1000, tau=TAU, gamma=GAMMA,
+        .training(lr=LR, minibatch_size=BATCH, train_batch_size=train_batch_size, tau=TAU, gamma=GAMMA,
                   train_freq=1, gradient_steps=1, num_steps_sampled_before_learning_starts=starts,
                   replay_buffer_config={"type": "uniform", "capacity": BUFFER},
                   model={"hidden": HIDDEN, "activation": "relu"})
@@ -101,7 +101,9 @@ def throughput(args: argparse.Namespace) -> None:
         for env in args.envs if rep % 2 == 0 else args.envs[::-1]:
             for lib in order:
                 if lib == "cairn":
-                    algo = make_cairn(env, rep, 100)
+                    # One train() call of exactly --steps env steps: SB3 runs --steps too, so
+                    # both take the same number of (cheap) random and (costly) learning steps.
+                    algo = make_cairn(env, rep, 100, train_batch_size=args.steps)
                     try:
                         start, cpu = time.perf_counter(), time.process_time()
                         advance_cairn(algo, args.steps)
