@@ -40,6 +40,7 @@ from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module
 from cairn.policy.model import NUMPY_ACTIVATIONS
+from cairn.policy.sac_model_base import SACModelBase
 
 __all__ = ["KerasSACModel", "KerasSquashedGaussianActor", "KerasTwinQ", "keras_sac_model"]
 
@@ -228,10 +229,14 @@ class KerasTwinQ(nn.Module):
         return torch.stack(q_values)
 
 
-class KerasSACModel(nn.Module):
+class KerasSACModel(SACModelBase):
     """Everything SAC learns, with Keras actor and critics: ``actor``, ``critic``,
     ``target_critic`` and ``log_alpha``. ``network`` is the actor's Keras model (what exports
     serve); :meth:`keras_serving_outputs` adds the deterministic action to it."""
+
+    actor: KerasSquashedGaussianActor
+    critic: KerasTwinQ
+    target_critic: KerasTwinQ
 
     def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
                  initial_alpha: float, log_std_bounds: tuple[float, float],
@@ -267,26 +272,6 @@ class KerasSACModel(nn.Module):
         longer be what Keras computes with and saves (a restore adopts arrays this way)."""
         return super().load_state_dict(state_dict, strict=strict, assign=False)
 
-    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
-        """The parameters each of SAC's three optimizers trains."""
-        return {"actor": list(self.actor.parameters()), "critic": list(self.critic.parameters()),
-                "alpha": [self.log_alpha]}
-
-    def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
-        """``[mean, log_std]`` of the pre-squash Gaussian, concatenated."""
-        return torch.cat(self.actor(obs), dim=-1)
-
-    def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
-        """:meth:`action_inputs` in numpy (see :meth:`KerasSquashedGaussianActor.numpy_forward`)."""
-        return self.actor.numpy_forward(obs)
-
-    @torch.no_grad()
-    def update_targets(self, tau: float) -> None:
-        """Polyak averaging: ``target <- (1 - tau) * target + tau * critic``."""
-        targets: list[torch.Tensor] = list(self.target_critic.parameters())
-        sources: list[torch.Tensor] = list(self.critic.parameters())
-        torch._foreach_lerp_(targets, sources, tau)
-
     def keras_serving_outputs(self, processed_obs: Any, dist: Any) -> dict[str, Any]:
         """The export outputs in Keras ops on the processed observations (a KerasTensor):
         ``action`` (``low + (tanh(mean) + 1) * half_range``, clipped to the bounds, as
@@ -302,8 +287,6 @@ class KerasSACModel(nn.Module):
             action = ops.reshape(action, (-1, *dist.shape))
         return {"action": ops.cast(action, np.dtype(dist.env_dtype).name), "mean": mean, "log_std": log_std}
 
-    def extra_repr(self) -> str:
-        return f"initial_alpha={self.initial_alpha}"
 
 
 def keras_sac_model(obs_size: int, action_size: int, model_config: Mapping[str, Any], *,

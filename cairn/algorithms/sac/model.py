@@ -21,6 +21,7 @@ from torch.nn import functional as F
 
 from cairn.policy.encoders import ObservationEncoder
 from cairn.policy.model import NUMPY_ACTIVATIONS
+from cairn.policy.sac_model_base import SACModelBase
 
 __all__ = ["SACModel", "SquashedGaussianActor", "TwinQ", "LOG_STD_MIN", "LOG_STD_MAX"]
 
@@ -147,8 +148,12 @@ class TwinQ(nn.Module):
         return torch.stack(q_values)
 
 
-class SACModel(nn.Module):
+class SACModel(SACModelBase):
     """Everything SAC learns: ``actor``, ``critic`` (twin Q), ``target_critic``, ``log_alpha``."""
+
+    actor: SquashedGaussianActor
+    critic: TwinQ
+    target_critic: TwinQ
 
     def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
                  initial_alpha: float, encoder: Mapping[str, Any] | None = None) -> None:
@@ -173,25 +178,3 @@ class SACModel(nn.Module):
         with torch.no_grad():
             self.log_alpha.fill_(math.log(self.initial_alpha))
 
-    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
-        """The parameters each of SAC's three optimizers trains."""
-        return {"actor": list(self.actor.parameters()), "critic": list(self.critic.parameters()),
-                "alpha": [self.log_alpha]}
-
-    def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
-        """``[mean, log_std]`` of the pre-squash Gaussian, concatenated."""
-        return torch.cat(self.actor(obs), dim=-1)
-
-    def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
-        """:meth:`action_inputs` in numpy (see :meth:`SquashedGaussianActor.numpy_forward`)."""
-        return self.actor.numpy_forward(obs)
-
-    @torch.no_grad()
-    def update_targets(self, tau: float) -> None:
-        """Polyak averaging: ``target <- (1 - tau) * target + tau * critic``."""
-        targets: list[torch.Tensor] = list(self.target_critic.parameters())
-        sources: list[torch.Tensor] = list(self.critic.parameters())
-        torch._foreach_lerp_(targets, sources, tau)
-
-    def extra_repr(self) -> str:
-        return f"initial_alpha={self.initial_alpha}"

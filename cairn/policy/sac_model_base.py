@@ -1,0 +1,53 @@
+"""SACModelBase: what SAC's model promises the algorithm, with the methods every one shares.
+
+SAC's model holds everything SAC learns, so that the policy's weights tree (and so its
+checkpoint) has all of it: ``actor`` (``actor(obs) -> (mean, log_std)`` and
+``actor.numpy_forward(obs)``), ``critic`` (twin Q: ``critic(obs, actions, detach=False) ->
+[2, batch]``), ``target_critic`` (the critics' Polyak-averaged copy, which no optimizer sees) and
+``log_alpha``. Two classes build them: the torch
+:class:`~cairn.algorithms.sac.model.SACModel` and the Keras
+:class:`~cairn.policy.keras_sac.KerasSACModel` (``framework="keras"``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["SACModelBase"]
+
+
+class SACModelBase(nn.Module):
+    """The parameter groups, acting inputs and target update shared by SAC's models; a
+    subclass builds ``actor``, ``critic``, ``target_critic``, ``log_alpha`` and sets
+    ``initial_alpha``."""
+
+    actor: nn.Module
+    critic: nn.Module
+    target_critic: nn.Module
+    log_alpha: nn.Parameter
+    initial_alpha: float
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """The parameters each of SAC's three optimizers trains."""
+        return {"actor": list(self.actor.parameters()), "critic": list(self.critic.parameters()),
+                "alpha": [self.log_alpha]}
+
+    def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[mean, log_std]`` of the pre-squash Gaussian, concatenated."""
+        return torch.cat(self.actor(obs), dim=-1)
+
+    def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`action_inputs` in numpy (the actor's ``numpy_forward``)."""
+        return self.actor.numpy_forward(obs)  # type: ignore[operator,no-any-return]
+
+    @torch.no_grad()
+    def update_targets(self, tau: float) -> None:
+        """Polyak averaging: ``target <- (1 - tau) * target + tau * critic``."""
+        targets: list[torch.Tensor] = list(self.target_critic.parameters())
+        sources: list[torch.Tensor] = list(self.critic.parameters())
+        torch._foreach_lerp_(targets, sources, tau)
+
+    def extra_repr(self) -> str:
+        return f"initial_alpha={self.initial_alpha}"
