@@ -49,6 +49,15 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, out
 
 
+def train_until(algo: Any, steps: int) -> tuple[int, float]:
+    """Call ``algo.train()`` until it has sampled ``steps`` env steps: (steps sampled, wall s)."""
+    start = time.perf_counter()
+    sampled = 0
+    while sampled < steps:
+        sampled = algo.train()["num_env_steps_sampled_lifetime"]
+    return sampled, time.perf_counter() - start
+
+
 def fsync_file(path: str | os.PathLike[str]) -> None:
     """Flush one file's data to disk."""
     fd = os.open(path, os.O_RDONLY)

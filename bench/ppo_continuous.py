@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import REPO, command_line, fmt, load_average, machine_lines, median, ratio, table
+from _util import REPO, command_line, fmt, load_average, machine_lines, median, ratio, table, train_until
 
 EVAL_EPISODES = 10
 
@@ -64,11 +64,7 @@ def run_cairn(env_id: str, seed: int, steps: int) -> dict[str, Any]:
         .resources(torch_num_threads=1).debugging(seed=seed).build()
     )
     load = load_average()
-    start = time.perf_counter()
-    sampled = 0
-    while sampled < steps:
-        sampled = algo.train()["num_env_steps_sampled_lifetime"]
-    wall = time.perf_counter() - start
+    sampled, wall = train_until(algo, steps)
     evaluation = algo.evaluate(EVAL_EPISODES)
     algo.stop()
     return {"steps": sampled, "wall_s": wall, "steps_per_s": sampled / wall,

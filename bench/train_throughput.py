@@ -41,6 +41,7 @@ from _util import (
     median,
     ratio,
     table,
+    train_until,
 )
 
 ENV_ID = "CartPole-v1"
@@ -73,11 +74,7 @@ def build_cairn(seed: int) -> Any:
 def run_cairn(seed: int, steps: int) -> dict[str, Any]:
     algo = build_cairn(seed)
     load = load_average()
-    start = time.perf_counter()
-    sampled = 0
-    while sampled < steps:
-        sampled = algo.train()["num_env_steps_sampled_lifetime"]
-    wall = time.perf_counter() - start
+    sampled, wall = train_until(algo, steps)
     ret = float(algo.evaluate()["episode_return_mean"])
     algo.stop()
     return {"steps": sampled, "wall_s": wall, "steps_per_s": sampled / wall, "eval_return": ret,

@@ -53,6 +53,16 @@ def weights_digest(algo: cairn.Algorithm) -> str:
     return digest.hexdigest()
 
 
+def assert_trains_identically(algo: cairn.Algorithm, restored: cairn.Algorithm, iterations: int = 2) -> None:
+    """Exact resume: ``algo`` and its ``restored`` copy train ``iterations`` more times and end
+    with the same weights (digest) and equal state trees."""
+    for _ in range(iterations):
+        algo.train()
+        restored.train()
+    assert weights_digest(restored) == weights_digest(algo)
+    assert_trees_equal(algo.get_state(), restored.get_state())
+
+
 def assert_trees_equal(a: object, b: object, path: str = "state") -> None:
     """Two state trees are equal: the same keys, types, array dtypes, shapes and values
     (NaN equal to NaN); the message names the first path that differs."""

@@ -16,7 +16,13 @@ from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.errors import ConfigError
 from cairn.export.verify import onnx_runner
 from tests.conftest import ROOT
-from tests.helpers import assert_trees_equal, make_ma_cartpole, map_by_index, weights_digest
+from tests.helpers import (
+    assert_trains_identically,
+    assert_trees_equal,
+    make_ma_cartpole,
+    map_by_index,
+    weights_digest,
+)
 from tests.keras.plain_keras import plain_keras_outputs
 
 KERAS = {"model": {"framework": "keras"}}
@@ -64,11 +70,7 @@ def test_dqn_with_a_keras_q_network_trains_and_resumes_exactly(tmp_path, multi_a
     restored = cairn.Algorithm.from_checkpoint(path)
     assert type(restored.get_policy(sorted(restored.policies)[0]).model).__name__ == "KerasQNetwork"
     assert_trees_equal(algo.get_state(), restored.get_state())
-    for _ in range(2):
-        algo.train()
-        restored.train()
-    assert weights_digest(restored) == weights_digest(algo)
-    assert_trees_equal(algo.get_state(), restored.get_state())
+    assert_trains_identically(algo, restored)
     for pid in algo.policies:
         assert (path / f"policies/{pid}/model/model.keras").is_file()
 

@@ -21,7 +21,7 @@ from cairn.export.verify import onnx_runner
 from tests.algorithms.sac.multi_agent_pendulum import make_ma_pendulum
 from tests.checkpoint.test_resume_in_process import check_storage_alignment
 from tests.conftest import ROOT
-from tests.helpers import assert_trees_equal, map_by_index, weights_digest
+from tests.helpers import assert_trains_identically, assert_trees_equal, map_by_index
 from tests.keras.plain_keras import plain_keras_outputs
 
 OBS_SPACE = gym.spaces.Box(-3.0, 3.0, (3,), np.float32)
@@ -171,11 +171,7 @@ def test_keras_sac_resumes_exactly(tmp_path, multi_agent, env_runners):
         check_storage_alignment(restored.get_policy(policy_id))
         assert {"actor.variables.mean_head_kernel", "critic.variables.q1_out_bias",
                 "target_critic.variables.q1_out_bias", "log_alpha"} <= set(state["policies"][policy_id]["weights"])
-    for _ in range(2):
-        algo.train()
-        restored.train()
-    assert weights_digest(restored) == weights_digest(algo)
-    assert_trees_equal(algo.get_state(), restored.get_state())
+    assert_trains_identically(algo, restored)
     algo.stop()
     restored.stop()
 

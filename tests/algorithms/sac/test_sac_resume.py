@@ -12,7 +12,7 @@ import pytest
 import cairn
 from tests.algorithms.sac.multi_agent_pendulum import make_ma_pendulum
 from tests.checkpoint.test_resume_in_process import check_storage_alignment
-from tests.helpers import assert_trees_equal, map_by_index, weights_digest
+from tests.helpers import assert_trains_identically, assert_trees_equal, map_by_index
 
 
 def sac(filter_name: str, buffer_type: str, multi_agent: bool, *, store: bool = True) -> cairn.AlgorithmConfig:
@@ -50,11 +50,7 @@ def test_restored_sac_has_equal_state_and_trains_identically(tmp_path, filter_na
         assert {"actor.mean_head.weight", "critic.weights.1", "target_critic.weights.1",
                 "log_alpha"} <= set(policy_state["weights"])
         assert [g["name"] for g in policy_state["optimizer"]["param_groups"]] == ["actor", "critic", "alpha"]
-    for _ in range(2):
-        algo.train()
-        restored.train()
-    assert weights_digest(restored) == weights_digest(algo)
-    assert_trees_equal(algo.get_state(), restored.get_state())
+    assert_trains_identically(algo, restored)
     algo.stop()
     restored.stop()
 
