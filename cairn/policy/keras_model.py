@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,7 @@ from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.model import NUMPY_ACTIVATIONS, ActorCriticMLP
 
 __all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp", "build_user_keras_model", "deepcopy_keras_module", "load_keras_builder",
-           "make_keras_actor_critic", "orthogonal_init"]
+           "make_keras_actor_critic", "orthogonal_init", "torch_linear_init"]
 
 #: cairn's activation names -> Keras' (the same functions).
 KERAS_ACTIVATIONS = {"tanh": "tanh", "relu": "relu", "elu": "elu", "silu": "silu"}
@@ -153,6 +154,17 @@ def orthogonal_init(kernel: torch.Tensor, gain: float, generator: torch.Generato
     """``torch.nn.init.orthogonal_`` of the torch layer ``kernel`` stands for (``[out, in]``, the
     transpose of Keras' ``[in, out]``), so that the same generator gives the same weights."""
     nn.init.orthogonal_(kernel.T, gain=gain, generator=generator)
+
+
+def torch_linear_init(layer: Any, generator: torch.Generator) -> None:
+    """PyTorch's default ``nn.Linear`` initialisation of a Keras ``Dense`` layer, drawn in
+    torch's ``[out, in]`` order (``uniform_`` fills memory in order) and stored transposed in
+    Keras' ``[in, out]`` kernel, so that the same generator gives the torch layer's weights."""
+    kernel, bias = _variable(layer, "kernel"), _variable(layer, "bias")
+    bound = 1.0 / math.sqrt(kernel.shape[0])
+    weight = torch.empty(kernel.shape[1], kernel.shape[0]).uniform_(-bound, bound, generator=generator)
+    kernel.copy_(weight.T)
+    nn.init.uniform_(bias, -bound, bound, generator=generator)
 
 
 def deepcopy_keras_module(module: nn.Module, memo: dict[int, Any]) -> Any:

@@ -14,7 +14,6 @@ is run layer by layer (each Keras layer's own ``call``); a user's Keras model
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,13 +24,14 @@ from torch import nn
 
 from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
-from cairn.policy.keras_model import KERAS_ACTIVATIONS, build_user_keras_model, deepcopy_keras_module
+from cairn.policy.keras_model import (
+    KERAS_ACTIVATIONS,
+    build_user_keras_model,
+    deepcopy_keras_module,
+    torch_linear_init,
+)
 
 __all__ = ["KerasQNetwork", "QLayers", "build_q_mlp", "keras_q_network"]
-
-
-def _variable(layer: Any, name: str) -> torch.Tensor:
-    return getattr(layer, name).value  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -102,12 +102,7 @@ class KerasQNetwork(nn.Module):
             layers.encoder.reset_parameters(generator, orthogonal=False)
         with torch.no_grad():
             for layer in layers.dense:
-                kernel, bias = _variable(layer, "kernel"), _variable(layer, "bias")
-                bound = 1.0 / math.sqrt(kernel.shape[0])
-                # Drawn in torch's [out, in] order (uniform_ fills a transposed view in memory order).
-                weight = torch.empty(kernel.shape[1], kernel.shape[0]).uniform_(-bound, bound, generator=generator)
-                kernel.copy_(weight.T)
-                nn.init.uniform_(bias, -bound, bound, generator=generator)
+                torch_linear_init(layer, generator)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> KerasQNetwork:
         copied: KerasQNetwork = deepcopy_keras_module(self, memo)

@@ -38,7 +38,7 @@ from torch import nn
 from cairn.errors import ConfigError
 from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
-from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module
+from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module, torch_linear_init
 from cairn.policy.model import NUMPY_ACTIVATIONS
 from cairn.policy.sac_model_base import SACModelBase
 
@@ -62,16 +62,6 @@ def _numpy_dense(layer: Any, x: np.ndarray) -> np.ndarray:
     """A Dense layer's affine map in numpy, on views of its variables."""
     kernel, bias = _variable(layer, "kernel").detach().numpy(), _variable(layer, "bias").detach().numpy()
     return x @ kernel + bias  # type: ignore[no-any-return]
-
-
-def _torch_linear_init(layer: Any, generator: torch.Generator) -> None:
-    """PyTorch's default ``nn.Linear`` initialisation, drawn in torch's ``[out, in]`` order
-    (``uniform_`` fills memory in order) and stored transposed in Keras' ``[in, out]`` kernel."""
-    kernel, bias = _variable(layer, "kernel"), _variable(layer, "bias")
-    bound = 1.0 / math.sqrt(kernel.shape[0])
-    weight = torch.empty(kernel.shape[1], kernel.shape[0]).uniform_(-bound, bound, generator=generator)
-    kernel.copy_(weight.T)
-    nn.init.uniform_(bias, -bound, bound, generator=generator)
 
 
 class KerasSquashedGaussianActor(nn.Module):
@@ -125,7 +115,7 @@ class KerasSquashedGaussianActor(nn.Module):
             self.encoder.reset_parameters(generator, orthogonal=False)
         with torch.no_grad():
             for layer in self.dense_layers():
-                _torch_linear_init(layer, generator)
+                torch_linear_init(layer, generator)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> KerasSquashedGaussianActor:
         copied: KerasSquashedGaussianActor = deepcopy_keras_module(self, memo)
