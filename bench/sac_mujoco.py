@@ -13,6 +13,10 @@ nearly every step includes its gradient step), the libraries alternating run by 
 the env order too); medians, over wall time and over the process's CPU time (on a machine
 shared with other jobs the second is the steadier measure of what each library costs).
 
+``paired``: the steadier form of the same measurement on a shared machine: both learners in
+one process, advanced in alternating chunks after a warm-up, each round's ratio taken between
+two chunks that ran back to back; medians over rounds, CPU time and wall time.
+
 ``learn``: one process holds both learners for one env and seed and advances them in
 alternating chunks of ``--chunk`` env steps (so that at any time both have reached the same
 step count and shared the same machine load), evaluating each after every chunk with
@@ -25,6 +29,8 @@ run it in the bench virtualenv:
 
     .bench-venv/bin/python bench/sac_mujoco.py throughput [--envs HalfCheetah-v5 Hopper-v5] \\
         [--steps 1000] [--reps 3] [--out bench/results/sac_mujoco_throughput.md]
+    .bench-venv/bin/python bench/sac_mujoco.py paired [--chunk 256] [--rounds 8] \\
+        [--out bench/results/sac_mujoco_paired.md]
     nice -n 10 .bench-venv/bin/python bench/sac_mujoco.py learn --env HalfCheetah-v5 --seed 0 \\
         [--steps 100000] [--chunk 10000] --log bench/results/sac_mujoco_learn.jsonl
     .bench-venv/bin/python bench/sac_mujoco.py report --log bench/results/sac_mujoco_learn.jsonl
@@ -149,6 +155,59 @@ def throughput(args: argparse.Namespace) -> None:
         Path(args.out).write_text(table)
 
 
+def paired(args: argparse.Namespace) -> None:
+    """Both learners in one process, advanced in alternating chunks of --chunk env steps after
+    a warm-up past learning_starts; each round's ratio compares two chunks that ran back to back
+    under the same machine load."""
+    lines = [
+        "## Paired throughput (`bench/sac_mujoco.py paired`)",
+        "",
+        machine_line(),
+        "",
+        f"Both learners in one process, learning from step 100, warmed up to step {args.warmup}; then "
+        f"{args.rounds} rounds of {args.chunk} env steps each (each with its gradient step), the "
+        "library that goes first alternating; per-round ratios cairn/SB3 of env steps per second.",
+        "",
+        "| env | cairn CPU ms per env step (median) | SB3 CPU ms per env step (median) | ratio per CPU s "
+        "(median of rounds) | all rounds | ratio wall (median) |",
+        "|---|---:|---:|---:|---|---:|",
+    ]
+    for env in args.envs:
+        algo = make_cairn(env, 0, 100, train_batch_size=args.chunk)
+        model = make_sb3(env, 0, 100)
+        try:
+            advance_cairn(algo, args.warmup)
+            advance_sb3(model, args.warmup)
+            per_step: dict[str, list[tuple[float, float]]] = {"cairn": [], "sb3": []}
+            for rnd in range(args.rounds):
+                for lib in ("cairn", "sb3") if rnd % 2 == 0 else ("sb3", "cairn"):
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    if lib == "cairn":
+                        before = algo.counters["num_env_steps_sampled_lifetime"]
+                        advance_cairn(algo, before + args.chunk)
+                        steps = algo.counters["num_env_steps_sampled_lifetime"] - before
+                    else:
+                        before = model.num_timesteps
+                        advance_sb3(model, before + args.chunk)
+                        steps = model.num_timesteps - before
+                    per_step[lib].append(((time.perf_counter() - wall) / steps, (time.process_time() - cpu) / steps))
+            cpu_ratios = [s[1] / c[1] for c, s in zip(per_step["cairn"], per_step["sb3"], strict=True)]
+            wall_ratios = [s[0] / c[0] for c, s in zip(per_step["cairn"], per_step["sb3"], strict=True)]
+            line = (f"| {env} | {statistics.median(c[1] for c in per_step['cairn']) * 1e3:.2f} "
+                    f"| {statistics.median(s[1] for s in per_step['sb3']) * 1e3:.2f} "
+                    f"| {statistics.median(cpu_ratios):.2f}x | {', '.join(f'{r:.2f}' for r in cpu_ratios)} "
+                    f"| {statistics.median(wall_ratios):.2f}x |")
+            print(line, flush=True)
+            lines.append(line)
+        finally:
+            algo.stop()
+            model.get_env().close()
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if args.out:
+        Path(args.out).write_text(table)
+
+
 # -------------------------------------------------------------------------------- learning
 def learn(args: argparse.Namespace) -> None:
     algo = make_cairn(args.env, args.seed, MUJOCO_STARTS)
@@ -238,6 +297,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--out", default=None)
+    p = sub.add_parser("paired")
+    p.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
+    p.add_argument("--warmup", type=int, default=300)
+    p.add_argument("--chunk", type=int, default=BATCH,
+                   help="env steps per round and library; at least the minibatch size (cairn's train_batch_size)")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--out", default=None)
     p = sub.add_parser("learn")
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--seed", type=int, default=0)
@@ -249,7 +315,7 @@ def main() -> None:
     p.add_argument("--log", nargs="+", required=True)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    {"throughput": throughput, "learn": learn, "report": report}[args.mode](args)
+    {"throughput": throughput, "paired": paired, "learn": learn, "report": report}[args.mode](args)
 
 
 if __name__ == "__main__":
