@@ -119,7 +119,7 @@ class SAC(OffPolicyAlgorithm):
         cfg = self.config
         sample = buffer.sample(cfg.minibatch_size)
         model, optimizer = policy.model, policy.optimizer
-        groups = model.parameter_groups()
+        groups: dict[str, list[torch.nn.Parameter]] = {g["name"]: g["params"] for g in optimizer.param_groups}
         obs, actions = torch.from_numpy(sample["obs"]), torch.from_numpy(sample["actions"])
         next_obs = torch.from_numpy(sample["next_obs"])
         weights = sample.get("weights")
@@ -171,7 +171,7 @@ class SAC(OffPolicyAlgorithm):
 
 def _clear_grads(groups: dict[str, list[torch.nn.Parameter]]) -> None:
     # The optimizer's groups hold every parameter with a gradient (the target critics have
-    # none): walking them is cheaper than walking the model's modules twice per step.
+    # none): walking them is cheaper than walking the model's modules.
     for params in groups.values():
         for param in params:
             param.grad = None
