@@ -2,7 +2,7 @@
 Applications", arXiv:1812.05905; equation numbers refer to it).
 
 * :func:`squashed_gaussian_log_prob`: ``log pi(a|s)`` of ``a = tanh(u)``, ``u ~ N(mean, std)``
-  (appendix C, eq. 26);
+  (appendix C, eq. 26, with SB3's epsilon);
 * :func:`soft_q_targets`: the twin-Q soft Bellman target with n-step returns (eqs. 3, 7);
 * :func:`critic_loss`, :func:`actor_loss`, :func:`alpha_loss`: eqs. 5, 7 and 18.
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.nn import functional as F
 
 __all__ = [
     "squashed_gaussian_log_prob",
@@ -23,30 +22,38 @@ __all__ = [
     "critic_loss",
     "actor_loss",
     "alpha_loss",
+    "SQUASH_EPSILON",
 ]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-_LOG_2 = math.log(2.0)
+
+#: ``epsilon`` in the tanh correction ``log(1 - tanh(u)^2 + epsilon)`` of
+#: :func:`squashed_gaussian_log_prob`: Stable-Baselines3's value.
+SQUASH_EPSILON = 1e-6
 
 
 def squashed_gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, pre_tanh: torch.Tensor) -> torch.Tensor:
     """``log pi(a|s)`` for ``a = tanh(u)``, per row (summed over action dimensions).
 
-    ``log pi(a|s) = log N(u; mean, std) - sum_i log(1 - tanh(u_i)^2)`` (eq. 26), with
-    ``log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u))``: the same value, finite where
-    ``tanh(u)`` rounds to +-1.
+    ``log pi(a|s) = log N(u; mean, std) - sum_i log(1 - tanh(u_i)^2 + epsilon)``: eq. 26 with
+    Stable-Baselines3's ``epsilon`` (:data:`SQUASH_EPSILON`; RLlib and CleanRL use the same).
+    Where ``tanh(u)`` saturates, the exact term, about ``2 log 2 - 2|u|``, has no bound and
+    keeps pulling ``u`` back (the actor loss weighs it by alpha); with ``epsilon`` each
+    dimension's term stops at ``log(epsilon)`` (about -13.8) and its gradient fades. cairn
+    computed the exact term until 2026-12; SB3's form learned better on HalfCheetah-v5
+    (docs/sac.md, section MuJoCo).
 
     >>> round(float(squashed_gaussian_log_prob(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1))), 4)
     -0.9189
     """
     z = (pre_tanh - mean) * torch.exp(-log_std)
     gaussian = (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(dim=-1)
-    return gaussian - _tanh_log_det(pre_tanh)
+    return gaussian - _tanh_log_det(torch.tanh(pre_tanh))
 
 
-def _tanh_log_det(pre_tanh: torch.Tensor) -> torch.Tensor:
-    # sum_i log(1 - tanh(u_i)^2), in the form that stays finite where tanh(u) rounds to +-1.
-    return 2.0 * (_LOG_2 - pre_tanh - F.softplus(-2.0 * pre_tanh)).sum(dim=-1)
+def _tanh_log_det(actions: torch.Tensor) -> torch.Tensor:
+    # sum_i log(1 - a_i^2 + epsilon), a = tanh(u): finite where a rounds to +-1.
+    return torch.log(1.0 - actions.square() + SQUASH_EPSILON).sum(dim=-1)
 
 
 def squashed_gaussian_sample(
@@ -63,9 +70,9 @@ def squashed_gaussian_sample(
     >>> float(a), round(float(logp), 4)
     (0.0, -0.9189)
     """
-    pre_tanh = mean + log_std.exp() * noise
+    actions = torch.tanh(mean + log_std.exp() * noise)
     gaussian = (-0.5 * noise.square() - _LOG_SQRT_2PI).sum(dim=-1) - log_std.sum(dim=-1)
-    return torch.tanh(pre_tanh), gaussian - _tanh_log_det(pre_tanh)
+    return actions, gaussian - _tanh_log_det(actions)
 
 
 def soft_q_targets(

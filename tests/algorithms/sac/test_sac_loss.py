@@ -13,6 +13,7 @@ from cairn.algorithms.replay_buffers import replay_transitions
 from cairn.algorithms.sac import loss as sac_loss
 from cairn.algorithms.sac.distribution import SquashedGaussian
 from cairn.algorithms.sac.loss import (
+    SQUASH_EPSILON,
     actor_loss,
     alpha_loss,
     critic_loss,
@@ -28,31 +29,53 @@ def test_doctests_of_the_loss_module():
 
 
 def test_squashed_log_prob_by_hand():
-    # u = 1, N(0, 1): log N = -1/2 - log sqrt(2 pi); log(1 - tanh(1)^2) = log(0.41997...).
-    expected = -0.5 - 0.5 * math.log(2 * math.pi) - math.log(1 - math.tanh(1.0) ** 2)
+    # u = 1, N(0, 1): log N = -1/2 - log sqrt(2 pi); correction log(1 - tanh(1)^2 + 1e-6).
+    expected = -0.5 - 0.5 * math.log(2 * math.pi) - math.log(1 - math.tanh(1.0) ** 2 + 1e-6)
     got = squashed_gaussian_log_prob(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1))
     assert float(got) == pytest.approx(expected, abs=1e-6)
-    assert expected == pytest.approx(-0.5513769, abs=1e-6)
+    assert expected == pytest.approx(-0.5513793, abs=1e-6)
 
 
-def test_squashed_log_prob_sums_dimensions_and_matches_torch_distributions():
+def test_squashed_log_prob_sums_dimensions_and_matches_sb3s_form():
     gen = torch.Generator().manual_seed(0)
     mean, log_std = torch.randn(64, 3, generator=gen), 0.5 * torch.randn(64, 3, generator=gen)
     u = mean + log_std.exp() * torch.randn(64, 3, generator=gen)
-    dist = torch.distributions.TransformedDistribution(
-        torch.distributions.Normal(mean, log_std.exp()), [torch.distributions.TanhTransform()])
-    reference = dist.log_prob(torch.tanh(u)).sum(-1)
+    # Stable-Baselines3's SquashedDiagGaussianDistribution.log_prob, written out.
+    reference = (torch.distributions.Normal(mean, log_std.exp()).log_prob(u).sum(-1)
+                 - torch.log(1 - torch.tanh(u) ** 2 + SQUASH_EPSILON).sum(-1))
     np.testing.assert_allclose(squashed_gaussian_log_prob(mean, log_std, u).numpy(), reference.numpy(),
-                               rtol=1e-4, atol=1e-4)
+                               rtol=1e-5, atol=1e-5)
+    # Away from saturation it is eq. 26 (torch's exact tanh change of variables) up to epsilon.
+    calm = u.abs().max(dim=-1).values < 2
+    exact = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(mean, log_std.exp()), [torch.distributions.TanhTransform()])
+    np.testing.assert_allclose(squashed_gaussian_log_prob(mean, log_std, u)[calm].numpy(),
+                               exact.log_prob(torch.tanh(u)).sum(-1)[calm].numpy(), rtol=1e-4, atol=1e-4)
+    assert 10 < int(calm.sum()) < 64
 
 
-def test_squashed_log_prob_stays_finite_where_tanh_saturates():
-    # tanh(20) rounds to 1 in float32: the naive log(1 - tanh^2) is -inf; the stable form is not.
-    u = torch.tensor([[20.0]])
+def test_squashed_log_prob_is_bounded_where_tanh_saturates():
+    # tanh(20) rounds to 1 in float32: the naive log(1 - tanh^2) is -inf; with epsilon the
+    # correction stops at log(1e-6) and its gradient vanishes (the exact term would keep a
+    # slope of -2 in |u|): d log pi / du is the Gaussian's alone, -u.
+    u = torch.tensor([[20.0]], requires_grad=True)
     got = squashed_gaussian_log_prob(torch.zeros(1, 1), torch.zeros(1, 1), u)
-    expected = -0.5 * 400 - 0.5 * math.log(2 * math.pi) - 2 * (math.log(2) - 20 - math.log1p(math.exp(-40)))
-    assert math.isfinite(float(got)) and float(got) == pytest.approx(expected, rel=1e-6)
-    assert float(torch.log(1 - torch.tanh(u) ** 2)) == -math.inf
+    expected = -0.5 * 400 - 0.5 * math.log(2 * math.pi) - math.log(1e-6)
+    assert math.isfinite(float(got.detach())) and float(got.detach()) == pytest.approx(expected, rel=1e-6)
+    got.sum().backward()
+    assert float(u.grad) == pytest.approx(-20.0, rel=1e-6)
+    assert float(torch.log(1 - torch.tanh(u.detach()) ** 2)) == -math.inf
+
+
+def test_sample_log_prob_equals_the_log_prob_of_its_pre_tanh_value():
+    gen = torch.Generator().manual_seed(1)
+    mean, log_std = torch.randn(32, 2, generator=gen), 0.5 * torch.randn(32, 2, generator=gen)
+    noise = torch.randn(32, 2, generator=gen)
+    actions, log_prob = squashed_gaussian_sample(mean, log_std, noise)
+    pre_tanh = mean + log_std.exp() * noise
+    np.testing.assert_allclose(actions.numpy(), torch.tanh(pre_tanh).numpy(), rtol=0, atol=0)
+    np.testing.assert_allclose(log_prob.numpy(), squashed_gaussian_log_prob(mean, log_std, pre_tanh).numpy(),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_sample_is_reparameterised():
