@@ -40,8 +40,8 @@ def squashed_gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, pre_ta
     Where ``tanh(u)`` saturates, the exact term, about ``2 log 2 - 2|u|``, has no bound and
     keeps pulling ``u`` back (the actor loss weighs it by alpha); with ``epsilon`` each
     dimension's term stops at ``log(epsilon)`` (about -13.8) and its gradient fades. cairn
-    computed the exact term until 2026-12; SB3's form learned better on HalfCheetah-v5
-    (docs/sac.md, section MuJoCo).
+    computed the exact term until 2026-12; SB3's form learned better on HalfCheetah-v5 and
+    Hopper-v5 (docs/sac.md, section MuJoCo).
 
     >>> round(float(squashed_gaussian_log_prob(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1))), 4)
     -0.9189
@@ -63,8 +63,8 @@ def squashed_gaussian_sample(
     ``log pi(a|s)``; gradients flow to ``mean`` and ``log_std`` through both.
 
     :func:`squashed_gaussian_log_prob` of the sample, with its standardised value
-    ``(u - mean) / std`` taken as what it is, ``noise``: exact, and fewer operations for
-    autograd to record and run backwards (SAC takes two samples per gradient step).
+    ``(u - mean) / std`` taken as what it is, ``noise`` (exact, and a few operations fewer
+    for autograd to record).
 
     >>> a, logp = squashed_gaussian_sample(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1))
     >>> float(a), round(float(logp), 4)
