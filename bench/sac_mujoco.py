@@ -91,6 +91,19 @@ def advance_sb3(model: Any, until: int) -> None:
     model.learn(total_timesteps=until - model.num_timesteps, reset_num_timesteps=False)
 
 
+def sampled(lib: str, learner: Any) -> int:
+    """Env steps ``learner`` (a cairn Algorithm or an SB3 model) has sampled so far."""
+    return learner.counters["num_env_steps_sampled_lifetime"] if lib == "cairn" else learner.num_timesteps
+
+
+def advance_timed(lib: str, learner: Any, until: int) -> tuple[int, float, float]:
+    """Advance ``learner`` to ``until`` env steps: (env steps taken, wall s, process CPU s)."""
+    before = sampled(lib, learner)
+    wall, cpu = time.perf_counter(), time.process_time()
+    (advance_cairn if lib == "cairn" else advance_sb3)(learner, until)
+    return sampled(lib, learner) - before, time.perf_counter() - wall, time.process_time() - cpu
+
+
 def eval_sb3(model: Any, env: gym.Env, episodes: int) -> float:
     from stable_baselines3.common.evaluation import evaluate_policy
 
@@ -111,18 +124,12 @@ def throughput(args: argparse.Namespace) -> None:
                     # both take the same number of (cheap) random and (costly) learning steps.
                     algo = make_cairn(env, rep, 100, train_batch_size=args.steps)
                     try:
-                        start, cpu = time.perf_counter(), time.process_time()
-                        advance_cairn(algo, args.steps)
-                        steps = algo.counters["num_env_steps_sampled_lifetime"]
-                        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                        steps, wall, cpu = advance_timed(lib, algo, args.steps)
                     finally:
                         algo.stop()
                 else:
                     model = make_sb3(env, rep, 100)
-                    start, cpu = time.perf_counter(), time.process_time()
-                    advance_sb3(model, args.steps)
-                    steps = model.num_timesteps
-                    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                    steps, wall, cpu = advance_timed(lib, model, args.steps)
                     model.get_env().close()
                 results.setdefault((env, lib), []).append(steps / wall)
                 cpu_results.setdefault((env, lib), []).append(steps / cpu)
@@ -173,24 +180,16 @@ def paired(args: argparse.Namespace) -> None:
         "|---|---:|---:|---:|---|---:|",
     ]
     for env in args.envs:
-        algo = make_cairn(env, 0, 100, train_batch_size=args.chunk)
-        model = make_sb3(env, 0, 100)
+        learners = {"cairn": make_cairn(env, 0, 100, train_batch_size=args.chunk), "sb3": make_sb3(env, 0, 100)}
         try:
-            advance_cairn(algo, args.warmup)
-            advance_sb3(model, args.warmup)
+            for lib, learner in learners.items():
+                advance_timed(lib, learner, args.warmup)
             per_step: dict[str, list[tuple[float, float]]] = {"cairn": [], "sb3": []}
             for rnd in range(args.rounds):
                 for lib in ("cairn", "sb3") if rnd % 2 == 0 else ("sb3", "cairn"):
-                    wall, cpu = time.perf_counter(), time.process_time()
-                    if lib == "cairn":
-                        before = algo.counters["num_env_steps_sampled_lifetime"]
-                        advance_cairn(algo, before + args.chunk)
-                        steps = algo.counters["num_env_steps_sampled_lifetime"] - before
-                    else:
-                        before = model.num_timesteps
-                        advance_sb3(model, before + args.chunk)
-                        steps = model.num_timesteps - before
-                    per_step[lib].append(((time.perf_counter() - wall) / steps, (time.process_time() - cpu) / steps))
+                    learner = learners[lib]
+                    steps, wall, cpu = advance_timed(lib, learner, sampled(lib, learner) + args.chunk)
+                    per_step[lib].append((wall / steps, cpu / steps))
             cpu_ratios = [s[1] / c[1] for c, s in zip(per_step["cairn"], per_step["sb3"], strict=True)]
             wall_ratios = [s[0] / c[0] for c, s in zip(per_step["cairn"], per_step["sb3"], strict=True)]
             line = (f"| {env} | {statistics.median(c[1] for c in per_step['cairn']) * 1e3:.2f} "
@@ -200,8 +199,8 @@ def paired(args: argparse.Namespace) -> None:
             print(line, flush=True)
             lines.append(line)
         finally:
-            algo.stop()
-            model.get_env().close()
+            learners["cairn"].stop()
+            learners["sb3"].get_env().close()
     table = "\n".join(lines) + "\n"
     print(table)
     if args.out:
@@ -222,13 +221,9 @@ def learn(args: argparse.Namespace) -> None:
             mark = min(mark + args.chunk, args.steps)
             row: dict[str, Any] = {"env": args.env, "seed": args.seed, "steps": mark}
             for lib in (("sb3", "cairn") if (mark // args.chunk) % 2 else ("cairn", "sb3")):
-                wall, cpu = time.perf_counter(), time.process_time()
-                if lib == "cairn":
-                    advance_cairn(algo, mark)
-                else:
-                    advance_sb3(model, mark)
-                clocks[lib][0] += time.perf_counter() - wall
-                clocks[lib][1] += time.process_time() - cpu
+                _, wall, cpu = advance_timed(lib, algo if lib == "cairn" else model, mark)
+                clocks[lib][0] += wall
+                clocks[lib][1] += cpu
                 if lib == "cairn":
                     ret = float(algo.evaluate(args.eval_episodes)["episode_return_mean"])
                 else:
