@@ -146,7 +146,10 @@ def _git_head() -> str:
 def command_line() -> str:
     """The command that ran this script, relative to the repository root."""
     script = os.path.relpath(sys.argv[0], REPO)
-    return " ".join([".bench-venv/bin/python", script, *map(shlex.quote, sys.argv[1:])])
+    # The interpreter of the virtualenv that ran it (.venv or .bench-venv), not a fixed one.
+    prefix = Path(sys.prefix)
+    python = os.path.relpath(prefix / "bin" / "python", REPO) if prefix.is_relative_to(REPO) else sys.executable
+    return " ".join([python, script, *map(shlex.quote, sys.argv[1:])])
 
 
 def fmt(x: float, digits: int = 2) -> str:
