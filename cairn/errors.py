@@ -33,6 +33,7 @@ __all__ = [
     "StorageBackendMissingError",
     "UncommittedCheckpointError",
     "ImageObservationWarning",
+    "ReplayBufferNotRestoredWarning",
 ]
 
 
@@ -159,4 +160,15 @@ class ImageObservationWarning(UserWarning):
 
     Filter it (``warnings.simplefilter("ignore", ImageObservationWarning)``) when the
     flattening is on purpose.
+    """
+
+
+class ReplayBufferNotRestoredWarning(UserWarning):
+    """An off-policy algorithm (DQN, SAC) was restored from a state without its replay buffers
+    (saved without ``config.checkpointing(store_replay_buffer=True)``): training goes on from
+    empty buffers, so it does not repeat the original run exactly.
+
+    Acting, evaluating and exporting never read the buffers; filter it
+    (``warnings.simplefilter("ignore", ReplayBufferNotRestoredWarning)``) when the restored
+    algorithm will not train. ``cairn evaluate`` does.
     """

@@ -11,6 +11,7 @@ import numpy as np
 
 from cairn.algorithms.dqn.loss import n_step_returns
 from cairn.env_runner.sample_batch import SampleBatch
+from cairn.errors import ReplayBufferNotRestoredWarning
 from cairn.replay import ReplayBuffer, make_replay_buffer
 from cairn.rng import seed_sequence
 
@@ -183,6 +184,7 @@ class PolicyReplayBuffers:
                 f"This {algorithm} state has no replay buffer, so training continues with empty "
                 "buffers (and does not repeat the original run exactly). Save with "
                 "config.checkpointing(store_replay_buffer=True) to keep them.",
+                ReplayBufferNotRestoredWarning,
                 stacklevel=5,  # restore <- set_components <- set_algorithm_state <- set_state <- caller
             )
             return

@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import warnings
 from typing import Any
 
 from cairn.cli.common import UsageError, json_safe
+from cairn.errors import ReplayBufferNotRestoredWarning
 
 __all__ = ["add_parser", "run", "render_episode", "first_episode_seed", "write_frames"]
 
@@ -23,7 +25,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("evaluate", parents=[common], help="play greedy episodes of a checkpoint",
                        description="Play greedy episodes of an Algorithm checkpoint and report their return and "
                                    "length (mean, std, min, max).")
-    p.add_argument("checkpoint", help="an Algorithm checkpoint (e.g. RUN/checkpoints/checkpoint_000010)")
+    p.add_argument("checkpoint", help="an Algorithm checkpoint (e.g. RUN/checkpoints/checkpoint_000010), or a run "
+                                      "directory RUN for its newest checkpoint")
     p.add_argument("--episodes", type=int, default=None, metavar="N",
                    help="episodes to play (default: the config's evaluation_duration, 10)")
     p.add_argument("--env", default=None, metavar="ID", help="evaluate on this environment instead of the "
@@ -102,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``cairn evaluate``."""
     from cairn.algorithms.algorithm import Algorithm
     from cairn.checkpoint import get_checkpoint_info
+    from cairn.cli.run_checkpoints import checkpoint_or_latest_of_run
 
     if args.episodes is not None and args.episodes < 1:
         raise UsageError(f"--episodes {args.episodes}: expected at least 1.")
@@ -109,13 +113,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--render {args.render}: expected a .gif or .mp4 file name.")
     if args.fps < 1:
         raise UsageError(f"--fps {args.fps}: expected at least 1.")
+    args.checkpoint = checkpoint_or_latest_of_run(args.checkpoint)
     if get_checkpoint_info(args.checkpoint)["type"] != "Algorithm":
         raise UsageError(f"{args.checkpoint} is a Policy checkpoint; cairn evaluate takes an Algorithm checkpoint "
                          "(RUN/checkpoints/checkpoint_<N>), which knows its environment.")
     overrides: dict[str, Any] = {"num_env_runners": 0, "num_envs_per_env_runner": 1}
     if args.env is not None:
         overrides["env"] = args.env
-    algo = Algorithm.from_checkpoint(args.checkpoint, config_overrides=overrides)
+    with warnings.catch_warnings():  # evaluation never reads the replay buffers
+        warnings.simplefilter("ignore", ReplayBufferNotRestoredWarning)
+        algo = Algorithm.from_checkpoint(args.checkpoint, config_overrides=overrides)
     try:
         result = algo.evaluate(args.episodes, seed=args.seed)
         rendered = None

@@ -21,7 +21,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``cairn export`` to the subcommands ``sub``."""
     p = sub.add_parser("export", parents=[common], help="export policies' models as ONNX or torch programs",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="Algorithm or Policy checkpoint")
+    p.add_argument("checkpoint", help="Algorithm or Policy checkpoint, or a run directory RUN for its newest checkpoint")
     p.add_argument("--policy-id", action="append", default=None, metavar="ID",
                    help="a policy of an Algorithm checkpoint to export (repeatable; default: all of them)")
     p.add_argument("--format", choices=["onnx", "torch", "saved_model"], required=True,
@@ -56,6 +56,7 @@ def _targets(args: argparse.Namespace) -> list[tuple[str | None, Any, str]]:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``cairn export`` with parsed arguments."""
+    from cairn.cli.run_checkpoints import checkpoint_or_latest_of_run
     from cairn.export import DEFAULT_OPSET, export_model
     from cairn.export.onnx_model import check_opset
 
@@ -66,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
         opset = check_opset(DEFAULT_OPSET if args.opset is None else args.opset)
     if args.format == "saved_model" and args.extra_outputs:
         raise UsageError("--extra-output applies to --format onnx and torch only.")
+    source = checkpoint_or_latest_of_run(args.checkpoint)
+    # A run directory: name the checkpoint it stands for.
+    origin = "" if source == args.checkpoint else f" from {source}"
+    args.checkpoint = source
     for pid, policy, out in _targets(args):
         if args.format == "saved_model":  # Keras policies, through TensorFlow in a subprocess
             from cairn.export.keras_saved_model import export_saved_model
@@ -74,5 +79,5 @@ def run(args: argparse.Namespace) -> int:
         else:
             export_model(policy, out, onnx=opset, extra_outputs=args.extra_outputs or ())
         of = "" if pid is None else f" of policy {pid!r}"
-        print(f"exported {args.format} model{of} to {out}", flush=True)
+        print(f"exported {args.format} model{of}{origin} to {out}", flush=True)
     return 0

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["CHECKPOINTS_DIR", "BEST_METRIC", "StoredCheckpoint", "run_manager", "list_checkpoints",
-           "latest_checkpoint"]
+           "latest_checkpoint", "checkpoint_or_latest_of_run"]
 
 #: The folder of a run directory that holds its checkpoints.
 CHECKPOINTS_DIR = "checkpoints"
@@ -89,3 +89,23 @@ def latest_checkpoint(root: str) -> str | None:
     """The path of the newest committed checkpoint in ``root``, or None when there is none."""
     stored = list_checkpoints(root)
     return stored[-1].path if stored else None
+
+
+def checkpoint_or_latest_of_run(path: str) -> str:
+    """``path`` itself, or, for a run directory (what ``cairn train --out`` writes: no manifest
+    of its own, a ``checkpoints/`` folder), the path of its newest committed checkpoint.
+
+    Raises :class:`~cairn.cli.common.UsageError` for a run directory without a committed
+    checkpoint. Anything else (a checkpoint, an object-store URI, a wrong path) is returned
+    unchanged for the checkpoint reader to accept or explain.
+    """
+    from cairn.cli.common import UsageError
+
+    folder = os.path.join(path, CHECKPOINTS_DIR)
+    if os.path.isfile(os.path.join(path, "cairn_checkpoint.json")) or not os.path.isdir(folder):
+        return path
+    latest = latest_checkpoint(folder)
+    if latest is None:
+        raise UsageError(f"{path} is a run directory with no committed checkpoint in {folder}; train it with "
+                         "--checkpoint-every N or until it ends (the last iteration is always saved).")
+    return latest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -89,3 +90,40 @@ def test_evaluate_on_another_env_with_the_same_spaces(trained_run, capsys):
     report = _json(capsys, ["evaluate", ckpt, "--env", "CartPole-v0", "--episodes", "2", "--seed", "0", "--json"])
     assert report["env"] == "CartPole-v0" and report["num_episodes"] == 2
     assert max(report["episode_lens"]) <= 200  # CartPole-v0's time limit, not v1's 500
+
+
+def test_evaluate_and_export_take_a_run_directory(trained_run, tmp_path, capsys):
+    newest = str(trained_run / "checkpoints" / "checkpoint_000003")
+    from_run = _json(capsys, ["evaluate", str(trained_run), "--episodes", "2", "--seed", "5", "--json"])
+    direct = _json(capsys, ["evaluate", newest, "--episodes", "2", "--seed", "5", "--json"])
+    assert from_run["checkpoint"] == newest
+    assert {**from_run, "checkpoint": None} == {**direct, "checkpoint": None}
+
+    assert main(["export", str(trained_run), "--format", "torch", "--out", str(tmp_path / "model")]) == 0
+    assert capsys.readouterr().out == f"exported torch model of policy 'default_policy' from {newest} to {tmp_path / 'model'}\n"
+    assert (tmp_path / "model").is_dir()
+
+    empty = tmp_path / "empty_run"
+    (empty / "checkpoints").mkdir(parents=True)
+    for command in (["evaluate", str(empty)], ["export", str(empty), "--format", "torch", "--out", str(tmp_path / "x")]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"{empty} is a run directory with no committed checkpoint" in err and "--checkpoint-every" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_evaluate_restores_a_checkpoint_without_its_replay_buffer_quietly(tmp_path, capsys):
+    algo = (cairn.DQNConfig().environment("CartPole-v1").debugging(seed=0)
+            .training(train_batch_size=64, minibatch_size=16, num_steps_sampled_before_learning_starts=32).build())
+    try:
+        algo.train()
+        ckpt = algo.save(tmp_path / "dqn")  # without store_replay_buffer: no buffer in it
+    finally:
+        algo.stop()
+    with pytest.warns(cairn.errors.ReplayBufferNotRestoredWarning, match="no replay buffer"):
+        cairn.Algorithm.from_checkpoint(ckpt).stop()  # a restore to train on says what it lost
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = _json(capsys, ["evaluate", str(ckpt), "--episodes", "1", "--seed", "0", "--json"])
+    assert report["num_episodes"] == 1
+    assert not [w for w in caught if issubclass(w.category, cairn.errors.ReplayBufferNotRestoredWarning)]
