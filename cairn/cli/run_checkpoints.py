@@ -75,14 +75,31 @@ def list_checkpoints(root: str) -> list[StoredCheckpoint]:
             info = get_checkpoint_info(path)
         except CheckpointError:
             continue
-        size = sum(int(entry["size"]) for entry in info["files"].values())
-        size += os.path.getsize(os.path.join(path, "cairn_checkpoint.json"))
+        try:
+            size = _listed_size(path, info)
+        except CheckpointError:
+            continue
         record = _record(root, name)
         metric = record.get("metric")
         found.append(StoredCheckpoint(path, int(match.group(1)), size, info.get("created_at"),
                                       float(metric) if isinstance(metric, (int, float)) else None,
                                       record.get("metric_name")))
     return sorted(found, key=lambda c: c.iteration)
+
+
+def _listed_size(path: str, info: dict[str, Any]) -> int:
+    """Bytes of a checkpoint's manifest and the files it lists, with each policy's files, which
+    the policy's own manifest (``policies/<id>/cairn_checkpoint.json``) lists."""
+    from cairn.checkpoint import get_checkpoint_info
+    from cairn.checkpoint.format import MANIFEST_FILE
+
+    size = os.path.getsize(os.path.join(path, MANIFEST_FILE))
+    for name, entry in info["files"].items():
+        size += int(entry["size"])
+        if name.endswith("/" + MANIFEST_FILE):  # a policy's manifest: add what it lists
+            policy = get_checkpoint_info(os.path.join(path, os.path.dirname(name)))
+            size += sum(int(e["size"]) for e in policy["files"].values())
+    return size
 
 
 def latest_checkpoint(root: str) -> str | None:

@@ -146,7 +146,11 @@ def test_ls(trained_run, capsys):
         assert [r["iteration"] for r in rows] == [1, 2, 3]
         progress = (trained_run / "progress.csv").read_text().splitlines()[1:]
         assert [r["episode_return_mean"] for r in rows] == [pytest.approx(float(line.split(",")[3])) for line in progress]
-        assert all(r["size"] > 1000 for r in rows) and rows[-1]["tags"][0] == "latest"
+        # Every listed file counts, the policies' too (listed in their own manifests): on
+        # disk there is nothing else.
+        on_disk = [sum(f.stat().st_size for f in Path(r["path"]).rglob("*") if f.is_file()) for r in rows]
+        assert [r["size"] for r in rows] == on_disk
+        assert rows[-1]["tags"][0] == "latest"
     assert main(["checkpoint", "ls", str(trained_run)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["checkpoint", "iteration", "return_mean", "size", "created"]
