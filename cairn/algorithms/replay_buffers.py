@@ -183,7 +183,8 @@ class PolicyReplayBuffers:
             warnings.warn(
                 f"This {algorithm} state has no replay buffer, so training continues with empty "
                 "buffers (and does not repeat the original run exactly). Save with "
-                "config.checkpointing(store_replay_buffer=True) to keep them.",
+                "config.checkpointing(store_replay_buffer=True) (on the command line: --config "
+                "store_replay_buffer=true) to keep them.",
                 ReplayBufferNotRestoredWarning,
                 stacklevel=5,  # restore <- set_components <- set_algorithm_state <- set_state <- caller
             )

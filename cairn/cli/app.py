@@ -2,7 +2,8 @@
 
 Exit status: 0 done; 1 failed (one line ``cairn: error: ...`` on stderr; ``-v``/``--debug``
 add the traceback); 2 bad arguments (argparse's usage message, or one ``cairn: error:``
-line for arguments found wrong before any work); 130 interrupted (Ctrl-C).
+line for arguments found wrong before any work); 130 interrupted (Ctrl-C). Warnings from
+cairn's own code show as ``cairn: warning: ...`` lines, as its log records do.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 
 from cairn._version import __version__
@@ -17,7 +19,7 @@ from cairn.cli.checkpoint_cmd import add_parser as add_checkpoint
 from cairn.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, ArgumentsError, CommandError, common_options
 from cairn.cli.evaluate import add_parser as add_evaluate
 from cairn.cli.export import add_parser as add_export
-from cairn.cli.logs import configure_logging, remove_handler, shows_tracebacks
+from cairn.cli.logs import configure_logging, remove_handler, shows_tracebacks, warnings_as_log_records
 from cairn.cli.plot import add_parser as add_plot
 from cairn.cli.train import add_parser as add_train
 
@@ -51,7 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = configure_logging(args)
     try:
-        return int(args.run(args))
+        with warnings.catch_warnings():
+            warnings.showwarning = warnings_as_log_records()
+            return int(args.run(args))
     except ArgumentsError as exc:  # argparse's form: the usage line, then "cairn train: error: ..."
         parser = getattr(args, "parser", None)
         if parser is not None:

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import warnings
+from collections.abc import Callable
+from typing import TextIO
 
-__all__ = ["LOGGER_NAME", "configure_logging", "remove_handler", "log_level", "shows_tracebacks"]
+__all__ = ["LOGGER_NAME", "configure_logging", "remove_handler", "log_level", "shows_tracebacks",
+           "warnings_as_log_records"]
 
 LOGGER_NAME = "cairn"
 
@@ -68,3 +73,23 @@ def remove_handler(handler: logging.Handler) -> None:
     logger = logging.getLogger(LOGGER_NAME)
     logger.removeHandler(handler)
     logger.setLevel(logging.NOTSET)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def warnings_as_log_records() -> Callable[..., None]:
+    """A ``warnings.showwarning`` that prints the warnings cairn's own code issues as the
+    ``cairn`` logger's WARNING records (one line, ``cairn: warning: ...``, hidden by ``-q``)
+    instead of Python's two lines naming a source file; others go to Python's own display.
+    Install it inside ``warnings.catch_warnings()``, which puts the original back."""
+    original = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        if os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep):
+            logging.getLogger(LOGGER_NAME).warning("%s", " ".join(str(message).split()))
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    return show

@@ -69,6 +69,21 @@ def test_resume_continues_counters_rng_and_appends(tmp_path, capsys):
     assert restored.iteration == 4 and restored.counters["num_env_steps_sampled_lifetime"] == 256
 
 
+def test_warnings_from_cairn_show_as_one_line(tmp_path, capsys):
+    dqn = ["train", "--algo", "DQN", "--env", "CartPole-v1", "--config", "train_batch_size=64", "minibatch_size=16",
+           "num_steps_sampled_before_learning_starts=32", "--out", str(tmp_path / "run")]
+    assert main([*dqn, "--stop-iters", "1", "-q"]) == 0  # saved without its replay buffer
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "run"), "--stop-iters", "2"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "replay buffer" in line]
+    assert len(err) == 1 and err[0].startswith("cairn: warning: This DQN state has no replay buffer, so training")
+    assert "--config store_replay_buffer=true" in err[0]
+    assert main(["train", "--resume", str(tmp_path / "run"), "--stop-iters", "3", "-q"]) == 0
+    assert "replay buffer" not in capsys.readouterr().err  # -q: errors only
+    with pytest.warns(cairn.errors.ReplayBufferNotRestoredWarning):  # outside the command: Python's own
+        cairn.Algorithm.from_checkpoint(tmp_path / "run" / "checkpoints" / "checkpoint_000003").stop()
+
+
 def test_resume_cuts_rows_written_after_the_latest_checkpoint(tmp_path, capsys):
     """A run that died after logging iterations it never checkpointed: those rows go, once."""
     import shutil
