@@ -26,7 +26,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        description="Play greedy episodes of an Algorithm checkpoint and report their return and "
                                    "length (mean, std, min, max).")
     p.add_argument("checkpoint", help="an Algorithm checkpoint (e.g. RUN/checkpoints/checkpoint_000010), or a run "
-                                      "directory RUN for its newest checkpoint")
+                                      "directory RUN (or RUN/checkpoints) for its newest checkpoint")
     p.add_argument("--episodes", type=int, default=None, metavar="N",
                    help="episodes to play (default: the config's evaluation_duration, 10)")
     p.add_argument("--env", default=None, metavar="ID", help="evaluate on this environment instead of the "

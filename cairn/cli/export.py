@@ -21,7 +21,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``cairn export`` to the subcommands ``sub``."""
     p = sub.add_parser("export", parents=[common], help="export policies' models as ONNX or torch programs",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="Algorithm or Policy checkpoint, or a run directory RUN for its newest checkpoint")
+    p.add_argument("checkpoint", help="Algorithm or Policy checkpoint, or a run directory RUN (or RUN/checkpoints) "
+                                      "for its newest checkpoint")
     p.add_argument("--policy-id", action="append", default=None, metavar="ID",
                    help="a policy of an Algorithm checkpoint to export (repeatable; default: all of them)")
     p.add_argument("--format", choices=["onnx", "torch", "saved_model"], required=True,

@@ -110,19 +110,24 @@ def latest_checkpoint(root: str) -> str | None:
 
 def checkpoint_or_latest_of_run(path: str) -> str:
     """``path`` itself, or, for a run directory (what ``cairn train --out`` writes: no manifest
-    of its own, a ``checkpoints/`` folder), the path of its newest committed checkpoint.
+    of its own, a ``checkpoints/`` folder) or its ``checkpoints/`` folder, the path of the
+    newest committed checkpoint there.
 
     Raises :class:`~cairn.cli.common.UsageError` for a run directory without a committed
     checkpoint. Anything else (a checkpoint, an object-store URI, a wrong path) is returned
     unchanged for the checkpoint reader to accept or explain.
     """
+    from cairn.checkpoint.format import MANIFEST_FILE
     from cairn.cli.common import UsageError
 
-    folder = os.path.join(path, CHECKPOINTS_DIR)
-    if os.path.isfile(os.path.join(path, "cairn_checkpoint.json")) or not os.path.isdir(folder):
+    if os.path.isfile(os.path.join(path, MANIFEST_FILE)):
         return path
-    latest = latest_checkpoint(folder)
-    if latest is None:
+    folder = os.path.join(path, CHECKPOINTS_DIR)
+    for root in (folder, path):
+        latest = latest_checkpoint(root)
+        if latest is not None:
+            return latest
+    if os.path.isdir(folder):
         raise UsageError(f"{path} is a run directory with no committed checkpoint in {folder}; train it with "
                          "--checkpoint-every N or until it ends (the last iteration is always saved).")
-    return latest
+    return path

@@ -97,6 +97,8 @@ def test_evaluate_and_export_take_a_run_directory(trained_run, tmp_path, capsys)
     from_run = _json(capsys, ["evaluate", str(trained_run), "--episodes", "2", "--seed", "5", "--json"])
     direct = _json(capsys, ["evaluate", newest, "--episodes", "2", "--seed", "5", "--json"])
     assert from_run["checkpoint"] == newest
+    folder = _json(capsys, ["evaluate", str(trained_run / "checkpoints"), "--episodes", "2", "--seed", "5", "--json"])
+    assert folder == from_run
     assert {**from_run, "checkpoint": None} == {**direct, "checkpoint": None}
 
     assert main(["export", str(trained_run), "--format", "torch", "--out", str(tmp_path / "model")]) == 0
