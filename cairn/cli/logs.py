@@ -79,15 +79,17 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def warnings_as_log_records() -> Callable[..., None]:
-    """A ``warnings.showwarning`` that prints the warnings cairn's own code issues as the
-    ``cairn`` logger's WARNING records (one line, ``cairn: warning: ...``, hidden by ``-q``)
-    instead of Python's two lines naming a source file; others go to Python's own display.
-    Install it inside ``warnings.catch_warnings()``, which puts the original back."""
+    """A ``warnings.showwarning`` that prints cairn's warnings (of a class cairn defines, or
+    issued from cairn's code) as the ``cairn`` logger's WARNING records (one line,
+    ``cairn: warning: ...``, hidden by ``-q``) instead of Python's two lines naming a source
+    file; others go to Python's own display. Install it inside ``warnings.catch_warnings()``,
+    which puts the original back."""
     original = warnings.showwarning
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: TextIO | None = None, line: str | None = None) -> None:
-        if os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep):
+        in_cairn = os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
+        if in_cairn or category.__module__.split(".")[0] == "cairn":
             logging.getLogger(LOGGER_NAME).warning("%s", " ".join(str(message).split()))
         else:
             original(message, category, filename, lineno, file, line)
