@@ -57,9 +57,9 @@ def _record(root: str, name: str) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
-def list_checkpoints(root: str) -> list[StoredCheckpoint]:
-    """The committed cairn checkpoints in the local folder ``root`` (named ``checkpoint_<N>``),
-    oldest iteration first; anything else there is left out. Reads only manifests and records."""
+def _committed(root: str) -> list[tuple[int, str, str, dict[str, Any]]]:
+    """``(iteration, name, path, manifest summary)`` of each committed ``checkpoint_<N>`` in the
+    local folder ``root``, in no order; anything else there is left out."""
     from cairn.checkpoint import get_checkpoint_info
     from cairn.errors import CheckpointError
 
@@ -72,40 +72,50 @@ def list_checkpoints(root: str) -> list[StoredCheckpoint]:
         if match is None or not os.path.isdir(path):
             continue
         try:
-            info = get_checkpoint_info(path)
+            found.append((int(match.group(1)), name, path, get_checkpoint_info(path)))
         except CheckpointError:
             continue
-        try:
-            size = _listed_size(path, info)
-        except CheckpointError:
-            continue
+    return found
+
+
+def list_checkpoints(root: str) -> list[StoredCheckpoint]:
+    """The committed cairn checkpoints in the local folder ``root`` (named ``checkpoint_<N>``),
+    oldest iteration first; anything else there is left out. Reads only manifests and records."""
+    stored = []
+    for iteration, name, path, info in _committed(root):
         record = _record(root, name)
         metric = record.get("metric")
-        found.append(StoredCheckpoint(path, int(match.group(1)), size, info.get("created_at"),
-                                      float(metric) if isinstance(metric, (int, float)) else None,
-                                      record.get("metric_name")))
-    return sorted(found, key=lambda c: c.iteration)
+        stored.append(StoredCheckpoint(path, iteration, _listed_size(path, info), info.get("created_at"),
+                                       float(metric) if isinstance(metric, (int, float)) else None,
+                                       record.get("metric_name")))
+    return sorted(stored, key=lambda c: c.iteration)
 
 
 def _listed_size(path: str, info: dict[str, Any]) -> int:
     """Bytes of a checkpoint's manifest and the files it lists, with each policy's files, which
-    the policy's own manifest (``policies/<id>/cairn_checkpoint.json``) lists."""
+    the policy's own manifest (``policies/<id>/cairn_checkpoint.json``) lists (a policy manifest
+    that cannot be read adds only its own bytes)."""
     from cairn.checkpoint import get_checkpoint_info
     from cairn.checkpoint.format import MANIFEST_FILE
+    from cairn.errors import CheckpointError
 
     size = os.path.getsize(os.path.join(path, MANIFEST_FILE))
     for name, entry in info["files"].items():
         size += int(entry["size"])
         if name.endswith("/" + MANIFEST_FILE):  # a policy's manifest: add what it lists
-            policy = get_checkpoint_info(os.path.join(path, os.path.dirname(name)))
+            try:
+                policy = get_checkpoint_info(os.path.join(path, os.path.dirname(name)))
+            except CheckpointError:
+                continue
             size += sum(int(e["size"]) for e in policy["files"].values())
     return size
 
 
 def latest_checkpoint(root: str) -> str | None:
-    """The path of the newest committed checkpoint in ``root``, or None when there is none."""
-    stored = list_checkpoints(root)
-    return stored[-1].path if stored else None
+    """The path of the newest committed checkpoint in ``root``, or None when there is none
+    (reads only the checkpoints' top manifests: no records, no sizes)."""
+    committed = _committed(root)
+    return max(committed, key=lambda c: c[0])[2] if committed else None
 
 
 def checkpoint_or_latest_of_run(path: str) -> str:
