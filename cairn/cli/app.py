@@ -2,13 +2,15 @@
 
 Exit status: 0 done; 1 failed (one line ``cairn: error: ...`` on stderr; ``-v``/``--debug``
 add the traceback); 2 bad arguments (argparse's usage message, or one ``cairn: error:``
-line for arguments found wrong before any work); 130 interrupted (Ctrl-C). Warnings from
+line for arguments found wrong before any work); 130 interrupted (Ctrl-C); 141 stdout closed by
+its reader (``cairn ... | head``: nothing more is printed, as with tools that SIGPIPE ends). Warnings from
 cairn's own code show as ``cairn: warning: ...`` lines, as its log records do.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 import warnings
@@ -16,7 +18,14 @@ from collections.abc import Sequence
 
 from cairn._version import __version__
 from cairn.cli.checkpoint_cmd import add_parser as add_checkpoint
-from cairn.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, ArgumentsError, CommandError, common_options
+from cairn.cli.common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_STDOUT_CLOSED,
+    ArgumentsError,
+    CommandError,
+    common_options,
+)
 from cairn.cli.evaluate import add_parser as add_evaluate
 from cairn.cli.export import add_parser as add_export
 from cairn.cli.logs import configure_logging, remove_handler, shows_tracebacks, warnings_as_log_records
@@ -48,14 +57,54 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (``cairn ... | head`` after head
+    exits): the pipe then polls as an error. Other broken pipes (a socket of a library) are
+    failures like any other."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows) or no file descriptor (tests)
+        return False
+
+
+def _quiet_after_closed_stdout() -> int:
+    """End as ``yes | head`` ends: nothing on stderr, status 128 + SIGPIPE. stdout's descriptor
+    now points at devnull, so that the interpreter's last flush of the unwritten rest does not
+    print 'Exception ignored ... BrokenPipeError' either (Python's documented recipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_STDOUT_CLOSED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``cairn`` command (and ``python -m cairn``); returns the exit status."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        return _quiet_after_closed_stdout()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     handler = configure_logging(args)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = warnings_as_log_records()
             return int(args.run(args))
+    except BrokenPipeError as exc:
+        if _stdout_reader_gone():
+            raise  # main() ends quietly
+        return _failed(args, exc)
     except ArgumentsError as exc:  # argparse's form: the usage line, then "cairn train: error: ..."
         parser = getattr(args, "parser", None)
         if parser is not None:
@@ -71,12 +120,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cairn {args.command}: interrupted.", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
-        if shows_tracebacks(args):
-            traceback.print_exc()
-        hint = "" if shows_tracebacks(args) else " (--debug shows the traceback)"
-        from cairn.errors import CairnError
-
-        print(f"cairn: error: {_one_line(exc)}{'' if isinstance(exc, CairnError) else hint}", file=sys.stderr)
-        return EXIT_FAILURE
+        return _failed(args, exc)
     finally:
         remove_handler(handler)
+
+
+def _failed(args: argparse.Namespace, exc: BaseException) -> int:
+    """Report an unexpected failure: one line (and the traceback with -v/--debug); status 1."""
+    from cairn.errors import CairnError
+
+    if shows_tracebacks(args):
+        traceback.print_exc()
+    hint = "" if shows_tracebacks(args) else " (--debug shows the traceback)"
+    print(f"cairn: error: {_one_line(exc)}{'' if isinstance(exc, CairnError) else hint}", file=sys.stderr)
+    return EXIT_FAILURE

@@ -109,5 +109,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.checkpoint} is already at format version {version}, the current one; nothing to do.")
         return 0
     written, old, new = upgrade_checkpoint(args.checkpoint, args.out)
-    print(f"upgraded {args.checkpoint} from format version {old} to {new}: {written}")
+    if old == new:  # --out of a current checkpoint: read, verified and written again, nothing migrated
+        print(f"{args.checkpoint} is already at format version {old}, the current one; wrote a verified copy "
+              f"to {written}")
+    else:
+        print(f"upgraded {args.checkpoint} from format version {old} to {new}: {written}")
     return 0

@@ -63,7 +63,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``cairn train`` to the subcommands ``sub``."""
     p = sub.add_parser("train", parents=[common], help="train an algorithm into a run directory",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--algo", default=None, help="algorithm name, e.g. PPO or DQN")
+    p.add_argument("--algo", default=None, help="algorithm: a registered name (PPO, DQN, SAC) or package.module:ClassName")
     p.add_argument("--env", default=None, help="Gymnasium ID or registered env name")
     p.add_argument("--config", nargs="+", default=[], metavar="FILE|KEY=VALUE",
                    help="config files (YAML/JSON) and KEY=VALUE settings; see below")
@@ -124,6 +124,26 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]
     return from_files, assignments
 
 
+def algorithm_names() -> list[str]:
+    """The names ``--algo`` takes: every algorithm class (a subclass of ``Algorithm``, imported
+    by now) registered under a short name (``cairn.register_class``), sorted."""
+    from cairn.algorithms.algorithm import Algorithm
+    from cairn.errors import ConfigError
+    from cairn.registry import class_reference
+
+    names, pending = set(), list(Algorithm.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        try:
+            reference = class_reference(cls)
+        except ConfigError:  # a class defined inside a function (tests): no name to give
+            continue
+        if ":" not in reference:  # registered: its short name resolves back to it
+            names.add(reference)
+    return sorted(names)
+
+
 def _build_config(args: argparse.Namespace) -> Any:
     from cairn.algorithms.algorithm import Algorithm
     from cairn.errors import CairnError
@@ -136,7 +156,11 @@ def _build_config(args: argparse.Namespace) -> Any:
     try:
         algo_cls = resolve_class(algo_name, Algorithm)
     except CairnError:
-        raise UsageError(f"unknown --algo {algo_name!r}; try PPO or DQN.") from None
+        from cairn.config.checks import suggest
+
+        names = algorithm_names()
+        raise UsageError(f"unknown --algo {algo_name!r}; the registered algorithms are {', '.join(names)}."
+                         f"{suggest(algo_name, names)} An algorithm of your own: --algo package.module:ClassName.") from None
     data = algo_cls.config_class().to_dict()
     data.update(from_files)
     data["algo_class"] = algo_cls.config_class().algo_class_name

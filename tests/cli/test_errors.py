@@ -60,3 +60,27 @@ def test_library_is_quiet_and_verbose_shows_the_cairn_logger(trained_run, tmp_pa
     assert main(["train", "--resume", str(run), "--stop-iters", "5", "-q"]) == 0
     assert capsys.readouterr().err == ""
     assert logging.getLogger("cairn").level == logging.NOTSET  # main() leaves logging as it found it
+
+
+def test_unknown_algo_names_every_registered_algorithm(capsys):
+    assert main(["train", "--algo", "PP0", "--env", "CartPole-v1"]) == 2
+    err = capsys.readouterr().err
+    # The list comes from the registry: SAC too (it once said "try PPO or DQN").
+    assert "unknown --algo 'PP0'; the registered algorithms are DQN, PPO, SAC. Did you mean 'PPO'?" in err
+
+
+@pytest.mark.parametrize("args", [["checkpoint", "diff", "{ckpt}", "{ckpt}"], ["checkpoint", "info", "{ckpt}"]])
+def test_a_closed_stdout_ends_the_command_quietly(args):
+    """``cairn checkpoint diff A B | head``: once the reader has gone, cairn stops without a
+    'BrokenPipeError' line and with the status a SIGPIPE gives in a shell (128 + 13)."""
+    import os
+
+    ckpt = str(ROOT / "tests" / "fixtures" / "checkpoints" / "1" / "ppo_single")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before cairn writes: every write fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "cairn", *(a.format(ckpt=ckpt) for a in args)],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == "" and proc.returncode == 141, proc.stderr
