@@ -1,13 +1,14 @@
 """Name -> object registries, and import references that never run arbitrary code by accident.
 
-Two kinds of references appear in configs and checkpoints:
+Every class and function a config or a checkpoint names goes through one resolver,
+:func:`resolve_reference`, with one rule set (docs/security.md, "References"): never the
+standard library (refused before anything is imported), classes only as subclasses of the
+expected base, functions only as plain functions defined in the module named. Its two uses:
 
-* **class references** (``"PPO"`` or ``"cairn.algorithms.ppo:PPO"``): resolved by
-  :func:`resolve_class`, which imports the module and then refuses anything that is not a
-  subclass of the expected base class (:class:`~cairn.errors.UnsafeCheckpointError`).
-* **callable references** (``"my_project.envs:make_env"``): resolved by
-  :func:`resolve_callable`, which accepts only plain Python functions defined at module level
-  in the named module, and never from the standard library. In a config's JSON form a callable
+* **class references** (``"PPO"`` or ``"cairn.algorithms.ppo:PPO"``): :func:`resolve_class`
+  (algorithm and policy classes).
+* **function references** (``"my_project.envs:make_env"``): :func:`resolve_callable` (env
+  creators, policy mapping functions, Keras model builders). In a config's JSON form a callable
   is the object ``{CALLABLE_KEY: reference or None, "name": ...}``.
 
 It also holds the one hook that lets a lower layer call a higher one without importing it:
@@ -34,6 +35,8 @@ __all__ = [
     "resolve_class",
     "callable_reference",
     "resolve_callable",
+    "resolve_reference",
+    "check_reference_form",
     "CALLABLE_KEY",
     "NativeModelWriter",
     "register_native_model_writer",
@@ -142,12 +145,6 @@ def class_reference(cls: type) -> str:
 
 def _import_attribute(reference: str, error: type[Exception]) -> Any:
     module_name, _, qualname = reference.partition(":")
-    if not module_name or not qualname or not all(
-        part.isidentifier() for part in module_name.split(".") + qualname.split(".")
-    ):
-        raise error(
-            f"Malformed reference {reference!r}; expected 'package.module:QualifiedName'."
-        )
     try:
         obj: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
@@ -160,31 +157,73 @@ def _import_attribute(reference: str, error: type[Exception]) -> Any:
     return obj
 
 
+def check_reference_form(reference: Any, *, what: str) -> str:
+    """``reference`` if it has the form ``"package.module:QualifiedName"`` and names no module
+    of the standard library; else :class:`~cairn.errors.UnsafeCheckpointError`. Imports nothing:
+    this is the part of :func:`resolve_reference`'s rule that holds before any import."""
+    if not isinstance(reference, str):
+        raise UnsafeCheckpointError(f"The reference for {what} must be a str, got {reference!r:.100}.")
+    module_name, _, qualname = reference.partition(":")
+    if not module_name or not qualname or not all(
+        part.isidentifier() for part in module_name.split(".") + qualname.split(".")
+    ):
+        raise UnsafeCheckpointError(
+            f"Malformed reference {reference!r:.100} for {what}; expected 'package.module:QualifiedName'."
+        )
+    if module_name.split(".")[0] in sys.stdlib_module_names:
+        raise UnsafeCheckpointError(
+            f"Refusing {what} reference {reference!r}: it names the standard-library module "
+            f"{module_name!r}, and cairn never imports or calls the standard library for a "
+            f"reference (a checkpoint or config naming it is refused). Pass {what} explicitly."
+        )
+    return reference
+
+
+def resolve_reference(reference: Any, *, what: str, base: type[T] | None = None) -> Any:
+    """The one resolver of every class and function a config or checkpoint names.
+
+    The rule (docs/security.md, "References"):
+
+    1. ``reference`` is a str: a short name registered with :func:`register_class` (classes
+       only), or ``"package.module:QualifiedName"`` made of Python identifiers.
+    2. A module of the standard library (``builtins``, ``os``, ``code``, ``webbrowser``,
+       ``antigravity``, ...) is refused *before anything is imported*.
+    3. The module is imported and the name looked up in it.
+    4. With ``base``: the object must be a class and a subclass of ``base``. Without: it must
+       be a plain Python function (no class, builtin, method or partial) defined in that very
+       module, not one imported into it from elsewhere.
+
+    Anything else raises :class:`~cairn.errors.UnsafeCheckpointError` naming ``what`` (the
+    config key or role, e.g. ``"model.keras_model"``) and the reference.
+    """
+    if base is not None and isinstance(reference, str) and reference in _CLASSES:
+        obj: Any = _CLASSES[reference]
+    else:
+        check_reference_form(reference, what=what)
+        obj = _import_attribute(reference, UnsafeCheckpointError)
+    if base is not None:
+        if not (isinstance(obj, type) and issubclass(obj, base)):
+            raise UnsafeCheckpointError(
+                f"Refusing {what} reference {reference!r}: it resolves to {obj!r:.100}, which is "
+                f"not a subclass of {base.__module__}.{base.__qualname__}."
+            )
+        return obj
+    module_name = reference.partition(":")[0]
+    if not inspect.isfunction(obj) or obj.__module__ != module_name:
+        raise UnsafeCheckpointError(
+            f"Refusing {what} reference {reference!r}: it resolves to {obj!r:.100}, not a "
+            f"function defined in {module_name!r}. Pass {what} explicitly."
+        )
+    return obj
+
+
 def resolve_class(reference: str, base: type[T]) -> type[T]:
-    """Turn a class reference into a class, refusing anything not a subclass of ``base``.
+    """Turn a class reference into a class, refusing anything not a subclass of ``base``
+    (:func:`resolve_reference` with ``base``).
 
     ``reference`` is a registered short name or ``"module:QualName"``.
     """
-    if not isinstance(reference, str):
-        raise UnsafeCheckpointError(
-            f"A class reference must be a str, got {type(reference).__name__}."
-        )
-    if reference in _CLASSES:
-        obj: Any = _CLASSES[reference]
-    else:
-        module_name = reference.partition(":")[0]
-        if module_name.split(".")[0] in sys.stdlib_module_names:
-            raise UnsafeCheckpointError(
-                f"Refusing class reference {reference!r}: it names a standard-library "
-                f"module, but a subclass of {base.__module__}.{base.__qualname__} is expected."
-            )
-        obj = _import_attribute(reference, UnsafeCheckpointError)
-    if not (isinstance(obj, type) and issubclass(obj, base)):
-        raise UnsafeCheckpointError(
-            f"Refusing class reference {reference!r}: it resolves to {obj!r}, which is not a "
-            f"subclass of {base.__module__}.{base.__qualname__}."
-        )
-    return obj
+    return resolve_reference(reference, what=f"{base.__qualname__} class", base=base)  # type: ignore[no-any-return]
 
 
 def callable_reference(fn: Any) -> str | None:
@@ -207,23 +246,10 @@ def callable_reference(fn: Any) -> str | None:
 
 
 def resolve_callable(reference: str, *, what: str) -> Callable[..., Any]:
-    """Resolve a callable reference written by :func:`callable_reference`.
+    """Resolve a callable reference written by :func:`callable_reference`
+    (:func:`resolve_reference` without a base class).
 
     Only plain functions defined at module level in a non-standard-library module qualify, so
     that a crafted reference cannot name ``os:system`` or ``subprocess:run``.
     """
-    if not isinstance(reference, str):
-        raise UnsafeCheckpointError(f"The reference for {what} must be a str, got {reference!r}.")
-    module_name = reference.partition(":")[0]
-    if module_name.split(".")[0] in sys.stdlib_module_names:
-        raise UnsafeCheckpointError(
-            f"Refusing {what} reference {reference!r}: standard-library functions are never "
-            f"called from a checkpoint. Pass {what}=... explicitly."
-        )
-    obj = _import_attribute(reference, UnsafeCheckpointError)
-    if not inspect.isfunction(obj) or obj.__module__ != module_name:
-        raise UnsafeCheckpointError(
-            f"Refusing {what} reference {reference!r}: it resolves to {obj!r}, not a function "
-            f"defined in {module_name!r}. Pass {what}=... explicitly."
-        )
-    return obj  # type: ignore[no-any-return]
+    return resolve_reference(reference, what=what)  # type: ignore[no-any-return]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from cairn.config.algorithm_classes import algorithm_class, config_class_for, register_config_class
 from cairn.config.base_fields import BASE_FIELDS
 from cairn.config.checks import (
+    CALLABLE_FIELDS,
     check_env,
     check_policy_mapping,
     decode_callable,
@@ -107,7 +108,7 @@ class AlgorithmConfig:
                     + suggest(key, allowed)
                 )
             self.FIELDS[key].check(key, value)
-            setattr(self, key, copy.deepcopy(value) if key != "env" else value)
+            setattr(self, key, value if key in CALLABLE_FIELDS and callable(value) else copy.deepcopy(value))
         return self
 
     def environment(
@@ -347,7 +348,7 @@ class AlgorithmConfig:
             value = getattr(self, key)
             if key == "policies":
                 value = {pid: spec.to_dict() for pid, spec in normalize_policies(value).items()}
-            elif callable(value) and not isinstance(value, Mapping):
+            elif key in CALLABLE_FIELDS and callable(value) and not isinstance(value, Mapping):
                 value = encode_callable(value)
             else:
                 value = copy.deepcopy(value)
@@ -375,15 +376,12 @@ class AlgorithmConfig:
         for key, value in data.items():
             if key == "algo_class":
                 continue
-            if key in callables:
-                value = callables.pop(key)
-            elif isinstance(value, Mapping) and CALLABLE_KEY in value:
-                value = decode_callable(value, key)
+            value = callables.pop(key) if key in callables else decode_callable(value, key)
             if key == "policies":
                 value = {pid: PolicySpec.from_dict(s) for pid, s in require_mapping(value, key).items()}
             elif key == "model":
                 check_model_config(value)
-            setattr(config, key, copy.deepcopy(value) if key not in ("env", "policy_mapping_fn") or not callable(value) else value)
+            setattr(config, key, value if key in CALLABLE_FIELDS and callable(value) else copy.deepcopy(value))
         for key, value in callables.items():  # callables for keys absent from data
             setattr(config, key, value)
         for key, field in config.FIELDS.items():

@@ -17,6 +17,7 @@ from cairn.registry import CALLABLE_KEY, callable_reference, registered_envs, re
 
 __all__ = [
     "CALLABLE_KEY",
+    "CALLABLE_FIELDS",
     "encode_callable",
     "decode_callable",
     "suggest",
@@ -28,12 +29,27 @@ __all__ = [
     "require_mapping",
 ]
 
+#: The config keys that may hold a callable (stored as ``{CALLABLE_KEY: "module:function"}``,
+#: resolved by :func:`cairn.registry.resolve_callable`); any other key holding one is an error.
+CALLABLE_FIELDS = ("env", "policy_mapping_fn")
+
+
 def encode_callable(fn: Callable[..., Any]) -> dict[str, Any]:
     """``{"__callable__": "module:function"}``, or a ``None`` reference when not importable."""
     return {CALLABLE_KEY: callable_reference(fn), "name": getattr(fn, "__qualname__", repr(fn))}
 
 
-def decode_callable(value: Mapping[str, Any], key: str) -> Callable[..., Any]:
+def decode_callable(value: Any, key: str) -> Any:
+    """``value`` of config ``key`` from a config's JSON form: the callable it stores (only under
+    :data:`CALLABLE_FIELDS`), resolved by the one resolver, or ``value`` itself when it is no
+    ``{CALLABLE_KEY: ...}`` object. MissingCallableError when the callable was not storable."""
+    if not (isinstance(value, Mapping) and CALLABLE_KEY in value):
+        return value
+    if key not in CALLABLE_FIELDS:
+        raise ConfigError(
+            f"Config {key!r} holds a callable reference {value.get(CALLABLE_KEY)!r:.100}, but only "
+            f"{list(CALLABLE_FIELDS)} may hold callables; give {key!r} a plain value."
+        )
     reference = value.get(CALLABLE_KEY)
     if reference is None:
         hint = (

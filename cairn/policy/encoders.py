@@ -89,7 +89,7 @@ def check_conv_config(model: Mapping[str, Any]) -> None:
             f"stride] lists of positive ints ([] reads images with the MLP), got {filters!r:.200}."
         )
     activation = model.get("conv_activation", "relu")
-    if activation not in _CONV_ACTIVATIONS:
+    if not isinstance(activation, str) or activation not in _CONV_ACTIVATIONS:
         raise ConfigError(
             f"Config 'model.conv_activation'={activation!r} is not supported; choose one of "
             f"{sorted(_CONV_ACTIVATIONS)}."

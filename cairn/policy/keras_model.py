@@ -24,7 +24,6 @@ A user's model always runs through ``Model.__call__``.
 from __future__ import annotations
 
 import copy
-import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_config import model_framework
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.model import NUMPY_ACTIVATIONS, ActorCriticMLP
+from cairn.registry import resolve_callable
 
 __all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp", "build_user_keras_model", "deepcopy_keras_module", "load_keras_builder",
            "make_keras_actor_critic", "orthogonal_init", "torch_linear_init"]
@@ -119,20 +119,11 @@ def build_actor_critic_mlp(obs_size: int, num_outputs: int, *, hidden: Sequence[
 
 
 def load_keras_builder(reference: str) -> Any:
-    """The function ``"package.module:builder"`` names (module-level, not the standard library)."""
-    module_name, _, qualname = reference.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"Config 'model.keras_model'={reference!r} cannot be imported ({exc}); make the module "
-            "importable in this process (e.g. on PYTHONPATH) and the name a module-level function."
-        ) from exc
-    if not callable(target):
-        raise ConfigError(f"Config 'model.keras_model'={reference!r} is not callable.")
-    return target
+    """The function ``"package.module:builder"`` names, through cairn's one resolver
+    (:func:`cairn.registry.resolve_callable`): a plain function defined in that module, never
+    the standard library; anything else is :class:`~cairn.errors.UnsafeCheckpointError`
+    before it is called (a checkpoint's ``model.keras_model`` is untrusted data)."""
+    return resolve_callable(reference, what="model.keras_model")
 
 
 def build_user_keras_model(reference: str, obs_size: int, num_outputs: int, model_config: Mapping[str, Any], *,
@@ -140,8 +131,9 @@ def build_user_keras_model(reference: str, obs_size: int, num_outputs: int, mode
     """The ``keras.Model`` the user's builder ``reference`` returns for
     ``builder(obs_size, num_outputs, model_config)``; ConfigError unless it is one with
     ``outputs`` outputs (``expected`` describes them in the message)."""
+    builder = load_keras_builder(reference)  # refused before Keras (seconds) is imported
     keras = import_keras(f"model.keras_model={reference!r}")
-    network = load_keras_builder(reference)(obs_size, num_outputs, dict(model_config))
+    network = builder(obs_size, num_outputs, dict(model_config))
     if not isinstance(network, keras.Model) or len(network.outputs) != outputs:
         raise ConfigError(
             f"Config 'model.keras_model'={reference!r} returned {type(network).__name__}; expected a "

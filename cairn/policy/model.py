@@ -64,7 +64,7 @@ def check_model_config(model: Any) -> None:
             f"Config 'model.hidden' must be a list of positive ints, got {hidden!r}."
         )
     activation = model.get("activation", "tanh")
-    if activation not in ACTIVATIONS:
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise ConfigError(
             f"Config 'model.activation'={activation!r} is not supported; choose one of "
             f"{sorted(ACTIVATIONS)}."

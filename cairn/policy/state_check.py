@@ -15,12 +15,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from cairn.checkpoint.validate import array_map, require_types
+from cairn.checkpoint.validate import array_map, require_counts, require_types
 from cairn.errors import CheckpointFormatError, ConfigError
 from cairn.policy.encoders import encoder_description, encoder_parameter_count
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG
-from cairn.registry import resolve_class
+from cairn.registry import check_reference_form, resolve_class
 from cairn.spaces import space_from_json
 
 __all__ = ["check_policy_state"]
@@ -42,6 +42,7 @@ def check_policy_state(state: Mapping[str, Any], where: Any, *, base: type) -> N
     (``state["target"]["weights"]``, DQN's) must have the network's names and shapes.
     """
     require_types(state, _POLICY_KEYS, where, "policy")
+    require_counts(state["counters"], where, "policy")
     spec = state["spec"]
     if not isinstance(spec.get("policy_class"), str) or not isinstance(spec.get("config") or {}, dict):
         raise CheckpointFormatError(f"{where}: the policy spec needs a str policy_class and a dict config.")
@@ -90,7 +91,10 @@ def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_
     stored = sum(int(w.size) for w in weights.values())
     builtin = getattr(policy_class.make_model, "builds_config_mlp", False)
     if isinstance(config.get("model"), Mapping) and config["model"].get("keras_model"):
-        builtin = False  # a user's Keras model (docs/keras.md): the generic checks only
+        # A user's Keras model (docs/keras.md): the generic checks only, and its builder's
+        # reference refused here, before anything is built, if the resolver's rule forbids it.
+        check_reference_form(config["model"]["keras_model"], what="model.keras_model")
+        builtin = False
     if not builtin:
         if max(obs_size, out_size) > _MAX_UNCHECKED_SIZE:
             raise CheckpointFormatError(f"{where}: the policy's spaces are too large to build.")
