@@ -31,7 +31,7 @@ from cairn.checkpoint import (
 from cairn.checkpoint.manager import resolve_checkpoint
 from cairn.checkpoint.paths import CheckpointLike
 from cairn.checkpoint.targets import check_save_location
-from cairn.checkpoint.validate import require_types
+from cairn.checkpoint.validate import require_counts, require_types
 from cairn.config.algorithm_config import PolicyMapping
 from cairn.config.restore import restored_config
 from cairn.errors import CheckpointError, CheckpointFormatError, UnknownPolicyIdError, UnsafeCheckpointError
@@ -133,6 +133,7 @@ def check_algorithm_state(state: Mapping[str, Any], where: Any) -> None:
     """Check that an Algorithm state tree read from a checkpoint has what an Algorithm is built
     from, and each of its policies' states what a Policy is built from."""
     require_types(state, _ALGORITHM_KEYS, where, "algorithm")
+    require_counts({"iteration": state["iteration"], **state["counters"]}, where, "algorithm")
     if not isinstance(state["config"].get("policies"), dict):
         raise CheckpointFormatError(f"{where}: the stored config has no 'policies' dict.")
     for pid, policy_state in (state.get("policies") or {}).items():

@@ -30,7 +30,7 @@ from cairn.checkpoint.paths import CheckpointLike, checkpoint_directory
 from cairn.checkpoint.safetensors_io import SafetensorsError, parse_safetensors
 from cairn.checkpoint.storage import LocalStorage, is_object_store, resolve_storage
 from cairn.checkpoint.tree import TreeError, join_arrays
-from cairn.checkpoint.validate import check_policy_ids_agree
+from cairn.checkpoint.validate import check_class_agrees, check_policy_ids_agree
 from cairn.errors import (
     CairnError,
     CheckpointClassMismatchError,
@@ -130,7 +130,10 @@ def read_state_files(directory: Handle, manifest: Mapping[str, Any], arrays_name
         raise CheckpointFormatError(f"{directory.path / state_name}: {exc}.") from None
     if not isinstance(state, dict):
         raise CheckpointFormatError(f"{directory.path / state_name} does not hold a state object.")
-    return migrate(kind or manifest["type"], state, manifest["format_version"])
+    state = migrate(kind or manifest["type"], state, manifest["format_version"])
+    if kind is None:
+        check_class_agrees(state, manifest, directory.path)
+    return state
 
 
 def load_policy_state(checkpoint: CheckpointLike | Handle, *,

@@ -14,8 +14,12 @@ from typing import Any
 import numpy as np
 
 from cairn.errors import CheckpointFormatError
+from cairn.registry import check_reference_form
 
-__all__ = ["require_types", "array_map", "check_policy_ids_agree"]
+__all__ = ["MAX_COUNT", "require_types", "require_counts", "array_map", "check_policy_ids_agree", "check_class_agrees", "stored_class"]
+
+#: The largest counter a checkpoint may hold (int64's): iterations, env steps, timesteps.
+MAX_COUNT = (1 << 63) - 1
 
 
 def require_types(state: Mapping[str, Any], keys: Mapping[str, type], where: Any, what: str) -> None:
@@ -27,6 +31,18 @@ def require_types(state: Mapping[str, Any], keys: Mapping[str, type], where: Any
             raise CheckpointFormatError(
                 f"{where}: the {what} state's {key!r} should be a {kind.__name__}, got "
                 f"{type(value).__name__}."
+            )
+
+
+def require_counts(counts: Mapping[str, Any], where: Any, what: str) -> None:
+    """Refuse counters (iterations, steps, updates) that are not ints in ``[0, MAX_COUNT]``:
+    ``-7`` or ``10**300`` in a state would load silently and break schedules, metrics and
+    exports later, far from the file that caused it."""
+    for key, value in counts.items():
+        if type(value) is not int or not 0 <= value <= MAX_COUNT:
+            raise CheckpointFormatError(
+                f"{where}: the {what} counter {key!r} is {value!r:.40}; counters are ints from 0 "
+                f"to {MAX_COUNT} (2**63 - 1)."
             )
 
 
@@ -45,4 +61,27 @@ def check_policy_ids_agree(state: Mapping[str, Any], manifest: Mapping[str, Any]
         raise CheckpointFormatError(
             f"{where}: the algorithm state lists policies {state.get('policy_ids')!r:.200}, the "
             f"manifest {manifest['policy_ids']!r:.200}."
+        )
+
+
+def stored_class(state: Mapping[str, Any], checkpoint_type: str) -> Any:
+    """The class reference a state tree of ``checkpoint_type`` holds: an Algorithm state's
+    ``algorithm_class``, a Policy state's ``spec.policy_class`` (None when absent)."""
+    if checkpoint_type == "Algorithm":
+        return state.get("algorithm_class")
+    spec = state.get("spec")
+    return spec.get("policy_class") if isinstance(spec, Mapping) else None
+
+
+def check_class_agrees(state: Mapping[str, Any], manifest: Mapping[str, Any], where: Any) -> None:
+    """A checkpoint's manifest ``class`` must be the class its state names (the writer copies
+    one into the other; docs/checkpoint-format.md, section 5): ``cairn checkpoint info`` and the
+    class check of ``PPO.from_checkpoint`` read the manifest, the build reads the state."""
+    found = stored_class(state, manifest["type"])
+    if isinstance(found, str) and not found.isidentifier():  # refused as unsafe before a mismatch
+        check_reference_form(found, what=f"{where}: the state's class")
+    if found != manifest["class"]:
+        raise CheckpointFormatError(
+            f"{where}: the manifest names class {manifest['class']!r:.100}, the state "
+            f"{found!r:.100}; a checkpoint names one class in both."
         )

@@ -1,5 +1,7 @@
 """``cairn checkpoint verify CKPT``: every file's size and hash against the manifests, the
-structure (manifests, listed files, nothing unlisted), and that the state trees load.
+structure (manifests, listed files, nothing unlisted), that the state trees load, and what a
+load checks before it builds anything (the classes named, counters, each policy's spec against
+its weights).
 
 It reports every problem it finds, one line each, rather than stopping at the first (as
 loading does), and exits 1 when there is any.
@@ -65,9 +67,14 @@ def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None
     """Problems of ``checkpoint`` (one line each; empty when it is sound) and its root
     manifest summary (``get_checkpoint_info``; None when the manifest itself is unreadable).
     ``checkpoint`` is any location cairn reads (a path, a ``file://`` or object-store URL)."""
+    from cairn.algorithms.algorithm import Algorithm
+    from cairn.algorithms.checkpointing import check_algorithm_state, check_env_reference
     from cairn.checkpoint import get_checkpoint_info, load_algorithm_state, load_policy_state
     from cairn.checkpoint.storage import resolve_storage
     from cairn.errors import CheckpointError
+    from cairn.policy.policy import Policy
+    from cairn.policy.state_check import check_policy_state
+    from cairn.registry import resolve_class
 
     try:
         info = get_checkpoint_info(checkpoint)
@@ -102,12 +109,15 @@ def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None
                 problems.append(problem)
     for name in sorted(present - listed):
         problems.append(f"{where}/{name}: not listed in any manifest")
-    if not problems:  # the structure inside the files: JSON, safetensors, trees, migrations
-        try:
+    if not problems:  # the structure inside the files: JSON, safetensors, trees, migrations,
+        try:  # then what a load checks before building: classes, counters, spec against weights
             if info["type"] == "Algorithm":
-                load_algorithm_state(checkpoint)
+                state = load_algorithm_state(checkpoint)
+                check_algorithm_state(state, checkpoint)
+                check_env_reference(state["config"], checkpoint)
+                resolve_class(state["algorithm_class"], Algorithm)
             else:
-                load_policy_state(checkpoint)
+                check_policy_state(load_policy_state(checkpoint), checkpoint, base=Policy)
         except CheckpointError as exc:
             problems.append(_one_line(exc))
     return problems, info

@@ -52,6 +52,25 @@ def test_verify_ok_then_one_line_per_problem(trained_run, tmp_path, capsys):
     assert lines[1].startswith(str(weights)) and lines[2] == f"{ckpt / 'stray.txt'}: not listed in any manifest"
 
 
+@pytest.mark.parametrize(("edit", "expected"), [
+    ({"class": "os:system"}, "standard-library module 'os'"),
+    ({"algorithm_class": "os:system", "class": "os:system"}, "standard-library module 'os'"),
+    ({"class": "DQN"}, "the manifest names class 'DQN', the state 'PPO'"),
+    ({"iteration": -7}, "counter 'iteration' is -7"),
+])
+def test_verify_checks_the_class_and_counters_as_a_load_does(edit, expected, tmp_path, capsys):
+    """A re-hashed manifest or state is no corruption, but `verify` must refuse what a load
+    refuses: a class a load would not resolve, or counters out of range (issue 25, item 4)."""
+    from tests.checkpoint.attacks import MANIFEST, copy_base, edit_json
+
+    ckpt = copy_base("algo", tmp_path / "c")
+    for key, value in edit.items():
+        edit_json(ckpt, MANIFEST if key == "class" else "algorithm_state.json",
+                  lambda data, k=key, v=value: data.__setitem__(k, v), hashed=key != "class")
+    assert main(["checkpoint", "verify", str(ckpt)]) == 1
+    assert expected in capsys.readouterr().out
+
+
 def test_verify_a_missing_checkpoint_is_one_line(tmp_path, capsys):
     assert main(["checkpoint", "verify", str(tmp_path / "none")]) == 1
     out = capsys.readouterr().out.strip()

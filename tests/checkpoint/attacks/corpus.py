@@ -125,6 +125,17 @@ def _(root: Path, _s: Path) -> None:
 
 
 # ------------------------------------------------------------ class and callable references
+def _algorithm_class(root: Path, reference: str) -> None:
+    """Name ``reference`` as the algorithm's class where a writer would: state and manifest."""
+    edit_json(root, ASTATE, _set(["algorithm_class"], reference))
+    _manifest(root, _set(["class"], reference))
+
+
+def _policy_class(root: Path, reference: str) -> None:
+    edit_json(root, PSTATE, _set(["spec", "policy_class"], reference))
+    _policy_manifest(root, _set(["class"], reference))
+
+
 for _name, _ref in [("stdlib_os_system", "os:system"), ("builtins_eval", "builtins:eval"),
                     ("subprocess_popen", "subprocess:Popen"), ("numpy_not_algorithm", "numpy:ndarray"),
                     ("function_not_class", f"{PAYLOAD_MODULE}:write_canary"),
@@ -133,12 +144,12 @@ for _name, _ref in [("stdlib_os_system", "os:system"), ("builtins_eval", "builti
                     ("malformed_reference", "os.system()"),
                     ("missing_module", "no_such_package_cairn:Thing")]:
     attack(f"algorithm_class_{_name}", UnsafeCheckpointError, ("algo",))(
-        lambda root, _, ref=_ref: edit_json(root, ASTATE, _set(["algorithm_class"], ref)))
+        lambda root, _, ref=_ref: _algorithm_class(root, ref))
 
 for _name, _ref in [("foreign_class", f"{PAYLOAD_MODULE}:EvilNotPolicy"),
                     ("function", f"{PAYLOAD_MODULE}:write_canary"),
                     ("stdlib", "pickle:loads"), ("cairn_wrong_base", "PPO")]:
-    attack(f"policy_class_{_name}", UnsafeCheckpointError)(_policy_spec(["policy_class"], _ref))
+    attack(f"policy_class_{_name}", UnsafeCheckpointError)(lambda root, _, ref=_ref: _policy_class(root, ref))
 
 attack("config_algo_class_stdlib", UnsafeCheckpointError, ("algo",))(_config("algo_class", "os:system"))
 attack("callable_env_stdlib", UnsafeCheckpointError, ("algo",))(
@@ -149,6 +160,39 @@ attack("callable_env_is_class", UnsafeCheckpointError, ("algo",))(
     _config("env", {"__callable__": f"{PAYLOAD_MODULE}:EvilNotPolicy", "name": "x"}))
 attack("gym_env_id_imports_module", UnsafeCheckpointError, ("algo",))(
     _config("env", f"{PAYLOAD_MODULE}:Evil-v0"))
+attack("config_key_holds_foreign_callable", CheckpointFormatError, ("algo",))(
+    _config("lr", {"__callable__": f"{PAYLOAD_MODULE}:write_canary", "name": "x"}))
+
+# A Keras model builder is called as builder(obs_size, num_outputs, model_config): the security
+# probe's references (issue 25) would print, replace a file descriptor, open a console or a
+# browser, or import a module with side effects; a class is no builder either.
+for _name, _ref in [("print", "builtins:print"), ("os_dup2", "os:dup2"), ("code_interact", "code:interact"),
+                    ("webbrowser_open", "webbrowser:open"), ("antigravity", "antigravity:x"),
+                    ("this", "this:x"), ("foreign_class", f"{PAYLOAD_MODULE}:EvilNotPolicy")]:
+    _keras = {"framework": "keras", "keras_model": _ref}
+    attack(f"keras_model_{_name}_in_policy_spec", UnsafeCheckpointError)(
+        _policy_spec(["config", "model"], _keras))
+    attack(f"keras_model_{_name}_in_config_model", UnsafeCheckpointError, ("algo",))(
+        lambda root, _, keras=_keras: (_config("model", keras)(root, _),
+                                       _policy_spec(["config", "model"], keras)(root, _)))
+
+# --------------------------------------------------------- the manifest's class and counters
+attack("manifest_class_stdlib", UnsafeCheckpointError, ALL)(
+    lambda root, _: _manifest(root, _set(["class"], "os:system")))
+attack("manifest_class_malformed", UnsafeCheckpointError, ALL)(
+    lambda root, _: _manifest(root, _set(["class"], "os.system()")))
+attack("manifest_class_differs_from_state", CheckpointFormatError, ("algo",))(
+    lambda root, _: _manifest(root, _set(["class"], "DQN")))
+attack("policy_manifest_class_differs_from_state", CheckpointFormatError)(
+    lambda root, _: _policy_manifest(root, _set(["class"], "DQNPolicy")))
+for _name, _path, _value in [("iteration_huge", ["iteration"], 10**300), ("iteration_negative", ["iteration"], -7),
+                             ("iteration_float", ["iteration"], 1.5),
+                             ("env_steps_negative", ["counters", "num_env_steps_sampled_lifetime"], -1)]:
+    attack(f"algorithm_{_name}", CheckpointFormatError, ("algo",))(
+        lambda root, _, p=_path, v=_value: edit_json(root, ASTATE, _set(p, v)))
+for _name, _value in [("negative", -10**18), ("huge", 1 << 63), ("bool", True)]:
+    attack(f"global_timestep_{_name}", CheckpointFormatError)(
+        lambda root, _, v=_value: edit_json(root, PSTATE, _set(["counters", "global_timestep"], v)))
 
 # ------------------------------------------------------------------- paths out of the folder
 for _name, _path in [("dotdot", "../outside.json"), ("absolute", "/etc/passwd"),
