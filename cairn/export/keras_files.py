@@ -59,7 +59,8 @@ def save_keras_file(policy: Policy, graph: ExportGraph, directory: Path) -> dict
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / KERAS_FILE
     try:
-        serving_model(policy, graph).save(str(path))
+        # NHWC convolutions: TensorFlow serves this file (SavedModel) on CPUs without oneDNN too.
+        serving_model(policy, graph, channels_last=True).save(str(path))
         check_against_policy(policy, keras_file_runner(path), f"saved {KERAS_FILE}", graph=graph)
     except ExportError:
         path.unlink(missing_ok=True)
@@ -98,7 +99,7 @@ def keras_onnx_bytes(policy: Policy, graph: ExportGraph, opset: int) -> bytes:
     if opset not in KERAS_ONNX_OPSETS:
         raise ExportError(f"Keras policies export ONNX at opsets {list(KERAS_ONNX_OPSETS)}, not {opset} "
                           "(Keras' exporter uses torch's TorchScript-based converter for a dynamic batch).")
-    model = serving_model(policy, graph)
+    model = serving_model(policy, graph, channels_last=False)  # NCHW, as ONNX's Conv and torch convolve
     tmp = Path(tempfile.mkdtemp(prefix="cairn-keras-onnx-"))
     try:
         model(graph.example.numpy())  # Keras' exporter takes only models that have been called

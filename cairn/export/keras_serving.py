@@ -8,6 +8,15 @@ deterministic action. It holds only Keras' own layers and ``keras.ops`` calls, s
 ``keras.saving.load_model("model.keras")`` reads it in safe mode without cairn (a user's
 network must be serialisable the same way), on any Keras backend: TensorFlow serves it
 (:mod:`cairn.export.keras_saved_model`), and Keras' ONNX export converts it.
+
+Convolutions: cairn's CNN encoders convolve ``channels_first`` (NCHW), as torch does, but
+TensorFlow's plain CPU kernels (a build or machine without oneDNN, or
+``TF_ENABLE_ONEDNN_OPTS=0``) have no NCHW ``Conv2D``. For files that TensorFlow may serve
+(``model.keras``, the SavedModel) :func:`channels_last_convolutions` therefore runs each chain
+of ``channels_first`` ``Conv2D`` layers ``channels_last``: one ``Permute`` to NHWC before the
+chain and one back to NCHW after it, so the ``Flatten`` and ``Dense`` that follow, and every
+weight, keep their meaning (a Keras conv kernel is ``[kh, kw, in, out]`` in both formats).
+The ONNX export keeps NCHW, the layout of ONNX's ``Conv`` and of torch.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ if TYPE_CHECKING:
     from cairn.policy.export_hook import ExportGraph
     from cairn.policy.policy import Policy
 
-__all__ = ["serving_model", "keras_network"]
+__all__ = ["channels_last_convolutions", "serving_model", "keras_network"]
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -109,12 +118,66 @@ def _q_value_outputs(policy: Policy, network: Any, x: Any, keras: Any) -> dict[s
     return {"action": ops.add(action, start) if start else action, "q_values": q_values}
 
 
-def serving_model(policy: Policy, graph: ExportGraph) -> Any:
+def _is_nchw_conv(layer: Any, keras: Any) -> bool:
+    return type(layer) is keras.layers.Conv2D and layer.data_format == "channels_first"
+
+
+def _has_nchw_convolutions(model: Any, keras: Any) -> bool:
+    return any(_has_nchw_convolutions(layer, keras) if isinstance(layer, keras.Model) else _is_nchw_conv(layer, keras)
+               for layer in model.layers)
+
+
+def channels_last_convolutions(model: Any) -> Any:
+    """``model`` (a functional ``keras.Model``, nested functional models included) with each
+    built-in ``Conv2D`` that is ``channels_first`` replaced by a ``channels_last`` copy of it
+    (same config and weights, at the time of the call) between ``Permute`` layers; every
+    other layer is shared with ``model``. Consecutive convolutions stay NHWC between them.
+    Outputs are unchanged; see the module docstring for why.
+
+    A user's ``Conv2D`` subclass, pooling layers and layers inside ``Sequential`` or subclassed
+    models are left as they are (Keras clones a ``Sequential`` without a ``call_function``).
+    """
+    keras = import_keras("Keras export")
+    layers = keras.layers
+    if not _has_nchw_convolutions(model, keras):
+        return model  # an MLP: nothing to move, and the file stays as it was
+    # id of an NCHW tensor made here -> (that tensor, the NHWC tensor it transposes). The
+    # tensors are held so their ids stay theirs; a conv reading one reads its NHWC twin, and
+    # the unused Permute drops out of the model (Keras keeps only what reaches the outputs).
+    made: dict[int, tuple[Any, Any]] = {}
+    # One NHWC copy per conv layer, so a conv called at several places stays one layer (and
+    # its Permutes get distinct names: a model's layer names must be unique).
+    copies: dict[int, tuple[Any, int]] = {}
+
+    def call(layer: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _is_nchw_conv(layer, keras):
+            return layer(*args, **kwargs)
+        x, *rest = args
+        conv, calls = copies.get(id(layer), (None, 0))
+        suffix = f"_{calls}" if calls else ""
+        twin = made.get(id(x))
+        x_nhwc = twin[1] if twin is not None else layers.Permute((2, 3, 1), name=f"{layer.name}_to_nhwc{suffix}")(x)
+        if conv is None:
+            conv = layers.Conv2D.from_config({**layer.get_config(), "data_format": "channels_last"})
+            conv.build(x_nhwc.shape)
+            conv.set_weights(layer.get_weights())
+        copies[id(layer)] = (conv, calls + 1)
+        y_nhwc = conv(x_nhwc, *rest, **kwargs)
+        y = layers.Permute((3, 1, 2), name=f"{layer.name}_to_nchw{suffix}")(y_nhwc)
+        made[id(y)] = (y, y_nhwc)
+        return y
+
+    return keras.models.clone_model(model, clone_function=lambda layer: layer, call_function=call, recursive=True)
+
+
+def serving_model(policy: Policy, graph: ExportGraph, *, channels_last: bool) -> Any:
     """A ``keras.Model`` from raw observations to ``graph``'s outputs, in ``graph.outputs``
     order (the policy's export graph, :meth:`~cairn.Policy.export_graph`, with the optional
     outputs chosen), sharing the policy's Keras variables (save it to snapshot them). A network
     with ``keras_serving_outputs(processed_obs, dist)`` (Keras SAC: the squashed, rescaled
-    action) builds its own outputs."""
+    action) builds its own outputs. ``channels_last``: run the convolutions NHWC
+    (:func:`channels_last_convolutions`; their weights are then copies) for files TensorFlow
+    may serve on any CPU; False keeps the network's NCHW, for ONNX."""
     keras = import_keras("Keras export")
     network = keras_network(policy)
     obs, x = _observations(policy, keras)
@@ -128,4 +191,5 @@ def serving_model(policy: Policy, graph: ExportGraph) -> Any:
     missing = [name for name in names if name not in outputs]
     if missing:
         raise ExportError(f"The Keras export of {type(policy).__name__} computes no {missing}.")
-    return keras.Model(obs, [outputs[name] for name in names], name="cairn_policy")
+    model = keras.Model(obs, [outputs[name] for name in names], name="cairn_policy")
+    return channels_last_convolutions(model) if channels_last else model

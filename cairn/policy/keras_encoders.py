@@ -12,8 +12,9 @@ The convolutions are ``channels_first``, the layout torch convolves in: the flat
 features come out in torch's ``C, H, W`` order, so every weight has the torch encoder's meaning
 (a Keras conv kernel ``[kh, kw, in, out]`` is the torch weight ``[out, in, kh, kw]``
 transposed), the same generator draws give the same network, and the Keras torch backend runs
-``torch.conv2d`` without transposing inputs. Keras' TensorFlow backend runs ``channels_first``
-convolutions on CPU too, so ``model.keras`` loads and serves there.
+``torch.conv2d`` without transposing inputs. TensorFlow's CPU kernels without oneDNN have no
+``channels_first`` convolution, so the files TensorFlow may serve (``model.keras``, the
+SavedModel) run these convolutions ``channels_last`` (:mod:`cairn.export.keras_serving`).
 
 :class:`KerasEncoder` holds the layers: calling it on a Keras tensor adds them to a functional
 model (what ``model.keras`` and the exports hold); :meth:`KerasEncoder.call` runs each layer's

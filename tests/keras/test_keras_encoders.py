@@ -299,14 +299,18 @@ def test_a_users_keras_model_reads_the_flat_row_of_image_observations():
 
 
 @pytest.mark.tf
-def test_saved_model_of_a_keras_cnn_policy_serves_its_actions_with_tensorflow(tmp_path):
+def test_saved_model_of_a_keras_cnn_policy_serves_its_actions_with_tensorflow(tmp_path, monkeypatch):
     from cairn.export.keras_saved_model import export_saved_model
 
+    # TensorFlow's plain CPU kernels, as on a machine or build without oneDNN: they have no NCHW
+    # Conv2D, so the encoder's channels_first convolutions must be served NHWC. The worker
+    # subprocess inherits this process's environment (keras_saved_model._worker_env).
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     policy = cairn.Policy(DICT, gym.spaces.Discrete(3), {"model": KERAS}, seed=0)
     with torch.no_grad():  # a head that tells observations apart (the 0.01-gain start is near-uniform)
         policy.model.variables["action_head_kernel"].mul_(100.0)
-    # Keras' TensorFlow backend in a subprocess runs the channels_first convolutions on the CPU;
-    # cairn checks the served actions and logits against the policy's inside (64 observations).
+    # Keras' TensorFlow backend in a subprocess writes and runs the SavedModel on the CPU; cairn
+    # checks the served actions and logits against the policy's inside (64 observations).
     signature = export_saved_model(policy, tmp_path / "tf")
     assert signature["files"] == {"saved_model": "saved_model", "keras": "model.keras"}
     assert (tmp_path / "tf/saved_model/saved_model.pb").is_file()
