@@ -297,7 +297,7 @@ class Algorithm:
     def restore(self, checkpoint: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
         """Load a checkpoint of this algorithm (a directory or a URL such as ``s3://...``;
         ``storage_options`` for its fsspec file system) into this object, in place."""
-        restore_algorithm(self, checkpoint, storage_options=storage_options)
+        restore_algorithm(self, checkpoint, base=Algorithm, storage_options=storage_options)
 
     @classmethod
     def from_checkpoint(

@@ -165,15 +165,21 @@ def _check_stored_class(expected: type[Algorithm], base: type[Algorithm], checkp
         return  # load_algorithm_state names the wrong checkpoint type
     stored = resolve_class(info["class"], base)
     if not issubclass(stored, expected):
-        package = sys.modules.get("cairn")  # imported: it is the package this module is in
-        own = f"cairn.{stored.__name__}" if getattr(package, stored.__name__, None) is stored else (
-            f"{stored.__module__}.{stored.__qualname__}")
-        raise CheckpointClassMismatchError(
-            f"{checkpoint} is a {stored.__name__} checkpoint, but {expected.__name__}."
-            f"from_checkpoint builds only {expected.__name__} algorithms (or subclasses). Use "
-            f"cairn.Algorithm.from_checkpoint(...), which builds the stored class, or "
-            f"{own}.from_checkpoint(...)."
-        )
+        raise _class_mismatch(checkpoint, stored, f"{expected.__name__}.from_checkpoint builds only "
+                                                  f"{expected.__name__} algorithms (or subclasses)")
+
+
+def _class_mismatch(checkpoint: CheckpointLike, stored: type, refusal: str) -> CheckpointClassMismatchError:
+    """The error for a checkpoint of ``stored`` where ``refusal`` says why it does not fit,
+    naming the calls that do build it."""
+    package = sys.modules.get("cairn")  # imported: it is the package this module is in
+    own = f"cairn.{stored.__name__}" if getattr(package, stored.__name__, None) is stored else (
+        f"{stored.__module__}.{stored.__qualname__}")
+    return CheckpointClassMismatchError(
+        f"{checkpoint} is a {stored.__name__} checkpoint, but {refusal}. Use "
+        f"cairn.Algorithm.from_checkpoint(...), which builds the stored class, or "
+        f"{own}.from_checkpoint(...)."
+    )
 
 
 def algorithm_from_checkpoint(
@@ -217,13 +223,19 @@ def algorithm_from_checkpoint(
     raise AssertionError("unreachable")  # restoring() re-raises every error it catches
 
 
-def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike, *,
+def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike, *, base: type[Algorithm],
                       storage_options: Mapping[str, Any] | None = None) -> None:
     """The body of :meth:`Algorithm.restore <cairn.algorithms.algorithm.Algorithm.restore>`:
     read the tree (a path or a URL, ``storage_options`` as in :func:`algorithm_from_checkpoint`),
-    check it, and load it into ``algo`` in place."""
+    check it, and load it into ``algo`` in place. A checkpoint of another algorithm (neither
+    ``algo``'s class nor a subclass or base of it; ``base`` is ``Algorithm``) is refused with
+    :class:`~cairn.checkpoint.CheckpointClassMismatchError` before anything changes."""
     state = load_algorithm_state(checkpoint, storage_options=storage_options)
     check_algorithm_state(state, checkpoint)
+    stored, own = resolve_class(state["algorithm_class"], base), type(algo)
+    if not (issubclass(stored, own) or issubclass(own, stored)):
+        raise _class_mismatch(checkpoint, stored, f"this algorithm is a {own.__name__}, and restore() "
+                                                  f"loads only a checkpoint of its own algorithm")
     with restoring(checkpoint):
         algo.set_state(state)
 

@@ -131,6 +131,29 @@ def test_a_subclass_builds_only_its_own_kind(tmp_path: Path) -> None:
         algo.stop()
 
 
+@pytest.mark.filterwarnings("ignore:This DQN state has no replay buffer")
+def test_restore_refuses_another_algorithms_checkpoint_and_changes_nothing(ppo_algo: Any, tmp_path: Path) -> None:
+    """Issue 25, item 8: ``algo.restore(dqn_checkpoint)`` on a PPO said "stored state does not
+    fit ... missing ['action_head.bias', ...]"; it names the class mismatch and the fix, as
+    from_checkpoint does, before touching the algorithm."""
+    config = (DQNConfig().environment("CartPole-v1").debugging(seed=0)
+              .training(train_batch_size=32, num_steps_sampled_before_learning_starts=16,
+                        minibatch_size=8, model={"hidden": [8]}))
+    dqn = config.build()
+    try:
+        path = dqn.save(tmp_path / "dqn")
+    finally:
+        dqn.stop()
+    before = ppo_algo.get_state()
+    with pytest.raises(CheckpointClassMismatchError) as info:
+        ppo_algo.restore(path)
+    message = str(info.value)
+    assert "DQN checkpoint" in message and "this algorithm is a PPO" in message, message
+    assert "cairn.Algorithm.from_checkpoint" in message and "cairn.DQN.from_checkpoint" in message
+    assert_trees_equal(ppo_algo.get_state(), before)
+    ppo_algo.restore(ppo_algo.save(tmp_path / "ppo"))  # its own kind still restores
+
+
 def test_a_checkpoint_manifest_names_the_policy_class(ppo_algo: Any, tmp_path: Path) -> None:
     ppo_algo.get_policy().export_checkpoint(tmp_path / "p")
     manifest = json.loads((tmp_path / "p" / MANIFEST_FILE).read_text())
