@@ -201,6 +201,12 @@ class ObjectStorage(Storage):
             return view
         if size > limit:
             raise CheckpointCorruptedError(f"{where}: the manifest says {size} bytes, more than {limit}.")
+        # The object's real size, asked once (a HEAD on S3), before any range is read: the
+        # manifest may claim far more than the object holds (a 1 TiB claim would otherwise be
+        # 131,072 ranged reads), and what a load reads is then bounded by what it declares.
+        real = self.size(relative)
+        if real != size:
+            raise _size_error(where, real, size, exact=True)
         starts = list(range(0, size, RANGE_BYTES))
         ends = [*starts[1:], size + 1]  # one byte past the end: a longer file is seen
         path = self.path(relative)
@@ -213,6 +219,17 @@ class ObjectStorage(Storage):
         for start, chunk in zip(starts, chunks):
             view[start:start + len(chunk)] = chunk
         return view
+
+    def size(self, relative: str) -> int:
+        """The size in bytes of the object ``relative``, asked of the store (not of a cached
+        listing, which another process's save may have made stale)."""
+        path = self.path(relative)
+        with self.errors(relative, "look up"):
+            self.fs.invalidate_cache(path)
+            info = self.fs.info(path)
+        if info.get("type") != "file" or not isinstance(info.get("size"), int):
+            raise CheckpointNotFoundError(f"{self.url_of(relative)} does not exist (it is a prefix, not an object).")
+        return int(info["size"])
 
     def read_many(self, names: Sequence[tuple[str, int | None]], *, limit: int) -> list[memoryview]:
         """:meth:`read_exact` of several ``(relative, size)``, in parallel."""
@@ -258,9 +275,12 @@ class ObjectStorage(Storage):
         self.delete_files(names)
 
 
-def _size_error(where: str, got: int, expected: int) -> CheckpointCorruptedError:
+def _size_error(where: str, got: int, expected: int, *, exact: bool = False) -> CheckpointCorruptedError:
+    """``where`` is not the size its manifest declares; ``got`` bytes were read (reads stop one
+    byte past the declared size, so more is "at least"), or are its real size when ``exact``."""
+    more = got > expected and not exact
     return CheckpointCorruptedError(
-        f"{where} has {'at least ' if got > expected else ''}{got} bytes, but the manifest says "
+        f"{where} has {'at least ' if more else ''}{got} bytes, but the manifest says "
         f"{expected}; the checkpoint is truncated or was modified. Restore it from a good copy."
     )
 
