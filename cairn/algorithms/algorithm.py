@@ -270,8 +270,9 @@ class Algorithm:
         the state is snapshotted before ``save`` returns (training afterwards never reaches
         the checkpoint) and written in a background thread. One write is in flight at a time:
         a save while one is running waits for it first. A failed background write raises from
-        its Future, and once more from the next ``save()`` or :meth:`stop` (which waits for
-        the write in flight); see :mod:`cairn.algorithms.async_save` and docs/checkpoints.md.
+        its Future; if the Future did not deliver it, the next ``save()`` or :meth:`stop`
+        (which waits for the write in flight) raises it, once; see
+        :mod:`cairn.algorithms.async_save` and docs/checkpoints.md.
 
         ``previous`` (advanced; :class:`cairn.CheckpointManager` passes it): an earlier
         checkpoint of this algorithm on the same store, whose files are linked (copied

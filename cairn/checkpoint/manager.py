@@ -27,6 +27,7 @@ checkpoint still stands alone, so retention may delete any of them.
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import os
 import re
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cairn.checkpoint.manager_store import ManagerStore, open_store
+from cairn.checkpoint.save_future import SaveFuture
 from cairn.core import Checkpointable
 from cairn.errors import CheckpointError, ConfigError
 
@@ -261,8 +263,7 @@ class CheckpointManager:
         # that write's commit and retention finish, so that ``previous`` is still there.
         with self._lock:
             in_flight = [future for future in self._unwaited if not future.done()]
-        for future in in_flight:
-            future.exception()
+        concurrent.futures.wait(in_flight)  # not exception(): that would count as delivered
         self._raise_errors()
         committed = _committed(self._store)
         latest = max([*committed[-1:], *([] if self._last_iteration is None else [self._last_iteration])],
@@ -288,7 +289,9 @@ class CheckpointManager:
         if blocking:
             self._retain()
             return str(saved)
-        done: Future[str] = Future()
+        # The manager's Future passes the write's error on: once it has delivered it, the
+        # algorithm does not raise it again (cairn.checkpoint.save_future).
+        done = SaveFuture(lambda _: saved.delivered() if isinstance(saved, SaveFuture) else None)
         with self._lock:
             self._unwaited.append(done)
         saved.add_done_callback(lambda written: self._committed_in_background(written, done))
@@ -296,11 +299,12 @@ class CheckpointManager:
 
     def _committed_in_background(self, written: Future[Any], done: Future[str]) -> None:
         """After a background write (in the writer's thread): retention, then ``done``."""
-        try:
-            location = str(written.result())
-        except BaseException as exc:  # the saved object raises it again itself
-            done.set_exception(exc)
+        failed = (written.undelivered_exception() if isinstance(written, SaveFuture)
+                  else written.exception())
+        if failed is not None:  # the saved object raises it again itself, unless done delivers it
+            done.set_exception(failed)
             return
+        location = str(written.result())
         try:
             self._retain()
         except BaseException as exc:  # to the future and to the next save
