@@ -14,7 +14,7 @@ import os
 import warnings
 from typing import Any
 
-from cairn.cli.common import UsageError, json_safe
+from cairn.cli.common import CommandError, UsageError, json_safe
 from cairn.errors import ReplayBufferNotRestoredWarning
 
 __all__ = ["add_parser", "run", "render_episode", "first_episode_seed", "write_frames"]
@@ -101,9 +101,43 @@ def render_episode(algo: Any, seed: int | None) -> tuple[list[Any], float, int]:
         close_env(env)
 
 
+def _restore(checkpoint: str, overrides: dict[str, Any]) -> Any:
+    """The checkpoint's algorithm, with ``overrides``. A MuJoCo env that cannot load the OpenGL
+    backend ``MUJOCO_GL`` names fails while the restore builds it; that is this machine's setup,
+    so it is said as such, not as a checkpoint that does not fit its objects."""
+    from cairn.algorithms.algorithm import Algorithm
+    from cairn.envs.mujoco_gl import mujoco_gl_problem
+
+    try:
+        return Algorithm.from_checkpoint(checkpoint, config_overrides=overrides)
+    except Exception as exc:
+        problem = mujoco_gl_problem(exc)
+        if problem is None:
+            raise
+        raise CommandError(problem) from exc
+
+
+def _record(algo: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """``--render``: record one greedy episode into ``args.render``; what the report says of it."""
+    with warnings.catch_warnings():
+        # glfw warns (two lines each) before MuJoCo fails without a display; the failure says it.
+        warnings.filterwarnings("ignore", module="glfw")
+        frames, total, length = render_episode(algo, first_episode_seed(args.seed))
+    write_frames(args.render, frames, args.fps)
+    return {"path": args.render, "frames": len(frames), "episode_return": total, "episode_len": length}
+
+
+def _render_failure(path: str, exc: Exception) -> CommandError:
+    """The error that ends ``cairn evaluate`` after its report when only ``--render`` failed."""
+    from cairn.envs.mujoco_gl import mujoco_gl_problem
+
+    problem = mujoco_gl_problem(exc)
+    cause = problem or " ".join(f"{type(exc).__name__}: {exc}".split())
+    return CommandError(f"--render {path}: {cause} The evaluation above is complete; only the recording failed.")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``cairn evaluate``."""
-    from cairn.algorithms.algorithm import Algorithm
     from cairn.checkpoint import get_checkpoint_info
     from cairn.cli.run_checkpoints import checkpoint_or_latest_of_run
 
@@ -122,14 +156,18 @@ def run(args: argparse.Namespace) -> int:
         overrides["env"] = args.env
     with warnings.catch_warnings():  # evaluation never reads the replay buffers
         warnings.simplefilter("ignore", ReplayBufferNotRestoredWarning)
-        algo = Algorithm.from_checkpoint(args.checkpoint, config_overrides=overrides)
+        algo = _restore(args.checkpoint, overrides)
+    render_failure: Exception | None = None
     try:
         result = algo.evaluate(args.episodes, seed=args.seed)
         rendered = None
         if args.render is not None:
-            frames, total, length = render_episode(algo, first_episode_seed(args.seed))
-            write_frames(args.render, frames, args.fps)
-            rendered = {"path": args.render, "frames": len(frames), "episode_return": total, "episode_len": length}
+            try:
+                rendered = _record(algo, args)
+            except UsageError:
+                raise
+            except Exception as exc:  # the returns are known: report them, then the failure
+                render_failure = exc
         env = algo.config.env if isinstance(algo.config.env, str) else getattr(algo.config.env, "__name__", "env")
     finally:
         algo.stop()
@@ -139,7 +177,15 @@ def run(args: argparse.Namespace) -> int:
               "episode_lens": result["episode_lens"], "render": rendered}
     if args.json:
         print(json.dumps(json_safe(report), indent=2))
-        return 0
+    else:
+        _print_report(args, env, result, rendered)
+    if render_failure is not None:
+        raise _render_failure(args.render, render_failure) from render_failure
+    return 0
+
+
+def _print_report(args: argparse.Namespace, env: str, result: dict[str, Any], rendered: dict[str, Any] | None) -> None:
+    """The text report: a title line, then the return's and the length's mean, std, min, max."""
     seed = "" if args.seed is None else f", seed {args.seed}"
     count = result["num_episodes"]
     print(f"{os.path.basename(os.path.normpath(args.checkpoint))} on {env}: {count} greedy "
@@ -151,4 +197,3 @@ def run(args: argparse.Namespace) -> int:
     if rendered is not None:
         print(f"  rendered one episode (return {rendered['episode_return']:.2f}, {rendered['frames']} frames) "
               f"to {rendered['path']}")
-    return 0

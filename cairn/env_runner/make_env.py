@@ -35,6 +35,15 @@ def make_env(config: AlgorithmConfig) -> Any:
             created = gym.make(env, **env_config)
     except (gym.error.Error, TypeError) as exc:
         raise EnvError(f"Could not create environment {env!r} with env_config={env_config}: {exc}") from exc
+    except Exception as exc:
+        from cairn.envs.mujoco_gl import MujocoGLError, mujoco_gl_problem
+
+        # A MuJoCo env whose `import mujoco` fails to load MUJOCO_GL's backend: name the
+        # variable and the fix, not the AttributeError deep inside PyOpenGL.
+        problem = mujoco_gl_problem(exc)
+        if problem is None:
+            raise
+        raise MujocoGLError(f"Could not create environment {env!r}: {problem}") from exc
     return _as_parallel_env(created, env)
 
 

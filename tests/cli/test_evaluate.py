@@ -129,3 +129,61 @@ def test_evaluate_restores_a_checkpoint_without_its_replay_buffer_quietly(tmp_pa
         report = _json(capsys, ["evaluate", str(ckpt), "--episodes", "1", "--seed", "0", "--json"])
     assert report["num_episodes"] == 1
     assert not [w for w in caught if issubclass(w.category, cairn.errors.ReplayBufferNotRestoredWarning)]
+
+
+@pytest.fixture(scope="module")
+def mujoco_run(tmp_path_factory):
+    """A one-iteration PPO run on a real MuJoCo env (InvertedPendulum-v5)."""
+    pytest.importorskip("mujoco")
+    run = tmp_path_factory.mktemp("mujoco") / "run"
+    assert main(["train", "--algo", "PPO", "--env", "InvertedPendulum-v5", "--stop-iters", "1", "--seed", "0",
+                 "--config", "train_batch_size=64", "minibatch_size=32", "num_epochs=1", "--out", str(run), "-q"]) == 0
+    return run
+
+
+def _evaluate_in_a_process(run, gif, **environ):
+    """``cairn evaluate RUN --render GIF`` in a fresh process (MuJoCo reads MUJOCO_GL once, at
+    its import) without a display, with ``environ`` set (None: unset)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL",
+                                                            "PYOPENGL_PLATFORM")}
+    env.update({k: v for k, v in environ.items() if v is not None})
+    return subprocess.run([sys.executable, "-m", "cairn", "evaluate", str(run), "--episodes", "2", "--seed", "0",
+                           "--render", str(gif)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+
+
+@pytest.mark.slow  # three fresh processes that import torch and MuJoCo
+def test_headless_mujoco_rendering_names_the_backend_and_still_reports_the_returns(mujoco_run, tmp_path):
+    """On a machine without a display: MUJOCO_GL unset (GLFW) cannot render; osmesa without
+    libOSMesa cannot even import mujoco; egl renders where libEGL is. A renderer's failure is
+    named with its fix, never blamed on the checkpoint, and the returns are still printed when
+    only the recording failed (it raised a bare mujoco.FatalError, and osmesa 'the stored state
+    does not fit the objects it describes (AttributeError: ... 'glGetError')')."""
+    import ctypes.util
+
+    for backend in (None, "osmesa", "egl"):
+        gif = tmp_path / f"{backend}.gif"
+        proc = _evaluate_in_a_process(mujoco_run, gif, MUJOCO_GL=backend)
+        err = proc.stderr
+        assert "does not fit" not in err and "Traceback" not in err and "FatalError:" not in err, err
+        library = {"osmesa": "OSMesa", "egl": "EGL"}.get(backend or "")
+        if library and ctypes.util.find_library(library):
+            assert proc.returncode == 0 and gif.is_file(), err  # the backend is there: it renders
+            continue
+        assert proc.returncode == 1 and not gif.exists()
+        (line,) = err.strip().splitlines()  # one line: what failed and the fix
+        assert "MUJOCO_GL=egl" in line and "MUJOCO_GL=osmesa" in line and "libosmesa6" in line
+        if backend is None:  # only the recording failed: the evaluation's report is there
+            assert proc.stdout.splitlines()[0] == "checkpoint_000001 on InvertedPendulum-v5: 2 greedy episodes, seed 0"
+            assert "return  mean" in proc.stdout
+            assert line.startswith(f"cairn: error: --render {gif}: MuJoCo could not open an OpenGL context: "
+                                   "MUJOCO_GL is unset, so MuJoCo uses GLFW, which needs a display")
+            assert line.endswith("The evaluation above is complete; only the recording failed.")
+        else:  # no MuJoCo env can even be made: the setup is named, not the checkpoint
+            assert line.startswith("cairn: error: Could not create environment 'InvertedPendulum-v5': MuJoCo "
+                                   "could not load OSMesa, the OpenGL backend that MUJOCO_GL=osmesa asks for")
