@@ -33,8 +33,16 @@ from cairn.checkpoint.paths import CheckpointLike
 from cairn.checkpoint.targets import check_save_location
 from cairn.checkpoint.validate import require_counts, require_types
 from cairn.config.algorithm_config import PolicyMapping
+from cairn.config.checks import check_env
 from cairn.config.restore import restored_config
-from cairn.errors import CheckpointError, CheckpointFormatError, UnknownPolicyIdError, UnsafeCheckpointError
+from cairn.errors import (
+    CheckpointEnvError,
+    CheckpointError,
+    CheckpointFormatError,
+    ConfigError,
+    UnknownPolicyIdError,
+    UnsafeCheckpointError,
+)
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
 from cairn.policy.state_check import check_policy_state
@@ -49,6 +57,7 @@ __all__ = [
     "algorithm_from_checkpoint",
     "algorithm_from_state",
     "check_algorithm_state",
+    "check_env_known",
     "check_env_reference",
     "export_policy_checkpoint",
     "export_policy_model",
@@ -154,6 +163,22 @@ def check_env_reference(config: Mapping[str, Any], where: Any) -> None:
         )
 
 
+def check_env_known(config: Mapping[str, Any], where: Any) -> None:
+    """Name the fix for a stored env name this process does not know (typically a
+    ``cairn.register_env`` name of the run that saved the checkpoint)."""
+    env = config.get("env")
+    if isinstance(env, str):
+        try:
+            check_env(env)
+        except ConfigError:
+            raise CheckpointEnvError(
+                f"{where}: the checkpoint's environment {env!r:.100} is neither registered with "
+                "cairn.register_env in this process nor a Gymnasium ID. Register it first "
+                f"(cairn.register_env({env!r:.100}, creator), or import the module that does), "
+                "or pass config_overrides={'env': creator}."
+            ) from None
+
+
 def _check_stored_class(expected: type[Algorithm], base: type[Algorithm], checkpoint: CheckpointLike,
                         storage_options: Mapping[str, Any] | None) -> None:
     """Refuse, from the manifest alone, a checkpoint of an algorithm that is not ``expected``
@@ -214,6 +239,7 @@ def algorithm_from_checkpoint(
     check_algorithm_state(state, checkpoint)
     if "env" not in (config_overrides or {}):
         check_env_reference(state["config"], checkpoint)
+        check_env_known(state["config"], checkpoint)
     with restoring(checkpoint):
         # The arrays were read into buffers nobody else holds: adopt them, don't copy.
         return algorithm_from_state(state, base=base, policy_ids=policy_ids,

@@ -3,6 +3,8 @@ settings (``AlgorithmConfig.merged_fields()``) merge into the stored value, othe
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import cairn
@@ -98,3 +100,42 @@ def test_dict_policy_mapping_override_replaces_as_multi_agent_does(tmp_path):
     assert restored.config.policy_mapping_fn == {"agent_0": "p1", "agent_1": "p1"}
     with pytest.raises(ConfigError, match="no entry for agent 'agent_0'"):
         cairn.Algorithm.from_checkpoint(path, config_overrides={"policy_mapping_fn": {"agent_1": "p1"}})
+
+
+def test_a_registered_env_unknown_to_this_process_says_register_it(tmp_path):
+    """Issue 25, item 7: restoring a checkpoint of a ``register_env`` name in a new process
+    advised config_overrides "if it comes from a newer or modified cairn"; the fix is to
+    register the env first or pass it as config_overrides={'env': creator}."""
+    import subprocess
+    import sys
+
+    cairn.register_env("restore_test_cartpole", make_cartpole)
+    algo = small_ppo().environment("restore_test_cartpole").build()
+    path = algo.save(tmp_path / "c")
+    algo.stop()
+    script = (
+        "import cairn, sys\n"
+        "from cairn.errors import CheckpointEnvError\n"
+        "try:\n"
+        f"    cairn.Algorithm.from_checkpoint({str(path)!r})\n"
+        "except CheckpointEnvError as exc:\n"
+        "    print(exc)\n"
+        "from tests.algorithms.test_restore_overrides import make_cartpole\n"
+        f"algo = cairn.Algorithm.from_checkpoint({str(path)!r}, config_overrides={{'env': make_cartpole}})\n"
+        "algo.train()\n"
+        "print('restored and trained')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr
+    message, done = proc.stdout.strip().splitlines()[-2:]
+    assert "'restore_test_cartpole' is neither registered with cairn.register_env" in message
+    assert "cairn.register_env('restore_test_cartpole', creator)" in message
+    assert "config_overrides={'env': creator}" in message and "newer or modified" not in message
+    assert done == "restored and trained"
+
+
+def make_cartpole(env_config):
+    import gymnasium as gym
+
+    return gym.make("CartPole-v1")
