@@ -55,7 +55,10 @@ generators, optimizer state and the metrics window go on, and the log files are 
 criteria are the run's own unless given again; KEY=VALUE settings become config_overrides.
 
 Ctrl-C finishes the current iteration, saves a checkpoint and exits with status 130 (continue
-with --resume RUN); a second Ctrl-C quits at once without saving.
+with --resume RUN); a second Ctrl-C quits at once without saving. DQN and SAC runs store their
+replay buffers in the run's checkpoints (store_replay_buffer=true unless --config sets it), so
+that --resume continues exactly; store_replay_buffer=false keeps checkpoints small, and a resumed
+run then starts from an empty buffer.
 """
 
 
@@ -168,6 +171,8 @@ def _build_config(args: argparse.Namespace) -> Any:
         data["env"] = args.env
     if data.get("env") is None:
         raise ArgumentsError("--env is required (or a --config file with 'env').")
+    if "store_replay_buffer" in data and "store_replay_buffer" not in {**from_files, **assignments}:
+        data["store_replay_buffer"] = True  # a run's checkpoints resume exactly (--resume, Ctrl-C)
     data.update(assignments)
     if args.seed is not None:
         data["seed"] = args.seed
@@ -296,8 +301,11 @@ def _train_run(algo: Any, run_dir: Path, args: argparse.Namespace, settings: dic
             reporter.stop()
             log.close()
     if interrupted:
+        lost = ("" if getattr(algo.config, "store_replay_buffer", True) else
+                " (its replay buffer was not stored, as store_replay_buffer=false asked: the resumed run "
+                "starts from an empty buffer)")
         print(f"interrupted after iteration {algo.iteration}: checkpoint saved to {path}; continue with "
-              f"cairn train --resume {run_dir}", flush=True)
+              f"cairn train --resume {run_dir}{lost}", flush=True)
         return EXIT_INTERRUPTED
     print(f"checkpoint: {path}", flush=True)
     return 0

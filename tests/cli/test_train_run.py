@@ -71,8 +71,8 @@ def test_resume_continues_counters_rng_and_appends(tmp_path, capsys):
 
 def test_warnings_from_cairn_show_as_one_line(tmp_path, capsys):
     dqn = ["train", "--algo", "DQN", "--env", "CartPole-v1", "--config", "train_batch_size=64", "minibatch_size=16",
-           "num_steps_sampled_before_learning_starts=32", "--out", str(tmp_path / "run")]
-    assert main([*dqn, "--stop-iters", "1", "-q"]) == 0  # saved without its replay buffer
+           "num_steps_sampled_before_learning_starts=32", "store_replay_buffer=false", "--out", str(tmp_path / "run")]
+    assert main([*dqn, "--stop-iters", "1", "-q"]) == 0  # store_replay_buffer=false: no replay buffer stored
     capsys.readouterr()
     assert main(["train", "--resume", str(tmp_path / "run"), "--stop-iters", "2"]) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if "replay buffer" in line]
@@ -82,6 +82,60 @@ def test_warnings_from_cairn_show_as_one_line(tmp_path, capsys):
     assert "replay buffer" not in capsys.readouterr().err  # -q: errors only
     with pytest.warns(cairn.errors.ReplayBufferNotRestoredWarning):  # outside the command: Python's own
         cairn.Algorithm.from_checkpoint(tmp_path / "run" / "checkpoints" / "checkpoint_000003").stop()
+
+
+DQN = ["train", "--algo", "DQN", "--env", "CartPole-v1", "--seed", "1", "--config", "train_batch_size=64",
+       "minibatch_size=16", "num_steps_sampled_before_learning_starts=32"]
+
+
+def test_a_dqn_run_stores_its_replay_buffer_and_resumes_exactly(tmp_path, capsys, monkeypatch):
+    """Issue 25, item 10: cairn train stored no replay buffer for DQN/SAC, so --resume (and the
+    Ctrl-C message's promise) continued from an empty buffer. Run checkpoints now hold it."""
+    import signal
+
+    from cairn.algorithms.algorithm import Algorithm
+
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    assert main([*DQN, "--stop-iters", "4", "--out", str(straight), "-q"]) == 0
+    real_train = Algorithm.train
+
+    def ctrl_c_after_two(self):
+        result = real_train(self)
+        if self.iteration == 2:
+            signal.raise_signal(signal.SIGINT)  # as a user's Ctrl-C: finish the iteration, save
+        return result
+
+    monkeypatch.setattr(Algorithm, "train", ctrl_c_after_two)
+    capsys.readouterr()
+    assert main([*DQN, "--stop-iters", "4", "--out", str(run)]) == 130
+    out = capsys.readouterr().out
+    assert "continue with cairn train --resume" in out and "replay buffer" not in out
+    monkeypatch.setattr(Algorithm, "train", real_train)
+    assert main(["train", "--resume", str(run), "-q"]) == 0
+    assert "replay buffer" not in capsys.readouterr().err  # no "training goes on from an empty buffer"
+    rows, expected = _rows(run), _rows(straight)
+    for key in ("timesteps", "episodes", "episode_return_mean", "mean_q"):
+        assert [r.get(key) for r in rows] == [r.get(key) for r in expected], key
+    files = cairn.get_checkpoint_info(run / "checkpoints" / "checkpoint_000004")["files"]
+    assert "components/replay_buffer/state.safetensors" in files
+
+
+def test_ctrl_c_says_what_a_run_without_its_replay_buffer_loses(tmp_path, capsys, monkeypatch):
+    import signal
+
+    from cairn.algorithms.algorithm import Algorithm
+
+    real_train = Algorithm.train
+
+    def ctrl_c(self):
+        result = real_train(self)
+        signal.raise_signal(signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(Algorithm, "train", ctrl_c)
+    assert main([*DQN, "store_replay_buffer=false", "--out", str(tmp_path / "run")]) == 130
+    assert ("its replay buffer was not stored, as store_replay_buffer=false asked: the resumed run starts "
+            "from an empty buffer") in capsys.readouterr().out
 
 
 def test_resume_cuts_rows_written_after_the_latest_checkpoint(tmp_path, capsys):
