@@ -15,6 +15,7 @@ import warnings
 from typing import Any
 
 from cairn.cli.common import CommandError, UsageError, json_safe
+from cairn.cli.episode_watch import EpisodeWatch, stderr_unless
 from cairn.errors import ReplayBufferNotRestoredWarning
 
 __all__ = ["add_parser", "run", "render_episode", "first_episode_seed", "write_frames"]
@@ -32,6 +33,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--env", default=None, metavar="ID", help="evaluate on this environment instead of the "
                                                             "checkpoint's (same spaces)")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="seed the episodes: equal seeds, equal numbers")
+    p.add_argument("--max-episode-steps", type=int, default=None, metavar="N",
+                   help="truncate each episode (and the --render one) after N steps, as a time limit does")
     p.add_argument("--render", default=None, metavar="FILE",
                    help="also record one greedy episode into FILE: .gif (Pillow) or .mp4 (imageio-ffmpeg); "
                         "with --seed it is the first episode of the report")
@@ -70,10 +73,10 @@ def first_episode_seed(seed: int | None) -> int | None:
     return int(seeded_rng(seed, 0, EVALUATION_SEED_OFFSET).integers(2**31 - 1))
 
 
-def render_episode(algo: Any, seed: int | None) -> tuple[list[Any], float, int]:
+def render_episode(algo: Any, seed: int | None, max_steps: int | None = None) -> tuple[list[Any], float, int]:
     """Play one greedy episode on a fresh ``render_mode="rgb_array"`` copy of the algorithm's
-    environment, reset with ``seed``; returns (frames: the reset one and one per step, return,
-    length)."""
+    environment, reset with ``seed`` (and ended after ``max_steps`` steps); returns (frames: the
+    reset one and one per step, return, length)."""
     from cairn.env_runner.env_runner import DEFAULT_AGENT_ID
     from cairn.env_runner.make_env import close_env, is_multi_agent_env, make_env
 
@@ -95,7 +98,8 @@ def render_episode(algo: Any, seed: int | None) -> tuple[list[Any], float, int]:
         while not done:
             obs, reward, terminated, truncated, _ = env.step(policy.compute_single_action(obs, explore=False))
             frames.append(env.render())
-            total, length, done = total + float(reward), length + 1, bool(terminated or truncated)
+            total, length = total + float(reward), length + 1
+            done = bool(terminated or truncated) or (max_steps is not None and length >= max_steps)
         return frames, total, length
     finally:
         close_env(env)
@@ -122,9 +126,34 @@ def _record(algo: Any, args: argparse.Namespace) -> dict[str, Any]:
     with warnings.catch_warnings():
         # glfw warns (two lines each) before MuJoCo fails without a display; the failure says it.
         warnings.filterwarnings("ignore", module="glfw")
-        frames, total, length = render_episode(algo, first_episode_seed(args.seed))
+        frames, total, length = render_episode(algo, first_episode_seed(args.seed), args.max_episode_steps)
     write_frames(args.render, frames, args.fps)
     return {"path": args.render, "frames": len(frames), "episode_return": total, "episode_len": length}
+
+
+def _evaluate(algo: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """``algo.evaluate(args.episodes, seed=args.seed)``, played on envs wrapped by an
+    :class:`EpisodeWatch` (``--max-episode-steps``, a line per episode on stderr): through the
+    same evaluation functions, runner state and torch threads as ``Algorithm.evaluate``, so that
+    without ``--max-episode-steps`` the numbers are its numbers."""
+    from cairn.algorithms.evaluation import evaluate_episodes, evaluation_runner
+    from cairn.env_runner.make_env import make_env
+    from cairn.policy.torch_utils import torch_threads
+
+    total = args.episodes or algo.config.evaluation_duration
+    watch = EpisodeWatch(total=total, max_steps=args.max_episode_steps,
+                         stream=stderr_unless(bool(getattr(args, "quiet", False))))
+    config = algo.config.copy()
+    config.environment(watch.creator(lambda: make_env(algo.config)))
+    # The checkpoint's own evaluation runner goes on with its stream unless --seed asks for a fresh one.
+    runner = None if args.seed is not None else evaluation_runner(config, algo.policies,
+                                                                 algo.get_evaluation_runner_state())
+    try:
+        with torch_threads(config.torch_num_threads, algo.policies.values()):
+            return evaluate_episodes(runner, config, algo.policies, total, seed=args.seed)
+    finally:
+        if runner is not None:
+            runner.stop()
 
 
 def _render_failure(path: str, exc: Exception) -> CommandError:
@@ -147,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--render {args.render}: expected a .gif or .mp4 file name.")
     if args.fps < 1:
         raise UsageError(f"--fps {args.fps}: expected at least 1.")
+    if args.max_episode_steps is not None and args.max_episode_steps < 1:
+        raise UsageError(f"--max-episode-steps {args.max_episode_steps}: expected at least 1.")
     args.checkpoint = checkpoint_or_latest_of_run(args.checkpoint)
     if get_checkpoint_info(args.checkpoint)["type"] != "Algorithm":
         raise UsageError(f"{args.checkpoint} is a Policy checkpoint; cairn evaluate takes an Algorithm checkpoint "
@@ -159,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         algo = _restore(args.checkpoint, overrides)
     render_failure: Exception | None = None
     try:
-        result = algo.evaluate(args.episodes, seed=args.seed)
+        result = _evaluate(algo, args)
         rendered = None
         if args.render is not None:
             try:

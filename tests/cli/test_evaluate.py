@@ -131,6 +131,53 @@ def test_evaluate_restores_a_checkpoint_without_its_replay_buffer_quietly(tmp_pa
     assert not [w for w in caught if issubclass(w.category, cairn.errors.ReplayBufferNotRestoredWarning)]
 
 
+def test_evaluate_shows_each_episode_and_max_episode_steps_truncates(trained_run, capsys):
+    """A long evaluation shows a line per episode on stderr (-q hides them), and
+    --max-episode-steps ends every episode there: a greedy Atari policy that never serves
+    otherwise plays 27,000 steps an episode in silence."""
+    ckpt = str(trained_run / "checkpoints" / "checkpoint_000003")
+    assert main(["evaluate", ckpt, "--episodes", "3", "--seed", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    full = json.loads(captured.out)  # stdout stays the report alone
+    lines = captured.err.splitlines()
+    assert [line.split(" | ")[0] for line in lines] == ["episode 1/3", "episode 2/3", "episode 3/3"]
+    for line, ret, length in zip(lines, full["episode_returns"], full["episode_lens"]):
+        assert f"| return {ret:10.2f} | length {length:7d} | " in line and "truncated" not in line
+
+    cap = min(full["episode_lens"]) - 1
+    assert main(["evaluate", ckpt, "--episodes", "3", "--seed", "1", "--json", "--max-episode-steps", str(cap)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["episode_lens"] == [cap] * 3
+    assert all(line.endswith(f"| truncated at --max-episode-steps {cap}") for line in captured.err.splitlines())
+
+    quiet = _json(capsys, ["evaluate", ckpt, "--episodes", "3", "--seed", "1", "--json", "-q"])
+    assert quiet == full and capsys.readouterr().err == ""
+    # Without --seed the checkpoint's own evaluation runner goes on, as Algorithm.evaluate() does.
+    own = _json(capsys, ["evaluate", ckpt, "--episodes", "3", "--json", "-q"])
+    algo = cairn.Algorithm.from_checkpoint(ckpt)
+    try:
+        twin = algo.evaluate(3)
+    finally:
+        algo.stop()
+    assert own["episode_returns"] == twin["episode_returns"] and own["episode_lens"] == twin["episode_lens"]
+    assert main(["evaluate", ckpt, "--max-episode-steps", "0"]) == 2
+    assert "--max-episode-steps 0: expected at least 1" in capsys.readouterr().err
+
+
+def test_evaluate_multi_agent_lines_and_truncation(tmp_path, capsys):
+    from tests.helpers import small_ma_ppo
+
+    algo = small_ma_ppo(2).build()
+    try:
+        ckpt = str(algo.save(tmp_path / "ma"))
+    finally:
+        algo.stop()
+    assert main(["evaluate", ckpt, "--episodes", "2", "--seed", "0", "--json", "--max-episode-steps", "5"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["episode_lens"] == [5, 5]
+    assert [line.split(" | ")[0] for line in captured.err.splitlines()] == ["episode 1/2", "episode 2/2"]
+
+
 @pytest.fixture(scope="module")
 def mujoco_run(tmp_path_factory):
     """A one-iteration PPO run on a real MuJoCo env (InvertedPendulum-v5)."""
@@ -176,7 +223,9 @@ def test_headless_mujoco_rendering_names_the_backend_and_still_reports_the_retur
             assert proc.returncode == 0 and gif.is_file(), err  # the backend is there: it renders
             continue
         assert proc.returncode == 1 and not gif.exists()
-        (line,) = err.strip().splitlines()  # one line: what failed and the fix
+        progress = [line for line in err.splitlines() if line.startswith("episode ")]
+        assert len(progress) == (2 if backend is None else 0)  # one per evaluated episode, before the failure
+        (line,) = [line for line in err.strip().splitlines() if line not in progress]  # what failed, the fix
         assert "MUJOCO_GL=egl" in line and "MUJOCO_GL=osmesa" in line and "libosmesa6" in line
         if backend is None:  # only the recording failed: the evaluation's report is there
             assert proc.stdout.splitlines()[0] == "checkpoint_000001 on InvertedPendulum-v5: 2 greedy episodes, seed 0"
