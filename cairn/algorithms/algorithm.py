@@ -124,9 +124,10 @@ class Algorithm:
     def train(self) -> dict[str, Any]:
         """Run one training iteration and return its results: ``training_iteration``, the
         :attr:`counters`, the :func:`~cairn.algorithms.metrics.episode_metrics` of the last 100
-        episodes (``episode_return_mean``, ...), ``learners[policy_id]``, ``time_this_iter_s``;
-        plus ``evaluation`` when evaluation is due."""
-        start = time.perf_counter()
+        episodes (``episode_return_mean``, ...), ``learners[policy_id]``, ``time_this_iter_s``,
+        ``env_steps_per_s`` (env steps sampled in the iteration over its wall time); plus
+        ``evaluation`` when evaluation is due."""
+        start, steps_before = time.perf_counter(), self.counters["num_env_steps_sampled_lifetime"]
         with self._torch_threads():
             learner_stats = self.training_step()
         self.iteration += 1
@@ -136,7 +137,9 @@ class Algorithm:
         interval = self.config.evaluation_interval
         if interval and self.iteration % interval == 0:
             result["evaluation"] = self.evaluate()
-        result["time_this_iter_s"] = time.perf_counter() - start
+        elapsed = result["time_this_iter_s"] = time.perf_counter() - start
+        steps = self.counters["num_env_steps_sampled_lifetime"] - steps_before
+        result["env_steps_per_s"] = steps / elapsed if elapsed > 0 else float("nan")
         return result
 
     def evaluate(self, num_episodes: int | None = None, *, seed: int | None = None) -> dict[str, Any]:

@@ -133,7 +133,9 @@ def _warn_unstorable(config: Mapping[str, Any]) -> None:
             warnings.warn(
                 f"Config {key!r} is {value.get('name')!r}, which has no import path (lambda, "
                 f"closure or __main__ function) and is not stored in the checkpoint; restoring it "
-                f"will require {arg}. Define it at module level to store it.",
+                f"will require {arg}. To store it, define it at module level in a module that is "
+                f"imported by name (not the script run as __main__: another process cannot import "
+                f"that), e.g. in my_project/envs.py.",
                 stacklevel=4,  # _warn_unstorable <- prepare_algorithm_save <- Algorithm.save <- caller
             )
 

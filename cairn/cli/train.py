@@ -240,16 +240,13 @@ def _should_stop(stop: dict[str, Any], result: dict[str, Any]) -> bool:
             or (stop["reward"] is not None and ret is not None and ret == ret and ret >= stop["reward"]))
 
 
-def _with_run_metrics(algo: Any, result: dict[str, Any], steps_before: int, time_offset: float) -> dict[str, Any]:
+def _with_run_metrics(algo: Any, result: dict[str, Any], time_offset: float) -> dict[str, Any]:
     """The result plus what the run log reports beyond ``train()``: the metrics window's
-    ``episode_return_min/max``, ``env_steps_per_s`` and ``time_total_s``."""
+    ``episode_return_min/max`` and ``time_total_s``."""
     returns = [float(e["return"]) for e in algo.recent_episodes]
-    steps = result["num_env_steps_sampled_lifetime"] - steps_before
-    elapsed = result["time_this_iter_s"]
     return {**result, "episode_return_min": min(returns) if returns else float("nan"),
             "episode_return_max": max(returns) if returns else float("nan"),
-            "env_steps_per_s": steps / elapsed if elapsed > 0 else float("nan"),
-            "time_total_s": time_offset + elapsed}
+            "time_total_s": time_offset + result["time_this_iter_s"]}
 
 
 def _loop(algo: Any, log: RunLog, reporter: Reporter, stop: dict[str, Any], manager: Any,
@@ -260,8 +257,7 @@ def _loop(algo: Any, log: RunLog, reporter: Reporter, stop: dict[str, Any], mana
     saved_at: tuple[int, str] | None = None
     time_total = log.time_offset
     while not interrupt.requested:
-        before = algo.counters["num_env_steps_sampled_lifetime"]
-        result = _with_run_metrics(algo, algo.train(), before, time_total)
+        result = _with_run_metrics(algo, algo.train(), time_total)
         last[:] = [result]
         time_total = result["time_total_s"]
         log.append(result)

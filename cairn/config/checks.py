@@ -21,6 +21,7 @@ __all__ = [
     "encode_callable",
     "decode_callable",
     "suggest",
+    "ALIASES",
     "normalize_policies",
     "check_policy_mapping",
     "map_agent",
@@ -64,8 +65,35 @@ def decode_callable(value: Any, key: str) -> Any:
     return resolve_callable(reference, what=key)
 
 
+#: Stable-Baselines3's (and RLlib's old) names of settings -> cairn's, for "did you mean".
+ALIASES = {
+    "learning_starts": "num_steps_sampled_before_learning_starts",
+    "learning_rate": "lr",
+    "batch_size": "minibatch_size",
+    "n_epochs": "num_epochs",
+    "n_steps": "rollout_fragment_length",
+    "n_envs": "num_envs_per_env_runner",
+    "num_workers": "num_env_runners",
+    "gae_lambda": "lambda_",
+    "lambda": "lambda_",
+    "ent_coef": "entropy_coeff",
+    "vf_coef": "vf_coeff",
+    "clip_range": "clip_param",
+    "max_grad_norm": "grad_clip",
+    "buffer_size": "replay_buffer_config",
+    "target_update_interval": "target_network_update_freq",
+    "policy_kwargs": "model",
+}
+
+
 def suggest(key: str, allowed: Any) -> str:
-    close = difflib.get_close_matches(key, list(allowed), n=1)
+    """``" Did you mean 'x'?"`` for the allowed name closest to ``key``: its cairn name when
+    ``key`` is another library's (:data:`ALIASES`, e.g. SB3's ``learning_starts``), else the
+    closest spelling; ``""`` when none is close."""
+    allowed = list(allowed)
+    if ALIASES.get(key) in allowed:
+        return f" Did you mean {ALIASES[key]!r} (cairn's name for {key!r})?"
+    close = difflib.get_close_matches(key, allowed, n=1)
     return f" Did you mean {close[0]!r}?" if close else ""
 
 

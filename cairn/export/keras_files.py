@@ -25,7 +25,7 @@ from cairn.errors import ExportError
 from cairn.export.onnx_model import ONNX_FILE, quiet_exporter
 from cairn.export.summary import short_reason
 from cairn.export.verify import check_against_policy, onnx_runner
-from cairn.policy.keras_backend import import_keras
+from cairn.policy.keras_backend import import_keras, import_tensorflow_quietly
 
 if TYPE_CHECKING:
     from cairn.policy.export_hook import ExportGraph
@@ -58,6 +58,7 @@ def save_keras_file(policy: Policy, graph: ExportGraph, directory: Path) -> dict
 
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / KERAS_FILE
+    import_tensorflow_quietly()  # Keras' saving imports it, with lines on stderr
     try:
         # NHWC convolutions: TensorFlow serves this file (SavedModel) on CPUs without oneDNN too.
         serving_model(policy, graph, channels_last=True).save(str(path))

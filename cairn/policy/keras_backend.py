@@ -14,11 +14,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import tempfile
 from typing import Any
 
 from cairn.errors import FrameworkUnavailableError
 
-__all__ = ["KERAS_INSTALL_HINT", "MIN_KERAS_VERSION", "import_keras", "keras_available"]
+__all__ = ["KERAS_INSTALL_HINT", "MIN_KERAS_VERSION", "import_keras", "import_tensorflow_quietly", "keras_available"]
 
 KERAS_INSTALL_HINT = "`pip install 'cairn-rl[keras]'` (in a cairn checkout: `pip install -e '.[keras]'`)"
 #: Keras 3.8 added ``model.export(..., format="onnx")``, which cairn's ONNX export uses.
@@ -81,3 +82,39 @@ def import_keras(why: str = "model.framework='keras'") -> Any:
     import keras
 
     return _check_backend(keras, why)
+
+
+#: Lines TensorFlow's C++ runtime prints to stderr while it is imported (absl logs them before
+#: its logging is set up, whatever TF_CPP_MIN_LOG_LEVEL says).
+_TENSORFLOW_START_UP_LINES = ("All log messages before absl::InitializeLog()", "port.cc:", "cpu_feature_guard.cc:",
+                              "To enable the following instructions:")
+
+
+def import_tensorflow_quietly() -> None:
+    """Import TensorFlow, when it is installed and not imported yet, without its start-up lines.
+
+    Keras' saving code imports TensorFlow whenever it is installed (even on the torch backend,
+    to recognise its types), and TensorFlow's C++ runtime then writes lines about oneDNN and CPU
+    instructions straight to file descriptor 2, which Python cannot filter: every first Keras
+    save of a process printed them. cairn imports it first with descriptor 2 sent to a file,
+    and writes back everything else that arrived there meanwhile (another thread's output is
+    delayed, not lost). An import that fails is left for Keras to find.
+    """
+    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except Exception:  # Keras imports it (or finds it unusable) itself, and says so
+            pass
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        capture.seek(0)
+        lines = capture.read().decode(errors="replace").splitlines(keepends=True)
+    kept = "".join(line for line in lines if not any(marker in line for marker in _TENSORFLOW_START_UP_LINES))
+    if kept:
+        os.write(2, kept.encode())

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError
-from cairn.policy.keras_backend import import_keras
+from cairn.policy.keras_backend import import_keras, import_tensorflow_quietly
 from cairn.policy.keras_config import model_framework
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.model import NUMPY_ACTIVATIONS, ActorCriticMLP
@@ -164,6 +164,7 @@ def deepcopy_keras_module(module: nn.Module, memo: dict[int, Any]) -> Any:
     tensors as the ParameterDict ``variables``: Keras copies a variable's tensor without the
     memo, so the copy's ``variables`` are re-pointed at the copied Keras variables (else a
     target network would train, save and load tensors its Keras layers never read)."""
+    import_tensorflow_quietly()  # Keras copies a model through its saving code, which imports it
     cls = type(module)
     new = cls.__new__(cls)
     memo[id(module)] = new

@@ -46,3 +46,16 @@ def test_removed_policy_leaves_the_per_policy_metrics(ma_algo):
     _train_until_reported(ma_algo, "p2")
     ma_algo.remove_policy("p2", policy_mapping_fn=lambda aid, **kw: "p0" if aid == "agent_2" else "p" + aid[-1])
     assert set(ma_algo.train()["policy_episode_return_mean"]) == {"p0", "p1"}
+
+
+def test_train_reports_env_steps_per_s_as_the_cli_logs_it():
+    """Issue 25, item 12: ``env_steps_per_s`` was in the CLI's results only."""
+    from tests.helpers import small_ppo
+
+    algo = small_ppo().build()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    steps = result["num_env_steps_sampled_lifetime"]
+    assert result["env_steps_per_s"] == steps / result["time_this_iter_s"] > 0

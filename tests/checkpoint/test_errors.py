@@ -149,3 +149,19 @@ def test_a_stored_config_without_policies_is_a_config_error(ckpt):
     rehash(ckpt, "algorithm_state.json")
     with pytest.raises(CheckpointConfigError, match="policies is empty"):
         cairn.Algorithm.from_checkpoint(ckpt)
+
+
+def test_an_unstorable_mapping_warns_that_main_functions_are_not_storable_either(tmp_path):
+    """Issue 25, item 12: the warning said "define it at module level", but a module-level
+    function of the script run as __main__ is not storable either."""
+    from tests.helpers import small_ma_ppo
+
+    algo = small_ma_ppo(2).multi_agent(policy_mapping_fn=lambda agent_id, **kw: f"p{agent_id[-1]}").build()
+    try:
+        with pytest.warns(UserWarning, match="policy_mapping_fn.*no import path") as record:
+            algo.save(tmp_path / "c")
+    finally:
+        algo.stop()
+    message = str(record[0].message)
+    assert "policy_mapping_fn=..." in message and "not the script run as __main__" in message
+    assert record[0].filename == __file__  # shown at the caller's line

@@ -117,3 +117,15 @@ def test_empty_policies_are_refused_with_the_fix():
     config.policies = {}
     with pytest.raises(ConfigError, match="policies is empty"):
         config.validate()
+
+
+def test_sb3_names_suggest_cairns():
+    """Issue 25, item 12: SB3 users type learning_starts and got the allowed list alone."""
+    with pytest.raises(ConfigError, match="Did you mean 'num_steps_sampled_before_learning_starts' "
+                                          r"\(cairn's name for 'learning_starts'\)"):
+        cairn.DQNConfig().training(learning_starts=100)
+    with pytest.raises(ConfigError, match="Did you mean 'lr'"):
+        cairn.AlgorithmConfig.from_dict({**cairn.SACConfig().to_dict(), "learning_rate": 1e-3})
+    with pytest.raises(ConfigError) as info:  # PPO has no such setting: no suggestion
+        cairn.PPOConfig().training(learning_starts=100)
+    assert "Did you mean" not in str(info.value)

@@ -166,3 +166,22 @@ def test_copies_of_keras_networks_compute_with_their_own_parameters():
                 for p in network.parameters():
                     p.add_(1.0)
             assert not np.allclose(network(torch.from_numpy(OBS))[0].detach(), policy.model(torch.from_numpy(OBS))[0].detach())
+
+
+def test_a_keras_save_prints_nothing_of_tensorflows_start_up(tmp_path):
+    """Issue 25, item 12: TensorFlow's absl/oneDNN/cpu_feature_guard lines printed on the first
+    Keras save of every process (Keras' saving code imports TensorFlow when it is installed)."""
+    script = (
+        "import sys, cairn\n"
+        "algo = cairn.PPOConfig().environment('CartPole-v1').framework('keras')"
+        ".training(train_batch_size=64, minibatch_size=32, num_epochs=1).build()\n"
+        "algo.train()\n"
+        "print('before save', file=sys.stderr, flush=True)\n"
+        f"algo.save({str(tmp_path / 'c')!r})\n"
+        "print('after save', file=sys.stderr, flush=True)\n"
+        "assert 'tensorflow' in sys.modules\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[lines.index("before save") + 1:] == ["after save"], proc.stderr
