@@ -182,6 +182,10 @@ class ObjectStore:
                 self.storage.delete(name)  # the record of a save that never committed
             elif is_checkpoint(name) and name not in committed:
                 self.storage.delete_prefix(name)  # the objects of a save that never committed
+            elif name.startswith(".") and TMP_MARKER in name:
+                # where a replacement of a checkpoint uploaded its files (targets._replace) and
+                # was killed; the root belongs to this run, so no other save is using it
+                self.storage.delete_prefix(name)
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.storage.url!r})"

@@ -119,6 +119,46 @@ class ObjectStorage(Storage):
     def same_store(self, other: Storage) -> bool:
         return isinstance(other, ObjectStorage) and other.fs is self.fs
 
+    @property
+    def name(self) -> str:
+        """The last component of the prefix (``ckpt`` of ``s3://bucket/runs/ckpt``)."""
+        return self.root.rsplit("/", 1)[-1]
+
+    @property
+    def has_parent(self) -> bool:
+        """Whether the prefix lies inside another one (``s3://bucket/runs/ckpt`` does;
+        ``s3://bucket`` does not), so that :meth:`sibling` names a prefix of the same store."""
+        return "/" in self.root.strip("/")
+
+    def sibling(self, name: str) -> ObjectStorage:
+        """The prefix ``name`` beside this one (``s3://bucket/runs/<name>``); needs
+        :attr:`has_parent`."""
+        if not self.has_parent or relative_parts(name) != [name]:
+            raise ValueError(f"{self.url} has no sibling {name!r}.")
+        return ObjectStorage(self.fs, f"{self.root.rsplit('/', 1)[0]}/{name}",
+                             f"{self.url.rsplit('/', 1)[0]}/{name}")
+
+    def list_siblings(self, start: str) -> list[str]:
+        """The names of the prefixes and objects beside this one whose name starts with
+        ``start`` (one listing filtered by the store where the backend can, as s3fs and gcsfs)."""
+        if not self.has_parent:
+            return []
+        parent = self.root.rsplit("/", 1)[0]
+        with self.errors("", "list the prefixes beside"):
+            self.fs.invalidate_cache(parent)
+            try:
+                found = self.fs.find(parent, prefix=start, withdirs=False)
+            except TypeError:  # a backend without server-side prefixes: list the parent
+                found = self.fs.ls(parent, detail=False)
+            except FileNotFoundError as exc:
+                if "bucket" in str(exc).lower():
+                    raise
+                return []
+        parent = parent.lstrip("/") + "/"
+        names = {path.lstrip("/")[len(parent):].split("/", 1)[0] for path in found
+                 if path.lstrip("/").startswith(parent)}
+        return sorted(name for name in names if name.startswith(start))
+
     @contextlib.contextmanager
     def errors(self, relative: str, action: str) -> Iterator[None]:
         """Turn what the backend raises while ``action``-ing ``relative`` into cairn errors."""
@@ -253,7 +293,8 @@ class ObjectStorage(Storage):
         def copy(item: tuple[ObjectStorage, str, str]) -> None:
             source, name, relative = item
             with self.errors(relative, "copy into"):
-                self.fs.copy(source.path(name), self.path(relative))
+                # cp_file, not copy: copy lists the destination first (a request per file)
+                self.fs.cp_file(source.path(name), self.path(relative))
 
         _parallel(copy, pairs)
 

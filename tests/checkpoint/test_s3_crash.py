@@ -1,10 +1,12 @@
-"""A process killed (SIGKILL) in the middle of uploading a checkpoint to S3 (issue 12): no
-partially written checkpoint is ever visible, and the previous checkpoint is intact.
+"""A process killed (SIGKILL) in the middle of uploading a checkpoint to S3 (issues 12, 25): no
+partially written checkpoint is ever visible, and the previous checkpoint is intact, at another
+prefix and at the same one (unless the kill comes in the commit step of a replacement).
 
 The child process writes a checkpoint to the test's moto server through s3fs and kills itself
-as soon as its N-th object upload has completed (other uploads are in flight in the thread
-pool), for several N up to the last object before the manifest, which is uploaded last. (Each child process costs seconds, so
-there are three kill points; more are a parameter away.)
+as soon as its N-th object upload (or server-side copy) has completed, while others are in
+flight in the thread pool: for several N up to the last object before the manifest, which is
+uploaded last. (Each child process costs seconds, so there are four kill points; more are a
+parameter away.)
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 
 from cairn.checkpoint import load_algorithm_state, write_algorithm_checkpoint
-from cairn.errors import CheckpointNotFoundError, UncommittedCheckpointError
+from cairn.errors import UncommittedCheckpointError
 from tests.conftest import ROOT
 
 _CHILD = """
@@ -27,16 +29,16 @@ from tests.checkpoint.test_s3_crash import state_tree
 from cairn.checkpoint import write_algorithm_checkpoint
 
 calls = []
-original = s3fs.S3FileSystem.put_file
+original = getattr(s3fs.S3FileSystem, {method!r})
 
-def put_file(self, *args, **kwargs):
-    result = original(self, *args, **kwargs)
+async def transfer(self, *args, **kwargs):
+    result = await original(self, *args, **kwargs)
     calls.append(args[1])
     if len(calls) == {kill_at}:
         os.kill(os.getpid(), signal.SIGKILL)
     return result
 
-s3fs.S3FileSystem.put_file = put_file
+setattr(s3fs.S3FileSystem, {method!r}, transfer)
 write_algorithm_checkpoint({url!r}, state_tree(2.0), storage_options={options!r})
 print("not killed", calls)
 """
@@ -58,8 +60,11 @@ def _values(state: dict) -> set[float]:
     return {float(v) for array in arrays for v in np.unique(array)}
 
 
-def _killed_save(url: str, options: dict, kill_at: int) -> None:
-    script = _CHILD.format(root=str(ROOT), url=url, options=options, kill_at=kill_at)
+def _killed_save(url: str, options: dict, kill_at: int, method: str = "_put_file") -> None:
+    """Save ``state_tree(2.0)`` to ``url`` in a child process killed by SIGKILL as soon as its
+    ``kill_at``-th ``method`` (s3fs's upload coroutine, or ``_cp_file``, its server-side copy)
+    has completed."""
+    script = _CHILD.format(root=str(ROOT), url=url, options=options, kill_at=kill_at, method=method)
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == -9, done.stdout + done.stderr  # SIGKILL, at the chosen upload
 
@@ -78,13 +83,33 @@ def test_a_save_killed_mid_upload_is_never_visible_and_the_previous_is_intact(s3
     assert _values(load_algorithm_state(s3.url("run/c2"), storage_options=options)) == {3.0}
 
 
-@pytest.mark.parametrize("kill_at", [5])
-def test_a_replacement_killed_mid_upload_never_shows_a_mix(s3, kill_at):
+def _beside(s3, key: str) -> list[str]:
+    parent = key.rsplit("/", 1)[0] + "/"
+    return [k for k in s3.keys(parent) if not k.startswith(key + "/")]
+
+
+def test_a_replacement_killed_mid_upload_leaves_the_previous_checkpoint_whole(s3):
+    """The new files go to a temporary prefix beside the checkpoint until all are uploaded
+    (issue 25): a save killed meanwhile changed nothing of the old checkpoint, and the next
+    save there removes what it left."""
     options = s3.storage_options
     url = write_algorithm_checkpoint(s3.url("run/same"), state_tree(1.0), storage_options=options)
-    _killed_save(url, options, kill_at)
-    try:
-        state = load_algorithm_state(url, storage_options=options)
-    except (UncommittedCheckpointError, CheckpointNotFoundError):
-        return  # uncommitted while it was being rewritten: refused, never half loaded
-    assert _values(state) == {1.0}
+    _killed_save(url, options, 5)
+    assert _values(load_algorithm_state(url, storage_options=options)) == {1.0}
+    assert _beside(s3, "run/same") and all(".same.cairn-tmp-" in k for k in _beside(s3, "run/same"))
+    write_algorithm_checkpoint(url, state_tree(3.0), storage_options=options)
+    assert _values(load_algorithm_state(url, storage_options=options)) == {3.0}
+    assert _beside(s3, "run/same") == []
+
+
+def test_a_replacement_killed_in_its_commit_step_is_refused_never_mixed(s3):
+    """Killed while the uploaded files are copied over the old ones: the old manifest is gone
+    (docs/storage.md says so), readers refuse the prefix, and the next save repairs it."""
+    options = s3.storage_options
+    url = write_algorithm_checkpoint(s3.url("run/same"), state_tree(1.0), storage_options=options)
+    _killed_save(url, options, 3, method="_cp_file")
+    with pytest.raises(UncommittedCheckpointError):
+        load_algorithm_state(url, storage_options=options)
+    write_algorithm_checkpoint(url, state_tree(3.0), storage_options=options)
+    assert _values(load_algorithm_state(url, storage_options=options)) == {3.0}
+    assert _beside(s3, "run/same") == []
