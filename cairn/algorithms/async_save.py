@@ -62,9 +62,9 @@ class BackgroundSaver:
         if failure is not None:
             location, cause, _ = failure
             raise BackgroundSaveError(
-                f"The background save to {location} (save(blocking=False)) failed: {cause}. "
-                f"Nothing at {location} was changed: the checkpoint there, if any, is the "
-                "previous one. Fix the cause and save again (the algorithm is unchanged)."
+                f"The background save to {location} (save(blocking=False)) failed: {cause} "
+                "(that error says what became of the checkpoint there before). Fix the cause "
+                "and save again (the algorithm is unchanged)."
             ) from cause
 
     def submit(self, write: Callable[[], str], location: str) -> SaveFuture:
