@@ -110,16 +110,20 @@ def test_policy_from_checkpoint_is_typed_by_what_it_is_given(ma_algo: Any, tmp_p
         cairn.Policy.from_policy_checkpoint(algo_path)
 
 
-@pytest.mark.filterwarnings("ignore:This DQN state has no replay buffer")
-def test_a_subclass_builds_only_its_own_kind(tmp_path: Path) -> None:
+def _dqn_checkpoint(tmp_path: Path) -> str:
     config = (DQNConfig().environment("CartPole-v1").debugging(seed=0)
               .training(train_batch_size=32, num_steps_sampled_before_learning_starts=16,
                         minibatch_size=8, model={"hidden": [8]}))
     dqn = config.build()
     try:
-        path = dqn.save(tmp_path / "dqn")
+        return str(dqn.save(tmp_path / "dqn"))
     finally:
         dqn.stop()
+
+
+@pytest.mark.filterwarnings("ignore:This DQN state has no replay buffer")
+def test_a_subclass_builds_only_its_own_kind(tmp_path: Path) -> None:
+    path = _dqn_checkpoint(tmp_path)
     with pytest.raises(CheckpointClassMismatchError) as info:
         cairn.PPO.from_checkpoint(path)
     message = str(info.value)
@@ -136,14 +140,7 @@ def test_restore_refuses_another_algorithms_checkpoint_and_changes_nothing(ppo_a
     """Issue 25, item 8: ``algo.restore(dqn_checkpoint)`` on a PPO said "stored state does not
     fit ... missing ['action_head.bias', ...]"; it names the class mismatch and the fix, as
     from_checkpoint does, before touching the algorithm."""
-    config = (DQNConfig().environment("CartPole-v1").debugging(seed=0)
-              .training(train_batch_size=32, num_steps_sampled_before_learning_starts=16,
-                        minibatch_size=8, model={"hidden": [8]}))
-    dqn = config.build()
-    try:
-        path = dqn.save(tmp_path / "dqn")
-    finally:
-        dqn.stop()
+    path = _dqn_checkpoint(tmp_path)
     before = ppo_algo.get_state()
     with pytest.raises(CheckpointClassMismatchError) as info:
         ppo_algo.restore(path)
