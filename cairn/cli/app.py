@@ -26,6 +26,7 @@ from cairn.cli.common import (
     CommandError,
     common_options,
 )
+from cairn.cli.env_names import import_user_modules, restore_hint
 from cairn.cli.evaluate import add_parser as add_evaluate
 from cairn.cli.export import add_parser as add_export
 from cairn.cli.logs import configure_logging, remove_handler, shows_tracebacks, warnings_as_log_records
@@ -100,6 +101,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = warnings_as_log_records()
+            import_user_modules(getattr(args, "imports", ()))  # --import: before anything reads a name
             return int(args.run(args))
     except BrokenPipeError as exc:
         if _stdout_reader_gone():
@@ -132,5 +134,8 @@ def _failed(args: argparse.Namespace, exc: BaseException) -> int:
     if shows_tracebacks(args):
         traceback.print_exc()
     hint = "" if shows_tracebacks(args) else " (--debug shows the traceback)"
-    print(f"cairn: error: {_one_line(exc)}{'' if isinstance(exc, CairnError) else hint}", file=sys.stderr)
+    # A restore that lacked a module or an environment: the command's own way to supply it.
+    fix = restore_hint(exc, env_option=args.command == "evaluate") if hasattr(args, "imports") else None
+    print(f"cairn: error: {_one_line(exc)}{'' if isinstance(exc, CairnError) else hint}{f' {fix}' if fix else ''}",
+          file=sys.stderr)
     return EXIT_FAILURE

@@ -15,6 +15,7 @@ import warnings
 from typing import Any
 
 from cairn.cli.common import CommandError, UsageError, json_safe
+from cairn.cli.env_names import ENV_HELP, add_import_option, resolve_env
 from cairn.cli.episode_watch import EpisodeWatch, stderr_unless
 from cairn.errors import ReplayBufferNotRestoredWarning
 
@@ -30,8 +31,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                                       "directory RUN (or RUN/checkpoints) for its newest checkpoint")
     p.add_argument("--episodes", type=int, default=None, metavar="N",
                    help="episodes to play (default: the config's evaluation_duration, 10)")
-    p.add_argument("--env", default=None, metavar="ID", help="evaluate on this environment instead of the "
-                                                            "checkpoint's (same spaces)")
+    p.add_argument("--env", default=None, metavar="ENV", help="evaluate on this environment instead of the "
+                                                             f"checkpoint's (same spaces): {ENV_HELP}")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="seed the episodes: equal seeds, equal numbers")
     p.add_argument("--max-episode-steps", type=int, default=None, metavar="N",
                    help="truncate each episode (and the --render one) after N steps, as a time limit does")
@@ -40,6 +41,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                         "with --seed it is the first episode of the report")
     p.add_argument("--fps", type=int, default=30, help="frames per second of --render (default 30)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON document")
+    add_import_option(p)
     p.set_defaults(run=run)
 
 
@@ -121,6 +123,16 @@ def _restore(checkpoint: str, overrides: dict[str, Any]) -> Any:
         raise CommandError(problem) from exc
 
 
+def _env_label(config: Any) -> str:
+    """The environment as the report names it: its ID or registered name; for a creator, its
+    name, after the game or module its env_config names (``ALE/Pong-v5 (make_atari_env)``)."""
+    if isinstance(config.env, str):
+        return config.env
+    name = getattr(config.env, "__name__", "env")
+    named = [value for key in ("env_id", "env_module") if isinstance(value := (config.env_config or {}).get(key), str)]
+    return f"{named[0]} ({name})" if named else name
+
+
 def _record(algo: Any, args: argparse.Namespace) -> dict[str, Any]:
     """``--render``: record one greedy episode into ``args.render``; what the report says of it."""
     with warnings.catch_warnings():
@@ -183,8 +195,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.checkpoint} is a Policy checkpoint; cairn evaluate takes an Algorithm checkpoint "
                          "(RUN/checkpoints/checkpoint_<N>), which knows its environment.")
     overrides: dict[str, Any] = {"num_env_runners": 0, "num_envs_per_env_runner": 1}
-    if args.env is not None:
-        overrides["env"] = args.env
+    if args.env is not None:  # also the way to give a checkpoint back a creator it could not store
+        overrides["env"], env_config = resolve_env(args.env)
+        if env_config:
+            overrides["env_config"] = env_config
     with warnings.catch_warnings():  # evaluation never reads the replay buffers
         warnings.simplefilter("ignore", ReplayBufferNotRestoredWarning)
         algo = _restore(args.checkpoint, overrides)
@@ -199,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
                 raise
             except Exception as exc:  # the returns are known: report them, then the failure
                 render_failure = exc
-        env = algo.config.env if isinstance(algo.config.env, str) else getattr(algo.config.env, "__name__", "env")
+        env = _env_label(algo.config)
     finally:
         algo.stop()
     keys = [f"episode_{what}_{stat}" for what in ("return", "len") for stat in ("mean", "std", "min", "max")]

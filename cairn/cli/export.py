@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from cairn.cli.common import UsageError
+from cairn.cli.env_names import add_import_option
 
 __all__ = ["add_parser", "run"]
 
@@ -31,6 +32,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--extra-output", action="append", default=None, metavar="NAME", dest="extra_outputs",
                    help="an optional output to add after the default ones, e.g. value (repeatable)")
     p.add_argument("--out", required=True, help="output directory")
+    add_import_option(p)
     p.set_defaults(run=run)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.cli.common import EXIT_INTERRUPTED, ArgumentsError, UsageError, is_assignment, parse_assignment
+from cairn.cli.env_names import ENV_FORMS, ENV_HELP, add_import_option, resolve_env
 from cairn.cli.interrupt import InterruptRequest
 from cairn.cli.progress import Reporter, make_reporter
 from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_checkpoint, list_checkpoints, run_manager
@@ -59,7 +60,8 @@ with --resume RUN); a second Ctrl-C quits at once without saving. DQN and SAC ru
 replay buffers in the run's checkpoints (store_replay_buffer=true unless --config sets it), so
 that --resume continues exactly; store_replay_buffer=false keeps checkpoints small, and a resumed
 run then starts from an empty buffer.
-"""
+
+""" + ENV_FORMS
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -67,7 +69,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("train", parents=[common], help="train an algorithm into a run directory",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algo", default=None, help="algorithm: a registered name (PPO, DQN, SAC) or package.module:ClassName")
-    p.add_argument("--env", default=None, help="Gymnasium ID or registered env name")
+    p.add_argument("--env", default=None, help=ENV_HELP)
     p.add_argument("--config", nargs="+", default=[], metavar="FILE|KEY=VALUE",
                    help="config files (YAML/JSON) and KEY=VALUE settings; see below")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="seed of the run (config key 'seed')")
@@ -86,6 +88,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                         "by episode_return_mean")
     p.add_argument("--resume", default=None, metavar="RUN", help="continue RUN from its latest checkpoint")
     p.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
+    add_import_option(p)
     p.set_defaults(run=run, parser=p)
 
 
@@ -163,20 +166,24 @@ def _build_config(args: argparse.Namespace) -> Any:
 
         names = algorithm_names()
         raise UsageError(f"unknown --algo {algo_name!r}; the registered algorithms are {', '.join(names)}."
-                         f"{suggest(algo_name, names)} An algorithm of your own: --algo package.module:ClassName.") from None
+                         f"{suggest(algo_name, names)} An algorithm of your own: --algo package.module:ClassName, or a "
+                         "name that a module registers (cairn.register_class) and --import names.") from None
     data = algo_cls.config_class().to_dict()
     data.update(from_files)
     data["algo_class"] = algo_cls.config_class().algo_class_name
-    if args.env is not None:
-        data["env"] = args.env
-    if data.get("env") is None:
+    env, env_config = (None, {}) if args.env is None else resolve_env(args.env)
+    if env is not None:
+        data["env"] = env if isinstance(env, str) else None  # a creator function goes in below
+    elif data.get("env") is None:
         raise ArgumentsError("--env is required (or a --config file with 'env').")
     if "store_replay_buffer" in data and "store_replay_buffer" not in {**from_files, **assignments}:
         data["store_replay_buffer"] = True  # a run's checkpoints resume exactly (--resume, Ctrl-C)
     data.update(assignments)
+    if env_config:  # the PettingZoo module --env named, beside --config env_config=... settings
+        data["env_config"] = {**(data.get("env_config") or {}), **env_config}
     if args.seed is not None:
         data["seed"] = args.seed
-    return algo_cls.config_class().from_dict(data)
+    return algo_cls.config_class().from_dict(data, callables={"env": env} if callable(env) else None)
 
 
 # ---------------------------------------------------------------------------- run directory

@@ -179,6 +179,10 @@ def check_env(env: Any) -> None:
         )
     if env in registered_envs():
         return
+    if "/" in env:  # "ALE/...": ale_py registers them (a fixed table, safe for checkpoints' IDs)
+        from cairn.envs.gym_namespaces import import_env_namespace
+
+        import_env_namespace(env)
     try:
         gym.spec(env)
     except gym.error.Error as exc:

@@ -32,6 +32,10 @@ def make_env(config: AlgorithmConfig) -> Any:
         elif env in (creators := registered_envs()):
             created = creators[env](env_config)
         else:
+            if "/" in env:  # a fresh process (a remote runner) may not have imported ale_py yet
+                from cairn.envs.gym_namespaces import import_env_namespace
+
+                import_env_namespace(env)
             created = gym.make(env, **env_config)
     except (gym.error.Error, TypeError) as exc:
         raise EnvError(f"Could not create environment {env!r} with env_config={env_config}: {exc}") from exc

@@ -1,4 +1,4 @@
-"""Atari through ale-py, with the usual DQN/PPO preprocessing (``pip install 'cairn[atari]'``).
+"""Atari through ale-py, with the usual DQN/PPO preprocessing (``pip install 'cairn-rl[atari]'``).
 
 :func:`make_atari_env` is an env creator (``creator(env_config) -> env``), to pass as
 ``config.environment(make_atari_env, env_config={"env_id": "ALE/Pong-v5"})``. It wraps the
@@ -97,7 +97,7 @@ def make_atari_env(env_config: Mapping[str, Any] | None = None) -> gym.Env[Any, 
     except ImportError as exc:
         raise EnvError(
             "make_atari_env needs ale-py (it ships the Atari ROMs since 0.9). Fix: pip install "
-            "'cairn[atari]'."
+            "'cairn-rl[atari]'."
         ) from exc
     gym.register_envs(ale_py)
     try:
