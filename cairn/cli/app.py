@@ -88,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _main(argv)
         finally:
-            sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+            if sys.stdout is not None:  # None: started without a stdout (`cairn ... >&-`)
+                sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
     except BrokenPipeError:
         if not _stdout_reader_gone():
             raise

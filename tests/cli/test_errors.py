@@ -84,3 +84,13 @@ def test_a_closed_stdout_ends_the_command_quietly(args):
     finally:
         os.close(write_end)
     assert proc.stderr == "" and proc.returncode == 141, proc.stderr
+
+
+def test_a_command_without_stdout_at_all_still_runs():
+    """``cairn ... >&-``: Python then has no sys.stdout; the flush that makes a closed pipe show
+    inside main() must not turn that into an AttributeError."""
+    ckpt = str(ROOT / "tests" / "fixtures" / "checkpoints" / "1" / "policy")
+    proc = subprocess.run([sys.executable, "-m", "cairn", "checkpoint", "info", ckpt], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120,
+                          preexec_fn=lambda: __import__("os").close(1))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
