@@ -187,9 +187,10 @@ def check_env(env: Any) -> None:
         gym.spec(env)
     except gym.error.Error as exc:
         known = list(registered_envs()) + list(gym.envs.registry.keys())
+        hint = "" if "Did you mean" in str(exc) else suggest(env, known)  # Gymnasium's own, else ours
         raise ConfigError(
             f"Unknown environment {env!r}: it is neither registered with cairn.register_env() "
-            f"nor a Gymnasium ID ({exc})." + suggest(env, known)
+            f"nor a Gymnasium ID ({str(exc).rstrip('.')})." + hint
         ) from None
 
 

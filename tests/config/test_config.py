@@ -84,8 +84,11 @@ def test_from_dict_rejects_unknown_keys():
 
 
 def test_validate_catches_new_user_mistakes():
-    with pytest.raises(ConfigError, match="Unknown environment 'CartPol-v1'.*CartPole-v1"):
+    with pytest.raises(ConfigError, match="Unknown environment 'CartPol-v1'.*Did you mean.*CartPole") as info:
         cairn.PPOConfig().environment("CartPol-v1").validate()
+    assert str(info.value).count("Did you mean") == 1  # Gymnasium's suggestion, not ours as well
+    with pytest.raises(ConfigError, match="Unknown environment 'CartPole-v9'.*Did you mean 'CartPole-v1'"):
+        cairn.PPOConfig().environment("CartPole-v9").validate()
     with pytest.raises(ConfigError, match="minibatch_size"):
         cairn.PPOConfig().environment("CartPole-v1").training(train_batch_size=64, minibatch_size=128).validate()
     with pytest.raises(ConfigError, match="No environment"):
