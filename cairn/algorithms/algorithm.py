@@ -40,7 +40,7 @@ from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
 from cairn.policy.torch_utils import torch_threads
 from cairn.policy_ids import DEFAULT_POLICY_ID
-from cairn.rng import seeded_rng
+from cairn.rng import algorithm_rng
 
 __all__ = ["Algorithm"]
 
@@ -75,7 +75,7 @@ class Algorithm:
         self.iteration = 0
         self.counters = dict.fromkeys(("num_env_steps_sampled_lifetime", "num_agent_steps_sampled_lifetime",
                                        "num_env_steps_trained_lifetime", "num_episodes_lifetime"), 0)
-        self._rng = seeded_rng(self.config.seed, 1)
+        self._rng = algorithm_rng(self.config.seed)
         self._recent_episodes: deque[dict[str, Any]] = deque(maxlen=_METRICS_WINDOW)
         self.policies: dict[str, Policy] = {}
         probe_env = self._build_policies(_policy_states or {}, copy=_copy_states)

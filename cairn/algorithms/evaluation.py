@@ -14,12 +14,10 @@ from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
+from cairn.rng import EVALUATION_SEED_OFFSET, draw_reset_seed, env_runner_rng
 
 __all__ = ["EVALUATION_SEED_OFFSET", "evaluation_runner", "evaluate_episodes", "episode_statistics",
-           "check_num_episodes"]
-
-#: Added to the evaluation runner's seed stream, to keep its envs apart from the training ones.
-EVALUATION_SEED_OFFSET = 1_000_003
+           "check_num_episodes", "first_episode_seed"]
 
 _log = logging.getLogger(__name__)
 
@@ -34,6 +32,15 @@ def evaluation_runner(
     if state is not None:
         runner.set_state(state)
     return runner
+
+
+def first_episode_seed(seed: int | None) -> int | None:
+    """The reset seed of the first episode that ``evaluate_episodes(..., seed=seed)`` plays: the
+    first draw of its fresh runner's stream (None for ``seed=None``), e.g. for the CLI's
+    ``--render`` to record that episode."""
+    if seed is None:
+        return None
+    return draw_reset_seed(env_runner_rng(seed, 0, EVALUATION_SEED_OFFSET))
 
 
 def check_num_episodes(num_episodes: Any) -> int | None:

@@ -13,7 +13,7 @@ from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import check_mapped_policy_id
 from cairn.registry import resolve_class
-from cairn.rng import derive_seed
+from cairn.rng import policy_init_seed
 from cairn.spaces import mismatched_space, spaces_equal
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def resolve_policy_specs(
 
 def new_policy(config: AlgorithmConfig, policy_id: str, spec: PolicySpec) -> Policy:
     """A new policy from a resolved spec, its weights seeded from ``config.seed`` and its ID."""
-    return Policy.from_spec(spec, seed=derive_seed(config.seed, policy_id))
+    return Policy.from_spec(spec, seed=policy_init_seed(config.seed, policy_id))
 
 
 def build_policies(

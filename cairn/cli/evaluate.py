@@ -64,15 +64,12 @@ def write_frames(path: str, frames: list[Any], fps: int) -> None:
 
 
 def first_episode_seed(seed: int | None) -> int | None:
-    """The reset seed of the first episode that ``Algorithm.evaluate(seed=seed)`` plays: the
-    first draw of its runner's stream (worker 0, the evaluation offset), as ``EnvRunner``
-    draws it; so that ``--render`` records that episode (a test holds the two together)."""
-    from cairn.algorithms.evaluation import EVALUATION_SEED_OFFSET
-    from cairn.rng import seeded_rng
+    """The reset seed of the first episode that ``Algorithm.evaluate(seed=seed)`` plays, as
+    evaluation says (:func:`cairn.algorithms.evaluation.first_episode_seed`); so that
+    ``--render`` records that episode (a test holds the two together)."""
+    from cairn.algorithms.evaluation import first_episode_seed as evaluation_first_seed
 
-    if seed is None:
-        return None
-    return int(seeded_rng(seed, 0, EVALUATION_SEED_OFFSET).integers(2**31 - 1))
+    return evaluation_first_seed(seed)
 
 
 def render_episode(algo: Any, seed: int | None, max_steps: int | None = None) -> tuple[list[Any], float, int]:

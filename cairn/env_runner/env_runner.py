@@ -20,7 +20,7 @@ from cairn.env_runner.make_env import close_env, is_multi_agent_env, make_env
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, stream_ids
 from cairn.env_runner.trajectories import AgentTrajectories
 from cairn.policy_ids import check_mapped_policy_id
-from cairn.rng import make_rng, rng_state, seeded_rng
+from cairn.rng import draw_reset_seed, env_runner_rng, make_rng, rng_state
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -58,7 +58,7 @@ class EnvRunner:
         self.policies = dict(policies)
         self.worker_index = worker_index
         self.num_envs = num_envs or config.num_envs_per_env_runner
-        self._rng = seeded_rng(config.seed, worker_index, seed_offset)
+        self._rng = env_runner_rng(config.seed, worker_index, seed_offset)
         self.envs = [first_env] if first_env is not None else []
         self.envs += [make_env(config) for _ in range(self.num_envs - len(self.envs))]
         self.multi_agent = is_multi_agent_env(self.envs[0])
@@ -75,7 +75,7 @@ class EnvRunner:
 
     # ------------------------------------------------------------------------------- helpers
     def _draw_seed(self) -> int | None:
-        return None if self.config.seed is None else int(self._rng.integers(2**31 - 1))
+        return None if self.config.seed is None else draw_reset_seed(self._rng)
 
     def _mapped_policy(
         self, agent: Any, config: AlgorithmConfig | None = None,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
-from cairn.rng import seeded_rng
+from cairn.rng import runner_actions_rng
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -65,8 +65,8 @@ class RemoteEnvRunner:
             policy.observation_filter.pop_delta()
             # Each runner's own action-sampling stream, keyed by where the runner stands:
             # copies built from one policy state would otherwise draw the same numbers.
-            policy.np_random = seeded_rng(
-                runner.config.seed, runner.worker_index, "actions", pid, runner.num_env_steps_sampled)
+            policy.np_random = runner_actions_rng(
+                runner.config.seed, runner.worker_index, pid, runner.num_env_steps_sampled)
         before = runner.num_env_steps_sampled
         batches = runner.sample()
         deltas = {pid: p.observation_filter.pop_delta() for pid, p in runner.policies.items()}
