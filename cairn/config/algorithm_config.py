@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from cairn.config.algorithm_classes import algorithm_class, config_class_for, register_config_class
 from cairn.config.base_fields import BASE_FIELDS
 from cairn.config.checks import (
-    CALLABLE_FIELDS,
     check_env,
     check_policy_mapping,
     decode_callable,
@@ -17,6 +16,7 @@ from cairn.config.checks import (
     map_agent,
     merge_setting,
     normalize_policies,
+    normalize_policies_to_train,
     require_mapping,
     suggest,
 )
@@ -108,8 +108,12 @@ class AlgorithmConfig:
                     + suggest(key, allowed)
                 )
             self.FIELDS[key].check(key, value)
-            setattr(self, key, value if key in CALLABLE_FIELDS and callable(value) else copy.deepcopy(value))
+            setattr(self, key, self._own_copy(key, value))
         return self
+
+    def _own_copy(self, key: str, value: Any) -> Any:
+        """``value`` to keep under ``key``: a copy, except a callable where the field holds one."""
+        return value if self.FIELDS[key].holds_callable and callable(value) else copy.deepcopy(value)
 
     def environment(
         self, env: str | Callable[[dict[str, Any]], Any] | None = _NOT_PROVIDED, *,
@@ -176,6 +180,11 @@ class AlgorithmConfig:
         return self.training(model={"framework": framework})
 
     @classmethod
+    def callable_fields(cls) -> frozenset[str]:
+        """The keys whose Field may hold a callable (``env``, ``policy_mapping_fn``)."""
+        return frozenset(key for key, field in cls.FIELDS.items() if field.holds_callable)
+
+    @classmethod
     def merged_fields(cls) -> frozenset[str]:
         """The dict-valued training settings, e.g. ``model``: ``training()`` and a restore's ``config_overrides`` merge them into the current value (:func:`merge_setting`)."""
         return frozenset(key for key, field in cls.FIELDS.items()
@@ -196,16 +205,8 @@ class AlgorithmConfig:
         """
         if policies is not _NOT_PROVIDED:
             policies = normalize_policies(policies)
-        if policies_to_train is not _NOT_PROVIDED and policies_to_train is not None:
-            if isinstance(policies_to_train, str) or not isinstance(
-                policies_to_train, (list, tuple, set, frozenset)
-            ):
-                raise ConfigError(
-                    f"policies_to_train must be a list of policy IDs or None, got "
-                    f"{policies_to_train!r}."
-                )
-            policies_to_train = sorted(policies_to_train) if isinstance(
-                policies_to_train, (set, frozenset)) else list(policies_to_train)
+        if policies_to_train is not _NOT_PROVIDED:
+            policies_to_train = normalize_policies_to_train(policies_to_train)
         if policy_mapping_fn is not _NOT_PROVIDED:
             check_policy_mapping(policy_mapping_fn)
         for key, value in (("policies", policies), ("policy_mapping_fn", policy_mapping_fn),
@@ -348,7 +349,7 @@ class AlgorithmConfig:
             value = getattr(self, key)
             if key == "policies":
                 value = {pid: spec.to_dict() for pid, spec in normalize_policies(value).items()}
-            elif key in CALLABLE_FIELDS and callable(value) and not isinstance(value, Mapping):
+            elif self.FIELDS[key].holds_callable and callable(value) and not isinstance(value, Mapping):
                 value = encode_callable(value)
             else:
                 value = copy.deepcopy(value)
@@ -376,12 +377,12 @@ class AlgorithmConfig:
         for key, value in data.items():
             if key == "algo_class":
                 continue
-            value = callables.pop(key) if key in callables else decode_callable(value, key)
+            value = callables.pop(key) if key in callables else decode_callable(value, key, config.callable_fields())
             if key == "policies":
                 value = {pid: PolicySpec.from_dict(s) for pid, s in require_mapping(value, key).items()}
             elif key == "model":
                 check_model_config(value)
-            setattr(config, key, value if key in CALLABLE_FIELDS and callable(value) else copy.deepcopy(value))
+            setattr(config, key, config._own_copy(key, value))
         for key, value in callables.items():  # callables for keys absent from data
             setattr(config, key, value)
         for key, field in config.FIELDS.items():

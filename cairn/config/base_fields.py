@@ -15,7 +15,8 @@ from cairn.config.fields import (
 )
 from cairn.errors import ConfigError
 from cairn.policy.filters import FILTER_NAMES
-from cairn.policy.model import DEFAULT_MODEL_CONFIG, check_model_config
+from cairn.policy.model import check_model_config
+from cairn.policy.policy import Policy
 
 __all__ = ["BASE_FIELDS"]
 
@@ -49,16 +50,21 @@ def _check_str_or_none(key: str, value: Any) -> None:
 
 
 _seconds = number(0.0, 1e9, low_open=True)
+#: The settings a policy takes (``lr``, ``observation_filter``, ``model``) keep the defaults of
+#: the policy layer, which holds them for a Policy built on its own; their Fields read them.
+_POLICY_DEFAULTS = Policy.DEFAULT_CONFIG
 
 BASE_FIELDS: dict[str, Field] = {
     # environment
-    "env": Field("environment", None, _check_any, "Gymnasium ID, registered name or creator"),
+    "env": Field("environment", None, _check_any, "Gymnasium ID, registered name or creator",
+                 holds_callable=True),
     "env_config": Field("environment", {}, _check_any, "kwargs for the env creator"),
     # env_runners
     "num_env_runners": Field("env_runners", 0, non_negative_int, "remote Ray env runners"),
     "num_envs_per_env_runner": Field("env_runners", 1, positive_int, "vectorised envs each"),
     "rollout_fragment_length": Field("env_runners", "auto", _check_fragment, "steps per env"),
-    "observation_filter": Field("env_runners", "NoFilter", choice(*FILTER_NAMES), "filter"),
+    "observation_filter": Field("env_runners", _POLICY_DEFAULTS["observation_filter"],
+                                choice(*FILTER_NAMES), "filter"),
     # fault_tolerance (remote env runners; RLlib's names and defaults, docs/ray.md)
     "restart_failed_env_runners": Field("fault_tolerance", True, boolean, "recreate failed runners"),
     "max_num_env_runner_restarts": Field("fault_tolerance", 1000, non_negative_int, "restarts in all"),
@@ -67,16 +73,17 @@ BASE_FIELDS: dict[str, Field] = {
     "env_runner_health_probe_timeout_s": Field("fault_tolerance", 30.0, _seconds, "wait for a ping"),
     "env_runner_restore_timeout_s": Field("fault_tolerance", 1800.0, _seconds, "wait to rebuild one"),
     # training
-    "lr": Field("training", 3e-4, number(0.0, 10.0, low_open=True), "learning rate"),
+    "lr": Field("training", _POLICY_DEFAULTS["lr"], number(0.0, 10.0, low_open=True), "learning rate"),
     "gamma": Field("training", 0.99, number(0.0, 1.0), "discount factor"),
     "train_batch_size": Field("training", 2048, positive_int, "env steps per iteration"),
     "minibatch_size": Field("training", 64, positive_int, "SGD minibatch size"),
     "num_epochs": Field("training", 10, positive_int, "passes over each train batch"),
     "grad_clip": Field("training", 0.5, optional(number(0.0, 1e12, low_open=True)), "max grad norm"),
-    "model": Field("training", DEFAULT_MODEL_CONFIG, _check_model, "network settings"),
+    "model": Field("training", _POLICY_DEFAULTS["model"], _check_model, "network settings"),
     # multi_agent
     "policies": Field("multi_agent", None, _check_any, "policy IDs or {pid: PolicySpec}"),
-    "policy_mapping_fn": Field("multi_agent", None, _check_any, "agent ID -> policy ID"),
+    "policy_mapping_fn": Field("multi_agent", None, _check_any, "agent ID -> policy ID",
+                               holds_callable=True),
     "policies_to_train": Field("multi_agent", None, _check_any, "IDs that learn (None: all)"),
     # evaluation
     "evaluation_interval": Field("evaluation", None, optional(positive_int), "iterations"),

@@ -2,27 +2,27 @@
 
 from __future__ import annotations
 
-import copy
 import difflib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import gymnasium as gym
 
 from cairn.errors import ConfigError, MissingCallableError
+from cairn.policy.merge import deep_merge
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
 from cairn.registry import CALLABLE_KEY, callable_reference, registered_envs, resolve_callable
 
 __all__ = [
     "CALLABLE_KEY",
-    "CALLABLE_FIELDS",
     "encode_callable",
     "decode_callable",
     "suggest",
     "ALIASES",
     "normalize_policies",
+    "normalize_policies_to_train",
     "check_policy_mapping",
     "map_agent",
     "check_env",
@@ -30,26 +30,22 @@ __all__ = [
     "require_mapping",
 ]
 
-#: The config keys that may hold a callable (stored as ``{CALLABLE_KEY: "module:function"}``,
-#: resolved by :func:`cairn.registry.resolve_callable`); any other key holding one is an error.
-CALLABLE_FIELDS = ("env", "policy_mapping_fn")
-
-
 def encode_callable(fn: Callable[..., Any]) -> dict[str, Any]:
     """``{"__callable__": "module:function"}``, or a ``None`` reference when not importable."""
     return {CALLABLE_KEY: callable_reference(fn), "name": getattr(fn, "__qualname__", repr(fn))}
 
 
-def decode_callable(value: Any, key: str) -> Any:
+def decode_callable(value: Any, key: str, callable_keys: Collection[str]) -> Any:
     """``value`` of config ``key`` from a config's JSON form: the callable it stores (only under
-    :data:`CALLABLE_FIELDS`), resolved by the one resolver, or ``value`` itself when it is no
-    ``{CALLABLE_KEY: ...}`` object. MissingCallableError when the callable was not storable."""
+    ``callable_keys``, the fields that hold callables: :meth:`AlgorithmConfig.callable_fields`),
+    resolved by the one resolver, or ``value`` itself when it is no ``{CALLABLE_KEY: ...}``
+    object. MissingCallableError when the callable was not storable."""
     if not (isinstance(value, Mapping) and CALLABLE_KEY in value):
         return value
-    if key not in CALLABLE_FIELDS:
+    if key not in callable_keys:
         raise ConfigError(
             f"Config {key!r} holds a callable reference {value.get(CALLABLE_KEY)!r:.100}, but only "
-            f"{list(CALLABLE_FIELDS)} may hold callables; give {key!r} a plain value."
+            f"{sorted(callable_keys)} may hold callables; give {key!r} a plain value."
         )
     reference = value.get(CALLABLE_KEY)
     if reference is None:
@@ -133,6 +129,21 @@ def normalize_policies(policies: Any) -> dict[str, PolicySpec]:
     )
 
 
+def normalize_policies_to_train(policies_to_train: Any) -> list[str] | None:
+    """``policies_to_train`` as a list (a set sorted), or None (all policies learn)."""
+    if policies_to_train is None:
+        return None
+    if isinstance(policies_to_train, str) or not isinstance(
+        policies_to_train, (list, tuple, set, frozenset)
+    ):
+        raise ConfigError(
+            f"policies_to_train must be a list of policy IDs or None, got {policies_to_train!r}."
+        )
+    if isinstance(policies_to_train, (set, frozenset)):
+        return sorted(policies_to_train)
+    return list(policies_to_train)
+
+
 def map_agent(fn: Any, policies: Mapping[str, Any], agent_id: Any) -> str:
     """The policy ID that ``policy_mapping_fn`` ``fn`` (None: the first of ``policies``, a dict,
     or a callable) maps ``agent_id`` to (the body of ``AlgorithmConfig.map_agent``)."""
@@ -194,14 +205,13 @@ def check_env(env: Any) -> None:
         ) from None
 
 
-def merge_setting(current: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
-    """A dict-valued setting (:meth:`AlgorithmConfig.merged_fields`) after ``training()`` or a
-    restore's ``config_overrides`` set ``given`` over ``current``: one level deep, as a copy.
-
-    >>> merge_setting({"hidden": [64, 64], "activation": "tanh"}, {"hidden": [32]})
-    {'hidden': [32], 'activation': 'tanh'}
-    """
-    return copy.deepcopy({**current, **given})
+#: The one merge rule for dict settings, :func:`cairn.policy.merge.deep_merge` (recursive, as
+#: a copy): a dict-valued setting (:meth:`AlgorithmConfig.merged_fields`) after ``training()``
+#: or a restore's ``config_overrides`` set a dict over it, a PolicySpec's config over the shared
+#: one, and a policy's config over its class's defaults all merge this way. Today's dict
+#: settings (``model``, ``replay_buffer_config``) hold no nested dicts, so a stored
+#: checkpoint's overrides merge exactly as the earlier one-level rule merged them.
+merge_setting = deep_merge
 
 
 def require_mapping(value: Any, key: str) -> Mapping[str, Any]:

@@ -20,12 +20,15 @@ Check = Callable[[str, Any], None]
 
 @dataclass(frozen=True)
 class Field:
-    """One config key: the fluent method (section) that sets it, its default and its check."""
+    """One config key: the fluent method (section) that sets it, its default, its check, and
+    whether it may hold a callable (stored by import reference, ``{"__callable__": ...}``; a
+    callable under any other key is an error)."""
 
     section: str
     default: Any
     check: Check
     doc: str
+    holds_callable: bool = False
 
     def default_value(self) -> Any:
         return copy.deepcopy(self.default)
