@@ -140,6 +140,10 @@ class AlgorithmLike(Stateful, Protocol):
         ``concurrent.futures.Future`` of it, written in the background)."""
         ...
 
+    def restore(self, checkpoint: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
+        """Load a checkpoint of this algorithm into it, in place."""
+        ...
+
     def stop(self) -> None:
         """Release environments and remote runners."""
         ...

@@ -17,6 +17,7 @@ __all__ = [
     "seed_sequence", "derive_seed", "seeded_rng", "rng_state", "make_rng", "ALGORITHM_STREAM",
     "REPLAY_BUFFER_STREAM", "EVALUATION_SEED_OFFSET", "ACTIONS_STREAM", "algorithm_rng",
     "policy_init_seed", "env_runner_rng", "runner_actions_rng", "draw_reset_seed",
+    "set_rng_state",
 ]
 
 #: The stream keys used across cairn; an int, or a str (a policy ID) hashed with crc32.
@@ -108,3 +109,13 @@ def make_rng(state: dict[str, Any]) -> np.random.Generator:
     bit_generator = getattr(np.random, name)()
     bit_generator.state = state
     return np.random.Generator(bit_generator)
+
+
+def set_rng_state(generator: np.random.Generator, state: dict[str, Any]) -> None:
+    """Restore :func:`rng_state` into ``generator`` in place (the same bit generator only), so
+    that every holder of the generator continues from the restored state."""
+    make_rng(state)  # refuses an unknown bit generator first
+    name = type(generator.bit_generator).__name__
+    if state["bit_generator"] != name:
+        raise ValueError(f"Stored generator state is for {state['bit_generator']!r}, not {name!r}.")
+    generator.bit_generator.state = state

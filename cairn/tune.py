@@ -21,7 +21,7 @@ from cairn.config.checks import merge_setting, suggest
 from cairn.errors import ConfigError
 
 if TYPE_CHECKING:
-    from cairn.algorithms.algorithm import Algorithm
+    from cairn.core import AlgorithmLike
 
 __all__ = ["trainable", "apply_param_space"]
 
@@ -72,7 +72,7 @@ def trainable(config: AlgorithmConfig) -> Any:
     base = config.copy()
 
     class CairnTrainable(tune.Trainable):  # type: ignore[misc]
-        algo: Algorithm
+        algo: AlgorithmLike
 
         @classmethod
         def default_resource_request(cls, trial_config: Mapping[str, Any]) -> Any:

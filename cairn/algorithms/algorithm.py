@@ -63,9 +63,12 @@ class Algorithm:
     config: AlgorithmConfig
 
     def __init__(
-        self, config: AlgorithmConfig, *, _policy_states: Mapping[str, Any] | None = None,
-        _copy_states: bool = True,
+        self, config: AlgorithmConfig, *, policy_states: Mapping[str, Any] | None = None,
+        copy_policy_states: bool = True,
     ) -> None:
+        """Build from ``config``; ``policy_states`` (``{policy_id: Policy.get_state()}``, as
+        :meth:`from_state` passes them) restore those policies instead of building new ones,
+        taking their arrays as storage when ``copy_policy_states`` is False."""
         if not isinstance(config, self.config_class):
             name = self.config_class.__name__
             raise ConfigError(f"{type(self).__name__} needs a {name}, got a {type(config).__name__}; "
@@ -78,7 +81,7 @@ class Algorithm:
         self._rng = algorithm_rng(self.config.seed)
         self._recent_episodes: deque[dict[str, Any]] = deque(maxlen=_METRICS_WINDOW)
         self.policies: dict[str, Policy] = {}
-        probe_env = self._build_policies(_policy_states or {}, copy=_copy_states)
+        probe_env = self._build_policies(policy_states or {}, copy=copy_policy_states)
         self.env_runner_group = EnvRunnerGroup(self.config, self.policies, first_env=probe_env)
         self._eval_runner: EnvRunner | None = None
         self._eval_runner_state: Mapping[str, Any] | None = None
@@ -208,12 +211,9 @@ class Algorithm:
 
     @property
     def rng(self) -> np.random.Generator:
-        """The algorithm's own random generator (PPO's minibatch order); part of its state."""
+        """The algorithm's own random generator (PPO's minibatch order); part of its state
+        (``set_state`` restores it in place)."""
         return self._rng
-
-    @rng.setter
-    def rng(self, rng: np.random.Generator) -> None:
-        self._rng = rng
 
     @property
     def recent_episodes(self) -> deque[dict[str, Any]]:
@@ -241,10 +241,11 @@ class Algorithm:
         policy_mapping_fn: PolicyMapping | None = None, policies_to_train: Sequence[str] | None = None,
         config_overrides: Mapping[str, Any] | None = None, copy: bool = True,
     ) -> Algorithm:
-        """Rebuild an algorithm from :meth:`get_state` alone (no config or class needed); the
-        arguments are in :func:`cairn.algorithms.checkpointing.algorithm_from_state`."""
+        """Rebuild an algorithm from :meth:`get_state` alone (no config or class needed; a
+        subclass builds only its own kind); the arguments are in
+        :func:`cairn.algorithms.checkpointing.algorithm_from_state`."""
         return algorithm_from_state(
-            state, base=Algorithm, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
+            cls, state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
             policies_to_train=policies_to_train, config_overrides=config_overrides, copy=copy)
 
     # -------------------------------------------------------------------------- checkpoints
@@ -301,7 +302,7 @@ class Algorithm:
     def restore(self, checkpoint: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
         """Load a checkpoint of this algorithm (a directory or a URL such as ``s3://...``;
         ``storage_options`` for its fsspec file system) into this object, in place."""
-        restore_algorithm(self, checkpoint, base=Algorithm, storage_options=storage_options)
+        restore_algorithm(self, checkpoint, storage_options=storage_options)
 
     @classmethod
     def from_checkpoint(
@@ -313,7 +314,7 @@ class Algorithm:
         ...), with no config or class in hand (a subclass builds only its own kind); the
         arguments are in :func:`cairn.algorithms.checkpointing.algorithm_from_checkpoint`."""
         return algorithm_from_checkpoint(
-            cls, checkpoint, base=Algorithm, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
+            cls, checkpoint, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
             policies_to_train=policies_to_train, config_overrides=config_overrides,
             storage_options=storage_options)
 

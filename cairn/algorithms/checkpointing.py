@@ -18,8 +18,9 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from cairn.algorithms.state import check_algorithm_state
 from cairn.checkpoint import (
     CheckpointClassMismatchError,
     NativeFiles,
@@ -31,21 +32,18 @@ from cairn.checkpoint import (
 from cairn.checkpoint.manager import resolve_checkpoint
 from cairn.checkpoint.paths import CheckpointLike
 from cairn.checkpoint.targets import check_save_location
-from cairn.checkpoint.validate import require_counts, require_types
 from cairn.config.algorithm_config import PolicyMapping
 from cairn.config.checks import check_env
 from cairn.config.restore import restored_config
+from cairn.core import AlgorithmLike
 from cairn.errors import (
     CheckpointEnvError,
-    CheckpointError,
-    CheckpointFormatError,
     ConfigError,
     UnknownPolicyIdError,
     UnsafeCheckpointError,
 )
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
-from cairn.policy.state_check import check_policy_state
 from cairn.policy_ids import check_policy_ids
 from cairn.registry import CALLABLE_KEY, resolve_class
 
@@ -66,12 +64,6 @@ __all__ = [
     "restore_algorithm",
     "save_algorithm",
 ]
-
-_ALGORITHM_KEYS = {
-    "algorithm_class": str, "config": dict, "iteration": int, "counters": dict, "rng": dict,
-    "policy_ids": list, "env_runners": list, "recent_episodes": list,
-}
-
 
 def save_algorithm(algo: Algorithm, path: str | os.PathLike[str], *,
                    storage_options: Mapping[str, Any] | None = None,
@@ -96,7 +88,7 @@ def save_algorithm(algo: Algorithm, path: str | os.PathLike[str], *,
 def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
                            snapshot: bool, storage_options: Mapping[str, Any] | None = None,
                            previous: str | os.PathLike[str] | None = None) -> Callable[[], str]:
-    """The body of :meth:`Algorithm.save <cairn.algorithms.algorithm.Algorithm.save>`: check
+    """Behind :meth:`Algorithm.save <cairn.algorithms.algorithm.Algorithm.save>`: check
     the target, gather ``algo``'s state, and return the call that writes it (and returns the
     location).
 
@@ -140,20 +132,6 @@ def _warn_unstorable(config: Mapping[str, Any]) -> None:
             )
 
 
-def check_algorithm_state(state: Mapping[str, Any], where: Any) -> None:
-    """Check that an Algorithm state tree read from a checkpoint has what an Algorithm is built
-    from, and each of its policies' states what a Policy is built from."""
-    require_types(state, _ALGORITHM_KEYS, where, "algorithm")
-    require_counts({"iteration": state["iteration"], **state["counters"]}, where, "algorithm")
-    if not isinstance(state["config"].get("policies"), dict):
-        raise CheckpointFormatError(f"{where}: the stored config has no 'policies' dict.")
-    for pid, policy_state in (state.get("policies") or {}).items():
-        try:
-            check_policy_state(policy_state, where, base=Policy)
-        except CheckpointError as exc:
-            raise type(exc)(f"Policy {pid!r}: {exc}") from exc
-
-
 def check_env_reference(config: Mapping[str, Any], where: Any) -> None:
     """Refuse an env ID that would make Gymnasium import a module (``"module:Env-v0"``)."""
     env = config.get("env")
@@ -181,19 +159,26 @@ def check_env_known(config: Mapping[str, Any], where: Any) -> None:
             ) from None
 
 
-def _check_stored_class(expected: type[Algorithm], base: type[Algorithm], checkpoint: CheckpointLike,
+def stored_algorithm_class(reference: str, expected: type[Algorithm], where: Any, call: str) -> type[Algorithm]:
+    """The algorithm class a checkpoint names (``reference``), which ``expected.<call>`` builds
+    only when it is ``expected`` or a subclass: ``Algorithm.from_checkpoint`` builds every
+    algorithm, ``PPO.from_checkpoint`` only PPO. A name that is no algorithm at all (not an
+    :class:`~cairn.core.AlgorithmLike`) is refused by the resolver, before this check."""
+    stored = resolve_class(reference, cast("type[Any]", AlgorithmLike))
+    if not issubclass(stored, expected):
+        raise _class_mismatch(where, stored, f"{expected.__name__}.{call} builds only "
+                                             f"{expected.__name__} algorithms (or subclasses)")
+    return stored  # type: ignore[no-any-return]
+
+
+def _check_stored_class(expected: type[Algorithm], checkpoint: CheckpointLike,
                         storage_options: Mapping[str, Any] | None) -> None:
     """Refuse, from the manifest alone, a checkpoint of an algorithm that is not ``expected``
-    (or a subclass of it); ``base`` (``Algorithm`` itself) accepts every algorithm."""
-    if expected is base:
-        return
+    (or a subclass of it), before any array is read."""
     info = get_checkpoint_info(checkpoint, storage_options=storage_options)
     if info["type"] != "Algorithm":
         return  # load_algorithm_state names the wrong checkpoint type
-    stored = resolve_class(info["class"], base)
-    if not issubclass(stored, expected):
-        raise _class_mismatch(checkpoint, stored, f"{expected.__name__}.from_checkpoint builds only "
-                                                  f"{expected.__name__} algorithms (or subclasses)")
+    stored_algorithm_class(info["class"], expected, checkpoint, "from_checkpoint")
 
 
 def _class_mismatch(checkpoint: CheckpointLike, stored: type, refusal: str) -> CheckpointClassMismatchError:
@@ -213,14 +198,13 @@ def algorithm_from_checkpoint(
     cls: type[Algorithm],
     checkpoint: CheckpointLike,
     *,
-    base: type[Algorithm],
     policy_ids: str | Sequence[str] | None,
     policy_mapping_fn: PolicyMapping | None,
     policies_to_train: Sequence[str] | None,
     config_overrides: Mapping[str, Any] | None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> Algorithm:
-    """The body of :meth:`Algorithm.from_checkpoint
+    """Behind :meth:`Algorithm.from_checkpoint
     <cairn.algorithms.algorithm.Algorithm.from_checkpoint>`: read the tree, check it, build.
 
     ``checkpoint`` is a directory, a ``file://`` URL or an object-store URL (``s3://``,
@@ -228,15 +212,15 @@ def algorithm_from_checkpoint(
     ``policy_ids`` (a list of IDs, or one ID as a str) restores only those policies and reads
     only their files. The other arguments are as in :func:`algorithm_from_state`.
 
-    ``Algorithm.from_checkpoint`` (``cls`` is ``base``) builds whatever algorithm the
-    checkpoint holds; a subclass builds only its own kind (or a subclass of it):
+    ``Algorithm.from_checkpoint`` (``cls`` is the class it is called on) builds whatever
+    algorithm the checkpoint holds; a subclass builds only its own kind (or a subclass of it):
     ``PPO.from_checkpoint`` of a DQN checkpoint raises
     :class:`~cairn.checkpoint.CheckpointClassMismatchError`.
 
     A :class:`~cairn.checkpoint.manager.CheckpointManager` root means its latest checkpoint.
     """
     checkpoint = resolve_checkpoint(checkpoint, storage_options=storage_options)
-    _check_stored_class(cls, base, checkpoint, storage_options)
+    _check_stored_class(cls, checkpoint, storage_options)
     state = load_algorithm_state(checkpoint, policy_ids=policy_ids, storage_options=storage_options)
     check_algorithm_state(state, checkpoint)
     if "env" not in (config_overrides or {}):
@@ -244,23 +228,23 @@ def algorithm_from_checkpoint(
         check_env_known(state["config"], checkpoint)
     with restoring(checkpoint):
         # The arrays were read into buffers nobody else holds: adopt them, don't copy.
-        return algorithm_from_state(state, base=base, policy_ids=policy_ids,
+        return algorithm_from_state(cls, state, policy_ids=policy_ids,
                                     policy_mapping_fn=policy_mapping_fn,
                                     policies_to_train=policies_to_train,
                                     config_overrides=config_overrides, copy=False)
     raise AssertionError("unreachable")  # restoring() re-raises every error it catches
 
 
-def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike, *, base: type[Algorithm],
+def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike, *,
                       storage_options: Mapping[str, Any] | None = None) -> None:
-    """The body of :meth:`Algorithm.restore <cairn.algorithms.algorithm.Algorithm.restore>`:
+    """Behind :meth:`Algorithm.restore <cairn.algorithms.algorithm.Algorithm.restore>`:
     read the tree (a path or a URL, ``storage_options`` as in :func:`algorithm_from_checkpoint`),
     check it, and load it into ``algo`` in place. A checkpoint of another algorithm (neither
-    ``algo``'s class nor a subclass or base of it; ``base`` is ``Algorithm``) is refused with
+    ``algo``'s class nor a subclass or base of it) is refused with
     :class:`~cairn.checkpoint.CheckpointClassMismatchError` before anything changes."""
     state = load_algorithm_state(checkpoint, storage_options=storage_options)
     check_algorithm_state(state, checkpoint)
-    stored, own = resolve_class(state["algorithm_class"], base), type(algo)
+    stored, own = resolve_class(state["algorithm_class"], cast("type[Any]", AlgorithmLike)), type(algo)
     if not (issubclass(stored, own) or issubclass(own, stored)):
         raise _class_mismatch(checkpoint, stored, f"this algorithm is a {own.__name__}, and restore() "
                                                   f"loads only a checkpoint of its own algorithm")
@@ -269,22 +253,22 @@ def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike, *, base: type
 
 
 def algorithm_from_state(
+    cls: type[Algorithm],
     state: Mapping[str, Any],
     *,
-    base: type[Algorithm],
     policy_ids: str | Sequence[str] | None,
     policy_mapping_fn: PolicyMapping | None,
     policies_to_train: Sequence[str] | None,
     config_overrides: Mapping[str, Any] | None,
     copy: bool,
 ) -> Algorithm:
-    """The body of :meth:`Algorithm.from_state <cairn.algorithms.algorithm.Algorithm.from_state>`:
+    """Behind :meth:`Algorithm.from_state <cairn.algorithms.algorithm.Algorithm.from_state>`:
     the stored class, built from the restored config and the kept policies' states, then given
     the rest of the state. No config or class is needed besides the state.
 
     Args:
-        base: :class:`~cairn.algorithms.algorithm.Algorithm`, passed in by the module that
-            defines it (which imports this one).
+        cls: The class ``from_state`` is called on: ``Algorithm`` builds every algorithm, a
+            subclass only its own kind (else CheckpointClassMismatchError).
         policy_ids: Keep only these policies (a str is one policy ID).
         policy_mapping_fn: New agent -> policy mapping (needed when agents were mapped to a
             dropped policy, or when the stored one was a lambda).
@@ -297,11 +281,11 @@ def algorithm_from_state(
         copy: False lets the policies take the state's weight and optimizer arrays as
             their storage instead of copying them (the state must not be used afterwards).
     """
-    algo_cls = resolve_class(state["algorithm_class"], base)
+    algo_cls = stored_algorithm_class(state["algorithm_class"], cls, "This state", "from_state")
     config = restored_config(state, policy_ids, policy_mapping_fn, policies_to_train,
                              config_overrides)
     policy_states = {pid: s for pid, s in state["policies"].items() if pid in config.policies}
-    algo = algo_cls(config, _policy_states=policy_states, _copy_states=copy)
+    algo = algo_cls(config, policy_states=policy_states, copy_policy_states=copy)
     algo.set_state({**state, "policies": {}})
     return algo
 
@@ -321,7 +305,7 @@ def export_policy_checkpoint(
     algo: Algorithm, export_dir: str | os.PathLike[str], policy_id: str, *,
     export_native_model_files: bool | None,
 ) -> None:
-    """The body of :meth:`Algorithm.export_policy_checkpoint
+    """Behind :meth:`Algorithm.export_policy_checkpoint
     <cairn.algorithms.algorithm.Algorithm.export_policy_checkpoint>`: write one policy as a
     standalone Policy checkpoint (RLlib's name for it), which
     ``Policy.from_checkpoint(export_dir)`` loads with no algorithm.
@@ -340,7 +324,7 @@ def export_policy_model(
     algo: Algorithm, export_dir: str | os.PathLike[str], policy_id: str, onnx: int | None,
     extra_outputs: Sequence[str] = (),
 ) -> None:
-    """The body of :meth:`Algorithm.export_policy_model
+    """Behind :meth:`Algorithm.export_policy_model
     <cairn.algorithms.algorithm.Algorithm.export_policy_model>`: write one policy's model in a
     native format that loads without cairn (RLlib's name): a ``torch.export`` program
     (``onnx=None``) or ``model.onnx`` at opset ``onnx``, with ``signature.json``; see

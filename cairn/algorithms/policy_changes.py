@@ -73,7 +73,7 @@ def add_policy(
     algo: Algorithm, policy_id: str, spec_or_policy: PolicySpec | Policy, *,
     policy_mapping_fn: PolicyMapping | None, policies_to_train: Sequence[str] | None,
 ) -> Policy:
-    """The body of :meth:`Algorithm.add_policy <cairn.algorithms.algorithm.Algorithm.add_policy>`:
+    """Behind :meth:`Algorithm.add_policy <cairn.algorithms.algorithm.Algorithm.add_policy>`:
     add ``spec_or_policy`` (a PolicySpec to build, or a Policy object) as ``policy_id``, and
     replace the mapping and the learning policies where given.
 
@@ -91,7 +91,7 @@ def remove_policy(
     algo: Algorithm, policy_id: str, *,
     policy_mapping_fn: PolicyMapping | None, policies_to_train: Sequence[str] | None,
 ) -> None:
-    """The body of :meth:`Algorithm.remove_policy
+    """Behind :meth:`Algorithm.remove_policy
     <cairn.algorithms.algorithm.Algorithm.remove_policy>`: drop ``policy_id`` (``KeyError`` for
     an unknown ID); agents mapped to it need a new ``policy_mapping_fn``."""
     algo.get_policy(policy_id)  # KeyError for an unknown ID, before anything changes

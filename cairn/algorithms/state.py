@@ -13,20 +13,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from cairn.checkpoint.validate import require_counts, require_types
+from cairn.errors import CheckpointError, CheckpointFormatError
 from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
+from cairn.policy.state_check import check_policy_state
 from cairn.policy_ids import check_policy_ids
 from cairn.registry import class_reference
-from cairn.rng import make_rng, rng_state
+from cairn.rng import rng_state, set_rng_state
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
 
-__all__ = ["algorithm_state", "set_algorithm_state"]
+__all__ = ["algorithm_state", "set_algorithm_state", "check_algorithm_state", "REQUIRED_KEYS"]
+
+#: The keys every algorithm state holds, with their JSON types (:func:`algorithm_state` writes
+#: them; :func:`check_algorithm_state` requires them of a tree read from a checkpoint). The
+#: others (``policies``, ``evaluation_runner``, ``extra``, ``components``) may be absent.
+REQUIRED_KEYS: dict[str, type] = {
+    "algorithm_class": str, "config": dict, "iteration": int, "counters": dict, "rng": dict,
+    "policy_ids": list, "env_runners": list, "recent_episodes": list,
+}
 
 
 def algorithm_state(algo: Algorithm, *, copy: bool = True) -> dict[str, Any]:
-    """The body of :meth:`Algorithm.get_state <cairn.algorithms.algorithm.Algorithm.get_state>`.
+    """The state tree of ``algo`` (:meth:`Algorithm.get_state
+    <cairn.algorithms.algorithm.Algorithm.get_state>`), from its public attributes and hooks.
 
     ``copy=False`` may return views of live arrays (policy weights, a replay buffer), for a
     caller that writes them at once.
@@ -47,8 +59,24 @@ def algorithm_state(algo: Algorithm, *, copy: bool = True) -> dict[str, Any]:
     }
 
 
+def check_algorithm_state(state: Mapping[str, Any], where: Any) -> None:
+    """Check that an Algorithm state tree read from a checkpoint has what an Algorithm is built
+    from (:data:`REQUIRED_KEYS`), and each of its policies' states what a Policy is built from."""
+    require_types(state, REQUIRED_KEYS, where, "algorithm")
+    require_counts({"iteration": state["iteration"], **state["counters"]}, where, "algorithm")
+    if not isinstance(state["config"].get("policies"), dict):
+        raise CheckpointFormatError(f"{where}: the stored config has no 'policies' dict.")
+    for pid, policy_state in (state.get("policies") or {}).items():
+        try:
+            check_policy_state(policy_state, where, base=Policy)
+        except CheckpointError as exc:
+            raise type(exc)(f"Policy {pid!r}: {exc}") from exc
+
+
 def set_algorithm_state(algo: Algorithm, state: Mapping[str, Any]) -> None:
-    """The body of :meth:`Algorithm.set_state <cairn.algorithms.algorithm.Algorithm.set_state>`.
+    """Load ``state`` (from :func:`algorithm_state`) into ``algo`` in place, through its public
+    attributes and hooks (:meth:`Algorithm.set_state
+    <cairn.algorithms.algorithm.Algorithm.set_state>`).
 
     Policies in the state replace those with the same ID; new IDs are added (with their spec
     in the config, and known to the env runners) but no agent is mapped to them unless the
@@ -70,7 +98,7 @@ def set_algorithm_state(algo: Algorithm, state: Mapping[str, Any]) -> None:
         algo.env_runner_group.update_policies(algo.config, algo.policies)
     algo.iteration = int(state["iteration"])
     algo.counters.update({k: int(v) for k, v in state["counters"].items()})
-    algo.rng = make_rng(state["rng"])
+    set_rng_state(algo.rng, state["rng"])
     algo.env_runner_group.set_state(list(state.get("env_runners") or []))
     algo.set_evaluation_runner_state(state.get("evaluation_runner"))
     episodes = algo.recent_episodes  # cleared in place: the window's length stays

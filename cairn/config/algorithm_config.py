@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from cairn.config.algorithm_classes import algorithm_class, config_class_for, register_config_class
 from cairn.config.base_fields import BASE_FIELDS
@@ -21,14 +21,12 @@ from cairn.config.checks import (
     suggest,
 )
 from cairn.config.fields import Field
+from cairn.core import AlgorithmLike
 from cairn.errors import ConfigError
 from cairn.policy.model import check_model_config
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_mapped_policy_id
 from cairn.registry import CALLABLE_KEY
-
-if TYPE_CHECKING:
-    from cairn.algorithms.algorithm import Algorithm
 
 __all__ = ["AlgorithmConfig", "PolicyMapping", "BASE_FIELDS", "CALLABLE_KEY", "merge_setting"]
 
@@ -294,8 +292,10 @@ class AlgorithmConfig:
             if spec.config:
                 check_model_config({**self.model, **spec.config.get("model", {})})
 
-    def build(self) -> Algorithm:
-        """Validate, then build the algorithm (environments, policies, env runners)."""
+    def build(self) -> AlgorithmLike:
+        """Validate, then build the algorithm (environments, policies, env runners): an
+        :class:`~cairn.core.AlgorithmLike` (the config layer imports no algorithm; the class
+        is found by its registry name)."""
         self.validate()
         if self.algo_class_name is None:
             raise ConfigError(
