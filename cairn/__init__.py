@@ -16,9 +16,8 @@ from cairn.policy_ids import validate_policy_id
 from cairn.registry import register_env
 
 # isort: split
-# cairn.export registers the native model writer that Policy.export_checkpoint finds through
-# cairn.registry (export sits above the policy layer, which cannot import it); imported last,
-# after the layers it builds on.
+# cairn.export is public as ``cairn.export`` (export_model, model_inputs, ...); importing it
+# registers nothing (the policy layer reaches its writers through cairn.registry's names).
 from cairn import export as _export  # noqa: F401
 
 # The library logs to the "cairn" logger and prints nothing unless the application configures

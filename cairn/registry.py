@@ -11,9 +11,9 @@ expected base, functions only as plain functions defined in the module named. It
   creators, policy mapping functions, Keras model builders). In a config's JSON form a callable
   is the object ``{CALLABLE_KEY: reference or None, "name": ...}``.
 
-It also holds the one hook that lets a lower layer call a higher one without importing it:
-:func:`register_native_model_writer`, through which ``cairn.export`` (registered when it is
-imported, which ``import cairn`` does) writes a policy's native model files into a checkpoint.
+It also names the one route from the policy layer up to ``cairn.export``'s writers
+(:data:`NATIVE_MODEL_WRITER`, :data:`MODEL_EXPORTER`), resolved when a policy writes its model;
+nothing is registered at import time.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ __all__ = [
     "check_reference_form",
     "CALLABLE_KEY",
     "NativeModelWriter",
-    "register_native_model_writer",
+    "NATIVE_MODEL_WRITER",
     "native_model_writer",
     "ModelExporter",
-    "register_model_exporter",
+    "MODEL_EXPORTER",
     "model_exporter",
 ]
 
@@ -60,9 +60,13 @@ _ENV_CREATORS: dict[str, Callable[[dict[str, Any]], Any]] = {}
 _CLASSES: dict[str, type] = {}
 #: ``exporter(policy, export_dir, *, onnx) -> signature``: ``cairn.export.export_model``.
 ModelExporter = Callable[..., dict[str, Any]]
-#: Functions a higher layer installs for a lower one (name -> function), e.g. cairn.export's
-#: writers for the policy layer, which may not import it.
-_HOOKS: dict[str, Callable[..., Any]] = {}
+#: The one route to native-model writing: cairn.export's two writers, named here and resolved
+#: by the one resolver when a policy writes its model (``Policy.export_model``,
+#: ``export_checkpoint``, and ``Algorithm.save`` through the same policy-layer call). Nothing
+#: installs them at import time; the policy layer, below export, names them instead of
+#: importing them.
+NATIVE_MODEL_WRITER = "cairn.export.checkpoint_files:write_native_model_files"
+MODEL_EXPORTER = "cairn.export.model_export:export_model"
 
 T = TypeVar("T")
 
@@ -90,38 +94,14 @@ def registered_envs() -> dict[str, Callable[[dict[str, Any]], Any]]:
     return dict(_ENV_CREATORS)
 
 
-def register_native_model_writer(writer: NativeModelWriter) -> None:
-    """Install the function that writes native model files into checkpoints (replacing any).
-
-    ``cairn.export`` registers ``write_native_model_files`` when it is imported, so that the
-    policy layer, below export, can offer ``export_checkpoint(..., export_native_model_files=True)``.
-    """
-    _install("register_native_model_writer", writer)
+def native_model_writer() -> NativeModelWriter:
+    """cairn.export's writer of a policy's ``model/`` files (:data:`NATIVE_MODEL_WRITER`)."""
+    return resolve_callable(NATIVE_MODEL_WRITER, what="native model writer")  # type: ignore[no-any-return]
 
 
-def native_model_writer() -> NativeModelWriter | None:
-    """The function installed by :func:`register_native_model_writer`, or None."""
-    return _HOOKS.get("register_native_model_writer")
-
-
-def register_model_exporter(exporter: ModelExporter) -> None:
-    """Install the function behind :meth:`cairn.Policy.export_model` (replacing any).
-
-    ``cairn.export`` registers ``export_model`` when it is imported (``import cairn`` does),
-    so that the policy layer, below export, offers the method without importing upward.
-    """
-    _install("register_model_exporter", exporter)
-
-
-def model_exporter() -> ModelExporter | None:
-    """The function installed by :func:`register_model_exporter`, or None."""
-    return _HOOKS.get("register_model_exporter")
-
-
-def _install(hook: str, fn: Callable[..., Any]) -> None:
-    if not callable(fn):
-        raise TypeError(f"{hook} needs a callable, got {type(fn).__name__}.")
-    _HOOKS[hook] = fn
+def model_exporter() -> ModelExporter:
+    """cairn.export's ``export_model`` (:data:`MODEL_EXPORTER`), behind ``Policy.export_model``."""
+    return resolve_callable(MODEL_EXPORTER, what="model exporter")  # type: ignore[no-any-return]
 
 
 def register_class(cls: type[T], name: str | None = None) -> type[T]:

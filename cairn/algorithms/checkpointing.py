@@ -42,6 +42,7 @@ from cairn.errors import (
     UnknownPolicyIdError,
     UnsafeCheckpointError,
 )
+from cairn.policy.checkpointing import native_files_writer
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
 from cairn.policy_ids import check_policy_ids
@@ -107,12 +108,10 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
     # A Keras policy's checkpoint always holds model/model.keras (docs/keras.md).
     wanted = [pid for pid, policy in algo.policies.items() if full or uses_keras(policy.config)]
     if wanted:
-        from cairn.export import write_native_model_files
-
         policies = ({pid: Policy.from_state(state["policies"][pid]) for pid in wanted}
                     if snapshot else {pid: algo.policies[pid] for pid in wanted})
-        native = {pid: functools.partial(write_native_model_files, policy, full=full)
-                  for pid, policy in policies.items()}
+        # The same route as Policy.export_checkpoint's (cairn.registry.NATIVE_MODEL_WRITER).
+        native = {pid: native_files_writer(policy, full=full) for pid, policy in policies.items()}
     return functools.partial(write_algorithm_checkpoint, target, state, policy_native_files=native,
                              storage_options=storage_options, previous=previous)
 

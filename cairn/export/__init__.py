@@ -18,11 +18,6 @@ from cairn.export.model_export import export_model
 from cairn.export.onnx_model import DEFAULT_OPSET, ONNX_FILE, SUPPORTED_OPSETS
 from cairn.export.signature import SIGNATURE_FILE
 from cairn.export.torch_program import PROGRAM_FILE, WEIGHTS_FILE
-from cairn.registry import register_model_exporter, register_native_model_writer
-
-# Policy.export_checkpoint (policy layer, below this one) finds the writer through the registry.
-register_native_model_writer(write_native_model_files)
-register_model_exporter(export_model)  # Policy.export_model, the same way
 
 __all__ = [
     "export_model",

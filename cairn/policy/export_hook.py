@@ -1,10 +1,10 @@
 """The export hook's data: what a policy hands to the exporter, and the exporter it hands it to.
 
 :meth:`cairn.Policy.export_graph` returns an :class:`ExportGraph` (a torch module with named,
-typed inputs and outputs, see :class:`TensorSpec`); :meth:`cairn.Policy.export_model` calls the
-exporter that ``cairn.export`` registers in the registry
-(:func:`cairn.registry.register_model_exporter`), so that the policy layer, below export,
-offers the method without importing upward.
+typed inputs and outputs, see :class:`TensorSpec`); :meth:`cairn.Policy.export_model` calls
+``cairn.export``'s exporter, which :data:`cairn.registry.MODEL_EXPORTER` names (resolved at the
+call; nothing is registered at import time), so that the policy layer, below export, offers
+the method without importing upward.
 """
 
 from __future__ import annotations

@@ -343,7 +343,7 @@ class Policy:
         adds optional outputs by name (``["value"]``). Raises
         :class:`~cairn.errors.ExportError` when the model cannot be exported.
         """
-        checkpointing.export_native_model(  # cairn.export's, registered
+        checkpointing.export_native_model(  # cairn.export's, named by cairn.registry.MODEL_EXPORTER
             self, export_dir, onnx=onnx, extra_outputs=extra_outputs)
 
     @overload

@@ -1,0 +1,17 @@
+"""One route to native-model writing: cairn.registry names cairn.export's writers, resolved at
+the call; importing cairn.export registers nothing."""
+
+from __future__ import annotations
+
+import cairn.export
+from cairn import registry
+
+
+def test_the_registry_names_cairn_exports_writers() -> None:
+    assert registry.native_model_writer() is cairn.export.write_native_model_files
+    assert registry.model_exporter() is cairn.export.export_model
+
+
+def test_nothing_is_installed_at_import_time() -> None:
+    for name in ("register_native_model_writer", "register_model_exporter", "_HOOKS"):
+        assert not hasattr(registry, name)
