@@ -15,7 +15,8 @@ from cairn.core import AlgorithmLike
 from cairn.errors import ConfigError, UnsafeCheckpointError
 from cairn.registry import resolve_class
 
-__all__ = ["register_config_class", "registered_config_class", "algorithm_class", "config_class_for"]
+__all__ = ["register_config_class", "registered_config_class", "algorithm_class", "config_class_for",
+           "missing_config_class"]
 
 #: Config classes by the registry name of the algorithm they build (``algo_class_name``).
 _CONFIG_CLASSES: dict[str, type] = {}
@@ -51,18 +52,19 @@ def algorithm_class(name: str) -> type:
         ) from exc
 
 
-def config_class_for(config_cls: type, algo_class: Any, *, base: type) -> Any:
-    """The config class of the algorithm ``algo_class`` names (the body of
-    ``AlgorithmConfig.class_for``): ``config_cls`` itself for None or its own algorithm's name,
-    else the registered config class, or the algorithm's ``config_class`` (a subclass of
-    ``base``, AlgorithmConfig)."""
+def config_class_for(config_cls: type, algo_class: Any) -> Any:
+    """What names the config class of the algorithm ``algo_class`` names: ``config_cls`` itself
+    for None or its own algorithm's name, else the registered config class, or the algorithm's
+    ``config_class`` (None when it has none; ``AlgorithmConfig.class_for`` checks the result)."""
     if algo_class is None or algo_class == getattr(config_cls, "algo_class_name", None):
         return config_cls
-    found = registered_config_class(algo_class) or getattr(
+    return registered_config_class(algo_class) or getattr(
         algorithm_class(algo_class), "config_class", None)
-    if not (isinstance(found, type) and issubclass(found, base)):
-        raise ConfigError(
-            f"algo_class {algo_class!r} names an algorithm without a config_class (a subclass "
-            "of AlgorithmConfig); give the algorithm class one."
-        )
-    return found
+
+
+def missing_config_class(algo_class: Any) -> ConfigError:
+    """The error for an ``algo_class`` whose algorithm has no config class."""
+    return ConfigError(
+        f"algo_class {algo_class!r} names an algorithm without a config_class (a subclass "
+        "of AlgorithmConfig); give the algorithm class one."
+    )

@@ -6,10 +6,11 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
-from cairn.config.algorithm_classes import algorithm_class, config_class_for, register_config_class
+from cairn.config import algorithm_classes
 from cairn.config.base_fields import BASE_FIELDS
 from cairn.config.checks import (
     check_env,
+    check_policies_to_train,
     check_policy_mapping,
     decode_callable,
     encode_callable,
@@ -87,7 +88,7 @@ class AlgorithmConfig:
         # algorithms): from_dict() picks the config class of a stored algo_class here.
         super().__init_subclass__(**kwargs)
         if cls.algo_class_name is not None:
-            register_config_class(cls.algo_class_name, cls)
+            algorithm_classes.register_config_class(cls.algo_class_name, cls)
 
     def __init__(self) -> None:
         for key, field in self.FIELDS.items():
@@ -281,13 +282,7 @@ class AlgorithmConfig:
         if isinstance(self.policy_mapping_fn, Mapping):
             for agent_id, pid in self.policy_mapping_fn.items():
                 check_mapped_policy_id(agent_id, pid, policies)
-        if self.policies_to_train is not None:
-            for pid in self.policies_to_train:
-                if pid not in policies:
-                    raise ConfigError(
-                        f"policies_to_train names {pid!r}, which is not one of the policies "
-                        f"{sorted(policies)}."
-                    )
+        check_policies_to_train(self.policies_to_train, policies)
         for spec in policies.values():
             if spec.config:
                 check_model_config({**self.model, **spec.config.get("model", {})})
@@ -302,7 +297,7 @@ class AlgorithmConfig:
                 "A plain AlgorithmConfig builds no algorithm; use an algorithm's config such as "
                 "cairn.PPOConfig()."
             )
-        algo_cls: Any = algorithm_class(self.algo_class_name)
+        algo_cls: Any = algorithm_classes.algorithm_class(self.algo_class_name)
         return algo_cls(config=self)  # type: ignore[no-any-return]
 
     # ---------------------------------------------------------------------------- derived
@@ -393,7 +388,10 @@ class AlgorithmConfig:
     @classmethod
     def class_for(cls, algo_class: Any) -> type[AlgorithmConfig]:
         """The config class of the algorithm ``algo_class`` names (a registry name, as ``to_dict()`` stores it); this class for None or its own algorithm's name."""
-        return config_class_for(cls, algo_class, base=AlgorithmConfig)
+        found = algorithm_classes.config_class_for(cls, algo_class)
+        if not (isinstance(found, type) and issubclass(found, AlgorithmConfig)):
+            raise algorithm_classes.missing_config_class(algo_class)
+        return found
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.to_dict()!r})"

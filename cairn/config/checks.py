@@ -24,6 +24,7 @@ __all__ = [
     "normalize_policies",
     "normalize_policies_to_train",
     "check_policy_mapping",
+    "check_policies_to_train",
     "map_agent",
     "check_env",
     "merge_setting",
@@ -178,6 +179,16 @@ def check_policy_mapping(fn: Any) -> None:
         ) from exc
     except ValueError:
         return  # builtins without signatures: trust them
+
+
+def check_policies_to_train(policies_to_train: Any, policies: Mapping[str, Any]) -> None:
+    """ConfigError when ``policies_to_train`` (None: all) names a policy not in ``policies``."""
+    for pid in policies_to_train or ():
+        if pid not in policies:
+            raise ConfigError(
+                f"policies_to_train names {pid!r}, which is not one of the policies "
+                f"{sorted(policies)}."
+            )
 
 
 def check_env(env: Any) -> None:
