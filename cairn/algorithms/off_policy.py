@@ -1,9 +1,10 @@
-"""What DQN and SAC share as off-policy algorithms: per-policy replay buffers fed with n-step
+"""What DQN and SAC share as off-policy algorithms: the training step (sample, store in
+replay, learn from replayed minibatches), per-policy replay buffers fed with n-step
 transitions, the replay ratio's carried-over credit, and the replay checkpoint component."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cairn.algorithms.algorithm import Algorithm
@@ -17,9 +18,17 @@ __all__ = ["OffPolicyAlgorithm"]
 class OffPolicyAlgorithm(Algorithm):
     """An :class:`Algorithm` that learns from replay (the base of DQN and SAC).
 
+    :meth:`training_step` repeats, until ``train_batch_size`` env steps are sampled: sample
+    one fragment per environment, add each policy's transitions to its replay buffer, then,
+    once ``num_steps_sampled_before_learning_starts`` env steps were sampled, take the
+    gradient updates :meth:`gradient_updates_due` calls for (each one :meth:`learn_on_replay`)
+    and :meth:`sync_target`. A subclass brings only what differs: those three hooks and
+    :meth:`learner_stats`.
+
     Its config has ``replay_buffer_config``, ``gamma``, ``n_step``, ``training_intensity``
-    (None or a replay ratio), ``minibatch_size`` and ``store_replay_buffer``. It holds
-    ``replay`` (:class:`~cairn.algorithms.replay_buffers.PolicyReplayBuffers`) and a
+    (None or a replay ratio), ``minibatch_size``, ``num_steps_sampled_before_learning_starts``
+    and ``store_replay_buffer``. It holds ``replay``
+    (:class:`~cairn.algorithms.replay_buffers.PolicyReplayBuffers`) and a
     :class:`~cairn.algorithms.replay_buffers.ReplayRatio`, whose credit is its extra state
     (``update_credit``); with ``store_replay_buffer`` the buffers are the ``replay_buffer``
     component of its state and checkpoints.
@@ -30,12 +39,77 @@ class OffPolicyAlgorithm(Algorithm):
         cfg: Any = self.config
         self.replay = PolicyReplayBuffers(cfg.replay_buffer_config, cfg.seed, gamma=cfg.gamma, n_step=cfg.n_step)
         self.replay_ratio = ReplayRatio(cfg.training_intensity or 1.0, cfg.minibatch_size)
+        try:
+            self.check_policies()
+        except Exception:
+            self.stop()
+            raise
+
+    def check_policies(self) -> None:
+        """Check (and adjust) the built or restored policies once, before any training;
+        raise what a user must fix."""
 
     @property
     def replay_buffers(self) -> dict[str, ReplayBuffer]:
         """The replay buffer of each policy that has sampled."""
         return self.replay.buffers
 
+    # ---------------------------------------------------------------------------- training
+    def training_step(self) -> dict[str, dict[str, Any]]:
+        cfg: Any = self.config
+        counters = self.counters
+        history: dict[str, list[Sequence[float]]] = {}
+        start = counters["num_env_steps_sampled_lifetime"]
+        while counters["num_env_steps_sampled_lifetime"] - start < cfg.train_batch_size:
+            before = counters["num_env_steps_sampled_lifetime"]
+            batches = self._sample()
+            if counters["num_env_steps_sampled_lifetime"] == before:
+                break  # nothing was sampled (no envs stepped); avoid spinning
+            learning = counters["num_env_steps_sampled_lifetime"] >= cfg.num_steps_sampled_before_learning_starts
+            for pid in self.policies_to_train:
+                batch = batches.get(pid)
+                rows = 0 if batch is None else len(batch)
+                if batch is not None and rows:
+                    self.replay.add(pid, batch)
+                buffer = self.replay_buffers.get(pid)
+                if not learning or buffer is None or not len(buffer):
+                    continue
+                for _ in range(self.gradient_updates_due(pid, rows)):
+                    history.setdefault(pid, []).append(self.learn_on_replay(pid, buffer))
+                    counters["num_env_steps_trained_lifetime"] += cfg.minibatch_size
+                self.sync_target(pid)
+        return {pid: self.learner_stats(pid, rows_) for pid, rows_ in history.items()}
+
+    def gradient_updates_due(self, pid: str, rows: int) -> int:
+        """Gradient updates owed to ``pid`` after a round that added ``rows`` of its
+        transitions (``rows`` may be 0)."""
+        raise NotImplementedError
+
+    def learn_on_replay(self, pid: str, buffer: ReplayBuffer) -> Sequence[float]:
+        """One gradient update of policy ``pid`` on a minibatch from ``buffer``; returns the
+        learner statistics :meth:`learner_stats` averages."""
+        raise NotImplementedError
+
+    def sync_target(self, pid: str) -> None:
+        """After a round's updates of ``pid``: update its target network if one is due."""
+
+    def learner_stats(self, pid: str, history: Sequence[Sequence[float]]) -> dict[str, Any]:
+        """The results entry of policy ``pid`` from the statistics of its updates this iteration."""
+        raise NotImplementedError
+
+    def trained_policy(self, pid: str) -> Any:
+        """Policy ``pid``, or TypeError when it is not a :attr:`default_policy_class`."""
+        policy = self.policies[pid]
+        expected = self.default_policy_class
+        if not isinstance(policy, expected):
+            raise TypeError(
+                f"{type(self).__name__} trains {expected.__name__} policies; {pid!r} is a "
+                f"{type(policy).__name__}. Add it with PolicySpec({expected.__name__}, ...) or "
+                "leave policy_class unset."
+            )
+        return policy
+
+    # ------------------------------------------------------------------------------- state
     def get_extra_state(self) -> dict[str, Any]:
         return {"update_credit": self.replay_ratio.get_state()}
 

@@ -11,11 +11,11 @@ is not an array, so the graph repeats the policy's numpy preprocessing in torch 
 constants: flatten / one-hot, then the observation filter's current mean, inverse std and
 clip (:mod:`cairn.policy.observation_path`). What a graph holds (:class:`ExportGraph`,
 :class:`TensorSpec`) and the exporter registry are in :mod:`cairn.policy.export_hook`; this
-module re-exports them. Two builders, defined here, cover cairn's policies:
-
-* :func:`actor_critic_export_graph`: ``(action, logits | mean + log_std, value)`` through
-  ``model.action_inputs`` and ``model.value`` and the distribution's deterministic action;
-* :func:`q_value_export_graph`: ``(action, q_values)``, the greedy action of a Q-network.
+module re-exports them. :func:`actor_critic_export_graph`, defined here, covers the
+actor-critic policies: ``(action, logits | mean + log_std, value)`` through
+``model.action_inputs`` and ``model.value`` and the distribution's deterministic action.
+DQN's and SAC's own builders live with them (``cairn.algorithms.dqn.export``,
+``cairn.algorithms.sac.export``).
 
 Graphs are built for small single-observation latency in onnxruntime: no node that computes
 nothing (a reshape of an already flat input, a cast to the dtype a tensor has, a ``+ 0``).
@@ -24,7 +24,7 @@ nothing (a reshape of an already flat input, a cast to the dtype a tensor has, a
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -55,7 +55,6 @@ __all__ = [
     "example_input",
     "filter_description",
     "actor_critic_export_graph",
-    "q_value_export_graph",
 ]
 
 
@@ -190,53 +189,5 @@ def actor_critic_export_graph(policy: Policy) -> ExportGraph:
         reference=reference,
         discrete_sizes=sizes,
         network_name=type(model).__name__,
-        metadata={"observation_filter": filter_description(policy)},
-    )
-
-
-class _GreedyQModule(nn.Module):
-    """``forward(obs) -> (argmax_a Q(obs, a) + start, Q(obs, .))``."""
-
-    def __init__(self, policy: Policy, q_network: nn.Module, start: int) -> None:
-        super().__init__()
-        self.observations = ObservationPath(policy)
-        self.model = copy.deepcopy(q_network).eval()
-        self.start = start
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q_values = self.model(self.observations(obs))
-        action = q_values.argmax(dim=1)
-        return (action + self.start if self.start else action), q_values
-
-
-def q_value_export_graph(
-    policy: Policy, q_network: nn.Module, q_values: Callable[[Sequence[Any]], np.ndarray],
-) -> ExportGraph:
-    """The export graph of a greedy Q-value policy with a Discrete action space.
-
-    ``q_network`` maps processed observations to ``Q(obs, .)`` (``[batch, n]``);
-    ``q_values`` is the policy's own raw-observations -> Q-values method, the reference for
-    the ``q_values`` output, as ``compute_actions(obs, explore=False)`` is for ``action``.
-    """
-    space = policy.action_space
-    if not isinstance(space, gym.spaces.Discrete):
-        raise ExportError(f"A Q-value export graph needs a Discrete action space, got {space}.")
-    n, start = int(space.n), int(space.start)
-
-    def reference(observations: Sequence[Any]) -> list[np.ndarray]:
-        return [policy.compute_actions(observations, explore=False), q_values(observations)]
-
-    return ExportGraph(
-        module=_GreedyQModule(policy, q_network, start),
-        input=input_spec(policy.observation_space),
-        outputs=(
-            TensorSpec("action", "int64", (BATCH,),
-                       f"Greedy action: argmax(q_values) + start ({start})."),
-            TensorSpec("q_values", "float32", (BATCH, n), "Q(obs, a) for every action a."),
-        ),
-        example=example_input(policy),
-        reference=reference,
-        discrete_sizes=(n,),
-        network_name=type(q_network).__name__,
         metadata={"observation_filter": filter_description(policy)},
     )

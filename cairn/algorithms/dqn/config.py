@@ -21,13 +21,14 @@ from cairn.config.fields import (
 )
 from cairn.replay.factory import DEFAULT_REPLAY_BUFFER_CONFIG, REPLAY_BUFFER_TYPES
 
-__all__ = ["DQNConfig", "UPDATE_BACKENDS"]
+__all__ = ["DQNConfig", "UPDATE_BACKENDS", "check_replay_buffer_config", "check_fragment_length"]
 
 #: ``update_backend`` values: numpy where it applies, else torch; always torch; always numpy.
 UPDATE_BACKENDS = ("auto", "torch", "numpy")
 
 
-def _check_replay_buffer_config(key: str, value: Any) -> None:
+def check_replay_buffer_config(key: str, value: Any) -> None:
+    """A ``replay_buffer_config`` (DQN's and SAC's): known keys, merged over the defaults."""
     check_section(key, dict(value) if isinstance(value, Mapping) else value, DEFAULT_REPLAY_BUFFER_CONFIG)
     merged = {**DEFAULT_REPLAY_BUFFER_CONFIG, **value}
     choice(*REPLAY_BUFFER_TYPES)(f"{key}.type", merged["type"])
@@ -37,7 +38,8 @@ def _check_replay_buffer_config(key: str, value: Any) -> None:
     number(0.0, 1e6)(f"{key}.epsilon", merged["epsilon"])
 
 
-def _check_fragment(key: str, value: Any) -> None:
+def check_fragment_length(key: str, value: Any) -> None:
+    """``"auto"`` or a positive ``rollout_fragment_length``."""
     if value != "auto":
         positive_int(key, value)
 
@@ -80,14 +82,14 @@ class DQNConfig(AlgorithmConfig):
         **BASE_FIELDS,
         # Defaults: rl-baselines3-zoo's CartPole-v1 DQN settings (256 steps, then 128 updates
         # of 64), which reached a greedy return of 500 within 50k steps on 3 of 3 seeds here.
-        "rollout_fragment_length": Field("env_runners", 256, _check_fragment, "steps per env per round"),
+        "rollout_fragment_length": Field("env_runners", 256, check_fragment_length, "steps per env per round"),
         "lr": Field("training", 2.3e-3, number(0.0, 10.0, low_open=True), "learning rate"),
         "train_batch_size": Field("training", 1000, positive_int, "env steps per iteration"),
         "grad_clip": Field("training", 10.0, optional(number(0.0, 1e12, low_open=True)), "max grad norm"),
         "model": Field("training", DQNPolicy.DEFAULT_CONFIG["model"], BASE_FIELDS["model"].check,
                        "network settings"),
         "replay_buffer_config": Field("training", DEFAULT_REPLAY_BUFFER_CONFIG,
-                                      _check_replay_buffer_config, "replay buffer type and size"),
+                                      check_replay_buffer_config, "replay buffer type and size"),
         "target_network_update_freq": Field("training", 256, positive_int, "steps between syncs"),
         "double_q": Field("training", True, boolean, "double Q-learning"),
         "dueling": Field("training", True, boolean, "dueling heads"),
@@ -116,14 +118,6 @@ class DQNConfig(AlgorithmConfig):
     training_intensity: float | None
     update_backend: str
     store_replay_buffer: bool
-
-    def training(self, **kwargs: Any) -> AlgorithmConfig:
-        """Set training settings; ``replay_buffer_config`` is merged like ``model``."""
-        if "replay_buffer_config" in kwargs:
-            given = kwargs.pop("replay_buffer_config")
-            _check_replay_buffer_config("replay_buffer_config", given)
-            self.replay_buffer_config = {**self.replay_buffer_config, **copy.deepcopy(dict(given))}
-        return super().training(**kwargs)
 
     def policy_config(self, policy_id: str) -> dict[str, Any]:
         """The shared policy settings plus DQN's ``dueling`` and ``epsilon``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -47,64 +48,48 @@ class DQN(OffPolicyAlgorithm):
     config: DQNConfig
     default_policy_class: ClassVar[type[Policy]] = DQNPolicy
 
-    def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
-        # Keyword arguments (restored policy states and the like) belong to Algorithm.
-        super().__init__(config, **kwargs)
-        try:
-            for pid in self.policies:
-                self._dqn_policy(pid)
-            if self.config.update_backend == "numpy":  # refuse what numpy cannot train now, not later
-                for pid in self.policies_to_train:
-                    self._update_backend(pid, self._dqn_policy(pid))
-        except Exception:
-            self.stop()
-            raise
+    def check_policies(self) -> None:
+        for pid in self.policies:
+            self._dqn_policy(pid)
+        if self.config.update_backend == "numpy":  # refuse what numpy cannot train now, not later
+            for pid in self.policies_to_train:
+                self._update_backend(pid, self._dqn_policy(pid))
 
     # ---------------------------------------------------------------------------- training
     def training_step(self) -> dict[str, dict[str, Any]]:
-        cfg = self.config
-        history: dict[str, list[list[float]]] = {}
-        backends: dict[str, str] = {}
-        start = self.counters["num_env_steps_sampled_lifetime"]
-        while self.counters["num_env_steps_sampled_lifetime"] - start < cfg.train_batch_size:
-            before = self.counters["num_env_steps_sampled_lifetime"]
-            batches = self._sample()
-            if self.counters["num_env_steps_sampled_lifetime"] == before:
-                break  # nothing was sampled (no envs stepped); avoid spinning
-            learning = self.counters["num_env_steps_sampled_lifetime"] >= cfg.num_steps_sampled_before_learning_starts
-            for pid in self.policies_to_train:
-                batch = batches.get(pid)
-                if batch is not None and len(batch):
-                    self.replay.add(pid, batch)
-                buffer = self.replay_buffers.get(pid)
-                if not learning or buffer is None or not len(buffer):
-                    continue
-                for _ in range(self._updates_due(pid, 0 if batch is None else len(batch))):
-                    policy = self._dqn_policy(pid)
-                    if pid not in backends:  # once per iteration: a few microseconds
-                        backends[pid] = self._update_backend(pid, policy)
-                    history.setdefault(pid, []).append(self._learn(policy, buffer, backend=backends[pid]))
-                    self.counters["num_env_steps_trained_lifetime"] += cfg.minibatch_size
-                policy = self._dqn_policy(pid)
-                if policy.global_timestep - policy.last_target_update >= cfg.target_network_update_freq:
-                    policy.update_target()
-        stats: dict[str, dict[str, Any]] = {}
-        for pid, rows in history.items():
-            policy = self._dqn_policy(pid)
-            means = np.mean(rows, axis=0).tolist()
-            stats[pid] = dict(zip(("loss", "q_mean", "target_mean", "td_error_abs_mean"), means, strict=True))
-            stats[pid].update(num_grad_updates=float(policy.num_grad_updates),
-                              epsilon=policy.epsilon, replay_buffer_size=float(len(self.replay_buffers[pid])),
-                              update_backend=backends[pid])
+        self._backends: dict[str, str] = {}  # asked once per policy and iteration
+        return super().training_step()
+
+    def gradient_updates_due(self, pid: str, rows: int) -> int:
+        """``training_intensity``'s share of ``rows`` new transitions; None: one per round."""
+        if self.config.training_intensity is None:
+            return 1 if rows else 0
+        return self.replay_ratio.due(pid, rows)
+
+    def learn_on_replay(self, pid: str, buffer: ReplayBuffer) -> list[float]:
+        policy = self._dqn_policy(pid)
+        if pid not in self._backends:  # once per iteration: a few microseconds
+            self._backends[pid] = self._update_backend(pid, policy)
+        return self._learn(policy, buffer, backend=self._backends[pid])
+
+    def sync_target(self, pid: str) -> None:
+        """Copy the Q-network into the target network once ``target_network_update_freq``
+        of the policy's steps were sampled since the last copy."""
+        policy = self._dqn_policy(pid)
+        if policy.global_timestep - policy.last_target_update >= self.config.target_network_update_freq:
+            policy.update_target()
+
+    def learner_stats(self, pid: str, history: Sequence[Sequence[float]]) -> dict[str, Any]:
+        policy = self._dqn_policy(pid)
+        means = np.mean(history, axis=0).tolist()
+        stats: dict[str, Any] = dict(zip(("loss", "q_mean", "target_mean", "td_error_abs_mean"), means, strict=True))
+        stats.update(num_grad_updates=float(policy.num_grad_updates), epsilon=policy.epsilon,
+                     replay_buffer_size=float(len(self.replay_buffers[pid])),
+                     update_backend=self._backends[pid])
         return stats
 
     def _dqn_policy(self, pid: str) -> DQNPolicy:
-        policy = self.policies[pid]
-        if not isinstance(policy, DQNPolicy):
-            raise TypeError(
-                f"DQN trains DQNPolicy policies; {pid!r} is a {type(policy).__name__}. Add it with "
-                "PolicySpec(DQNPolicy, ...) or leave policy_class unset."
-            )
+        policy: DQNPolicy = self.trained_policy(pid)
         return policy
 
     def _update_backend(self, pid: str, policy: DQNPolicy) -> str:
@@ -127,12 +112,6 @@ class DQN(OffPolicyAlgorithm):
                 "parameters. Use update_backend='auto' (numpy where it applies, else torch) or 'torch'."
             )
         return "torch"
-
-    def _updates_due(self, pid: str, rows: int) -> int:
-        """Gradient updates owed after ``rows`` new transitions of policy ``pid``."""
-        if self.config.training_intensity is None:
-            return 1 if rows else 0
-        return self.replay_ratio.due(pid, rows)
 
     def _learn(self, policy: DQNPolicy, buffer: ReplayBuffer, *, backend: str) -> list[float]:
         cfg = self.config

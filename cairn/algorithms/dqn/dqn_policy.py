@@ -10,10 +10,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from cairn.algorithms.dqn.keras_model import keras_q_network
 from cairn.algorithms.dqn.model import QNetwork
 from cairn.errors import ConfigError
 from cairn.policy.keras_config import model_framework
-from cairn.policy.keras_q import keras_q_network
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
 from cairn.policy.policy import Policy
@@ -156,7 +156,7 @@ class DQNPolicy(Policy):
         """The export hook: outputs ``action`` (the greedy action, argmax of Q plus the action
         space's start) and ``q_values``, checked against :meth:`compute_actions` with
         ``explore=False`` and :meth:`compute_q_values`."""
-        from cairn.policy.export_graph import q_value_export_graph
+        from cairn.algorithms.dqn.export import q_value_export_graph
 
         return q_value_export_graph(self, self.model, self.compute_q_values)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from cairn.algorithms.dqn.config import DQNConfig
+# The replay buffer check is DQN's: the same buffers, the same keys.
+from cairn.algorithms.dqn.config import check_fragment_length, check_replay_buffer_config
 from cairn.algorithms.sac.sac_policy import SACPolicy, check_target_entropy
 from cairn.config.algorithm_config import BASE_FIELDS, AlgorithmConfig
 from cairn.config.fields import Field, boolean, non_negative_int, number, optional, positive_int
@@ -15,18 +15,11 @@ from cairn.replay.factory import DEFAULT_REPLAY_BUFFER_CONFIG
 
 __all__ = ["SACConfig"]
 
-#: The replay buffer check is DQN's: the same buffers, the same keys.
-_check_replay_buffer_config = DQNConfig.FIELDS["replay_buffer_config"].check
 _lr = optional(number(0.0, 10.0, low_open=True))
 
 
 def _check_gradient_steps(key: str, value: Any) -> None:
     if value != -1:
-        positive_int(key, value)
-
-
-def _check_fragment(key: str, value: Any) -> None:
-    if value != "auto":
         positive_int(key, value)
 
 
@@ -73,7 +66,7 @@ class SACConfig(AlgorithmConfig):
 
     FIELDS: ClassVar[dict[str, Field]] = {
         **BASE_FIELDS,
-        "rollout_fragment_length": Field("env_runners", "auto", _check_fragment,
+        "rollout_fragment_length": Field("env_runners", "auto", check_fragment_length,
                                          "steps per env per round ('auto': train_freq)"),
         "lr": Field("training", 3e-4, number(0.0, 10.0, low_open=True), "learning rate"),
         "train_batch_size": Field("training", 1000, positive_int, "env steps per iteration"),
@@ -82,7 +75,7 @@ class SACConfig(AlgorithmConfig):
         "model": Field("training", SACPolicy.DEFAULT_CONFIG["model"], BASE_FIELDS["model"].check,
                        "network settings"),
         "replay_buffer_config": Field("training", {**DEFAULT_REPLAY_BUFFER_CONFIG, "capacity": 1_000_000},
-                                      _check_replay_buffer_config, "replay buffer type and size"),
+                                      check_replay_buffer_config, "replay buffer type and size"),
         "train_freq": Field("training", 1, positive_int, "env steps per env between updates"),
         "gradient_steps": Field("training", 1, _check_gradient_steps, "gradient steps per round"),
         "training_intensity": Field("training", None, optional(number(0.0, 1e6, low_open=True)),
@@ -114,14 +107,6 @@ class SACConfig(AlgorithmConfig):
     alpha_lr: float | None
     num_steps_sampled_before_learning_starts: int
     store_replay_buffer: bool
-
-    def training(self, **kwargs: Any) -> AlgorithmConfig:
-        """Set training settings; ``replay_buffer_config`` is merged like ``model``."""
-        if "replay_buffer_config" in kwargs:
-            given = kwargs.pop("replay_buffer_config")
-            _check_replay_buffer_config("replay_buffer_config", given)
-            self.replay_buffer_config = {**self.replay_buffer_config, **copy.deepcopy(dict(given))}
-        return super().training(**kwargs)
 
     def validate(self) -> None:
         super().validate()

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from cairn.algorithms.sac.model_base import SACModelBase
 from cairn.policy.encoders import ObservationEncoder
 from cairn.policy.model import NUMPY_ACTIVATIONS
-from cairn.policy.sac_model_base import SACModelBase
 
 __all__ = ["SACModel", "SquashedGaussianActor", "TwinQ", "LOG_STD_MIN", "LOG_STD_MAX"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -55,64 +56,35 @@ class SAC(OffPolicyAlgorithm):
     config: SACConfig
     default_policy_class: ClassVar[type[Policy]] = SACPolicy
 
-    def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
-        # Keyword arguments (restored policy states and the like) belong to Algorithm.
-        super().__init__(config, **kwargs)
-        try:
-            for pid in self.policies:
-                # A restored policy keeps its Adam moments but takes the config's learning
-                # rates (config_overrides={"actor_lr": ...} on restore).
-                self._sac_policy(pid).set_group_learning_rates(self.config.policy_config(pid))
-        except Exception:
-            self.stop()
-            raise
+    def check_policies(self) -> None:
+        for pid in self.policies:
+            # A restored policy keeps its Adam moments but takes the config's learning
+            # rates (config_overrides={"actor_lr": ...} on restore).
+            self._sac_policy(pid).set_group_learning_rates(self.config.policy_config(pid))
 
     def _sac_policy(self, pid: str) -> SACPolicy:
-        policy = self.policies[pid]
-        if not isinstance(policy, SACPolicy):
-            raise TypeError(
-                f"SAC trains SACPolicy policies; {pid!r} is a {type(policy).__name__}. Add it with "
-                "PolicySpec(SACPolicy, ...) or leave policy_class unset."
-            )
+        policy: SACPolicy = self.trained_policy(pid)
         return policy
 
     # ---------------------------------------------------------------------------- training
-    def training_step(self) -> dict[str, dict[str, Any]]:
-        cfg = self.config
-        history: dict[str, list[list[float]]] = {}
-        start = self.counters["num_env_steps_sampled_lifetime"]
-        while self.counters["num_env_steps_sampled_lifetime"] - start < cfg.train_batch_size:
-            before = self.counters["num_env_steps_sampled_lifetime"]
-            batches = self._sample()
-            if self.counters["num_env_steps_sampled_lifetime"] == before:
-                break  # nothing was sampled (no envs stepped); avoid spinning
-            learning = self.counters["num_env_steps_sampled_lifetime"] >= cfg.num_steps_sampled_before_learning_starts
-            for pid in self.policies_to_train:
-                batch = batches.get(pid)
-                rows = 0 if batch is None else len(batch)
-                if batch is not None and rows:
-                    self.replay.add(pid, batch)
-                buffer = self.replay_buffers.get(pid)
-                if not learning or buffer is None or not len(buffer) or not rows:
-                    continue
-                policy = self._sac_policy(pid)
-                steps = self._gradient_steps_due(pid, rows)
-                for _ in range(steps):
-                    history.setdefault(pid, []).append(self._learn(policy, buffer))
-                    self.counters["num_env_steps_trained_lifetime"] += cfg.minibatch_size
-        stats: dict[str, dict[str, Any]] = {}
-        for pid, rows_ in history.items():
-            policy = self._sac_policy(pid)
-            stats[pid] = dict(zip(LEARNER_STATS, np.mean(rows_, axis=0).tolist(), strict=True))
-            stats[pid].update(alpha=policy.alpha, num_grad_updates=float(policy.num_grad_updates),
-                              replay_buffer_size=float(len(self.replay_buffers[pid])))
-        return stats
-
-    def _gradient_steps_due(self, pid: str, rows: int) -> int:
-        """Gradient steps for ``pid`` after a round that sampled ``rows`` of its transitions."""
+    def gradient_updates_due(self, pid: str, rows: int) -> int:
+        """Gradient steps for ``pid`` after a round that sampled ``rows`` of its transitions:
+        none without new ones, else ``training_intensity``'s share or ``gradient_steps``."""
+        if not rows:
+            return 0
         if self.config.training_intensity is not None:
             return self.replay_ratio.due(pid, rows)
         return rows if self.config.gradient_steps == -1 else self.config.gradient_steps
+
+    def learn_on_replay(self, pid: str, buffer: ReplayBuffer) -> list[float]:
+        return self._learn(self._sac_policy(pid), buffer)
+
+    def learner_stats(self, pid: str, history: Sequence[Sequence[float]]) -> dict[str, Any]:
+        policy = self._sac_policy(pid)
+        stats: dict[str, Any] = dict(zip(LEARNER_STATS, np.mean(history, axis=0).tolist(), strict=True))
+        stats.update(alpha=policy.alpha, num_grad_updates=float(policy.num_grad_updates),
+                     replay_buffer_size=float(len(self.replay_buffers[pid])))
+        return stats
 
     def _learn(self, policy: SACPolicy, buffer: ReplayBuffer) -> list[float]:
         """One gradient step of ``policy`` on a minibatch from ``buffer``."""

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 
 from cairn.algorithms.sac.distribution import SquashedGaussian
+from cairn.algorithms.sac.keras_model import keras_sac_model
 from cairn.algorithms.sac.model import LOG_STD_MAX, LOG_STD_MIN, SACModel
 from cairn.errors import ConfigError
 from cairn.policy.keras_config import model_framework
-from cairn.policy.keras_sac import keras_sac_model
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
 from cairn.policy.policy import Policy

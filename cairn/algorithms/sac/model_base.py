@@ -6,7 +6,7 @@ checkpoint) has all of it: ``actor`` (``actor(obs) -> (mean, log_std)`` and
 [2, batch]``), ``target_critic`` (the critics' Polyak-averaged copy, which no optimizer sees) and
 ``log_alpha``. Two classes build them: the torch
 :class:`~cairn.algorithms.sac.model.SACModel` and the Keras
-:class:`~cairn.policy.keras_sac.KerasSACModel` (``framework="keras"``).
+:class:`~cairn.algorithms.sac.keras_model.KerasSACModel` (``framework="keras"``).
 """
 
 from __future__ import annotations

@@ -35,12 +35,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from cairn.algorithms.sac.model_base import SACModelBase
 from cairn.errors import ConfigError
 from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module, torch_linear_init
 from cairn.policy.model import NUMPY_ACTIVATIONS
-from cairn.policy.sac_model_base import SACModelBase
 
 __all__ = ["KerasSACModel", "KerasSquashedGaussianActor", "KerasTwinQ", "keras_sac_model"]
 
