@@ -31,7 +31,7 @@ from cairn.checkpoint import (
 )
 from cairn.checkpoint.manager import resolve_checkpoint
 from cairn.checkpoint.paths import CheckpointLike
-from cairn.checkpoint.targets import check_save_location
+from cairn.checkpoint.storage import check_save_location
 from cairn.config.algorithm_config import PolicyMapping
 from cairn.config.checks import check_env
 from cairn.config.restore import restored_config

@@ -25,8 +25,13 @@ from cairn.checkpoint.reader import (
     load_policy_states,
     restoring,
 )
-from cairn.checkpoint.storage import LocalStorage, ObjectStorage, Storage, resolve_storage
-from cairn.checkpoint.targets import check_save_location
+from cairn.checkpoint.storage import (
+    LocalStorage,
+    ObjectStorage,
+    Storage,
+    check_save_location,
+    resolve_storage,
+)
 from cairn.checkpoint.writer import (
     NativeFiles,
     save_location,

@@ -33,8 +33,8 @@ from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.paths import save_target
 from cairn.errors import CheckpointFormatError
 
-__all__ = ["atomic_directory", "check_replaceable", "cleanup", "fsync_dir", "owner_pid", "pid_alive",
-           "TMP_MARKER", "OLD_MARKER"]
+__all__ = ["atomic_directory", "check_replaceable", "cleanup", "first_names", "fsync_dir", "owner_pid",
+           "pid_alive", "TMP_MARKER", "OLD_MARKER"]
 
 TMP_MARKER = ".cairn-tmp-"
 OLD_MARKER = ".cairn-old-"
@@ -193,6 +193,11 @@ def _save_error(exc: OSError, target: Path) -> OSError:
     )
 
 
+def first_names(names: list[str]) -> str:
+    """The first three of ``names``, quoted, for a message (``'a', 'b', 'c', ...``)."""
+    return ", ".join(repr(name) for name in names[:3]) + (", ..." if len(names) > 3 else "")
+
+
 def check_replaceable(target: Path) -> None:
     """Raise :class:`~cairn.errors.CheckpointFormatError` if a save to the local path ``target``
     would delete something other than a checkpoint: a non-empty directory without a manifest.
@@ -209,11 +214,10 @@ def check_replaceable(target: Path) -> None:
         return
     if not entries:
         return
-    shown = ", ".join(repr(name) for name in entries[:3]) + (", ..." if len(entries) > 3 else "")
     raise CheckpointFormatError(
         f"Cannot save a checkpoint to {target}: that directory is not a cairn checkpoint (it has "
-        f"no {MANIFEST_FILE}) and is not empty ({len(entries)} entries: {shown}), and saving "
-        f"would delete what it holds. Expected a new or empty directory, or an existing "
+        f"no {MANIFEST_FILE}) and is not empty ({len(entries)} entries: {first_names(entries)}), "
+        f"and saving would delete what it holds. Expected a new or empty directory, or an existing "
         f"checkpoint to replace. Save to a new or empty directory, or remove {target} first."
     )
 

@@ -86,7 +86,7 @@ class CheckpointDir:
 
     def prefetch(self, names: Sequence[tuple[str, int]], *, limit: int) -> None:
         """Nothing to do on a local disk: files are read when asked for. (On an object store,
-        :meth:`ObjectStoreDir.prefetch <cairn.checkpoint.object_dir.ObjectStoreDir.prefetch>`
+        :meth:`ObjectStoreDir.prefetch <cairn.checkpoint.storage.object_dir.ObjectStoreDir.prefetch>`
         downloads them in parallel.)"""
 
     def replaced(self) -> bool:

@@ -15,7 +15,6 @@ earlier checkpoint leaves it), and a server-side copy is a new object.
 from __future__ import annotations
 
 import os
-import stat
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,9 +22,7 @@ from typing import Any
 
 from cairn.checkpoint.format import MANIFEST_FILE, POLICIES_DIR, POLICY_ARRAYS_FILE, POLICY_STATE_FILE
 from cairn.checkpoint.manifest import parse_manifest, read_manifest, read_verified
-from cairn.checkpoint.reader import located, open_handle
-from cairn.checkpoint.storage import LocalStorage, Storage, resolve_storage
-from cairn.checkpoint.targets import WriteTarget
+from cairn.checkpoint.storage import Storage, WriteTarget, located, resolve_storage
 from cairn.checkpoint.writer_files import state_file_entries
 from cairn.errors import CheckpointError
 
@@ -51,10 +48,10 @@ def previous_policies(previous: str | os.PathLike[str] | Storage | None, target:
     if previous is None:
         return {}
     source = resolve_storage(previous, storage_options=storage_options)
-    if not target.can_reuse(source) or (not source.is_local and source.url == target.storage.url):
+    if not target.can_reuse(source):
         return {}
     try:
-        with located(source) as where, open_handle(where) as root:
+        with located(source) as where, where.open_reader() as root:
             manifest = read_manifest(root, expected_type="Algorithm")
             names = [f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}" for pid in manifest["policy_ids"]]
             root.prefetch([(name, manifest["files"][name]["size"]) for name in names], limit=1 << 24)
@@ -83,17 +80,9 @@ def reuse_policy(target: WriteTarget, pid: str, state: Any, previous: PreviousPo
     prefix = f"{POLICIES_DIR}/{pid}/"
     names = [*files, MANIFEST_FILE]
     sizes = {**{name: entry["size"] for name, entry in files.items()}, MANIFEST_FILE: previous.entry["size"]}
-    if isinstance(previous.storage, LocalStorage) and not all(
-            _regular_of_size(previous.storage.path / (prefix + name), sizes[name]) for name in names):
+    if not all(previous.storage.unchanged(prefix + name, sizes[name]) for name in names):
         return None  # changed on disk since it was written: write it anew
     for name in names:
         target.reuse(previous.storage, prefix + name, prefix + name)
     return dict(previous.entry)
 
-
-def _regular_of_size(path: os.PathLike[str], size: int) -> bool:
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(info.st_mode) and info.st_size == size

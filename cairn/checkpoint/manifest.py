@@ -22,8 +22,8 @@ from cairn.checkpoint.format import (
     POLICIES_DIR,
 )
 from cairn.checkpoint.migrations import parse_version
-from cairn.checkpoint.object_dir import ObjectStoreDir
 from cairn.checkpoint.safetensors_io import new_hasher
+from cairn.checkpoint.storage.base import ReadHandle
 from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointFormatError,
@@ -120,12 +120,12 @@ def _load_json(data: bytes | bytearray | memoryview, what: str) -> Any:
         raise CheckpointCorruptedError(f"{what} is not valid JSON: {exc}.") from None
 
 
-Directory = Union[Path, CheckpointDir, ObjectStoreDir]
+Directory = Union[Path, ReadHandle]
 
 
 @contextlib.contextmanager
-def _opened(directory: Directory) -> Iterator[CheckpointDir | ObjectStoreDir]:
-    if isinstance(directory, (CheckpointDir, ObjectStoreDir)):
+def _opened(directory: Directory) -> Iterator[ReadHandle]:
+    if not isinstance(directory, Path):
         yield directory
         return
     with CheckpointDir.open(directory) as handle:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import Any, TypeVar, Union, cast
+from typing import Any, TypeVar
 
-from cairn.checkpoint.dirhandle import CheckpointDir
 from cairn.checkpoint.format import (
     ALGORITHM_ARRAYS_FILE,
     COMPONENT_ARRAYS_FILE,
@@ -24,11 +22,9 @@ from cairn.checkpoint.format import (
 )
 from cairn.checkpoint.manifest import load_json_file, parse_manifest, read_manifest, read_verified
 from cairn.checkpoint.migrations import migrate
-from cairn.checkpoint.object_dir import ObjectStoreDir
-from cairn.checkpoint.object_store import ObjectStorage
-from cairn.checkpoint.paths import CheckpointLike, checkpoint_directory
+from cairn.checkpoint.paths import CheckpointLike
 from cairn.checkpoint.safetensors_io import SafetensorsError, parse_safetensors
-from cairn.checkpoint.storage import LocalStorage, is_object_store, resolve_storage
+from cairn.checkpoint.storage import ReadHandle, Storage, StorageOptions, located
 from cairn.checkpoint.tree import TreeError, join_arrays
 from cairn.checkpoint.validate import check_class_agrees, check_policy_ids_agree
 from cairn.errors import (
@@ -53,7 +49,6 @@ __all__ = [
     "load_policy_state",
     "load_policy_states",
     "located",
-    "open_handle",
     "read_state_files",
     "restoring",
 ]
@@ -67,32 +62,10 @@ _READ_ATTEMPTS = 3
 _STATE_ERRORS = (LookupError, TypeError, ValueError, AttributeError, ArithmeticError, RuntimeError)
 
 T = TypeVar("T")
-Handle = Union[CheckpointDir, ObjectStoreDir]
-StorageOptions = Union[Mapping[str, Any], None]
+Handle = ReadHandle
 
 
-@contextlib.contextmanager
-def located(checkpoint: CheckpointLike, storage_options: StorageOptions = None) -> Iterator[Path | ObjectStorage]:
-    """The local directory (a ``Path``) or the object-store prefix of ``checkpoint``: a path,
-    a URL (``file://``, ``s3://``, ``memory://``, ...), a :class:`~cairn.checkpoint.storage.Storage`,
-    or an object with ``as_directory()``/``to_directory()``."""
-    if isinstance(checkpoint, LocalStorage) and not storage_options:
-        checkpoint = checkpoint.path
-    if is_object_store(checkpoint):
-        yield cast(ObjectStorage, resolve_storage(checkpoint, storage_options=storage_options))
-        return
-    if storage_options:
-        resolve_storage(checkpoint, storage_options=storage_options)  # raises: local takes none
-    with checkpoint_directory(checkpoint) as root:
-        yield root
-
-
-def open_handle(location: Path | ObjectStorage) -> Handle:
-    """Open a located checkpoint for reading (:func:`located`)."""
-    return ObjectStoreDir.open(location) if isinstance(location, ObjectStorage) else CheckpointDir.open(location)
-
-
-def _consistent(root: Path | ObjectStorage, read: Callable[[Handle], T]) -> T:
+def _consistent(root: Storage, read: Callable[[Handle], T]) -> T:
     """Run ``read`` on the directory opened once; retry when a writer replaced it meanwhile.
 
     Every file comes from the directory opened first, so a read sees one checkpoint whole. A
@@ -100,7 +73,7 @@ def _consistent(root: Path | ObjectStorage, read: Callable[[Handle], T]) -> T:
     way fails, and is retried on the new checkpoint (up to ``_READ_ATTEMPTS`` times).
     """
     for attempt in range(1, _READ_ATTEMPTS + 1):
-        with open_handle(root) as handle:
+        with root.open_reader() as handle:
             try:
                 return read(handle)
             except (CheckpointNotFoundError, CheckpointCorruptedError):
@@ -144,7 +117,7 @@ def load_policy_state(checkpoint: CheckpointLike | Handle, *,
     The tree is checked as a file format, not as a policy: the policy layer checks that it
     describes a policy (:func:`cairn.policy.state_check.check_policy_state`) before building one.
     """
-    if isinstance(checkpoint, (CheckpointDir, ObjectStoreDir)):
+    if isinstance(checkpoint, ReadHandle):
         manifest = read_manifest(checkpoint, expected_type="Policy")
         _prefetch_states(checkpoint, manifest)
         return read_state_files(checkpoint, manifest, POLICY_ARRAYS_FILE)  # type: ignore[no-any-return]

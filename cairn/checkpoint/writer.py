@@ -26,8 +26,7 @@ from cairn.checkpoint.format import (
 from cairn.checkpoint.incremental import previous_policies, reuse_policy
 from cairn.checkpoint.manifest import build_manifest
 from cairn.checkpoint.paths import save_target
-from cairn.checkpoint.storage import Storage
-from cairn.checkpoint.targets import writing
+from cairn.checkpoint.storage import Storage, writing
 from cairn.checkpoint.writer_files import Files, write_json_file, write_state_files
 from cairn.errors import CheckpointError
 from cairn.policy_ids import check_policy_ids
@@ -87,7 +86,7 @@ def save_location(path: str | os.PathLike[str]) -> Path:
     existing directory there may be replaced only if it is a cairn checkpoint or empty
     (:func:`check_replaceable`). Callers check this, then gather the state, then write it.
     For any location, object-store URLs included, use
-    :func:`~cairn.checkpoint.targets.check_save_location`.
+    :func:`~cairn.checkpoint.storage.check_save_location`.
     """
     target = save_target(path)
     check_replaceable(target)

@@ -47,7 +47,7 @@ def _check_file(storage: Any, where: str, name: str, entry: Mapping[str, Any]) -
     try:  # a file larger than the manifest says is refused unread
         data = storage.read_bytes(name, limit=entry["size"])
     except CheckpointError as exc:  # larger than listed; a link, a directory, a special file
-        local = f"{storage.path}/{name}" if storage.is_local else None
+        local = storage.local_file(name)
         if local and os.path.isfile(local) and not os.path.islink(local):
             return f"{path}: size {os.path.getsize(local)} bytes, the manifest says {entry['size']}"
         message = _one_line(exc)

@@ -1,38 +1,32 @@
-"""Where a save writes: an atomic local directory, or an object-store prefix committed by its
-manifest.
+"""Saving to an object store: stage locally, upload, and commit with the manifest, written last.
 
-:func:`writing` yields a :class:`WriteTarget`: a local directory the writer fills (the files
-of the checkpoint, as laid out in docs/checkpoint-format.md), plus :meth:`WriteTarget.reuse`,
-which takes a file from an earlier checkpoint without writing it again (incremental saves).
-
-* Local: the directory is the temporary sibling of :func:`~cairn.checkpoint.atomic.atomic_directory`,
-  renamed into place at the end; ``reuse`` is a hard link (a copy across devices).
-* Object store: the directory is a local staging area. At the end every file is uploaded under
-  the final prefix in parallel (``reuse`` is a server-side copy), and the manifest **last**:
-  it is the commit point. Replacing a committed checkpoint there uploads the new files to a
-  temporary prefix beside it first, so that a failed or killed upload leaves the old
-  checkpoint whole; then it deletes the old manifest (the prefix is uncommitted while its
-  objects are replaced, so no reader ever sees a mix of two checkpoints), copies the new files
-  over server-side, uploads the new manifest, and deletes the old checkpoint's other objects
-  and the temporary prefix (:func:`_replace`, docs/storage.md).
+Object stores have no rename. :func:`object_writing` yields a
+:class:`~cairn.checkpoint.storage.base.WriteTarget` whose directory is a local staging area
+(written without fsync: it is uploaded at once). At the end every file is uploaded under the
+final prefix in parallel (a reused file is a server-side copy), and the manifest **last**: it is
+the commit point. Replacing a committed checkpoint uploads the new files to a temporary prefix
+beside it first, so that a failed or killed upload leaves the old checkpoint whole; then it
+deletes the old manifest (the prefix is uncommitted while its objects are replaced, so no
+reader ever sees a mix of two checkpoints), copies the new files over server-side, uploads the
+new manifest, and deletes the old checkpoint's other objects and the temporary prefix
+(:func:`_replace`, docs/storage.md).
 
 A prefix holding objects that are not a cairn checkpoint's is never written into
-(``CheckpointFormatError``), as locally.
+(``CheckpointFormatError``, :func:`check_prefix`), as locally.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING
 
-from cairn.checkpoint.atomic import TMP_MARKER, atomic_directory, check_replaceable
+from cairn.checkpoint.atomic import TMP_MARKER, first_names
 from cairn.checkpoint.format import (
     ALGORITHM_ARRAYS_FILE,
     ALGORITHM_STATE_FILE,
@@ -42,8 +36,7 @@ from cairn.checkpoint.format import (
     POLICY_ARRAYS_FILE,
     POLICY_STATE_FILE,
 )
-from cairn.checkpoint.object_store import ObjectStorage
-from cairn.checkpoint.storage import LocalStorage, Storage, resolve_storage
+from cairn.checkpoint.storage.base import WriteTarget
 from cairn.checkpoint.writer_files import staging
 from cairn.errors import (
     CheckpointError,
@@ -52,7 +45,10 @@ from cairn.errors import (
     StoragePermissionError,
 )
 
-__all__ = ["WriteTarget", "writing", "check_save_location", "CHECKPOINT_ENTRIES"]
+if TYPE_CHECKING:
+    from cairn.checkpoint.storage.objects import ObjectStorage
+
+__all__ = ["CHECKPOINT_ENTRIES", "check_prefix", "object_writing", "staging_start"]
 
 #: The top-level names a cairn checkpoint may hold (files, and directories with a "/").
 CHECKPOINT_ENTRIES = frozenset({
@@ -61,87 +57,22 @@ CHECKPOINT_ENTRIES = frozenset({
 })
 
 
-def check_save_location(location: str | os.PathLike[str] | Storage, *,
-                        storage_options: Mapping[str, Any] | None = None) -> Storage:
-    """The :class:`Storage` a save to ``location`` writes, refused before any state is
-    gathered when a save may not go there: a local directory that is neither empty nor a
-    checkpoint, or an object-store prefix holding objects other than a checkpoint's."""
-    storage = resolve_storage(location, storage_options=storage_options)
-    if isinstance(storage, LocalStorage):
-        check_replaceable(storage.path)
-    else:
-        _check_prefix(storage, storage.list_files())
-    return storage
-
-
-def _check_prefix(storage: Storage, names: list[str]) -> None:
+def check_prefix(storage: ObjectStorage, names: list[str]) -> None:
+    """Refuse a save to ``storage`` whose prefix holds ``names`` that no checkpoint has."""
     foreign = sorted({name.split("/", 1)[0] + ("/" if "/" in name else "") for name in names}
                      - CHECKPOINT_ENTRIES)
     if not foreign:
         return
-    shown = ", ".join(repr(name) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
     raise CheckpointFormatError(
         f"Cannot save a checkpoint to {storage.url}: that prefix holds objects that are not a "
-        f"cairn checkpoint's ({shown}), and saving would delete them. Save to a new prefix, or "
-        "remove those objects first."
+        f"cairn checkpoint's ({first_names(foreign)}), and saving would delete them. Save to a "
+        "new prefix, or remove those objects first."
     )
 
 
-class WriteTarget:
-    """The directory a checkpoint is written into, and how earlier files are reused."""
-
-    def __init__(self, directory: Path, storage: Storage) -> None:
-        #: Write the checkpoint's new files here (a local directory in every case).
-        self.directory = directory
-        #: The final location.
-        self.storage = storage
-        self.copies: list[tuple[ObjectStorage, str, str]] = []
-
-    def can_reuse(self, source: Storage) -> bool:
-        """Whether files of ``source`` (an earlier checkpoint) can be linked or copied
-        server-side into this one."""
-        return self.storage.same_store(source)
-
-    def reuse(self, source: Storage, name: str, relative: str) -> None:
-        """Make ``relative`` of this checkpoint the file ``name`` of ``source`` (which
-        :meth:`can_reuse`), without writing its bytes again."""
-        if isinstance(source, LocalStorage):
-            destination = self.directory / relative
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            link_or_copy(source.path / name, destination)
-        else:  # can_reuse: an object store, the target's
-            self.copies.append((cast(ObjectStorage, source), name, relative))
-
-
-def link_or_copy(source: Path, destination: Path) -> None:
-    """Hard-link ``source`` as ``destination``; copy it (and fsync) where links cannot be
-    made (another device, a file system without hard links)."""
-    try:
-        os.link(source, destination, follow_symlinks=False)
-        return
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
-            raise
-    shutil.copyfile(source, destination, follow_symlinks=False)
-    with open(destination, "rb+") as f:
-        os.fsync(f.fileno())
-
-
 @contextlib.contextmanager
-def writing(location: str | os.PathLike[str] | Storage, *,
-            storage_options: Mapping[str, Any] | None = None) -> Iterator[WriteTarget]:
-    """Yield the :class:`WriteTarget` of a save to ``location``; on normal exit the checkpoint
-    written into it becomes ``location`` (module docstring). On an exception a checkpoint
-    committed at ``location`` is unchanged, locally at every step and on an object store
-    unless the failure came in the commit step of its replacement (the server-side copies over
-    it), which the error then says. A prefix left uncommitted (objects of a failed save, no
-    manifest) is refused by readers and replaced by the next save there."""
-    storage = resolve_storage(location, storage_options=storage_options)
-    if isinstance(storage, LocalStorage):
-        with atomic_directory(storage.path) as tmp:
-            yield WriteTarget(tmp, storage)
-        return
-    storage = cast(ObjectStorage, storage)  # resolve_storage: local, or an object store
+def object_writing(storage: ObjectStorage) -> Iterator[WriteTarget]:
+    """The write target of a save to ``storage``, committed on normal exit (module docstring)."""
     directory = Path(tempfile.mkdtemp(prefix="cairn-upload-"))
     try:
         target = WriteTarget(directory, storage)
@@ -154,8 +85,8 @@ def writing(location: str | os.PathLike[str] | Storage, *,
 
 def _commit(target: WriteTarget, storage: ObjectStorage) -> None:
     """Upload the staged checkpoint under ``storage``'s prefix, the manifest last. (The prefix
-    is checked here, listed once; :func:`check_save_location` checks it before the state is
-    gathered too.)
+    is checked here, listed once; ``check_writable`` checks it before the state is gathered
+    too.)
 
     Over a committed checkpoint the new files go to a temporary prefix beside it first
     (:func:`_replace`), so that the old checkpoint stays whole until every byte of the new one
@@ -165,14 +96,14 @@ def _commit(target: WriteTarget, storage: ObjectStorage) -> None:
     if MANIFEST_FILE not in staged:
         raise CheckpointFormatError(f"Internal error: the checkpoint for {storage.url} has no manifest.")
     now = storage.list_files()
-    _check_prefix(storage, now)
+    check_prefix(storage, now)
     # Temporary prefixes of earlier saves here that were killed (one writer per prefix, so
     # none is in progress); removed once this save is committed. Only a cleanup: a bucket
     # policy that lets this save write but not list beside the prefix does not stop it.
     leftovers: list[str] = []
     if now:
         with contextlib.suppress(StoragePermissionError):
-            leftovers = storage.list_siblings(_staging_start(storage))
+            leftovers = storage.list_siblings(staging_start(storage))
     written = [name for name in staged if name != MANIFEST_FILE]
     manifest = [(target.directory / MANIFEST_FILE, MANIFEST_FILE)]
     if MANIFEST_FILE in now and storage.has_parent:
@@ -190,7 +121,7 @@ def _commit(target: WriteTarget, storage: ObjectStorage) -> None:
         storage.sibling(name).delete_prefix()
 
 
-def _staging_start(storage: ObjectStorage) -> str:
+def staging_start(storage: ObjectStorage) -> str:
     """How the temporary prefixes of saves to ``storage`` begin: ``.<name>.cairn-tmp-``, as a
     local save's temporary directory (docs/checkpoint-format.md, section 12)."""
     return f".{storage.name}{TMP_MARKER}"
@@ -208,7 +139,7 @@ def _replace(target: WriteTarget, storage: ObjectStorage, written: list[str]) ->
     3. The temporary prefix is deleted (also after a failure; if that fails too, the next save
        here removes it).
     """
-    stage = storage.sibling(f"{_staging_start(storage)}{os.getpid()}-{secrets.token_hex(4)}")
+    stage = storage.sibling(f"{staging_start(storage)}{os.getpid()}-{secrets.token_hex(4)}")
     try:
         try:
             stage.put_files([(target.directory / name, name) for name in written])

@@ -1,8 +1,9 @@
 """A checkpoint on an object store opened for reading: the reader's view of a prefix.
 
-:class:`ObjectStoreDir` has the methods of :class:`~cairn.checkpoint.dirhandle.CheckpointDir`
-that the reader uses (``path``, ``subdir``, ``read_file``, ``prefetch``, ``replaced``), so one
-reader serves both. On an object store:
+:class:`ObjectStoreDir` is the object store's
+:class:`~cairn.checkpoint.storage.base.ReadHandle` (``path``, ``subdir``, ``read_file``,
+``prefetch``, ``replaced``), as :class:`~cairn.checkpoint.dirhandle.CheckpointDir` is a local
+directory's, so one reader serves both. On an object store:
 
 * the manifest is the commit point: a prefix with objects but no manifest is an interrupted
   (or running) save, refused with :class:`~cairn.errors.UncommittedCheckpointError`;
@@ -16,16 +17,18 @@ reader serves both. On an object store:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.checkpoint.format import MANIFEST_FILE, MAX_MANIFEST_BYTES
-from cairn.checkpoint.object_store import ObjectStorage
 from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStorageError,
     UncommittedCheckpointError,
 )
+
+if TYPE_CHECKING:
+    from cairn.checkpoint.storage.objects import ObjectStorage
 
 __all__ = ["ObjectStoreDir", "UrlPath"]
 

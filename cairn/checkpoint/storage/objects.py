@@ -1,4 +1,5 @@
-"""Object stores (``s3://``, ``gs://``, ``memory://``, any fsspec URL) as a :class:`~cairn.checkpoint.storage_base.Storage`.
+"""Object stores (``s3://``, ``gs://``, ``memory://``, any fsspec URL) as a
+:class:`~cairn.checkpoint.storage.base.Storage`.
 
 fsspec and its backends are imported here only, when a URL is first used: ``import cairn`` and
 local checkpoints never load them. Credentials and endpoints come from where the backend looks
@@ -10,6 +11,10 @@ a bare botocore or aiohttp exception.
 Transfers of many files run in a thread pool (:func:`ObjectStorage.put_files`,
 :func:`ObjectStorage.copy_files`, :func:`ObjectStorage.read_many`); large files are read in
 concurrent ranges (:meth:`ObjectStorage.read_exact`).
+
+Object stores have no rename: a save commits a checkpoint by uploading its manifest last
+(:mod:`cairn.checkpoint.storage.object_commit`), and readers refuse a prefix without one
+(:mod:`cairn.checkpoint.storage.object_dir`); a manager deletes a checkpoint's manifest first.
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from cairn.alignment import empty_aligned
-from cairn.checkpoint.storage_base import Storage, relative_parts
+from cairn.checkpoint.atomic import TMP_MARKER
+from cairn.checkpoint.format import MANIFEST_FILE
+from cairn.checkpoint.storage.base import Storage, WriteTarget, relative_parts
+from cairn.checkpoint.storage.object_commit import check_prefix, object_writing
+from cairn.checkpoint.storage.object_dir import ObjectStoreDir
 from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
@@ -115,9 +124,6 @@ class ObjectStorage(Storage):
 
     def child(self, relative: str) -> ObjectStorage:
         return ObjectStorage(self.fs, self.path(relative), self.url_of(relative))
-
-    def same_store(self, other: Storage) -> bool:
-        return isinstance(other, ObjectStorage) and other.fs is self.fs
 
     @property
     def name(self) -> str:
@@ -314,6 +320,45 @@ class ObjectStorage(Storage):
         if relative and self.exists(relative) and not names:
             names = [relative]  # a single object
         self.delete_files(names)
+
+    # ------------------------------------------------------------------ checkpoints
+    def check_writable(self) -> None:
+        check_prefix(self, self.list_files())
+
+    def writing(self) -> contextlib.AbstractContextManager[WriteTarget]:
+        return object_writing(self)
+
+    def can_reuse_from(self, source: Storage) -> bool:
+        # the same bucket connection (server-side copies), but not this prefix itself: it is
+        # uncommitted while it is rewritten
+        return isinstance(source, ObjectStorage) and source.fs is self.fs and source.url != self.url
+
+    def reuse_into(self, target: WriteTarget, source: Storage, name: str, relative: str) -> None:
+        target.copies.append((source, name, relative))  # copied server-side at the commit
+
+    def open_reader(self) -> ObjectStoreDir:
+        return ObjectStoreDir.open(self)
+
+    # ------------------------------------------------------------------- manager roots
+    def list_entries(self) -> list[str]:
+        return sorted({relative.split("/", 1)[0] for relative in self.list_files()})
+
+    def is_committed(self, relative: str = "") -> bool:
+        return self.exists(f"{relative}/{MANIFEST_FILE}" if relative else MANIFEST_FILE)
+
+    def write_record(self, relative: str, data: bytes) -> None:
+        self.write_bytes(relative, data)
+
+    def remove_checkpoint(self, relative: str) -> None:
+        self.delete(f"{relative}/{MANIFEST_FILE}")  # uncommitted from here on
+        self.delete_prefix(relative)
+
+    def remove_leftovers(self) -> None:
+        for name in self.list_entries():
+            if name.startswith(".") and TMP_MARKER in name:
+                # where a replacement of a checkpoint uploaded its files (object_commit) and
+                # was killed; a manager's root belongs to its run, so no save is using it
+                self.delete_prefix(name)
 
 
 def _size_error(where: str, got: int, expected: int, *, exact: bool = False) -> CheckpointCorruptedError:

@@ -1,0 +1,214 @@
+"""A local directory as a :class:`~cairn.checkpoint.storage.base.Storage`.
+
+A save writes into a temporary sibling, fsyncs it and renames it into place
+(:func:`~cairn.checkpoint.atomic.atomic_directory`: renameat2's exchange where it exists);
+reading goes through one directory descriptor with ``O_NOFOLLOW``
+(:class:`~cairn.checkpoint.dirhandle.CheckpointDir`); a manager deletes a checkpoint by
+renaming it to a temporary name first (one atomic step), which
+:func:`~cairn.checkpoint.atomic.cleanup` removes if the process dies before the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from cairn.checkpoint.atomic import (
+    TMP_MARKER,
+    atomic_directory,
+    check_replaceable,
+    cleanup,
+    fsync_dir,
+    owner_pid,
+    pid_alive,
+)
+from cairn.checkpoint.dirhandle import CheckpointDir
+from cairn.checkpoint.format import MANIFEST_FILE
+from cairn.checkpoint.storage.base import Storage, WriteTarget, relative_parts
+from cairn.errors import CheckpointCorruptedError, CheckpointNotFoundError, UnsafeCheckpointError
+
+__all__ = ["LocalStorage", "link_or_copy"]
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class LocalStorage(Storage):
+    """A local directory (which need not exist yet)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.url = str(self.path)
+
+    def _at(self, relative: str) -> Path:
+        return self.path.joinpath(*relative_parts(relative))
+
+    # ---------------------------------------------------------------------- small files
+    def child(self, relative: str) -> LocalStorage:
+        return LocalStorage(self._at(relative))
+
+    def exists(self, relative: str = "") -> bool:
+        return os.path.lexists(self._at(relative))
+
+    def list_files(self, relative: str = "") -> list[str]:
+        start = self._at(relative)
+        if not start.is_dir() or start.is_symlink():
+            return [self._name(start)] if start.is_file() and not start.is_symlink() else []
+        found = []
+        for directory, _, names in os.walk(start):  # os.walk does not follow links to dirs
+            for name in names:
+                path = Path(directory) / name
+                if not path.is_symlink():
+                    found.append(self._name(path))
+        return sorted(found)
+
+    def _name(self, path: Path) -> str:
+        return path.relative_to(self.path).as_posix()
+
+    def read_bytes(self, relative: str, *, limit: int) -> bytes:
+        path = self._at(relative)
+        try:
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC)
+        except FileNotFoundError:
+            raise CheckpointNotFoundError(f"{path} does not exist.") from None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EMLINK):
+                raise UnsafeCheckpointError(f"{path} is a symbolic link; it is not followed.") from None
+            raise CheckpointNotFoundError(f"{path} cannot be read: {exc.strerror}.") from None
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise CheckpointCorruptedError(f"{path} is not a regular file.")
+            if info.st_size > limit:
+                raise CheckpointCorruptedError(f"{path} has {info.st_size} bytes, more than {limit}.")
+            return f.read(limit + 1)[: limit + 1]
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
+        path = self._replace_file(relative, data, durable=True)
+        fsync_dir(path.parent)
+
+    def _replace_file(self, relative: str, data: bytes, *, durable: bool) -> Path:
+        """Write ``relative`` through a temporary sibling and a rename."""
+        path = self._at(relative)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return path
+
+    def delete(self, relative: str) -> None:
+        path = self._at(relative)
+        if path.is_dir() and not path.is_symlink():
+            raise IsADirectoryError(errno.EISDIR, f"{path} is a directory; use delete_prefix", str(path))
+        path.unlink(missing_ok=True)
+
+    def delete_prefix(self, relative: str = "") -> None:
+        path = self._at(relative)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+    def local_file(self, relative: str) -> str | None:
+        return str(self._at(relative))
+
+    # ------------------------------------------------------------------ checkpoints
+    def check_writable(self) -> None:
+        check_replaceable(self.path)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[WriteTarget]:
+        with atomic_directory(self.path) as tmp:
+            yield WriteTarget(tmp, self)
+
+    def can_reuse_from(self, source: Storage) -> bool:
+        return isinstance(source, LocalStorage)  # any local directory: a link, or a copy
+
+    def reuse_into(self, target: WriteTarget, source: Storage, name: str, relative: str) -> None:
+        destination = target.directory / relative
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        link_or_copy(Path(str(source.local_file(name))), destination)
+
+    def unchanged(self, relative: str, size: int) -> bool:
+        try:
+            info = os.lstat(self._at(relative))
+        except OSError:
+            return False
+        return stat.S_ISREG(info.st_mode) and info.st_size == size
+
+    def open_reader(self) -> CheckpointDir:
+        if not self.path.is_dir():
+            raise CheckpointNotFoundError(
+                f"Checkpoint {self.path} not found: {self.path} is not a directory.")
+        return CheckpointDir.open(self.path)
+
+    # ------------------------------------------------------------------- manager roots
+    def absolute(self) -> LocalStorage:
+        return LocalStorage(self.path.absolute())
+
+    def list_entries(self) -> list[str]:
+        try:
+            return os.listdir(self.path)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def is_committed(self, relative: str = "") -> bool:
+        return (self._at(relative) / MANIFEST_FILE).is_file()
+
+    def write_record(self, relative: str, data: bytes) -> None:
+        # Atomic (rename), but not fsynced: a record is written just before a checkpoint whose
+        # commit fsyncs this same directory, and a record lost to a power cut only loses a
+        # metric (an unreadable record reads as none). It keeps save(blocking=False) cheap.
+        self._replace_file(relative, data, durable=False)
+
+    def remove_checkpoint(self, relative: str) -> None:
+        # One rename makes it invisible; cleanup() removes the rest if we die during rmtree.
+        path = self._at(relative)
+        doomed = path.with_name(f".{path.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            os.rename(path, doomed)
+        except FileNotFoundError:
+            return
+        fsync_dir(path.parent)
+        shutil.rmtree(doomed)
+
+    def remove_leftovers(self) -> None:
+        cleanup(self.path)  # temporary directories of dead processes
+        for name in self.list_entries():
+            path = self.path / name
+            if name.startswith(".") and TMP_MARKER in name and path.is_file() and not _alive(name):
+                path.unlink()  # a record's (or a deletion's) temporary file of a dead process
+
+
+def _alive(temporary_name: str) -> bool:
+    """Whether the process that made the temporary ``.<name>.cairn-tmp-<pid>-<hex>`` runs."""
+    pid = owner_pid(temporary_name, TMP_MARKER)
+    return pid is not None and pid != os.getpid() and pid_alive(pid)
+
+
+def link_or_copy(source: Path, destination: Path) -> None:
+    """Hard-link ``source`` as ``destination``; copy it (and fsync) where links cannot be
+    made (another device, a file system without hard links)."""
+    try:
+        os.link(source, destination, follow_symlinks=False)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+            raise
+    shutil.copyfile(source, destination, follow_symlinks=False)
+    with open(destination, "rb+") as f:
+        os.fsync(f.fileno())
