@@ -13,7 +13,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from cairn.errors import ExportError
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.state_check import check_policy_state
 from cairn.registry import model_exporter, native_model_writer
@@ -54,31 +53,19 @@ def native_files_writer(policy: Policy, *, full: bool = True) -> NativeFiles:
     """The callback that writes ``policy``'s ``model/`` into a checkpoint directory (``full=False``:
     only what every checkpoint of the policy holds, a Keras policy's ``model.keras``).
 
-    cairn.export (a layer above this one) installs the writer in the registry when it is
-    imported; ``import cairn`` imports it.
+    The writer is ``cairn.export``'s (a layer above this one), named in
+    :data:`cairn.registry.NATIVE_MODEL_WRITER` and looked up here, when it is needed: the one
+    place where the policy layer calls upward (docs/architecture.md).
     """
-    writer = native_model_writer()
-    if writer is None:
-        raise ExportError(
-            "export_native_model_files=True: no native model writer is registered; "
-            "cairn.export registers one when it is imported (`import cairn` does). Import "
-            "cairn.export first, or pass export_native_model_files=False."
-        )
-    return functools.partial(writer, policy, full=full)
+    return functools.partial(native_model_writer(), policy, full=full)
 
 
 def export_native_model(policy: Policy, export_dir: str | os.PathLike[str], *, onnx: int | None,
                         extra_outputs: Sequence[str] = ()) -> None:
-    """Write ``policy``'s observation-to-action path with the registered model exporter
-    (``cairn.export.export_model``): a torch program, or ONNX with ``onnx=<opset>``, plus the
-    optional outputs named in ``extra_outputs``."""
-    exporter = model_exporter()
-    if exporter is None:
-        raise ExportError(
-            "export_model: no model exporter is registered; cairn.export registers one when "
-            "it is imported (`import cairn` does). Import cairn.export first."
-        )
-    exporter(policy, export_dir, onnx=onnx, extra_outputs=extra_outputs)
+    """Write ``policy``'s observation-to-action path with ``cairn.export.export_model`` (named in
+    :data:`cairn.registry.MODEL_EXPORTER`): a torch program, or ONNX with ``onnx=<opset>``, plus
+    the optional outputs named in ``extra_outputs``."""
+    model_exporter()(policy, export_dir, onnx=onnx, extra_outputs=extra_outputs)
 
 
 def is_policy_checkpoint(checkpoint: CheckpointLike, *,
