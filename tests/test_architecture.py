@@ -1,6 +1,7 @@
-"""The architecture as tests: no import cycles, no module using another's private names, small
-modules. The layer order itself is import-linter's contract in pyproject.toml (``lint-imports``
-runs in ``make test``); this file checks what a layers contract cannot."""
+"""The architecture as tests: no import cycles, no module using another's private names, no
+module past the size limit. The layer order itself is import-linter's contract in
+pyproject.toml (``lint-imports`` runs in ``make test``); this file checks what a layers
+contract cannot."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "cairn"
-MAX_MODULE_LINES = 400
+#: The hard stop, not the goal: STYLE.md asks for a split along concepts past ~400 lines, and
+#: ruff's E501 (110 characters) keeps lines from being squeezed to stay under this.
+MAX_MODULE_LINES = 450
 
 if sys.version_info >= (3, 11):
     import tomllib
