@@ -148,7 +148,8 @@ def command_line() -> str:
     script = os.path.relpath(sys.argv[0], REPO)
     # The interpreter of the virtualenv that ran it (.venv or .bench-venv), not a fixed one.
     prefix = Path(sys.prefix)
-    python = os.path.relpath(prefix / "bin" / "python", REPO) if prefix.is_relative_to(REPO) else sys.executable
+    python = (os.path.relpath(prefix / "bin" / "python", REPO) if prefix.is_relative_to(REPO)
+              else sys.executable)
     return " ".join([python, script, *map(shlex.quote, sys.argv[1:])])
 
 

@@ -17,7 +17,8 @@ rotates from loop to loop, a few untimed calls before each loop. Keeping the tor
 that group matters: a loop that follows a torch call pays for bringing onnxruntime back into
 the caches, and when the order was fixed that cost fell on the exported policy every time (it
 followed the library call) and never on the anchor (measured here: the policy/anchor ratio was
-1.24x with the policy's loop right after the library call's and 1.10x with the anchor's there). The ratio against the bare MLP is the median of the per-loop ratios (loops of one
+1.24x with the policy's loop right after the library call's and 1.10x with the anchor's there).
+The ratio against the bare MLP is the median of the per-loop ratios (loops of one
 round run close together, so load from other jobs mostly cancels); its quartiles and a second
 session of the anchor (the noise floor: anchor against itself) are reported with it. Every
 ONNX session uses the same options: ``intra_op_num_threads=--threads`` and onnxruntime's default
@@ -25,7 +26,8 @@ ONNX session uses the same options: ``intra_op_num_threads=--threads`` and onnxr
 timed in a second group, and batch throughput in a third (``--repeats`` loops each). numpy's
 OpenBLAS gets ``--threads`` too (the script runs itself again with ``OPENBLAS_NUM_THREADS``).
 
-    .venv/bin/python bench/export_inference.py [--threads 1] [--repeats 15] [--out bench/results/export_inference.md]
+    .venv/bin/python bench/export_inference.py [--threads 1] [--repeats 15]
+        [--out bench/results/export_inference.md]
 """
 
 from __future__ import annotations
@@ -169,7 +171,8 @@ def _ops(path: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="torch and onnxruntime threads")
-    parser.add_argument("--repeats", type=int, default=15, help="timed loops per path (library, torch, batch)")
+    parser.add_argument("--repeats", type=int, default=15,
+                        help="timed loops per path (library, torch, batch)")
     parser.add_argument("--latency-repeats", type=int, default=101,
                         help="timed loops of 100 single-observation calls per ONNX session")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "export_inference.md")
@@ -241,7 +244,8 @@ def main() -> None:
     }
     onnx_rows = [name for name in rows if "ONNX" in name]
     onnx_latency = _interleaved_times(
-        {**{name: rows[name][0] for name in onnx_rows}, ANCHOR_AGAIN: lambda: bare_again.run(None, {"obs": one_b})},
+        {**{name: rows[name][0] for name in onnx_rows},
+         ANCHOR_AGAIN: lambda: bare_again.run(None, {"obs": one_b})},
         inner=100, repeats=args.latency_repeats, warmup=500)
     step_env = gym.make("CartPole-v1")
     step_env.reset(seed=0)
@@ -251,10 +255,12 @@ def main() -> None:
         if terminated or truncated:
             step_env.reset()
 
-    after_step = _times_after({name: rows[name][0] for name in (POLICY, "ONNX of the same policy with NoFilter", ANCHOR)},
-                              env_step, calls=50, repeats=41)
-    other_latency = _interleaved_times({name: pair[0] for name, pair in rows.items() if name not in onnx_rows},
-                                       inner=200, repeats=args.repeats, warmup=200)
+    after_step = _times_after(
+        {name: rows[name][0] for name in (POLICY, "ONNX of the same policy with NoFilter", ANCHOR)},
+        env_step, calls=50, repeats=41)
+    other_latency = _interleaved_times(
+        {name: pair[0] for name, pair in rows.items() if name not in onnx_rows},
+        inner=200, repeats=args.repeats, warmup=200)
     batch_times = _interleaved_times({name: pair[1] for name, pair in rows.items()},
                                      inner=10, repeats=args.repeats, warmup=5)
     load_after = os.getloadavg()
@@ -275,7 +281,8 @@ def main() -> None:
     of_minimums = min(onnx_latency[POLICY]) / min(onnx_latency[ANCHOR])
     low, _, high = spread["onnx"]
     after_step_ratio = statistics.median(_paired_ratios(after_step, POLICY, ANCHOR))
-    after_step_nofilter = statistics.median(_paired_ratios(after_step, "ONNX of the same policy with NoFilter", ANCHOR))
+    after_step_nofilter = statistics.median(
+        _paired_ratios(after_step, "ONNX of the same policy with NoFilter", ANCHOR))
     after_step_us = {name: statistics.median(values) * 1e6 for name, values in after_step.items()}
     # Where the exported policy's extra time goes: each graph is the one before plus nodes
     # (the NoFilter policy: the bare MLP and ArgMax; the policy: that and the filter's nodes).
@@ -288,7 +295,8 @@ def main() -> None:
     }
     breakdown = "; ".join(f"{what}: {value:+.2f} µs" for what, value in costs.items())
     print(f"where the difference goes: {breakdown}")
-    load = (f"load average (1/5/15 min) {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f} before, "
+    load = (f"load average (1/5/15 min) "
+            f"{load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f} before, "
             f"{load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f} after")
     print(f"exported policy ONNX / bare MLP ONNX, one observation: {paired['onnx']:.3f}x "
           f"(quartiles {low:.3f}-{high:.3f}; ratio of the medians {of_medians:.3f}x, of the minimums "
@@ -341,13 +349,15 @@ def main() -> None:
         "Target: <= 1.2x.", "",
         "Each call right after a CartPole `env.step` (as in a loop that acts in an environment: the "
         "caches are partly cold), timed one call at a time, medians of 41 rounds of 50 calls: bare MLP "
-        f"{after_step_us[ANCHOR]:.2f} µs, exported policy {after_step_us[POLICY]:.2f} µs, **{after_step_ratio:.2f}x** "
+        f"{after_step_us[ANCHOR]:.2f} µs, exported policy {after_step_us[POLICY]:.2f} µs, "
+        f"**{after_step_ratio:.2f}x** "
         f"(NoFilter policy {after_step_nofilter:.2f}x).", "",
         f"Where the exported policy's extra time per observation goes (medians of per-round differences, "
         f"bare MLP {latency[ANCHOR] * 1e6:.2f} µs): {breakdown}.", "",
         f"ONNX nodes, exported policy: {nodes['policy']}", "",
         f"ONNX nodes, bare MLP: {nodes['bare']}", "",
-        f"As onnxruntime runs them (after its graph optimisations), exported policy: {nodes['policy as run']}", "",
+        "As onnxruntime runs them (after its graph optimisations), exported policy: "
+        f"{nodes['policy as run']}", "",
         f"As onnxruntime runs them, bare MLP: {nodes['bare as run']}", "",
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -88,7 +88,8 @@ def main() -> None:
     lines = [
         f"# {TITLES[args.algo]} env steps/s: Keras policy vs torch policy", "",
         f"Command: `{command_line()}`", "",
-        *machine_lines([f"- keras {importlib.metadata.version('keras')} (torch backend); load average: {load_average()}"]), "",
+        *machine_lines([f"- keras {importlib.metadata.version('keras')} (torch backend); "
+                        f"load average: {load_average()}"]), "",
         "| clock | policy | env steps/s per repetition | median |", "|---|---|---|---|", *rows, "", verdict,
     ]
     text = "\n".join(lines)

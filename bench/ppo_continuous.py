@@ -153,7 +153,8 @@ def main() -> None:
                 result = {"env": env_id, "seed": seed, "lib": lib, **fn(env_id, seed, args.steps)}
                 runs.append(result)
                 print(f"{env_id} seed {seed} {lib}: return {result['eval_return']:.1f}, "
-                      f"{result['steps_per_s']:.0f} steps/s ({result['wall_s']:.0f} s, load {result['load']})",
+                      f"{result['steps_per_s']:.0f} steps/s "
+                      f"({result['wall_s']:.0f} s, load {result['load']})",
                       flush=True)
                 if not args.quick:
                     report(runs, args, args.out)

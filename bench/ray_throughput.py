@@ -129,7 +129,8 @@ def main() -> None:
              f"1 epoch, 1 minibatch, 64x64, 1 env per runner; Ray started with num_cpus=2; "
              f"{args.iters} timed iterations after 1 warm-up, {args.reps} interleaved repetitions.", "",
              "## Env steps/s (medians)", "",
-             *table(["remote runners", "cairn", "RLlib", "cairn / RLlib", "cairn runs", "RLlib runs"], rows), "",
+             *table(["remote runners", "cairn", "RLlib", "cairn / RLlib", "cairn runs", "RLlib runs"],
+                    rows), "",
              "## Build, and the first train() call (medians, s)", "",
              *table(["library", "remote runners", "build", "first train()"], first_rows), ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)

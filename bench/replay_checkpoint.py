@@ -145,7 +145,8 @@ def timed(fn: Callable[[], Any]) -> float:
 
 def bench_buffer(name: str, buffer: ReplayBuffer, reps: int, root: Path) -> dict[str, Any]:
     size = buffer_bytes(buffer)
-    times: dict[str, list[float]] = {k: [] for k in ("cairn_save", "numpy_save", "cairn_restore", "numpy_restore")}
+    times: dict[str, list[float]] = {
+        k: [] for k in ("cairn_save", "numpy_save", "cairn_restore", "numpy_restore")}
     for rep in range(reps + 1):  # the first repetition warms caches and is dropped
         ck, npf = root / f"{name}_ckpt", root / f"{name}.bin"
         for p in (ck, npf):
@@ -157,14 +158,16 @@ def bench_buffer(name: str, buffer: ReplayBuffer, reps: int, root: Path) -> dict
             if rep:
                 times[key].append(t)
         restored: dict[str, Any] = {}
-        for key, fn in [("cairn_restore", cairn_restore), ("numpy_restore", numpy_restore)][:: 1 if rep % 2 else -1]:
+        restore_order = [("cairn_restore", cairn_restore), ("numpy_restore", numpy_restore)]
+        for key, fn in restore_order[:: 1 if rep % 2 else -1]:
             source = ck if key == "cairn_restore" else npf
             start = time.perf_counter()
             restored[key] = fn(source)
             if rep:
                 times[key].append(time.perf_counter() - start)
         check = restored["cairn_restore"]
-        assert len(check) == len(buffer) and np.array_equal(check.columns["obs"][-5:], buffer.columns["obs"][-5:])
+        assert (len(check) == len(buffer)
+                and np.array_equal(check.columns["obs"][-5:], buffer.columns["obs"][-5:]))
         restored.clear()
     shutil.rmtree(root / f"{name}_ckpt", ignore_errors=True)
     traced, rss = peak_extra_memory(lambda: cairn_save(buffer, root / f"{name}_mem"))
@@ -244,7 +247,8 @@ def render(rows: list[dict[str, Any]], algo: dict[str, float], reps: int) -> str
         "with `write` + `fsync`. Restore: cairn's verified read + `ReplayBuffer.set_state`; "
         "numpy `readinto` a fresh array.",
         "",
-        "| buffer | MiB | cairn save (s) | numpy save (s) | ratio | cairn restore (s) | numpy read (s) | ratio | extra memory during save: tracemalloc / RSS |",
+        "| buffer | MiB | cairn save (s) | numpy save (s) | ratio "
+        "| cairn restore (s) | numpy read (s) | ratio | extra memory during save: tracemalloc / RSS |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
@@ -261,7 +265,8 @@ def render(rows: list[dict[str, Any]], algo: dict[str, float], reps: int) -> str
         f"buffer (policy files, env rebuild included): {algo['save']:.3f} s / {algo['load']:.3f} s.",
         "",
         "All repetitions (s): " + "; ".join(
-            f"{r['name']} " + ", ".join(f"{k}=[{', '.join(f'{x:.3f}' for x in v)}]" for k, v in r["all"].items())
+            f"{r['name']} "
+            + ", ".join(f"{k}=[{', '.join(f'{x:.3f}' for x in v)}]" for k, v in r["all"].items())
             for r in rows),
         "",
     ]

@@ -40,7 +40,8 @@ def main() -> None:
     for seed in args.seeds:
         start = time.perf_counter()
         rows.append(returns_at(seed, hidden, args.lr, args.marks))
-        print(f"seed {seed}: {[round(r, 1) for r in rows[-1]]} ({time.perf_counter() - start:.0f} s)", flush=True)
+        print(f"seed {seed}: {[round(r, 1) for r in rows[-1]]} ({time.perf_counter() - start:.0f} s)",
+              flush=True)
     medians = [statistics.median(col) for col in zip(*rows, strict=True)]
     print("| config | " + " | ".join(f"{m} steps" for m in args.marks) + " |")
     print(f"| {args.hidden}, lr {args.lr:g}, seeds {args.seeds} (median) | "

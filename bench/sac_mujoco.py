@@ -180,7 +180,8 @@ def paired(args: argparse.Namespace) -> None:
         "|---|---:|---:|---:|---|---:|",
     ]
     for env in args.envs:
-        learners = {"cairn": make_cairn(env, 0, 100, train_batch_size=args.chunk), "sb3": make_sb3(env, 0, 100)}
+        learners = {"cairn": make_cairn(env, 0, 100, train_batch_size=args.chunk),
+                    "sb3": make_sb3(env, 0, 100)}
         try:
             for lib, learner in learners.items():
                 advance_timed(lib, learner, args.warmup)
@@ -296,7 +297,8 @@ def main() -> None:
     p.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
     p.add_argument("--warmup", type=int, default=300)
     p.add_argument("--chunk", type=int, default=BATCH,
-                   help="env steps per round and library; at least the minibatch size (cairn's train_batch_size)")
+                   help="env steps per round and library; "
+                        "at least the minibatch size (cairn's train_batch_size)")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--out", default=None)
     p = sub.add_parser("learn")

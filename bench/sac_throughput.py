@@ -96,7 +96,9 @@ def main() -> None:
         Path(args.out).write_text(table)
 
 
-def render(results: dict[str, list[float]], cpu_results: dict[str, list[float]], args: argparse.Namespace) -> str:
+def render(
+    results: dict[str, list[float]], cpu_results: dict[str, list[float]], args: argparse.Namespace
+) -> str:
     import stable_baselines3
 
     med = {k: statistics.median(v) for k, v in results.items()}
@@ -115,14 +117,16 @@ def render(results: dict[str, list[float]], cpu_results: dict[str, list[float]],
         "sides (see the script's docstring): Pendulum-v1, 1 env, 256x256 ReLU actor and twin "
         "critics, batch 256 every step, 1 torch thread.",
         "",
-        "| library | env steps/s (median) | all runs | vs SB3 | steps per CPU s (median) | all runs | vs SB3 |",
+        "| library | env steps/s (median) | all runs | vs SB3 "
+        "| steps per CPU s (median) | all runs | vs SB3 |",
         "|---|---:|---|---:|---:|---|---:|",
     ]
     names = {"sb3": "Stable-Baselines3 SAC", "cairn": "cairn SAC"}
     for key, label in names.items():
         lines.append(f"| {label} | {med[key]:,.1f} | {', '.join(f'{x:,.1f}' for x in results[key])} | "
                      f"{med[key] / med['sb3']:.2f}x | {cpu_med[key]:,.1f} | "
-                     f"{', '.join(f'{x:,.1f}' for x in cpu_results[key])} | {cpu_med[key] / cpu_med['sb3']:.2f}x |")
+                     f"{', '.join(f'{x:,.1f}' for x in cpu_results[key])} | "
+                     f"{cpu_med[key] / cpu_med['sb3']:.2f}x |")
     lines.append("")
     return "\n".join(lines)
 

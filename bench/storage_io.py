@@ -154,7 +154,8 @@ def bench_incremental(n: int, hidden: list[int], repeats: int, work: Path) -> di
         save_algorithm(many, work / f"full_{rep}")
 
     times = alternate({"one policy alone": one_policy, "incremental": incremental, "full": full}, repeats)
-    linked = sum(1 for p in (work / f"inc_{repeats}" / "policies").rglob("*") if p.is_file() and p.stat().st_nlink > 1)
+    linked = sum(1 for p in (work / f"inc_{repeats}" / "policies").rglob("*")
+                 if p.is_file() and p.stat().st_nlink > 1)
     many.stop()
     one.stop()
     return {"n": n, "hidden": hidden, "times": times, "linked_files": linked}
@@ -223,10 +224,12 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
         a, b = median(run["times"]["numpy"]), median(run["times"]["cairn"])
         rows.append((f"local save {len(run['hidden'])}x{run['hidden'][0]} ({run['bytes'] / 2**20:.0f} MiB) "
                      "vs numpy write+fsync", f"numpy {ms(a)} ms", f"cairn {ms(b)} ms",
-                     f"{ratio(b, a):.2f}x", met[ratio(b, a) <= TARGETS["local"]] + f" (<= {TARGETS['local']}x)"))
+                     f"{ratio(b, a):.2f}x",
+                     met[ratio(b, a) <= TARGETS["local"]] + f" (<= {TARGETS['local']}x)"))
     if "s3" in results:
         run = results["s3"]
-        for kind, anchor, ours in (("save", "boto3 upload", "cairn save"), ("restore", "boto3 download", "cairn restore")):
+        for kind, anchor, ours in (("save", "boto3 upload", "cairn save"),
+                                   ("restore", "boto3 download", "cairn restore")):
             a, b = median(run[kind][anchor]), median(run[kind][ours])
             rows.append((f"S3 {kind} of {run['bytes'] / 2**20:.0f} MiB vs boto3 one multipart object",
                          f"{anchor} {ms(a)} ms", f"{ours} {ms(b)} ms", f"{ratio(b, a):.2f}x",
@@ -243,9 +246,11 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
     if "subset" in results:
         run = results["subset"]
         lo, hi = (median(run["times"][f"1 of {n}"]) for n in run["counts"])
-        rows.append((f"from_checkpoint(policy_ids=['p0']), 1 of {run['counts'][1]} vs 1 of {run['counts'][0]}",
+        rows.append((f"from_checkpoint(policy_ids=['p0']), "
+                     f"1 of {run['counts'][1]} vs 1 of {run['counts'][0]}",
                      f"1 of {run['counts'][0]} {ms(lo)} ms", f"1 of {run['counts'][1]} {ms(hi)} ms",
-                     f"{ratio(hi, lo):.2f}x", met[ratio(hi, lo) <= TARGETS["subset"]] + f" (<= {TARGETS['subset']}x)"))
+                     f"{ratio(hi, lo):.2f}x",
+                     met[ratio(hi, lo) <= TARGETS["subset"]] + f" (<= {TARGETS['subset']}x)"))
     return ["# Checkpoint storage: local, S3, incremental, subset", "",
             f"Command: `{command_line().replace('.bench-venv', '.venv')}`; medians of {args.repeats} "
             f"alternating repetitions after a warm-up round ({3 * args.repeats} for the subset restore).",

@@ -302,7 +302,8 @@ def main() -> None:
         *table(
             ["seed", "cairn steps/s", "SB3 steps/s", "ratio cairn/SB3", "cairn greedy return",
              "SB3 greedy return", "load avg (cairn / SB3)"],
-            [[c["seed"], fmt(c["steps_per_s"]), fmt(s["steps_per_s"]), fmt(ratio(c["steps_per_s"], s["steps_per_s"])),
+            [[c["seed"], fmt(c["steps_per_s"]), fmt(s["steps_per_s"]),
+              fmt(ratio(c["steps_per_s"], s["steps_per_s"])),
               fmt(c["eval_return"], 1), fmt(s["eval_return"], 1), f"{c['load']} / {s['load']}"]
              for c, s in zip(runs["cairn"], runs["sb3"], strict=True)],
         ),

@@ -65,7 +65,8 @@ def write_sac(out: Path) -> None:
     sac.train()
     sac.save(out / "sac_single")
     actions = [sac.compute_single_action(np.array(o, dtype=np.float32)).tolist() for o in SAC_OBS]
-    (out / "sac_single.expected.json").write_text(json.dumps({"obs": SAC_OBS, "actions": actions}, indent=1) + "\n")
+    expected = {"obs": SAC_OBS, "actions": actions}
+    (out / "sac_single.expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     sac.stop()
 
 
