@@ -10,18 +10,24 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from cairn.cli.common import EXIT_INTERRUPTED, ArgumentsError, UsageError, is_assignment, parse_assignment
+from cairn.cli.common import (
+    EXIT_INTERRUPTED,
+    ArgumentsError,
+    UsageError,
+    is_assignment,
+    parse_assignment,
+)
 from cairn.cli.env_names import ENV_FORMS, ENV_HELP, add_import_option, resolve_env
 from cairn.cli.interrupt import InterruptRequest
 from cairn.cli.progress import Reporter, make_reporter
-from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_checkpoint, list_checkpoints, run_manager
-from cairn.cli.runlog import RUN_FILE, RUN_FILES, RunLog
+from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_checkpoint, run_manager
+from cairn.cli.run_dir import check_new_run_dir, local_dir
+from cairn.cli.runlog import RUN_FILE, RunLog
 
 __all__ = ["add_parser", "run", "DEFAULT_RUN_DIR", "DEFAULT_STOP_ITERS", "DEFAULT_KEEP"]
 
@@ -68,7 +74,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``cairn train`` to the subcommands ``sub``."""
     p = sub.add_parser("train", parents=[common], help="train an algorithm into a run directory",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--algo", default=None, help="algorithm: a registered name (PPO, DQN, SAC) or package.module:ClassName")
+    p.add_argument("--algo", default=None,
+                   help="algorithm: a registered name (PPO, DQN, SAC) or package.module:ClassName")
     p.add_argument("--env", default=None, help=ENV_HELP)
     p.add_argument("--config", nargs="+", default=[], metavar="FILE|KEY=VALUE",
                    help="config files (YAML/JSON) and KEY=VALUE settings; see below")
@@ -106,11 +113,13 @@ def _load_config_file(path: str) -> dict[str, Any]:
         else:
             data = json.loads(text)
     except ImportError:
-        raise UsageError(f"--config {path}: reading YAML needs PyYAML: pip install 'cairn-rl[cli]'.") from None
+        raise UsageError(
+            f"--config {path}: reading YAML needs PyYAML: pip install 'cairn-rl[cli]'."
+        ) from None
     except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"--config {path} is not valid {'YAML' if path.endswith(('yaml', 'yml')) else 'JSON'}: "
-                         f"{first}") from None
+        form = "YAML" if path.endswith(("yaml", "yml")) else "JSON"
+        raise UsageError(f"--config {path} is not valid {form}: {first}") from None
     if not isinstance(data, dict):
         raise UsageError(f"--config {path} holds a {type(data).__name__}; expected a mapping of config keys "
                          "(the form of AlgorithmConfig.to_dict()).")
@@ -166,7 +175,8 @@ def _build_config(args: argparse.Namespace) -> Any:
 
         names = algorithm_names()
         raise UsageError(f"unknown --algo {algo_name!r}; the registered algorithms are {', '.join(names)}."
-                         f"{suggest(algo_name, names)} An algorithm of your own: --algo package.module:ClassName, or a "
+                         f"{suggest(algo_name, names)} An algorithm of your own: "
+                         "--algo package.module:ClassName, or a "
                          "name that a module registers (cairn.register_class) and --import names.") from None
     data = algo_cls.config_class().to_dict()
     data.update(from_files)
@@ -186,52 +196,6 @@ def _build_config(args: argparse.Namespace) -> Any:
     return algo_cls.config_class().from_dict(data, callables={"env": env} if callable(env) else None)
 
 
-# ---------------------------------------------------------------------------- run directory
-def _run_files(run_dir: Path) -> list[str]:
-    return [name for name in (*RUN_FILES, CHECKPOINTS_DIR) if (run_dir / name).exists()]
-
-
-def _check_new_run_dir(run_dir: Path, out: str, *, overwrite: bool) -> None:
-    import shutil
-
-    if os.path.lexists(run_dir) and not run_dir.is_dir():
-        raise UsageError(f"--out {out} exists and is not a directory; choose another --out.")
-    if not run_dir.is_dir():
-        return
-    if (run_dir / "cairn_checkpoint.json").exists():
-        raise UsageError(f"--out {out} is a cairn checkpoint, not a run directory; choose a new or empty "
-                         "directory for the run (its checkpoints go to RUN/checkpoints/).")
-    ours = _run_files(run_dir)
-    others = sorted(set(os.listdir(run_dir)) - set(ours))
-    if ours and not overwrite:
-        raise UsageError(f"--out {out} already holds a run ({', '.join(ours)}); continue it with "
-                         f"--resume {out}, pass --overwrite to start over, or choose another --out.")
-    if not ours and others:
-        raise UsageError(f"--out {out} is not a cairn run directory and is not empty ({others[0]!r}, ...); "
-                         "choose a new or empty directory for the run.")
-    for name in ours:  # --overwrite: only what an earlier cairn train wrote
-        path = run_dir / name
-        if name == CHECKPOINTS_DIR:
-            for stored in list_checkpoints(str(path)):
-                shutil.rmtree(stored.path)
-                Path(f"{stored.path}.record.json").unlink(missing_ok=True)
-        elif path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-
-
-def _local_dir(location: str, flag: str) -> Path:
-    from cairn.checkpoint import save_location
-    from cairn.errors import CheckpointError
-
-    try:
-        return save_location(location) if not os.path.isdir(os.path.expanduser(location)) else \
-            Path(os.path.expanduser(location))
-    except CheckpointError as exc:
-        raise UsageError(f"{flag} {location}: {exc}") from None
-
-
 # ------------------------------------------------------------------------------- training
 def _stop_settings(args: argparse.Namespace, saved: dict[str, Any] | None) -> dict[str, Any]:
     given = {"iters": args.stop_iters, "timesteps": args.stop_timesteps, "reward": args.stop_reward}
@@ -243,7 +207,8 @@ def _stop_settings(args: argparse.Namespace, saved: dict[str, Any] | None) -> di
 def _should_stop(stop: dict[str, Any], result: dict[str, Any]) -> bool:
     ret = result.get("episode_return_mean")
     return ((stop["iters"] is not None and result["training_iteration"] >= stop["iters"])
-            or (stop["timesteps"] is not None and result["num_env_steps_sampled_lifetime"] >= stop["timesteps"])
+            or (stop["timesteps"] is not None
+                and result["num_env_steps_sampled_lifetime"] >= stop["timesteps"])
             or (stop["reward"] is not None and ret is not None and ret == ret and ret >= stop["reward"]))
 
 
@@ -315,8 +280,8 @@ def _train_run(algo: Any, run_dir: Path, args: argparse.Namespace, settings: dic
 
 
 def _not_saved() -> int:
-    print("cairn train: interrupted again: checkpoint not saved; the run's earlier checkpoints are unchanged.",
-          file=sys.stderr)
+    print("cairn train: interrupted again: checkpoint not saved; "
+          "the run's earlier checkpoints are unchanged.", file=sys.stderr)
     return EXIT_INTERRUPTED
 
 
@@ -329,7 +294,9 @@ def _check_counts(args: argparse.Namespace) -> None:
         try:
             import tensorboardX  # noqa: F401
         except ImportError:
-            raise UsageError("--tensorboard needs tensorboardX: pip install 'cairn-rl[tensorboard]'.") from None
+            raise UsageError(
+                "--tensorboard needs tensorboardX: pip install 'cairn-rl[tensorboard]'."
+            ) from None
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -341,9 +308,10 @@ def _resume(args: argparse.Namespace) -> int:
         given.append("--overwrite")
     files = [item for item in args.config if not is_assignment(item)]
     if given or files:
-        raise ArgumentsError(f"--resume continues a run as it was configured; leave out {', '.join(given + files)} "
-                         "(KEY=VALUE settings are allowed: they become config_overrides).")
-    run_dir = _local_dir(args.resume, "--resume")
+        raise ArgumentsError(f"--resume continues a run as it was configured; "
+                             f"leave out {', '.join(given + files)} "
+                             "(KEY=VALUE settings are allowed: they become config_overrides).")
+    run_dir = local_dir(args.resume, "--resume")
     latest = latest_checkpoint(str(run_dir / CHECKPOINTS_DIR))
     if latest is None:
         raise UsageError(f"--resume {args.resume}: no checkpoint in {run_dir / CHECKPOINTS_DIR}; "
@@ -381,8 +349,8 @@ def run(args: argparse.Namespace) -> int:
         return _resume(args)
     config = _build_config(args)
     if args.out is not None:
-        run_dir = _local_dir(args.out, "--out")
-        _check_new_run_dir(run_dir, args.out, overwrite=args.overwrite)
+        run_dir = local_dir(args.out, "--out")
+        check_new_run_dir(run_dir, args.out, overwrite=args.overwrite)
     settings = {"algo": config.algo_class_name, "stop": _stop_settings(args, None),
                 "checkpoint_every": args.checkpoint_every,
                 "keep": DEFAULT_KEEP if args.keep is None else args.keep, "started_at": time.time()}
