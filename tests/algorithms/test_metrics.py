@@ -44,7 +44,8 @@ def test_subset_restore_reports_only_the_restored_policies(tmp_path):
 
 def test_removed_policy_leaves_the_per_policy_metrics(ma_algo):
     _train_until_reported(ma_algo, "p2")
-    ma_algo.remove_policy("p2", policy_mapping_fn=lambda aid, **kw: "p0" if aid == "agent_2" else "p" + aid[-1])
+    ma_algo.remove_policy(
+        "p2", policy_mapping_fn=lambda aid, **kw: "p0" if aid == "agent_2" else "p" + aid[-1])
     assert set(ma_algo.train()["policy_episode_return_mean"]) == {"p0", "p1"}
 
 

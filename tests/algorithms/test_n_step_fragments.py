@@ -83,7 +83,8 @@ def stream_batch(obs: list[float], rewards: list[float], *, stream: int = 7,
     terms = np.zeros(n, dtype=bool)
     terms[-1] = terminated_last
     column = np.array(obs, dtype=np.float32)[:, None]
-    return SampleBatch(obs=column[:-1], actions=np.zeros((n, 1), np.float32), rewards=np.array(rewards, np.float32),
+    return SampleBatch(obs=column[:-1], actions=np.zeros((n, 1), np.float32),
+                       rewards=np.array(rewards, np.float32),
                        terminateds=terms, truncateds=np.zeros(n, dtype=bool), ends=ends, next_obs=column[1:],
                        streams=np.full(n, stream, dtype=np.int64))
 

@@ -287,7 +287,8 @@ def test_get_state_includes_the_buffer_only_when_asked() -> None:
         algo.config.checkpointing(store_replay_buffer=True)
         stored = algo.get_state()["components"]["replay_buffer"]["policies"]["default_policy"]
         assert stored["size"] == 100 and len(stored["columns"]["obs"]) == 100
-        assert not np.shares_memory(stored["columns"]["obs"], algo.replay_buffers["default_policy"].columns["obs"])
+        assert not np.shares_memory(stored["columns"]["obs"],
+                                    algo.replay_buffers["default_policy"].columns["obs"])
     finally:
         algo.stop()
 

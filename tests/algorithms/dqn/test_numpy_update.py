@@ -69,7 +69,8 @@ def test_numpy_update_matches_autograd_and_torch_adam(activation, dueling, loss_
         _torch_update(theirs, obs, actions, targets, loss_fn=loss_fn, grad_clip=grad_clip, weights=weights)
         assert np.isfinite(result.stats).all() and result.td_errors.shape == (32,)
     for (name, a), b in zip(ours.model.named_parameters(), theirs.model.parameters()):
-        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=0, atol=UPDATE_ATOL, err_msg=name)
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(),
+                                   rtol=0, atol=UPDATE_ATOL, err_msg=name)
     for a, b in zip(ours.model.parameters(), theirs.model.parameters()):
         sa, sb = ours.optimizer.state[a], theirs.optimizer.state[b]
         assert float(sa["step"]) == float(sb["step"]) == 5.0

@@ -82,7 +82,8 @@ def test_reward_normalisation_scales_the_learner_but_not_the_reported_returns() 
     assert r_plain["num_episodes_lifetime"] == r_normed["num_episodes_lifetime"] == 4
     assert r_plain["episode_return_mean"] == r_normed["episode_return_mean"] < -100
     # Pendulum's rewards are in [-16, 0]: raw value targets are large, scaled ones small.
-    assert r_normed["learners"]["default_policy"]["vf_loss"] < r_plain["learners"]["default_policy"]["vf_loss"] / 10
+    assert (r_normed["learners"]["default_policy"]["vf_loss"]
+            < r_plain["learners"]["default_policy"]["vf_loss"] / 10)
     norm = normed.reward_normalizers["default_policy"]
     assert norm.stats.count == pytest.approx(800, abs=1e-3) and norm.stats.var > 1.0
     if "streams" in COLUMNS:  # batches name their trajectories: one running return per env
@@ -117,7 +118,8 @@ def test_checkpoint_holds_both_normalisers_and_resumes_exactly(tmp_path: Path) -
     # Restored with normalisation off: the stored normaliser is kept as it was, not updated.
     off = cairn.Algorithm.from_checkpoint(path, config_overrides={"normalize_rewards": False})
     off.train()
-    assert off.get_state()["extra"]["reward_normalizers"]["default_policy"]["count"] == pytest.approx(512, abs=1e-3)
+    assert (off.get_state()["extra"]["reward_normalizers"]["default_policy"]["count"]
+            == pytest.approx(512, abs=1e-3))
 
 
 def test_multi_agent_normalises_per_policy(tmp_path: Path) -> None:
@@ -146,7 +148,8 @@ def test_exported_onnx_applies_the_filter_and_the_clip(tmp_path: Path) -> None:
     algo.export_policy_model(tmp_path / "m", onnx=18)
     rng = np.random.default_rng(0)
     obs = np.concatenate([rng.uniform(-1, 1, (200, 3)), rng.uniform(-30, 30, (50, 3))]).astype(np.float32)
-    session = onnxruntime.InferenceSession(str(tmp_path / "m" / "model.onnx"), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(str(tmp_path / "m" / "model.onnx"),
+                                           providers=["CPUExecutionProvider"])
     action = session.run(["action"], {"obs": obs})[0]
     expected = policy.compute_actions(obs, explore=False)
     assert np.abs(expected).max() == 2.0  # the clip is exercised
@@ -159,7 +162,8 @@ def test_pendulum_with_normalisation_learns_quickly() -> None:
     # Measured here (seeds 0, 1): greedy -1212 / -1217 before, -217 / -291 after 30 iterations
     # (30,720 steps, ~25 s); a policy that does not learn stays near -1200.
     algo = (cairn.PPOConfig().environment("Pendulum-v1")
-            .env_runners(num_envs_per_env_runner=4, rollout_fragment_length=256, observation_filter="MeanStdFilter")
+            .env_runners(num_envs_per_env_runner=4, rollout_fragment_length=256,
+                         observation_filter="MeanStdFilter")
             .training(train_batch_size=1024, minibatch_size=64, num_epochs=10, lr=1e-3, gamma=0.9,
                       lambda_=0.95, normalize_rewards=True)
             .debugging(seed=0).build())

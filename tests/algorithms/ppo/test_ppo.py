@@ -68,8 +68,10 @@ def test_add_and_remove_policy(ma_algo):
         ma_algo.add_policy("bad/id", spec)
     with pytest.raises(ConfigError, match="differ only in case"):
         ma_algo.add_policy("P0", spec)
-    new = ma_algo.add_policy("p3", spec, policy_mapping_fn=lambda aid, **kw: "p3" if aid == "agent_2" else "p" + aid[-1])
-    assert new.observation_space == gym.spaces.Box(-np.inf, np.inf, (4,)) or new.observation_space.shape == (4,)
+    new = ma_algo.add_policy(
+        "p3", spec, policy_mapping_fn=lambda aid, **kw: "p3" if aid == "agent_2" else "p" + aid[-1])
+    assert (new.observation_space == gym.spaces.Box(-np.inf, np.inf, (4,))
+            or new.observation_space.shape == (4,))
     result = ma_algo.train()
     assert "p3" in result["learners"] and "p2" not in result["learners"]
     ma_algo.remove_policy("p2")
@@ -94,7 +96,8 @@ print(json.dumps(weights_digest(algo)))
 def test_seeded_runs_are_bit_identical_across_processes(factory):
     code = _SEEDED_RUN.format(root=str(ROOT), factory=factory)
     outputs = [
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+        subprocess.run([sys.executable, "-c", code],
+                       capture_output=True, text=True, check=True, cwd=ROOT).stdout
         for _ in range(2)
     ]
     assert json.loads(outputs[0]) == json.loads(outputs[1])

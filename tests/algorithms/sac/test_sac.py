@@ -67,8 +67,10 @@ def test_defaults_follow_sb3():
     config = cairn.SACConfig()
     assert (config.replay_buffer_config["capacity"], config.minibatch_size, config.tau, config.gamma,
             config.lr, config.model["hidden"], config.num_steps_sampled_before_learning_starts,
-            config.train_freq, config.gradient_steps) == (1_000_000, 256, 0.005, 0.99, 3e-4, [256, 256], 100, 1, 1)
-    policy = SACPolicy(gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2, 2, (2,), np.float32), seed=0)
+            config.train_freq, config.gradient_steps) == (
+                1_000_000, 256, 0.005, 0.99, 3e-4, [256, 256], 100, 1, 1)
+    policy = SACPolicy(gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2, 2, (2,), np.float32),
+                       seed=0)
     assert policy.target_entropy == -2.0 and policy.alpha == pytest.approx(1.0)
     assert [g["name"] for g in policy.optimizer.param_groups] == ["actor", "critic", "alpha"]
 
@@ -218,7 +220,8 @@ def test_random_actions_before_learning_starts_span_the_box():
 
 
 def test_multi_agent_prioritized_n_step_trains_each_policy_from_its_own_buffer():
-    config = (small_sac(n_step=3, train_freq=4, replay_buffer_config={"type": "prioritized", "capacity": 1000})
+    config = (small_sac(n_step=3, train_freq=4,
+                        replay_buffer_config={"type": "prioritized", "capacity": 1000})
               .environment(make_ma_pendulum, env_config={"num_agents": 2})
               .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index))
     algo = config.build()
@@ -226,7 +229,8 @@ def test_multi_agent_prioritized_n_step_trains_each_policy_from_its_own_buffer()
         result = algo.train()
         assert set(result["learners"]) == {"p0", "p1"}
         buffers = algo.replay_buffers
-        assert type(buffers["p0"]).__name__ == "PrioritizedReplayBuffer" and buffers["p0"] is not buffers["p1"]
+        assert (type(buffers["p0"]).__name__ == "PrioritizedReplayBuffer"
+                and buffers["p0"] is not buffers["p1"])
         assert set(buffers["p0"].columns["n_steps"][: len(buffers["p0"])].tolist()) == {1, 2, 3}
         assert not np.array_equal(algo.get_policy("p0").get_weights()["actor.mean_head.weight"],
                                   algo.get_policy("p1").get_weights()["actor.mean_head.weight"])

@@ -48,7 +48,8 @@ def run_exported(model_dir, obs: np.ndarray) -> dict[str, list[np.ndarray]]:
     if "onnx" in files:
         import onnxruntime
 
-        session = onnxruntime.InferenceSession(str(model_dir / files["onnx"]), providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(str(model_dir / files["onnx"]),
+                                               providers=["CPUExecutionProvider"])
         outputs["onnx"] = list(session.run(None, {"obs": obs}))
     assert [o["name"] for o in signature["outputs"]] == ["action", "mean", "log_std"]
     return outputs

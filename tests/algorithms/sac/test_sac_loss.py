@@ -140,7 +140,8 @@ def test_alpha_loss_by_hand_and_its_direction():
 def test_squashed_gaussian_rescales_to_the_box_and_inverts_in_logp():
     import gymnasium as gym
 
-    dist = SquashedGaussian(gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 10.0], np.float32)))
+    dist = SquashedGaussian(
+        gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 10.0], np.float32)))
     raw = np.array([[-1.0, 1.0], [0.0, 0.0], [0.5, -0.5]], dtype=np.float32)
     np.testing.assert_allclose(dist.to_env(raw), [[-2.0, 10.0], [0.0, 5.0], [1.0, 2.5]])
     inputs = torch.tensor([[0.3, -0.2, -0.5, 0.1]])

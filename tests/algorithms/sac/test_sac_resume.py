@@ -15,7 +15,9 @@ from tests.checkpoint.test_resume_in_process import check_storage_alignment
 from tests.helpers import assert_trains_identically, assert_trees_equal, map_by_index
 
 
-def sac(filter_name: str, buffer_type: str, multi_agent: bool, *, store: bool = True) -> cairn.AlgorithmConfig:
+def sac(
+    filter_name: str, buffer_type: str, multi_agent: bool, *, store: bool = True
+) -> cairn.AlgorithmConfig:
     config = (
         cairn.SACConfig()
         .training(train_batch_size=120, minibatch_size=32, model={"hidden": [16, 16]}, n_step=2,
@@ -31,7 +33,11 @@ def sac(filter_name: str, buffer_type: str, multi_agent: bool, *, store: bool = 
     return config.environment("Pendulum-v1")
 
 
-CASES = [("NoFilter", "uniform", False), ("MeanStdFilter", "prioritized", False), ("NoFilter", "uniform", True)]
+CASES = [
+    ("NoFilter", "uniform", False),
+    ("MeanStdFilter", "prioritized", False),
+    ("NoFilter", "uniform", True),
+]
 
 
 @pytest.mark.parametrize(("filter_name", "buffer_type", "multi_agent"), CASES,
