@@ -12,8 +12,6 @@ from cairn.config.checks import (
     check_env,
     check_policies_to_train,
     check_policy_mapping,
-    decode_callable,
-    encode_callable,
     map_agent,
     merge_setting,
     normalize_policies,
@@ -21,6 +19,7 @@ from cairn.config.checks import (
     require_mapping,
     suggest,
 )
+from cairn.config.dict_form import config_to_dict, load_dict, owned_value
 from cairn.config.fields import Field
 from cairn.core import AlgorithmLike
 from cairn.errors import ConfigError
@@ -107,12 +106,8 @@ class AlgorithmConfig:
                     + suggest(key, allowed)
                 )
             self.FIELDS[key].check(key, value)
-            setattr(self, key, self._own_copy(key, value))
+            setattr(self, key, owned_value(self.FIELDS[key], value))
         return self
-
-    def _own_copy(self, key: str, value: Any) -> Any:
-        """``value`` to keep under ``key``: a copy, except a callable where the field holds one."""
-        return value if self.FIELDS[key].holds_callable and callable(value) else copy.deepcopy(value)
 
     def environment(
         self, env: str | Callable[[dict[str, Any]], Any] | None = _NOT_PROVIDED, *,
@@ -175,7 +170,9 @@ class AlgorithmConfig:
         return self._set("training", kwargs)
 
     def framework(self, framework: str = "torch") -> AlgorithmConfig:
-        """Set ``model.framework``: ``"torch"`` networks (the default) or ``"keras"``, Keras 3 models run on Keras' torch backend (docs/keras.md); the same as ``training(model={"framework": ...})``."""
+        """Set ``model.framework``: ``"torch"`` networks (the default) or ``"keras"``, Keras 3
+        models run on Keras' torch backend (docs/keras.md); the same as
+        ``training(model={"framework": ...})``."""
         return self.training(model={"framework": framework})
 
     @classmethod
@@ -185,7 +182,8 @@ class AlgorithmConfig:
 
     @classmethod
     def merged_fields(cls) -> frozenset[str]:
-        """The dict-valued training settings, e.g. ``model``: ``training()`` and a restore's ``config_overrides`` merge them into the current value (:func:`merge_setting`)."""
+        """The dict-valued training settings, e.g. ``model``: ``training()`` and a restore's
+        ``config_overrides`` merge them into the current value (:func:`merge_setting`)."""
         return frozenset(key for key, field in cls.FIELDS.items()
                          if field.section == "training" and isinstance(field.default, dict))
 
@@ -243,8 +241,11 @@ class AlgorithmConfig:
         """
         return self._set("checkpointing", kwargs)
 
-    def debugging(self, *, seed: int | None = _NOT_PROVIDED, log_dir: str | None = _NOT_PROVIDED) -> AlgorithmConfig:
-        """Set the seed (reproducible runs with ``num_env_runners=0``) and the log directory under which ``save()`` numbers its checkpoints."""
+    def debugging(
+        self, *, seed: int | None = _NOT_PROVIDED, log_dir: str | None = _NOT_PROVIDED
+    ) -> AlgorithmConfig:
+        """Set the seed (reproducible runs with ``num_env_runners=0``) and the log directory
+        under which ``save()`` numbers its checkpoints."""
         return self._set("debugging", {"seed": seed, "log_dir": log_dir})
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -339,17 +340,7 @@ class AlgorithmConfig:
         Callables become ``{"__callable__": "module:function"}`` when importable, else
         ``{"__callable__": None, "name": ...}`` (not storable; a restore must pass it again).
         """
-        out: dict[str, Any] = {"algo_class": self.algo_class_name}
-        for key in self.FIELDS:
-            value = getattr(self, key)
-            if key == "policies":
-                value = {pid: spec.to_dict() for pid, spec in normalize_policies(value).items()}
-            elif self.FIELDS[key].holds_callable and callable(value) and not isinstance(value, Mapping):
-                value = encode_callable(value)
-            else:
-                value = copy.deepcopy(value)
-            out[key] = value
-        return out
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(
@@ -361,33 +352,13 @@ class AlgorithmConfig:
         if not isinstance(data, Mapping):
             raise ConfigError(f"from_dict needs a dict, got {type(data).__name__}.")
         config = cls.class_for(data.get("algo_class"))()
-        callables = dict(callables or {})
-        unknown = set(data) - set(config.FIELDS) - {"algo_class"}
-        if unknown:
-            key = sorted(unknown)[0]
-            raise ConfigError(
-                f"Unknown config key {key!r} (value {data[key]!r:.80}); allowed keys: "
-                f"{sorted(config.FIELDS)}." + suggest(key, config.FIELDS)
-            )
-        for key, value in data.items():
-            if key == "algo_class":
-                continue
-            value = callables.pop(key) if key in callables else decode_callable(value, key, config.callable_fields())
-            if key == "policies":
-                value = {pid: PolicySpec.from_dict(s) for pid, s in require_mapping(value, key).items()}
-            elif key == "model":
-                check_model_config(value)
-            setattr(config, key, config._own_copy(key, value))
-        for key, value in callables.items():  # callables for keys absent from data
-            setattr(config, key, value)
-        for key, field in config.FIELDS.items():
-            if key not in ("env", "policies", "policy_mapping_fn", "policies_to_train"):
-                field.check(key, getattr(config, key))
+        load_dict(config, data, callables)
         return config
 
     @classmethod
     def class_for(cls, algo_class: Any) -> type[AlgorithmConfig]:
-        """The config class of the algorithm ``algo_class`` names (a registry name, as ``to_dict()`` stores it); this class for None or its own algorithm's name."""
+        """The config class of the algorithm ``algo_class`` names (a registry name, as
+        ``to_dict()`` stores it); this class for None or its own algorithm's name."""
         found = algorithm_classes.config_class_for(cls, algo_class)
         if not (isinstance(found, type) and issubclass(found, AlgorithmConfig)):
             raise algorithm_classes.missing_config_class(algo_class)

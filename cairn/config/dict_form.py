@@ -1,0 +1,84 @@
+"""A config as a flat, JSON-safe dict and back: what ``AlgorithmConfig.to_dict()`` writes into
+checkpoints and run directories and ``from_dict()`` reads (docs/checkpoint-format.md).
+
+Settings keep their RLlib-style keys; policies become their specs' dicts; a callable becomes an
+import reference when it has one (:func:`~cairn.config.checks.encode_callable`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from cairn.config.checks import (
+    decode_callable,
+    encode_callable,
+    normalize_policies,
+    require_mapping,
+    suggest,
+)
+from cairn.config.fields import Field
+from cairn.errors import ConfigError
+from cairn.policy.model import check_model_config
+from cairn.policy.spec import PolicySpec
+
+if TYPE_CHECKING:
+    from cairn.config.algorithm_config import AlgorithmConfig
+
+__all__ = ["owned_value", "config_to_dict", "load_dict"]
+
+#: Keys that ``load_dict`` leaves to ``validate()``: their checks need the other settings.
+_CHECKED_IN_VALIDATE = ("env", "policies", "policy_mapping_fn", "policies_to_train")
+
+
+def owned_value(field: Field, value: Any) -> Any:
+    """``value`` to keep under ``field``: a copy, except a callable where the field holds one."""
+    return value if field.holds_callable and callable(value) else copy.deepcopy(value)
+
+
+def config_to_dict(config: AlgorithmConfig) -> dict[str, Any]:
+    """Every setting of ``config`` as a flat, JSON-safe dict (``AlgorithmConfig.to_dict()``)."""
+    out: dict[str, Any] = {"algo_class": config.algo_class_name}
+    for key, field in config.FIELDS.items():
+        value = getattr(config, key)
+        if key == "policies":
+            value = {pid: spec.to_dict() for pid, spec in normalize_policies(value).items()}
+        elif field.holds_callable and callable(value) and not isinstance(value, Mapping):
+            value = encode_callable(value)
+        else:
+            value = copy.deepcopy(value)
+        out[key] = value
+    return out
+
+
+def load_dict(
+    config: AlgorithmConfig, data: Mapping[str, Any], callables: Mapping[str, Any] | None
+) -> None:
+    """Set ``config`` (a fresh one of the right class) from :func:`config_to_dict` output;
+    ``callables`` supplies values for keys whose callable was not storable."""
+    callables = dict(callables or {})
+    unknown = set(data) - set(config.FIELDS) - {"algo_class"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(
+            f"Unknown config key {key!r} (value {data[key]!r:.80}); allowed keys: "
+            f"{sorted(config.FIELDS)}." + suggest(key, config.FIELDS)
+        )
+    for key, value in data.items():
+        if key == "algo_class":
+            continue
+        if key in callables:
+            value = callables.pop(key)
+        else:
+            value = decode_callable(value, key, config.callable_fields())
+        if key == "policies":
+            value = {pid: PolicySpec.from_dict(s) for pid, s in require_mapping(value, key).items()}
+        elif key == "model":
+            check_model_config(value)
+        setattr(config, key, owned_value(config.FIELDS[key], value))
+    for key, value in callables.items():  # callables for keys absent from data
+        setattr(config, key, value)
+    for key, field in config.FIELDS.items():
+        if key not in _CHECKED_IN_VALIDATE:
+            field.check(key, getattr(config, key))
