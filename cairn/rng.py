@@ -82,7 +82,8 @@ def env_runner_rng(seed: int | None, worker_index: int, seed_offset: int = 0) ->
     return seeded_rng(seed, worker_index, seed_offset)
 
 
-def runner_actions_rng(seed: int | None, worker_index: int, policy_id: str, env_steps: int) -> np.random.Generator:
+def runner_actions_rng(seed: int | None, worker_index: int, policy_id: str,
+                       env_steps: int) -> np.random.Generator:
     """A remote runner's action-sampling generator for ``policy_id``, keyed by where the runner
     stands (:data:`ACTIONS_STREAM`)."""
     return seeded_rng(seed, worker_index, ACTIONS_STREAM, policy_id, env_steps)

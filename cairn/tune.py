@@ -40,7 +40,8 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
         name, *path = str(key).split(".")
         if name not in out.FIELDS:
             raise ConfigError(f"param_space key {key!r} names no config field of "
-                              f"{type(out).__name__}; fields: {sorted(out.FIELDS)}." + suggest(name, out.FIELDS))
+                              f"{type(out).__name__}; fields: {sorted(out.FIELDS)}."
+                              + suggest(name, out.FIELDS))
         if path:
             current = getattr(out, name)
             if not isinstance(current, Mapping):

@@ -296,7 +296,8 @@ class Algorithm:
         """Where ``save()`` puts numbered checkpoints (``~/cairn_results/<Algo>_<time>``)."""
         if self._log_dir is None:
             stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-            self._log_dir = str(Path.home() / "cairn_results" / f"{type(self).__name__}_{stamp}_{os.getpid()}")
+            run_name = f"{type(self).__name__}_{stamp}_{os.getpid()}"
+            self._log_dir = str(Path.home() / "cairn_results" / run_name)
         return self._log_dir
 
     def restore(self, checkpoint: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
@@ -324,7 +325,8 @@ class Algorithm:
     ) -> None:
         """Write one policy as a standalone Policy checkpoint; see
         :func:`cairn.algorithms.checkpointing.export_policy_checkpoint`."""
-        export_policy_checkpoint(self, export_dir, policy_id, export_native_model_files=export_native_model_files)
+        export_policy_checkpoint(self, export_dir, policy_id,
+                                 export_native_model_files=export_native_model_files)
 
     def export_policy_model(
         self, export_dir: str | os.PathLike[str], policy_id: str = DEFAULT_POLICY_ID,

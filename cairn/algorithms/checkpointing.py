@@ -99,7 +99,8 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
     thread, while training goes on (``save(blocking=False)``).
     ``storage_options`` and ``previous`` are as in :func:`save_algorithm`.
     """
-    target = check_save_location(path, storage_options=storage_options)  # refused before any state is gathered
+    # Refused before any state is gathered.
+    target = check_save_location(path, storage_options=storage_options)
     check_policy_ids(algo.policies)
     state = algo.get_state(copy=snapshot)
     _warn_unstorable(state["config"])
@@ -120,7 +121,8 @@ def _warn_unstorable(config: Mapping[str, Any]) -> None:
     """Warn (at the caller of ``save``) about config callables the checkpoint cannot store."""
     for key, value in config.items():
         if isinstance(value, Mapping) and CALLABLE_KEY in value and value[CALLABLE_KEY] is None:
-            arg = "policy_mapping_fn=..." if key == "policy_mapping_fn" else f"config_overrides={{{key!r}: ...}}"
+            arg = ("policy_mapping_fn=..." if key == "policy_mapping_fn"
+                   else f"config_overrides={{{key!r}: ...}}")
             warnings.warn(
                 f"Config {key!r} is {value.get('name')!r}, which has no import path (lambda, "
                 f"closure or __main__ function) and is not stored in the checkpoint; restoring it "
@@ -158,7 +160,8 @@ def check_env_known(config: Mapping[str, Any], where: Any) -> None:
             ) from None
 
 
-def stored_algorithm_class(reference: str, expected: type[Algorithm], where: Any, call: str) -> type[Algorithm]:
+def stored_algorithm_class(reference: str, expected: type[Algorithm], where: Any,
+                           call: str) -> type[Algorithm]:
     """The algorithm class a checkpoint names (``reference``), which ``expected.<call>`` builds
     only when it is ``expected`` or a subclass: ``Algorithm.from_checkpoint`` builds every
     algorithm, ``PPO.from_checkpoint`` only PPO. A name that is no algorithm at all (not an

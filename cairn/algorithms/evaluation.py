@@ -96,5 +96,6 @@ def evaluate_episodes(
         runner.update_policies(config, policies)
         episodes = runner.run_episodes(count, explore=False)
     result = {**episode_metrics(episodes), **episode_statistics(episodes)}
-    _log.debug("evaluated %d episodes: episode_return_mean %.3f", len(episodes), result["episode_return_mean"])
+    _log.debug("evaluated %d episodes: episode_return_mean %.3f",
+               len(episodes), result["episode_return_mean"])
     return result

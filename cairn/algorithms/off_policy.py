@@ -37,7 +37,8 @@ class OffPolicyAlgorithm(Algorithm):
     def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         cfg: Any = self.config
-        self.replay = PolicyReplayBuffers(cfg.replay_buffer_config, cfg.seed, gamma=cfg.gamma, n_step=cfg.n_step)
+        self.replay = PolicyReplayBuffers(cfg.replay_buffer_config, cfg.seed,
+                                          gamma=cfg.gamma, n_step=cfg.n_step)
         self.replay_ratio = ReplayRatio(cfg.training_intensity or 1.0, cfg.minibatch_size)
         try:
             self.check_policies()
@@ -65,7 +66,8 @@ class OffPolicyAlgorithm(Algorithm):
             batches = self._sample()
             if counters["num_env_steps_sampled_lifetime"] == before:
                 break  # nothing was sampled (no envs stepped); avoid spinning
-            learning = counters["num_env_steps_sampled_lifetime"] >= cfg.num_steps_sampled_before_learning_starts
+            learning = (counters["num_env_steps_sampled_lifetime"]
+                        >= cfg.num_steps_sampled_before_learning_starts)
             for pid in self.policies_to_train:
                 batch = batches.get(pid)
                 rows = 0 if batch is None else len(batch)

@@ -15,7 +15,8 @@ from cairn.errors import ReplayBufferNotRestoredWarning
 from cairn.replay import ReplayBuffer, make_replay_buffer
 from cairn.rng import REPLAY_BUFFER_STREAM, seed_sequence
 
-__all__ = ["REPLAY_BUFFER_COMPONENT", "PolicyReplayBuffers", "NStepTransitions", "ReplayRatio", "replay_transitions"]
+__all__ = ["REPLAY_BUFFER_COMPONENT", "PolicyReplayBuffers", "NStepTransitions", "ReplayRatio",
+           "replay_transitions"]
 
 #: The checkpoint component (``components/replay_buffer/``) holding the replay buffers.
 REPLAY_BUFFER_COMPONENT = "replay_buffer"
@@ -63,7 +64,8 @@ class NStepTransitions:
         if self.n_step == 1 or "streams" not in batch:
             return replay_transitions(batch, gamma=self.gamma, n_step=self.n_step)
         joined, waits = self._join(batch)
-        returns, last, steps = n_step_returns(joined["rewards"], joined["ends"], gamma=self.gamma, n=self.n_step)
+        returns, last, steps = n_step_returns(joined["rewards"], joined["ends"],
+                                              gamma=self.gamma, n=self.n_step)
         hold = waits[last] & (steps < self.n_step)
         for stream in np.unique(joined["streams"][hold]):
             rows = hold & (joined["streams"] == stream)

@@ -198,7 +198,8 @@ class CheckpointManager:
             metric = None
             if isinstance(record, dict) and record.get("format") == _RECORD_FORMAT:
                 value = record.get("metric")
-                metric = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+                metric = (float(value) if isinstance(value, (int, float)) and not isinstance(value, bool)
+                          else None)
             out.append(ManagedCheckpoint(iteration, self._store.location(name), metric))
         return out
 

@@ -194,7 +194,8 @@ def _check_manifest(manifest: Any, path: Any, directory: Any, expected_type: str
                 and isinstance(entry.get("hash"), str)):
             raise CheckpointFormatError(f"{path}: entry for {name!r:.100} needs an int size and a hash.")
     if manifest["state_file"] not in manifest["files"]:
-        raise CheckpointFormatError(f"{path}: state_file {manifest['state_file']!r:.100} is not listed in files.")
+        raise CheckpointFormatError(f"{path}: state_file {manifest['state_file']!r:.100} "
+                                    "is not listed in files.")
     policy_ids = manifest.get("policy_ids")
     if kind == "Algorithm":
         if not isinstance(policy_ids, list):

@@ -17,7 +17,8 @@ from urllib.parse import unquote, urlparse
 
 from cairn.errors import CheckpointError, CheckpointNotFoundError, UnsupportedCheckpointLocationError
 
-__all__ = ["CheckpointLike", "UnsupportedCheckpointLocationError", "checkpoint_directory", "is_url", "save_target"]
+__all__ = ["CheckpointLike", "UnsupportedCheckpointLocationError", "checkpoint_directory", "is_url",
+           "save_target"]
 
 CheckpointLike = Union[str, "os.PathLike[str]", Any]
 

@@ -265,7 +265,8 @@ def restoring(where: Any) -> Iterator[None]:
         ) from exc
 
 
-def get_checkpoint_info(checkpoint: CheckpointLike, *, storage_options: StorageOptions = None) -> dict[str, Any]:
+def get_checkpoint_info(checkpoint: CheckpointLike, *,
+                        storage_options: StorageOptions = None) -> dict[str, Any]:
     """What a checkpoint is, read from its manifest alone (no state is loaded): a path, or a
     URL (``s3://``, ``memory://``, ...; ``storage_options`` for its file system).
 

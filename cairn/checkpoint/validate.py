@@ -16,7 +16,8 @@ import numpy as np
 from cairn.errors import CheckpointFormatError
 from cairn.registry import check_reference_form
 
-__all__ = ["MAX_COUNT", "require_types", "require_counts", "array_map", "check_policy_ids_agree", "check_class_agrees", "stored_class"]
+__all__ = ["MAX_COUNT", "require_types", "require_counts", "array_map", "check_policy_ids_agree",
+           "check_class_agrees", "stored_class"]
 
 #: The largest counter a checkpoint may hold (int64's): iterations, env steps, timesteps.
 MAX_COUNT = (1 << 63) - 1

@@ -82,7 +82,8 @@ class DQNConfig(AlgorithmConfig):
         **BASE_FIELDS,
         # Defaults: rl-baselines3-zoo's CartPole-v1 DQN settings (256 steps, then 128 updates
         # of 64), which reached a greedy return of 500 within 50k steps on 3 of 3 seeds here.
-        "rollout_fragment_length": Field("env_runners", 256, check_fragment_length, "steps per env per round"),
+        "rollout_fragment_length": Field("env_runners", 256, check_fragment_length,
+                                         "steps per env per round"),
         "lr": Field("training", DQNPolicy.DEFAULT_CONFIG["lr"], number(0.0, 10.0, low_open=True),
                      "learning rate"),
         "train_batch_size": Field("training", 1000, positive_int, "env steps per iteration"),

@@ -82,7 +82,8 @@ class DQN(OffPolicyAlgorithm):
     def learner_stats(self, pid: str, history: Sequence[Sequence[float]]) -> dict[str, Any]:
         policy = self._dqn_policy(pid)
         means = np.mean(history, axis=0).tolist()
-        stats: dict[str, Any] = dict(zip(("loss", "q_mean", "target_mean", "td_error_abs_mean"), means, strict=True))
+        names = ("loss", "q_mean", "target_mean", "td_error_abs_mean")
+        stats: dict[str, Any] = dict(zip(names, means, strict=True))
         stats.update(num_grad_updates=float(policy.num_grad_updates), epsilon=policy.epsilon,
                      replay_buffer_size=float(len(self.replay_buffers[pid])),
                      update_backend=self._backends[pid])

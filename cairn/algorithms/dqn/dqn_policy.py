@@ -120,7 +120,8 @@ class DQNPolicy(Policy):
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
         if model_framework(model_cfg) == "keras":  # Keras Dense layers on the torch backend (docs/keras.md)
             return keras_q_network(self.preprocessor.size, int(self.action_space.n), model_cfg,  # type: ignore[attr-defined]
-                                   dueling=bool(self.config["dueling"]), encoder=policy_encoder_description(self))
+                                   dueling=bool(self.config["dueling"]),
+                                   encoder=policy_encoder_description(self))
         return QNetwork(
             self.preprocessor.size, int(self.action_space.n), hidden=list(model_cfg["hidden"]),  # type: ignore[attr-defined]
             activation=model_cfg["activation"], dueling=bool(self.config["dueling"]),

@@ -68,7 +68,8 @@ def build_q_mlp(obs_size: int, num_actions: int, *, hidden: Sequence[int], activ
     q = advantage_head(x)
     if value_head is not None:
         q = ops.subtract(ops.add(value_head(x), q), ops.mean(q, axis=1, keepdims=True))
-    return keras.Model(obs, q, name="cairn_q_network"), QLayers(trunk, advantage_head, value_head, keras_encoder)
+    q_layers = QLayers(trunk, advantage_head, value_head, keras_encoder)
+    return keras.Model(obs, q, name="cairn_q_network"), q_layers
 
 
 class KerasQNetwork(nn.Module):
@@ -89,7 +90,8 @@ class KerasQNetwork(nn.Module):
         variables = list(network.variables)
         self.variable_names = ([v.path.replace("/", "_") for v in variables] if layers is not None
                                else [f"variable_{i}" for i in range(len(variables))])
-        self.variables = nn.ParameterDict({name: v.value for name, v in zip(self.variable_names, variables, strict=True)})
+        self.variables = nn.ParameterDict(
+            {name: v.value for name, v in zip(self.variable_names, variables, strict=True)})
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """QNetwork's initialisation (PyTorch's default Linear init) from the same generator,

@@ -67,7 +67,8 @@ def numpy_update_unsupported(model: Any, optimizer: Any) -> str | None:
     if model.activation not in _ACTIVATION_GRADS:
         return f"activation {model.activation!r} (the numpy update covers {list(NUMPY_UPDATE_ACTIVATIONS)})"
     if type(optimizer) is not torch.optim.Adam:
-        return f"the optimizer is {type(optimizer).__module__}.{type(optimizer).__name__}, not torch.optim.Adam"
+        return (f"the optimizer is {type(optimizer).__module__}.{type(optimizer).__name__}, "
+                "not torch.optim.Adam")
     if len(optimizer.param_groups) != 1:
         return f"the optimizer has {len(optimizer.param_groups)} param groups, not 1"
     group = optimizer.param_groups[0]

@@ -32,7 +32,8 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 SQUASH_EPSILON = 1e-6
 
 
-def squashed_gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, pre_tanh: torch.Tensor) -> torch.Tensor:
+def squashed_gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor,
+                               pre_tanh: torch.Tensor) -> torch.Tensor:
     """``log pi(a|s)`` for ``a = tanh(u)``, per row (summed over action dimensions).
 
     ``log pi(a|s) = log N(u; mean, std) - sum_i log(1 - tanh(u_i)^2 + epsilon)``: eq. 26 with

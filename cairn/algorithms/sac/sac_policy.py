@@ -102,7 +102,8 @@ class SACPolicy(Policy):
         check_target_entropy("target_entropy", merged["target_entropy"])
         alpha = merged["initial_alpha"]
         if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha < float("inf"):
-            raise ConfigError(f"Config 'initial_alpha'={alpha!r} is invalid: expected a number > 0, e.g. 1.0.")
+            raise ConfigError(f"Config 'initial_alpha'={alpha!r} is invalid: "
+                              "expected a number > 0, e.g. 1.0.")
         super()._setup(observation_space, action_space, config, seed=seed, init_weights=init_weights)
         squashed = SquashedGaussian(action_space)
         self.dist = squashed
@@ -111,7 +112,8 @@ class SACPolicy(Policy):
     @builds_config_mlp
     def make_model(self) -> torch.nn.Module:
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
-        if model_framework(model_cfg) == "keras":  # Keras actor and critics on the torch backend (docs/keras.md)
+        # Keras actor and critics on the torch backend (docs/keras.md)
+        if model_framework(model_cfg) == "keras":
             return keras_sac_model(
                 self.preprocessor.size, int(np.prod(self.action_space.shape)), model_cfg,  # type: ignore[arg-type]
                 initial_alpha=float(self.config["initial_alpha"]), log_std_bounds=(LOG_STD_MIN, LOG_STD_MAX),

@@ -98,7 +98,8 @@ class ObjectStoreDir:
 
     def read_file(self, relative: str, what: str, *, expected_size: int | None, limit: int) -> memoryview:
         """Read ``relative`` whole, checking its size against ``expected_size`` (when given)
-        and ``limit`` (as :meth:`CheckpointDir.read_file <cairn.checkpoint.dirhandle.CheckpointDir.read_file>`)."""
+        and ``limit`` (as :meth:`CheckpointDir.read_file
+        <cairn.checkpoint.dirhandle.CheckpointDir.read_file>`)."""
         cached = self._cache.pop(self._key(relative), None)
         if cached is not None:
             if expected_size is not None and len(cached) != expected_size:

@@ -274,7 +274,8 @@ class ObjectStorage(Storage):
             self.fs.invalidate_cache(path)
             info = self.fs.info(path)
         if info.get("type") != "file" or not isinstance(info.get("size"), int):
-            raise CheckpointNotFoundError(f"{self.url_of(relative)} does not exist (it is a prefix, not an object).")
+            raise CheckpointNotFoundError(f"{self.url_of(relative)} does not exist "
+                                          "(it is a prefix, not an object).")
         return int(info["size"])
 
     def read_many(self, names: Sequence[tuple[str, int | None]], *, limit: int) -> list[memoryview]:
