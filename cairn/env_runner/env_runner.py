@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cairn.env_runner.env_state import get_env_state, set_env_state
-from cairn.env_runner.episode import EpisodeTotals
+from cairn.env_runner.episode import EpisodeBook, EpisodeTotals
 from cairn.env_runner.make_env import close_env, is_multi_agent_env, make_env
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, stream_ids
 from cairn.env_runner.trajectories import AgentTrajectories
@@ -62,16 +62,19 @@ class EnvRunner:
         self.envs = [first_env] if first_env is not None else []
         self.envs += [make_env(config) for _ in range(self.num_envs - len(self.envs))]
         self.multi_agent = is_multi_agent_env(self.envs[0])
-        self._completed: list[dict[str, Any]] = []
-        self._episodes = [EpisodeTotals() for _ in range(self.num_envs)]
+        self._episodes = EpisodeBook(self.num_envs)
         self.num_env_steps_sampled = 0
-        self.num_episodes = 0
         self._agent_pids: list[dict[Any, str]] = [{} for _ in range(self.num_envs)]
         self._obs: np.ndarray | None = None  # single-agent: processed obs [E, d]
         self._ma_obs: list[dict[Any, np.ndarray]] = [{} for _ in range(self.num_envs)]
         self._needs_reset = True
         if not self.multi_agent:
             self._single_pid = self._mapped_policy(DEFAULT_AGENT_ID)
+
+    @property
+    def num_episodes(self) -> int:
+        """Episodes this runner has completed (a counter of its state)."""
+        return self._episodes.num_episodes
 
     # ------------------------------------------------------------------------------- helpers
     def _draw_seed(self) -> int | None:
@@ -105,7 +108,7 @@ class EnvRunner:
             raws = [env.reset(seed=self._draw_seed())[0] for env in self.envs]
             policy = self.policies[self._single_pid]
             self._obs = policy.process_observations(raws, update=update_filter)
-        self._episodes = [EpisodeTotals() for _ in range(self.num_envs)]
+        self._episodes.restart_all()
         self._needs_reset = False
 
     def _reset_ma_env(self, i: int) -> dict[Any, Any]:
@@ -128,16 +131,11 @@ class EnvRunner:
         return processed
 
     def _finish_episode(self, i: int) -> None:
-        ep = self._episodes[i]
-        policy_returns: dict[str, list[float]] = defaultdict(list)
-        for agent, ret in ep.agent_returns.items():
-            pid = self._agent_pids[i].get(agent, str(agent)) if self.multi_agent else self._single_pid
-            policy_returns[pid].append(ret)
-        self._completed.append(
-            {"return": ep.ret, "length": ep.length, "policy_returns": dict(policy_returns)}
-        )
-        self.num_episodes += 1
-        self._episodes[i] = EpisodeTotals()
+        if self.multi_agent:
+            pids = self._agent_pids[i]
+            self._episodes.finish(i, lambda agent: pids.get(agent, str(agent)))
+        else:
+            self._episodes.finish(i, lambda _agent: self._single_pid)
 
     # -------------------------------------------------------------------------------- sample
     def sample(self, num_steps: int | None = None, *, explore: bool = True) -> dict[str, SampleBatch]:
@@ -154,21 +152,20 @@ class EnvRunner:
     def run_episodes(self, num_episodes: int, *, explore: bool = False) -> list[dict[str, Any]]:
         """Play ``num_episodes`` fresh episodes without recording or updating filters
         (used for evaluation) and return their metrics."""
-        self._completed = []
+        self._episodes.take()
         self._reset_all(update_filter=False)
         sample = self._sample_multi_agent if self.multi_agent else self._sample_single_agent
-        while len(self._completed) < num_episodes:
+        while len(self._episodes.completed) < num_episodes:
             sample(64, explore=explore, record=False, update_filter=False)
         self._needs_reset = True
-        done, self._completed = self._completed[:num_episodes], []
-        return done
+        return self._episodes.take(num_episodes)
 
     def _sample_single_agent(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool
     ) -> dict[str, SampleBatch]:
         policy = self.policies[self._single_pid]
         dist = policy.dist
-        n_envs, envs, episodes = self.num_envs, self.envs, self._episodes
+        n_envs, envs, episodes = self.num_envs, self.envs, self._episodes.current
         obs = self._obs
         assert obs is not None
         if record:
@@ -247,7 +244,7 @@ class EnvRunner:
                 if not actions[i]:
                     continue
                 obs_d, rew_d, term_d, trunc_d, _ = env.step(actions[i])
-                ep = self._episodes[i]
+                ep = self._episodes.current[i]
                 ep.length += 1
                 for agent in actions[i]:
                     r = float(rew_d.get(agent, 0.0))
@@ -284,14 +281,16 @@ class EnvRunner:
                 self._ma_obs[i][tag] = processed_row
         if not record:
             return {}
-        return trajs.batches(lambda key: self._agent_pids[key[0]].get(key[1]) or self.config.map_agent(key[1]),
-                             self.worker_index)
+
+        def policy_of(key: tuple[int, Any]) -> str:
+            return self._agent_pids[key[0]].get(key[1]) or self.config.map_agent(key[1])
+
+        return trajs.batches(policy_of, self.worker_index)
 
     # ------------------------------------------------------------------------------- metrics
     def get_metrics(self) -> list[dict[str, Any]]:
         """Return and forget the episodes completed since the last call."""
-        done, self._completed = self._completed, []
-        return done
+        return self._episodes.take()
 
     # --------------------------------------------------------------------------------- state
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
@@ -314,7 +313,7 @@ class EnvRunner:
             "needs_reset": self._needs_reset,
             "envs": [get_env_state(env) for env in self.envs],
             "current_obs": current,
-            "episodes": [ep.to_state() for ep in self._episodes],
+            "episodes": [ep.to_state() for ep in self._episodes.current],
             "counters": {
                 "num_env_steps_sampled": self.num_env_steps_sampled,
                 "num_episodes": self.num_episodes,
@@ -327,7 +326,7 @@ class EnvRunner:
         self._rng = make_rng(state["rng"])
         counters = state["counters"]
         self.num_env_steps_sampled = int(counters["num_env_steps_sampled"])
-        self.num_episodes = int(counters["num_episodes"])
+        self._episodes.num_episodes = int(counters["num_episodes"])
         env_states = state.get("envs") or []
         exact = (
             not state.get("needs_reset", True)
@@ -351,14 +350,15 @@ class EnvRunner:
                     self._needs_reset = True
                     return
                 self._agent_pids[i] = saved
-                self._ma_obs[i] = {ids.get(k, k): np.asarray(v, dtype=np.float32) for k, v in entry["obs"].items()}
-            self._episodes = [
+                self._ma_obs[i] = {ids.get(k, k): np.asarray(v, dtype=np.float32)
+                                   for k, v in entry["obs"].items()}
+            self._episodes.current = [
                 EpisodeTotals.from_state(s, {str(a): a for a in self.envs[i].possible_agents})
                 for i, s in enumerate(state["episodes"])
             ]
         else:
             self._obs = np.asarray(state["current_obs"], dtype=np.float32).copy()
-            self._episodes = [EpisodeTotals.from_state(s, {}) for s in state["episodes"]]
+            self._episodes.current = [EpisodeTotals.from_state(s, {}) for s in state["episodes"]]
         self._needs_reset = False
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:
