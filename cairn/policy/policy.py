@@ -13,6 +13,7 @@ import torch
 
 from cairn.errors import ConfigError
 from cairn.policy import checkpointing
+from cairn.policy.acting import action_inputs, raw_actions, single_action
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
 from cairn.policy.keras_model import actor_critic_network
@@ -49,9 +50,10 @@ class Policy:
     Args:
         observation_space: Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple.
         action_space: Discrete, MultiDiscrete or Box.
-        config: Policy settings merged over :attr:`DEFAULT_CONFIG`: ``model`` (``hidden``, ``activation``,
-            ``vf_share_layers``, ``log_std_init``; ``conv_*`` for images: docs/models.md), ``lr``, and
-            ``observation_filter`` (``"NoFilter"`` or ``"MeanStdFilter"``).
+        config: Policy settings merged over :attr:`DEFAULT_CONFIG`: ``model`` (``hidden``,
+            ``activation``, ``vf_share_layers``, ``log_std_init``; ``conv_*`` for images:
+            docs/models.md), ``lr``, and ``observation_filter`` (``"NoFilter"`` or
+            ``"MeanStdFilter"``).
         seed: Seeds weight initialisation and action sampling. None: nondeterministic.
 
     >>> import gymnasium as gym
@@ -133,7 +135,8 @@ class Policy:
     def make_model(self) -> torch.nn.Module:
         """Build the network (override in subclasses for other architectures)."""
         model_cfg = deep_merge(DEFAULT_MODEL_CONFIG, self.config["model"])
-        return actor_critic_network(model_cfg)(  # ActorCriticMLP, or its Keras twin (docs/keras.md)
+        # ActorCriticMLP, or its Keras twin (docs/keras.md)
+        return actor_critic_network(model_cfg)(
             self.preprocessor.size,
             self.dist.num_inputs,
             hidden=list(model_cfg["hidden"]),
@@ -156,7 +159,8 @@ class Policy:
         The fused implementation updates each parameter in one kernel: for small networks the
         per-operator overhead of the default implementation dominates the update.
         """
-        return torch.optim.Adam(self.model.parameters(), lr=float(self.config["lr"]), eps=1e-5, fused=True)
+        lr = float(self.config["lr"])
+        return torch.optim.Adam(self.model.parameters(), lr=lr, eps=1e-5, fused=True)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -196,7 +200,8 @@ class Policy:
         return policy_class(spec.observation_space, spec.action_space, spec.config, seed=seed)
 
     # ------------------------------------------------------------------------------------- act
-    def process_observations(self, obs_batch: Sequence[Any] | np.ndarray, *, update: bool) -> np.ndarray:
+    def process_observations(self, obs_batch: Sequence[Any] | np.ndarray, *,
+                             update: bool) -> np.ndarray:
         """Raw observations -> the float32 network inputs (flattened, one-hot, filtered).
 
         ``update=True`` also feeds them to the observation filter's running statistics.
@@ -208,20 +213,15 @@ class Policy:
 
     def compute_action_inputs(self, processed_obs: np.ndarray) -> np.ndarray:
         """The action distribution's inputs (logits, or mean and log-std) for processed obs."""
-        fast = getattr(self.model, "numpy_action_inputs", None)
-        if fast is not None:
-            return fast(processed_obs)  # type: ignore[no-any-return]
-        with torch.inference_mode():
-            return self.model.action_inputs(torch.from_numpy(processed_obs)).numpy()  # type: ignore[no-any-return]
+        return action_inputs(self.model, processed_obs)
 
     def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
         """Processed observations -> raw actions (category indices / unclipped samples)."""
         inputs = self.compute_action_inputs(processed_obs)
-        if explore:
-            return self.dist.sample_numpy(inputs, self.np_random)
-        return self.dist.deterministic_numpy(inputs)
+        return raw_actions(self.dist, inputs, self.np_random, explore=explore)
 
-    def compute_actions(self, obs_batch: Sequence[Any] | np.ndarray, *, explore: bool = True) -> np.ndarray:
+    def compute_actions(self, obs_batch: Sequence[Any] | np.ndarray, *,
+                        explore: bool = True) -> np.ndarray:
         """Actions for a batch of raw observations, ready for the environment.
 
         Returns an array whose first dimension is the batch; each entry lies in the action space
@@ -238,10 +238,7 @@ class Policy:
         Raises :class:`~cairn.errors.ObservationSpaceError` when ``obs`` does not fit the
         observation space.
         """
-        action = self.compute_actions([obs], explore=explore)[0]
-        if isinstance(self.action_space, gym.spaces.Discrete):
-            return int(action)
-        return action
+        return single_action(self.action_space, self.compute_actions([obs], explore=explore)[0])
 
     # --------------------------------------------------------------------------------- weights
     def get_weights(self) -> dict[str, np.ndarray]:
@@ -262,7 +259,8 @@ class Policy:
         """
         lr = float(self.config["lr"])
         optimizer = self._optimizers.state_tree(self.make_optimizer, lr=lr, copy=copy)
-        return policy_state_tree(self, weights=weights_to_numpy(self.model, copy=copy), optimizer=optimizer)
+        weights = weights_to_numpy(self.model, copy=copy)
+        return policy_state_tree(self, weights=weights, optimizer=optimizer)
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`get_state` into this policy (same spaces and model)."""
@@ -310,7 +308,8 @@ class Policy:
 
     # ------------------------------------------------------------------------------ checkpoint
     def export_checkpoint(
-        self, export_dir: str | os.PathLike[str], *, export_native_model_files: bool = False, storage_options: StorageOptions = None
+        self, export_dir: str | os.PathLike[str], *, export_native_model_files: bool = False,
+        storage_options: StorageOptions = None,
     ) -> None:
         """Write this policy alone as a Policy checkpoint directory (atomically), or under a URL
         (``s3://...``, ``memory://...``; ``storage_options`` for its file system, docs/storage.md).
@@ -319,7 +318,9 @@ class Policy:
         program, and ONNX when the ``onnx`` extra is installed), as Algorithm checkpoints do with
         ``config.checkpointing(export_native_model_files=True)``.
         """
-        checkpointing.write_policy_checkpoint_dir(self, export_dir, export_native_model_files=export_native_model_files, storage_options=storage_options)
+        checkpointing.write_policy_checkpoint_dir(
+            self, export_dir, export_native_model_files=export_native_model_files,
+            storage_options=storage_options)
 
     def export_graph(self) -> ExportGraph:
         """The export hook: this policy's observation-to-output path as one torch module.
@@ -358,7 +359,8 @@ class Policy:
 
     @classmethod
     def from_checkpoint(
-        cls, checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None, storage_options: StorageOptions = None
+        cls, checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None,
+        storage_options: StorageOptions = None,
     ) -> Policy | dict[str, Policy]:
         """Load the policy of a Policy checkpoint, or the policies of an Algorithm checkpoint, from
         a directory or a URL (``s3://``, ``memory://``; ``storage_options`` for its file system).
@@ -373,19 +375,25 @@ class Policy:
         (:func:`cairn.policy.state_check.check_policy_state`) before a policy is built from it.
         The class stored in the checkpoint is built (it must subclass :class:`Policy`).
         """
-        if policy_ids is None and checkpointing.is_policy_checkpoint(checkpoint, storage_options=storage_options):
+        if policy_ids is None and checkpointing.is_policy_checkpoint(
+            checkpoint, storage_options=storage_options
+        ):
             return cls.from_policy_checkpoint(checkpoint, storage_options=storage_options)
         return checkpointing.policies_from_checkpoint(
             checkpoint, policy_ids=policy_ids, base=Policy, storage_options=storage_options)
 
     @classmethod
-    def from_policy_checkpoint(cls, checkpoint: CheckpointLike, *, storage_options: StorageOptions = None) -> Policy:
-        """Load a Policy checkpoint (written by :meth:`export_checkpoint`; a directory or a URL); an
-        Algorithm checkpoint is refused with ``CheckpointFormatError`` (use :meth:`from_checkpoint`)."""
-        return checkpointing.policy_from_policy_checkpoint(checkpoint, base=Policy, storage_options=storage_options)
+    def from_policy_checkpoint(cls, checkpoint: CheckpointLike, *,
+                               storage_options: StorageOptions = None) -> Policy:
+        """Load a Policy checkpoint (written by :meth:`export_checkpoint`; a directory or a URL);
+        an Algorithm checkpoint is refused with ``CheckpointFormatError`` (use
+        :meth:`from_checkpoint`)."""
+        return checkpointing.policy_from_policy_checkpoint(
+            checkpoint, base=Policy, storage_options=storage_options)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(observation_space={self.observation_space}, action_space={self.action_space})"
+        return (f"{type(self).__name__}(observation_space={self.observation_space}, "
+                f"action_space={self.action_space})")
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         """The network's parameters (for optimizers and gradient clipping)."""

@@ -1,0 +1,48 @@
+"""A policy's acting path: processed observations -> the action distribution's inputs -> raw
+actions -> the action one environment takes.
+
+:class:`~cairn.policy.policy.Policy`'s acting methods (the ones subclasses override) call these
+functions, which hold what does not depend on the policy class: the network's numpy fast path
+or torch under ``inference_mode``, sampling or the deterministic action, and a Discrete action
+as a Python int.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from cairn.policy.distributions import ActionDistribution
+
+__all__ = ["action_inputs", "raw_actions", "single_action"]
+
+
+def action_inputs(model: Any, processed_obs: np.ndarray) -> np.ndarray:
+    """The distribution inputs (logits, or mean and log-std) ``model`` gives for processed
+    observations: through its ``numpy_action_inputs`` where it has one, else through
+    ``model.action_inputs`` under ``torch.inference_mode()``."""
+    fast = getattr(model, "numpy_action_inputs", None)
+    if fast is not None:
+        return fast(processed_obs)  # type: ignore[no-any-return]
+    with torch.inference_mode():
+        return model.action_inputs(torch.from_numpy(processed_obs)).numpy()  # type: ignore[no-any-return]
+
+
+def raw_actions(
+    dist: ActionDistribution, inputs: np.ndarray, rng: np.random.Generator, *, explore: bool
+) -> np.ndarray:
+    """Raw actions (category indices / unclipped samples) from distribution inputs: sampled
+    with ``rng`` when ``explore``, else the deterministic ones."""
+    if explore:
+        return dist.sample_numpy(inputs, rng)
+    return dist.deterministic_numpy(inputs)
+
+
+def single_action(action_space: gym.Space[Any], action: Any) -> Any:
+    """One environment's action as it takes it: an int for Discrete spaces."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return int(action)
+    return action
