@@ -37,9 +37,11 @@ def test_stop_timesteps(tmp_path, capsys):
 
 
 def test_bad_arguments_exit_2(capsys):
-    proc = subprocess.run([sys.executable, "-m", "cairn", "frobnicate"], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "cairn", "frobnicate"],
+                          capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "usage" in proc.stderr, proc.stderr  # the real process's status
-    for args in (["train", "--env", "CartPole-v1"], ["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "x"],
+    for args in (["train", "--env", "CartPole-v1"],
+                 ["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "x"],
                  ["train", "--algo", "Nope", "--env", "CartPole-v1"]):
         try:
             code = main(args)
@@ -173,7 +175,8 @@ def test_second_ctrl_c_during_the_save_leaves_the_old_checkpoint(tmp_path, capsy
     from cairn.algorithms.algorithm import Algorithm
 
     out = tmp_path / "run"
-    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "1", *SMALL, "--out", str(out)]) == 0
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "1", *SMALL,
+                 "--out", str(out)]) == 0
     first = out / "checkpoints" / "checkpoint_000001"
     before = (first / "cairn_checkpoint.json").read_bytes()
     capsys.readouterr()

@@ -7,7 +7,8 @@ from tests.helpers import small_ma_ppo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", ["torch", "keras"])  # keras: the same MLP as Keras layers (docs/keras.md)
+# keras: the same MLP as Keras layers (docs/keras.md)
+@pytest.mark.parametrize("framework", ["torch", "keras"])
 def test_ppo_solves_cartpole_within_100k_steps(framework):
     algo = cairn.PPOConfig().environment("CartPole-v1").framework(framework).debugging(seed=0).build()
     best = 0.0

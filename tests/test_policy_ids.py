@@ -6,7 +6,8 @@ from cairn.policy_ids import check_policy_ids, normalize_policy_ids
 from tests.helpers import small_ma_ppo
 
 
-@pytest.mark.parametrize("pid", ["default_policy", "p0", "attacker-v2", "a.b", "A_1", "x" * 64, "CONSOLE", "COM0"])
+@pytest.mark.parametrize(
+    "pid", ["default_policy", "p0", "attacker-v2", "a.b", "A_1", "x" * 64, "CONSOLE", "COM0"])
 def test_valid_ids(pid):
     assert cairn.validate_policy_id(pid)
     assert cairn.validate_policy_id(pid, error=True)

@@ -80,9 +80,11 @@ def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "policy_export": Scenario("policy_export", "policy", policy.export_checkpoint, root / "old_policy"),
         "expected": {
             "algo": {fingerprint(root / "old_algo", "algo"), fingerprint(root / "new_algo", "algo")},
-            "policy": {fingerprint(root / "old_policy", "policy"), fingerprint(root / "new_policy", "policy")},
+            "policy": {fingerprint(root / "old_policy", "policy"),
+                       fingerprint(root / "new_policy", "policy")},
         },
-        "new": {"algo": fingerprint(root / "new_algo", "algo"), "policy": fingerprint(root / "new_policy", "policy")},
+        "new": {"algo": fingerprint(root / "new_algo", "algo"),
+                "policy": fingerprint(root / "new_policy", "policy")},
     }
     yield out
     algo.stop()

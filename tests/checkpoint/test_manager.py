@@ -117,7 +117,8 @@ def test_a_new_manager_removes_what_crashed_saves_left(algo, tmp_path):
     manager = cairn.CheckpointManager(tmp_path)
     _save_at(manager, algo, 1)
     dead = 2 ** 22 + 12345  # above the default pid_max: no such process
-    stale = [f".checkpoint_000002.cairn-tmp-{dead}-abcd1234", f".checkpoint_000001.record.json.cairn-tmp-{dead}-00"]
+    stale = [f".checkpoint_000002.cairn-tmp-{dead}-abcd1234",
+             f".checkpoint_000001.record.json.cairn-tmp-{dead}-00"]
     (tmp_path / stale[0]).mkdir()
     (tmp_path / stale[0] / "algorithm_state.json").write_text("{}")
     (tmp_path / stale[1]).write_text("{}")

@@ -22,11 +22,14 @@ print(weights_digest(algo), algo.counters["num_env_steps_sampled_lifetime"])
 
 @pytest.mark.parametrize(
     "factory",
-    ["small_ppo()", "small_ppo().env_runners(num_envs_per_env_runner=3, observation_filter='MeanStdFilter')",
-     "small_ma_ppo(2)", "small_ma_ppo(3).env_runners(num_envs_per_env_runner=2, observation_filter='MeanStdFilter')",
+    ["small_ppo()",
+     "small_ppo().env_runners(num_envs_per_env_runner=3, observation_filter='MeanStdFilter')",
+     "small_ma_ppo(2)",
+     "small_ma_ppo(3).env_runners(num_envs_per_env_runner=2, observation_filter='MeanStdFilter')",
      # Box actions with both normalisers (observation filter in the policy, rewards in `extra`).
      "cairn.PPOConfig().environment('Pendulum-v1').env_runners(num_envs_per_env_runner=2, observation_filter="
-     "'MeanStdFilter').training(train_batch_size=128, minibatch_size=64, num_epochs=2, normalize_rewards=True)"
+     "'MeanStdFilter').training(train_batch_size=128, minibatch_size=64, num_epochs=2, "
+     "normalize_rewards=True)"
      ".debugging(seed=0)"],
 )
 def test_resume_in_new_process_is_bit_identical(tmp_path, factory):

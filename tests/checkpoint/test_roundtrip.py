@@ -104,7 +104,8 @@ def test_policy_checkpoint_alone(ppo_algo, tmp_path):
     assert _weights_equal(loaded, policy)
     assert loaded.num_grad_updates == policy.num_grad_updates
     obs = np.random.default_rng(0).uniform(-0.1, 0.1, (20, 4)).astype(np.float32)
-    assert np.array_equal(loaded.compute_actions(obs, explore=False), policy.compute_actions(obs, explore=False))
+    assert np.array_equal(loaded.compute_actions(obs, explore=False),
+                          policy.compute_actions(obs, explore=False))
     from_state = cairn.Policy.from_state(policy.get_state())
     assert _weights_equal(from_state, policy)
 

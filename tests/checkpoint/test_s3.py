@@ -44,7 +44,8 @@ def test_save_restore_and_info_through_the_aws_environment(ma_algo, aws_env):
     url = aws_env.url("runs/ckpt")
     assert ma_algo.save(url) == url
     keys = aws_env.keys("runs/ckpt/")
-    assert "runs/ckpt/cairn_checkpoint.json" in keys and "runs/ckpt/policies/p3/policy_state.safetensors" in keys
+    assert ("runs/ckpt/cairn_checkpoint.json" in keys
+            and "runs/ckpt/policies/p3/policy_state.safetensors" in keys)
     info = cairn.get_checkpoint_info(url)
     assert info["type"] == "Algorithm" and info["policy_ids"] == ["p0", "p1", "p2", "p3"]
     assert info["checkpoint_dir"] == url
@@ -83,7 +84,8 @@ def test_subset_restore_reads_only_the_objects_of_the_policies_asked_for(ma_algo
     restored = cairn.Algorithm.from_checkpoint(url, policy_ids=["p1"], storage_options=s3.storage_options,
                                                policy_mapping_fn=lambda aid, **kw: "p1")
     restored.stop()
-    read = {path.split("/subset/c/", 1)[1] for method, path in s3.server.requests("GET") if "/subset/c/" in path}
+    read = {path.split("/subset/c/", 1)[1]
+            for method, path in s3.server.requests("GET") if "/subset/c/" in path}
     assert read == {"cairn_checkpoint.json", "algorithm_state.json", "algorithm_state.safetensors",
                     "policies/p1/cairn_checkpoint.json", "policies/p1/policy_state.json",
                     "policies/p1/policy_state.safetensors"}

@@ -65,7 +65,8 @@ def _killed_save(url: str, options: dict, kill_at: int, method: str = "_put_file
     ``kill_at``-th ``method`` (s3fs's upload coroutine, or ``_cp_file``, its server-side copy)
     has completed."""
     script = _CHILD.format(root=str(ROOT), url=url, options=options, kill_at=kill_at, method=method)
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == -9, done.stdout + done.stderr  # SIGKILL, at the chosen upload
 
 

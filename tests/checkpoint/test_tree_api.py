@@ -136,7 +136,9 @@ def test_a_subclass_builds_only_its_own_kind(tmp_path: Path) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:This DQN state has no replay buffer")
-def test_restore_refuses_another_algorithms_checkpoint_and_changes_nothing(ppo_algo: Any, tmp_path: Path) -> None:
+def test_restore_refuses_another_algorithms_checkpoint_and_changes_nothing(
+    ppo_algo: Any, tmp_path: Path
+) -> None:
     """Issue 25, item 8: ``algo.restore(dqn_checkpoint)`` on a PPO said "stored state does not
     fit ... missing ['action_head.bias', ...]"; it names the class mismatch and the fix, as
     from_checkpoint does, before touching the algorithm."""

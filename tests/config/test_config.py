@@ -90,7 +90,8 @@ def test_validate_catches_new_user_mistakes():
     with pytest.raises(ConfigError, match="Unknown environment 'CartPole-v9'.*Did you mean 'CartPole-v1'"):
         cairn.PPOConfig().environment("CartPole-v9").validate()
     with pytest.raises(ConfigError, match="minibatch_size"):
-        cairn.PPOConfig().environment("CartPole-v1").training(train_batch_size=64, minibatch_size=128).validate()
+        (cairn.PPOConfig().environment("CartPole-v1")
+         .training(train_batch_size=64, minibatch_size=128).validate())
     with pytest.raises(ConfigError, match="No environment"):
         cairn.PPOConfig().validate()
     with pytest.raises(ConfigError, match="no policy_mapping_fn"):
@@ -101,7 +102,8 @@ def test_validate_catches_new_user_mistakes():
 
 def test_build_catches_mapping_and_space_mistakes():
     with pytest.raises(ConfigError, match="maps agent 'agent_1' to 'nope'"):
-        small_ma_ppo(2).multi_agent(policy_mapping_fn=lambda aid, **kw: "p0" if aid == "agent_0" else "nope").build()
+        small_ma_ppo(2).multi_agent(
+            policy_mapping_fn=lambda aid, **kw: "p0" if aid == "agent_0" else "nope").build()
     import gymnasium as gym
 
     spec = cairn.PolicySpec(observation_space=gym.spaces.Box(-1, 1, (3,)))

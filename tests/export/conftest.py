@@ -191,7 +191,9 @@ def dqn_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, 
 
 
 @pytest.fixture(scope="session")
-def multi_agent_dqn_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, cairn.Policy], Path]:
+def multi_agent_dqn_checkpoint(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[dict[str, cairn.Policy], Path]:
     """A DQN checkpoint of MultiAgentCartPole(2): p0 dueling, p1 plain, model files on."""
     config = (
         cairn.DQNConfig()

@@ -144,7 +144,8 @@ def test_export_policy_checkpoint_needs_no_policy_id(tmp_path: Path, helpers: An
 def test_opset_with_torch_format_is_a_usage_error(tmp_path):
     from cairn.cli import main
 
-    assert main(["export", str(tmp_path), "--format", "torch", "--opset", "18", "--out", str(tmp_path / "o")]) == 2
+    assert main(["export", str(tmp_path), "--format", "torch", "--opset", "18",
+                 "--out", str(tmp_path / "o")]) == 2
 
 
 def test_policy_export_checkpoint_can_include_native_files(tmp_path):

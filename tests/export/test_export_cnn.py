@@ -32,18 +32,20 @@ def _sharpen(policy: cairn.Policy) -> None:
 
 
 def test_nature_cnn_policy_exports_with_parity(tmp_path: Path, helpers: Any) -> None:
-    policy = cairn.Policy(FRAMES, gym.spaces.Discrete(4), {"model": {"vf_share_layers": True, "hidden": []}}, seed=0)
+    policy = cairn.Policy(FRAMES, gym.spaces.Discrete(4), {"model": {"vf_share_layers": True, "hidden": []}},
+                          seed=0)
     _sharpen(policy)
     policy.export_checkpoint(tmp_path / "ckpt", export_native_model_files=True)
     model_dir = tmp_path / "ckpt" / "model"
     signature = json.loads((model_dir / "signature.json").read_text())
-    assert signature["inputs"][0]["shape"] == ["batch", 4, 36, 36] and signature["inputs"][0]["dtype"] == "float32"
+    assert (signature["inputs"][0]["shape"] == ["batch", 4, 36, 36]
+            and signature["inputs"][0]["dtype"] == "float32")
     helpers.check_model_dir(policy, model_dir)
 
 
 def test_dict_policy_with_a_filter_exports_with_parity(tmp_path: Path, helpers: Any) -> None:
-    policy = cairn.Policy(DICT, gym.spaces.Box(-1.0, 1.0, (2,)), {"model": SMALL, "observation_filter": "MeanStdFilter"},
-                          seed=0)
+    policy = cairn.Policy(DICT, gym.spaces.Box(-1.0, 1.0, (2,)),
+                          {"model": SMALL, "observation_filter": "MeanStdFilter"}, seed=0)
     policy.process_observations(helpers.sample(DICT, 200, seed=1), update=True)
     policy.export_model(tmp_path / "onnx", onnx=18, extra_outputs=["value"])
     signature = json.loads((tmp_path / "onnx" / "signature.json").read_text())
@@ -52,6 +54,7 @@ def test_dict_policy_with_a_filter_exports_with_parity(tmp_path: Path, helpers: 
 
 
 def test_dqn_cnn_policy_exports_with_parity(tmp_path: Path, helpers: Any) -> None:
-    policy = DQNPolicy(gym.spaces.Box(0, 255, (16, 16, 1), np.uint8), gym.spaces.Discrete(3), {"model": SMALL}, seed=0)
+    policy = DQNPolicy(gym.spaces.Box(0, 255, (16, 16, 1), np.uint8), gym.spaces.Discrete(3),
+                       {"model": SMALL}, seed=0)
     policy.export_model(tmp_path / "program")
     helpers.check_model_dir(policy, tmp_path / "program")

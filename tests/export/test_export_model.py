@@ -36,7 +36,8 @@ def test_value_is_an_optional_output(onnx: int | None, tmp_path: Path, helpers: 
 
 def test_unknown_extra_output_is_refused(tmp_path: Path, helpers: Any) -> None:
     policy = helpers.make_policy(BOX_OBS, gym.spaces.Discrete(3), filtered=False)
-    with pytest.raises(ExportError, match=r"\['q_values'\] are not optional outputs.*optional outputs are \['value'\]"):
+    with pytest.raises(ExportError,
+                       match=r"\['q_values'\] are not optional outputs.*optional outputs are \['value'\]"):
         export_model(policy, tmp_path / "out", extra_outputs=["q_values"])
     assert not (tmp_path / "out").exists()
     dqn = helpers.make_dqn_policy(BOX_OBS, gym.spaces.Discrete(3), filtered=False, dueling=False)
@@ -141,7 +142,9 @@ def test_unsupported_opsets_are_refused(opset: Any, tmp_path: Path, helpers: Any
     assert not any(tmp_path.iterdir())
 
 
-def test_missing_onnx_packages_are_named(tmp_path: Path, helpers: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_onnx_packages_are_named(
+    tmp_path: Path, helpers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(onnx_model_module, "ONNX_PACKAGES", ("onnx", "no_such_package_for_cairn"))
     policy = helpers.make_policy(BOX_OBS, gym.spaces.Discrete(2), filtered=False)
     with pytest.raises(ExportError, match=r"no_such_package_for_cairn.*pip install 'cairn-rl\[onnx\]'"):

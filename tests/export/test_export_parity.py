@@ -47,7 +47,9 @@ def _hash(path: Path) -> str:
 
 @pytest.mark.parametrize("filtered", [False, True], ids=["nofilter", "meanstd"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_policy_checkpoint_models_match_policy(case: str, filtered: bool, tmp_path: Path, helpers: Any) -> None:
+def test_policy_checkpoint_models_match_policy(
+    case: str, filtered: bool, tmp_path: Path, helpers: Any
+) -> None:
     policy = helpers.make_policy(*CASES[case], filtered=filtered)
     checkpoint = Path(policy_checkpoint(policy, tmp_path / "ckpt", export_native=True))
 

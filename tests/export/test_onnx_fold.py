@@ -108,7 +108,8 @@ def test_discrete_policy_graph_is_the_bare_mlp_plus_clip_and_argmax(tmp_path: Pa
     cartpole = gym.spaces.Box(np.array([-4.8, -np.inf, -0.42, -np.inf], np.float32),
                               np.array([4.8, np.inf, 0.42, np.inf], np.float32))
     mlp = ["Gemm", "Tanh", "Gemm", "Tanh", "Gemm"]
-    for filtered, expected in ((True, ["BatchNormalization", "Clip", *mlp, "ArgMax"]), (False, [*mlp, "ArgMax"])):
+    for filtered, expected in ((True, ["BatchNormalization", "Clip", *mlp, "ArgMax"]),
+                               (False, [*mlp, "ArgMax"])):
         policy = helpers.make_policy(cartpole, gym.spaces.Discrete(2), filtered=filtered)
         export_model(policy, tmp_path / str(filtered), onnx=18)
         assert _ops(tmp_path / str(filtered) / "model.onnx") == expected

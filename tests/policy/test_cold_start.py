@@ -26,7 +26,8 @@ print(json.dumps({{"action": int(action), "loaded": [m for m in {heavy!r} if m i
 
 
 def test_restore_and_act_in_a_fresh_process_loads_no_heavy_module(tmp_path):
-    algo = cairn.PPOConfig().environment("CartPole-v1").training(train_batch_size=128, minibatch_size=64).build()
+    algo = (cairn.PPOConfig().environment("CartPole-v1")
+            .training(train_batch_size=128, minibatch_size=64).build())
     algo.train()
     policy_dir = f"{algo.save(tmp_path / 'c')}/policies/default_policy"
     out = subprocess.run(
@@ -39,7 +40,8 @@ def test_restore_and_act_in_a_fresh_process_loads_no_heavy_module(tmp_path):
 
 
 def test_optimizer_built_on_first_use_holds_the_restored_state(tmp_path):
-    algo = cairn.PPOConfig().environment("CartPole-v1").training(train_batch_size=128, minibatch_size=64).build()
+    algo = (cairn.PPOConfig().environment("CartPole-v1")
+            .training(train_batch_size=128, minibatch_size=64).build())
     algo.train()
     original = algo.get_policy()
     restored = cairn.Policy.from_checkpoint(f"{algo.save(tmp_path / 'c')}/policies/default_policy")

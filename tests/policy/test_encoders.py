@@ -71,7 +71,8 @@ def test_scaling_only_for_0_255_pixels_and_not_under_a_normalising_filter():
     assert encoder_description(STACK, SMALL, scale_images=False)["parts"][0]["scale"] == 1.0
     unit = gym.spaces.Box(0.0, 1.0, (3, 16, 16), np.float32)
     assert encoder_description(unit, SMALL)["parts"][0]["scale"] == 1.0
-    policy = cairn.Policy(STACK, gym.spaces.Discrete(2), {"model": SMALL, "observation_filter": "MeanStdFilter"})
+    policy = cairn.Policy(STACK, gym.spaces.Discrete(2),
+                          {"model": SMALL, "observation_filter": "MeanStdFilter"})
     assert policy.model.encoder.parts["0"].scale == 1.0
 
 
@@ -104,7 +105,8 @@ def test_dict_parts_are_encoded_apart_and_concatenated_in_flatten_order():
 
 
 def test_vf_share_layers_shares_the_cnn():
-    shared = cairn.Policy(STACK, gym.spaces.Discrete(2), {"model": {**SMALL, "vf_share_layers": True}}, seed=0)
+    shared = cairn.Policy(STACK, gym.spaces.Discrete(2), {"model": {**SMALL, "vf_share_layers": True}},
+                          seed=0)
     separate = cairn.Policy(STACK, gym.spaces.Discrete(2), {"model": SMALL}, seed=0)
     assert shared.model.critic_encoder is None
     assert any(k.startswith("critic_encoder.") for k in separate.get_weights())
@@ -119,7 +121,8 @@ def test_vf_share_layers_shares_the_cnn():
     ({"conv_filters": "nature"}, "conv_filters"),
     ({"conv_dense": -1}, "conv_dense"),
     ({"conv_activation": "gelu"}, "conv_activation"),
-    ({"conv_filters": [[8, 8, 4], [8, 8, 4]]}, r"layer 1 .* leaves nothing of the image obs of shape \(4, 20, 20\)"),
+    ({"conv_filters": [[8, 8, 4], [8, 8, 4]]},
+     r"layer 1 .* leaves nothing of the image obs of shape \(4, 20, 20\)"),
 ])
 def test_invalid_conv_configs_are_config_errors_naming_the_value(model, match):
     with pytest.raises(ConfigError, match=match):
@@ -143,7 +146,8 @@ def test_dqn_q_network_reads_images_in_torch_and_keeps_the_dueling_head():
     assert policy.model.encoder is not None and policy.model.value_head is not None
     obs = [DICT.sample() for _ in range(4)]
     processed = policy.process_observations(obs, update=False)
-    np.testing.assert_allclose(policy.model.numpy_q_values(processed), policy.compute_q_values(obs), rtol=1e-6)
+    np.testing.assert_allclose(policy.model.numpy_q_values(processed), policy.compute_q_values(obs),
+                               rtol=1e-6)
     reason = numpy_update_unsupported(policy.model, policy.optimizer)
     assert reason is not None and "CNN encoder" in reason
 

@@ -25,7 +25,8 @@ def test_cnn_policy_checkpoint_round_trip(policy_class, tmp_path: Path):
     policy = policy_class(SPACE, gym.spaces.Discrete(3), {"model": MODEL}, seed=0)
     policy.export_checkpoint(tmp_path / "ckpt")
     restored = cairn.Policy.from_checkpoint(tmp_path / "ckpt")
-    assert type(restored) is policy_class and restored.config["model"]["conv_filters"] == MODEL["conv_filters"]
+    assert (type(restored) is policy_class
+            and restored.config["model"]["conv_filters"] == MODEL["conv_filters"])
     for name, array in policy.get_weights().items():
         np.testing.assert_array_equal(restored.get_weights()[name], array, err_msg=name)
     obs = [SPACE.sample() for _ in range(8)]
@@ -63,7 +64,9 @@ def _hostile(source: Path, dest: Path, key: str, value: object) -> Path:
     ("conv_activation", "os.system", "model config is invalid.*conv_activation"),
 ], ids=["huge_channels", "many_layers", "huge_features", "huge_dense", "too_many_layers", "not_ints",
         "kernel_too_big", "activation"])
-def test_hostile_conv_specs_are_refused_before_building(cnn_checkpoint: Path, tmp_path: Path, key, value, match):
+def test_hostile_conv_specs_are_refused_before_building(
+    cnn_checkpoint: Path, tmp_path: Path, key, value, match
+):
     hostile = _hostile(cnn_checkpoint, tmp_path / "hostile", key, value)
     started = time.perf_counter()
     with pytest.raises(CheckpointFormatError, match=match):

@@ -46,7 +46,8 @@ def test_single_action_with_wrong_size_names_space_and_shapes(cartpole_policy):
      (np.zeros((2, 8)), "(2, 8)")],  # as many numbers as two rows, in the wrong layout
 )
 def test_batch_of_the_wrong_shape(cartpole_policy, batch, received):
-    with pytest.raises(ObservationSpaceError, match=r"expected each observation to have shape \(4,\)") as info:
+    with pytest.raises(ObservationSpaceError,
+                       match=r"expected each observation to have shape \(4,\)") as info:
         cartpole_policy.compute_actions(batch)
     assert received in str(info.value)
 
@@ -154,5 +155,6 @@ def test_images_the_cnn_reads_vector_observations_and_own_models_do_not_warn():
         cairn.Policy(CARTPOLE_OBS, gym.spaces.Discrete(2), seed=0)
         cairn.Policy(IMAGE, gym.spaces.Discrete(2), {"model": small_cnn}, seed=0)  # read by the CNN
         # conv_filters=[]: flattening into the MLP on purpose
-        cairn.Policy(COLOUR_STACK, gym.spaces.Discrete(2), {"model": {"hidden": [8], "conv_filters": []}}, seed=0)
+        cairn.Policy(COLOUR_STACK, gym.spaces.Discrete(2), {"model": {"hidden": [8], "conv_filters": []}},
+                     seed=0)
         OwnModel(COLOUR_STACK, gym.spaces.Discrete(2), {"model": {"hidden": [8]}}, seed=0)

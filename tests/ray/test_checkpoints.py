@@ -17,7 +17,8 @@ pytestmark = pytest.mark.ray
 
 def comparable(result):
     return {k: v for k, v in result.items()
-            if k not in ("time_this_iter_s", "env_steps_per_s") and not (isinstance(v, float) and math.isnan(v))}
+            if k not in ("time_this_iter_s", "env_steps_per_s")
+            and not (isinstance(v, float) and math.isnan(v))}
 
 
 def two_runner_ppo():

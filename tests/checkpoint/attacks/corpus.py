@@ -185,7 +185,8 @@ attack("manifest_class_differs_from_state", CheckpointFormatError, ("algo",))(
     lambda root, _: _manifest(root, _set(["class"], "DQN")))
 attack("policy_manifest_class_differs_from_state", CheckpointFormatError)(
     lambda root, _: _policy_manifest(root, _set(["class"], "DQNPolicy")))
-for _name, _path, _value in [("iteration_huge", ["iteration"], 10**300), ("iteration_negative", ["iteration"], -7),
+for _name, _path, _value in [("iteration_huge", ["iteration"], 10**300),
+                             ("iteration_negative", ["iteration"], -7),
                              ("iteration_float", ["iteration"], 1.5),
                              ("env_steps_negative", ["counters", "num_env_steps_sampled_lifetime"], -1)]:
     attack(f"algorithm_{_name}", CheckpointFormatError, ("algo",))(
@@ -201,7 +202,8 @@ for _name, _path in [("dotdot", "../outside.json"), ("absolute", "/etc/passwd"),
                      ("empty", ""), ("inner_dotdot", "policies/../../x.json"),
                      ("trailing_slash", "policies/")]:
     attack(f"manifest_path_{_name}", UnsafeCheckpointError, ALL)(
-        lambda root, _, p=_path: _manifest(root, lambda m: m["files"].__setitem__(p, {"size": 1, "hash": "0"})))
+        lambda root, _, p=_path: _manifest(
+            root, lambda m: m["files"].__setitem__(p, {"size": 1, "hash": "0"})))
 
 
 @attack("state_file_escapes", UnsafeCheckpointError, ALL)
@@ -213,7 +215,8 @@ def _(root: Path, scratch: Path) -> None:
 
 
 attack("policy_manifest_path_escapes", UnsafeCheckpointError)(
-    lambda root, _: _policy_manifest(root, lambda m: m["files"].__setitem__("../../../../x", {"size": 0, "hash": ""})))
+    lambda root, _: _policy_manifest(
+        root, lambda m: m["files"].__setitem__("../../../../x", {"size": 0, "hash": ""})))
 
 
 # -------------------------------------------------------------- links and special files
@@ -252,7 +255,8 @@ def _(root: Path, _s: Path) -> None:
 # ------------------------------------------------------------------------------ policy IDs
 for _name, _ids, _error in [
         ("dotdot", ["../evil"], UnsafeCheckpointError), ("slash", ["a/b"], UnsafeCheckpointError),
-        ("reserved_device", ["CON"], UnsafeCheckpointError), ("reserved_ext", ["lpt1.txt"], UnsafeCheckpointError),
+        ("reserved_device", ["CON"], UnsafeCheckpointError),
+        ("reserved_ext", ["lpt1.txt"], UnsafeCheckpointError),
         ("leading_dot", [".hidden"], UnsafeCheckpointError), ("nul", ["a\x00b"], UnsafeCheckpointError),
         ("empty", [""], UnsafeCheckpointError), ("too_long", ["p" * 65], UnsafeCheckpointError),
         ("not_str", [5], UnsafeCheckpointError), ("not_list", "default_policy", CheckpointFormatError),
@@ -279,7 +283,8 @@ attack("safetensors_shorter_than_8", CheckpointCorruptedError)(
 attack("safetensors_header_bitflip", CheckpointCorruptedError)(
     lambda root, _: write_bytes(root, PARRAYS, _flip((root / PARRAYS).read_bytes(), 8)))
 attack("safetensors_header_len_huge", CheckpointCorruptedError)(
-    lambda root, _: write_bytes(root, PARRAYS, struct.pack("<Q", 1 << 62) + (root / PARRAYS).read_bytes()[8:]))
+    lambda root, _: write_bytes(root, PARRAYS,
+                                struct.pack("<Q", 1 << 62) + (root / PARRAYS).read_bytes()[8:]))
 attack("safetensors_header_len_past_end", CheckpointCorruptedError)(
     lambda root, _: write_bytes(root, PARRAYS, struct.pack("<Q", 99_000_000) + b"{}"))
 attack("safetensors_header_not_object", CheckpointCorruptedError)(
@@ -367,19 +372,24 @@ attack("json_tree_too_deep", CheckpointFormatError, ("algo",))(
 attack("json_invalid_utf8", CheckpointCorruptedError, ALL)(
     lambda root, _: write_bytes(root, MANIFEST, b'{"format": "\xff\xfe"}', hashed=False))
 attack("manifest_over_16mib", CheckpointCorruptedError, ALL)(
-    lambda root, _: write_bytes(root, MANIFEST, (root / MANIFEST).read_bytes() + b" " * (16 << 20), hashed=False))
+    lambda root, _: write_bytes(root, MANIFEST, (root / MANIFEST).read_bytes() + b" " * (16 << 20),
+                                hashed=False))
 attack("manifest_not_object", CheckpointFormatError, ALL)(
     lambda root, _: write_json(root / MANIFEST, ["cairn-checkpoint"]))
 attack("manifest_wrong_format_name", CheckpointFormatError, ALL)(
     lambda root, _: _manifest(root, _set(["format"], "pytorch-lightning")))
-attack("manifest_files_is_list", CheckpointFormatError, ALL)(lambda root, _: _manifest(root, _set(["files"], [])))
+attack("manifest_files_is_list", CheckpointFormatError, ALL)(
+    lambda root, _: _manifest(root, _set(["files"], [])))
 attack("manifest_size_is_float", CheckpointFormatError, ALL)(
     lambda root, _: _manifest(root, _set(["files", "algorithm_state.json", "size"], 10.0)))
-attack("manifest_version_is_int", CheckpointFormatError, ALL)(lambda root, _: _manifest(root, _set(["format_version"], 1)))
-attack("manifest_type_unknown", CheckpointFormatError, ALL)(lambda root, _: _manifest(root, _set(["type"], "Model")))
+attack("manifest_version_is_int", CheckpointFormatError, ALL)(
+    lambda root, _: _manifest(root, _set(["format_version"], 1)))
+attack("manifest_type_unknown", CheckpointFormatError, ALL)(
+    lambda root, _: _manifest(root, _set(["type"], "Model")))
 attack("manifest_hash_algorithm", CheckpointFormatError, ALL)(
     lambda root, _: _manifest(root, _set(["hash_algorithm"], "md5")))
-attack("manifest_missing_state_file", CheckpointFormatError, ALL)(lambda root, _: _manifest(root, lambda m: m.pop("state_file")))
+attack("manifest_missing_state_file", CheckpointFormatError, ALL)(
+    lambda root, _: _manifest(root, lambda m: m.pop("state_file")))
 attack("algorithm_counters_wrong_type", CheckpointFormatError, ("algo",))(
     lambda root, _: edit_json(root, ASTATE, _set(["counters"], "lots")))
 attack("algorithm_iteration_wrong_type", CheckpointFormatError, ("algo",))(
@@ -389,7 +399,8 @@ attack("algorithm_rng_garbage", CheckpointFormatError, ("algo",))(
 attack("algorithm_config_unknown_key", CheckpointFormatError, ("algo",))(_config("no_such_option", 1))
 attack("algorithm_config_bad_value", CheckpointFormatError, ("algo",))(_config("gamma", "high"))
 attack("algorithm_env_unknown", CheckpointFormatError, ("algo",))(_config("env", "NoSuchEnv-v99"))
-attack("policy_weights_is_list", CheckpointFormatError)(lambda root, _: edit_json(root, PSTATE, _set(["weights"], [])))
+attack("policy_weights_is_list", CheckpointFormatError)(
+    lambda root, _: edit_json(root, PSTATE, _set(["weights"], [])))
 attack("policy_counters_float_inf", CheckpointFormatError)(
     lambda root, _: edit_json(root, PSTATE, _set(["counters", "global_timestep"], {"__float__": "inf"})))
 attack("policy_torch_rng_wrong_size", CheckpointFormatError)(
@@ -438,14 +449,18 @@ attack("space_unknown_type", CheckpointFormatError)(
     _policy_spec(["observation_space"], {"type": "Graph", "node_space": None}))
 attack("space_object_dtype", CheckpointFormatError)(
     _policy_spec(["observation_space"], {**_box(4), "dtype": "object"}))
-attack("model_hidden_huge", CheckpointFormatError)(_policy_spec(["config", "model", "hidden"], [1_000_000_000]))
-attack("model_hidden_many_layers", CheckpointFormatError)(_policy_spec(["config", "model", "hidden"], [64] * 100_000))
+attack("model_hidden_huge", CheckpointFormatError)(
+    _policy_spec(["config", "model", "hidden"], [1_000_000_000]))
+attack("model_hidden_many_layers", CheckpointFormatError)(
+    _policy_spec(["config", "model", "hidden"], [64] * 100_000))
 attack("model_hidden_not_ints", CheckpointFormatError)(_policy_spec(["config", "model", "hidden"], ["64"]))
-attack("model_activation_unknown", CheckpointFormatError)(_policy_spec(["config", "model", "activation"], "os.system"))
+attack("model_activation_unknown", CheckpointFormatError)(
+    _policy_spec(["config", "model", "activation"], "os.system"))
 attack("filter_stats_wrong_size", CheckpointFormatError)(
     _policy_spec(["config", "observation_filter"], "MeanStdFilter"))
 attack("target_weights_wrong_shapes", CheckpointFormatError)(
-    lambda root, _: edit_json(root, PSTATE, _set(["target"], {"weights": {"x": {"__array__": "value_head.bias"}}})))
+    lambda root, _: edit_json(root, PSTATE,
+                              _set(["target"], {"weights": {"x": {"__array__": "value_head.bias"}}})))
 
 # ------------------------------------------------------------------------------ versions
 attack("format_version_newer", UnsupportedCheckpointVersionError, ALL)(
@@ -467,7 +482,8 @@ attack("algorithm_type_says_policy", CheckpointFormatError, ("algo",))(
 
 # ----------------------------------------------------------------- missing and extra files
 attack("missing_manifest", CheckpointNotFoundError, ALL)(lambda root, _: (root / MANIFEST).unlink())
-attack("missing_algorithm_state", CheckpointNotFoundError, ("algo",))(lambda root, _: (root / ASTATE).unlink())
+attack("missing_algorithm_state", CheckpointNotFoundError, ("algo",))(
+    lambda root, _: (root / ASTATE).unlink())
 attack("missing_policy_arrays", CheckpointNotFoundError)(lambda root, _: (root / PARRAYS).unlink())
 attack("missing_policy_dir", CheckpointNotFoundError)(
     lambda root, _: __import__("shutil").rmtree(root / POLICY_DIR))
