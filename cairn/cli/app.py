@@ -137,6 +137,6 @@ def _failed(args: argparse.Namespace, exc: BaseException) -> int:
     hint = "" if shows_tracebacks(args) else " (--debug shows the traceback)"
     # A restore that lacked a module or an environment: the command's own way to supply it.
     fix = restore_hint(exc, env_option=args.command == "evaluate") if hasattr(args, "imports") else None
-    print(f"cairn: error: {_one_line(exc)}{'' if isinstance(exc, CairnError) else hint}{f' {fix}' if fix else ''}",
-          file=sys.stderr)
+    print(f"cairn: error: {_one_line(exc)}{'' if isinstance(exc, CairnError) else hint}"
+          f"{f' {fix}' if fix else ''}", file=sys.stderr)
     return EXIT_FAILURE

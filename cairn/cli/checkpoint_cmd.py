@@ -23,7 +23,8 @@ __all__ = ["add_parser", "info", "ls", "format_size"]
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``cairn checkpoint ...`` (and the short ``cairn info``) to the subcommands ``sub``."""
-    group = sub.add_parser("checkpoint", parents=[common], help="inspect, verify, upgrade, compare, list checkpoints",
+    group = sub.add_parser("checkpoint", parents=[common],
+                           help="inspect, verify, upgrade, compare, list checkpoints",
                            description="Inspect, verify, upgrade, compare and list checkpoints.")
     tools = group.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -84,15 +85,19 @@ def ls(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.root} is not a directory; pass a run directory of cairn train or the folder "
                          "of its checkpoints.")
     nested = os.path.join(root, CHECKPOINTS_DIR)
-    folder, run_dir = (nested, root) if os.path.isdir(nested) else (root, os.path.dirname(os.path.abspath(root)))
+    folder, run_dir = ((nested, root) if os.path.isdir(nested)
+                       else (root, os.path.dirname(os.path.abspath(root))))
     stored = list_checkpoints(folder)
     metrics = _metrics_by_iteration(run_dir)
     rows: list[dict[str, Any]] = [
         {"path": c.path, "iteration": c.iteration, "size": c.size, "created_at": c.created_at,
-         "episode_return_mean": metrics.get(c.iteration, c.metric if c.metric_name == "episode_return_mean" else None)}
+         "episode_return_mean": metrics.get(
+             c.iteration, c.metric if c.metric_name == "episode_return_mean" else None)}
         for c in stored]
-    scored = [r for r in rows if r["episode_return_mean"] is not None and r["episode_return_mean"] == r["episode_return_mean"]]
-    best = max(scored, key=lambda r: (r["episode_return_mean"], r["iteration"]))["iteration"] if scored else None
+    scored = [r for r in rows if r["episode_return_mean"] is not None
+              and r["episode_return_mean"] == r["episode_return_mean"]]
+    best = (max(scored, key=lambda r: (r["episode_return_mean"], r["iteration"]))["iteration"]
+            if scored else None)
     for r in rows:
         r["tags"] = [tag for tag, on in (("latest", r is rows[-1]), ("best", r["iteration"] == best)) if on]
     if args.json:

@@ -60,7 +60,8 @@ def flat_differences(a: Any, b: Any, prefix: str = "") -> dict[str, tuple[Any, A
             out.update(flat_differences(a.get(key, missing), b.get(key, missing), f"{prefix}{key}."))
         return out
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        same = isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and np.array_equal(a, b)
+        same = (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                and a.shape == b.shape and np.array_equal(a, b))
         return {} if same else {prefix[:-1]: ("<array>", "<array>")}
     return {} if a == b else {prefix[:-1]: (a, b)}
 
@@ -89,13 +90,15 @@ def diff_checkpoints(a: str, b: str) -> dict[str, Any]:
     if kind_a != kind_b:
         settings["type"] = (kind_a, kind_b)
     if kind_a != kind_b and len(policies_a) == 1 and len(policies_b) == 1:  # compare the one policy each has
-        policies_a, policies_b = {"policy": next(iter(policies_a.values()))}, {"policy": next(iter(policies_b.values()))}
+        policies_a = {"policy": next(iter(policies_a.values()))}
+        policies_b = {"policy": next(iter(policies_b.values()))}
     shared = [pid for pid in policies_a if pid in policies_b]
     for pid in shared:
         for key, values in flat_differences(policies_a[pid].get("spec"), policies_b[pid].get("spec")).items():
             settings[f"policies.{pid}.spec.{key}"] = values
     return {
-        "policies": {pid: weight_changes(policies_a[pid]["weights"], policies_b[pid]["weights"]) for pid in shared},
+        "policies": {pid: weight_changes(policies_a[pid]["weights"], policies_b[pid]["weights"])
+                     for pid in shared},
         "only_in_a": [pid for pid in policies_a if pid not in policies_b],
         "only_in_b": [pid for pid in policies_b if pid not in policies_a],
         "settings": {key: list(values) for key, values in settings.items()},

@@ -133,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_FAILURE
     assert info is not None
-    print(f"ok: {info['checkpoint_dir']} ({info['type']} checkpoint, format version {info['checkpoint_version']}): "
+    print(f"ok: {info['checkpoint_dir']} ({info['type']} checkpoint, "
+          f"format version {info['checkpoint_version']}): "
           f"manifests, sizes, hashes and state trees verified")
     return 0

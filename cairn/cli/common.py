@@ -8,7 +8,8 @@ import json
 import re
 from typing import Any
 
-__all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_STDOUT_CLOSED", "CommandError", "UsageError", "ArgumentsError",
+__all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_STDOUT_CLOSED",
+           "CommandError", "UsageError", "ArgumentsError",
            "common_options", "parse_assignment", "is_assignment", "json_safe"]
 
 EXIT_OK = 0

@@ -35,7 +35,8 @@ from cairn.cli.common import UsageError
 __all__ = ["add_import_option", "import_user_modules", "resolve_env", "ENV_HELP", "ENV_FORMS", "ENV_HINT"]
 
 ENV_HELP = ("a Gymnasium ID (ALE/Breakout-v5), a name registered with cairn.register_env (see --import), "
-            "package.module:make_env (a creator(env_config) -> env), package.module:EnvId-v0 (import, then make), "
+            "package.module:make_env (a creator(env_config) -> env), "
+            "package.module:EnvId-v0 (import, then make), "
             "or a PettingZoo env module (pettingzoo.classic.rps_v2)")
 
 ENV_FORMS = """\
@@ -47,16 +48,18 @@ need --import package.module); or a PettingZoo env module, pettingzoo.classic.rp
 parallel_env(), keyword arguments from --config env_config=...). --import MODULE (repeatable)
 imports your module first, from the working directory or the installed packages."""
 
-ENV_HINT = ("--env also takes a name registered with cairn.register_env by a module that --import MODULE names, "
-            "package.module:make_env (a function make_env(env_config) -> env), package.module:EnvId-v0, and "
-            "PettingZoo env modules (pettingzoo.classic.rps_v2); cairn train --help lists the forms.")
+ENV_HINT = ("--env also takes a name registered with cairn.register_env by a module that "
+            "--import MODULE names, package.module:make_env (a function make_env(env_config) -> env), "
+            "package.module:EnvId-v0, and PettingZoo env modules (pettingzoo.classic.rps_v2); "
+            "cairn train --help lists the forms.")
 
 
 def add_import_option(parser: argparse.ArgumentParser) -> None:
     """Add ``--import MODULE`` (repeatable) to a command's parser."""
     parser.add_argument("--import", action="append", default=[], dest="imports", metavar="MODULE",
-                        help="import MODULE before anything else (repeatable), so that its cairn.register_env "
-                             "and cairn.register_class calls run; looked up in the working directory first")
+                        help="import MODULE before anything else (repeatable), so that its "
+                             "cairn.register_env and cairn.register_class calls run; "
+                             "looked up in the working directory first")
 
 
 @contextmanager
@@ -171,11 +174,12 @@ def restore_hint(exc: BaseException, *, env_option: bool = True) -> str | None:
         if isinstance(error, MissingCallableError) and "'env'" in str(error) and env_option:
             return f"From the command line: {name_env}."
         if isinstance(error, CheckpointEnvError):
-            return ("From the command line: --import MODULE runs the module that registers it (from the working "
-                    f"directory or the installed packages){', or ' + name_env if env_option else ''}.")
+            return ("From the command line: --import MODULE runs the module that registers it "
+                    "(from the working directory or the installed packages)"
+                    f"{', or ' + name_env if env_option else ''}.")
     reference = re.search(r"Could not resolve '([\w.]+):", str(exc))
     if reference and any(isinstance(error, ModuleNotFoundError) for error in chain):
         module = reference.group(1)
-        return (f"From the command line: --import {module} (run in the directory that holds {module.split('.')[0]}, "
-                "or install it).")
+        return (f"From the command line: --import {module} "
+                f"(run in the directory that holds {module.split('.')[0]}, or install it).")
     return None

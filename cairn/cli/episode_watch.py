@@ -58,8 +58,8 @@ class EpisodeWatch:
         now = time.perf_counter()
         width = len(str(self.total))
         note = f" | truncated at --max-episode-steps {self.max_steps}" if cut else ""
-        print(f"episode {self.finished:>{width}}/{self.total} | return {episode_return:10.2f} | length {length:7d} | "
-              f"{now - self._started:.2f}s{note}", file=self.stream, flush=True)
+        print(f"episode {self.finished:>{width}}/{self.total} | return {episode_return:10.2f} | "
+              f"length {length:7d} | {now - self._started:.2f}s{note}", file=self.stream, flush=True)
         self._started = now
 
 

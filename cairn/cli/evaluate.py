@@ -25,15 +25,17 @@ __all__ = ["add_parser", "run", "render_episode", "first_episode_seed", "write_f
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``cairn evaluate`` to the subcommands ``sub``."""
     p = sub.add_parser("evaluate", parents=[common], help="play greedy episodes of a checkpoint",
-                       description="Play greedy episodes of an Algorithm checkpoint and report their return and "
-                                   "length (mean, std, min, max).")
-    p.add_argument("checkpoint", help="an Algorithm checkpoint (e.g. RUN/checkpoints/checkpoint_000010), or a run "
-                                      "directory RUN (or RUN/checkpoints) for its newest checkpoint")
+                       description="Play greedy episodes of an Algorithm checkpoint and report "
+                                   "their return and length (mean, std, min, max).")
+    p.add_argument("checkpoint",
+                   help="an Algorithm checkpoint (e.g. RUN/checkpoints/checkpoint_000010), "
+                        "or a run directory RUN (or RUN/checkpoints) for its newest checkpoint")
     p.add_argument("--episodes", type=int, default=None, metavar="N",
                    help="episodes to play (default: the config's evaluation_duration, 10)")
     p.add_argument("--env", default=None, metavar="ENV", help="evaluate on this environment instead of the "
                                                              f"checkpoint's (same spaces): {ENV_HELP}")
-    p.add_argument("--seed", type=int, default=None, metavar="S", help="seed the episodes: equal seeds, equal numbers")
+    p.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="seed the episodes: equal seeds, equal numbers")
     p.add_argument("--max-episode-steps", type=int, default=None, metavar="N",
                    help="truncate each episode (and the --render one) after N steps, as a time limit does")
     p.add_argument("--render", default=None, metavar="FILE",
@@ -126,7 +128,8 @@ def _env_label(config: Any) -> str:
     if isinstance(config.env, str):
         return config.env
     name = getattr(config.env, "__name__", "env")
-    named = [value for key in ("env_id", "env_module") if isinstance(value := (config.env_config or {}).get(key), str)]
+    named = [value for key in ("env_id", "env_module")
+             if isinstance(value := (config.env_config or {}).get(key), str)]
     return f"{named[0]} ({name})" if named else name
 
 
@@ -171,7 +174,8 @@ def _render_failure(path: str, exc: Exception) -> CommandError:
 
     problem = mujoco_gl_problem(exc)
     cause = problem or " ".join(f"{type(exc).__name__}: {exc}".split())
-    return CommandError(f"--render {path}: {cause} The evaluation above is complete; only the recording failed.")
+    return CommandError(f"--render {path}: {cause} The evaluation above is complete; "
+                        "only the recording failed.")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -189,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-episode-steps {args.max_episode_steps}: expected at least 1.")
     args.checkpoint = checkpoint_or_latest_of_run(args.checkpoint)
     if get_checkpoint_info(args.checkpoint)["type"] != "Algorithm":
-        raise UsageError(f"{args.checkpoint} is a Policy checkpoint; cairn evaluate takes an Algorithm checkpoint "
+        raise UsageError(f"{args.checkpoint} is a Policy checkpoint; "
+                         "cairn evaluate takes an Algorithm checkpoint "
                          "(RUN/checkpoints/checkpoint_<N>), which knows its environment.")
     overrides: dict[str, Any] = {"num_env_runners": 0, "num_envs_per_env_runner": 1}
     if args.env is not None:  # also the way to give a checkpoint back a creator it could not store
@@ -214,7 +219,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         algo.stop()
     keys = [f"episode_{what}_{stat}" for what in ("return", "len") for stat in ("mean", "std", "min", "max")]
-    report = {"checkpoint": args.checkpoint, "env": env, "seed": args.seed, "num_episodes": result["num_episodes"],
+    report = {"checkpoint": args.checkpoint, "env": env, "seed": args.seed,
+              "num_episodes": result["num_episodes"],
               **{key: result[key] for key in keys}, "episode_returns": result["episode_returns"],
               "episode_lens": result["episode_lens"], "render": rendered}
     if args.json:
@@ -226,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_report(args: argparse.Namespace, env: str, result: dict[str, Any], rendered: dict[str, Any] | None) -> None:
+def _print_report(args: argparse.Namespace, env: str, result: dict[str, Any],
+                  rendered: dict[str, Any] | None) -> None:
     """The text report: a title line, then the return's and the length's mean, std, min, max."""
     seed = "" if args.seed is None else f", seed {args.seed}"
     count = result["num_episodes"]
@@ -237,5 +244,5 @@ def _print_report(args: argparse.Namespace, env: str, result: dict[str, Any], re
                            for stat in ("mean", "std", "min", "max"))
         print(f"  {label:<7} {values}")
     if rendered is not None:
-        print(f"  rendered one episode (return {rendered['episode_return']:.2f}, {rendered['frames']} frames) "
-              f"to {rendered['path']}")
+        print(f"  rendered one episode (return {rendered['episode_return']:.2f}, "
+              f"{rendered['frames']} frames) to {rendered['path']}")

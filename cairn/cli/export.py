@@ -22,12 +22,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``cairn export`` to the subcommands ``sub``."""
     p = sub.add_parser("export", parents=[common], help="export policies' models as ONNX or torch programs",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="Algorithm or Policy checkpoint, or a run directory RUN (or RUN/checkpoints) "
-                                      "for its newest checkpoint")
+    p.add_argument("checkpoint",
+                   help="Algorithm or Policy checkpoint, or a run directory RUN (or RUN/checkpoints) "
+                        "for its newest checkpoint")
     p.add_argument("--policy-id", action="append", default=None, metavar="ID",
                    help="a policy of an Algorithm checkpoint to export (repeatable; default: all of them)")
     p.add_argument("--format", choices=["onnx", "torch", "saved_model"], required=True,
-                   help="saved_model: a TensorFlow SavedModel of a Keras policy (needs the tf extra; docs/keras.md)")
+                   help="saved_model: a TensorFlow SavedModel of a Keras policy "
+                        "(needs the tf extra; docs/keras.md)")
     p.add_argument("--opset", type=int, default=None, help="ONNX opset (--format onnx only; default 18)")
     p.add_argument("--extra-output", action="append", default=None, metavar="NAME", dest="extra_outputs",
                    help="an optional output to add after the default ones, e.g. value (repeatable)")

@@ -29,7 +29,8 @@ def _num(value: Any, spec: str) -> str:
 
 def format_line(result: Mapping[str, Any]) -> str:
     """The plain line of one iteration (``iter    3 | env steps ...``)."""
-    return (f"iter {result['training_iteration']:4d} | env steps {result['num_env_steps_sampled_lifetime']:8d}"
+    return (f"iter {result['training_iteration']:4d}"
+            f" | env steps {result['num_env_steps_sampled_lifetime']:8d}"
             f" | return_mean {_num(result.get('episode_return_mean'), '8.2f')}"
             f" | len_mean {_num(result.get('episode_len_mean'), '7.1f')}"
             f" | {_num(result.get('env_steps_per_s'), '6.0f')} steps/s | {result['time_this_iter_s']:.2f}s")
@@ -91,8 +92,10 @@ class BarReporter:
         self.narrow = self.console.width < 110
         clock = TimeRemainingColumn() if self.total is not None else TimeElapsedColumn()
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(bar_width=8 if self.narrow else 24), TextColumn("{task.fields[done]}"),
-            TextColumn("ETA" if self.total is not None else "elapsed"), clock, TextColumn("{task.fields[stats]}"),
+            TextColumn("[bold]{task.description}"), BarColumn(bar_width=8 if self.narrow else 24),
+            TextColumn("{task.fields[done]}"),
+            TextColumn("ETA" if self.total is not None else "elapsed"), clock,
+            TextColumn("{task.fields[stats]}"),
             console=self.console, transient=False,
         )
         self.task = self.progress.add_task(title, total=self.total, **self._fields(None))  # type: ignore[arg-type]
@@ -101,7 +104,8 @@ class BarReporter:
         """``done``: ``12,288/50,000 steps`` (or ``iter 6/20``); ``stats``: ``| return 23.4 |
         5,079 steps/s | iter 6``."""
         result = result or {}
-        steps, iteration = result.get("num_env_steps_sampled_lifetime", 0), result.get("training_iteration", 0)
+        steps = result.get("num_env_steps_sampled_lifetime", 0)
+        iteration = result.get("training_iteration", 0)
         if self.unit == "timesteps":
             done = f"{steps:,}/{self.total:,} steps"
         elif self.unit == "iters":
@@ -113,7 +117,8 @@ class BarReporter:
         if self.stop_criteria.get("reward") is not None:
             shown += f"/{self.stop_criteria['reward']:g}"
         speed = result.get("env_steps_per_s")
-        parts = [f"return {shown}", f"{'-' if speed is None or math.isnan(speed) else f'{speed:,.0f}'} steps/s"]
+        parts = [f"return {shown}",
+                 f"{'-' if speed is None or math.isnan(speed) else f'{speed:,.0f}'} steps/s"]
         if self.narrow:
             parts[1] = parts[1].replace(" steps/s", "/s")
             del parts[2:]
@@ -144,7 +149,8 @@ class BarReporter:
         self.progress.stop()
 
 
-def make_reporter(*, quiet: bool, title: str, stop: Mapping[str, Any], stream: TextIO | None = None) -> Reporter:
+def make_reporter(*, quiet: bool, title: str, stop: Mapping[str, Any],
+                  stream: TextIO | None = None) -> Reporter:
     """The reporter for this process: quiet, a bar when stdout is a terminal (and rich is
     installed), else plain lines."""
     if quiet:

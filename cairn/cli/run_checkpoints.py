@@ -45,7 +45,8 @@ def run_manager(root: str, *, keep: int | None, every: int | None) -> Any:
     by :data:`BEST_METRIC`; due every ``every`` iterations (None: only forced saves)."""
     from cairn.checkpoint.manager import CheckpointManager
 
-    return CheckpointManager(root, keep_last=keep, keep_best=(BEST_METRIC, "max"), save_every_iterations=every)
+    return CheckpointManager(root, keep_last=keep, keep_best=(BEST_METRIC, "max"),
+                             save_every_iterations=every)
 
 
 def _record(root: str, name: str) -> dict[str, Any]:

@@ -179,7 +179,8 @@ class RunLog:
         with open(self.result_path, "a") as f:
             f.write(json.dumps(json_safe(result), allow_nan=False) + "\n")
         row = progress_row(result)
-        new_file = self.columns is None or not self.progress_path.exists() or self.progress_path.stat().st_size == 0
+        new_file = (self.columns is None or not self.progress_path.exists()
+                    or self.progress_path.stat().st_size == 0)
         if new_file:
             self.columns = list(row)
             if self.evaluates and _EVALUATION_COLUMN not in row:
