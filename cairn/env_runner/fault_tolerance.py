@@ -122,7 +122,8 @@ class RemoteRunners:
 
     def call(self, method: str, args: Mapping[int, tuple[Any, ...]], *, timeout_s: float) -> dict[int, Any]:
         """Call ``method`` on each healthy runner named in ``args`` (worker_index -> arguments)."""
-        calls = {i: (i, getattr(self.actors[i], method).remote(*a)) for i, a in args.items() if i in self.actors}
+        calls = {i: (i, getattr(self.actors[i], method).remote(*a))
+                 for i, a in args.items() if i in self.actors}
         return self.wait(calls, timeout_s=timeout_s, runner_errors_fail=False)
 
     def _wait_until_started(self, free_cpus: float) -> None:

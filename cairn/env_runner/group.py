@@ -89,7 +89,8 @@ class EnvRunnerGroup:
             episodes.extend(result.episodes)
             env_steps += result.env_steps
         # One part alone is a read-only view of Ray's object store: the learner gets its own copy.
-        joined = {pid: SampleBatch.concat(b) if len(b) > 1 else SampleBatch({k: v.copy() for k, v in b[0].items()})
+        joined = {pid: SampleBatch.concat(b) if len(b) > 1
+                  else SampleBatch({k: v.copy() for k, v in b[0].items()})
                   for pid, b in parts.items()}
         return joined, episodes, env_steps
 

@@ -60,8 +60,10 @@ class SampleBatch(dict[str, np.ndarray]):
 def stream_ids(worker_index: int, keys: Iterable[Any]) -> np.ndarray:
     """One int64 per key (an env index, or ``(env_index, agent_id)``) of runner
     ``worker_index``: a hash of both, stable across fragments, processes and restarts."""
-    return np.array([int.from_bytes(hashlib.blake2b(f"{worker_index}/{key!r}".encode(), digest_size=8).digest(),
-                                    "little", signed=True) for key in keys], dtype=np.int64)
+    return np.array(
+        [int.from_bytes(hashlib.blake2b(f"{worker_index}/{key!r}".encode(), digest_size=8).digest(),
+                        "little", signed=True) for key in keys],
+        dtype=np.int64)
 
 
 def count_sampled_steps(policies: Mapping[str, Any], steps: Mapping[str, int]) -> None:

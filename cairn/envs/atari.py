@@ -90,7 +90,8 @@ def make_atari_env(env_config: Mapping[str, Any] | None = None) -> gym.Env[Any, 
     options = dict(env_config or {})
     unknown = sorted(set(options) - set(ATARI_DEFAULTS))
     if unknown:
-        raise ConfigError(f"Unknown make_atari_env env_config keys {unknown}; allowed: {sorted(ATARI_DEFAULTS)}.")
+        raise ConfigError(f"Unknown make_atari_env env_config keys {unknown}; "
+                          f"allowed: {sorted(ATARI_DEFAULTS)}.")
     cfg = {**ATARI_DEFAULTS, **options}
     try:
         import ale_py
@@ -102,10 +103,12 @@ def make_atari_env(env_config: Mapping[str, Any] | None = None) -> gym.Env[Any, 
     gym.register_envs(ale_py)
     try:
         # AtariPreprocessing does the frame skipping itself: the game must not skip frames too.
-        env = gym.make(cfg["env_id"], frameskip=1, repeat_action_probability=float(cfg["repeat_action_probability"]),
+        env = gym.make(cfg["env_id"], frameskip=1,
+                       repeat_action_probability=float(cfg["repeat_action_probability"]),
                        max_episode_steps=cfg["max_episode_steps"])
     except gym.error.Error as exc:
-        raise EnvError(f"Could not create Atari game {cfg['env_id']!r}: {exc}. IDs look like 'ALE/Pong-v5'.") from exc
+        raise EnvError(f"Could not create Atari game {cfg['env_id']!r}: {exc}. "
+                       "IDs look like 'ALE/Pong-v5'.") from exc
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=int(cfg["noop_max"]), frame_skip=int(cfg["frame_skip"]),
         screen_size=int(cfg["screen_size"]), terminal_on_life_loss=bool(cfg["terminal_on_life_loss"]),

@@ -41,6 +41,6 @@ def import_env_namespace(env_id: str) -> None:
     try:
         module = importlib.import_module(package)
     except ImportError as exc:
-        raise ConfigError(f"Environment {env_id!r} is registered by the package {package!r}, which could not be "
-                          f"imported ({exc}). Fix: {install}.") from exc
+        raise ConfigError(f"Environment {env_id!r} is registered by the package {package!r}, "
+                          f"which could not be imported ({exc}). Fix: {install}.") from exc
     gym.register_envs(module)

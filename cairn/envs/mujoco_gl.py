@@ -62,16 +62,20 @@ def _describe(exc: BaseException) -> str:
     headless = ("MUJOCO_GL=egl (headless, through the libEGL of a GPU driver or of Mesa) or MUJOCO_GL=osmesa "
                 "(headless, in software; needs libOSMesa and PyOpenGL: apt-get install libosmesa6)")
     if backend == "osmesa":
-        return ("MuJoCo could not load OSMesa, the OpenGL backend that MUJOCO_GL=osmesa asks for (libOSMesa or "
-                "PyOpenGL is missing). Fix: install them (apt-get install libosmesa6; pip install PyOpenGL), or "
-                "use MUJOCO_GL=egl; where nothing is rendered, unset MUJOCO_GL.")
+        return ("MuJoCo could not load OSMesa, the OpenGL backend that MUJOCO_GL=osmesa asks for "
+                "(libOSMesa or PyOpenGL is missing). "
+                "Fix: install them (apt-get install libosmesa6; pip install PyOpenGL), "
+                "or use MUJOCO_GL=egl; where nothing is rendered, unset MUJOCO_GL.")
     if backend == "egl":
         found = " ".join(f"{type(exc).__name__}: {exc}".split())  # EGL's own words name the missing piece
-        return (f"MuJoCo could not set up EGL, the OpenGL backend that MUJOCO_GL=egl asks for ({found:.300}). "
-                "Fix: install libEGL (a GPU driver's, or Mesa's: apt-get install libegl1), or use MUJOCO_GL=osmesa "
-                "(apt-get install libosmesa6; pip install PyOpenGL); where nothing is rendered, unset MUJOCO_GL.")
+        return (f"MuJoCo could not set up EGL, the OpenGL backend that MUJOCO_GL=egl asks for "
+                f"({found:.300}). "
+                "Fix: install libEGL (a GPU driver's, or Mesa's: apt-get install libegl1), "
+                "or use MUJOCO_GL=osmesa (apt-get install libosmesa6; pip install PyOpenGL); "
+                "where nothing is rendered, unset MUJOCO_GL.")
     chosen = f"MUJOCO_GL={backend}" if backend else "MUJOCO_GL is unset, so MuJoCo uses GLFW"
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        return (f"MuJoCo could not open an OpenGL context: {chosen}, which needs a display, and there is none "
-                f"(DISPLAY is unset). Fix: set {headless}.")
-    return f"MuJoCo could not open an OpenGL context with {chosen}. Fix: check the display's OpenGL driver, or set {headless}."
+        return (f"MuJoCo could not open an OpenGL context: {chosen}, which needs a display, "
+                f"and there is none (DISPLAY is unset). Fix: set {headless}.")
+    return (f"MuJoCo could not open an OpenGL context with {chosen}. "
+            f"Fix: check the display's OpenGL driver, or set {headless}.")

@@ -51,7 +51,8 @@ class MultiAgentCartPole(ParallelEnv):  # type: ignore[misc]
     def action_space(self, agent: str) -> gym.Space[Any]:
         return self._act_space
 
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    def reset(self, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         self.agents = list(self.possible_agents)
         obs = {}
         for k, agent in enumerate(self.agents):

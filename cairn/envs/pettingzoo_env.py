@@ -38,8 +38,8 @@ def make_pettingzoo_env(env_config: Mapping[str, Any] | None = None) -> Any:
     name = options.pop("env_module", None)
     parts = name.split(".") if isinstance(name, str) else []
     if len(parts) < 2 or parts[0] != PETTINGZOO_PACKAGE or not all(part.isidentifier() for part in parts):
-        raise ConfigError(f"make_pettingzoo_env needs env_config['env_module'], a module of the pettingzoo package "
-                          f"such as 'pettingzoo.classic.rps_v2'; got {name!r:.100}.")
+        raise ConfigError("make_pettingzoo_env needs env_config['env_module'], a module of the "
+                          f"pettingzoo package such as 'pettingzoo.classic.rps_v2'; got {name!r:.100}.")
     try:
         module = importlib.import_module(name)
     except ImportError as exc:

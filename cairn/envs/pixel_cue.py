@@ -44,7 +44,8 @@ class PixelCue(gym.Env[np.ndarray, Any]):
         axis = -1 if self.channels_last else 0
         return np.repeat(np.expand_dims(image, axis), self.channels, axis=axis)
 
-    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None,
+              options: Mapping[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self._t = 0
         return self._observe(), {}

@@ -120,7 +120,8 @@ def keras_onnx_bytes(policy: Policy, graph: ExportGraph, opset: int) -> bytes:
     try:
         runner = onnx_runner(data)
     except Exception as exc:  # onnxruntime reports invalid graphs with its own error types
-        raise ExportError(f"onnxruntime rejected Keras' ONNX model at opset {opset}: {short_reason(exc)}.") from exc
+        raise ExportError(f"onnxruntime rejected Keras' ONNX model at opset {opset}: "
+                          f"{short_reason(exc)}.") from exc
     check_against_policy(policy, runner, f"ONNX model of the Keras policy (opset {opset})", graph=graph)
     return data
 
@@ -138,7 +139,8 @@ def write_keras_export(policy: Policy, directory: Path, *, opset: int | None,
     return graph, {"onnx": ONNX_FILE}
 
 
-def write_keras_native_files(policy: Policy, model_dir: Path, *, full: bool) -> tuple[ExportGraph | None, dict[str, str], dict[str, Any]]:
+def write_keras_native_files(policy: Policy, model_dir: Path, *,
+                             full: bool) -> tuple[ExportGraph | None, dict[str, str], dict[str, Any]]:
     """A Keras policy's ``model/`` in a checkpoint: ``model.keras`` always, and with ``full``
     (``export_native_model_files=True``) ``model.onnx`` at opset 18 when the ONNX packages
     are installed. Returns the graph (None on failure), the files written and the manifest's

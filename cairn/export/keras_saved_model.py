@@ -56,7 +56,8 @@ def export_saved_model(policy: Policy, export_dir: str | os.PathLike[str]) -> di
     or disagrees with the policy; nothing is left in ``export_dir`` then.
     """
     if importlib.util.find_spec("tensorflow") is None:
-        raise ExportError(f"--format saved_model needs TensorFlow, which is not installed; install it with {TF_INSTALL_HINT}.")
+        raise ExportError("--format saved_model needs TensorFlow, which is not installed; "
+                          f"install it with {TF_INSTALL_HINT}.")
     directory = Path(export_dir)
     graph = policy.export_graph().with_outputs()
     with tempfile.TemporaryDirectory(prefix="cairn-saved-model-") as tmp_name:
@@ -65,15 +66,19 @@ def export_saved_model(policy: Policy, export_dir: str | os.PathLike[str]) -> di
         observations = sample_observations(policy.observation_space, 64, seed=0)
         inputs = model_inputs(policy.observation_space, observations)
         np.save(tmp / "inputs.npy", inputs, allow_pickle=False)
-        command = [sys.executable, keras_tf_worker.__file__, str(tmp / KERAS_FILE), str(tmp / SAVED_MODEL_DIR),
+        command = [sys.executable, keras_tf_worker.__file__,
+                   str(tmp / KERAS_FILE), str(tmp / SAVED_MODEL_DIR),
                    str(tmp / "inputs.npy"), str(tmp / "outputs.npz")]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, env=_worker_env(), timeout=WORKER_TIMEOUT_S)
+            done = subprocess.run(command, capture_output=True, text=True, env=_worker_env(),
+                                  timeout=WORKER_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
-            raise ExportError(f"The TensorFlow SavedModel export did not finish within {WORKER_TIMEOUT_S} s.") from exc
+            raise ExportError("The TensorFlow SavedModel export did not finish "
+                              f"within {WORKER_TIMEOUT_S} s.") from exc
         if done.returncode != 0:
             tail = " ".join(done.stderr.strip().splitlines()[-3:])
-            raise ExportError(f"TensorFlow could not write or run the SavedModel (exit {done.returncode}): {tail}")
+            raise ExportError("TensorFlow could not write or run the SavedModel "
+                              f"(exit {done.returncode}): {tail}")
         with np.load(tmp / "outputs.npz", allow_pickle=False) as data:
             outputs = [data[f"output_{i}"] for i in range(len(data.files))]
 
@@ -89,6 +94,7 @@ def export_saved_model(policy: Policy, export_dir: str | os.PathLike[str]) -> di
             if target.is_dir():
                 shutil.rmtree(target)
             shutil.move(str(tmp / name), str(target))
-    signature = build_signature(policy, graph, {"saved_model": SAVED_MODEL_DIR, "keras": KERAS_FILE}, opset=None)
+    signature = build_signature(policy, graph, {"saved_model": SAVED_MODEL_DIR, "keras": KERAS_FILE},
+                                opset=None)
     write_signature(directory, signature)
     return signature

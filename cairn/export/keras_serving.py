@@ -75,7 +75,8 @@ def _observations(policy: Policy, keras: Any) -> tuple[Any, Any]:
     if isinstance(obs_filter, MeanStdFilter):
         mean, inv_std = obs_filter.constants()  # the arrays MeanStdFilter.apply uses
         clip = float(obs_filter.clip)
-        x = ops.clip(ops.multiply(ops.subtract(x, mean.astype(np.float32)), inv_std.astype(np.float32)), -clip, clip)
+        x = ops.clip(ops.multiply(ops.subtract(x, mean.astype(np.float32)), inv_std.astype(np.float32)),
+                     -clip, clip)
     return obs, x
 
 
@@ -123,7 +124,8 @@ def _is_nchw_conv(layer: Any, keras: Any) -> bool:
 
 
 def _has_nchw_convolutions(model: Any, keras: Any) -> bool:
-    return any(_has_nchw_convolutions(layer, keras) if isinstance(layer, keras.Model) else _is_nchw_conv(layer, keras)
+    return any(_has_nchw_convolutions(layer, keras) if isinstance(layer, keras.Model)
+               else _is_nchw_conv(layer, keras)
                for layer in model.layers)
 
 
@@ -156,7 +158,8 @@ def channels_last_convolutions(model: Any) -> Any:
         conv, calls = copies.get(id(layer), (None, 0))
         suffix = f"_{calls}" if calls else ""
         twin = made.get(id(x))
-        x_nhwc = twin[1] if twin is not None else layers.Permute((2, 3, 1), name=f"{layer.name}_to_nhwc{suffix}")(x)
+        x_nhwc = (twin[1] if twin is not None
+                  else layers.Permute((2, 3, 1), name=f"{layer.name}_to_nhwc{suffix}")(x))
         if conv is None:
             conv = layers.Conv2D.from_config({**layer.get_config(), "data_format": "channels_last"})
             conv.build(x_nhwc.shape)
@@ -167,7 +170,8 @@ def channels_last_convolutions(model: Any) -> Any:
         made[id(y)] = (y, y_nhwc)
         return y
 
-    return keras.models.clone_model(model, clone_function=lambda layer: layer, call_function=call, recursive=True)
+    return keras.models.clone_model(model, clone_function=lambda layer: layer, call_function=call,
+                                    recursive=True)
 
 
 def serving_model(policy: Policy, graph: ExportGraph, *, channels_last: bool) -> Any:

@@ -165,7 +165,8 @@ def export_model(
         else:
             traced = trace_policy(policy, extra_outputs)
             directory.mkdir(parents=True, exist_ok=True)
-            files = write_torch_files(traced, directory) if opset is None else write_onnx_file(traced, directory, opset)
+            files = (write_torch_files(traced, directory) if opset is None
+                     else write_onnx_file(traced, directory, opset))
             graph = traced.graph
         signature = build_signature(policy, graph, files, opset=opset)
         write_signature(directory, signature)
@@ -176,7 +177,8 @@ def export_model(
 
 
 def _export_to_store(policy: Policy, url: str | os.PathLike[str], *, onnx: int | None,
-                     extra_outputs: Sequence[str], storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+                     extra_outputs: Sequence[str],
+                     storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """:func:`export_model` to an object store: export into a local directory, then upload."""
     store = cast(ObjectStorage, resolve_storage(url, storage_options=storage_options))  # raises if local
     with tempfile.TemporaryDirectory(prefix="cairn-export-") as local:

@@ -79,7 +79,8 @@ def fold_observation_filter(proto: Any) -> bool:
         return False
     mean, inv_std = initializers[sub.input[1]], initializers[mul.input[1]]
     low, high = (float(initializers[name]) for name in clips[0].input[1:])
-    if mean.ndim != 1 or inv_std.shape != mean.shape or mean.dtype != np.float32 or inv_std.dtype != np.float32:
+    if (mean.ndim != 1 or inv_std.shape != mean.shape
+            or mean.dtype != np.float32 or inv_std.dtype != np.float32):
         return False
     features = graph.input[0].type.tensor_type.shape.dim[1]
     if not features.HasField("dim_value") or features.dim_value != mean.shape[0] or not low < 0 < high:
