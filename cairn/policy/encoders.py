@@ -50,7 +50,9 @@ NATURE_CNN_FILTERS: list[list[int]] = [[32, 8, 4], [64, 4, 2], [64, 3, 1]]
 NATURE_CNN_DENSE = 512
 _CHANNEL_SIZES = (1, 3, 4)
 _MAX_CONV_LAYERS = 16
-_CONV_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
+_CONV_ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU,
+}
 
 
 def image_layout(shape: Sequence[int]) -> str | None:
@@ -81,7 +83,8 @@ def check_conv_config(model: Mapping[str, Any]) -> None:
     filters = model.get("conv_filters")
     if filters is not None and not (
         isinstance(filters, (list, tuple)) and len(filters) <= _MAX_CONV_LAYERS
-        and all(isinstance(f, (list, tuple)) and len(f) == 3 and all(_positive_int(v) for v in f) for f in filters)
+        and all(isinstance(f, (list, tuple)) and len(f) == 3 and all(_positive_int(v) for v in f)
+                for f in filters)
     ):
         raise ConfigError(
             f"Config 'model.conv_filters' must be None (the Nature CNN {NATURE_CNN_FILTERS} for "

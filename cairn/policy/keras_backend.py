@@ -19,7 +19,8 @@ from typing import Any
 
 from cairn.errors import FrameworkUnavailableError
 
-__all__ = ["KERAS_INSTALL_HINT", "MIN_KERAS_VERSION", "import_keras", "import_tensorflow_quietly", "keras_available"]
+__all__ = ["KERAS_INSTALL_HINT", "MIN_KERAS_VERSION", "import_keras", "import_tensorflow_quietly",
+           "keras_available"]
 
 KERAS_INSTALL_HINT = "`pip install 'cairn-rl[keras]'` (in a cairn checkout: `pip install -e '.[keras]'`)"
 #: Keras 3.8 added ``model.export(..., format="onnx")``, which cairn's ONNX export uses.
@@ -86,8 +87,8 @@ def import_keras(why: str = "model.framework='keras'") -> Any:
 
 #: Lines TensorFlow's C++ runtime prints to stderr while it is imported (absl logs them before
 #: its logging is set up, whatever TF_CPP_MIN_LOG_LEVEL says).
-_TENSORFLOW_START_UP_LINES = ("All log messages before absl::InitializeLog()", "port.cc:", "cpu_feature_guard.cc:",
-                              "To enable the following instructions:")
+_TENSORFLOW_START_UP_LINES = ("All log messages before absl::InitializeLog()", "port.cc:",
+                              "cpu_feature_guard.cc:", "To enable the following instructions:")
 
 
 def import_tensorflow_quietly() -> None:

@@ -103,10 +103,12 @@ class KerasEncoder:
     def weight_layers(self) -> tuple[Any, ...]:
         """The Conv2D and Dense layers in the torch encoder's parameter order."""
         return tuple(layer for i in sorted(self.images) for layer in
-                     (*self.images[i].convs, *(() if self.images[i].dense is None else (self.images[i].dense,))))
+                     (*self.images[i].convs,
+                      *(() if self.images[i].dense is None else (self.images[i].dense,))))
 
     def reset_parameters(self, generator: torch.Generator, *, orthogonal: bool) -> None:
-        """:meth:`ObservationEncoder.reset_parameters <cairn.policy.encoders.ObservationEncoder.reset_parameters>`
+        """:meth:`ObservationEncoder.reset_parameters
+        <cairn.policy.encoders.ObservationEncoder.reset_parameters>`
         on the Keras layers: the same draws from ``generator`` in the same order (each weight
         drawn in torch's ``[out, in, ...]`` shape, then transposed into Keras' layout), so both
         encoders start equal. ``orthogonal``: gain sqrt(2), zero biases; else PyTorch's
@@ -163,8 +165,9 @@ def _image_cnn(part: Mapping[str, Any], name: str, keras: Any) -> KerasImageCNN:
     if scale != 1.0:
         prepare.append(layers.Rescaling(scale, name=f"{name}_scale"))
     activation = str(part["conv_activation"])  # relu, tanh, elu, silu: the same names in Keras
-    convs = tuple(layers.Conv2D(int(out), int(kernel), strides=int(stride), padding="valid", activation=activation,
-                                data_format="channels_first", name=f"{name}_conv_{k}")
+    convs = tuple(layers.Conv2D(int(out), int(kernel), strides=int(stride), padding="valid",
+                                activation=activation, data_format="channels_first",
+                                name=f"{name}_conv_{k}")
                   for k, (out, kernel, stride) in enumerate(part["conv_filters"]))
     # channels_last: flatten as stored (C, H, W, torch's order); "channels_first" would move C last.
     flatten = layers.Flatten(data_format="channels_last", name=f"{name}_flatten")
@@ -182,13 +185,15 @@ def build_keras_encoder(description: Mapping[str, Any], name: str = "encoder") -
     >>> import gymnasium as gym, numpy as np
     >>> from cairn.policy.encoders import encoder_description
     >>> space = gym.spaces.Box(0, 255, (1, 16, 16), np.uint8)
-    >>> encoder = build_keras_encoder(encoder_description(space, {"conv_filters": [[4, 4, 2]], "conv_dense": 8}))
+    >>> description = encoder_description(space, {"conv_filters": [[4, 4, 2]], "conv_dense": 8})
+    >>> encoder = build_keras_encoder(description)
     >>> [layer.name for layer in encoder.weight_layers]
     ['encoder_0_conv_0', 'encoder_0_dense']
     """
     keras = import_keras()
     parts: Sequence[Mapping[str, Any]] = description["parts"]
-    images = {i: _image_cnn(part, f"{name}_{i}", keras) for i, part in enumerate(parts) if part["kind"] == "image"}
+    images = {i: _image_cnn(part, f"{name}_{i}", keras)
+              for i, part in enumerate(parts) if part["kind"] == "image"}
     whole = len(parts) == 1  # one image part covering the row: no slicing, no concatenation
     return KerasEncoder(tuple((int(p["offset"]), int(p["size"])) for p in parts), images,
                         None if whole else keras.layers.Concatenate(axis=-1, name=f"{name}_concat"),

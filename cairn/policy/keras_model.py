@@ -40,7 +40,8 @@ from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.model import NUMPY_ACTIVATIONS, ActorCriticMLP
 from cairn.registry import resolve_callable
 
-__all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp", "build_user_keras_model", "deepcopy_keras_module", "load_keras_builder",
+__all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp",
+           "build_user_keras_model", "deepcopy_keras_module", "load_keras_builder",
            "make_keras_actor_critic", "orthogonal_init", "torch_linear_init"]
 
 #: cairn's activation names -> Keras' (the same functions).
@@ -73,7 +74,8 @@ class MLPLayers:
         return MLPLayers(
             tuple(get(layer.name) for layer in self.actor), get(self.action_head.name),
             None if self.critic is None else tuple(get(layer.name) for layer in self.critic),
-            get(self.value_head.name), None if self.log_std is None else get(self.log_std.name), self.activation,
+            get(self.value_head.name), None if self.log_std is None else get(self.log_std.name),
+            self.activation,
             None if self.encoder is None else self.encoder.in_network(network),
             None if self.critic_encoder is None else self.critic_encoder.in_network(network))
 
@@ -100,7 +102,8 @@ def build_actor_critic_mlp(obs_size: int, num_outputs: int, *, hidden: Sequence[
                            bias_initializer=keras.initializers.Constant(float(log_std_init)),
                            name="log_std") if free_log_std else None
     actor_encoder = None if encoder is None else build_keras_encoder(encoder, "encoder")
-    critic_encoder = None if encoder is None or vf_share_layers else build_keras_encoder(encoder, "critic_encoder")
+    critic_encoder = (None if encoder is None or vf_share_layers
+                      else build_keras_encoder(encoder, "critic_encoder"))
     x = obs if actor_encoder is None else actor_encoder(obs)
     for layer in actor:
         x = layer(x)
@@ -115,7 +118,8 @@ def build_actor_critic_mlp(obs_size: int, num_outputs: int, *, hidden: Sequence[
             y = layer(y)
     value = value_head(y)
     model = keras.Model(obs, [inputs, value], name="cairn_actor_critic")
-    return model, MLPLayers(actor, action_head, critic, value_head, log_std, activation, actor_encoder, critic_encoder)
+    return model, MLPLayers(actor, action_head, critic, value_head, log_std, activation,
+                            actor_encoder, critic_encoder)
 
 
 def load_keras_builder(reference: str) -> Any:
@@ -126,8 +130,8 @@ def load_keras_builder(reference: str) -> Any:
     return resolve_callable(reference, what="model.keras_model")
 
 
-def build_user_keras_model(reference: str, obs_size: int, num_outputs: int, model_config: Mapping[str, Any], *,
-                           outputs: int, expected: str) -> Any:
+def build_user_keras_model(reference: str, obs_size: int, num_outputs: int,
+                           model_config: Mapping[str, Any], *, outputs: int, expected: str) -> Any:
     """The ``keras.Model`` the user's builder ``reference`` returns for
     ``builder(obs_size, num_outputs, model_config)``; ConfigError unless it is one with
     ``outputs`` outputs (``expected`` describes them in the message)."""
@@ -236,7 +240,8 @@ class KerasActorCritic(nn.Module):
             object.__setattr__(copied, "mlp_layers", layers.in_network(copied.network))
         return copied
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
+                        assign: bool = False) -> Any:
         """Copy into the Keras variables' tensors, never replace them (``assign`` is ignored):
         a Keras variable keeps the ``Parameter`` it was created with, so a replaced one would
         no longer be the variable Keras computes with and saves."""
@@ -247,7 +252,8 @@ class KerasActorCritic(nn.Module):
         return super()._apply(fn, recurse)  # type: ignore[no-any-return]
 
     # ---------------------------------------------------------------------------- compute
-    def _run(self, layers: Sequence[Any], x: torch.Tensor, encoder: KerasEncoder | None = None) -> torch.Tensor:
+    def _run(self, layers: Sequence[Any], x: torch.Tensor,
+             encoder: KerasEncoder | None = None) -> torch.Tensor:
         if encoder is not None:
             x = encoder.call(x)
         for layer in layers:
@@ -340,10 +346,12 @@ def actor_critic_network(model_config: Mapping[str, Any]) -> Callable[..., nn.Mo
     if model_framework(model_config) != "keras":
         return ActorCriticMLP
 
-    def build(obs_size: int, num_outputs: int, *, hidden: Sequence[int], activation: str, vf_share_layers: bool,
-              free_log_std: bool, log_std_init: float, encoder: Mapping[str, Any] | None = None) -> KerasActorCritic:
+    def build(obs_size: int, num_outputs: int, *, hidden: Sequence[int], activation: str,
+              vf_share_layers: bool, free_log_std: bool, log_std_init: float,
+              encoder: Mapping[str, Any] | None = None) -> KerasActorCritic:
         settings = {**model_config, "hidden": list(hidden), "activation": activation,
                     "vf_share_layers": vf_share_layers, "log_std_init": log_std_init}
-        return make_keras_actor_critic(obs_size, num_outputs, settings, free_log_std=free_log_std, encoder=encoder)
+        return make_keras_actor_critic(obs_size, num_outputs, settings, free_log_std=free_log_std,
+                                       encoder=encoder)
 
     return build

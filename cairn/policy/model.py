@@ -19,8 +19,8 @@ from cairn.policy.keras_config import FRAMEWORK_MODEL_KEYS, check_framework_sett
 from cairn.spaces import is_image_space
 from cairn.validation import check_section
 
-__all__ = ["ActorCriticMLP", "ACTIVATIONS", "NUMPY_ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config", "builds_config_mlp",
-           "warn_if_image_observations", "policy_encoder_description"]
+__all__ = ["ActorCriticMLP", "ACTIVATIONS", "NUMPY_ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config",
+           "builds_config_mlp", "warn_if_image_observations", "policy_encoder_description"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,

@@ -89,7 +89,8 @@ class ObservationPath(nn.Module):
         self.obs_discrete = isinstance(space, gym.spaces.Discrete)
         self.obs_start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
         # A [batch, obs_size] float32 input needs no reshape: leave that node out of the graph.
-        shape = tuple(space.shape or ()) if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)) else None
+        shape = (tuple(space.shape or ()) if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary))
+                 else None)
         self.obs_flat = shape is None or shape == (self.obs_size,)
         obs_filter = policy.observation_filter
         self.filtered = isinstance(obs_filter, MeanStdFilter)

@@ -79,7 +79,8 @@ def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_
     policy_class: Any = resolve_class(spec["policy_class"], base)
     config = deep_merge(policy_class.DEFAULT_CONFIG, spec.get("config") or {})
     obs_size = _flat_size(obs_space)
-    out_size = _flat_size(act_space) if not isinstance(act_space, gym.spaces.Box) else 2 * _flat_size(act_space)
+    out_size = (_flat_size(act_space) if not isinstance(act_space, gym.spaces.Box)
+                else 2 * _flat_size(act_space))
     filter_state = state["observation_filter"]
     mean = filter_state.get("mean")
     if filter_state.get("name") == "MeanStdFilter" and not (
@@ -119,8 +120,8 @@ def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_
         raise CheckpointFormatError(
             f"{where}: the stored weights ({stored} numbers in {len(weights)} arrays) cannot belong "
             f"to the network the spec describes (observation size {_short(obs_size)}, conv_filters "
-            f"{(model or {}).get('conv_filters')!r:.100} on images, hidden {hidden!r:.100}, {_short(out_size)} "
-            f"outputs: at least {_short(needed)} numbers). The "
+            f"{(model or {}).get('conv_filters')!r:.100} on images, hidden {hidden!r:.100}, "
+            f"{_short(out_size)} outputs: at least {_short(needed)} numbers). The "
             "spec's spaces or model config do not fit the weights."
         )
 
