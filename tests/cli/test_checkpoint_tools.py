@@ -25,23 +25,26 @@ def test_info(trained_run, capsys):
     for argv in (["checkpoint", "info"], ["info"]):
         assert main([*argv, str(_ckpt(trained_run, 3))]) == 0
         info = json.loads(capsys.readouterr().out)
-        assert info["type"] == "Algorithm" and info["policy_ids"] == ["default_policy"] and "files" not in info
+        assert (info["type"] == "Algorithm" and info["policy_ids"] == ["default_policy"]
+                and "files" not in info)
 
 
 def test_verify_ok_then_one_line_per_problem(trained_run, tmp_path, capsys):
     ckpt = tmp_path / "c"
     shutil.copytree(_ckpt(trained_run, 3), ckpt)
     assert main(["checkpoint", "verify", str(ckpt)]) == 0
-    assert capsys.readouterr().out.startswith(f"ok: {ckpt} (Algorithm checkpoint, format version {FORMAT_VERSION})")
+    assert capsys.readouterr().out.startswith(
+        f"ok: {ckpt} (Algorithm checkpoint, format version {FORMAT_VERSION})")
     weights = ckpt / "policies" / "default_policy" / "policy_state.safetensors"
     data = bytearray(weights.read_bytes())
     data[-3] ^= 0x01  # one flipped bit in a weight
     weights.write_bytes(bytes(data))
     assert main(["checkpoint", "verify", str(ckpt)]) == 1
     captured = capsys.readouterr()
+    manifest = json.loads((weights.parent / "cairn_checkpoint.json").read_text())
     assert captured.out.splitlines() == [
         f"{weights}: content hash {captured.out.split('content hash ')[1].split()[0]} does not match the "
-        f"manifest's {json.loads((weights.parent / 'cairn_checkpoint.json').read_text())['files']['policy_state.safetensors']['hash']}"]
+        f"manifest's {manifest['files']['policy_state.safetensors']['hash']}"]
     assert captured.err.strip() == f"cairn: error: {ckpt}: 1 problem"
     (ckpt / "algorithm_state.json").write_text("{}")  # another size
     (ckpt / "stray.txt").write_text("?")
@@ -49,7 +52,8 @@ def test_verify_ok_then_one_line_per_problem(trained_run, tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3
     assert lines[0].startswith(f"{ckpt / 'algorithm_state.json'}: size 2 bytes, the manifest says")
-    assert lines[1].startswith(str(weights)) and lines[2] == f"{ckpt / 'stray.txt'}: not listed in any manifest"
+    assert (lines[1].startswith(str(weights))
+            and lines[2] == f"{ckpt / 'stray.txt'}: not listed in any manifest")
 
 
 @pytest.mark.parametrize(("edit", "expected"), [
@@ -158,7 +162,8 @@ def test_diff_with_itself_reports_no_change(trained_run, capsys):
     ckpt = str(_ckpt(trained_run, 2))
     assert main(["checkpoint", "diff", ckpt, ckpt, "--json"]) == 0
     diff = json.loads(capsys.readouterr().out)
-    assert diff["policies"]["default_policy"]["l2"] == 0.0 and diff["policies"]["default_policy"]["max_abs"] == 0.0
+    assert (diff["policies"]["default_policy"]["l2"] == 0.0
+            and diff["policies"]["default_policy"]["max_abs"] == 0.0)
     assert diff["settings"] == {} and diff["only_in_a"] == diff["only_in_b"] == []
     assert main(["checkpoint", "diff", ckpt, ckpt]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "no differences"
@@ -170,7 +175,8 @@ def test_ls(trained_run, capsys):
         rows = json.loads(capsys.readouterr().out)
         assert [r["iteration"] for r in rows] == [1, 2, 3]
         progress = (trained_run / "progress.csv").read_text().splitlines()[1:]
-        assert [r["episode_return_mean"] for r in rows] == [pytest.approx(float(line.split(",")[3])) for line in progress]
+        assert [r["episode_return_mean"] for r in rows] == [
+            pytest.approx(float(line.split(",")[3])) for line in progress]
         # Every listed file counts, the policies' too (listed in their own manifests): on
         # disk there is nothing else.
         on_disk = [sum(f.stat().st_size for f in Path(r["path"]).rglob("*") if f.is_file()) for r in rows]
@@ -179,7 +185,8 @@ def test_ls(trained_run, capsys):
     assert main(["checkpoint", "ls", str(trained_run)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["checkpoint", "iteration", "return_mean", "size", "created"]
-    assert (lines[1].split()[:2] == ["checkpoint_000001", "1"] and lines[3].endswith("latest")) or "latest" in lines[3]
+    assert ((lines[1].split()[:2] == ["checkpoint_000001", "1"] and lines[3].endswith("latest"))
+            or "latest" in lines[3])
     assert lines[-1] == f"3 checkpoints in {trained_run / 'checkpoints'}"
 
 
@@ -220,7 +227,8 @@ def test_upgrade_runs_the_registered_migrations_in_place(tmp_path, monkeypatch, 
     monkeypatch.setitem(migrations.MIGRATIONS, ("Algorithm", "0"), ("1", counts_to_counters))
     monkeypatch.setitem(migrations.MIGRATIONS, ("Policy", "0"), ("1", lambda tree: tree))
     assert main(["checkpoint", "upgrade", str(ckpt)]) == 0
-    assert capsys.readouterr().out.strip() == f"upgraded {ckpt} from format version 0 to {FORMAT_VERSION}: {ckpt}"
+    assert (capsys.readouterr().out.strip()
+            == f"upgraded {ckpt} from format version 0 to {FORMAT_VERSION}: {ckpt}")
     assert cairn.get_checkpoint_info(ckpt)["checkpoint_version"] == FORMAT_VERSION
     assert json.loads(policy_manifest_path.read_text())["format_version"] == FORMAT_VERSION
     assert "counts" not in json.loads((ckpt / "algorithm_state.json").read_text())

@@ -32,7 +32,8 @@ if "CliUserCartPole-v0" not in gym.envs.registry:
 
 
 def _train(out: Path, *args: str) -> int:
-    return main(["train", "--algo", "PPO", *SMALL, "--stop-iters", "1", "--seed", "0", "--out", str(out), "-q", *args])
+    return main(["train", "--algo", "PPO", *SMALL, "--stop-iters", "1", "--seed", "0",
+                 "--out", str(out), "-q", *args])
 
 
 def _stored_env(run: Path) -> object:
@@ -107,16 +108,18 @@ def test_ale_ids_and_a_users_module_from_the_cairn_script(tmp_path):
         return subprocess.run([sys.executable, "-I", "-m", "cairn", *args], capture_output=True, text=True,
                               cwd=tmp_path, timeout=600)
 
-    train = cairn_script("train", "--algo", "PPO", "--env", "ALE/Breakout-v5", "--stop-iters", "1", "--out", "ale",
+    train = cairn_script("train", "--algo", "PPO", "--env", "ALE/Breakout-v5", "--stop-iters", "1",
+                         "--out", "ale",
                          "--config", "train_batch_size=32", "minibatch_size=32", "num_epochs=1", "-q")
     assert train.returncode == 0, train.stderr
     assert json.loads((tmp_path / "ale" / "config.json").read_text())["env"] == "ALE/Breakout-v5"
-    evaluate = cairn_script("evaluate", "ale", "--episodes", "1", "--seed", "0", "--max-episode-steps", "20", "--json")
+    evaluate = cairn_script("evaluate", "ale", "--episodes", "1", "--seed", "0",
+                            "--max-episode-steps", "20", "--json")
     assert evaluate.returncode == 0, evaluate.stderr
     assert json.loads(evaluate.stdout)["episode_lens"] == [20]
 
-    named = cairn_script("train", "--algo", "PPO", "--env", "cli_user_cartpole", "--import", MODULE, "--out", "named",
-                         "--stop-iters", "1", *SMALL, "-q")
+    named = cairn_script("train", "--algo", "PPO", "--env", "cli_user_cartpole", "--import", MODULE,
+                         "--out", "named", "--stop-iters", "1", *SMALL, "-q")
     assert named.returncode == 0, named.stderr
     lost = cairn_script("evaluate", "named", "--episodes", "1", "-q")  # a fresh process without the module
     assert lost.returncode == 1 and "From the command line: --import MODULE" in lost.stderr, lost.stderr

@@ -69,7 +69,8 @@ def test_unknown_algo_names_every_registered_algorithm(capsys):
     assert "unknown --algo 'PP0'; the registered algorithms are DQN, PPO, SAC. Did you mean 'PPO'?" in err
 
 
-@pytest.mark.parametrize("args", [["checkpoint", "diff", "{ckpt}", "{ckpt}"], ["checkpoint", "info", "{ckpt}"]])
+@pytest.mark.parametrize(
+    "args", [["checkpoint", "diff", "{ckpt}", "{ckpt}"], ["checkpoint", "info", "{ckpt}"]])
 def test_a_closed_stdout_ends_the_command_quietly(args):
     """``cairn checkpoint diff A B | head``: once the reader has gone, cairn stops without a
     'BrokenPipeError' line and with the status a SIGPIPE gives in a shell (128 + 13)."""
@@ -90,7 +91,7 @@ def test_a_command_without_stdout_at_all_still_runs():
     """``cairn ... >&-``: Python then has no sys.stdout; the flush that makes a closed pipe show
     inside main() must not turn that into an AttributeError."""
     ckpt = str(ROOT / "tests" / "fixtures" / "checkpoints" / "1" / "policy")
-    proc = subprocess.run([sys.executable, "-m", "cairn", "checkpoint", "info", ckpt], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120,
+    proc = subprocess.run([sys.executable, "-m", "cairn", "checkpoint", "info", ckpt],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120,
                           preexec_fn=lambda: __import__("os").close(1))
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr

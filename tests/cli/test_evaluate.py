@@ -45,14 +45,17 @@ def test_evaluate_text_and_gif(trained_run, tmp_path, capsys):
 
     ckpt = str(trained_run / "checkpoints" / "checkpoint_000003")
     gif = tmp_path / "episode.gif"
-    assert main(["evaluate", ckpt, "--episodes", "2", "--seed", "4", "--render", str(gif), "--fps", "20"]) == 0
+    assert main(["evaluate", ckpt, "--episodes", "2", "--seed", "4",
+                 "--render", str(gif), "--fps", "20"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "checkpoint_000003 on CartPole-v1: 2 greedy episodes, seed 4"
-    assert lines[1].split()[:3] == ["return", "mean", lines[1].split()[2]] and "std" in lines[1] and "max" in lines[1]
+    assert (lines[1].split()[:3] == ["return", "mean", lines[1].split()[2]]
+            and "std" in lines[1] and "max" in lines[1])
     report = _json(capsys, ["evaluate", ckpt, "--episodes", "2", "--seed", "4", "--json"])
     length = report["episode_lens"][0]
-    assert lines[3] == (f"  rendered one episode (return {report['episode_returns'][0]:.2f}, {length + 1} frames) "
-                        f"to {gif}")  # the first episode of the report
+    # the first episode of the report
+    assert lines[3] == (f"  rendered one episode (return {report['episode_returns'][0]:.2f}, "
+                        f"{length + 1} frames) to {gif}")
     with Image.open(gif) as image:
         assert image.size == (600, 400)
         durations = []
@@ -87,7 +90,8 @@ def test_evaluate_mp4_has_every_frame(trained_run, tmp_path, capsys):
 @pytest.mark.filterwarnings("ignore:.*CartPole-v0 is out of date")
 def test_evaluate_on_another_env_with_the_same_spaces(trained_run, capsys):
     ckpt = str(trained_run / "checkpoints" / "checkpoint_000003")
-    report = _json(capsys, ["evaluate", ckpt, "--env", "CartPole-v0", "--episodes", "2", "--seed", "0", "--json"])
+    report = _json(capsys, ["evaluate", ckpt, "--env", "CartPole-v0",
+                            "--episodes", "2", "--seed", "0", "--json"])
     assert report["env"] == "CartPole-v0" and report["num_episodes"] == 2
     assert max(report["episode_lens"]) <= 200  # CartPole-v0's time limit, not v1's 500
 
@@ -97,26 +101,31 @@ def test_evaluate_and_export_take_a_run_directory(trained_run, tmp_path, capsys)
     from_run = _json(capsys, ["evaluate", str(trained_run), "--episodes", "2", "--seed", "5", "--json"])
     direct = _json(capsys, ["evaluate", newest, "--episodes", "2", "--seed", "5", "--json"])
     assert from_run["checkpoint"] == newest
-    folder = _json(capsys, ["evaluate", str(trained_run / "checkpoints"), "--episodes", "2", "--seed", "5", "--json"])
+    folder = _json(capsys, ["evaluate", str(trained_run / "checkpoints"),
+                            "--episodes", "2", "--seed", "5", "--json"])
     assert folder == from_run
     assert {**from_run, "checkpoint": None} == {**direct, "checkpoint": None}
 
     assert main(["export", str(trained_run), "--format", "torch", "--out", str(tmp_path / "model")]) == 0
-    assert capsys.readouterr().out == f"exported torch model of policy 'default_policy' from {newest} to {tmp_path / 'model'}\n"
+    assert capsys.readouterr().out == (
+        f"exported torch model of policy 'default_policy' from {newest} to {tmp_path / 'model'}\n")
     assert (tmp_path / "model").is_dir()
 
     empty = tmp_path / "empty_run"
     (empty / "checkpoints").mkdir(parents=True)
-    for command in (["evaluate", str(empty)], ["export", str(empty), "--format", "torch", "--out", str(tmp_path / "x")]):
+    for command in (["evaluate", str(empty)],
+                    ["export", str(empty), "--format", "torch", "--out", str(tmp_path / "x")]):
         assert main(command) == 2
         err = capsys.readouterr().err
-        assert f"{empty} is a run directory with no committed checkpoint" in err and "--checkpoint-every" in err
+        assert (f"{empty} is a run directory with no committed checkpoint" in err
+                and "--checkpoint-every" in err)
     assert not (tmp_path / "x").exists()
 
 
 def test_evaluate_restores_a_checkpoint_without_its_replay_buffer_quietly(tmp_path, capsys):
     algo = (cairn.DQNConfig().environment("CartPole-v1").debugging(seed=0)
-            .training(train_batch_size=64, minibatch_size=16, num_steps_sampled_before_learning_starts=32).build())
+            .training(train_batch_size=64, minibatch_size=16, num_steps_sampled_before_learning_starts=32)
+            .build())
     try:
         algo.train()
         ckpt = algo.save(tmp_path / "dqn")  # without store_replay_buffer: no buffer in it
@@ -145,10 +154,12 @@ def test_evaluate_shows_each_episode_and_max_episode_steps_truncates(trained_run
         assert f"| return {ret:10.2f} | length {length:7d} | " in line and "truncated" not in line
 
     cap = min(full["episode_lens"]) - 1
-    assert main(["evaluate", ckpt, "--episodes", "3", "--seed", "1", "--json", "--max-episode-steps", str(cap)]) == 0
+    assert main(["evaluate", ckpt, "--episodes", "3", "--seed", "1", "--json",
+                 "--max-episode-steps", str(cap)]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["episode_lens"] == [cap] * 3
-    assert all(line.endswith(f"| truncated at --max-episode-steps {cap}") for line in captured.err.splitlines())
+    assert all(line.endswith(f"| truncated at --max-episode-steps {cap}")
+               for line in captured.err.splitlines())
 
     quiet = _json(capsys, ["evaluate", ckpt, "--episodes", "3", "--seed", "1", "--json", "-q"])
     assert quiet == full and capsys.readouterr().err == ""
@@ -172,7 +183,8 @@ def test_evaluate_multi_agent_lines_and_truncation(tmp_path, capsys):
         ckpt = str(algo.save(tmp_path / "ma"))
     finally:
         algo.stop()
-    assert main(["evaluate", ckpt, "--episodes", "2", "--seed", "0", "--json", "--max-episode-steps", "5"]) == 0
+    assert main(["evaluate", ckpt, "--episodes", "2", "--seed", "0", "--json",
+                 "--max-episode-steps", "5"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["episode_lens"] == [5, 5]
     assert [line.split(" | ")[0] for line in captured.err.splitlines()] == ["episode 1/2", "episode 2/2"]
@@ -184,7 +196,8 @@ def mujoco_run(tmp_path_factory):
     pytest.importorskip("mujoco")
     run = tmp_path_factory.mktemp("mujoco") / "run"
     assert main(["train", "--algo", "PPO", "--env", "InvertedPendulum-v5", "--stop-iters", "1", "--seed", "0",
-                 "--config", "train_batch_size=64", "minibatch_size=32", "num_epochs=1", "--out", str(run), "-q"]) == 0
+                 "--config", "train_batch_size=64", "minibatch_size=32", "num_epochs=1",
+                 "--out", str(run), "-q"]) == 0
     return run
 
 
@@ -200,8 +213,9 @@ def _evaluate_in_a_process(run, gif, **environ):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL",
                                                             "PYOPENGL_PLATFORM")}
     env.update({k: v for k, v in environ.items() if v is not None})
-    return subprocess.run([sys.executable, "-m", "cairn", "evaluate", str(run), "--episodes", "2", "--seed", "0",
-                           "--render", str(gif)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    return subprocess.run([sys.executable, "-m", "cairn", "evaluate", str(run),
+                           "--episodes", "2", "--seed", "0", "--render", str(gif)],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
 
 
 @pytest.mark.slow  # three fresh processes that import torch and MuJoCo
@@ -228,7 +242,8 @@ def test_headless_mujoco_rendering_names_the_backend_and_still_reports_the_retur
         (line,) = [line for line in err.strip().splitlines() if line not in progress]  # what failed, the fix
         assert "MUJOCO_GL=egl" in line and "MUJOCO_GL=osmesa" in line and "libosmesa6" in line
         if backend is None:  # only the recording failed: the evaluation's report is there
-            assert proc.stdout.splitlines()[0] == "checkpoint_000001 on InvertedPendulum-v5: 2 greedy episodes, seed 0"
+            assert (proc.stdout.splitlines()[0]
+                    == "checkpoint_000001 on InvertedPendulum-v5: 2 greedy episodes, seed 0")
             assert "return  mean" in proc.stdout
             assert line.startswith(f"cairn: error: --render {gif}: MuJoCo could not open an OpenGL context: "
                                    "MUJOCO_GL is unset, so MuJoCo uses GLFW, which needs a display")

@@ -23,7 +23,8 @@ def test_plot_writes_a_png_of_the_asked_size(tmp_path, trained_run, capsys):
         assert main(argv) == 0
         runs.append(str(run))
     configs = [json.loads((tmp_path / n / "config.json").read_text()) for n in ("s1", "s2", "lr")]
-    assert group_by_seed([json.loads((trained_run / "config.json").read_text()), *configs]) == [[0, 1, 2], [3]]
+    assert group_by_seed(
+        [json.loads((trained_run / "config.json").read_text()), *configs]) == [[0, 1, 2], [3]]
     out = tmp_path / "curve.png"
     capsys.readouterr()
     assert main(["plot", str(trained_run), *runs, "--out", str(out), "--size", "640x400"]) == 0

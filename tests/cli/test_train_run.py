@@ -22,8 +22,8 @@ def _rows(run):
 
 def test_run_directory_holds_every_file_and_column(trained_run):
     run = trained_run
-    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.json", "progress.csv", "result.jsonl",
-                                                      "run.json"]
+    assert sorted(p.name for p in run.iterdir()) == [
+        "checkpoints", "config.json", "progress.csv", "result.jsonl", "run.json"]
     rows = _rows(run)
     header = list(rows[0])
     assert tuple(header[:len(PROGRESS_COLUMNS)]) == PROGRESS_COLUMNS
@@ -33,17 +33,20 @@ def test_run_directory_holds_every_file_and_column(trained_run):
     times = [float(r["time"]) for r in rows]
     assert times == sorted(times) and times[0] > 0
     for r in rows:
-        assert float(r["episode_return_min"]) <= float(r["episode_return_mean"]) <= float(r["episode_return_max"])
+        assert (float(r["episode_return_min"]) <= float(r["episode_return_mean"])
+                <= float(r["episode_return_max"]))
         assert float(r["env_steps_per_s"]) > 0 and math.isfinite(float(r["policy_loss"]))
     results = [json.loads(line) for line in (run / "result.jsonl").read_text().splitlines()]
     assert [r["training_iteration"] for r in results] == [1, 2, 3]
-    assert results[-1]["learners"]["default_policy"]["policy_loss"] == pytest.approx(float(rows[-1]["policy_loss"]))
+    assert (results[-1]["learners"]["default_policy"]["policy_loss"]
+            == pytest.approx(float(rows[-1]["policy_loss"])))
     assert results[-1]["num_env_steps_sampled_lifetime"] == 192
     config = json.loads((run / "config.json").read_text())
     assert config["seed"] == 0 and config["train_batch_size"] == 64 and config["env"] == "CartPole-v1"
     assert cairn.AlgorithmConfig.from_dict(config).to_dict() == config  # loadable: --config RUN/config.json
     settings = json.loads((run / "run.json").read_text())
-    assert settings["stop"] == {"iters": 3, "timesteps": None, "reward": None} and settings["checkpoint_every"] == 1
+    assert (settings["stop"] == {"iters": 3, "timesteps": None, "reward": None}
+            and settings["checkpoint_every"] == 1)
     names = sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir())
     assert names == ["checkpoint_000001", "checkpoint_000002", "checkpoint_000003"]
 
@@ -70,13 +73,16 @@ def test_resume_continues_counters_rng_and_appends(tmp_path, capsys):
 
 
 def test_warnings_from_cairn_show_as_one_line(tmp_path, capsys):
-    dqn = ["train", "--algo", "DQN", "--env", "CartPole-v1", "--config", "train_batch_size=64", "minibatch_size=16",
-           "num_steps_sampled_before_learning_starts=32", "store_replay_buffer=false", "--out", str(tmp_path / "run")]
+    dqn = ["train", "--algo", "DQN", "--env", "CartPole-v1",
+           "--config", "train_batch_size=64", "minibatch_size=16",
+           "num_steps_sampled_before_learning_starts=32", "store_replay_buffer=false",
+           "--out", str(tmp_path / "run")]
     assert main([*dqn, "--stop-iters", "1", "-q"]) == 0  # store_replay_buffer=false: no replay buffer stored
     capsys.readouterr()
     assert main(["train", "--resume", str(tmp_path / "run"), "--stop-iters", "2"]) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if "replay buffer" in line]
-    assert len(err) == 1 and err[0].startswith("cairn: warning: This DQN state has no replay buffer, so training")
+    assert len(err) == 1 and err[0].startswith(
+        "cairn: warning: This DQN state has no replay buffer, so training")
     assert "--config store_replay_buffer=true" in err[0]
     assert main(["train", "--resume", str(tmp_path / "run"), "--stop-iters", "3", "-q"]) == 0
     assert "replay buffer" not in capsys.readouterr().err  # -q: errors only
@@ -151,7 +157,8 @@ def test_resume_cuts_rows_written_after_the_latest_checkpoint(tmp_path, capsys):
     text = (run / "progress.csv").read_text()
     assert text.startswith(first_two)
     assert [r["training_iteration"] for r in _rows(run)] == ["1", "2", "3"]
-    assert [json.loads(line)["training_iteration"] for line in (run / "result.jsonl").read_text().splitlines()] == [1, 2, 3]
+    assert [json.loads(line)["training_iteration"]
+            for line in (run / "result.jsonl").read_text().splitlines()] == [1, 2, 3]
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     capsys.readouterr()
     assert main(["train", "--resume", str(run)]) == 0  # done already: nothing trained, nothing written
@@ -172,7 +179,8 @@ def test_config_file_and_flags(tmp_path):
     assert config["lr"] == 0.002 and config["seed"] == 7 and config["train_batch_size"] == 64
     rows = _rows(run)
     assert [r["timesteps"] for r in rows] == ["64", "128"]  # stopped at the first >= 100
-    assert rows[0]["evaluation/episode_return_mean"] == "" and float(rows[1]["evaluation/episode_return_mean"]) > 0
+    assert (rows[0]["evaluation/episode_return_mean"] == ""
+            and float(rows[1]["evaluation/episode_return_mean"]) > 0)
 
 
 def test_plain_lines_quiet_and_bar(tmp_path, capsys, monkeypatch):
@@ -187,7 +195,8 @@ def test_plain_lines_quiet_and_bar(tmp_path, capsys, monkeypatch):
     assert main([*TRAIN, "--stop-iters", "2", "--out", str(tmp_path / "quiet"), "-q"]) == 0
     assert not any(line.startswith("iter") for line in capsys.readouterr().out.splitlines())
     console = Console(record=True, force_terminal=True, width=120)
-    monkeypatch.setattr(train, "make_reporter", lambda **kw: progress.BarReporter(kw["title"], kw["stop"], console))
+    monkeypatch.setattr(train, "make_reporter",
+                        lambda **kw: progress.BarReporter(kw["title"], kw["stop"], console))
     assert main([*TRAIN, "--stop-timesteps", "192", "--out", str(tmp_path / "bar")]) == 0
     shown = console.export_text()
     assert "PPO CartPole-v1" in shown and "━" in shown and "192/192 steps" in shown

@@ -6,7 +6,8 @@ def small_actor_critic(obs_size, num_outputs, model_config):
 
     keras = import_keras()
     obs = keras.Input((obs_size,), name="obs")
-    x = keras.layers.Dense(16, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=1))(obs)
+    x = keras.layers.Dense(16, activation="relu",
+                           kernel_initializer=keras.initializers.GlorotUniform(seed=1))(obs)
     logits = keras.layers.Dense(num_outputs, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
     value = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(seed=3))(x)
     return keras.Model(obs, [logits, value])
@@ -21,6 +22,7 @@ def small_q_network(obs_size, num_actions, model_config):
 
     keras = import_keras()
     obs = keras.Input((obs_size,), name="obs")
-    x = keras.layers.Dense(16, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=1))(obs)
+    x = keras.layers.Dense(16, activation="relu",
+                           kernel_initializer=keras.initializers.GlorotUniform(seed=1))(obs)
     q_values = keras.layers.Dense(num_actions, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
     return keras.Model(obs, q_values)

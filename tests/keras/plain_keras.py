@@ -24,12 +24,15 @@ print(json.dumps({"cairn": [m for m in sys.modules if m.startswith("cairn")], "o
 """
 
 
-def plain_keras_outputs(paths: Sequence[str | Path], obs: np.ndarray, workdir: Path) -> list[list[np.ndarray]]:
+def plain_keras_outputs(
+    paths: Sequence[str | Path], obs: np.ndarray, workdir: Path
+) -> list[list[np.ndarray]]:
     """Each file's outputs for the float32 observations ``obs``, computed by
     ``keras.saving.load_model(path)(obs)`` in a subprocess; asserts that no cairn module was
     imported there."""
     np.save(workdir / "plain_keras_obs.npy", np.asarray(obs, dtype=np.float32))
-    out = subprocess.run([sys.executable, "-c", _SCRIPT, str(workdir / "plain_keras_obs.npy"), *map(str, paths)],
+    out = subprocess.run([sys.executable, "-c", _SCRIPT, str(workdir / "plain_keras_obs.npy"),
+                          *map(str, paths)],
                          capture_output=True, text=True, check=True, cwd=workdir)
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["cairn"] == [], f"cairn modules imported: {report['cairn']}"

@@ -45,10 +45,12 @@ def _dqn(multi_agent: bool = False) -> cairn.DQNConfig:
 @pytest.mark.parametrize("dueling", [True, False])
 def test_a_keras_q_network_starts_from_the_torch_ones_weights_and_computes_the_same(dueling):
     config = {"dueling": dueling, "model": {"hidden": [16, 8]}}
-    keras_policy = DQNPolicy(SPACE, ACTIONS, {**config, "model": {**config["model"], "framework": "keras"}}, seed=1)
+    keras_policy = DQNPolicy(SPACE, ACTIONS, {**config, "model": {**config["model"], "framework": "keras"}},
+                             seed=1)
     torch_policy = DQNPolicy(SPACE, ACTIONS, config, seed=1)
     assert type(keras_policy.model).__name__ == "KerasQNetwork"
-    np.testing.assert_allclose(keras_policy.compute_q_values(OBS), torch_policy.compute_q_values(OBS), atol=1e-5)
+    np.testing.assert_allclose(keras_policy.compute_q_values(OBS), torch_policy.compute_q_values(OBS),
+                               atol=1e-5)
     np.testing.assert_array_equal(keras_policy.compute_actions(OBS, explore=False),
                                   torch_policy.compute_actions(OBS, explore=False))
     with torch.no_grad():  # the layer-by-layer path cairn trains is the Keras model's own output
@@ -106,7 +108,8 @@ def test_onnx_of_a_keras_dqn_policy_gives_its_greedy_actions_and_q_values(tmp_pa
     policy.process_observations(obs, update=True)  # filter statistics that are not the identity
     signature = cairn.export.export_model(policy, tmp_path / "m", onnx=18)  # parity checked inside
     assert [o["name"] for o in signature["outputs"]] == ["action", "q_values"]
-    action, q_values = onnx_runner(str(tmp_path / "m/model.onnx"))(cairn.export.model_inputs(policy.observation_space, obs))
+    action, q_values = onnx_runner(str(tmp_path / "m/model.onnx"))(
+        cairn.export.model_inputs(policy.observation_space, obs))
     np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))
     np.testing.assert_allclose(q_values, policy.compute_q_values(obs), atol=1e-5)
 
@@ -117,11 +120,13 @@ def test_cairn_export_and_model_keras_of_a_keras_dqn_checkpoint_load_without_cai
     policy = algo.get_policy()
     path = algo.save(tmp_path / "c")
     obs = OBS * 2
-    [(action, q_values)] = plain_keras_outputs([Path(path) / "policies/default_policy/model/model.keras"], obs, tmp_path)
+    [(action, q_values)] = plain_keras_outputs(
+        [Path(path) / "policies/default_policy/model/model.keras"], obs, tmp_path)
     assert action.tolist() == policy.compute_actions(obs, explore=False).tolist()
     np.testing.assert_allclose(q_values, policy.compute_q_values(obs), atol=1e-5)
 
-    subprocess.run([sys.executable, "-m", "cairn", "export", path, "--format", "onnx", "--out", str(tmp_path / "onnx")],
+    subprocess.run([sys.executable, "-m", "cairn", "export", path, "--format", "onnx",
+                    "--out", str(tmp_path / "onnx")],
                    check=True, cwd=ROOT, capture_output=True)
     action, q_values = onnx_runner(str(tmp_path / "onnx/model.onnx"))(obs)
     np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))

@@ -61,7 +61,8 @@ def test_a_keras_cnn_policy_starts_from_the_torch_policys_weights_and_computes_t
                                torch_policy.compute_actions(obs, explore=False), atol=1e-5)
     # as many weights as the torch network, and the encoder's as the description counts
     weights, torch_weights = keras_policy.get_weights(), torch_policy.get_weights()
-    extra = weights["variables.log_std_kernel"].size  # the log-std Dense layer's kernel, which only sees zeros
+    # the log-std Dense layer's kernel, which only sees zeros
+    extra = weights["variables.log_std_kernel"].size
     assert sum(w.size for w in weights.values()) == sum(w.size for w in torch_weights.values()) + extra
     description = encoder_description(space, SMALL)
     encoders = 1 if share else 2
@@ -83,7 +84,8 @@ def test_the_encoder_layers_follow_the_description():
     names = {layer.name for layer in network.layers}
     assert "encoder_1_conv_0" not in names and "encoder_concat" in names  # part 1 (gear) passes on
     # under a normalising filter the network does not scale the pixels again
-    filtered = cairn.Policy(DICT, gym.spaces.Discrete(2), {"model": KERAS, "observation_filter": "MeanStdFilter"})
+    filtered = cairn.Policy(DICT, gym.spaces.Discrete(2),
+                            {"model": KERAS, "observation_filter": "MeanStdFilter"})
     assert "encoder_0_scale" not in {layer.name for layer in filtered.model.network.layers}
 
 
@@ -93,7 +95,8 @@ def test_a_keras_q_network_with_an_encoder_starts_from_the_torch_ones_weights(du
     keras_policy = DQNPolicy(DICT, gym.spaces.Discrete(3), {**config, "model": KERAS}, seed=1)
     torch_policy = DQNPolicy(DICT, gym.spaces.Discrete(3), {**config, "model": SMALL}, seed=1)
     obs, x = _rows(torch_policy)
-    np.testing.assert_allclose(keras_policy.compute_q_values(obs), torch_policy.compute_q_values(obs), atol=1e-5)
+    np.testing.assert_allclose(keras_policy.compute_q_values(obs), torch_policy.compute_q_values(obs),
+                               atol=1e-5)
     with torch.no_grad():
         np.testing.assert_allclose(keras_policy.model.network(x), keras_policy.model(x), atol=1e-6)
         # the target is a copy computing with its own variables, equal at the start
@@ -122,7 +125,8 @@ def test_gradients_reach_every_encoder_variable():
     inputs, value = policy.model(x)
     (inputs.square().sum() + value.square().sum()).backward()
     encoder = {name: p for name, p in policy.model.named_parameters() if "encoder_" in name}
-    assert len(encoder) == 2 * 2 * 3 * 2  # actor and critic encoders x 2 images x (2 convs + dense) x (kernel, bias)
+    # actor and critic encoders x 2 images x (2 convs + dense) x (kernel, bias)
+    assert len(encoder) == 2 * 2 * 3 * 2
     assert all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in encoder.values())
 
 
@@ -156,7 +160,8 @@ class Cue(gym.Env):
         image = np.repeat(image[..., None], 3, -1) if self.shape[-1] == 3 else image[None]
         if not self.as_dict:
             return image
-        return {"pixels": image, "noise": rng.uniform(-1, 1, 3).astype(np.float32), "phase": int(rng.integers(2))}
+        return {"pixels": image, "noise": rng.uniform(-1, 1, 3).astype(np.float32),
+                "phase": int(rng.integers(2))}
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -216,10 +221,11 @@ def test_dqn_with_a_keras_cnn_resumes_exactly_with_its_replay_buffer(tmp_path):
 
 
 def test_sac_with_a_keras_cnn_resumes_exactly(tmp_path):
-    _resumes_exactly(cairn.SACConfig().environment(make_cue, env_config={"continuous": True}).framework("keras")
+    _resumes_exactly(cairn.SACConfig().environment(make_cue, env_config={"continuous": True})
+                     .framework("keras")
                      .checkpointing(store_replay_buffer=True)
-                     .training(train_batch_size=32, minibatch_size=16, num_steps_sampled_before_learning_starts=16,
-                               model=CNN), tmp_path)
+                     .training(train_batch_size=32, minibatch_size=16,
+                               num_steps_sampled_before_learning_starts=16, model=CNN), tmp_path)
 
 
 @pytest.mark.parametrize("name", ["stack", "dict"])
@@ -235,8 +241,10 @@ def test_keras_sac_with_encoders_starts_from_the_torch_policys_weights(name):
         np.testing.assert_allclose(model.critic(x, a), reference.critic(x, a), atol=1e-5)
         np.testing.assert_allclose(model.target_critic(x, a), reference.critic(x, a), atol=1e-5)
         # the per-layer paths are the Keras models' own outputs
-        np.testing.assert_allclose(torch.cat(model.actor.network(x), dim=-1), model.action_inputs(x), atol=1e-6)
-        np.testing.assert_allclose(torch.stack(model.critic.network([x, a]))[..., 0], model.critic(x, a), atol=1e-6)
+        np.testing.assert_allclose(torch.cat(model.actor.network(x), dim=-1), model.action_inputs(x),
+                                   atol=1e-6)
+        np.testing.assert_allclose(torch.stack(model.critic.network([x, a]))[..., 0], model.critic(x, a),
+                                   atol=1e-6)
     np.testing.assert_allclose(keras_policy.compute_actions(obs, explore=False),
                                torch_policy.compute_actions(obs, explore=False), atol=1e-5)
     # the actor's own CNN, one the critics share, and the targets' copy (own variables)
@@ -244,7 +252,8 @@ def test_keras_sac_with_encoders_starts_from_the_torch_policys_weights(name):
     count = encoder_parameter_count(encoder_description(space, SMALL))
     for net in ("actor", "critic", "target_critic"):
         assert sum(w.size for k, w in weights.items() if k.startswith(f"{net}.variables.encoder_")) == count
-    assert {id(p) for p in model.target_critic.parameters()}.isdisjoint(id(p) for p in model.critic.parameters())
+    assert {id(p) for p in model.target_critic.parameters()}.isdisjoint(
+        id(p) for p in model.critic.parameters())
     assert sum(w.size for w in weights.values()) == sum(w.size for w in torch_policy.get_weights().values())
 
 
@@ -268,7 +277,8 @@ def test_model_keras_of_a_cnn_policy_loads_with_plain_keras_and_gives_its_action
     assert signature["files"] == {"keras": "model.keras"}
     images = np.random.default_rng(0).integers(0, 256, (8, 12, 12, 3)).astype(np.uint8)
     # raw pixel values, as every export takes
-    [(action, logits)] = plain_keras_outputs([tmp_path / "m/model.keras"], images.astype(np.float32), tmp_path)
+    [(action, logits)] = plain_keras_outputs([tmp_path / "m/model.keras"], images.astype(np.float32),
+                                             tmp_path)
     assert action.tolist() == policy.compute_actions(list(images), explore=False).tolist()
     assert len(set(action.tolist())) > 1
     np.testing.assert_allclose(logits, policy.compute_action_inputs(
@@ -277,7 +287,8 @@ def test_model_keras_of_a_cnn_policy_loads_with_plain_keras_and_gives_its_action
 
 @pytest.mark.parametrize("kind", ["ppo", "dqn", "sac"])
 def test_onnx_of_a_keras_encoder_policy_matches_the_policy(tmp_path, kind):
-    make, actions = {"ppo": (cairn.Policy, gym.spaces.Discrete(3)), "dqn": (DQNPolicy, gym.spaces.Discrete(3)),
+    make, actions = {"ppo": (cairn.Policy, gym.spaces.Discrete(3)),
+                     "dqn": (DQNPolicy, gym.spaces.Discrete(3)),
                      "sac": (SACPolicy, gym.spaces.Box(-2.0, 2.0, (2,)))}[kind]
     policy = make(DICT, actions, {"model": KERAS, "observation_filter": "MeanStdFilter"}, seed=0)
     obs = [DICT.sample() for _ in range(16)]

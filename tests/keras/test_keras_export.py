@@ -28,8 +28,10 @@ def _trained(tmp_path, **env_runners):
     (gym.spaces.Discrete(5, start=1), gym.spaces.MultiDiscrete([3, 2])),
 ])
 def test_onnx_of_a_keras_policy_matches_the_policy(tmp_path, space, actions):
-    policy = cairn.Policy(space, actions, {"model": {"framework": "keras"}, "observation_filter": "MeanStdFilter"}, seed=0)
-    signature = cairn.export.export_model(policy, tmp_path / "m", onnx=18, extra_outputs=["value"])  # parity checked inside
+    policy = cairn.Policy(space, actions,
+                          {"model": {"framework": "keras"}, "observation_filter": "MeanStdFilter"}, seed=0)
+    # parity checked inside
+    signature = cairn.export.export_model(policy, tmp_path / "m", onnx=18, extra_outputs=["value"])
     names = [o["name"] for o in signature["outputs"]]
     assert signature["files"] == {"onnx": "model.onnx"} and names[0] == "action" and names[-1] == "value"
     obs = [space.sample() for _ in range(8)]
@@ -46,7 +48,8 @@ def test_cairn_export_onnx_cli_on_a_keras_checkpoint(tmp_path):
     action, logits = onnx_runner(str(out / "model.onnx"))(obs)
     policy = algo.get_policy()
     np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))
-    np.testing.assert_allclose(logits, policy.compute_action_inputs(policy.process_observations(obs, update=False)), atol=1e-5)
+    np.testing.assert_allclose(
+        logits, policy.compute_action_inputs(policy.process_observations(obs, update=False)), atol=1e-5)
 
 
 def test_saved_model_of_a_torch_policy_is_refused(tmp_path):
@@ -65,7 +68,8 @@ import numpy as np
 import tensorflow as tf
 served = tf.saved_model.load({path!r})
 action, logits = served.serve(tf.constant(np.asarray({obs!r}, dtype=np.float32)))
-print(json.dumps({{"cairn": any(m.startswith("cairn") for m in sys.modules), "action": action.numpy().tolist(), "logits": logits.numpy().tolist()}}))
+print(json.dumps({{"cairn": any(m.startswith("cairn") for m in sys.modules),
+                  "action": action.numpy().tolist(), "logits": logits.numpy().tolist()}}))
 """
 
 
@@ -73,15 +77,19 @@ print(json.dumps({{"cairn": any(m.startswith("cairn") for m in sys.modules), "ac
 def test_saved_model_export_serves_the_policy_with_tensorflow(tmp_path):
     algo, path = _trained(tmp_path, observation_filter="MeanStdFilter")
     out = tmp_path / "tf"
-    subprocess.run([sys.executable, "-m", "cairn", "export", path, "--format", "saved_model", "--out", str(out)],
+    subprocess.run([sys.executable, "-m", "cairn", "export", path, "--format", "saved_model",
+                    "--out", str(out)],
                    check=True, cwd=ROOT, capture_output=True)
     signature = json.loads((out / "signature.json").read_text())
     assert signature["files"] == {"saved_model": "saved_model", "keras": "model.keras"}
     obs = (np.random.default_rng(1).normal(size=(16, 4)) * 2).astype(np.float32)
-    report = subprocess.run([sys.executable, "-c", _SERVE.format(path=str(out / "saved_model"), obs=obs.tolist())],
+    report = subprocess.run([sys.executable, "-c",
+                             _SERVE.format(path=str(out / "saved_model"), obs=obs.tolist())],
                             check=True, capture_output=True, text=True, cwd=tmp_path).stdout
     served = json.loads(report.strip().splitlines()[-1])
     assert not served["cairn"]
     policy = algo.get_policy()
     assert served["action"] == policy.compute_actions(obs, explore=False).tolist()
-    np.testing.assert_allclose(served["logits"], policy.compute_action_inputs(policy.process_observations(obs, update=False)), atol=1e-5)
+    np.testing.assert_allclose(
+        served["logits"], policy.compute_action_inputs(policy.process_observations(obs, update=False)),
+        atol=1e-5)

@@ -28,13 +28,15 @@ def test_a_keras_policy_starts_from_the_torch_policys_weights_and_computes_the_s
     torch_policy = cairn.Policy(space, actions, seed=3)
     x = torch.from_numpy(OBS)
     with torch.no_grad():
-        np.testing.assert_allclose(keras_policy.model.action_inputs(x), torch_policy.model.action_inputs(x), atol=1e-6)
+        np.testing.assert_allclose(keras_policy.model.action_inputs(x), torch_policy.model.action_inputs(x),
+                                   atol=1e-6)
         np.testing.assert_allclose(keras_policy.model.value(x), torch_policy.model.value(x), atol=1e-6)
         # the per-layer path cairn trains with is the Keras model's own output
         inputs, value = keras_policy.model.network(x)
         np.testing.assert_allclose(inputs, keras_policy.model.action_inputs(x), atol=1e-6)
         np.testing.assert_allclose(value[:, 0], keras_policy.model.value(x), atol=1e-6)
-    np.testing.assert_allclose(keras_policy.compute_action_inputs(OBS), torch_policy.compute_action_inputs(OBS), atol=1e-6)
+    np.testing.assert_allclose(keras_policy.compute_action_inputs(OBS),
+                               torch_policy.compute_action_inputs(OBS), atol=1e-6)
 
 
 def test_keras_variables_are_the_parameters_torch_trains():
@@ -60,7 +62,8 @@ def test_ppo_with_a_keras_policy_resumes_bit_identically_in_a_new_process(tmp_pa
     for _ in range(2):
         algo.train()
     expected = f"{weights_digest(algo)} {algo.counters['num_env_steps_sampled_lifetime']}"
-    script = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\nimport cairn\nfrom tests.helpers import weights_digest\n"
+    script = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+              "import cairn\nfrom tests.helpers import weights_digest\n"
               f"algo = cairn.Algorithm.from_checkpoint({str(path)!r})\nfor _ in range(2):\n    algo.train()\n"
               "print(weights_digest(algo), algo.counters['num_env_steps_sampled_lifetime'])")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT)
@@ -90,7 +93,8 @@ def test_a_users_keras_model_by_import_path_trains_and_restores(tmp_path):
     assert policy.model.mlp_layers is None
     restored = cairn.Policy.from_checkpoint(Path(algo.save(tmp_path / "c")) / "policies/default_policy")
     np.testing.assert_array_equal(restored.compute_action_inputs(OBS), policy.compute_action_inputs(OBS))
-    assert restored.get_state()["optimizer"]["state"].keys() == policy.get_state()["optimizer"]["state"].keys()
+    assert (restored.get_state()["optimizer"]["state"].keys()
+            == policy.get_state()["optimizer"]["state"].keys())
 
 
 @pytest.mark.parametrize("model, match", [
@@ -165,7 +169,8 @@ def test_copies_of_keras_networks_compute_with_their_own_parameters():
             with torch.no_grad():
                 for p in network.parameters():
                     p.add_(1.0)
-            assert not np.allclose(network(torch.from_numpy(OBS))[0].detach(), policy.model(torch.from_numpy(OBS))[0].detach())
+            assert not np.allclose(network(torch.from_numpy(OBS))[0].detach(),
+                                   policy.model(torch.from_numpy(OBS))[0].detach())
 
 
 def test_a_keras_save_prints_nothing_of_tensorflows_start_up(tmp_path):
@@ -181,7 +186,8 @@ def test_a_keras_save_prints_nothing_of_tensorflows_start_up(tmp_path):
         "print('after save', file=sys.stderr, flush=True)\n"
         "assert 'tensorflow' in sys.modules\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", script],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert lines[lines.index("before save") + 1:] == ["after save"], proc.stderr

@@ -36,7 +36,9 @@ def sac_policy(action_space: gym.spaces.Box, framework: str, **config: object) -
     return SACPolicy(OBS_SPACE, action_space, {"model": model, **config}, seed=4)
 
 
-def sac_config(multi_agent: bool = False, *, framework: str = "keras", **env_runners: object) -> cairn.SACConfig:
+def sac_config(
+    multi_agent: bool = False, *, framework: str = "keras", **env_runners: object
+) -> cairn.SACConfig:
     buffer = {"type": "prioritized" if env_runners else "uniform", "capacity": 1000}
     config = (
         cairn.SACConfig().framework(framework)
@@ -66,14 +68,16 @@ def as_torch_sac_weights(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray
         if name.startswith("actor.variables."):
             layer, variable = name.removeprefix("actor.variables.").rsplit("_", 1)
             prefix = heads.get(layer) or f"actor.trunk.{layer.removeprefix('actor_')}"
-            out[f"{prefix}.{'weight' if variable == 'kernel' else 'bias'}"] = array.T if variable == "kernel" else array
+            key = f"{prefix}.{'weight' if variable == 'kernel' else 'bias'}"
+            out[key] = array.T if variable == "kernel" else array
     for part in ("critic", "target_critic"):
         layers = sorted({n.removeprefix(f"{part}.variables.q0_").rsplit("_", 1)[0] for n in weights
                          if n.startswith(f"{part}.variables.q0_")}, key=lambda k: (k == "out", k))
         for index, layer in enumerate(layers):
             kernels = [weights[f"{part}.variables.q{i}_{layer}_kernel"] for i in range(2)]
             out[f"{part}.weights.{index}"] = np.stack(kernels)
-            out[f"{part}.biases.{index}"] = np.stack([weights[f"{part}.variables.q{i}_{layer}_bias"][None] for i in range(2)])
+            out[f"{part}.biases.{index}"] = np.stack(
+                [weights[f"{part}.variables.q{i}_{layer}_bias"][None] for i in range(2)])
     return out
 
 
@@ -84,7 +88,8 @@ def test_keras_sac_starts_from_the_torch_policys_weights_and_acts_the_same(actio
     assert_trees_equal(as_torch_sac_weights(keras_policy.get_weights()), torch_policy.get_weights())
     close(keras_policy.compute_action_inputs(OBS), torch_policy.compute_action_inputs(OBS))
     for explore in (False, True):  # the same numpy generator draws the same noise
-        close(keras_policy.compute_actions(OBS, explore=explore), torch_policy.compute_actions(OBS, explore=explore))
+        close(keras_policy.compute_actions(OBS, explore=explore),
+              torch_policy.compute_actions(OBS, explore=explore))
     x = torch.from_numpy(OBS)
     actions = np.random.default_rng(1).uniform(-1, 1, (len(OBS), keras_policy.action_size))
     actions = torch.from_numpy(actions.astype(np.float32))
@@ -151,8 +156,8 @@ def test_copies_of_keras_sac_networks_compute_with_their_own_variables():
         x, actions = torch.from_numpy(OBS), torch.zeros(len(OBS), 2)
         assert not np.allclose(copied.action_inputs(x), model.action_inputs(x))
         assert not np.allclose(copied.critic(x, actions), model.critic(x, actions))
-    np.testing.assert_allclose(copied.numpy_action_inputs(OBS), copied.action_inputs(torch.from_numpy(OBS)).detach(),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(copied.numpy_action_inputs(OBS),
+                               copied.action_inputs(torch.from_numpy(OBS)).detach(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("multi_agent, env_runners", [
@@ -170,7 +175,8 @@ def test_keras_sac_resumes_exactly(tmp_path, multi_agent, env_runners):
         assert type(restored.get_policy(policy_id).model).__name__ == "KerasSACModel"
         check_storage_alignment(restored.get_policy(policy_id))
         assert {"actor.variables.mean_head_kernel", "critic.variables.q1_out_bias",
-                "target_critic.variables.q1_out_bias", "log_alpha"} <= set(state["policies"][policy_id]["weights"])
+                "target_critic.variables.q1_out_bias",
+                "log_alpha"} <= set(state["policies"][policy_id]["weights"])
     assert_trains_identically(algo, restored)
     algo.stop()
     restored.stop()
@@ -190,7 +196,8 @@ def test_model_keras_is_the_greedy_action_path_and_loads_with_plain_keras(tmp_pa
         policies.append(policy)
         paths.append(str(tmp_path / f"p{i}/model/model.keras"))
     obs = OBS * 1.5
-    for policy, (action, mean, log_std) in zip(policies, plain_keras_outputs(paths, obs, tmp_path), strict=True):
+    outputs = plain_keras_outputs(paths, obs, tmp_path)
+    for policy, (action, mean, log_std) in zip(policies, outputs, strict=True):
         expected = policy.compute_actions(obs, explore=False)
         assert action.shape == expected.shape == (len(obs), *policy.action_space.shape)
         np.testing.assert_allclose(action, expected, rtol=0, atol=1e-5)
@@ -217,11 +224,13 @@ def test_cairn_export_onnx_cli_on_a_keras_sac_checkpoint(tmp_path):
     algo = sac_config(observation_filter="MeanStdFilter").build()
     algo.train()
     path = algo.save(tmp_path / "c")
-    subprocess.run([sys.executable, "-m", "cairn", "export", path, "--format", "onnx", "--out", str(tmp_path / "onnx")],
+    subprocess.run([sys.executable, "-m", "cairn", "export", path, "--format", "onnx",
+                    "--out", str(tmp_path / "onnx")],
                    check=True, cwd=ROOT, capture_output=True)
     obs = np.random.default_rng(1).normal(size=(32, 3)).astype(np.float32)
     action, *_ = onnx_runner(str(tmp_path / "onnx/model.onnx"))(obs)
-    np.testing.assert_allclose(action, algo.get_policy().compute_actions(obs, explore=False), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(action, algo.get_policy().compute_actions(obs, explore=False),
+                               rtol=0, atol=1e-5)
     algo.stop()
 
 
@@ -245,7 +254,8 @@ def test_saved_model_export_of_a_keras_sac_policy_serves_its_greedy_actions(tmp_
     policy.process_observations(OBS, update=True)
     signature = export_saved_model(policy, tmp_path / "tf")  # the SavedModel's outputs checked inside
     assert signature["files"] == {"saved_model": "saved_model", "keras": "model.keras"}
-    report = subprocess.run([sys.executable, "-c", _SERVE.format(path=str(tmp_path / "tf/saved_model"), obs=OBS.tolist())],
+    report = subprocess.run([sys.executable, "-c",
+                             _SERVE.format(path=str(tmp_path / "tf/saved_model"), obs=OBS.tolist())],
                             check=True, capture_output=True, text=True, cwd=tmp_path).stdout
     served = np.asarray(json.loads(report.strip().splitlines()[-1]), np.float32)
     np.testing.assert_allclose(served, policy.compute_actions(OBS, explore=False), rtol=0, atol=1e-5)
@@ -254,13 +264,15 @@ def test_saved_model_export_of_a_keras_sac_policy_serves_its_greedy_actions(tmp_
 def test_a_users_keras_model_is_a_config_error_for_sac():
     # (image observations get the CNN encoders: tests/keras/test_keras_encoders.py)
     with pytest.raises(ConfigError, match="not supported by SAC"):
-        SACPolicy(OBS_SPACE, ACT_SPACES[0], {"model": {"framework": "keras",
-                                                       "keras_model": "tests.keras.builders:small_actor_critic"}}, seed=0)
+        SACPolicy(OBS_SPACE, ACT_SPACES[0],
+                  {"model": {"framework": "keras", "keras_model": "tests.keras.builders:small_actor_critic"}},
+                  seed=0)
 
 
 def test_flattened_images_need_no_encoder():
     space = gym.spaces.Box(0, 255, (8, 8, 1), np.uint8)
-    policy = SACPolicy(space, ACT_SPACES[0], {"model": {"framework": "keras", "hidden": [8], "conv_filters": []}}, seed=0)
+    policy = SACPolicy(space, ACT_SPACES[0],
+                       {"model": {"framework": "keras", "hidden": [8], "conv_filters": []}}, seed=0)
     assert policy.compute_actions([space.sample()], explore=False).shape == (1, 2)
 
 
