@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cairn.checkpoint.storage import ObjectStorage, is_object_store, resolve_storage
+from cairn.checkpoint.storage import resolve_storage
 from cairn.errors import ExportError
 from cairn.export.keras_files import write_keras_export
 from cairn.export.onnx_model import ONNX_FILE, check_opset, convert_to_onnx, require_onnx_packages
@@ -152,10 +151,14 @@ def export_model(
     opset = None if onnx is None else check_opset(onnx)
     if opset is not None:
         require_onnx_packages()  # before tracing: fail in a second, not after a minute
-    if is_object_store(export_dir) or storage_options:
-        return _export_to_store(policy, export_dir, onnx=onnx, extra_outputs=extra_outputs,
-                                storage_options=storage_options)
-    directory = Path(export_dir)
+    # In place for a local directory; written locally, checked, then uploaded for a URL.
+    with resolve_storage(export_dir, storage_options=storage_options).loose_files() as directory:
+        return _export_into(policy, directory, opset=opset, extra_outputs=extra_outputs)
+
+
+def _export_into(policy: Policy, directory: Path, *, opset: int | None,
+                 extra_outputs: Sequence[str]) -> dict[str, Any]:
+    """:func:`export_model` into the local ``directory``."""
     if directory.exists() and not directory.is_dir():
         raise ExportError(f"Export directory {directory} exists and is not a directory.")
     created = _missing_dirs(directory)
@@ -173,16 +176,4 @@ def export_model(
     except BaseException:
         _remove_if_empty(created)  # a failed export leaves no empty directory behind
         raise
-    return signature
-
-
-def _export_to_store(policy: Policy, url: str | os.PathLike[str], *, onnx: int | None,
-                     extra_outputs: Sequence[str],
-                     storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """:func:`export_model` to an object store: export into a local directory, then upload."""
-    store = cast(ObjectStorage, resolve_storage(url, storage_options=storage_options))  # raises if local
-    with tempfile.TemporaryDirectory(prefix="cairn-export-") as local:
-        signature = export_model(policy, local, onnx=onnx, extra_outputs=extra_outputs)
-        names = sorted(p.relative_to(local).as_posix() for p in Path(local).rglob("*") if p.is_file())
-        store.put_files([(Path(local) / name, name) for name in names])
     return signature

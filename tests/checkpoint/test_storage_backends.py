@@ -99,3 +99,19 @@ def test_the_writer_reader_and_manager_never_ask_which_medium(module):
     names |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     assert not names & {"LocalStorage", "ObjectStorage", "ObjectStoreDir", "is_object_store", "is_local"}
 
+
+
+@pytest.mark.parametrize("kind", ["local", "object"])
+def test_loose_files_written_locally_become_the_locations_files(kind, tmp_path):
+    """Storage.loose_files (exported models): what is written into the directory it yields
+    is at the location afterwards, files of the same names replaced, other files kept."""
+    storage = _root(kind, tmp_path).child("export")
+    storage.write_bytes("keep.txt", b"old")
+    storage.write_bytes("model.onnx", b"old")
+    with storage.loose_files() as directory:
+        (directory / "model.onnx").write_bytes(b"new")
+        (directory / "sub").mkdir()
+        (directory / "sub" / "signature.json").write_bytes(b"{}")
+    assert sorted(storage.list_files()) == ["keep.txt", "model.onnx", "sub/signature.json"]
+    assert storage.read_bytes("model.onnx", limit=10) == b"new"
+    assert storage.read_bytes("keep.txt", limit=10) == b"old"

@@ -141,6 +141,13 @@ class Storage(abc.ABC):
         checkpoint's; callers check before gathering any state."""
 
     @abc.abstractmethod
+    def loose_files(self) -> contextlib.AbstractContextManager[Path]:
+        """A local directory whose files become files at this location on normal exit: the
+        location itself for a local directory, else a temporary directory uploaded under this
+        prefix (files of the same names replaced, nothing else removed). For files that are no
+        checkpoint, such as an exported model; no atomicity, no commit marker."""
+
+    @abc.abstractmethod
     def writing(self) -> contextlib.AbstractContextManager[WriteTarget]:
         """A :class:`WriteTarget`; on normal exit the checkpoint written into it becomes this
         location. On an exception a checkpoint committed here is unchanged (on an object store:

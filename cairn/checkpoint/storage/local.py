@@ -135,6 +135,10 @@ class LocalStorage(Storage):
         with atomic_directory(self.path) as tmp:
             yield WriteTarget(tmp, self)
 
+    @contextlib.contextmanager
+    def loose_files(self) -> Iterator[Path]:
+        yield self.path  # written in place: the caller creates and cleans up what it needs
+
     def can_reuse_from(self, source: Storage) -> bool:
         return isinstance(source, LocalStorage)  # any local directory: a link, or a copy
 

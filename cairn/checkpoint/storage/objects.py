@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, TypeVar
 
 from cairn.alignment import empty_aligned
@@ -325,6 +327,13 @@ class ObjectStorage(Storage):
     # ------------------------------------------------------------------ checkpoints
     def check_writable(self) -> None:
         check_prefix(self, self.list_files())
+
+    @contextlib.contextmanager
+    def loose_files(self) -> Iterator[Path]:
+        with tempfile.TemporaryDirectory(prefix="cairn-upload-") as local:
+            yield Path(local)
+            names = sorted(p.relative_to(local).as_posix() for p in Path(local).rglob("*") if p.is_file())
+            self.put_files([(Path(local) / name, name) for name in names])
 
     def writing(self) -> contextlib.AbstractContextManager[WriteTarget]:
         return object_writing(self)
