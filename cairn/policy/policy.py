@@ -91,6 +91,7 @@ class Policy:
         seed: int | None,
         init_weights: bool,
     ) -> None:
+        self.check_setup(action_space, deep_merge(self.DEFAULT_CONFIG, config or {}))
         try:
             check_action_space(action_space)
             self.preprocessor = ObservationPreprocessor(observation_space)
@@ -103,7 +104,7 @@ class Policy:
         # Only a new policy warns: a restored one was warned about when it was first made.
         if init_weights and getattr(self.make_model, "builds_config_mlp", False):
             warn_if_image_observations(observation_space, self.config["model"], stacklevel=3)
-        self.dist: ActionDistribution = distribution_for(action_space)
+        self.dist: ActionDistribution = self.make_distribution(action_space)
         self.generator, self.np_random = make_generators(seed)
         # Restoring skips random initialisation: parameters are created uninitialised (meta
         # device, then empty CPU storage) and filled from the saved state right after.
@@ -130,6 +131,19 @@ class Policy:
             raise ConfigError(str(exc)) from exc
         self.global_timestep = 0
         self.num_grad_updates = 0
+        self.finish_setup()
+
+    def check_setup(self, action_space: gym.Space[Any], config: Mapping[str, Any]) -> None:
+        """Refuse (ConfigError) an action space or merged ``config`` this class cannot use;
+        the first step of building a policy (DQN: Discrete actions, a valid epsilon schedule)."""
+
+    def make_distribution(self, action_space: gym.Space[Any]) -> ActionDistribution:
+        """The action distribution (override for another, e.g. SAC's squashed Gaussian)."""
+        return distribution_for(action_space)
+
+    def finish_setup(self) -> None:
+        """The last step of building a policy, once its model, optimizer and filter exist
+        (DQN: its target network and epsilon)."""
 
     @builds_config_mlp
     def make_model(self) -> torch.nn.Module:

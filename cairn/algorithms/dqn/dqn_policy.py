@@ -90,24 +90,16 @@ class DQNPolicy(Policy):
         "epsilon": DEFAULT_EPSILON,
     }
 
-    def _setup(
-        self,
-        observation_space: gym.Space[Any],
-        action_space: gym.Space[Any],
-        config: Mapping[str, Any] | None,
-        *,
-        seed: int | None,
-        init_weights: bool,
-    ) -> None:
+    def check_setup(self, action_space: gym.Space[Any], config: Mapping[str, Any]) -> None:
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ConfigError(
                 f"DQN needs a Discrete action space, got {action_space}. Use PPO for Box, "
                 "MultiDiscrete or other action spaces."
             )
-        merged = deep_merge(self.DEFAULT_CONFIG, config or {})
-        check_epsilon_schedule("epsilon", merged["epsilon"])
-        super()._setup(observation_space, action_space, config, seed=seed, init_weights=init_weights)
-        self.num_actions = int(action_space.n)
+        check_epsilon_schedule("epsilon", config["epsilon"])
+
+    def finish_setup(self) -> None:
+        self.num_actions = int(self.action_space.n)  # type: ignore[attr-defined]
         # A copy of the (initialised, or still empty when restoring) Q-network; restoring
         # overwrites both from the saved state.
         self.target_model = copy.deepcopy(self.model)

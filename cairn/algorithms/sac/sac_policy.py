@@ -78,15 +78,7 @@ class SACPolicy(Policy):
         "observation_filter": "NoFilter",
     }
 
-    def _setup(
-        self,
-        observation_space: gym.Space[Any],
-        action_space: gym.Space[Any],
-        config: Mapping[str, Any] | None,
-        *,
-        seed: int | None,
-        init_weights: bool,
-    ) -> None:
+    def check_setup(self, action_space: gym.Space[Any], config: Mapping[str, Any]) -> None:
         if not isinstance(action_space, gym.spaces.Box):
             raise ConfigError(
                 f"SAC needs a Box action space, got {action_space}. Use DQN for Discrete actions, "
@@ -98,16 +90,16 @@ class SACPolicy(Policy):
                 "Wrap the environment so that its action space is bounded (e.g. gymnasium.wrappers."
                 "RescaleAction), or use PPO."
             )
-        merged = deep_merge(self.DEFAULT_CONFIG, config or {})
-        check_target_entropy("target_entropy", merged["target_entropy"])
-        alpha = merged["initial_alpha"]
+        check_target_entropy("target_entropy", config["target_entropy"])
+        alpha = config["initial_alpha"]
         if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha < float("inf"):
             raise ConfigError(f"Config 'initial_alpha'={alpha!r} is invalid: "
                               "expected a number > 0, e.g. 1.0.")
-        super()._setup(observation_space, action_space, config, seed=seed, init_weights=init_weights)
-        squashed = SquashedGaussian(action_space)
-        self.dist = squashed
+
+    def make_distribution(self, action_space: gym.Space[Any]) -> SquashedGaussian:
+        squashed = SquashedGaussian(action_space)  # type: ignore[arg-type]  # a Box: check_setup
         self.action_size = squashed.size
+        return squashed
 
     @builds_config_mlp
     def make_model(self) -> torch.nn.Module:
