@@ -37,6 +37,7 @@ __all__ = [
     "resolve_callable",
     "resolve_reference",
     "check_reference_form",
+    "check_class_reference_form",
     "CALLABLE_KEY",
     "NativeModelWriter",
     "NATIVE_MODEL_WRITER",
@@ -157,6 +158,12 @@ def check_reference_form(reference: Any, *, what: str) -> str:
             f"reference (a checkpoint or config naming it is refused). Pass {what} explicitly."
         )
     return reference
+
+
+def check_class_reference_form(reference: str, *, what: str) -> str:
+    """:func:`check_reference_form` for a class reference, which may also be a bare identifier
+    (a short name :func:`register_class` may know; whether it does is checked on resolving)."""
+    return reference if reference.isidentifier() else check_reference_form(reference, what=what)
 
 
 def resolve_reference(reference: Any, *, what: str, base: type[T] | None = None) -> Any:

@@ -34,7 +34,7 @@ from cairn.errors import (
     UnsupportedCheckpointVersionError,
 )
 from cairn.policy_ids import validate_policy_id
-from cairn.registry import check_reference_form
+from cairn.registry import check_class_reference_form
 
 __all__ = ["build_manifest", "parse_manifest", "read_manifest", "read_verified", "safe_relative_path",
            "library_versions"]
@@ -180,8 +180,7 @@ def _check_manifest(manifest: Any, path: Any, directory: Any, expected_type: str
     for key, types in (("class", str), ("state_file", str), ("files", dict), ("versions", dict)):
         if not isinstance(manifest.get(key), types):
             raise CheckpointFormatError(f"{path}: key {key!r} is missing or has the wrong type.")
-    if not manifest["class"].isidentifier():  # a registered short name, else an import path
-        check_reference_form(manifest["class"], what=f"{path}: the manifest's class")
+    check_class_reference_form(manifest["class"], what=f"{path}: the manifest's class")
     if manifest.get("hash_algorithm") != HASH_ALGORITHM:
         raise CheckpointFormatError(
             f"{path}: hash_algorithm {manifest.get('hash_algorithm')!r:.40} is not {HASH_ALGORITHM!r}."

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from cairn.errors import CheckpointFormatError
-from cairn.registry import check_reference_form
+from cairn.registry import check_class_reference_form
 
 __all__ = ["MAX_COUNT", "require_types", "require_counts", "array_map", "check_policy_ids_agree",
            "check_class_agrees", "stored_class"]
@@ -79,8 +79,8 @@ def check_class_agrees(state: Mapping[str, Any], manifest: Mapping[str, Any], wh
     one into the other; docs/checkpoint-format.md, section 5): ``cairn checkpoint info`` and the
     class check of ``PPO.from_checkpoint`` read the manifest, the build reads the state."""
     found = stored_class(state, manifest["type"])
-    if isinstance(found, str) and not found.isidentifier():  # refused as unsafe before a mismatch
-        check_reference_form(found, what=f"{where}: the state's class")
+    if isinstance(found, str):  # refused as unsafe before a mismatch
+        check_class_reference_form(found, what=f"{where}: the state's class")
     if found != manifest["class"]:
         raise CheckpointFormatError(
             f"{where}: the manifest names class {manifest['class']!r:.100}, the state "
