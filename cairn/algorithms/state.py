@@ -11,15 +11,16 @@ large parts stored as their own checkpoint components, such as replay buffers).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from cairn.checkpoint.validate import require_counts, require_types
+from cairn.core import AlgorithmLike
 from cairn.errors import CheckpointError, CheckpointFormatError
 from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
 from cairn.policy.state_check import check_policy_state
 from cairn.policy_ids import check_policy_ids
-from cairn.registry import class_reference
+from cairn.registry import class_reference, resolve_class
 from cairn.rng import rng_state, set_rng_state
 
 if TYPE_CHECKING:
@@ -61,8 +62,10 @@ def algorithm_state(algo: Algorithm, *, copy: bool = True) -> dict[str, Any]:
 
 def check_algorithm_state(state: Mapping[str, Any], where: Any) -> None:
     """Check that an Algorithm state tree read from a checkpoint has what an Algorithm is built
-    from (:data:`REQUIRED_KEYS`), and each of its policies' states what a Policy is built from."""
+    from (:data:`REQUIRED_KEYS`; its ``algorithm_class`` resolves to an algorithm), and each of
+    its policies' states what a Policy is built from."""
     require_types(state, REQUIRED_KEYS, where, "algorithm")
+    resolve_class(state["algorithm_class"], cast("type[Any]", AlgorithmLike))
     require_counts({"iteration": state["iteration"], **state["counters"]}, where, "algorithm")
     if not isinstance(state["config"].get("policies"), dict):
         raise CheckpointFormatError(f"{where}: the stored config has no 'policies' dict.")

@@ -67,14 +67,12 @@ def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None
     """Problems of ``checkpoint`` (one line each; empty when it is sound) and its root
     manifest summary (``get_checkpoint_info``; None when the manifest itself is unreadable).
     ``checkpoint`` is any location cairn reads (a path, a ``file://`` or object-store URL)."""
-    from cairn.algorithms.algorithm import Algorithm
     from cairn.algorithms.checkpointing import check_algorithm_state, check_env_reference
     from cairn.checkpoint import get_checkpoint_info, load_algorithm_state, load_policy_state
     from cairn.checkpoint.storage import resolve_storage
     from cairn.errors import CheckpointError
     from cairn.policy.policy import Policy
     from cairn.policy.state_check import check_policy_state
-    from cairn.registry import resolve_class
 
     try:
         info = get_checkpoint_info(checkpoint)
@@ -115,7 +113,6 @@ def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None
                 state = load_algorithm_state(checkpoint)
                 check_algorithm_state(state, checkpoint)
                 check_env_reference(state["config"], checkpoint)
-                resolve_class(state["algorithm_class"], Algorithm)
             else:
                 check_policy_state(load_policy_state(checkpoint), checkpoint, base=Policy)
         except CheckpointError as exc:
