@@ -11,6 +11,7 @@ __all__ = [
     "ConfigError",
     "EnvError",
     "ObservationSpaceError",
+    "ActionMaskError",
     "ExportError",
     "FrameworkUnavailableError",
     "EnvRunnerFailedError",
@@ -51,6 +52,15 @@ class EnvError(CairnError):
 
 class ObservationSpaceError(CairnError, ValueError):
     """Observations given to a policy do not fit its observation space (shape, rank or type)."""
+
+
+class ActionMaskError(CairnError, ValueError):
+    """An observation's ``action_mask`` leaves no legal action (all zeros) where a policy must
+    act. ``rows`` are the batch rows at fault; env runners re-raise it naming the agent and step."""
+
+    def __init__(self, message: str, rows: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.rows = tuple(rows)
 
 
 class ExportError(CairnError):
