@@ -33,6 +33,10 @@ __all__ = [
     "register_class",
     "class_reference",
     "resolve_class",
+    "register_model_class",
+    "registered_model_classes",
+    "model_class_reference",
+    "resolve_model_class",
     "callable_reference",
     "resolve_callable",
     "resolve_reference",
@@ -59,6 +63,7 @@ NativeModelWriter = Callable[..., dict[str, Any]]
 
 _ENV_CREATORS: dict[str, Callable[[dict[str, Any]], Any]] = {}
 _CLASSES: dict[str, type] = {}
+_MODELS: dict[str, type] = {}
 #: ``exporter(policy, export_dir, *, onnx) -> signature``: ``cairn.export.export_model``.
 ModelExporter = Callable[..., dict[str, Any]]
 #: The one route to native-model writing: cairn.export's two writers, named here and resolved
@@ -211,6 +216,77 @@ def resolve_class(reference: str, base: type[T]) -> type[T]:
     ``reference`` is a registered short name or ``"module:QualName"``.
     """
     return resolve_reference(reference, what=f"{base.__qualname__} class", base=base)  # type: ignore[no-any-return]
+
+
+def register_model_class(name: str, model_class: type) -> None:
+    """Register a user's model class under ``name`` (``cairn.models.register_model``)."""
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ConfigError(
+            f"A model name must be a non-empty str without ':' (those are import references), "
+            f"got {name!r:.100}.")
+    _MODELS[name] = model_class
+
+
+def registered_model_classes() -> dict[str, type]:
+    """``{name: class}`` registered with :func:`register_model_class`."""
+    return dict(_MODELS)
+
+
+def model_class_reference(model_class: Any, *, what: str) -> str:
+    """What a config stores for a model class: the name it is registered under, else its
+    ``"module:QualName"``, which must import back to this very class (else ConfigError with
+    the fix). A str is returned as it is (checked when resolved)."""
+    if isinstance(model_class, str):
+        return model_class
+    if not isinstance(model_class, type):
+        raise ConfigError(
+            f"Config {what!r}={model_class!r:.100} must be a model class, a registered model "
+            "name or a 'package.module:QualName' reference.")
+    for name, registered in _MODELS.items():
+        if registered is model_class:
+            return name
+    reference = f"{model_class.__module__}:{model_class.__qualname__}"
+    try:
+        importable = "<" not in reference and _import_attribute(reference, ConfigError) is model_class
+    except ConfigError:
+        importable = False
+    if not importable:
+        raise ConfigError(
+            f"Config {what!r}: the class {model_class.__qualname__} (module {model_class.__module__!r}) "
+            "cannot be imported back by its name, so a checkpoint could not name it. Define it at "
+            "the top level of an importable module, or register it with "
+            f"cairn.models.register_model('{model_class.__name__}', {model_class.__name__}) and pass "
+            "that name.")
+    return reference
+
+
+def resolve_model_class(reference: Any, base: type[T], *, what: str) -> type[T]:
+    """The model class a config or checkpoint names (a :func:`register_model_class` name or
+    ``"module:QualName"``), which must subclass ``base`` (else UnsafeCheckpointError); an
+    unknown name or a class that cannot be imported raises ConfigError naming the fix."""
+    if isinstance(reference, str) and reference in _MODELS:
+        model_class = _MODELS[reference]
+        if not issubclass(model_class, base):
+            raise UnsafeCheckpointError(
+                f"Refusing {what}={reference!r}: the registered class {model_class.__qualname__} is "
+                f"not a subclass of {base.__module__}.{base.__qualname__}.")
+        return model_class
+    if isinstance(reference, str) and ":" not in reference:
+        raise ConfigError(
+            f"{what}={reference!r} is not a registered model name (registered: {sorted(_MODELS)}). "
+            f"Fix: import the module that calls cairn.models.register_model({reference!r}, ...) "
+            "before building or restoring, or name the class as 'package.module:QualName'.")
+    check_reference_form(reference, what=what)
+    module_name = reference.partition(":")[0]
+    try:
+        importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{what}={reference!r}: the module {module_name!r} that defines the model cannot be "
+            f"imported ({exc}). Fix: install the package or put its directory on sys.path "
+            "(PYTHONPATH) in this process, so that `import "
+            f"{module_name}` works.") from exc
+    return resolve_reference(reference, what=what, base=base)  # type: ignore[no-any-return]
 
 
 def callable_reference(fn: Any) -> str | None:

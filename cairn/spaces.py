@@ -301,6 +301,9 @@ class ObservationPreprocessor:
         self.kind = observation_kind(space)
         self.space = space
         self.size = int(gym.spaces.flatdim(space))
+        #: No action mask: the network reads the whole observation (cairn.policy.action_masking).
+        self.mask_size = 0
+        self.network_space = space
         self._array_like = self.kind == "array"
         # The shape one observation has: what each row of a batch must have (Discrete: ()).
         self._obs_shape: tuple[int, ...] = tuple(space.shape or ()) if self._array_like else ()

@@ -23,6 +23,7 @@ from cairn.config.dict_form import config_to_dict, load_dict, owned_value
 from cairn.config.fields import Field
 from cairn.core import AlgorithmLike
 from cairn.errors import ConfigError
+from cairn.policy.custom_model import model_references
 from cairn.policy.model import check_model_config
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_mapped_policy_id
@@ -162,6 +163,8 @@ class AlgorithmConfig:
         """
         for key in sorted(self.merged_fields() & kwargs.keys()):
             given = kwargs.pop(key)
+            if key == "model" and isinstance(given, Mapping):  # model classes -> references
+                given = model_references(given)
             # Checked once merged: a key may need another set earlier (model.keras_model needs
             # the model.framework of config.framework('keras')).
             merged = merge_setting(getattr(self, key), require_mapping(given, key))

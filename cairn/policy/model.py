@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError, ImageObservationWarning
+from cairn.policy.custom_model import CUSTOM_MODEL_KEYS, check_custom_model_settings
 from cairn.policy.encoders import ObservationEncoder, check_conv_config, encoder_description, image_layout
 from cairn.policy.keras_config import FRAMEWORK_MODEL_KEYS, check_framework_settings
 from cairn.spaces import is_image_space
@@ -53,8 +54,14 @@ DEFAULT_MODEL_CONFIG: dict[str, Any] = {
 def check_model_config(model: Any) -> None:
     """Raise ConfigError for an invalid ``model`` config section."""
     check_section("model", dict(model) if isinstance(model, Mapping) else model,
-                  [*DEFAULT_MODEL_CONFIG, *FRAMEWORK_MODEL_KEYS])
+                  [*DEFAULT_MODEL_CONFIG, *FRAMEWORK_MODEL_KEYS, *CUSTOM_MODEL_KEYS])
     check_framework_settings(model)  # framework / keras_model: optional keys (docs/keras.md)
+    check_custom_model_settings(model)  # a user's torch network (cairn.models, docs/models.md)
+    if model.get("custom_model") is not None and model.get("framework", "torch") != "torch":
+        raise ConfigError(
+            f"Config 'model.custom_model'={model['custom_model']!r:.100} is a torch model, but "
+            f"model.framework={model['framework']!r}: a Keras network is named by "
+            "model.keras_model (docs/keras.md).")
     hidden = model.get("hidden", DEFAULT_MODEL_CONFIG["hidden"])
     if not (
         isinstance(hidden, (list, tuple))
@@ -77,7 +84,7 @@ def policy_encoder_description(policy: Any) -> dict[str, Any] | None:
     under its ``config["model"]``; images are scaled to [0, 1] only when no observation filter
     normalises them (``observation_filter="NoFilter"``)."""
     model_cfg = {**DEFAULT_MODEL_CONFIG, **policy.config["model"]}
-    return encoder_description(policy.observation_space, model_cfg,
+    return encoder_description(policy.network_observation_space, model_cfg,
                                scale_images=policy.config.get("observation_filter", "NoFilter") == "NoFilter")
 
 

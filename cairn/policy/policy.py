@@ -14,23 +14,31 @@ import torch
 from cairn.errors import ConfigError
 from cairn.policy import checkpointing
 from cairn.policy.acting import action_inputs, raw_actions, single_action
+from cairn.policy.action_masking import (
+    MaskedActorCritic,
+    action_sizes,
+    checked_masks,
+    filter_features,
+    legal_actions,
+    make_preprocessor,
+)
+from cairn.policy.custom_model import model_references, uses_custom_model
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
-from cairn.policy.keras_model import actor_critic_network
 from cairn.policy.lazy_optimizer import LazyOptimizer
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import (
     DEFAULT_MODEL_CONFIG,
     builds_config_mlp,
     check_model_config,
-    policy_encoder_description,
     warn_if_image_observations,
 )
+from cairn.policy.networks import actor_critic_model
 from cairn.policy.spec import PolicySpec
 from cairn.policy.state_tree import make_generators, policy_state_tree, restore_policy_state_tree
 from cairn.policy.weights import adopt_weights, load_weights, weights_to_numpy
 from cairn.registry import class_reference, register_class, resolve_class
-from cairn.spaces import ObservationPreprocessor, check_action_space, space_from_json
+from cairn.spaces import check_action_space, space_from_json
 
 if TYPE_CHECKING:
     from cairn.checkpoint.reader import CheckpointLike, StorageOptions
@@ -91,19 +99,27 @@ class Policy:
         seed: int | None,
         init_weights: bool,
     ) -> None:
-        self.check_setup(action_space, deep_merge(self.DEFAULT_CONFIG, config or {}))
+        config = dict(config or {})
+        if isinstance(config.get("model"), Mapping):  # model classes -> references (JSON)
+            config["model"] = model_references(config["model"])
+        self.check_setup(action_space, deep_merge(self.DEFAULT_CONFIG, config))
         try:
             check_action_space(action_space)
-            self.preprocessor = ObservationPreprocessor(observation_space)
+            self.preprocessor = make_preprocessor(observation_space, action_space)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+        #: Entries of the observation's action mask (0: no masking; docs/models.md, "Action
+        #: masking") and the observation space the network reads (without the mask).
+        self.action_mask_size = self.preprocessor.mask_size
+        self.network_observation_space = self.preprocessor.network_space
         self.config: dict[str, Any] = deep_merge(self.DEFAULT_CONFIG, config or {})
         check_model_config(self.config["model"])
         self.observation_space = observation_space
         self.action_space = action_space
         # Only a new policy warns: a restored one was warned about when it was first made.
-        if init_weights and getattr(self.make_model, "builds_config_mlp", False):
-            warn_if_image_observations(observation_space, self.config["model"], stacklevel=3)
+        if init_weights and getattr(self.make_model, "builds_config_mlp", False) and \
+                not uses_custom_model(self.config["model"]):
+            warn_if_image_observations(self.network_observation_space, self.config["model"], stacklevel=3)
         self.dist: ActionDistribution = self.make_distribution(action_space)
         self.generator, self.np_random = make_generators(seed)
         # Restoring skips random initialisation: parameters are created uninitialised (meta
@@ -111,6 +127,8 @@ class Policy:
         with torch.device("meta") if not init_weights else contextlib.nullcontext():
             # Any: subclasses bring their own module types with their own methods.
             self.model: Any = self.make_model()
+            if self.action_mask_size:
+                self.model = self.mask_model(self.model)
         adopted = self._adopted_weights
         if init_weights:
             self.init_weights()
@@ -141,25 +159,21 @@ class Policy:
         """The action distribution (override for another, e.g. SAC's squashed Gaussian)."""
         return distribution_for(action_space)
 
+    def mask_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Wrap the network of a masked policy so that illegal actions get no probability
+        (:class:`~cairn.policy.action_masking.MaskedActorCritic`; DQN masks Q-values)."""
+        return MaskedActorCritic(model, self.preprocessor.size)
+
     def finish_setup(self) -> None:
         """The last step of building a policy, once its model, optimizer and filter exist
         (DQN: its target network and epsilon)."""
 
     @builds_config_mlp
     def make_model(self) -> torch.nn.Module:
-        """Build the network (override in subclasses for other architectures)."""
-        model_cfg = deep_merge(DEFAULT_MODEL_CONFIG, self.config["model"])
-        # ActorCriticMLP, or its Keras twin (docs/keras.md)
-        return actor_critic_network(model_cfg)(
-            self.preprocessor.size,
-            self.dist.num_inputs,
-            hidden=list(model_cfg["hidden"]),
-            activation=model_cfg["activation"],
-            vf_share_layers=bool(model_cfg["vf_share_layers"]),
-            free_log_std=isinstance(self.action_space, gym.spaces.Box),
-            log_std_init=float(model_cfg["log_std_init"]),
-            encoder=policy_encoder_description(self),
-        )
+        """Build the network (override in subclasses for other architectures): the user's
+        ``model.custom_model`` (:class:`cairn.models.ActorCriticModel`), else the built-in MLP
+        (with a CNN encoder for images) or its Keras twin (:mod:`cairn.policy.networks`)."""
+        return actor_critic_model(self)
 
     def init_weights(self) -> None:
         """Randomly initialise the network from the policy's own generator."""
@@ -221,6 +235,8 @@ class Policy:
         ``update=True`` also feeds them to the observation filter's running statistics.
         """
         processed = self.preprocessor(obs_batch)
+        if self.action_mask_size:  # [features | mask]: the filter sees the features only
+            return filter_features(processed, self.observation_filter, self.preprocessor.size, update=update)
         if update:
             self.observation_filter.update(processed)
         return self.observation_filter.apply(processed)
@@ -231,8 +247,17 @@ class Policy:
 
     def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
         """Processed observations -> raw actions (category indices / unclipped samples)."""
+        mask = self.action_masks(processed_obs)
         inputs = self.compute_action_inputs(processed_obs)
-        return raw_actions(self.dist, inputs, self.np_random, explore=explore)
+        raw = raw_actions(self.dist, inputs, self.np_random, explore=explore)
+        return raw if mask is None else legal_actions(raw, inputs, mask, action_sizes(self.dist))
+
+    def action_masks(self, processed_obs: np.ndarray) -> np.ndarray | None:
+        """The action masks of processed observations (None for an unmasked policy); raises
+        :class:`~cairn.errors.ActionMaskError` when a row leaves no legal action."""
+        if not self.action_mask_size:
+            return None
+        return checked_masks(processed_obs, self.preprocessor.size, self.dist)
 
     def compute_actions(self, obs_batch: Sequence[Any] | np.ndarray, *,
                         explore: bool = True) -> np.ndarray:

@@ -17,6 +17,8 @@ import numpy as np
 
 from cairn.checkpoint.validate import array_map, require_counts, require_types
 from cairn.errors import CheckpointFormatError, ConfigError
+from cairn.policy.action_masking import action_mask_size, network_observation_space
+from cairn.policy.custom_model import MODEL_CLASS_KEYS
 from cairn.policy.encoders import encoder_description, encoder_parameter_count
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG
@@ -78,6 +80,11 @@ def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_
                         base: type) -> None:
     policy_class: Any = resolve_class(spec["policy_class"], base)
     config = deep_merge(policy_class.DEFAULT_CONFIG, spec.get("config") or {})
+    try:
+        if action_mask_size(obs_space, act_space):  # the network reads the rest of the Dict
+            obs_space = network_observation_space(obs_space)
+    except ConfigError as exc:
+        raise CheckpointFormatError(f"{where}: the policy spec's spaces are invalid: {exc}") from None
     obs_size = _flat_size(obs_space)
     out_size = (_flat_size(act_space) if not isinstance(act_space, gym.spaces.Box)
                 else 2 * _flat_size(act_space))
@@ -91,6 +98,15 @@ def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_
         )
     stored = sum(int(w.size) for w in weights.values())
     builtin = getattr(policy_class.make_model, "builds_config_mlp", False)
+    model_section: Mapping[str, Any] = config["model"] if isinstance(config.get("model"), Mapping) else {}
+    for key in MODEL_CLASS_KEYS:  # a user's network: generic checks, and its reference's form
+        if model_section.get(key) is not None:
+            if not isinstance(model_section[key], str):
+                raise CheckpointFormatError(
+                    f"{where}: model.{key} must be a str, got {model_section[key]!r:.100}.")
+            if ":" in model_section[key]:
+                check_reference_form(model_section[key], what=f"model.{key}")
+            builtin = False
     if isinstance(config.get("model"), Mapping) and config["model"].get("keras_model"):
         # A user's Keras model (docs/keras.md): the generic checks only, and its builder's
         # reference refused here, before anything is built, if the resolver's rule forbids it.

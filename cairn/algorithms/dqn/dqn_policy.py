@@ -13,6 +13,9 @@ import torch
 from cairn.algorithms.dqn.keras_model import keras_q_network
 from cairn.algorithms.dqn.model import QNetwork
 from cairn.errors import ConfigError
+from cairn.models import QModel
+from cairn.policy.action_masking import MaskedQModel, random_legal_actions
+from cairn.policy.custom_model import build_custom_model, uses_custom_model
 from cairn.policy.keras_config import model_framework
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
@@ -110,6 +113,11 @@ class DQNPolicy(Policy):
     @builds_config_mlp
     def make_model(self) -> torch.nn.Module:
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
+        if uses_custom_model(model_cfg):  # the user's cairn.models.QModel
+            return build_custom_model(
+                model_cfg, QModel, observation_space=self.network_observation_space,
+                action_space=self.action_space, num_outputs=int(self.action_space.n),  # type: ignore[attr-defined]
+                generator=self.generator)
         if model_framework(model_cfg) == "keras":  # Keras Dense layers on the torch backend (docs/keras.md)
             return keras_q_network(self.preprocessor.size, int(self.action_space.n), model_cfg,  # type: ignore[attr-defined]
                                    dueling=bool(self.config["dueling"]),
@@ -120,14 +128,21 @@ class DQNPolicy(Policy):
             encoder=policy_encoder_description(self),
         )
 
+    def mask_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Masked Q-values: an illegal action's is :data:`~cairn.policy.action_masking.MASKED_SCORE`,
+        so greedy actions, ``max`` and double-Q's ``argmax`` in the targets pick legal ones."""
+        return MaskedQModel(model, self.preprocessor.size)
+
     # ------------------------------------------------------------------------------------- act
     def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
         """Greedy actions, each replaced by a uniform random one with probability epsilon."""
+        mask = self.action_masks(processed_obs)  # masked Q-values make the greedy action legal
         if explore:
             self.epsilon = epsilon_at(self.config["epsilon"], self.global_timestep)
             n = processed_obs.shape[0]
             explore_mask = np.asarray(self.np_random.random(n) < self.epsilon)
-            random_actions = np.asarray(self.np_random.integers(self.num_actions, size=n))
+            random_actions = (np.asarray(self.np_random.integers(self.num_actions, size=n)) if mask is None
+                              else random_legal_actions(mask, self.np_random))
             if explore_mask.all():  # nothing greedy to compute
                 return random_actions
         greedy = self.compute_action_inputs(processed_obs).argmax(axis=1)

@@ -61,6 +61,14 @@ class SquashedGaussianActor(nn.Module):
         self.log_std_head = nn.Linear(sizes[-1], action_size)
         self.activation = activation
 
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """PyTorch's default Linear initialisation, drawn from ``generator``."""
+        if self.encoder is not None:
+            self.encoder.reset_parameters(generator, orthogonal=False)
+        for layer in [*self.hidden_layers(), self.mean_head, self.log_std_head]:
+            _uniform_init(layer.weight.data, layer.in_features, generator)
+            _uniform_init(layer.bias.data, layer.in_features, generator)
+
     def hidden_layers(self) -> list[nn.Linear]:
         """The trunk's layers, each followed by the activation."""
         return [m for m in self.trunk if isinstance(m, nn.Linear)]
@@ -168,11 +176,7 @@ class SACModel(SACModelBase):
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """Default Linear initialisation from the policy's generator; targets copy the critics."""
-        if self.actor.encoder is not None:
-            self.actor.encoder.reset_parameters(generator, orthogonal=False)
-        for layer in [*self.actor.hidden_layers(), self.actor.mean_head, self.actor.log_std_head]:
-            _uniform_init(layer.weight.data, layer.in_features, generator)
-            _uniform_init(layer.bias.data, layer.in_features, generator)
+        self.actor.reset_parameters(generator)
         self.critic.reset_parameters(generator)
         self.target_critic.load_state_dict(self.critic.state_dict())
         with torch.no_grad():

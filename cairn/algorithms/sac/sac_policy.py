@@ -9,10 +9,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from cairn.algorithms.sac.custom_model import CustomSACModel
 from cairn.algorithms.sac.distribution import SquashedGaussian
 from cairn.algorithms.sac.keras_model import keras_sac_model
 from cairn.algorithms.sac.model import LOG_STD_MAX, LOG_STD_MIN, SACModel
 from cairn.errors import ConfigError
+from cairn.policy.custom_model import uses_custom_model
 from cairn.policy.keras_config import model_framework
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
@@ -104,6 +106,11 @@ class SACPolicy(Policy):
     @builds_config_mlp
     def make_model(self) -> torch.nn.Module:
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
+        if uses_custom_model(model_cfg) or uses_custom_model(model_cfg, "custom_q_model"):
+            return CustomSACModel(  # the user's cairn.models.SACActorModel / SACCriticModel
+                model_cfg, self.network_observation_space, self.action_space, self.preprocessor.size,
+                initial_alpha=float(self.config["initial_alpha"]), generator=self.generator,
+                encoder=policy_encoder_description(self))
         # Keras actor and critics on the torch backend (docs/keras.md)
         if model_framework(model_cfg) == "keras":
             return keras_sac_model(

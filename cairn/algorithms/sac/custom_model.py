@@ -1,0 +1,89 @@
+"""SAC with a user's own actor and/or critic (``model={"custom_model": ..., "custom_q_model": ...}``).
+
+:class:`CustomSACModel` keeps :class:`~cairn.algorithms.sac.model_base.SACModelBase`'s promise
+(``actor``, ``critic`` as twin Q returning ``[2, batch]``, ``target_critic``, ``log_alpha``) with
+a :class:`cairn.models.SACActorModel` as the actor and two :class:`cairn.models.SACCriticModel`
+as the critics (:class:`TwinCritic`); a part not given is the built-in one.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from cairn.algorithms.sac.model import SquashedGaussianActor, TwinQ
+from cairn.algorithms.sac.model_base import SACModelBase
+from cairn.models import SACActorModel, SACCriticModel
+from cairn.policy.custom_model import build_custom_model, uses_custom_model
+
+__all__ = ["CustomSACModel", "TwinCritic"]
+
+
+class TwinCritic(nn.Module):
+    """Two of a user's critics as SAC's twin Q: ``forward(obs, actions, detach=False) -> [2, B]``;
+    ``detach``: gradients reach the actions but not the critics' weights (the actor loss)."""
+
+    def __init__(self, first: nn.Module, second: nn.Module) -> None:
+        super().__init__()
+        self.q1, self.q2 = first, second
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
+        values = []
+        for critic in (self.q1, self.q2):
+            if detach:
+                params = {name: p.detach() for name, p in critic.named_parameters()}
+                values.append(functional_call(critic, params, (obs, actions)))
+            else:
+                values.append(critic(obs, actions))
+        return torch.stack(values)
+
+
+class CustomSACModel(SACModelBase):
+    """SAC's model with a user's actor (``custom_model``) and/or critics (``custom_q_model``);
+    the built-in ones (``hidden``, ``activation``) for a part not given."""
+
+    def __init__(self, model: Mapping[str, Any], observation_space: gym.Space[Any],
+                 action_space: gym.Space[Any], obs_size: int, *, initial_alpha: float,
+                 generator: torch.Generator, encoder: Mapping[str, Any] | None) -> None:
+        super().__init__()
+        action_size = int(math.prod(action_space.shape or ()))
+        builtin: dict[str, Any] = {"hidden": list(model["hidden"]), "activation": model["activation"],
+                                   "encoder": encoder}
+        spaces: dict[str, Any] = {"observation_space": observation_space, "action_space": action_space,
+                  "generator": generator}
+        self.actor: nn.Module = (
+            build_custom_model(model, SACActorModel, num_outputs=action_size, **spaces)
+            if uses_custom_model(model) else SquashedGaussianActor(obs_size, action_size, **builtin))
+        if uses_custom_model(model, "custom_q_model"):
+            first, second = (
+                build_custom_model(model, SACCriticModel, num_outputs=1, key="custom_q_model", **spaces)
+                for _ in range(2))
+            self.critic: nn.Module = TwinCritic(first, second)
+        else:
+            self.critic = TwinQ(obs_size, action_size, **builtin)
+        self.target_critic: nn.Module = copy.deepcopy(self.critic)
+        self.target_critic.requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)]))
+        self.initial_alpha = initial_alpha
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """The built-in parts' initialisation (a user's parts initialised themselves when
+        built); the targets copy the critics."""
+        for part in self._builtin_parts():
+            reset = getattr(part, "reset_parameters", None)
+            if reset is not None:
+                reset(generator)
+        self.target_critic.load_state_dict(self.critic.state_dict())
+        with torch.no_grad():
+            self.log_alpha.fill_(math.log(self.initial_alpha))
+
+    def _builtin_parts(self) -> Sequence[nn.Module]:
+        builtin = (SquashedGaussianActor, TwinQ)
+        return [part for part in (self.actor, self.critic) if isinstance(part, builtin)]

@@ -1,0 +1,161 @@
+"""Your own torch networks in cairn's policies: the base classes they subclass (docs/models.md).
+
+Select one with RLlib's names, ``model={"custom_model": MyNet, "custom_model_config": {...}}``,
+where ``MyNet`` is a class, a ``"package.module:QualName"`` string, or a name registered with
+:func:`register_model`. cairn builds it as ``MyNet(observation_space, action_space, num_outputs,
+model_config)`` (``model_config`` is the ``custom_model_config`` dict, JSON data) and stores only
+the class reference and that dict in checkpoints, never code; on restore the class is resolved
+by cairn's one resolver (:func:`cairn.registry.resolve_reference`) and must subclass the base
+class of its role, else :class:`~cairn.errors.UnsafeCheckpointError`.
+
+========================  ==============================  ========================================
+base class                algorithm, key                  ``forward``
+========================  ==============================  ========================================
+:class:`ActorCriticModel` PPO, ``custom_model``           ``obs -> (action_inputs [B, num_outputs],
+                                                          value [B])``
+:class:`QModel`           DQN, ``custom_model``           ``obs -> q_values [B, n]``
+:class:`SACActorModel`    SAC, ``custom_model``           ``obs -> (mean [B, A], log_std [B, A])``
+:class:`SACCriticModel`   SAC, ``custom_q_model``         ``(obs, actions) -> q [B]`` (SAC builds
+                                                          two, and a target copy of each)
+========================  ==============================  ========================================
+
+``obs`` is the float32 tensor ``[B, observation_size]`` the built-in networks read: the
+observation flattened as :func:`gymnasium.spaces.flatten` does it (Dict keys in the space's
+order, Discrete parts one-hot), after the observation filter; ``observation_space`` is the space
+it comes from (for an observation with an ``"action_mask"``, the space without the mask). A
+model whose class sets ``receives_action_mask = True`` is called ``forward(obs, action_mask)``.
+
+The model initialises its own parameters in ``__init__`` (cairn seeds torch's generator from
+the policy's seed around the call, so a seeded policy always gets the same weights), or in
+``reset_parameters(generator)`` if it defines one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from cairn.errors import ConfigError
+from cairn.registry import register_model_class, registered_model_classes
+
+__all__ = [
+    "ModelBase",
+    "ActorCriticModel",
+    "QModel",
+    "SACActorModel",
+    "SACCriticModel",
+    "register_model",
+    "registered_models",
+]
+
+
+class ModelBase(nn.Module):
+    """What every custom model gets: its spaces, output count and JSON config.
+
+    Args:
+        observation_space: The space of the observations the model reads (see the module doc).
+        action_space: The policy's action space.
+        num_outputs: The number of action inputs the model must compute (its role's table).
+        model_config: The ``custom_model_config`` dict.
+    """
+
+    #: ``True``: ``forward`` (and ``action_inputs``/``value``) also get the action mask, a
+    #: float32 ``[B, mask_size]`` tensor of 0/1, as their second argument. cairn masks the
+    #: outputs itself either way.
+    receives_action_mask: ClassVar[bool] = False
+
+    def __init__(self, observation_space: gym.Space[Any], action_space: gym.Space[Any],
+                 num_outputs: int, model_config: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.num_outputs = int(num_outputs)
+        self.model_config = dict(model_config)
+        #: The width of ``obs`` (the flattened observation size).
+        self.obs_size = int(gym.spaces.flatdim(observation_space))
+
+
+class ActorCriticModel(ModelBase):
+    """PPO's network: ``forward(obs) -> (action_inputs [B, num_outputs], value [B])``.
+
+    ``action_inputs`` are what the action distribution reads: logits for ``Discrete(n)``
+    (``num_outputs = n``), the concatenated logits of each sub-action for ``MultiDiscrete``
+    (``sum(nvec)``), and ``[mean, log_std]`` for a ``Box`` of ``k`` numbers (``2 * k``).
+    Override :meth:`action_inputs` and :meth:`value` too when one can be computed without the
+    other (acting needs only the action inputs).
+    """
+
+    def forward(self, obs: torch.Tensor, *action_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError(
+            f"{type(self).__qualname__} must define forward(obs) -> (action_inputs, value).")
+
+    def action_inputs(self, obs: torch.Tensor, *action_mask: torch.Tensor) -> torch.Tensor:
+        """The action distribution's inputs, ``[B, num_outputs]``."""
+        return self(obs, *action_mask)[0]  # type: ignore[no-any-return]
+
+    def value(self, obs: torch.Tensor, *action_mask: torch.Tensor) -> torch.Tensor:
+        """State values, ``[B]``."""
+        return self(obs, *action_mask)[1]  # type: ignore[no-any-return]
+
+
+class QModel(ModelBase):
+    """DQN's network: ``forward(obs) -> q_values [B, n]`` for ``Discrete(n)`` (``num_outputs = n``).
+
+    DQN copies it into its target network (``copy.deepcopy``), so keep the model deep-copyable.
+    """
+
+    def forward(self, obs: torch.Tensor, *action_mask: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__qualname__} must define forward(obs) -> q_values.")
+
+    def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q-values of a numpy batch (acting and targets), through :meth:`forward`."""
+        with torch.inference_mode():
+            return self(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
+
+
+class SACActorModel(ModelBase):
+    """SAC's actor: ``forward(obs) -> (mean [B, A], log_std [B, A])`` of the Gaussian whose
+    samples ``tanh`` squashes into the action Box (``A = num_outputs`` numbers per action).
+    Clamp ``log_std`` yourself (the built-in actor clamps to [-20, 2])."""
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError(f"{type(self).__qualname__} must define forward(obs) -> (mean, log_std).")
+
+    def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
+        """``[mean, log_std]`` concatenated for a numpy batch (acting), through :meth:`forward`."""
+        with torch.inference_mode():
+            return torch.cat(self(torch.from_numpy(obs)), dim=-1).numpy()  # type: ignore[no-any-return]
+
+
+class SACCriticModel(ModelBase):
+    """One of SAC's critics: ``forward(obs, actions) -> q [B]``, ``actions`` ``[B, A]`` in the
+    squashed range [-1, 1] (``num_outputs = 1``). SAC builds two (twin Q) and a target copy of
+    each, all from this class and ``custom_model_config``."""
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__qualname__} must define forward(obs, actions) -> q.")
+
+
+def register_model(name: str, model_class: type[ModelBase]) -> None:
+    """Register ``model_class`` under ``name`` for ``model={"custom_model": name}``.
+
+    Checkpoints then store the name: a process that restores them must register it again
+    (import the module that calls this) before loading. A ``"module:QualName"`` reference
+    needs no registration.
+    """
+    if not (isinstance(model_class, type) and issubclass(model_class, ModelBase)):
+        raise ConfigError(
+            f"register_model({name!r}, {model_class!r:.100}): the model must be a subclass of "
+            "cairn.models.ActorCriticModel, QModel, SACActorModel or SACCriticModel."
+        )
+    register_model_class(name, model_class)
+
+
+def registered_models() -> dict[str, type]:
+    """``{name: class}`` of the models registered with :func:`register_model`."""
+    return registered_model_classes()

@@ -1,0 +1,301 @@
+"""Action masking: observations that say which discrete actions are legal.
+
+An observation space that is a ``Dict`` with an ``"action_mask"`` key (PettingZoo's classic-game
+convention, ``{"observation": ..., "action_mask": ...}``), for a ``Discrete`` or
+``MultiDiscrete`` action space, makes a policy mask its actions without any flag
+(docs/models.md, "Action masking"):
+
+* the network reads the observation without the mask (:func:`network_observation_space`);
+* each processed row is ``[network input | mask]``; the policy's model is the user's or the
+  built-in network wrapped in :class:`MaskedActorCritic` / :class:`MaskedQModel`, which split
+  the row and give every illegal action the score :data:`MASKED_SCORE`. Everything that calls
+  the model (acting, PPO's loss, DQN's targets, exports) therefore sees masked logits or
+  Q-values: a softmax gives illegal actions probability exactly 0, entropies and
+  log-probabilities run over the legal actions, argmax and max pick legal actions;
+* :func:`check_masks` refuses a row with no legal action (:class:`~cairn.errors.ActionMaskError`)
+  where the policy must act, :func:`legal_actions` guarantees sampled actions are legal, and
+  :func:`random_legal_actions` draws DQN's epsilon-random actions among legal ones only.
+
+With a ``Box`` action space the key is an ordinary part of the observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from cairn.errors import ActionMaskError, ConfigError, ObservationSpaceError
+from cairn.spaces import ObservationPreprocessor
+
+__all__ = [
+    "ACTION_MASK_KEY",
+    "MASKED_SCORE",
+    "action_mask_size",
+    "network_observation_space",
+    "MaskedObservationPreprocessor",
+    "make_preprocessor",
+    "filter_features",
+    "action_sizes",
+    "checked_masks",
+    "MaskedActorCritic",
+    "MaskedQModel",
+    "mask_scores",
+    "check_masks",
+    "legal_actions",
+    "random_legal_actions",
+]
+
+ACTION_MASK_KEY = "action_mask"
+#: The score (logit, Q-value) of an illegal action: finite, so that ``0 * log p`` stays 0 and
+#: no NaN appears, and low enough that ``exp(MASKED_SCORE - max)`` is exactly 0 in float32.
+MASKED_SCORE = -1e9
+
+
+def _mask_sizes(action_space: gym.Space[Any]) -> tuple[int, ...] | None:
+    if isinstance(action_space, gym.spaces.Discrete):
+        return (int(action_space.n),)
+    if isinstance(action_space, gym.spaces.MultiDiscrete):
+        return tuple(int(n) for n in action_space.nvec.reshape(-1))
+    return None
+
+
+def action_mask_size(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> int:
+    """The number of mask entries a policy with these spaces reads (0: no masking).
+
+    Raises ConfigError when the ``"action_mask"`` part does not fit the action space (a
+    Box or MultiBinary of ``n`` entries for ``Discrete(n)``, ``sum(nvec)`` for MultiDiscrete).
+    """
+    if not (isinstance(observation_space, gym.spaces.Dict) and ACTION_MASK_KEY in observation_space.spaces):
+        return 0
+    sizes = _mask_sizes(action_space)
+    if sizes is None:
+        return 0  # continuous actions: "action_mask" is an ordinary observation part
+    mask_space = observation_space[ACTION_MASK_KEY]
+    expected = sum(sizes)
+    if not isinstance(mask_space, (gym.spaces.Box, gym.spaces.MultiBinary)) or \
+            int(np.prod(mask_space.shape)) != expected:
+        raise ConfigError(
+            f"The observation space's {ACTION_MASK_KEY!r} part is {mask_space}, which does not fit "
+            f"the action space {action_space}: expected a Box or MultiBinary of {expected} entries "
+            "(one per action; for MultiDiscrete one per choice of every sub-action, concatenated). "
+            "Fix the environment's observation space, or rename the key if it is not an action mask."
+        )
+    if len(observation_space.spaces) == 1:
+        raise ConfigError(
+            f"The observation space {observation_space} holds only {ACTION_MASK_KEY!r}: the "
+            "network would have nothing to read. Add the observation itself (PettingZoo's "
+            "convention: {'observation': ..., 'action_mask': ...})."
+        )
+    return expected
+
+
+def network_observation_space(observation_space: gym.Space[Any]) -> gym.Space[Any]:
+    """What the network of a masked policy reads: the Dict without ``"action_mask"``, or its
+    ``"observation"`` part when that is all that is left (PettingZoo's classic games)."""
+    assert isinstance(observation_space, gym.spaces.Dict)
+    rest = {k: s for k, s in observation_space.spaces.items() if k != ACTION_MASK_KEY}
+    if list(rest) == ["observation"]:
+        return rest["observation"]
+    return gym.spaces.Dict(rest)
+
+
+class MaskedObservationPreprocessor:
+    """Raw Dict observations -> float32 rows ``[network input (size) | mask (mask_size)]``.
+
+    The network input is the :class:`~cairn.spaces.ObservationPreprocessor` row of
+    :func:`network_observation_space`; the mask is the ``"action_mask"`` entry, flattened.
+    """
+
+    def __init__(self, space: gym.spaces.Dict, mask_size: int) -> None:
+        self.space = space
+        self.network_space = network_observation_space(space)
+        self._inner = ObservationPreprocessor(self.network_space)
+        self.kind = self._inner.kind
+        self.size = self._inner.size
+        self.mask_size = mask_size
+        self.row_size = self.size + mask_size
+
+    def __call__(self, batch: Sequence[Any] | np.ndarray) -> np.ndarray:
+        """``batch`` of Dict observations -> ``float32 [len(batch), row_size]``."""
+        try:
+            if isinstance(self.network_space, gym.spaces.Dict):
+                parts = [{k: o[k] for k in self.network_space.spaces} for o in batch]
+            else:
+                parts = [o["observation"] for o in batch]
+            masks = [np.asarray(o[ACTION_MASK_KEY], dtype=np.float32).reshape(-1) for o in batch]
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ObservationSpaceError(
+                f"Observations for the observation space {self.space} must be dicts with its keys "
+                f"{list(self.space.spaces)} ({type(exc).__name__}: {exc}). Fix: pass observations "
+                "of this space (compute_single_action takes one, compute_actions a batch)."
+            ) from exc
+        features = self._inner(parts)
+        if any(m.shape != (self.mask_size,) for m in masks):
+            bad = next(m.shape for m in masks if m.shape != (self.mask_size,))
+            raise ObservationSpaceError(
+                f"An observation's {ACTION_MASK_KEY!r} has {bad[0]} entries; the observation "
+                f"space {self.space} says {self.mask_size}. Fix the environment's masks."
+            )
+        out = np.empty((features.shape[0], self.row_size), dtype=np.float32)
+        out[:, : self.size] = features
+        if masks:
+            out[:, self.size:] = np.stack(masks)
+        return out
+
+
+def make_preprocessor(observation_space: gym.Space[Any], action_space: gym.Space[Any],
+                      ) -> ObservationPreprocessor | MaskedObservationPreprocessor:
+    """The preprocessor of a policy with these spaces: masked when the observation has an
+    action mask for this action space (then ``mask_size > 0``). Both kinds say ``size`` (the
+    network's input), ``mask_size`` and ``network_space`` (what the network reads)."""
+    mask_size = action_mask_size(observation_space, action_space)
+    if mask_size:
+        return MaskedObservationPreprocessor(observation_space, mask_size)  # type: ignore[arg-type]
+    return ObservationPreprocessor(observation_space)
+
+
+def filter_features(rows: np.ndarray, obs_filter: Any, size: int, *, update: bool) -> np.ndarray:
+    """Masked rows with ``obs_filter`` applied to (and, with ``update``, fed) their first
+    ``size`` columns only; the mask is left as it is. Changes ``rows`` in place."""
+    features = rows[:, :size]
+    if update:
+        obs_filter.update(features)
+    if obs_filter.name != "NoFilter":
+        rows[:, :size] = obs_filter.apply(features)
+    return rows
+
+
+def action_sizes(dist: Any) -> tuple[int, ...]:
+    """The number of choices of each discrete (sub-)action of a distribution, in mask order."""
+    nvec = getattr(dist, "nvec", None)
+    return tuple(nvec) if nvec is not None else (int(dist.num_inputs),)
+
+
+def checked_masks(rows: np.ndarray, size: int, dist: Any) -> np.ndarray:
+    """The masks of processed rows (their columns from ``size`` on), after :func:`check_masks`."""
+    mask = rows[:, size:]
+    check_masks(mask, action_sizes(dist))
+    return mask
+
+
+def mask_scores(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``scores`` where ``mask`` is set, :data:`MASKED_SCORE` elsewhere (no gradient there)."""
+    return torch.where(mask > 0.5, scores, torch.full_like(scores, MASKED_SCORE))
+
+
+def _mask_scores_numpy(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.where(mask > 0.5, scores, np.float32(MASKED_SCORE)).astype(np.float32, copy=False)
+
+
+class _MaskedModel(nn.Module):
+    """A network that reads the first ``feature_size`` columns of a row, whose outputs are
+    masked by the rest. The network is ``net`` (its parameters are ``net.*``); a network
+    whose class sets ``receives_action_mask = True`` also gets the mask as a second argument."""
+
+    net: Any  # the user's or the built-in network, with its own methods
+
+    def __init__(self, net: nn.Module, feature_size: int) -> None:
+        super().__init__()
+        self.net = net
+        self.feature_size = int(feature_size)
+        self.passes_mask = bool(getattr(net, "receives_action_mask", False))
+
+    def split(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(features, mask)`` of processed rows."""
+        return rows[:, : self.feature_size].contiguous(), rows[:, self.feature_size:]
+
+    def extra(self, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (mask,) if self.passes_mask else ()
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        reset = getattr(self.net, "reset_parameters", None)
+        if reset is not None:
+            reset(generator)
+
+
+class MaskedActorCritic(_MaskedModel):
+    """``forward(rows) -> (masked action inputs, value)`` around an actor-critic network."""
+
+    def forward(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features, mask = self.split(rows)
+        inputs, value = self.net(features, *self.extra(mask))
+        return mask_scores(inputs, mask), value
+
+    def action_inputs(self, rows: torch.Tensor) -> torch.Tensor:
+        features, mask = self.split(rows)
+        return mask_scores(self.net.action_inputs(features, *self.extra(mask)), mask)
+
+    def value(self, rows: torch.Tensor) -> torch.Tensor:
+        features, mask = self.split(rows)
+        return self.net.value(features, *self.extra(mask))  # type: ignore[no-any-return]
+
+    def numpy_action_inputs(self, rows: np.ndarray) -> np.ndarray:
+        fast = getattr(self.net, "numpy_action_inputs", None)
+        mask = rows[:, self.feature_size:]
+        if fast is None or self.passes_mask:
+            with torch.inference_mode():
+                return self.action_inputs(torch.from_numpy(rows)).numpy()  # type: ignore[no-any-return]
+        return _mask_scores_numpy(fast(np.ascontiguousarray(rows[:, : self.feature_size])), mask)
+
+
+class MaskedQModel(_MaskedModel):
+    """``forward(rows) -> masked Q-values`` around a Q-network."""
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        features, mask = self.split(rows)
+        return mask_scores(self.net(features, *self.extra(mask)), mask)
+
+    def numpy_q_values(self, rows: np.ndarray) -> np.ndarray:
+        fast = getattr(self.net, "numpy_q_values", None)
+        mask = rows[:, self.feature_size:]
+        if fast is None or self.passes_mask:
+            with torch.inference_mode():
+                return self(torch.from_numpy(rows)).numpy()  # type: ignore[no-any-return]
+        return _mask_scores_numpy(fast(np.ascontiguousarray(rows[:, : self.feature_size])), mask)
+
+
+def _segments(mask: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
+    return np.split(mask, np.cumsum(sizes)[:-1], axis=1) if len(sizes) > 1 else [mask]
+
+
+def check_masks(mask: np.ndarray, sizes: Sequence[int]) -> None:
+    """Raise :class:`~cairn.errors.ActionMaskError` when a row of ``mask`` (``[B, sum(sizes)]``)
+    leaves some (sub-)action without a legal choice."""
+    empty = np.zeros(mask.shape[0], dtype=bool)
+    for segment in _segments(mask, sizes):
+        empty |= ~(segment > 0.5).any(axis=1)
+    if empty.any():
+        rows = tuple(int(i) for i in np.flatnonzero(empty))
+        raise ActionMaskError(
+            f"The action_mask of observation row(s) {list(rows)} allows no action (all zeros"
+            f"{' in a sub-action' if len(sizes) > 1 else ''}): a policy cannot act there. Fix the "
+            "environment so that every observation an agent must act on has a legal action "
+            "(a finished agent's final observation is never acted on).", rows)
+
+
+def legal_actions(raw: np.ndarray, inputs: np.ndarray, mask: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
+    """``raw`` actions, with any illegal one (sampling can land on an action of probability 0
+    only when its uniform draw is exactly 0) replaced by the best legal action of ``inputs``
+    (masked scores)."""
+    columns = raw.reshape(raw.shape[0], -1)
+    fixed = None
+    for k, (segment, scores) in enumerate(zip(_segments(mask, sizes), _segments(inputs, sizes))):
+        chosen = columns[:, k]
+        illegal = segment[np.arange(chosen.shape[0]), chosen] <= 0.5
+        if illegal.any():
+            fixed = columns.copy() if fixed is None else fixed
+            fixed[illegal, k] = scores[illegal].argmax(axis=1)
+    return raw if fixed is None else fixed.reshape(raw.shape)
+
+
+def random_legal_actions(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One uniformly random legal action per row of a Discrete ``mask`` (``[B, n]``)."""
+    legal = mask > 0.5
+    counts = legal.sum(axis=1)
+    pick = np.minimum((rng.random(mask.shape[0]) * counts).astype(np.int64), counts - 1)
+    return (np.cumsum(legal, axis=1) > pick[:, None]).argmax(axis=1).astype(np.int64)

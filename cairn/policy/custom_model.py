@@ -1,0 +1,100 @@
+"""Building a user's own network (``model={"custom_model": ...}``, :mod:`cairn.models`).
+
+The ``model`` config keeps references, never classes: :func:`model_references` turns a class
+given in a config into the name it is registered under or its ``"module:QualName"``
+(:func:`cairn.registry.model_class_reference`), so that configs and checkpoints stay JSON.
+:func:`build_custom_model` resolves the reference with cairn's one resolver (the class must
+subclass the base class of its role) and builds it with torch's generator seeded from the
+policy's own, so that a seeded policy always starts from the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import gymnasium as gym
+import torch
+
+from cairn.errors import ConfigError
+from cairn.models import ModelBase
+from cairn.registry import callable_reference, model_class_reference, resolve_model_class
+
+__all__ = ["CUSTOM_MODEL_KEYS", "MODEL_CLASS_KEYS", "check_custom_model_settings", "model_references",
+           "uses_custom_model", "build_custom_model"]
+
+#: Optional ``model`` keys for a user's network (no default: absent means the built-in one).
+CUSTOM_MODEL_KEYS = ("custom_model", "custom_model_config", "custom_q_model")
+#: The keys that name a model class (SAC's critic is ``custom_q_model``).
+MODEL_CLASS_KEYS = ("custom_model", "custom_q_model")
+
+M = TypeVar("M", bound=ModelBase)
+
+
+def check_custom_model_settings(model: Mapping[str, Any]) -> None:
+    """ConfigError for a ``custom_model``/``custom_q_model`` that is not a class, a registered
+    name or a reference, or a ``custom_model_config`` that is not a JSON object."""
+    for key in MODEL_CLASS_KEYS:
+        value = model.get(key)
+        if value is not None and not isinstance(value, (str, type)):
+            raise ConfigError(
+                f"Config 'model.{key}'={value!r:.100} must be a model class (a subclass of a "
+                "cairn.models base class), a name given to cairn.models.register_model, or a "
+                "'package.module:QualName' reference.")
+    config = model.get("custom_model_config")
+    if config is None:
+        return
+    try:
+        ok = isinstance(config, Mapping) and json.loads(json.dumps(config)) == config
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(
+            f"Config 'model.custom_model_config'={config!r:.100} must be a dict of JSON values "
+            "(str keys; numbers, strings, bools, None, lists and dicts): it is stored in checkpoints.")
+
+
+def model_references(model: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a ``model`` config with model classes replaced by their references and a
+    ``keras_model`` function by its ``"module:function"`` (the JSON form checkpoints store)."""
+    out = dict(model)
+    for key in MODEL_CLASS_KEYS:
+        if isinstance(out.get(key), type):
+            out[key] = model_class_reference(out[key], what=f"model.{key}")
+    keras_model = out.get("keras_model")
+    if callable(keras_model):
+        reference = callable_reference(keras_model)
+        if reference is None:
+            raise ConfigError(
+                f"Config 'model.keras_model'={keras_model!r:.100} has no import path a checkpoint "
+                "could store: define the builder at the top level of an importable module "
+                "(not in __main__, a lambda or a closure) or pass 'package.module:builder'.")
+        out["keras_model"] = reference
+    return out
+
+
+def uses_custom_model(model: Mapping[str, Any] | None, key: str = "custom_model") -> bool:
+    """Whether a (merged) ``model`` config names a user's network for ``key``."""
+    return model is not None and model.get(key) is not None
+
+
+def build_custom_model(model: Mapping[str, Any], base: type[M], *, observation_space: gym.Space[Any],
+                       action_space: gym.Space[Any], num_outputs: int, generator: torch.Generator,
+                       key: str = "custom_model") -> M:
+    """``cls(observation_space, action_space, num_outputs, custom_model_config)`` for the class
+    ``model[key]`` names, which must subclass ``base``; built with torch's global generator
+    seeded from ``generator`` (and restored afterwards)."""
+    model_class = resolve_model_class(model[key], base, what=f"model.{key}")
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device="cpu"))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            net = model_class(observation_space, action_space, num_outputs,
+                              dict(model.get("custom_model_config") or {}))
+        except TypeError as exc:
+            raise ConfigError(
+                f"Could not build model.{key}={model[key]!r}: {exc}. Its constructor must take "
+                "(observation_space, action_space, num_outputs, model_config), as "
+                f"{base.__module__}.{base.__qualname__}'s does.") from exc
+    return net

@@ -1,0 +1,79 @@
+"""Users' own networks for the model-API tests: module-level, so that checkpoints can name them."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cairn.models import ActorCriticModel, QModel, SACActorModel, SACCriticModel
+
+
+class TwoHeads(ActorCriticModel):
+    """An MLP trunk shared by a policy head and a value head."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        width = int(model_config.get("width", 32))
+        self.trunk = nn.Sequential(nn.Linear(self.obs_size, width), nn.Tanh())
+        self.pi = nn.Linear(width, num_outputs)
+        self.vf = nn.Linear(width, 1)
+
+    def forward(self, obs):
+        h = self.trunk(obs)
+        return self.pi(h), self.vf(h).squeeze(-1)
+
+
+class MaskAware(TwoHeads):
+    """Asks for the action mask and adds it to its input."""
+
+    receives_action_mask = True
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.mask_in = nn.Linear(num_outputs, int(model_config.get("width", 32)), bias=False)
+        self.seen_masks: list[torch.Tensor] = []
+
+    def forward(self, obs, action_mask):
+        h = self.trunk(obs) + self.mask_in(action_mask)
+        return self.pi(h), self.vf(h).squeeze(-1)
+
+
+class SmallQ(QModel):
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        width = int(model_config.get("width", 32))
+        self.net = nn.Sequential(nn.Linear(self.obs_size, width), nn.ReLU(), nn.Linear(width, num_outputs))
+
+    def forward(self, obs):
+        return self.net(obs)
+
+
+class SmallActor(SACActorModel):
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        width = int(model_config.get("width", 32))
+        self.net = nn.Sequential(nn.Linear(self.obs_size, width), nn.ReLU(),
+                                 nn.Linear(width, 2 * num_outputs))
+
+    def forward(self, obs):
+        mean, log_std = self.net(obs).chunk(2, dim=-1)
+        return mean, log_std.clamp(-20.0, 2.0)
+
+
+class SmallCritic(SACCriticModel):
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        width = int(model_config.get("width", 32))
+        act = int(action_space.shape[0])
+        self.net = nn.Sequential(nn.Linear(self.obs_size + act, width), nn.ReLU(), nn.Linear(width, 1))
+
+    def forward(self, obs, actions):
+        return self.net(torch.cat([obs, actions], dim=-1)).squeeze(-1)
+
+
+class NotAModel(nn.Module):
+    """A torch module that does not subclass a cairn.models base: refused."""
+
+    def __init__(self, *args):
+        super().__init__()
+        self.x = nn.Linear(1, 1)
