@@ -1,24 +1,28 @@
 """EnvRunner: steps vectorised environments with batched policy inference.
 
-One runner owns ``num_envs_per_env_runner`` environments (Gymnasium ``Env`` or PettingZoo
-``ParallelEnv``), the episode bookkeeping, and a numpy random generator that seeds resets.
-Policies are passed in (the learner's own objects for the local runner, copies for remote
-ones). ``sample()`` returns ``{policy_id: SampleBatch}``.
+One runner owns ``num_envs_per_env_runner`` environments (Gymnasium ``Env``, PettingZoo
+``ParallelEnv``, or a turn-based PettingZoo ``AECEnv``, which a
+:class:`~cairn.env_runner.turn_based.TurnBasedSampler` steps), the episode bookkeeping, and a
+numpy random generator that seeds resets. Policies are passed in (the learner's own objects
+for the local runner, copies for remote ones). ``sample()`` returns ``{policy_id: SampleBatch}``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cairn.env_runner.env_state import get_env_state, set_env_state
 from cairn.env_runner.episode import EpisodeBook, EpisodeTotals
-from cairn.env_runner.make_env import close_env, is_multi_agent_env, make_env
+from cairn.env_runner.inference import RowOrigin, compute_raw_actions
+from cairn.env_runner.make_env import close_env, is_multi_agent_env, is_turn_based_env, make_env
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, stream_ids
 from cairn.env_runner.trajectories import AgentTrajectories
+from cairn.env_runner.turn_based import TurnBasedSampler
 from cairn.policy_ids import check_mapped_policy_id
 from cairn.rng import draw_reset_seed, env_runner_rng, make_rng, rng_state
 
@@ -68,6 +72,9 @@ class EnvRunner:
         self._obs: np.ndarray | None = None  # single-agent: processed obs [E, d]
         self._ma_obs: list[dict[Any, np.ndarray]] = [{} for _ in range(self.num_envs)]
         self._needs_reset = True
+        self._turns = TurnBasedSampler(
+            self.envs, config, self.policies, episodes=self._episodes, draw_seed=self._draw_seed,
+            worker_index=worker_index) if is_turn_based_env(self.envs[0]) else None
         if not self.multi_agent:
             self._single_pid = self._mapped_policy(DEFAULT_AGENT_ID)
 
@@ -97,7 +104,10 @@ class EnvRunner:
         return pids[agent]
 
     def _reset_all(self, *, update_filter: bool) -> None:
-        if self.multi_agent:
+        self._episodes.restart_all()
+        if self._turns is not None:
+            self._turns.reset_all(update_filter=update_filter)
+        elif self.multi_agent:
             raw_by_pid: dict[str, list[tuple[int, Any, Any]]] = defaultdict(list)
             for i in range(self.num_envs):
                 for agent, obs in self._reset_ma_env(i).items():
@@ -108,7 +118,6 @@ class EnvRunner:
             raws = [env.reset(seed=self._draw_seed())[0] for env in self.envs]
             policy = self.policies[self._single_pid]
             self._obs = policy.process_observations(raws, update=update_filter)
-        self._episodes.restart_all()
         self._needs_reset = False
 
     def _reset_ma_env(self, i: int) -> dict[Any, Any]:
@@ -144,8 +153,7 @@ class EnvRunner:
         steps = num_steps or self.config.get_rollout_fragment_length()
         if self._needs_reset:
             self._reset_all(update_filter=True)
-        sample = self._sample_multi_agent if self.multi_agent else self._sample_single_agent
-        batches = sample(steps, explore=explore, record=True, update_filter=True)
+        batches = self._sampler()(steps, explore=explore, record=True, update_filter=True)
         self.num_env_steps_sampled += steps * self.num_envs
         return batches
 
@@ -154,11 +162,17 @@ class EnvRunner:
         (used for evaluation) and return their metrics."""
         self._episodes.take()
         self._reset_all(update_filter=False)
-        sample = self._sample_multi_agent if self.multi_agent else self._sample_single_agent
+        sample = self._sampler()
         while len(self._episodes.completed) < num_episodes:
             sample(64, explore=explore, record=False, update_filter=False)
         self._needs_reset = True
         return self._episodes.take(num_episodes)
+
+    def _sampler(self) -> Any:
+        """The sampling function for this runner's kind of environment."""
+        if self._turns is not None:
+            return self._turns.sample
+        return self._sample_multi_agent if self.multi_agent else self._sample_single_agent
 
     def _sample_single_agent(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool
@@ -178,7 +192,8 @@ class EnvRunner:
             term_buf = np.zeros((steps, n_envs), dtype=bool)
             trunc_buf = np.zeros((steps, n_envs), dtype=bool)
         for t in range(steps):
-            raw = policy.compute_raw_actions(obs, explore=explore)
+            raw = compute_raw_actions(policy, obs, explore=explore, policy_id=self._single_pid,
+                                      origin=lambda row: (DEFAULT_AGENT_ID, row, episodes[row].length))
             env_actions = dist.to_env(raw)
             next_raw, finals = [], []
             for i in range(n_envs):
@@ -230,7 +245,8 @@ class EnvRunner:
             for pid, slots in by_pid.items():
                 policy = self.policies[pid]
                 obs = np.stack([self._ma_obs[i][a] for i, a in slots])
-                raw = policy.compute_raw_actions(obs, explore=explore)
+                raw = compute_raw_actions(policy, obs, explore=explore, policy_id=pid,
+                                          origin=partial(self._slot_origin, slots))
                 env_actions = policy.dist.to_env(raw)
                 if record:  # counted as they act: a DQN policy's epsilon follows at once
                     count_sampled_steps(self.policies, {pid: len(slots)})
@@ -287,6 +303,11 @@ class EnvRunner:
 
         return trajs.batches(policy_of, self.worker_index)
 
+    def _slot_origin(self, slots: list[tuple[int, Any]], row: int) -> RowOrigin:
+        """Agent, env index and episode step of batch row ``row`` (``slots[row]``)."""
+        i, agent = slots[row]
+        return agent, i, self._episodes.current[i].length
+
     # ------------------------------------------------------------------------------- metrics
     def get_metrics(self) -> list[dict[str, Any]]:
         """Return and forget the episodes completed since the last call."""
@@ -296,8 +317,10 @@ class EnvRunner:
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
         """Environments, current observations, episode totals, counters and RNG, as data
         (``copy=False``: the current observations as views)."""
-        if self.multi_agent:
-            current: Any = [
+        if self._turns is not None:
+            current: Any = self._turns.get_state(copy=copy)
+        elif self.multi_agent:
+            current = [
                 {"agents": [str(a) for a in obs],
                  "obs": {str(a): row.copy() if copy else row for a, row in obs.items()},
                  "agent_pids": {str(a): p for a, p in self._agent_pids[i].items()}}
@@ -309,6 +332,7 @@ class EnvRunner:
             "worker_index": self.worker_index,
             "num_envs": self.num_envs,
             "multi_agent": self.multi_agent,
+            "turn_based": self._turns is not None,
             "rng": rng_state(self._rng),
             "needs_reset": self._needs_reset,
             "envs": [get_env_state(env) for env in self.envs],
@@ -332,12 +356,16 @@ class EnvRunner:
             not state.get("needs_reset", True)
             and len(env_states) == self.num_envs
             and bool(state.get("multi_agent")) == self.multi_agent
+            and bool(state.get("turn_based")) == (self._turns is not None)
             and all(set_env_state(env, s) for env, s in zip(self.envs, env_states))
         )
         if not exact:
             self._needs_reset = True
             return
-        if self.multi_agent:
+        if self._turns is not None and not self._turns.set_state(state["current_obs"]):
+            self._needs_reset = True  # the mapping or the policy set changed: as below
+            return
+        if self.multi_agent and self._turns is None:
             for i, entry in enumerate(state["current_obs"]):
                 ids = {str(a): a for a in self.envs[i].possible_agents}
                 saved = {ids.get(k, k): p for k, p in entry["agent_pids"].items()}
@@ -352,6 +380,7 @@ class EnvRunner:
                 self._agent_pids[i] = saved
                 self._ma_obs[i] = {ids.get(k, k): np.asarray(v, dtype=np.float32)
                                    for k, v in entry["obs"].items()}
+        if self.multi_agent:
             self._episodes.current = [
                 EpisodeTotals.from_state(s, {str(a): a for a in self.envs[i].possible_agents})
                 for i, s in enumerate(state["episodes"])
@@ -372,7 +401,9 @@ class EnvRunner:
         mapping; otherwise the episodes go on.
         """
         policies = dict(policies)
-        if self.multi_agent:
+        if self._turns is not None:  # the agents to move and those with a move pending
+            changed = self._turns.update_policies(config, policies)
+        elif self.multi_agent:
             in_flight = [{agent: self._mapped_policy(agent, config, policies) for agent in obs}
                          for obs in self._ma_obs]
             changed = any(self._agent_pids[i].get(agent) != pid

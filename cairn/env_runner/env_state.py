@@ -8,6 +8,9 @@ An environment takes part in exact resume when cairn can read and write its stat
 2. **Gymnasium classic control** (CartPole, Acrobot, MountainCar, MountainCarContinuous,
    Pendulum) is supported without changes: cairn stores the physics state, the environment's
    random generator and the ``TimeLimit`` step counter.
+3. **PettingZoo classic** ``tictactoe_v3`` and ``connect_four_v3`` (turn-based games, as
+   their ``env()`` wraps them) are supported without changes too: cairn stores the board, the
+   AEC bookkeeping and the wrappers' state (:mod:`cairn.env_runner.pettingzoo_state`).
 
 Any other environment returns ``None`` here; after a restore its env runner starts fresh
 episodes seeded from the runner's restored random generator.
@@ -20,6 +23,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from cairn.env_runner.pettingzoo_state import get_board_game_state, set_board_game_state
 from cairn.rng import make_rng, rng_state
 
 __all__ = ["get_env_state", "set_env_state"]
@@ -43,7 +47,8 @@ def get_env_state(env: Any) -> dict[str, Any] | None:
     if callable(getter) and callable(getattr(base, "set_state", None)):
         return {"kind": "protocol", "state": getter()}
     if not _is_classic_control(base):
-        return None
+        board_game = None if isinstance(env, gym.Env) else get_board_game_state(env)
+        return None if board_game is None else {"kind": "pettingzoo_board_game", "state": board_game}
     attrs = {}
     for name in _CLASSIC_CONTROL_ATTRS:
         if hasattr(base, name):
@@ -76,6 +81,8 @@ def set_env_state(env: Any, state: dict[str, Any] | None) -> bool:
             return False
         setter(state["state"])
         return True
+    if state.get("kind") == "pettingzoo_board_game":
+        return not isinstance(env, gym.Env) and set_board_game_state(env, state["state"])
     if state.get("kind") != "classic_control" or not _is_classic_control(base):
         return False
     # A reset first brings every wrapper (order enforcing, env checker) into its after-reset

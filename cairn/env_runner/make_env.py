@@ -6,24 +6,25 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from cairn.errors import ConfigError, EnvError
+from cairn.errors import EnvError
 from cairn.registry import registered_envs
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
 
-__all__ = ["make_env", "is_multi_agent_env", "env_agents", "close_env"]
+__all__ = ["make_env", "is_multi_agent_env", "is_turn_based_env", "env_agents", "close_env"]
 
 
 def make_env(config: AlgorithmConfig) -> Any:
     """Create one environment from ``config.env`` and ``config.env_config``.
 
-    Multi-agent environments run through PettingZoo's ``ParallelEnv`` API. A PettingZoo
-    ``AECEnv`` whose metadata says ``is_parallelizable`` (every agent acts once per cycle, as in
-    the envs PettingZoo builds with ``parallel_to_aec``) is converted with
-    ``pettingzoo.utils.conversions.aec_to_parallel``, which is exact for such envs. Any other
-    AECEnv (turn-based games such as chess or tic-tac-toe) raises :class:`ConfigError`: the
-    first env is created by ``build()``, so the error comes before any training.
+    Multi-agent environments run through PettingZoo's ``ParallelEnv`` API, or its ``AECEnv``
+    API for turn-based games. An ``AECEnv`` whose metadata says ``is_parallelizable`` (every
+    agent acts once per cycle, as in the envs PettingZoo builds with ``parallel_to_aec``) is
+    converted with ``pettingzoo.utils.conversions.aec_to_parallel``, which is exact for such
+    envs. Any other AECEnv (turn-based games such as chess, connect four or tic-tac-toe) is
+    returned unchanged: :func:`is_turn_based_env` is then True, and the env runner steps the
+    agent whose turn it is (:mod:`cairn.env_runner.turn_based`, docs/multi-agent.md).
     """
     env, env_config = config.env, dict(config.env_config or {})
     try:
@@ -48,44 +49,42 @@ def make_env(config: AlgorithmConfig) -> Any:
         if problem is None:
             raise
         raise MujocoGLError(f"Could not create environment {env!r}: {problem}") from exc
-    return _as_parallel_env(created, env)
+    return _as_parallel_env(created)
 
 
-def _as_parallel_env(env: Any, source: Any) -> Any:
-    """``env`` itself, or a parallelizable PettingZoo AECEnv converted to a ParallelEnv."""
+def _as_parallel_env(env: Any) -> Any:
+    """``env`` itself, or a parallelizable PettingZoo AECEnv converted to a ParallelEnv.
+
+    A turn-based AECEnv (one that does not declare ``metadata["is_parallelizable"]``) is
+    returned as it is: env runners step it agent by agent (:mod:`cairn.env_runner.turn_based`).
+    """
     if isinstance(env, gym.Env):  # single-agent: no need to import pettingzoo (~0.1 s)
         return env
     from pettingzoo import AECEnv
 
     if not isinstance(env, AECEnv):
         return env
-    unwrapped = getattr(env, "unwrapped", env)
-    name = f"{type(unwrapped).__module__}.{type(unwrapped).__qualname__}"
-    if env is not unwrapped:
-        name += f" (wrapped in {type(env).__name__})"
     metadata = getattr(env, "metadata", None) or {}
     if metadata.get("is_parallelizable", False):
         from pettingzoo.utils.conversions import aec_to_parallel
 
         return aec_to_parallel(env)
-    label = getattr(source, "__qualname__", None) if callable(source) else None
-    raise ConfigError(
-        f"config.env={label or repr(source)} created {name}, a PettingZoo AECEnv (agents act "
-        "one at a time) that does not declare metadata['is_parallelizable']; cairn runs "
-        "multi-agent environments only through the pettingzoo.ParallelEnv API, where every "
-        "agent acts at every step. Fix: create a ParallelEnv instead (most PettingZoo envs have "
-        "a parallel_env() constructor), or, if all agents of this env do act once in every "
-        "cycle, set metadata['is_parallelizable'] = True on it: cairn then converts it with "
-        "pettingzoo.utils.conversions.aec_to_parallel (which requires that key). Turn-based "
-        "games, where agents take turns, are not supported yet."
-    )
+    return env
+
+
+def is_turn_based_env(env: Any) -> bool:
+    """True for a PettingZoo ``AECEnv`` that :func:`make_env` did not convert: agents take turns
+    (``env.agent_selection`` moves next), and the env runner steps one agent at a time."""
+    if isinstance(env, gym.Env) or not hasattr(env, "possible_agents"):
+        return False
+    from pettingzoo import AECEnv
+
+    return isinstance(env, AECEnv)
 
 
 def is_multi_agent_env(env: Any) -> bool:
-    """True for PettingZoo ParallelEnv-like environments (``possible_agents`` and dict spaces).
-
-    :func:`make_env` has already turned away (or converted) AEC environments.
-    """
+    """True for PettingZoo environments, ParallelEnv-like (``possible_agents`` and per-agent
+    spaces) or turn-based AECEnvs (:func:`is_turn_based_env`)."""
     return hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
 
 

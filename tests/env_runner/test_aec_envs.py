@@ -1,9 +1,5 @@
-"""PettingZoo AEC environments: converted when every agent acts each cycle, refused at build()
-(with the fix) when agents take turns.
-
-PettingZoo's own tic-tac-toe needs pygame, which the dev environment does not install; the
-turn-based game below is a minimal stand-in with the same API shape (the tic-tac-toe test runs
-where pygame is installed).
+"""PettingZoo AEC environments: converted when every agent acts each cycle, kept as they are
+(and stepped turn by turn, tests/env_runner/test_turn_based.py) when agents take turns.
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ from pettingzoo.utils import BaseWrapper, OrderEnforcingWrapper
 from pettingzoo.utils.conversions import parallel_to_aec
 
 from cairn.envs import MultiAgentCartPole
-from cairn.errors import ConfigError
 from tests.helpers import small_ma_ppo, small_ppo
 
 
@@ -69,23 +64,27 @@ def _ma_config(env_creator):
 
 
 @pytest.mark.parametrize("wrap", [False, True], ids=["raw", "order_enforcing"])
-def test_turn_based_aec_env_is_refused_at_build_with_the_fix(wrap):
-    config = small_ppo().environment(lambda cfg: OrderEnforcingWrapper(TakeTurns()) if wrap else TakeTurns())
-    with pytest.raises(ConfigError) as info:
-        config.build()  # not train(): nothing has run yet
-    message = str(info.value)
-    assert "TakeTurns" in message and "AECEnv" in message  # what was found
-    assert "pettingzoo.ParallelEnv" in message  # what is expected
-    assert "aec_to_parallel" in message  # the fix, for envs where every agent acts each step
-    if wrap:
-        assert "OrderEnforcingWrapper" in message
+def test_turn_based_aec_env_is_kept_and_stepped_turn_by_turn(wrap):
+    from cairn.env_runner.make_env import is_turn_based_env, make_env
+
+    config = _ma_config(lambda cfg: OrderEnforcingWrapper(TakeTurns()) if wrap else TakeTurns())
+    assert is_turn_based_env(make_env(config))  # not converted: agents take turns
+    algo = config.build()
+    try:
+        result = algo.train()
+        assert result["num_episodes"] > 0
+        assert result["episode_len_mean"] == 6  # six moves, dead-agent steps not counted
+    finally:
+        algo.stop()
 
 
-def test_pettingzoo_tictactoe_is_refused_at_build():
-    from pettingzoo.classic import tictactoe_v3  # needs pygame (in the dev extra)
+def test_pettingzoo_tictactoe_is_not_converted():
+    from pettingzoo.classic import tictactoe_v3
 
-    with pytest.raises(ConfigError, match="AECEnv"):
-        small_ppo().environment(lambda cfg: tictactoe_v3.env()).build()
+    from cairn.env_runner.make_env import is_turn_based_env, make_env
+
+    env = make_env(small_ppo().environment(lambda cfg: tictactoe_v3.env()))
+    assert is_turn_based_env(env) and type(env).__name__ == "OrderEnforcingWrapper"
 
 
 # PettingZoo's conversions warn that MultiAgentCartPole has no render_mode; beside the point here.

@@ -1,0 +1,114 @@
+"""Exact state of PettingZoo's classic board games ``tictactoe_v3`` and ``connect_four_v3``.
+
+These games keep no state of their own beyond the board and PettingZoo's AEC bookkeeping, so
+cairn reads and writes it without changes to them (part of the environment state protocol in
+:mod:`cairn.env_runner.env_state`):
+
+* the raw env: its board, ``agents``, ``agent_selection`` (and ``_skip_agent_selection``, set
+  while dead agents are stepped), ``rewards``, ``_cumulative_rewards``, ``terminations``,
+  ``truncations``, ``infos``, and its agent selector (which shares its list with ``agents``);
+* the wrappers ``tictactoe_v3.env()`` / ``connect_four_v3.env()`` add: ``OrderEnforcingWrapper``
+  (``_has_reset``, ``_has_updated``), ``TerminateIllegalWrapper`` (``_prev_obs``,
+  ``_prev_info``, ``_terminated``: whether an illegal move ended the game) and
+  ``AssertOutOfBoundsWrapper`` (stateless).
+
+Other AEC envs take part in exact resume through the protocol (``env.unwrapped.get_state()`` /
+``set_state()``); :func:`get_board_game_state` returns None for them.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+__all__ = ["get_board_game_state", "set_board_game_state"]
+
+_GAMES = ("pettingzoo.classic.tictactoe.tictactoe", "pettingzoo.classic.connect_four.connect_four")
+#: PettingZoo's own (private) attribute holding the raw env's AgentSelector: part of the state.
+_SELECTOR = "_agent_selector"
+_AGENT_DICTS = ("rewards", "_cumulative_rewards", "terminations", "truncations", "infos")
+_WRAPPER_ATTRS = {
+    "OrderEnforcingWrapper": ("_has_reset", "_has_updated"),
+    "TerminateIllegalWrapper": ("_prev_obs", "_prev_info", "_terminated"),
+    "AssertOutOfBoundsWrapper": (),
+}
+
+
+def _layers(env: Any) -> tuple[list[Any], Any]:
+    """The wrappers from the outside in, and the raw env (None when a layer is unknown)."""
+    wrappers, layer = [], env
+    while type(layer).__name__ in _WRAPPER_ATTRS:
+        wrappers.append(layer)
+        layer = layer.env
+    known = type(layer).__module__ in _GAMES and all(isinstance(a, str) for a in layer.possible_agents)
+    return wrappers, layer if known else None
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value or numpy array: numpy scalars become Python numbers, arrays are copied."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def get_board_game_state(env: Any) -> dict[str, Any] | None:
+    """The state of a tictactoe_v3 / connect_four_v3 env (raw or wrapped as PettingZoo's
+    ``env()`` wraps it), or None for any other env or one not reset yet."""
+    wrappers, raw = _layers(env)
+    if raw is None or not hasattr(raw, "_cumulative_rewards") or not hasattr(raw, _SELECTOR):
+        return None
+    board = raw.board.squares if hasattr(raw.board, "squares") else raw.board
+    selector = getattr(raw, _SELECTOR)
+    return {
+        "game": type(raw).__module__,
+        "board": [int(x) for x in board],
+        "agents": list(raw.agents),
+        "agent_selection": raw.agent_selection,
+        "skip_agent_selection": getattr(raw, "_skip_agent_selection", None),
+        "agent_dicts": {name: _plain(getattr(raw, name)) for name in _AGENT_DICTS},
+        "selector": {"agent_order": list(selector.agent_order),
+                     "order_is_agents": selector.agent_order is raw.agents,
+                     "current_agent": int(selector._current_agent),
+                     "selected_agent": _plain(selector.selected_agent)},
+        "wrappers": [{"class": type(w).__name__,
+                      "attrs": {k: _plain(getattr(w, k)) for k in _WRAPPER_ATTRS[type(w).__name__]}}
+                     for w in wrappers],
+    }
+
+
+def set_board_game_state(env: Any, state: dict[str, Any]) -> bool:
+    """Restore :func:`get_board_game_state`; False when ``state`` is another game's or another
+    wrapping's."""
+    wrappers, raw = _layers(env)
+    if raw is None or state.get("game") != type(raw).__module__:
+        return False
+    if [type(w).__name__ for w in wrappers] != [w["class"] for w in state["wrappers"]]:
+        return False
+    env.reset()  # builds the agent selector and brings the wrappers to their after-reset state
+    board = [int(x) for x in state["board"]]
+    if hasattr(raw.board, "squares"):
+        raw.board.squares = board
+    else:
+        raw.board = board
+    raw.agents = list(state["agents"])
+    raw.agent_selection = state["agent_selection"]
+    raw._skip_agent_selection = state["skip_agent_selection"]
+    for name in _AGENT_DICTS:
+        setattr(raw, name, copy.deepcopy(dict(state["agent_dicts"][name])))
+    saved, selector = state["selector"], getattr(raw, _SELECTOR)
+    selector.agent_order = raw.agents if saved["order_is_agents"] else list(saved["agent_order"])
+    selector._current_agent = int(saved["current_agent"])
+    selector.selected_agent = saved["selected_agent"]
+    for wrapper, saved in zip(wrappers, state["wrappers"]):
+        for key, value in saved["attrs"].items():
+            if key in _WRAPPER_ATTRS[type(wrapper).__name__]:
+                setattr(wrapper, key, copy.deepcopy(value))
+    return True

@@ -1,0 +1,252 @@
+"""Turn-based games (PettingZoo ``AECEnv``): the agent whose turn it is acts, in every env copy.
+
+An :class:`~cairn.env_runner.env_runner.EnvRunner` whose environments are turn-based AEC envs
+(:func:`~cairn.env_runner.make_env.is_turn_based_env`) hands its sampling to a
+:class:`TurnBasedSampler`. One sampling step moves once in each env copy: the agents to move
+(``env.agent_selection``) are grouped by the policy they map to, each policy computes its
+actions in one batch, and every env steps.
+
+Transition semantics (docs/multi-agent.md, "Turn-based games"):
+
+* An agent's transition spans from its move to its next move. Its reward is what ``env.last()``
+  reports when the agent is next selected (PettingZoo's cumulative reward since the agent last
+  acted); its next observation is its observation then, processed by its policy.
+* When the game ends, PettingZoo selects every remaining agent once more as a dead agent; each
+  one's pending transition ends there with its terminal reward and the terminated/truncated
+  flags, and the env is stepped with ``None`` as PettingZoo's protocol asks.
+* A transition whose agent left the game without being selected again ends with reward 0,
+  ``truncated`` and no next observation of its own.
+* Transitions still waiting for their agent's next move when a fragment ends are carried over
+  (and saved by :meth:`TurnBasedSampler.get_state`); they appear in a later batch.
+
+The episode length counts moves (dead-agent steps excluded); returns add up every reward that
+``env.last()`` reports, per agent and in total.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cairn.env_runner.episode import EpisodeBook
+from cairn.env_runner.inference import compute_raw_actions
+from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
+from cairn.env_runner.trajectories import AgentTrajectories
+from cairn.errors import EnvError
+from cairn.policy_ids import check_mapped_policy_id
+
+if TYPE_CHECKING:
+    from cairn.config.algorithm_config import AlgorithmConfig
+    from cairn.policy.policy import Policy
+
+__all__ = ["TurnBasedSampler"]
+
+#: A move waiting for its agent's next observation: (processed obs, raw action).
+Pending = tuple[np.ndarray, np.ndarray]
+
+#: One selection of an agent: (env index, agent, raw obs, reward, terminated, truncated,
+#: pending move it completes or None, whether the agent is to move now).
+_Selection = tuple[int, Any, Any, float, bool, bool, "Pending | None", bool]
+
+
+class TurnBasedSampler:
+    """Samples turn-based AEC envs for an env runner (the runner owns envs, episodes, seeds).
+
+    Args:
+        envs: The runner's environments (PettingZoo ``AECEnv``\\ s).
+        config: The algorithm config (policy mapping).
+        policies: ``{policy_id: Policy}`` used for inference.
+        episodes: The runner's episode book (totals of the current episodes, completed ones).
+        draw_seed: Returns the seed of the next env reset (the runner's seed stream).
+        worker_index: The runner's index, which names the trajectories' streams.
+    """
+
+    def __init__(
+        self, envs: list[Any], config: AlgorithmConfig, policies: Mapping[str, Policy], *,
+        episodes: EpisodeBook, draw_seed: Callable[[], int | None], worker_index: int,
+    ) -> None:
+        self.envs = envs
+        self.config = config
+        self.policies = dict(policies)
+        self.episodes = episodes
+        self.draw_seed = draw_seed
+        self.worker_index = worker_index
+        self.agent_pids: list[dict[Any, str]] = [{} for _ in envs]
+        #: Per env: the agent to move and its processed observation (None before a reset).
+        self.to_move: list[tuple[Any, np.ndarray] | None] = [None for _ in envs]
+        #: Per env: the agents that moved and wait for their next observation.
+        self.pending: list[dict[Any, Pending]] = [{} for _ in envs]
+
+    # ------------------------------------------------------------------------------ mapping
+    def policy_of(self, env_index: int, agent: Any) -> str:
+        """The policy ID ``agent`` of env ``env_index`` acts with (mapped once per episode)."""
+        pids = self.agent_pids[env_index]
+        if agent not in pids:
+            pids[agent] = check_mapped_policy_id(agent, self.config.map_agent(agent), self.policies)
+        return pids[agent]
+
+    def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
+        """Map the agents again under ``config``; True when an agent in flight (to move, or
+        with a pending move) changes policy, so that the envs must start new episodes."""
+        policies = dict(policies)
+        remapped = []  # all mapped (and checked) before anything changes
+        for i, entry in enumerate(self.to_move):
+            in_flight = list(self.pending[i]) + ([entry[0]] if entry is not None else [])
+            remapped.append({agent: check_mapped_policy_id(agent, config.map_agent(agent), policies)
+                             for agent in in_flight})
+        changed = any(self.agent_pids[i].get(agent) != pid
+                      for i, new in enumerate(remapped) for agent, pid in new.items())
+        # Agents no longer in flight keep the policy their returns are reported under.
+        self.agent_pids = [{**old, **new} for old, new in zip(self.agent_pids, remapped)]
+        self.config, self.policies = config, policies
+        return changed
+
+    # ------------------------------------------------------------------------------ stepping
+    def reset_all(self, *, update_filter: bool) -> None:
+        """Reset every env and advance each to its first agent to move (pending moves of the
+        episodes cut short are dropped). The caller restarts the episode totals first."""
+        for i, env in enumerate(self.envs):
+            self._reset_env(i, env)
+        self._advance(update_filter=update_filter, trajs=None)
+
+    def sample(
+        self, steps: int, *, explore: bool, record: bool, update_filter: bool
+    ) -> dict[str, SampleBatch]:
+        """Move ``steps`` times in every env; with ``record``, return the transitions that
+        completed meanwhile as one batch per policy."""
+        trajs = AgentTrajectories() if record else None
+        for _ in range(steps):
+            self._move_all(explore=explore, record=record)
+            self._advance(update_filter=update_filter, trajs=trajs)
+        if trajs is None:
+            return {}
+
+        def policy_of(key: tuple[int, Any]) -> str:
+            return self.agent_pids[key[0]].get(key[1]) or self.config.map_agent(key[1])
+
+        return trajs.batches(policy_of, self.worker_index)
+
+    def _reset_env(self, i: int, env: Any) -> None:
+        env.reset(seed=self.draw_seed())
+        self.agent_pids[i], self.pending[i], self.to_move[i] = {}, {}, None
+        if not env.agents:
+            raise EnvError(f"{type(env).__name__}.reset() left env.agents empty: a turn-based "
+                           "game needs at least one agent to move after a reset.")
+
+    def _move_all(self, *, explore: bool, record: bool) -> None:
+        """Every env's agent to move acts; one batched inference per policy."""
+        by_pid: dict[str, list[int]] = defaultdict(list)
+        for i, entry in enumerate(self.to_move):
+            if entry is None:
+                raise EnvError("TurnBasedSampler.sample() before reset_all(): no agent to move.")
+            by_pid[self.policy_of(i, entry[0])].append(i)
+        actions: list[Any] = [None] * len(self.envs)
+        for pid, indices in by_pid.items():
+            policy = self.policies[pid]
+            movers = [self.to_move[i] for i in indices]
+            obs = np.stack([m[1] for m in movers if m is not None])
+
+            def origin(row: int, indices: list[int] = indices) -> tuple[Any, int, int]:
+                i = indices[row]
+                entry = self.to_move[i]
+                return (None if entry is None else entry[0]), i, self.episodes.current[i].length
+
+            raw = compute_raw_actions(policy, obs, explore=explore, policy_id=pid, origin=origin)
+            env_actions = policy.dist.to_env(raw)
+            if record:  # counted as they act: a DQN policy's epsilon follows at once
+                count_sampled_steps(self.policies, {pid: len(indices)})
+            for k, (i, mover) in enumerate(zip(indices, movers)):
+                assert mover is not None
+                self.pending[i][mover[0]] = (obs[k], raw[k])
+                actions[i] = env_actions[k]
+        for i, env in enumerate(self.envs):
+            env.step(actions[i])
+            self.episodes.current[i].length += 1
+
+    def _advance(self, *, update_filter: bool, trajs: AgentTrajectories | None) -> None:
+        """Bring every env to its next agent to move: read each selected agent's reward, step
+        dead agents with ``None``, finish and reset ended games; then process the observations
+        per policy in one batch each and complete the pending moves."""
+        selections: dict[str, list[_Selection]] = defaultdict(list)
+        for i, env in enumerate(self.envs):
+            while True:
+                if not env.agents:
+                    self._end_episode(i, trajs)
+                    self._reset_env(i, env)
+                agent = env.agent_selection
+                obs, reward, terminated, truncated, _ = env.last()
+                reward = float(reward)
+                episode = self.episodes.current[i]
+                episode.ret += reward
+                episode.agent_returns[agent] += reward
+                done = bool(terminated or truncated)
+                selections[self.policy_of(i, agent)].append(
+                    (i, agent, obs, reward, bool(terminated), bool(truncated),
+                     self.pending[i].pop(agent, None), not done))
+                if not done:
+                    break
+                env.step(None)  # PettingZoo's protocol: a dead agent steps with None
+        for pid, items in selections.items():
+            rows = self.policies[pid].process_observations([s[2] for s in items], update=update_filter)
+            for row, (i, agent, _, reward, terminated, truncated, pending, moves) in zip(rows, items):
+                if pending is not None and trajs is not None:
+                    trajs.add((i, agent), *pending, reward, terminated, truncated)
+                    trajs.set_next_obs((i, agent), row)
+                if moves:
+                    self.to_move[i] = (agent, row)
+
+    def _end_episode(self, i: int, trajs: AgentTrajectories | None) -> None:
+        # Agents that left without being selected again: their moves end here, truncated.
+        for agent, pending in self.pending[i].items():
+            if trajs is not None:
+                trajs.add((i, agent), *pending, 0.0, False, True)
+        self.pending[i] = {}
+        pids = self.agent_pids[i]
+        self.episodes.finish(i, lambda agent: pids.get(agent, str(agent)))
+
+    # --------------------------------------------------------------------------------- state
+    def get_state(self, *, copy: bool = True) -> list[dict[str, Any]]:
+        """Per env: the agent to move and its processed observation, the pending moves
+        (processed observations and raw actions, stacked) and the agents' policy IDs."""
+        def arr(a: np.ndarray) -> np.ndarray:
+            return a.copy() if copy else a
+
+        states = []
+        for i, entry in enumerate(self.to_move):
+            pending = self.pending[i]
+            states.append({
+                "agent_pids": {str(a): p for a, p in self.agent_pids[i].items()},
+                "to_move": None if entry is None else {"agent": str(entry[0]), "obs": arr(entry[1])},
+                "pending_agents": [str(a) for a in pending],
+                "pending_obs": np.stack([o for o, _ in pending.values()]) if pending else None,
+                "pending_actions": np.stack([r for _, r in pending.values()]) if pending else None,
+            })
+        return states
+
+    def set_state(self, states: list[Mapping[str, Any]]) -> bool:
+        """Restore :meth:`get_state` (after the envs' own states); False, with nothing changed,
+        when the agents, the mapping or the policy set no longer fit what was in flight."""
+        restored = []
+        for i, state in enumerate(states):
+            ids = {str(a): a for a in self.envs[i].possible_agents}
+            pids = {ids.get(k, k): p for k, p in state["agent_pids"].items()}
+            if any(a not in ids.values() or self.config.map_agent(a) != p or p not in self.policies
+                   for a, p in pids.items()):
+                return False
+            entry = state["to_move"]
+            named = ([] if entry is None else [entry["agent"]]) + list(state["pending_agents"])
+            if any(name not in ids for name in named):
+                return False
+            to_move = None if entry is None else (
+                ids[entry["agent"]], np.asarray(entry["obs"], dtype=np.float32).copy())
+            agents = [ids[a] for a in state["pending_agents"]]
+            pending = {a: (np.asarray(state["pending_obs"][k], dtype=np.float32).copy(),
+                           np.asarray(state["pending_actions"][k]).copy())
+                       for k, a in enumerate(agents)}
+            restored.append((pids, to_move, pending))
+        for i, (pids, to_move, pending) in enumerate(restored):
+            self.agent_pids[i], self.to_move[i], self.pending[i] = pids, to_move, pending
+        return True

@@ -1,0 +1,301 @@
+"""Turn-based PettingZoo (AEC) games: the agent whose turn it is acts, transitions span from an
+agent's move to its next one, every agent gets its terminal transition, and an algorithm saved
+mid-game resumes bit for bit.
+
+Until policies mask illegal moves, tic-tac-toe and connect four may end early when a policy
+plays an illegal move (PettingZoo's TerminateIllegalWrapper: -1 for the offender); nothing here
+depends on how often that happens.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from pettingzoo import AECEnv
+from pettingzoo.classic import connect_four_v3, tictactoe_v3
+from pettingzoo.utils import OrderEnforcingWrapper
+from pettingzoo.utils.env_logger import EnvLogger
+
+import cairn
+from cairn.errors import ActionMaskError
+from cairn.policy.spec import PolicySpec
+from tests.helpers import assert_trains_identically, assert_trees_equal, map_by_index, weights_digest
+
+SMALL = {"train_batch_size": 128, "minibatch_size": 64}
+
+
+@pytest.fixture(autouse=True)
+def _quiet_illegal_moves():
+    # TerminateIllegalWrapper prints a warning for each illegal move; beside the point here.
+    EnvLogger.suppress_output()
+    yield
+    EnvLogger.unsuppress_output()
+
+
+# ------------------------------------------------------------------------ envs and mappings
+def make_tictactoe(env_config: dict) -> AECEnv:
+    """Module-level (storable) creator of PettingZoo's tic-tac-toe."""
+    return tictactoe_v3.env()
+
+
+def make_connect_four(env_config: dict) -> AECEnv:
+    """Module-level (storable) creator of PettingZoo's connect four."""
+    return connect_four_v3.env()
+
+
+def shared_policy(agent_id: str, **kwargs: object) -> str:
+    """Self-play: every player acts with one policy."""
+    return "shared"
+
+
+class ScriptedGame(AECEnv):
+    """Two players alternate for five moves. After move k (1-based) player_0 receives k and
+    player_1 receives 10 k, whoever moved; the observation is [moves so far, player index]."""
+
+    metadata = {"name": "scripted_game_v0", "render_modes": []}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = ["player_0", "player_1"]
+        self.render_mode = None
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(0.0, 10.0, (2,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(2)
+
+    def observe(self, agent):
+        return np.array([self._moves, self.possible_agents.index(agent)], np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        self._moves = 0
+        self.agent_selection = "player_0"
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: {} for a in self.agents}
+
+    def step(self, action):
+        if self.terminations[self.agent_selection]:
+            self._was_dead_step(action)
+            return
+        self._cumulative_rewards[self.agent_selection] = 0.0  # PettingZoo's usual bookkeeping
+        self._moves += 1
+        self.rewards = {"player_0": float(self._moves), "player_1": 10.0 * self._moves}
+        if self._moves == 5:
+            self.terminations = dict.fromkeys(self.agents, True)
+        self.agent_selection = self.possible_agents[self._moves % 2]
+        self._accumulate_rewards()
+
+
+def make_scripted(env_config: dict) -> AECEnv:
+    return OrderEnforcingWrapper(ScriptedGame())
+
+
+def _scripted_config(num_envs: int = 1) -> cairn.AlgorithmConfig:
+    return (cairn.PPOConfig().environment(make_scripted).training(**SMALL)
+            .env_runners(num_envs_per_env_runner=num_envs)
+            .multi_agent(policies={"a", "b"}, policy_mapping_fn={"player_0": "a", "player_1": "b"})
+            .debugging(seed=0))
+
+
+def _ppo(env, mapping=shared_policy, policies=("shared",), num_envs=3):
+    return (cairn.PPOConfig().environment(env).training(**SMALL, num_epochs=2)
+            .env_runners(num_envs_per_env_runner=num_envs)
+            .multi_agent(policies=policies if isinstance(policies, dict) else set(policies),
+                         policy_mapping_fn=mapping).debugging(seed=0))
+
+
+def _dqn(env):
+    return (cairn.DQNConfig().environment(env)
+            .training(**SMALL, num_steps_sampled_before_learning_starts=64, training_intensity=2,
+                      target_network_update_freq=100, replay_buffer_config={"capacity": 2000})
+            .checkpointing(store_replay_buffer=True)
+            .env_runners(num_envs_per_env_runner=3)
+            .multi_agent(policies={"shared"}, policy_mapping_fn=shared_policy).debugging(seed=0))
+
+
+# ------------------------------------------------------------------------------ transitions
+def test_scripted_game_rewards_accumulate_between_moves_and_both_players_get_the_end():
+    algo = _scripted_config().build()
+    try:
+        runner = algo.env_runner_group.local
+        batches = runner.sample(5)  # exactly one game of five moves
+        a, b = batches["a"], batches["b"]
+        # player_0 moves at 0, 2, 4 moves played; its rewards: moves 1+2, 3+4, then 5 (end).
+        np.testing.assert_array_equal(a["rewards"], [3.0, 7.0, 5.0])
+        np.testing.assert_array_equal(a["terminateds"], [False, False, True])
+        np.testing.assert_array_equal(a["obs"][:, 0], [0, 2, 4])
+        np.testing.assert_array_equal(a["next_obs"][:, 0], [2, 4, 5])
+        # player_1 moves at 1, 3; its 10 for move 1 came before it acted (return only).
+        np.testing.assert_array_equal(b["rewards"], [50.0, 90.0])
+        np.testing.assert_array_equal(b["terminateds"], [False, True])
+        np.testing.assert_array_equal(b["next_obs"][:, 0], [3, 5])
+        for batch in (a, b):
+            assert not batch["truncateds"].any() and batch["ends"][-1]
+        [episode] = runner.get_metrics()
+        assert episode == {"return": 165.0, "length": 5, "policy_returns": {"a": [15.0], "b": [150.0]}}
+    finally:
+        algo.stop()
+
+
+def test_transitions_waiting_at_a_fragment_end_come_in_the_next_batch():
+    whole, split = _scripted_config(2).build(), _scripted_config(2).build()
+    try:
+        one = whole.env_runner_group.local.sample(7)
+        first = split.env_runner_group.local.sample(3)
+        second = split.env_runner_group.local.sample(4)
+        # After 7 moves the runner waits on moves not yet followed by their agent's next one.
+        assert whole.env_runner_group.local.get_state()["current_obs"][0]["pending_agents"]
+        for pid in ("a", "b"):
+            for stream in np.unique(one[pid]["streams"]):  # one trajectory: (env, agent)
+                for column in ("obs", "actions", "rewards", "terminateds", "next_obs"):
+                    joined = np.concatenate([part[pid][column][part[pid]["streams"] == stream]
+                                             for part in (first, second)])
+                    np.testing.assert_array_equal(joined, one[pid][column][one[pid]["streams"] == stream])
+    finally:
+        whole.stop()
+        split.stop()
+
+
+def test_run_episodes_reports_whole_games():
+    algo = _scripted_config(2).build()
+    try:
+        episodes = algo.env_runner_group.local.run_episodes(3)
+        assert len(episodes) == 3
+        assert all(e["return"] == 165.0 and e["length"] == 5 for e in episodes)
+    finally:
+        algo.stop()
+
+
+# ---------------------------------------------------------------------------------- training
+@pytest.mark.parametrize("env", [make_tictactoe, make_connect_four], ids=["tictactoe", "connect_four"])
+def test_ppo_self_play_with_one_shared_policy_trains(env):
+    algo = _ppo(env).build()
+    try:
+        before = weights_digest(algo)
+        for _ in range(2):
+            result = algo.train()
+        assert set(algo.policies) == {"shared"}
+        assert result["num_episodes_lifetime"] > 0 and weights_digest(algo) != before
+        episodes = algo.env_runner_group.local.run_episodes(2)
+        # Both players report their return under the one policy; a game is zero-sum.
+        assert all(len(e["policy_returns"]["shared"]) == 2 and e["return"] == 0 for e in episodes)
+    finally:
+        algo.stop()
+
+
+def test_two_policies_one_per_player():
+    algo = _ppo(make_tictactoe, mapping=map_by_index, policies=("p1", "p2")).build()  # player_1/2
+    try:
+        batches = algo.env_runner_group.local.sample(20)
+        assert set(batches) == {"p1", "p2"}
+        algo.train()
+        episode = algo.env_runner_group.local.run_episodes(1)[0]
+        assert set(episode["policy_returns"]) == {"p1", "p2"}
+    finally:
+        algo.stop()
+
+
+def test_dqn_self_play_on_tictactoe_trains():
+    algo = _dqn(make_tictactoe).build()
+    try:
+        before = weights_digest(algo)
+        for _ in range(2):
+            result = algo.train()
+        assert result["num_episodes_lifetime"] > 0 and weights_digest(algo) != before
+    finally:
+        algo.stop()
+
+
+# ------------------------------------------------------------------------------ exact resume
+@pytest.mark.parametrize("make", [lambda: _ppo(make_tictactoe), lambda: _dqn(make_tictactoe),
+                                  lambda: _ppo(make_connect_four, mapping=map_by_index,
+                                               policies=("p0", "p1"))],
+                         ids=["ppo-tictactoe", "dqn-tictactoe", "ppo-connect_four-two_policies"])
+def test_algorithm_saved_mid_game_resumes_bit_for_bit(tmp_path, make):
+    algo = make().build()
+    try:
+        algo.train()
+        runner_state = algo.env_runner_group.local.get_state()
+        assert runner_state["turn_based"] and not runner_state["needs_reset"]
+        assert all(s is not None and s["kind"] == "pettingzoo_board_game" for s in runner_state["envs"])
+        assert any(s["pending_agents"] for s in runner_state["current_obs"])  # mid-game
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+        try:
+            assert_trees_equal(algo.get_state(), restored.get_state())
+            assert_trains_identically(algo, restored)
+        finally:
+            restored.stop()
+    finally:
+        algo.stop()
+
+
+def test_board_game_state_restores_the_game_exactly():
+    from cairn.env_runner.env_state import get_env_state, set_env_state
+
+    rng = np.random.default_rng(0)
+    for make in (tictactoe_v3.env, connect_four_v3.env):
+        for _ in range(20):
+            env, twin = make(), make()
+            env.reset()
+            for _ in range(int(rng.integers(0, 12))):  # random moves, illegal ones included
+                if not env.agents:
+                    break
+                _, _, terminated, truncated, _ = env.last()
+                done = terminated or truncated
+                env.step(None if done else int(rng.integers(env.action_space(env.agent_selection).n)))
+            assert set_env_state(twin, get_env_state(env))
+            while env.agents:
+                (obs, *rest), (twin_obs, *twin_rest) = env.last(), twin.last()
+                assert env.agent_selection == twin.agent_selection and rest == twin_rest
+                assert_trees_equal(obs, twin_obs)
+                moves = env.action_space(env.agent_selection).n
+                action = None if rest[1] or rest[2] else int(rng.integers(moves))
+                env.step(action)
+                twin.step(action)
+            assert not twin.agents
+
+
+# ----------------------------------------------------------------------------- action masks
+class NoLegalActionPolicy(cairn.Policy):
+    """Acts once, then finds no legal action in batch row 0's action_mask (as a masking policy
+    would raise)."""
+
+    def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls == 2:
+            raise ActionMaskError("action_mask of row 0 has no legal action", rows=(0,))
+        return super().compute_raw_actions(processed_obs, explore=explore)
+
+
+@pytest.mark.parametrize("kind", ["turn_based", "parallel", "single_agent"])
+def test_action_mask_error_names_agent_env_and_step(kind):
+    spec = PolicySpec(policy_class=NoLegalActionPolicy)
+    if kind == "turn_based":  # policy a (player_0) acts at moves 0 and 2
+        config = _scripted_config(2).multi_agent(policies={"a": spec, "b": spec})
+        agent, step = "player_0", 2
+    elif kind == "parallel":
+        from tests.helpers import small_ma_ppo
+
+        config = small_ma_ppo(2).env_runners(num_envs_per_env_runner=2).multi_agent(
+            policies={"shared": spec}, policy_mapping_fn=shared_policy)  # rows: env 0's agents first
+        agent, step = "agent_0", 1
+    else:
+        config = cairn.PPOConfig().environment("CartPole-v1").env_runners(
+            num_envs_per_env_runner=2).multi_agent(policies={"default_policy": spec}).debugging(seed=0)
+        agent, step = "default_agent", 1
+    algo = config.build()
+    try:
+        with pytest.raises(ActionMaskError) as info:
+            algo.env_runner_group.local.sample(4)
+        message = str(info.value)
+        assert "mask" in message and f"Agent {agent!r} in env 0, at step {step} of its episode" in message
+        assert "env 1" not in message  # only the row at fault
+        assert info.value.rows == (0,) and isinstance(info.value.__cause__, ActionMaskError)
+    finally:
+        algo.stop()
