@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from cairn.policy.custom_model import model_references
 from cairn.registry import class_reference
 from cairn.spaces import space_from_json, space_to_json
 
@@ -34,6 +36,11 @@ class PolicySpec:
     observation_space: gym.Space[Any] | None = None
     action_space: gym.Space[Any] | None = None
     config: dict[str, Any] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        model = (self.config or {}).get("model")
+        if isinstance(model, Mapping):  # model classes -> references, so that the spec is data
+            self.config = {**(self.config or {}), "model": model_references(model)}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form; spaces become JSON descriptions."""

@@ -24,6 +24,7 @@ import pytest
 
 from cairn.algorithms.algorithm import Algorithm
 from cairn.errors import CheckpointError
+from cairn.policy.custom_model import CUSTOM_MODEL_KEYS
 from cairn.policy.keras_config import FRAMEWORK_MODEL_KEYS
 from cairn.policy.model import DEFAULT_MODEL_CONFIG
 from cairn.policy.policy import Policy
@@ -54,6 +55,11 @@ REFERENCE_KEYS = {
     (ASTATE, ("config", "policies", "default_policy", "config", "model", "keras_model")),
     (PSTATE, ("spec", "policy_class")),
     (PSTATE, ("spec", "config", "model", "keras_model")),
+    (ASTATE, ("config", "model", "custom_model")),
+    (ASTATE, ("config", "model", "custom_q_model")),
+    (ASTATE, ("config", "policies", "default_policy", "config", "model", "custom_model")),
+    (PSTATE, ("spec", "config", "model", "custom_model")),
+    (PSTATE, ("spec", "config", "model", "custom_q_model")),
 }
 
 
@@ -62,7 +68,8 @@ def _paths(tree: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]
         return
     keys = list(tree)
     if prefix and prefix[-1] == "model":  # optional model keys a default config does not store
-        keys += [k for k in (*DEFAULT_MODEL_CONFIG, *FRAMEWORK_MODEL_KEYS) if k not in tree]
+        optional = (*DEFAULT_MODEL_CONFIG, *FRAMEWORK_MODEL_KEYS, *CUSTOM_MODEL_KEYS)
+        keys += [k for k in optional if k not in tree]
     if prefix and prefix[-1] == "config" and "model" not in tree:
         keys.append("model")
     for key in keys:

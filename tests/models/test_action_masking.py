@@ -1,0 +1,223 @@
+"""Action masking: a Dict observation with "action_mask" for Discrete/MultiDiscrete actions.
+
+The maths (masked logits give illegal actions probability 0; log-probabilities and entropies
+run over legal actions; no gradient reaches illegal logits; DQN's targets maximise over legal
+actions), the policy's acting paths (sampling, greedy, epsilon-random), the errors (an all-zero
+mask, a mask that does not fit the actions) and training end to end (no illegal action in
+training or evaluation, exact resume)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+import cairn
+from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+from cairn.errors import ActionMaskError, CairnError, ConfigError
+from cairn.policy.action_masking import MASKED_SCORE, random_legal_actions
+from tests.models.masked_env import make_pick_legal
+from tests.models.nets import MaskAware, TwoHeads
+
+N = 6
+SPACE = gym.spaces.Dict({"observation": gym.spaces.Box(0.0, 1.0, (N,), np.float32),
+                         "action_mask": gym.spaces.Box(0, 1, (N,), np.int8)})
+
+
+def _observations(count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        mask = np.zeros(N, dtype=np.int8)
+        mask[rng.choice(N, size=int(rng.integers(1, N)), replace=False)] = 1
+        out.append({"observation": rng.uniform(0, 1, N).astype(np.float32), "action_mask": mask})
+    return out
+
+
+def _legal(observations: list[dict[str, np.ndarray]], actions: np.ndarray) -> bool:
+    return all(o["action_mask"][int(a)] == 1 for o, a in zip(observations, actions))
+
+
+@pytest.mark.parametrize("policy_class", [cairn.Policy, DQNPolicy])
+def test_every_acting_path_gives_legal_actions(policy_class: type[cairn.Policy]) -> None:
+    policy = policy_class(SPACE, gym.spaces.Discrete(N), seed=0)
+    observations = _observations(400)
+    for explore in (True, False):
+        assert _legal(observations, policy.compute_actions(observations, explore=explore))
+    assert all(policy.compute_single_action(o)in np.flatnonzero(o["action_mask"]) for o in observations[:20])
+
+
+def test_the_network_reads_the_observation_without_the_mask() -> None:
+    policy = cairn.Policy(SPACE, gym.spaces.Discrete(N), seed=0)
+    assert policy.network_observation_space == SPACE["observation"]
+    assert policy.preprocessor.size == N and policy.action_mask_size == N
+    assert policy.model.net.actor[0].in_features == N  # the built-in MLP's input: no mask columns
+    custom = cairn.Policy(SPACE, gym.spaces.Discrete(N), {"model": {"custom_model": TwoHeads}}, seed=0)
+    assert custom.model.net.observation_space == SPACE["observation"]
+    both = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Discrete(3),
+                            "action_mask": gym.spaces.MultiBinary(N)})
+    policy = cairn.Policy(both, gym.spaces.Discrete(N), seed=0)
+    assert policy.network_observation_space == gym.spaces.Dict({"a": both["a"], "b": both["b"]})
+    assert policy.preprocessor.size == 5
+
+
+def test_masked_logits_give_the_distribution_of_the_legal_actions() -> None:
+    policy = cairn.Policy(SPACE, gym.spaces.Discrete(N), seed=0)
+    observations = _observations(32)
+    rows = torch.from_numpy(policy.process_observations(observations, update=False))
+    logits, _ = policy.model(rows)
+    raw_logits = policy.model.net.action_inputs(rows[:, :N])
+    mask = rows[:, N:] > 0.5
+    assert torch.equal(logits[~mask], torch.full_like(logits[~mask], MASKED_SCORE))
+    assert torch.equal(logits[mask], raw_logits[mask])
+    for i in range(32):
+        legal = torch.nonzero(mask[i]).squeeze(-1)
+        expected = F.log_softmax(raw_logits[i, legal], dim=-1)
+        actions = legal.unsqueeze(0).expand(1, -1)[0]
+        logp = policy.dist.logp(logits[i : i + 1].expand(len(legal), -1), actions)
+        torch.testing.assert_close(logp, expected)
+        entropy = policy.dist.entropy(logits[i : i + 1])
+        torch.testing.assert_close(entropy, -(expected.exp() * expected).sum().unsqueeze(0))
+    assert torch.isfinite(policy.dist.entropy(logits)).all()
+
+
+def test_illegal_logits_receive_no_gradient() -> None:
+    policy = cairn.Policy(SPACE, gym.spaces.Discrete(N), {"model": {"custom_model": TwoHeads}}, seed=0)
+    observations = _observations(16)
+    rows = torch.from_numpy(policy.process_observations(observations, update=False))
+    actions = torch.from_numpy(policy.compute_actions(observations))
+    logits, _ = policy.model(rows)
+    (-policy.dist.logp(logits, actions).mean() - policy.dist.entropy(logits).mean()).backward()
+    grad = policy.model.net.pi.weight.grad
+    assert grad is not None and torch.isfinite(grad).all()
+    # Rows where only action k is legal leave the head's row k as the only one with gradient.
+    policy.model.zero_grad()
+    only = [{**o, "action_mask": np.eye(N, dtype=np.int8)[2]} for o in observations]
+    rows = torch.from_numpy(policy.process_observations(only, update=False))
+    logits, _ = policy.model(rows)
+    policy.dist.entropy(logits).sum().backward()
+    assert torch.count_nonzero(policy.model.net.pi.weight.grad) == 0  # one legal action: constant entropy
+
+
+def test_dqn_greedy_actions_and_targets_maximise_over_legal_actions() -> None:
+    policy = DQNPolicy(SPACE, gym.spaces.Discrete(N), seed=0)
+    observations = _observations(64)
+    rows = policy.process_observations(observations, update=False)
+    raw_q = policy.target_model.net.numpy_q_values(np.ascontiguousarray(rows[:, :N]))
+    masked = policy.target_model.numpy_q_values(rows)
+    legal = rows[:, N:] > 0.5
+    assert np.array_equal(masked[legal], raw_q[legal]) and (masked[~legal] == MASKED_SCORE).all()
+    assert np.array_equal(masked.max(axis=1), np.where(legal, raw_q, -np.inf).max(axis=1))
+    assert _legal(observations, policy.compute_actions(observations, explore=False))
+
+
+def test_epsilon_random_actions_are_uniform_over_legal_actions() -> None:
+    mask = np.tile(np.array([0, 1, 0, 1, 1, 0], dtype=np.float32), (30_000, 1))
+    actions = random_legal_actions(mask, np.random.default_rng(0))
+    counts = np.bincount(actions, minlength=N)
+    assert counts[[0, 2, 5]].sum() == 0
+    assert np.allclose(counts[[1, 3, 4]] / 30_000, 1 / 3, atol=0.01)
+    policy = DQNPolicy(SPACE, gym.spaces.Discrete(N), {"epsilon": [[0, 1.0]]}, seed=0)
+    observations = _observations(300)
+    assert _legal(observations, policy.compute_actions(observations, explore=True))
+
+
+def test_multi_discrete_actions_take_one_mask_entry_per_choice() -> None:
+    space = gym.spaces.Dict({"x": gym.spaces.Box(-1, 1, (3,), np.float32),
+                             "action_mask": gym.spaces.MultiBinary(7)})
+    policy = cairn.Policy(space, gym.spaces.MultiDiscrete([3, 4]), seed=0)
+    mask = np.array([0, 1, 1, 1, 0, 0, 0], dtype=np.int8)  # first in {1, 2}, second 0
+    actions = policy.compute_actions([{"x": np.zeros(3, np.float32), "action_mask": mask}] * 200)
+    assert set(actions[:, 0]) <= {1, 2} and set(actions[:, 1]) == {0}
+    with pytest.raises(ActionMaskError, match="mask.*sub-action"):
+        policy.compute_single_action({"x": np.zeros(3, np.float32),
+                                      "action_mask": np.array([1, 1, 1, 0, 0, 0, 0])})
+
+
+def test_an_all_zero_mask_is_an_error_that_says_mask() -> None:
+    policy = cairn.Policy(SPACE, gym.spaces.Discrete(N), seed=0)
+    empty = {"observation": np.zeros(N, np.float32), "action_mask": np.zeros(N, np.int8)}
+    for call in (lambda: policy.compute_single_action(empty),
+                 lambda: policy.compute_actions([*_observations(3), empty], explore=False)):
+        with pytest.raises(CairnError, match="mask"):
+            call()
+    config = (cairn.PPOConfig().environment(make_pick_legal, env_config={"empty_mask_at": 3})
+              .training(train_batch_size=64, minibatch_size=32, num_epochs=1).debugging(seed=0))
+    with pytest.raises(ActionMaskError, match="mask") as caught:
+        config.build().train()
+    assert "default_agent" in str(caught.value)
+
+
+def test_a_mask_that_does_not_fit_the_actions_is_refused() -> None:
+    with pytest.raises(ConfigError, match="'action_mask' part .* does not fit the action space"):
+        cairn.Policy(SPACE, gym.spaces.Discrete(N + 1))
+    with pytest.raises(ConfigError, match="holds only 'action_mask'"):
+        cairn.Policy(gym.spaces.Dict({"action_mask": SPACE["action_mask"]}), gym.spaces.Discrete(N))
+    # Continuous actions: the key is an ordinary part of the observation.
+    policy = cairn.Policy(SPACE, gym.spaces.Box(-1, 1, (2,)), seed=0)
+    assert policy.action_mask_size == 0 and policy.preprocessor.size == 2 * N
+
+
+def test_the_observation_filter_normalises_the_observation_not_the_mask() -> None:
+    policy = cairn.Policy(SPACE, gym.spaces.Discrete(N), {"observation_filter": "MeanStdFilter"}, seed=0)
+    observations = _observations(50)
+    rows = policy.process_observations(observations, update=True)
+    assert policy.observation_filter.get_state()["mean"].shape == (N,)
+    assert np.array_equal(rows[:, N:], np.stack([o["action_mask"] for o in observations]).astype(np.float32))
+
+
+def test_a_model_may_ask_for_the_mask() -> None:
+    policy = cairn.Policy(SPACE, gym.spaces.Discrete(N), {"model": {"custom_model": MaskAware}}, seed=0)
+    observations = _observations(64)
+    rows = torch.from_numpy(policy.process_observations(observations, update=False))
+    all_legal = torch.ones_like(rows[:, N:])
+    net = policy.model.net
+    assert not torch.equal(net(rows[:, :N], rows[:, N:])[0], net(rows[:, :N], all_legal)[0])
+    assert _legal(observations, policy.compute_actions(observations))
+
+
+def _algo(kind: str) -> Any:
+    if kind == "ppo":
+        config = cairn.PPOConfig().training(train_batch_size=256, minibatch_size=64, num_epochs=2)
+    else:
+        config = (cairn.DQNConfig().training(train_batch_size=32, minibatch_size=32,
+                                             num_steps_sampled_before_learning_starts=64)
+                  .checkpointing(store_replay_buffer=True))
+    return (config.environment(make_pick_legal).env_runners(num_envs_per_env_runner=2)
+            .debugging(seed=0).build())
+
+
+@pytest.mark.parametrize("kind", ["ppo", "dqn"])
+def test_training_and_evaluation_never_take_an_illegal_action(kind: str, tmp_path: Path) -> None:
+    algo = _algo(kind)
+    for _ in range(3):
+        algo.train()
+    algo.evaluate(5)
+    envs = algo.env_runner_group.local.envs
+    assert sum(env.unwrapped.steps for env in envs) > 0
+    assert sum(env.unwrapped.illegal for env in envs) == 0
+    algo.save(tmp_path / "ckpt")
+    restored = cairn.Algorithm.from_checkpoint(tmp_path / "ckpt")
+    first, second = algo.train(), restored.train()
+    a, b = algo.get_policy().get_weights(), restored.get_policy().get_weights()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert json.dumps(first["learners"], sort_keys=True) == json.dumps(second["learners"], sort_keys=True)
+    assert sum(env.unwrapped.illegal for env in restored.env_runner_group.local.envs) == 0
+
+
+@pytest.mark.slow
+def test_masked_ppo_learns_to_pick_the_paying_action() -> None:
+    config = (cairn.PPOConfig().environment(make_pick_legal)
+              .training(train_batch_size=1024, minibatch_size=128, num_epochs=4, lr=3e-3)
+              .env_runners(num_envs_per_env_runner=4).debugging(seed=0))
+    algo = config.build()
+    for _ in range(15):
+        result = algo.train()
+    # A uniformly random legal pick pays about 1/3.5 of the steps (10-step episodes).
+    assert result["episode_return_mean"] >= 8.0, result["episode_return_mean"]

@@ -1,0 +1,202 @@
+"""A user's own torch network (cairn.models) under every checkpoint guarantee: it trains, saves,
+restores in a fresh process, restores by subset, resumes exactly, and a checkpoint naming a
+class of the wrong kind, or the standard library, is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import cairn
+from cairn.errors import CheckpointError, ConfigError, UnsafeCheckpointError
+from cairn.models import ActorCriticModel, register_model, registered_models
+from tests.checkpoint.attacks import edit_json
+from tests.helpers import small_ma_ppo, small_ppo
+from tests.models.nets import SmallActor, SmallCritic, SmallQ, TwoHeads
+
+ROOT = Path(__file__).resolve().parents[2]
+BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+
+def _weights_equal(a: cairn.Policy, b: cairn.Policy) -> bool:
+    wa, wb = a.get_weights(), b.get_weights()
+    return wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa)
+
+
+def _dqn(**model: Any) -> cairn.DQNConfig:
+    return (cairn.DQNConfig().environment("CartPole-v1")
+            .training(model=model, train_batch_size=32, minibatch_size=32,
+                      num_steps_sampled_before_learning_starts=64)
+            .checkpointing(store_replay_buffer=True).debugging(seed=0))
+
+
+def _sac(**model: Any) -> cairn.SACConfig:
+    return (cairn.SACConfig().environment("Pendulum-v1")
+            .training(model=model, train_batch_size=32, minibatch_size=32,
+                      num_steps_sampled_before_learning_starts=64)
+            .checkpointing(store_replay_buffer=True).debugging(seed=0))
+
+
+def test_the_config_stores_the_class_reference_and_the_json_config() -> None:
+    config = small_ppo(model={"custom_model": TwoHeads, "custom_model_config": {"width": 8}})
+    assert config.model["custom_model"] == "tests.models.nets:TwoHeads"
+    assert json.loads(json.dumps(config.to_dict()))["model"]["custom_model_config"] == {"width": 8}
+    policy = config.build().get_policy()
+    assert isinstance(policy.model, TwoHeads)
+    assert policy.model.pi.out_features == 2 and policy.model.trunk[0].out_features == 8
+
+
+def test_a_seeded_policy_always_builds_the_same_weights() -> None:
+    config = {"model": {"custom_model": TwoHeads}}
+    first, again = (cairn.Policy(BOX, gym.spaces.Discrete(3), config, seed=1) for _ in range(2))
+    other = cairn.Policy(BOX, gym.spaces.Discrete(3), config, seed=2)
+    assert _weights_equal(first, again)
+    assert not _weights_equal(first, other)
+    before = torch.random.get_rng_state()
+    cairn.Policy(BOX, gym.spaces.Discrete(3), config, seed=3)
+    assert torch.equal(torch.random.get_rng_state(), before)  # torch's global generator is left as it was
+
+
+@pytest.mark.parametrize("make", [
+    lambda: small_ppo(model={"custom_model": TwoHeads, "custom_model_config": {"width": 16}}),
+    lambda: _dqn(custom_model="tests.models.nets:SmallQ"),
+    lambda: _sac(custom_model=SmallActor, custom_q_model=SmallCritic, custom_model_config={"width": 16}),
+    lambda: _sac(custom_q_model=SmallCritic),
+], ids=["ppo", "dqn", "sac-actor-and-critics", "sac-critics-only"])
+def test_training_resumes_exactly_from_a_checkpoint(make: Any, tmp_path: Path) -> None:
+    algo = make().build()
+    for _ in range(2):
+        algo.train()
+    algo.save(tmp_path / "ckpt")
+    restored = cairn.Algorithm.from_checkpoint(tmp_path / "ckpt")
+    first, second = algo.train(), restored.train()
+    assert _weights_equal(algo.get_policy(), restored.get_policy())
+    assert first["num_env_steps_sampled_lifetime"] == second["num_env_steps_sampled_lifetime"]
+    for key in ("episode_return_mean", "learners", "num_episodes"):
+        assert json.dumps(first.get(key), sort_keys=True, default=str) == \
+            json.dumps(second.get(key), sort_keys=True, default=str)
+
+
+def test_dqn_and_sac_build_the_users_classes() -> None:
+    dqn = _dqn(custom_model=SmallQ).build().get_policy()
+    assert isinstance(dqn.model, SmallQ) and isinstance(dqn.target_model, SmallQ)
+    sac = _sac(custom_model=SmallActor, custom_q_model=SmallCritic).build().get_policy()
+    assert isinstance(sac.model.actor, SmallActor)
+    assert isinstance(sac.model.critic.q1, SmallCritic)
+    assert isinstance(sac.model.target_critic.q2, SmallCritic)
+    # The target critics start as copies and never train.
+    assert not any(p.requires_grad for p in sac.model.target_critic.parameters())
+    critics, targets = sac.model.critic.parameters(), sac.model.target_critic.parameters()
+    assert all(torch.equal(a, b) for a, b in zip(critics, targets))
+
+
+def test_a_fresh_process_restores_it_by_importing_its_module(tmp_path: Path) -> None:
+    algo = small_ppo(model={"custom_model": TwoHeads}).build()
+    algo.train()
+    algo.save(tmp_path / "ckpt")
+    obs = np.linspace(-0.1, 0.1, 4, dtype=np.float32)
+    expected = algo.get_policy().compute_action_inputs(obs[None])
+    script = (
+        "import sys, numpy as np, cairn\n"
+        f"algo = cairn.Algorithm.from_checkpoint({str(tmp_path / 'ckpt')!r})\n"
+        "p = algo.get_policy()\n"
+        "assert type(p.model).__module__ == 'tests.models.nets', type(p.model)\n"
+        f"print(repr(p.compute_action_inputs(np.linspace(-0.1, 0.1, 4, dtype=np.float32)[None]).tolist()))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                         cwd=tmp_path,
+                         timeout=300, check=True)
+    assert np.array_equal(np.array(eval(out.stdout.strip()), dtype=np.float32), expected)
+
+
+def test_subset_restore_and_policy_checkpoints(tmp_path: Path) -> None:
+    config = small_ma_ppo(2).multi_agent(policies={
+        "p0": cairn.PolicySpec(config={"model": {"custom_model": TwoHeads}}),
+        "p1": cairn.PolicySpec()})
+    algo = config.build()
+    algo.train()
+    algo.save(tmp_path / "ckpt")
+    only = cairn.Policy.from_checkpoint(tmp_path / "ckpt", policy_ids=["p0"])
+    assert list(only) == ["p0"] and isinstance(only["p0"].model, TwoHeads)
+    assert _weights_equal(only["p0"], algo.get_policy("p0"))
+    algo.get_policy("p0").export_checkpoint(tmp_path / "policy")
+    alone = cairn.Policy.from_checkpoint(tmp_path / "policy")
+    assert isinstance(alone, cairn.Policy) and _weights_equal(alone, algo.get_policy("p0"))
+    obs = np.random.default_rng(0).uniform(-0.1, 0.1, (16, 4)).astype(np.float32)
+    assert np.array_equal(alone.compute_actions(obs, explore=False),
+                          algo.get_policy("p0").compute_actions(obs, explore=False))
+
+
+class LocalModel(ActorCriticModel):
+    """Registered under a name in the tests below."""
+
+    def __init__(self, observation_space: Any, action_space: Any, num_outputs: int,
+                 model_config: Any) -> None:
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.pi = nn.Linear(self.obs_size, num_outputs)
+        self.vf = nn.Linear(self.obs_size, 1)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.pi(obs), self.vf(obs).squeeze(-1)
+
+
+def test_a_registered_name_is_stored_and_must_be_registered_to_restore(tmp_path: Path) -> None:
+    register_model("tiny_linear", LocalModel)
+    assert registered_models()["tiny_linear"] is LocalModel
+    algo = small_ppo(model={"custom_model": "tiny_linear"}).build()
+    assert algo.config.model["custom_model"] == "tiny_linear"
+    algo.save(tmp_path / "ckpt")
+    assert isinstance(cairn.Algorithm.from_checkpoint(tmp_path / "ckpt").get_policy().model, LocalModel)
+    script = f"import cairn\ncairn.Algorithm.from_checkpoint({str(tmp_path / 'ckpt')!r})\n"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert out.returncode != 0
+    assert "'tiny_linear' is not a registered model name" in out.stderr
+    assert "register_model" in out.stderr
+
+
+def test_a_class_checkpoints_cannot_name_is_refused_with_the_fix() -> None:
+    class Inner(LocalModel):
+        pass
+
+    with pytest.raises(ConfigError, match="cannot be imported back by its name.*register_model"):
+        small_ppo(model={"custom_model": Inner})
+    unimportable = "'no_such_package_xyz.nets' that defines the model cannot be imported.*PYTHONPATH"
+    with pytest.raises(ConfigError, match=unimportable):
+        cairn.Policy(BOX, gym.spaces.Discrete(2), {"model": {"custom_model": "no_such_package_xyz.nets:Net"}})
+    with pytest.raises(ConfigError, match="custom_model_config.*JSON"):
+        small_ppo(model={"custom_model": TwoHeads, "custom_model_config": {"f": object()}})
+    with pytest.raises(ConfigError, match="model.keras_model"):
+        small_ppo(model={"custom_model": TwoHeads, "framework": "keras"})
+
+
+@pytest.mark.parametrize(("reference", "error", "message"), [
+    ("tests.models.nets:NotAModel", UnsafeCheckpointError, "not a subclass of cairn.models.ActorCriticModel"),
+    ("tests.models.nets:SmallQ", UnsafeCheckpointError, "not a subclass of cairn.models.ActorCriticModel"),
+    ("builtins:print", UnsafeCheckpointError, "standard-library"),
+    ("os:system", UnsafeCheckpointError, "standard-library"),
+    ({"__callable__": "tests.models.nets:TwoHeads"}, CheckpointError, "must be a str"),
+], ids=["not-a-model", "wrong-role", "builtins", "os", "stored-callable"])
+def test_a_checkpoint_naming_another_class_is_refused(reference: Any, error: type, message: str,
+                                                      tmp_path: Path) -> None:
+    algo = small_ppo(model={"custom_model": TwoHeads}).build()
+    algo.get_policy().export_checkpoint(tmp_path / "policy")
+
+    def rename(state: Any) -> None:
+        state["spec"]["config"]["model"]["custom_model"] = reference
+
+    # The edited file's hash is recorded: the refusal must come from the resolver.
+    edit_json(tmp_path / "policy", "policy_state.json", rename)
+    with pytest.raises(error, match=message):
+        cairn.Policy.from_checkpoint(tmp_path / "policy")
