@@ -1,27 +1,28 @@
 """EnvRunner: steps vectorised environments with batched policy inference.
 
-One runner owns ``num_envs_per_env_runner`` environments (Gymnasium ``Env``, PettingZoo
-``ParallelEnv``, or a turn-based PettingZoo ``AECEnv``, which a
-:class:`~cairn.env_runner.turn_based.TurnBasedSampler` steps), the episode bookkeeping, and a
-numpy random generator that seeds resets. Policies are passed in (the learner's own objects
-for the local runner, copies for remote ones). ``sample()`` returns ``{policy_id: SampleBatch}``.
+One runner owns ``num_envs_per_env_runner`` environments, the episode bookkeeping, and a numpy
+random generator that seeds resets. It steps single-agent Gymnasium envs itself, and hands
+multi-agent ones to a sampler: PettingZoo ``ParallelEnv`` ones to a
+:class:`~cairn.env_runner.parallel.ParallelSampler`, turn-based ``AECEnv`` ones to a
+:class:`~cairn.env_runner.turn_based.TurnBasedSampler`. Policies are passed in (the learner's
+own objects for the local runner, copies for remote ones). ``sample()`` returns
+``{policy_id: SampleBatch}``.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cairn.env_runner.agent_mapping import agent_ids_by_name
 from cairn.env_runner.env_state import get_env_state, set_env_state
 from cairn.env_runner.episode import EpisodeBook, EpisodeTotals
-from cairn.env_runner.inference import RowOrigin, compute_raw_actions
+from cairn.env_runner.inference import compute_raw_actions
 from cairn.env_runner.make_env import close_env, is_multi_agent_env, is_turn_based_env, make_env
+from cairn.env_runner.parallel import ParallelSampler
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, stream_ids
-from cairn.env_runner.trajectories import AgentTrajectories
 from cairn.env_runner.turn_based import TurnBasedSampler
 from cairn.policy_ids import check_mapped_policy_id
 from cairn.rng import draw_reset_seed, env_runner_rng, make_rng, rng_state
@@ -68,14 +69,14 @@ class EnvRunner:
         self.multi_agent = is_multi_agent_env(self.envs[0])
         self._episodes = EpisodeBook(self.num_envs)
         self.num_env_steps_sampled = 0
-        self._agent_pids: list[dict[Any, str]] = [{} for _ in range(self.num_envs)]
         self._obs: np.ndarray | None = None  # single-agent: processed obs [E, d]
-        self._ma_obs: list[dict[Any, np.ndarray]] = [{} for _ in range(self.num_envs)]
         self._needs_reset = True
-        self._turns = TurnBasedSampler(
-            self.envs, config, self.policies, episodes=self._episodes, draw_seed=self._draw_seed,
-            worker_index=worker_index) if is_turn_based_env(self.envs[0]) else None
-        if not self.multi_agent:
+        #: The multi-agent sampler (None for single-agent envs).
+        self._agents: ParallelSampler | TurnBasedSampler | None = None
+        if self.multi_agent:
+            sampler = TurnBasedSampler if is_turn_based_env(self.envs[0]) else ParallelSampler
+            self._agents = sampler(self, episodes=self._episodes, draw_seed=self._draw_seed)
+        else:
             self._single_pid = self._mapped_policy(DEFAULT_AGENT_ID)
 
     @property
@@ -97,54 +98,15 @@ class EnvRunner:
         policies = self.policies if policies is None else policies
         return check_mapped_policy_id(agent, config.map_agent(agent), policies)
 
-    def _map(self, env_index: int, agent: Any) -> str:
-        pids = self._agent_pids[env_index]
-        if agent not in pids:
-            pids[agent] = self._mapped_policy(agent)
-        return pids[agent]
-
     def _reset_all(self, *, update_filter: bool) -> None:
         self._episodes.restart_all()
-        if self._turns is not None:
-            self._turns.reset_all(update_filter=update_filter)
-        elif self.multi_agent:
-            raw_by_pid: dict[str, list[tuple[int, Any, Any]]] = defaultdict(list)
-            for i in range(self.num_envs):
-                for agent, obs in self._reset_ma_env(i).items():
-                    raw_by_pid[self._map(i, agent)].append((i, agent, obs))
-            for (i, agent), row in self._store_ma_obs(raw_by_pid, update_filter=update_filter).items():
-                self._ma_obs[i][agent] = row
+        if self._agents is not None:
+            self._agents.reset_all(update_filter=update_filter)
         else:
             raws = [env.reset(seed=self._draw_seed())[0] for env in self.envs]
             policy = self.policies[self._single_pid]
             self._obs = policy.process_observations(raws, update=update_filter)
         self._needs_reset = False
-
-    def _reset_ma_env(self, i: int) -> dict[Any, Any]:
-        obs, _ = self.envs[i].reset(seed=self._draw_seed())
-        self._agent_pids[i] = {}
-        self._ma_obs[i] = {}
-        return {a: o for a, o in obs.items() if a in self.envs[i].agents}
-
-    def _store_ma_obs(
-        self, raw_by_pid: Mapping[str, list[tuple[int, Any, Any]]], *, update_filter: bool
-    ) -> dict[tuple[int, Any], np.ndarray]:
-        """Process newly received observations per policy in one batch each."""
-        processed: dict[tuple[int, Any], np.ndarray] = {}
-        for pid, items in raw_by_pid.items():
-            rows = self.policies[pid].process_observations(
-                [o for _, _, o in items], update=update_filter
-            )
-            for k, (i, agent, _) in enumerate(items):
-                processed[(i, agent)] = rows[k]
-        return processed
-
-    def _finish_episode(self, i: int) -> None:
-        if self.multi_agent:
-            pids = self._agent_pids[i]
-            self._episodes.finish(i, lambda agent: pids.get(agent, str(agent)))
-        else:
-            self._episodes.finish(i, lambda _agent: self._single_pid)
 
     # -------------------------------------------------------------------------------- sample
     def sample(self, num_steps: int | None = None, *, explore: bool = True) -> dict[str, SampleBatch]:
@@ -170,9 +132,7 @@ class EnvRunner:
 
     def _sampler(self) -> Any:
         """The sampling function for this runner's kind of environment."""
-        if self._turns is not None:
-            return self._turns.sample
-        return self._sample_multi_agent if self.multi_agent else self._sample_single_agent
+        return self._sample_single_agent if self._agents is None else self._agents.sample
 
     def _sample_single_agent(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool
@@ -208,7 +168,7 @@ class EnvRunner:
                     trunc_buf[t, i] = truncated
                 if terminated or truncated:
                     finals.append((i, o))
-                    self._finish_episode(i)
+                    self._episodes.finish(i, lambda _agent: self._single_pid)
                     o = envs[i].reset(seed=self._draw_seed())[0]
                 next_raw.append(o)
             next_obs = policy.process_observations(next_raw, update=update_filter)
@@ -229,85 +189,6 @@ class EnvRunner:
             truncateds=trunc_buf, next_obs=next_buf,
             streams=np.broadcast_to(stream_ids(self.worker_index, range(n_envs)), (steps, n_envs)))}
 
-    def _sample_multi_agent(
-        self, steps: int, *, explore: bool, record: bool, update_filter: bool
-    ) -> dict[str, SampleBatch]:
-        # One trajectory per (env index, agent); rows are appended as the agent acts, and the
-        # next observation of its last row is filled in when the following observation arrives.
-        trajs = AgentTrajectories()
-        for _ in range(steps):
-            by_pid: dict[str, list[tuple[int, Any]]] = defaultdict(list)
-            for i in range(self.num_envs):
-                for agent in self._ma_obs[i]:
-                    by_pid[self._map(i, agent)].append((i, agent))
-            actions: list[dict[Any, Any]] = [{} for _ in range(self.num_envs)]
-            acted: dict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = {}
-            for pid, slots in by_pid.items():
-                policy = self.policies[pid]
-                obs = np.stack([self._ma_obs[i][a] for i, a in slots])
-                raw = compute_raw_actions(policy, obs, explore=explore, policy_id=pid,
-                                          origin=partial(self._slot_origin, slots))
-                env_actions = policy.dist.to_env(raw)
-                if record:  # counted as they act: a DQN policy's epsilon follows at once
-                    count_sampled_steps(self.policies, {pid: len(slots)})
-                for k, (i, agent) in enumerate(slots):
-                    actions[i][agent] = env_actions[k]
-                    acted[(i, agent)] = (obs[k], raw[k])
-            # Step every env; gather the raw observations to process, per policy.
-            incoming: dict[str, list[tuple[int, Any, Any]]] = defaultdict(list)
-            ended: set[tuple[int, Any]] = set()
-            for i, env in enumerate(self.envs):
-                if not actions[i]:
-                    continue
-                obs_d, rew_d, term_d, trunc_d, _ = env.step(actions[i])
-                ep = self._episodes.current[i]
-                ep.length += 1
-                for agent in actions[i]:
-                    r = float(rew_d.get(agent, 0.0))
-                    ep.ret += r
-                    ep.agent_returns[agent] += r
-                    if record:
-                        trajs.add((i, agent), *acted[(i, agent)], r, bool(term_d.get(agent, False)),
-                                  bool(trunc_d.get(agent, False)))
-                alive = set(env.agents)
-                episode_over = not alive
-                for agent in actions[i]:
-                    if agent not in alive or episode_over:
-                        ended.add((i, agent))
-                        if agent in obs_d:
-                            incoming[self._map(i, agent)].append((i, ("final", agent), obs_d[agent]))
-                if episode_over:
-                    self._finish_episode(i)
-                    reset_obs = self._reset_ma_env(i)
-                    for agent, o in reset_obs.items():
-                        incoming[self._map(i, agent)].append((i, agent, o))
-                else:
-                    self._ma_obs[i] = {}
-                    for agent in alive:
-                        if agent in obs_d:
-                            incoming[self._map(i, agent)].append((i, agent, obs_d[agent]))
-            processed = self._store_ma_obs(incoming, update_filter=update_filter)
-            for (i, tag), processed_row in processed.items():
-                if isinstance(tag, tuple):  # ("final", agent): next obs of a finished agent
-                    if record and (i, tag[1]) in trajs:
-                        trajs.set_next_obs((i, tag[1]), processed_row)
-                    continue
-                if record and (i, tag) in acted and (i, tag) not in ended:
-                    trajs.set_next_obs((i, tag), processed_row)
-                self._ma_obs[i][tag] = processed_row
-        if not record:
-            return {}
-
-        def policy_of(key: tuple[int, Any]) -> str:
-            return self._agent_pids[key[0]].get(key[1]) or self.config.map_agent(key[1])
-
-        return trajs.batches(policy_of, self.worker_index)
-
-    def _slot_origin(self, slots: list[tuple[int, Any]], row: int) -> RowOrigin:
-        """Agent, env index and episode step of batch row ``row`` (``slots[row]``)."""
-        i, agent = slots[row]
-        return agent, i, self._episodes.current[i].length
-
     # ------------------------------------------------------------------------------- metrics
     def get_metrics(self) -> list[dict[str, Any]]:
         """Return and forget the episodes completed since the last call."""
@@ -317,22 +198,15 @@ class EnvRunner:
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
         """Environments, current observations, episode totals, counters and RNG, as data
         (``copy=False``: the current observations as views)."""
-        if self._turns is not None:
-            current: Any = self._turns.get_state(copy=copy)
-        elif self.multi_agent:
-            current = [
-                {"agents": [str(a) for a in obs],
-                 "obs": {str(a): row.copy() if copy else row for a, row in obs.items()},
-                 "agent_pids": {str(a): p for a, p in self._agent_pids[i].items()}}
-                for i, obs in enumerate(self._ma_obs)
-            ]
+        if self._agents is not None:
+            current: Any = self._agents.get_state(copy=copy)
         else:
             current = None if self._obs is None else (self._obs.copy() if copy else self._obs)
         return {
             "worker_index": self.worker_index,
             "num_envs": self.num_envs,
             "multi_agent": self.multi_agent,
-            "turn_based": self._turns is not None,
+            "turn_based": isinstance(self._agents, TurnBasedSampler),
             "rng": rng_state(self._rng),
             "needs_reset": self._needs_reset,
             "envs": [get_env_state(env) for env in self.envs],
@@ -356,35 +230,18 @@ class EnvRunner:
             not state.get("needs_reset", True)
             and len(env_states) == self.num_envs
             and bool(state.get("multi_agent")) == self.multi_agent
-            and bool(state.get("turn_based")) == (self._turns is not None)
+            and bool(state.get("turn_based")) == isinstance(self._agents, TurnBasedSampler)
             and all(set_env_state(env, s) for env, s in zip(self.envs, env_states))
         )
         if not exact:
             self._needs_reset = True
             return
-        if self._turns is not None and not self._turns.set_state(state["current_obs"]):
-            self._needs_reset = True  # the mapping or the policy set changed: as below
-            return
-        if self.multi_agent and self._turns is None:
-            for i, entry in enumerate(state["current_obs"]):
-                ids = {str(a): a for a in self.envs[i].possible_agents}
-                saved = {ids.get(k, k): p for k, p in entry["agent_pids"].items()}
-                known = set(self.envs[i].possible_agents)
-                if any(a not in known or self.config.map_agent(a) != p or p not in self.policies
-                       for a, p in saved.items()):
-                    # The agents, the mapping or the policy set changed at restore: the
-                    # observations in flight belong to other agents or were processed by other
-                    # policies' filters, so start over.
-                    self._needs_reset = True
-                    return
-                self._agent_pids[i] = saved
-                self._ma_obs[i] = {ids.get(k, k): np.asarray(v, dtype=np.float32)
-                                   for k, v in entry["obs"].items()}
-        if self.multi_agent:
-            self._episodes.current = [
-                EpisodeTotals.from_state(s, {str(a): a for a in self.envs[i].possible_agents})
-                for i, s in enumerate(state["episodes"])
-            ]
+        if self._agents is not None:
+            if not self._agents.set_state(state["current_obs"]):
+                self._needs_reset = True  # the agents, the mapping or the policy set changed
+                return
+            self._episodes.current = [EpisodeTotals.from_state(s, agent_ids_by_name(self.envs[i]))
+                                      for i, s in enumerate(state["episodes"])]
         else:
             self._obs = np.asarray(state["current_obs"], dtype=np.float32).copy()
             self._episodes.current = [EpisodeTotals.from_state(s, {}) for s in state["episodes"]]
@@ -401,15 +258,8 @@ class EnvRunner:
         mapping; otherwise the episodes go on.
         """
         policies = dict(policies)
-        if self._turns is not None:  # the agents to move and those with a move pending
-            changed = self._turns.update_policies(config, policies)
-        elif self.multi_agent:
-            in_flight = [{agent: self._mapped_policy(agent, config, policies) for agent in obs}
-                         for obs in self._ma_obs]
-            changed = any(self._agent_pids[i].get(agent) != pid
-                          for i, pids in enumerate(in_flight) for agent, pid in pids.items())
-            # Agents already done this episode keep the policy their returns are reported under.
-            self._agent_pids = [{**old, **new} for old, new in zip(self._agent_pids, in_flight)]
+        if self._agents is not None:
+            changed = self._agents.update_policies(config, policies)
         else:
             single_pid = self._mapped_policy(DEFAULT_AGENT_ID, config, policies)
             changed, self._single_pid = single_pid != self._single_pid, single_pid

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cairn.env_runner.agent_mapping import agent_ids_by_name, restore_agent_pids
 from cairn.env_runner.episode import EpisodeBook
 from cairn.env_runner.inference import compute_raw_actions
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
@@ -40,6 +41,7 @@ from cairn.policy_ids import check_mapped_policy_id
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
+    from cairn.env_runner.env_runner import EnvRunner
     from cairn.policy.policy import Policy
 
 __all__ = ["TurnBasedSampler"]
@@ -56,24 +58,21 @@ class TurnBasedSampler:
     """Samples turn-based AEC envs for an env runner (the runner owns envs, episodes, seeds).
 
     Args:
-        envs: The runner's environments (PettingZoo ``AECEnv``\\ s).
-        config: The algorithm config (policy mapping).
-        policies: ``{policy_id: Policy}`` used for inference.
+        runner: The env runner sampled for. Its ``envs`` (each a PettingZoo ``AECEnv``),
+            ``config`` (the policy mapping), ``policies`` and ``worker_index`` (which names the
+            trajectories' streams) are read from it, so they follow it when it changes them.
         episodes: The runner's episode book (totals of the current episodes, completed ones).
         draw_seed: Returns the seed of the next env reset (the runner's seed stream).
-        worker_index: The runner's index, which names the trajectories' streams.
     """
 
     def __init__(
-        self, envs: list[Any], config: AlgorithmConfig, policies: Mapping[str, Policy], *,
-        episodes: EpisodeBook, draw_seed: Callable[[], int | None], worker_index: int,
+        self, runner: EnvRunner, *, episodes: EpisodeBook, draw_seed: Callable[[], int | None]
     ) -> None:
-        self.envs = envs
-        self.config = config
-        self.policies = dict(policies)
+        self.runner = runner
+        self.envs: list[Any] = runner.envs
         self.episodes = episodes
         self.draw_seed = draw_seed
-        self.worker_index = worker_index
+        envs = self.envs
         self.agent_pids: list[dict[Any, str]] = [{} for _ in envs]
         #: Per env: the agent to move and its processed observation (None before a reset).
         self.to_move: list[tuple[Any, np.ndarray] | None] = [None for _ in envs]
@@ -81,6 +80,16 @@ class TurnBasedSampler:
         self.pending: list[dict[Any, Pending]] = [{} for _ in envs]
 
     # ------------------------------------------------------------------------------ mapping
+    @property
+    def config(self) -> AlgorithmConfig:
+        """The runner's config."""
+        return self.runner.config
+
+    @property
+    def policies(self) -> Mapping[str, Policy]:
+        """The runner's policies."""
+        return self.runner.policies
+
     def policy_of(self, env_index: int, agent: Any) -> str:
         """The policy ID ``agent`` of env ``env_index`` acts with (mapped once per episode)."""
         pids = self.agent_pids[env_index]
@@ -90,7 +99,9 @@ class TurnBasedSampler:
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
         """Map the agents again under ``config``; True when an agent in flight (to move, or
-        with a pending move) changes policy, so that the envs must start new episodes."""
+        with a pending move) changes policy, so that the envs must start new episodes. The
+        runner takes ``config`` and ``policies`` afterwards; a
+        :class:`~cairn.errors.ConfigError` changes nothing."""
         policies = dict(policies)
         remapped = []  # all mapped (and checked) before anything changes
         for i, entry in enumerate(self.to_move):
@@ -101,7 +112,6 @@ class TurnBasedSampler:
                       for i, new in enumerate(remapped) for agent, pid in new.items())
         # Agents no longer in flight keep the policy their returns are reported under.
         self.agent_pids = [{**old, **new} for old, new in zip(self.agent_pids, remapped)]
-        self.config, self.policies = config, policies
         return changed
 
     # ------------------------------------------------------------------------------ stepping
@@ -127,7 +137,7 @@ class TurnBasedSampler:
         def policy_of(key: tuple[int, Any]) -> str:
             return self.agent_pids[key[0]].get(key[1]) or self.config.map_agent(key[1])
 
-        return trajs.batches(policy_of, self.worker_index)
+        return trajs.batches(policy_of, self.runner.worker_index)
 
     def _reset_env(self, i: int, env: Any) -> None:
         env.reset(seed=self.draw_seed())
@@ -231,11 +241,10 @@ class TurnBasedSampler:
         when the agents, the mapping or the policy set no longer fit what was in flight."""
         restored = []
         for i, state in enumerate(states):
-            ids = {str(a): a for a in self.envs[i].possible_agents}
-            pids = {ids.get(k, k): p for k, p in state["agent_pids"].items()}
-            if any(a not in ids.values() or self.config.map_agent(a) != p or p not in self.policies
-                   for a, p in pids.items()):
+            pids = restore_agent_pids(self.envs[i], state["agent_pids"], self.config, self.policies)
+            if pids is None:
                 return False
+            ids = agent_ids_by_name(self.envs[i])
             entry = state["to_move"]
             named = ([] if entry is None else [entry["agent"]]) + list(state["pending_agents"])
             if any(name not in ids for name in named):

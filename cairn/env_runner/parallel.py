@@ -1,0 +1,225 @@
+"""Parallel multi-agent envs (PettingZoo ``ParallelEnv``): every live agent acts at every step.
+
+An :class:`~cairn.env_runner.env_runner.EnvRunner` whose environments are parallel multi-agent
+envs hands its sampling to a :class:`ParallelSampler`: at each step, the agents of all env
+copies are grouped by the policy they map to, each policy computes their actions in one batch,
+and every env steps with its agents' actions. One trajectory per (env index, agent); a row's
+reward, terminated and truncated flags come with the step, its next observation with the
+agent's following observation (or its final one).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cairn.env_runner.agent_mapping import agent_ids_by_name, restore_agent_pids
+from cairn.env_runner.episode import EpisodeBook
+from cairn.env_runner.inference import RowOrigin, compute_raw_actions
+from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
+from cairn.env_runner.trajectories import AgentTrajectories
+from cairn.policy_ids import check_mapped_policy_id
+
+if TYPE_CHECKING:
+    from cairn.config.algorithm_config import AlgorithmConfig
+    from cairn.env_runner.env_runner import EnvRunner
+    from cairn.policy.policy import Policy
+
+__all__ = ["ParallelSampler"]
+
+
+class ParallelSampler:
+    """Samples parallel multi-agent envs for an env runner (the runner owns envs, episodes,
+    seeds).
+
+    Args:
+        runner: The env runner sampled for. Its ``envs`` (each a PettingZoo ``ParallelEnv``),
+            ``config`` (the policy mapping), ``policies`` and ``worker_index`` (which names the
+            trajectories' streams) are read from it, so they follow it when it changes them.
+        episodes: The runner's episode book (totals of the current episodes, completed ones).
+        draw_seed: Returns the seed of the next env reset (the runner's seed stream).
+    """
+
+    def __init__(
+        self, runner: EnvRunner, *, episodes: EpisodeBook, draw_seed: Callable[[], int | None]
+    ) -> None:
+        self.runner = runner
+        self.envs: list[Any] = runner.envs
+        self.episodes = episodes
+        self.draw_seed = draw_seed
+        envs = self.envs
+        self.agent_pids: list[dict[Any, str]] = [{} for _ in envs]
+        #: Per env: each live agent's processed observation, which its next action is computed from.
+        self.obs: list[dict[Any, np.ndarray]] = [{} for _ in envs]
+
+    @property
+    def config(self) -> AlgorithmConfig:
+        """The runner's config."""
+        return self.runner.config
+
+    @property
+    def policies(self) -> Mapping[str, Policy]:
+        """The runner's policies."""
+        return self.runner.policies
+
+    def policy_of(self, env_index: int, agent: Any) -> str:
+        """The policy ID ``agent`` of env ``env_index`` acts with (mapped once per episode)."""
+        pids = self.agent_pids[env_index]
+        if agent not in pids:
+            pids[agent] = check_mapped_policy_id(agent, self.config.map_agent(agent), self.policies)
+        return pids[agent]
+
+    def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
+        """Map the agents again under ``config``; True when an agent in flight changes policy,
+        so that the envs must start new episodes. The runner takes ``config`` and
+        ``policies`` afterwards; a :class:`~cairn.errors.ConfigError` changes nothing."""
+        in_flight = [{agent: check_mapped_policy_id(agent, config.map_agent(agent), policies)
+                      for agent in obs} for obs in self.obs]
+        changed = any(self.agent_pids[i].get(agent) != pid
+                      for i, pids in enumerate(in_flight) for agent, pid in pids.items())
+        # Agents already done this episode keep the policy their returns are reported under.
+        self.agent_pids = [{**old, **new} for old, new in zip(self.agent_pids, in_flight)]
+        return changed
+
+    # ------------------------------------------------------------------------------ stepping
+    def reset_all(self, *, update_filter: bool) -> None:
+        """Reset every env and process the agents' first observations. The caller restarts the
+        episode totals."""
+        raw_by_pid: dict[str, list[tuple[int, Any, Any]]] = defaultdict(list)
+        for i in range(len(self.envs)):
+            for agent, obs in self._reset_env(i).items():
+                raw_by_pid[self.policy_of(i, agent)].append((i, agent, obs))
+        for (i, agent), row in self._process(raw_by_pid, update_filter=update_filter).items():
+            self.obs[i][agent] = row
+
+    def _reset_env(self, i: int) -> dict[Any, Any]:
+        obs, _ = self.envs[i].reset(seed=self.draw_seed())
+        self.agent_pids[i] = {}
+        self.obs[i] = {}
+        return {a: o for a, o in obs.items() if a in self.envs[i].agents}
+
+    def _process(
+        self, raw_by_pid: Mapping[str, list[tuple[int, Any, Any]]], *, update_filter: bool
+    ) -> dict[tuple[int, Any], np.ndarray]:
+        """Process newly received observations per policy in one batch each."""
+        processed: dict[tuple[int, Any], np.ndarray] = {}
+        for pid, items in raw_by_pid.items():
+            rows = self.policies[pid].process_observations(
+                [o for _, _, o in items], update=update_filter
+            )
+            for k, (i, agent, _) in enumerate(items):
+                processed[(i, agent)] = rows[k]
+        return processed
+
+    def _finish_episode(self, i: int) -> None:
+        pids = self.agent_pids[i]
+        self.episodes.finish(i, lambda agent: pids.get(agent, str(agent)))
+
+    def _slot_origin(self, slots: list[tuple[int, Any]], row: int) -> RowOrigin:
+        """Agent, env index and episode step of batch row ``row`` (``slots[row]``)."""
+        i, agent = slots[row]
+        return agent, i, self.episodes.current[i].length
+
+    def sample(
+        self, steps: int, *, explore: bool, record: bool, update_filter: bool
+    ) -> dict[str, SampleBatch]:
+        """Step every env ``steps`` times; with ``record``, return the experience as one batch
+        per policy."""
+        # One trajectory per (env index, agent); rows are appended as the agent acts, and the
+        # next observation of its last row is filled in when the following observation arrives.
+        trajs = AgentTrajectories()
+        for _ in range(steps):
+            by_pid: dict[str, list[tuple[int, Any]]] = defaultdict(list)
+            for i in range(len(self.envs)):
+                for agent in self.obs[i]:
+                    by_pid[self.policy_of(i, agent)].append((i, agent))
+            actions: list[dict[Any, Any]] = [{} for _ in self.envs]
+            acted: dict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = {}
+            for pid, slots in by_pid.items():
+                policy = self.policies[pid]
+                obs = np.stack([self.obs[i][a] for i, a in slots])
+                raw = compute_raw_actions(policy, obs, explore=explore, policy_id=pid,
+                                          origin=partial(self._slot_origin, slots))
+                env_actions = policy.dist.to_env(raw)
+                if record:  # counted as they act: a DQN policy's epsilon follows at once
+                    count_sampled_steps(self.policies, {pid: len(slots)})
+                for k, (i, agent) in enumerate(slots):
+                    actions[i][agent] = env_actions[k]
+                    acted[(i, agent)] = (obs[k], raw[k])
+            # Step every env; gather the raw observations to process, per policy.
+            incoming: dict[str, list[tuple[int, Any, Any]]] = defaultdict(list)
+            ended: set[tuple[int, Any]] = set()
+            for i, env in enumerate(self.envs):
+                if not actions[i]:
+                    continue
+                obs_d, rew_d, term_d, trunc_d, _ = env.step(actions[i])
+                ep = self.episodes.current[i]
+                ep.length += 1
+                for agent in actions[i]:
+                    r = float(rew_d.get(agent, 0.0))
+                    ep.ret += r
+                    ep.agent_returns[agent] += r
+                    if record:
+                        trajs.add((i, agent), *acted[(i, agent)], r, bool(term_d.get(agent, False)),
+                                  bool(trunc_d.get(agent, False)))
+                alive = set(env.agents)
+                episode_over = not alive
+                for agent in actions[i]:
+                    if agent not in alive or episode_over:
+                        ended.add((i, agent))
+                        if agent in obs_d:
+                            incoming[self.policy_of(i, agent)].append((i, ("final", agent), obs_d[agent]))
+                if episode_over:
+                    self._finish_episode(i)
+                    reset_obs = self._reset_env(i)
+                    for agent, o in reset_obs.items():
+                        incoming[self.policy_of(i, agent)].append((i, agent, o))
+                else:
+                    self.obs[i] = {}
+                    for agent in env.agents:  # not the set: its order varies with the hash seed
+                        if agent in obs_d:
+                            incoming[self.policy_of(i, agent)].append((i, agent, obs_d[agent]))
+            processed = self._process(incoming, update_filter=update_filter)
+            for (i, tag), processed_row in processed.items():
+                if isinstance(tag, tuple):  # ("final", agent): next obs of a finished agent
+                    if record and (i, tag[1]) in trajs:
+                        trajs.set_next_obs((i, tag[1]), processed_row)
+                    continue
+                if record and (i, tag) in acted and (i, tag) not in ended:
+                    trajs.set_next_obs((i, tag), processed_row)
+                self.obs[i][tag] = processed_row
+        if not record:
+            return {}
+
+        def policy_of(key: tuple[int, Any]) -> str:
+            return self.agent_pids[key[0]].get(key[1]) or self.config.map_agent(key[1])
+
+        return trajs.batches(policy_of, self.runner.worker_index)
+
+    # --------------------------------------------------------------------------------- state
+    def get_state(self, *, copy: bool = True) -> list[dict[str, Any]]:
+        """Per env: the live agents, their processed observations (``copy=False``: views) and
+        their policy IDs."""
+        return [
+            {"agents": [str(a) for a in obs],
+             "obs": {str(a): row.copy() if copy else row for a, row in obs.items()},
+             "agent_pids": {str(a): p for a, p in self.agent_pids[i].items()}}
+            for i, obs in enumerate(self.obs)
+        ]
+
+    def set_state(self, states: list[Mapping[str, Any]]) -> bool:
+        """Restore :meth:`get_state` (after the envs' own states); False when the agents, the
+        mapping or the policy set changed at restore: the observations in flight belong to
+        other agents or were processed by other policies' filters, so the envs start over."""
+        for i, entry in enumerate(states):
+            saved = restore_agent_pids(self.envs[i], entry["agent_pids"], self.config, self.policies)
+            if saved is None:
+                return False
+            ids = agent_ids_by_name(self.envs[i])
+            self.agent_pids[i] = saved
+            self.obs[i] = {ids.get(k, k): np.asarray(v, dtype=np.float32) for k, v in entry["obs"].items()}
+        return True
