@@ -4,7 +4,9 @@ An environment takes part in exact resume when cairn can read and write its stat
 
 1. **Protocol.** The environment (``env.unwrapped`` for Gymnasium wrappers) defines
    ``get_state() -> dict`` and ``set_state(state) -> None``; the dict holds JSON values and
-   numpy arrays only. :class:`cairn.envs.MultiAgentCartPole` does this.
+   numpy arrays only. :class:`cairn.envs.MultiAgentCartPole` does this. A turn-based PettingZoo
+   env is reset before its ``set_state`` runs, so that its wrappers (``OrderEnforcingWrapper``)
+   are in their after-reset state.
 2. **Gymnasium classic control** (CartPole, Acrobot, MountainCar, MountainCarContinuous,
    Pendulum) is supported without changes: cairn stores the physics state, the environment's
    random generator and the ``TimeLimit`` step counter.
@@ -23,6 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from cairn.env_runner.make_env import is_turn_based_env
 from cairn.env_runner.pettingzoo_state import get_board_game_state, set_board_game_state
 from cairn.rng import make_rng, rng_state
 
@@ -79,6 +82,8 @@ def set_env_state(env: Any, state: dict[str, Any] | None) -> bool:
         setter = getattr(base, "set_state", None)
         if not callable(setter):
             return False
+        if is_turn_based_env(env):  # PettingZoo's wrappers (order enforcing) expect a reset first
+            env.reset()
         setter(state["state"])
         return True
     if state.get("kind") == "pettingzoo_board_game":

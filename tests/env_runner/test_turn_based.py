@@ -92,6 +92,20 @@ class ScriptedGame(AECEnv):
         self._accumulate_rewards()
 
 
+    # The environment state protocol, for exact resume.
+    def get_state(self):
+        return {"moves": self._moves, "agents": list(self.agents), "agent_selection": self.agent_selection,
+                **{k: dict(getattr(self, k)) for k in ("rewards", "_cumulative_rewards", "terminations",
+                                                        "truncations")}}
+
+    def set_state(self, state):
+        self._moves, self.agents = state["moves"], list(state["agents"])
+        self.agent_selection = state["agent_selection"]
+        for key in ("rewards", "_cumulative_rewards", "terminations", "truncations"):
+            setattr(self, key, dict(state[key]))
+        self.infos = {a: {} for a in self.agents}
+
+
 def make_scripted(env_config: dict) -> AECEnv:
     return OrderEnforcingWrapper(ScriptedGame())
 
@@ -213,17 +227,19 @@ def test_dqn_self_play_on_tictactoe_trains():
 
 
 # ------------------------------------------------------------------------------ exact resume
-@pytest.mark.parametrize("make", [lambda: _ppo(make_tictactoe), lambda: _dqn(make_tictactoe),
-                                  lambda: _ppo(make_connect_four, mapping=map_by_index,
-                                               policies=("p0", "p1"))],
-                         ids=["ppo-tictactoe", "dqn-tictactoe", "ppo-connect_four-two_policies"])
-def test_algorithm_saved_mid_game_resumes_bit_for_bit(tmp_path, make):
+@pytest.mark.parametrize(("make", "env_state_kind"), [
+    (lambda: _ppo(make_tictactoe), "pettingzoo_board_game"),
+    (lambda: _dqn(make_tictactoe), "pettingzoo_board_game"),
+    (lambda: _ppo(make_connect_four, mapping=map_by_index, policies=("p0", "p1")), "pettingzoo_board_game"),
+    (lambda: _scripted_config(3), "protocol"),  # the env's own get_state/set_state
+], ids=["ppo-tictactoe", "dqn-tictactoe", "ppo-connect_four-two_policies", "ppo-scripted-protocol"])
+def test_algorithm_saved_mid_game_resumes_bit_for_bit(tmp_path, make, env_state_kind):
     algo = make().build()
     try:
         algo.train()
         runner_state = algo.env_runner_group.local.get_state()
         assert runner_state["turn_based"] and not runner_state["needs_reset"]
-        assert all(s is not None and s["kind"] == "pettingzoo_board_game" for s in runner_state["envs"])
+        assert all(s is not None and s["kind"] == env_state_kind for s in runner_state["envs"])
         assert any(s["pending_agents"] for s in runner_state["current_obs"])  # mid-game
         restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
         try:
@@ -259,6 +275,39 @@ def test_board_game_state_restores_the_game_exactly():
                 env.step(action)
                 twin.step(action)
             assert not twin.agents
+
+
+# ------------------------------------------------------------------------- policy changes
+def test_remapping_a_player_in_flight_restarts_the_games_and_an_unchanged_one_does_not():
+    algo = _scripted_config(2).build()
+    try:
+        runner = algo.env_runner_group.local
+        runner.sample(3)  # mid-game: player_0 waits on its move, player_1 is to move
+        runner.update_policies(algo.config, algo.policies)  # the same mapping
+        assert not runner.get_state()["needs_reset"]
+        config = algo.config.copy().multi_agent(policy_mapping_fn={"player_0": "a", "player_1": "a"})
+        runner.update_policies(config, algo.policies)
+        assert runner.get_state()["needs_reset"]  # player_1's observation went through b's filter
+        assert set(runner.sample(10)) == {"a"}
+    finally:
+        algo.stop()
+
+
+def test_runner_state_with_another_mapping_starts_fresh_games():
+    algo = _scripted_config(2).build()
+    try:
+        runner = algo.env_runner_group.local
+        runner.sample(3)
+        state = runner.get_state()
+        config = algo.config.copy().multi_agent(policy_mapping_fn={"player_0": "b", "player_1": "a"})
+        other = cairn.env_runner.EnvRunner(config, algo.policies)
+        other.set_state(state)
+        assert other.get_state()["needs_reset"]
+        same = cairn.env_runner.EnvRunner(algo.config, algo.policies)
+        same.set_state(state)
+        assert_trees_equal(same.get_state(), state)
+    finally:
+        algo.stop()
 
 
 # ----------------------------------------------------------------------------- action masks
