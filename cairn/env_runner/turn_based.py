@@ -15,7 +15,9 @@ Transition semantics (docs/multi-agent.md, "Turn-based games"):
   one's pending transition ends there with its terminal reward and the terminated/truncated
   flags, and the env is stepped with ``None`` as PettingZoo's protocol asks.
 * A transition whose agent left the game without being selected again ends with reward 0,
-  ``truncated`` and no next observation of its own.
+  ``truncated`` and no next observation of its own; so does the next observation of a dead
+  agent that the env observes as None (its own observation stands in, as in
+  :class:`~cairn.env_runner.trajectories.AgentTrajectories`).
 * Transitions still waiting for their agent's next move when a fragment ends are carried over
   (and saved by :meth:`TurnBasedSampler.get_state`); they appear in a later batch.
 
@@ -200,12 +202,20 @@ class TurnBasedSampler:
                     break
                 env.step(None)  # PettingZoo's protocol: a dead agent steps with None
         for pid, items in selections.items():
-            rows = self.policies[pid].process_observations([s[2] for s in items], update=update_filter)
-            for row, (i, agent, _, reward, terminated, truncated, pending, moves) in zip(rows, items):
+            # A dead agent's observation may be None (some envs observe nothing after the end):
+            # its last transition then has no next observation of its own (AgentTrajectories).
+            observed = [s for s in items if s[2] is not None or s[7]]
+            rows = self.policies[pid].process_observations(
+                [s[2] for s in observed], update=update_filter) if observed else []
+            processed = {id(s): row for s, row in zip(observed, rows)}
+            for selection in items:
+                i, agent, _, reward, terminated, truncated, pending, moves = selection
+                row = processed.get(id(selection))
                 if pending is not None and trajs is not None:
                     trajs.add((i, agent), *pending, reward, terminated, truncated)
-                    trajs.set_next_obs((i, agent), row)
-                if moves:
+                    if row is not None:
+                        trajs.set_next_obs((i, agent), row)
+                if moves and row is not None:
                     self.to_move[i] = (agent, row)
 
     def _end_episode(self, i: int, trajs: AgentTrajectories | None) -> None:

@@ -66,7 +66,12 @@ class ScriptedGame(AECEnv):
     def action_space(self, agent):
         return gym.spaces.Discrete(2)
 
+    #: Observe None for a player once the game is over (some AEC envs do).
+    blind_at_end = False
+
     def observe(self, agent):
+        if self.blind_at_end and self.terminations[agent]:
+            return None
         return np.array([self._moves, self.possible_agents.index(agent)], np.float32)
 
     def reset(self, seed=None, options=None):
@@ -153,6 +158,20 @@ def test_scripted_game_rewards_accumulate_between_moves_and_both_players_get_the
             assert not batch["truncateds"].any() and batch["ends"][-1]
         [episode] = runner.get_metrics()
         assert episode == {"return": 165.0, "length": 5, "policy_returns": {"a": [15.0], "b": [150.0]}}
+    finally:
+        algo.stop()
+
+
+def test_a_game_that_observes_nothing_at_the_end_still_ends_every_transition(monkeypatch):
+    monkeypatch.setattr(ScriptedGame, "blind_at_end", True)
+    algo = _scripted_config().build()
+    try:
+        batches = algo.env_runner_group.local.sample(5)
+        np.testing.assert_array_equal(batches["a"]["rewards"], [3.0, 7.0, 5.0])
+        np.testing.assert_array_equal(batches["b"]["rewards"], [50.0, 90.0])
+        for batch in batches.values():  # the last next_obs falls back to the agent's own obs
+            assert batch["terminateds"][-1]
+            np.testing.assert_array_equal(batch["next_obs"][-1], batch["obs"][-1])
     finally:
         algo.stop()
 
