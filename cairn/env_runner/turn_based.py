@@ -205,9 +205,10 @@ class TurnBasedSampler:
             # A dead agent's observation may be None (some envs observe nothing after the end):
             # its last transition then has no next observation of its own (AgentTrajectories).
             observed = [s for s in items if s[2] is not None or s[7]]
-            rows = self.policies[pid].process_observations(
-                [s[2] for s in observed], update=update_filter) if observed else []
-            processed = {id(s): row for s, row in zip(observed, rows)}
+            processed: dict[int, np.ndarray] = {}
+            if observed:
+                rows = self.policies[pid].process_observations([s[2] for s in observed], update=update_filter)
+                processed = {id(s): row for s, row in zip(observed, rows)}
             for selection in items:
                 i, agent, _, reward, terminated, truncated, pending, moves = selection
                 row = processed.get(id(selection))
