@@ -3,7 +3,9 @@
 ``--env`` names an environment in one of these forms, tried in this order:
 
 1. a name registered with :func:`cairn.register_env` (by a module that ``--import`` names);
-2. ``pettingzoo.<family>.<env>`` (or ``...:parallel_env``): one of PettingZoo's own envs,
+2. ``pettingzoo.<family>.<env>`` (or ``...:parallel_env``): one of PettingZoo's own envs (a
+   turn-based game without ``parallel_env``, such as ``pettingzoo.classic.connect_four_v3``,
+   through its AEC ``env()``),
    created by :func:`cairn.envs.pettingzoo_env.make_pettingzoo_env`;
 3. ``package.module:function``: an env creator ``function(env_config) -> env``, resolved by
    :func:`cairn.registry.resolve_callable` (a module-level function; checkpoints store the
@@ -112,9 +114,10 @@ def resolve_env(value: str, flag: str = "--env") -> tuple[Any, dict[str, Any]]:
 def _pettingzoo(module: str, flag: str) -> Any:
     from cairn.envs.pettingzoo_env import make_pettingzoo_env
 
-    if not callable(getattr(_import(module, f"{flag} {module}"), "parallel_env", None)):
-        raise UsageError(f"{flag} {module}: it has no parallel_env(); name a PettingZoo env module such as "
-                         "pettingzoo.classic.rps_v2.")
+    imported = _import(module, f"{flag} {module}")
+    if not any(callable(getattr(imported, name, None)) for name in ("parallel_env", "env")):
+        raise UsageError(f"{flag} {module}: it has no parallel_env() or env(); name a PettingZoo env module "
+                         "such as pettingzoo.classic.rps_v2 or pettingzoo.classic.connect_four_v3.")
     return make_pettingzoo_env
 
 

@@ -17,7 +17,9 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 import gymnasium as gym
-from pettingzoo.utils import BaseParallelWrapper
+from pettingzoo.utils import BaseParallelWrapper, BaseWrapper
+
+from cairn.env_runner.make_env import is_turn_based_env
 
 __all__ = ["EpisodeWatch", "stderr_unless"]
 
@@ -46,6 +48,8 @@ class EpisodeWatch:
             env = make()
             if isinstance(env, gym.Env):
                 return _WatchedEnv(env, self)
+            if is_turn_based_env(env):
+                return _WatchedTurnBasedEnv(env, self)
             return _WatchedParallelEnv(env, self)
 
         return create
@@ -117,3 +121,33 @@ class _WatchedParallelEnv(BaseParallelWrapper):  # type: ignore[misc]
         if not self.agents:
             self._watch.episode_ended(self._return, self._steps, cut=self._cut)
         return obs, rewards, terminated, truncated, infos
+
+
+class _WatchedTurnBasedEnv(BaseWrapper):  # type: ignore[misc]
+    """A PettingZoo AECEnv (agents take turns) whose episodes end after ``watch.max_steps``
+    moves (every agent still in it truncated: the runner sees no agent left) and are reported;
+    the return sums every agent's rewards, as the runner's."""
+
+    def __init__(self, env: Any, watch: EpisodeWatch) -> None:
+        super().__init__(env)
+        self._watch, self._steps, self._return, self._cut = watch, 0, 0.0, False
+
+    @property
+    def agents(self) -> list[Any]:  # type: ignore[override]
+        return [] if self._cut else list(self.env.agents)
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        self._steps, self._return, self._cut = 0, 0.0, False
+        self.env.reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> None:
+        was_over = not self.agents
+        self.env.step(action)
+        if action is not None:
+            self._steps += 1
+        self._return += sum(float(r) for r in self.env.rewards.values())
+        limit = self._watch.max_steps
+        if limit is not None and self._steps >= limit and self.env.agents:
+            self._cut = True
+        if not self.agents and not was_over:
+            self._watch.episode_ended(self._return, self._steps, cut=self._cut)

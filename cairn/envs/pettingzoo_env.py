@@ -24,10 +24,11 @@ PETTINGZOO_PACKAGE = "pettingzoo"
 
 def make_pettingzoo_env(env_config: Mapping[str, Any] | None = None) -> Any:
     """``<env_module>.parallel_env(**rest)`` for ``env_config = {"env_module": "pettingzoo.<family>.<env>",
-    **rest}``: a PettingZoo ParallelEnv.
+    **rest}``: a PettingZoo ParallelEnv; for a turn-based game with no ``parallel_env`` (the
+    classic board games), its AEC ``env(**rest)``.
 
     Raises :class:`~cairn.errors.ConfigError` for a module outside ``pettingzoo`` or without
-    ``parallel_env``, and :class:`~cairn.errors.EnvError` when it cannot be imported (PettingZoo's
+    ``parallel_env``/``env``, and :class:`~cairn.errors.EnvError` when it cannot be imported (PettingZoo's
     families need extras: ``pip install 'pettingzoo[butterfly]'``).
 
     >>> env = make_pettingzoo_env({"env_module": "pettingzoo.classic.rps_v2"})  # doctest: +SKIP
@@ -45,8 +46,10 @@ def make_pettingzoo_env(env_config: Mapping[str, Any] | None = None) -> Any:
     except ImportError as exc:
         raise EnvError(f"Could not import the PettingZoo env {name!r}: {exc}. Its family may need an extra "
                        f"(pip install 'pettingzoo[{parts[1]}]').") from exc
-    constructor = getattr(module, "parallel_env", None)
+    # Games where agents take turns (pettingzoo.classic's connect_four_v3, tictactoe_v3, ...)
+    # have only the AEC env(): cairn's turn-based runner steps it as it is (docs/multi-agent.md).
+    constructor = getattr(module, "parallel_env", None) or getattr(module, "env", None)
     if not callable(constructor):
-        raise ConfigError(f"{name!r} has no parallel_env(): name one of PettingZoo's env modules, such as "
-                          "'pettingzoo.classic.rps_v2'.")
+        raise ConfigError(f"{name!r} has no parallel_env() or env(): name one of PettingZoo's env modules, "
+                          "such as 'pettingzoo.classic.rps_v2' or 'pettingzoo.classic.connect_four_v3'.")
     return constructor(**options)

@@ -125,3 +125,17 @@ def test_ale_ids_and_a_users_module_from_the_cairn_script(tmp_path):
     assert lost.returncode == 1 and "From the command line: --import MODULE" in lost.stderr, lost.stderr
     found = cairn_script("evaluate", "named", "--episodes", "1", "-q", "--import", MODULE)
     assert found.returncode == 0 and "1 greedy episode" in found.stdout, found.stderr
+
+
+def test_a_turn_based_pettingzoo_game_trains_and_evaluates_from_the_command_line(tmp_path, capsys):
+    # connect_four_v3 has no parallel_env(): its AEC env() runs in the turn-based runner, self-play
+    # with the one default policy, its action mask honoured.
+    game = "pettingzoo.classic.connect_four_v3"
+    assert _train(tmp_path / "c4", "--env", game, "--config", "env_config={}") == 0
+    stored = json.loads((tmp_path / "c4" / "config.json").read_text())
+    assert stored["env_config"] == {"env_module": "pettingzoo.classic.connect_four_v3"}
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "c4"), "--episodes", "2", "--seed", "0", "--json", "-q",
+                 "--max-episode-steps", "6"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["num_episodes"] == 2 and report["episode_len_max"] <= 6
