@@ -22,6 +22,7 @@ __all__ = [
     "UnsupportedCheckpointVersionError",
     "UnsafeCheckpointError",
     "UnknownPolicyIdError",
+    "UnknownComponentError",
     "MissingCallableError",
     "UnsupportedCheckpointLocationError",
     "CheckpointClassMismatchError",
@@ -104,6 +105,14 @@ class UnsafeCheckpointError(CheckpointError):
 
 class UnknownPolicyIdError(CheckpointError, KeyError):
     """A requested policy ID is not in the checkpoint."""
+
+    def __str__(self) -> str:  # KeyError would wrap the message in quotes.
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownComponentError(CheckpointError, KeyError):
+    """A requested component (``"policies/<pid>"``, ``"policies/<pid>/weights"``) is not in the
+    checkpoint, or is not a component name at all; the message lists the checkpoint's own."""
 
     def __str__(self) -> str:  # KeyError would wrap the message in quotes.
         return str(self.args[0]) if self.args else ""

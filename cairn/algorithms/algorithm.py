@@ -26,6 +26,7 @@ from cairn.algorithms.checkpointing import (
     prepare_algorithm_save,
     restore_algorithm,
 )
+from cairn.algorithms.component_restore import restore_component
 from cairn.algorithms.evaluation import evaluate_episodes, evaluation_runner
 from cairn.algorithms.metrics import episode_metrics
 from cairn.algorithms.policy_changes import add_policy, remove_policy
@@ -304,6 +305,14 @@ class Algorithm:
         """Load a checkpoint of this algorithm (a directory or a URL such as ``s3://...``;
         ``storage_options`` for its fsspec file system) into this object, in place."""
         restore_algorithm(self, checkpoint, storage_options=storage_options)
+
+    def restore_from_path(self, path: Any, *, component: str | None = None,
+                          storage_options: Mapping[str, Any] | None = None) -> None:
+        """Load one component of a checkpoint into this object, in place (RLlib's name):
+        ``"policies/<pid>"`` (that policy's whole state), ``"policies/<pid>/weights"`` (its
+        network parameters) or None (everything, as :meth:`restore`); reads only that
+        component's files. See :func:`cairn.algorithms.component_restore.restore_component`."""
+        restore_component(self, path, component, storage_options=storage_options)
 
     @classmethod
     def from_checkpoint(

@@ -29,11 +29,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     tools = group.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     p = tools.add_parser("info", parents=[common], help="the manifest's summary as JSON (reads nothing else)")
-    p.add_argument("checkpoint")
-    p.set_defaults(run=info)
     short = sub.add_parser("info", parents=[common], help="the same as: cairn checkpoint info")
-    short.add_argument("checkpoint")
-    short.set_defaults(run=info)
+    for parser in (p, short):
+        parser.add_argument("checkpoint")
+        parser.add_argument("--component", metavar="NAME", default=None,
+                            help="one part of an Algorithm checkpoint: policies/<policy_id> (that "
+                                 "policy's manifest summary) or policies/<policy_id>/weights (its "
+                                 "weights' names, shapes and dtypes; reads that policy's files)")
+        parser.set_defaults(run=info)
 
     for add in (add_verify, add_upgrade, add_diff):
         add(tools, common)
@@ -48,11 +51,17 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def info(args: argparse.Namespace) -> int:
-    """``cairn checkpoint info``: the manifest summary (without the file list) as JSON."""
+    """``cairn checkpoint info``: the manifest summary (without the file list) as JSON, or
+    with ``--component`` the summary of one component
+    (:func:`cairn.checkpoint.components.component_info`)."""
     from cairn.checkpoint import get_checkpoint_info
+    from cairn.checkpoint.components import component_info
 
-    summary = get_checkpoint_info(args.checkpoint)
-    summary.pop("files")
+    if args.component is not None:
+        summary = component_info(args.checkpoint, args.component)
+    else:
+        summary = get_checkpoint_info(args.checkpoint)
+    summary.pop("files", None)
     print(json.dumps(summary, indent=2))
     return 0
 
