@@ -25,7 +25,7 @@ import numpy as np
 from cairn.errors import ExportError
 from cairn.export import keras_tf_worker
 from cairn.export.conventions import model_inputs
-from cairn.export.keras_files import KERAS_FILE, save_keras_file
+from cairn.export.keras_files import KERAS_FILE, refuse_masked, save_keras_file
 from cairn.export.signature import build_signature, write_signature
 from cairn.export.verify import check_against_policy, sample_observations
 
@@ -52,9 +52,11 @@ def export_saved_model(policy: Policy, export_dir: str | os.PathLike[str]) -> di
     observation-to-action path), ``model.keras`` beside it and ``signature.json``, after
     checking the SavedModel's outputs, computed by TensorFlow, against the policy.
 
-    Raises ExportError for a torch policy, without TensorFlow, or when the SavedModel fails
-    or disagrees with the policy; nothing is left in ``export_dir`` then.
+    Raises ExportError for a torch policy, a policy with an action mask (the serving model has
+    one input; export ONNX or the torch program instead), without TensorFlow, or when the
+    SavedModel fails or disagrees with the policy; nothing is left in ``export_dir`` then.
     """
+    refuse_masked(policy, "A TensorFlow SavedModel")
     if importlib.util.find_spec("tensorflow") is None:
         raise ExportError("--format saved_model needs TensorFlow, which is not installed; "
                           f"install it with {TF_INSTALL_HINT}.")

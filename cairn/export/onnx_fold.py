@@ -17,7 +17,8 @@ for any feature (an observation far from zero in its own standard deviations), s
 by at most a factor of two, and every export is then checked against the policy as usual
 (:mod:`cairn.export.verify`). Graphs without the pattern (no filter, one-hot inputs, an input of
 another rank than ``[batch, n]``, an input read by more than the filter and Shape nodes) are
-left as they are.
+left as they are. Only the first input (``obs``) is looked at: a masked policy's
+``action_mask`` input is not filtered.
 
 Other forms, measured with ``bench/export_inference.py``'s CartPole policy (one observation,
 onnxruntime 1.32) and not used:
@@ -57,7 +58,7 @@ def fold_observation_filter(proto: Any) -> bool:
     from onnx import helper, numpy_helper
 
     graph = proto.graph
-    if len(graph.input) != 1 or len(graph.input[0].type.tensor_type.shape.dim) != 2:
+    if not graph.input or len(graph.input[0].type.tensor_type.shape.dim) != 2:
         return False
     initializers = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
     obs = graph.input[0].name

@@ -116,16 +116,17 @@ def _name_batch_dims(proto: Any, names: set[str]) -> None:
 
 
 def convert_to_onnx(
-    program: torch.export.ExportedProgram, example: torch.Tensor, *, opset: int,
+    program: torch.export.ExportedProgram, examples: Sequence[torch.Tensor], *, opset: int,
     inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], doc: str,
 ) -> bytes:
-    """``program`` as a serialised ONNX model at ``opset``, inputs and outputs named and
-    documented; raises ExportError when the exporter fails or packages are missing."""
+    """``program`` as a serialised ONNX model at ``opset``, inputs (one example tensor each,
+    in order) and outputs named and documented; raises ExportError when the exporter fails or
+    packages are missing."""
     require_onnx_packages()
     try:
         with quiet_exporter():
             onnx_program = torch.onnx.export(
-                program, (example,), dynamo=True, opset_version=opset,
+                program, tuple(examples), dynamo=True, opset_version=opset,
                 input_names=[spec.name for spec in inputs],
                 output_names=[spec.name for spec in outputs],
                 verbose=False,

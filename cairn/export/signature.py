@@ -39,7 +39,8 @@ def build_signature(
     """The signature document for ``graph``, exported from ``policy``.
 
     ``files`` maps each written format (``"torch"``, ``"torch_weights"``, ``"onnx"``) to its
-    file name; ``opset`` is the ONNX opset, or None without an ONNX file. The graph's
+    file name; ``opset`` is the ONNX opset, or None without an ONNX file. ``inputs`` lists
+    ``obs``, then a masked policy's ``action_mask``. The graph's
     ``metadata`` (e.g. ``observation_filter``) is added as it is.
     """
     signature: dict[str, Any] = {
@@ -47,7 +48,7 @@ def build_signature(
         "format_version": SIGNATURE_VERSION,
         "policy_class": policy.policy_class_reference,
         "files": dict(files),
-        "inputs": [graph.input.to_json()],
+        "inputs": [spec.to_json() for spec in graph.inputs],
         "outputs": [spec.to_json() for spec in graph.outputs],
         "observation_space": space_to_json(policy.observation_space),
         "action_space": space_to_json(policy.action_space),

@@ -8,7 +8,14 @@ weights without running the program.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import io
+import logging
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -22,21 +29,71 @@ __all__ = ["PROGRAM_FILE", "WEIGHTS_FILE", "trace_program", "save_program", "loa
 
 PROGRAM_FILE = "model.pt2"
 WEIGHTS_FILE = "model.safetensors"
+# A model torch.export cannot trace makes it log guard details and print the partial graph
+# (dozens of lines) on stderr before the exception that says why; the ExportError carries the
+# why, and the rest goes to this module's logger at DEBUG level.
+_TRACER_LOGGERS = ("torch.fx.experimental.symbolic_shapes", "torch._export", "torch.export",
+                   "torch._dynamo")
+_log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _quiet_tracer() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in _TRACER_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    captured = io.StringIO()
+    failed = False
+    try:
+        with contextlib.redirect_stderr(captured):
+            yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+        text = captured.getvalue()
+        if text and failed:
+            _log.debug("torch.export's output before it failed:\n%s", text)
+        elif text:
+            sys.stderr.write(text)  # a successful trace hides nothing
+
+
+def _dynamic_batch(graph: ExportGraph, batch: Any) -> Any:
+    """Dynamic shapes for ``graph.examples``: the first dimension of each is ``batch``.
+
+    Keyed by the module's own parameter names (it may name its inputs as it likes); a
+    ``*inputs`` parameter gets one entry per input it receives.
+    """
+    try:
+        bound = inspect.signature(graph.module.forward).bind(*graph.examples)
+    except (TypeError, ValueError) as exc:
+        raise ExportError(
+            f"The {graph.network_name} export graph has inputs {[s.name for s in graph.inputs]}, "
+            f"but its module's forward does not take them positionally ({exc}). Fix the "
+            "policy's export_graph(): forward must take one tensor per input, in order."
+        ) from exc
+    return {name: (tuple({0: batch} for _ in value) if isinstance(value, tuple) else {0: batch})
+            for name, value in bound.arguments.items()}
 
 
 def trace_program(graph: ExportGraph) -> torch.export.ExportedProgram:
-    """Trace the policy's export graph with a dynamic batch dimension; raise ExportError if
-    torch.export cannot."""
+    """Trace the policy's export graph with a dynamic batch dimension; raise ExportError,
+    naming the network and the reason, if torch.export cannot."""
     batch = torch.export.Dim(BATCH)
+    shapes = _dynamic_batch(graph, batch)
     try:
-        with torch.no_grad():
-            # Positional dynamic shapes: the module's forward may name its input as it likes.
-            return torch.export.export(graph.module, (graph.example,), dynamic_shapes=({0: batch},))
+        with torch.no_grad(), _quiet_tracer():
+            return torch.export.export(graph.module, graph.examples, dynamic_shapes=shapes)
     except Exception as exc:  # torch.export raises many error types; all mean "not exportable"
+        name, reason = graph.network_name, short_reason(exc, lines=1).rstrip(".")
         raise ExportError(
-            f"torch.export could not trace the model {graph.network_name}: "
-            f"{short_reason(exc)}. Exported models need a graph without data-dependent Python "
-            "control flow (use torch.where/torch.cond instead of `if tensor:`)."
+            f"torch.export could not trace the model {name}: {reason}. Make {name}'s forward "
+            "traceable: no Python control flow on tensor values (`if x.sum() > 0:`; use torch.where or "
+            "torch.cond), no .item(), .tolist() or numpy calls on tensors (use torch "
+            "operations); or override the policy's export_graph() with a graph that is."
         ) from exc
 
 

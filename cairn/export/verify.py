@@ -4,7 +4,8 @@ An export that traces but computes something else (a model reading Python state,
 conversion gone wrong) is worse than a failed one, so every export runs the written model on
 sampled observations and compares it with the policy's own acting path
 (:meth:`cairn.Policy.compute_actions`, and the other outputs' reference from the policy's
-export graph).
+export graph). A masked policy's model is checked on observations whose random masks leave
+each row (each sub-action) at least one legal action, the only ones a policy acts on.
 """
 
 from __future__ import annotations
@@ -18,16 +19,18 @@ import numpy as np
 import torch
 
 from cairn.errors import ExportError
-from cairn.export.conventions import model_inputs
+from cairn.export.conventions import model_feeds
+from cairn.policy.action_masking import ACTION_MASK_KEY, action_sizes
 from cairn.policy.export_hook import ExportGraph
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
 
-__all__ = ["Runner", "sample_observations", "check_against_policy", "program_runner",
-           "onnx_runner"]
+__all__ = ["Runner", "sample_observations", "sample_policy_observations", "with_legal_masks",
+           "check_against_policy", "program_runner", "onnx_runner"]
 
-Runner = Callable[[np.ndarray], Sequence[np.ndarray]]
+Runner = Callable[..., Sequence[np.ndarray]]
+"""``run(obs, *more inputs) -> outputs``: the model's inputs positionally, in signature order."""
 RTOL, ATOL = 1e-5, 1e-5
 # A discrete action may legitimately differ where the two best scores are this close: float
 # rounding in another runtime's matrix products can swap them.
@@ -39,6 +42,33 @@ def sample_observations(space: gym.Space[Any], n: int, *, seed: int = 0) -> list
     space = copy.deepcopy(space)
     space.seed(seed)
     return [space.sample() for _ in range(n)]
+
+
+def with_legal_masks(observations: Sequence[Any], sizes: Sequence[int], *, seed: int = 0) -> list[Any]:
+    """Copies of Dict ``observations`` whose ``"action_mask"`` allows at least one action of
+    each (sub-)action: a mask segment with no entry above 0.5 gets one random entry set to 1."""
+    rng = np.random.default_rng(seed)
+    bounds = np.cumsum([0, *sizes])
+    out = []
+    for obs in observations:
+        mask = np.array(obs[ACTION_MASK_KEY], copy=True)
+        flat = mask.reshape(-1)
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            if not (flat[start:stop] > 0.5).any():
+                flat[start + int(rng.integers(stop - start))] = 1
+        fixed = dict(obs)
+        fixed[ACTION_MASK_KEY] = flat.reshape(mask.shape)
+        out.append(fixed)
+    return out
+
+
+def sample_policy_observations(policy: Policy, n: int, *, seed: int = 0) -> list[Any]:
+    """:func:`sample_observations` of the policy's observation space; for a masked policy each
+    mask then leaves a legal action (:func:`with_legal_masks`)."""
+    observations = sample_observations(policy.observation_space, n, seed=seed)
+    if not policy.action_mask_size:
+        return observations
+    return with_legal_masks(observations, action_sizes(policy.dist), seed=seed)
 
 
 def _near_ties(scores: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
@@ -66,9 +96,10 @@ def check_against_policy(
     and relative).
     """
     graph = policy.export_graph() if graph is None else graph
-    observations = sample_observations(policy.observation_space, n, seed=seed)
+    observations = sample_policy_observations(policy, n, seed=seed)
     expected = graph.reference(observations)
-    got = list(run(model_inputs(policy.observation_space, observations)))
+    feeds = model_feeds(policy.observation_space, policy.action_space, observations)
+    got = list(run(*feeds.values()))
     if len(got) != len(expected):
         raise ExportError(f"The {what} returned {len(got)} outputs, expected {len(expected)}.")
     for index, (out, ref) in enumerate(zip(got, expected, strict=True)):
@@ -101,12 +132,12 @@ def check_against_policy(
 
 
 def program_runner(program: torch.export.ExportedProgram) -> Runner:
-    """Run an exported program on numpy input, returning numpy outputs."""
+    """Run an exported program on numpy inputs, returning numpy outputs."""
     module = program.module()
 
-    def run(obs: np.ndarray) -> list[np.ndarray]:
+    def run(*inputs: np.ndarray) -> list[np.ndarray]:
         with torch.inference_mode():
-            return [t.numpy() for t in module(torch.from_numpy(obs))]
+            return [t.numpy() for t in module(*(torch.from_numpy(x) for x in inputs))]
 
     return run
 
@@ -118,9 +149,11 @@ def onnx_runner(model: bytes | str) -> Runner:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1  # a check, not a benchmark: stay off the other cores
     session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
+    names = [spec.name for spec in session.get_inputs()]
 
-    def run(obs: np.ndarray) -> list[np.ndarray]:
-        return list(session.run(None, {name: obs}))
+    def run(*inputs: np.ndarray) -> list[np.ndarray]:
+        if len(inputs) != len(names):
+            raise ExportError(f"The ONNX model takes {len(names)} inputs {names}, got {len(inputs)}.")
+        return list(session.run(None, dict(zip(names, inputs, strict=True))))
 
     return run

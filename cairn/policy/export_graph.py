@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ExportError
+from cairn.policy.action_mask_input import action_mask_examples, action_mask_inputs, network_name
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
 from cairn.policy.export_hook import (
     BATCH,
@@ -63,7 +64,8 @@ def _torch_dtype(dtype: Any) -> torch.dtype:
 
 
 class _ActorCriticModule(nn.Module):
-    """``forward(obs) -> (action, *distribution_inputs, value)`` for an actor-critic policy."""
+    """``forward(obs) -> (action, *distribution_inputs, value)`` for an actor-critic policy;
+    ``forward(obs, action_mask)`` for a masked one (its model masks the logits)."""
 
     action_start: torch.Tensor
     action_low: torch.Tensor
@@ -98,8 +100,8 @@ class _ActorCriticModule(nn.Module):
             out = out.reshape(out.shape[0], *self.shape)
         return out if out.dtype == self.action_dtype else out.to(self.action_dtype)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        x = self.observations(obs)
+    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        x = self.observations(obs, action_mask)
         inputs = self.model.action_inputs(x)
         value = self.model.value(x)
         action = self.to_env(self.dist.deterministic(inputs))
@@ -148,14 +150,15 @@ def actor_critic_export_graph(policy: Policy) -> ExportGraph:
 
     Outputs: ``action`` (as ``compute_actions(obs, explore=False)`` returns it), the action
     distribution's inputs (``logits``, or ``mean`` and ``log_std``) and ``value`` (optional:
-    exported only when asked for, see :meth:`ExportGraph.with_outputs`). Raises
+    exported only when asked for, see :meth:`ExportGraph.with_outputs`). Inputs: ``obs``, and
+    ``action_mask`` for a masked policy (whose ``logits`` are masked as the policy's). Raises
     ExportError when the model lacks ``action_inputs(obs)``/``value(obs)`` or the
     distribution is not Categorical, MultiCategorical or DiagGaussian.
     """
     model = policy.model
     if not (callable(getattr(model, "action_inputs", None)) and callable(getattr(model, "value", None))):
         raise ExportError(
-            f"{type(policy).__name__}'s model {type(model).__name__} has no "
+            f"{type(policy).__name__}'s model {network_name(model)} has no "
             "action_inputs(obs) and value(obs) methods; exported models call both. Add "
             "them to the model returned by make_model(), or override export_graph()."
         )
@@ -183,11 +186,13 @@ def actor_critic_export_graph(policy: Policy) -> ExportGraph:
         sizes = tuple(int(n) for n in dist.nvec)
     return ExportGraph(
         module=_ActorCriticModule(policy),
-        input=input_spec(policy.observation_space),
+        input=input_spec(policy.network_observation_space),
         outputs=_actor_critic_outputs(policy.action_space),
         example=example_input(policy),
         reference=reference,
         discrete_sizes=sizes,
-        network_name=type(model).__name__,
+        network_name=network_name(model),
         metadata={"observation_filter": filter_description(policy)},
+        extra_inputs=action_mask_inputs(policy),
+        extra_examples=action_mask_examples(policy),
     )

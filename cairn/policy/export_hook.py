@@ -60,12 +60,13 @@ class ExportGraph:
     """What a policy hands to the exporter.
 
     Attributes:
-        module: ``forward(obs) -> tuple`` of the outputs, in :attr:`outputs` order; the
-            environment-ready deterministic action first. A snapshot: exporting never changes
-            the policy, and later training does not reach the module.
+        module: ``forward(obs, *extra inputs) -> tuple`` of the outputs, in :attr:`outputs`
+            order; the environment-ready deterministic action first. The inputs come
+            positionally, in :attr:`inputs` order. A snapshot: exporting never changes the
+            policy, and later training does not reach the module.
         input: The ``obs`` input (:func:`input_spec`).
         outputs: Name, dtype, shape and meaning of each output.
-        example: A valid input to trace with (2 rows, so that the batch stays dynamic).
+        example: A valid ``obs`` input to trace with (2 rows, so that the batch stays dynamic).
         reference: Raw observations -> what each output must be, computed by the policy's own
             acting path (``compute_actions(obs, explore=False)`` first).
         discrete_sizes: For discrete actions, the number of choices per action component;
@@ -74,6 +75,10 @@ class ExportGraph:
             continuous actions (compared within a tolerance like every other output).
         network_name: The network's class name, for error messages.
         metadata: Extra ``signature.json`` entries (e.g. ``observation_filter``).
+        extra_inputs: The inputs after ``obs``: a masked policy's ``action_mask``
+            (:mod:`cairn.policy.action_mask_input`); none for other policies.
+        extra_examples: A valid value of each of :attr:`extra_inputs`, with the rows of
+            :attr:`example`.
     """
 
     module: nn.Module
@@ -84,6 +89,26 @@ class ExportGraph:
     discrete_sizes: tuple[int, ...] | None
     network_name: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    extra_inputs: tuple[TensorSpec, ...] = ()
+    extra_examples: tuple[torch.Tensor, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.extra_inputs) != len(self.extra_examples):
+            raise ExportError(
+                f"The {self.network_name} export graph has {len(self.extra_inputs)} extra inputs "
+                f"({[s.name for s in self.extra_inputs]}) but {len(self.extra_examples)} extra "
+                "examples: give one example tensor per input."
+            )
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        """Every input, in the order the module takes them: ``obs`` first."""
+        return (self.input, *self.extra_inputs)
+
+    @property
+    def examples(self) -> tuple[torch.Tensor, ...]:
+        """An example of each of :attr:`inputs`, in that order."""
+        return (self.example, *self.extra_examples)
 
     def with_outputs(self, extra_outputs: Sequence[str] = ()) -> ExportGraph:
         """This graph with its required outputs plus the optional ones named in
@@ -112,8 +137,8 @@ class ExportGraph:
 
 
 class _SelectOutputs(nn.Module):
-    """``forward(obs)``: the outputs of ``module`` at ``keep``, in order (tracing drops the
-    computation of the others).
+    """``forward(obs, action_mask=None, *more)``: the outputs of ``module`` at ``keep``, in order
+    (tracing drops the computation of the others).
 
     ``module``'s parameters, buffers and submodules are registered here under their own names,
     so the exported weights keep the names they have in ``module`` (no wrapper prefix).
@@ -132,6 +157,9 @@ class _SelectOutputs(nn.Module):
         object.__setattr__(self, "selected_from", module)  # not a submodule: no name prefix
         self.keep = tuple(keep)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        outputs = self.selected_from(obs)
+    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None,
+                *more: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # Named parameters, not one *inputs: torch.export names a program's inputs after them.
+        inputs = (obs,) if action_mask is None else (obs, action_mask, *more)
+        outputs = self.selected_from(*inputs)
         return tuple(outputs[i] for i in self.keep)

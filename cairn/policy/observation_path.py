@@ -3,7 +3,9 @@
 The model's input (see :func:`input_spec`) is the raw observation, flattened where the space
 is not an array, so the graph repeats the policy's numpy preprocessing in torch with the same
 constants: flatten / one-hot, then the observation filter's current mean, inverse std and
-clip (:class:`ObservationPath`, which every export graph starts with).
+clip (:class:`ObservationPath`, which every export graph starts with). A masked policy's model
+reads ``policy.network_observation_space`` (the observation without its action mask) as
+``obs`` and the mask as a second input (:mod:`cairn.policy.action_mask_input`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def input_spec(observation_space: gym.Space[Any]) -> TensorSpec:
 
 def example_input(policy: Policy, batch: int = 2) -> torch.Tensor:
     """A valid ``obs`` input of ``batch`` rows (2+ rows keeps the batch dynamic when traced)."""
-    space = policy.observation_space
+    space = policy.network_observation_space
     if isinstance(space, gym.spaces.Discrete):
         return torch.full((batch,), int(space.start), dtype=torch.int64)
     if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
@@ -77,14 +79,18 @@ def filter_description(policy: Policy) -> dict[str, Any]:
 
 class ObservationPath(nn.Module):
     """``forward(obs) -> float32 [batch, obs_size]``: :meth:`cairn.Policy.process_observations`
-    in torch (flatten or one-hot, then the observation filter with its current constants)."""
+    in torch (flatten or one-hot, then the observation filter with its current constants).
+
+    A masked policy's path is ``forward(obs, action_mask) -> [features | action_mask]``, the rows
+    its (masking) model reads, as ``process_observations`` gives them.
+    """
 
     obs_mean: torch.Tensor
     obs_inv_std: torch.Tensor
 
     def __init__(self, policy: Policy) -> None:
         super().__init__()
-        space = policy.observation_space
+        space = policy.network_observation_space
         self.obs_size = int(policy.preprocessor.size)
         self.obs_discrete = isinstance(space, gym.spaces.Discrete)
         self.obs_start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
@@ -102,7 +108,12 @@ class ObservationPath(nn.Module):
             self.register_buffer("obs_inv_std", torch.from_numpy(inv_std.copy()))
             self.clip = float(obs_filter.clip)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.features(obs)
+        return x if action_mask is None else torch.cat([x, action_mask], dim=1)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The network input of ``obs``: preprocessed and filtered."""
         if self.obs_discrete:
             # Comparing with arange one-hot encodes without one_hot's data-dependent checks.
             categories = torch.arange(self.obs_size, dtype=obs.dtype, device=obs.device)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ExportError
+from cairn.policy.action_mask_input import action_mask_examples, action_mask_inputs, network_name
 from cairn.policy.export_hook import BATCH, ExportGraph, TensorSpec
 from cairn.policy.observation_path import ObservationPath, example_input, filter_description, input_spec
 
@@ -22,7 +23,8 @@ __all__ = ["q_value_export_graph"]
 
 
 class _GreedyQModule(nn.Module):
-    """``forward(obs) -> (argmax_a Q(obs, a) + start, Q(obs, .))``."""
+    """``forward(obs) -> (argmax_a Q(obs, a) + start, Q(obs, .))``; ``forward(obs, action_mask)``
+    for a masked policy (whose Q-network masks the Q-values)."""
 
     def __init__(self, policy: Policy, q_network: nn.Module, start: int) -> None:
         super().__init__()
@@ -30,8 +32,9 @@ class _GreedyQModule(nn.Module):
         self.model = copy.deepcopy(q_network).eval()
         self.start = start
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q_values = self.model(self.observations(obs))
+    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        q_values = self.model(self.observations(obs, action_mask))
         action = q_values.argmax(dim=1)
         return (action + self.start if self.start else action), q_values
 
@@ -44,6 +47,8 @@ def q_value_export_graph(
     ``q_network`` maps processed observations to ``Q(obs, .)`` (``[batch, n]``);
     ``q_values`` is the policy's own raw-observations -> Q-values method, the reference for
     the ``q_values`` output, as ``compute_actions(obs, explore=False)`` is for ``action``.
+    A masked policy's graph also takes ``action_mask``; ``q_network`` (its masking model)
+    gives illegal actions the lowest Q-value, so the greedy action is legal.
     """
     space = policy.action_space
     if not isinstance(space, gym.spaces.Discrete):
@@ -55,7 +60,7 @@ def q_value_export_graph(
 
     return ExportGraph(
         module=_GreedyQModule(policy, q_network, start),
-        input=input_spec(policy.observation_space),
+        input=input_spec(policy.network_observation_space),
         outputs=(
             TensorSpec("action", "int64", (BATCH,),
                        f"Greedy action: argmax(q_values) + start ({start})."),
@@ -64,6 +69,8 @@ def q_value_export_graph(
         example=example_input(policy),
         reference=reference,
         discrete_sizes=(n,),
-        network_name=type(q_network).__name__,
+        network_name=network_name(q_network),
         metadata={"observation_filter": filter_description(policy)},
+        extra_inputs=action_mask_inputs(policy),
+        extra_examples=action_mask_examples(policy),
     )

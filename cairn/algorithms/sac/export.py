@@ -74,7 +74,7 @@ def squashed_gaussian_export_graph(policy: SACPolicy) -> ExportGraph:
 
     return ExportGraph(
         module=_DeterministicSquashedActor(policy, dist),
-        input=input_spec(policy.observation_space),
+        input=input_spec(policy.network_observation_space),
         outputs=(
             TensorSpec("action", np.dtype(dist.env_dtype).name, (BATCH, *shape),
                        "Deterministic action: tanh(mean) rescaled from [-1, 1] to the Box bounds."),
@@ -86,6 +86,6 @@ def squashed_gaussian_export_graph(policy: SACPolicy) -> ExportGraph:
         example=example_input(policy),
         reference=reference,
         discrete_sizes=None,
-        network_name=type(policy.model).__name__,
+        network_name=type(policy.model.actor).__name__,  # the user's class for a custom actor
         metadata={"observation_filter": filter_description(policy)},
     )

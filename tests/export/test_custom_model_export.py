@@ -1,0 +1,159 @@
+"""Users' own networks (cairn.models) export with parity, and untraceable ones fail clearly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import cairn
+from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+from cairn.algorithms.sac.sac_policy import SACPolicy
+from cairn.errors import ExportError
+from cairn.export import export_model, model_inputs
+from tests.models.nets import SmallActor, SmallCritic, SmallQ, TwoHeads
+
+BOX = gym.spaces.Box(-2.0, 2.0, (4,))
+
+
+class Branchy(TwoHeads):
+    """Python control flow on a tensor's value: torch.export cannot trace it."""
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.trunk(obs)
+        if h.sum() > 0:
+            h = h * 2
+        return self.pi(h), self.vf(h).squeeze(-1)
+
+
+class ReadsItem(TwoHeads):
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.trunk(obs) * float(obs[0, 0].item())
+        return self.pi(h), self.vf(h).squeeze(-1)
+
+
+class CallsNumpy(TwoHeads):
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.trunk(torch.from_numpy(np.tanh(obs.numpy())))
+        return self.pi(h), self.vf(h).squeeze(-1)
+
+
+class BranchyQ(SmallQ):
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        q = self.net(obs)
+        return q if q.sum() > 0 else -q
+
+
+class BranchyActor(SmallActor):
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = super().forward(obs)
+        if mean.sum() > 0:
+            mean = mean + 1
+        return mean, log_std
+
+
+def custom_ppo(action_space: gym.Space[Any], model: type = TwoHeads, obs_space: gym.Space[Any] = BOX,
+               **config: Any) -> cairn.Policy:
+    return cairn.Policy(obs_space, action_space, {"model": {"custom_model": model}, **config}, seed=0)
+
+
+def custom_dqn(model: type = SmallQ) -> DQNPolicy:
+    return DQNPolicy(BOX, gym.spaces.Discrete(3, start=-1), {"model": {"custom_model": model}}, seed=0)
+
+
+def custom_sac(actor: type = SmallActor) -> SACPolicy:
+    return SACPolicy(BOX, gym.spaces.Box(-1.0, 3.0, (2,)),
+                     {"model": {"custom_model": actor, "custom_q_model": SmallCritic}}, seed=0)
+
+
+POLICIES = {
+    "ppo-discrete": lambda: custom_ppo(gym.spaces.Discrete(3)),
+    "ppo-box-filtered": lambda: custom_ppo(gym.spaces.Box(-1.0, 1.0, (2,)),
+                                           observation_filter="MeanStdFilter"),
+    "ppo-dict-obs": lambda: custom_ppo(gym.spaces.MultiDiscrete([2, 3]), obs_space=gym.spaces.Dict(
+        {"x": BOX, "k": gym.spaces.Discrete(4)})),
+    "dqn": custom_dqn,
+    "sac": custom_sac,
+}
+
+
+def outputs_of(model_dir: Path, obs: np.ndarray) -> list[np.ndarray]:
+    files = json.loads((model_dir / "signature.json").read_text())["files"]
+    if "onnx" in files:
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(model_dir / files["onnx"]),
+                                               providers=["CPUExecutionProvider"])
+        return list(session.run(None, {"obs": obs}))
+    program = torch.export.load(str(model_dir / files["torch"])).module()
+    with torch.inference_mode():
+        return [t.numpy() for t in program(torch.from_numpy(obs))]
+
+
+@pytest.mark.parametrize("onnx", [None, 18])
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_custom_models_export_with_parity(name: str, onnx: int | None, tmp_path: Path) -> None:
+    if onnx is not None:
+        pytest.importorskip("onnxruntime")
+    policy = POLICIES[name]()
+    if policy.observation_filter.name == "MeanStdFilter":
+        space = policy.observation_space
+        policy.process_observations([space.sample() for _ in range(200)], update=True)
+    signature = export_model(policy, tmp_path, onnx=onnx)  # checked against the policy inside
+    assert [spec["name"] for spec in signature["inputs"]] == ["obs"]
+
+    space = policy.observation_space
+    space.seed(7)
+    observations = [space.sample() for _ in range(300)]
+    outputs = outputs_of(tmp_path, model_inputs(space, observations))
+    expected = policy.compute_actions(observations, explore=False)
+    assert outputs[0].dtype == expected.dtype and outputs[0].shape == expected.shape
+    if isinstance(policy.action_space, gym.spaces.Box):
+        np.testing.assert_allclose(outputs[0], expected, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(outputs[0], expected)
+    processed = policy.process_observations(observations, update=False)
+    if isinstance(policy, DQNPolicy):
+        np.testing.assert_allclose(outputs[1], policy.compute_q_values(observations), rtol=1e-5, atol=1e-5)
+    else:
+        inputs = policy.compute_action_inputs(processed)
+        np.testing.assert_allclose(np.concatenate(outputs[1:], axis=1), inputs, rtol=1e-5, atol=1e-5)
+
+
+UNTRACEABLE = {
+    "Branchy": lambda: custom_ppo(gym.spaces.Discrete(3), Branchy),
+    "ReadsItem": lambda: custom_ppo(gym.spaces.Discrete(3), ReadsItem),
+    "CallsNumpy": lambda: custom_ppo(gym.spaces.Discrete(3), CallsNumpy),
+    "BranchyQ": lambda: custom_dqn(BranchyQ),
+    "BranchyActor": lambda: custom_sac(BranchyActor),
+    # A masked policy wraps the user's network: the error still names the user's class.
+    "Branchy-masked": lambda: custom_ppo(gym.spaces.Discrete(3), Branchy, obs_space=gym.spaces.Dict(
+        {"observation": BOX, "action_mask": gym.spaces.MultiBinary(3)})),
+}
+
+
+@pytest.mark.parametrize("onnx", [None, 18])
+@pytest.mark.parametrize("name", list(UNTRACEABLE))
+def test_an_untraceable_model_fails_naming_its_class_the_reason_and_the_fix(
+    name: str, onnx: int | None, tmp_path: Path, capfd: pytest.CaptureFixture[str],
+) -> None:
+    if onnx is not None:
+        pytest.importorskip("onnxruntime")
+    policy = UNTRACEABLE[name]()
+    network = name.split("-")[0]
+    with pytest.raises(ExportError) as info:
+        export_model(policy, tmp_path / "out", onnx=onnx)
+    message = str(info.value)
+    assert message.startswith(f"torch.export could not trace the model {network}: ")
+    reason = message.split(": ", 1)[1]
+    assert reason.split(":")[0] in {"GuardOnDataDependentSymNode", "RuntimeError", "UserError"}
+    assert f"Make {network}'s forward traceable" in message
+    assert "override the policy's export_graph()" in message
+    assert "\n" not in message
+    assert not (tmp_path / "out").exists()
+    assert "def forward" not in capfd.readouterr().err  # torch's partial graph is kept off stderr
