@@ -8,6 +8,7 @@ import logging as _logging
 
 from cairn._version import __version__
 from cairn.algorithms import DQN, PPO, SAC, Algorithm, DQNConfig, PPOConfig, SACConfig
+from cairn.callbacks import Callbacks
 from cairn.checkpoint import get_checkpoint_info
 from cairn.checkpoint.manager import CheckpointManager
 from cairn.config import AlgorithmConfig
@@ -29,6 +30,7 @@ __all__ = [
     "__version__",
     "Algorithm",
     "AlgorithmConfig",
+    "Callbacks",
     "CheckpointManager",
     "DQN",
     "DQNConfig",

@@ -32,6 +32,7 @@ from cairn.algorithms.metrics import episode_metrics
 from cairn.algorithms.policy_changes import add_policy, remove_policy
 from cairn.algorithms.policy_specs import build_policies, probe_agents, record_specs, resolve_policy_specs
 from cairn.algorithms.state import algorithm_state, set_algorithm_state
+from cairn.callbacks.base import make_callbacks
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.group import EnvRunnerGroup
@@ -82,12 +83,16 @@ class Algorithm:
         self._rng = algorithm_rng(self.config.seed)
         self._recent_episodes: deque[dict[str, Any]] = deque(maxlen=_METRICS_WINDOW)
         self.policies: dict[str, Policy] = {}
+        #: The hooks of ``config.callbacks_class`` (``cairn.Callbacks``; docs/callbacks.md).
+        self.callbacks = make_callbacks(self.config.callbacks_class)
         probe_env = self._build_policies(policy_states or {}, copy=copy_policy_states)
-        self.env_runner_group = EnvRunnerGroup(self.config, self.policies, first_env=probe_env)
+        self.env_runner_group = EnvRunnerGroup(self.config, self.policies, first_env=probe_env,
+                                               callbacks=self.callbacks)
         self._eval_runner: EnvRunner | None = None
         self._eval_runner_state: Mapping[str, Any] | None = None
         self._log_dir: str | None = self.config.log_dir
         self._saver = BackgroundSaver()  # save(blocking=False)'s writer thread
+        self.callbacks.on_algorithm_init(algorithm=self)
 
     # ---------------------------------------------------------------------------- building
     def _build_policies(self, states: Mapping[str, Any], *, copy: bool) -> Any:
@@ -144,6 +149,7 @@ class Algorithm:
         elapsed = result["time_this_iter_s"] = time.perf_counter() - start
         steps = self.counters["num_env_steps_sampled_lifetime"] - steps_before
         result["env_steps_per_s"] = steps / elapsed if elapsed > 0 else float("nan")
+        self.callbacks.on_train_result(algorithm=self, result=result)
         return result
 
     def evaluate(self, num_episodes: int | None = None, *, seed: int | None = None) -> dict[str, Any]:
@@ -153,7 +159,10 @@ class Algorithm:
         if seed is None and self._eval_runner is None:
             self._eval_runner = evaluation_runner(self.config, self.policies, self._eval_runner_state)
         with self._torch_threads():
-            return evaluate_episodes(self._eval_runner, self.config, self.policies, num_episodes, seed=seed)
+            metrics = evaluate_episodes(self._eval_runner, self.config, self.policies, num_episodes,
+                                        seed=seed)
+        self.callbacks.on_evaluate_end(algorithm=self, evaluation_metrics=metrics)
+        return metrics
 
     # ------------------------------------------------------------------------------ acting
     def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Policy:
@@ -288,9 +297,15 @@ class Algorithm:
             path = Path(self.log_dir) / f"checkpoint_{self.iteration:06d}"
         write = prepare_algorithm_save(self, path, snapshot=not blocking,
                                        storage_options=storage_options, previous=previous)
+
+        def write_and_report() -> str:
+            location = write()
+            self.callbacks.on_checkpoint_saved(algorithm=self, checkpoint=location)
+            return location
+
         if blocking:
-            return write()
-        return self._saver.submit(write, os.fspath(path))
+            return write_and_report()
+        return self._saver.submit(write_and_report, os.fspath(path))
 
     @property
     def log_dir(self) -> str:
@@ -305,6 +320,7 @@ class Algorithm:
         """Load a checkpoint of this algorithm (a directory or a URL such as ``s3://...``;
         ``storage_options`` for its fsspec file system) into this object, in place."""
         restore_algorithm(self, checkpoint, storage_options=storage_options)
+        self.callbacks.on_checkpoint_loaded(algorithm=self)
 
     def restore_from_path(self, path: Any, *, component: str | None = None,
                           storage_options: Mapping[str, Any] | None = None) -> None:
@@ -313,6 +329,7 @@ class Algorithm:
         network parameters) or None (everything, as :meth:`restore`); reads only that
         component's files. See :func:`cairn.algorithms.component_restore.restore_component`."""
         restore_component(self, path, component, storage_options=storage_options)
+        self.callbacks.on_checkpoint_loaded(algorithm=self)
 
     @classmethod
     def from_checkpoint(
@@ -323,10 +340,12 @@ class Algorithm:
         """Rebuild an algorithm from a checkpoint directory or URL (``s3://``, ``memory://``,
         ...), with no config or class in hand (a subclass builds only its own kind); the
         arguments are in :func:`cairn.algorithms.checkpointing.algorithm_from_checkpoint`."""
-        return algorithm_from_checkpoint(
+        algo = algorithm_from_checkpoint(
             cls, checkpoint, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
             policies_to_train=policies_to_train, config_overrides=config_overrides,
             storage_options=storage_options)
+        algo.callbacks.on_checkpoint_loaded(algorithm=algo)
+        return algo
 
     def export_policy_checkpoint(
         self, export_dir: str | os.PathLike[str], policy_id: str = DEFAULT_POLICY_ID, *,
@@ -356,6 +375,7 @@ class Algorithm:
             self.env_runner_group.stop()
             if self._eval_runner is not None:
                 self._eval_runner.stop()
+            self.callbacks.on_algorithm_stop(algorithm=self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(env={self.config.env!r}, policies={sorted(self.policies)})"

@@ -15,8 +15,8 @@ def episode_metrics(
     episodes: Sequence[Mapping[str, Any]], *, policy_ids: Collection[str] | None = None
 ) -> dict[str, Any]:
     """Means over finished episodes: ``episode_return_mean``, ``episode_len_mean`` (nan when
-    there are none), ``num_episodes`` and ``policy_episode_return_mean`` (per policy, over the
-    returns of the agents it controlled).
+    there are none), ``num_episodes``, ``policy_episode_return_mean`` (per policy, over the
+    returns of the agents it controlled) and ``custom_metrics`` (:func:`custom_metrics`).
 
     ``policy_ids`` limits ``policy_episode_return_mean`` to those policies: the metrics window
     outlives a policy that was removed, or left out of a subset restore, and a policy that is
@@ -32,4 +32,21 @@ def episode_metrics(
         "episode_len_mean": float(np.mean([e["length"] for e in episodes])) if episodes else math.nan,
         "num_episodes": len(episodes),
         "policy_episode_return_mean": {pid: float(np.mean(r)) for pid, r in per_policy.items()},
+        "custom_metrics": custom_metrics(episodes),
     }
+
+
+def custom_metrics(episodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """``{f"{name}_mean" | "_min" | "_max": value}`` over the episodes whose callbacks set
+    ``episode.custom_metrics[name]`` to a number (RLlib's layout); other values are skipped."""
+    values: dict[str, list[float]] = {}
+    for ep in episodes:
+        for name, value in (ep.get("custom_metrics") or {}).items():
+            if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+                values.setdefault(str(name), []).append(float(value))
+    out: dict[str, float] = {}
+    for name, numbers in sorted(values.items()):
+        out[f"{name}_mean"] = float(np.mean(numbers))
+        out[f"{name}_min"] = float(np.min(numbers))
+        out[f"{name}_max"] = float(np.max(numbers))
+    return out

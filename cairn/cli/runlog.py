@@ -70,6 +70,8 @@ def progress_row(result: Mapping[str, Any]) -> dict[str, Any]:
                 row[f"{pid}/{key}" if several else key] = value
     if "evaluation" in result:
         row[_EVALUATION_COLUMN] = result["evaluation"].get("episode_return_mean")
+    for key, value in (result.get("custom_metrics") or {}).items():  # cairn.Callbacks' metrics
+        row[f"custom_metrics/{key}"] = value
     return row
 
 
@@ -186,6 +188,9 @@ class RunLog:
             if self.evaluates and _EVALUATION_COLUMN not in row:
                 self.columns.append(_EVALUATION_COLUMN)
         assert self.columns is not None
+        added = [column for column in row if column not in self.columns]
+        if added and not new_file:  # e.g. a custom metric's first value: widen the header
+            self._widen(added)
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         if new_file:
@@ -201,6 +206,20 @@ class RunLog:
                     self._tb.add_scalar(key, value, step)
             self._tb.flush()
         return row
+
+    def _widen(self, added: list[str]) -> None:
+        """Add columns to progress.csv, rewriting it (atomically) with empty cells for them."""
+        assert self.columns is not None
+        with open(self.progress_path, newline="") as f:
+            rows = list(csv.reader(f))[1:]
+        self.columns = [*self.columns, *added]
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(self.columns)
+        writer.writerows(r + [""] * (len(self.columns) - len(r)) for r in rows)
+        tmp = self.progress_path.with_name(self.progress_path.name + ".tmp")
+        tmp.write_text(buffer.getvalue())
+        os.replace(tmp, self.progress_path)
 
     def close(self) -> None:
         """Close the TensorBoard writer (the CSV and JSONL files are closed after each row)."""

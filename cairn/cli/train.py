@@ -24,6 +24,7 @@ from cairn.cli.common import (
 )
 from cairn.cli.env_names import ENV_FORMS, ENV_HELP, add_import_option, resolve_env
 from cairn.cli.interrupt import InterruptRequest
+from cairn.cli.loggers import add_logger_options, attach_loggers
 from cairn.cli.progress import Reporter, make_reporter
 from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_checkpoint, run_manager
 from cairn.cli.run_dir import check_new_run_dir, local_dir
@@ -95,6 +96,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                         "by episode_return_mean")
     p.add_argument("--resume", default=None, metavar="RUN", help="continue RUN from its latest checkpoint")
     p.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
+    add_logger_options(p)
     add_import_option(p)
     p.set_defaults(run=run, parser=p)
 
@@ -209,7 +211,8 @@ def _should_stop(stop: dict[str, Any], result: dict[str, Any]) -> bool:
     return ((stop["iters"] is not None and result["training_iteration"] >= stop["iters"])
             or (stop["timesteps"] is not None
                 and result["num_env_steps_sampled_lifetime"] >= stop["timesteps"])
-            or (stop["reward"] is not None and ret is not None and ret == ret and ret >= stop["reward"]))
+            or (stop["reward"] is not None and ret is not None and ret == ret and ret >= stop["reward"])
+            or bool(result.get("done")))  # a callback's on_train_result asked to stop
 
 
 def _with_run_metrics(algo: Any, result: dict[str, Any], time_offset: float) -> dict[str, Any]:
@@ -322,6 +325,7 @@ def _resume(args: argparse.Namespace) -> int:
     _, overrides = _settings(args)
     algo = Algorithm.from_checkpoint(latest, config_overrides=overrides or None)
     try:
+        attach_loggers(algo, args)
         settings = {**saved, "algo": type(algo).__name__, "stop": _stop_settings(args, saved.get("stop")),
                     "checkpoint_every": args.checkpoint_every or saved.get("checkpoint_every"),
                     "keep": args.keep if args.keep is not None else saved.get("keep", DEFAULT_KEEP)}
@@ -356,6 +360,7 @@ def run(args: argparse.Namespace) -> int:
                 "keep": DEFAULT_KEEP if args.keep is None else args.keep, "started_at": time.time()}
     algo = config.build()
     try:
+        attach_loggers(algo, args)
         if args.out is None:
             run_dir = Path(algo.log_dir)
         log = RunLog(run_dir, tensorboard=args.tensorboard, evaluates=bool(algo.config.evaluation_interval))

@@ -6,6 +6,7 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
+from cairn.callbacks.base import callbacks_reference
 from cairn.config import algorithm_classes
 from cairn.config.base_fields import BASE_FIELDS
 from cairn.config.checks import (
@@ -82,6 +83,7 @@ class AlgorithmConfig:
     export_native_model_files: bool
     seed: int | None
     log_dir: str | None
+    callbacks_class: str | None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Config classes know their algorithm by registry name only (config sits below the
@@ -243,6 +245,14 @@ class AlgorithmConfig:
         ``store_replay_buffer``).
         """
         return self._set("checkpointing", kwargs)
+
+    def callbacks(self, callbacks_class: Any = None) -> AlgorithmConfig:
+        """Set the :class:`cairn.Callbacks` subclass whose hooks run in training (a class, a
+        name registered with ``cairn.registry.register_class``, or ``"package.module:QualName"``;
+        None: no callbacks). The config stores its reference (docs/callbacks.md)."""
+        self.callbacks_class = callbacks_reference(callbacks_class)
+        self.FIELDS["callbacks_class"].check("callbacks_class", self.callbacks_class)
+        return self
 
     def debugging(
         self, *, seed: int | None = _NOT_PROVIDED, log_dir: str | None = _NOT_PROVIDED

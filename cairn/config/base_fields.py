@@ -17,6 +17,7 @@ from cairn.errors import ConfigError
 from cairn.policy.filters import FILTER_NAMES
 from cairn.policy.model import check_model_config
 from cairn.policy.policy import Policy
+from cairn.registry import check_class_reference_form
 
 __all__ = ["BASE_FIELDS"]
 
@@ -47,6 +48,14 @@ def _check_threads(key: str, value: Any) -> None:
 def _check_str_or_none(key: str, value: Any) -> None:
     if value is not None and not isinstance(value, str):
         raise ConfigError(f"Config {key!r}={value!r} is invalid: expected a path str or None.")
+
+
+def _check_callbacks(key: str, value: Any) -> None:
+    if value is not None:
+        if not isinstance(value, str):
+            raise ConfigError(f"Config {key!r}={value!r:.100} is invalid: expected a reference str or None "
+                              "(config.callbacks(MyCallbacks) stores the class's reference).")
+        check_class_reference_form(value, what=key)
 
 
 _seconds = number(0.0, 1e9, low_open=True)
@@ -95,4 +104,6 @@ BASE_FIELDS: dict[str, Field] = {
     # debugging
     "seed": Field("debugging", None, _check_seed, "seed for weights, sampling and envs"),
     "log_dir": Field("debugging", None, _check_str_or_none, "default folder for save()"),
+    # callbacks (cairn.Callbacks, docs/callbacks.md): the class's reference
+    "callbacks_class": Field("callbacks", None, _check_callbacks, "cairn.Callbacks subclass"),
 }

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cairn.callbacks.base import Callbacks, make_callbacks, overrides
 from cairn.env_runner.agent_mapping import agent_ids_by_name
 from cairn.env_runner.env_state import get_env_state, set_env_state
 from cairn.env_runner.episode import EpisodeBook, EpisodeTotals
@@ -47,6 +48,8 @@ class EnvRunner:
         num_envs: Overrides ``config.num_envs_per_env_runner`` (evaluation uses 1).
         seed_offset: Added to the seed, to keep evaluation envs apart from training envs.
         first_env: An already created environment to use as the first one.
+        callbacks: The ``cairn.Callbacks`` whose episode and sample hooks run here (default:
+            a new instance of ``config.callbacks_class``).
     """
 
     def __init__(
@@ -58,8 +61,11 @@ class EnvRunner:
         num_envs: int | None = None,
         seed_offset: int = 0,
         first_env: Any = None,
+        callbacks: Callbacks | None = None,
     ) -> None:
         self.config = config
+        #: The hooks of ``config.callbacks_class`` (the local runner shares its algorithm's).
+        self.callbacks = callbacks if callbacks is not None else make_callbacks(config.callbacks_class)
         self.policies = dict(policies)
         self.worker_index = worker_index
         self.num_envs = num_envs or config.num_envs_per_env_runner
@@ -67,7 +73,7 @@ class EnvRunner:
         self.envs = [first_env] if first_env is not None else []
         self.envs += [make_env(config) for _ in range(self.num_envs - len(self.envs))]
         self.multi_agent = is_multi_agent_env(self.envs[0])
-        self._episodes = EpisodeBook(self.num_envs)
+        self._episodes = EpisodeBook(self.num_envs, self.callbacks, self)
         self.num_env_steps_sampled = 0
         self._obs: np.ndarray | None = None  # single-agent: processed obs [E, d]
         self._needs_reset = True
@@ -117,6 +123,8 @@ class EnvRunner:
             self._reset_all(update_filter=True)
         batches = self._sampler()(steps, explore=explore, record=True, update_filter=True)
         self.num_env_steps_sampled += steps * self.num_envs
+        if overrides(self.callbacks, "on_sample_end"):
+            self.callbacks.on_sample_end(samples=batches, env_runner=self)
         return batches
 
     def run_episodes(self, num_episodes: int, *, explore: bool = False) -> list[dict[str, Any]]:
@@ -140,6 +148,7 @@ class EnvRunner:
         policy = self.policies[self._single_pid]
         dist = policy.dist
         n_envs, envs, episodes = self.num_envs, self.envs, self._episodes.current
+        step_hook = self._episodes.step if self._episodes.has_step_hook else None
         obs = self._obs
         assert obs is not None
         if record:
@@ -162,6 +171,8 @@ class EnvRunner:
                 ep.ret += r
                 ep.length += 1
                 ep.agent_returns[DEFAULT_AGENT_ID] += r
+                if step_hook is not None:
+                    step_hook(i)
                 if record:
                     rew_buf[t, i] = r
                     term_buf[t, i] = terminated
@@ -240,11 +251,12 @@ class EnvRunner:
             if not self._agents.set_state(state["current_obs"]):
                 self._needs_reset = True  # the agents, the mapping or the policy set changed
                 return
-            self._episodes.current = [EpisodeTotals.from_state(s, agent_ids_by_name(self.envs[i]))
+            self._episodes.current = [EpisodeTotals.from_state(s, agent_ids_by_name(self.envs[i]), i)
                                       for i, s in enumerate(state["episodes"])]
         else:
             self._obs = np.asarray(state["current_obs"], dtype=np.float32).copy()
-            self._episodes.current = [EpisodeTotals.from_state(s, {}) for s in state["episodes"]]
+            self._episodes.current = [EpisodeTotals.from_state(s, {}, i)
+                                      for i, s in enumerate(state["episodes"])]
         self._needs_reset = False
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:

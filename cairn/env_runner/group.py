@@ -14,6 +14,7 @@ from cairn.env_runner.remote import ensure_ray
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 
 if TYPE_CHECKING:
+    from cairn.callbacks.base import Callbacks
     from cairn.config.algorithm_config import AlgorithmConfig
     from cairn.policy.policy import Policy
 
@@ -32,14 +33,15 @@ class EnvRunnerGroup:
     """
 
     def __init__(
-        self, config: AlgorithmConfig, policies: Mapping[str, Policy], *, first_env: Any = None
+        self, config: AlgorithmConfig, policies: Mapping[str, Policy], *, first_env: Any = None,
+        callbacks: Callbacks | None = None,
     ) -> None:
         self.config = config
         self.policies = policies
         self.local: EnvRunner | None = None
         self._remote: RemoteRunners | None = None
         if config.num_env_runners == 0:
-            self.local = EnvRunner(config, policies, worker_index=0, first_env=first_env)
+            self.local = EnvRunner(config, policies, worker_index=0, first_env=first_env, callbacks=callbacks)
             return
         close_env(first_env)  # remote runners build their own
         self._remote = RemoteRunners(config, self._policy_states)

@@ -166,6 +166,7 @@ class ParallelSampler:
                     if record:
                         trajs.add((i, agent), *acted[(i, agent)], r, bool(term_d.get(agent, False)),
                                   bool(trunc_d.get(agent, False)))
+                self.episodes.step(i)  # on_episode_step, when the user's callbacks have one
                 alive = set(env.agents)
                 episode_over = not alive
                 for agent in actions[i]:

@@ -177,6 +177,7 @@ class TurnBasedSampler:
         for i, env in enumerate(self.envs):
             env.step(actions[i])
             self.episodes.current[i].length += 1
+            self.episodes.step(i)  # on_episode_step (the move's rewards are read at the next selection)
 
     def _advance(self, *, update_filter: bool, trajs: AgentTrajectories | None) -> None:
         """Bring every env to its next agent to move: read each selected agent's reward, step

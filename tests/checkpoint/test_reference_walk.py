@@ -55,6 +55,7 @@ REFERENCE_KEYS = {
     (ASTATE, ("config", "policies", "default_policy", "config", "model", "keras_model")),
     (PSTATE, ("spec", "policy_class")),
     (PSTATE, ("spec", "config", "model", "keras_model")),
+    (ASTATE, ("config", "callbacks_class")),
     (ASTATE, ("config", "model", "custom_model")),
     (ASTATE, ("config", "model", "custom_q_model")),
     (ASTATE, ("config", "policies", "default_policy", "config", "model", "custom_model")),

@@ -1,0 +1,144 @@
+"""Ready-made callbacks that log a run to MLflow or Weights & Biases (docs/callbacks.md).
+
+Both log the same things: the config's keys as parameters (nested values as JSON text), every
+numeric value of each ``train()`` result as a metric at ``step = training_iteration`` (nested
+keys joined with ``/``: ``learners/default_policy/policy_loss``), and each checkpoint that
+``algorithm.save()`` writes to local disk as an artifact directory (a checkpoint on an object
+store is recorded by its URL). Use them as ``config.callbacks(cairn.callbacks.MLflowLogger)``
+or with ``cairn train --mlflow`` / ``--wandb``. The client libraries are the extras
+``cairn-rl[mlflow]`` and ``cairn-rl[wandb]``, imported when a run starts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from cairn.callbacks.base import Callbacks
+from cairn.errors import FrameworkUnavailableError
+
+__all__ = ["MLflowLogger", "WandbLogger", "flat_metrics", "flat_params"]
+
+#: MLflow refuses longer parameter values.
+_MAX_PARAM_CHARS = 6000
+
+
+def flat_metrics(result: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
+    """``(name, value)`` for every finite number in a result, nested keys joined with ``/``."""
+    for key, value in result.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from flat_metrics(value, f"{name}/")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            yield name, float(value)
+
+
+def flat_params(config: Mapping[str, Any]) -> dict[str, str]:
+    """The config's keys as text parameters (dicts and lists as JSON), cut to what MLflow takes."""
+    return {key: (value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True))
+            [:_MAX_PARAM_CHARS] for key, value in config.items()}
+
+
+def _import(module: str, extra: str) -> Any:
+    try:
+        return __import__(module)
+    except ImportError as exc:
+        raise FrameworkUnavailableError(
+            f"The {module} logger needs the {module} package ({exc}). Fix: pip install 'cairn-rl[{extra}]'."
+        ) from exc
+
+
+def _local_dir(checkpoint: str) -> Path | None:
+    return None if "://" in checkpoint else Path(checkpoint)
+
+
+class MLflowLogger(Callbacks):
+    """Logs to MLflow: one run per algorithm, in the tracking server and experiment of MLflow's
+    usual environment (``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``); the run is ended
+    by ``algorithm.stop()``. :attr:`run_id` names it."""
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+        self._client: Any = None
+
+    def on_algorithm_init(self, *, algorithm: Any) -> None:
+        mlflow = _import("mlflow", "mlflow")
+        from mlflow.tracking import MlflowClient
+
+        self._client = MlflowClient()
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "Default")
+        experiment = self._client.get_experiment_by_name(name)
+        experiment_id = experiment.experiment_id if experiment else self._client.create_experiment(name)
+        run = self._client.create_run(experiment_id, run_name=f"{type(algorithm).__name__}",
+                                      tags={"cairn.algorithm": type(algorithm).__name__})
+        self.run_id = run.info.run_id
+        params = [mlflow.entities.Param(k, v) for k, v in flat_params(algorithm.config.to_dict()).items()]
+        for start in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+            self._client.log_batch(self.run_id, params=params[start:start + 100])
+
+    def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
+        if self.run_id is None:
+            return
+        from mlflow.entities import Metric
+
+        step = int(result.get("training_iteration", 0))
+        stamp = int(1000 * __import__("time").time())
+        metrics = [Metric(name, value, stamp, step) for name, value in flat_metrics(result)]
+        for start in range(0, len(metrics), 1000):
+            self._client.log_batch(self.run_id, metrics=metrics[start:start + 1000])
+
+    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
+        if self.run_id is None:
+            return
+        local = _local_dir(checkpoint)
+        if local is None:
+            self._client.set_tag(self.run_id, "cairn.last_checkpoint", checkpoint)
+            return
+        self._client.log_artifacts(self.run_id, str(local), artifact_path=f"checkpoints/{local.name}")
+        self._client.set_tag(self.run_id, "cairn.last_checkpoint", f"checkpoints/{local.name}")
+
+    def on_algorithm_stop(self, *, algorithm: Any) -> None:
+        if self.run_id is not None:
+            self._client.set_terminated(self.run_id)
+
+
+class WandbLogger(Callbacks):
+    """Logs to Weights & Biases: one run per algorithm in the project ``WANDB_PROJECT``
+    (default ``"cairn"``), online or as W&B's environment says (``WANDB_MODE=offline``); the
+    run is finished by ``algorithm.stop()``. :attr:`run` is the ``wandb`` run."""
+
+    def __init__(self) -> None:
+        self.run: Any = None
+
+    def on_algorithm_init(self, *, algorithm: Any) -> None:
+        wandb = _import("wandb", "wandb")
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "cairn"), reinit="create_new",
+                              config=json.loads(json.dumps(algorithm.config.to_dict(), default=str)),
+                              name=type(algorithm).__name__)
+
+    def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
+        if self.run is not None:
+            self.run.log(dict(flat_metrics(result)), step=int(result.get("training_iteration", 0)), commit=True)
+
+    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
+        if self.run is None:
+            return
+        local = _local_dir(checkpoint)
+        if local is None:
+            self.run.summary["cairn.last_checkpoint"] = checkpoint
+            return
+        import wandb
+
+        artifact = wandb.Artifact(f"checkpoint-{self.run.id}", type="model",
+                                  metadata={"iteration": algorithm.iteration, "path": checkpoint})
+        artifact.add_dir(str(local))
+        self.run.log_artifact(artifact, aliases=["latest", local.name])
+
+    def on_algorithm_stop(self, *, algorithm: Any) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None

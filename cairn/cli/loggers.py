@@ -1,0 +1,55 @@
+"""``cairn train --mlflow`` / ``--wandb``: the ready-made loggers of :mod:`cairn.callbacks`,
+attached to the algorithm of this run only (the config's own callbacks run first; nothing about
+them is stored in the config or the checkpoints)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cairn.callbacks import Callbacks, MLflowLogger, WandbLogger
+
+__all__ = ["add_logger_options", "attach_loggers", "LoggedCallbacks"]
+
+_ALGORITHM_HOOKS = ("on_train_result", "on_evaluate_end", "on_checkpoint_saved", "on_checkpoint_loaded",
+                    "on_algorithm_stop")
+
+
+def add_logger_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mlflow", action="store_true",
+                        help="also log the run to MLflow (MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME; "
+                             "pip install 'cairn-rl[mlflow]')")
+    parser.add_argument("--wandb", action="store_true",
+                        help="also log the run to Weights & Biases (WANDB_PROJECT, WANDB_MODE; "
+                             "pip install 'cairn-rl[wandb]')")
+
+
+class LoggedCallbacks(Callbacks):
+    """The algorithm's own callbacks, then each logger, for the algorithm-level hooks."""
+
+    def __init__(self, own: Callbacks, loggers: list[Callbacks]) -> None:
+        self.own, self.loggers = own, loggers
+
+    def __getattribute__(self, name: str) -> Any:
+        if name not in _ALGORITHM_HOOKS:
+            return object.__getattribute__(self, name)
+        targets = [object.__getattribute__(self, "own"), *object.__getattribute__(self, "loggers")]
+
+        def hook(**kwargs: Any) -> None:
+            for target in targets:
+                getattr(target, name)(**kwargs)
+        return hook
+
+
+def attach_loggers(algo: Any, args: argparse.Namespace) -> None:
+    """Start the loggers ``--mlflow``/``--wandb`` ask for on ``algo`` (their runs begin now)."""
+    loggers: list[Callbacks] = []
+    if getattr(args, "mlflow", False):
+        loggers.append(MLflowLogger())
+    if getattr(args, "wandb", False):
+        loggers.append(WandbLogger())
+    if not loggers:
+        return
+    for logger in loggers:
+        logger.on_algorithm_init(algorithm=algo)
+    algo.callbacks = LoggedCallbacks(algo.callbacks, loggers)

@@ -1,0 +1,71 @@
+"""Callbacks classes for the tests, at module level so that configs and checkpoints name them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from cairn.callbacks import Callbacks
+
+#: Calls per hook name, per process (remote runners count in their own process).
+CALLS: Counter[str] = Counter()
+
+
+class CountingCallbacks(Callbacks):
+    """Counts every hook; overrides take exactly the documented keyword arguments (no
+    ``**kwargs``), so a call with any other argument fails the test."""
+
+    def on_algorithm_init(self, *, algorithm: Any) -> None:
+        CALLS["on_algorithm_init"] += 1
+
+    def on_episode_start(self, *, episode: Any, env_runner: Any) -> None:
+        CALLS["on_episode_start"] += 1
+        assert episode.length == 0 and episode.custom_metrics == {}
+
+    def on_episode_step(self, *, episode: Any, env_runner: Any) -> None:
+        CALLS["on_episode_step"] += 1
+        episode.custom_metrics["steps_seen"] = episode.custom_metrics.get("steps_seen", 0) + 1
+
+    def on_episode_end(self, *, episode: Any, env_runner: Any) -> None:
+        CALLS["on_episode_end"] += 1
+        episode.custom_metrics["length"] = episode.length
+        episode.custom_metrics["env_index"] = episode.env_index
+
+    def on_sample_end(self, *, samples: Any, env_runner: Any) -> None:
+        CALLS["on_sample_end"] += 1
+        CALLS["sampled_rows"] += sum(len(batch) for batch in samples.values())
+
+    def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
+        CALLS["on_train_result"] += 1
+        result["callback_saw_iteration"] = result["training_iteration"]
+
+    def on_evaluate_end(self, *, algorithm: Any, evaluation_metrics: dict[str, Any]) -> None:
+        CALLS["on_evaluate_end"] += 1
+
+    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
+        CALLS["on_checkpoint_saved"] += 1
+
+    def on_checkpoint_loaded(self, *, algorithm: Any) -> None:
+        CALLS["on_checkpoint_loaded"] += 1
+
+    def on_algorithm_stop(self, *, algorithm: Any) -> None:
+        CALLS["on_algorithm_stop"] += 1
+
+
+class StopAtTwo(Callbacks):
+    """Asks to stop once two iterations are done."""
+
+    def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
+        result["done"] = result["training_iteration"] >= 2
+
+
+class EpisodeLength(Callbacks):
+    """Reports each episode's length as a custom metric (from the step hook, so that the
+    metric is in flight mid-episode when a checkpoint is taken)."""
+
+    def on_episode_step(self, *, episode: Any, env_runner: Any) -> None:
+        episode.custom_metrics["len"] = episode.length
+
+
+class NotCallbacks:
+    """Not a cairn.Callbacks subclass."""

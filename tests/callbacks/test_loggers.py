@@ -1,0 +1,93 @@
+"""The ready-made loggers against the real services: MLflow with its local file store, read back
+with MLflow's own client; Weights & Biases in offline mode, read back from its run files."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from cairn.callbacks import MLflowLogger, WandbLogger
+from cairn.cli import main
+from tests.helpers import small_ppo
+
+mlflow = pytest.importorskip("mlflow", reason="the mlflow extra (make test installs it)")
+
+
+@pytest.fixture
+def mlflow_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "cairn-tests")
+    # MLflow 3 keeps the file store in maintenance mode behind this switch; it is still the
+    # real local backend (no server, no database).
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    return uri
+
+
+def test_mlflow_logs_params_metrics_and_the_checkpoint(mlflow_store: str, tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    algo = small_ppo().callbacks(MLflowLogger).build()
+    for _ in range(2):
+        algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    run_id = algo.callbacks.run_id
+    client = MlflowClient(mlflow_store)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == "cairn-tests"
+    params = run.data.params
+    assert params["lr"] == str(algo.config.lr) and params["algo_class"] == "PPO"
+    assert params["train_batch_size"] == "128"
+    history = client.get_metric_history(run_id, "episode_return_mean")
+    assert [m.step for m in history] == [1, 2]
+    assert {m.key for m in [*history, *client.get_metric_history(run_id, "learners/default_policy/policy_loss")]}
+    artifacts = [a.path for a in client.list_artifacts(run_id, f"checkpoints/{Path(path).name}")]
+    assert f"checkpoints/{Path(path).name}/cairn_checkpoint.json" in artifacts
+    assert run.data.tags["cairn.last_checkpoint"] == f"checkpoints/{Path(path).name}"
+
+
+def test_cairn_train_mlflow_flag(mlflow_store: str, tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "2", "--out",
+                 str(tmp_path / "run"), "-q", "--mlflow", "--config", "train_batch_size=128",
+                 "minibatch_size=64"]) == 0
+    client = MlflowClient(mlflow_store)
+    experiment = client.get_experiment_by_name("cairn-tests")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "num_env_steps_sampled_lifetime")] == [1, 2]
+    names = [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")]
+    assert names == ["checkpoints/checkpoint_000002"]  # the final checkpoint
+
+
+def test_wandb_offline_run_holds_config_metrics_and_checkpoint(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("wandb", reason="the wandb extra (make test installs it)")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_PROJECT", "cairn-tests")
+    algo = small_ppo().callbacks(WandbLogger).build()
+    run = algo.callbacks.run
+    for _ in range(2):
+        result = algo.train()
+    algo.save(tmp_path / "ckpt")
+    assert run.config["train_batch_size"] == 128 and run.config["algo_class"] == "PPO"
+    assert run.summary["training_iteration"] == 2
+    assert run.summary["episode_return_mean"] == pytest.approx(result["episode_return_mean"])
+    algo.stop()
+    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    run_file = next(run_dir.glob("*.wandb"))
+    deadline = time.monotonic() + 30  # W&B's service process may still be flushing the file
+    while b"cairn_checkpoint.json" not in run_file.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    records = run_file.read_bytes()
+    # The run file holds the logged history rows and the checkpoint artifact's manifest.
+    for text in (b"episode_return_mean", b"learners/default_policy/policy_loss", b"checkpoint-",
+                 b"cairn_checkpoint.json"):
+        assert text in records, text
