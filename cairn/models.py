@@ -51,6 +51,7 @@ __all__ = [
     "SACCriticModel",
     "register_model",
     "registered_models",
+    "split_observation",
 ]
 
 
@@ -139,6 +140,43 @@ class SACCriticModel(ModelBase):
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__qualname__} must define forward(obs, actions) -> q.")
+
+
+def split_observation(obs: torch.Tensor, observation_space: gym.Space[Any]) -> Any:
+    """The flat ``obs`` rows ``[B, flatdim]`` of ``observation_space`` cut back into its
+    structure, as views: a dict for a ``Dict`` (keys in the space's order), a tuple for a
+    ``Tuple``, ``[B, *shape]`` for a ``Box`` or ``MultiBinary``, and the one-hot block
+    (``[B, n]``, ``[B, sum(nvec)]``) for ``Discrete``/``MultiDiscrete``. Slicing only, so a
+    model that calls it in ``forward`` still exports (``torch.export``, ONNX).
+
+    >>> space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,)), "mode": gym.spaces.Discrete(3)})
+    >>> parts = split_observation(torch.zeros(4, 5), space)
+    >>> {k: tuple(v.shape) for k, v in parts.items()}
+    {'mode': (4, 3), 'pos': (4, 2)}
+    """
+    def cut(space: gym.Space[Any], offset: int) -> tuple[Any, int]:
+        if isinstance(space, gym.spaces.Dict):
+            out: dict[str, Any] = {}
+            for key, sub in space.spaces.items():
+                out[key], offset = cut(sub, offset)
+            return out, offset
+        if isinstance(space, gym.spaces.Tuple):
+            parts = []
+            for sub in space.spaces:
+                part, offset = cut(sub, offset)
+                parts.append(part)
+            return tuple(parts), offset
+        size = int(gym.spaces.flatdim(space))
+        block = obs[:, offset:offset + size]
+        if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
+            block = block.reshape(obs.shape[0], *space.shape)
+        return block, offset + size
+
+    expected = int(gym.spaces.flatdim(observation_space))
+    if obs.shape[-1] != expected:
+        raise ValueError(f"split_observation: rows of {obs.shape[-1]} numbers do not fit {observation_space} "
+                         f"({expected} numbers flattened).")
+    return cut(observation_space, 0)[0]
 
 
 def register_model(name: str, model_class: type[ModelBase]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cairn.models import ActorCriticModel, QModel, SACActorModel, SACCriticModel
+from cairn.models import ActorCriticModel, QModel, SACActorModel, SACCriticModel, split_observation
 
 
 class TwoHeads(ActorCriticModel):
@@ -77,3 +77,18 @@ class NotAModel(nn.Module):
     def __init__(self, *args):
         super().__init__()
         self.x = nn.Linear(1, 1)
+
+
+class DictParts(ActorCriticModel):
+    """Reads a Dict observation by its parts (cairn.models.split_observation)."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.pos = nn.Linear(2, 8)
+        self.mode = nn.Linear(3, 8)
+        self.pi, self.vf = nn.Linear(16, num_outputs), nn.Linear(16, 1)
+
+    def forward(self, obs):
+        parts = split_observation(obs, self.observation_space)
+        h = torch.tanh(torch.cat([self.pos(parts["pos"]), self.mode(parts["mode"])], dim=-1))
+        return self.pi(h), self.vf(h).squeeze(-1)

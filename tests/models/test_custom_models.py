@@ -200,3 +200,23 @@ def test_a_checkpoint_naming_another_class_is_refused(reference: Any, error: typ
     edit_json(tmp_path / "policy", "policy_state.json", rename)
     with pytest.raises(error, match=message):
         cairn.Policy.from_checkpoint(tmp_path / "policy")
+
+
+def test_split_observation_gives_the_dict_back_and_exports(tmp_path: Path) -> None:
+    from cairn.models import split_observation
+    from tests.models.nets import DictParts
+
+    space = gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                             "mode": gym.spaces.Discrete(3)})
+    samples = [space.sample() for _ in range(5)]
+    rows = torch.from_numpy(np.stack([gym.spaces.flatten(space, s) for s in samples]).astype(np.float32))
+    parts = split_observation(rows, space)
+    for i, sample in enumerate(samples):
+        assert torch.equal(parts["pos"][i], torch.from_numpy(sample["pos"]))
+        assert int(parts["mode"][i].argmax()) == int(sample["mode"])
+    with pytest.raises(ValueError, match="do not fit"):
+        split_observation(rows[:, :4], space)
+    policy = cairn.Policy(space, gym.spaces.Discrete(2), {"model": {"custom_model": DictParts}}, seed=0)
+    assert policy.compute_actions(samples).shape == (5,)
+    policy.export_model(tmp_path / "program")  # slicing only: torch.export traces it, with parity
+    assert (tmp_path / "program" / "signature.json").exists()
