@@ -135,9 +135,11 @@ class AlgorithmLike(Stateful, Protocol):
         ...
 
     def save(self, path: Any = None, *, blocking: bool = True,
-             storage_options: Mapping[str, Any] | None = None, previous: Any = None) -> Any:
+             storage_options: Mapping[str, Any] | None = None, previous: Any = None,
+             metadata: Mapping[str, Any] | None = None) -> Any:
         """Write a checkpoint atomically and return its location (``blocking=False``: a
-        ``concurrent.futures.Future`` of it, written in the background)."""
+        ``concurrent.futures.Future`` of it, written in the background); ``metadata`` (JSON
+        data) is stored in its manifest."""
         ...
 
     def restore(self, checkpoint: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
@@ -159,6 +161,8 @@ class Checkpointable(Protocol):
     iteration: int
 
     def save(self, path: Any = None, *, blocking: bool = True,
-             storage_options: Mapping[str, Any] | None = None, previous: Any = None) -> Any:
-        """Write a checkpoint at ``path``; see :meth:`AlgorithmLike.save`."""
+             storage_options: Mapping[str, Any] | None = None, previous: Any = None,
+             metadata: Mapping[str, Any] | None = None) -> Any:
+        """Write a checkpoint at ``path`` (with ``metadata`` in its manifest; the manager passes
+        it only when given); see :meth:`AlgorithmLike.save`."""
         ...

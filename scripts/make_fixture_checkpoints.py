@@ -22,6 +22,8 @@ from cairn.checkpoint.format import FORMAT_VERSION
 from cairn.envs import make_multi_agent_cartpole
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The ``metadata`` of the ppo_single fixture (a manifest key since format version 2).
+FIXTURE_METADATA = {"note": "frozen fixture", "tags": ["ppo", "cartpole"], "score": 1.5, "nested": {"ok": True}}
 SMALL = {"train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1, "model": {"hidden": [16, 16]}}
 
 
@@ -35,7 +37,7 @@ def main() -> int:
     single = (cairn.PPOConfig().environment("CartPole-v1").training(**SMALL)
               .env_runners(observation_filter="MeanStdFilter").debugging(seed=0).build())
     single.train()
-    single.save(out / "ppo_single")
+    single.save(out / "ppo_single", metadata=FIXTURE_METADATA)  # format version 2 on
     single.get_policy().export_checkpoint(out / "policy")
 
     multi = (cairn.PPOConfig()

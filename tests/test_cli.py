@@ -61,7 +61,7 @@ def test_bad_config_is_a_clear_error(capsys):
 def test_info(tmp_path, capsys, ppo_algo):
     path = ppo_algo.save(tmp_path / "c")
     assert main(["info", path]) == 0
-    assert '"checkpoint_version": "1"' in capsys.readouterr().out
+    assert f'"checkpoint_version": "{cairn.checkpoint.FORMAT_VERSION}"' in capsys.readouterr().out
 
 
 SMALL = ["--config", "train_batch_size=64", "minibatch_size=32", "num_epochs=1"]

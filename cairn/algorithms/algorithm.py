@@ -262,19 +262,23 @@ class Algorithm:
     @overload
     def save(self, path: str | os.PathLike[str] | None = None, *, blocking: Literal[True] = True,
              storage_options: Mapping[str, Any] | None = None,
-             previous: str | os.PathLike[str] | None = None) -> str: ...
+             previous: str | os.PathLike[str] | None = None,
+             metadata: Mapping[str, Any] | None = None) -> str: ...
     @overload
     def save(self, path: str | os.PathLike[str] | None = None, *, blocking: Literal[False],
              storage_options: Mapping[str, Any] | None = None,
-             previous: str | os.PathLike[str] | None = None) -> Future[str]: ...
+             previous: str | os.PathLike[str] | None = None,
+             metadata: Mapping[str, Any] | None = None) -> Future[str]: ...
     @overload
     def save(self, path: str | os.PathLike[str] | None = None, *, blocking: bool,
              storage_options: Mapping[str, Any] | None = None,
-             previous: str | os.PathLike[str] | None = None) -> str | Future[str]: ...
+             previous: str | os.PathLike[str] | None = None,
+             metadata: Mapping[str, Any] | None = None) -> str | Future[str]: ...
 
     def save(
         self, path: str | os.PathLike[str] | None = None, *, blocking: bool = True,
         storage_options: Mapping[str, Any] | None = None, previous: str | os.PathLike[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> str | Future[str]:
         """Write a checkpoint (atomically) and return its location; without ``path``,
         ``<log_dir>/checkpoint_<NNNNNN>`` numbered by iteration. ``path`` may be a URL
@@ -291,12 +295,16 @@ class Algorithm:
         ``previous`` (advanced; :class:`cairn.CheckpointManager` passes it): an earlier
         checkpoint of this algorithm on the same store, whose files are linked (copied
         server-side) instead of rewritten for the policies that did not change.
+
+        ``metadata``: JSON data (a dict) stored in the checkpoint's manifest, which
+        ``cairn.get_checkpoint_info(path)["metadata"]`` returns (docs/checkpoints.md).
         """
         self._saver.wait()  # one write at a time; raises an earlier background failure
         if path is None:
             path = Path(self.log_dir) / f"checkpoint_{self.iteration:06d}"
         write = prepare_algorithm_save(self, path, snapshot=not blocking,
-                                       storage_options=storage_options, previous=previous)
+                                       storage_options=storage_options, previous=previous,
+                                       metadata=metadata)
 
         def write_and_report() -> str:
             location = write()

@@ -30,6 +30,7 @@ from cairn.checkpoint import (
     write_algorithm_checkpoint,
 )
 from cairn.checkpoint.manager import resolve_checkpoint
+from cairn.checkpoint.manifest import check_metadata
 from cairn.checkpoint.paths import CheckpointLike
 from cairn.checkpoint.storage import check_save_location
 from cairn.config.algorithm_config import PolicyMapping
@@ -68,7 +69,8 @@ __all__ = [
 
 def save_algorithm(algo: Algorithm, path: str | os.PathLike[str], *,
                    storage_options: Mapping[str, Any] | None = None,
-                   previous: str | os.PathLike[str] | None = None) -> str:
+                   previous: str | os.PathLike[str] | None = None,
+                   metadata: Mapping[str, Any] | None = None) -> str:
     """Write ``algo`` as an Algorithm checkpoint at ``path`` (atomically, or committed by its
     manifest on an object store); return the location written. The same as
     ``prepare_algorithm_save(algo, path, snapshot=False, ...)()``.
@@ -81,14 +83,17 @@ def save_algorithm(algo: Algorithm, path: str | os.PathLike[str], *,
         previous: An earlier checkpoint of this algorithm on the same store: policies whose
             files would be the same bytes are linked or copied server-side from it instead of
             written (incremental save; :func:`cairn.checkpoint.write_algorithm_checkpoint`).
+        metadata: JSON data (a dict) stored in the manifest, which
+            ``cairn.get_checkpoint_info(path)["metadata"]`` returns.
     """
     return prepare_algorithm_save(algo, path, snapshot=False, storage_options=storage_options,
-                                  previous=previous)()
+                                  previous=previous, metadata=metadata)()
 
 
 def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
                            snapshot: bool, storage_options: Mapping[str, Any] | None = None,
-                           previous: str | os.PathLike[str] | None = None) -> Callable[[], str]:
+                           previous: str | os.PathLike[str] | None = None,
+                           metadata: Mapping[str, Any] | None = None) -> Callable[[], str]:
     """Behind :meth:`Algorithm.save <cairn.algorithms.algorithm.Algorithm.save>`: check
     the target, gather ``algo``'s state, and return the call that writes it (and returns the
     location).
@@ -97,9 +102,10 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
     ``snapshot=True``: the state is a copy (``get_state(copy=True)``), and native model files
     are exported from policies rebuilt from it, so that the call may run later, in another
     thread, while training goes on (``save(blocking=False)``).
-    ``storage_options`` and ``previous`` are as in :func:`save_algorithm`.
+    ``storage_options``, ``previous`` and ``metadata`` are as in :func:`save_algorithm`.
     """
     # Refused before any state is gathered.
+    metadata = check_metadata(metadata)  # a copy: later changes by the caller do not reach it
     target = check_save_location(path, storage_options=storage_options)
     check_policy_ids(algo.policies)
     state = algo.get_state(copy=snapshot)
@@ -114,7 +120,7 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
         # The same route as Policy.export_checkpoint's (cairn.registry.NATIVE_MODEL_WRITER).
         native = {pid: native_files_writer(policy, full=full) for pid, policy in policies.items()}
     return functools.partial(write_algorithm_checkpoint, target, state, policy_native_files=native,
-                             storage_options=storage_options, previous=previous)
+                             storage_options=storage_options, previous=previous, metadata=metadata)
 
 
 def _warn_unstorable(config: Mapping[str, Any]) -> None:

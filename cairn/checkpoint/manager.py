@@ -1,10 +1,11 @@
-"""CheckpointManager: numbered checkpoints under one root, saved when due, the last and the best kept.
+"""CheckpointManager: numbered checkpoints under one root, saved when due, some of them kept.
 
 A manager owns a root directory (or URI). Each save writes ``<root>/checkpoint_<NNNNNN>`` (the
 iteration, six digits or more) and, *before* that checkpoint is committed, a small record next
-to it, ``<root>/checkpoint_<NNNNNN>.record.json``, holding the iteration and the ``keep_best``
-metric. What the manager knows is derived from the root alone, so a new manager on the same
-root (a resumed run) knows every checkpoint there:
+to it, ``<root>/checkpoint_<NNNNNN>.record.json``, holding the iteration, the ``keep_best``
+metric and the env steps sampled (for ``save_every_timesteps``); a save's ``metadata`` goes
+into the checkpoint's own manifest. What the manager knows is derived from the root alone, so
+a new manager on the same root (a resumed run) knows every checkpoint there:
 
 * a checkpoint counts only once it is committed (its manifest is there): :meth:`latest` lists
   the root and never trusts anything that can be stale;
@@ -12,14 +13,17 @@ root (a resumed run) knows every checkpoint there:
   ignored (and removed on the next start); a committed checkpoint without a record (copied in
   by hand) has no metric.
 
-Retention runs after each commit: the ``keep_last`` newest checkpoints and the best one by
-``keep_best`` stay, the others are deleted. A checkpoint is first made invisible (renamed to a
-temporary name that :func:`cairn.checkpoint.atomic.cleanup` removes, or its manifest deleted
-first on a store without rename), then removed, then its record. A crash at any point leaves
+Retention runs after each commit: the ``keep_last`` newest checkpoints, the ``n`` best by
+``keep_best`` and every ``keep_every_iterations``-th stay (:mod:`cairn.checkpoint.retention`),
+the others are deleted, as :meth:`CheckpointManager.delete` deletes one. A checkpoint is first
+made invisible (renamed to a temporary name that :func:`cairn.checkpoint.atomic.cleanup`
+removes, or its manifest deleted first on a store without rename), then removed, then its
+record. A crash at any point leaves
 :meth:`latest` on a whole checkpoint.
 
 The manager knows no Algorithm class: it saves anything with ``iteration`` and
-``save(path, *, blocking, storage_options, previous)`` (:class:`cairn.core.Checkpointable`).
+``save(path, *, blocking, storage_options, previous, metadata)``
+(:class:`cairn.core.Checkpointable`).
 Each save passes the latest committed checkpoint as ``previous``, so that the files of
 policies that did not change are linked (copied server-side) rather than written again; each
 checkpoint still stands alone, so retention may delete any of them.
@@ -28,20 +32,33 @@ checkpoint still stands alone, so retention may delete any of them.
 from __future__ import annotations
 
 import concurrent.futures
-import math
 import os
 import re
 import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from cairn.checkpoint.manager_store import ManagerStore, open_store
+from cairn.checkpoint.manifest import check_metadata
+from cairn.checkpoint.reader import get_checkpoint_info
+from cairn.checkpoint.retention import (
+    KeepBest,
+    ManagedCheckpoint,
+    best_checkpoints,
+    parse_keep_best,
+    retained,
+)
 from cairn.checkpoint.save_future import SaveFuture
+from cairn.checkpoint.save_schedule import (
+    TIMESTEPS_KEY,
+    SaveSchedule,
+    result_metric,
+    result_timesteps,
+)
 from cairn.core import Checkpointable
-from cairn.errors import CheckpointError, ConfigError
+from cairn.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 
 __all__ = ["CheckpointManager", "ManagedCheckpoint", "checkpoint_name", "resolve_checkpoint"]
 
@@ -50,21 +67,20 @@ _RECORD_SUFFIX = ".record.json"
 _RECORD_FORMAT = "cairn-manager-record"
 
 
+class _Default:
+    """The default of ``save_every_iterations``: 1, or None when ``save_every_timesteps`` is
+    the rule (SB3's ``save_freq`` alone)."""
+
+    def __repr__(self) -> str:
+        return "1"
+
+
+_DEFAULT_ITERATIONS = _Default()
+
+
 def checkpoint_name(iteration: int) -> str:
     """The directory name of the checkpoint of ``iteration``: ``checkpoint_000010``."""
     return f"checkpoint_{iteration:06d}"
-
-
-@dataclass(frozen=True)
-class ManagedCheckpoint:
-    """One committed checkpoint under a manager's root."""
-
-    #: The training iteration it was saved at (from its name).
-    iteration: int
-    #: Its location: a local path or a URI, as accepted by ``Algorithm.from_checkpoint``.
-    path: str
-    #: The ``keep_best`` metric of the result it was saved with; None without one.
-    metric: float | None
 
 
 def resolve_checkpoint(location: Any, *, storage_options: Mapping[str, Any] | None = None) -> Any:
@@ -97,39 +113,27 @@ def _committed(store: ManagerStore) -> list[int]:
     return sorted(iterations)
 
 
-def _metric(result: Mapping[str, Any] | None, key: str) -> float | None:
-    """``result[key]``, where a dotted key reaches into nested dicts
-    (``"evaluation.episode_return_mean"``); None when absent or not a finite number."""
-    if result is None:
-        return None
-    node: Any = result
-    if key in result:
-        node = result[key]
-    else:
-        for part in key.split("."):
-            if not isinstance(node, Mapping) or part not in node:
-                return None
-            node = node[part]
-    if isinstance(node, bool) or not isinstance(node, (int, float)):
-        return None
-    value = float(node)
-    return value if math.isfinite(value) else None
-
-
 class CheckpointManager:
-    """Save an algorithm's checkpoints under ``root`` when due; keep the last and the best.
+    """Save an algorithm's checkpoints under ``root`` when due; keep the last, the best, and
+    every k-th.
 
     Args:
         root: A directory (created when missing), or a URI where the storage layer takes one.
         keep_last: How many of the newest checkpoints to keep (at least 1); None keeps all.
-        keep_best: ``(metric, "max" | "min")``: also keep the checkpoint whose result had the
-            best value of ``metric``, a key of the result dict or a dotted path into it
+        keep_best: ``(metric, "max" | "min")`` or ``(metric, "max" | "min", n)``: also keep
+            the ``n`` checkpoints (1 for a 2-tuple) whose results had the best value of
+            ``metric``, a key of the result dict or a dotted path into it
             (``"evaluation.episode_return_mean"``). Results without a finite value of it
-            never count as best.
+            never count as best; among equal values the newest wins.
+        keep_every_iterations: Also keep, forever, the checkpoints of iterations that are
+            multiples of this (``iteration % k == 0``); None: no such rule.
         save_every_iterations: :meth:`save` is due at iterations that are multiples of this;
-            None: no iteration rule.
+            None: no iteration rule. Default 1, or None when ``save_every_timesteps`` is given.
         save_every_seconds: :meth:`save` is also due once this many seconds have passed since
             the last save (or since the manager was made); None: no time rule.
+        save_every_timesteps: :meth:`save` is also due once the env steps sampled (the
+            result's ``num_env_steps_sampled_lifetime``) reach a multiple of this not reached
+            at the last save (Stable-Baselines3's ``save_freq``); None: no env-step rule.
         storage_options: Passed to the storage layer and to ``algo.save`` for URIs.
 
     >>> import tempfile
@@ -143,34 +147,32 @@ class CheckpointManager:
         root: str | os.PathLike[str],
         *,
         keep_last: int | None = 3,
-        keep_best: tuple[str, Literal["max", "min"]] | None = None,
-        save_every_iterations: int | None = 1,
+        keep_best: tuple[str, Literal["max", "min"]] | tuple[str, Literal["max", "min"], int] | None = None,
+        keep_every_iterations: int | None = None,
+        save_every_iterations: int | _Default | None = _DEFAULT_ITERATIONS,
         save_every_seconds: float | None = None,
+        save_every_timesteps: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int)
                                       or keep_last < 1):
             raise ConfigError(f"CheckpointManager: keep_last={keep_last!r}; expected an int >= 1 "
                               "(the latest checkpoint is always kept) or None to keep all.")
-        if keep_best is not None and not (
-                isinstance(keep_best, tuple) and len(keep_best) == 2 and isinstance(keep_best[0], str)
-                and keep_best[1] in ("max", "min")):
-            raise ConfigError(f"CheckpointManager: keep_best={keep_best!r}; expected a tuple "
-                              "(metric, 'max' | 'min'), e.g. ('episode_return_mean', 'max').")
-        if save_every_iterations is not None and (
-                isinstance(save_every_iterations, bool) or not isinstance(save_every_iterations, int)
-                or save_every_iterations < 1):
-            raise ConfigError(f"CheckpointManager: save_every_iterations={save_every_iterations!r}; "
-                              "expected an int >= 1, or None for no iteration rule.")
-        if save_every_seconds is not None and not (
-                isinstance(save_every_seconds, (int, float)) and not isinstance(save_every_seconds, bool)
-                and save_every_seconds > 0):
-            raise ConfigError(f"CheckpointManager: save_every_seconds={save_every_seconds!r}; "
-                              "expected a number > 0, or None for no time rule.")
+        self._keep_best: KeepBest | None = parse_keep_best(keep_best)
+        if keep_every_iterations is not None and (type(keep_every_iterations) is not int
+                                                  or keep_every_iterations < 1):
+            raise ConfigError(f"CheckpointManager: keep_every_iterations={keep_every_iterations!r}; "
+                              "expected an int >= 1, or None for no such rule.")
+        if isinstance(save_every_iterations, _Default):
+            save_every_iterations = None if save_every_timesteps is not None else 1
+        self._schedule = SaveSchedule(every_iterations=save_every_iterations,
+                                      every_seconds=save_every_seconds, every_timesteps=save_every_timesteps)
         self.keep_last = keep_last
         self.keep_best = keep_best
+        self.keep_every_iterations = keep_every_iterations
         self.save_every_iterations = save_every_iterations
         self.save_every_seconds = save_every_seconds
+        self.save_every_timesteps = save_every_timesteps
         self.storage_options = dict(storage_options) if storage_options else None
         self._store = open_store(root, self.storage_options)
         self._lock = threading.Lock()
@@ -180,8 +182,10 @@ class CheckpointManager:
                                 is_checkpoint=lambda name: bool(_NAME.match(name)),
                                 record_suffix=_RECORD_SUFFIX)
         found = _committed(self._store)
-        self._last_iteration: int | None = found[-1] if found else None
-        self._last_time = time.monotonic()
+        if found:  # a resumed run: the env steps of its latest save, when its record has them
+            record = self._record(found[-1])
+            steps = record.get("timesteps") if record else None
+            self._schedule.saved(found[-1], steps if type(steps) is int and steps >= 0 else None)
 
     @property
     def root(self) -> str:
@@ -189,18 +193,31 @@ class CheckpointManager:
         return self._store.location("")
 
     # ------------------------------------------------------------------------------ queries
-    def checkpoints(self) -> list[ManagedCheckpoint]:
-        """Every committed checkpoint under the root, oldest iteration first, with its metric."""
+    def _record(self, iteration: int) -> dict[str, Any] | None:
+        record = self._store.read_json(checkpoint_name(iteration) + _RECORD_SUFFIX)
+        return record if isinstance(record, dict) and record.get("format") == _RECORD_FORMAT else None
+
+    def _listing(self) -> list[ManagedCheckpoint]:
+        """The committed checkpoints with their metrics (from the records), oldest first."""
         out = []
         for iteration in _committed(self._store):
-            name = checkpoint_name(iteration)
-            record = self._store.read_json(name + _RECORD_SUFFIX)
-            metric = None
-            if isinstance(record, dict) and record.get("format") == _RECORD_FORMAT:
-                value = record.get("metric")
-                metric = (float(value) if isinstance(value, (int, float)) and not isinstance(value, bool)
-                          else None)
-            out.append(ManagedCheckpoint(iteration, self._store.location(name), metric))
+            record = self._record(iteration)
+            value = record.get("metric") if record else None
+            metric = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+            out.append(ManagedCheckpoint(iteration, self._store.location(checkpoint_name(iteration)), metric))
+        return out
+
+    def checkpoints(self) -> list[ManagedCheckpoint]:
+        """Every committed checkpoint under the root, oldest iteration first, with its metric
+        (from the manager's record) and its ``metadata`` (from its manifest)."""
+        out = []
+        for checkpoint in self._listing():
+            try:
+                info = get_checkpoint_info(checkpoint.path, storage_options=self.storage_options)
+            except CheckpointNotFoundError:
+                continue  # deleted meanwhile (retention of a background save)
+            out.append(ManagedCheckpoint(checkpoint.iteration, checkpoint.path, checkpoint.metric,
+                                         info.get("metadata")))
         return out
 
     def latest(self) -> str | None:
@@ -211,40 +228,33 @@ class CheckpointManager:
     def best(self) -> str | None:
         """The location of the checkpoint with the best ``keep_best`` metric (the newest among
         equals); None without ``keep_best`` or without a checkpoint that has the metric."""
-        chosen = self._best(self.checkpoints())
-        return chosen.path if chosen else None
+        chosen = best_checkpoints(self._listing(), self._keep_best)
+        return chosen[0].path if chosen else None
 
-    def _best(self, checkpoints: list[ManagedCheckpoint]) -> ManagedCheckpoint | None:
-        if self.keep_best is None:
-            return None
-        sign = 1.0 if self.keep_best[1] == "max" else -1.0
-        scored = [c for c in checkpoints if c.metric is not None]
-        return max(scored, key=lambda c: (sign * c.metric, c.iteration)) if scored else None  # type: ignore[operator]
-
-    def due(self, iteration: int) -> bool:
-        """Whether :meth:`save` at ``iteration`` would save: an iteration not saved yet that
-        is a multiple of ``save_every_iterations``, or ``save_every_seconds`` have passed."""
-        if self._last_iteration is not None and iteration <= self._last_iteration:
-            return False
-        by_iteration = self.save_every_iterations is not None and iteration % self.save_every_iterations == 0
-        by_time = (self.save_every_seconds is not None
-                   and time.monotonic() - self._last_time >= self.save_every_seconds)
-        return by_iteration or by_time
+    def due(self, iteration: int, timesteps: int | None = None) -> bool:
+        """Whether :meth:`save` at ``iteration`` would save: an iteration not saved yet that is
+        a multiple of ``save_every_iterations``, or ``save_every_seconds`` have passed, or
+        ``timesteps`` (env steps sampled so far; :meth:`save` takes them from the result)
+        reached a multiple of ``save_every_timesteps`` not reached at the last save."""
+        return self._schedule.due(iteration, timesteps)
 
     # ------------------------------------------------------------------------------- saving
     def save(
         self, algo: Checkpointable, result: Mapping[str, Any] | None = None, *,
-        blocking: bool = True, force: bool = False,
+        blocking: bool = True, force: bool = False, metadata: Mapping[str, Any] | None = None,
     ) -> str | Future[str] | None:
         """Save ``algo`` as ``<root>/checkpoint_<iteration>`` if a save is due (:meth:`due`) or
         ``force``; then delete the checkpoints that retention no longer keeps.
 
         Args:
             algo: What to save (an Algorithm): its ``iteration`` names the checkpoint.
-            result: The result dict of the iteration (``algo.train()``'s), for ``keep_best``.
+            result: The result dict of the iteration (``algo.train()``'s), for ``keep_best``
+                and ``save_every_timesteps`` (its ``num_env_steps_sampled_lifetime``).
             blocking: False: return at once, with the write in the background (see
                 ``Algorithm.save``); retention runs when the write is committed.
             force: Save even if not due (an iteration already saved is saved again).
+            metadata: JSON data (a dict) stored in the checkpoint's manifest, returned by
+                :meth:`checkpoints` and ``cairn.get_checkpoint_info(path)["metadata"]``.
 
         Returns:
             None when no save was due. Otherwise the checkpoint's location (``blocking=True``)
@@ -253,22 +263,26 @@ class CheckpointManager:
 
         Raises:
             CheckpointError: ``algo.iteration`` is lower than the latest checkpoint's under the
-                root (this root holds a later run), or an earlier background save or retention
-                failed (raised once, here or from :meth:`wait`).
+                root (this root holds a later run), ``metadata`` is not JSON data, or an
+                earlier background save or retention failed (raised once, here or from
+                :meth:`wait`).
+            ConfigError: ``save_every_timesteps`` is set and ``result`` has no env-step count.
         """
         self._raise_errors()
+        metadata = check_metadata(metadata)
         iteration = int(algo.iteration)
-        if not (force or self.due(iteration)):
+        timesteps = result_timesteps(result)
+        if self.save_every_timesteps is not None and timesteps is None:
+            raise ConfigError(
+                f"CheckpointManager(save_every_timesteps={self.save_every_timesteps}).save() needs the "
+                f"env steps sampled so far: pass the result of algo.train() (its {TIMESTEPS_KEY!r}) "
+                "as result=.")
+        if not (force or self.due(iteration, timesteps)):
             return None
-        # The algorithm would wait for its write in flight anyway; waiting here as well lets
-        # that write's commit and retention finish, so that ``previous`` is still there.
-        with self._lock:
-            in_flight = [future for future in self._unwaited if not future.done()]
-        concurrent.futures.wait(in_flight)  # not exception(): that would count as delivered
-        self._raise_errors()
+        self._wait_in_flight()
         committed = _committed(self._store)
-        latest = max([*committed[-1:], *([] if self._last_iteration is None else [self._last_iteration])],
-                     default=None)
+        last = self._schedule.last_iteration
+        latest = max([*committed[-1:], *([] if last is None else [last])], default=None)
         if latest is not None and iteration < latest:
             raise CheckpointError(
                 f"Cannot save iteration {iteration} under {self.root}: it already holds a checkpoint "
@@ -276,17 +290,19 @@ class CheckpointManager:
                 "one root must go forward. Resume from the latest (Algorithm.from_checkpoint(root)), "
                 "or save this run under a new root.")
         name = checkpoint_name(iteration)
-        metric = _metric(result, self.keep_best[0]) if self.keep_best else None
+        best = self._keep_best
+        metric = result_metric(result, best.metric) if best else None
         # The record goes first: a checkpoint is committed with its metric already stored.
         self._store.write_json(name + _RECORD_SUFFIX, {
             "format": _RECORD_FORMAT, "version": 1, "iteration": iteration,
-            "metric_name": self.keep_best[0] if self.keep_best else None, "metric": metric,
-            "time": time.time()})
+            "metric_name": best.metric if best else None, "metric": metric,
+            "timesteps": timesteps, "time": time.time()})
         location = self._store.location(name)
         previous = self._store.location(checkpoint_name(committed[-1])) if committed else None
+        extra: dict[str, Any] = {} if metadata is None else {"metadata": metadata}
         saved = algo.save(location, blocking=blocking, storage_options=self.storage_options,
-                          previous=previous if previous != location else None)
-        self._last_iteration, self._last_time = iteration, time.monotonic()
+                          previous=previous if previous != location else None, **extra)
+        self._schedule.saved(iteration, timesteps)
         if blocking:
             self._retain()
             return str(saved)
@@ -297,6 +313,38 @@ class CheckpointManager:
             self._unwaited.append(done)
         saved.add_done_callback(lambda written: self._committed_in_background(written, done))
         return done
+
+    def _wait_in_flight(self) -> None:
+        """Wait for this manager's background saves in flight, with their commit and retention
+        (the algorithm would wait for its write anyway; this also lets retention finish)."""
+        self._raise_errors()
+        with self._lock:
+            in_flight = [future for future in self._unwaited if not future.done()]
+        concurrent.futures.wait(in_flight)  # not exception(): that would count as delivered
+        self._raise_errors()
+
+    def delete(self, iteration: int) -> None:
+        """Delete the checkpoint of ``iteration`` (and its record), as retention does: it stops
+        being a checkpoint in one step before its files go, so a crash leaves it whole or gone.
+        Waits for this manager's background saves first.
+
+        Raises:
+            CheckpointError: there is no committed checkpoint of ``iteration`` under the root
+                (the message lists the iterations there are).
+        """
+        self._wait_in_flight()
+        with self._lock:
+            committed = _committed(self._store)
+            if iteration not in committed:
+                raise CheckpointError(
+                    f"CheckpointManager.delete({iteration!r}): {self.root} holds no checkpoint of "
+                    f"iteration {iteration!r}; its checkpoints are of iterations {committed}.")
+            self._remove(iteration)
+
+    def _remove(self, iteration: int) -> None:
+        name = checkpoint_name(iteration)
+        self._store.remove_checkpoint(name)  # no longer committed before any file goes
+        self._store.remove_file(name + _RECORD_SUFFIX)
 
     def _committed_in_background(self, written: Future[Any], done: Future[str]) -> None:
         """After a background write (in the writer's thread): retention, then ``done``."""
@@ -316,18 +364,15 @@ class CheckpointManager:
             done.set_result(location)
 
     def _retain(self) -> None:
-        """Delete the committed checkpoints that neither ``keep_last`` nor ``keep_best`` keeps."""
+        """Delete the committed checkpoints that no rule keeps (``keep_last``, ``keep_best``,
+        ``keep_every_iterations``: :func:`cairn.checkpoint.retention.retained`)."""
         with self._lock:
-            checkpoints = self.checkpoints()
-            keep = {c.iteration for c in (checkpoints[-self.keep_last:] if self.keep_last else checkpoints)}
-            best = self._best(checkpoints)
-            if best is not None:
-                keep.add(best.iteration)
+            checkpoints = self._listing()
+            keep = retained(checkpoints, keep_last=self.keep_last, keep_best=self._keep_best,
+                            keep_every_iterations=self.keep_every_iterations)
             for checkpoint in checkpoints:
                 if checkpoint.iteration not in keep:
-                    name = checkpoint_name(checkpoint.iteration)
-                    self._store.remove_checkpoint(name)
-                    self._store.remove_file(name + _RECORD_SUFFIX)
+                    self._remove(checkpoint.iteration)
 
     def wait(self) -> None:
         """Wait until every background save of this manager since the last ``wait()`` is
@@ -364,5 +409,7 @@ class CheckpointManager:
 
     def __repr__(self) -> str:
         return (f"CheckpointManager({self.root!r}, keep_last={self.keep_last}, keep_best={self.keep_best}, "
+                f"keep_every_iterations={self.keep_every_iterations}, "
                 f"save_every_iterations={self.save_every_iterations}, "
-                f"save_every_seconds={self.save_every_seconds})")
+                f"save_every_seconds={self.save_every_seconds}, "
+                f"save_every_timesteps={self.save_every_timesteps})")

@@ -26,6 +26,7 @@ from cairn.checkpoint.safetensors_io import new_hasher
 from cairn.checkpoint.storage.base import ReadHandle
 from cairn.errors import (
     CheckpointCorruptedError,
+    CheckpointError,
     CheckpointFormatError,
     CheckpointNotFoundError,
     CheckpointStorageError,
@@ -36,10 +37,13 @@ from cairn.errors import (
 from cairn.policy_ids import validate_policy_id
 from cairn.registry import check_class_reference_form
 
-__all__ = ["build_manifest", "parse_manifest", "read_manifest", "read_verified", "safe_relative_path",
-           "library_versions"]
+__all__ = ["build_manifest", "check_metadata", "parse_manifest", "read_manifest", "read_verified",
+           "safe_relative_path", "library_versions"]
 
 CHECKPOINT_TYPES = ("Algorithm", "Policy")
+#: The largest ``metadata`` a manifest takes, as JSON.
+MAX_METADATA_BYTES = 1 << 20
+_MAX_METADATA_DEPTH = 32
 
 
 def library_versions() -> dict[str, str]:
@@ -78,6 +82,53 @@ def build_manifest(
         "files": {name: dict(entry) for name, entry in sorted(files.items())},
         **(extra or {}),
     }
+
+
+def check_metadata(metadata: Any) -> dict[str, Any] | None:
+    """``metadata`` as a manifest stores it (format version 2: ``save(..., metadata=...)``):
+    None, or a copy of a dict of JSON data (str keys; str, int, finite float, bool, None, lists
+    and dicts as values), at most 1 MiB as JSON. Anything else is refused with a
+    ``CheckpointError`` naming the offending value, before anything is written.
+
+    >>> check_metadata({"note": "after the lr drop", "eval": [1.5, 2]})
+    {'note': 'after the lr drop', 'eval': [1.5, 2]}
+    """
+    if metadata is None:
+        return None
+
+    def check(value: Any, where: str, depth: int) -> None:
+        if depth > _MAX_METADATA_DEPTH:
+            raise CheckpointError(f"Checkpoint metadata is nested more than {_MAX_METADATA_DEPTH} "
+                                  f"levels deep at {where}; flatten it.")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise CheckpointError(
+                        f"Checkpoint metadata key {key!r:.60} at {where} is a {type(key).__name__}; "
+                        f"JSON object keys are str: use str({key!r:.40}).")
+                check(item, f"{where}[{key!r:.40}]", depth + 1)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                check(item, f"{where}[{index}]", depth + 1)
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise CheckpointError(f"Checkpoint metadata {where} is {value}; JSON has no NaN or "
+                                      "infinity. Store None or a string instead.")
+        elif not (value is None or isinstance(value, (str, bool, int))):
+            raise CheckpointError(
+                f"Checkpoint metadata {where} is a {type(value).__name__} ({value!r:.60}); metadata "
+                "must be JSON data: dicts with str keys, lists, str, int, float, bool, None. "
+                "Convert it (float(x), x.tolist(), list(t), str(path)).")
+
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"Checkpoint metadata must be a dict of JSON data, got "
+                              f"{type(metadata).__name__} ({metadata!r:.60}).")
+    check(metadata, "metadata", 0)
+    text = json.dumps(metadata, allow_nan=False)
+    if len(text.encode()) > MAX_METADATA_BYTES:
+        raise CheckpointError(f"Checkpoint metadata is {len(text.encode())} bytes as JSON, more than "
+                              f"{MAX_METADATA_BYTES}; store large data as files of your own.")
+    return json.loads(text)  # type: ignore[no-any-return]
 
 
 def safe_relative_path(name: Any) -> PurePosixPath:
@@ -223,6 +274,8 @@ def _check_manifest(manifest: Any, path: Any, directory: Any, expected_type: str
                 )
     elif policy_ids is not None:
         raise CheckpointFormatError(f"{path}: a Policy checkpoint has policy_ids null.")
+    if not isinstance(manifest.get("metadata", {}), (dict, type(None))):
+        raise CheckpointFormatError(f"{path}: 'metadata' must be an object (or null).")
     return manifest
 
 

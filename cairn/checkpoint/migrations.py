@@ -2,8 +2,16 @@
 
 Loading a checkpoint of version ``v`` applies the registered migrations ``v -> v+1 -> ... ->``
 :data:`~cairn.checkpoint.format.FORMAT_VERSION`, each a pure function on the loaded state of one
-Algorithm or one Policy. Format version 1 is the first, so no migration is registered yet; a
-change to the format adds version 2, its frozen fixtures, and a migration ``"1" -> "2"`` here.
+Algorithm, one Policy, or one component (kind ``"component:<name>"``; a migration registered
+for the kind ``"component"`` serves every component without one of its own). A change to the
+format adds a version, its frozen fixtures, and a migration from the previous version here.
+
+Versions:
+
+* ``"1"``: cairn 0.1.
+* ``"2"``: the manifest may hold ``metadata`` (JSON data given to ``save(..., metadata=...)``;
+  docs/checkpoint-format.md, section 3). No state tree changed, so ``"1" -> "2"`` is the
+  identity for every kind.
 """
 
 from __future__ import annotations
@@ -14,7 +22,8 @@ from typing import Any
 from cairn.checkpoint.format import FORMAT_VERSION
 from cairn.errors import CheckpointFormatError, UnsupportedCheckpointVersionError
 
-__all__ = ["Migration", "MigrationRegistry", "MIGRATIONS", "register_migration", "migrate", "parse_version"]
+__all__ = ["COMPONENT_KIND", "Migration", "MigrationRegistry", "MIGRATIONS", "register_migration", "migrate",
+           "parse_version"]
 
 #: ``fn(state) -> state`` for one kind ("Algorithm" or "Policy") and one version step.
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
@@ -22,6 +31,8 @@ Migration = Callable[[dict[str, Any]], dict[str, Any]]
 MigrationRegistry = dict[tuple[str, str], tuple[str, Migration]]
 
 MIGRATIONS: MigrationRegistry = {}
+#: The kind whose migrations serve every ``"component:<name>"`` without one of its own.
+COMPONENT_KIND = "component"
 
 
 def parse_version(version: Any) -> int:
@@ -66,6 +77,8 @@ def migrate(
         )
     while current < goal:
         step = registry.get((kind, str(current)))
+        if step is None and kind.startswith(f"{COMPONENT_KIND}:"):
+            step = registry.get((COMPONENT_KIND, str(current)))
         if step is None:
             raise UnsupportedCheckpointVersionError(
                 f"No migration for {kind} checkpoints from format version {current}; this cairn "
@@ -75,3 +88,12 @@ def migrate(
         state = fn(state)
         current = parse_version(to_version)
     return state
+
+
+def _unchanged(state: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added an optional manifest key (``metadata``); state trees are as in 1."""
+    return state
+
+
+for _kind in ("Algorithm", "Policy", COMPONENT_KIND):
+    register_migration(_kind, "1", "2")(_unchanged)

@@ -272,7 +272,8 @@ def get_checkpoint_info(checkpoint: CheckpointLike, *,
 
     Keys: ``type`` ("Algorithm" or "Policy"), ``checkpoint_version`` (str), ``format``,
     ``checkpoint_dir``, ``state_file``, ``policy_ids`` (None for a Policy checkpoint),
-    ``cairn_version``, ``class``, ``created_at``, ``versions``, ``files``.
+    ``cairn_version``, ``class``, ``created_at``, ``versions``, ``files``, ``native_model``,
+    ``metadata`` (what ``save(..., metadata=...)`` stored; None when nothing was).
     """
     with located(checkpoint, storage_options) as root:
         manifest = _consistent(root, read_manifest)
@@ -289,4 +290,5 @@ def get_checkpoint_info(checkpoint: CheckpointLike, *,
             "versions": dict(manifest["versions"]),
             "files": dict(manifest["files"]),
             "native_model": manifest.get("native_model"),
+            "metadata": manifest.get("metadata"),
         }

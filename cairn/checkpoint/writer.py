@@ -24,7 +24,7 @@ from cairn.checkpoint.format import (
     POLICY_STATE_FILE,
 )
 from cairn.checkpoint.incremental import previous_policies, reuse_policy
-from cairn.checkpoint.manifest import build_manifest
+from cairn.checkpoint.manifest import build_manifest, check_metadata
 from cairn.checkpoint.paths import save_target
 from cairn.checkpoint.storage import Storage, writing
 from cairn.checkpoint.writer_files import Files, write_json_file, write_state_files
@@ -120,6 +120,7 @@ def write_algorithm_checkpoint(
     policy_native_files: Mapping[str, NativeFiles] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     previous: Location | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> str:
     """Write an algorithm state tree as an Algorithm checkpoint at ``path`` (atomically
     locally; committed by its manifest, written last, on an object store); return the location
@@ -139,7 +140,10 @@ def write_algorithm_checkpoint(
             policy whose files would hash the same as there is not written again but hard-linked
             (locally) or copied server-side (object stores). The new checkpoint stands alone;
             deleting ``previous`` never breaks it. Ignored when it lies elsewhere.
+        metadata: JSON data stored as the manifest's ``metadata``
+            (:func:`~cairn.checkpoint.manifest.check_metadata`); None stores none.
     """
+    metadata = check_metadata(metadata)
     rest = dict(state)
     policy_states: Mapping[str, Any] = rest.pop("policies")
     components: Mapping[str, Any] = rest.pop("components", None) or {}
@@ -168,7 +172,8 @@ def write_algorithm_checkpoint(
         manifest = build_manifest(
             checkpoint_type="Algorithm", class_reference=class_reference,
             state_file=ALGORITHM_STATE_FILE, files=files, policy_ids=list(policy_states),
-            extra={"components": sorted(components)},
+            extra={"components": sorted(components),
+                   **({} if metadata is None else {"metadata": metadata})},
         )
         write_json_file(tmp, MANIFEST_FILE, manifest, {})
     return target.storage.url

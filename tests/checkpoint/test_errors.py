@@ -90,7 +90,7 @@ def test_unknown_format(ckpt):
 
 
 def test_newer_version(ckpt):
-    _rewrite_manifest(ckpt, format_version="2")
+    _rewrite_manifest(ckpt, format_version=str(int(cairn.checkpoint.FORMAT_VERSION) + 1))
     with pytest.raises(UnsupportedCheckpointVersionError, match="Upgrade cairn"):
         cairn.Algorithm.from_checkpoint(ckpt)
 

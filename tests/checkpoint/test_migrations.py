@@ -41,6 +41,11 @@ def test_only_single_steps_register():
         register_migration("Policy", "1", "3", registry={})
 
 
-def test_current_version_needs_no_migration():
-    assert not [key for key in MIGRATIONS if key[1] == "1"]
-    assert migrate("Algorithm", {"a": 1}, "1") == {"a": 1}
+def test_version_2_changed_no_state_tree():
+    """Format version 2 added an optional manifest key (``metadata``): 1 -> 2 is the identity
+    for every kind, components included (through the ``"component"`` kind)."""
+    from_1 = {key for key in MIGRATIONS if key[1] == "1"}
+    assert from_1 == {("Algorithm", "1"), ("Policy", "1"), ("component", "1")}
+    for kind in ("Algorithm", "Policy", "component:replay_buffer"):
+        assert migrate(kind, {"a": 1}, "1") == {"a": 1}
+    assert migrate("Algorithm", {"a": 1}, "2") == {"a": 1}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cairn
-from cairn.checkpoint.format import MANIFEST_FILE
+from cairn.checkpoint.format import FORMAT_VERSION, MANIFEST_FILE
 from tests.helpers import small_ppo
 
 
@@ -27,7 +27,7 @@ def test_save_writes_the_documented_layout(ma_algo, tmp_path):
         assert {f"policies/{pid}/{MANIFEST_FILE}", f"policies/{pid}/policy_state.json",
                 f"policies/{pid}/policy_state.safetensors"} <= names
     manifest = json.loads((path / MANIFEST_FILE).read_text())
-    assert manifest["format"] == "cairn-checkpoint" and manifest["format_version"] == "1"
+    assert manifest["format"] == "cairn-checkpoint" and manifest["format_version"] == FORMAT_VERSION
     assert manifest["type"] == "Algorithm" and manifest["class"] == "PPO"
     assert manifest["policy_ids"] == ["p0", "p1", "p2"]
     assert set(manifest["versions"]) >= {"cairn", "torch", "gymnasium", "python"}
@@ -41,7 +41,7 @@ def test_get_checkpoint_info_reads_the_manifest_only(ppo_algo, tmp_path):
     (Path(path) / "algorithm_state.json").write_text("garbage")  # not read by info
     info = cairn.get_checkpoint_info(path)
     assert info["type"] == "Algorithm"
-    assert info["checkpoint_version"] == "1"
+    assert info["checkpoint_version"] == FORMAT_VERSION
     assert info["format"] == "cairn-checkpoint"
     assert info["checkpoint_dir"] == str(path)
     assert info["state_file"].endswith("algorithm_state.json")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cairn.checkpoint.format import FORMAT_VERSION
 from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointError,
@@ -463,8 +464,9 @@ attack("target_weights_wrong_shapes", CheckpointFormatError)(
                               _set(["target"], {"weights": {"x": {"__array__": "value_head.bias"}}})))
 
 # ------------------------------------------------------------------------------ versions
+_NEWER = str(int(FORMAT_VERSION) + 1)  # the first version this cairn does not read
 attack("format_version_newer", UnsupportedCheckpointVersionError, ALL)(
-    lambda root, _: _manifest(root, _set(["format_version"], "2")))
+    lambda root, _: _manifest(root, _set(["format_version"], _NEWER)))
 attack("format_version_far_future", UnsupportedCheckpointVersionError, ALL)(
     lambda root, _: _manifest(root, _set(["format_version"], "999999")))
 attack("format_version_not_decimal", CheckpointFormatError, ALL)(
@@ -472,9 +474,9 @@ attack("format_version_not_decimal", CheckpointFormatError, ALL)(
 attack("format_version_older_unknown", UnsupportedCheckpointVersionError, ("algo",))(
     lambda root, _: _manifest(root, _set(["format_version"], "0")))
 attack("policy_manifest_version_newer", UnsupportedCheckpointVersionError)(
-    lambda root, _: _policy_manifest(root, _set(["format_version"], "3")))
+    lambda root, _: _policy_manifest(root, _set(["format_version"], str(int(_NEWER) + 1))))
 attack("policy_checkpoint_version_newer", UnsupportedCheckpointVersionError, ("info", "policy"), "policy")(
-    lambda root, _: _manifest(root, _set(["format_version"], "2")))
+    lambda root, _: _manifest(root, _set(["format_version"], _NEWER)))
 attack("policy_checkpoint_type_algorithm", CheckpointFormatError, ("policy",), "policy")(
     lambda root, _: _manifest(root, _set(["type"], "Algorithm")))
 attack("algorithm_type_says_policy", CheckpointFormatError, ("algo",))(
