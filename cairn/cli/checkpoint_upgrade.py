@@ -93,7 +93,8 @@ def upgrade_checkpoint(checkpoint: str, out: str | None = None) -> tuple[str, st
         state = load_algorithm_state(checkpoint)
         native = {pid: copier for pid in state["policies"]
                   if (copier := _native_copier(f"{root.rstrip('/')}/policies/{pid}")) is not None}
-        written = write_algorithm_checkpoint(target, state, policy_native_files=native)
+        written = write_algorithm_checkpoint(target, state, policy_native_files=native,
+                                             metadata=info.get("metadata"))  # the user's, kept
     else:
         state = load_policy_state(checkpoint)
         written = write_policy_checkpoint(target, state, native_files=_native_copier(str(root)))

@@ -96,6 +96,7 @@ def test_upgrade_every_frozen_fixture(fixture, tmp_path, capsys):
         assert printed == f"upgraded {fixture} from format version {version} to {FORMAT_VERSION}: {out}\n"
     info = cairn.get_checkpoint_info(out)
     assert info["checkpoint_version"] == FORMAT_VERSION
+    assert info["metadata"] == cairn.get_checkpoint_info(fixture)["metadata"]  # kept (2/ppo_single)
     assert main(["checkpoint", "verify", str(out)]) == 0
     load = load_algorithm_state if info["type"] == "Algorithm" else load_policy_state
     _assert_same_tree(load(out), load(fixture))
