@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 from cairn.checkpoint.atomic import fsync_dir
 from cairn.checkpoint.safetensors_io import new_hasher
 from cairn.errors import ExportError
-from cairn.export.keras_files import uses_keras_files, write_keras_native_files
+from cairn.export.keras_files import write_keras_native_files
 from cairn.export.model_export import trace_policy, write_onnx_file, write_torch_files
 from cairn.export.onnx_model import DEFAULT_OPSET, missing_onnx_packages
 from cairn.export.signature import build_signature, write_signature
+from cairn.policy.keras_config import uses_keras
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -51,7 +52,6 @@ def write_native_model_files(policy: Policy, root: Path, files: dict[str, dict[s
     A Keras policy (``model.framework="keras"``) gets ``model.keras`` and, with ``full``,
     ``model.onnx`` from Keras' exporter (:func:`cairn.export.keras_files.write_keras_native_files`);
     its checkpoints call this with ``full=False`` even without ``export_native_model_files``.
-    A masked Keras policy gets the torch files below instead (``keras_files.uses_keras_files``).
 
     Writes the torch program and weights, ``model.onnx`` (opset 18) when onnx, onnxscript and
     onnxruntime can be imported, and ``signature.json``.
@@ -62,7 +62,7 @@ def write_native_model_files(policy: Policy, root: Path, files: dict[str, dict[s
         written), or ``{"status": "failed", "reason": ...}`` when nothing could be exported.
     """
     model_dir = root / MODEL_DIR
-    if uses_keras_files(policy):
+    if uses_keras(policy.config):
         graph, written, keras_record = write_keras_native_files(policy, model_dir, full=full)
         if graph is not None:
             write_signature(model_dir, build_signature(policy, graph, written, opset=keras_record["opset"]))

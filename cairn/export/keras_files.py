@@ -9,8 +9,7 @@
   >= 3.8; on the torch backend it calls ``torch.onnx``), with cairn's input/output names.
 
 Every file is read back and checked against the policy (``cairn.export.verify``) before it is
-kept, as torch exports are. A Keras policy with an action mask writes neither (the serving model
-has one input): it exports as torch policies do, see :func:`uses_keras_files`.
+kept, as torch exports are. A masked policy's model takes ``[obs, action_mask]``.
 """
 
 from __future__ import annotations
@@ -27,14 +26,13 @@ from cairn.export.onnx_model import ONNX_FILE, quiet_exporter
 from cairn.export.summary import short_reason
 from cairn.export.verify import check_against_policy, onnx_runner
 from cairn.policy.keras_backend import import_keras, import_tensorflow_quietly
-from cairn.policy.keras_config import uses_keras
 
 if TYPE_CHECKING:
     from cairn.policy.export_hook import ExportGraph
     from cairn.policy.policy import Policy
 
-__all__ = ["KERAS_FILE", "KERAS_ONNX_OPSETS", "uses_keras_files", "refuse_masked", "save_keras_file",
-           "keras_file_runner", "keras_onnx_bytes", "write_keras_export", "write_keras_native_files"]
+__all__ = ["KERAS_FILE", "KERAS_ONNX_OPSETS", "save_keras_file", "keras_file_runner", "keras_onnx_bytes",
+           "write_keras_export", "write_keras_native_files"]
 
 KERAS_FILE = "model.keras"
 #: Opsets Keras' exporter (torch's TorchScript-based ONNX exporter, used for a dynamic batch)
@@ -47,38 +45,17 @@ def keras_file_runner(path: str | Path) -> Any:
     keras = import_keras("Reading model.keras")
     model = keras.saving.load_model(str(path), compile=False, safe_mode=True)
 
-    def run(obs: Any) -> list[Any]:
-        return [keras.ops.convert_to_numpy(out) for out in model(obs, training=False)]
+    def run(*inputs: Any) -> list[Any]:
+        feed = inputs[0] if len(inputs) == 1 else list(inputs)  # a masked policy's [obs, action_mask]
+        return [keras.ops.convert_to_numpy(out) for out in model(feed, training=False)]
 
     return run
 
 
-def uses_keras_files(policy: Policy) -> bool:
-    """Whether ``policy`` exports Keras files (``model.keras``, Keras' ONNX): a Keras policy
-    without an action mask. A masked Keras policy exports as torch policies do (``torch.export``
-    of its network on Keras' torch backend), whose models take ``obs`` and ``action_mask``."""
-    return uses_keras(policy.config) and not policy.action_mask_size
-
-
-def refuse_masked(policy: Policy, what: str) -> None:
-    """ExportError for a Keras file (``what``) of a policy with an action mask."""
-    if policy.action_mask_size:
-        raise ExportError(
-            f"{what} is not written for {policy!r}: its observations carry an action mask, and "
-            "the Keras serving model (model.keras, from which the SavedModel is made) takes one "
-            "input, obs, while a masked policy's model also takes action_mask. Export it as ONNX "
-            "(export_model(policy, dir, onnx=18), `cairn export --format onnx`) or as a torch "
-            "program (export_model(policy, dir), `--format torch`): both take obs and action_mask."
-        )
-
-
 def save_keras_file(policy: Policy, graph: ExportGraph, directory: Path) -> dict[str, str]:
     """Write ``directory / "model.keras"`` (the serving model of ``graph``), read it back in safe
-    mode and check it against the policy; returns ``{"keras": "model.keras"}``. Raises
-    ExportError for a masked policy (:func:`refuse_masked`)."""
+    mode and check it against the policy; returns ``{"keras": "model.keras"}``."""
     from cairn.export.keras_serving import serving_model
-
-    refuse_masked(policy, KERAS_FILE)
 
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / KERAS_FILE
@@ -121,14 +98,15 @@ def keras_onnx_bytes(policy: Policy, graph: ExportGraph, opset: int) -> bytes:
 
     from cairn.export.keras_serving import serving_model
 
-    refuse_masked(policy, "Keras' ONNX export")
     if opset not in KERAS_ONNX_OPSETS:
         raise ExportError(f"Keras policies export ONNX at opsets {list(KERAS_ONNX_OPSETS)}, not {opset} "
                           "(Keras' exporter uses torch's TorchScript-based converter for a dynamic batch).")
     model = serving_model(policy, graph, channels_last=False)  # NCHW, as ONNX's Conv and torch convolve
     tmp = Path(tempfile.mkdtemp(prefix="cairn-keras-onnx-"))
     try:
-        model(graph.example.numpy())  # Keras' exporter takes only models that have been called
+        examples = [example.numpy() for example in graph.examples]
+        # Keras' exporter takes only models that have been called.
+        model(examples[0] if len(examples) == 1 else examples)
         with quiet_exporter():
             model.export(str(tmp / ONNX_FILE), format="onnx", opset_version=opset, verbose=False)
         proto = onnx.load(str(tmp / ONNX_FILE))
@@ -137,7 +115,7 @@ def keras_onnx_bytes(policy: Policy, graph: ExportGraph, opset: int) -> bytes:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _rename_outputs(proto, [spec.name for spec in graph.outputs])
-    descriptions = {spec.name: spec.description for spec in [graph.input, *graph.outputs]}
+    descriptions = {spec.name: spec.description for spec in [*graph.inputs, *graph.outputs]}
     for value in [*proto.graph.input, *proto.graph.output]:
         value.doc_string = descriptions.get(value.name, "")
     proto.doc_string = f"{policy!r} (Keras) exported by cairn; see signature.json beside this file."

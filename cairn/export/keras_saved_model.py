@@ -3,7 +3,8 @@
 The policy's serving model (:mod:`cairn.export.keras_serving`: raw observations -> ``action``,
 then the logits or mean/log-std, or Q-values) is saved as ``model.keras``, which a subprocess
 (:mod:`cairn.export.keras_tf_worker`) loads on Keras' TensorFlow backend and writes as a
-TensorFlow SavedModel (``saved_model/``; call ``tf.saved_model.load(dir).serve(obs)``). The
+TensorFlow SavedModel (``saved_model/``; call ``tf.saved_model.load(dir).serve(obs)``, or
+``serve([obs, action_mask])`` for a policy with an action mask). The
 subprocess also runs the SavedModel, with TensorFlow alone, on 64 observations sampled from the
 observation space; cairn checks those outputs against the policy as it checks every export.
 Needs TensorFlow (``pip install 'cairn-rl[tf]'``) in the interpreter that runs cairn.
@@ -24,10 +25,10 @@ import numpy as np
 
 from cairn.errors import ExportError
 from cairn.export import keras_tf_worker
-from cairn.export.conventions import model_inputs
-from cairn.export.keras_files import KERAS_FILE, refuse_masked, save_keras_file
+from cairn.export.conventions import model_feeds
+from cairn.export.keras_files import KERAS_FILE, save_keras_file
 from cairn.export.signature import build_signature, write_signature
-from cairn.export.verify import check_against_policy, sample_observations
+from cairn.export.verify import check_against_policy, sample_policy_observations
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -52,11 +53,10 @@ def export_saved_model(policy: Policy, export_dir: str | os.PathLike[str]) -> di
     observation-to-action path), ``model.keras`` beside it and ``signature.json``, after
     checking the SavedModel's outputs, computed by TensorFlow, against the policy.
 
-    Raises ExportError for a torch policy, a policy with an action mask (the serving model has
-    one input; export ONNX or the torch program instead), without TensorFlow, or when the
-    SavedModel fails or disagrees with the policy; nothing is left in ``export_dir`` then.
+    A masked policy's SavedModel takes ``[obs, action_mask]`` (``serve([obs, action_mask])``).
+    Raises ExportError for a torch policy, without TensorFlow, or when the SavedModel fails or
+    disagrees with the policy; nothing is left in ``export_dir`` then.
     """
-    refuse_masked(policy, "A TensorFlow SavedModel")
     if importlib.util.find_spec("tensorflow") is None:
         raise ExportError("--format saved_model needs TensorFlow, which is not installed; "
                           f"install it with {TF_INSTALL_HINT}.")
@@ -65,12 +65,12 @@ def export_saved_model(policy: Policy, export_dir: str | os.PathLike[str]) -> di
     with tempfile.TemporaryDirectory(prefix="cairn-saved-model-") as tmp_name:
         tmp = Path(tmp_name)
         save_keras_file(policy, graph, tmp)  # checked against the policy on Keras' torch backend
-        observations = sample_observations(policy.observation_space, 64, seed=0)
-        inputs = model_inputs(policy.observation_space, observations)
-        np.save(tmp / "inputs.npy", inputs, allow_pickle=False)
+        observations = sample_policy_observations(policy, 64, seed=0)
+        inputs = list(model_feeds(policy.observation_space, policy.action_space, observations).values())
+        np.savez(tmp / "inputs.npz", *inputs)  # arr_0, arr_1: in the model's input order
         command = [sys.executable, keras_tf_worker.__file__,
                    str(tmp / KERAS_FILE), str(tmp / SAVED_MODEL_DIR),
-                   str(tmp / "inputs.npy"), str(tmp / "outputs.npz")]
+                   str(tmp / "inputs.npz"), str(tmp / "outputs.npz")]
         try:
             done = subprocess.run(command, capture_output=True, text=True, env=_worker_env(),
                                   timeout=WORKER_TIMEOUT_S)
@@ -84,8 +84,9 @@ def export_saved_model(policy: Policy, export_dir: str | os.PathLike[str]) -> di
         with np.load(tmp / "outputs.npz", allow_pickle=False) as data:
             outputs = [data[f"output_{i}"] for i in range(len(data.files))]
 
-        def served(obs: np.ndarray) -> list[np.ndarray]:
-            if not np.array_equal(obs, inputs):  # the worker ran on exactly these inputs
+        def served(*given: np.ndarray) -> list[np.ndarray]:
+            if len(given) != len(inputs) or not all(  # the worker ran on exactly these inputs
+                    np.array_equal(a, b) for a, b in zip(given, inputs, strict=True)):
                 raise ExportError("internal: the SavedModel check was asked about other observations")
             return outputs
 

@@ -28,6 +28,8 @@ import gymnasium as gym
 import numpy as np
 
 from cairn.errors import ExportError
+from cairn.policy.action_mask_input import ACTION_MASK_INPUT
+from cairn.policy.action_masking import MASKED_SCORE, MaskedActorCritic, MaskedQModel
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
 from cairn.policy.filters import MeanStdFilter
 from cairn.policy.keras_backend import import_keras
@@ -41,9 +43,15 @@ __all__ = ["channels_last_convolutions", "serving_model", "keras_network"]
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
+def _unmasked_model(policy: Policy) -> Any:
+    """``policy.model``, or the network inside it for a masked policy (which wraps it)."""
+    model = policy.model
+    return model.net if isinstance(model, (MaskedActorCritic, MaskedQModel)) else model
+
+
 def keras_network(policy: Policy) -> Any:
     """The Keras model inside ``policy``'s network, or ExportError for a torch policy."""
-    network = getattr(policy.model, "network", None)
+    network = getattr(_unmasked_model(policy), "network", None)
     keras = import_keras("Keras export")
     if not isinstance(network, keras.Model):
         raise ExportError(
@@ -55,9 +63,10 @@ def keras_network(policy: Policy) -> Any:
 
 
 def _observations(policy: Policy, keras: Any) -> tuple[Any, Any]:
-    """``(obs input, processed float32 [batch, obs_size])``: ObservationPath in Keras ops."""
+    """``(obs input, processed float32 [batch, obs_size])``: ObservationPath in Keras ops (of
+    the network's observation: without a masked policy's action mask)."""
     ops = keras.ops
-    space = policy.observation_space
+    space = policy.network_observation_space
     size = int(policy.preprocessor.size)
     if isinstance(space, gym.spaces.Discrete):
         obs = keras.Input((), dtype="int64", name="obs")
@@ -85,9 +94,18 @@ def _bounds(values: np.ndarray) -> np.ndarray:
     return np.clip(values.astype(np.float32), -_FLOAT32_MAX, _FLOAT32_MAX)
 
 
-def _actor_critic_outputs(policy: Policy, network: Any, x: Any, keras: Any) -> dict[str, Any]:
+def _masked(scores: Any, mask: Any, keras: Any) -> Any:
+    """``scores`` where ``mask`` > 0.5, MASKED_SCORE elsewhere (``mask_scores`` in Keras ops)."""
+    if mask is None:
+        return scores
+    ops = keras.ops
+    return ops.where(ops.greater(mask, 0.5), scores, ops.full_like(scores, MASKED_SCORE))
+
+
+def _actor_critic_outputs(policy: Policy, network: Any, x: Any, keras: Any, mask: Any) -> dict[str, Any]:
     ops = keras.ops
     inputs, value = network(x)
+    inputs = _masked(inputs, mask, keras)
     outputs = {"value": ops.reshape(value, (-1,))}
     dist = policy.dist
     if isinstance(dist, Categorical):
@@ -111,9 +129,9 @@ def _actor_critic_outputs(policy: Policy, network: Any, x: Any, keras: Any) -> d
     return outputs
 
 
-def _q_value_outputs(policy: Policy, network: Any, x: Any, keras: Any) -> dict[str, Any]:
+def _q_value_outputs(policy: Policy, network: Any, x: Any, keras: Any, mask: Any) -> dict[str, Any]:
     ops = keras.ops
-    q_values = network(x)
+    q_values = _masked(network(x), mask, keras)
     start = int(policy.action_space.start)  # type: ignore[attr-defined]
     action = ops.cast(ops.argmax(q_values, axis=-1), "int64")
     return {"action": ops.add(action, start) if start else action, "q_values": q_values}
@@ -181,19 +199,23 @@ def serving_model(policy: Policy, graph: ExportGraph, *, channels_last: bool) ->
     with ``keras_serving_outputs(processed_obs, dist)`` (Keras SAC: the squashed, rescaled
     action) builds its own outputs. ``channels_last``: run the convolutions NHWC
     (:func:`channels_last_convolutions`; their weights are then copies) for files TensorFlow
-    may serve on any CPU; False keeps the network's NCHW, for ONNX."""
+    may serve on any CPU; False keeps the network's NCHW, for ONNX. A masked policy's model
+    takes ``[obs, action_mask]`` and masks the logits or Q-values as the policy does."""
     keras = import_keras("Keras export")
     network = keras_network(policy)
     obs, x = _observations(policy, keras)
+    size = int(policy.action_mask_size)
+    mask = keras.Input((size,), dtype="float32", name=ACTION_MASK_INPUT) if size else None
     names: Sequence[str] = [spec.name for spec in graph.outputs]
     own_outputs = getattr(policy.model, "keras_serving_outputs", None)
     if own_outputs is not None:  # a network that builds its own action path (Keras SAC's squashing)
         outputs = own_outputs(x, policy.dist)
     else:
         build = _q_value_outputs if "q_values" in names else _actor_critic_outputs
-        outputs = build(policy, network, x, keras)
+        outputs = build(policy, network, x, keras, mask)
     missing = [name for name in names if name not in outputs]
     if missing:
         raise ExportError(f"The Keras export of {type(policy).__name__} computes no {missing}.")
-    model = keras.Model(obs, [outputs[name] for name in names], name="cairn_policy")
+    inputs = obs if mask is None else [obs, mask]
+    model = keras.Model(inputs, [outputs[name] for name in names], name="cairn_policy")
     return channels_last_convolutions(model) if channels_last else model

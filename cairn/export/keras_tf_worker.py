@@ -4,7 +4,8 @@ that SavedModel back with TensorFlow alone and run it on the given inputs.
 
 It imports neither cairn nor torch: Keras picks its backend once per process, and cairn's own
 process runs Keras on torch. Arguments: ``model.keras``, the SavedModel directory to write,
-an ``.npy`` of model inputs, the ``.npz`` to write the outputs into (``output_0``, ...).
+an ``.npz`` of the model inputs (``arr_0``, ... in the model's input order: ``obs``, and a
+masked policy's ``action_mask``), the ``.npz`` to write the outputs into (``output_0``, ...).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ def main(argv: list[str]) -> None:
     model = keras.saving.load_model(keras_file, compile=False, safe_mode=True)
     model.export(saved_model_dir, format="tf_saved_model", verbose=False)
     served = tf.saved_model.load(saved_model_dir)
-    obs = np.load(inputs_file, allow_pickle=False)
-    outputs = served.serve(tf.constant(obs))
+    with np.load(inputs_file, allow_pickle=False) as data:
+        inputs = [tf.constant(data[f"arr_{i}"]) for i in range(len(data.files))]
+    outputs = served.serve(inputs[0] if len(inputs) == 1 else inputs)
     if not isinstance(outputs, (list, tuple)):
         outputs = [outputs]
     arrays: dict[str, Any] = {f"output_{i}": np.asarray(out) for i, out in enumerate(outputs)}

@@ -12,7 +12,7 @@ import torch
 
 from cairn.checkpoint.storage import resolve_storage
 from cairn.errors import ExportError
-from cairn.export.keras_files import uses_keras_files, write_keras_export
+from cairn.export.keras_files import write_keras_export
 from cairn.export.onnx_model import ONNX_FILE, check_opset, convert_to_onnx, require_onnx_packages
 from cairn.export.signature import build_signature, write_signature
 from cairn.export.summary import short_reason
@@ -25,6 +25,7 @@ from cairn.export.torch_program import (
 )
 from cairn.export.verify import check_against_policy, onnx_runner, program_runner
 from cairn.policy.export_hook import ExportGraph
+from cairn.policy.keras_config import uses_keras
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -162,7 +163,7 @@ def _export_into(policy: Policy, directory: Path, *, opset: int | None,
         raise ExportError(f"Export directory {directory} exists and is not a directory.")
     created = _missing_dirs(directory)
     try:
-        if uses_keras_files(policy):  # model.keras, or Keras' own ONNX export (docs/keras.md)
+        if uses_keras(policy.config):  # model.keras, or Keras' own ONNX export (docs/keras.md)
             graph, files = write_keras_export(policy, directory, opset=opset, extra_outputs=extra_outputs)
         else:
             traced = trace_policy(policy, extra_outputs)

@@ -1,5 +1,5 @@
-"""A Keras policy with an action mask exports as torch policies do (two inputs); the Keras
-files, whose serving model has one input, are refused with the alternative."""
+"""A Keras policy with an action mask exports every format with two inputs, obs and action_mask,
+and its exported action is legal."""
 
 from __future__ import annotations
 
@@ -10,40 +10,55 @@ import numpy as np
 import pytest
 
 import cairn
-from cairn.errors import ExportError
+from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.export import export_model, model_feeds
+from cairn.export.keras_files import keras_file_runner
 from cairn.export.keras_saved_model import export_saved_model
 from cairn.export.verify import onnx_runner, sample_policy_observations
 
 MASKED = gym.spaces.Dict({"observation": gym.spaces.Box(-1.0, 1.0, (5,)),
-                          "action_mask": gym.spaces.MultiBinary(4)})
+                          "action_mask": gym.spaces.MultiBinary(7)})
+POLICIES = {
+    "ppo-multidiscrete": lambda: cairn.Policy(
+        MASKED, gym.spaces.MultiDiscrete([3, 4]),
+        {"model": {"framework": "keras"}, "observation_filter": "MeanStdFilter"}, seed=0),
+    "dqn": lambda: DQNPolicy(MASKED, gym.spaces.Discrete(7), {"model": {"framework": "keras"}}, seed=0),
+}
 
 
-def masked_keras_policy() -> cairn.Policy:
-    return cairn.Policy(MASKED, gym.spaces.Discrete(4), {"model": {"framework": "keras"}}, seed=0)
+def legal(action: np.ndarray, mask: np.ndarray) -> bool:
+    if action.ndim == 1:
+        return bool((mask[np.arange(len(action)), action] > 0.5).all())
+    return bool((mask[np.arange(len(action)), action[:, 0]] > 0.5).all()
+                and (mask[np.arange(len(action)), 3 + action[:, 1]] > 0.5).all())
 
 
-def test_a_masked_keras_policy_exports_a_torch_program_and_onnx(tmp_path):
-    policy = masked_keras_policy()
-    program = export_model(policy, tmp_path / "torch")  # parity checked inside
-    assert program["files"] == {"torch": "model.pt2", "torch_weights": "model.safetensors"}
-    assert [spec["name"] for spec in program["inputs"]] == ["obs", "action_mask"]
-    pytest.importorskip("onnxruntime")
-    onnx = export_model(policy, tmp_path / "onnx", onnx=18)
-    assert onnx["files"] == {"onnx": "model.onnx"}
-    observations = sample_policy_observations(policy, 64, seed=3)
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_model_keras_and_onnx_of_a_masked_keras_policy(name, tmp_path):
+    policy = POLICIES[name]()
+    if policy.observation_filter.name == "MeanStdFilter":
+        policy.process_observations(sample_policy_observations(policy, 200, seed=1), update=True)
+    keras_files = export_model(policy, tmp_path / "keras")  # parity checked inside
+    assert keras_files["files"] == {"keras": "model.keras"}
+    assert [spec["name"] for spec in keras_files["inputs"]] == ["obs", "action_mask"]
+    onnx_files = export_model(policy, tmp_path / "onnx", onnx=18)  # Keras' own ONNX exporter
+    assert [spec["name"] for spec in onnx_files["inputs"]] == ["obs", "action_mask"]
+
+    observations = sample_policy_observations(policy, 128, seed=3)
     feeds = model_feeds(policy.observation_space, policy.action_space, observations)
-    action, _ = onnx_runner(str(tmp_path / "onnx/model.onnx"))(*feeds.values())
-    np.testing.assert_array_equal(action, policy.compute_actions(observations, explore=False))
-    assert (feeds["action_mask"][np.arange(64), action] > 0.5).all()
+    expected = policy.compute_actions(observations, explore=False)
+    for run in (keras_file_runner(tmp_path / "keras" / "model.keras"),
+                onnx_runner(str(tmp_path / "onnx" / "model.onnx"))):
+        action, scores = run(*feeds.values())
+        np.testing.assert_array_equal(action, expected)
+        assert legal(action, feeds["action_mask"])
+        assert (scores[feeds["action_mask"] <= 0.5] == -1e9).all()
 
 
-def test_keras_files_of_a_masked_policy_are_refused_with_the_alternative(tmp_path):
-    policy = masked_keras_policy()
-    with pytest.raises(ExportError, match=r"action mask.*takes one input, obs.*Export it as ONNX"):
-        export_saved_model(policy, tmp_path / "saved")
-    assert not (tmp_path / "saved").exists()
-    # Its checkpoints hold the torch files instead of model.keras.
-    policy.export_checkpoint(tmp_path / "ckpt")
-    signature = json.loads((tmp_path / "ckpt" / "model" / "signature.json").read_text())
-    assert "keras" not in signature["files"] and "torch" in signature["files"]
+@pytest.mark.tf
+def test_saved_model_of_a_masked_keras_policy(tmp_path):
+    policy = POLICIES["dqn"]()
+    signature = export_saved_model(policy, tmp_path / "tf")  # TensorFlow's outputs checked inside
+    assert signature["files"] == {"saved_model": "saved_model", "keras": "model.keras"}
+    assert [spec["name"] for spec in signature["inputs"]] == ["obs", "action_mask"]
+    assert json.loads((tmp_path / "tf" / "signature.json").read_text()) == signature
