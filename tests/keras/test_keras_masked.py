@@ -33,6 +33,7 @@ def legal(action: np.ndarray, mask: np.ndarray) -> bool:
                 and (mask[np.arange(len(action)), 3 + action[:, 1]] > 0.5).all())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_model_keras_and_onnx_of_a_masked_keras_policy(name, tmp_path):
     policy = POLICIES[name]()
@@ -55,6 +56,7 @@ def test_model_keras_and_onnx_of_a_masked_keras_policy(name, tmp_path):
         assert (scores[feeds["action_mask"] <= 0.5] == -1e9).all()
 
 
+@pytest.mark.slow
 @pytest.mark.tf
 def test_saved_model_of_a_masked_keras_policy(tmp_path):
     policy = POLICIES["dqn"]()
