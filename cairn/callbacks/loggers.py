@@ -122,7 +122,8 @@ class WandbLogger(Callbacks):
 
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         if self.run is not None:
-            self.run.log(dict(flat_metrics(result)), step=int(result.get("training_iteration", 0)), commit=True)
+            step = int(result.get("training_iteration", 0))
+            self.run.log(dict(flat_metrics(result)), step=step, commit=True)
 
     def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
         if self.run is None:

@@ -56,7 +56,8 @@ def test_custom_metrics_are_aggregated_over_the_metrics_window() -> None:
         result = algo.train()
     lengths = [e["length"] for e in algo.recent_episodes]
     metrics = result["custom_metrics"]
-    assert metrics["length_mean"] == pytest.approx(np.mean(lengths)) == pytest.approx(result["episode_len_mean"])
+    assert metrics["length_mean"] == pytest.approx(np.mean(lengths))
+    assert metrics["length_mean"] == pytest.approx(result["episode_len_mean"])
     assert metrics["length_min"] == min(lengths) and metrics["length_max"] == max(lengths)
     assert metrics["steps_seen_mean"] == pytest.approx(np.mean(lengths))  # one step hook per step
     assert metrics["env_index_max"] == 0
