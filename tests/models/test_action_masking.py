@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from pettingzoo.utils import BaseWrapper
 from torch.nn import functional as F
 
 import cairn
@@ -221,3 +222,38 @@ def test_masked_ppo_learns_to_pick_the_paying_action() -> None:
         result = algo.train()
     # A uniformly random legal pick pays about 1/3.5 of the steps (10-step episodes).
     assert result["episode_return_mean"] >= 8.0, result["episode_return_mean"]
+
+
+class _CountIllegal(BaseWrapper):
+    """Counts moves whose action the mask of the observation it was chosen on forbids."""
+
+    illegal = 0
+    moves = 0
+
+    def step(self, action: Any) -> None:
+        if action is not None:
+            _CountIllegal.moves += 1
+            _CountIllegal.illegal += int(not self.observe(self.agent_selection)["action_mask"][action])
+        super().step(action)
+
+
+def make_counted_connect_four(env_config: dict[str, Any]) -> Any:
+    from pettingzoo.classic import connect_four_v3
+
+    return _CountIllegal(connect_four_v3.env())
+
+
+@pytest.mark.parametrize("kind", ["ppo", "dqn"])
+def test_turn_based_self_play_never_moves_illegally(kind: str) -> None:
+    _CountIllegal.illegal = _CountIllegal.moves = 0
+    if kind == "ppo":
+        config: Any = cairn.PPOConfig().training(train_batch_size=256, minibatch_size=64, num_epochs=1)
+    else:
+        config = cairn.DQNConfig().training(train_batch_size=32, minibatch_size=32,
+                                            num_steps_sampled_before_learning_starts=64)
+    algo = (config.environment(make_counted_connect_four).env_runners(num_envs_per_env_runner=2)
+            .debugging(seed=0).build())
+    for _ in range(2):
+        algo.train()
+    algo.evaluate(4)
+    assert _CountIllegal.moves > 200 and _CountIllegal.illegal == 0
