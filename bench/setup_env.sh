@@ -18,13 +18,15 @@ have cairn || "${PIP[@]}" -e .
 have mujoco || "${PIP[@]}" "gymnasium[mujoco]"   # bench/sac_mujoco.py
 have ale_py || "${PIP[@]}" ale-py opencv-python-headless   # bench/cnn_throughput.py
 have stable_baselines3 || "${PIP[@]}" stable-baselines3
+have sb3_contrib || "${PIP[@]}" sb3-contrib   # bench/masked_ppo.py (MaskablePPO)
+have pygame || "${PIP[@]}" pygame   # bench/connect_four_selfplay.py (PettingZoo classic imports it)
 # RLlib 2.60 pins gymnasium==1.2.2, which constraints.txt (gymnasium 1.4.0, for cairn's own
 # tests) refuses: install it against every other pin, so gymnasium becomes 1.2.2 here.
 have ray.rllib || "$VENV/bin/pip" install -q -c <(grep -v '^gymnasium==' constraints.txt) "ray[rllib]==2.60.0"
 
 "$PY" - <<'PY'
 import importlib.metadata as md
-for name in ("torch", "gymnasium", "cairn-rl", "stable-baselines3", "ray", "numpy"):
+for name in ("torch", "gymnasium", "cairn-rl", "stable-baselines3", "sb3-contrib", "ray", "numpy"):
     try:
         print(f"{name}=={md.version(name)}")
     except md.PackageNotFoundError:
