@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError
+from cairn.numpy_program import numpy_program
 from cairn.registry import register_model_class, registered_model_classes
 
 __all__ = [
@@ -69,6 +70,11 @@ class ModelBase(nn.Module):
     #: float32 ``[B, mask_size]`` tensor of 0/1, as their second argument. cairn masks the
     #: outputs itself either way.
     receives_action_mask: ClassVar[bool] = False
+    #: ``True``: acting (a few observations per call) runs the model's acting path as a numpy
+    #: program when :func:`cairn.numpy_program.numpy_program` can translate it (Linear layers,
+    #: common activations, cat/indexing/arithmetic; checked against torch first), else in torch.
+    #: ``False``: always torch.
+    numpy_acting: ClassVar[bool] = True
 
     def __init__(self, observation_space: gym.Space[Any], action_space: gym.Space[Any],
                  num_outputs: int, model_config: Mapping[str, Any]) -> None:
@@ -79,6 +85,23 @@ class ModelBase(nn.Module):
         self.model_config = dict(model_config)
         #: The width of ``obs`` (the flattened observation size).
         self.obs_size = int(gym.spaces.flatdim(observation_space))
+        self._numpy_programs: dict[str, tuple[int, Any]] = {}
+
+    def _acting_in_numpy(self, name: str, fn: Any, obs: np.ndarray) -> np.ndarray:
+        """``fn(obs)`` through its numpy program (built on first use, for this very object:
+        a deep copy such as DQN's target network builds its own), else torch."""
+        entry = self._numpy_programs.get(name)
+        if entry is None or entry[0] != id(self):
+            program = numpy_program(self, fn, input_size=self.obs_size) if self.numpy_acting else None
+            entry = self._numpy_programs[name] = (id(self), program)
+        if entry[1] is not None:
+            return entry[1](obs)  # type: ignore[no-any-return]
+        with torch.inference_mode():
+            return fn(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
+
+    def _apply(self, fn: Any, recurse: bool = True) -> ModelBase:
+        self._numpy_programs = {}  # parameters may be replaced (to_empty, .to(), ...)
+        return super()._apply(fn, recurse)  # type: ignore[no-any-return]
 
 
 class ActorCriticModel(ModelBase):
@@ -103,6 +126,10 @@ class ActorCriticModel(ModelBase):
         """State values, ``[B]``."""
         return self(obs, *action_mask)[1]  # type: ignore[no-any-return]
 
+    def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`action_inputs` of a numpy batch, for acting (see :attr:`numpy_acting`)."""
+        return self._acting_in_numpy("action_inputs", self.action_inputs, obs)
+
 
 class QModel(ModelBase):
     """DQN's network: ``forward(obs) -> q_values [B, n]`` for ``Discrete(n)`` (``num_outputs = n``).
@@ -114,9 +141,9 @@ class QModel(ModelBase):
         raise NotImplementedError(f"{type(self).__qualname__} must define forward(obs) -> q_values.")
 
     def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Q-values of a numpy batch (acting and targets), through :meth:`forward`."""
-        with torch.inference_mode():
-            return self(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
+        """Q-values of a numpy batch (acting and targets), through :meth:`forward` (see
+        :attr:`numpy_acting`)."""
+        return self._acting_in_numpy("q_values", self.forward, obs)
 
 
 class SACActorModel(ModelBase):
@@ -128,9 +155,12 @@ class SACActorModel(ModelBase):
         raise NotImplementedError(f"{type(self).__qualname__} must define forward(obs) -> (mean, log_std).")
 
     def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
-        """``[mean, log_std]`` concatenated for a numpy batch (acting), through :meth:`forward`."""
-        with torch.inference_mode():
-            return torch.cat(self(torch.from_numpy(obs)), dim=-1).numpy()  # type: ignore[no-any-return]
+        """``[mean, log_std]`` concatenated for a numpy batch (acting), through :meth:`forward`
+        (see :attr:`numpy_acting`)."""
+        return self._acting_in_numpy("forward", self._mean_and_log_std, obs)
+
+    def _mean_and_log_std(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.cat(self(obs), dim=-1)
 
 
 class SACCriticModel(ModelBase):
