@@ -59,6 +59,7 @@ class AlgorithmConfig:
     env_config: dict[str, Any]
     num_env_runners: int
     num_envs_per_env_runner: int
+    gym_env_vectorize_mode: str
     rollout_fragment_length: int | str
     observation_filter: str
     restart_failed_env_runners: bool
@@ -125,6 +126,7 @@ class AlgorithmConfig:
     def env_runners(
         self, *, num_env_runners: int = _NOT_PROVIDED, num_envs_per_env_runner: int = _NOT_PROVIDED,
         rollout_fragment_length: int | str = _NOT_PROVIDED, observation_filter: str = _NOT_PROVIDED,
+        gym_env_vectorize_mode: str = _NOT_PROVIDED,
     ) -> AlgorithmConfig:
         """Set how experience is collected.
 
@@ -135,12 +137,17 @@ class AlgorithmConfig:
                 ``train_batch_size`` evenly.
             observation_filter: ``"NoFilter"`` or ``"MeanStdFilter"`` (running normalisation,
                 stored with each policy).
+            gym_env_vectorize_mode: ``"sync"`` (default) steps a runner's environments one after
+                another in its process; ``"async"`` runs each in its own child process, all
+                stepped at once (for slow single-agent environments; same results for the same
+                seed; docs/ppo.md "Environments in child processes").
         """
         return self._set("env_runners", {
             "num_env_runners": num_env_runners,
             "num_envs_per_env_runner": num_envs_per_env_runner,
             "rollout_fragment_length": rollout_fragment_length,
             "observation_filter": observation_filter,
+            "gym_env_vectorize_mode": gym_env_vectorize_mode,
         })
 
     def fault_tolerance(

@@ -19,7 +19,11 @@ from cairn.policy.model import check_model_config
 from cairn.policy.policy import Policy
 from cairn.registry import check_class_reference_form
 
-__all__ = ["BASE_FIELDS"]
+__all__ = ["BASE_FIELDS", "GYM_ENV_VECTORIZE_MODES"]
+
+#: ``gym_env_vectorize_mode`` values (RLlib's): environments stepped in the runner's process, or
+#: each in its own child process (cairn.env_runner.vector_envs).
+GYM_ENV_VECTORIZE_MODES = ("sync", "async")
 
 
 def _check_fragment(key: str, value: Any) -> None:
@@ -72,6 +76,8 @@ BASE_FIELDS: dict[str, Field] = {
     "num_env_runners": Field("env_runners", 0, non_negative_int, "remote Ray env runners"),
     "num_envs_per_env_runner": Field("env_runners", 1, positive_int, "vectorised envs each"),
     "rollout_fragment_length": Field("env_runners", "auto", _check_fragment, "steps per env"),
+    "gym_env_vectorize_mode": Field("env_runners", "sync", choice(*GYM_ENV_VECTORIZE_MODES),
+                                    "envs in this process or in children"),
     "observation_filter": Field("env_runners", _POLICY_DEFAULTS["observation_filter"],
                                 choice(*FILTER_NAMES), "filter"),
     # fault_tolerance (remote env runners; RLlib's names and defaults, docs/ray.md)

@@ -1,8 +1,9 @@
 """EnvRunner: steps vectorised environments with batched policy inference.
 
-One runner owns ``num_envs_per_env_runner`` environments, the episode bookkeeping, and a numpy
-random generator that seeds resets. It steps single-agent Gymnasium envs itself, and hands
-multi-agent ones to a sampler: PettingZoo ``ParallelEnv`` ones to a
+One runner owns ``num_envs_per_env_runner`` environments (in its process, or each in a child
+process with ``gym_env_vectorize_mode="async"``: :mod:`cairn.env_runner.vector_envs`), the
+episode bookkeeping, and a numpy random generator that seeds resets. It steps single-agent
+Gymnasium envs itself, and hands multi-agent ones to a sampler: PettingZoo ``ParallelEnv`` ones to a
 :class:`~cairn.env_runner.parallel.ParallelSampler`, turn-based ``AECEnv`` ones to a
 :class:`~cairn.env_runner.turn_based.TurnBasedSampler`. Policies are passed in (the learner's
 own objects for the local runner, copies for remote ones). ``sample()`` returns
@@ -18,13 +19,13 @@ import numpy as np
 
 from cairn.callbacks.base import Callbacks, make_callbacks, overrides
 from cairn.env_runner.agent_mapping import agent_ids_by_name
-from cairn.env_runner.env_state import get_env_state, set_env_state
 from cairn.env_runner.episode import EpisodeBook, EpisodeTotals
 from cairn.env_runner.inference import compute_raw_actions
-from cairn.env_runner.make_env import close_env, is_multi_agent_env, is_turn_based_env, make_env
+from cairn.env_runner.make_env import is_multi_agent_env, is_turn_based_env, make_env
 from cairn.env_runner.parallel import ParallelSampler
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, stream_ids
 from cairn.env_runner.turn_based import TurnBasedSampler
+from cairn.env_runner.vector_envs import make_vector_envs
 from cairn.policy_ids import check_mapped_policy_id
 from cairn.rng import draw_reset_seed, env_runner_rng, make_rng, rng_state
 
@@ -47,7 +48,8 @@ class EnvRunner:
         worker_index: 0 for the local runner, 1.. for remote ones; selects env seeds.
         num_envs: Overrides ``config.num_envs_per_env_runner`` (evaluation uses 1).
         seed_offset: Added to the seed, to keep evaluation envs apart from training envs.
-        first_env: An already created environment to use as the first one.
+        first_env: An already created environment to use as the first one (``"async"``
+            closes it: each environment is created in its own child process).
         callbacks: The ``cairn.Callbacks`` whose episode and sample hooks run here (default:
             a new instance of ``config.callbacks_class``).
     """
@@ -70,8 +72,9 @@ class EnvRunner:
         self.worker_index = worker_index
         self.num_envs = num_envs or config.num_envs_per_env_runner
         self._rng = env_runner_rng(config.seed, worker_index, seed_offset)
-        self.envs = [first_env] if first_env is not None else []
-        self.envs += [make_env(config) for _ in range(self.num_envs - len(self.envs))]
+        #: The environments, stepped together (in this process or in children).
+        self.vector_envs = make_vector_envs(config, self.num_envs, first_env)
+        self.envs = self.vector_envs.envs
         self.multi_agent = is_multi_agent_env(self.envs[0])
         self._episodes = EpisodeBook(self.num_envs, self.callbacks, self)
         self.num_env_steps_sampled = 0
@@ -109,7 +112,8 @@ class EnvRunner:
         if self._agents is not None:
             self._agents.reset_all(update_filter=update_filter)
         else:
-            raws = [env.reset(seed=self._draw_seed())[0] for env in self.envs]
+            seeds = {i: self._draw_seed() for i in range(self.num_envs)}
+            raws = list(self.vector_envs.reset(seeds).values())
             policy = self.policies[self._single_pid]
             self._obs = policy.process_observations(raws, update=update_filter)
         self._needs_reset = False
@@ -147,7 +151,7 @@ class EnvRunner:
     ) -> dict[str, SampleBatch]:
         policy = self.policies[self._single_pid]
         dist = policy.dist
-        n_envs, envs, episodes = self.num_envs, self.envs, self._episodes.current
+        n_envs, envs, episodes = self.num_envs, self.vector_envs, self._episodes.current
         step_hook = self._episodes.step if self._episodes.has_step_hook else None
         obs = self._obs
         assert obs is not None
@@ -164,9 +168,8 @@ class EnvRunner:
             raw = compute_raw_actions(policy, obs, explore=explore, policy_id=self._single_pid,
                                       origin=lambda row: (DEFAULT_AGENT_ID, row, episodes[row].length))
             env_actions = dist.to_env(raw)
-            next_raw, finals = [], []
-            for i in range(n_envs):
-                o, r, terminated, truncated, _ = envs[i].step(env_actions[i])
+            next_raw, finals, reset_seeds = [], [], {}
+            for i, (o, r, terminated, truncated) in enumerate(envs.step(env_actions)):
                 ep = episodes[i]
                 ep.ret += r
                 ep.length += 1
@@ -180,8 +183,10 @@ class EnvRunner:
                 if terminated or truncated:
                     finals.append((i, o))
                     self._episodes.finish(i, lambda _agent: self._single_pid)
-                    o = envs[i].reset(seed=self._draw_seed())[0]
+                    reset_seeds[i] = self._draw_seed()  # drawn in env order, in both modes
                 next_raw.append(o)
+            for i, o in envs.reset(reset_seeds).items():
+                next_raw[i] = o
             next_obs = policy.process_observations(next_raw, update=update_filter)
             if record:
                 obs_buf[t] = obs
@@ -220,7 +225,7 @@ class EnvRunner:
             "turn_based": isinstance(self._agents, TurnBasedSampler),
             "rng": rng_state(self._rng),
             "needs_reset": self._needs_reset,
-            "envs": [get_env_state(env) for env in self.envs],
+            "envs": self.vector_envs.get_states(),
             "current_obs": current,
             "episodes": [ep.to_state() for ep in self._episodes.current],
             "counters": {
@@ -242,7 +247,7 @@ class EnvRunner:
             and len(env_states) == self.num_envs
             and bool(state.get("multi_agent")) == self.multi_agent
             and bool(state.get("turn_based")) == isinstance(self._agents, TurnBasedSampler)
-            and all(set_env_state(env, s) for env, s in zip(self.envs, env_states))
+            and self.vector_envs.set_states(env_states)
         )
         if not exact:
             self._needs_reset = True
@@ -286,6 +291,5 @@ class EnvRunner:
                 self.policies[pid].observation_filter.set_state(w["observation_filter"])
 
     def stop(self) -> None:
-        """Close the environments."""
-        for env in self.envs:
-            close_env(env)
+        """Close the environments (``"async"``: and end their child processes)."""
+        self.vector_envs.close()

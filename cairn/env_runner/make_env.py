@@ -12,7 +12,7 @@ from cairn.registry import registered_envs
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
 
-__all__ = ["make_env", "is_multi_agent_env", "is_turn_based_env", "env_agents", "close_env"]
+__all__ = ["make_env", "create_env", "is_multi_agent_env", "is_turn_based_env", "env_agents", "close_env"]
 
 
 def make_env(config: AlgorithmConfig) -> Any:
@@ -26,7 +26,14 @@ def make_env(config: AlgorithmConfig) -> Any:
     returned unchanged: :func:`is_turn_based_env` is then True, and the env runner steps the
     agent whose turn it is (:mod:`cairn.env_runner.turn_based`, docs/multi-agent.md).
     """
-    env, env_config = config.env, dict(config.env_config or {})
+    return create_env(config.env, config.env_config)
+
+
+def create_env(env: Any, env_config: dict[str, Any] | None) -> Any:
+    """Create one environment from ``env`` (a Gymnasium ID, a name given to
+    :func:`cairn.register_env`, or a creator ``creator(env_config) -> env``) and ``env_config``,
+    as :func:`make_env` does for a config."""
+    env_config = dict(env_config or {})
     try:
         if callable(env):
             created = env(env_config)

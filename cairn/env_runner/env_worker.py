@@ -1,0 +1,83 @@
+"""What runs in the child process of one environment under ``gym_env_vectorize_mode="async"``.
+
+The child creates its environment, reports its spaces, then answers the parent's commands over
+a :class:`multiprocessing.connection.Connection` until it is told to close or the parent is
+gone (its end of the pipe closes: the child then exits by itself, so none is left behind when
+the parent dies). Every answer is ``("ok", value)`` or ``("error", traceback_text)``.
+
+Commands (``(name, argument)`` tuples):
+
+- ``("step", action)``: ``(obs, reward, terminated, truncated)`` (infos are not sent: the env
+  runner does not use them).
+- ``("reset", seed)``: the reset observation.
+- ``("get_state", None)`` / ``("set_state", state)``: :func:`~cairn.env_runner.env_state.get_env_state`
+  and :func:`~cairn.env_runner.env_state.set_env_state`, run here, next to the environment.
+- ``("close", None)``: close the environment and exit.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from cairn.env_runner.env_state import get_env_state, set_env_state
+from cairn.env_runner.make_env import close_env, create_env, is_multi_agent_env
+
+__all__ = ["run_env_worker", "StepResult"]
+
+#: ``(obs, reward, terminated, truncated)`` of one environment's step (infos stay in the child).
+StepResult = tuple[Any, float, bool, bool]
+
+
+def _send(conn: Connection, message: tuple[str, Any]) -> None:
+    # Plain pickle over send_bytes: multiprocessing's send() builds a ForkingPickler per message.
+    conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+
+
+def _answer(env: Any, command: str, argument: Any) -> Any:
+    """The value that answers ``command``."""
+    if command == "step":
+        obs, reward, terminated, truncated, _ = env.step(argument)
+        return obs, reward, terminated, truncated
+    if command == "reset":
+        return env.reset(seed=argument)[0]
+    if command == "get_state":
+        return get_env_state(env)
+    if command == "set_state":
+        return set_env_state(env, argument)
+    raise ValueError(f"unknown env worker command {command!r}")
+
+
+def run_env_worker(conn: Connection, payload: bytes) -> None:
+    """Create the environment of ``payload`` (``(env, env_config)`` pickled with cloudpickle,
+    as :func:`create_env` takes them) and serve the parent's commands on ``conn`` (the module
+    docstring lists them)."""
+    # Ctrl-C reaches the whole process group: the parent handles it and closes its children.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        instance = create_env(*pickle.loads(payload))
+        multi_agent = is_multi_agent_env(instance)
+        spaces = (None, None) if multi_agent else (instance.observation_space, instance.action_space)
+        _send(conn, ("ok", (multi_agent, *spaces)))
+    except BaseException:
+        _send(conn, ("error", traceback.format_exc()))
+        return
+    try:
+        while True:
+            try:
+                command, argument = pickle.loads(conn.recv_bytes())
+            except (EOFError, OSError):  # the parent is gone
+                return
+            if command == "close":
+                return
+            try:
+                _send(conn, ("ok", _answer(instance, command, argument)))
+            except Exception:
+                _send(conn, ("error", traceback.format_exc()))
+    except (BrokenPipeError, EOFError, OSError):
+        return  # the parent is gone while we answered
+    finally:
+        close_env(instance)

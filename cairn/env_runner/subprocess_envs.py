@@ -1,0 +1,208 @@
+"""``gym_env_vectorize_mode="async"``: each environment of an env runner in its own child process.
+
+Why an own worker per environment (:mod:`cairn.env_runner.env_worker`) rather than Gymnasium's
+``AsyncVectorEnv``: the env runner resets an environment the moment its episode ends, with a
+seed it draws itself, and keeps the final observation; ``AsyncVectorEnv`` autoresets on its
+own schedule with its own seeds. With one small worker per environment the runner's loop is
+the same in both modes, so ``"async"`` gives bit for bit the results of ``"sync"``.
+
+**Start method.** Children start with ``"forkserver"`` where the platform has it (Linux,
+macOS), else ``"spawn"``; never ``"fork"``: forking a process that runs torch (whose thread
+pools and locks do not survive a fork) can deadlock. The fork server imports cairn once
+(``set_forkserver_preload``), so that each child starts in milliseconds. The child receives
+the environment's creator and ``env_config`` pickled with cloudpickle (a Gymnasium
+dependency; Gymnasium's ``AsyncVectorEnv`` does the same): importable functions by reference,
+lambdas, nested functions and functions of a notebook or ``python -c`` by value. A name given
+to :func:`cairn.register_env` is resolved here, and its creator is sent. As with every
+non-"fork" start method, the child imports the main module of a script: a script must build
+and train under ``if __name__ == "__main__":`` (SB3's ``SubprocVecEnv`` asks the same).
+
+**Lifetime.** :meth:`AsyncEnvs.close` (``EnvRunner.stop()``, ``Algorithm.stop()``) ends the
+children. They are daemon processes (ended when the parent exits normally), and a child whose
+parent died (its pipe closes) exits by itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from cairn.env_runner.env_worker import StepResult, run_env_worker
+from cairn.errors import ConfigError, EnvError
+from cairn.registry import registered_envs
+
+__all__ = ["AsyncEnvs", "SubprocessEnv", "START_METHOD"]
+
+#: The multiprocessing start method of the children (module docstring: why not "fork").
+START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+_JOIN_TIMEOUT_S = 5.0
+_FIX = "or use gym_env_vectorize_mode='sync'"
+
+
+def _context() -> Any:
+    context = multiprocessing.get_context(START_METHOD)
+    if START_METHOD == "forkserver":
+        context.set_forkserver_preload(["cairn.env_runner.env_worker"])
+    return context
+
+
+def _pickled_env(env: Any, env_config: Any) -> bytes:
+    """``(env, env_config)`` as the child receives them (a registered name becomes its creator)."""
+    import cloudpickle
+
+    if isinstance(env, str) and env in (creators := registered_envs()):
+        env = creators[env]
+    try:
+        return cloudpickle.dumps((env, env_config))  # type: ignore[no-any-return]
+    except Exception as exc:
+        raise EnvError(
+            f"gym_env_vectorize_mode='async' cannot send environment {env!r} with "
+            f"env_config={env_config!r} to a child process (it is pickled with cloudpickle): "
+            f"{type(exc).__name__}: {exc}. Make the creator and env_config picklable (a creator "
+            f"should not hold locks, open files, sockets or live environments: create those "
+            f"inside it), {_FIX}.") from exc
+
+
+class SubprocessEnv:
+    """One environment in a child process: its spaces, and requests sent to it.
+
+    ``send`` then ``receive`` is one request; the runner sends to every child before it
+    receives from any, so that the children work at the same time.
+    """
+
+    def __init__(self, context: Any, env_name: str, payload: bytes, index: int) -> None:
+        self.index = index
+        self.env_name = env_name
+        self._conn, child_conn = context.Pipe()
+        self.process = context.Process(target=run_env_worker, args=(child_conn, payload),
+                                       name=f"cairn-env-{index}", daemon=True)
+        self.process.start()
+        child_conn.close()  # our copy: the pipe then closes when the child exits
+        self.observation_space: Any = None
+        self.action_space: Any = None
+
+    def send(self, command: str, argument: Any = None) -> None:
+        try:
+            self._conn.send_bytes(pickle.dumps((command, argument), pickle.HIGHEST_PROTOCOL))
+        except (BrokenPipeError, OSError) as exc:
+            raise self._died(command) from exc
+
+    def receive(self, command: str) -> Any:
+        try:
+            status, value = pickle.loads(self._conn.recv_bytes())
+        except (EOFError, OSError) as exc:
+            raise self._died(command) from exc
+        if status != "ok":
+            raise EnvError(f"Environment {self.env_name!r} (env {self.index}, child process "
+                           f"{self.process.pid}) failed in {command}():\n{value}")
+        return value
+
+    def _died(self, command: str) -> EnvError:
+        self.process.join(1.0)
+        hint = (" A script that builds the algorithm must do so under `if __name__ == "
+                "\"__main__\":`: the child imports the main module (" + repr(START_METHOD)
+                + " start method), see its traceback above." if command == "create" else "")
+        return EnvError(f"The child process of environment {self.env_name!r} (env {self.index}, "
+                        f"pid {self.process.pid}) exited with code {self.process.exitcode} during "
+                        f"{command}().{hint} Run with gym_env_vectorize_mode='sync' to see the "
+                        "environment's error in this process.")
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """Gymnasium's ``step`` (empty infos), for code that uses one environment at a time."""
+        self.send("step", action)
+        return (*self.receive("step"), {})
+
+    def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        """Gymnasium's ``reset`` (empty infos)."""
+        self.send("reset", seed)
+        return self.receive("reset"), {}
+
+    def close(self) -> None:
+        """Tell the child to close its environment; end it if it does not exit."""
+        _end(self._conn, self.process)
+
+
+def _end(conn: Connection, process: Any) -> None:
+    try:
+        conn.send_bytes(pickle.dumps(("close", None)))
+    except (BrokenPipeError, OSError, ValueError):
+        pass
+    process.join(_JOIN_TIMEOUT_S)
+    if process.is_alive():
+        process.terminate()
+        process.join(_JOIN_TIMEOUT_S)
+    conn.close()
+
+
+def _end_all(envs: list[SubprocessEnv]) -> None:
+    for env in envs:
+        env.close()
+
+
+class AsyncEnvs:
+    """``num_envs`` single-agent environments, each in its own child process (``"async"``).
+
+    Args:
+        env: A Gymnasium ID, a name given to :func:`cairn.register_env`, or a creator
+            ``creator(env_config) -> env`` (sent with cloudpickle).
+        env_config: Passed to the creator (or ``gym.make``) in each child.
+        num_envs: How many children.
+
+    Raises:
+        EnvError: ``env`` cannot be pickled, or a child could not create it (the child's
+            traceback is in the message).
+        ConfigError: the environment is multi-agent (``"async"`` takes single-agent ones).
+    """
+
+    def __init__(self, env: Any, env_config: Any, num_envs: int) -> None:
+        payload = _pickled_env(env, env_config)
+        env_name = str(getattr(env, "__qualname__", env))
+        context = _context()
+        self.envs: list[SubprocessEnv] = []
+        # Ends the children when this object is collected without close() (and at exit).
+        self._finalizer = weakref.finalize(self, _end_all, self.envs)
+        try:
+            for i in range(num_envs):
+                self.envs.append(SubprocessEnv(context, env_name, payload, i))
+            infos = [proxy.receive("create") for proxy in self.envs]
+        except BaseException:
+            self.close()
+            raise
+        for proxy, (_, observation_space, action_space) in zip(self.envs, infos):
+            proxy.observation_space, proxy.action_space = observation_space, action_space
+        if any(multi_agent for multi_agent, _, _ in infos):
+            self.close()
+            raise ConfigError(
+                f"gym_env_vectorize_mode='async' runs single-agent Gymnasium environments; "
+                f"{env!r} is multi-agent (PettingZoo). Use gym_env_vectorize_mode='sync' for it.")
+
+    def step(self, actions: Iterable[Any]) -> list[StepResult]:
+        for proxy, action in zip(self.envs, actions):
+            proxy.send("step", action)
+        return [proxy.receive("step") for proxy in self.envs]
+
+    def reset(self, seeds: Mapping[int, int | None]) -> dict[int, Any]:
+        for i, seed in seeds.items():
+            self.envs[i].send("reset", seed)
+        return {i: self.envs[i].receive("reset") for i in seeds}
+
+    def get_states(self) -> list[dict[str, Any] | None]:
+        for proxy in self.envs:
+            proxy.send("get_state")
+        return [proxy.receive("get_state") for proxy in self.envs]
+
+    def set_states(self, states: Sequence[dict[str, Any] | None]) -> bool:
+        for proxy, state in zip(self.envs, states):
+            proxy.send("set_state", state)
+        return all([proxy.receive("set_state") for proxy in self.envs])
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def processes(self) -> list[Any]:
+        """The children's :class:`multiprocessing.Process` objects (e.g. to check they ended)."""
+        return [proxy.process for proxy in self.envs]
