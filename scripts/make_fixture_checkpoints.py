@@ -23,7 +23,8 @@ from cairn.envs import make_multi_agent_cartpole
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The ``metadata`` of the ppo_single fixture (a manifest key since format version 2).
-FIXTURE_METADATA = {"note": "frozen fixture", "tags": ["ppo", "cartpole"], "score": 1.5, "nested": {"ok": True}}
+FIXTURE_METADATA = {"note": "frozen fixture", "tags": ["ppo", "cartpole"], "score": 1.5,
+                    "nested": {"ok": True}}
 SMALL = {"train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1, "model": {"hidden": [16, 16]}}
 
 
