@@ -1,14 +1,64 @@
-"""Which policy each agent of a multi-agent env acts with, as saved in an env runner's state."""
+"""Which policy each agent of a multi-agent env acts with: the mapping the multi-agent samplers
+share (:class:`AgentSampler`), and as saved in an env runner's state."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from cairn.policy_ids import check_mapped_policy_id
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
+    from cairn.env_runner.env_runner import EnvRunner
+    from cairn.env_runner.episode import EpisodeBook
+    from cairn.policy.policy import Policy
 
-__all__ = ["agent_ids_by_name", "restore_agent_pids"]
+__all__ = ["AgentSampler", "agent_ids_by_name", "restore_agent_pids"]
+
+
+class AgentSampler:
+    """What the multi-agent samplers (parallel, turn-based) share: their runner, its envs,
+    episode book and seed stream, and each env's ``{agent: policy ID}`` of the episode.
+
+    Args:
+        runner: The env runner sampled for. Its ``envs``, ``config`` (the policy mapping),
+            ``policies`` and ``worker_index`` (which names the trajectories' streams) are read
+            from it, so they follow it when it changes them.
+        episodes: The runner's episode book (totals of the current episodes, completed ones).
+        draw_seed: Returns the seed of the next env reset (the runner's seed stream).
+    """
+
+    def __init__(
+        self, runner: EnvRunner, *, episodes: EpisodeBook, draw_seed: Callable[[], int | None]
+    ) -> None:
+        self.runner = runner
+        self.envs: list[Any] = runner.envs
+        self.episodes = episodes
+        self.draw_seed = draw_seed
+        #: Per env: the policy ID of each agent seen this episode.
+        self.agent_pids: list[dict[Any, str]] = [{} for _ in self.envs]
+        self.init_slots()
+
+    def init_slots(self) -> None:
+        """Create the sampler's own per-env slots (observations in flight, moves pending)."""
+
+    @property
+    def config(self) -> AlgorithmConfig:
+        """The runner's config."""
+        return self.runner.config
+
+    @property
+    def policies(self) -> Mapping[str, Policy]:
+        """The runner's policies."""
+        return self.runner.policies
+
+    def policy_of(self, env_index: int, agent: Any) -> str:
+        """The policy ID ``agent`` of env ``env_index`` acts with (mapped once per episode)."""
+        pids = self.agent_pids[env_index]
+        if agent not in pids:
+            pids[agent] = check_mapped_policy_id(agent, self.config.map_agent(agent), self.policies)
+        return pids[agent]
 
 
 def agent_ids_by_name(env: Any) -> dict[str, Any]:

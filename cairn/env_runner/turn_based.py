@@ -28,13 +28,12 @@ The episode length counts moves (dead-agent steps excluded); returns add up ever
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cairn.env_runner.agent_mapping import agent_ids_by_name, restore_agent_pids
-from cairn.env_runner.episode import EpisodeBook
+from cairn.env_runner.agent_mapping import AgentSampler, agent_ids_by_name, restore_agent_pids
 from cairn.env_runner.inference import compute_raw_actions
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.env_runner.trajectories import AgentTrajectories
@@ -43,7 +42,6 @@ from cairn.policy_ids import check_mapped_policy_id
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
-    from cairn.env_runner.env_runner import EnvRunner
     from cairn.policy.policy import Policy
 
 __all__ = ["TurnBasedSampler"]
@@ -56,49 +54,17 @@ Pending = tuple[np.ndarray, np.ndarray]
 _Selection = tuple[int, Any, Any, float, bool, bool, "Pending | None", bool]
 
 
-class TurnBasedSampler:
-    """Samples turn-based AEC envs for an env runner (the runner owns envs, episodes, seeds).
+class TurnBasedSampler(AgentSampler):
+    """Samples turn-based envs (each a PettingZoo ``AECEnv``) for an env runner (the runner
+    owns envs, episodes, seeds; the arguments are :class:`AgentSampler`'s)."""
 
-    Args:
-        runner: The env runner sampled for. Its ``envs`` (each a PettingZoo ``AECEnv``),
-            ``config`` (the policy mapping), ``policies`` and ``worker_index`` (which names the
-            trajectories' streams) are read from it, so they follow it when it changes them.
-        episodes: The runner's episode book (totals of the current episodes, completed ones).
-        draw_seed: Returns the seed of the next env reset (the runner's seed stream).
-    """
-
-    def __init__(
-        self, runner: EnvRunner, *, episodes: EpisodeBook, draw_seed: Callable[[], int | None]
-    ) -> None:
-        self.runner = runner
-        self.envs: list[Any] = runner.envs
-        self.episodes = episodes
-        self.draw_seed = draw_seed
-        envs = self.envs
-        self.agent_pids: list[dict[Any, str]] = [{} for _ in envs]
+    def init_slots(self) -> None:
         #: Per env: the agent to move and its processed observation (None before a reset).
-        self.to_move: list[tuple[Any, np.ndarray] | None] = [None for _ in envs]
+        self.to_move: list[tuple[Any, np.ndarray] | None] = [None for _ in self.envs]
         #: Per env: the agents that moved and wait for their next observation.
-        self.pending: list[dict[Any, Pending]] = [{} for _ in envs]
+        self.pending: list[dict[Any, Pending]] = [{} for _ in self.envs]
 
     # ------------------------------------------------------------------------------ mapping
-    @property
-    def config(self) -> AlgorithmConfig:
-        """The runner's config."""
-        return self.runner.config
-
-    @property
-    def policies(self) -> Mapping[str, Policy]:
-        """The runner's policies."""
-        return self.runner.policies
-
-    def policy_of(self, env_index: int, agent: Any) -> str:
-        """The policy ID ``agent`` of env ``env_index`` acts with (mapped once per episode)."""
-        pids = self.agent_pids[env_index]
-        if agent not in pids:
-            pids[agent] = check_mapped_policy_id(agent, self.config.map_agent(agent), self.policies)
-        return pids[agent]
-
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
         """Map the agents again under ``config``; True when an agent in flight (to move, or
         with a pending move) changes policy, so that the envs must start new episodes. The
