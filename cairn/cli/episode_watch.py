@@ -94,60 +94,77 @@ class _WatchedEnv(gym.Wrapper):  # type: ignore[type-arg]
         return obs, reward, terminated, bool(truncated or cut), info
 
 
+class _Tally:
+    """One multi-agent episode as the watch reports it: moves, every agent's rewards summed (as
+    the runner's return), and whether ``--max-episode-steps`` cut it."""
+
+    def __init__(self, watch: EpisodeWatch) -> None:
+        self.watch = watch
+        self.restart()
+
+    def restart(self) -> None:
+        self.steps, self.ret, self.cut = 0, 0.0, False
+
+    def record(self, rewards: dict[Any, Any], *, moved: bool, live_agents: list[Any]) -> bool:
+        """Count one step; True when it reaches ``max_steps`` with agents still in the episode
+        (the wrapper then ends it for them)."""
+        self.steps += int(moved)
+        self.ret += sum(float(r) for r in rewards.values())
+        limit = self.watch.max_steps
+        if limit is not None and self.steps >= limit and live_agents and not self.cut:
+            self.cut = True
+            return True
+        return False
+
+    def end(self) -> None:
+        self.watch.episode_ended(self.ret, self.steps, cut=self.cut)
+
+
 class _WatchedParallelEnv(BaseParallelWrapper):  # type: ignore[misc]
     """A PettingZoo ParallelEnv whose episodes end after ``watch.max_steps`` (every agent still
-    in it truncated) and are reported; the return sums every agent's rewards, as the runner's."""
+    in it truncated) and are reported."""
 
     def __init__(self, env: Any, watch: EpisodeWatch) -> None:
         super().__init__(env)
-        self._watch, self._steps, self._return, self._cut = watch, 0, 0.0, False
+        self._tally = _Tally(watch)
 
     @property
     def agents(self) -> list[Any]:  # type: ignore[override]
-        return [] if self._cut else list(self.env.agents)
+        return [] if self._tally.cut else list(self.env.agents)
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        self._steps, self._return, self._cut = 0, 0.0, False
+        self._tally.restart()
         return self.env.reset(seed=seed, options=options)
 
     def step(self, actions: dict[Any, Any]) -> tuple[Any, ...]:
         obs, rewards, terminated, truncated, infos = self.env.step(actions)
-        self._steps += 1
-        self._return += sum(float(r) for r in rewards.values())
-        limit = self._watch.max_steps
-        if limit is not None and self._steps >= limit and self.env.agents:
+        if self._tally.record(rewards, moved=True, live_agents=list(self.env.agents)):
             truncated = {**truncated, **dict.fromkeys(self.env.agents, True)}
-            self._cut = True
         if not self.agents:
-            self._watch.episode_ended(self._return, self._steps, cut=self._cut)
+            self._tally.end()
         return obs, rewards, terminated, truncated, infos
 
 
 class _WatchedTurnBasedEnv(BaseWrapper):  # type: ignore[misc]
     """A PettingZoo AECEnv (agents take turns) whose episodes end after ``watch.max_steps``
-    moves (every agent still in it truncated: the runner sees no agent left) and are reported;
-    the return sums every agent's rewards, as the runner's."""
+    moves (the runner then sees no agent left, and truncates the moves in flight) and are
+    reported."""
 
     def __init__(self, env: Any, watch: EpisodeWatch) -> None:
         super().__init__(env)
-        self._watch, self._steps, self._return, self._cut = watch, 0, 0.0, False
+        self._tally = _Tally(watch)
 
     @property
     def agents(self) -> list[Any]:  # type: ignore[override]
-        return [] if self._cut else list(self.env.agents)
+        return [] if self._tally.cut else list(self.env.agents)
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        self._steps, self._return, self._cut = 0, 0.0, False
+        self._tally.restart()
         self.env.reset(seed=seed, options=options)
 
     def step(self, action: Any) -> None:
         was_over = not self.agents
         self.env.step(action)
-        if action is not None:
-            self._steps += 1
-        self._return += sum(float(r) for r in self.env.rewards.values())
-        limit = self._watch.max_steps
-        if limit is not None and self._steps >= limit and self.env.agents:
-            self._cut = True
+        self._tally.record(self.env.rewards, moved=action is not None, live_agents=list(self.env.agents))
         if not self.agents and not was_over:
-            self._watch.episode_ended(self._return, self._steps, cut=self._cut)
+            self._tally.end()
