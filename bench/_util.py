@@ -153,6 +153,21 @@ def command_line() -> str:
     return " ".join([python, script, *map(shlex.quote, sys.argv[1:])])
 
 
+def cairn_code_line() -> str:
+    """Where the imported cairn lives and its git commit (the bench venv may use a worktree)."""
+    import subprocess
+
+    import cairn
+
+    root = Path(cairn.__file__).resolve().parent.parent
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip() or "?"
+    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "cairn"],
+                           capture_output=True, text=True).stdout.strip()
+    note = " (with uncommitted changes)" if dirty else ""
+    return f"- cairn code imported from `{root}` at commit {head}{note}"
+
+
 def fmt(x: float, digits: int = 2) -> str:
     """A number for a table: thousands separators for big ones, NaN as a dash."""
     if x != x:  # NaN

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import REPO, command_line, fmt, load_average, machine_lines, median, table
+from _util import REPO, cairn_code_line, command_line, fmt, load_average, machine_lines, median, table
 
 TARGET_WIN_RATE = 0.9
 SETTINGS = dict(
@@ -36,21 +36,6 @@ SETTINGS = dict(
     gamma=0.99, lambda_=0.95, clip_param=0.2, entropy_coeff=0.01, vf_coeff=0.5, grad_clip=0.5,
     hidden=[256, 256], activation="tanh", torch_num_threads=1,
 )
-
-
-def cairn_code_line() -> str:
-    """Where the imported cairn lives and its git commit (the bench venv may use a worktree)."""
-    import subprocess
-
-    import cairn
-
-    root = Path(cairn.__file__).resolve().parent.parent
-    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True).stdout.strip() or "?"
-    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "cairn"],
-                           capture_output=True, text=True).stdout.strip()
-    note = " (with uncommitted changes)" if dirty else ""
-    return f"- cairn code imported from `{root}` at commit {head}{note}"
 
 
 def make_connect_four(env_config: dict[str, Any]) -> Any:

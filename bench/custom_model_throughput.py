@@ -34,7 +34,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import REPO, command_line, fmt, load_average, machine_lines, median, ratio, table
+from _util import REPO, cairn_code_line, command_line, fmt, load_average, machine_lines, median, ratio, table
 
 import cairn
 from cairn.models import ActorCriticModel
@@ -93,21 +93,6 @@ MODELS: dict[str, dict[str, Any]] = {
     "custom": {"custom_model": MLPActorCritic, "custom_model_config": {"hidden": 64}},
     "custom_numpy": {"custom_model": MLPActorCriticNumpy, "custom_model_config": {"hidden": 64}},
 }
-
-
-def cairn_code_line() -> str:
-    """Where the imported cairn lives and its git commit (the bench venv may use a worktree)."""
-    import subprocess
-
-    import cairn
-
-    root = Path(cairn.__file__).resolve().parent.parent
-    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True).stdout.strip() or "?"
-    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "cairn"],
-                           capture_output=True, text=True).stdout.strip()
-    note = " (with uncommitted changes)" if dirty else ""
-    return f"- cairn code imported from `{root}` at commit {head}{note}"
 
 
 def build(variant: str, seed: int) -> Any:

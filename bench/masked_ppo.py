@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import REPO, command_line, fmt, load_average, machine_lines, median, ratio, table
+from _util import REPO, cairn_code_line, command_line, fmt, load_average, machine_lines, median, ratio, table
 
 N_ACTIONS = 8
 LENGTH = 20
@@ -102,21 +102,6 @@ class PickLegalSB3(PickLegal):
 
     def action_masks(self) -> np.ndarray:
         return self._mask.astype(bool)
-
-
-def cairn_code_line() -> str:
-    """Where the imported cairn lives and its git commit (the bench venv may use a worktree)."""
-    import subprocess
-
-    import cairn
-
-    root = Path(cairn.__file__).resolve().parent.parent
-    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True).stdout.strip() or "?"
-    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "cairn"],
-                           capture_output=True, text=True).stdout.strip()
-    note = " (with uncommitted changes)" if dirty else ""
-    return f"- cairn code imported from `{root}` at commit {head}{note}"
 
 
 def make_pick_legal(env_config: dict[str, Any]) -> PickLegal:
