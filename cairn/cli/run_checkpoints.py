@@ -40,13 +40,15 @@ class StoredCheckpoint:
     metric_name: str | None
 
 
-def run_manager(root: str, *, keep: int | None, every: int | None) -> Any:
+def run_manager(root: str, *, keep: int | None, every: int | None,
+                every_timesteps: int | None = None) -> Any:
     """The :class:`cairn.CheckpointManager` of a run: ``keep`` newest (None: all) plus the best
-    by :data:`BEST_METRIC`; due every ``every`` iterations (None: only forced saves)."""
+    by :data:`BEST_METRIC`; due every ``every`` iterations and/or each time the env steps pass a
+    multiple of ``every_timesteps`` (both None: only forced saves)."""
     from cairn.checkpoint.manager import CheckpointManager
 
     return CheckpointManager(root, keep_last=keep, keep_best=(BEST_METRIC, "max"),
-                             save_every_iterations=every)
+                             save_every_iterations=every, save_every_timesteps=every_timesteps)
 
 
 def _record(root: str, name: str) -> dict[str, Any]:

@@ -91,6 +91,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                         "are removed first (other files are left alone)")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="also save a checkpoint every N iterations (default: only at the end)")
+    p.add_argument("--checkpoint-every-timesteps", type=int, default=None, metavar="N",
+                   help="also save a checkpoint each time the env steps pass a multiple of N "
+                        "(SB3's save_freq)")
     p.add_argument("--keep", type=int, default=None, metavar="N",
                    help=f"keep the newest N checkpoints (default {DEFAULT_KEEP}; 0 keeps all) and the best "
                         "by episode_return_mean")
@@ -250,7 +253,8 @@ def _loop(algo: Any, log: RunLog, reporter: Reporter, stop: dict[str, Any], mana
 def _train_run(algo: Any, run_dir: Path, args: argparse.Namespace, settings: dict[str, Any],
                log: RunLog, resumed: dict[str, Any] | None) -> int:
     manager = run_manager(str(run_dir / CHECKPOINTS_DIR), keep=settings["keep"] or None,
-                          every=settings["checkpoint_every"])
+                          every=settings["checkpoint_every"],
+                          every_timesteps=settings.get("checkpoint_every_timesteps"))
     title = f"{type(algo).__name__} {algo.config.env if isinstance(algo.config.env, str) else 'env'}"
     reporter = make_reporter(quiet=bool(getattr(args, "quiet", False)), title=title, stop=settings["stop"])
     last: list[dict[str, Any]] = []
@@ -289,7 +293,9 @@ def _not_saved() -> int:
 
 
 def _check_counts(args: argparse.Namespace) -> None:
-    for flag, value in (("--checkpoint-every", args.checkpoint_every), ("--keep", args.keep),
+    for flag, value in (("--checkpoint-every", args.checkpoint_every),
+                        ("--checkpoint-every-timesteps", args.checkpoint_every_timesteps),
+                        ("--keep", args.keep),
                         ("--stop-iters", args.stop_iters), ("--stop-timesteps", args.stop_timesteps)):
         if value is not None and value < (0 if flag == "--keep" else 1):
             raise UsageError(f"{flag} {value}: expected an int of at least {0 if flag == '--keep' else 1}.")
@@ -328,6 +334,8 @@ def _resume(args: argparse.Namespace) -> int:
         attach_loggers(algo, args)
         settings = {**saved, "algo": type(algo).__name__, "stop": _stop_settings(args, saved.get("stop")),
                     "checkpoint_every": args.checkpoint_every or saved.get("checkpoint_every"),
+                    "checkpoint_every_timesteps": (args.checkpoint_every_timesteps
+                                                   or saved.get("checkpoint_every_timesteps")),
                     "keep": args.keep if args.keep is not None else saved.get("keep", DEFAULT_KEEP)}
         returns = [float(e["return"]) for e in algo.recent_episodes]
         state = {"training_iteration": algo.iteration, **algo.counters,
@@ -357,6 +365,7 @@ def run(args: argparse.Namespace) -> int:
         check_new_run_dir(run_dir, args.out, overwrite=args.overwrite)
     settings = {"algo": config.algo_class_name, "stop": _stop_settings(args, None),
                 "checkpoint_every": args.checkpoint_every,
+                "checkpoint_every_timesteps": args.checkpoint_every_timesteps,
                 "keep": DEFAULT_KEEP if args.keep is None else args.keep, "started_at": time.time()}
     algo = config.build()
     try:

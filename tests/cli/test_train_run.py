@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -223,3 +224,11 @@ def test_tensorboard_event_files(tmp_path):
     assert {"episode_return_mean", "policy_loss", "env_steps_per_s"} <= tags
 
 
+def test_cairn_train_saves_every_n_timesteps(tmp_path: Path) -> None:
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "4", "--out",
+                 str(tmp_path / "run"), "-q", "--keep", "0", "--checkpoint-every-timesteps", "256",
+                 "--config", "train_batch_size=128", "minibatch_size=64"]) == 0
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if p.is_dir())
+    # 128 env steps an iteration: 256 is passed at iterations 2 and 4 (the final save is 4 too).
+    assert names == ["checkpoint_000002", "checkpoint_000004"]
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["checkpoint_every_timesteps"] == 256
