@@ -11,22 +11,25 @@ set separately (``config.torch_num_threads``).
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["single_threaded_blas"]
 
-_CONTROLLER: Any = None
+#: ``(len(sys.modules) when it was made, threadpoolctl.ThreadpoolController)``.
+_CONTROLLER: tuple[int, Any] | None = None
 
 
 @contextlib.contextmanager
 def single_threaded_blas() -> Iterator[None]:
     """Limit the BLAS libraries loaded in this process to one thread for the block (about
-    10 us to enter and leave; the libraries are looked up once per process)."""
+    10 us to enter and leave). The libraries are looked up again (~0.4 ms) when modules were
+    imported since the last look, as an import may load another BLAS (scipy's, torch's)."""
     global _CONTROLLER
-    if _CONTROLLER is None:
+    if _CONTROLLER is None or _CONTROLLER[0] != len(sys.modules):
         from threadpoolctl import ThreadpoolController
 
-        _CONTROLLER = ThreadpoolController()
-    with _CONTROLLER.limit(limits=1, user_api="blas"):
+        _CONTROLLER = (len(sys.modules), ThreadpoolController())
+    with _CONTROLLER[1].limit(limits=1, user_api="blas"):
         yield
