@@ -100,24 +100,26 @@ def test_dqn_and_sac_build_the_users_classes() -> None:
     assert all(torch.equal(a, b) for a, b in zip(critics, targets))
 
 
-def test_a_fresh_process_restores_it_by_importing_its_module(tmp_path: Path) -> None:
-    algo = small_ppo(model={"custom_model": TwoHeads}).build()
+@pytest.mark.parametrize("make", [lambda: small_ppo(model={"custom_model": TwoHeads}),
+                                  lambda: _dqn(custom_model=SmallQ)], ids=["ppo", "dqn"])
+def test_a_fresh_process_restores_it_by_importing_its_module(make: Any, tmp_path: Path) -> None:
+    algo = make().build()
     algo.train()
     algo.save(tmp_path / "ckpt")
-    obs = np.linspace(-0.1, 0.1, 4, dtype=np.float32)
-    expected = algo.get_policy().compute_action_inputs(obs[None])
+    obs = np.linspace(-0.1, 0.1, 4, dtype=np.float32)[None]
+    expected = algo.get_policy().compute_action_inputs(obs)
     script = (
-        "import sys, numpy as np, cairn\n"
+        "import json, numpy as np, cairn\n"
         f"algo = cairn.Algorithm.from_checkpoint({str(tmp_path / 'ckpt')!r})\n"
         "p = algo.get_policy()\n"
         "assert type(p.model).__module__ == 'tests.models.nets', type(p.model)\n"
-        f"print(repr(p.compute_action_inputs(np.linspace(-0.1, 0.1, 4, dtype=np.float32)[None]).tolist()))\n"
+        "obs = np.linspace(-0.1, 0.1, 4, dtype=np.float32)[None]\n"
+        "print(json.dumps(p.compute_action_inputs(obs).tolist()))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                         cwd=tmp_path,
-                         timeout=300, check=True)
-    assert np.array_equal(np.array(eval(out.stdout.strip()), dtype=np.float32), expected)
+                         cwd=tmp_path, timeout=300, check=True)
+    assert np.array_equal(np.array(json.loads(out.stdout.strip()), dtype=np.float32), expected)
 
 
 def test_subset_restore_and_policy_checkpoints(tmp_path: Path) -> None:
