@@ -22,28 +22,30 @@ import torch
 from torch import fx, nn
 from torch.nn import functional as F
 
-__all__ = ["numpy_program"]
+__all__ = ["numpy_program", "NUMPY_ACTIVATIONS"]
 
 NumpyFn = Callable[[np.ndarray], np.ndarray]
 
-_ACTIVATIONS: dict[Any, Callable[[np.ndarray], np.ndarray]] = {
-    torch.tanh: np.tanh,
-    F.tanh: np.tanh,
-    torch.relu: lambda x: np.maximum(x, 0.0),
-    F.relu: lambda x: np.maximum(x, 0.0),
-    torch.sigmoid: lambda x: 1.0 / (1.0 + np.exp(-x)),
-    F.silu: lambda x: x / (1.0 + np.exp(-x)),
-    F.elu: lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
+#: Activations by name, in numpy: the built-in networks' numpy forward passes
+#: (``cairn.policy.model`` re-exports them) and the translated torch programs.
+NUMPY_ACTIVATIONS: dict[str, NumpyFn] = {
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "identity": lambda x: x,
 }
-_MODULE_ACTIVATIONS: dict[type, Callable[[np.ndarray], np.ndarray]] = {
-    nn.Tanh: np.tanh,
-    nn.ReLU: lambda x: np.maximum(x, 0.0),
-    nn.Sigmoid: lambda x: 1.0 / (1.0 + np.exp(-x)),
-    nn.SiLU: lambda x: x / (1.0 + np.exp(-x)),
-    nn.ELU: lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
-    nn.Identity: lambda x: x,
+_ACTIVATIONS: dict[Any, NumpyFn] = {
+    fn: NUMPY_ACTIVATIONS[name] for name, fns in {
+        "tanh": (torch.tanh, F.tanh), "relu": (torch.relu, F.relu), "sigmoid": (torch.sigmoid,),
+        "silu": (F.silu,), "elu": (F.elu,)}.items() for fn in fns}
+_MODULE_ACTIVATIONS: dict[type, NumpyFn] = {
+    nn.Tanh: NUMPY_ACTIVATIONS["tanh"], nn.ReLU: NUMPY_ACTIVATIONS["relu"],
+    nn.Sigmoid: NUMPY_ACTIVATIONS["sigmoid"], nn.SiLU: NUMPY_ACTIVATIONS["silu"],
+    nn.ELU: NUMPY_ACTIVATIONS["elu"], nn.Identity: NUMPY_ACTIVATIONS["identity"],
 }
-_METHOD_ACTIVATIONS = {"tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0)}
+_METHOD_ACTIVATIONS = {"tanh": NUMPY_ACTIVATIONS["tanh"], "relu": NUMPY_ACTIVATIONS["relu"]}
 _ARITHMETIC = {operator.add: np.add, operator.sub: np.subtract, operator.mul: np.multiply,
                torch.add: np.add, torch.mul: np.multiply}
 

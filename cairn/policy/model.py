@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError, ImageObservationWarning
+from cairn.numpy_program import NUMPY_ACTIVATIONS  # the numpy forward passes' activations
 from cairn.policy.custom_model import CUSTOM_MODEL_KEYS, check_custom_model_settings
 from cairn.policy.encoders import ObservationEncoder, check_conv_config, encoder_description, image_layout
 from cairn.policy.keras_config import FRAMEWORK_MODEL_KEYS, check_framework_settings
@@ -28,14 +29,6 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
     "elu": nn.ELU,
     "silu": nn.SiLU,
-}
-
-#: The same activations on numpy arrays, for the numpy forward passes used when acting.
-NUMPY_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "tanh": np.tanh,
-    "relu": lambda x: np.maximum(x, 0.0),
-    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
-    "silu": lambda x: x / (1.0 + np.exp(-x)),
 }
 
 DEFAULT_MODEL_CONFIG: dict[str, Any] = {
