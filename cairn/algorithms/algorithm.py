@@ -34,7 +34,6 @@ from cairn.algorithms.policy_specs import build_policies, probe_agents, record_s
 from cairn.algorithms.state import algorithm_state, set_algorithm_state
 from cairn.callbacks.base import make_callbacks
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
-from cairn.env_runner.blas_threads import single_threaded_blas
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.group import EnvRunnerGroup
 from cairn.env_runner.sample_batch import SampleBatch
@@ -120,8 +119,7 @@ class Algorithm:
 
     def _sample(self) -> dict[str, SampleBatch]:
         """Collect one round of experience and update the sampling counters and metrics."""
-        with single_threaded_blas():  # acting on a few rows: one BLAS thread (blas_threads)
-            batches, episodes, env_steps = self.env_runner_group.sample()
+        batches, episodes, env_steps = self.env_runner_group.sample()
         self.counters["num_env_steps_sampled_lifetime"] += env_steps
         self.counters["num_agent_steps_sampled_lifetime"] += sum(len(b) for b in batches.values())
         self.counters["num_episodes_lifetime"] += len(episodes)
@@ -160,7 +158,7 @@ class Algorithm:
         :func:`cairn.algorithms.evaluation.evaluate_episodes`."""
         if seed is None and self._eval_runner is None:
             self._eval_runner = evaluation_runner(self.config, self.policies, self._eval_runner_state)
-        with self._torch_threads(), single_threaded_blas():
+        with self._torch_threads():
             metrics = evaluate_episodes(self._eval_runner, self.config, self.policies, num_episodes,
                                         seed=seed)
         self.callbacks.on_evaluate_end(algorithm=self, evaluation_metrics=metrics)

@@ -19,6 +19,7 @@ import numpy as np
 
 from cairn.callbacks.base import Callbacks, make_callbacks, overrides
 from cairn.env_runner.agent_mapping import agent_ids_by_name
+from cairn.env_runner.blas_threads import single_threaded_blas
 from cairn.env_runner.episode import EpisodeBook, EpisodeTotals
 from cairn.env_runner.inference import compute_raw_actions
 from cairn.env_runner.make_env import is_multi_agent_env, is_turn_based_env, make_env
@@ -123,9 +124,10 @@ class EnvRunner:
         """Step every environment ``num_steps`` times (default: the rollout fragment length)
         and return the experience keyed by policy ID."""
         steps = num_steps or self.config.get_rollout_fragment_length()
-        if self._needs_reset:
-            self._reset_all(update_filter=True)
-        batches = self._sampler()(steps, explore=explore, record=True, update_filter=True)
+        with single_threaded_blas():  # acting on a few rows at a time: one BLAS thread
+            if self._needs_reset:
+                self._reset_all(update_filter=True)
+            batches = self._sampler()(steps, explore=explore, record=True, update_filter=True)
         self.num_env_steps_sampled += steps * self.num_envs
         if overrides(self.callbacks, "on_sample_end"):
             self.callbacks.on_sample_end(samples=batches, env_runner=self)
@@ -135,10 +137,11 @@ class EnvRunner:
         """Play ``num_episodes`` fresh episodes without recording or updating filters
         (used for evaluation) and return their metrics."""
         self._episodes.take()
-        self._reset_all(update_filter=False)
-        sample = self._sampler()
-        while len(self._episodes.completed) < num_episodes:
-            sample(64, explore=explore, record=False, update_filter=False)
+        with single_threaded_blas():
+            self._reset_all(update_filter=False)
+            sample = self._sampler()
+            while len(self._episodes.completed) < num_episodes:
+                sample(64, explore=explore, record=False, update_filter=False)
         self._needs_reset = True
         return self._episodes.take(num_episodes)
 

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cairn.env_runner.blas_threads import single_threaded_blas
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
@@ -69,8 +68,7 @@ class RemoteEnvRunner:
             policy.np_random = runner_actions_rng(
                 runner.config.seed, runner.worker_index, pid, runner.num_env_steps_sampled)
         before = runner.num_env_steps_sampled
-        with single_threaded_blas():  # acting on a few rows: one BLAS thread (blas_threads)
-            batches = runner.sample()
+        batches = runner.sample()
         deltas = {pid: p.observation_filter.pop_delta() for pid, p in runner.policies.items()}
         return SampleResult(batches, runner.get_metrics(), deltas,
                             runner.num_env_steps_sampled - before, self.position())
