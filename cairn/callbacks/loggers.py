@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ class MLflowLogger(Callbacks):
         from mlflow.entities import Metric
 
         step = int(result.get("training_iteration", 0))
-        stamp = int(1000 * __import__("time").time())
+        stamp = int(1000 * time.time())
         metrics = [Metric(name, value, stamp, step) for name, value in flat_metrics(result)]
         for start in range(0, len(metrics), 1000):
             self._client.log_batch(self.run_id, metrics=metrics[start:start + 1000])

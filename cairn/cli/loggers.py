@@ -11,10 +11,6 @@ from cairn.callbacks import Callbacks, MLflowLogger, WandbLogger
 
 __all__ = ["add_logger_options", "attach_loggers", "LoggedCallbacks"]
 
-_ALGORITHM_HOOKS = ("on_train_result", "on_evaluate_end", "on_checkpoint_saved", "on_checkpoint_loaded",
-                    "on_algorithm_stop")
-
-
 def add_logger_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mlflow", action="store_true",
                         help="also log the run to MLflow (MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME; "
@@ -30,15 +26,24 @@ class LoggedCallbacks(Callbacks):
     def __init__(self, own: Callbacks, loggers: list[Callbacks]) -> None:
         self.own, self.loggers = own, loggers
 
-    def __getattribute__(self, name: str) -> Any:
-        if name not in _ALGORITHM_HOOKS:
-            return object.__getattribute__(self, name)
-        targets = [object.__getattribute__(self, "own"), *object.__getattribute__(self, "loggers")]
+    def _each(self, hook: str, **kwargs: Any) -> None:
+        for target in (self.own, *self.loggers):
+            getattr(target, hook)(**kwargs)
 
-        def hook(**kwargs: Any) -> None:
-            for target in targets:
-                getattr(target, name)(**kwargs)
-        return hook
+    def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
+        self._each("on_train_result", algorithm=algorithm, result=result)
+
+    def on_evaluate_end(self, *, algorithm: Any, evaluation_metrics: dict[str, Any]) -> None:
+        self._each("on_evaluate_end", algorithm=algorithm, evaluation_metrics=evaluation_metrics)
+
+    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
+        self._each("on_checkpoint_saved", algorithm=algorithm, checkpoint=checkpoint)
+
+    def on_checkpoint_loaded(self, *, algorithm: Any) -> None:
+        self._each("on_checkpoint_loaded", algorithm=algorithm)
+
+    def on_algorithm_stop(self, *, algorithm: Any) -> None:
+        self._each("on_algorithm_stop", algorithm=algorithm)
 
 
 def attach_loggers(algo: Any, args: argparse.Namespace) -> None:
