@@ -168,6 +168,14 @@ def cairn_code_line() -> str:
     return f"- cairn code imported from `{root}` at commit {head}{note}"
 
 
+def write_report(path: Path | None, lines: Sequence[str]) -> None:
+    """Write a bench's report lines to ``path`` (folders made as needed) and say so; None: skip."""
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines))
+        print(f"wrote {path}")
+
+
 def fmt(x: float, digits: int = 2) -> str:
     """A number for a table: thousands separators for big ones, NaN as a dash."""
     if x != x:  # NaN

@@ -57,6 +57,7 @@ from _util import (
     ratio,
     table,
     timed,
+    write_report,
 )
 
 ENV_ID = "CartPole-v1"
@@ -576,10 +577,7 @@ def main() -> None:
              *table(["what", "measured", "target", "met?"], summary), "", *lines[header_len:]]
     if profile_text:
         lines += ["## cProfile of cairn save and restore", "", "```", profile_text, "```", ""]
-    if out_path:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text("\n".join(lines))
-        print(f"wrote {out_path}")
+    write_report(out_path, lines)
     if args.json:
         args.json.write_text(json.dumps({"large": large, "partial": partial, "fresh": fresh},
                                         indent=1, default=str))

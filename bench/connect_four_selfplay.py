@@ -28,7 +28,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import REPO, cairn_code_line, command_line, fmt, load_average, machine_lines, median, table
+from _util import (
+    REPO,
+    cairn_code_line,
+    command_line,
+    fmt,
+    load_average,
+    machine_lines,
+    median,
+    table,
+    write_report,
+)
 
 TARGET_WIN_RATE = 0.9
 SETTINGS = dict(
@@ -220,10 +230,7 @@ def main() -> None:
         "",
     ]
     print("\n".join(lines))
-    if out_path:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text("\n".join(lines))
-        print(f"wrote {out_path}")
+    write_report(out_path, lines)
 
 
 if __name__ == "__main__":

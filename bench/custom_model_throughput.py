@@ -34,7 +34,18 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import REPO, cairn_code_line, command_line, fmt, load_average, machine_lines, median, ratio, table
+from _util import (
+    REPO,
+    cairn_code_line,
+    command_line,
+    fmt,
+    load_average,
+    machine_lines,
+    median,
+    ratio,
+    table,
+    write_report,
+)
 
 import cairn
 from cairn.models import ActorCriticModel
@@ -262,10 +273,7 @@ def main() -> None:
         "",
     ]
     print("\n".join(f"{k}: {v:.1f} us" for k, v in breakdown.items()))
-    if out_path:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text("\n".join(lines))
-        print(f"wrote {out_path}")
+    write_report(out_path, lines)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import REPO, cairn_code_line, command_line, fmt, load_average, machine_lines, median, ratio, table
+from _util import (
+    REPO,
+    cairn_code_line,
+    command_line,
+    fmt,
+    load_average,
+    machine_lines,
+    median,
+    ratio,
+    table,
+    write_report,
+)
 
 N_ACTIONS = 8
 LENGTH = 20
@@ -273,10 +284,7 @@ def main() -> None:
         f"Illegal actions taken in all runs (training and evaluation): {illegal_total}.",
         "",
     ]
-    if out_path:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text("\n".join(lines))
-        print(f"wrote {out_path}")
+    write_report(out_path, lines)
 
 
 if __name__ == "__main__":

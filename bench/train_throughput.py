@@ -42,6 +42,7 @@ from _util import (
     ratio,
     table,
     train_until,
+    write_report,
 )
 
 ENV_ID = "CartPole-v1"
@@ -345,10 +346,7 @@ def main() -> None:
     if profile_text:
         lines += ["## cProfile of one cairn `algo.train()` (after one warm-up iteration)", "",
                   "```", profile_text, "```", ""]
-    if out_path:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text("\n".join(lines))
-        print(f"wrote {out_path}")
+    write_report(out_path, lines)
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "imports": imports, "threads": threads,
                                          "medians": med, "met": met}, indent=1))
