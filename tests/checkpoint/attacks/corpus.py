@@ -177,6 +177,22 @@ for _name, _ref in [("print", "builtins:print"), ("os_dup2", "os:dup2"), ("code_
         lambda root, _, keras=_keras: (_config("model", keras)(root, _),
                                        _policy_spec(["config", "model"], keras)(root, _)))
 
+# A user's model class (cairn.models) and the callbacks class: a stdlib reference, a function
+# or a foreign class is refused. (The base checkpoints are PPO's, which resolve custom_model
+# only: SAC's critic key, custom_q_model, is refused there by its form, stdlib, before import.)
+for _name, _ref in [("print", "builtins:print"), ("os_system", "os:system"), ("this", "this:x"),
+                    ("function", f"{PAYLOAD_MODULE}:write_canary"),
+                    ("foreign_class", f"{PAYLOAD_MODULE}:EvilNotPolicy")]:
+    stdlib = ":" in _ref and not _ref.startswith(PAYLOAD_MODULE)
+    for _key in ("custom_model", "custom_q_model") if stdlib else ("custom_model",):
+        attack(f"{_key}_{_name}_in_policy_spec", UnsafeCheckpointError)(
+            _policy_spec(["config", "model", _key], _ref))
+        attack(f"{_key}_{_name}_in_config_model", UnsafeCheckpointError, ("algo",))(
+            lambda root, _, key=_key, ref=_ref: (
+                edit_json(root, ASTATE, _set(["config", "model", key], ref)),
+                _policy_spec(["config", "model", key], ref)(root, _)))
+    attack(f"callbacks_class_{_name}", UnsafeCheckpointError, ("algo",))(_config("callbacks_class", _ref))
+
 # --------------------------------------------------------- the manifest's class and counters
 attack("manifest_class_stdlib", UnsafeCheckpointError, ALL)(
     lambda root, _: _manifest(root, _set(["class"], "os:system")))
