@@ -68,7 +68,7 @@ def sample_policy_observations(policy: Policy, n: int, *, seed: int = 0) -> list
     observations = sample_observations(policy.observation_space, n, seed=seed)
     if not policy.action_mask_size:
         return observations
-    return with_legal_masks(observations, action_sizes(policy.dist), seed=seed)
+    return with_legal_masks(observations, action_sizes(policy.action_space), seed=seed)
 
 
 def _near_ties(scores: np.ndarray, sizes: Sequence[int]) -> np.ndarray:

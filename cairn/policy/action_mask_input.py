@@ -38,7 +38,7 @@ def action_mask_inputs(policy: Policy) -> tuple[TensorSpec, ...]:
     size = int(policy.action_mask_size)
     if not size:
         return ()
-    sizes = list(action_sizes(policy.dist))
+    sizes = list(action_sizes(policy.action_space))
     parts = "" if len(sizes) == 1 else f", the sub-actions' masks concatenated (sizes {sizes})"
     return (TensorSpec(
         ACTION_MASK_INPUT, "float32", (BATCH, size),

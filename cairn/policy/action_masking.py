@@ -56,12 +56,14 @@ ACTION_MASK_KEY = "action_mask"
 MASKED_SCORE = -1e9
 
 
-def _mask_sizes(action_space: gym.Space[Any]) -> tuple[int, ...] | None:
+def action_sizes(action_space: gym.Space[Any]) -> tuple[int, ...]:
+    """The number of choices of each discrete (sub-)action, in mask order; ``()`` for a space
+    that is not Discrete or MultiDiscrete (nothing to mask)."""
     if isinstance(action_space, gym.spaces.Discrete):
         return (int(action_space.n),)
     if isinstance(action_space, gym.spaces.MultiDiscrete):
         return tuple(int(n) for n in action_space.nvec.reshape(-1))
-    return None
+    return ()
 
 
 def action_mask_size(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> int:
@@ -72,8 +74,8 @@ def action_mask_size(observation_space: gym.Space[Any], action_space: gym.Space[
     """
     if not (isinstance(observation_space, gym.spaces.Dict) and ACTION_MASK_KEY in observation_space.spaces):
         return 0
-    sizes = _mask_sizes(action_space)
-    if sizes is None:
+    sizes = action_sizes(action_space)
+    if not sizes:
         return 0  # continuous actions: "action_mask" is an ordinary observation part
     mask_space = observation_space[ACTION_MASK_KEY]
     expected = sum(sizes)
@@ -170,16 +172,10 @@ def filter_features(rows: np.ndarray, obs_filter: Any, size: int, *, update: boo
     return rows
 
 
-def action_sizes(dist: Any) -> tuple[int, ...]:
-    """The number of choices of each discrete (sub-)action of a distribution, in mask order."""
-    nvec = getattr(dist, "nvec", None)
-    return tuple(nvec) if nvec is not None else (int(dist.num_inputs),)
-
-
-def checked_masks(rows: np.ndarray, size: int, dist: Any) -> np.ndarray:
+def checked_masks(rows: np.ndarray, size: int, sizes: Sequence[int]) -> np.ndarray:
     """The masks of processed rows (their columns from ``size`` on), after :func:`check_masks`."""
     mask = rows[:, size:]
-    check_masks(mask, action_sizes(dist))
+    check_masks(mask, sizes)
     return mask
 
 

@@ -250,14 +250,14 @@ class Policy:
         mask = self.action_masks(processed_obs)
         inputs = self.compute_action_inputs(processed_obs)
         raw = raw_actions(self.dist, inputs, self.np_random, explore=explore)
-        return raw if mask is None else legal_actions(raw, inputs, mask, action_sizes(self.dist))
+        return raw if mask is None else legal_actions(raw, inputs, mask, action_sizes(self.action_space))
 
     def action_masks(self, processed_obs: np.ndarray) -> np.ndarray | None:
         """The action masks of processed observations (None for an unmasked policy); raises
         :class:`~cairn.errors.ActionMaskError` when a row leaves no legal action."""
         if not self.action_mask_size:
             return None
-        return checked_masks(processed_obs, self.preprocessor.size, self.dist)
+        return checked_masks(processed_obs, self.preprocessor.size, action_sizes(self.action_space))
 
     def compute_actions(self, obs_batch: Sequence[Any] | np.ndarray, *,
                         explore: bool = True) -> np.ndarray:
