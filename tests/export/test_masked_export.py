@@ -42,7 +42,7 @@ def sparse_legal_observations(policy: cairn.Policy, n: int, *, seed: int) -> lis
         mask = space["action_mask"]
         obs["action_mask"] = (rng.random(mask.shape) < 0.2).astype(mask.dtype)
         observations.append(obs)
-    return with_legal_masks(observations, action_sizes(policy.dist), seed=seed)
+    return with_legal_masks(observations, action_sizes(policy.action_space), seed=seed)
 
 
 def ppo(obs_space: gym.Space[Any], act_space: gym.Space[Any], **config: Any) -> cairn.Policy:
