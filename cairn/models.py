@@ -13,6 +13,9 @@ base class                algorithm, key                  ``forward``
 ========================  ==============================  ========================================
 :class:`ActorCriticModel` PPO, ``custom_model``           ``obs -> (action_inputs [B, num_outputs],
                                                           value [B])``
+:class:`RecurrentActorCriticModel`  PPO, ``custom_model``  ``(obs [B, T, size], state) ->
+                                                          (action_inputs [B, T, num_outputs],
+                                                          value [B, T], state_out)``
 :class:`QModel`           DQN, ``custom_model``           ``obs -> q_values [B, n]``
 :class:`SACActorModel`    SAC, ``custom_model``           ``obs -> (mean [B, A], log_std [B, A])``
 :class:`SACCriticModel`   SAC, ``custom_q_model``         ``(obs, actions) -> q [B]`` (SAC builds
@@ -47,6 +50,7 @@ from cairn.registry import register_model_class, registered_model_classes
 __all__ = [
     "ModelBase",
     "ActorCriticModel",
+    "RecurrentActorCriticModel",
     "QModel",
     "SACActorModel",
     "SACCriticModel",
@@ -129,6 +133,49 @@ class ActorCriticModel(ModelBase):
     def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
         """:meth:`action_inputs` of a numpy batch, for acting (see :attr:`numpy_acting`)."""
         return self._acting_in_numpy("action_inputs", self.action_inputs, obs)
+
+
+class RecurrentActorCriticModel(ActorCriticModel):
+    """PPO's network with memory (docs/models.md, "Recurrent models").
+
+    ``forward(obs, state) -> (action_inputs, value, state_out)`` on sequences: ``obs`` is
+    ``[B, T, obs_size]`` (``T = 1`` when acting), ``state`` a list of tensors ``[B, *shape]``
+    (the state before the sequence's first step), ``action_inputs`` ``[B, T, num_outputs]``,
+    ``value`` ``[B, T]`` and ``state_out`` the state after the last step, in ``state``'s
+    layout. Steps are causal: PPO pads short sequences at their end and ignores the padded
+    outputs. :meth:`get_initial_state` is the state at the start of every episode (one
+    unbatched tensor per component, e.g. ``[h, c]`` of ``[cell_size]`` each for an LSTM).
+
+    A recurrent model acts in torch (never as a numpy program) and cannot be used with an
+    observation's ``action_mask``.
+    """
+
+    numpy_acting: ClassVar[bool] = False
+
+    def get_initial_state(self) -> list[torch.Tensor]:
+        """The state at the start of an episode: a list of unbatched float32 tensors."""
+        raise NotImplementedError(
+            f"{type(self).__qualname__} must define get_initial_state() -> list of tensors.")
+
+    def forward(  # type: ignore[override]  # (obs, state) instead of (obs, *action_mask)
+        self, obs: torch.Tensor, state: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        raise NotImplementedError(
+            f"{type(self).__qualname__} must define forward(obs, state) -> "
+            "(action_inputs, value, state_out).")
+
+    def action_inputs(self, obs: torch.Tensor, *state: Any) -> torch.Tensor:
+        """Not defined for a recurrent model: its outputs depend on the state, so every caller
+        goes through ``forward(obs, state)``."""
+        raise TypeError(f"{type(self).__qualname__} is recurrent: call forward(obs, state).")
+
+    def value(self, obs: torch.Tensor, *state: Any) -> torch.Tensor:
+        """Not defined for a recurrent model (see :meth:`action_inputs`)."""
+        raise TypeError(f"{type(self).__qualname__} is recurrent: call forward(obs, state).")
+
+    def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
+        """Not defined for a recurrent model (see :meth:`action_inputs`)."""
+        raise TypeError(f"{type(self).__qualname__} is recurrent: call forward(obs, state).")
 
 
 class QModel(ModelBase):

@@ -21,9 +21,9 @@ from cairn.callbacks.base import Callbacks, make_callbacks, overrides
 from cairn.env_runner.agent_mapping import agent_ids_by_name
 from cairn.env_runner.blas_threads import single_threaded_blas
 from cairn.env_runner.episode import EpisodeBook, EpisodeTotals
-from cairn.env_runner.inference import compute_raw_actions
 from cairn.env_runner.make_env import is_multi_agent_env, is_turn_based_env, make_env
 from cairn.env_runner.parallel import ParallelSampler
+from cairn.env_runner.recurrent_state import RecurrentStates, refuse_recurrent_policies, state_columns
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, stream_ids
 from cairn.env_runner.turn_based import TurnBasedSampler
 from cairn.env_runner.vector_envs import make_vector_envs
@@ -81,10 +81,14 @@ class EnvRunner:
         self.num_env_steps_sampled = 0
         self._obs: np.ndarray | None = None  # single-agent: processed obs [E, d]
         self._needs_reset = True
+        #: The recurrent policies' state of each trajectory in flight (env copy, or env and agent).
+        self.recurrent_states = RecurrentStates()
         #: The multi-agent sampler (None for single-agent envs).
         self._agents: ParallelSampler | TurnBasedSampler | None = None
         if self.multi_agent:
             sampler = TurnBasedSampler if is_turn_based_env(self.envs[0]) else ParallelSampler
+            if sampler is TurnBasedSampler:
+                refuse_recurrent_policies(self.policies, "turn-based (PettingZoo AEC) environments")
             self._agents = sampler(self, episodes=self._episodes, draw_seed=self._draw_seed)
         else:
             self._single_pid = self._mapped_policy(DEFAULT_AGENT_ID)
@@ -110,6 +114,7 @@ class EnvRunner:
 
     def _reset_all(self, *, update_filter: bool) -> None:
         self._episodes.restart_all()
+        self.recurrent_states.clear()
         if self._agents is not None:
             self._agents.reset_all(update_filter=update_filter)
         else:
@@ -167,9 +172,17 @@ class EnvRunner:
             rew_buf = np.empty((steps, n_envs), dtype=np.float32)
             term_buf = np.zeros((steps, n_envs), dtype=bool)
             trunc_buf = np.zeros((steps, n_envs), dtype=bool)
+        keys = [(i, DEFAULT_AGENT_ID) for i in range(n_envs)]
+        state_bufs: list[np.ndarray] = []
         for t in range(steps):
-            raw = compute_raw_actions(policy, obs, explore=explore, policy_id=self._single_pid,
-                                      origin=lambda row: (DEFAULT_AGENT_ID, row, episodes[row].length))
+            raw, state_in = self.recurrent_states.act(
+                policy, obs, keys, explore=explore, policy_id=self._single_pid,
+                origin=lambda row: (DEFAULT_AGENT_ID, row, episodes[row].length))
+            if record and state_in is not None:  # the state each row acted from
+                if not state_bufs:
+                    state_bufs = [np.empty((steps, *s.shape), dtype=np.float32) for s in state_in]
+                for buf, s in zip(state_bufs, state_in):
+                    buf[t] = s
             env_actions = dist.to_env(raw)
             next_raw, finals, reset_seeds = [], [], {}
             for i, (o, r, terminated, truncated) in enumerate(envs.step(env_actions)):
@@ -186,6 +199,7 @@ class EnvRunner:
                 if terminated or truncated:
                     finals.append((i, o))
                     self._episodes.finish(i, lambda _agent: self._single_pid)
+                    self.recurrent_states.end_episode(i)
                     reset_seeds[i] = self._draw_seed()  # drawn in env order, in both modes
                 next_raw.append(o)
             for i, o in envs.reset(reset_seeds).items():
@@ -205,7 +219,7 @@ class EnvRunner:
         count_sampled_steps(self.policies, {self._single_pid: steps * n_envs})
         return {self._single_pid: SampleBatch.from_time_major(
             obs=obs_buf, actions=act_buf, rewards=rew_buf, terminateds=term_buf,
-            truncateds=trunc_buf, next_obs=next_buf,
+            truncateds=trunc_buf, next_obs=next_buf, **state_columns(state_bufs),
             streams=np.broadcast_to(stream_ids(self.worker_index, range(n_envs)), (steps, n_envs)))}
 
     # ------------------------------------------------------------------------------- metrics
@@ -231,6 +245,7 @@ class EnvRunner:
             "envs": self.vector_envs.get_states(),
             "current_obs": current,
             "episodes": [ep.to_state() for ep in self._episodes.current],
+            "recurrent_states": self.recurrent_states.get_state(copy=copy),
             "counters": {
                 "num_env_steps_sampled": self.num_env_steps_sampled,
                 "num_episodes": self.num_episodes,
@@ -265,6 +280,9 @@ class EnvRunner:
             self._obs = np.asarray(state["current_obs"], dtype=np.float32).copy()
             self._episodes.current = [EpisodeTotals.from_state(s, {}, i)
                                       for i, s in enumerate(state["episodes"])]
+        # Without saved states (a checkpoint of a feed-forward policy) trajectories start afresh.
+        self.recurrent_states.set_state(state.get("recurrent_states") or [],
+                                        lambda i: agent_ids_by_name(self.envs[i]) if self.multi_agent else {})
         self._needs_reset = False
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cairn.env_runner.agent_mapping import AgentSampler, agent_ids_by_name, restore_agent_pids
-from cairn.env_runner.inference import RowOrigin, compute_raw_actions
+from cairn.env_runner.inference import RowOrigin
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.env_runner.trajectories import AgentTrajectories
 from cairn.policy_ids import check_mapped_policy_id
@@ -104,17 +104,21 @@ class ParallelSampler(AgentSampler):
                     by_pid[self.policy_of(i, agent)].append((i, agent))
             actions: list[dict[Any, Any]] = [{} for _ in self.envs]
             acted: dict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = {}
+            states_in: dict[tuple[int, Any], list[np.ndarray]] = {}  # recurrent policies' rows
             for pid, slots in by_pid.items():
                 policy = self.policies[pid]
                 obs = np.stack([self.obs[i][a] for i, a in slots])
-                raw = compute_raw_actions(policy, obs, explore=explore, policy_id=pid,
-                                          origin=partial(self._slot_origin, slots))
+                origin = partial(self._slot_origin, slots)
+                raw, state_in = self.runner.recurrent_states.act(policy, obs, slots, explore=explore,
+                                                                 policy_id=pid, origin=origin)
                 env_actions = policy.dist.to_env(raw)
                 if record:  # counted as they act: a DQN policy's epsilon follows at once
                     count_sampled_steps(self.policies, {pid: len(slots)})
                 for k, (i, agent) in enumerate(slots):
                     actions[i][agent] = env_actions[k]
                     acted[(i, agent)] = (obs[k], raw[k])
+                    if state_in is not None:
+                        states_in[(i, agent)] = [s[k] for s in state_in]
             # Step every env; gather the raw observations to process, per policy.
             incoming: dict[str, list[tuple[int, Any, Any]]] = defaultdict(list)
             ended: set[tuple[int, Any]] = set()
@@ -130,7 +134,7 @@ class ParallelSampler(AgentSampler):
                     ep.agent_returns[agent] += r
                     if record:
                         trajs.add((i, agent), *acted[(i, agent)], r, bool(term_d.get(agent, False)),
-                                  bool(trunc_d.get(agent, False)))
+                                  bool(trunc_d.get(agent, False)), state_in=states_in.get((i, agent)))
                 self.episodes.step(i)  # on_episode_step, when the user's callbacks have one
                 alive = set(env.agents)
                 episode_over = not alive
@@ -141,6 +145,7 @@ class ParallelSampler(AgentSampler):
                             incoming[self.policy_of(i, agent)].append((i, ("final", agent), obs_d[agent]))
                 if episode_over:
                     self._finish_episode(i)
+                    self.runner.recurrent_states.end_episode(i)
                     reset_obs = self._reset_env(i)
                     for agent, o in reset_obs.items():
                         incoming[self.policy_of(i, agent)].append((i, agent, o))

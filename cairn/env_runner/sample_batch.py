@@ -15,6 +15,8 @@ __all__ = ["SampleBatch", "COLUMNS", "count_sampled_steps", "stream_ids"]
 #: the end of the sampled fragment), which is where returns must be bootstrapped or cut;
 #: ``streams`` (int64) names the trajectory each row belongs to (:func:`stream_ids`), the same
 #: from fragment to fragment, so that a piece cut by a fragment end can be joined to its sequel.
+#: A recurrent policy's batches also have ``state_in_0``, ``state_in_1``, ... (float32
+#: ``[rows, *shape]``): the state each row acted from (:mod:`cairn.env_runner.recurrent_state`).
 COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "ends", "next_obs", "streams")
 
 
@@ -41,8 +43,9 @@ class SampleBatch(dict[str, np.ndarray]):
 
     @staticmethod
     def from_time_major(**columns: np.ndarray) -> SampleBatch:
-        """A batch from ``[steps, envs, ...]`` columns (one row per step of each env), in env
-        major order: each env's steps are contiguous, so that ``ends`` cuts its trajectory.
+        """A batch from ``[steps, envs, ...]`` columns (one row per step of each env; columns beyond
+        :data:`COLUMNS` follow them, by name), in env major order: each env's steps are
+        contiguous, so that ``ends`` cuts its trajectory.
 
         ``ends`` is computed here (an episode end, or the fragment's last step).
         """
@@ -54,7 +57,8 @@ class SampleBatch(dict[str, np.ndarray]):
             return np.ascontiguousarray(a.swapaxes(0, 1)).reshape(steps * n_envs, *a.shape[2:])
 
         columns = {**columns, "ends": ends}
-        return SampleBatch({k: env_major(columns[k]) for k in COLUMNS if k in columns})
+        names = [*(k for k in COLUMNS if k in columns), *sorted(k for k in columns if k not in COLUMNS)]
+        return SampleBatch({k: env_major(columns[k]) for k in names})
 
 
 def stream_ids(worker_index: int, keys: Iterable[Any]) -> np.ndarray:

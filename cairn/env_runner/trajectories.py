@@ -32,11 +32,15 @@ class AgentTrajectories:
         return key in self._rows
 
     def add(self, key: AgentKey, obs: np.ndarray, action: np.ndarray, reward: float,
-            terminated: bool, truncated: bool) -> None:
-        """Append the step ``key``'s agent just took (its next observation still unknown)."""
+            terminated: bool, truncated: bool, *, state_in: list[np.ndarray] | None = None) -> None:
+        """Append the step ``key``'s agent just took (its next observation still unknown);
+        ``state_in``: a recurrent policy's state the agent acted from (one array per component)."""
         row = self._rows.get(key)
         if row is None:
             row = self._rows[key] = {c: [] for c in _ROW_COLUMNS}
+        if state_in is not None:
+            for k, s in enumerate(state_in):
+                row.setdefault(f"state_in_{k}", []).append(s)
         row["obs"].append(obs)
         row["actions"].append(action)
         row["rewards"].append(reward)
@@ -67,5 +71,7 @@ class AgentTrajectories:
                 "terminateds": term, "truncateds": trunc, "ends": ends,
                 "next_obs": np.stack(next_obs).astype(np.float32, copy=False),
                 "streams": np.repeat(stream_ids(worker_index, [key]), len(term)),
+                **{c: np.stack(v).astype(np.float32, copy=False) for c, v in row.items()
+                   if c.startswith("state_in_")},
             })
         return {pid: SampleBatch.concat(parts) for pid, parts in per_pid.items()}

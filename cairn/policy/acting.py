@@ -15,9 +15,22 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from cairn.policy.action_masking import filter_features
 from cairn.policy.distributions import ActionDistribution
 
-__all__ = ["action_inputs", "raw_actions", "single_action"]
+__all__ = ["action_inputs", "processed_observations", "raw_actions", "single_action"]
+
+
+def processed_observations(policy: Any, obs_batch: Any, *, update: bool) -> np.ndarray:
+    """``policy.process_observations``: raw observations -> float32 network inputs, through the
+    policy's preprocessor and observation filter (``update=True``: the filter learns them too).
+    A masked policy's rows are ``[features | mask]``, and the filter sees the features only."""
+    processed = policy.preprocessor(obs_batch)
+    if policy.action_mask_size:
+        return filter_features(processed, policy.observation_filter, policy.preprocessor.size, update=update)
+    if update:
+        policy.observation_filter.update(processed)
+    return policy.observation_filter.apply(processed)  # type: ignore[no-any-return]
 
 
 def action_inputs(model: Any, processed_obs: np.ndarray) -> np.ndarray:

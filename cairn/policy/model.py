@@ -18,11 +18,12 @@ from cairn.numpy_program import NUMPY_ACTIVATIONS  # the numpy forward passes' a
 from cairn.policy.custom_model import CUSTOM_MODEL_KEYS, check_custom_model_settings
 from cairn.policy.encoders import ObservationEncoder, check_conv_config, encoder_description, image_layout
 from cairn.policy.keras_config import FRAMEWORK_MODEL_KEYS, check_framework_settings
+from cairn.policy.recurrent_config import RECURRENT_MODEL_KEYS, check_recurrent_settings
 from cairn.spaces import is_image_space
 from cairn.validation import check_section
 
 __all__ = ["ActorCriticMLP", "ACTIVATIONS", "NUMPY_ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config",
-           "builds_config_mlp", "warn_if_image_observations", "policy_encoder_description"]
+           "builds_config_mlp", "warn_if_image_observations", "policy_encoder_description", "mlp"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -47,9 +48,10 @@ DEFAULT_MODEL_CONFIG: dict[str, Any] = {
 def check_model_config(model: Any) -> None:
     """Raise ConfigError for an invalid ``model`` config section."""
     check_section("model", dict(model) if isinstance(model, Mapping) else model,
-                  [*DEFAULT_MODEL_CONFIG, *FRAMEWORK_MODEL_KEYS, *CUSTOM_MODEL_KEYS])
+                  [*DEFAULT_MODEL_CONFIG, *FRAMEWORK_MODEL_KEYS, *CUSTOM_MODEL_KEYS, *RECURRENT_MODEL_KEYS])
     check_framework_settings(model)  # framework / keras_model: optional keys (docs/keras.md)
     check_custom_model_settings(model)  # a user's torch network (cairn.models, docs/models.md)
+    check_recurrent_settings(model)  # use_lstm, lstm_cell_size, max_seq_len (docs/ppo.md)
     if model.get("custom_model") is not None and model.get("framework", "torch") != "torch":
         raise ConfigError(
             f"Config 'model.custom_model'={model['custom_model']!r:.100} is a torch model, but "
@@ -131,7 +133,8 @@ def warn_if_image_observations(observation_space: Any, model_config: Mapping[str
     )
 
 
-def _mlp(sizes: Sequence[int], activation: str) -> nn.Sequential:
+def mlp(sizes: Sequence[int], activation: str) -> nn.Sequential:
+    """Linear layers of ``sizes`` (input first), each followed by ``activation``."""
     layers: list[nn.Module] = []
     for fan_in, fan_out in itertools.pairwise(sizes):
         layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
@@ -169,9 +172,9 @@ class ActorCriticMLP(nn.Module):
         self.vf_share_layers = vf_share_layers
         self.activation = activation
         self._numpy_layers: list[tuple[np.ndarray, np.ndarray]] | None = None
-        self.actor = _mlp(sizes, activation)
+        self.actor = mlp(sizes, activation)
         self.action_head = nn.Linear(last, head_outputs)
-        self.critic = None if vf_share_layers else _mlp(sizes, activation)
+        self.critic = None if vf_share_layers else mlp(sizes, activation)
         self.value_head = nn.Linear(last, 1)
         self.log_std = (
             nn.Parameter(torch.full((head_outputs,), float(log_std_init))) if free_log_std else None

@@ -12,13 +12,12 @@ import numpy as np
 import torch
 
 from cairn.errors import ConfigError
-from cairn.policy import checkpointing
-from cairn.policy.acting import action_inputs, raw_actions, single_action
+from cairn.policy import checkpointing, recurrent
+from cairn.policy.acting import action_inputs, processed_observations, raw_actions, single_action
 from cairn.policy.action_masking import (
     MaskedActorCritic,
     action_sizes,
     checked_masks,
-    filter_features,
     legal_actions,
     make_preprocessor,
 )
@@ -129,6 +128,7 @@ class Policy:
             self.model: Any = self.make_model()
             if self.action_mask_size:
                 self.model = self.mask_model(self.model)
+        recurrent.finish_recurrent_setup(self)  # use_lstm: PPO's networks only; no action mask
         adopted = self._adopted_weights
         if init_weights:
             self.init_weights()
@@ -234,12 +234,7 @@ class Policy:
 
         ``update=True`` also feeds them to the observation filter's running statistics.
         """
-        processed = self.preprocessor(obs_batch)
-        if self.action_mask_size:  # [features | mask]: the filter sees the features only
-            return filter_features(processed, self.observation_filter, self.preprocessor.size, update=update)
-        if update:
-            self.observation_filter.update(processed)
-        return self.observation_filter.apply(processed)
+        return processed_observations(self, obs_batch, update=update)
 
     def compute_action_inputs(self, processed_obs: np.ndarray) -> np.ndarray:
         """The action distribution's inputs (logits, or mean and log-std) for processed obs."""
@@ -259,25 +254,35 @@ class Policy:
             return None
         return checked_masks(processed_obs, self.preprocessor.size, action_sizes(self.action_space))
 
-    def compute_actions(self, obs_batch: Sequence[Any] | np.ndarray, *,
-                        explore: bool = True) -> np.ndarray:
+    def compute_actions(self, obs_batch: Sequence[Any] | np.ndarray, *, explore: bool = True,
+                        state: Sequence[Any] | None = None) -> Any:
         """Actions for a batch of raw observations, ready for the environment.
 
         Returns an array whose first dimension is the batch; each entry lies in the action space
-        (Box actions are clipped to its bounds). Raises
+        (Box actions are clipped to its bounds). A recurrent policy takes ``state`` (``[h, c]``,
+        ``[B, cell]`` each) and returns ``(actions, state_out)`` (docs/ppo.md). Raises
         :class:`~cairn.errors.ObservationSpaceError` for observations that do not fit the
         observation space (e.g. rows of the wrong shape, or one observation instead of a batch).
         """
         processed = self.process_observations(obs_batch, update=False)
+        if state is not None or recurrent.is_recurrent(self):
+            return recurrent.recurrent_actions(self, processed, state, explore=explore)
         return self.dist.to_env(self.compute_raw_actions(processed, explore=explore))
 
-    def compute_single_action(self, obs: Any, *, explore: bool = True) -> Any:
-        """The action for one raw observation (an int for Discrete spaces).
-
-        Raises :class:`~cairn.errors.ObservationSpaceError` when ``obs`` does not fit the
-        observation space.
+    def compute_single_action(self, obs: Any, *, explore: bool = True,
+                              state: Sequence[Any] | None = None) -> Any:
+        """The action for one raw observation (an int for Discrete spaces); with ``state`` (a
+        recurrent policy's, unbatched) ``(action, state_out)``. Raises
+        :class:`~cairn.errors.ObservationSpaceError` when ``obs`` does not fit the observation space.
         """
+        if state is not None:
+            processed = self.process_observations([obs], update=False)
+            return recurrent.recurrent_single_action(self, processed, state, explore=explore)
         return single_action(self.action_space, self.compute_actions([obs], explore=explore)[0])
+
+    def get_initial_state(self) -> list[np.ndarray]:
+        """A recurrent policy's state at the start of an episode (``[h, c]``, ``[cell]`` each)."""
+        return recurrent.initial_state(self)
 
     # --------------------------------------------------------------------------------- weights
     def get_weights(self) -> dict[str, np.ndarray]:

@@ -10,11 +10,13 @@ import torch
 
 from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
+from cairn.algorithms.ppo.recurrent import learn_recurrent
 from cairn.algorithms.reward_normalization import RewardNormalizer
 from cairn.config.algorithm_config import BASE_FIELDS, AlgorithmConfig
 from cairn.config.fields import Field, boolean, number, optional
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.policy.policy import Policy
+from cairn.policy.recurrent import is_recurrent
 from cairn.policy.torch_utils import clip_grad_norm
 from cairn.registry import register_class
 
@@ -120,6 +122,8 @@ class PPO(Algorithm):
             norm.set_state(norm_state)
 
     def _learn(self, policy: Policy, batch: SampleBatch, rewards: np.ndarray) -> dict[str, float]:
+        if is_recurrent(policy):  # whole sequences from their stored states (docs/ppo.md)
+            return learn_recurrent(policy, batch, rewards, self.config, self._rng)
         cfg = self.config
         model, dist = policy.model, policy.dist
         obs = torch.from_numpy(batch["obs"])

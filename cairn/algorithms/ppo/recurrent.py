@@ -1,0 +1,149 @@
+"""PPO's learner for recurrent policies: the clipped surrogate over whole sequences.
+
+A batch of a recurrent policy (:mod:`cairn.env_runner.recurrent_state`) holds, per row, the
+state the policy acted from (``state_in_<k>``). The learner
+
+1. cuts the batch's trajectory pieces (``ends``: episode and fragment ends) into sequences of at
+   most ``model.max_seq_len`` steps, each starting from the recorded state of its first row;
+2. runs the network over the padded sequences (padding at the end of a sequence: steps are
+   causal, so it never reaches a real step) to get the old log-probabilities and values, and
+   the value of each bootstrapped piece end from the state after its last step;
+3. computes GAE over the whole trajectory pieces, as the feed-forward learner does;
+4. shuffles whole sequences each epoch and groups them into minibatches of about
+   ``minibatch_size`` env steps (a sequence joins the minibatch its first step falls in, so
+   ``minibatch_size`` need not be a multiple of ``max_seq_len``); padded steps are left out of
+   every mean of the loss.
+
+No burn-in: each sequence starts from the state the policy had when it acted, which is the
+state at sampling time (R2D2's "stored state"), stale by at most one iteration of updates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
+from cairn.policy.recurrent_config import recurrent_settings
+from cairn.policy.torch_utils import clip_grad_norm
+
+__all__ = ["learn_recurrent", "sequence_starts", "padded_rows"]
+
+
+def sequence_starts(ends: np.ndarray, max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, lengths)`` of the sequences that cut a batch's rows: a new sequence after each
+    piece end (``ends``) and every ``max_seq_len`` steps within a piece.
+
+    >>> sequence_starts(np.array([0, 0, 0, 1, 0, 1], bool), 2)
+    (array([0, 2, 4]), array([2, 2, 2]))
+    """
+    n = len(ends)
+    piece_start = np.concatenate([[0], np.flatnonzero(ends[:-1]) + 1])
+    piece_id = np.zeros(n, dtype=np.int64)
+    piece_id[piece_start[1:]] = 1
+    piece_id = np.cumsum(piece_id)
+    offset = np.arange(n) - piece_start[piece_id]
+    starts = np.flatnonzero(offset % max_seq_len == 0)
+    lengths = np.diff(np.concatenate([starts, [n]]))
+    return starts, lengths
+
+
+def padded_rows(starts: np.ndarray, lengths: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows [S, steps], mask [S, steps])``: the batch row of each step of each sequence, and
+    which steps are real; padded steps point at the sequence's first row."""
+    offsets = np.arange(steps)
+    mask = offsets[None, :] < lengths[:, None]
+    rows = np.where(mask, starts[:, None] + offsets[None, :], starts[:, None])
+    return rows, mask
+
+
+def _state_columns(batch: Any) -> list[str]:
+    return sorted((c for c in batch if c.startswith("state_in_")), key=lambda c: int(c[len("state_in_"):]))
+
+
+def _bootstrap_values(model: Any, batch: Any, obs: torch.Tensor, states: list[torch.Tensor],
+                      starts: np.ndarray, lengths: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``V(next_obs)`` of each row for GAE: the next row's value inside a piece, 0 at terminal
+    steps, and at a truncated episode or fragment end the value of ``next_obs`` from the state
+    after the piece's last step (its sequence run again with ``next_obs`` appended)."""
+    ends, terminateds = batch["ends"], batch["terminateds"]
+    next_values = np.zeros_like(values)
+    next_values[:-1] = values[1:]
+    next_values[ends] = 0.0
+    last_rows = starts + lengths - 1
+    boot = np.flatnonzero(ends[last_rows] & ~terminateds[last_rows])  # sequences to bootstrap
+    if boot.size:
+        seq_len = int(lengths[boot].max()) + 1
+        rows, _ = padded_rows(starts[boot], lengths[boot], seq_len)
+        seq_obs = obs[torch.from_numpy(rows)].clone()
+        seq_obs[torch.arange(len(boot)), torch.from_numpy(lengths[boot])] = torch.from_numpy(
+            batch["next_obs"][last_rows[boot]])
+        _, seq_values, _ = model(seq_obs, [s[torch.from_numpy(starts[boot])] for s in states])
+        at_next = seq_values[torch.arange(len(boot)), torch.from_numpy(lengths[boot])]
+        next_values[last_rows[boot]] = at_next.numpy()
+    return next_values
+
+
+def learn_recurrent(policy: Any, batch: Any, rewards: np.ndarray, config: Any,
+                    rng: np.random.Generator) -> dict[str, float]:
+    """One PPO update of a recurrent ``policy`` on ``batch`` (``rewards``: the learner's, maybe
+    normalised), with PPO's ``config`` and the algorithm's shuffling generator ``rng``;
+    returns the same statistics as the feed-forward learner."""
+    cfg = config
+    model, dist = policy.model, policy.dist
+    max_seq_len = int(recurrent_settings(policy.config["model"])["max_seq_len"])
+    starts, lengths = sequence_starts(batch["ends"], max_seq_len)
+    obs = torch.from_numpy(batch["obs"])
+    actions = torch.from_numpy(batch["actions"])
+    states = [torch.from_numpy(batch[c]) for c in _state_columns(batch)]
+    rows, mask = padded_rows(starts, lengths, int(lengths.max()))
+    rows_t, mask_t = torch.from_numpy(rows), torch.from_numpy(mask)
+    with torch.no_grad():
+        inputs, values_p, _ = model(obs[rows_t], [s[torch.from_numpy(starts)] for s in states])
+        # Sequences cover the rows in order, so the real steps, read row-major, are rows 0..n-1.
+        old_logp = dist.logp(inputs[mask_t], actions)
+        values = values_p[mask_t]
+        next_values = _bootstrap_values(model, batch, obs, states, starts, lengths, values.numpy())
+    advantages = compute_gae(rewards, values.numpy(), next_values, batch["terminateds"], batch["ends"],
+                             gamma=cfg.gamma, lambda_=cfg.lambda_)
+    adv_t = torch.from_numpy(advantages)
+    returns = adv_t + values
+    params = list(model.parameters())
+    history: list[torch.Tensor] = []
+    for _ in range(cfg.num_epochs):
+        perm = rng.permutation(len(starts))
+        # A sequence joins the minibatch in which its first step falls.
+        group = (np.cumsum(lengths[perm]) - lengths[perm]) // cfg.minibatch_size
+        for g in range(int(group[-1]) + 1):
+            seqs = perm[group == g]
+            steps = int(lengths[seqs].max())
+            mb_mask = mask_t[seqs, :steps]
+            mb_rows = rows_t[seqs, :steps][mb_mask]
+            mb_adv = adv_t[mb_rows]
+            if cfg.normalize_advantages and len(mb_rows) > 1:
+                mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+            seq_starts = torch.from_numpy(starts[seqs])
+            mb_inputs, mb_values, _ = model(obs[rows_t[seqs, :steps]], [s[seq_starts] for s in states])
+            mb_inputs, mb_values = mb_inputs[mb_mask], mb_values[mb_mask]
+            loss, stats = ppo_loss(
+                dist.logp(mb_inputs, actions[mb_rows]), old_logp[mb_rows], mb_adv, mb_values,
+                values[mb_rows], returns[mb_rows], dist.entropy(mb_inputs),
+                clip_param=cfg.clip_param, vf_coeff=cfg.vf_coeff,
+                entropy_coeff=cfg.entropy_coeff, vf_clip_param=cfg.vf_clip_param,
+            )
+            policy.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip is not None:
+                stats["grad_norm"] = clip_grad_norm(params, cfg.grad_clip)
+            policy.optimizer.step()
+            policy.num_grad_updates += 1
+            history.append(torch.stack(list(stats.values())))
+    out = dict(zip(stats.keys(), torch.stack(history).mean(dim=0).tolist()))
+    var_y = float(np.var(returns.numpy()))
+    out["vf_explained_var"] = (
+        float("nan") if var_y == 0 else 1.0 - float(np.var(returns.numpy() - values.numpy())) / var_y)
+    out["num_grad_updates"] = float(policy.num_grad_updates)
+    out["num_sequences"] = float(len(starts))
+    return out

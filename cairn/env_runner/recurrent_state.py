@@ -1,0 +1,95 @@
+"""The recurrent state of every trajectory an env runner has in flight.
+
+A recurrent policy (:func:`cairn.policy.recurrent.is_recurrent`) acts with a state per
+trajectory: one per env copy (single-agent) or per (env copy, agent). :class:`RecurrentStates`
+keeps them between steps and ``sample()`` calls, hands each policy the stacked states of the rows
+it acts for, records each row's state before its step (the ``state_in_<k>`` columns: the learner
+starts each sequence from the recorded state of its first row), forgets an env's states when its
+episode ends (the next step starts from the policy's initial state), and is part of the runner's
+state, so that a run saved mid-episode resumes exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from cairn.env_runner.inference import RowOrigin, compute_raw_actions
+from cairn.errors import ConfigError
+from cairn.policy.recurrent import initial_state, is_recurrent, recurrent_raw_actions
+
+__all__ = ["RecurrentStates", "refuse_recurrent_policies", "state_columns"]
+
+#: ``(env_index, agent_id)``: one trajectory of a runner.
+Key = tuple[int, Any]
+
+
+def state_columns(states: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """``{"state_in_0": ..., "state_in_1": ...}``: a batch's state columns, one per component."""
+    return {f"state_in_{k}": s for k, s in enumerate(states)}
+
+
+def refuse_recurrent_policies(policies: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`~cairn.errors.ConfigError` when one of ``policies`` is recurrent: ``where``
+    (e.g. turn-based environments) carries no recurrent state."""
+    recurrent = sorted(pid for pid, policy in policies.items() if is_recurrent(policy))
+    if recurrent:
+        raise ConfigError(
+            f"Recurrent policies {recurrent} (model.use_lstm, or a RecurrentActorCriticModel) are not "
+            f"supported with {where}; they are with single-agent Gymnasium environments and "
+            "PettingZoo ParallelEnv ones. Drop use_lstm, or use a parallel environment.")
+
+
+class RecurrentStates:
+    """``{(env_index, agent): [component arrays]}`` of the trajectories in flight."""
+
+    def __init__(self) -> None:
+        self.states: dict[Key, list[np.ndarray]] = {}
+        self._initial: dict[int, list[np.ndarray]] = {}  # per policy object (id): its initial state
+
+    def _initial_state(self, policy: Any) -> list[np.ndarray]:
+        cached = self._initial.get(id(policy))
+        if cached is None:
+            cached = self._initial[id(policy)] = initial_state(policy)
+        return cached
+
+    def act(self, policy: Any, obs: np.ndarray, keys: Sequence[Key], *, explore: bool, policy_id: str,
+            origin: Callable[[int], RowOrigin]) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        """Raw actions for ``obs`` (row ``r`` belongs to ``keys[r]``) and, for a recurrent
+        policy, the stacked states the rows acted from (``[B, *shape]`` per component; the
+        states after the step are kept). A feed-forward policy acts as usual (None)."""
+        if not is_recurrent(policy):
+            return compute_raw_actions(policy, obs, explore=explore, policy_id=policy_id, origin=origin), None
+        init = self._initial_state(policy)
+        rows = [self.states.get(key, init) for key in keys]
+        state_in = [np.stack([row[k] for row in rows]) for k in range(len(init))]
+        raw, state_out = recurrent_raw_actions(policy, obs, state_in, explore=explore)
+        for r, key in enumerate(keys):
+            self.states[key] = [s[r] for s in state_out]
+        return raw, state_in
+
+    def end_episode(self, env_index: int) -> None:
+        """Forget env ``env_index``'s states: its next episode starts from the initial state."""
+        for key in [k for k in self.states if k[0] == env_index]:
+            del self.states[key]
+
+    def clear(self) -> None:
+        """Forget every state (all envs restart)."""
+        self.states.clear()
+        self._initial.clear()
+
+    def get_state(self, *, copy: bool = True) -> list[dict[str, Any]]:
+        """The states in flight as data: ``[{"env", "agent" (str), "state": [arrays]}]``."""
+        return [{"env": int(i), "agent": str(agent), "state": [s.copy() if copy else s for s in state]}
+                for (i, agent), state in self.states.items()]
+
+    def set_state(self, entries: Iterable[Mapping[str, Any]],
+                  agent_ids: Callable[[int], Mapping[str, Any]]) -> None:
+        """Restore :meth:`get_state`; ``agent_ids(env_index)`` maps an agent's name back to its ID."""
+        self.clear()
+        for entry in entries:
+            i = int(entry["env"])
+            agent = agent_ids(i).get(entry["agent"], entry["agent"])
+            self.states[(i, agent)] = [np.asarray(s, dtype=np.float32).copy() for s in entry["state"]]

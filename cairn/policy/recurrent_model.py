@@ -1,0 +1,89 @@
+"""PPO's built-in network with memory: ``model={"use_lstm": True}`` (RLlib's keys).
+
+The encoder (CNN for images, when there are any) and the MLP of ``hidden`` read each step's
+observation; an LSTM of ``lstm_cell_size`` units reads their features; the action head and
+the value head read the LSTM's output. Actor and critic share the trunk and the LSTM, as in
+RLlib's LSTM wrapper (``vf_share_layers`` does not apply). ``max_seq_len`` is the learner's
+sequence length (:mod:`cairn.algorithms.ppo.recurrent`); the keys are checked in
+:mod:`cairn.policy.recurrent_config`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from cairn.models import RecurrentActorCriticModel
+from cairn.policy.encoders import ObservationEncoder
+from cairn.policy.model import mlp
+
+__all__ = ["LSTMActorCritic"]
+
+class LSTMActorCritic(RecurrentActorCriticModel):
+    """Encoder + MLP (``trunk.*``), ``lstm.*``, ``action_head``, ``value_head`` and, for Box
+    actions, a state-independent ``log_std``; ``forward(obs [B, T, d], [h, c]) ->
+    (action_inputs [B, T, n], value [B, T], [h, c])`` with ``h``, ``c`` of ``[B, cell]``."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        num_outputs: int,
+        *,
+        obs_size: int,
+        hidden: Sequence[int],
+        activation: str,
+        cell_size: int,
+        free_log_std: bool,
+        log_std_init: float,
+        encoder: Mapping[str, Any] | None,
+    ) -> None:
+        super().__init__(observation_space, action_space, num_outputs, {})
+        self.cell_size = int(cell_size)
+        self.encoder = None if encoder is None else ObservationEncoder(encoder)
+        sizes = [obs_size if encoder is None else int(encoder["output_size"]), *hidden]
+        self.trunk = mlp(sizes, activation)
+        self.lstm = nn.LSTM(sizes[-1], self.cell_size, batch_first=True)
+        head_outputs = num_outputs // 2 if free_log_std else num_outputs
+        self.action_head = nn.Linear(self.cell_size, head_outputs)
+        self.value_head = nn.Linear(self.cell_size, 1)
+        self.log_std = (
+            nn.Parameter(torch.full((head_outputs,), float(log_std_init))) if free_log_std else None
+        )
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """Orthogonal init as the MLP's (hidden gain sqrt(2), action head 0.01, value head 1);
+        the LSTM's weight matrices orthogonal with gain 1 and zero biases (as SB3-contrib's)."""
+        heads: dict[nn.Module, float] = {self.action_head: 0.01, self.value_head: 1.0}
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Conv2d)) and module.bias is not None:
+                nn.init.orthogonal_(module.weight, gain=heads.get(module, 2**0.5), generator=generator)
+                nn.init.zeros_(module.bias)
+        for name, param in self.lstm.named_parameters():
+            if name.startswith("weight"):
+                nn.init.orthogonal_(param, gain=1.0, generator=generator)
+            else:
+                nn.init.zeros_(param)
+
+    def get_initial_state(self) -> list[torch.Tensor]:
+        """``[h, c]``, zeros of ``[lstm_cell_size]`` each."""
+        return [torch.zeros(self.cell_size), torch.zeros(self.cell_size)]
+
+    def forward(  # type: ignore[override]
+        self, obs: torch.Tensor, state: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        h, c = state
+        batch, steps = obs.shape[0], obs.shape[1]
+        x = obs.reshape(batch * steps, *obs.shape[2:])
+        if self.encoder is not None:
+            x = self.encoder(x)
+        features = self.trunk(x).reshape(batch, steps, -1)
+        out, (h_out, c_out) = self.lstm(features, (h.unsqueeze(0), c.unsqueeze(0)))
+        inputs = self.action_head(out)
+        if self.log_std is not None:
+            inputs = torch.cat([inputs, self.log_std.expand_as(inputs)], dim=-1)
+        return inputs, self.value_head(out).squeeze(-1), [h_out.squeeze(0), c_out.squeeze(0)]
