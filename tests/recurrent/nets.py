@@ -1,0 +1,25 @@
+"""A user's recurrent model for the tests (importable, so checkpoints and Ray workers resolve it)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cairn.models import RecurrentActorCriticModel
+
+
+class TinyGRU(RecurrentActorCriticModel):
+    """One GRU state component ``[width]``: ``forward(obs [B, T, d], [h]) -> (logits, value, [h])``."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.width = int(model_config.get("width", 16))
+        self.gru = nn.GRU(self.obs_size, self.width, batch_first=True)
+        self.pi, self.vf = nn.Linear(self.width, num_outputs), nn.Linear(self.width, 1)
+
+    def get_initial_state(self):
+        return [torch.zeros(self.width)]
+
+    def forward(self, obs, state):
+        out, h = self.gru(obs, state[0].unsqueeze(0))
+        return self.pi(out), self.vf(out).squeeze(-1), [h.squeeze(0)]
