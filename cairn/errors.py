@@ -15,6 +15,7 @@ __all__ = [
     "ExportError",
     "FrameworkUnavailableError",
     "EnvRunnerFailedError",
+    "LearnerFailedError",
     "CheckpointError",
     "CheckpointNotFoundError",
     "CheckpointCorruptedError",
@@ -77,6 +78,13 @@ class FrameworkUnavailableError(CairnError, ImportError):
 class EnvRunnerFailedError(CairnError):
     """A remote env runner died, raised or timed out, and the fault-tolerance settings
     (``config.fault_tolerance(...)``) neither restart it nor let training go on without it."""
+
+
+class LearnerFailedError(CairnError):
+    """A DDP learner actor (``num_learners >= 1``) died or raised during an update. The
+    message names its rank and the Ray error (chained). Learners are not restarted in place:
+    the group is shut down, the driver's policies keep their weights from before the failed
+    update, and the next ``train()`` starts a new group from them (docs/learners.md)."""
 
 
 class CheckpointError(CairnError):

@@ -29,6 +29,16 @@ def ma_algo():
 
 
 @pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for every Ray test of the session (tests/ray, tests/learners):
+    ``ray.init(num_cpus=2)``."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
 def s3_server():
     """One moto S3 server on 127.0.0.1 for the whole session (see tests/s3_server.py)."""
     from tests.s3_server import S3Server

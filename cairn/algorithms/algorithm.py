@@ -38,6 +38,7 @@ from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.group import EnvRunnerGroup
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
+from cairn.learners import LearnerGroup, LearnFunction, LearnOutput, learner_device
 from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
 from cairn.policy.torch_utils import torch_threads
@@ -76,6 +77,7 @@ class Algorithm:
             raise ConfigError(f"{type(self).__name__} needs a {name}, got a {type(config).__name__}; "
                               f"build it with {name}()...build().")
         config.validate()
+        learner_device(config)  # ConfigError now, before any env is built, where torch sees no GPU
         self.config = config.copy()
         self.iteration = 0
         self.counters = dict.fromkeys(("num_env_steps_sampled_lifetime", "num_agent_steps_sampled_lifetime",
@@ -92,6 +94,13 @@ class Algorithm:
         self._eval_runner_state: Mapping[str, Any] | None = None
         self._log_dir: str | None = self.config.log_dir
         self._saver = BackgroundSaver()  # save(blocking=False)'s writer thread
+        #: Who runs the learn functions: this process, or DDP learner actors (docs/learners.md).
+        self.learner_group: LearnerGroup | None = None
+        try:
+            self.learner_group = LearnerGroup(self.config)
+        except Exception:
+            self.stop()
+            raise
         self.callbacks.on_algorithm_init(algorithm=self)
 
     # ---------------------------------------------------------------------------- building
@@ -125,6 +134,12 @@ class Algorithm:
         self.counters["num_episodes_lifetime"] += len(episodes)
         self._recent_episodes.extend(episodes)
         return batches
+
+    def learn(self, fn: LearnFunction, policy_id: str, **inputs: Any) -> LearnOutput:
+        """Run learn function ``fn(config, policy, sync, **inputs)`` on policy ``policy_id``
+        where ``config.learners(...)`` says (see :class:`cairn.learners.LearnerGroup`)."""
+        assert self.learner_group is not None  # built in __init__
+        return self.learner_group.update(fn, policy_id, self.policies[policy_id], **inputs)
 
     def _torch_threads(self) -> contextlib.AbstractContextManager[None]:
         """Apply ``config.torch_num_threads`` for the duration of a call."""
@@ -380,6 +395,8 @@ class Algorithm:
         try:
             self._saver.flush()
         finally:
+            if self.learner_group is not None:
+                self.learner_group.stop()
             self.env_runner_group.stop()
             if self._eval_runner is not None:
                 self._eval_runner.stop()

@@ -11,6 +11,7 @@ from cairn.config import algorithm_classes
 from cairn.config.base_fields import BASE_FIELDS
 from cairn.config.checks import (
     check_env,
+    check_learners,
     check_policies_to_train,
     check_policy_mapping,
     map_agent,
@@ -68,6 +69,9 @@ class AlgorithmConfig:
     sample_timeout_s: float
     env_runner_health_probe_timeout_s: float
     env_runner_restore_timeout_s: float
+    num_learners: int
+    num_gpus_per_learner: float
+    num_cpus_per_learner: float
     lr: float
     gamma: float
     train_batch_size: int
@@ -162,6 +166,23 @@ class AlgorithmConfig:
         ``ignore_env_runner_failures``, else ``train()`` raises EnvRunnerFailedError. Timeouts
         in seconds: one ``sample()``, a ping, rebuilding a runner."""
         return self._set("fault_tolerance", {k: v for k, v in locals().items() if k != "self"})
+
+    def learners(
+        self, *, num_learners: int = _NOT_PROVIDED, num_gpus_per_learner: float = _NOT_PROVIDED,
+        num_cpus_per_learner: float = _NOT_PROVIDED,
+    ) -> AlgorithmConfig:
+        """Set who runs the gradient updates (RLlib's names; docs/learners.md).
+
+        Args:
+            num_learners: 0 (default) learns in this process; ``N >= 1`` starts N Ray actors
+                that split every minibatch and all-reduce gradients (DDP over
+                ``torch.distributed``: gloo on CPU, NCCL on GPUs).
+            num_gpus_per_learner: 0 learns on the CPU; 1 puts the learner's networks and
+                optimizer state on the accelerator torch sees (``cuda:0``, else ``mps``);
+                ``build()`` raises ConfigError where torch sees none.
+            num_cpus_per_learner: Ray CPUs each learner actor reserves (``num_learners >= 1``).
+        """
+        return self._set("learners", {k: v for k, v in locals().items() if k != "self"})
 
     def training(self, **kwargs: Any) -> AlgorithmConfig:
         """Set training settings: ``lr``, ``gamma``, ``train_batch_size``, ``minibatch_size``,
@@ -304,6 +325,7 @@ class AlgorithmConfig:
             for agent_id, pid in self.policy_mapping_fn.items():
                 check_mapped_policy_id(agent_id, pid, policies)
         check_policies_to_train(self.policies_to_train, policies)
+        check_learners(self.num_learners, self.model, policies)
         for spec in policies.values():
             if spec.config:
                 check_model_config({**self.model, **spec.config.get("model", {})})

@@ -87,6 +87,10 @@ BASE_FIELDS: dict[str, Field] = {
     "sample_timeout_s": Field("fault_tolerance", 60.0, _seconds, "wait for one sample()"),
     "env_runner_health_probe_timeout_s": Field("fault_tolerance", 30.0, _seconds, "wait for a ping"),
     "env_runner_restore_timeout_s": Field("fault_tolerance", 1800.0, _seconds, "wait to rebuild one"),
+    # learners (RLlib's names; docs/learners.md)
+    "num_learners": Field("learners", 0, non_negative_int, "DDP learner actors (0: this process)"),
+    "num_gpus_per_learner": Field("learners", 0, number(0.0, 1e6), "GPUs each learner uses"),
+    "num_cpus_per_learner": Field("learners", 1, number(0.0, 1e6), "Ray CPUs each learner reserves"),
     # training
     "lr": Field("training", _POLICY_DEFAULTS["lr"], number(0.0, 10.0, low_open=True), "learning rate"),
     "gamma": Field("training", 0.99, number(0.0, 1.0), "discount factor"),

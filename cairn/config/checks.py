@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 
 from cairn.errors import ConfigError, MissingCallableError
+from cairn.policy.keras_config import model_framework
 from cairn.policy.merge import deep_merge
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
@@ -230,3 +231,19 @@ def require_mapping(value: Any, key: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"Config {key!r} must be a dict, got {value!r:.100}.")
     return value
+
+
+def check_learners(num_learners: int, model: Mapping[str, Any], policies: Mapping[str, PolicySpec]) -> None:
+    """DDP learners (``num_learners >= 1``) train feed-forward torch networks: refuse Keras and
+    recurrent (``use_lstm``) ones, which learn in the driver's process only."""
+    if not num_learners:
+        return
+    models = {pid: {**model, **((spec.config or {}).get("model") or {})} for pid, spec in policies.items()}
+    for what, found in (("Keras", sorted(p for p, m in models.items() if model_framework(m) == "keras")),
+                        ("recurrent", sorted(p for p, m in models.items() if m.get("use_lstm")))):
+        if found:
+            raise ConfigError(
+                f"num_learners={num_learners} cannot train the {what} policies {found}: DDP learners "
+                "run feed-forward torch networks only. Use config.learners(num_learners=0) (docs/"
+                "learners.md)."
+            )

@@ -33,7 +33,9 @@ def optimizer_state_to_tree(optimizer: torch.optim.Optimizer, *, copy: bool) -> 
     state: dict[str, Any] = {}
     for index, slots in raw["state"].items():
         state[str(index)] = {
-            name: (value.detach().numpy().copy() if copy else value.detach().numpy())
+            # On the CPU wherever the parameters are (device-free checkpoints): a view for a
+            # CPU tensor, a copy from an accelerator. Loading casts back to the parameters' device.
+            name: (value.detach().cpu().numpy().copy() if copy else value.detach().cpu().numpy())
             if isinstance(value, torch.Tensor)
             else value
             for name, value in slots.items()

@@ -13,10 +13,11 @@ __all__ = ["weights_to_numpy", "check_weights", "load_weights", "adopt_weights"]
 
 
 def weights_to_numpy(model: torch.nn.Module, *, copy: bool) -> dict[str, np.ndarray]:
-    """The network's parameters and buffers as numpy arrays; ``copy=False`` returns views of
-    the live tensors (for a caller that writes them at once)."""
+    """The network's parameters and buffers as numpy arrays, on the CPU wherever the network
+    is (checkpoints are device-free); ``copy=False`` returns views of the live tensors of a CPU
+    network (for a caller that writes them at once)."""
     return {
-        k: (v.detach().numpy().copy() if copy else v.detach().numpy())
+        k: (v.detach().cpu().numpy().copy() if copy else v.detach().cpu().numpy())
         for k, v in model.state_dict().items()
     }
 

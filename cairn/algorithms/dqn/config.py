@@ -19,6 +19,7 @@ from cairn.config.fields import (
     optional,
     positive_int,
 )
+from cairn.errors import ConfigError
 from cairn.replay.factory import DEFAULT_REPLAY_BUFFER_CONFIG, REPLAY_BUFFER_TYPES
 
 __all__ = ["DQNConfig", "UPDATE_BACKENDS", "check_replay_buffer_config", "check_fragment_length"]
@@ -120,6 +121,16 @@ class DQNConfig(AlgorithmConfig):
     training_intensity: float | None
     update_backend: str
     store_replay_buffer: bool
+
+    def validate(self) -> None:
+        super().validate()
+        if self.update_backend == "numpy" and (self.num_learners or self.num_gpus_per_learner):
+            raise ConfigError(
+                "update_backend='numpy' runs in this process on the CPU, but config.learners(...) "
+                f"asks for num_learners={self.num_learners}, num_gpus_per_learner="
+                f"{self.num_gpus_per_learner}. Use update_backend='auto' or 'torch' (torch updates "
+                "wherever the learners run), or num_learners=0 and num_gpus_per_learner=0."
+            )
 
     def policy_config(self, policy_id: str) -> dict[str, Any]:
         """The shared policy settings plus DQN's ``dueling`` and ``epsilon``."""

@@ -6,18 +6,16 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
 from cairn.algorithms.dqn.config import DQNConfig
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
-from cairn.algorithms.dqn.loss import dqn_loss, q_targets
+from cairn.algorithms.dqn.learn import dqn_learn, dqn_targets
 from cairn.algorithms.dqn.numpy_update import numpy_dqn_update, numpy_update_unsupported
 from cairn.algorithms.off_policy import OffPolicyAlgorithm
 from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
-from cairn.policy.torch_utils import clip_grad_norm
 from cairn.registry import register_class
 from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer
 
@@ -51,6 +49,7 @@ class DQN(OffPolicyAlgorithm):
     def check_policies(self) -> None:
         for pid in self.policies:
             self._dqn_policy(pid)
+
         if self.config.update_backend == "numpy":  # refuse what numpy cannot train now, not later
             for pid in self.policies_to_train:
                 self._update_backend(pid, self._dqn_policy(pid))
@@ -70,7 +69,7 @@ class DQN(OffPolicyAlgorithm):
         policy = self._dqn_policy(pid)
         if pid not in self._backends:  # once per iteration: a few microseconds
             self._backends[pid] = self._update_backend(pid, policy)
-        return self._learn(policy, buffer, backend=self._backends[pid])
+        return self._learn(pid, policy, buffer, backend=self._backends[pid])
 
     def sync_target(self, pid: str) -> None:
         """Copy the Q-network into the target network once ``target_network_update_freq``
@@ -89,6 +88,10 @@ class DQN(OffPolicyAlgorithm):
                      update_backend=self._backends[pid])
         return stats
 
+    def _learns_elsewhere(self) -> bool:
+        """Whether updates run on DDP learners or an accelerator, where only torch's run."""
+        return bool(self.config.num_learners or self.config.num_gpus_per_learner)
+
     def _dqn_policy(self, pid: str) -> DQNPolicy:
         policy: DQNPolicy = self.trained_policy(pid)
         return policy
@@ -100,7 +103,7 @@ class DQN(OffPolicyAlgorithm):
         ``train()`` calls is seen.
         """
         chosen = self.config.update_backend
-        if chosen == "torch":
+        if chosen == "torch" or self._learns_elsewhere():
             return "torch"
         reason = numpy_update_unsupported(policy.model, policy.optimizer)
         if reason is None:
@@ -114,42 +117,22 @@ class DQN(OffPolicyAlgorithm):
             )
         return "torch"
 
-    def _learn(self, policy: DQNPolicy, buffer: ReplayBuffer, *, backend: str) -> list[float]:
+    def _learn(self, pid: str, policy: DQNPolicy, buffer: ReplayBuffer, *, backend: str) -> list[float]:
         cfg = self.config
         sample = buffer.sample(cfg.minibatch_size)
-        # Targets need no gradient: compute them in numpy on views of the networks' live
-        # parameters. For a minibatch of 64, that skips dozens of torch operator dispatches
-        # per update, which cost more than the arithmetic on a CPU.
-        next_obs = sample["next_obs"]
-        next_q_target = policy.target_model.numpy_q_values(next_obs)
-        next_q_online = policy.model.numpy_q_values(next_obs) if cfg.double_q else None
-        targets = q_targets(
-            sample["rewards"], cfg.gamma ** sample["n_steps"].astype(np.float32),
-            sample["terminateds"], next_q_target, next_q_online, double_q=cfg.double_q,
-        )
-        weights = sample.get("weights")
+        td_errors: np.ndarray | None
         if backend == "numpy":
-            # The same step as below, written over numpy views (see numpy_update.py).
+            # The same step as dqn_learn's, written over numpy views (see numpy_update.py).
             result = numpy_dqn_update(
-                policy.model, policy.optimizer, sample["obs"], sample["actions"], targets,
-                loss_fn=cfg.td_error_loss_fn, grad_clip=cfg.grad_clip, weights=weights,
+                policy.model, policy.optimizer, sample["obs"], sample["actions"],
+                dqn_targets(cfg, policy, sample), loss_fn=cfg.td_error_loss_fn,
+                grad_clip=cfg.grad_clip, weights=sample.get("weights"),
             )
             stats, td_errors = result.stats, result.td_errors
-        else:
-            loss, td, loss_stats = dqn_loss(
-                policy.model(torch.from_numpy(sample["obs"])), torch.from_numpy(sample["actions"]),
-                torch.from_numpy(targets), loss_fn=cfg.td_error_loss_fn,
-                weights=None if weights is None else torch.from_numpy(weights),
-            )
-            params = list(policy.model.parameters())
-            for param in params:
-                param.grad = None
-            loss.backward()
-            if cfg.grad_clip is not None:
-                clip_grad_norm(params, cfg.grad_clip)
-            policy.optimizer.step()
-            stats, td_errors = list(loss_stats.values()), td.numpy()
-        policy.num_grad_updates += 1
-        if isinstance(buffer, PrioritizedReplayBuffer):
+            policy.num_grad_updates += 1
+        else:  # here, on the learner's device, or on the DDP learners
+            output = self.learn(dqn_learn, pid, sample=sample)
+            stats, td_errors = output.stats, output.rows
+        if isinstance(buffer, PrioritizedReplayBuffer) and td_errors is not None:
             buffer.update_priorities(sample["batch_indexes"], td_errors)
         return stats

@@ -118,8 +118,8 @@ def dqn_loss(
     loss = per_sample.mean() if weights is None else (weights * per_sample).mean()
     # Statistics in numpy on views of the tensors: a handful of torch reductions per update
     # would cost more than the update's arithmetic for small networks.
-    q_taken_np = q_taken.detach().numpy()
-    targets_np = targets.numpy()
+    q_taken_np = q_taken.detach().cpu().numpy()
+    targets_np = targets.cpu().numpy()
     td_errors = q_taken_np - targets_np
     stats = DQNLossStats(
         loss=float(loss.detach()),

@@ -6,10 +6,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
 from cairn.algorithms.algorithm import Algorithm
-from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
+from cairn.algorithms.ppo.learn import ppo_learn
 from cairn.algorithms.ppo.recurrent import learn_recurrent
 from cairn.algorithms.reward_normalization import RewardNormalizer
 from cairn.config.algorithm_config import BASE_FIELDS, AlgorithmConfig
@@ -17,7 +16,7 @@ from cairn.config.fields import Field, boolean, number, optional
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.policy.policy import Policy
 from cairn.policy.recurrent import is_recurrent
-from cairn.policy.torch_utils import clip_grad_norm
+from cairn.policy_ids import DEFAULT_POLICY_ID
 from cairn.registry import register_class
 
 __all__ = ["PPO", "PPOConfig"]
@@ -87,7 +86,8 @@ class PPO(Algorithm):
         for pid in self.policies_to_train:
             batch = batches.get(pid)
             if batch is not None and len(batch):
-                stats[pid] = self._learn(self.policies[pid], batch, self._learner_rewards(pid, batch))
+                stats[pid] = self._learn(self.policies[pid], batch, self._learner_rewards(pid, batch),
+                                         policy_id=pid)
                 self.counters["num_env_steps_trained_lifetime"] += len(batch)
         return stats
 
@@ -121,71 +121,13 @@ class PPO(Algorithm):
             norm = self.reward_normalizers[pid] = RewardNormalizer(gamma=cfg.gamma, clip=cfg.reward_clip)
             norm.set_state(norm_state)
 
-    def _learn(self, policy: Policy, batch: SampleBatch, rewards: np.ndarray) -> dict[str, float]:
+    def _learn(self, policy: Policy, batch: SampleBatch, rewards: np.ndarray, *,
+               policy_id: str = DEFAULT_POLICY_ID) -> dict[str, float]:
         if is_recurrent(policy):  # whole sequences from their stored states (docs/ppo.md)
             return learn_recurrent(policy, batch, rewards, self.config, self._rng)
-        cfg = self.config
-        model, dist = policy.model, policy.dist
-        obs = torch.from_numpy(batch["obs"])
-        actions = torch.from_numpy(batch["actions"])
-        with torch.no_grad():
-            inputs, values = model(obs)
-            old_logp = dist.logp(inputs, actions)
-            next_values = _next_values(model, batch, values.numpy())
-        advantages = compute_gae(
-            rewards, values.numpy(), next_values, batch["terminateds"],
-            batch["ends"], gamma=cfg.gamma, lambda_=cfg.lambda_,
-        )
-        adv_t = torch.from_numpy(advantages)
-        returns = adv_t + values
-        n, size = len(batch), min(cfg.minibatch_size, len(batch))
-        params = list(model.parameters())
-        history: list[torch.Tensor] = []
-        for _ in range(cfg.num_epochs):
-            perm = torch.from_numpy(self._rng.permutation(n))
-            for start in range(0, n, size):
-                idx = perm[start : start + size]
-                mb_adv = adv_t[idx]
-                if cfg.normalize_advantages and len(idx) > 1:
-                    # Normalisation makes no sense for a single sample (std undefined).
-                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                mb_inputs, mb_values = model(obs[idx])
-                loss, stats = ppo_loss(
-                    dist.logp(mb_inputs, actions[idx]), old_logp[idx], mb_adv, mb_values,
-                    values[idx], returns[idx], dist.entropy(mb_inputs),
-                    clip_param=cfg.clip_param, vf_coeff=cfg.vf_coeff,
-                    entropy_coeff=cfg.entropy_coeff, vf_clip_param=cfg.vf_clip_param,
-                )
-                policy.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip is not None:
-                    stats["grad_norm"] = clip_grad_norm(params, cfg.grad_clip)
-                policy.optimizer.step()
-                policy.num_grad_updates += 1
-                history.append(torch.stack(list(stats.values())))
-        means = torch.stack(history).mean(dim=0).tolist()
-        out = dict(zip(stats.keys(), means))
-        var_y = float(np.var(returns.numpy()))
-        out["vf_explained_var"] = (
-            float("nan") if var_y == 0 else 1.0 - float(np.var(returns.numpy() - values.numpy())) / var_y
-        )
-        out["num_grad_updates"] = float(policy.num_grad_updates)
-        return out
-
-
-def _next_values(model: Any, batch: SampleBatch, values: np.ndarray) -> np.ndarray:
-    """``V(next_obs)`` of each row, for GAE.
-
-    Inside a piece of a trajectory a row's next observation is the next row's observation, so
-    its value is already in ``values``; only the piece ends that bootstrap (truncated episodes,
-    fragment ends) need a forward pass. For a CNN that saves a pass over the whole batch.
-    Terminal rows get 0 (GAE multiplies their next value by 0).
-    """
-    ends, terminateds = batch["ends"], batch["terminateds"]
-    next_values = np.zeros_like(values)
-    next_values[:-1] = values[1:]
-    next_values[ends] = 0.0
-    bootstrap = np.flatnonzero(ends & ~terminateds)
-    if bootstrap.size:
-        next_values[bootstrap] = model.value(torch.from_numpy(batch["next_obs"][bootstrap])).numpy()
-    return next_values
+        # The epochs' row orders come from the algorithm's generator, here, so that every
+        # learner (one, or each DDP rank) walks the same minibatches.
+        permutations = [self._rng.permutation(len(batch)) for _ in range(self.config.num_epochs)]
+        output = self.learn(ppo_learn, policy_id, batch=batch, rewards=rewards, permutations=permutations)
+        stats: dict[str, float] = output.stats
+        return stats

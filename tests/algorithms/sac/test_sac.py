@@ -140,7 +140,7 @@ def test_one_gradient_step_equals_three_separate_adams_in_sb3_order():
         sample_rng = copy.deepcopy(buffer.rng)
         generator = torch.Generator()
         generator.set_state(policy.generator.get_state())
-        algo._learn(policy, buffer)
+        algo.learn_on_replay("default_policy", buffer)
         buffer.rng = sample_rng
         reference_step(reference, buffer.sample(32), gamma=0.99, tau=0.005, generator=generator,
                        optimizers=optimizers)

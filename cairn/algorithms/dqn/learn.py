@@ -1,0 +1,78 @@
+"""DQN's targets and its torch learn function, run by a learner alone or as one rank of the
+DDP learners (:mod:`cairn.learners.sync`); the numpy update (numpy_update.py) is the
+in-process CPU fast path of the same step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+from cairn.algorithms.dqn.loss import dqn_loss, q_targets
+from cairn.learners import GradientSync, LearnOutput
+from cairn.policy.torch_utils import clip_grad_norm
+
+__all__ = ["dqn_targets", "dqn_learn"]
+
+
+def _q_values(model: Any, obs: np.ndarray) -> np.ndarray:
+    device = next(model.parameters()).device
+    if device.type == "cpu":
+        # In numpy on views of the live parameters: for a minibatch of 64 that skips dozens
+        # of torch operator dispatches, which cost more than the arithmetic on a CPU.
+        return model.numpy_q_values(obs)  # type: ignore[no-any-return]
+    with torch.no_grad():
+        return model(torch.from_numpy(obs).to(device)).cpu().numpy()  # type: ignore[no-any-return]
+
+
+def dqn_targets(config: Any, policy: DQNPolicy, sample: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The bootstrapped targets of a replayed minibatch (double-Q when configured); they need
+    no gradient."""
+    next_obs = sample["next_obs"]
+    next_q_target = _q_values(policy.target_model, next_obs)
+    next_q_online = _q_values(policy.model, next_obs) if config.double_q else None
+    return q_targets(
+        sample["rewards"], config.gamma ** sample["n_steps"].astype(np.float32),
+        sample["terminateds"], next_q_target, next_q_online, double_q=config.double_q,
+    )
+
+
+def dqn_learn(config: Any, policy: Any, sync: GradientSync, *,
+              sample: Mapping[str, np.ndarray]) -> LearnOutput:
+    """One gradient update of a DQN ``policy`` on a replayed ``sample`` in torch: targets
+    over the whole minibatch, the TD loss of this learner's shard weighted by its share of the
+    rows, gradients all-reduced, then clipped. Returns the loss statistics of the shard and its
+    TD errors as ``rows``."""
+    targets = dqn_targets(config, policy, sample)
+    shard = sync.shard(len(targets))
+    n = len(targets)
+    device = next(policy.model.parameters()).device
+
+    def rows(name: str) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(sample[name][shard])).to(device)
+
+    params = list(policy.model.parameters())
+    for param in params:
+        param.grad = None
+    stats: list[float] = []
+    td_errors = np.zeros(0, dtype=np.float32)
+    if shard.stop > shard.start:
+        weights = sample.get("weights")
+        loss, td, loss_stats = dqn_loss(
+            policy.model(rows("obs")), rows("actions"),
+            torch.from_numpy(targets[shard]).to(device), loss_fn=config.td_error_loss_fn,
+            weights=None if weights is None else rows("weights"),
+        )
+        # A mean over rows: weighted by the shard's share, the learners' gradients sum to the
+        # minibatch's (alone the weight is exactly 1).
+        (loss * ((shard.stop - shard.start) / n)).backward()
+        stats, td_errors = list(loss_stats.values()), td.numpy()
+    sync.all_reduce_grads(params)
+    if config.grad_clip is not None:
+        clip_grad_norm(params, config.grad_clip)
+    policy.optimizer.step()
+    policy.num_grad_updates += 1
+    return LearnOutput(stats, td_errors)

@@ -1,0 +1,111 @@
+"""PPO's learn function: minibatch epochs over one train batch, run by a learner alone or as
+one rank of the DDP learners (:mod:`cairn.learners.sync` says how the work is shared)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
+from cairn.env_runner.sample_batch import SampleBatch
+from cairn.learners import GradientSync, LearnOutput
+from cairn.policy.policy import Policy
+from cairn.policy.torch_utils import clip_grad_norm
+
+__all__ = ["ppo_learn", "next_values"]
+
+
+def ppo_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleBatch, rewards: np.ndarray,
+              permutations: Sequence[np.ndarray]) -> LearnOutput:
+    """One PPO update of ``policy`` on ``batch``: one epoch per array of ``permutations``
+    (the row order of that epoch, drawn by the algorithm), minibatches of ``minibatch_size``.
+
+    Each learner computes values, log-probabilities and GAE over the whole batch and the
+    advantage statistics over the whole minibatch, then takes the loss of its shard only,
+    scaled by its share of the minibatch's rows, so that the all-reduced gradients are the
+    whole minibatch's (exact alone; up to float reassociation across learners). The batch
+    moves to the policy's device once per call. Stats are of this learner's shards.
+    """
+    model, dist = policy.model, policy.dist
+    device = next(model.parameters()).device
+    obs = torch.from_numpy(batch["obs"]).to(device)
+    actions = torch.from_numpy(batch["actions"]).to(device)
+    with torch.no_grad():
+        inputs, values = model(obs)
+        old_logp = dist.logp(inputs, actions)
+        values_np = values.cpu().numpy()
+        next_vals = next_values(model, batch, values_np)
+    advantages = compute_gae(
+        rewards, values_np, next_vals, batch["terminateds"],
+        batch["ends"], gamma=config.gamma, lambda_=config.lambda_,
+    )
+    adv_t = torch.from_numpy(advantages).to(device)
+    returns = adv_t + values
+    n, size = len(batch), min(config.minibatch_size, len(batch))
+    params = list(model.parameters())
+    history: list[torch.Tensor] = []
+    stats: dict[str, torch.Tensor] = {}
+    for perm_np in permutations:
+        perm = torch.from_numpy(perm_np).to(device)
+        for start in range(0, n, size):
+            idx = perm[start : start + size]
+            mb_adv = adv_t[idx]
+            if config.normalize_advantages and len(idx) > 1:
+                # Normalisation makes no sense for a single sample (std undefined).
+                mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+            shard = sync.shard(len(idx))
+            rows, mb_adv = idx[shard], mb_adv[shard]
+            policy.optimizer.zero_grad(set_to_none=True)
+            if len(rows):
+                mb_inputs, mb_values = model(obs[rows])
+                loss, stats = ppo_loss(
+                    dist.logp(mb_inputs, actions[rows]), old_logp[rows], mb_adv, mb_values,
+                    values[rows], returns[rows], dist.entropy(mb_inputs),
+                    clip_param=config.clip_param, vf_coeff=config.vf_coeff,
+                    entropy_coeff=config.entropy_coeff, vf_clip_param=config.vf_clip_param,
+                )
+                # The loss is a mean over rows: weighted by this shard's share, the learners'
+                # gradients sum to the minibatch's (alone the weight is exactly 1).
+                (loss * (len(rows) / len(idx))).backward()
+            sync.all_reduce_grads(params)
+            if config.grad_clip is not None:
+                grad_norm = clip_grad_norm(params, config.grad_clip)
+                if stats:
+                    stats["grad_norm"] = grad_norm
+            policy.optimizer.step()
+            policy.num_grad_updates += 1
+            if len(rows):
+                history.append(torch.stack(list(stats.values())))
+    out: dict[str, float] = {}
+    if history:
+        means = torch.stack(history).mean(dim=0).tolist()
+        out = dict(zip(stats.keys(), means))
+    returns_np, var_y = returns.cpu().numpy(), float(np.var(returns.cpu().numpy()))
+    out["vf_explained_var"] = (
+        float("nan") if var_y == 0 else 1.0 - float(np.var(returns_np - values_np)) / var_y
+    )
+    out["num_grad_updates"] = float(policy.num_grad_updates)
+    return LearnOutput(out)
+
+
+def next_values(model: Any, batch: SampleBatch, values: np.ndarray) -> np.ndarray:
+    """``V(next_obs)`` of each row, for GAE.
+
+    Inside a piece of a trajectory a row's next observation is the next row's observation, so
+    its value is already in ``values``; only the piece ends that bootstrap (truncated episodes,
+    fragment ends) need a forward pass. For a CNN that saves a pass over the whole batch.
+    Terminal rows get 0 (GAE multiplies their next value by 0).
+    """
+    ends, terminateds = batch["ends"], batch["terminateds"]
+    next_vals = np.zeros_like(values)
+    next_vals[:-1] = values[1:]
+    next_vals[ends] = 0.0
+    bootstrap = np.flatnonzero(ends & ~terminateds)
+    if bootstrap.size:
+        device = next(model.parameters()).device
+        next_obs = torch.from_numpy(batch["next_obs"][bootstrap]).to(device)
+        next_vals[bootstrap] = model.value(next_obs).cpu().numpy()
+    return next_vals

@@ -1,0 +1,103 @@
+"""SAC's learn function: one gradient step (temperature, critics, actor, target critics), run
+by a learner alone or as one rank of the DDP learners (:mod:`cairn.learners.sync`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from cairn.algorithms.sac.loss import (
+    actor_loss,
+    alpha_loss,
+    critic_loss,
+    soft_q_targets,
+    squashed_gaussian_sample,
+)
+from cairn.learners import GradientSync, LearnOutput
+from cairn.policy.torch_utils import clip_grad_norm
+
+__all__ = ["sac_learn"]
+
+
+def sac_learn(config: Any, policy: Any, sync: GradientSync, *,
+              sample: Mapping[str, np.ndarray]) -> LearnOutput:
+    """One gradient step of a SAC ``policy`` on a replayed ``sample``, in Stable-Baselines3's
+    order: the temperature and the critics (one backward, disjoint parameters), the actor
+    against the updated critics, then the target critics (``tau``).
+
+    Every learner draws the noise of the whole minibatch from the policy's generator (so the
+    generator moves as it would alone) and uses its shard's rows; each loss is a mean over rows,
+    weighted by the shard's share, and each phase's gradients are all-reduced before clipping.
+    Returns the shard's statistics and its TD errors as ``rows``.
+    """
+    model, optimizer = policy.model, policy.optimizer
+    groups: dict[str, list[torch.nn.Parameter]] = {g["name"]: g["params"] for g in optimizer.param_groups}
+    device = model.log_alpha.device
+    n = len(sample["rewards"])
+    shard = sync.shard(n)
+    share = (shard.stop - shard.start) / n
+
+    def rows(name: str) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(sample[name][shard])).to(device)
+
+    shape = (n, policy.action_size)
+    noise = torch.randn(shape, generator=policy.generator)[shard].to(device)
+    next_noise = torch.randn(shape, generator=policy.generator)[shard].to(device)
+    obs, actions, next_obs = rows("obs"), rows("actions"), rows("next_obs")
+    weights = rows("weights") if sample.get("weights") is not None else None
+    alpha = model.log_alpha.detach().exp()  # this step's temperature, before alpha moves
+    empty = shard.stop == shard.start
+
+    # The actor's reparameterised actions at s, for the alpha and actor losses.
+    if not empty:
+        mean, log_std = model.actor(obs)
+        actions_pi, log_prob = squashed_gaussian_sample(mean, log_std, noise)
+        loss_alpha = alpha_loss(model.log_alpha, log_prob, policy.target_entropy)
+        with torch.no_grad():
+            next_mean, next_log_std = model.actor(next_obs)
+            next_actions, next_log_prob = squashed_gaussian_sample(next_mean, next_log_std, next_noise)
+            discounts = torch.from_numpy(config.gamma ** sample["n_steps"][shard].astype(np.float32))
+            targets = soft_q_targets(
+                rows("rewards"), discounts.to(device), rows("terminateds"),
+                model.target_critic(next_obs, next_actions), next_log_prob, alpha)
+        q_values = model.critic(obs, actions)
+        loss_critic, td_errors = critic_loss(q_values, targets, weights)
+
+    # Alpha and the critics have disjoint parameters: one backward, one optimizer step.
+    _clear_grads(groups)
+    if not empty:
+        ((loss_critic + loss_alpha) * share).backward()
+    sync.all_reduce_grads([*groups["critic"], *groups["alpha"]])
+    if config.grad_clip is not None:
+        clip_grad_norm(groups["critic"], config.grad_clip)
+    optimizer.step()
+
+    # The actor against the updated critics; their weights are detached, so gradients
+    # reach only the actor (and the critics' stale gradients are cleared first).
+    _clear_grads(groups)
+    if not empty:
+        loss_actor = actor_loss(log_prob, model.critic(obs, actions_pi, detach=True), alpha)
+        (loss_actor * share).backward()
+    sync.all_reduce_grads(groups["actor"])
+    if config.grad_clip is not None:
+        clip_grad_norm(groups["actor"], config.grad_clip)
+    optimizer.step()
+
+    model.update_targets(config.tau)
+    policy.num_grad_updates += 1
+    if empty:
+        return LearnOutput([], np.zeros(0, dtype=np.float32))
+    stats = [float(loss_critic.detach()), float(loss_actor.detach()), float(loss_alpha.detach()),
+             float(q_values.detach().mean()), float(targets.mean()), float(log_prob.detach().mean())]
+    return LearnOutput(stats, td_errors.cpu().numpy())
+
+
+def _clear_grads(groups: dict[str, list[torch.nn.Parameter]]) -> None:
+    # The optimizer's groups hold every parameter with a gradient (the target critics have
+    # none): walking them is cheaper than walking the model's modules.
+    for params in groups.values():
+        for param in params:
+            param.grad = None

@@ -1,0 +1,90 @@
+"""What runs inside a learner's Ray actor: one rank of the DDP group, holding copies of the
+driver's policies and running the algorithms' learn functions on them.
+
+Plain Python (usable in-process); :class:`cairn.learners.group.LearnerGroup` wraps it in Ray.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from cairn.learners.sync import LOCAL_SYNC, DistributedGradientSync, GradientSync, LearnOutput
+from cairn.policy.policy import Policy
+
+__all__ = ["LearnerActor", "LearnFunction", "PROCESS_GROUP_TIMEOUT_S", "move_policy"]
+
+#: A learn function: ``fn(config, policy, sync, **inputs) -> LearnOutput``.
+LearnFunction = Callable[..., LearnOutput]
+#: How long a collective waits for a peer; a peer that died usually fails it at once (its
+#: sockets close), this bounds the rest.
+PROCESS_GROUP_TIMEOUT_S = 120.0
+
+
+def move_policy(policy: Policy, device: torch.device) -> None:
+    """Put a policy's networks (its model, and a DQN's target network) on ``device``; its
+    optimizer state follows its parameters when it is loaded (torch casts it there)."""
+    if device.type == "cpu":
+        return
+    for name in ("model", "target_model"):
+        module = getattr(policy, name, None)
+        if isinstance(module, torch.nn.Module):
+            module.to(device)
+
+
+class LearnerActor:
+    """Rank ``rank`` of ``world_size`` learners, learning on ``device``; ``num_threads``: torch
+    threads to set (None: leave them). With ``world_size=1`` it is the driver's own learner on
+    an accelerator (``num_learners=0``, ``num_gpus_per_learner=1``), holding device copies of
+    the driver's CPU policies."""
+
+    def __init__(self, config: Any, rank: int = 0, world_size: int = 1, *, device: str,
+                 num_threads: int | None = None) -> None:
+        self.config = config
+        self.device = torch.device(device)
+        self.sync: GradientSync = (DistributedGradientSync(rank, world_size) if world_size > 1
+                                   else LOCAL_SYNC)
+        self.policies: dict[str, tuple[Policy, Any]] = {}
+        if num_threads is not None:
+            torch.set_num_threads(max(1, num_threads))
+
+    def address(self) -> str:
+        """``tcp://host:port`` for the group's rendezvous (asked of rank 0: a port free here)."""
+        host = socket.gethostbyname(socket.gethostname())
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        return f"tcp://{host}:{port}"
+
+    def join(self, init_method: str) -> int:
+        """Join the process group (gloo on CPU, NCCL on CUDA); returns this process's ID."""
+        import torch.distributed as dist
+
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=init_method, rank=self.sync.rank,
+                                world_size=self.sync.world_size,
+                                timeout=datetime.timedelta(seconds=PROCESS_GROUP_TIMEOUT_S))
+        return os.getpid()
+
+    def update(self, fn: LearnFunction, policy_id: str, state: Mapping[str, Any],
+               inputs: Mapping[str, Any]) -> tuple[LearnOutput, dict[str, Any] | None]:
+        """Load the driver's policy ``state``, run ``fn`` on it as this rank; rank 0 also
+        returns the updated policy state (the driver's copy takes it)."""
+        policy, spec = self.policies.get(policy_id, (None, None))
+        if policy is None or spec != state["spec"]:  # new, or replaced under the same ID
+            policy = Policy.from_state(state)
+            move_policy(policy, self.device)
+            self.policies[policy_id] = (policy, state["spec"])
+        else:
+            policy.set_state(state)
+        output = fn(self.config, policy, self.sync, **inputs)
+        return output, (policy.get_state() if self.sync.rank == 0 else None)
+
+    def pid(self) -> int:
+        """The actor's process ID (tests kill it)."""
+        return os.getpid()

@@ -1,0 +1,144 @@
+"""The DDP learners of an algorithm (``num_learners >= 1``): N Ray actors in one
+``torch.distributed`` group, started at build and killed on ``stop()``.
+
+The driver keeps the authoritative policies. Each update sends the policy's state (one object
+in Ray's store, read by every rank) and the learn function's inputs; every rank runs the same
+learn function on its shard of each minibatch; rank 0's updated policy state comes back into
+the driver's policy. So checkpoints, env runners and evaluation see only the driver's policies,
+and a checkpoint of N learners restores with any other number (docs/learners.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from cairn.errors import CairnError, ConfigError, LearnerFailedError
+from cairn.learners.actor import LearnerActor, LearnFunction
+from cairn.learners.device import learner_device
+from cairn.learners.sync import LearnOutput
+from cairn.policy.policy import Policy
+
+__all__ = ["RemoteLearners", "STARTUP_TIMEOUT_S"]
+
+#: How long to wait for the learner actors to start and form their group.
+STARTUP_TIMEOUT_S = 120.0
+
+
+def _ray() -> Any:
+    """The ``ray`` module, initialised (cairn starts a local Ray when none runs)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "num_learners >= 1 needs Ray: pip install 'cairn-rl[ray]', or set "
+            "config.learners(num_learners=0) to learn in this process."
+        ) from None
+    from cairn.env_runner.remote import ensure_ray
+
+    return ensure_ray()
+
+
+class RemoteLearners:
+    """``config.num_learners`` learner actors, each reserving ``num_cpus_per_learner`` Ray CPUs
+    and ``num_gpus_per_learner`` GPUs. Started when built; :meth:`update` starts a new group
+    when an earlier one failed."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.actors: list[Any] = []
+        self.start()
+
+    @property
+    def num_learners(self) -> int:
+        return int(self.config.num_learners)
+
+    def start(self) -> None:
+        """Start the actors and form the process group (rank 0's address is the rendezvous)."""
+        ray = _ray()
+        cfg = self.config
+        device = str(learner_device(cfg)) if cfg.num_gpus_per_learner else "cpu"
+        actor_cls = ray.remote(num_cpus=cfg.num_cpus_per_learner, num_gpus=cfg.num_gpus_per_learner,
+                               max_restarts=0)(LearnerActor)
+        config_ref = ray.put(cfg)
+        threads = max(1, int(cfg.num_cpus_per_learner))
+        self.actors = [actor_cls.remote(config_ref, rank, self.num_learners, device=device,
+                                        num_threads=threads)
+                       for rank in range(self.num_learners)]
+        try:
+            address = ray.get(self.actors[0].address.remote(), timeout=STARTUP_TIMEOUT_S)
+            ray.get([a.join.remote(address) for a in self.actors], timeout=STARTUP_TIMEOUT_S)
+        except Exception as error:
+            free = ray.available_resources().get("CPU", 0.0)
+            self.stop()
+            raise CairnError(
+                f"{self.num_learners} learner actors (each {cfg.num_cpus_per_learner:g} CPUs, "
+                f"{cfg.num_gpus_per_learner:g} GPUs) did not start and form their process group "
+                f"within {STARTUP_TIMEOUT_S:g} s: {type(error).__name__}: {error}. Free Ray CPUs now: "
+                f"{free:g}; another algorithm may still hold its actors (algo.stop() frees them), "
+                "or start Ray with more CPUs (ray.init(num_cpus=...))."
+            ) from error
+
+    def update(self, fn: LearnFunction, policy_id: str, policy: Policy,
+               inputs: Mapping[str, Any]) -> LearnOutput:
+        """Run ``fn`` on every rank over ``policy``'s current state and load rank 0's result
+        into ``policy``; the ranks' per-row outputs are joined in rank order.
+
+        A rank that dies or raises: the group is shut down and LearnerFailedError names it;
+        ``policy`` is left as it was.
+        """
+        import ray
+
+        if not self.actors:
+            self.start()
+        state_ref = ray.put(policy.get_state())
+        inputs_ref = ray.put(dict(inputs))
+        refs = [a.update.remote(fn, policy_id, state_ref, inputs_ref) for a in self.actors]
+        results = self._gather(refs)
+        outputs = [output for output, _ in results]
+        policy.set_state(results[0][1])
+        rows = [o.rows for o in outputs if o.rows is not None]
+        return LearnOutput(outputs[0].stats, np.concatenate(rows) if rows else None)
+
+    def _gather(self, refs: list[Any]) -> list[Any]:
+        import ray
+        from ray.exceptions import RayActorError
+
+        pending = {ref: rank for rank, ref in enumerate(refs)}
+        results: dict[int, Any] = {}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            rank = pending.pop(ready[0])
+            try:
+                results[rank] = ray.get(ready[0])
+            except Exception as error:
+                # A peer of a dead rank fails too (its collective loses the connection): name
+                # a rank whose actor died, when one did, rather than its peers.
+                failures = {rank: error}
+                for ref, other in pending.items():
+                    try:
+                        ray.get(ref, timeout=5.0)
+                    except Exception as other_error:
+                        failures[other] = other_error
+                died = [r for r, e in sorted(failures.items()) if isinstance(e, RayActorError)]
+                culprit = died[0] if died else rank
+                self.stop()
+                raise LearnerFailedError(
+                    f"Learner rank {culprit} of {len(refs)} failed during an update: "
+                    f"{type(failures[culprit]).__name__}: {failures[culprit]}. The learners were "
+                    "shut down and the policies keep their weights from before this update; call "
+                    "train() again to start a new group of learners, or rebuild the algorithm "
+                    "(Algorithm.from_checkpoint) with the num_learners you want."
+                ) from failures[culprit]
+        return [results[rank] for rank in range(len(refs))]
+
+    def stop(self) -> None:
+        """Kill the actors, which releases their CPUs and GPUs."""
+        import ray
+
+        if ray.is_initialized():
+            for actor in self.actors:
+                ray.kill(actor)
+        self.actors = []

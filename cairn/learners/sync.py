@@ -1,0 +1,93 @@
+"""How a learn function shares its work: alone (:data:`LOCAL_SYNC`) or as one rank of a
+``torch.distributed`` group (:class:`DistributedGradientSync`).
+
+A learn function (PPO's, DQN's, SAC's) computes everything that is not per-row (advantages,
+targets, the minibatch's advantage statistics) over the whole minibatch, takes the rows of
+``sync.shard(n)``, scales its loss by ``shard_rows / n`` (the losses are means over rows, so the
+ranks' scaled gradients sum to the full minibatch's gradient), calls
+:meth:`GradientSync.all_reduce_grads` after ``backward()`` and clips after that. Alone, the
+shard is the whole minibatch, the scale is exactly 1 and the all-reduce does nothing: the
+same lines run in the driver and in every learner actor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["GradientSync", "DistributedGradientSync", "LOCAL_SYNC", "LearnOutput", "shard_bounds"]
+
+
+@dataclass
+class LearnOutput:
+    """What a learn function returns: ``stats`` (rank 0's are reported) and optionally
+    ``rows``, a per-row array of this rank's shard (TD errors for prioritized replay), which
+    the learner group joins in rank order into the whole minibatch's."""
+
+    stats: Any
+    rows: np.ndarray | None = None
+
+
+def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
+    """``[start, stop)`` of rank ``rank``'s contiguous share of ``n`` rows (sizes differ by at
+    most one; the first ranks take the extra rows, so rank 0's share is empty only when
+    ``n == 0``)."""
+    base, extra = divmod(n, world_size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+class GradientSync:
+    """A learner alone: its shard is every row and there is nothing to reduce."""
+
+    rank = 0
+    world_size = 1
+
+    def shard(self, n: int) -> slice:
+        """This learner's rows of a minibatch of ``n`` rows."""
+        start, stop = shard_bounds(n, self.rank, self.world_size)
+        return slice(start, stop)
+
+    def all_reduce_grads(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Sum the gradients of ``params`` over the learners (alone: nothing to do)."""
+
+
+#: The sync of a learner that is alone (``num_learners=0``).
+LOCAL_SYNC = GradientSync()
+
+
+class DistributedGradientSync(GradientSync):
+    """One rank of an initialised ``torch.distributed`` process group.
+
+    The gradients of all ``params`` travel in one flat buffer per call, with one flag per
+    parameter saying whether it had a gradient: a parameter no rank's loss reached keeps
+    ``grad=None`` (so Adam skips it, as it would alone); one that some rank's loss reached gets
+    the sum, zeros standing in for ranks whose shard was empty.
+    """
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank = rank
+        self.world_size = world_size
+
+    def all_reduce_grads(self, params: Sequence[torch.nn.Parameter]) -> None:
+        import torch.distributed as dist
+
+        if not params:
+            return
+        device = params[0].device
+        parts = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=device)
+                 for p in params]
+        flags = torch.tensor([0.0 if p.grad is None else 1.0 for p in params], device=device)
+        flat = torch.cat([*parts, flags])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        reached = flat[-len(params):]
+        for i, param in enumerate(params):
+            size = param.numel()
+            if reached[i] > 0:
+                param.grad = flat[offset:offset + size].view_as(param).clone()
+            offset += size

@@ -1,0 +1,137 @@
+"""DDP learners on Ray (num_learners=2, gloo on CPU): PPO, DQN and SAC train, match a single
+learner after one iteration within rtol=1e-4, atol=1e-5, a checkpoint of 2 learners restores
+with num_learners=0 and continues, a killed learner is a LearnerFailedError, and stop()
+releases the learners' CPUs. One Ray session (tests/conftest.py's ray_cluster), 2 CPUs."""
+
+import time
+
+import numpy as np
+import pytest
+
+import cairn
+from cairn.errors import ConfigError, LearnerFailedError
+
+pytestmark = pytest.mark.slow
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def ppo_config() -> cairn.PPOConfig:
+    # Minibatches of 50, 50 and 30 rows: shards of 25/25 and 15/15.
+    config = (cairn.PPOConfig().environment("CartPole-v1")
+              .training(train_batch_size=130, minibatch_size=50, num_epochs=2, model={"hidden": [16, 16]})
+              .env_runners(rollout_fragment_length=130).debugging(seed=3))
+    return config  # type: ignore[return-value]
+
+
+def dqn_config() -> cairn.DQNConfig:
+    config = (cairn.DQNConfig().environment("CartPole-v1")
+              .training(train_batch_size=64, minibatch_size=15, num_steps_sampled_before_learning_starts=32,
+                        training_intensity=None, target_network_update_freq=16, update_backend="torch",
+                        replay_buffer_config={"type": "prioritized"}, model={"hidden": [16]})
+              .env_runners(rollout_fragment_length=4).debugging(seed=1))
+    return config  # type: ignore[return-value]
+
+
+def sac_config() -> cairn.SACConfig:
+    config = (cairn.SACConfig().environment("Pendulum-v1")
+              .training(train_batch_size=48, minibatch_size=16, num_steps_sampled_before_learning_starts=32,
+                        grad_clip=1.0, model={"hidden": [16, 16]})
+              .debugging(seed=2))
+    return config  # type: ignore[return-value]
+
+
+def assert_same_policy(got: cairn.Policy, want: cairn.Policy) -> None:
+    got_state, want_state = got.get_state(), want.get_state()
+    for name, value in want_state["weights"].items():
+        np.testing.assert_allclose(got_state["weights"][name], value, rtol=RTOL, atol=ATOL, err_msg=name)
+    assert got.num_grad_updates == want.num_grad_updates > 0
+
+
+def free_cpus_become(ray, expected: float) -> bool:
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline:
+        if ray.available_resources().get("CPU", 0.0) == expected:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_ppo_two_learners_match_one_and_checkpoint_restores_with_zero(ray_cluster, tmp_path) -> None:
+    single = ppo_config().build()
+    ddp = ppo_config().learners(num_learners=2).build()
+    try:
+        assert len(ddp.learner_group.remote_actors()) == 2
+        assert ray_cluster.available_resources().get("CPU", 0.0) == 0.0  # each reserves 1 CPU
+        single.train()
+        result = ddp.train()
+        assert np.isfinite(result["learners"]["default_policy"]["total_loss"])
+        assert_same_policy(ddp.get_policy(), single.get_policy())
+        path = ddp.save(str(tmp_path / "ddp"))
+    finally:
+        ddp.stop()
+    assert free_cpus_become(ray_cluster, 2.0), ray_cluster.available_resources()
+    restored = cairn.Algorithm.from_checkpoint(path, config_overrides={"num_learners": 0})
+    try:
+        assert restored.config.num_learners == 0 and restored.learner_group.num_remote_learners == 0
+        single.train()
+        assert restored.train()["training_iteration"] == 2
+        assert_same_policy(restored.get_policy(), single.get_policy())
+    finally:
+        restored.stop()
+        single.stop()
+
+
+@pytest.mark.parametrize("make_config", [dqn_config, sac_config], ids=["dqn", "sac"])
+def test_off_policy_two_learners_match_one(ray_cluster, make_config) -> None:
+    single = make_config().build()
+    try:
+        single.train()
+    finally:
+        single.stop()
+    ddp = make_config().learners(num_learners=2).build()
+    try:
+        stats = ddp.train()["learners"]["default_policy"]
+        assert all(np.isfinite(v) for v in stats.values() if isinstance(v, float))
+        assert_same_policy(ddp.get_policy(), single.get_policy())
+        if hasattr(single, "replay_buffers"):
+            want = single.replay_buffers["default_policy"]
+            got = ddp.replay_buffers["default_policy"]
+            if hasattr(want, "tree"):  # prioritized: the joined TD errors set the same priorities
+                n = len(want)
+                np.testing.assert_allclose(got.tree.leaves(n), want.tree.leaves(n), rtol=RTOL, atol=ATOL)
+    finally:
+        ddp.stop()
+    assert free_cpus_become(ray_cluster, 2.0)
+
+
+def test_killed_learner_is_a_learner_failed_error_and_train_starts_new_learners(ray_cluster) -> None:
+    algo = ppo_config().learners(num_learners=2).build()
+    try:
+        before = algo.get_policy().get_weights()
+        ray_cluster.kill(algo.learner_group.remote_actors()[1])
+        with pytest.raises(LearnerFailedError, match="rank 1") as caught:
+            algo.train()
+        assert "call train() again" in str(caught.value)
+        for name, value in algo.get_policy().get_weights().items():
+            np.testing.assert_array_equal(value, before[name])  # the failed update left no trace
+        assert algo.learner_group.num_remote_learners == 0
+        assert algo.train()["training_iteration"] == 1  # the failed one did not count; new learners
+        assert algo.learner_group.num_remote_learners == 2
+    finally:
+        algo.stop()
+    assert free_cpus_become(ray_cluster, 2.0)
+
+
+def test_keras_policies_and_numpy_dqn_updates_are_refused_with_learners() -> None:
+    # Refused by config validation, before Keras is imported or any actor starts.
+    config = ppo_config().framework("keras").learners(num_learners=1)
+    with pytest.raises(ConfigError, match="Keras policies"):
+        config.validate()
+    with pytest.raises(ConfigError, match="Keras policies"):
+        ppo_config().multi_agent(policies={"default_policy": cairn.PolicySpec(
+            config={"model": {"framework": "keras"}})}).learners(num_learners=2).validate()
+    with pytest.raises(ConfigError, match="recurrent policies"):
+        ppo_config().training(model={"use_lstm": True}).learners(num_learners=1).validate()
+    with pytest.raises(ConfigError, match="update_backend='numpy'"):
+        dqn_config().training(update_backend="numpy").learners(num_learners=1).build()

@@ -1,0 +1,110 @@
+"""config.learners(...): fields, checks, the device check at build(), and the device learner
+path (device copies of the driver's policies) run on the CPU."""
+
+import numpy as np
+import pytest
+import torch
+
+import cairn
+from cairn.errors import ConfigError
+from cairn.learners import LearnerGroup
+from cairn.learners.actor import LearnerActor
+from cairn.learners.sync import LOCAL_SYNC, shard_bounds
+
+NO_CUDA = "torch sees no CUDA device"
+
+
+def small_ppo() -> cairn.PPOConfig:
+    config = (cairn.PPOConfig().environment("CartPole-v1")
+              .training(train_batch_size=128, minibatch_size=50, num_epochs=2, model={"hidden": [16, 16]})
+              .debugging(seed=3))
+    return config  # type: ignore[return-value]
+
+
+def test_learners_settings_round_trip_through_to_dict() -> None:
+    config = small_ppo().learners(num_learners=2, num_gpus_per_learner=0, num_cpus_per_learner=0.5)
+    data = config.to_dict()
+    assert (data["num_learners"], data["num_gpus_per_learner"], data["num_cpus_per_learner"]) == (2, 0, 0.5)
+    again = cairn.PPOConfig.from_dict(data)
+    assert (again.num_learners, again.num_cpus_per_learner) == (2, 0.5)
+    defaults = cairn.PPOConfig().to_dict()
+    keys = ("num_learners", "num_gpus_per_learner", "num_cpus_per_learner")
+    assert tuple(defaults[k] for k in keys) == (0, 0, 1)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("num_learners", -1), ("num_learners", 1.5), ("num_gpus_per_learner", -1), ("num_cpus_per_learner", -0.5),
+])
+def test_negative_or_wrong_counts_are_config_errors(key: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        cairn.PPOConfig().learners(**{key: value})
+    data = {**cairn.PPOConfig().to_dict(), key: value}
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        cairn.PPOConfig.from_dict(data).validate()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a CUDA device")
+def test_a_gpu_where_torch_sees_none_is_a_config_error_at_build() -> None:
+    config = small_ppo().learners(num_gpus_per_learner=1)
+    config.validate()  # a config may name a GPU; building where there is none fails
+    with pytest.raises(ConfigError, match=r"torch.cuda.is_available\(\)=False") as caught:
+        config.build()
+    assert "num_gpus_per_learner" in str(caught.value) and "mps" in str(caught.value)
+
+
+@pytest.mark.parametrize(("n", "world"), [(50, 2), (51, 2), (1, 2), (7, 3), (64, 1)])
+def test_shards_are_contiguous_and_cover_the_minibatch(n: int, world: int) -> None:
+    bounds = [shard_bounds(n, rank, world) for rank in range(world)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    sizes = [stop - start for start, stop in bounds]
+    assert max(sizes) - min(sizes) <= 1 and sizes[0] >= 1
+    assert LOCAL_SYNC.shard(n) == slice(0, n)
+
+
+def test_device_learner_path_gives_the_same_weights_as_learning_in_place() -> None:
+    # num_learners=0 with a GPU learns on device copies of the driver's policies: the state
+    # goes out, the learn function runs on the copy, the state comes back. Run that path with
+    # device="cpu": it must equal learning on the driver's policy itself, bit for bit.
+    direct, copied = small_ppo().build(), small_ppo().build()
+    try:
+        group = copied.learner_group
+        assert isinstance(group, LearnerGroup) and group.device_learner is None
+        group.device_learner = LearnerActor(copied.config, device="cpu")
+        for _ in range(2):
+            direct.train()
+            copied.train()
+        want, got = direct.get_policy().get_state(), copied.get_policy().get_state()
+        for name, value in want["weights"].items():
+            np.testing.assert_array_equal(got["weights"][name], value, err_msg=name)
+        for index, slots in want["optimizer"]["state"].items():
+            for slot, value in slots.items():
+                np.testing.assert_array_equal(got["optimizer"]["state"][index][slot], value)
+        assert copied.get_policy().num_grad_updates == direct.get_policy().num_grad_updates > 0
+    finally:
+        direct.stop()
+        copied.stop()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
+@pytest.mark.parametrize("config_class", [cairn.PPOConfig, cairn.SACConfig])
+def test_gpu_learner_trains_saves_and_restores_on_cpu_with_equal_weights(config_class, tmp_path) -> None:
+    env = "CartPole-v1" if config_class is cairn.PPOConfig else "Pendulum-v1"
+    config = (config_class().environment(env)
+              .training(train_batch_size=256, minibatch_size=64, model={"hidden": [32, 32]})
+              .learners(num_gpus_per_learner=1).debugging(seed=0))
+    algo = config.build()
+    try:
+        assert algo.learner_group.device.type == "cuda"
+        algo.train()
+        path = algo.save(str(tmp_path / "ckpt"))
+        weights = algo.get_policy().get_weights()
+    finally:
+        algo.stop()
+    restored = cairn.Algorithm.from_checkpoint(path, config_overrides={"num_gpus_per_learner": 0})
+    try:
+        for name, value in weights.items():
+            np.testing.assert_array_equal(restored.get_policy().get_weights()[name], value)
+        restored.train()
+    finally:
+        restored.stop()
