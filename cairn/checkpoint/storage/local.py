@@ -50,6 +50,10 @@ class LocalStorage(Storage):
     def _at(self, relative: str) -> Path:
         return self.path.joinpath(*relative_parts(relative))
 
+    def _file(self, relative: str) -> str:
+        """:meth:`_at` as a str, without pathlib (an incremental save looks up hundreds)."""
+        return os.path.join(self.url, *relative_parts(relative))
+
     # ---------------------------------------------------------------------- small files
     def child(self, relative: str) -> LocalStorage:
         return LocalStorage(self._at(relative))
@@ -124,7 +128,7 @@ class LocalStorage(Storage):
             path.unlink(missing_ok=True)
 
     def local_file(self, relative: str) -> str | None:
-        return str(self._at(relative))
+        return self._file(relative)
 
     # ------------------------------------------------------------------ checkpoints
     def check_writable(self) -> None:
@@ -143,13 +147,19 @@ class LocalStorage(Storage):
         return isinstance(source, LocalStorage)  # any local directory: a link, or a copy
 
     def reuse_into(self, target: WriteTarget, source: Storage, name: str, relative: str) -> None:
-        destination = target.directory / relative
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        link_or_copy(Path(str(source.local_file(name))), destination)
+        # Plain strings and one mkdir per directory: an incremental save links hundreds of files.
+        destination = os.path.join(target.directory, relative)
+        try:
+            link_or_copy(str(source.local_file(name)), destination)
+        except FileNotFoundError:
+            if os.path.isdir(os.path.dirname(destination)):
+                raise  # the source is missing
+            os.makedirs(os.path.dirname(destination), exist_ok=True)
+            link_or_copy(str(source.local_file(name)), destination)
 
     def unchanged(self, relative: str, size: int) -> bool:
         try:
-            info = os.lstat(self._at(relative))
+            info = os.lstat(self._file(relative))
         except OSError:
             return False
         return stat.S_ISREG(info.st_mode) and info.st_size == size
@@ -204,7 +214,7 @@ def _alive(temporary_name: str) -> bool:
     return pid is not None and pid != os.getpid() and pid_alive(pid)
 
 
-def link_or_copy(source: Path, destination: Path) -> None:
+def link_or_copy(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> None:
     """Hard-link ``source`` as ``destination``; copy it (and fsync) where links cannot be
     made (another device, a file system without hard links)."""
     try:
