@@ -13,14 +13,14 @@ write native model files (cairn.export); :func:`algorithm_from_checkpoint` and
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from cairn.algorithms.state import check_algorithm_state
+from cairn.algorithms.incremental_save import plan_incremental_save
+from cairn.algorithms.state import algorithm_state, check_algorithm_state
 from cairn.checkpoint import (
     CheckpointClassMismatchError,
     NativeFiles,
@@ -108,19 +108,34 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
     metadata = check_metadata(metadata)  # a copy: later changes by the caller do not reach it
     target = check_save_location(path, storage_options=storage_options)
     check_policy_ids(algo.policies)
-    state = algo.get_state(copy=snapshot)
-    _warn_unstorable(state["config"])
     native: dict[str, NativeFiles] = {}
     full = bool(algo.config.export_native_model_files)
     # A Keras policy's checkpoint always holds model/model.keras (docs/keras.md).
     wanted = [pid for pid, policy in algo.policies.items() if full or uses_keras(policy.config)]
+    # Policies unchanged since this algorithm wrote `previous` are taken from there unread
+    # (cairn.algorithms.incremental_save); a subclass's own get_state is always called.
+    own_get_state = type(algo).get_state.__qualname__ != "Algorithm.get_state"
+    plan = plan_incremental_save(algo, previous, target, storage_options=storage_options,
+                                 native=wanted, markers=not own_get_state)
+    state = algo.get_state(copy=snapshot) if own_get_state else algorithm_state(
+        algo, copy=snapshot, given=plan.given)
+    plan.take_markers(state["policies"], wanted)
+    _warn_unstorable(state["config"])
     if wanted:
         policies = ({pid: Policy.from_state(state["policies"][pid]) for pid in wanted}
                     if snapshot else {pid: algo.policies[pid] for pid in wanted})
         # The same route as Policy.export_checkpoint's (cairn.registry.NATIVE_MODEL_WRITER).
         native = {pid: native_files_writer(policy, full=full) for pid, policy in policies.items()}
-    return functools.partial(write_algorithm_checkpoint, target, state, policy_native_files=native,
-                             storage_options=storage_options, previous=previous, metadata=metadata)
+
+    def write() -> str:
+        written: dict[str, Any] = {}
+        location = write_algorithm_checkpoint(target, state, policy_native_files=native,
+                                              storage_options=storage_options, previous=plan.previous,
+                                              metadata=metadata, written=written)
+        plan.remember(location, written, storage_options=storage_options)
+        return location
+
+    return write
 
 
 def _warn_unstorable(config: Mapping[str, Any]) -> None:

@@ -23,10 +23,16 @@ from cairn.checkpoint.format import (
     POLICY_ARRAYS_FILE,
     POLICY_STATE_FILE,
 )
-from cairn.checkpoint.incremental import previous_policies, reuse_policy
+from cairn.checkpoint.incremental import (
+    LinkedArrays,
+    LinkedPolicy,
+    PreviousCheckpoint,
+    link_files,
+    reuse_policy,
+)
 from cairn.checkpoint.manifest import build_manifest, check_metadata
 from cairn.checkpoint.paths import save_target
-from cairn.checkpoint.storage import Storage, writing
+from cairn.checkpoint.storage import Storage, WriteTarget, writing
 from cairn.checkpoint.writer_files import Files, write_json_file, write_state_files
 from cairn.errors import CheckpointError
 from cairn.policy_ids import check_policy_ids
@@ -49,10 +55,18 @@ Location = Union[str, "os.PathLike[str]", Storage]
 
 
 def _write_policy_dir(root: Path, policy_state: Mapping[str, Any],
-                      native_files: NativeFiles | None) -> dict[str, Any]:
-    """Write one Policy checkpoint into ``root``; return its manifest's size and hash."""
+                      native_files: NativeFiles | None) -> tuple[dict[str, Any], Files]:
+    """Write one Policy checkpoint into ``root``; return its manifest's size and hash, and the
+    files the manifest lists."""
     files: Files = {}
     write_state_files(root, POLICY_STATE_FILE, POLICY_ARRAYS_FILE, policy_state, files)
+    return _write_policy_manifest(root, policy_state, native_files, files), files
+
+
+def _write_policy_manifest(root: Path, policy_state: Mapping[str, Any], native_files: NativeFiles | None,
+                           files: Files) -> dict[str, Any]:
+    """Write the manifest of the Policy checkpoint in ``root`` (its state files listed in
+    ``files``, native model files added); return the manifest's size and hash."""
     extra: dict[str, Any] = {}
     if native_files is not None:
         record = native_files(root, files)
@@ -115,12 +129,52 @@ def write_policy_checkpoint(path: Location, state: Mapping[str, Any], *,
     return target.storage.url
 
 
+def _linked_arrays(target: WriteTarget, previous: PreviousCheckpoint, pid: str,
+                   linked: LinkedArrays) -> tuple[dict[str, Any], Files]:
+    """Write policy ``pid``'s JSON state file and manifest, taking its arrays file from
+    ``previous``; return the manifest's entry and its files."""
+    previous.check_entry(pid, linked.entry)
+    link_files(target, previous, pid, [POLICY_ARRAYS_FILE], {POLICY_ARRAYS_FILE: linked.arrays["size"]})
+    root = target.directory / POLICIES_DIR / pid
+    files: Files = {POLICY_ARRAYS_FILE: dict(linked.arrays)}
+    write_json_file(root, POLICY_STATE_FILE, linked.tree, files, compact=True)
+    return _write_policy_manifest(root, linked.tree, None, files), files
+
+
+def _linked_policy(target: WriteTarget, previous: PreviousCheckpoint, pid: str,
+                   linked: LinkedPolicy) -> tuple[dict[str, Any], Files]:
+    """Take every file of policy ``pid`` from ``previous``; return its manifest's entry and files."""
+    previous.check_entry(pid, linked.entry)
+    sizes = {name: entry["size"] for name, entry in linked.files.items()}
+    sizes[MANIFEST_FILE] = linked.entry["size"]
+    link_files(target, previous, pid, sizes, sizes)
+    return dict(linked.entry), {name: dict(entry) for name, entry in linked.files.items()}
+
+
+def _write_policy(target: WriteTarget, previous: PreviousCheckpoint | None, pid: str, state: Any,
+                  native_files: NativeFiles | None) -> tuple[dict[str, Any], Files]:
+    """Write (or take from ``previous``) policy ``pid`` of an Algorithm checkpoint; return its
+    manifest's entry (which the root manifest lists) and the files its manifest lists."""
+    if isinstance(state, (LinkedPolicy, LinkedArrays)):
+        if previous is None or native_files is not None:
+            why = "which cannot be read here" if previous is None else "but native model files are wanted"
+            raise CheckpointError(f"Cannot save policy {pid!r}: its state was to be taken from the "
+                                  f"previous checkpoint, {why}.")
+        if isinstance(state, LinkedPolicy):
+            return _linked_policy(target, previous, pid, state)
+        return _linked_arrays(target, previous, pid, state)
+    earlier = None if previous is None else previous.policies.get(pid)
+    reused = reuse_policy(target, pid, state, earlier, native=native_files is not None)
+    return reused or _write_policy_dir(target.directory / POLICIES_DIR / pid, state, native_files)
+
+
 def write_algorithm_checkpoint(
     path: Location, state: Mapping[str, Any], *,
     policy_native_files: Mapping[str, NativeFiles] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     previous: Location | None = None,
     metadata: Mapping[str, Any] | None = None,
+    written: dict[str, Any] | None = None,
 ) -> str:
     """Write an algorithm state tree as an Algorithm checkpoint at ``path`` (atomically
     locally; committed by its manifest, written last, on an object store); return the location
@@ -139,9 +193,16 @@ def write_algorithm_checkpoint(
         previous: An earlier Algorithm checkpoint on the same store (incremental save): a
             policy whose files would hash the same as there is not written again but hard-linked
             (locally) or copied server-side (object stores). The new checkpoint stands alone;
-            deleting ``previous`` never breaks it. Ignored when it lies elsewhere.
+            deleting ``previous`` never breaks it. Ignored when it lies elsewhere. A policy
+            state in ``state`` may also be a :class:`~cairn.checkpoint.incremental.LinkedPolicy`
+            or :class:`~cairn.checkpoint.incremental.LinkedArrays`: files taken from ``previous``
+            without comparing hashes (the caller vouches for them).
         metadata: JSON data stored as the manifest's ``metadata``
             (:func:`~cairn.checkpoint.manifest.check_metadata`); None stores none.
+        written: A dict to fill, once the checkpoint is committed, with
+            ``{policy_id: {"entry": ..., "files": ...}}``: the root manifest's entry for each
+            policy's manifest and the files that manifest lists (what the caller hands back in
+            a ``LinkedPolicy`` or ``LinkedArrays`` of a later save).
     """
     metadata = check_metadata(metadata)
     rest = dict(state)
@@ -157,14 +218,17 @@ def write_algorithm_checkpoint(
         )
     native = policy_native_files or {}
     with writing(path, storage_options=storage_options) as target:  # refuses what it may not replace
-        earlier = previous_policies(previous, target, storage_options=storage_options)
+        hashed = [pid for pid, s in policy_states.items() if not isinstance(s, (LinkedPolicy, LinkedArrays))]
+        earlier = PreviousCheckpoint.open(previous, target.storage, storage_options=storage_options,
+                                          read=hashed)
         tmp = target.directory
         files: Files = {}
+        policies: dict[str, Any] = {}
         for pid, policy_state in policy_states.items():
             # The root manifest vouches for each policy's manifest, hashed as it is written.
-            name = f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"
-            entry = reuse_policy(target, pid, policy_state, earlier.get(pid), native=pid in native)
-            files[name] = entry or _write_policy_dir(tmp / POLICIES_DIR / pid, policy_state, native.get(pid))
+            entry, policy_files = _write_policy(target, earlier, pid, policy_state, native.get(pid))
+            files[f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"] = entry
+            policies[pid] = {"entry": entry, "files": policy_files}
         for name, component in components.items():
             write_state_files(tmp, f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
                               f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}", component, files)
@@ -176,4 +240,6 @@ def write_algorithm_checkpoint(
                    **({} if metadata is None else {"metadata": metadata})},
         )
         write_json_file(tmp, MANIFEST_FILE, manifest, {})
+    if written is not None:
+        written.update(policies)
     return target.storage.url

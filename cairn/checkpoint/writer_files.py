@@ -16,7 +16,8 @@ from cairn.checkpoint.safetensors_io import new_hasher, write_safetensors
 from cairn.checkpoint.tree import TreeError, split_arrays
 from cairn.errors import CheckpointError
 
-__all__ = ["Files", "HashingFile", "staging", "write_json_file", "write_state_files", "state_file_entries"]
+__all__ = ["Files", "HashingFile", "split_state", "staging", "write_json_file", "write_state_files",
+           "state_file_entries"]
 
 #: ``{relative path: {"size": int, "hash": str}}``, a manifest's ``files``.
 Files = dict[str, dict[str, Any]]
@@ -75,13 +76,14 @@ def write_json_file(root: Path, name: str, data: Any, files: Files, *, compact: 
 def write_state_files(root: Path, json_name: str, arrays_name: str, state: Any, files: Files) -> None:
     """Write a state tree as ``json_name`` (its JSON values) and ``arrays_name`` (its arrays,
     safetensors), recording both in ``files``."""
-    tree, arrays = _split(state)
+    tree, arrays = split_state(state)
     with HashingFile(root, arrays_name, files) as out:
         write_safetensors(out.f, arrays, out.hasher)
     write_json_file(root, json_name, tree, files, compact=True)
 
 
-def _split(state: Any) -> tuple[Any, dict[str, Any]]:
+def split_state(state: Any) -> tuple[Any, dict[str, Any]]:
+    """A state tree's JSON tree (arrays replaced by references) and its arrays, by name."""
     try:
         return split_arrays(state)
     except TreeError as exc:
@@ -101,7 +103,7 @@ def state_file_entries(state: Any, json_name: str, arrays_name: str,
     computed without writing. With ``known`` (an earlier manifest's files) it stops at the
     first file that differs from there and returns None: the cheap JSON file is hashed first,
     so a changed state rarely costs hashing its arrays."""
-    tree, arrays = _split(state)
+    tree, arrays = split_state(state)
     text = _json_bytes(tree, compact=True)
     hasher = new_hasher()
     hasher.update(text)

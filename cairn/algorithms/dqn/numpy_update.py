@@ -185,3 +185,4 @@ def _adam_step(optimizer: torch.optim.Optimizer, grads: dict[torch.Tensor, np.nd
         denom = np.sqrt(exp_avg_sq) / math.sqrt(1.0 - beta2**step) + eps
         param_view = param.detach().numpy()
         param_view -= step_size * exp_avg / denom
+        torch.autograd.graph.increment_version([param, *state.values()])  # numpy wrote them: tell torch
