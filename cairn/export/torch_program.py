@@ -13,6 +13,7 @@ import inspect
 import io
 import logging
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,10 @@ def _quiet_tracer() -> Iterator[None]:
     captured = io.StringIO()
     failed = False
     try:
-        with contextlib.redirect_stderr(captured):
+        with contextlib.redirect_stderr(captured), warnings.catch_warnings():
+            # nn.LSTM keeps its weights in a list (_flat_weights) that torch.export sees being
+            # reassigned; the program reads the registered parameters, so the warning is noise.
+            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights")
             yield
     except BaseException:
         failed = True

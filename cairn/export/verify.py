@@ -91,15 +91,17 @@ def check_against_policy(
 
     The expected outputs are ``graph.reference`` (the policy's own acting path:
     ``compute_actions(obs, explore=False)``, then e.g. its action inputs and value, or its
-    Q-values); ``graph`` defaults to ``policy.export_graph()``. Discrete actions must be equal
+    Q-values); ``graph`` defaults to ``policy.export_graph()``; a recurrent policy's model and
+    reference also get the random states of ``graph.check_inputs``. Discrete actions must be equal
     (except at near-ties of their scores), everything else equal within ``1e-5`` (absolute
     and relative).
     """
     graph = policy.export_graph() if graph is None else graph
     observations = sample_policy_observations(policy, n, seed=seed)
-    expected = graph.reference(observations)
+    more = graph.check_inputs(n, seed) if graph.check_inputs is not None else ()  # e.g. states
+    expected = graph.reference(observations, *more)
     feeds = model_feeds(policy.observation_space, policy.action_space, observations)
-    got = list(run(*feeds.values()))
+    got = list(run(*feeds.values(), *more))
     if len(got) != len(expected):
         raise ExportError(f"The {what} returned {len(got)} outputs, expected {len(expected)}.")
     for index, (out, ref) in enumerate(zip(got, expected, strict=True)):

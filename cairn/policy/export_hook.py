@@ -79,18 +79,26 @@ class ExportGraph:
             (:mod:`cairn.policy.action_mask_input`); none for other policies.
         extra_examples: A valid value of each of :attr:`extra_inputs`, with the rows of
             :attr:`example`.
+        check_inputs: ``(n, seed) -> arrays``: values of the extra inputs that the model files
+            are checked with, ``n`` rows each, for inputs that are not part of the observation
+            (a recurrent policy's state); ``reference`` then takes them after the observations.
+            None: the extra inputs come from the observations (``cairn.export.model_feeds``).
+
+    A module that defines ``select_outputs(keep) -> module`` drops unrequested optional
+    outputs itself (keeping its own input names); others are wrapped.
     """
 
     module: nn.Module
     input: TensorSpec
     outputs: tuple[TensorSpec, ...]
     example: torch.Tensor
-    reference: Callable[[Sequence[Any]], list[np.ndarray]]
+    reference: Callable[..., list[np.ndarray]]
     discrete_sizes: tuple[int, ...] | None
     network_name: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
     extra_inputs: tuple[TensorSpec, ...] = ()
     extra_examples: tuple[torch.Tensor, ...] = ()
+    check_inputs: Callable[[int, int], tuple[np.ndarray, ...]] | None = None
 
     def __post_init__(self) -> None:
         if len(self.extra_inputs) != len(self.extra_examples):
@@ -127,12 +135,13 @@ class ExportGraph:
             return self
         reference = self.reference
 
-        def selected_reference(observations: Sequence[Any]) -> list[np.ndarray]:
-            expected = reference(observations)
+        def selected_reference(observations: Sequence[Any], *more: np.ndarray) -> list[np.ndarray]:
+            expected = reference(observations, *more)
             return [expected[i] for i in keep]
 
+        select = getattr(self.module, "select_outputs", None)
         return replace(
-            self, module=_SelectOutputs(self.module, keep),
+            self, module=select(keep) if callable(select) else _SelectOutputs(self.module, keep),
             outputs=tuple(self.outputs[i] for i in keep), reference=selected_reference)
 
 

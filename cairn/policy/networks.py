@@ -35,6 +35,7 @@ def actor_critic_model(policy: Any) -> nn.Module:
             policy.network_observation_space, policy.action_space, policy.dist.num_inputs,
             obs_size=policy.preprocessor.size, hidden=list(model_cfg["hidden"]),
             activation=model_cfg["activation"], cell_size=recurrent["lstm_cell_size"],
+            vf_share_layers=bool(model_cfg["vf_share_layers"]),
             free_log_std=isinstance(policy.action_space, gym.spaces.Box),
             log_std_init=float(model_cfg["log_std_init"]), encoder=policy_encoder_description(policy))
     return actor_critic_network(model_cfg)(  # type: ignore[no-any-return]

@@ -2,10 +2,13 @@
 
 The encoder (CNN for images, when there are any) and the MLP of ``hidden`` read each step's
 observation; an LSTM of ``lstm_cell_size`` units reads their features; the action head and
-the value head read the LSTM's output. Actor and critic share the trunk and the LSTM, as in
-RLlib's LSTM wrapper (``vf_share_layers`` does not apply). ``max_seq_len`` is the learner's
-sequence length (:mod:`cairn.algorithms.ppo.recurrent`); the keys are checked in
-:mod:`cairn.policy.recurrent_config`.
+the value head read the LSTM's output: actor and critic share the trunk and the LSTM. With
+``vf_share_layers=True`` both losses train them (RLlib's LSTM wrapper); with the default
+``False`` the value head reads the LSTM's output with its gradient stopped, so only the policy
+loss trains the trunk and the LSTM (sb3-contrib's ``shared_lstm=True``): on CartPole with the
+velocities hidden the value loss's larger gradients otherwise swamp the policy's.
+``max_seq_len`` is the learner's sequence length (:mod:`cairn.algorithms.ppo.recurrent`); the
+keys are checked in :mod:`cairn.policy.recurrent_config`.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from cairn.policy.model import mlp
 __all__ = ["LSTMActorCritic"]
 
 class LSTMActorCritic(RecurrentActorCriticModel):
-    """Encoder + MLP (``trunk.*``), ``lstm.*``, ``action_head``, ``value_head`` and, for Box
-    actions, a state-independent ``log_std``; ``forward(obs [B, T, d], [h, c]) ->
+    """Encoder + MLP (``trunk.*``), ``lstm.*``, ``action_head``, ``value_head`` (its gradient
+    reaches the LSTM only with ``vf_share_layers``) and, for Box actions, a state-independent
+    ``log_std``; ``forward(obs [B, T, d], [h, c]) ->
     (action_inputs [B, T, n], value [B, T], [h, c])`` with ``h``, ``c`` of ``[B, cell]``."""
 
     def __init__(
@@ -38,12 +42,14 @@ class LSTMActorCritic(RecurrentActorCriticModel):
         hidden: Sequence[int],
         activation: str,
         cell_size: int,
+        vf_share_layers: bool = False,
         free_log_std: bool,
         log_std_init: float,
         encoder: Mapping[str, Any] | None,
     ) -> None:
         super().__init__(observation_space, action_space, num_outputs, {})
         self.cell_size = int(cell_size)
+        self.vf_share_layers = bool(vf_share_layers)
         self.encoder = None if encoder is None else ObservationEncoder(encoder)
         sizes = [obs_size if encoder is None else int(encoder["output_size"]), *hidden]
         self.trunk = mlp(sizes, activation)
@@ -86,4 +92,5 @@ class LSTMActorCritic(RecurrentActorCriticModel):
         inputs = self.action_head(out)
         if self.log_std is not None:
             inputs = torch.cat([inputs, self.log_std.expand_as(inputs)], dim=-1)
-        return inputs, self.value_head(out).squeeze(-1), [h_out.squeeze(0), c_out.squeeze(0)]
+        value = self.value_head(out if self.vf_share_layers else out.detach()).squeeze(-1)
+        return inputs, value, [h_out.squeeze(0), c_out.squeeze(0)]

@@ -118,6 +118,8 @@ def learn_recurrent(policy: Any, batch: Any, rewards: np.ndarray, config: Any,
         group = (np.cumsum(lengths[perm]) - lengths[perm]) // cfg.minibatch_size
         for g in range(int(group[-1]) + 1):
             seqs = perm[group == g]
+            if not len(seqs):  # a sequence longer than minibatch_size fills more than one group
+                continue
             steps = int(lengths[seqs].max())
             mb_mask = mask_t[seqs, :steps]
             mb_rows = rows_t[seqs, :steps][mb_mask]
