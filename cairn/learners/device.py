@@ -36,6 +36,8 @@ def learner_device(config: Any) -> torch.device:
         return torch.device("mps")
     raise ConfigError(
         f"Config 'num_gpus_per_learner'={config.num_gpus_per_learner!r} asks for a GPU, but "
-        f"{accelerator_report()}. Set config.learners(num_gpus_per_learner=0) to learn on the CPU, "
-        "or install a torch build for your accelerator (https://pytorch.org/get-started)."
+        f"{accelerator_report()}. Set config.learners(num_gpus_per_learner=0) to learn on the CPU "
+        "(restoring a GPU run's checkpoint here: Algorithm.from_checkpoint(path, config_overrides="
+        "{'num_gpus_per_learner': 0})), or install a torch build for your accelerator "
+        "(https://pytorch.org/get-started)."
     )
