@@ -108,3 +108,34 @@ def test_gpu_learner_trains_saves_and_restores_on_cpu_with_equal_weights(config_
         restored.train()
     finally:
         restored.stop()
+
+
+def test_distributed_sync_keeps_unreached_parameters_without_gradients() -> None:
+    # One rank of a one-process gloo group: the all-reduce is the identity, so what remains to
+    # check is the flat buffer's round trip and the "had a gradient" flags (a parameter no loss
+    # reached must keep grad=None, or Adam would move it by its momentum alone).
+    import socket
+
+    import torch.distributed as dist
+
+    from cairn.learners.sync import DistributedGradientSync
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        reached, unreached = torch.nn.Linear(3, 2), torch.nn.Linear(2, 2)
+        reached(torch.randn(4, 3)).square().sum().backward()
+        params = [*reached.parameters(), *unreached.parameters()]
+        before = [None if p.grad is None else p.grad.clone() for p in params]
+        sync = DistributedGradientSync(0, 1)
+        sync.all_reduce_grads(params)
+        for param, grad in zip(params, before, strict=True):
+            if grad is None:
+                assert param.grad is None
+            else:
+                assert param.grad is not None and torch.equal(param.grad, grad)
+        assert sync.shard(5) == slice(0, 5)
+    finally:
+        dist.destroy_process_group()
