@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
+from cairn.errors import ConfigError
 from cairn.policy.recurrent_config import recurrent_settings
 from cairn.policy.torch_utils import clip_grad_norm
 
@@ -92,6 +93,10 @@ def learn_recurrent(policy: Any, batch: Any, rewards: np.ndarray, config: Any,
     normalised), with PPO's ``config`` and the algorithm's shuffling generator ``rng``;
     returns the same statistics as the feed-forward learner."""
     cfg = config
+    if getattr(cfg, "num_gpus_per_learner", 0):  # a user's recurrent model: not seen by the config
+        raise ConfigError(
+            f"num_gpus_per_learner={cfg.num_gpus_per_learner}: recurrent policies learn on the CPU in "
+            "the driver's process; use config.learners(num_gpus_per_learner=0).")
     model, dist = policy.model, policy.dist
     max_seq_len = int(recurrent_settings(policy.config["model"])["max_seq_len"])
     starts, lengths = sequence_starts(batch["ends"], max_seq_len)
