@@ -29,6 +29,7 @@ from cairn.export.conventions import model_feeds
 from cairn.export.keras_files import KERAS_FILE, save_keras_file
 from cairn.export.signature import build_signature, write_signature
 from cairn.export.verify import check_against_policy, sample_policy_observations
+from cairn.policy.recurrent import is_recurrent
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -57,6 +58,10 @@ def export_saved_model(policy: Policy, export_dir: str | os.PathLike[str]) -> di
     Raises ExportError for a torch policy, without TensorFlow, or when the SavedModel fails or
     disagrees with the policy; nothing is left in ``export_dir`` then.
     """
+    if is_recurrent(policy):
+        raise ExportError("A recurrent policy (use_lstm, or a RecurrentActorCriticModel) has no Keras "
+                          "or SavedModel export: it is a torch network. Export it with --format onnx "
+                          "or torch (docs/export.md, 'Recurrent policies').")
     if importlib.util.find_spec("tensorflow") is None:
         raise ExportError("--format saved_model needs TensorFlow, which is not installed; "
                           f"install it with {TF_INSTALL_HINT}.")

@@ -129,3 +129,7 @@ def test_native_model_files_in_checkpoints_and_a_state_of_three_components(tmp_p
                          {"model": {"custom_model": ThreeStates}}, seed=0)
     with pytest.raises(ExportError, match="3 state components"):
         three.export_model(tmp_path / "three")
+    from cairn.export.keras_saved_model import export_saved_model
+
+    with pytest.raises(ExportError, match="recurrent policy .* has no Keras or SavedModel export"):
+        export_saved_model(policy, tmp_path / "saved_model")
