@@ -92,3 +92,17 @@ def test_multi_agent_recurrent_policies_carry_a_state_per_agent():
     assert {agent for _, agent in states} == {"agent_0", "agent_1"}
     algo.train()
     assert algo.get_policy("p0").num_grad_updates > 0
+
+
+def test_async_envs_carry_the_same_states_as_sync():
+    """The states live in the runner, not in the env children: "async" samples as "sync" does."""
+    batches = []
+    for mode in ("sync", "async"):
+        algo = cue_config().env_runners(gym_env_vectorize_mode=mode).build()
+        try:
+            algo.train()
+            batches.append(algo.env_runner_group.local.sample(6)["default_policy"])
+        finally:
+            algo.stop()
+    for column in ("obs", "actions", "state_in_0", "state_in_1"):
+        np.testing.assert_array_equal(batches[0][column], batches[1][column])
