@@ -77,7 +77,8 @@ class Algorithm:
             raise ConfigError(f"{type(self).__name__} needs a {name}, got a {type(config).__name__}; "
                               f"build it with {name}()...build().")
         config.validate()
-        learner_device(config)  # ConfigError now, before any env is built, where torch sees no GPU
+        if not config.num_learners:  # remote learners' GPUs are the Ray cluster's (checked there)
+            learner_device(config)  # ConfigError now, before any env is built, where torch sees no GPU
         self.config = config.copy()
         self.iteration = 0
         self.counters = dict.fromkeys(("num_env_steps_sampled_lifetime", "num_agent_steps_sampled_lifetime",

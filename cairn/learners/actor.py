@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from cairn.errors import ConfigError
+from cairn.learners.device import accelerator_report
 from cairn.learners.sync import LOCAL_SYNC, DistributedGradientSync, GradientSync, LearnOutput
 from cairn.policy.policy import Policy
 
@@ -47,6 +49,8 @@ class LearnerActor:
                  num_threads: int | None = None) -> None:
         self.config = config
         self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"A learner was placed on a CUDA device, but here {accelerator_report()}.")
         self.sync: GradientSync = (DistributedGradientSync(rank, world_size) if world_size > 1
                                    else LOCAL_SYNC)
         self.policies: dict[str, tuple[Policy, Any]] = {}

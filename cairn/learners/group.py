@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from cairn.learners.actor import LearnerActor, LearnFunction
 from cairn.learners.device import learner_device
 from cairn.learners.remote import RemoteLearners
@@ -31,10 +33,12 @@ class LearnerGroup:
     """
 
     def __init__(self, config: Any) -> None:
-        self.device = learner_device(config)
+        #: The in-process learner's device (the CPU with remote learners, whose GPUs are the
+        #: Ray cluster's: RemoteLearners checks them).
+        self.device = learner_device(config) if not config.num_learners else torch.device("cpu")
         self.remote: RemoteLearners | None = None
         self.device_learner: LearnerActor | None = None
-        if config.num_learners:  # Keras policies were refused by config.validate()
+        if config.num_learners:  # Keras and recurrent policies were refused by config.validate()
             self.remote = RemoteLearners(config)
         elif self.device.type != "cpu":
             self.device_learner = LearnerActor(config, device=str(self.device))

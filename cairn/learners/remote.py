@@ -17,7 +17,6 @@ import numpy as np
 
 from cairn.errors import CairnError, ConfigError, LearnerFailedError
 from cairn.learners.actor import LearnerActor, LearnFunction
-from cairn.learners.device import learner_device
 from cairn.learners.sync import LearnOutput
 from cairn.policy.policy import Policy
 
@@ -59,7 +58,16 @@ class RemoteLearners:
         """Start the actors and form the process group (rank 0's address is the rendezvous)."""
         ray = _ray()
         cfg = self.config
-        device = str(learner_device(cfg)) if cfg.num_gpus_per_learner else "cpu"
+        if cfg.num_gpus_per_learner:
+            # The GPUs are the cluster's, not necessarily this process's: ask Ray, not torch.
+            have, need = ray.cluster_resources().get("GPU", 0.0), cfg.num_gpus_per_learner * self.num_learners
+            if have < need:
+                raise ConfigError(
+                    f"num_learners={self.num_learners} x num_gpus_per_learner={cfg.num_gpus_per_learner:g} "
+                    f"needs {need:g} GPUs, but the Ray cluster has {have:g}. Lower them, set "
+                    "num_gpus_per_learner=0 to learn on CPUs, or connect to a cluster with GPUs."
+                )
+        device = "cuda" if cfg.num_gpus_per_learner else "cpu"  # Ray sets CUDA_VISIBLE_DEVICES
         actor_cls = ray.remote(num_cpus=cfg.num_cpus_per_learner, num_gpus=cfg.num_gpus_per_learner,
                                max_restarts=0)(LearnerActor)
         config_ref = ray.put(cfg)
@@ -117,11 +125,12 @@ class RemoteLearners:
                 # A peer of a dead rank fails too (its collective loses the connection): name
                 # a rank whose actor died, when one did, rather than its peers.
                 failures = {rank: error}
-                for ref, other in pending.items():
-                    try:
-                        ray.get(ref, timeout=5.0)
-                    except Exception as other_error:
-                        failures[other] = other_error
+                if not isinstance(error, RayActorError):  # maybe a peer of one that is dying
+                    for ref, other in pending.items():
+                        try:
+                            ray.get(ref, timeout=2.0)
+                        except Exception as other_error:
+                            failures[other] = other_error
                 died = [r for r, e in sorted(failures.items()) if isinstance(e, RayActorError)]
                 culprit = died[0] if died else rank
                 self.stop()

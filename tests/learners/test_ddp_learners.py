@@ -7,9 +7,11 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 import cairn
 from cairn.errors import ConfigError, LearnerFailedError
+from cairn.learners import LearnOutput
 
 pytestmark = pytest.mark.slow
 
@@ -105,9 +107,25 @@ def test_off_policy_two_learners_match_one(ray_cluster, make_config) -> None:
     assert free_cpus_become(ray_cluster, 2.0)
 
 
-def test_killed_learner_is_a_learner_failed_error_and_train_starts_new_learners(ray_cluster) -> None:
+def fail_on_rank_1(config, policy, sync):
+    """A learn function that raises on rank 1 while rank 0 waits for it in an all-reduce."""
+    if sync.rank == 1:
+        raise RuntimeError("learn function failed on rank 1")
+    params = list(policy.model.parameters())
+    for param in params:
+        param.grad = torch.zeros_like(param)
+    sync.all_reduce_grads(params)
+    return LearnOutput({})
+
+
+def test_failed_learners_are_learner_failed_errors_and_train_starts_new_learners(ray_cluster) -> None:
     algo = ppo_config().learners(num_learners=2).build()
     try:
+        with pytest.raises(LearnerFailedError, match="rank 1 of 2") as caught:
+            algo.learner_group.update(fail_on_rank_1, "default_policy", algo.get_policy())
+        assert "learn function failed on rank 1" in str(caught.value)
+        assert algo.learner_group.num_remote_learners == 0  # the group was shut down
+        assert algo.train()["training_iteration"] == 1  # with a new group of learners
         before = algo.get_policy().get_weights()
         ray_cluster.kill(algo.learner_group.remote_actors()[1])
         with pytest.raises(LearnerFailedError, match="rank 1") as caught:
@@ -115,8 +133,7 @@ def test_killed_learner_is_a_learner_failed_error_and_train_starts_new_learners(
         assert "call train() again" in str(caught.value)
         for name, value in algo.get_policy().get_weights().items():
             np.testing.assert_array_equal(value, before[name])  # the failed update left no trace
-        assert algo.learner_group.num_remote_learners == 0
-        assert algo.train()["training_iteration"] == 1  # the failed one did not count; new learners
+        assert algo.train()["training_iteration"] == 2  # the failed one did not count
         assert algo.learner_group.num_remote_learners == 2
     finally:
         algo.stop()
@@ -135,3 +152,12 @@ def test_keras_policies_and_numpy_dqn_updates_are_refused_with_learners() -> Non
         ppo_config().training(model={"use_lstm": True}).learners(num_learners=1).validate()
     with pytest.raises(ConfigError, match="update_backend='numpy'"):
         dqn_config().training(update_backend="numpy").learners(num_learners=1).build()
+
+
+def test_learner_gpus_the_ray_cluster_lacks_are_a_config_error_at_build(ray_cluster) -> None:
+    if ray_cluster.cluster_resources().get("GPU", 0.0):
+        pytest.skip("the Ray cluster has GPUs")
+    config = ppo_config().learners(num_learners=2, num_gpus_per_learner=1)
+    with pytest.raises(ConfigError, match="needs 2 GPUs, but the Ray cluster has 0"):
+        config.build()
+    assert free_cpus_become(ray_cluster, 2.0)  # no actor was left holding a CPU
