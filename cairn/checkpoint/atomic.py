@@ -29,6 +29,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.paths import save_target
@@ -55,6 +56,32 @@ def _libc_renameat2() -> object | None:
 
 
 _RENAMEAT2 = _libc_renameat2()
+
+
+def _libc_syncfs() -> Any:
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNCFS = _libc_syncfs()
+#: From this many directories on, one syncfs(2) of the file system makes a checkpoint durable
+#: instead of an fsync per directory and file: every fsync waits for a device flush (~0.1 ms
+#: here, several ms on a busy disk), and an Algorithm checkpoint of N policies makes N
+#: directories (of hard links, in an incremental save) and up to 3N files.
+SYNCFS_FROM_DIRECTORIES = 8
+
+
+def syncs_whole_file_system(directories: int) -> bool:
+    """Whether :func:`atomic_directory` makes a tree of this many directories durable with one
+    syncfs(2): its writer may then write files without fsyncing each
+    (:func:`~cairn.checkpoint.writer_files.staging`). Should syncfs fail, every file and
+    directory of the tree is fsynced instead, so the tree is durable either way."""
+    return _SYNCFS is not None and directories >= SYNCFS_FROM_DIRECTORIES
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -268,12 +295,44 @@ def _fsync_tree(root: Path) -> None:
     # that are waited for at once are shared (an Algorithm checkpoint has a directory per
     # policy: 64 one after the other took ~250 ms on a busy disk). All finish before the rename.
     # The threads are kept between saves: starting 16 threads cost more than the fsyncs.
-    dirs = [Path(d) for d, _, _ in os.walk(root)]
+    walked = list(os.walk(root))
+    dirs = [Path(d) for d, _, _ in walked]
+    if syncs_whole_file_system(len(dirs)):
+        if _syncfs(root):
+            return
+        # Its writer may have skipped the files' fsyncs (syncs_whole_file_system): do them.
+        files = [Path(d) / name for d, _, names in walked for name in names]
+        list(_fsync_pool().map(_fsync_file, files))
     if len(dirs) < 4:
         for d in reversed(dirs):
             fsync_dir(d)
         return
     list(_fsync_pool().map(fsync_dir, reversed(dirs)))
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _syncfs(root: Path) -> bool:
+    """Write back every pending change of the file system holding ``root`` (Linux's syncfs(2),
+    which reports write-back errors since Linux 5.8); False where it cannot."""
+    if _SYNCFS is None:
+        return False
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        if _SYNCFS(fd) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            return False
+        raise OSError(err, os.strerror(err), str(root))
+    finally:
+        os.close(fd)
 
 
 _FSYNC_POOL: list[ThreadPoolExecutor] = []  # at most one, made on first use

@@ -6,12 +6,13 @@ The writer takes state trees, not objects: the layers above hand it ``Policy.get
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Union
 
-from cairn.checkpoint.atomic import check_replaceable
+from cairn.checkpoint.atomic import check_replaceable, syncs_whole_file_system
 from cairn.checkpoint.format import (
     ALGORITHM_ARRAYS_FILE,
     ALGORITHM_STATE_FILE,
@@ -33,7 +34,7 @@ from cairn.checkpoint.incremental import (
 from cairn.checkpoint.manifest import build_manifest, check_metadata
 from cairn.checkpoint.paths import save_target
 from cairn.checkpoint.storage import Storage, WriteTarget, writing
-from cairn.checkpoint.writer_files import Files, write_json_file, write_state_files
+from cairn.checkpoint.writer_files import Files, staging, write_json_file, write_state_files
 from cairn.errors import CheckpointError
 from cairn.policy_ids import check_policy_ids
 
@@ -217,7 +218,10 @@ def write_algorithm_checkpoint(
             f"{type(class_reference).__name__}. Pass the output of Algorithm.get_state()."
         )
     native = policy_native_files or {}
-    with writing(path, storage_options=storage_options) as target:  # refuses what it may not replace
+    # With a directory per policy, one syncfs at the end makes the whole tree durable
+    # (cairn.checkpoint.atomic): the files need no fsync each.
+    durable = contextlib.nullcontext() if not syncs_whole_file_system(len(policy_states) + 2) else staging()
+    with writing(path, storage_options=storage_options) as target, durable:  # refuses what it may not replace
         hashed = [pid for pid, s in policy_states.items() if not isinstance(s, (LinkedPolicy, LinkedArrays))]
         earlier = PreviousCheckpoint.open(previous, target.storage, storage_options=storage_options,
                                           read=hashed)
