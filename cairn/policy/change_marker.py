@@ -48,10 +48,11 @@ __all__ = ["PolicyMarker", "Verdict", "compare_marker", "mark_changed", "take_ma
 #: ``"same"``: nothing changed; ``"values"``: only JSON values may have; ``"changed"``: anything.
 Verdict = Literal["same", "values", "changed"]
 
-#: torch exposes a tensor's version counter, and a module's own parameters and buffers (without
-#: the generators and name prefixes of ``named_parameters``, ten times slower), only as these.
+#: torch exposes a tensor's version counter, and a module's own parameters, buffers and
+#: submodules (without the generators and name prefixes of ``named_parameters`` and ``modules``,
+#: several times slower), only as these.
 _version = operator.attrgetter("_version")
-_own_tensors = operator.attrgetter("_parameters", "_buffers")
+_own_tensors = operator.attrgetter("_parameters", "_buffers", "_modules")
 _NO_EXTRA_STATE = torch.nn.Module.get_extra_state
 #: Times each optimizer's ``step()`` ran since this module first looked at it.
 _STEPS: weakref.WeakKeyDictionary[torch.optim.Optimizer, list[int]] = weakref.WeakKeyDictionary()
@@ -131,18 +132,19 @@ def _tensors(policy: Policy, holder: Any, modules: Sequence[str]) -> list[torch.
     """Every tensor of the policy's state: its modules' parameters and buffers, then its
     optimizer's state tensors; None when a module keeps extra state a marker cannot see."""
     found: list[torch.Tensor] = []
-    for module in (policy.model, *(getattr(policy, name) for name in modules)):
-        for sub in module.modules():
-            if type(sub).get_extra_state is not _NO_EXTRA_STATE:
-                return None
-            parameters, buffers = _own_tensors(sub)
-            found += [t for t in (*parameters.values(), *buffers.values()) if t is not None]
+    stack = [policy.model, *(getattr(policy, name) for name in modules)]
+    while stack:  # every submodule (a shared one twice: the same each time)
+        module = stack.pop()
+        if type(module).get_extra_state is not _NO_EXTRA_STATE:
+            return None
+        parameters, buffers, children = _own_tensors(module)
+        found += [t for t in (*parameters.values(), *buffers.values()) if t is not None]
+        stack += [child for child in children.values() if child is not None]
     optimizer = holder.built
-    if optimizer is not None:
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                found.append(param)
-                found += [v for v in optimizer.state.get(param, {}).values() if isinstance(v, torch.Tensor)]
+    if optimizer is not None:  # (values(), not state[param]: hashing a tensor runs Python code)
+        found += [param for group in optimizer.param_groups for param in group["params"]]
+        found += [value for slots in optimizer.state.values() for value in slots.values()
+                  if isinstance(value, torch.Tensor)]
     return found
 
 
@@ -155,13 +157,12 @@ def _arrays_key(policy: Policy, holder: Any, tensors: list[torch.Tensor]) -> tup
         key.append(id(holder.pending))  # replaced whole when restored; the marker holds it
     else:
         key += (id(optimizer), _step_count(optimizer))
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                for name, value in optimizer.state.get(param, {}).items():
-                    if not isinstance(value, torch.Tensor):
-                        if not isinstance(value, _PLAIN):
-                            return None
-                        key += (name, value)
+        for slots in optimizer.state.values():
+            for name, value in slots.items():
+                if not isinstance(value, torch.Tensor):
+                    if not isinstance(value, _PLAIN):
+                        return None
+                    key += (name, value)
     for value in policy.observation_filter.get_state(copy=False).values():
         key.append((value.dtype.str, value.shape, value.tobytes()) if isinstance(value, np.ndarray)
                    else value)

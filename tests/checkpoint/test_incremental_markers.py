@@ -23,6 +23,7 @@ import cairn
 from cairn.algorithms.checkpointing import save_algorithm
 from cairn.checkpoint import load_algorithm_state
 from cairn.policy.change_marker import mark_changed
+from cairn.policy.recurrent import is_recurrent
 from tests.algorithms.sac.multi_agent_pendulum import MultiAgentPendulum
 from tests.helpers import assert_trees_equal, make_ma_cartpole, map_by_index, small_ma_ppo
 
@@ -32,6 +33,11 @@ FILES = ("cairn_checkpoint.json", "policy_state.json", "policy_state.safetensors
 def _ppo() -> cairn.Algorithm:
     return (small_ma_ppo(2, model={"hidden": [8]}, train_batch_size=64, minibatch_size=32, num_epochs=1)
             .env_runners(observation_filter="MeanStdFilter").build())
+
+
+def _ppo_lstm() -> cairn.Algorithm:
+    return small_ma_ppo(2, model={"hidden": [8], "use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 4},
+                        train_batch_size=64, minibatch_size=32, num_epochs=1).build()
 
 
 def _dqn() -> cairn.Algorithm:
@@ -55,7 +61,8 @@ def _sac() -> cairn.Algorithm:
             .debugging(seed=0).build())
 
 
-BUILDERS: dict[str, Callable[[], cairn.Algorithm]] = {"ppo": _ppo, "dqn": _dqn, "sac": _sac}
+BUILDERS: dict[str, Callable[[], cairn.Algorithm]] = {"ppo": _ppo, "ppo_lstm": _ppo_lstm, "dqn": _dqn,
+                                                      "sac": _sac}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDERS))
@@ -173,7 +180,9 @@ def _add(algo: cairn.Algorithm, counter: str, n: int) -> None:
 
 def _act(algo: cairn.Algorithm) -> None:
     policy = algo.get_policy("p0")
-    policy.compute_actions(np.stack([policy.observation_space.sample() for _ in range(4)]), explore=True)
+    obs = np.stack([policy.observation_space.sample() for _ in range(4)])
+    state = [np.stack([s] * 4) for s in policy.get_initial_state()] if is_recurrent(policy) else None
+    policy.compute_actions(obs, explore=True, state=state)
 
 
 CHANGES: dict[str, Callable[[cairn.Algorithm], Any]] = {
@@ -211,6 +220,7 @@ PER_KIND: dict[str, dict[str, Callable[[cairn.Algorithm], Any]]] = {
         "epsilon": lambda a: a.get_policy("p0").set_exploration_state({"epsilon": 0.625}),
         "numpy update (no optimizer.step, no counter)": lambda a: _numpy_update(a),
     },
+    "ppo_lstm": {},
     "sac": {
         "alpha": lambda a: _no_grad(lambda: a.get_policy("p0").model.log_alpha.add_(0.5)),
         "target critics soft update": lambda a: a.get_policy("p0").model.update_targets(0.5),
