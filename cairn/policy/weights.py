@@ -46,6 +46,11 @@ def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> N
     """Copy ``weights`` into the network's tensors (names and shapes must match)."""
     for name, tensor in check_weights(model, weights).items():
         value = np.asarray(weights[name])
+        if not value.flags.writeable and tensor.device.type == "cpu":
+            # Read-only arrays (Ray's zero-copy ones, from learner actors or a broadcast):
+            # torch.from_numpy warns about them; numpy copies into the tensor's storage directly.
+            np.copyto(tensor.detach().numpy(), value, casting="unsafe")
+            continue
         with torch.no_grad():
             tensor.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
