@@ -11,7 +11,9 @@ Parts:
    (boto3's default transfer config: 8 MiB parts, 10 threads). Target 1.3x.
 3. **Incremental save**: 64 policies (2x256), one of them changed since the previous checkpoint:
    ``save_algorithm(..., previous=...)`` vs a save of the same algorithm with that one policy
-   alone, and vs a full save of all 64. Target 1.5x of the one-policy save.
+   alone, and vs a full save of all 64. Target 1.5x of the one-policy save. Also reported: the
+   self-play shape, where the 63 others are frozen opponents that acted since (their sampling
+   generators moved, so their JSON state is rewritten while their arrays stay linked).
 4. **Subset restore**: ``Algorithm.from_checkpoint(path, policy_ids=["p0"])`` of 1 policy of 64
    vs 1 of 2 (2x256 policies, 64 agents either way). Target 1.2x.
 
@@ -30,6 +32,7 @@ import io
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,7 +59,8 @@ def alternate(calls: dict[str, Callable[[int], Any]], repeats: int) -> dict[str,
     for rep in range(repeats + 1):
         for name in (names if rep % 2 == 0 else names[::-1]):
             gc.collect()
-            t, _ = timed(lambda name=name, rep=rep: calls[name](rep))
+            t, own = timed(lambda name=name, rep=rep: calls[name](rep))
+            t = own if isinstance(own, float) else t  # a call that times only its own part
             if rep:
                 times[name].append(t)
         print(f"  rep {rep} (load {load_average()}): " + ", ".join(
@@ -135,16 +139,32 @@ def _change(algo: Any, pid: str, rep: int) -> None:
     policy.set_weights({**weights, name: weights[name] + 1e-3 * (rep + 1)})
 
 
+def _act(algo: Any, rep: int) -> None:
+    """Every policy but p0 acts on a few observations, as a frozen opponent does in self-play."""
+    for pid, policy in algo.policies.items():
+        if pid != "p0":
+            policy.compute_actions(np.full((4, 4), 0.01 * rep, dtype=np.float32), explore=True)
+
+
 def bench_incremental(n: int, hidden: list[int], repeats: int, work: Path) -> dict[str, Any]:
     from cairn.algorithms.checkpointing import save_algorithm
 
     print(f"== incremental save: {n} policies {len(hidden)}x{hidden[0]}, one changed", flush=True)
     many, one = build_ma(n, hidden, agents=n), build_ma(1, hidden, agents=n)
     base = save_algorithm(many, work / "inc_base")
+    played = build_ma(n, hidden, agents=n)
+    played_base = save_algorithm(played, work / "selfplay_base")
 
     def incremental(rep: int) -> None:
         _change(many, "p0", rep)
         save_algorithm(many, work / f"inc_{rep}", previous=base)
+
+    def selfplay(rep: int) -> float:
+        _change(played, "p0", rep)
+        _act(played, rep)  # not timed
+        start = time.perf_counter()
+        save_algorithm(played, work / f"selfplay_{rep}", previous=played_base)
+        return time.perf_counter() - start
 
     def one_policy(rep: int) -> None:
         _change(one, "p0", rep)
@@ -153,12 +173,14 @@ def bench_incremental(n: int, hidden: list[int], repeats: int, work: Path) -> di
     def full(rep: int) -> None:
         save_algorithm(many, work / f"full_{rep}")
 
-    times = alternate({"one policy alone": one_policy, "incremental": incremental, "full": full}, repeats)
-    linked = sum(1 for p in (work / f"inc_{repeats}" / "policies").rglob("*")
-                 if p.is_file() and p.stat().st_nlink > 1)
-    many.stop()
-    one.stop()
-    return {"n": n, "hidden": hidden, "times": times, "linked_files": linked}
+    times = alternate({"one policy alone": one_policy, "incremental": incremental, "full": full,
+                       "self-play": selfplay}, repeats)
+    linked = {name: sum(1 for p in (work / f"{name}_{repeats}" / "policies").rglob("*")
+                        if p.is_file() and p.stat().st_nlink > 1) for name in ("inc", "selfplay")}
+    for algo in (many, one, played):
+        algo.stop()
+    return {"n": n, "hidden": hidden, "times": times, "linked_files": linked["inc"],
+            "selfplay_linked_files": linked["selfplay"]}
 
 
 # ----------------------------------------------------------------------------- 4: subset
@@ -243,6 +265,10 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
                      + f" (<= {TARGETS['incremental']}x)"))
         rows.append((f"full save of {run['n']} policies (for comparison)", f"one policy {ms(a)} ms",
                      f"full {ms(c)} ms", f"{ratio(c, a):.2f}x", "report"))
+        d = median(run["times"]["self-play"])
+        rows.append((f"self-play: {run['n']} policies, 1 changed, the others acted "
+                     f"({run['selfplay_linked_files']} files linked)", f"one policy {ms(a)} ms",
+                     f"self-play {ms(d)} ms", f"{ratio(d, a):.2f}x", "report"))
     if "subset" in results:
         run = results["subset"]
         lo, hi = (median(run["times"][f"1 of {n}"]) for n in run["counts"])
