@@ -346,3 +346,26 @@ def test_a_state_with_a_key_no_marker_compares_is_always_gathered(tmp_path, monk
         assert load_algorithm_state(second)["policies"]["p1"]["extra"] == 1
     finally:
         algo.stop()
+
+
+def all_to_p0(agent_id: str, **kwargs: Any) -> str:
+    return "p0"
+
+
+def test_policies_added_and_removed_between_saves(tmp_path):
+    """League play: a frozen copy of the learner is added, an old one removed."""
+    algo = _frozen_opponent()
+    try:
+        algo.train()
+        first = save_algorithm(algo, tmp_path / "c1")
+        snapshot = cairn.Policy.from_state(algo.get_policy("p0").get_state())
+        algo.add_policy("p2", snapshot)
+        second = save_algorithm(algo, tmp_path / "c2", previous=first)
+        _assert_saved_live_state(second, algo)
+        algo.remove_policy("p1", policy_mapping_fn=all_to_p0)
+        algo.add_policy("p1", snapshot)  # another policy under an ID the previous checkpoint has
+        third = save_algorithm(algo, tmp_path / "c3", previous=second)
+        _assert_saved_live_state(third, algo)
+        assert all(_linked(second, third, "p2").values()) and not any(_linked(second, third, "p1").values())
+    finally:
+        algo.stop()
