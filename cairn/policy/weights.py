@@ -48,8 +48,10 @@ def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> N
         value = np.asarray(weights[name])
         if not value.flags.writeable and tensor.device.type == "cpu":
             # Read-only arrays (Ray's zero-copy ones, from learner actors or a broadcast):
-            # torch.from_numpy warns about them; numpy copies into the tensor's storage directly.
+            # torch.from_numpy warns about them; numpy copies into the tensor's storage directly,
+            # and the write is declared to torch's version counter (change markers read it).
             np.copyto(tensor.detach().numpy(), value, casting="unsafe")
+            torch.autograd.graph.increment_version(tensor)
             continue
         with torch.no_grad():
             tensor.copy_(torch.from_numpy(np.ascontiguousarray(value)))
