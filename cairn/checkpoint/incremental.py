@@ -146,8 +146,7 @@ def link_files(target: WriteTarget, previous: PreviousCheckpoint, pid: str, name
             f"Incremental save: a file of policy {pid!r} in the previous checkpoint "
             f"{previous.storage.url} changed or vanished during this save. Nothing was saved; "
             "save again, or without previous=...")
-    for name in names:
-        target.reuse(previous.storage, prefix + name, prefix + name)
+    target.reuse_same(previous.storage, [prefix + name for name in names])
 
 
 def reuse_policy(target: WriteTarget, pid: str, state: Any, previous: PreviousPolicy | None, *,
@@ -166,8 +165,7 @@ def reuse_policy(target: WriteTarget, pid: str, state: Any, previous: PreviousPo
     sizes = {**{name: entry["size"] for name, entry in files.items()}, MANIFEST_FILE: previous.entry["size"]}
     if not all(previous.storage.unchanged(prefix + name, sizes[name]) for name in names):
         return None  # changed on disk since it was written: write it anew
-    for name in names:
-        target.reuse(previous.storage, prefix + name, prefix + name)
+    target.reuse_same(previous.storage, [prefix + name for name in names])
     return dict(previous.entry), dict(files)
 
 

@@ -87,6 +87,10 @@ class WriteTarget:
         :meth:`can_reuse`), without writing its bytes again."""
         self.storage.reuse_into(self, source, name, relative)
 
+    def reuse_same(self, source: Storage, names: list[str]) -> None:
+        """:meth:`reuse` each of ``names`` under the same name here (one directory's files)."""
+        self.storage.reuse_same_into(self, source, names)
+
 
 class Storage(abc.ABC):
     """A directory of files, local or on an object store, addressed by relative POSIX paths."""
@@ -161,6 +165,11 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def reuse_into(self, target: WriteTarget, source: Storage, name: str, relative: str) -> None:
         """Make ``relative`` of ``target`` the file ``name`` of ``source``."""
+
+    def reuse_same_into(self, target: WriteTarget, source: Storage, names: list[str]) -> None:
+        """:meth:`reuse_into` of each of ``names`` under the same name (files of one directory)."""
+        for name in names:
+            self.reuse_into(target, source, name, name)
 
     def unchanged(self, relative: str, size: int) -> bool:
         """Whether the file ``relative`` is still a regular file of ``size`` bytes, where that

@@ -157,6 +157,23 @@ class LocalStorage(Storage):
             os.makedirs(os.path.dirname(destination), exist_ok=True)
             link_or_copy(str(source.local_file(name)), destination)
 
+    def reuse_same_into(self, target: WriteTarget, source: Storage, names: list[str]) -> None:
+        # One mkdir for the directory, then a link per file (an incremental save links a few
+        # files of each of hundreds of policies).
+        made: set[str] = set()
+        for name in names:
+            destination = os.path.join(target.directory, *relative_parts(name))
+            parent = os.path.dirname(destination)
+            if parent not in made:
+                try:
+                    os.mkdir(parent)
+                except FileExistsError:
+                    pass
+                except FileNotFoundError:
+                    os.makedirs(parent, exist_ok=True)
+                made.add(parent)
+            link_or_copy(str(source.local_file(name)), destination)
+
     def unchanged(self, relative: str, size: int) -> bool:
         try:
             info = os.lstat(self._file(relative))
