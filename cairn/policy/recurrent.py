@@ -5,7 +5,8 @@ A policy is recurrent when its network is a :class:`cairn.models.RecurrentActorC
 (``[h, c]`` for an LSTM), one row per observation in a batch; :class:`~cairn.policy.Policy`'s
 ``get_initial_state``, ``compute_actions(..., state=...)`` and
 ``compute_single_action(..., state=...)`` call the functions here (docs/ppo.md, "Recurrent
-policies"). Acting runs the network in torch, one step at a time.
+policies"). Acting runs one step at a time: the built-in LSTM in numpy (its ``numpy_step``),
+other recurrent models in torch.
 """
 
 from __future__ import annotations
@@ -70,7 +71,12 @@ def state_shapes(policy: Any) -> list[list[int]]:
 def recurrent_raw_actions(policy: Any, processed_obs: np.ndarray, state: Sequence[np.ndarray], *,
                           explore: bool) -> tuple[np.ndarray, RecurrentState]:
     """Raw actions and the next state for processed observations ``[B, d]`` and a batched
-    ``state`` (``[B, *shape]`` per component)."""
+    ``state`` (``[B, *shape]`` per component): through the model's ``numpy_step`` where it has
+    one (the built-in LSTM), else its torch ``forward`` under ``inference_mode``."""
+    numpy_step = getattr(policy.model, "numpy_step", None)
+    if numpy_step is not None:
+        inputs, out = numpy_step(processed_obs, [np.asarray(s, dtype=np.float32) for s in state])
+        return raw_actions(policy.dist, inputs, policy.np_random, explore=explore), out
     with torch.inference_mode():
         tensors = [torch.as_tensor(np.asarray(s, dtype=np.float32)) for s in state]
         inputs, _, out = policy.model(torch.from_numpy(processed_obs).unsqueeze(1), tensors)

@@ -17,14 +17,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
 from cairn.models import RecurrentActorCriticModel
 from cairn.policy.encoders import ObservationEncoder
-from cairn.policy.model import mlp
+from cairn.policy.model import NUMPY_ACTIVATIONS, mlp
 
 __all__ = ["LSTMActorCritic"]
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|, unlike 1 / (1 + exp(-x))
+
 
 class LSTMActorCritic(RecurrentActorCriticModel):
     """Encoder + MLP (``trunk.*``), ``lstm.*``, ``action_head``, ``value_head`` (its gradient
@@ -49,6 +54,8 @@ class LSTMActorCritic(RecurrentActorCriticModel):
     ) -> None:
         super().__init__(observation_space, action_space, num_outputs, {})
         self.cell_size = int(cell_size)
+        self.activation = activation
+        self._numpy_views: dict[str, Any] | None = None
         self.vf_share_layers = bool(vf_share_layers)
         self.encoder = None if encoder is None else ObservationEncoder(encoder)
         sizes = [obs_size if encoder is None else int(encoder["output_size"]), *hidden]
@@ -74,6 +81,50 @@ class LSTMActorCritic(RecurrentActorCriticModel):
                 nn.init.orthogonal_(param, gain=1.0, generator=generator)
             else:
                 nn.init.zeros_(param)
+
+    def numpy_step(self, obs: np.ndarray, state: Sequence[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One acting step in numpy on views of the live parameters: ``(action_inputs [B, n],
+        [h, c])`` for processed ``obs`` ``[B, d]`` and ``state`` ``[h, c]`` (``[B, cell]`` each).
+
+        The sampling loop calls this once per step on a few rows, where torch's per-operator
+        dispatch costs more than the arithmetic (as for the MLP's numpy path). It equals
+        :meth:`forward` with ``T = 1`` up to float rounding; learning runs :meth:`forward`. A CNN
+        encoder runs in torch.
+        """
+        x = obs
+        if self.encoder is not None:
+            with torch.inference_mode():
+                x = self.encoder(torch.from_numpy(obs)).numpy()
+        if self._numpy_views is None:  # views share memory with the parameters: updates show
+            def view(t: Any) -> np.ndarray:
+                return t.detach().numpy()  # type: ignore[no-any-return]
+
+            linears = [m for m in self.trunk if isinstance(m, nn.Linear)]
+            self._numpy_views = {
+                "trunk": [(view(m.weight).T, view(m.bias)) for m in linears],
+                "lstm": [view(self.lstm.weight_ih_l0).T, view(self.lstm.weight_hh_l0).T,
+                         view(self.lstm.bias_ih_l0), view(self.lstm.bias_hh_l0)],
+                "head": [view(self.action_head.weight).T, view(self.action_head.bias)],
+            }
+        views = self._numpy_views
+        act = NUMPY_ACTIVATIONS[self.activation]
+        for w, b in views["trunk"]:
+            x = act(x @ w + b)
+        w_ih, w_hh, b_ih, b_hh = views["lstm"]
+        gates = x @ w_ih + state[0] @ w_hh + (b_ih + b_hh)
+        i, f, g, o = np.split(gates, 4, axis=-1)  # torch's gate order: input, forget, cell, output
+        c = _sigmoid(f) * state[1] + _sigmoid(i) * np.tanh(g)
+        h = _sigmoid(o) * np.tanh(c)
+        w_out, b_out = views["head"]
+        out = h @ w_out + b_out
+        if self.log_std is not None:
+            out = np.concatenate([out, np.broadcast_to(self.log_std.detach().numpy(), out.shape)], axis=-1)
+        return out, [h, c]
+
+    def _apply(self, fn: Any, recurse: bool = True) -> LSTMActorCritic:
+        self._numpy_views = None  # parameters may be replaced (to_empty, .to(), ...)
+        super()._apply(fn, recurse)
+        return self
 
     def get_initial_state(self) -> list[torch.Tensor]:
         """``[h, c]``, zeros of ``[lstm_cell_size]`` each."""

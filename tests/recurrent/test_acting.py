@@ -95,3 +95,29 @@ def test_turn_based_environments_refuse_recurrent_policies():
               .multi_agent(policies={"shared"}, policy_mapping_fn=lambda agent_id, **kwargs: "shared"))
     with pytest.raises(ConfigError, match="turn-based"):
         config.build()
+
+
+def test_numpy_acting_step_matches_the_torch_forward_also_after_an_update():
+    import torch
+
+    policy = cairn.Policy(BOX4, gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                          {"model": {**LSTM, "hidden": [6]}}, seed=0)
+    rng = np.random.default_rng(1)
+    obs = rng.normal(size=(5, 4)).astype(np.float32)
+    state = [rng.normal(size=(5, 8)).astype(np.float32) for _ in range(2)]
+
+    def compare():
+        inputs, (h, c) = policy.model.numpy_step(obs, state)
+        with torch.no_grad():
+            tensors = [torch.from_numpy(s) for s in state]
+            t_inputs, _, (t_h, t_c) = policy.model(torch.from_numpy(obs)[:, None], tensors)
+        np.testing.assert_allclose(inputs, t_inputs[:, 0].numpy(), atol=1e-6, rtol=0)
+        np.testing.assert_allclose(h, t_h.numpy(), atol=1e-6, rtol=0)
+        np.testing.assert_allclose(c, t_c.numpy(), atol=1e-6, rtol=0)
+
+    compare()
+    loss = sum(p.sum() for p in policy.model.parameters())  # any gradient: every weight moves
+    policy.optimizer.zero_grad()
+    loss.backward()
+    policy.optimizer.step()
+    compare()  # the numpy views see the optimizer's in-place update
