@@ -142,6 +142,13 @@ class Algorithm:
         assert self.learner_group is not None  # built in __init__
         return self.learner_group.update(fn, policy_id, self.policies[policy_id], **inputs)
 
+    def sync_learners(self) -> None:
+        """Bring into the policies what their learners learned beyond the weights (optimizer
+        state, ...; :mod:`cairn.learners.policy_sync`). ``train()`` ends with it and reading
+        the state starts with it; a no-op when learning runs on the policies themselves."""
+        if self.learner_group is not None:
+            self.learner_group.sync_to_driver(self.policies)
+
     def _torch_threads(self) -> contextlib.AbstractContextManager[None]:
         """Apply ``config.torch_num_threads`` for the duration of a call."""
         return torch_threads(self.config.torch_num_threads, self.policies.values())
@@ -155,6 +162,7 @@ class Algorithm:
         start, steps_before = time.perf_counter(), self.counters["num_env_steps_sampled_lifetime"]
         with self._torch_threads():
             learner_stats = self.training_step()
+            self.sync_learners()
         self.iteration += 1
         result = {"training_iteration": self.iteration, **self.counters,
                   **episode_metrics(list(self._recent_episodes), policy_ids=self.policies),
@@ -214,6 +222,7 @@ class Algorithm:
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
         """The whole algorithm as a tree of JSON values and numpy arrays; the layout and
         ``copy`` are in :func:`cairn.algorithms.state.algorithm_state`."""
+        self.sync_learners()
         return algorithm_state(self, copy=copy)
 
     def set_state(self, state: Mapping[str, Any]) -> None:
@@ -316,6 +325,7 @@ class Algorithm:
         ``cairn.get_checkpoint_info(path)["metadata"]`` returns (docs/checkpoints.md).
         """
         self._saver.wait()  # one write at a time; raises an earlier background failure
+        self.sync_learners()
         if path is None:
             path = Path(self.log_dir) / f"checkpoint_{self.iteration:06d}"
         write = prepare_algorithm_save(self, path, snapshot=not blocking,

@@ -16,6 +16,7 @@ import torch
 
 from cairn.errors import ConfigError
 from cairn.learners.device import accelerator_report
+from cairn.learners.policy_sync import learned_parts
 from cairn.learners.sync import LOCAL_SYNC, DistributedGradientSync, GradientSync, LearnOutput
 from cairn.policy.policy import Policy
 
@@ -75,19 +76,37 @@ class LearnerActor:
                                 timeout=datetime.timedelta(seconds=PROCESS_GROUP_TIMEOUT_S))
         return os.getpid()
 
-    def update(self, fn: LearnFunction, policy_id: str, state: Mapping[str, Any],
+    def update(self, fn: LearnFunction, policy_id: str, state: Mapping[str, Any] | None,
                inputs: Mapping[str, Any]) -> tuple[LearnOutput, dict[str, Any] | None]:
-        """Load the driver's policy ``state``, run ``fn`` on it as this rank; rank 0 also
-        returns the updated policy state (the driver's copy takes it)."""
-        policy, spec = self.policies.get(policy_id, (None, None))
-        if policy is None or spec != state["spec"]:  # new, or replaced under the same ID
-            policy = Policy.from_state(state)
-            move_policy(policy, self.device)
-            self.policies[policy_id] = (policy, state["spec"])
-        else:
-            policy.set_state(state)
+        """Run ``fn`` as this rank on this learner's copy of policy ``policy_id``, first loading
+        the driver's ``state`` when one is sent (None: the copy is current). Rank 0 also
+        returns what the driver takes after every update: ``{"weights", "num_grad_updates"}``
+        (:mod:`cairn.learners.policy_sync`)."""
+        if state is not None:
+            policy, spec = self.policies.get(policy_id, (None, None))
+            if policy is None or spec != state["spec"]:  # new, or replaced under the same ID
+                policy = Policy.from_state(state)
+                move_policy(policy, self.device)
+                self.policies[policy_id] = (policy, state["spec"])
+            else:
+                policy.set_state(state)
+        policy = self._policy(policy_id)
         output = fn(self.config, policy, self.sync, **inputs)
-        return output, (policy.get_state() if self.sync.rank == 0 else None)
+        if self.sync.rank != 0:
+            return output, None
+        return output, {"weights": policy.get_weights(), "num_grad_updates": policy.num_grad_updates}
+
+    def learned(self, policy_id: str) -> dict[str, Any]:
+        """The learned parts of this learner's copy of ``policy_id`` (optimizer state, torch
+        generator, ``num_grad_updates``), as CPU arrays: :func:`~cairn.learners.policy_sync.
+        learned_parts`."""
+        return learned_parts(self._policy(policy_id).get_state())
+
+    def _policy(self, policy_id: str) -> Policy:
+        if policy_id not in self.policies:
+            raise RuntimeError(f"Learner rank {self.sync.rank} holds no copy of policy {policy_id!r}; "
+                               "the driver sends a policy's state with its first update.")
+        return self.policies[policy_id][0]
 
     def pid(self) -> int:
         """The actor's process ID (tests kill it)."""

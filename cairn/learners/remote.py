@@ -18,7 +18,6 @@ import numpy as np
 from cairn.errors import CairnError, ConfigError, LearnerFailedError
 from cairn.learners.actor import LearnerActor, LearnFunction
 from cairn.learners.sync import LearnOutput
-from cairn.policy.policy import Policy
 
 __all__ = ["RemoteLearners", "STARTUP_TIMEOUT_S"]
 
@@ -89,28 +88,33 @@ class RemoteLearners:
                 "or start Ray with more CPUs (ray.init(num_cpus=...))."
             ) from error
 
-    def update(self, fn: LearnFunction, policy_id: str, policy: Policy,
-               inputs: Mapping[str, Any]) -> LearnOutput:
-        """Run ``fn`` on every rank over ``policy``'s current state and load rank 0's result
-        into ``policy``; the ranks' per-row outputs are joined in rank order.
+    def update(self, fn: LearnFunction, policy_id: str, state: Mapping[str, Any] | None,
+               inputs: Mapping[str, Any]) -> tuple[LearnOutput, dict[str, Any]]:
+        """Run ``fn`` on every rank (loading the driver's ``state`` first when one is sent:
+        one object in Ray's store that every rank reads); returns the joined output (the
+        ranks' per-row outputs in rank order) and rank 0's weights and ``num_grad_updates``.
 
-        A rank that dies or raises: the group is shut down and LearnerFailedError names it;
-        ``policy`` is left as it was.
+        A rank that dies or raises: the group is shut down and LearnerFailedError names it.
         """
         import ray
 
         if not self.actors:
             self.start()
-        state_ref = ray.put(policy.get_state())
+        state_ref = None if state is None else ray.put(dict(state))
         inputs_ref = ray.put(dict(inputs))
         refs = [a.update.remote(fn, policy_id, state_ref, inputs_ref) for a in self.actors]
-        results = self._gather(refs)
+        results = self._gather(refs, "an update")
         outputs = [output for output, _ in results]
-        policy.set_state(results[0][1])
         rows = [o.rows for o in outputs if o.rows is not None]
-        return LearnOutput(outputs[0].stats, np.concatenate(rows) if rows else None)
+        return LearnOutput(outputs[0].stats, np.concatenate(rows) if rows else None), results[0][1]
 
-    def _gather(self, refs: list[Any]) -> list[Any]:
+    def learned(self, policy_id: str) -> dict[str, Any]:
+        """Rank 0's learned parts of ``policy_id`` (:func:`~cairn.learners.policy_sync.learned_parts`)."""
+        result: dict[str, Any] = self._gather([self.actors[0].learned.remote(policy_id)],
+                                              "reading its policy state")[0]
+        return result
+
+    def _gather(self, refs: list[Any], during: str) -> list[Any]:
         import ray
         from ray.exceptions import RayActorError
 
@@ -135,9 +139,10 @@ class RemoteLearners:
                 culprit = died[0] if died else rank
                 self.stop()
                 raise LearnerFailedError(
-                    f"Learner rank {culprit} of {len(refs)} failed during an update: "
+                    f"Learner rank {culprit} of {self.num_learners} failed during {during}: "
                     f"{type(failures[culprit]).__name__}: {failures[culprit]}. The learners were "
-                    "shut down and the policies keep their weights from before this update; call "
+                    "shut down; the policies keep the weights of the last completed update and the "
+                    "optimizer state of the last completed iteration (docs/learners.md); call "
                     "train() again to start a new group of learners, or rebuild the algorithm "
                     "(Algorithm.from_checkpoint) with the num_learners you want."
                 ) from failures[culprit]

@@ -1,0 +1,72 @@
+"""A learner keeps its copy of each policy between updates (cairn.learners.policy_sync): only the
+weights come back per update, the rest once per iteration, and the driver's state goes out again
+only when the driver changed it. Run through the device-learner path with device="cpu" (what a
+GPU learner in the driver's process does), it must equal learning on the driver's own policies
+bit for bit, for PPO, DQN (whose target syncs write the driver's target network mid-iteration)
+and SAC (a learn call per gradient step), also across a driver-side change between iterations."""
+
+import numpy as np
+import pytest
+
+import cairn
+from cairn.learners.actor import LearnerActor
+from tests.helpers import assert_trees_equal
+
+
+def ppo() -> cairn.AlgorithmConfig:
+    return (cairn.PPOConfig().environment("CartPole-v1")
+            .training(train_batch_size=128, minibatch_size=50, num_epochs=2, model={"hidden": [16, 16]})
+            .debugging(seed=3))
+
+
+def dqn() -> cairn.AlgorithmConfig:
+    return (cairn.DQNConfig().environment("CartPole-v1")
+            .training(train_batch_size=64, minibatch_size=16, num_steps_sampled_before_learning_starts=32,
+                      target_network_update_freq=24, update_backend="torch", model={"hidden": [16]})
+            .env_runners(rollout_fragment_length=8).debugging(seed=1))
+
+
+def sac() -> cairn.AlgorithmConfig:
+    return (cairn.SACConfig().environment("Pendulum-v1")
+            .training(train_batch_size=48, minibatch_size=16, num_steps_sampled_before_learning_starts=32,
+                      model={"hidden": [16, 16]})
+            .debugging(seed=2))
+
+
+class CountingLearner(LearnerActor):
+    """A device learner on the CPU that counts the driver states it is sent."""
+
+    states_received = 0
+    updates = 0
+
+    def update(self, fn, policy_id, state, inputs):
+        self.updates += 1
+        self.states_received += state is not None
+        return super().update(fn, policy_id, state, inputs)
+
+
+@pytest.mark.parametrize("make_config", [ppo, dqn, sac], ids=["ppo", "dqn", "sac"])
+def test_learner_copies_equal_learning_in_place_and_travel_only_when_changed(make_config) -> None:
+    direct, copied = make_config().build(), make_config().build()
+    try:
+        learner = copied.learner_group.device_learner = CountingLearner(copied.config, device="cpu")
+        for _ in range(2):
+            direct.train()
+            copied.train()
+        assert_trees_equal(copied.get_state(), direct.get_state())
+        # Only the first update sent the driver's state (DQN: also after each target sync).
+        target_syncs = int(copied.get_policy().last_target_update // 24) if make_config is dqn else 0
+        assert learner.updates > 1
+        assert learner.states_received <= 1 + target_syncs < learner.updates
+        # A change on the driver between iterations reaches the learners' copy.
+        for algo in (direct, copied):
+            policy = algo.get_policy()
+            policy.set_weights({k: np.full_like(v, 0.01) for k, v in policy.get_weights().items()})
+        received = learner.states_received
+        direct.train()
+        copied.train()
+        assert learner.states_received > received
+        assert_trees_equal(copied.get_state(), direct.get_state())
+    finally:
+        direct.stop()
+        copied.stop()
