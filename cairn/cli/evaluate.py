@@ -80,6 +80,7 @@ def render_episode(algo: Any, seed: int | None, max_steps: int | None = None) ->
     reset one and one per step, return, length)."""
     from cairn.env_runner.env_runner import DEFAULT_AGENT_ID
     from cairn.env_runner.make_env import close_env, is_multi_agent_env, make_env
+    from cairn.policy.recurrent import is_recurrent
 
     # pygame-based renderers (Gymnasium's classic control) need no display for rgb_array frames.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -95,9 +96,14 @@ def render_episode(algo: Any, seed: int | None, max_steps: int | None = None) ->
         frames, total, length = [env.render()], 0.0, 0
         if frames[0] is None:
             raise UsageError(f"environment {config.env!r} renders no rgb_array frames; --render needs them.")
+        state = policy.get_initial_state() if is_recurrent(policy) else None
         done = False
         while not done:
-            obs, reward, terminated, truncated, _ = env.step(policy.compute_single_action(obs, explore=False))
+            if state is None:
+                action = policy.compute_single_action(obs, explore=False)
+            else:  # a recurrent policy carries its state from step to step
+                action, state = policy.compute_single_action(obs, explore=False, state=state)
+            obs, reward, terminated, truncated, _ = env.step(action)
             frames.append(env.render())
             total, length = total + float(reward), length + 1
             done = bool(terminated or truncated) or (max_steps is not None and length >= max_steps)

@@ -86,5 +86,6 @@ class StatelessCartPole(gym.ObservationWrapper[np.ndarray, Any, np.ndarray]):
 
 
 def make_stateless_cartpole(env_config: dict[str, Any]) -> StatelessCartPole:
-    """An env creator for :class:`StatelessCartPole` (``env_config`` unused)."""
-    return StatelessCartPole()
+    """An env creator for :class:`StatelessCartPole`; ``env_config`` may give ``render_mode``
+    (``cairn evaluate --render`` does)."""
+    return StatelessCartPole(gym.make("CartPole-v1", render_mode=env_config.get("render_mode")))

@@ -251,3 +251,32 @@ def test_headless_mujoco_rendering_names_the_backend_and_still_reports_the_retur
         else:  # no MuJoCo env can even be made: the setup is named, not the checkpoint
             assert line.startswith("cairn: error: Could not create environment 'InvertedPendulum-v5': MuJoCo "
                                    "could not load OSMesa, the OpenGL backend that MUJOCO_GL=osmesa asks for")
+
+
+def test_render_plays_a_recurrent_policy_carrying_its_state():
+    # A recurrent policy acts with a state: --render must carry it from step to step (a call
+    # without one is refused), so the recorded episode is the policy's greedy episode.
+    from cairn.cli.evaluate import render_episode
+    from cairn.envs.memory import make_stateless_cartpole
+
+    algo = (cairn.PPOConfig().environment(make_stateless_cartpole)
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1,
+                      model={"hidden": [8], "use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 8})
+            .debugging(seed=0).build())
+    try:
+        frames, total, length = render_episode(algo, seed=0, max_steps=6)
+        assert len(frames) == length + 1 and length == int(total) == 6
+        policy, env = algo.get_policy(), make_stateless_cartpole({})
+        obs, _ = env.reset(seed=0)
+        state, actions = policy.get_initial_state(), []
+        for _ in range(6):
+            action, state = policy.compute_single_action(obs, explore=False, state=state)
+            actions.append(int(action))
+            obs, *_ = env.step(action)
+        env_r = make_stateless_cartpole({"render_mode": "rgb_array"})  # the same greedy episode
+        env_r.reset(seed=0)
+        for action, frame in zip(actions, frames[1:]):
+            env_r.step(action)
+            np.testing.assert_array_equal(env_r.render(), frame)
+    finally:
+        algo.stop()
