@@ -77,8 +77,15 @@ def trainable(config: AlgorithmConfig) -> Any:
 
         @classmethod
         def default_resource_request(cls, trial_config: Mapping[str, Any]) -> Any:
-            runners = apply_param_space(base, trial_config or {}).num_env_runners
-            bundles: list[dict[str, float]] = [{"CPU": 1.0} for _ in range(1 + runners)]
+            trial = apply_param_space(base, trial_config or {})
+            learner = {"CPU": float(trial.num_cpus_per_learner)}
+            if trial.num_gpus_per_learner:
+                learner["GPU"] = float(trial.num_gpus_per_learner)
+            # The driver (which learns itself with num_learners=0, on its GPU when it has one),
+            # one CPU per env runner, and each DDP learner's CPUs and GPUs.
+            driver = learner if not trial.num_learners else {"CPU": 1.0}
+            bundles: list[dict[str, float]] = [driver, *({"CPU": 1.0} for _ in range(trial.num_env_runners)),
+                                               *(dict(learner) for _ in range(trial.num_learners))]
             return tune.PlacementGroupFactory(bundles)
 
         def setup(self, trial_config: Mapping[str, Any]) -> None:

@@ -28,6 +28,16 @@ def test_param_space_keys_set_config_fields_by_name_and_dotted_path():
         apply_param_space(config, {"gamma": 2})
 
 
+def test_a_trial_reserves_its_env_runners_and_learners():
+    # Tune's placement group holds every actor a trial starts: the driver, one CPU per env
+    # runner, and each DDP learner's CPUs and GPUs (a learner that cannot be placed would wait).
+    trainable = cairn.tune.trainable(small_ppo().env_runners(num_env_runners=1))
+    bundles = trainable.default_resource_request({"num_learners": 2, "num_cpus_per_learner": 2}).bundles
+    assert bundles == [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 2.0}, {"CPU": 2.0}]
+    gpu_driver = trainable.default_resource_request({"num_gpus_per_learner": 1}).bundles
+    assert gpu_driver == [{"CPU": 1.0, "GPU": 1.0}, {"CPU": 1.0}]
+
+
 def test_a_tune_grid_keeps_checkpoints_and_its_best_restores_with_the_trial_lr(ray_cluster, tmp_path):
     from ray import tune
 
