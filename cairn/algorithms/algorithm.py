@@ -325,7 +325,6 @@ class Algorithm:
         ``cairn.get_checkpoint_info(path)["metadata"]`` returns (docs/checkpoints.md).
         """
         self._saver.wait()  # one write at a time; raises an earlier background failure
-        self.sync_learners()
         if path is None:
             path = Path(self.log_dir) / f"checkpoint_{self.iteration:06d}"
         write = prepare_algorithm_save(self, path, snapshot=not blocking,

@@ -70,3 +70,27 @@ def test_learner_copies_equal_learning_in_place_and_travel_only_when_changed(mak
     finally:
         direct.stop()
         copied.stop()
+
+
+def test_a_save_inside_an_iteration_takes_what_the_learners_learned(tmp_path) -> None:
+    # training_step() without train()'s closing sync (a callback or an interrupted iteration):
+    # a save still holds the learners' optimizer state, through the one save path.
+    from cairn.algorithms.checkpointing import save_algorithm
+
+    direct, copied = sac().build(), sac().build()
+    try:
+        copied.learner_group.device_learner = LearnerActor(copied.config, device="cpu")
+        for algo in (direct, copied):
+            algo.train()
+            algo.training_step()
+        path = save_algorithm(copied, tmp_path / "ckpt")
+        with pytest.warns(cairn.errors.ReplayBufferNotRestoredWarning):
+            restored = cairn.Algorithm.from_checkpoint(path)
+        try:
+            want = direct.get_policy().get_state()
+            assert_trees_equal(restored.get_policy().get_state()["optimizer"], want["optimizer"])
+        finally:
+            restored.stop()
+    finally:
+        direct.stop()
+        copied.stop()
