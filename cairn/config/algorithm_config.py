@@ -14,7 +14,6 @@ from cairn.config.checks import (
     check_learners,
     check_policies_to_train,
     check_policy_mapping,
-    check_recurrent_learner,
     map_agent,
     merge_setting,
     normalize_policies,
@@ -327,7 +326,6 @@ class AlgorithmConfig:
                 check_mapped_policy_id(agent_id, pid, policies)
         check_policies_to_train(self.policies_to_train, policies)
         check_learners(self.num_learners, self.model, policies)
-        check_recurrent_learner(self.num_gpus_per_learner, self.model, policies)
         for spec in policies.values():
             if spec.config:
                 check_model_config({**self.model, **spec.config.get("model", {})})

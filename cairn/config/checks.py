@@ -233,21 +233,6 @@ def require_mapping(value: Any, key: str) -> Mapping[str, Any]:
     return value
 
 
-def check_recurrent_learner(num_gpus_per_learner: float, model: Mapping[str, Any],
-                            policies: Mapping[str, PolicySpec]) -> None:
-    """Recurrent policies (``use_lstm``) learn in the driver's process on the CPU
-    (cairn/algorithms/ppo/recurrent.py): refuse a GPU learner for them rather than ignore it."""
-    if not num_gpus_per_learner:
-        return
-    models = {pid: {**model, **((spec.config or {}).get("model") or {})} for pid, spec in policies.items()}
-    found = sorted(p for p, m in models.items() if m.get("use_lstm"))
-    if found:
-        raise ConfigError(
-            f"num_gpus_per_learner={num_gpus_per_learner} cannot train the recurrent policies {found}: "
-            "recurrent policies learn on the CPU in the driver's process. Use "
-            "config.learners(num_gpus_per_learner=0) (docs/ppo.md, 'Recurrent policies').")
-
-
 def check_learners(num_learners: int, model: Mapping[str, Any], policies: Mapping[str, PolicySpec]) -> None:
     """DDP learners (``num_learners >= 1``) train feed-forward torch networks: refuse Keras and
     recurrent (``use_lstm``) ones, which learn in the driver's process only."""

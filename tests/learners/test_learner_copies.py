@@ -2,8 +2,9 @@
 weights come back per update, the rest once per iteration, and the driver's state goes out again
 only when the driver changed it. Run through the device-learner path with device="cpu" (what a
 GPU learner in the driver's process does), it must equal learning on the driver's own policies
-bit for bit, for PPO, DQN (whose target syncs write the driver's target network mid-iteration)
-and SAC (a learn call per gradient step), also across a driver-side change between iterations."""
+bit for bit, for PPO (an LSTM policy's sequence learner too), DQN (whose target syncs write the
+driver's target network mid-iteration) and SAC (a learn call per gradient step), also across a
+driver-side change between iterations."""
 
 import numpy as np
 import pytest
@@ -26,6 +27,13 @@ def dqn() -> cairn.AlgorithmConfig:
             .env_runners(rollout_fragment_length=8).debugging(seed=1))
 
 
+def lstm_ppo() -> cairn.AlgorithmConfig:
+    return (cairn.PPOConfig().environment("CartPole-v1")
+            .training(train_batch_size=128, minibatch_size=50, num_epochs=2,
+                      model={"hidden": [16], "use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 10})
+            .debugging(seed=4))
+
+
 def sac() -> cairn.AlgorithmConfig:
     return (cairn.SACConfig().environment("Pendulum-v1")
             .training(train_batch_size=48, minibatch_size=16, num_steps_sampled_before_learning_starts=32,
@@ -45,7 +53,7 @@ class CountingLearner(LearnerActor):
         return super().update(fn, policy_id, state, inputs)
 
 
-@pytest.mark.parametrize("make_config", [ppo, dqn, sac], ids=["ppo", "dqn", "sac"])
+@pytest.mark.parametrize("make_config", [ppo, lstm_ppo, dqn, sac], ids=["ppo", "lstm-ppo", "dqn", "sac"])
 def test_learner_copies_equal_learning_in_place_and_travel_only_when_changed(make_config) -> None:
     direct, copied = make_config().build(), make_config().build()
     try:

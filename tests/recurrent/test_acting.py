@@ -72,8 +72,6 @@ def test_feed_forward_policy_is_unchanged_and_has_no_state():
     (lambda: cairn.PPOConfig().training(model={**LSTM, "framework": "keras"}), "torch"),
     (lambda: cairn.PPOConfig().environment("CartPole-v1").training(model=LSTM)
      .learners(num_learners=1).build(), "recurrent"),
-    (lambda: cairn.PPOConfig().environment("CartPole-v1").training(model=LSTM)
-     .learners(num_gpus_per_learner=1).build(), "on the CPU"),
 ])
 def test_configs_that_cannot_use_an_lstm_are_config_errors(make, match):
     with pytest.raises(ConfigError, match=match):

@@ -9,7 +9,7 @@ import numpy as np
 
 from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.ppo.learn import ppo_learn
-from cairn.algorithms.ppo.recurrent import learn_recurrent
+from cairn.algorithms.ppo.recurrent import learn_recurrent, sequence_count
 from cairn.algorithms.reward_normalization import RewardNormalizer
 from cairn.config.algorithm_config import BASE_FIELDS, AlgorithmConfig
 from cairn.config.fields import Field, boolean, number, optional
@@ -123,11 +123,13 @@ class PPO(Algorithm):
 
     def _learn(self, policy: Policy, batch: SampleBatch, rewards: np.ndarray, *,
                policy_id: str = DEFAULT_POLICY_ID) -> dict[str, float]:
-        if is_recurrent(policy):  # whole sequences from their stored states (docs/ppo.md)
-            return learn_recurrent(policy, batch, rewards, self.config, self._rng)
-        # The epochs' row orders come from the algorithm's generator, here, so that every
-        # learner (one, or each DDP rank) walks the same minibatches.
-        permutations = [self._rng.permutation(len(batch)) for _ in range(self.config.num_epochs)]
-        output = self.learn(ppo_learn, policy_id, batch=batch, rewards=rewards, permutations=permutations)
+        # The epochs' orders (of rows; of a recurrent policy's sequences) come from the
+        # algorithm's generator, here, so that every learner (one, or each DDP rank) walks the
+        # same minibatches.
+        recurrent = is_recurrent(policy)  # whole sequences from their stored states (docs/ppo.md)
+        n = sequence_count(batch, policy) if recurrent else len(batch)
+        permutations = [self._rng.permutation(n) for _ in range(self.config.num_epochs)]
+        output = self.learn(learn_recurrent if recurrent else ppo_learn, policy_id, batch=batch,
+                            rewards=rewards, permutations=permutations)
         stats: dict[str, float] = output.stats
         return stats

@@ -20,6 +20,7 @@ state at sampling time (R2D2's "stored state"), stale by at most one iteration o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,10 +28,11 @@ import torch
 
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
 from cairn.errors import ConfigError
+from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.recurrent_config import recurrent_settings
 from cairn.policy.torch_utils import clip_grad_norm
 
-__all__ = ["learn_recurrent", "sequence_starts", "padded_rows"]
+__all__ = ["learn_recurrent", "sequence_count", "sequence_starts", "padded_rows"]
 
 
 def sequence_starts(ends: np.ndarray, max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -76,62 +78,72 @@ def _bootstrap_values(model: Any, batch: Any, obs: torch.Tensor, states: list[to
     last_rows = starts + lengths - 1
     boot = np.flatnonzero(ends[last_rows] & ~terminateds[last_rows])  # sequences to bootstrap
     if boot.size:
+        device = obs.device
         seq_len = int(lengths[boot].max()) + 1
         rows, _ = padded_rows(starts[boot], lengths[boot], seq_len)
-        seq_obs = obs[torch.from_numpy(rows)].clone()
-        seq_obs[torch.arange(len(boot)), torch.from_numpy(lengths[boot])] = torch.from_numpy(
-            batch["next_obs"][last_rows[boot]])
-        _, seq_values, _ = model(seq_obs, [s[torch.from_numpy(starts[boot])] for s in states])
-        at_next = seq_values[torch.arange(len(boot)), torch.from_numpy(lengths[boot])]
-        next_values[last_rows[boot]] = at_next.numpy()
+        seq_obs = obs[torch.from_numpy(rows).to(device)].clone()
+        at = (torch.arange(len(boot), device=device), torch.from_numpy(lengths[boot]).to(device))
+        seq_obs[at] = torch.from_numpy(batch["next_obs"][last_rows[boot]]).to(device)
+        _, seq_values, _ = model(seq_obs, [s[torch.from_numpy(starts[boot]).to(device)] for s in states])
+        next_values[last_rows[boot]] = seq_values[at].cpu().numpy()
     return next_values
 
 
-def learn_recurrent(policy: Any, batch: Any, rewards: np.ndarray, config: Any,
-                    rng: np.random.Generator) -> dict[str, float]:
+def sequence_count(batch: Any, policy: Any) -> int:
+    """How many sequences :func:`learn_recurrent` cuts ``batch`` of ``policy`` into (the
+    algorithm draws a permutation of them per epoch)."""
+    max_seq_len = int(recurrent_settings(policy.config["model"])["max_seq_len"])
+    return len(sequence_starts(batch["ends"], max_seq_len)[0])
+
+
+def learn_recurrent(config: Any, policy: Any, sync: GradientSync, *, batch: Any, rewards: np.ndarray,
+                    permutations: Sequence[np.ndarray]) -> LearnOutput:
     """One PPO update of a recurrent ``policy`` on ``batch`` (``rewards``: the learner's, maybe
-    normalised), with PPO's ``config`` and the algorithm's shuffling generator ``rng``;
-    returns the same statistics as the feed-forward learner."""
+    normalised) with PPO's ``config``: one epoch per array of ``permutations`` (the order of
+    the sequences in that epoch, drawn by the algorithm). Runs wherever the policy's learner
+    is (``config.learners``: in the driver, or on its device); the batch moves to the device
+    once. DDP learners (``sync`` of several ranks) are refused by the config. Returns the same
+    statistics as the feed-forward learner."""
     cfg = config
-    if getattr(cfg, "num_gpus_per_learner", 0):  # a user's recurrent model: not seen by the config
-        raise ConfigError(
-            f"num_gpus_per_learner={cfg.num_gpus_per_learner}: recurrent policies learn on the CPU in "
-            "the driver's process; use config.learners(num_gpus_per_learner=0).")
+    if sync.world_size > 1:
+        raise ConfigError("recurrent policies learn in one learner: config.learners(num_learners=0).")
     model, dist = policy.model, policy.dist
+    device = next(model.parameters()).device
     max_seq_len = int(recurrent_settings(policy.config["model"])["max_seq_len"])
     starts, lengths = sequence_starts(batch["ends"], max_seq_len)
-    obs = torch.from_numpy(batch["obs"])
-    actions = torch.from_numpy(batch["actions"])
-    states = [torch.from_numpy(batch[c]) for c in _state_columns(batch)]
+    obs = torch.from_numpy(batch["obs"]).to(device)
+    actions = torch.from_numpy(batch["actions"]).to(device)
+    states = [torch.from_numpy(batch[c]).to(device) for c in _state_columns(batch)]
     rows, mask = padded_rows(starts, lengths, int(lengths.max()))
-    rows_t, mask_t = torch.from_numpy(rows), torch.from_numpy(mask)
+    rows_t, mask_t = torch.from_numpy(rows).to(device), torch.from_numpy(mask).to(device)
     with torch.no_grad():
-        inputs, values_p, _ = model(obs[rows_t], [s[torch.from_numpy(starts)] for s in states])
+        inputs, values_p, _ = model(obs[rows_t], [s[torch.from_numpy(starts).to(device)] for s in states])
         # Sequences cover the rows in order, so the real steps, read row-major, are rows 0..n-1.
         old_logp = dist.logp(inputs[mask_t], actions)
         values = values_p[mask_t]
-        next_values = _bootstrap_values(model, batch, obs, states, starts, lengths, values.numpy())
-    advantages = compute_gae(rewards, values.numpy(), next_values, batch["terminateds"], batch["ends"],
+        values_np = values.cpu().numpy()
+        next_values = _bootstrap_values(model, batch, obs, states, starts, lengths, values_np)
+    advantages = compute_gae(rewards, values_np, next_values, batch["terminateds"], batch["ends"],
                              gamma=cfg.gamma, lambda_=cfg.lambda_)
-    adv_t = torch.from_numpy(advantages)
+    adv_t = torch.from_numpy(advantages).to(device)
     returns = adv_t + values
     params = list(model.parameters())
     history: list[torch.Tensor] = []
-    for _ in range(cfg.num_epochs):
-        perm = rng.permutation(len(starts))
+    for perm in permutations:
         # A sequence joins the minibatch in which its first step falls.
         group = (np.cumsum(lengths[perm]) - lengths[perm]) // cfg.minibatch_size
         for g in range(int(group[-1]) + 1):
-            seqs = perm[group == g]
-            if not len(seqs):  # a sequence longer than minibatch_size fills more than one group
+            seqs_np = perm[group == g]
+            if not len(seqs_np):  # a sequence longer than minibatch_size fills more than one group
                 continue
-            steps = int(lengths[seqs].max())
+            steps = int(lengths[seqs_np].max())
+            seqs = torch.from_numpy(seqs_np).to(device)
             mb_mask = mask_t[seqs, :steps]
             mb_rows = rows_t[seqs, :steps][mb_mask]
             mb_adv = adv_t[mb_rows]
             if cfg.normalize_advantages and len(mb_rows) > 1:
                 mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-            seq_starts = torch.from_numpy(starts[seqs])
+            seq_starts = torch.from_numpy(starts[seqs_np]).to(device)
             mb_inputs, mb_values, _ = model(obs[rows_t[seqs, :steps]], [s[seq_starts] for s in states])
             mb_inputs, mb_values = mb_inputs[mb_mask], mb_values[mb_mask]
             loss, stats = ppo_loss(
@@ -148,9 +160,10 @@ def learn_recurrent(policy: Any, batch: Any, rewards: np.ndarray, config: Any,
             policy.num_grad_updates += 1
             history.append(torch.stack(list(stats.values())))
     out = dict(zip(stats.keys(), torch.stack(history).mean(dim=0).tolist()))
-    var_y = float(np.var(returns.numpy()))
+    returns_np = returns.cpu().numpy()
+    var_y = float(np.var(returns_np))
     out["vf_explained_var"] = (
-        float("nan") if var_y == 0 else 1.0 - float(np.var(returns.numpy() - values.numpy())) / var_y)
+        float("nan") if var_y == 0 else 1.0 - float(np.var(returns_np - values_np)) / var_y)
     out["num_grad_updates"] = float(policy.num_grad_updates)
     out["num_sequences"] = float(len(starts))
-    return out
+    return LearnOutput(out)
