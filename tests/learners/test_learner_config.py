@@ -87,11 +87,13 @@ def test_device_learner_path_gives_the_same_weights_as_learning_in_place() -> No
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
-@pytest.mark.parametrize("config_class", [cairn.PPOConfig, cairn.SACConfig])
-def test_gpu_learner_trains_saves_and_restores_on_cpu_with_equal_weights(config_class, tmp_path) -> None:
+@pytest.mark.parametrize("config_class, lstm", [(cairn.PPOConfig, False), (cairn.PPOConfig, True),
+                                                (cairn.SACConfig, False)])
+def test_gpu_learner_trains_saves_and_restores_on_cpu_with_equal_weights(config_class, lstm, tmp_path):
     env = "CartPole-v1" if config_class is cairn.PPOConfig else "Pendulum-v1"
+    model = {"hidden": [32, 32], **({"use_lstm": True, "lstm_cell_size": 16} if lstm else {})}
     config = (config_class().environment(env)
-              .training(train_batch_size=256, minibatch_size=64, model={"hidden": [32, 32]})
+              .training(train_batch_size=256, minibatch_size=64, model=model)
               .learners(num_gpus_per_learner=1).debugging(seed=0))
     algo = config.build()
     try:
