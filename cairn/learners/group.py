@@ -16,11 +16,13 @@ driver's policies are therefore the authoritative ones (checkpoints, env runners
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from cairn.errors import LearnerFailedError
 from cairn.learners.actor import LearnerActor, LearnFunction
 from cairn.learners.device import learner_device
 from cairn.learners.policy_sync import driver_key, with_learned_parts
@@ -133,6 +135,9 @@ class LearnerGroup:
         try:
             if self.remote is None or self.remote.actors:
                 self.sync_to_driver({pid: c.policy for pid, c in self.copies.items()})
+        except LearnerFailedError as error:  # stopping goes on: env runners still need releasing
+            warnings.warn(f"Stopping the learners, their optimizer state since the last iteration "
+                          f"could not be read back and is lost: {error}", RuntimeWarning, stacklevel=3)
         finally:
             self.copies.clear()
             if self.remote is not None:

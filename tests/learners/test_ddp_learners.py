@@ -135,6 +135,12 @@ def test_failed_learners_are_learner_failed_errors_and_train_starts_new_learners
             np.testing.assert_array_equal(value, before[name])  # the failed update left no trace
         assert algo.train()["training_iteration"] == 2  # the failed one did not count
         assert algo.learner_group.num_remote_learners == 2
+        # A learner lost inside an iteration (its optimizer state not read back yet): stop()
+        # says what is lost and still releases everything.
+        algo.training_step()
+        ray_cluster.kill(algo.learner_group.remote_actors()[0])
+        with pytest.warns(RuntimeWarning, match="optimizer state since the last iteration"):
+            algo.stop()
     finally:
         algo.stop()
     assert free_cpus_become(ray_cluster, 2.0)
