@@ -9,7 +9,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ __all__ = [
     "machine_lines",
     "median",
     "ratio",
+    "sb3_ppo_kwargs",
     "table",
     "timed",
 ]
@@ -40,6 +41,16 @@ def median(values: Iterable[float]) -> float:
 def ratio(a: float, b: float) -> float:
     """a / b, NaN when b is zero or missing."""
     return a / b if b else float("nan")
+
+
+def sb3_ppo_kwargs(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """Stable-Baselines3's PPO arguments (also MaskablePPO's and RecurrentPPO's) for cairn's
+    PPO ``training()`` settings ``hparams``, so both libraries run the same update."""
+    return dict(learning_rate=hparams["lr"], batch_size=hparams["minibatch_size"],
+                n_epochs=hparams["num_epochs"], gamma=hparams["gamma"], gae_lambda=hparams["lambda_"],
+                clip_range=hparams["clip_param"], ent_coef=hparams["entropy_coeff"],
+                vf_coef=hparams["vf_coeff"], max_grad_norm=hparams["grad_clip"],
+                normalize_advantage=True)
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:

@@ -43,6 +43,7 @@ from _util import (
     machine_lines,
     median,
     ratio,
+    sb3_ppo_kwargs,
     table,
     write_report,
 )
@@ -164,11 +165,7 @@ def run_sb3(seed: int, steps: int) -> dict[str, Any]:
     env = DummyVecEnv([lambda: Monitor(PickLegalSB3())])
     env.seed(seed)
     model = MaskablePPO(
-        "MlpPolicy", env, learning_rate=HPARAMS["lr"], n_steps=ROLLOUT,
-        batch_size=HPARAMS["minibatch_size"], n_epochs=HPARAMS["num_epochs"],
-        gamma=HPARAMS["gamma"], gae_lambda=HPARAMS["lambda_"], clip_range=HPARAMS["clip_param"],
-        ent_coef=HPARAMS["entropy_coeff"], vf_coef=HPARAMS["vf_coeff"],
-        max_grad_norm=HPARAMS["grad_clip"], normalize_advantage=True,
+        "MlpPolicy", env, n_steps=ROLLOUT, **sb3_ppo_kwargs(HPARAMS),
         policy_kwargs=dict(net_arch=dict(pi=HIDDEN, vf=HIDDEN), activation_fn=torch.nn.Tanh),
         seed=seed, device="cpu", verbose=0,
     )

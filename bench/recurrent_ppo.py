@@ -44,6 +44,7 @@ from _util import (
     machine_lines,
     median,
     ratio,
+    sb3_ppo_kwargs,
     table,
     write_report,
 )
@@ -96,11 +97,7 @@ def run_sb3(seed: int, steps: int) -> dict[str, Any]:
 
     env = make_vec_env(StatelessCartPole, n_envs=N_ENVS, seed=seed)
     model = RecurrentPPO(
-        "MlpLstmPolicy", env, learning_rate=HPARAMS["lr"], n_steps=N_STEPS,
-        batch_size=HPARAMS["minibatch_size"], n_epochs=HPARAMS["num_epochs"],
-        gamma=HPARAMS["gamma"], gae_lambda=HPARAMS["lambda_"], clip_range=HPARAMS["clip_param"],
-        ent_coef=HPARAMS["entropy_coeff"], vf_coef=HPARAMS["vf_coeff"],
-        max_grad_norm=HPARAMS["grad_clip"], normalize_advantage=True,
+        "MlpLstmPolicy", env, n_steps=N_STEPS, **sb3_ppo_kwargs(HPARAMS),
         policy_kwargs=dict(lstm_hidden_size=CELL, n_lstm_layers=1, shared_lstm=True,
                            enable_critic_lstm=False, net_arch=[], activation_fn=torch.nn.Tanh),
         seed=seed, device="cpu", verbose=0,
