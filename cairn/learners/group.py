@@ -67,6 +67,12 @@ class LearnerGroup:
         """The DDP learner actors (0: learning in this process)."""
         return len(self.remote.actors) if self.remote is not None else 0
 
+    @property
+    def learner(self) -> RemoteLearners | LearnerActor | None:
+        """Who learns away from the driver's policies: the DDP actors, the device learner, or
+        None (the learn functions run on the driver's policies themselves)."""
+        return self.remote if self.remote is not None else self.device_learner
+
     def remote_actors(self) -> list[Any]:
         """The learner actors' handles, by rank (empty without remote learners)."""
         return list(self.remote.actors) if self.remote is not None else []
@@ -75,7 +81,7 @@ class LearnerGroup:
         """Run learn function ``fn(config, policy, sync, **inputs)`` on ``policy``, wherever the
         config says; ``policy`` has the updated weights afterwards (and its learned parts once
         :meth:`sync_to_driver` ran)."""
-        learner = self.remote if self.remote is not None else self.device_learner
+        learner = self.learner
         if learner is None:
             return fn(self.config, policy, LOCAL_SYNC, **inputs)
         state = self._state_to_send(policy_id, policy)
@@ -107,11 +113,10 @@ class LearnerGroup:
     def sync_to_driver(self, policies: dict[str, Policy]) -> None:
         """Bring the learned parts the driver's policies lack (optimizer state, torch
         generator, ``num_grad_updates``) from the learners; a no-op when they have them."""
-        learner = self.remote if self.remote is not None else self.device_learner
-        for policy_id, copy in list(self.copies.items()):
+        for policy_id, copy in list(self.copies.items()):  # (copies exist only with a learner)
             if policies.get(policy_id) is not copy.policy:  # removed or replaced on the driver
                 del self.copies[policy_id]
-            elif copy.stale and learner is not None:
+            elif copy.stale:
                 in_step = driver_key(copy.policy) == copy.key
                 self._take_learned(policy_id, copy.policy)
                 if in_step:  # the driver now equals the learners' copy
@@ -120,8 +125,8 @@ class LearnerGroup:
                     del self.copies[policy_id]
 
     def _take_learned(self, policy_id: str, policy: Policy) -> None:
-        learner = self.remote if self.remote is not None else self.device_learner
-        assert learner is not None
+        learner = self.learner
+        assert learner is not None  # a copy to take from exists only with a learner
         try:
             parts = learner.learned(policy_id)
         except BaseException:
