@@ -23,8 +23,8 @@ from cairn.env_runner.blas_threads import single_threaded_blas
 from cairn.env_runner.episode import EpisodeBook, EpisodeTotals
 from cairn.env_runner.make_env import is_multi_agent_env, is_turn_based_env, make_env
 from cairn.env_runner.parallel import ParallelSampler
-from cairn.env_runner.recurrent_state import RecurrentStates, refuse_recurrent_policies, state_columns
-from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, stream_ids
+from cairn.env_runner.recurrent_state import RecurrentStates, refuse_recurrent_policies
+from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, state_columns, stream_ids
 from cairn.env_runner.turn_based import TurnBasedSampler
 from cairn.env_runner.vector_envs import make_vector_envs
 from cairn.policy_ids import check_mapped_policy_id

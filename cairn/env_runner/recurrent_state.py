@@ -20,15 +20,10 @@ from cairn.env_runner.inference import RowOrigin, compute_raw_actions
 from cairn.errors import ConfigError
 from cairn.policy.recurrent import initial_state, is_recurrent, recurrent_raw_actions
 
-__all__ = ["RecurrentStates", "refuse_recurrent_policies", "state_columns"]
+__all__ = ["RecurrentStates", "refuse_recurrent_policies"]
 
 #: ``(env_index, agent_id)``: one trajectory of a runner.
 Key = tuple[int, Any]
-
-
-def state_columns(states: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-    """``{"state_in_0": ..., "state_in_1": ...}``: a batch's state columns, one per component."""
-    return {f"state_in_{k}": s for k, s in enumerate(states)}
 
 
 def refuse_recurrent_policies(policies: Mapping[str, Any], where: str) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SampleBatch", "COLUMNS", "count_sampled_steps", "stream_ids"]
+__all__ = ["SampleBatch", "COLUMNS", "STATE_COLUMN", "count_sampled_steps", "state_columns", "batch_states",
+           "stream_ids"]
 
 #: obs and next_obs are processed (flattened, filtered) float32 rows; actions are raw policy
 #: actions; ``ends`` marks the last step of each contiguous piece of one episode (episode end or
@@ -18,6 +19,19 @@ __all__ = ["SampleBatch", "COLUMNS", "count_sampled_steps", "stream_ids"]
 #: A recurrent policy's batches also have ``state_in_0``, ``state_in_1``, ... (float32
 #: ``[rows, *shape]``): the state each row acted from (:mod:`cairn.env_runner.recurrent_state`).
 COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "ends", "next_obs", "streams")
+#: The prefix of a recurrent state's columns (``state_in_<component>``).
+STATE_COLUMN = "state_in_"
+
+
+def state_columns(states: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """``{"state_in_0": ..., "state_in_1": ...}``: a batch's state columns, one per component."""
+    return {f"{STATE_COLUMN}{k}": s for k, s in enumerate(states)}
+
+
+def batch_states(batch: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """A batch's state columns in component order (empty for a feed-forward policy's)."""
+    names = [c for c in batch if c.startswith(STATE_COLUMN)]
+    return [batch[c] for c in sorted(names, key=lambda c: int(c[len(STATE_COLUMN):]))]
 
 
 class SampleBatch(dict[str, np.ndarray]):

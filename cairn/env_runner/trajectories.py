@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from cairn.env_runner.sample_batch import SampleBatch, stream_ids
+from cairn.env_runner.sample_batch import STATE_COLUMN, SampleBatch, state_columns, stream_ids
 
 __all__ = ["AgentTrajectories"]
 
@@ -39,8 +39,8 @@ class AgentTrajectories:
         if row is None:
             row = self._rows[key] = {c: [] for c in _ROW_COLUMNS}
         if state_in is not None:
-            for k, s in enumerate(state_in):
-                row.setdefault(f"state_in_{k}", []).append(s)
+            for column, s in state_columns(state_in).items():
+                row.setdefault(column, []).append(s)
         row["obs"].append(obs)
         row["actions"].append(action)
         row["rewards"].append(reward)
@@ -72,6 +72,6 @@ class AgentTrajectories:
                 "next_obs": np.stack(next_obs).astype(np.float32, copy=False),
                 "streams": np.repeat(stream_ids(worker_index, [key]), len(term)),
                 **{c: np.stack(v).astype(np.float32, copy=False) for c, v in row.items()
-                   if c.startswith("state_in_")},
+                   if c.startswith(STATE_COLUMN)},
             })
         return {pid: SampleBatch.concat(parts) for pid, parts in per_pid.items()}

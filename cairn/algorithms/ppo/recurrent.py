@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
+from cairn.env_runner.sample_batch import batch_states
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.recurrent_config import recurrent_settings
@@ -60,10 +61,6 @@ def padded_rows(starts: np.ndarray, lengths: np.ndarray, steps: int) -> tuple[np
     mask = offsets[None, :] < lengths[:, None]
     rows = np.where(mask, starts[:, None] + offsets[None, :], starts[:, None])
     return rows, mask
-
-
-def _state_columns(batch: Any) -> list[str]:
-    return sorted((c for c in batch if c.startswith("state_in_")), key=lambda c: int(c[len("state_in_"):]))
 
 
 def _bootstrap_values(model: Any, batch: Any, obs: torch.Tensor, states: list[torch.Tensor],
@@ -113,7 +110,7 @@ def learn_recurrent(config: Any, policy: Any, sync: GradientSync, *, batch: Any,
     starts, lengths = sequence_starts(batch["ends"], max_seq_len)
     obs = torch.from_numpy(batch["obs"]).to(device)
     actions = torch.from_numpy(batch["actions"]).to(device)
-    states = [torch.from_numpy(batch[c]).to(device) for c in _state_columns(batch)]
+    states = [torch.from_numpy(s).to(device) for s in batch_states(batch)]
     rows, mask = padded_rows(starts, lengths, int(lengths.max()))
     rows_t, mask_t = torch.from_numpy(rows).to(device), torch.from_numpy(mask).to(device)
     with torch.no_grad():
