@@ -15,7 +15,7 @@ from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.policy import Policy
 from cairn.policy.torch_utils import clip_grad_norm
 
-__all__ = ["ppo_learn", "next_values"]
+__all__ = ["ppo_learn", "next_values", "update_stats"]
 
 
 def ppo_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleBatch, rewards: np.ndarray,
@@ -79,16 +79,23 @@ def ppo_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleB
             policy.num_grad_updates += 1
             if len(rows):
                 history.append(torch.stack(list(stats.values())))
+    return LearnOutput(update_stats(list(stats), history, returns, values_np, policy))
+
+
+def update_stats(names: Sequence[str], history: Sequence[torch.Tensor], returns: torch.Tensor,
+                 values: np.ndarray, policy: Policy) -> dict[str, float]:
+    """A PPO update's statistics: the loss statistics ``names`` averaged over the minibatches'
+    ``history`` (one stacked row each), the value function's explained variance of the
+    ``returns`` (``values``: its predictions before the update), and the policy's
+    ``num_grad_updates``."""
     out: dict[str, float] = {}
     if history:
-        means = torch.stack(history).mean(dim=0).tolist()
-        out = dict(zip(stats.keys(), means))
-    returns_np, var_y = returns.cpu().numpy(), float(np.var(returns.cpu().numpy()))
-    out["vf_explained_var"] = (
-        float("nan") if var_y == 0 else 1.0 - float(np.var(returns_np - values_np)) / var_y
-    )
+        out = dict(zip(names, torch.stack(list(history)).mean(dim=0).tolist()))
+    returns_np = returns.cpu().numpy()
+    var_y = float(np.var(returns_np))
+    out["vf_explained_var"] = float("nan") if var_y == 0 else 1.0 - float(np.var(returns_np - values)) / var_y
     out["num_grad_updates"] = float(policy.num_grad_updates)
-    return LearnOutput(out)
+    return out
 
 
 def next_values(model: Any, batch: SampleBatch, values: np.ndarray) -> np.ndarray:

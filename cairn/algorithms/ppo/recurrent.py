@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cairn.algorithms.ppo.learn import update_stats
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
 from cairn.env_runner.sample_batch import batch_states
 from cairn.errors import ConfigError
@@ -156,11 +157,6 @@ def learn_recurrent(config: Any, policy: Any, sync: GradientSync, *, batch: Any,
             policy.optimizer.step()
             policy.num_grad_updates += 1
             history.append(torch.stack(list(stats.values())))
-    out = dict(zip(stats.keys(), torch.stack(history).mean(dim=0).tolist()))
-    returns_np = returns.cpu().numpy()
-    var_y = float(np.var(returns_np))
-    out["vf_explained_var"] = (
-        float("nan") if var_y == 0 else 1.0 - float(np.var(returns_np - values_np)) / var_y)
-    out["num_grad_updates"] = float(policy.num_grad_updates)
+    out = update_stats(list(stats), history, returns, values_np, policy)
     out["num_sequences"] = float(len(starts))
     return LearnOutput(out)
