@@ -90,7 +90,7 @@ class DQN(OffPolicyAlgorithm):
 
     def _learns_elsewhere(self) -> bool:
         """Whether updates run on DDP learners or an accelerator, where only torch's run."""
-        return bool(self.config.num_learners or self.config.num_gpus_per_learner)
+        return self.learner_group is not None and self.learner_group.learner is not None
 
     def _dqn_policy(self, pid: str) -> DQNPolicy:
         policy: DQNPolicy = self.trained_policy(pid)
