@@ -132,7 +132,7 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
         written: dict[str, Any] = {}
         location = write_algorithm_checkpoint(target, state, policy_native_files=native,
                                               storage_options=storage_options, previous=plan.previous,
-                                              metadata=metadata, written=written)
+                                              metadata=metadata, written=written, changed=plan.changed)
         plan.remember(location, written, storage_options=storage_options)
         return location
 

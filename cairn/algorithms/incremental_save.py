@@ -105,14 +105,18 @@ class IncrementalSave:
     #: per thread, and files are copied server-side only between locations of one of them.
     previous: Storage | None = None
     given: dict[str, Any] = field(default_factory=dict)
+    #: Policies whose markers say they changed: written without hashing them to compare.
+    changed: set[str] = field(default_factory=set)
     markers: dict[str, PolicyMarker] = field(default_factory=dict)
 
     def take_markers(self, states: Mapping[str, Any], native: Collection[str]) -> None:
         """Take the markers of the policies whose ``states`` were just gathered (call it right
         after ``get_state``)."""
         for pid, policy in self.algo.policies.items():
+            if pid in self.markers or pid in native:
+                continue
             parts = marker_parts(policy)
-            if pid in self.markers or pid in native or parts is None or not covered(states[pid], policy):
+            if parts is None or not covered(states[pid], policy):
                 continue
             marker = take_marker(policy, policy.optimizer_holder, **parts)
             if marker is not None:
@@ -161,7 +165,9 @@ def plan_incremental_save(algo: Algorithm, previous: str | os.PathLike[str] | No
         if written is None or parts is None or pid in native or entries.get(pid) != dict(written.entry):
             continue
         verdict = compare_marker(policy, policy.optimizer_holder, written.marker, **parts)
-        if verdict == "same":
+        if verdict == "changed":
+            plan.changed.add(pid)
+        elif verdict == "same":
             plan.given[pid] = LinkedPolicy(written.entry, written.files)
             plan.markers[pid] = written.marker
         elif verdict == "values" and POLICY_ARRAYS_FILE in written.files:
@@ -171,4 +177,6 @@ def plan_incremental_save(algo: Algorithm, previous: str | os.PathLike[str] | No
             if marker is not None and covered(state, policy):
                 plan.given[pid] = LinkedArrays(tree, written.entry, written.files[POLICY_ARRAYS_FILE])
                 plan.markers[pid] = marker
+            else:
+                plan.changed.add(pid)
     return plan

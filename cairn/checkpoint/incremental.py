@@ -24,19 +24,20 @@ earlier checkpoint leaves it), and a server-side copy is a new object.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.checkpoint.format import MANIFEST_FILE, POLICIES_DIR, POLICY_ARRAYS_FILE, POLICY_STATE_FILE
-from cairn.checkpoint.manifest import parse_manifest, read_manifest, read_verified
+from cairn.checkpoint.manifest import parse_manifest, read_manifest_bytes, read_verified
 from cairn.checkpoint.storage import Storage, WriteTarget, located, resolve_storage
 from cairn.checkpoint.writer_files import Files, state_file_entries
 from cairn.errors import CheckpointError
 
 __all__ = ["LinkedArrays", "LinkedPolicy", "PreviousCheckpoint", "PreviousPolicy", "checkpoint_key",
-           "link_files", "policy_manifest_entries", "reuse_policy"]
+           "link_policies", "policy_manifest_entries", "reuse_policy"]
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class PreviousCheckpoint:
             return None
         try:
             with located(source) as where, where.open_reader() as root:
-                manifest = read_manifest(root, expected_type="Algorithm")
+                manifest = _parsed_root_manifest(bytes(read_manifest_bytes(root)), root.path)
                 entries = {pid: dict(manifest["files"][_manifest_name(pid)])
                            for pid in manifest["policy_ids"]}
                 wanted = [pid for pid in read if pid in entries]
@@ -135,18 +136,18 @@ def checkpoint_key(location: str | os.PathLike[str] | Storage, *,
     return resolve_storage(location, storage_options=storage_options).absolute().url
 
 
-def link_files(target: WriteTarget, previous: PreviousCheckpoint, pid: str, names: Iterable[str],
-               sizes: Mapping[str, int]) -> None:
-    """Take the files ``names`` of policy ``pid`` from ``previous`` (``CheckpointError`` when
-    one of them is no longer there with its size)."""
-    prefix = f"{POLICIES_DIR}/{pid}/"
-    names = list(names)
-    if not all(previous.storage.unchanged(prefix + name, sizes[name]) for name in names):
+def link_policies(target: WriteTarget, previous: PreviousCheckpoint,
+                  files: Mapping[str, Mapping[str, int]]) -> None:
+    """Take files of several policies from ``previous``: ``files`` maps a policy ID to
+    ``{file name: size}`` (``CheckpointError`` when one of them is no longer there with its size)."""
+    failed = target.reuse_dirs(previous.storage, {f"{POLICIES_DIR}/{pid}": sizes
+                                                  for pid, sizes in files.items()})
+    if failed is not None:
+        pid = failed.rpartition("/")[2]
         raise CheckpointError(
             f"Incremental save: a file of policy {pid!r} in the previous checkpoint "
             f"{previous.storage.url} changed or vanished during this save. Nothing was saved; "
             "save again, or without previous=...")
-    target.reuse_same(previous.storage, [prefix + name for name in names])
 
 
 def reuse_policy(target: WriteTarget, pid: str, state: Any, previous: PreviousPolicy | None, *,
@@ -160,13 +161,30 @@ def reuse_policy(target: WriteTarget, pid: str, state: Any, previous: PreviousPo
     files = previous.manifest["files"]
     if state_file_entries(state, POLICY_STATE_FILE, POLICY_ARRAYS_FILE, known=files) is None:
         return None
-    prefix = f"{POLICIES_DIR}/{pid}/"
-    names = [*files, MANIFEST_FILE]
     sizes = {**{name: entry["size"] for name, entry in files.items()}, MANIFEST_FILE: previous.entry["size"]}
-    if not all(previous.storage.unchanged(prefix + name, sizes[name]) for name in names):
+    if target.reuse_dirs(previous.storage, {f"{POLICIES_DIR}/{pid}": sizes}) is not None:
         return None  # changed on disk since it was written: write it anew
-    target.reuse_same(previous.storage, [prefix + name for name in names])
     return dict(previous.entry), dict(files)
+
+
+#: The last few root manifests read, by their bytes: a save reads its previous checkpoint's
+#: root manifest twice (to plan, then to write), and a manager's saves all read their latest.
+_PARSED: dict[bytes, dict[str, Any]] = {}
+_PARSED_LOCK = threading.Lock()
+
+
+def _parsed_root_manifest(data: bytes, directory: Any) -> dict[str, Any]:
+    """The Algorithm manifest held in ``data``, checked (:func:`parse_manifest`); callers do not
+    change it (it may be shared with other saves)."""
+    with _PARSED_LOCK:
+        manifest = _PARSED.get(data)
+    if manifest is None:
+        manifest = parse_manifest(data, directory, expected_type="Algorithm")
+        with _PARSED_LOCK:
+            _PARSED[data] = manifest
+            while len(_PARSED) > 4:
+                del _PARSED[next(iter(_PARSED))]
+    return manifest
 
 
 def _manifest_name(pid: str) -> str:

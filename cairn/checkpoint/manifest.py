@@ -186,8 +186,15 @@ def _opened(directory: Directory) -> Iterator[ReadHandle]:
 def read_manifest(directory: Directory, *, expected_type: str | None = None) -> dict[str, Any]:
     """Read and check the manifest of the checkpoint in ``directory`` (no other file is read)."""
     with _opened(directory) as handle:
+        return parse_manifest(read_manifest_bytes(handle), handle.path, expected_type=expected_type)
+
+
+def read_manifest_bytes(directory: Directory) -> bytes | memoryview:
+    """The bytes of the manifest of the checkpoint in ``directory``, unchecked
+    (:func:`parse_manifest` checks them)."""
+    with _opened(directory) as handle:
         try:
-            data = handle.read_file(MANIFEST_FILE, "a manifest", expected_size=None,
+            return handle.read_file(MANIFEST_FILE, "a manifest", expected_size=None,
                                     limit=MAX_MANIFEST_BYTES)
         except (UncommittedCheckpointError, CheckpointStorageError):
             raise
@@ -196,7 +203,6 @@ def read_manifest(directory: Directory, *, expected_type: str | None = None) -> 
                 f"{handle.path} is not a cairn checkpoint: it has no {MANIFEST_FILE}. Pass the "
                 "directory that Algorithm.save() or Policy.export_checkpoint() wrote."
             ) from None
-        return parse_manifest(data, handle.path, expected_type=expected_type)
 
 
 def parse_manifest(data: bytes | memoryview, directory: Any, *,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Union
 
@@ -28,7 +28,7 @@ from cairn.checkpoint.incremental import (
     LinkedArrays,
     LinkedPolicy,
     PreviousCheckpoint,
-    link_files,
+    link_policies,
     reuse_policy,
 )
 from cairn.checkpoint.manifest import build_manifest, check_metadata
@@ -130,40 +130,45 @@ def write_policy_checkpoint(path: Location, state: Mapping[str, Any], *,
     return target.storage.url
 
 
-def _linked_arrays(target: WriteTarget, previous: PreviousCheckpoint, pid: str,
-                   linked: LinkedArrays) -> tuple[dict[str, Any], Files]:
-    """Write policy ``pid``'s JSON state file and manifest, taking its arrays file from
-    ``previous``; return the manifest's entry and its files."""
-    previous.check_entry(pid, linked.entry)
-    link_files(target, previous, pid, [POLICY_ARRAYS_FILE], {POLICY_ARRAYS_FILE: linked.arrays["size"]})
+def _link_given(target: WriteTarget, previous: PreviousCheckpoint | None,
+                given: Mapping[str, LinkedPolicy | LinkedArrays], native: Mapping[str, NativeFiles]) -> None:
+    """Take from ``previous`` the files of the policies whose states are given as
+    :class:`LinkedPolicy` (all of them) or :class:`LinkedArrays` (the arrays file), in one call:
+    an incremental save takes a few files of each of hundreds of policies."""
+    sizes: dict[str, dict[str, int]] = {}
+    for pid, state in given.items():
+        if previous is None or pid in native:
+            why = "which cannot be read here" if previous is None else "but native model files are wanted"
+            raise CheckpointError(f"Cannot save policy {pid!r}: its state was to be taken from the "
+                                  f"previous checkpoint, {why}.")
+        previous.check_entry(pid, state.entry)
+        if isinstance(state, LinkedPolicy):
+            sizes[pid] = {**{name: entry["size"] for name, entry in state.files.items()},
+                          MANIFEST_FILE: state.entry["size"]}
+        else:
+            sizes[pid] = {POLICY_ARRAYS_FILE: state.arrays["size"]}
+    if sizes:
+        assert previous is not None
+        link_policies(target, previous, sizes)
+
+
+def _given_policy(target: WriteTarget, pid: str,
+                  given: LinkedPolicy | LinkedArrays) -> tuple[dict[str, Any], Files]:
+    """The manifest's entry and files of policy ``pid`` whose files :func:`_link_given` took
+    (for :class:`LinkedArrays`, its JSON state file and manifest are written here)."""
+    if isinstance(given, LinkedPolicy):
+        return dict(given.entry), {name: dict(entry) for name, entry in given.files.items()}
     root = target.directory / POLICIES_DIR / pid
-    files: Files = {POLICY_ARRAYS_FILE: dict(linked.arrays)}
-    write_json_file(root, POLICY_STATE_FILE, linked.tree, files, compact=True)
-    return _write_policy_manifest(root, linked.tree, None, files), files
-
-
-def _linked_policy(target: WriteTarget, previous: PreviousCheckpoint, pid: str,
-                   linked: LinkedPolicy) -> tuple[dict[str, Any], Files]:
-    """Take every file of policy ``pid`` from ``previous``; return its manifest's entry and files."""
-    previous.check_entry(pid, linked.entry)
-    sizes = {name: entry["size"] for name, entry in linked.files.items()}
-    sizes[MANIFEST_FILE] = linked.entry["size"]
-    link_files(target, previous, pid, sizes, sizes)
-    return dict(linked.entry), {name: dict(entry) for name, entry in linked.files.items()}
+    files: Files = {POLICY_ARRAYS_FILE: dict(given.arrays)}
+    write_json_file(root, POLICY_STATE_FILE, given.tree, files, compact=True)
+    return _write_policy_manifest(root, given.tree, None, files), files
 
 
 def _write_policy(target: WriteTarget, previous: PreviousCheckpoint | None, pid: str, state: Any,
                   native_files: NativeFiles | None) -> tuple[dict[str, Any], Files]:
-    """Write (or take from ``previous``) policy ``pid`` of an Algorithm checkpoint; return its
-    manifest's entry (which the root manifest lists) and the files its manifest lists."""
-    if isinstance(state, (LinkedPolicy, LinkedArrays)):
-        if previous is None or native_files is not None:
-            why = "which cannot be read here" if previous is None else "but native model files are wanted"
-            raise CheckpointError(f"Cannot save policy {pid!r}: its state was to be taken from the "
-                                  f"previous checkpoint, {why}.")
-        if isinstance(state, LinkedPolicy):
-            return _linked_policy(target, previous, pid, state)
-        return _linked_arrays(target, previous, pid, state)
+    """Write (or take from ``previous``, when its files there hash the same) policy ``pid`` of an
+    Algorithm checkpoint; return its manifest's entry (which the root manifest lists) and the
+    files its manifest lists."""
     earlier = None if previous is None else previous.policies.get(pid)
     reused = reuse_policy(target, pid, state, earlier, native=native_files is not None)
     return reused or _write_policy_dir(target.directory / POLICIES_DIR / pid, state, native_files)
@@ -176,6 +181,7 @@ def write_algorithm_checkpoint(
     previous: Location | None = None,
     metadata: Mapping[str, Any] | None = None,
     written: dict[str, Any] | None = None,
+    changed: Collection[str] = (),
 ) -> str:
     """Write an algorithm state tree as an Algorithm checkpoint at ``path`` (atomically
     locally; committed by its manifest, written last, on an object store); return the location
@@ -204,6 +210,8 @@ def write_algorithm_checkpoint(
             ``{policy_id: {"entry": ..., "files": ...}}``: the root manifest's entry for each
             policy's manifest and the files that manifest lists (what the caller hands back in
             a ``LinkedPolicy`` or ``LinkedArrays`` of a later save).
+        changed: Policies known to differ from ``previous`` (their change markers said so):
+            written without hashing them to compare.
     """
     metadata = check_metadata(metadata)
     rest = dict(state)
@@ -222,15 +230,18 @@ def write_algorithm_checkpoint(
     # (cairn.checkpoint.atomic): the files need no fsync each.
     durable = contextlib.nullcontext() if not syncs_whole_file_system(len(policy_states) + 2) else staging()
     with writing(path, storage_options=storage_options) as target, durable:  # refuses what it may not replace
-        hashed = [pid for pid, s in policy_states.items() if not isinstance(s, (LinkedPolicy, LinkedArrays))]
+        given = {pid: s for pid, s in policy_states.items() if isinstance(s, (LinkedPolicy, LinkedArrays))}
+        hashed = [pid for pid in policy_states if pid not in given and pid not in changed]
         earlier = PreviousCheckpoint.open(previous, target.storage, storage_options=storage_options,
                                           read=hashed)
+        _link_given(target, earlier, given, native)
         tmp = target.directory
         files: Files = {}
         policies: dict[str, Any] = {}
         for pid, policy_state in policy_states.items():
             # The root manifest vouches for each policy's manifest, hashed as it is written.
-            entry, policy_files = _write_policy(target, earlier, pid, policy_state, native.get(pid))
+            entry, policy_files = (_given_policy(target, pid, given[pid]) if pid in given else
+                                   _write_policy(target, earlier, pid, policy_state, native.get(pid)))
             files[f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"] = entry
             policies[pid] = {"entry": entry, "files": policy_files}
         for name, component in components.items():

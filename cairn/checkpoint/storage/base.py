@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -87,9 +87,10 @@ class WriteTarget:
         :meth:`can_reuse`), without writing its bytes again."""
         self.storage.reuse_into(self, source, name, relative)
 
-    def reuse_same(self, source: Storage, names: list[str]) -> None:
-        """:meth:`reuse` each of ``names`` under the same name here (one directory's files)."""
-        self.storage.reuse_same_into(self, source, names)
+    def reuse_dirs(self, source: Storage, dirs: Mapping[str, Mapping[str, int]]) -> str | None:
+        """:meth:`reuse` the files of several directories of ``source`` under the same names here
+        (:meth:`Storage.reuse_dirs_into`); the first directory not taken, or None."""
+        return self.storage.reuse_dirs_into(self, source, dirs)
 
 
 class Storage(abc.ABC):
@@ -166,16 +167,18 @@ class Storage(abc.ABC):
     def reuse_into(self, target: WriteTarget, source: Storage, name: str, relative: str) -> None:
         """Make ``relative`` of ``target`` the file ``name`` of ``source``."""
 
-    def reuse_same_into(self, target: WriteTarget, source: Storage, names: list[str]) -> None:
-        """:meth:`reuse_into` of each of ``names`` under the same name (files of one directory)."""
-        for name in names:
-            self.reuse_into(target, source, name, name)
-
-    def unchanged(self, relative: str, size: int) -> bool:
-        """Whether the file ``relative`` is still a regular file of ``size`` bytes, where that
-        can be checked cheaply (a reused file changed since its manifest was written is not
-        reused); True where it cannot."""
-        return True
+    def reuse_dirs_into(self, target: WriteTarget, source: Storage,
+                        dirs: Mapping[str, Mapping[str, int]]) -> str | None:
+        """:meth:`reuse_into` the files of several directories under the same names: ``dirs``
+        maps a directory (relative) to ``{file name: size}`` (an incremental save takes a few
+        files of each of hundreds of policies). Where it can be checked cheaply, a directory is
+        taken only if each of its files is still a regular file of its size (a file changed
+        since its manifest was written is not reused): return the first that is not (none of
+        its files taken; the directories before it were), or None when all were taken."""
+        for directory, files in dirs.items():
+            for name in files:
+                self.reuse_into(target, source, f"{directory}/{name}", f"{directory}/{name}")
+        return None
 
     @abc.abstractmethod
     def open_reader(self) -> ReadHandle:

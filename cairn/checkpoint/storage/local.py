@@ -16,7 +16,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from cairn.checkpoint.atomic import (
@@ -38,6 +38,11 @@ __all__ = ["LocalStorage", "link_or_copy"]
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+#: Whether files can be linked relative to directory descriptors (not on Windows).
+_LINK_AT = all(f in os.supports_dir_fd for f in (os.link, os.mkdir, os.stat)) and hasattr(os, "O_DIRECTORY")
+#: Why a hard link may be impossible where a copy is not (another device, no hard links here).
+_NO_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES)
 
 
 class LocalStorage(Storage):
@@ -157,29 +162,37 @@ class LocalStorage(Storage):
             os.makedirs(os.path.dirname(destination), exist_ok=True)
             link_or_copy(str(source.local_file(name)), destination)
 
-    def reuse_same_into(self, target: WriteTarget, source: Storage, names: list[str]) -> None:
-        # One mkdir for the directory, then a link per file (an incremental save links a few
-        # files of each of hundreds of policies).
-        made: set[str] = set()
-        for name in names:
-            destination = os.path.join(target.directory, *relative_parts(name))
-            parent = os.path.dirname(destination)
-            if parent not in made:
-                try:
-                    os.mkdir(parent)
-                except FileExistsError:
-                    pass
-                except FileNotFoundError:
-                    os.makedirs(parent, exist_ok=True)
-                made.add(parent)
-            link_or_copy(str(source.local_file(name)), destination)
+    def reuse_dirs_into(self, target: WriteTarget, source: Storage,
+                        dirs: Mapping[str, Mapping[str, int]]) -> str | None:
+        # An incremental save links a few files of each of hundreds of policies: one descriptor
+        # per parent directory on each side, then a stat, a mkdir and links relative to them (no
+        # path is built or resolved from the root per file).
+        assert isinstance(source, LocalStorage)
+        if not _LINK_AT:
+            return self._reuse_dirs_by_path(target, source, dirs)
+        by_parent: dict[str, list[tuple[str, Mapping[str, int]]]] = {}
+        for directory, files in dirs.items():
+            parent, _, name = "/".join(relative_parts(directory)).rpartition("/")
+            by_parent.setdefault(parent, []).append((name, files))
+        for parent, children in by_parent.items():
+            made = os.path.join(target.directory, *relative_parts(parent))
+            os.makedirs(made, exist_ok=True)
+            failed = _link_children(source._file(parent), made, children)
+            if failed is not None:
+                return f"{parent}/{failed}".lstrip("/")
+        return None
 
-    def unchanged(self, relative: str, size: int) -> bool:
-        try:
-            info = os.lstat(self._file(relative))
-        except OSError:
-            return False
-        return stat.S_ISREG(info.st_mode) and info.st_size == size
+    def _reuse_dirs_by_path(self, target: WriteTarget, source: LocalStorage,
+                            dirs: Mapping[str, Mapping[str, int]]) -> str | None:
+        """:meth:`reuse_dirs_into` where links cannot be made relative to directory descriptors."""
+        for directory, files in dirs.items():
+            names = {f"{directory}/{file}": size for file, size in files.items()}
+            if not all(_regular_of_size(None, source._file(name), size) for name, size in names.items()):
+                return directory
+            os.makedirs(os.path.join(target.directory, *relative_parts(directory)), exist_ok=True)
+            for name in names:
+                link_or_copy(source._file(name), os.path.join(target.directory, *relative_parts(name)))
+        return None
 
     def open_reader(self) -> CheckpointDir:
         if not self.path.is_dir():
@@ -231,6 +244,50 @@ def _alive(temporary_name: str) -> bool:
     return pid is not None and pid != os.getpid() and pid_alive(pid)
 
 
+def _link_children(src_root: str, dst_root: str, children: list[tuple[str, Mapping[str, int]]]) -> str | None:
+    """Make each directory ``name`` of ``children`` in ``dst_root`` and link its ``files`` there
+    from ``src_root/name`` when each is a regular file of its size; else return that ``name``."""
+    try:
+        src = os.open(src_root, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except FileNotFoundError:
+        return children[0][0]
+    try:
+        dst = os.open(dst_root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+        try:
+            for name, files in children:
+                if not all(_regular_of_size(src, f"{name}/{file}", size) for file, size in files.items()):
+                    return name
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, dir_fd=dst)
+                for file in files:
+                    _link_at(src, dst, f"{name}/{file}", src_root, dst_root)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    return None
+
+
+def _regular_of_size(dir_fd: int | None, path: str, size: int) -> bool:
+    """Whether ``path`` (relative to ``dir_fd``) is a regular file of ``size`` bytes."""
+    try:
+        info = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == size
+
+
+def _link_at(src: int, dst: int, relative: str, src_root: str, dst_root: str) -> None:
+    """Hard-link ``relative`` of directory ``src`` as ``relative`` of ``dst`` (descriptors of
+    ``src_root`` and ``dst_root``); copy it where links cannot be made (:func:`link_or_copy`)."""
+    try:
+        os.link(relative, relative, src_dir_fd=src, dst_dir_fd=dst, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in _NO_LINK:
+            raise
+        _copy(os.path.join(src_root, relative), os.path.join(dst_root, relative))
+
+
 def link_or_copy(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> None:
     """Hard-link ``source`` as ``destination``; copy it (and fsync) where links cannot be
     made (another device, a file system without hard links)."""
@@ -238,8 +295,12 @@ def link_or_copy(source: str | os.PathLike[str], destination: str | os.PathLike[
         os.link(source, destination, follow_symlinks=False)
         return
     except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+        if exc.errno not in _NO_LINK:
             raise
+    _copy(source, destination)
+
+
+def _copy(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> None:
     shutil.copyfile(source, destination, follow_symlinks=False)
     with open(destination, "rb+") as f:
         os.fsync(f.fileno())
