@@ -6,13 +6,15 @@ costs nearly what writing it costs; a marker answers from what is cheap to read,
 "changed" whenever it cannot tell. It has one part per state file of a policy checkpoint:
 
 * **arrays** (``policy_state.safetensors``, plus everything a learner touches): every tensor of
-  the policy's networks and of its optimizer by identity, storage address and torch's version
-  counter (every in-place torch operation bumps it, under ``no_grad`` and ``inference_mode``
-  too, and ``load_state_dict`` / ``set_weights`` / ``set_state`` copy in place); the optimizer's
-  identity, its non-tensor state and its number of ``step()`` calls (a post-step hook: fused
-  optimizers write parameters and moments without bumping versions); ``num_grad_updates``, which
-  every learner counts; the observation filter's state and the torch generator's state by value;
-  and the count of :func:`mark_changed` calls.
+  the policy's networks and of its optimizer's state by identity and torch's version counter
+  (every in-place torch operation bumps it, under ``no_grad`` and ``inference_mode`` too, and
+  ``load_state_dict`` / ``set_weights`` / ``set_state`` copy in place), the networks' tensors
+  also by storage address (``module.double()`` and ``param.data = x`` swap it without a version
+  bump), the optimizer's parameters by identity (they are the networks', or not stored); the
+  optimizer's identity, its non-tensor state and its number of ``step()`` calls (a post-step
+  hook: fused optimizers write parameters and moments without bumping versions);
+  ``num_grad_updates``, which every learner counts; the observation filter's state and the
+  torch generator's state by value; and the count of :func:`mark_changed` calls.
 * **values** (``policy_state.json``): ``global_timestep``, the numpy generator's state (which
   acting advances), the exploration state, the config, the spaces, the optimizer's
   hyperparameters and a subclass's named JSON attributes, compared by value with copies.
@@ -35,6 +37,7 @@ import operator
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -54,6 +57,8 @@ Verdict = Literal["same", "values", "changed"]
 _version = operator.attrgetter("_version")
 _own_tensors = operator.attrgetter("_parameters", "_buffers", "_modules")
 _NO_EXTRA_STATE = torch.nn.Module.get_extra_state
+_dereference = weakref.ref.__call__
+_params = operator.itemgetter("params")
 #: Times each optimizer's ``step()`` ran since this module first looked at it.
 _STEPS: weakref.WeakKeyDictionary[torch.optim.Optimizer, list[int]] = weakref.WeakKeyDictionary()
 #: :func:`mark_changed` calls per policy.
@@ -95,15 +100,13 @@ def take_marker(policy: Policy, holder: Any, *, modules: Sequence[str] = (),
     ``last_target_update``). None when a module keeps extra state (``get_extra_state``), or the
     optimizer or a value holds something other than tensors and plain JSON data.
     """
-    tensors = _tensors(policy, holder, modules)
+    found = _tensors(policy, holder, modules)
     live = _values_key(policy, holder, values)
-    if tensors is None or not _plain(live[3:]):
+    if found is None or not _plain(live[3:]):
         return None
-    arrays = _arrays_key(policy, holder, tensors)
-    if arrays is None:
-        return None
-    return PolicyMarker(weakref.ref(policy), tuple(map(weakref.ref, tensors)), arrays,
-                        live[:3] + copy.deepcopy(live[3:]), holder.pending)
+    return PolicyMarker(weakref.ref(policy), tuple(map(weakref.ref, found[0])),
+                        _arrays_key(policy, holder, *found), live[:3] + copy.deepcopy(live[3:]),
+                        holder.pending)
 
 
 def compare_marker(policy: Policy, holder: Any, marker: PolicyMarker, *,
@@ -112,11 +115,11 @@ def compare_marker(policy: Policy, holder: Any, marker: PolicyMarker, *,
     with the same ``modules`` and ``values``)."""
     if marker.policy() is not policy:
         return "changed"
-    tensors = _tensors(policy, holder, modules)
-    if tensors is None or len(tensors) != len(marker.tensors) or any(
-            ref() is not tensor for ref, tensor in zip(marker.tensors, tensors)):
+    found = _tensors(policy, holder, modules)
+    if found is None or len(found[0]) != len(marker.tensors) or not all(
+            map(operator.is_, map(_dereference, marker.tensors), found[0])):
         return "changed"  # another tensor (replaced, or re-created by a restore), or another layout
-    if _arrays_key(policy, holder, tensors) != marker.arrays:
+    if _arrays_key(policy, holder, *found) != marker.arrays:
         return "changed"
     live = _values_key(policy, holder, values)
     if any(a is not b for a, b in zip(live[:3], marker.values[:3])):  # the class and spaces
@@ -128,41 +131,66 @@ def compare_marker(policy: Policy, holder: Any, marker: PolicyMarker, *,
     return "same" if same else "values"
 
 
-def _tensors(policy: Policy, holder: Any, modules: Sequence[str]) -> list[torch.Tensor] | None:
-    """Every tensor of the policy's state: its modules' parameters and buffers, then its
-    optimizer's state tensors; None when a module keeps extra state a marker cannot see."""
-    found: list[torch.Tensor] = []
-    stack = [policy.model, *(getattr(policy, name) for name in modules)]
+def _tensors(policy: Policy, holder: Any,
+             modules: Sequence[str]) -> tuple[list[torch.Tensor], list[Any]] | None:
+    """Every tensor of the policy's state (its modules' parameters and buffers, then its
+    optimizer's state tensors and parameters), and a list of how many of them are the modules'
+    followed by the optimizer state's other values with their names. None when a module keeps
+    extra state a marker cannot see, or the optimizer a value that is neither a tensor nor
+    plain JSON data. (Called for each of hundreds of policies per save, so written for speed:
+    no comprehension, no generator; values(), not state[param]: hashing a tensor runs Python.)"""
+    found: list[Any] = []
+    stack: list[Any] = [policy.model, *(getattr(policy, name) for name in modules)]
     while stack:  # every submodule (a shared one twice: the same each time)
         module = stack.pop()
+        if module is None:
+            continue
         if type(module).get_extra_state is not _NO_EXTRA_STATE:
             return None
         parameters, buffers, children = _own_tensors(module)
-        found += [t for t in (*parameters.values(), *buffers.values()) if t is not None]
-        stack += [child for child in children.values() if child is not None]
+        found += parameters.values()
+        found += buffers.values()
+        stack += children.values()
+    if any(map(operator.is_, found, repeat(None))):
+        found = [tensor for tensor in found if tensor is not None]  # registered as None
+    scalars: list[Any] = [len(found)]  # where the modules' tensors end
     optimizer = holder.built
-    if optimizer is not None:  # (values(), not state[param]: hashing a tensor runs Python code)
-        found += [param for group in optimizer.param_groups for param in group["params"]]
-        found += [value for slots in optimizer.state.values() for value in slots.values()
-                  if isinstance(value, torch.Tensor)]
-    return found
+    if optimizer is None:
+        return found, scalars
+    values: list[Any] = []
+    for slots in optimizer.state.values():
+        values += slots.values()
+    if all(map(isinstance, values, repeat(torch.Tensor))):
+        found += values
+    else:
+        for slots in optimizer.state.values():
+            for name, value in slots.items():
+                if isinstance(value, torch.Tensor):
+                    found.append(value)
+                elif isinstance(value, _PLAIN):
+                    scalars += (name, value)
+                else:
+                    return None
+    for group in optimizer.param_groups:  # last: only their identities are compared
+        found += group["params"]
+    return found, scalars
 
 
-def _arrays_key(policy: Policy, holder: Any, tensors: list[torch.Tensor]) -> tuple[Any, ...] | None:
+def _arrays_key(policy: Policy, holder: Any, tensors: list[torch.Tensor],
+                scalars: list[Any]) -> tuple[Any, ...]:
     """Everything of the arrays part but the tensors' identities (module docstring)."""
-    key: list[Any] = [policy.num_grad_updates, _MARKS.get(policy, 0), *map(_version, tensors),
-                      *map(torch.Tensor.data_ptr, tensors)]
     optimizer = holder.built
+    key: list[Any] = [policy.num_grad_updates, _MARKS.get(policy, 0), *scalars]
     if optimizer is None:
         key.append(id(holder.pending))  # replaced whole when restored; the marker holds it
     else:
         key += (id(optimizer), _step_count(optimizer))
-        for slots in optimizer.state.values():
-            for name, value in slots.items():
-                if not isinstance(value, torch.Tensor):
-                    if not isinstance(value, _PLAIN):
-                        return None
-                    key += (name, value)
+        # The optimizer's parameters are the model's (compared there) or not stored at all.
+        tensors = tensors[:len(tensors) - sum(map(len, map(_params, optimizer.param_groups)))]
+    key += map(_version, tensors)
+    # Storage addresses of the modules' tensors: ``module.double()`` and ``param.data = x``
+    # swap a parameter's storage without bumping its version (nothing swaps an optimizer's).
+    key += map(torch.Tensor.data_ptr, tensors[:scalars[0]])
     for value in policy.observation_filter.get_state(copy=False).values():
         key.append((value.dtype.str, value.shape, value.tobytes()) if isinstance(value, np.ndarray)
                    else value)

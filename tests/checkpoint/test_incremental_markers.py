@@ -168,6 +168,11 @@ def _moment(algo: cairn.Algorithm) -> torch.Tensor:
     return next(v for slots in optimizer.state.values() for k, v in slots.items() if k == "exp_avg")
 
 
+def _moments_scaled(state: dict[str, Any], factor: float) -> dict[str, Any]:
+    return {**state, "state": {i: {k: v * factor if k.startswith("exp_avg") else v for k, v in slots.items()}
+                               for i, slots in state["state"].items()}}
+
+
 def _no_grad(fn: Callable[[], Any]) -> None:
     with torch.no_grad():
         fn()
@@ -193,6 +198,10 @@ CHANGES: dict[str, Callable[[cairn.Algorithm], Any]] = {
         lambda: _parameter(a).add_(0.5))(),
     "parameter written through a numpy view, then mark_changed": lambda a: (
         _parameter(a).detach().numpy().__iadd__(0.5), mark_changed(a.get_policy("p0"))),
+    "parameter storage swapped (param.data = ..., no version bump)": lambda a: setattr(
+        _parameter(a), "data", _parameter(a).detach() + 1.0),
+    "optimizer state loaded (new moment tensors)": lambda a: a.get_policy("p0").optimizer.load_state_dict(
+        _moments_scaled(a.get_policy("p0").optimizer.state_dict(), 2.0)),
     "optimizer step": _optimizer_step,
     "optimizer moment edited in place": lambda a: _no_grad(lambda: _moment(a).add_(1.0)),
     "learning rate": lambda a: a.get_policy("p0").set_learning_rate(0.123),
