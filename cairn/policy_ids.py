@@ -24,8 +24,14 @@ _WINDOWS_RESERVED = frozenset(
 )
 
 
+#: IDs found valid so far (a save checks each of hundreds of policy IDs several times).
+_VALID: set[str] = set()
+
+
 def _problem(policy_id: Any) -> str | None:
     """Return why ``policy_id`` is not a valid policy ID, or None when it is."""
+    if type(policy_id) is str and policy_id in _VALID:
+        return None
     if not isinstance(policy_id, str):
         return f"policy IDs must be str, got {type(policy_id).__name__} {policy_id!r}"
     if not 1 <= len(policy_id) <= MAX_POLICY_ID_LENGTH:
@@ -42,6 +48,8 @@ def _problem(policy_id: Any) -> str | None:
         return f"policy ID {policy_id!r} must not end with '.'"
     if policy_id.split(".")[0].upper() in _WINDOWS_RESERVED:
         return f"policy ID {policy_id!r} is a reserved device name on Windows"
+    if type(policy_id) is str and len(_VALID) < 4096:
+        _VALID.add(policy_id)
     return None
 
 

@@ -42,6 +42,11 @@ def _float_to_json(x: float) -> float | str:
     return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
 
 
+def _floats_to_json(values: np.ndarray) -> list[float | str]:
+    floats: list[Any] = values.astype(np.float64).reshape(-1).tolist()
+    return floats if all(map(math.isfinite, floats)) else [_float_to_json(x) for x in floats]
+
+
 def _float_from_json(x: Any) -> float:
     if isinstance(x, str) and x in _FLOAT_NAMES:
         return _FLOAT_NAMES[x]
@@ -57,8 +62,8 @@ def space_to_json(space: gym.Space[Any]) -> dict[str, Any]:
             "type": "Box",
             "shape": list(space.shape),
             "dtype": np.dtype(space.dtype).name,
-            "low": [_float_to_json(float(v)) for v in space.low.reshape(-1)],
-            "high": [_float_to_json(float(v)) for v in space.high.reshape(-1)],
+            "low": _floats_to_json(space.low),
+            "high": _floats_to_json(space.high),
         }
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}

@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import itertools
 import os
 import secrets
 import shutil
@@ -295,14 +296,17 @@ def _fsync_tree(root: Path) -> None:
     # that are waited for at once are shared (an Algorithm checkpoint has a directory per
     # policy: 64 one after the other took ~250 ms on a busy disk). All finish before the rename.
     # The threads are kept between saves: starting 16 threads cost more than the fsyncs.
-    walked = list(os.walk(root))
-    dirs = [Path(d) for d, _, _ in walked]
-    if syncs_whole_file_system(len(dirs)):
+    walking = os.walk(root)
+    walked = list(itertools.islice(walking, SYNCFS_FROM_DIRECTORIES))  # enough to decide
+    if syncs_whole_file_system(len(walked)):
         if _syncfs(root):
             return
         # Its writer may have skipped the files' fsyncs (syncs_whole_file_system): do them.
+        walked += walking
         files = [Path(d) / name for d, _, names in walked for name in names]
         list(_fsync_pool().map(_fsync_file, files))
+    walked += walking
+    dirs = [Path(d) for d, _, _ in walked]
     if len(dirs) < 4:
         for d in reversed(dirs):
             fsync_dir(d)

@@ -20,6 +20,8 @@ FLOAT_KEY = "__float__"
 MAX_DEPTH = 64
 _SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _CONTAINERS = (dict, list)  # what json.loads builds that may hold an array reference
+_SCALARS = frozenset([str, int, bool, type(None)])  # JSON as they are (not float: nan, inf)
+_NUMBERS = frozenset([int, float, bool])
 
 
 class TreeError(ValueError):
@@ -30,6 +32,17 @@ def _float_json(x: float) -> Any:
     if math.isfinite(x):
         return x
     return {FLOAT_KEY: "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
+
+
+def _plain_numbers(values: list[Any]) -> bool:
+    """Whether ``values`` holds only ints, bools and finite floats (JSON as they are)."""
+    types = set(map(type, values))
+    if not types <= _NUMBERS:
+        return False
+    try:
+        return float not in types or all(map(math.isfinite, values))
+    except OverflowError:  # an int too large for a float: finite, but let the walk say so
+        return False
 
 
 def split_arrays(tree: Any) -> tuple[Any, dict[str, np.ndarray]]:
@@ -55,12 +68,17 @@ def split_arrays(tree: Any) -> tuple[Any, dict[str, np.ndarray]]:
         if isinstance(node, Mapping):
             out = {}
             for key, value in node.items():
-                if not isinstance(key, str):
+                if type(key) is not str:
                     raise TreeError(f"dict key {key!r} at {path!r} is not a str")
                 if key in (ARRAY_KEY, FLOAT_KEY):
                     raise TreeError(f"dict key {key!r} at {path!r} is reserved")
-                out[key] = walk(value, f"{path}/{key}" if path else key, depth + 1)
+                if type(value) in _SCALARS:  # most leaves: no call, no path built
+                    out[key] = value
+                else:
+                    out[key] = walk(value, f"{path}/{key}" if path else key, depth + 1)
             return out
+        if kind is list and _plain_numbers(node):
+            return list(node)  # space bounds, counters, episode returns: JSON as they are
         if isinstance(node, (list, tuple)):
             return [walk(v, f"{path}/{i}", depth + 1) for i, v in enumerate(node)]
         if node is None or isinstance(node, (str, bool)):
