@@ -13,7 +13,9 @@ Parts:
    ``save_algorithm(..., previous=...)`` vs a save of the same algorithm with that one policy
    alone, and vs a full save of all 64. Target 1.5x of the one-policy save. Also reported: the
    self-play shape, where the 63 others are frozen opponents that acted since (their sampling
-   generators moved, so their JSON state is rewritten while their arrays stay linked).
+   generators moved, so their JSON state is rewritten while their arrays stay linked), and the
+   two floors of the design, timed alone in the same rounds: the 63 unchanged policies'
+   directories and hard links made with plain os calls, and their 63 change markers compared.
 4. **Subset restore**: ``Algorithm.from_checkpoint(path, policy_ids=["p0"])`` of 1 policy of 64
    vs 1 of 2 (2x256 policies, 64 agents either way). Target 1.2x.
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import gc
 import io
+import os
 import shutil
 import sys
 import tempfile
@@ -146,8 +149,26 @@ def _act(algo: Any, rep: int) -> None:
             policy.compute_actions(np.full((4, 4), 0.01 * rep, dtype=np.float32), explore=True)
 
 
+def _link_floor(base: str, pids: list[str], into: Path) -> None:
+    """The file-system work an incremental save cannot avoid with a directory per policy: one
+    directory and one hard link per file for each unchanged policy (plain os calls)."""
+    os.makedirs(into / "policies")
+    src = os.open(Path(base) / "policies", os.O_RDONLY | os.O_DIRECTORY)
+    dst = os.open(into / "policies", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for pid in pids:
+            os.mkdir(pid, dir_fd=dst)
+            for name in os.listdir(Path(base) / "policies" / pid):
+                os.link(f"{pid}/{name}", f"{pid}/{name}", src_dir_fd=src, dst_dir_fd=dst)
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
 def bench_incremental(n: int, hidden: list[int], repeats: int, work: Path) -> dict[str, Any]:
     from cairn.algorithms.checkpointing import save_algorithm
+    from cairn.algorithms.incremental_save import marker_parts
+    from cairn.policy.change_marker import compare_marker, take_marker
 
     print(f"== incremental save: {n} policies {len(hidden)}x{hidden[0]}, one changed", flush=True)
     many, one = build_ma(n, hidden, agents=n), build_ma(1, hidden, agents=n)
@@ -173,8 +194,25 @@ def bench_incremental(n: int, hidden: list[int], repeats: int, work: Path) -> di
     def full(rep: int) -> None:
         save_algorithm(many, work / f"full_{rep}")
 
+    # What the 63 unchanged policies cost at the least: their directories and links, and their
+    # markers compared (the two floors of the design; docs/checkpoints.md, "Incremental saves").
+    unchanged = [pid for pid in many.policies if pid != "p0"]
+    frozen = [(p, marker_parts(p)) for p in map(many.get_policy, unchanged)]
+    marks = [take_marker(p, p.optimizer_holder, **parts) for p, parts in frozen]
+
+    def link_floor(rep: int) -> None:
+        _link_floor(base, unchanged, work / f"floor_{rep}")
+
+    def markers(rep: int) -> float:
+        _change(many, "p0", rep)  # not timed
+        start = time.perf_counter()
+        verdicts = [compare_marker(p, p.optimizer_holder, m, **parts) for (p, parts), m in zip(frozen, marks)]
+        elapsed = time.perf_counter() - start
+        assert set(verdicts) == {"same"}, verdicts
+        return elapsed
+
     times = alternate({"one policy alone": one_policy, "incremental": incremental, "full": full,
-                       "self-play": selfplay}, repeats)
+                       "self-play": selfplay, "links alone": link_floor, "markers alone": markers}, repeats)
     linked = {name: sum(1 for p in (work / f"{name}_{repeats}" / "policies").rglob("*")
                         if p.is_file() and p.stat().st_nlink > 1) for name in ("inc", "selfplay")}
     for algo in (many, one, played):
@@ -263,6 +301,12 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
                      "vs a save of that policy alone", f"one policy {ms(a)} ms", f"incremental {ms(b)} ms",
                      f"{ratio(b, a):.2f}x", met[ratio(b, a) <= TARGETS["incremental"]]
                      + f" (<= {TARGETS['incremental']}x)"))
+        e, f = (median(run["times"][k]) for k in ("links alone", "markers alone"))
+        rows.append((f"floor: {run['n'] - 1} unchanged policies' directories and links alone (os calls, "
+                     "no cairn)", f"one policy {ms(a)} ms", f"links {ms(e)} ms", f"+{ratio(e, a):.2f}x",
+                     "report"))
+        rows.append((f"floor: {run['n'] - 1} unchanged policies' change markers compared alone",
+                     f"one policy {ms(a)} ms", f"markers {ms(f)} ms", f"+{ratio(f, a):.2f}x", "report"))
         rows.append((f"full save of {run['n']} policies (for comparison)", f"one policy {ms(a)} ms",
                      f"full {ms(c)} ms", f"{ratio(c, a):.2f}x", "report"))
         d = median(run["times"]["self-play"])
