@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 
 import cairn
-from cairn.checkpoint import atomic as atomic_module
 from cairn.checkpoint import cleanup
 from cairn.checkpoint import writer_files as writer_module
 from cairn.checkpoint.atomic import OLD_MARKER, TMP_MARKER
 from cairn.checkpoint.reader import load_algorithm_state, load_policy_state
 from cairn.errors import CheckpointError
+from tests.checkpoint.crash_child import run_in_child
 
 
 def _fingerprint(state: dict[str, Any]) -> str:
@@ -90,41 +90,13 @@ def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     algo.stop()
 
 
-_STEP_FUNCTIONS = [(os, "fsync"), (os, "rename"), (os, "replace"), (os, "mkdir"), (os, "unlink"),
-                   (os, "rmdir"), (atomic_module, "_exchange")]
 
 
 def _run_child(scenario: Scenario, target: Path, kill_at: int | None, count_file: Path | None) -> int:
-    """Fork a child that saves to ``target`` and SIGKILLs itself at step ``kill_at``."""
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        try:
-            steps = [0]
-
-            def step() -> None:
-                steps[0] += 1
-                if steps[0] == kill_at:
-                    os.kill(os.getpid(), signal.SIGKILL)
-
-            def hooked(fn: Callable[..., Any]) -> Callable[..., Any]:
-                def wrapper(*args: Any, **kwargs: Any) -> Any:
-                    step()
-                    result = fn(*args, **kwargs)
-                    step()
-                    return result
-                return wrapper
-
-            for module, name in _STEP_FUNCTIONS:
-                setattr(module, name, hooked(getattr(module, name)))
-            writer_module.HashingFile.write = hooked(writer_module.HashingFile.write)  # type: ignore[method-assign]
-            scenario.save(target)
-            if count_file is not None:
-                count_file.write_text(str(steps[0]))
-            os._exit(0)
-        except BaseException:
-            os._exit(3)
-    _, status = os.waitpid(pid, 0)
-    return status
+    """Fork a child that saves to ``target`` and SIGKILLs itself at step ``kill_at`` (each
+    chunk a file is written in is a step too)."""
+    return run_in_child(lambda: scenario.save(target), kill_at, count_file,
+                        also=[(writer_module.HashingFile, "write")])
 
 
 def _prepare(scenario: Scenario, target: Path) -> None:

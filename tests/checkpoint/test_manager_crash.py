@@ -13,20 +13,17 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import cairn
-from cairn.checkpoint import atomic as atomic_module
 from cairn.checkpoint.manager import checkpoint_name
 from cairn.checkpoint.reader import load_algorithm_state
+from tests.checkpoint.crash_child import run_in_child
 from tests.helpers import small_ppo
 
-_STEP_FUNCTIONS = [(os, "fsync"), (os, "rename"), (os, "replace"), (os, "mkdir"), (os, "unlink"),
-                   (os, "rmdir"), (atomic_module, "_exchange")]
 SCORES = {1: 1.0, 2: 5.0, 3: 2.0}  # after iteration 3: keep_last=2 keeps 2 and 3, 2 is best
 
 
@@ -49,34 +46,13 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def _child(algo: cairn.Algorithm, root: Path, blocking: bool, kill_at: int | None,
            count_file: Path | None) -> int:
-    pid = os.fork()
-    if pid == 0:  # never return into pytest
-        try:
-            manager = _manager(root)
-            steps = [0]
+    manager = _manager(root)  # cleans up as a resumed run would, before the child's first step
 
-            def hooked(fn: Callable[..., Any]) -> Callable[..., Any]:
-                def wrapper(*args: Any, **kwargs: Any) -> Any:
-                    for _ in range(2):  # a kill point before the call, and one after it
-                        steps[0] += 1
-                        if steps[0] == kill_at:
-                            os.kill(os.getpid(), signal.SIGKILL)
-                        if _ == 0:
-                            result = fn(*args, **kwargs)
-                    return result
-                return wrapper
+    def action() -> None:
+        manager.save(algo, {"score": SCORES[3]}, blocking=blocking)
+        manager.wait()
 
-            for module, name in _STEP_FUNCTIONS:
-                setattr(module, name, hooked(getattr(module, name)))
-            manager.save(algo, {"score": SCORES[3]}, blocking=blocking)
-            manager.wait()
-            if count_file is not None:
-                count_file.write_text(str(steps[0]))
-            os._exit(0)
-        except BaseException:
-            os._exit(3)
-    _, status = os.waitpid(pid, 0)
-    return status
+    return run_in_child(action, kill_at, count_file)
 
 
 def _check(root: Path, algo: cairn.Algorithm) -> int:

@@ -8,17 +8,16 @@ import json
 import os
 import shutil
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import cairn
-from cairn.checkpoint import atomic as atomic_module
 from cairn.checkpoint.manager import checkpoint_name
 from cairn.checkpoint.reader import load_algorithm_state
 from cairn.errors import CheckpointError, ConfigError
+from tests.checkpoint.crash_child import run_in_child
 from tests.helpers import small_ppo
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
@@ -220,8 +219,6 @@ def test_on_an_object_store(algo, s3):
 
 
 # ------------------------------------------------------------------------------ crash safety
-_STEP_FUNCTIONS = [(os, "fsync"), (os, "rename"), (os, "replace"), (os, "mkdir"), (os, "unlink"),
-                   (os, "rmdir"), (atomic_module, "_exchange")]
 #: keep_last=1, 2 best by score, every 2nd: after 4 the set is {1, 2, 3, 4}; saving 5 (score
 #: 4.0) keeps {1, 2, 4, 5} and deletes 3.
 SCORES = {1: 5.0, 2: 1.0, 3: 2.0, 4: 0.0, 5: 4.0}
@@ -229,38 +226,6 @@ SCORES = {1: 5.0, 2: 1.0, 3: 2.0, 4: 0.0, 5: 4.0}
 
 def _manager(root: Path) -> cairn.CheckpointManager:
     return cairn.CheckpointManager(root, keep_last=1, keep_best=("score", "max", 2), keep_every_iterations=2)
-
-
-def _in_child(action: Callable[[], None], kill_at: int | None, count_file: Path | None) -> int:
-    """Run ``action`` in a forked child that SIGKILLs itself at file-system step ``kill_at``
-    (as tests/checkpoint/test_manager_crash.py does); its exit status."""
-    pid = os.fork()
-    if pid == 0:  # never return into pytest
-        try:
-            steps = [0]
-
-            def hooked(fn: Callable[..., Any]) -> Callable[..., Any]:
-                def wrapper(*args: Any, **kwargs: Any) -> Any:
-                    steps[0] += 1
-                    if steps[0] == kill_at:
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    result = fn(*args, **kwargs)
-                    steps[0] += 1
-                    if steps[0] == kill_at:
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    return result
-                return wrapper
-
-            for module, name in _STEP_FUNCTIONS:
-                setattr(module, name, hooked(getattr(module, name)))
-            action()
-            if count_file is not None:
-                count_file.write_text(str(steps[0]))
-            os._exit(0)
-        except BaseException:
-            os._exit(3)
-    _, status = os.waitpid(pid, 0)
-    return status
 
 
 def _whole(root: Path) -> list[int]:
@@ -305,13 +270,13 @@ def test_killed_at_any_step_leaves_a_consistent_set(algo, template, tmp_path, op
     after = [1, 2, 4, 5] if operation == "save" else [1, 3, 4]
     fresh()
     count_file = tmp_path / "steps"
-    assert _in_child(action, None, count_file) == 0
+    assert run_in_child(action, None, count_file) == 0
     total = int(count_file.read_text())
     assert _whole(root) == after
     outcomes = set()
     for kill_at in sorted({max(1, round(i * total / 12)) for i in range(1, 13)} | {1, total - 1}):
         fresh()
-        status = _in_child(action, kill_at, None)
+        status = run_in_child(action, kill_at, None)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (kill_at, total)
         found = _whole(root)
         # Before the commit: the old set; after it: the new checkpoint with the old ones not
