@@ -281,8 +281,14 @@ class EnvRunner:
             self._episodes.current = [EpisodeTotals.from_state(s, {}, i)
                                       for i, s in enumerate(state["episodes"])]
         # Without saved states (a checkpoint of a feed-forward policy) trajectories start afresh.
+        agents = self._agents
+
+        def policy_of(i: int, agent: Any) -> Policy:
+            return self.policies[self._single_pid if agents is None else agents.policy_of(i, agent)]
+
         self.recurrent_states.set_state(state.get("recurrent_states") or [],
-                                        lambda i: agent_ids_by_name(self.envs[i]) if self.multi_agent else {})
+                                        lambda i: agent_ids_by_name(self.envs[i]) if self.multi_agent else {},
+                                        policy_of)
         self._needs_reset = False
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:

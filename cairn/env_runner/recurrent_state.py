@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from cairn.env_runner.inference import RowOrigin, compute_raw_actions
-from cairn.errors import ConfigError
+from cairn.errors import CheckpointFormatError, ConfigError
 from cairn.policy.recurrent import initial_state, is_recurrent, recurrent_raw_actions
 
 __all__ = ["RecurrentStates", "refuse_recurrent_policies"]
@@ -81,10 +81,28 @@ class RecurrentStates:
                 for (i, agent), state in self.states.items()]
 
     def set_state(self, entries: Iterable[Mapping[str, Any]],
-                  agent_ids: Callable[[int], Mapping[str, Any]]) -> None:
-        """Restore :meth:`get_state`; ``agent_ids(env_index)`` maps an agent's name back to its ID."""
+                  agent_ids: Callable[[int], Mapping[str, Any]],
+                  policy_of: Callable[[int, Any], Any]) -> None:
+        """Restore :meth:`get_state`; ``agent_ids(env_index)`` maps an agent's name back to its
+        ID, ``policy_of(env_index, agent)`` gives the policy it acts with. A state that does not
+        fit that policy's (a checkpoint edited by hand, or of another model) is refused with
+        :class:`~cairn.errors.CheckpointFormatError` instead of failing at the next step."""
         self.clear()
         for entry in entries:
             i = int(entry["env"])
             agent = agent_ids(i).get(entry["agent"], entry["agent"])
-            self.states[(i, agent)] = [np.asarray(s, dtype=np.float32).copy() for s in entry["state"]]
+            state = [np.asarray(s, dtype=np.float32).copy() for s in entry["state"]]
+            try:
+                policy = policy_of(i, agent)
+            except (KeyError, IndexError, ConfigError):
+                policy = None
+            expected = None if policy is None or not is_recurrent(policy) else self._initial_state(policy)
+            if expected is None or [s.shape for s in state] != [s.shape for s in expected]:
+                shapes = "none (not a recurrent policy's agent)" if expected is None else \
+                    [s.shape for s in expected]
+                raise CheckpointFormatError(
+                    f"The saved env runner state holds a recurrent state of shapes "
+                    f"{[s.shape for s in state]} for agent {entry['agent']!r} of env {i}, whose policy "
+                    f"expects {shapes}. The checkpoint's env runner state does not belong to its "
+                    "policies; restore from an unedited checkpoint.")
+            self.states[(i, agent)] = state

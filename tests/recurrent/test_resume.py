@@ -1,9 +1,11 @@
 """Exact resume of recurrent PPO saved mid-episode: the env runners' in-flight states are saved."""
 
 import numpy as np
+import pytest
 
 import cairn
 from cairn.envs import make_cue_recall, make_stateless_cartpole
+from cairn.errors import CheckpointFormatError
 from tests.helpers import assert_trains_identically, assert_trees_equal, small_ma_ppo
 
 LSTM = {"use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 5}
@@ -52,3 +54,28 @@ def test_multi_agent_resume_is_exact(tmp_path):
     assert len(algo.env_runner_group.local.recurrent_states.states) == 2
     restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
     assert_trains_identically(algo, restored, iterations=2)
+
+
+def test_in_flight_states_that_do_not_fit_the_policy_are_refused():
+    """A state of the wrong shape (an edited checkpoint, another model's run) or one for an
+    agent of a feed-forward policy is refused when restored, naming the agent and the shapes,
+    instead of failing inside the LSTM at the next step."""
+    algo = small_ma_ppo(2, model=LSTM, train_batch_size=60, minibatch_size=25).build()
+    plain = small_ma_ppo(2, model={"hidden": [8]}, train_batch_size=60, minibatch_size=25).build()
+    try:
+        algo.train()
+        state = algo.get_state()
+        wrong = list(state["env_runners"][0]["recurrent_states"])
+        wrong[0] = {**wrong[0], "state": [np.zeros(16, np.float32), wrong[0]["state"][1]]}
+        bad = {**state, "env_runners": [{**state["env_runners"][0], "recurrent_states": wrong}]}
+        expected = r"shapes \[\(16,\), \(8,\)\] for agent .* expects \[\(8,\), \(8,\)\]"
+        with pytest.raises(CheckpointFormatError, match=expected):
+            cairn.Algorithm.from_state(bad)
+        plain.train()
+        runner_state = plain.env_runner_group.local.get_state()
+        runner_state["recurrent_states"] = state["env_runners"][0]["recurrent_states"]
+        with pytest.raises(CheckpointFormatError, match="not a recurrent policy's agent"):
+            plain.env_runner_group.local.set_state(runner_state)
+    finally:
+        algo.stop()
+        plain.stop()
