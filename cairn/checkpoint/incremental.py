@@ -170,6 +170,7 @@ def reuse_policy(target: WriteTarget, pid: str, state: Any, previous: PreviousPo
 #: The last few root manifests read, by their bytes: a save reads its previous checkpoint's
 #: root manifest twice (to plan, then to write), and a manager's saves all read their latest.
 _PARSED: dict[bytes, dict[str, Any]] = {}
+_PARSED_MAX_BYTES = 1 << 20  # a manifest of ~4000 policies; larger ones are parsed each time
 _PARSED_LOCK = threading.Lock()
 
 
@@ -180,6 +181,8 @@ def _parsed_root_manifest(data: bytes, directory: Any) -> dict[str, Any]:
         manifest = _PARSED.get(data)
     if manifest is None:
         manifest = parse_manifest(data, directory, expected_type="Algorithm")
+        if len(data) > _PARSED_MAX_BYTES:
+            return manifest
         with _PARSED_LOCK:
             _PARSED[data] = manifest
             while len(_PARSED) > 4:
