@@ -60,7 +60,8 @@ class BackgroundSaver:
         with self._lock:
             failure, self._failure = self._failure, None
         if failure is not None:
-            location, cause, _ = failure
+            location, cause, future = failure
+            future.delivered()  # told to whoever passes it on (CheckpointManager): raised once
             raise BackgroundSaveError(
                 f"The background save to {location} (save(blocking=False)) failed: {cause} "
                 "(that error says what became of the checkpoint there before). Fix the cause "

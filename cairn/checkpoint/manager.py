@@ -58,7 +58,7 @@ from cairn.checkpoint.save_schedule import (
     result_timesteps,
 )
 from cairn.core import Checkpointable
-from cairn.errors import CheckpointError, CheckpointNotFoundError, ConfigError
+from cairn.errors import BackgroundSaveError, CheckpointError, CheckpointNotFoundError, ConfigError
 
 __all__ = ["CheckpointManager", "ManagedCheckpoint", "checkpoint_name", "resolve_checkpoint"]
 
@@ -176,8 +176,8 @@ class CheckpointManager:
         self.storage_options = dict(storage_options) if storage_options else None
         self._store = open_store(root, self.storage_options)
         self._lock = threading.Lock()
-        self._unwaited: list[Future[str]] = []  # background saves no wait() has seen
-        self._errors: list[BaseException] = []
+        #: Background saves not yet reported: this manager's Future of each, and the algorithm's.
+        self._unwaited: list[tuple[SaveFuture, Future[str]]] = []
         self._store.clean_stale({checkpoint_name(i) for i in _committed(self._store)},
                                 is_checkpoint=lambda name: bool(_NAME.match(name)),
                                 record_suffix=_RECORD_SUFFIX)
@@ -262,10 +262,11 @@ class CheckpointManager:
             retention has run (``blocking=False``).
 
         Raises:
+            BackgroundSaveError: an earlier background save or its retention failed and
+                nothing has reported it yet (raised once, here or from :meth:`wait`; a save
+                that is not due raises it too). Nothing was saved by this call.
             CheckpointError: ``algo.iteration`` is lower than the latest checkpoint's under the
-                root (this root holds a later run), ``metadata`` is not JSON data, or an
-                earlier background save or retention failed (raised once, here or from
-                :meth:`wait`).
+                root (this root holds a later run), or ``metadata`` is not JSON data.
             ConfigError: ``save_every_timesteps`` is set and ``result`` has no env-step count.
         """
         self._raise_errors()
@@ -310,7 +311,7 @@ class CheckpointManager:
         # algorithm does not raise it again (cairn.checkpoint.save_future).
         done = SaveFuture(lambda _: saved.delivered() if isinstance(saved, SaveFuture) else None)
         with self._lock:
-            self._unwaited.append(done)
+            self._unwaited.append((done, saved))
         saved.add_done_callback(lambda written: self._committed_in_background(written, done))
         return done
 
@@ -319,7 +320,7 @@ class CheckpointManager:
         (the algorithm would wait for its write anyway; this also lets retention finish)."""
         self._raise_errors()
         with self._lock:
-            in_flight = [future for future in self._unwaited if not future.done()]
+            in_flight = [done for done, _ in self._unwaited if not done.done()]
         concurrent.futures.wait(in_flight)  # not exception(): that would count as delivered
         self._raise_errors()
 
@@ -356,9 +357,7 @@ class CheckpointManager:
         location = str(written.result())
         try:
             self._retain()
-        except BaseException as exc:  # to the future and to the next save
-            with self._lock:
-                self._errors.append(exc)
+        except BaseException as exc:  # to the future, else to the next save() or wait()
             done.set_exception(exc)
         else:
             done.set_result(location)
@@ -379,31 +378,37 @@ class CheckpointManager:
         committed and retention has run.
 
         Raises:
-            CheckpointError: one of those saves failed (the first failure; its cause is
-                chained). A failed write is raised once more by the next save of the
-                algorithm (``Algorithm.save``'s rule), a failed retention by nothing else.
+            BackgroundSaveError: one of this manager's background saves failed (its write or
+                its retention) and nothing has reported it yet: not its Future (``result()``,
+                ``exception()``), not an earlier ``save()`` or ``wait()`` of this manager, not
+                the algorithm (whose next ``save()`` or ``stop()`` raises a failed write that
+                nobody reported). Each failure is raised once; the first is raised, its cause
+                chained, and the message counts the others.
         """
         with self._lock:
-            futures, self._unwaited = self._unwaited, []
-        failures = [exc for exc in (future.exception() for future in futures) if exc is not None]
-        with self._lock:
-            self._errors = [exc for exc in self._errors if exc not in failures]
-        if failures:
-            raise self._error(failures[0])
+            unwaited = [done for done, _ in self._unwaited]
+        concurrent.futures.wait(unwaited)  # not exception(): that would count as delivered
         self._raise_errors()
 
     def _raise_errors(self) -> None:
-        """Raise (once) a retention failure of a background save that no ``wait()`` reported."""
+        """Raise (once) the failures of finished background saves that nobody reported (see
+        :meth:`wait`), and forget the finished saves."""
         with self._lock:
-            errors, self._errors = self._errors, []
-            self._unwaited = [future for future in self._unwaited if not future.done()]
-        if errors:
-            raise self._error(errors[0])
+            finished = [pair for pair in self._unwaited if pair[0].done()]
+            self._unwaited = [pair for pair in self._unwaited if not pair[0].done()]
+        owed = [done for done, saved in finished if not done.is_delivered
+                and not (isinstance(saved, SaveFuture) and saved.is_delivered)
+                and done.undelivered_exception() is not None]
+        for done in owed:
+            done.delivered()  # and so the algorithm's Future: the algorithm does not raise it again
+        if owed:
+            raise self._error(owed[0].undelivered_exception(), others=len(owed) - 1)
 
-    def _error(self, cause: BaseException) -> CheckpointError:
-        error = CheckpointError(
-            f"A background save under {self.root} failed: {cause}. The checkpoints committed "
-            "before it are intact; fix the cause and save again.")
+    def _error(self, cause: BaseException | None, *, others: int) -> BackgroundSaveError:
+        more = f" ({others} later background save(s) failed too)" if others else ""
+        error = BackgroundSaveError(
+            f"A background save under {self.root} failed: {cause}{more}. The checkpoints "
+            "committed before it are intact; fix the cause and save again.")
         error.__cause__ = cause
         return error
 

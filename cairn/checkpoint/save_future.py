@@ -29,6 +29,13 @@ class SaveFuture(Future[str]):
     def __init__(self, on_delivered: Callable[[SaveFuture], None] | None = None) -> None:
         super().__init__()
         self._on_delivered = on_delivered
+        self._delivered = False
+
+    @property
+    def is_delivered(self) -> bool:
+        """Whether this Future's exception has reached the caller (through :meth:`result`,
+        :meth:`exception`, or its owner raising it: :meth:`delivered` was called)."""
+        return self._delivered
 
     def result(self, timeout: float | None = None) -> str:
         try:
@@ -51,6 +58,8 @@ class SaveFuture(Future[str]):
 
     def delivered(self) -> None:
         """Record that the caller has the exception (called by :meth:`result` and
-        :meth:`exception`; a Future that passes this one's error on calls it for its caller)."""
+        :meth:`exception`; a Future that passes this one's error on calls it for its caller;
+        the owner that raised the error itself calls it too)."""
+        self._delivered = True
         if self._on_delivered is not None:
             self._on_delivered(self)

@@ -167,3 +167,39 @@ def test_background_saves_retain_after_commit_and_wait_reports_failures(algo, tm
     broken = cairn.CheckpointManager(blocker / "run")  # nothing can be written under a file
     with pytest.raises(OSError):
         _save_at(broken, algo, 4, blocking=False)  # the record fails at once, in this thread
+
+
+def test_a_failed_background_save_is_reported_once_whoever_reports_it(algo, tmp_path):
+    root = tmp_path / "run"
+    manager = cairn.CheckpointManager(root, save_every_iterations=2, keep_last=None)
+    _save_at(manager, algo, 2)
+
+    # A save that is not due still reports an earlier failure, so wait() cannot miss it.
+    (root / checkpoint_name(4)).write_text("in the way")  # a file: the write fails
+    failed = _save_at(manager, algo, 4, blocking=False)
+    concurrent.futures.wait([failed], timeout=30)
+    with pytest.raises(BackgroundSaveError, match="background save under") as raised:
+        _save_at(manager, algo, 5)  # not due: saves nothing, but reports the failure
+    assert raised.value.__cause__ is failed.exception()
+    manager.wait()  # reported: not again, neither here nor by the algorithm
+    assert _save_at(manager, algo, 6) == str(root / checkpoint_name(6))
+
+    # The algorithm reported it first (its own next save): the manager does not repeat it.
+    (root / checkpoint_name(10)).write_text("in the way")
+    unseen = _save_at(manager, algo, 10, blocking=False)
+    concurrent.futures.wait([unseen], timeout=30)
+    with pytest.raises(BackgroundSaveError):
+        algo.save(tmp_path / "elsewhere")
+    manager.wait()
+    assert _save_at(manager, algo, 12) == str(root / checkpoint_name(12))
+
+    # The caller took it from the Future: nobody raises it again.
+    (root / checkpoint_name(14)).write_text("in the way")
+    asked = _save_at(manager, algo, 14, blocking=False)
+    with pytest.raises(Exception) as taken:
+        asked.result(timeout=30)
+    assert not isinstance(taken.value, BackgroundSaveError)  # the write's own error
+    manager.wait()
+    assert _save_at(manager, algo, 16) == str(root / checkpoint_name(16))
+    assert [c.iteration for c in manager.checkpoints()] == [2, 6, 12, 16]
+    assert manager.wait() is None
