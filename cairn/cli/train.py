@@ -282,6 +282,9 @@ def _train_run(algo: Any, run_dir: Path, args: argparse.Namespace, settings: dic
         print(f"interrupted after iteration {algo.iteration}: checkpoint saved to {path}; continue with "
               f"cairn train --resume {run_dir}{lost}", flush=True)
         return EXIT_INTERRUPTED
+    if last and last[0].get("done"):  # not one of this command's criteria: say who stopped
+        print(f"stopped after iteration {algo.iteration}: the callbacks' on_train_result set "
+              "result['done']", flush=True)
     print(f"checkpoint: {path}", flush=True)
     return 0
 
