@@ -149,16 +149,17 @@ def _act(algo: Any, rep: int) -> None:
             policy.compute_actions(np.full((4, 4), 0.01 * rep, dtype=np.float32), explore=True)
 
 
-def _link_floor(base: str, pids: list[str], into: Path) -> None:
+def _link_floor(base: str, files: dict[str, list[str]], into: Path) -> None:
     """The file-system work an incremental save cannot avoid with a directory per policy: one
-    directory and one hard link per file for each unchanged policy (plain os calls)."""
+    directory and one hard link per file for each unchanged policy (plain os calls; the file
+    names known beforehand, as the writer knows them from the previous manifest)."""
     os.makedirs(into / "policies")
     src = os.open(Path(base) / "policies", os.O_RDONLY | os.O_DIRECTORY)
     dst = os.open(into / "policies", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for pid in pids:
+        for pid, names in files.items():
             os.mkdir(pid, dir_fd=dst)
-            for name in os.listdir(Path(base) / "policies" / pid):
+            for name in names:
                 os.link(f"{pid}/{name}", f"{pid}/{name}", src_dir_fd=src, dst_dir_fd=dst)
     finally:
         os.close(src)
@@ -200,8 +201,10 @@ def bench_incremental(n: int, hidden: list[int], repeats: int, work: Path) -> di
     frozen = [(p, marker_parts(p)) for p in map(many.get_policy, unchanged)]
     marks = [take_marker(p, p.optimizer_holder, **parts) for p, parts in frozen]
 
+    files = {pid: sorted(os.listdir(Path(base) / "policies" / pid)) for pid in unchanged}
+
     def link_floor(rep: int) -> None:
-        _link_floor(base, unchanged, work / f"floor_{rep}")
+        _link_floor(base, files, work / f"floor_{rep}")
 
     def markers(rep: int) -> float:
         _change(many, "p0", rep)  # not timed
