@@ -113,7 +113,8 @@ def test_a_callback_stops_cairn_train(tmp_path: Path, capsys: pytest.CaptureFixt
     assert len(rows) == 3  # the header and two iterations
     results = [json.loads(line) for line in (tmp_path / "run" / "result.jsonl").read_text().splitlines()]
     assert [r["done"] for r in results] == [False, True]
-    assert "stopped after iteration 2: the callbacks' on_train_result set result['done']" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "stopped after iteration 2: the callbacks' on_train_result set result['done']" in said
 
 
 def test_custom_metrics_reach_progress_csv(tmp_path: Path) -> None:
