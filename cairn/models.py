@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError
-from cairn.numpy_program import numpy_program
+from cairn.numpy_program import StorageWatch, numpy_program
 from cairn.registry import register_model_class, registered_model_classes
 
 __all__ = [
@@ -89,15 +89,16 @@ class ModelBase(nn.Module):
         self.model_config = dict(model_config)
         #: The width of ``obs`` (the flattened observation size).
         self.obs_size = int(gym.spaces.flatdim(observation_space))
-        self._numpy_programs: dict[str, tuple[int, Any]] = {}
+        self._numpy_programs: dict[str, tuple[int, Any, StorageWatch]] = {}
 
     def _acting_in_numpy(self, name: str, fn: Any, obs: np.ndarray) -> np.ndarray:
         """``fn(obs)`` through its numpy program (built on first use, for this very object:
-        a deep copy such as DQN's target network builds its own), else torch."""
+        a deep copy such as DQN's target network builds its own; built again when a parameter
+        was replaced or moved, which its views would not see: :class:`StorageWatch`), else torch."""
         entry = self._numpy_programs.get(name)
-        if entry is None or entry[0] != id(self):
+        if entry is None or entry[0] != id(self) or entry[2].moved():
             program = numpy_program(self, fn, input_size=self.obs_size) if self.numpy_acting else None
-            entry = self._numpy_programs[name] = (id(self), program)
+            entry = self._numpy_programs[name] = (id(self), program, StorageWatch([self]))
         if entry[1] is not None:
             return entry[1](obs)  # type: ignore[no-any-return]
         with torch.inference_mode():

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError
+from cairn.numpy_program import StorageWatch
 from cairn.policy.keras_backend import import_keras, import_tensorflow_quietly
 from cairn.policy.keras_config import model_framework
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
@@ -210,7 +211,8 @@ class KerasActorCritic(nn.Module):
         self.activation = layers.activation if layers is not None else None
         # A plain attribute (not a submodule): the layers' variables are the network's.
         object.__setattr__(self, "mlp_layers", layers)
-        self._numpy_layers: list[tuple[np.ndarray, np.ndarray]] | None = None
+        #: Views of the acting layers' variables, and the watch that says when to take them again.
+        self._numpy_layers: tuple[StorageWatch, list[tuple[np.ndarray, np.ndarray]]] | None = None
 
     # ------------------------------------------------------------------------------- init
     def reset_parameters(self, generator: torch.Generator) -> None:
@@ -305,13 +307,14 @@ class KerasActorCritic(nn.Module):
         if layers is None or layers.encoder is not None:
             with torch.inference_mode():
                 return self.action_inputs(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
-        if self._numpy_layers is None:
+        if self._numpy_layers is None or self._numpy_layers[0].moved():  # (param.data = x)
             dense = [*layers.actor, layers.action_head]
-            self._numpy_layers = [(_variable(layer, "kernel").detach().numpy(),
-                                   _variable(layer, "bias").detach().numpy()) for layer in dense]
+            self._numpy_layers = (StorageWatch([self.variables]), [
+                (_variable(layer, "kernel").detach().numpy(), _variable(layer, "bias").detach().numpy())
+                for layer in dense])
         act = NUMPY_ACTIVATIONS[layers.activation]
         x = obs
-        *hidden, (w_out, b_out) = self._numpy_layers
+        *hidden, (w_out, b_out) = self._numpy_layers[1]
         for w, b in hidden:
             x = act(x @ w + b)
         out = x @ w_out + b_out

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError, ImageObservationWarning
-from cairn.numpy_program import NUMPY_ACTIVATIONS  # the numpy forward passes' activations
+from cairn.numpy_program import NUMPY_ACTIVATIONS, StorageWatch  # the numpy forward passes' activations
 from cairn.policy.custom_model import CUSTOM_MODEL_KEYS, check_custom_model_settings
 from cairn.policy.encoders import ObservationEncoder, check_conv_config, encoder_description, image_layout
 from cairn.policy.keras_config import FRAMEWORK_MODEL_KEYS, check_framework_settings
@@ -171,7 +171,8 @@ class ActorCriticMLP(nn.Module):
         head_outputs = num_outputs // 2 if free_log_std else num_outputs
         self.vf_share_layers = vf_share_layers
         self.activation = activation
-        self._numpy_layers: list[tuple[np.ndarray, np.ndarray]] | None = None
+        #: Views of the acting layers' parameters, and the watch that says when to take them again.
+        self._numpy_layers: tuple[StorageWatch, list[tuple[np.ndarray, np.ndarray]]] | None = None
         self.actor = mlp(sizes, activation)
         self.action_head = nn.Linear(last, head_outputs)
         self.critic = None if vf_share_layers else mlp(sizes, activation)
@@ -198,18 +199,20 @@ class ActorCriticMLP(nn.Module):
 
         For a batch of a few observations, numpy's small matrix products cost a fraction of
         torch's per-operator dispatch; the sampling loop calls this once per step. The views
-        share memory with the parameters, so in-place optimizer updates are seen at once.
+        share memory with the parameters, so in-place optimizer updates are seen at once; they
+        are taken again when a parameter was replaced or moved (:class:`StorageWatch`).
         A CNN encoder runs in torch (its convolutions dominate, not the dispatch).
         """
         if self.encoder is not None:
             with torch.inference_mode():
                 return self.action_inputs(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
-        if self._numpy_layers is None:
+        if self._numpy_layers is None or self._numpy_layers[0].moved():
             linears = [m for m in self.actor if isinstance(m, nn.Linear)] + [self.action_head]
-            self._numpy_layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linears]
+            self._numpy_layers = (StorageWatch([self, *linears], recurse=False),  # self: log_std
+                                  [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linears])
         act = NUMPY_ACTIVATIONS[self.activation]
         x = obs
-        *hidden, (w_out, b_out) = self._numpy_layers
+        *hidden, (w_out, b_out) = self._numpy_layers[1]
         for w, b in hidden:
             x = act(x @ w + b)
         out = x @ w_out + b_out

@@ -22,8 +22,9 @@ import torch
 from torch import nn
 
 from cairn.models import RecurrentActorCriticModel
+from cairn.numpy_program import NUMPY_ACTIVATIONS, StorageWatch
 from cairn.policy.encoders import ObservationEncoder
-from cairn.policy.model import NUMPY_ACTIVATIONS, mlp
+from cairn.policy.model import mlp
 
 __all__ = ["LSTMActorCritic"]
 
@@ -55,7 +56,8 @@ class LSTMActorCritic(RecurrentActorCriticModel):
         super().__init__(observation_space, action_space, num_outputs, {})
         self.cell_size = int(cell_size)
         self.activation = activation
-        self._numpy_views: dict[str, Any] | None = None
+        #: Views of the acting parameters, and the watch that says when to take them again.
+        self._numpy_views: tuple[StorageWatch, dict[str, Any]] | None = None
         self.vf_share_layers = bool(vf_share_layers)
         self.encoder = None if encoder is None else ObservationEncoder(encoder)
         sizes = [obs_size if encoder is None else int(encoder["output_size"]), *hidden]
@@ -95,18 +97,20 @@ class LSTMActorCritic(RecurrentActorCriticModel):
         if self.encoder is not None:
             with torch.inference_mode():
                 x = self.encoder(torch.from_numpy(obs)).numpy()
-        if self._numpy_views is None:  # views share memory with the parameters: updates show
+        # Views share memory with the parameters, so updates show; taken again when a parameter
+        # was replaced or moved (StorageWatch).
+        if self._numpy_views is None or self._numpy_views[0].moved():
             def view(t: Any) -> np.ndarray:
                 return t.detach().numpy()  # type: ignore[no-any-return]
 
             linears = [m for m in self.trunk if isinstance(m, nn.Linear)]
-            self._numpy_views = {
+            self._numpy_views = (StorageWatch([self, *linears, self.lstm, self.action_head], recurse=False), {
                 "trunk": [(view(m.weight).T, view(m.bias)) for m in linears],
                 "lstm": [view(self.lstm.weight_ih_l0).T, view(self.lstm.weight_hh_l0).T,
                          view(self.lstm.bias_ih_l0), view(self.lstm.bias_hh_l0)],
                 "head": [view(self.action_head.weight).T, view(self.action_head.bias)],
-            }
-        views = self._numpy_views
+            })
+        views = self._numpy_views[1]
         act = NUMPY_ACTIVATIONS[self.activation]
         for w, b in views["trunk"]:
             x = act(x @ w + b)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from cairn.numpy_program import StorageWatch
 from cairn.policy.encoders import ObservationEncoder
 from cairn.policy.model import ACTIVATIONS, NUMPY_ACTIVATIONS
 
@@ -84,7 +85,8 @@ class QNetwork(nn.Module):
             layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
         self.trunk = nn.Sequential(*layers)
         self.activation = activation
-        self._numpy_layers: NumpyQLayers | None = None
+        #: The numpy views, and the watch that says when to take them again.
+        self._numpy_layers: tuple[StorageWatch, NumpyQLayers] | None = None
         self.dueling = dueling
         self.advantage_head = nn.Linear(sizes[-1], num_actions)
         self.value_head = nn.Linear(sizes[-1], 1) if dueling else None
@@ -126,17 +128,18 @@ class QNetwork(nn.Module):
 
     def numpy_layers(self) -> NumpyQLayers:
         """:meth:`linear_layers` as numpy views of the live parameters (built once, then
-        cached until the parameters are replaced)."""
-        if self._numpy_layers is None:
+        cached until a parameter is replaced or moved: :class:`StorageWatch`)."""
+        if self._numpy_layers is None or self._numpy_layers[0].moved():
             hidden, advantage_head, value_head = self.linear_layers()
-            self._numpy_layers = NumpyQLayers(
+            linears = [*hidden, advantage_head, *([] if value_head is None else [value_head])]
+            self._numpy_layers = (StorageWatch(linears, recurse=False), NumpyQLayers(
                 hidden=tuple(_views(layer) for layer in hidden),
                 advantage=_views(advantage_head),
                 value=None if value_head is None else _views(value_head),
                 activation=self.activation,
                 act=NUMPY_ACTIVATIONS[self.activation],
-            )
-        return self._numpy_layers
+            ))
+        return self._numpy_layers[1]
 
     def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
         """:meth:`forward` in numpy on views of the live parameters, for the sampling loop

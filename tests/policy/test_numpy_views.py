@@ -1,0 +1,106 @@
+"""The networks that act in numpy on views of their parameters (cairn's MLP, DQN's Q network,
+the LSTM, a user's translated model, the Keras MLP) act with the parameters the network holds
+now, also after a parameter was replaced (``load_state_dict(..., assign=True)``) or given other
+storage (``param.data = x``): writes their views could not see (cairn.numpy_program.StorageWatch)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import cairn
+from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+from cairn.numpy_program import StorageWatch
+from tests.models.nets import TwoHeads
+
+BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+OBS = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+STATE = [np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32) for _ in range(2)]
+LSTM = {"use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 4, "hidden": [6]}
+
+
+def _mlp(model: Any) -> tuple[np.ndarray, np.ndarray]:
+    return model.numpy_action_inputs(OBS), model.action_inputs(torch.from_numpy(OBS)).numpy()
+
+
+def _q(model: Any) -> tuple[np.ndarray, np.ndarray]:
+    return model.numpy_q_values(OBS), model(torch.from_numpy(OBS)).numpy()
+
+
+def _lstm(model: Any) -> tuple[np.ndarray, np.ndarray]:
+    states = [torch.from_numpy(s) for s in STATE]
+    return model.numpy_step(OBS, STATE)[0], model(torch.from_numpy(OBS)[:, None], states)[0][:, 0].numpy()
+
+
+NETWORKS: dict[str, tuple[Callable[[], Any], Callable[[Any], tuple[np.ndarray, np.ndarray]]]] = {
+    "mlp, Box actions (log_std)": (lambda: cairn.Policy(BOX, gym.spaces.Box(-1, 1, (2,)), seed=0), _mlp),
+    "mlp, Discrete actions": (lambda: cairn.Policy(BOX, gym.spaces.Discrete(3), seed=0), _mlp),
+    "dqn, dueling": (lambda: DQNPolicy(BOX, gym.spaces.Discrete(3), {"dueling": True}, seed=0), _q),
+    "lstm, Box actions": (lambda: cairn.Policy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": LSTM}, seed=0),
+                          _lstm),
+    "user model": (lambda: cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": TwoHeads}},
+                                        seed=0), _mlp),
+}
+
+
+def _new_values(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return {name: torch.randn(value.shape, generator=generator, dtype=value.dtype)
+            for name, value in model.state_dict().items()}
+
+
+def _assert_acts_as_torch(outputs: Callable[[Any], tuple[np.ndarray, np.ndarray]], model: Any) -> np.ndarray:
+    with torch.no_grad():
+        got, expected = outputs(model)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    return got
+
+
+@pytest.mark.parametrize("name", list(NETWORKS))
+def test_numpy_acting_follows_replaced_and_moved_parameters(name: str) -> None:
+    make, outputs = NETWORKS[name]
+    model = make().model
+    before = _assert_acts_as_torch(outputs, model)  # the views are taken
+
+    model.load_state_dict(_new_values(model, 1), assign=True)  # new Parameter objects
+    replaced = _assert_acts_as_torch(outputs, model)
+    assert not np.allclose(replaced, before)
+
+    with torch.no_grad():
+        for parameter, value in zip(model.parameters(), _new_values(model, 2).values(), strict=False):
+            parameter.data = value.reshape(parameter.shape)  # same objects, other storage
+    moved = _assert_acts_as_torch(outputs, model)
+    assert not np.allclose(moved, replaced)
+
+
+def test_the_keras_mlp_follows_parameters_given_other_storage() -> None:
+    model = cairn.Policy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": {"framework": "keras"}}, seed=0).model
+    before = _assert_acts_as_torch(_mlp, model)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.data = parameter.data + 0.5
+    assert not np.allclose(_assert_acts_as_torch(_mlp, model), before)
+
+
+def test_a_watch_sees_replaced_removed_and_moved_tensors_and_nothing_else() -> None:
+    layer = torch.nn.Linear(2, 2)
+    watch = StorageWatch([layer])
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # in place: the views see it
+        layer.load_state_dict({"weight": torch.zeros(2, 2), "bias": torch.zeros(2)})  # copies in place
+    assert not watch.moved()
+    layer.bias = torch.nn.Parameter(torch.ones(2))
+    assert watch.moved()
+    watch = StorageWatch([layer])
+    layer.register_parameter("bias", None)
+    assert watch.moved()
+    parent = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    own_only, whole = StorageWatch([parent], recurse=False), StorageWatch([parent])
+    parent[0].weight.data = torch.zeros(2, 2)
+    assert not own_only.moved()  # a Sequential has no tensors of its own
+    assert whole.moved()
