@@ -54,6 +54,11 @@ class _Unsupported(Exception):
     pass
 
 
+#: A module's own parameters and buffers by name: torch exposes the tables a tensor is
+#: registered in (which ``load_state_dict(assign=True)`` and attribute assignment update) only so.
+_own_tables = operator.attrgetter("_parameters", "_buffers")
+
+
 class StorageWatch:
     """Whether the parameters and buffers of some modules still live where they did when the
     watch was made.
@@ -79,7 +84,7 @@ class StorageWatch:
         slots: list[tuple[dict[str, Any], str]] = []
         for module in modules:
             for sub in module.modules() if recurse else (module,):
-                for table in (sub._parameters, sub._buffers):
+                for table in _own_tables(sub):
                     slots += [(table, key) for key, tensor in table.items() if tensor is not None]
         self._slots = slots
         self._addresses = [table[key].data_ptr() for table, key in slots]
