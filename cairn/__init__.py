@@ -12,6 +12,7 @@ from cairn.callbacks import Callbacks
 from cairn.checkpoint import get_checkpoint_info
 from cairn.checkpoint.manager import CheckpointManager
 from cairn.config import AlgorithmConfig
+from cairn.models import register_model
 from cairn.policy import Policy, PolicySpec
 from cairn.policy_ids import validate_policy_id
 from cairn.registry import register_env
@@ -42,5 +43,6 @@ __all__ = [
     "SACConfig",
     "get_checkpoint_info",
     "register_env",
+    "register_model",
     "validate_policy_id",
 ]

@@ -22,10 +22,11 @@ import importlib
 import inspect
 import sys
 import types
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from cairn.errors import ConfigError, UnsafeCheckpointError
+from cairn.errors import CheckpointConfigError, ConfigError, UnsafeCheckpointError
 
 __all__ = [
     "register_env",
@@ -136,11 +137,49 @@ def _import_attribute(reference: str, error: type[Exception]) -> Any:
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
+        if module_name == "__main__":
+            raise error(
+                f"Could not resolve {reference!r}: it names {qualname!r} in __main__, the script "
+                "that was running when it was stored, and this process's __main__ has no such "
+                "name (another process cannot import a class or function defined in a script). "
+                "Fix: pass it again, e.g. config_overrides={'model': {'custom_model': MyModel}} "
+                "or {'callbacks_class': MyCallbacks} on restore, or define it in an importable "
+                "module (my_project/models.py) and save again."
+            ) from exc
         raise error(
             f"Could not resolve {reference!r}: {exc}. Install or import the package that "
             "defines it, or pass the object explicitly."
         ) from exc
     return obj
+
+
+def main_module_references(tree: Any, path: str = "") -> list[tuple[str, str]]:
+    """``(key path, reference)`` for every ``"__main__:Name"`` reference in a config tree
+    (``config.to_dict()``): classes defined in the running script, which this process can
+    resolve but another process (a Ray worker, ``cairn evaluate``, a later script) cannot."""
+    if isinstance(tree, str):
+        return [(path, tree)] if tree.startswith("__main__:") else []
+    if isinstance(tree, Mapping):
+        return [found for key, value in tree.items()
+                for found in main_module_references(value, f"{path}.{key}" if path else str(key))]
+    if isinstance(tree, (list, tuple)):
+        return [found for index, value in enumerate(tree)
+                for found in main_module_references(value, f"{path}[{index}]")]
+    return []
+
+
+def warn_main_module_references(config: Mapping[str, Any], *, when: str, stacklevel: int) -> None:
+    """Warn once per call about :func:`main_module_references` in ``config`` (``when``:
+    ``"build()"`` or ``"save()"``)."""
+    found = main_module_references(config)
+    if found:
+        listed = ", ".join(f"{key}={reference!r}" for key, reference in found)
+        warnings.warn(
+            f"At {when}: the config names {listed}, defined in the script run as __main__. This "
+            "process can restore its checkpoints, but another process (a Ray worker, `cairn "
+            "evaluate`, a later script) cannot import it. Fix: define it in an importable module "
+            "(e.g. my_project/models.py) and import it from there.",
+            stacklevel=stacklevel + 1)
 
 
 def check_reference_form(reference: Any, *, what: str) -> str:
@@ -185,14 +224,18 @@ def resolve_reference(reference: Any, *, what: str, base: type[T] | None = None)
        be a plain Python function (no class, builtin, method or partial) defined in that very
        module, not one imported into it from elsewhere.
 
-    Anything else raises :class:`~cairn.errors.UnsafeCheckpointError` naming ``what`` (the
-    config key or role, e.g. ``"model.keras_model"``) and the reference.
+    A module or name that does not exist raises :class:`~cairn.errors.CheckpointConfigError`
+    (a ``ConfigError`` and a ``CheckpointError``: nothing unsafe happened). Anything else
+    raises :class:`~cairn.errors.UnsafeCheckpointError` naming ``what`` (the config key or
+    role, e.g. ``"model.keras_model"``) and the reference.
     """
     if base is not None and isinstance(reference, str) and reference in _CLASSES:
         obj: Any = _CLASSES[reference]
     else:
         check_reference_form(reference, what=what)
-        obj = _import_attribute(reference, UnsafeCheckpointError)
+        # Nothing unsafe happened when a module or name is missing: a ConfigError at build(), a
+        # CheckpointConfigError (also a CheckpointError) on restore.
+        obj = _import_attribute(reference, CheckpointConfigError)
     if base is not None:
         if not (isinstance(obj, type) and issubclass(obj, base)):
             raise UnsafeCheckpointError(

@@ -197,7 +197,9 @@ class Algorithm:
 
     def compute_single_action(self, obs: Any, *, policy_id: str = DEFAULT_POLICY_ID,
                               explore: bool = False) -> Any:
-        """The action of ``policy_id`` for one raw observation (greedy by default)."""
+        """The action of ``policy_id`` for one raw observation, greedy by default
+        (``explore=False``, as ``cairn evaluate`` plays), unlike :meth:`Policy.compute_single_action`,
+        which samples by default (``explore=True``, as the env runners act while training)."""
         return self.get_policy(policy_id).compute_single_action(obs, explore=explore)
 
     def add_policy(

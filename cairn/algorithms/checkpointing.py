@@ -44,10 +44,17 @@ from cairn.errors import (
     UnsafeCheckpointError,
 )
 from cairn.policy.checkpointing import native_files_writer
+from cairn.policy.custom_model import MODEL_CLASS_KEYS
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
 from cairn.policy_ids import check_policy_ids
-from cairn.registry import CALLABLE_KEY, resolve_class
+from cairn.registry import (
+    CALLABLE_KEY,
+    callable_reference,
+    model_class_reference,
+    resolve_class,
+    warn_main_module_references,
+)
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
@@ -122,6 +129,8 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
         algo, copy=snapshot, given=plan.given)
     plan.take_markers(state["policies"], wanted)
     _warn_unstorable(state["config"])
+    # _warn_unstorable <- prepare_algorithm_save <- Algorithm.save <- caller
+    warn_main_module_references(state["config"], when="save()", stacklevel=3)
     if wanted:
         policies = ({pid: Policy.from_state(state["policies"][pid]) for pid in wanted}
                     if snapshot else {pid: algo.policies[pid] for pid in wanted})
@@ -308,10 +317,44 @@ def algorithm_from_state(
     algo_cls = stored_algorithm_class(state["algorithm_class"], cls, "This state", "from_state")
     config = restored_config(state, policy_ids, policy_mapping_fn, policies_to_train,
                              config_overrides)
-    policy_states = {pid: s for pid, s in state["policies"].items() if pid in config.policies}
+    policy_states = _with_model_references(
+        {pid: s for pid, s in state["policies"].items() if pid in config.policies},
+        (config_overrides or {}).get("model"))
     algo = algo_cls(config, policy_states=policy_states, copy_policy_states=copy)
     algo.set_state({**state, "policies": {}})
     return algo
+
+
+def _with_model_references(policy_states: Mapping[str, Any], model: Any) -> dict[str, Any]:
+    """``policy_states`` with the model classes named by ``config_overrides["model"]``
+    (``custom_model``, ``custom_q_model``, ``keras_model``) put into each policy that names one.
+
+    A restored policy rebuilds its network from its own stored model config (an override of
+    ``hidden`` does not reshape stored weights), but a class reference may resolve only in the
+    process that saved it (a class defined in ``__main__``): replacing the reference is how a
+    user brings that class back. Other model keys stay as stored. The states are not changed.
+    """
+    keys = [key for key in (*MODEL_CLASS_KEYS, "keras_model") if isinstance(model, Mapping) and key in model]
+    if not keys:
+        return dict(policy_states)
+    replaced: dict[str, Any] = {}
+    for pid, policy_state in policy_states.items():
+        stored = policy_state["spec"]["config"].get("model") or {}
+        new = {key: _model_reference(key, model[key]) for key in keys if stored.get(key)}
+        if not new:
+            replaced[pid] = policy_state
+            continue
+        spec = policy_state["spec"]
+        config = {**spec["config"], "model": {**stored, **new}}
+        replaced[pid] = {**policy_state, "spec": {**spec, "config": config}}
+    return replaced
+
+
+def _model_reference(key: str, value: Any) -> Any:
+    """What the config stores for ``model[key]`` (a Keras builder function: its import path)."""
+    if key != "keras_model":
+        return model_class_reference(value, what=f"model.{key}")
+    return value if isinstance(value, str) else callable_reference(value) or value
 
 
 def policy_to_export(policies: Mapping[str, Policy], policy_id: str, call: str) -> Policy:

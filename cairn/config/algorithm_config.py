@@ -29,7 +29,7 @@ from cairn.policy.custom_model import model_references
 from cairn.policy.model import check_model_config
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_mapped_policy_id
-from cairn.registry import CALLABLE_KEY
+from cairn.registry import CALLABLE_KEY, warn_main_module_references
 
 __all__ = ["AlgorithmConfig", "PolicyMapping", "BASE_FIELDS", "CALLABLE_KEY", "merge_setting"]
 
@@ -341,6 +341,7 @@ class AlgorithmConfig:
                 "cairn.PPOConfig()."
             )
         algo_cls: Any = algorithm_classes.algorithm_class(self.algo_class_name)
+        warn_main_module_references(self.to_dict(), when="build()", stacklevel=2)
         return algo_cls(config=self)  # type: ignore[no-any-return]
 
     # ---------------------------------------------------------------------------- derived

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cairn.callbacks.base import callbacks_reference
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping, merge_setting
 from cairn.errors import ConfigError, UnknownPolicyIdError
 from cairn.policy_ids import normalize_policy_ids
@@ -35,7 +36,9 @@ def restored_config(
             raise ConfigError(
                 f"config_overrides cannot change {key!r}; use policy_ids=[...] to restore a subset."
             )
-        if callable(value) and not isinstance(value, Mapping):
+        if key == "callbacks_class":  # a class, as config.callbacks() takes it, or its reference
+            data[key] = callbacks_reference(value)
+        elif callable(value) and not isinstance(value, Mapping):
             callables[key] = value
         elif key in merged and isinstance(value, Mapping) and isinstance(data.get(key), Mapping):
             data[key] = merge_setting(data[key], value)

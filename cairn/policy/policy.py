@@ -271,10 +271,10 @@ class Policy:
 
     def compute_single_action(self, obs: Any, *, explore: bool = True,
                               state: Sequence[Any] | None = None) -> Any:
-        """The action for one raw observation (an int for Discrete spaces); with ``state`` (a
-        recurrent policy's, unbatched) ``(action, state_out)``. Raises
-        :class:`~cairn.errors.ObservationSpaceError` when ``obs`` does not fit the observation space.
-        """
+        """The action for one raw observation (an int for Discrete spaces), sampled by default
+        (``explore=True``; :meth:`Algorithm.compute_single_action` is greedy by default); with
+        ``state`` (a recurrent policy's, unbatched) ``(action, state_out)``. Raises
+        :class:`~cairn.errors.ObservationSpaceError` when ``obs`` does not fit the observation space."""
         if state is not None:
             processed = self.process_observations([obs], update=False)
             return recurrent.recurrent_single_action(self, processed, state, explore=explore)

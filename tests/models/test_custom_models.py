@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import cairn
-from cairn.errors import CheckpointError, ConfigError, UnsafeCheckpointError
+from cairn.errors import CheckpointConfigError, CheckpointError, ConfigError, UnsafeCheckpointError
 from cairn.models import ActorCriticModel, register_model, registered_models
 from tests.checkpoint.attacks import edit_json
 from tests.helpers import small_ma_ppo, small_ppo
@@ -154,7 +154,8 @@ class LocalModel(ActorCriticModel):
 
 
 def test_a_registered_name_is_stored_and_must_be_registered_to_restore(tmp_path: Path) -> None:
-    register_model("tiny_linear", LocalModel)
+    assert cairn.register_model is register_model  # public at the top level too
+    cairn.register_model("tiny_linear", LocalModel)
     assert registered_models()["tiny_linear"] is LocalModel
     algo = small_ppo(model={"custom_model": "tiny_linear"}).build()
     assert algo.config.model["custom_model"] == "tiny_linear"
@@ -222,3 +223,59 @@ def test_split_observation_gives_the_dict_back_and_exports(tmp_path: Path) -> No
     assert policy.compute_actions(samples).shape == (5,)
     policy.export_model(tmp_path / "program")  # slicing only: torch.export traces it, with parity
     assert (tmp_path / "program" / "signature.json").exists()
+
+
+_MAIN_SCRIPT = '''
+import sys, warnings
+import cairn
+from tests.models.nets import TwoHeads
+
+class Net(TwoHeads):  # defined in the script: its reference is '__main__:Net'
+    pass
+
+class Hooks(cairn.Callbacks):
+    pass
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    algo = (cairn.PPOConfig().environment("CartPole-v1").callbacks(Hooks)
+            .training(model={"custom_model": Net}, train_batch_size=64, minibatch_size=32).build())
+    algo.save(sys.argv[1])
+for w in caught:
+    print("WARNING", w.filename, str(w.message))
+'''
+
+
+def test_classes_defined_in_main_warn_and_restore_elsewhere_with_the_fix(tmp_path: Path) -> None:
+    """A model and callbacks defined in the script run as ``__main__``: build() and save() warn
+    (from the user's lines), and another process's restore is a CheckpointConfigError (nothing
+    unsafe happened) naming ``__main__`` and the fix, which works."""
+    script = tmp_path / "train_script.py"
+    script.write_text(_MAIN_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "ckpt")], capture_output=True,
+                         text=True, env=env, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    warned = [line for line in out.stdout.splitlines() if line.startswith("WARNING")]
+    assert [w.split()[1] for w in warned] == [str(script)] * 2, out.stdout  # build(), then save()
+    assert "At build()" in warned[0] and "At save()" in warned[1]
+    for line in warned:
+        assert "model.custom_model='__main__:Net'" in line and "callbacks_class='__main__:Hooks'" in line
+
+    with pytest.raises(CheckpointConfigError, match=r"'__main__:(Hooks|Net)'.*__main__.*config_overrides"):
+        cairn.Algorithm.from_checkpoint(tmp_path / "ckpt")
+    restored = cairn.Algorithm.from_checkpoint(tmp_path / "ckpt", config_overrides={
+        "model": {"custom_model": TwoHeads}, "callbacks_class": cairn.Callbacks})
+    try:
+        assert isinstance(restored.get_policy().model, TwoHeads)
+        assert type(restored.callbacks) is cairn.Callbacks
+    finally:
+        restored.stop()
+
+
+@pytest.mark.parametrize("reference", ["tests.models.nets:TwoHeadz", "tests.models.no_such_module:Net"])
+def test_a_typo_in_a_reference_at_build_is_a_config_error(reference: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        small_ppo(model={"custom_model": reference}).build()
+    assert not isinstance(caught.value, UnsafeCheckpointError)
+    assert reference.split(":")[0].rsplit(".", 1)[-1] in str(caught.value)

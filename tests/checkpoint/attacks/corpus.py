@@ -18,6 +18,7 @@ from typing import Any
 
 from cairn.checkpoint.format import FORMAT_VERSION
 from cairn.errors import (
+    CheckpointConfigError,
     CheckpointCorruptedError,
     CheckpointError,
     CheckpointFormatError,
@@ -142,9 +143,13 @@ for _name, _ref in [("stdlib_os_system", "os:system"), ("builtins_eval", "builti
                     ("function_not_class", f"{PAYLOAD_MODULE}:write_canary"),
                     ("foreign_class", f"{PAYLOAD_MODULE}:EvilNotPolicy"),
                     ("cairn_wrong_base", "cairn.policy.policy:Policy"),
-                    ("malformed_reference", "os.system()"),
-                    ("missing_module", "no_such_package_cairn:Thing")]:
+                    ("malformed_reference", "os.system()")]:
     attack(f"algorithm_class_{_name}", UnsafeCheckpointError, ("algo",))(
+        lambda root, _, ref=_ref: _algorithm_class(root, ref))
+# Nothing unsafe happens when the named module or class does not exist: a CheckpointConfigError.
+for _name, _ref in [("missing_module", "no_such_package_cairn:Thing"),
+                    ("missing_class", "cairn.algorithms:NoSuchAlgorithm")]:
+    attack(f"algorithm_class_{_name}", CheckpointConfigError, ("algo",))(
         lambda root, _, ref=_ref: _algorithm_class(root, ref))
 
 for _name, _ref in [("foreign_class", f"{PAYLOAD_MODULE}:EvilNotPolicy"),
