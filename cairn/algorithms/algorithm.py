@@ -84,6 +84,9 @@ class Algorithm:
         self.counters = dict.fromkeys(("num_env_steps_sampled_lifetime", "num_agent_steps_sampled_lifetime",
                                        "num_env_steps_trained_lifetime", "num_episodes_lifetime"), 0)
         self._rng = algorithm_rng(self.config.seed)
+        #: The result of the last iteration that completed (None before the first): what
+        #: ``train()`` returned, or would have, had evaluation or ``on_train_result`` not raised.
+        self.last_result: dict[str, Any] | None = None
         self._recent_episodes: deque[dict[str, Any]] = deque(maxlen=_METRICS_WINDOW)
         self.policies: dict[str, Policy] = {}
         #: The hooks of ``config.callbacks_class`` (``cairn.Callbacks``; docs/callbacks.md).
@@ -158,15 +161,22 @@ class Algorithm:
         :attr:`counters`, the :func:`~cairn.algorithms.metrics.episode_metrics` of the last 100
         episodes (``episode_return_mean``, ...), ``learners[policy_id]``, ``time_this_iter_s``,
         ``env_steps_per_s`` (env steps sampled in the iteration over its wall time); plus
-        ``evaluation`` when evaluation is due."""
+        ``evaluation`` when evaluation is due.
+
+        An exception from an environment, a model or a callback propagates unchanged and
+        leaves the algorithm usable (docs/fault-tolerance.md): a sample that raised is
+        discarded and its envs start new episodes; :attr:`iteration` counts only iterations
+        whose learning completed. Once it did, the iteration counts even if evaluation or
+        ``on_train_result`` raises afterwards, and its result stays in :attr:`last_result`."""
         start, steps_before = time.perf_counter(), self.counters["num_env_steps_sampled_lifetime"]
         with self._torch_threads():
             learner_stats = self.training_step()
             self.sync_learners()
         self.iteration += 1
-        result = {"training_iteration": self.iteration, **self.counters,
-                  **episode_metrics(list(self._recent_episodes), policy_ids=self.policies),
-                  **self.env_runner_group.health_metrics(), "learners": learner_stats}
+        result = self.last_result = {
+            "training_iteration": self.iteration, **self.counters,
+            **episode_metrics(list(self._recent_episodes), policy_ids=self.policies),
+            **self.env_runner_group.health_metrics(), "learners": learner_stats}
         interval = self.config.evaluation_interval
         if interval and self.iteration % interval == 0:
             result["evaluation"] = self.evaluate()

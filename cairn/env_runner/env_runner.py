@@ -129,25 +129,50 @@ class EnvRunner:
         """Step every environment ``num_steps`` times (default: the rollout fragment length)
         and return the experience keyed by policy ID."""
         steps = num_steps or self.config.get_rollout_fragment_length()
-        with single_threaded_blas():  # acting on a few rows at a time: one BLAS thread
-            if self._needs_reset:
-                self._reset_all(update_filter=True)
-            batches = self._sampler()(steps, explore=explore, record=True, update_filter=True)
-        self.num_env_steps_sampled += steps * self.num_envs
-        if overrides(self.callbacks, "on_sample_end"):
-            self.callbacks.on_sample_end(samples=batches, env_runner=self)
+        before = self._undo_point()
+        try:
+            with single_threaded_blas():  # acting on a few rows at a time: one BLAS thread
+                if self._needs_reset:
+                    self._reset_all(update_filter=True)
+                batches = self._sampler()(steps, explore=explore, record=True, update_filter=True)
+            self.num_env_steps_sampled += steps * self.num_envs
+            if overrides(self.callbacks, "on_sample_end"):
+                self.callbacks.on_sample_end(samples=batches, env_runner=self)
+        except BaseException:
+            self._discard_fragment(before)
+            raise
         return batches
+
+    def _undo_point(self) -> tuple[int, tuple[int, int], dict[str, int]]:
+        return (self.num_env_steps_sampled, self._episodes.mark(),
+                {pid: p.global_timestep for pid, p in self.policies.items()})
+
+    def _discard_fragment(self, before: tuple[int, tuple[int, int], dict[str, int]]) -> None:
+        """After a ``sample()`` that raised (an env, a callback, a model): the fragment is
+        dropped, the counters are as before it, and every env starts a new episode before it is
+        stepped again (the one that raised is in an unknown state; docs/fault-tolerance.md)."""
+        self.num_env_steps_sampled, mark, timesteps = before
+        self._episodes.forget_since(mark)
+        for pid, timestep in timesteps.items():
+            if pid in self.policies:
+                self.policies[pid].global_timestep = timestep
+        self._needs_reset = True
 
     def run_episodes(self, num_episodes: int, *, explore: bool = False) -> list[dict[str, Any]]:
         """Play ``num_episodes`` fresh episodes without recording or updating filters
         (used for evaluation) and return their metrics."""
         self._episodes.take()
-        with single_threaded_blas():
-            self._reset_all(update_filter=False)
-            sample = self._sampler()
-            while len(self._episodes.completed) < num_episodes:
-                sample(64, explore=explore, record=False, update_filter=False)
-        self._needs_reset = True
+        try:
+            with single_threaded_blas():
+                self._reset_all(update_filter=False)
+                sample = self._sampler()
+                while len(self._episodes.completed) < num_episodes:
+                    sample(64, explore=explore, record=False, update_filter=False)
+        except BaseException:
+            self._episodes.take()  # the episodes of a run that raised are not reported
+            raise
+        finally:
+            self._needs_reset = True
         return self._episodes.take(num_episodes)
 
     def _sampler(self) -> Any:

@@ -111,6 +111,16 @@ class EpisodeBook:
         self.num_episodes += 1
         self.current[env_index] = self._start(env_index)
 
+    def mark(self) -> tuple[int, int]:
+        """Where the completed episodes stand now, for :meth:`forget_since`."""
+        return len(self.completed), self.num_episodes
+
+    def forget_since(self, mark: tuple[int, int]) -> None:
+        """Forget the episodes completed since :meth:`mark` returned ``mark`` (a sample that
+        raised is discarded whole: its episodes are neither reported nor counted)."""
+        del self.completed[mark[0]:]
+        self.num_episodes = mark[1]
+
     def take(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Return the completed episodes (the first ``limit`` of them) and forget them all."""
         done = self.completed if limit is None else self.completed[:limit]

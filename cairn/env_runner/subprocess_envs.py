@@ -17,6 +17,14 @@ to :func:`cairn.register_env` is resolved here, and its creator is sent. As with
 non-"fork" start method, the child imports the main module of a script: a script must build
 and train under ``if __name__ == "__main__":`` (SB3's ``SubprocVecEnv`` asks the same).
 
+**Errors.** Every request is answered on every pipe before anything raises: a command sent
+to several children reads all their answers, then raises the first child's error (Gymnasium's
+``AsyncVectorEnv`` does the same), so that no unread answer is taken for the answer to the
+next request. A pipe whose reading was cut short anyway (an interrupt) is drained of its
+stale answers before the next request is sent. The environment that raised is in an unknown
+state: the env runner resets every environment before it steps them again
+(docs/fault-tolerance.md).
+
 **Lifetime.** :meth:`AsyncEnvs.close` (``EnvRunner.stop()``, ``Algorithm.stop()``) ends the
 children. They are daemon processes (ended when the parent exits normally), and a child whose
 parent died (its pipe closes) exits by itself.
@@ -71,7 +79,9 @@ class SubprocessEnv:
     """One environment in a child process: its spaces, and requests sent to it.
 
     ``send`` then ``receive`` is one request; the runner sends to every child before it
-    receives from any, so that the children work at the same time.
+    receives from any, so that the children work at the same time. The answers not yet read
+    are counted: ``send`` first reads and drops any left over (a reader cut short), so that
+    an answer always belongs to the request just sent.
     """
 
     def __init__(self, context: Any, env_name: str, payload: bytes, index: int) -> None:
@@ -84,8 +94,16 @@ class SubprocessEnv:
         child_conn.close()  # our copy: the pipe then closes when the child exits
         self.observation_space: Any = None
         self.action_space: Any = None
+        self._unread = 1  # the child's "create" report
 
     def send(self, command: str, argument: Any = None) -> None:
+        while self._unread:  # answers of an earlier request whose reading was cut short: dropped
+            try:
+                self._conn.recv_bytes()
+            except (EOFError, OSError) as exc:
+                raise self._died(command) from exc
+            self._unread -= 1
+        self._unread += 1
         try:
             self._conn.send_bytes(pickle.dumps((command, argument), pickle.HIGHEST_PROTOCOL))
         except (BrokenPipeError, OSError) as exc:
@@ -93,9 +111,11 @@ class SubprocessEnv:
 
     def receive(self, command: str) -> Any:
         try:
-            status, value = pickle.loads(self._conn.recv_bytes())
+            message = self._conn.recv_bytes()
         except (EOFError, OSError) as exc:
             raise self._died(command) from exc
+        self._unread -= 1
+        status, value = pickle.loads(message)
         if status != "ok":
             raise EnvError(f"Environment {self.env_name!r} (env {self.index}, child process "
                            f"{self.process.pid}) failed in {command}():\n{value}")
@@ -136,6 +156,22 @@ def _end(conn: Connection, process: Any) -> None:
         process.terminate()
         process.join(_JOIN_TIMEOUT_S)
     conn.close()
+
+
+def _receive_all(proxies: Sequence[SubprocessEnv], command: str) -> list[Any]:
+    """Every proxy's answer to ``command``, in order; when some failed, the first failure is
+    raised, after every answer was read (each pipe is then ready for the next request)."""
+    answers: list[Any] = []
+    first_error: EnvError | None = None
+    for proxy in proxies:
+        try:
+            answers.append(proxy.receive(command))
+        except EnvError as exc:
+            first_error = first_error or exc
+            answers.append(None)
+    if first_error is not None:
+        raise first_error
+    return answers
 
 
 def _end_all(envs: list[SubprocessEnv]) -> None:
@@ -183,22 +219,23 @@ class AsyncEnvs:
     def step(self, actions: Iterable[Any]) -> list[StepResult]:
         for proxy, action in zip(self.envs, actions):
             proxy.send("step", action)
-        return [proxy.receive("step") for proxy in self.envs]
+        return _receive_all(self.envs, "step")
 
     def reset(self, seeds: Mapping[int, int | None]) -> dict[int, Any]:
-        for i, seed in seeds.items():
-            self.envs[i].send("reset", seed)
-        return {i: self.envs[i].receive("reset") for i in seeds}
+        proxies = [self.envs[i] for i in seeds]
+        for proxy, seed in zip(proxies, seeds.values()):
+            proxy.send("reset", seed)
+        return dict(zip(seeds, _receive_all(proxies, "reset")))
 
     def get_states(self) -> list[dict[str, Any] | None]:
         for proxy in self.envs:
             proxy.send("get_state")
-        return [proxy.receive("get_state") for proxy in self.envs]
+        return _receive_all(self.envs, "get_state")
 
     def set_states(self, states: Sequence[dict[str, Any] | None]) -> bool:
         for proxy, state in zip(self.envs, states):
             proxy.send("set_state", state)
-        return all([proxy.receive("set_state") for proxy in self.envs])
+        return all(_receive_all(self.envs, "set_state"))
 
     def close(self) -> None:
         self._finalizer()

@@ -1,0 +1,77 @@
+"""A callback that raises leaves training usable (docs/callbacks.md, docs/fault-tolerance.md).
+
+A hook raising inside ``sample()`` (the episode hooks, ``on_sample_end``) discards the
+fragment and makes every env start a new episode, so that no finished episode is stepped on;
+``on_train_result`` raising comes after the iteration completed: it counts, and its result
+stays in ``algorithm.last_result``. The exception reaches the caller unchanged each time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import cairn
+from tests.fault_injection import (
+    InjectedError,
+    RaiseOnce,
+    check_recovers,
+    make_step_record_env,
+    raise_in,
+    step_record_env_config,
+)
+from tests.helpers import small_ppo
+
+
+@pytest.fixture(autouse=True)
+def _no_faults_left() -> Iterator[None]:
+    yield
+    raise_in(())
+
+
+def _ppo(tmp_path: Path) -> cairn.PPOConfig:
+    return (small_ppo(train_batch_size=64, minibatch_size=32)
+            .environment(make_step_record_env, env_config=step_record_env_config(tmp_path))
+            .env_runners(num_envs_per_env_runner=2).callbacks(RaiseOnce))
+
+
+@pytest.mark.parametrize("hook", ["on_episode_start", "on_episode_step", "on_episode_end", "on_sample_end"])
+def test_a_hook_raising_inside_sample_discards_the_fragment(tmp_path: Path, hook: str) -> None:
+    algo = _ppo(tmp_path).build()
+    try:
+        check_recovers(algo, tmp_path, InjectedError, match=f"in {hook}", arm=lambda: raise_in([hook]))
+    finally:
+        algo.stop()
+
+
+def test_on_episode_end_raising_never_steps_the_finished_episode(tmp_path: Path) -> None:
+    """The reproduction of issue 36 (b): the episode whose end hook raised is over; the next
+    ``train()`` resets its env instead of stepping it (StepRecordEnv raises if stepped), and a
+    checkpoint saved meanwhile holds no env between episodes."""
+    algo = _ppo(tmp_path).build()
+    try:
+        raise_in(["on_episode_end"])
+        with pytest.raises(InjectedError):
+            algo.train()
+        state = algo.env_runner_group.get_state()[0]
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "after_fault"))
+        try:
+            restored.train()
+        finally:
+            restored.stop()
+        algo.train()
+        assert state["needs_reset"]
+    finally:
+        algo.stop()
+
+
+def test_on_train_result_raising_keeps_the_completed_iteration(tmp_path: Path) -> None:
+    """Issue 36 (c): the iteration learned, so it counts; its result is not lost."""
+    algo = _ppo(tmp_path).build()
+    try:
+        check_recovers(algo, tmp_path, InjectedError, match="in on_train_result", completes=True,
+                       arm=lambda: raise_in(["on_train_result"]))
+    finally:
+        algo.stop()

@@ -1,0 +1,107 @@
+"""Training survives an exception raised inside ``sample()`` (docs/fault-tolerance.md).
+
+After an env raising in ``step`` or ``reset`` (in this process or in an ``"async"`` child), or
+a model raising while acting, the exception reaches the caller unchanged; the fragment is
+discarded (no counter counts it, no episode of it is reported); every env starts a new episode
+before it is stepped again; the next ``train()`` works on rows that are real steps of their
+episodes; and a checkpoint saved then resumes exactly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cairn
+from cairn.errors import EnvError
+from tests.fault_injection import (
+    LENGTH,
+    InjectedError,
+    check_recovers,
+    make_step_record_env,
+    step_record_env_config,
+)
+from tests.helpers import small_ppo
+
+
+def step_record_ppo(tmp_path: Path, mode: str = "sync", **env_config: Any) -> cairn.PPOConfig:
+    """PPO on two StepRecordEnv copies; ``env_config`` may inject one fault."""
+    return (small_ppo(train_batch_size=64, minibatch_size=32)
+            .environment(make_step_record_env, env_config=step_record_env_config(tmp_path, **env_config))
+            .env_runners(num_envs_per_env_runner=2, gym_env_vectorize_mode=mode))
+
+
+@pytest.mark.parametrize("fail_in, fail_at", [("step", 39), ("reset", 9)])
+def test_an_env_raising_in_the_same_process(tmp_path: Path, fail_in: str, fail_at: int) -> None:
+    algo = step_record_ppo(tmp_path, fail_in=fail_in, fail_at=fail_at).build()
+    try:
+        check_recovers(algo, tmp_path, InjectedError)
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fail_in, fail_at", [("step", 39), ("reset", 9)])
+def test_an_async_env_raising_leaves_every_pipe_in_step(tmp_path: Path, fail_in: str, fail_at: int) -> None:
+    """Every child's answer is read before the first error is raised (as Gymnasium's
+    AsyncVectorEnv does): no env copy answers a step late afterwards."""
+    algo = step_record_ppo(tmp_path, "async", fail_in=fail_in, fail_at=fail_at).build()
+    try:
+        check_recovers(algo, tmp_path, EnvError, match=f"(?s)failed in {fail_in}.*InjectedError")
+    finally:
+        algo.stop()
+
+
+def test_async_envs_answer_in_step_after_an_error(tmp_path: Path) -> None:
+    """The vector env alone: after one child raised in ``step``, every child's next answer is
+    the answer to the next request (not the unread one of the step that raised)."""
+    from cairn.env_runner.subprocess_envs import AsyncEnvs
+
+    envs = AsyncEnvs(make_step_record_env, {"length": 100, "fail_in": "step", "fail_at": 2,
+                                            "fail_file": str(tmp_path / "fault")}, 3)
+    try:
+        envs.reset(dict.fromkeys(range(3), 0))
+        envs.step([0, 0, 0])
+        with pytest.raises(EnvError, match="InjectedError"):
+            envs.step([0, 0, 0])
+        # The copy that raised did not take the step; the others did. Each says so, in step.
+        reset = envs.reset({i: 0 for i in range(3)})
+        assert [float(obs[0]) for obs in reset.values()] == [0.0, 0.0, 0.0]
+        for t in range(1, 4):
+            assert [float(obs[0]) for obs, *_ in envs.step([0, 0, 0])] == [t] * 3
+        assert [s["state"]["t"] for s in envs.get_states()] == [3, 3, 3]
+    finally:
+        envs.close()
+
+
+def test_a_model_raising_while_acting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    algo = step_record_ppo(tmp_path).build()
+    policy = algo.get_policy()
+    act = policy.compute_raw_actions
+    calls = {"n": 0}
+
+    def flaky(obs: np.ndarray, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 32 + 10:  # in the second iteration, mid-episode
+            raise InjectedError("injected failure in the model's forward")
+        return act(obs, **kwargs)
+
+    monkeypatch.setattr(policy, "compute_raw_actions", flaky)
+    try:
+        check_recovers(algo, tmp_path, InjectedError)
+    finally:
+        algo.stop()
+
+
+def test_evaluation_that_raises_starts_fresh_episodes(tmp_path: Path) -> None:
+    algo = step_record_ppo(tmp_path, fail_in="step", fail_at=3).evaluation(evaluation_duration=2).build()
+    try:
+        with pytest.raises(InjectedError):
+            algo.evaluate()
+        metrics = algo.evaluate()
+        assert metrics["episode_len_mean"] == LENGTH
+    finally:
+        algo.stop()
