@@ -134,6 +134,7 @@ class RaiseOnce(Callbacks):
 
     def on_sample_end(self, *, samples: Any, env_runner: Any) -> None:
         self._maybe("on_sample_end")
+        SAMPLES.append(samples)
 
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         self._maybe("on_train_result")
@@ -141,12 +142,15 @@ class RaiseOnce(Callbacks):
 
 #: The hooks in which :class:`RaiseOnce` raises next (each once).
 RAISE_IN: set[str] = set()
+#: The samples :class:`RaiseOnce` saw delivered (``on_sample_end`` did not raise), in order.
+SAMPLES: list[dict[str, Any]] = []
 
 
 def raise_in(hooks: Iterable[str]) -> None:
     """Make :class:`RaiseOnce` raise once in each of ``hooks``."""
     RAISE_IN.clear()
     RAISE_IN.update(hooks)
+    SAMPLES.clear()
 
 
 def step_record_env_config(tmp_path: Path, **faults: Any) -> dict[str, Any]:
@@ -184,7 +188,8 @@ def assert_counters_agree(algo: cairn.Algorithm) -> None:
 
 def check_recovers(algo: cairn.Algorithm, tmp_path: Path, error: type[BaseException],
                    match: str = "injected failure", *, completes: bool = False,
-                   whole_iteration: bool = True, arm: Callable[[], None] = lambda: None) -> None:
+                   whole_iteration: bool = True, arm: Callable[[], None] = lambda: None,
+                   after_fault: Callable[[cairn.Algorithm], None] = lambda algo: None) -> None:
     """``algo.train()`` raises ``error`` once (``match``: its message), unchanged; afterwards
     the algorithm trains on, counting only completed work, on rows in step with their
     episodes, and a checkpoint saved after the failure resumes exactly.
@@ -193,7 +198,8 @@ def check_recovers(algo: cairn.Algorithm, tmp_path: Path, error: type[BaseExcept
     the iteration counts and its result is :attr:`~cairn.Algorithm.last_result`.
     ``whole_iteration``: the iteration samples once (PPO), so a failed one counts nothing;
     off-policy iterations keep the rounds they completed before the failure.
-    ``arm``: called after the first iteration, to set the fault up.
+    ``arm``: called after the first iteration, to set the fault up; ``after_fault``: called
+    after the first iteration that completes after the failure.
     """
     runner = algo.env_runner_group.local
     assert runner is not None
@@ -212,6 +218,7 @@ def check_recovers(algo: cairn.Algorithm, tmp_path: Path, error: type[BaseExcept
         if whole_iteration:
             assert algo.counters == counters, "a failed iteration was counted"
     result = algo.train()
+    after_fault(algo)
     assert result["training_iteration"] == algo.iteration == iteration + 1 + completes
     assert result["num_env_steps_sampled_lifetime"] > counters["num_env_steps_sampled_lifetime"]
     assert_counters_agree(algo)

@@ -1,0 +1,85 @@
+"""An env raising mid-iteration, for a recurrent PPO policy and for the off-policy algorithms
+(docs/fault-tolerance.md): the reset envs' recurrent states start afresh, and a replay buffer
+holds only whole transitions of sample rounds that completed, each counted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cairn
+from tests.fault_injection import (
+    LENGTH,
+    SAMPLES,
+    InjectedError,
+    RaiseOnce,
+    check_recovers,
+    make_step_record_env,
+    raise_in,
+    step_record_env_config,
+)
+from tests.helpers import small_ppo
+
+
+def test_lstm_ppo_restarts_the_recurrent_state_of_reset_envs(tmp_path: Path) -> None:
+    config = (small_ppo(train_batch_size=64, minibatch_size=32)
+              .environment(make_step_record_env,
+                           env_config=step_record_env_config(tmp_path, fail_in="step", fail_at=39))
+              .env_runners(num_envs_per_env_runner=2).callbacks(RaiseOnce)
+              .training(model={"hidden": [16], "use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 4}))
+    algo = config.build()
+
+    def first_rows_start_episodes(algo: cairn.Algorithm) -> None:
+        # The sample after the failure: each env starts a new episode, from the initial state.
+        (batch,) = [s["default_policy"] for s in SAMPLES[-1:]]
+        first = np.unique(np.asarray(batch["streams"]), return_index=True)[1]
+        assert np.all(np.asarray(batch["obs"])[first, 0] == 0), "an env went on with its old episode"
+        starts = np.asarray(batch["obs"])[:, 0] == 0
+        columns = [c for c in batch if c.startswith("state_in")]
+        assert columns, "no recurrent state recorded"
+        for column in columns:
+            assert np.all(np.asarray(batch[column])[starts] == 0), f"{column}: a stale state at a start"
+
+    try:
+        check_recovers(algo, tmp_path, InjectedError, arm=lambda: raise_in(()),
+                       after_fault=first_rows_start_episodes)
+    finally:
+        algo.stop()
+
+
+def _off_policy(kind: str, tmp_path: Path) -> cairn.AlgorithmConfig:
+    # 2 envs x 8 steps a round, 4 rounds an iteration: the fault (each env's step 43) strikes
+    # in round 2 of iteration 2, after round 1 was stored and learned from.
+    faults = step_record_env_config(tmp_path, fail_in="step", fail_at=43, continuous=kind == "sac")
+    config: Any = (cairn.DQNConfig().env_runners(rollout_fragment_length=8) if kind == "dqn"
+                   else cairn.SACConfig().training(train_freq=8))
+    return (config.environment(make_step_record_env, env_config=faults)
+            .training(train_batch_size=64, minibatch_size=16, num_steps_sampled_before_learning_starts=16,
+                      model={"hidden": [16]} if kind == "dqn" else {"hidden": [16, 16]})
+            .env_runners(num_envs_per_env_runner=2)
+            .checkpointing(store_replay_buffer=True).debugging(seed=1))
+
+
+def assert_replay_holds_counted_steps(algo: cairn.Algorithm) -> None:
+    """Every transition in the replay buffer is one real step of its episode, and the buffer
+    holds exactly the env steps the counters count (n_step=1, a buffer larger than the run)."""
+    state = algo.replay_buffers["default_policy"].get_state()
+    columns = state["columns"]
+    obs, next_obs = columns["obs"], columns["next_obs"]
+    assert np.array_equal(next_obs[:, 0], obs[:, 0] + 1) and np.array_equal(next_obs[:, 1], obs[:, 1])
+    assert np.array_equal(columns["terminateds"], next_obs[:, 0] == LENGTH)
+    assert state["size"] == algo.counters["num_env_steps_sampled_lifetime"]
+
+
+@pytest.mark.parametrize("kind", ["dqn", "sac"])
+def test_off_policy_replay_holds_only_whole_rounds(tmp_path: Path, kind: str) -> None:
+    algo = _off_policy(kind, tmp_path).build()
+    try:
+        check_recovers(algo, tmp_path, InjectedError, whole_iteration=False,
+                       after_fault=assert_replay_holds_counted_steps)
+        assert_replay_holds_counted_steps(algo)
+    finally:
+        algo.stop()
