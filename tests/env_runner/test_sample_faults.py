@@ -20,11 +20,13 @@ from cairn.errors import EnvError
 from tests.fault_injection import (
     LENGTH,
     InjectedError,
+    RaiseOnce,
     check_recovers,
     make_step_record_env,
+    raise_in,
     step_record_env_config,
 )
-from tests.helpers import small_ppo
+from tests.helpers import assert_trains_identically, small_ma_ppo, small_ppo
 
 
 def step_record_ppo(tmp_path: Path, mode: str = "sync", **env_config: Any) -> cairn.PPOConfig:
@@ -103,5 +105,45 @@ def test_evaluation_that_raises_starts_fresh_episodes(tmp_path: Path) -> None:
             algo.evaluate()
         metrics = algo.evaluate()
         assert metrics["episode_len_mean"] == LENGTH
+    finally:
+        algo.stop()
+
+
+def _tictactoe() -> cairn.AlgorithmConfig:
+    from tests.env_runner.test_turn_based import make_tictactoe, shared_policy
+
+    return (cairn.PPOConfig().environment(make_tictactoe)
+            .training(train_batch_size=96, minibatch_size=48, num_epochs=1)
+            .env_runners(num_envs_per_env_runner=3)
+            .multi_agent(policies={"shared"}, policy_mapping_fn=shared_policy).debugging(seed=0))
+
+
+@pytest.mark.filterwarnings("error:You are calling 'step\\(\\)'")  # Gymnasium: a terminated env stepped
+@pytest.mark.parametrize("kind", ["parallel", "turn_based"])
+@pytest.mark.parametrize("hook", ["on_episode_step", "on_episode_end"])
+def test_multi_agent_runners_discard_the_fragment(tmp_path: Path, kind: str, hook: str) -> None:
+    """Parallel (MultiAgentCartPole) and turn-based (tic-tac-toe) runners: a hook raising
+    mid-step discards the fragment; the policies' sampled-step counters (which turn-based
+    runners count as the agents act) and the runner's episodes are as before it."""
+    config = small_ma_ppo() if kind == "parallel" else _tictactoe()
+    algo = config.env_runners(rollout_fragment_length=16).callbacks(RaiseOnce).build()
+    runner = algo.env_runner_group.local
+    assert runner is not None
+    try:
+        algo.train()
+        counters, episodes = dict(algo.counters), runner.num_episodes
+        timesteps = {pid: p.global_timestep for pid, p in algo.policies.items()}
+        raise_in([hook])
+        with pytest.raises(InjectedError):
+            algo.train()
+        assert (algo.counters, runner.num_episodes) == (counters, episodes)
+        assert {pid: p.global_timestep for pid, p in algo.policies.items()} == timesteps
+        assert algo.train()["training_iteration"] == 2
+        assert runner.num_episodes == algo.counters["num_episodes_lifetime"]
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "after_fault"))
+        try:
+            assert_trains_identically(algo, restored)
+        finally:
+            restored.stop()
     finally:
         algo.stop()
