@@ -20,6 +20,10 @@ __all__ = ["Callbacks", "make_callbacks", "callbacks_reference", "overrides"]
 class Callbacks:
     """No-op hooks; override the ones you need.
 
+    A hook that raises stops the call it runs in; the exception reaches the caller unchanged
+    and training stays usable (docs/fault-tolerance.md): one raising inside an env runner's
+    ``sample()`` discards that fragment and its runner's envs start new episodes.
+
     Episode hooks get the :class:`~cairn.env_runner.episode.EpisodeTotals` of the episode
     (``episode.env_index``, ``episode.length``, ``episode.episode_return``,
     ``episode.agent_returns``, and ``episode.custom_metrics``, a dict whose numbers reach the
@@ -46,7 +50,9 @@ class Callbacks:
 
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         """``algorithm.train()`` is about to return ``result`` (change it in place; set
-        ``result["done"] = True`` to stop ``cairn train`` and Ray Tune)."""
+        ``result["done"] = True`` to stop ``cairn train`` and Ray Tune). The iteration is
+        complete by then: if this hook raises, it still counts, and ``algorithm.last_result``
+        keeps ``result``."""
 
     def on_evaluate_end(self, *, algorithm: Any, evaluation_metrics: dict[str, Any]) -> None:
         """``algorithm.evaluate()`` is about to return ``evaluation_metrics``."""
