@@ -83,3 +83,24 @@ def test_off_policy_replay_holds_only_whole_rounds(tmp_path: Path, kind: str) ->
         assert_replay_holds_counted_steps(algo)
     finally:
         algo.stop()
+
+
+def test_ppo_learning_that_raises_does_not_count_the_iteration(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model raising in the loss (after the sample completed): the iteration does not count,
+    the envs go on in step (not reset), and a checkpoint saved then resumes exactly."""
+    config = (small_ppo(train_batch_size=64, minibatch_size=32)
+              .environment(make_step_record_env, env_config=step_record_env_config(tmp_path))
+              .env_runners(num_envs_per_env_runner=2))
+    algo = config.build()
+    learn = algo.learn
+
+    def failing_once(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(algo, "learn", learn)
+        raise InjectedError("injected failure in the model's loss")
+
+    try:
+        check_recovers(algo, tmp_path, InjectedError, whole_iteration=False,
+                       arm=lambda: monkeypatch.setattr(algo, "learn", failing_once))
+    finally:
+        algo.stop()

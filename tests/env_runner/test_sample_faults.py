@@ -79,6 +79,22 @@ def test_async_envs_answer_in_step_after_an_error(tmp_path: Path) -> None:
         envs.close()
 
 
+def test_answers_left_unread_by_an_interrupted_reader_are_dropped(tmp_path: Path) -> None:
+    """A request whose answers were never read (Ctrl-C while waiting): the next request's
+    answers are its own."""
+    from cairn.env_runner.subprocess_envs import AsyncEnvs
+
+    envs = AsyncEnvs(make_step_record_env, {"length": 100}, 2)
+    try:
+        envs.reset({0: 0, 1: 0})
+        for proxy in envs.envs:
+            proxy.send("step", 0)  # sent, never received
+        assert [float(obs[0]) for obs, *_ in envs.step([0, 0])] == [2.0, 2.0]
+        assert [s["state"]["t"] for s in envs.get_states()] == [2, 2]
+    finally:
+        envs.close()
+
+
 def test_a_model_raising_while_acting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     algo = step_record_ppo(tmp_path).build()
     policy = algo.get_policy()
