@@ -217,7 +217,14 @@ def check_recovers(algo: cairn.Algorithm, tmp_path: Path, error: type[BaseExcept
         assert algo.last_result is not None and algo.last_result["training_iteration"] == iteration
         if whole_iteration:
             assert algo.counters == counters, "a failed iteration was counted"
-    result = algo.train()
+    # A checkpoint saved right after the failure goes on exactly as the live algorithm does.
+    at_fault = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "at_fault"))
+    try:
+        assert_trains_identically(algo, at_fault, iterations=1)
+    finally:
+        at_fault.stop()
+    result = algo.last_result
+    assert result is not None
     after_fault(algo)
     assert result["training_iteration"] == algo.iteration == iteration + 1 + completes
     assert result["num_env_steps_sampled_lifetime"] > counters["num_env_steps_sampled_lifetime"]
@@ -225,7 +232,7 @@ def check_recovers(algo: cairn.Algorithm, tmp_path: Path, error: type[BaseExcept
     assert_runner_in_step(algo)
     assert_rows_in_step(runner.sample()["default_policy"], LENGTH)
     runner.get_metrics()  # that sample's episodes: not the algorithm's (a checkpoint has none)
-    restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "after_fault"))
+    restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "later"))
     try:
         assert_trains_identically(algo, restored)
         assert_runner_in_step(restored)

@@ -138,8 +138,8 @@ class EnvRunner:
             self.num_env_steps_sampled += steps * self.num_envs
             if overrides(self.callbacks, "on_sample_end"):
                 self.callbacks.on_sample_end(samples=batches, env_runner=self)
-        except BaseException:
-            self._discard_fragment(before)
+        except BaseException as error:
+            self._discard_fragment(before, error)
             raise
         return batches
 
@@ -147,16 +147,28 @@ class EnvRunner:
         return (self.num_env_steps_sampled, self._episodes.mark(),
                 {pid: p.global_timestep for pid, p in self.policies.items()})
 
-    def _discard_fragment(self, before: tuple[int, tuple[int, int], dict[str, int]]) -> None:
-        """After a ``sample()`` that raised (an env, a callback, a model): the fragment is
-        dropped, the counters are as before it, and every env starts a new episode before it is
-        stepped again (the one that raised is in an unknown state; docs/fault-tolerance.md)."""
+    def _discard_fragment(self, before: tuple[int, tuple[int, int], dict[str, int]],
+                          error: BaseException) -> None:
+        """After a ``sample()`` that raised ``error`` (an env, a callback, a model): the fragment
+        is dropped, the counters are as before it, and every env starts a new episode before it
+        is stepped again (the one that raised is in an unknown state; docs/fault-tolerance.md).
+
+        The new episodes start here, so that a checkpoint saved before the next ``sample()``
+        holds envs in step with their runner and resumes exactly. Not on an interrupt (Ctrl-C
+        should end the program at once): then, or when a reset raises too, the envs are reset
+        at the next ``sample()``, which raises what it meets; ``error`` goes on unchanged."""
         self.num_env_steps_sampled, mark, timesteps = before
         self._episodes.forget_since(mark)
         for pid, timestep in timesteps.items():
             if pid in self.policies:
                 self.policies[pid].global_timestep = timestep
         self._needs_reset = True
+        if isinstance(error, Exception):
+            try:
+                with single_threaded_blas():
+                    self._reset_all(update_filter=True)
+            except Exception:  # the next sample() resets again, and raises this one then
+                pass
 
     def run_episodes(self, num_episodes: int, *, explore: bool = False) -> list[dict[str, Any]]:
         """Play ``num_episodes`` fresh episodes without recording or updating filters

@@ -17,6 +17,7 @@ import cairn
 from tests.fault_injection import (
     InjectedError,
     RaiseOnce,
+    assert_runner_in_step,
     check_recovers,
     make_step_record_env,
     raise_in,
@@ -55,14 +56,14 @@ def test_on_episode_end_raising_never_steps_the_finished_episode(tmp_path: Path)
         raise_in(["on_episode_end"])
         with pytest.raises(InjectedError):
             algo.train()
-        state = algo.env_runner_group.get_state()[0]
+        assert_runner_in_step(algo)  # every env is in a new episode already
         restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "after_fault"))
         try:
+            assert_runner_in_step(restored)
             restored.train()
         finally:
             restored.stop()
         algo.train()
-        assert state["needs_reset"]
     finally:
         algo.stop()
 
@@ -73,5 +74,23 @@ def test_on_train_result_raising_keeps_the_completed_iteration(tmp_path: Path) -
     try:
         check_recovers(algo, tmp_path, InjectedError, match="in on_train_result", completes=True,
                        arm=lambda: raise_in(["on_train_result"]))
+    finally:
+        algo.stop()
+
+
+def test_when_the_new_episodes_cannot_start_the_next_sample_starts_them(tmp_path: Path) -> None:
+    """``on_episode_end`` raises, then ``on_episode_start`` raises as the runner starts the new
+    episodes: the first error reaches the caller; the next ``train()`` starts them."""
+    algo = _ppo(tmp_path).build()
+    try:
+        algo.train()
+        counters = dict(algo.counters)
+        raise_in(["on_episode_end", "on_episode_start"])
+        with pytest.raises(InjectedError, match="in on_episode_end"):
+            algo.train()
+        assert algo.env_runner_group.get_state()[0]["needs_reset"]
+        assert algo.counters == counters
+        assert algo.train()["training_iteration"] == 2
+        assert_runner_in_step(algo)
     finally:
         algo.stop()
