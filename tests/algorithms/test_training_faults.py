@@ -24,6 +24,7 @@ from tests.fault_injection import (
 from tests.helpers import small_ppo
 
 
+@pytest.mark.slow
 def test_lstm_ppo_restarts_the_recurrent_state_of_reset_envs(tmp_path: Path) -> None:
     config = (small_ppo(train_batch_size=64, minibatch_size=32)
               .environment(make_step_record_env,
