@@ -3,8 +3,17 @@ references to them, and subprocess tests can use them."""
 
 from __future__ import annotations
 
+import os
+
 import cairn
 from cairn.envs import MultiAgentCartPole
+
+
+def learning_seed(default: int) -> int:
+    """The seed of a learning test: ``default``, or ``CAIRN_LEARNING_SEED`` when set, so that a
+    new CPU kind can be checked on other seeds without editing tests
+    (``scripts/learning_seeds.sh`` runs every learning test on seeds 0-4)."""
+    return int(os.environ.get("CAIRN_LEARNING_SEED", default))
 
 
 def make_ma_cartpole(env_config: dict) -> MultiAgentCartPole:

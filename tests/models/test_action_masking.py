@@ -23,6 +23,7 @@ import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.errors import ActionMaskError, CairnError, ConfigError
 from cairn.policy.action_masking import MASKED_SCORE, random_legal_actions
+from tests.helpers import learning_seed
 from tests.models.masked_env import make_pick_legal
 from tests.models.nets import MaskAware, TwoHeads
 
@@ -216,7 +217,7 @@ def test_training_and_evaluation_never_take_an_illegal_action(kind: str, tmp_pat
 def test_masked_ppo_learns_to_pick_the_paying_action() -> None:
     config = (cairn.PPOConfig().environment(make_pick_legal)
               .training(train_batch_size=1024, minibatch_size=128, num_epochs=4, lr=3e-3)
-              .env_runners(num_envs_per_env_runner=4).debugging(seed=0))
+              .env_runners(num_envs_per_env_runner=4).debugging(seed=learning_seed(0)))
     algo = config.build()
     for _ in range(15):
         result = algo.train()

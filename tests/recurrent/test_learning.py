@@ -9,6 +9,7 @@ import pytest
 
 import cairn
 from cairn.envs import make_cue_recall
+from tests.helpers import learning_seed
 
 BUDGET = 30_720  # env steps
 THRESHOLD = 0.9  # greedy return, mean of 100 episodes
@@ -19,7 +20,7 @@ def train(model):
             .env_runners(num_envs_per_env_runner=8)
             .training(train_batch_size=512, minibatch_size=128, num_epochs=4, lr=1e-3, model=model)
             .evaluation(evaluation_duration=100)
-            .debugging(seed=0).build())
+            .debugging(seed=learning_seed(0)).build())
     while algo.train()["num_env_steps_sampled_lifetime"] < BUDGET:
         pass
     result = algo.evaluate()["episode_return_mean"]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from cairn import DQNConfig
+from tests.helpers import learning_seed
 
 
 @pytest.mark.slow
 def test_dqn_solves_cartpole_within_50k_steps() -> None:
     # The defaults (double Q, dueling, rl-baselines3-zoo's CartPole schedule) with seed 1.
-    algo = DQNConfig().environment("CartPole-v1").debugging(seed=1).build()
+    algo = DQNConfig().environment("CartPole-v1").debugging(seed=learning_seed(1)).build()
     best = 0.0
     try:
         while algo.counters["num_env_steps_sampled_lifetime"] < 50_000:

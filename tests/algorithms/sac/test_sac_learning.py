@@ -11,13 +11,14 @@ from __future__ import annotations
 import pytest
 
 from cairn import SACConfig
+from tests.helpers import learning_seed
 
 
 @pytest.mark.slow
 def test_sac_swings_up_pendulum_within_20k_steps() -> None:
     algo = (SACConfig().environment("Pendulum-v1")
             .training(lr=1e-3, model={"hidden": [64, 64]})
-            .resources(torch_num_threads=1).debugging(seed=0).build())
+            .resources(torch_num_threads=1).debugging(seed=learning_seed(0)).build())
     best = float("-inf")
     try:
         while algo.counters["num_env_steps_sampled_lifetime"] < 20_000:
