@@ -19,8 +19,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from cairn.algorithms.incremental_save import plan_incremental_save
-from cairn.algorithms.state import algorithm_state, check_algorithm_state
+from cairn.algorithms.state import check_algorithm_state
 from cairn.checkpoint import (
     CheckpointClassMismatchError,
     NativeFiles,
@@ -32,7 +31,7 @@ from cairn.checkpoint import (
 from cairn.checkpoint.manager import resolve_checkpoint
 from cairn.checkpoint.manifest import check_metadata
 from cairn.checkpoint.paths import CheckpointLike
-from cairn.checkpoint.storage import check_save_location
+from cairn.checkpoint.storage import check_save_location, resolve_storage
 from cairn.config.algorithm_config import PolicyMapping
 from cairn.config.checks import check_env
 from cairn.config.restore import restored_config
@@ -87,9 +86,10 @@ def save_algorithm(algo: Algorithm, path: str | os.PathLike[str], *,
             ``memory://``; docs/storage.md).
         storage_options: Options of the URL's fsspec file system (e.g. s3fs's ``key``,
             ``secret``, ``client_kwargs={"endpoint_url": ...}``).
-        previous: An earlier checkpoint of this algorithm on the same store: policies whose
-            files would be the same bytes are linked or copied server-side from it instead of
-            written (incremental save; :func:`cairn.checkpoint.write_algorithm_checkpoint`).
+        previous: An earlier checkpoint on the same store: a policy's files that would be the
+            same bytes as there (proven by hashing the state as it would be written) are linked
+            or copied server-side from it instead of written (incremental save;
+            :func:`cairn.checkpoint.write_algorithm_checkpoint`).
         metadata: JSON data (a dict) stored in the manifest, which
             ``cairn.get_checkpoint_info(path)["metadata"]`` returns.
     """
@@ -120,14 +120,10 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
     full = bool(algo.config.export_native_model_files)
     # A Keras policy's checkpoint always holds model/model.keras (docs/keras.md).
     wanted = [pid for pid, policy in algo.policies.items() if full or uses_keras(policy.config)]
-    # Policies unchanged since this algorithm wrote `previous` are taken from there unread
-    # (cairn.algorithms.incremental_save); a subclass's own get_state is always called.
-    own_get_state = type(algo).get_state.__qualname__ != "Algorithm.get_state"
-    plan = plan_incremental_save(algo, previous, target, storage_options=storage_options,
-                                 native=wanted, markers=not own_get_state)
-    state = algo.get_state(copy=snapshot) if own_get_state else algorithm_state(
-        algo, copy=snapshot, given=plan.given)
-    plan.take_markers(state["policies"], wanted)
+    # Resolved here, in the caller's thread: fsspec file systems are made per thread, and files
+    # are copied server-side only between locations of one of them.
+    earlier = None if previous is None else resolve_storage(previous, storage_options=storage_options)
+    state = algo.get_state(copy=snapshot)
     _warn_unstorable(state["config"])
     # _warn_unstorable <- prepare_algorithm_save <- Algorithm.save <- caller
     warn_main_module_references(state["config"], when="save()", stacklevel=3)
@@ -138,12 +134,9 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
         native = {pid: native_files_writer(policy, full=full) for pid, policy in policies.items()}
 
     def write() -> str:
-        written: dict[str, Any] = {}
-        location = write_algorithm_checkpoint(target, state, policy_native_files=native,
-                                              storage_options=storage_options, previous=plan.previous,
-                                              metadata=metadata, written=written, changed=plan.changed)
-        plan.remember(location, written, storage_options=storage_options)
-        return location
+        return write_algorithm_checkpoint(target, state, policy_native_files=native,
+                                          storage_options=storage_options, previous=earlier,
+                                          metadata=metadata)
 
     return write
 

@@ -37,17 +37,13 @@ REQUIRED_KEYS: dict[str, type] = {
 }
 
 
-def algorithm_state(algo: Algorithm, *, copy: bool = True,
-                    given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def algorithm_state(algo: Algorithm, *, copy: bool = True) -> dict[str, Any]:
     """The state tree of ``algo`` (:meth:`Algorithm.get_state
     <cairn.algorithms.algorithm.Algorithm.get_state>`), from its public attributes and hooks.
 
     ``copy=False`` may return views of live arrays (policy weights, a replay buffer), for a
-    caller that writes them at once. ``given`` holds what stands for some policies' states
-    instead (an incremental save's files taken from an earlier checkpoint): those policies'
-    ``get_state`` is not called.
+    caller that writes them at once.
     """
-    given = given or {}
     return {
         "algorithm_class": class_reference(type(algo)),
         "config": algo.config.to_dict(),
@@ -55,8 +51,7 @@ def algorithm_state(algo: Algorithm, *, copy: bool = True,
         "counters": dict(algo.counters),
         "rng": rng_state(algo.rng),
         "policy_ids": list(algo.policies),
-        "policies": {pid: given[pid] if pid in given else p.get_state(copy=copy)
-                     for pid, p in algo.policies.items()},
+        "policies": {pid: p.get_state(copy=copy) for pid, p in algo.policies.items()},
         "env_runners": algo.env_runner_group.get_state(),
         "evaluation_runner": algo.get_evaluation_runner_state(),
         "recent_episodes": list(algo.recent_episodes),

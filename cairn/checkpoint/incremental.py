@@ -1,24 +1,31 @@
-"""Incremental saves: a policy's files that would be the same bytes as in an earlier checkpoint
-are not written again, but taken from there (a hard link locally, a server-side copy on an
-object store), file by file.
+"""Incremental saves: a policy's file that a save would write as the same bytes as a file of an
+earlier checkpoint is not written again but taken from there (a hard link locally, a server-side
+copy on an object store).
 
-Two proofs that a file is the same:
+The proof is by content and only by content. Each policy's state is serialised as a full save
+writes it (without writing: :func:`~cairn.checkpoint.writer_files.state_file_entries`), hashed
+with the manifests' hash (xxh3-128 of the file's bytes), and compared with the size and hash the
+earlier checkpoint's policy manifest lists for that file, a manifest itself verified against
+the earlier root manifest. Nothing else decides that a file is reused: no version counter,
+object id or storage address, and no memory of what this process wrote. So a change torch does
+not see (``param.data.copy_(...)``, a write through a numpy view) is seen, and a resumed run in
+a new process links what the run that wrote the earlier checkpoint would have.
 
-* **The manifests' hashes.** A policy given as a state tree is hashed as the writer would write
-  it (without writing) and compared with the earlier policy manifest's entries, which were
-  verified against that checkpoint's root manifest. When both state files match, all of the
-  policy's files, its manifest included, are reused (:func:`reuse_policy`).
-* **The caller's word, checked against the root manifest.** The layer above keeps a change
-  marker per policy (:mod:`cairn.policy.change_marker`) and knows which checkpoint it wrote each
-  policy's files into. For a policy that did not change since it hands the writer a
-  :class:`LinkedPolicy` (every file taken as it is) instead of a state; for one whose arrays did
-  not change, a :class:`LinkedArrays` (the state, whose JSON file and manifest are written while
-  ``policy_state.safetensors`` is taken). Either carries the earlier root manifest's entry for
-  the policy's manifest: the earlier checkpoint must still list exactly that file (the same
-  size and hash: the same bytes, hence the same listed files), else the save fails.
+For each policy (:func:`plan_reuse`):
 
-Each checkpoint still stands alone: a hard link is a second name of the file (deleting the
-earlier checkpoint leaves it), and a server-side copy is a new object.
+* both state files hash as in the earlier checkpoint (a frozen opponent no agent played): every
+  file of the policy, its manifest included, is taken;
+* only ``policy_state.safetensors`` does (a frozen opponent that acted: its generator and
+  timestep moved, its weights, optimizer and filter did not): that file is taken, the JSON file
+  and the manifest are written;
+* otherwise the policy is written.
+
+A file is taken only while it is still a regular file of the listed size
+(:meth:`~cairn.checkpoint.storage.WriteTarget.reuse_dirs`; a policy whose files are not is
+written instead), and after taking them the earlier root manifest must still be the bytes read
+at the start (:meth:`PreviousCheckpoint.confirm`): a checkpoint replaced meanwhile fails the
+save with nothing saved. Each checkpoint still stands alone: a hard link is a second name of the
+file (deleting the earlier checkpoint leaves it), and a server-side copy is a new object.
 """
 
 from __future__ import annotations
@@ -30,53 +37,36 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.checkpoint.format import MANIFEST_FILE, POLICIES_DIR, POLICY_ARRAYS_FILE, POLICY_STATE_FILE
+from cairn.checkpoint.format import (
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    POLICIES_DIR,
+    POLICY_ARRAYS_FILE,
+    POLICY_STATE_FILE,
+)
 from cairn.checkpoint.manifest import parse_manifest, read_manifest_bytes, read_verified
 from cairn.checkpoint.storage import Storage, WriteTarget, located, resolve_storage
-from cairn.checkpoint.writer_files import Files, state_file_entries
+from cairn.checkpoint.writer_files import state_file_entries
 from cairn.errors import CheckpointError
 
-__all__ = ["LinkedArrays", "LinkedPolicy", "PreviousCheckpoint", "PreviousPolicy", "checkpoint_key",
-           "link_policies", "policy_manifest_entries", "reuse_policy"]
-
-
-@dataclass(frozen=True)
-class LinkedPolicy:
-    """Stands for a policy's state in :func:`~cairn.checkpoint.writer.write_algorithm_checkpoint`:
-    take every file of the policy from ``previous`` as it is."""
-
-    entry: Mapping[str, Any]  #: the earlier root manifest's entry for the policy's manifest
-    files: Mapping[str, Mapping[str, Any]]  #: the policy manifest's ``files``
-
-
-@dataclass(frozen=True)
-class LinkedArrays:
-    """Stands for a policy's state whose arrays file is the one in ``previous``: write ``tree``
-    (the state's JSON tree, its arrays already replaced by references:
-    :func:`~cairn.checkpoint.writer_files.split_state`) as the JSON file, and the manifest; take
-    ``policy_state.safetensors`` (whose entry in the earlier policy manifest is ``arrays``)."""
-
-    tree: Mapping[str, Any]
-    entry: Mapping[str, Any]  #: the earlier root manifest's entry for the policy's manifest
-    arrays: Mapping[str, Any]  #: ``{"size", "hash"}`` of the earlier ``policy_state.safetensors``
+__all__ = ["PreviousCheckpoint", "PreviousPolicy", "Reuse", "link_policies", "plan_reuse"]
 
 
 @dataclass
 class PreviousPolicy:
     """One policy of an earlier Algorithm checkpoint, its manifest verified."""
 
-    storage: Storage  #: the earlier checkpoint (its root)
     entry: dict[str, Any]  #: the root manifest's entry for the policy's manifest
     manifest: dict[str, Any]  #: the policy's manifest
 
 
 @dataclass
 class PreviousCheckpoint:
-    """An earlier Algorithm checkpoint a save may take files from: its root manifest, and the
-    verified manifests of the policies whose states must be hashed to be compared."""
+    """An earlier Algorithm checkpoint a save may take files from: its root manifest's bytes
+    and the verified manifests of its policies."""
 
     storage: Storage
-    entries: dict[str, dict[str, Any]]  #: policy ID -> the root manifest's entry for its manifest
+    manifest_bytes: bytes  #: the root manifest as read when the save began
     policies: dict[str, PreviousPolicy] = field(default_factory=dict)
 
     @classmethod
@@ -94,81 +84,96 @@ class PreviousCheckpoint:
             return None
         try:
             with located(source) as where, where.open_reader() as root:
-                manifest = _parsed_root_manifest(bytes(read_manifest_bytes(root)), root.path)
+                data = bytes(read_manifest_bytes(root))
+                manifest = _parsed_root_manifest(data, root.path)
                 entries = {pid: dict(manifest["files"][_manifest_name(pid)])
                            for pid in manifest["policy_ids"]}
                 wanted = [pid for pid in read if pid in entries]
                 root.prefetch([(_manifest_name(pid), entries[pid]["size"]) for pid in wanted], limit=1 << 24)
                 policies = {}
                 for pid in wanted:
-                    data = read_verified(root, _manifest_name(pid), manifest)
-                    policies[pid] = PreviousPolicy(source, entries[pid], parse_manifest(
-                        data, root.path / f"{POLICIES_DIR}/{pid}", expected_type="Policy"))
-                return cls(source, entries, policies)
+                    policy_manifest = read_verified(root, _manifest_name(pid), manifest)
+                    policies[pid] = PreviousPolicy(entries[pid], parse_manifest(
+                        policy_manifest, root.path / f"{POLICIES_DIR}/{pid}", expected_type="Policy"))
+                return cls(source, data, policies)
         except CheckpointError as exc:
             warnings.warn(f"Incremental save: the previous checkpoint {source.url} cannot be read, so "
                           f"every file is written anew ({exc}).", stacklevel=4)
             return None
 
-    def check_entry(self, pid: str, entry: Mapping[str, Any]) -> None:
-        """Refuse (``CheckpointError``) to take policy ``pid``'s files unless this checkpoint
-        still lists its manifest as ``entry``."""
-        if self.entries.get(pid) != dict(entry):
+    def confirm(self) -> None:
+        """Refuse (``CheckpointError``) when the earlier checkpoint's root manifest is no longer
+        the one read when the save began: it was replaced while its files were being taken,
+        so a file taken may belong to the replacement."""
+        try:
+            with located(self.storage) as where, where.open_reader() as root:
+                same = bytes(read_manifest_bytes(root)) == self.manifest_bytes
+        except CheckpointError:
+            same = False
+        if not same:
             raise CheckpointError(
-                f"Incremental save: the previous checkpoint {self.storage.url} no longer holds the "
-                f"files of policy {pid!r} this save was to take from it (it was replaced or changed "
-                "since). Nothing was saved; save again, or without previous=...")
+                f"Incremental save: the previous checkpoint {self.storage.url} was replaced or "
+                "removed during this save, so the files taken from it are not proven to be the ones "
+                "its manifest listed. Nothing was saved; save again, or without previous=...")
 
 
-def policy_manifest_entries(previous: str | os.PathLike[str] | Storage, target: Storage, *,
-                            storage_options: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """``{policy ID: the root manifest's entry for its manifest}`` of the Algorithm checkpoint
-    ``previous`` (its root manifest alone is read), or ``{}`` when a save to ``target`` cannot
-    take files from it (:meth:`PreviousCheckpoint.open`)."""
-    found = PreviousCheckpoint.open(previous, target, storage_options=storage_options)
-    return {} if found is None else found.entries
+@dataclass(frozen=True)
+class Reuse:
+    """What a save takes from the earlier checkpoint for one policy, proven equal by content."""
+
+    previous: PreviousPolicy
+    whole: bool  #: every file (the manifest included), else ``policy_state.safetensors`` alone
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """``{file name: size}`` of the files taken."""
+        files: dict[str, dict[str, Any]] = self.previous.manifest["files"]
+        if not self.whole:
+            return {POLICY_ARRAYS_FILE: files[POLICY_ARRAYS_FILE]["size"]}
+        return {**{name: entry["size"] for name, entry in files.items()},
+                MANIFEST_FILE: self.previous.entry["size"]}
 
 
-def checkpoint_key(location: str | os.PathLike[str] | Storage, *,
-                   storage_options: Mapping[str, Any] | None = None) -> str:
-    """One name per checkpoint location (a local path made absolute, or the URL), under which a
-    caller may remember what it wrote there."""
-    return resolve_storage(location, storage_options=storage_options).absolute().url
+def plan_reuse(state: Any, previous: PreviousPolicy | None, *, native: bool) -> Reuse | None:
+    """What of ``previous`` (the same policy in the earlier checkpoint) a save of ``state`` may
+    take: None when its arrays file would be other bytes. The whole policy only when its JSON
+    file would be the same bytes too, native model files are wanted exactly when they were
+    stored (they are made from that state), and its manifest is of this format version (a taken
+    manifest must describe the files as this version writes them). With native model files
+    wanted and not all taken, nothing is: they are written with the state."""
+    if previous is None:
+        return None
+    files = previous.manifest["files"]
+    entries = state_file_entries(state, POLICY_STATE_FILE, POLICY_ARRAYS_FILE)
+    if entries is None or files.get(POLICY_ARRAYS_FILE) != entries[POLICY_ARRAYS_FILE]:
+        return None
+    whole = (files.get(POLICY_STATE_FILE) == entries[POLICY_STATE_FILE]
+             and native == (previous.manifest.get("native_model") is not None)
+             and previous.manifest.get("format_version") == FORMAT_VERSION)
+    if native and not whole:
+        return None
+    return Reuse(previous, whole)
 
 
 def link_policies(target: WriteTarget, previous: PreviousCheckpoint,
-                  files: Mapping[str, Mapping[str, int]]) -> None:
-    """Take files of several policies from ``previous``: ``files`` maps a policy ID to
-    ``{file name: size}`` (``CheckpointError`` when one of them is no longer there with its size)."""
-    failed = target.reuse_dirs(previous.storage, {f"{POLICIES_DIR}/{pid}": sizes
-                                                  for pid, sizes in files.items()})
-    if failed is not None:
-        pid = failed.rpartition("/")[2]
-        raise CheckpointError(
-            f"Incremental save: a file of policy {pid!r} in the previous checkpoint "
-            f"{previous.storage.url} changed or vanished during this save. Nothing was saved; "
-            "save again, or without previous=...")
+                  reuse: Mapping[str, Reuse]) -> set[str]:
+    """Take the files :func:`plan_reuse` allowed of several policies from ``previous`` in one
+    pass (an incremental save takes a few files of each of hundreds of policies); return the
+    policies whose files were not taken (no longer a regular file of the listed size there:
+    they must be written). Call :meth:`PreviousCheckpoint.confirm` before committing."""
+    pending = {f"{POLICIES_DIR}/{pid}": plan.sizes for pid, plan in reuse.items()}
+    failed: set[str] = set()
+    while pending:
+        stopped = target.reuse_dirs(previous.storage, pending)
+        if stopped is None:
+            break
+        failed.add(stopped.rpartition("/")[2])
+        names = list(pending)
+        pending = {name: pending[name] for name in names[names.index(stopped) + 1:]}
+    return failed
 
 
-def reuse_policy(target: WriteTarget, pid: str, state: Any, previous: PreviousPolicy | None, *,
-                 native: bool) -> tuple[dict[str, Any], Files] | None:
-    """Take policy ``pid``'s files from ``previous`` when ``state`` would be written as the
-    same bytes (and native model files are wanted there exactly when they were stored);
-    return the root manifest's entry for its manifest and the policy manifest's files, or None
-    when it must be written."""
-    if previous is None or native != (previous.manifest.get("native_model") is not None):
-        return None
-    files = previous.manifest["files"]
-    if state_file_entries(state, POLICY_STATE_FILE, POLICY_ARRAYS_FILE, known=files) is None:
-        return None
-    sizes = {**{name: entry["size"] for name, entry in files.items()}, MANIFEST_FILE: previous.entry["size"]}
-    if target.reuse_dirs(previous.storage, {f"{POLICIES_DIR}/{pid}": sizes}) is not None:
-        return None  # changed on disk since it was written: write it anew
-    return dict(previous.entry), dict(files)
-
-
-#: The last few root manifests read, by their bytes: a save reads its previous checkpoint's
-#: root manifest twice (to plan, then to write), and a manager's saves all read their latest.
+#: The last few root manifests read, by their bytes: a manager's saves all read their latest.
 _PARSED: dict[bytes, dict[str, Any]] = {}
 _PARSED_MAX_BYTES = 1 << 20  # a manifest of ~4000 policies; larger ones are parsed each time
 _PARSED_LOCK = threading.Lock()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Union
 
@@ -24,17 +24,11 @@ from cairn.checkpoint.format import (
     POLICY_ARRAYS_FILE,
     POLICY_STATE_FILE,
 )
-from cairn.checkpoint.incremental import (
-    LinkedArrays,
-    LinkedPolicy,
-    PreviousCheckpoint,
-    link_policies,
-    reuse_policy,
-)
+from cairn.checkpoint.incremental import PreviousCheckpoint, Reuse, link_policies, plan_reuse
 from cairn.checkpoint.manifest import build_manifest, check_metadata
 from cairn.checkpoint.paths import save_target
 from cairn.checkpoint.storage import Storage, WriteTarget, writing
-from cairn.checkpoint.writer_files import Files, staging, write_json_file, write_state_files
+from cairn.checkpoint.writer_files import Files, split_state, staging, write_json_file, write_state_files
 from cairn.errors import CheckpointError
 from cairn.policy_ids import check_policy_ids
 
@@ -130,48 +124,17 @@ def write_policy_checkpoint(path: Location, state: Mapping[str, Any], *,
     return target.storage.url
 
 
-def _link_given(target: WriteTarget, previous: PreviousCheckpoint | None,
-                given: Mapping[str, LinkedPolicy | LinkedArrays], native: Mapping[str, NativeFiles]) -> None:
-    """Take from ``previous`` the files of the policies whose states are given as
-    :class:`LinkedPolicy` (all of them) or :class:`LinkedArrays` (the arrays file), in one call:
-    an incremental save takes a few files of each of hundreds of policies."""
-    sizes: dict[str, dict[str, int]] = {}
-    for pid, state in given.items():
-        if previous is None or pid in native:
-            why = "which cannot be read here" if previous is None else "but native model files are wanted"
-            raise CheckpointError(f"Cannot save policy {pid!r}: its state was to be taken from the "
-                                  f"previous checkpoint, {why}.")
-        previous.check_entry(pid, state.entry)
-        if isinstance(state, LinkedPolicy):
-            sizes[pid] = {**{name: entry["size"] for name, entry in state.files.items()},
-                          MANIFEST_FILE: state.entry["size"]}
-        else:
-            sizes[pid] = {POLICY_ARRAYS_FILE: state.arrays["size"]}
-    if sizes:
-        assert previous is not None
-        link_policies(target, previous, sizes)
-
-
-def _given_policy(target: WriteTarget, pid: str,
-                  given: LinkedPolicy | LinkedArrays) -> tuple[dict[str, Any], Files]:
-    """The manifest's entry and files of policy ``pid`` whose files :func:`_link_given` took
-    (for :class:`LinkedArrays`, its JSON state file and manifest are written here)."""
-    if isinstance(given, LinkedPolicy):
-        return dict(given.entry), {name: dict(entry) for name, entry in given.files.items()}
+def _reused_policy(target: WriteTarget, pid: str, state: Any, reuse: Reuse) -> tuple[dict[str, Any], Files]:
+    """The manifest's entry and files of policy ``pid`` whose files (all, or its arrays file)
+    :func:`~cairn.checkpoint.incremental.link_policies` took; the JSON state file and the
+    manifest are written here when only the arrays file was taken."""
+    files = reuse.previous.manifest["files"]
+    if reuse.whole:
+        return dict(reuse.previous.entry), {name: dict(entry) for name, entry in files.items()}
     root = target.directory / POLICIES_DIR / pid
-    files: Files = {POLICY_ARRAYS_FILE: dict(given.arrays)}
-    write_json_file(root, POLICY_STATE_FILE, given.tree, files, compact=True)
-    return _write_policy_manifest(root, given.tree, None, files), files
-
-
-def _write_policy(target: WriteTarget, previous: PreviousCheckpoint | None, pid: str, state: Any,
-                  native_files: NativeFiles | None) -> tuple[dict[str, Any], Files]:
-    """Write (or take from ``previous``, when its files there hash the same) policy ``pid`` of an
-    Algorithm checkpoint; return its manifest's entry (which the root manifest lists) and the
-    files its manifest lists."""
-    earlier = None if previous is None else previous.policies.get(pid)
-    reused = reuse_policy(target, pid, state, earlier, native=native_files is not None)
-    return reused or _write_policy_dir(target.directory / POLICIES_DIR / pid, state, native_files)
+    written: Files = {POLICY_ARRAYS_FILE: dict(files[POLICY_ARRAYS_FILE])}
+    write_json_file(root, POLICY_STATE_FILE, split_state(state)[0], written, compact=True)
+    return _write_policy_manifest(root, state, None, written), written
 
 
 def write_algorithm_checkpoint(
@@ -180,8 +143,6 @@ def write_algorithm_checkpoint(
     storage_options: Mapping[str, Any] | None = None,
     previous: Location | None = None,
     metadata: Mapping[str, Any] | None = None,
-    written: dict[str, Any] | None = None,
-    changed: Collection[str] = (),
 ) -> str:
     """Write an algorithm state tree as an Algorithm checkpoint at ``path`` (atomically
     locally; committed by its manifest, written last, on an object store); return the location
@@ -198,20 +159,13 @@ def write_algorithm_checkpoint(
         storage_options: Options of the URL's fsspec file system (docs/storage.md), for
             ``path`` and ``previous``.
         previous: An earlier Algorithm checkpoint on the same store (incremental save): a
-            policy whose files would hash the same as there is not written again but hard-linked
-            (locally) or copied server-side (object stores). The new checkpoint stands alone;
-            deleting ``previous`` never breaks it. Ignored when it lies elsewhere. A policy
-            state in ``state`` may also be a :class:`~cairn.checkpoint.incremental.LinkedPolicy`
-            or :class:`~cairn.checkpoint.incremental.LinkedArrays`: files taken from ``previous``
-            without comparing hashes (the caller vouches for them).
+            policy's file that would be the same bytes as there (its size and hash, computed
+            from ``state``, equal those the earlier policy manifest lists) is not written again
+            but hard-linked (locally) or copied server-side (object stores); see
+            :mod:`cairn.checkpoint.incremental`. The new checkpoint stands alone; deleting
+            ``previous`` never breaks it. Ignored when it lies elsewhere.
         metadata: JSON data stored as the manifest's ``metadata``
             (:func:`~cairn.checkpoint.manifest.check_metadata`); None stores none.
-        written: A dict to fill, once the checkpoint is committed, with
-            ``{policy_id: {"entry": ..., "files": ...}}``: the root manifest's entry for each
-            policy's manifest and the files that manifest lists (what the caller hands back in
-            a ``LinkedPolicy`` or ``LinkedArrays`` of a later save).
-        changed: Policies known to differ from ``previous`` (their change markers said so):
-            written without hashing them to compare.
     """
     metadata = check_metadata(metadata)
     rest = dict(state)
@@ -230,20 +184,23 @@ def write_algorithm_checkpoint(
     # (cairn.checkpoint.atomic): the files need no fsync each.
     durable = contextlib.nullcontext() if not syncs_whole_file_system(len(policy_states) + 2) else staging()
     with writing(path, storage_options=storage_options) as target, durable:  # refuses what it may not replace
-        given = {pid: s for pid, s in policy_states.items() if isinstance(s, (LinkedPolicy, LinkedArrays))}
-        hashed = [pid for pid in policy_states if pid not in given and pid not in changed]
         earlier = PreviousCheckpoint.open(previous, target.storage, storage_options=storage_options,
-                                          read=hashed)
-        _link_given(target, earlier, given, native)
+                                          read=policy_states)
+        reuse: dict[str, Reuse] = {}
+        if earlier is not None:
+            for pid, policy_state in policy_states.items():
+                plan = plan_reuse(policy_state, earlier.policies.get(pid), native=pid in native)
+                if plan is not None:
+                    reuse[pid] = plan
+            for pid in link_policies(target, earlier, reuse):
+                del reuse[pid]  # changed on disk since its manifest was written: written anew
         tmp = target.directory
         files: Files = {}
-        policies: dict[str, Any] = {}
         for pid, policy_state in policy_states.items():
             # The root manifest vouches for each policy's manifest, hashed as it is written.
-            entry, policy_files = (_given_policy(target, pid, given[pid]) if pid in given else
-                                   _write_policy(target, earlier, pid, policy_state, native.get(pid)))
+            entry, _ = (_reused_policy(target, pid, policy_state, reuse[pid]) if pid in reuse else
+                        _write_policy_dir(tmp / POLICIES_DIR / pid, policy_state, native.get(pid)))
             files[f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"] = entry
-            policies[pid] = {"entry": entry, "files": policy_files}
         for name, component in components.items():
             write_state_files(tmp, f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
                               f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}", component, files)
@@ -254,7 +211,8 @@ def write_algorithm_checkpoint(
             extra={"components": sorted(components),
                    **({} if metadata is None else {"metadata": metadata})},
         )
+        if reuse:
+            assert earlier is not None
+            earlier.confirm()  # the files taken are those its manifest listed (not a replacement's)
         write_json_file(tmp, MANIFEST_FILE, manifest, {})
-    if written is not None:
-        written.update(policies)
     return target.storage.url
