@@ -11,7 +11,9 @@ convention, ``{"observation": ..., "action_mask": ...}``), for a ``Discrete`` or
   the row and give every illegal action the score :data:`MASKED_SCORE`. Everything that calls
   the model (acting, PPO's loss, DQN's targets, exports) therefore sees masked logits or
   Q-values: a softmax gives illegal actions probability exactly 0, entropies and
-  log-probabilities run over the legal actions, argmax and max pick legal actions;
+  log-probabilities run over the legal actions, argmax and max pick legal actions; DQN's
+  targets also read the next rows' masks (:func:`legal_action_table`), so that a next state
+  with no legal action bootstraps nothing;
 * :func:`check_masks` refuses a row with no legal action (:class:`~cairn.errors.ActionMaskError`)
   where the policy must act, :func:`legal_actions` guarantees sampled actions are legal, and
   :func:`random_legal_actions` draws DQN's epsilon-random actions among legal ones only.
@@ -42,6 +44,7 @@ __all__ = [
     "filter_features",
     "action_sizes",
     "checked_masks",
+    "legal_action_table",
     "MaskedActorCritic",
     "MaskedQModel",
     "mask_scores",
@@ -177,6 +180,13 @@ def checked_masks(rows: np.ndarray, size: int, sizes: Sequence[int]) -> np.ndarr
     mask = rows[:, size:]
     check_masks(mask, sizes)
     return mask
+
+
+def legal_action_table(rows: np.ndarray, size: int) -> np.ndarray:
+    """Which actions the masks of processed rows (their columns from ``size`` on) allow,
+    ``[B, mask_size]`` bool. Unlike :func:`checked_masks` it accepts a row with no legal action:
+    for a state nobody acts on (a next state in a DQN target), that is data, not an error."""
+    return rows[:, size:] > 0.5
 
 
 def mask_scores(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ from torch.nn import functional as F
 
 import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+from cairn.algorithms.dqn.learn import dqn_targets
 from cairn.errors import ActionMaskError, CairnError, ConfigError
 from cairn.policy.action_masking import MASKED_SCORE, random_legal_actions
 from tests.helpers import learning_seed
@@ -117,6 +118,43 @@ def test_dqn_greedy_actions_and_targets_maximise_over_legal_actions() -> None:
     assert np.array_equal(masked[legal], raw_q[legal]) and (masked[~legal] == MASKED_SCORE).all()
     assert np.array_equal(masked.max(axis=1), np.where(legal, raw_q, -np.inf).max(axis=1))
     assert _legal(observations, policy.compute_actions(observations, explore=False))
+
+
+@pytest.mark.parametrize("double_q", [True, False])
+def test_dqn_targets_read_the_next_masks(double_q: bool) -> None:
+    """A truncated transition into a state with no legal action bootstraps nothing (was
+    ``r + gamma * -1e9``); otherwise the target's maximum (or double-Q's argmax) is the legal
+    actions' one, as computed from the unmasked networks."""
+    policy = DQNPolicy(SPACE, gym.spaces.Discrete(N), seed=0)
+    with torch.no_grad():  # the target network prefers action 0, the online network action 1
+        policy.model.net.advantage_head.bias[0] += 100.0
+        policy.update_target()
+        policy.model.net.advantage_head.bias[1] += 200.0
+    observations = _observations(16, seed=1)
+    observations[3]["action_mask"][:] = 0
+    rows = policy.process_observations(observations, update=False)
+    rewards = np.linspace(0.0, 1.0, 16, dtype=np.float32)
+    sample = {"next_obs": rows, "rewards": rewards, "n_steps": np.full(16, 2),
+              "terminateds": np.zeros(16, bool)}
+    config = cairn.DQNConfig().training(double_q=double_q)
+    targets = dqn_targets(config, policy, sample)
+    legal = rows[:, N:] > 0.5
+    net, target_net = policy.model.net, policy.target_model.net
+    online_q = np.where(legal, net.numpy_q_values(np.ascontiguousarray(rows[:, :N])), -np.inf)
+    target_q = np.where(legal, target_net.numpy_q_values(np.ascontiguousarray(rows[:, :N])), -np.inf)
+    best = (online_q if double_q else target_q).argmax(axis=1)
+    expected = rewards + config.gamma**2 * target_q[np.arange(16), best]
+    expected[3] = rewards[3]
+    np.testing.assert_allclose(targets, expected, rtol=1e-6)
+
+
+def test_dqn_trains_on_finite_targets_when_a_truncated_episode_ends_without_legal_actions() -> None:
+    """The issue's reproduction: every episode is truncated at an all-zero mask."""
+    config = (cairn.DQNConfig().environment(make_pick_legal, env_config={"length": 4, "empty_mask_at": 4})
+              .training(train_batch_size=64, minibatch_size=32, num_steps_sampled_before_learning_starts=32)
+              .debugging(seed=0))
+    stats = config.build().train()["learners"]["default_policy"]
+    assert abs(stats["target_mean"]) < 10.0  # rewards are 0 or 1 (was about -1e8)
 
 
 def test_epsilon_random_actions_are_uniform_over_legal_actions() -> None:

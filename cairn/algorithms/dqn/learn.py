@@ -13,6 +13,7 @@ import torch
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.dqn.loss import dqn_loss, q_targets
 from cairn.learners import GradientSync, LearnOutput
+from cairn.policy.action_masking import legal_action_table
 from cairn.policy.torch_utils import clip_grad_norm
 
 __all__ = ["dqn_targets", "dqn_learn"]
@@ -30,13 +31,16 @@ def _q_values(model: Any, obs: np.ndarray) -> np.ndarray:
 
 def dqn_targets(config: Any, policy: DQNPolicy, sample: Mapping[str, np.ndarray]) -> np.ndarray:
     """The bootstrapped targets of a replayed minibatch (double-Q when configured); they need
-    no gradient."""
+    no gradient. A masked policy's targets read the next observations' masks: the maximum runs
+    over legal actions, and a next state without one bootstraps nothing (:func:`q_targets`)."""
     next_obs = sample["next_obs"]
     next_q_target = _q_values(policy.target_model, next_obs)
     next_q_online = _q_values(policy.model, next_obs) if config.double_q else None
+    next_legal = legal_action_table(next_obs, policy.preprocessor.size) if policy.action_mask_size else None
     return q_targets(
         sample["rewards"], config.gamma ** sample["n_steps"].astype(np.float32),
         sample["terminateds"], next_q_target, next_q_online, double_q=config.double_q,
+        next_legal=next_legal,
     )
 
 

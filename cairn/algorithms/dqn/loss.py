@@ -55,6 +55,7 @@ def q_targets(
     next_q_online: np.ndarray | None = None,
     *,
     double_q: bool = True,
+    next_legal: np.ndarray | None = None,
 ) -> np.ndarray:
     """Bootstrapped Q-learning targets (no gradient flows through them, so numpy suffices).
 
@@ -62,17 +63,33 @@ def q_targets(
     ``a* = argmax_a Q_online(s', a)`` (double Q-learning, van Hasselt et al. 2016) or
     ``argmax_a Q_target(s', a)`` (Mnih et al. 2015).
 
+    With action masks, ``a*`` ranges over the legal actions of ``s'`` only, and an ``s'`` with
+    no legal action bootstraps nothing, as a terminal one: no action is ever taken there, so
+    the return from it is 0 (its masked Q-values, about ``-1e9``, are no value at all).
+
     Args:
         rewards: (n-step) returns, ``[B]``.
         discounts: ``gamma ** n`` per transition, ``[B]``.
         terminateds: Whether ``s'`` is terminal, ``[B]``; truncation is not termination.
         next_q_target: ``Q_target(s', .)``, ``[B, A]``.
         next_q_online: ``Q_online(s', .)``, ``[B, A]``; needed when ``double_q``.
+        next_legal: Which actions are legal in ``s'`` (its action mask), ``[B, A]`` bool;
+            None: all of them.
 
     >>> q_targets(np.array([1.0]), np.array([0.5]), np.array([False]),
     ...           np.array([[10.0, 0.0]]), np.array([[0.0, 5.0]])).tolist()
     [1.0]
+    >>> q_targets(np.array([1.0, 1.0]), np.array([0.5, 0.5]), np.array([False, False]),
+    ...           np.array([[10.0, 4.0], [10.0, 4.0]]), double_q=False,
+    ...           next_legal=np.array([[False, True], [False, False]])).tolist()
+    [3.0, 1.0]
     """
+    no_bootstrap = np.asarray(terminateds, dtype=bool)
+    if next_legal is not None:
+        no_bootstrap = no_bootstrap | ~next_legal.any(axis=1)
+        next_q_target = np.where(next_legal, next_q_target, -np.inf)
+        if next_q_online is not None:
+            next_q_online = np.where(next_legal, next_q_online, -np.inf)
     if double_q:
         if next_q_online is None:
             raise ValueError("double_q needs next_q_online, the online network's Q(s', .).")
@@ -80,7 +97,8 @@ def q_targets(
     else:
         next_actions = next_q_target.argmax(axis=1)
     next_value = np.take_along_axis(next_q_target, next_actions[:, None], axis=1)[:, 0]
-    bootstrap = np.where(terminateds, 0.0, discounts * next_value)
+    # Zeroed before the product: a row without legal actions holds -inf, and 0 * -inf is NaN.
+    bootstrap = discounts * np.where(no_bootstrap, 0.0, next_value)
     return (rewards + bootstrap).astype(np.float32)
 
 

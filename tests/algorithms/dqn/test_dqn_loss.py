@@ -117,3 +117,46 @@ def test_numpy_forward_matches_torch(dueling: bool) -> None:
         net.advantage_head.bias.add_(1.0)
         expected = net(torch.from_numpy(obs)).numpy()
     np.testing.assert_allclose(net.numpy_q_values(obs), expected, rtol=1e-5, atol=1e-6)
+
+
+# Masked next states (issue 36, item 6): raw Q-values, as a network outputs them before masking,
+# so that an illegal action is the best one and a mistake shows.
+NEXT_TARGET = np.array([[9.0, 2.0, 4.0], [9.0, 2.0, 4.0], [9.0, 2.0, 4.0]], dtype=np.float32)
+NEXT_ONLINE = np.array([[8.0, 1.0, 0.0], [8.0, 1.0, 0.0], [8.0, 1.0, 0.0]], dtype=np.float32)
+LEGAL = np.array([[False, True, True], [False, False, False], [True, True, True]])
+
+
+@pytest.mark.parametrize("double_q", [True, False])
+def test_a_next_state_without_legal_actions_bootstraps_nothing(double_q: bool) -> None:
+    for q_value in (NEXT_TARGET, np.full((3, 3), -1e9, np.float32)):  # raw, and as masked Q-values
+        targets = q_targets(np.array([1.0, 2.0, 3.0]), np.full(3, 0.99, np.float32),
+                            np.array([False, False, False]), q_value, q_value, double_q=double_q,
+                            next_legal=LEGAL)
+        assert targets[1] == 2.0  # truncated into a state where nothing can be done: y = r
+
+
+def test_the_maximum_ranges_over_legal_actions_only() -> None:
+    targets = q_targets(np.array([1.0, 2.0, 3.0]), np.full(3, 0.5, np.float32), np.zeros(3, bool),
+                        NEXT_TARGET, double_q=False, next_legal=LEGAL)
+    assert targets.tolist() == [1.0 + 0.5 * 4.0, 2.0, 3.0 + 0.5 * 9.0]
+
+
+def test_double_q_argmax_ranges_over_legal_actions_only() -> None:
+    # The online network prefers action 0 (illegal in row 0), then action 1, worth 2 to the target.
+    targets = q_targets(np.array([1.0, 2.0, 3.0]), np.full(3, 0.5, np.float32), np.zeros(3, bool),
+                        NEXT_TARGET, NEXT_ONLINE, double_q=True, next_legal=LEGAL)
+    assert targets.tolist() == [1.0 + 0.5 * 2.0, 2.0, 3.0 + 0.5 * 9.0]
+
+
+def test_masked_targets_are_finite_without_warnings_for_any_discount() -> None:
+    with np.errstate(all="raise"):  # 0 * -inf would be NaN: no row may compute it
+        targets = q_targets(np.array([1.0, 2.0, 3.0]), np.zeros(3, np.float32),
+                            np.array([True, False, False]), NEXT_TARGET, NEXT_ONLINE, next_legal=LEGAL)
+    assert targets.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_without_masks_targets_are_unchanged_by_an_all_legal_table() -> None:
+    rng = np.random.default_rng(0)
+    args = (rng.normal(size=50).astype(np.float32), np.full(50, 0.97, np.float32), rng.random(50) < 0.3,
+            rng.normal(size=(50, 4)).astype(np.float32), rng.normal(size=(50, 4)).astype(np.float32))
+    assert np.array_equal(q_targets(*args), q_targets(*args, next_legal=np.ones((50, 4), bool)))
