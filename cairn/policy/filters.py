@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from cairn.errors import ConfigError
+
 __all__ = ["NoFilter", "MeanStdFilter", "make_filter", "FILTER_NAMES"]
 
 FILTER_NAMES = ("NoFilter", "MeanStdFilter")
@@ -146,4 +148,4 @@ def make_filter(name: str, size: int) -> NoFilter | MeanStdFilter:
         return MeanStdFilter(size)
     if name == "NoFilter":
         return NoFilter()
-    raise ValueError(f"Unknown observation_filter {name!r}; choose one of {FILTER_NAMES}.")
+    raise ConfigError(f"Config 'observation_filter'={name!r} is unknown; choose one of {FILTER_NAMES}.")

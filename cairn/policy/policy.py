@@ -33,6 +33,7 @@ from cairn.policy.model import (
     warn_if_image_observations,
 )
 from cairn.policy.networks import actor_critic_model
+from cairn.policy.output_shapes import check_actor_critic_outputs
 from cairn.policy.spec import PolicySpec
 from cairn.policy.state_tree import make_generators, policy_state_tree, restore_policy_state_tree
 from cairn.policy.weights import adopt_weights, load_weights, weights_to_numpy
@@ -101,7 +102,8 @@ class Policy:
         config = dict(config or {})
         if isinstance(config.get("model"), Mapping):  # model classes -> references (JSON)
             config["model"] = model_references(config["model"])
-        self.check_setup(action_space, deep_merge(self.DEFAULT_CONFIG, config))
+        self.config: dict[str, Any] = deep_merge(self.DEFAULT_CONFIG, config)
+        self.check_setup(action_space, self.config)
         try:
             check_action_space(action_space)
             self.preprocessor = make_preprocessor(observation_space, action_space)
@@ -111,7 +113,6 @@ class Policy:
         #: masking") and the observation space the network reads (without the mask).
         self.action_mask_size = self.preprocessor.mask_size
         self.network_observation_space = self.preprocessor.network_space
-        self.config: dict[str, Any] = deep_merge(self.DEFAULT_CONFIG, config or {})
         check_model_config(self.config["model"])
         self.observation_space = observation_space
         self.action_space = action_space
@@ -141,15 +142,13 @@ class Policy:
         self._optimizers = self.optimizer_holder = LazyOptimizer()  # the holder, for learners' sync
         if type(self).make_optimizer is not Policy.make_optimizer:
             self._optimizers.set(self.make_optimizer())
-        try:
-            self.observation_filter: NoFilter | MeanStdFilter = make_filter(
-                self.config["observation_filter"], self.preprocessor.size
-            )
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
+        self.observation_filter: NoFilter | MeanStdFilter = make_filter(
+            self.config["observation_filter"], self.preprocessor.size
+        )
         self.global_timestep = 0
         self.num_grad_updates = 0
         self.finish_setup()
+        self.check_model_outputs()
 
     def check_setup(self, action_space: gym.Space[Any], config: Mapping[str, Any]) -> None:
         """Refuse (ConfigError) an action space or merged ``config`` this class cannot use;
@@ -167,6 +166,14 @@ class Policy:
     def finish_setup(self) -> None:
         """The last step of building a policy, once its model, optimizer and filter exist
         (DQN: its target network and epsilon)."""
+
+    def check_model_outputs(self) -> None:
+        """Refuse (ConfigError) a network whose outputs lack the shapes this policy reads, seen in
+        one forward on sample rows when the policy is built or restored (:mod:`cairn.policy.
+        output_shapes`); PPO's reads action inputs ``[B, num_outputs]`` and values ``[B]``."""
+        check_actor_critic_outputs(self.model, feature_size=self.preprocessor.size,
+                                   mask_size=self.action_mask_size, num_outputs=self.dist.num_inputs,
+                                   action_space=self.action_space, model_config=self.config["model"])
 
     @builds_config_mlp
     def make_model(self) -> torch.nn.Module:
@@ -218,14 +225,7 @@ class Policy:
     @classmethod
     def from_spec(cls, spec: PolicySpec, *, seed: int | None = None) -> Policy:
         """Build a new policy from a complete spec (class, both spaces and config)."""
-        policy_class = spec.policy_class or cls
-        if isinstance(policy_class, str):
-            policy_class = resolve_class(policy_class, Policy)
-        if spec.observation_space is None or spec.action_space is None:
-            raise ConfigError(
-                "PolicySpec needs observation_space and action_space to build a policy on its own."
-            )
-        return policy_class(spec.observation_space, spec.action_space, spec.config, seed=seed)
+        return spec.build(default_class=cls, base=Policy, seed=seed)
 
     # ------------------------------------------------------------------------------------- act
     def process_observations(self, obs_batch: Sequence[Any] | np.ndarray, *,

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from cairn.errors import ConfigError
 from cairn.policy.custom_model import model_references
-from cairn.registry import class_reference
+from cairn.registry import class_reference, resolve_class
 from cairn.spaces import space_from_json, space_to_json
 
 if TYPE_CHECKING:
@@ -53,6 +54,18 @@ class PolicySpec:
             "action_space": None if self.action_space is None else space_to_json(self.action_space),
             "config": copy.deepcopy(self.config),
         }
+
+    def build(self, *, default_class: type[Policy], base: type[Policy], seed: int | None = None) -> Policy:
+        """A new policy of this spec (``Policy.from_spec``): its class, else ``default_class``; a
+        class reference must resolve to a subclass of ``base``. Both spaces must be given."""
+        policy_class = self.policy_class or default_class
+        if isinstance(policy_class, str):
+            policy_class = resolve_class(policy_class, base)
+        if self.observation_space is None or self.action_space is None:
+            raise ConfigError(
+                "PolicySpec needs observation_space and action_space to build a policy on its own."
+            )
+        return policy_class(self.observation_space, self.action_space, self.config, seed=seed)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PolicySpec:

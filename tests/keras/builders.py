@@ -26,3 +26,13 @@ def small_q_network(obs_size, num_actions, model_config):
                            kernel_initializer=keras.initializers.GlorotUniform(seed=1))(obs)
     q_values = keras.layers.Dense(num_actions, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
     return keras.Model(obs, q_values)
+
+
+def wide_actor_critic(obs_size, num_outputs, model_config):
+    """Two logits too many (issue 36 item 7: refused when the policy is built)."""
+    return small_actor_critic(obs_size, num_outputs + 2, model_config)
+
+
+def wide_q_network(obs_size, num_actions, model_config):
+    """One Q-value too many."""
+    return small_q_network(obs_size, num_actions + 1, model_config)

@@ -191,3 +191,15 @@ def test_a_keras_save_prints_nothing_of_tensorflows_start_up(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert lines[lines.index("before save") + 1:] == ["after save"], proc.stderr
+
+
+def test_a_users_keras_model_with_wrong_output_shapes_is_refused_at_build():
+    """Its logits are wider than CartPole's two actions: before, it sampled actions 2 and 3."""
+    model = {"framework": "keras", "keras_model": "tests.keras.builders:wide_actor_critic"}
+    with pytest.raises(ConfigError, match=r"model.keras_model='tests.keras.builders:wide_actor_critic'"
+                                          r" returned action_inputs of shape \[5, 4\], expected \[5, 2\]"):
+        small_ppo(model=model).build()
+    with pytest.raises(ConfigError,
+                       match=r"wide_q_network' returned q_values of shape \[5, 3\], expected \[5, 2\]"):
+        cairn.DQNConfig().environment("CartPole-v1").training(
+            model={"framework": "keras", "keras_model": "tests.keras.builders:wide_q_network"}).build()

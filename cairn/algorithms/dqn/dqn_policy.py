@@ -19,6 +19,7 @@ from cairn.policy.custom_model import build_custom_model, uses_custom_model
 from cairn.policy.keras_config import model_framework
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
+from cairn.policy.output_shapes import check_q_value_outputs
 from cairn.policy.policy import Policy
 from cairn.policy.weights import load_weights, weights_to_numpy
 from cairn.registry import register_class
@@ -127,6 +128,13 @@ class DQNPolicy(Policy):
             activation=model_cfg["activation"], dueling=bool(self.config["dueling"]),
             encoder=policy_encoder_description(self),
         )
+
+    def check_model_outputs(self) -> None:
+        """DQN reads Q-values ``[B, num_actions]`` (:mod:`cairn.policy.output_shapes`); the
+        target network is a copy of the same class."""
+        check_q_value_outputs(self.model, feature_size=self.preprocessor.size,
+                              mask_size=self.action_mask_size, num_actions=self.num_actions,
+                              action_space=self.action_space, model_config=self.config["model"])
 
     def mask_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """Masked Q-values: an illegal action's is :data:`~cairn.policy.action_masking.MASKED_SCORE`,

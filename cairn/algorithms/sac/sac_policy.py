@@ -13,6 +13,7 @@ from cairn.algorithms.sac.custom_model import CustomSACModel
 from cairn.algorithms.sac.distribution import SquashedGaussian
 from cairn.algorithms.sac.keras_model import keras_sac_model
 from cairn.algorithms.sac.model import LOG_STD_MAX, LOG_STD_MIN, SACModel
+from cairn.algorithms.sac.output_shapes import check_sac_outputs
 from cairn.errors import ConfigError
 from cairn.policy.custom_model import uses_custom_model
 from cairn.policy.keras_config import model_framework
@@ -122,6 +123,12 @@ class SACPolicy(Policy):
             hidden=list(model_cfg["hidden"]), activation=model_cfg["activation"],
             initial_alpha=float(self.config["initial_alpha"]), encoder=policy_encoder_description(self),
         )
+
+    def check_model_outputs(self) -> None:
+        """SAC reads the actor's ``(mean, log_std)``, ``[B, A]`` each, and each critic's ``Q(s, a)``,
+        ``[B]`` (:mod:`cairn.algorithms.sac.output_shapes`)."""
+        check_sac_outputs(self.model, feature_size=self.preprocessor.size, action_size=self.action_size,
+                          action_space=self.action_space, model_config=self.config["model"])
 
     def group_learning_rates(self) -> dict[str, float]:
         """The learning rate of each optimizer group (its own, else ``lr``)."""

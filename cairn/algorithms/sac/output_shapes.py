@@ -1,0 +1,53 @@
+"""The shapes SAC reads from its model, checked once when a SACPolicy is built or restored
+(:mod:`cairn.policy.output_shapes`): the actor's ``(mean, log_std)``, ``[B, A]`` each, and each
+critic's Q-values, ``[B]`` for one of a user's critics and ``[2, B]`` for a twin-Q module."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from cairn.algorithms.sac.custom_model import TwinCritic
+from cairn.algorithms.sac.model_base import SACModelBase
+from cairn.policy.output_shapes import (
+    SAMPLE_BATCH,
+    network_name,
+    quiet_forward,
+    require_shape,
+    sample_rows,
+    unpack_outputs,
+)
+
+__all__ = ["check_sac_outputs"]
+
+
+def check_sac_outputs(model: SACModelBase, *, feature_size: int, action_size: int,
+                      action_space: gym.Space[Any], model_config: Mapping[str, Any]) -> None:
+    """ConfigError naming the network, the output and both shapes unless the actor gives
+    ``(mean, log_std)`` of ``[B, action_size]`` each and the critics ``Q(s, a)`` of ``[B]`` each.
+    The target critics are copies of the critics (same class and weights' shapes)."""
+    features, _ = sample_rows(feature_size)
+    actions = torch.zeros(SAMPLE_BATCH, action_size)
+    batch = SAMPLE_BATCH
+    actor = network_name(model.actor, model_config)
+    reads = f"[batch, action_size={action_size}] for {action_space}"
+    with quiet_forward(model):
+        mean, log_std = unpack_outputs(model.actor(features), 2, network=actor, call="forward(obs)",
+                                       names="(mean [batch, action_size], log_std [batch, action_size])")
+        for output, value in (("mean", mean), ("log_std", log_std)):
+            require_shape(value, (batch, action_size), network=actor, output=output, reads=reads,
+                          fix=f"return {output} of shape [batch, num_outputs] (num_outputs={action_size}, "
+                              "the constructor's third argument: one per action dimension).")
+        if isinstance(model.critic, TwinCritic):  # a user's critics, each Q(s, a) -> [B]
+            for critic in (model.critic.q1, model.critic.q2):
+                require_shape(critic(features, actions), (batch,),
+                              network=network_name(critic, model_config, "custom_q_model"), output="q",
+                              reads="[batch], one Q-value per (observation, action)",
+                              fix="return Q-values of shape [batch] (a [batch, 1] head needs .squeeze(-1)).")
+        else:
+            require_shape(model.critic(features, actions), (2, batch), network=network_name(model.critic, {}),
+                          output="twin q", reads="[2, batch], both critics' Q-values",
+                          fix="stack both critics' [batch] Q-values.")
