@@ -126,11 +126,12 @@ def check_actor_critic_outputs(model: nn.Module, *, feature_size: int, mask_size
             _check_recurrent_outputs(net, features, num_outputs=num_outputs, action_space=action_space,
                                      name=name, inputs_fix=inputs_fix)
             return
-        inputs, value = unpack_outputs(net(features, *extra), 2, network=name, call="forward(obs)",
-                                 names="(action_inputs [batch, num_outputs], value [batch])")
-        require_shape(inputs, (batch, num_outputs), network=name, output="action_inputs", reads=reads,
-                      fix=inputs_fix)
-        require_shape(value, (batch,), network=name, output="value", reads="[batch]", fix=value_fix)
+        if type(net).forward is not nn.Module.forward:  # a policy's own module may only act
+            inputs, value = unpack_outputs(net(features, *extra), 2, network=name, call="forward(obs)",
+                                           names="(action_inputs [batch, num_outputs], value [batch])")
+            require_shape(inputs, (batch, num_outputs), network=name, output="action_inputs", reads=reads,
+                          fix=inputs_fix)
+            require_shape(value, (batch,), network=name, output="value", reads="[batch]", fix=value_fix)
         # Acting reads action_inputs and PPO's bootstrap value(): a class may override either.
         for method, expected, method_reads, fix in (
                 ("action_inputs", (batch, num_outputs), reads, inputs_fix),

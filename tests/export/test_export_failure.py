@@ -62,6 +62,10 @@ class HeadlessPolicy(cairn.Policy):
     def make_model(self) -> nn.Module:
         return HeadlessModel()
 
+    def check_model_outputs(self) -> None:
+        """Its network is not an actor-critic (``forward`` gives one tensor): the hook says what
+        a policy with another network reads; this one is only exported."""
+
 
 def test_unexportable_model_still_checkpoints(tmp_path: Path) -> None:
     policy = BranchingPolicy(OBS, gym.spaces.Discrete(2), seed=0)
