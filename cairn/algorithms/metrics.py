@@ -14,8 +14,9 @@ __all__ = ["episode_metrics"]
 def episode_metrics(
     episodes: Sequence[Mapping[str, Any]], *, policy_ids: Collection[str] | None = None
 ) -> dict[str, Any]:
-    """Means over finished episodes: ``episode_return_mean``, ``episode_len_mean`` (nan when
-    there are none), ``num_episodes``, ``policy_episode_return_mean`` (per policy, over the
+    """Over finished episodes: ``episode_return_mean``, ``episode_return_min``,
+    ``episode_return_max`` and ``episode_len_mean`` (RLlib's keys; nan when there are none),
+    ``num_episodes``, ``policy_episode_return_mean`` (per policy, over the
     returns of the agents it controlled) and ``custom_metrics`` (:func:`custom_metrics`).
 
     ``policy_ids`` limits ``policy_episode_return_mean`` to those policies: the metrics window
@@ -27,8 +28,11 @@ def episode_metrics(
         for pid, returns in ep["policy_returns"].items():
             if policy_ids is None or pid in policy_ids:
                 per_policy.setdefault(pid, []).extend(returns)
+    returns = [float(e["return"]) for e in episodes]
     return {
-        "episode_return_mean": float(np.mean([e["return"] for e in episodes])) if episodes else math.nan,
+        "episode_return_mean": float(np.mean(returns)) if returns else math.nan,
+        "episode_return_min": min(returns) if returns else math.nan,
+        "episode_return_max": max(returns) if returns else math.nan,
         "episode_len_mean": float(np.mean([e["length"] for e in episodes])) if episodes else math.nan,
         "num_episodes": len(episodes),
         "policy_episode_return_mean": {pid: float(np.mean(r)) for pid, r in per_policy.items()},

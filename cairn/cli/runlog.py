@@ -50,7 +50,7 @@ PROGRESS_COLUMNS = (
 
 def progress_row(result: Mapping[str, Any]) -> dict[str, Any]:
     """One progress.csv row from a result dict of ``cairn train`` (``Algorithm.train()``'s,
-    with ``time_total_s``, ``episode_return_min/max`` and ``env_steps_per_s`` added)."""
+    with ``time_total_s`` added)."""
     row: dict[str, Any] = {
         "training_iteration": result["training_iteration"],
         "timesteps": result["num_env_steps_sampled_lifetime"],

@@ -218,13 +218,9 @@ def _should_stop(stop: dict[str, Any], result: dict[str, Any]) -> bool:
             or bool(result.get("done")))  # a callback's on_train_result asked to stop
 
 
-def _with_run_metrics(algo: Any, result: dict[str, Any], time_offset: float) -> dict[str, Any]:
-    """The result plus what the run log reports beyond ``train()``: the metrics window's
-    ``episode_return_min/max`` and ``time_total_s``."""
-    returns = [float(e["return"]) for e in algo.recent_episodes]
-    return {**result, "episode_return_min": min(returns) if returns else float("nan"),
-            "episode_return_max": max(returns) if returns else float("nan"),
-            "time_total_s": time_offset + result["time_this_iter_s"]}
+def _with_run_metrics(result: dict[str, Any], time_offset: float) -> dict[str, Any]:
+    """The result plus what the run log reports beyond ``train()``: ``time_total_s``."""
+    return {**result, "time_total_s": time_offset + result["time_this_iter_s"]}
 
 
 def _loop(algo: Any, log: RunLog, reporter: Reporter, stop: dict[str, Any], manager: Any,
@@ -235,7 +231,7 @@ def _loop(algo: Any, log: RunLog, reporter: Reporter, stop: dict[str, Any], mana
     saved_at: tuple[int, str] | None = None
     time_total = log.time_offset
     while not interrupt.requested:
-        result = _with_run_metrics(algo, algo.train(), time_total)
+        result = _with_run_metrics(algo.train(), time_total)
         last[:] = [result]
         time_total = result["time_total_s"]
         log.append(result)

@@ -21,6 +21,24 @@ def test_episode_metrics_limits_per_policy_means_to_policy_ids():
     assert kept["policy_episode_return_mean"] == {"p0": 2.0}
     assert kept["episode_return_mean"] == everything["episode_return_mean"] == 4.0
     assert math.isnan(episode_metrics([])["episode_return_mean"])
+    assert (everything["episode_return_min"], everything["episode_return_max"]) == (3.0, 5.0)
+    assert math.isnan(episode_metrics([])["episode_return_min"])
+    assert math.isnan(episode_metrics([])["episode_return_max"])
+
+
+def test_train_reports_rllibs_episode_return_min_and_max():
+    """Issue 36: scripts expecting RLlib's keys got a KeyError (only the CLI's progress.csv had
+    them); they span the same window of recent episodes as ``episode_return_mean``."""
+    from tests.helpers import small_ppo
+
+    algo = small_ppo().build()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    returns = [float(e["return"]) for e in algo.recent_episodes]
+    assert result["num_episodes"] > 0
+    assert (result["episode_return_min"], result["episode_return_max"]) == (min(returns), max(returns))
 
 
 def _train_until_reported(algo: cairn.Algorithm, policy_id: str) -> None:
