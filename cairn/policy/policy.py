@@ -169,8 +169,8 @@ class Policy:
 
     def check_model_outputs(self) -> None:
         """Refuse (ConfigError) a network whose outputs lack the shapes this policy reads, seen in
-        one forward on sample rows when the policy is built or restored (:mod:`cairn.policy.
-        output_shapes`); PPO's reads action inputs ``[B, num_outputs]`` and values ``[B]``."""
+        one forward on sample rows when the policy is built or restored (cairn/policy/output_shapes.py);
+        PPO's reads action inputs ``[B, num_outputs]`` and values ``[B]``. Override with the network."""
         check_actor_critic_outputs(self.model, feature_size=self.preprocessor.size,
                                    mask_size=self.action_mask_size, num_outputs=self.dist.num_inputs,
                                    action_space=self.action_space, model_config=self.config["model"])
