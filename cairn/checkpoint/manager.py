@@ -9,13 +9,21 @@ a new manager on the same root (a resumed run) knows every checkpoint there:
 
 * a checkpoint counts only once it is committed (its manifest is there): :meth:`latest` lists
   the root and never trusts anything that can be stale;
-* a record without a committed checkpoint belongs to a save that did not finish, and is
-  ignored (and removed on the next start); a committed checkpoint without a record (copied in
-  by hand) has no metric.
+* a record without a committed checkpoint belongs to a save in progress or one that did not
+  finish, and is ignored; it names its writer, who renews it while the save runs, and a
+  manager that starts removes it (with the uncommitted files beside it) only once that writer
+  is proven gone (:mod:`cairn.checkpoint.manager_records`), so that opening a manager on a root
+  another process writes never takes anything from under it; a committed checkpoint without a
+  record (copied in by hand) has no metric.
+
+Each save is checked once committed: every file its manifests list must be there with its
+size (:meth:`~cairn.checkpoint.manager_store.ManagerStore.problems`), else the save fails,
+saying what is missing, the broken checkpoint is removed and retention does not run.
 
 Retention runs after each commit: the ``keep_last`` newest checkpoints, the ``n`` best by
 ``keep_best`` and every ``keep_every_iterations``-th stay (:mod:`cairn.checkpoint.retention`),
-the others are deleted, as :meth:`CheckpointManager.delete` deletes one. A checkpoint is first
+the others are deleted, as :meth:`CheckpointManager.delete` deletes one; the newest
+checkpoint whose files are all there is never deleted. A checkpoint is first
 made invisible (renamed to a temporary name that :func:`cairn.checkpoint.atomic.cleanup`
 removes, or its manifest deleted first on a store without rename), then removed, then its
 record. A crash at any point leaves
@@ -35,18 +43,19 @@ import concurrent.futures
 import os
 import re
 import threading
-import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any, Literal
 
-from cairn.checkpoint.manager_store import ManagerStore, open_store
+from cairn.checkpoint.manager_records import RECORD_SUFFIX, RecordLease, abandoned, read_record
+from cairn.checkpoint.manager_store import ManagerStore, incomplete_save_error, open_store
 from cairn.checkpoint.manifest import check_metadata
 from cairn.checkpoint.reader import get_checkpoint_info
 from cairn.checkpoint.retention import (
     KeepBest,
     ManagedCheckpoint,
     best_checkpoints,
+    newest_whole,
     parse_keep_best,
     retained,
 )
@@ -63,8 +72,6 @@ from cairn.errors import BackgroundSaveError, CheckpointError, CheckpointNotFoun
 __all__ = ["CheckpointManager", "ManagedCheckpoint", "checkpoint_name", "resolve_checkpoint"]
 
 _NAME = re.compile(r"^checkpoint_(\d{6,})$")
-_RECORD_SUFFIX = ".record.json"
-_RECORD_FORMAT = "cairn-manager-record"
 
 
 class _Default:
@@ -180,10 +187,10 @@ class CheckpointManager:
         self._unwaited: list[tuple[SaveFuture, Future[str]]] = []
         self._store.clean_stale({checkpoint_name(i) for i in _committed(self._store)},
                                 is_checkpoint=lambda name: bool(_NAME.match(name)),
-                                record_suffix=_RECORD_SUFFIX)
+                                record_suffix=RECORD_SUFFIX, abandoned=abandoned)
         found = _committed(self._store)
         if found:  # a resumed run: the env steps of its latest save, when its record has them
-            record = self._record(found[-1])
+            record = read_record(self._store, checkpoint_name(found[-1]))
             steps = record.get("timesteps") if record else None
             self._schedule.saved(found[-1], steps if type(steps) is int and steps >= 0 else None)
 
@@ -193,15 +200,11 @@ class CheckpointManager:
         return self._store.location("")
 
     # ------------------------------------------------------------------------------ queries
-    def _record(self, iteration: int) -> dict[str, Any] | None:
-        record = self._store.read_json(checkpoint_name(iteration) + _RECORD_SUFFIX)
-        return record if isinstance(record, dict) and record.get("format") == _RECORD_FORMAT else None
-
     def _listing(self) -> list[ManagedCheckpoint]:
         """The committed checkpoints with their metrics (from the records), oldest first."""
         out = []
         for iteration in _committed(self._store):
-            record = self._record(iteration)
+            record = read_record(self._store, checkpoint_name(iteration))
             value = record.get("metric") if record else None
             metric = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
             out.append(ManagedCheckpoint(iteration, self._store.location(checkpoint_name(iteration)), metric))
@@ -293,26 +296,32 @@ class CheckpointManager:
         name = checkpoint_name(iteration)
         best = self._keep_best
         metric = result_metric(result, best.metric) if best else None
-        # The record goes first: a checkpoint is committed with its metric already stored.
-        self._store.write_json(name + _RECORD_SUFFIX, {
-            "format": _RECORD_FORMAT, "version": 1, "iteration": iteration,
-            "metric_name": best.metric if best else None, "metric": metric,
-            "timesteps": timesteps, "time": time.time()})
+        # The record goes first: a checkpoint is committed with its metric already stored. It
+        # names this process, which renews it until the save is over (manager_records).
+        lease = RecordLease(self._store, name, iteration=iteration, metric=metric,
+                            metric_name=best.metric if best else None, timesteps=timesteps)
         location = self._store.location(name)
         previous = self._store.location(checkpoint_name(committed[-1])) if committed else None
         extra: dict[str, Any] = {} if metadata is None else {"metadata": metadata}
-        saved = algo.save(location, blocking=blocking, storage_options=self.storage_options,
-                          previous=previous if previous != location else None, **extra)
-        self._schedule.saved(iteration, timesteps)
+        try:
+            saved = algo.save(location, blocking=blocking, storage_options=self.storage_options,
+                              previous=previous if previous != location else None, **extra)
+        except BaseException:
+            lease.abandon()
+            raise
         if blocking:
-            self._retain()
+            self._check_whole(iteration, lease)
+            self._schedule.saved(iteration, timesteps)
+            self._retain(whole=iteration)
             return str(saved)
+        self._schedule.saved(iteration, timesteps)
         # The manager's Future passes the write's error on: once it has delivered it, the
         # algorithm does not raise it again (cairn.checkpoint.save_future).
         done = SaveFuture(lambda _: saved.delivered() if isinstance(saved, SaveFuture) else None)
         with self._lock:
             self._unwaited.append((done, saved))
-        saved.add_done_callback(lambda written: self._committed_in_background(written, done))
+        saved.add_done_callback(
+            lambda written: self._committed_in_background(written, done, iteration, lease))
         return done
 
     def _wait_in_flight(self) -> None:
@@ -345,30 +354,48 @@ class CheckpointManager:
     def _remove(self, iteration: int) -> None:
         name = checkpoint_name(iteration)
         self._store.remove_checkpoint(name)  # no longer committed before any file goes
-        self._store.remove_file(name + _RECORD_SUFFIX)
+        self._store.remove_file(name + RECORD_SUFFIX)
 
-    def _committed_in_background(self, written: Future[Any], done: Future[str]) -> None:
-        """After a background write (in the writer's thread): retention, then ``done``."""
+    def _committed_in_background(self, written: Future[Any], done: Future[str], iteration: int,
+                                 lease: RecordLease) -> None:
+        """After a background write (in the writer's thread): the check that its files are
+        there, retention, then ``done``."""
         failed = (written.undelivered_exception() if isinstance(written, SaveFuture)
                   else written.exception())
         if failed is not None:  # the saved object raises it again itself, unless done delivers it
+            lease.abandon()
             done.set_exception(failed)
             return
         location = str(written.result())
         try:
-            self._retain()
+            self._check_whole(iteration, lease)
+            self._retain(whole=iteration)
         except BaseException as exc:  # to the future, else to the next save() or wait()
             done.set_exception(exc)
         else:
             done.set_result(location)
 
-    def _retain(self) -> None:
+    def _check_whole(self, iteration: int, lease: RecordLease) -> None:
+        """Raise if the just committed checkpoint of ``iteration`` lacks a file its manifests
+        list (someone deleted it while it was written), once it is removed, so that
+        :meth:`latest` is the previous checkpoint again (:meth:`RecordLease.finish`)."""
+        with self._lock:
+            problems = lease.finish()
+        if problems:
+            raise incomplete_save_error(self._store.location(checkpoint_name(iteration)), problems,
+                                        latest=self.latest())
+
+    def _retain(self, *, whole: int | None = None) -> None:
         """Delete the committed checkpoints that no rule keeps (``keep_last``, ``keep_best``,
-        ``keep_every_iterations``: :func:`cairn.checkpoint.retention.retained`)."""
+        ``keep_every_iterations``: :func:`cairn.checkpoint.retention.retained`), but never the
+        newest one whose files are all there (``whole``: an iteration just checked)."""
         with self._lock:
             checkpoints = self._listing()
             keep = retained(checkpoints, keep_last=self.keep_last, keep_best=self._keep_best,
                             keep_every_iterations=self.keep_every_iterations)
+            if any(checkpoint.iteration not in keep for checkpoint in checkpoints):
+                keep.update(newest_whole(checkpoints, lambda c: c.iteration == whole or not
+                                         self._store.problems(checkpoint_name(c.iteration))))
             for checkpoint in checkpoints:
                 if checkpoint.iteration not in keep:
                     self._remove(checkpoint.iteration)

@@ -14,12 +14,14 @@ import os
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.storage import Storage, resolve_storage
-from cairn.errors import CheckpointError
+from cairn.errors import CairnError, CheckpointError
 
-__all__ = ["ManagerStore", "open_store"]
+__all__ = ["ManagerStore", "incomplete_save_error", "open_store"]
 
 _RECORD_LIMIT = 1 << 20
+_MANIFEST_LIMIT = 64 << 20
 
 
 class ManagerStore:
@@ -60,15 +62,50 @@ class ManagerStore:
         self.storage.delete(name)
 
     def clean_stale(self, committed: Collection[str], *, is_checkpoint: Callable[[str], bool],
-                    record_suffix: str) -> None:
-        """Remove what crashed saves left: temporaries of dead processes, uncommitted
-        checkpoints, and records (``<checkpoint name><record_suffix>``) of no committed one."""
+                    record_suffix: str, abandoned: Callable[[Any], bool]) -> None:
+        """Remove what crashed saves left, and only what is proven abandoned: temporaries of
+        dead processes, and each record (``<checkpoint name><record_suffix>``) of no committed
+        checkpoint for which ``abandoned(record)`` holds, with the uncommitted checkpoint beside
+        it (:mod:`cairn.checkpoint.manager_lease`). What another writer may be using (a record
+        it renews, files without a record) is left alone."""
         self.storage.remove_leftovers()
         for name in self.list_names():
-            if name.endswith(record_suffix) and name[:-len(record_suffix)] not in committed:
-                self.storage.delete(name)  # the record of a save that never committed
-            elif is_checkpoint(name) and name not in committed:
-                self.storage.delete_prefix(name)  # a checkpoint that never committed
+            checkpoint = name[:-len(record_suffix)]
+            if (not name.endswith(record_suffix) or checkpoint in committed
+                    or not abandoned(self.read_json(name))):
+                continue
+            if is_checkpoint(checkpoint) and not self.is_committed(checkpoint):
+                self.storage.delete_prefix(checkpoint)  # a checkpoint that never committed
+            self.storage.delete(name)  # last: until the files are gone, it says whose they were
+
+    def problems(self, name: str) -> list[str]:
+        """What of the committed checkpoint ``name`` is not as its manifests say: each file a
+        manifest lists (the root's, and those of the manifests it lists, such as a policy's)
+        that is missing or of another size, or a manifest that cannot be read; ``[]`` when every
+        file is there with its size. (Sizes, not hashes: it catches files deleted or cut short
+        by another process, at the cost of one listing and the small manifests.)"""
+        storage = self.storage.child(name)
+        sizes = storage.file_sizes()
+        found: list[str] = []
+        pending = [""]
+        while pending:
+            prefix = pending.pop()
+            try:
+                files = json.loads(storage.read_bytes(prefix + MANIFEST_FILE, limit=_MANIFEST_LIMIT))["files"]
+                entries = list(files.items())
+            except (CairnError, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                found.append(f"{prefix}{MANIFEST_FILE} cannot be read ({type(exc).__name__})")
+                continue
+            for relative, entry in entries:
+                path = f"{prefix}{relative}"
+                size = entry.get("size") if isinstance(entry, dict) else None
+                if path not in sizes:
+                    found.append(f"{path} is missing")
+                elif sizes[path] != size:
+                    found.append(f"{path} has {sizes[path]} bytes, its manifest says {size}")
+                elif path.endswith("/" + MANIFEST_FILE):
+                    pending.append(path[:-len(MANIFEST_FILE)])
+        return found
 
     def __repr__(self) -> str:
         return f"ManagerStore({self.storage.url!r})"
@@ -79,3 +116,14 @@ def open_store(root: str | os.PathLike[str],
     """The store of a manager root: a local path or ``file://`` URL, or any URL the checkpoint
     layer's storage takes (``s3://``, ``gs://``, ``memory://``), with its ``storage_options``."""
     return ManagerStore(resolve_storage(root, storage_options=storage_options).absolute())
+
+
+def incomplete_save_error(location: str, problems: list[str], *, latest: str | None) -> CheckpointError:
+    """The error of a save to ``location`` that committed although files its manifests list are
+    not there (:meth:`ManagerStore.problems`), once the broken checkpoint has been removed."""
+    more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+    return CheckpointError(
+        f"The save to {location} committed a manifest, but its files are not all there: "
+        f"{'; '.join(problems[:3])}{more}. Something deleted or changed them while the save ran "
+        "(another process cleaning this root?). The broken checkpoint was removed and no other "
+        f"was deleted (retention did not run): latest() is {latest!r}. Save again.")

@@ -7,13 +7,13 @@ has committed; everything it does not name is deleted.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cairn.errors import ConfigError
 
-__all__ = ["KeepBest", "ManagedCheckpoint", "best_checkpoints", "parse_keep_best", "retained"]
+__all__ = ["KeepBest", "ManagedCheckpoint", "best_checkpoints", "newest_whole", "parse_keep_best", "retained"]
 
 
 @dataclass(frozen=True)
@@ -87,3 +87,20 @@ def retained(checkpoints: Sequence[ManagedCheckpoint], *, keep_last: int | None,
     if keep_every_iterations:
         keep.update(c.iteration for c in checkpoints if c.iteration % keep_every_iterations == 0)
     return keep
+
+
+def newest_whole(checkpoints: Sequence[ManagedCheckpoint],
+                 is_whole: Callable[[ManagedCheckpoint], bool]) -> set[int]:
+    """The iteration of the newest of ``checkpoints`` (oldest first) that ``is_whole`` (checked
+    newest first, and only until one is); empty when none is. Retention keeps it whatever the
+    rules say, so that a root never loses its last checkpoint that loads to a newer one whose
+    files are gone.
+
+    >>> cps = [ManagedCheckpoint(i, f"c{i}", None) for i in (1, 2, 3)]
+    >>> newest_whole(cps, lambda c: c.iteration != 3)
+    {2}
+    """
+    for checkpoint in reversed(checkpoints):
+        if is_whole(checkpoint):
+            return {checkpoint.iteration}
+    return set()

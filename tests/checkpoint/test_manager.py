@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import socket
 import time
 
 import pytest
@@ -122,12 +123,20 @@ def test_a_new_manager_removes_what_crashed_saves_left(algo, tmp_path):
     (tmp_path / stale[0]).mkdir()
     (tmp_path / stale[0] / "algorithm_state.json").write_text("{}")
     (tmp_path / stale[1]).write_text("{}")
-    (tmp_path / "checkpoint_000003").mkdir()  # a store without rename leaves uncommitted prefixes
-    (tmp_path / "checkpoint_000003" / "algorithm_state.json").write_text("{}")
-    (tmp_path / "checkpoint_000004.record.json").write_text(json.dumps({"iteration": 4}))
+    records = {3: {"iteration": 3, "host": socket.gethostname(), "pid": dead, "renewed": time.time()},
+               4: {"iteration": 4, "time": 0.0},  # an older cairn's record, its lease long expired
+               5: {"iteration": 5, "host": "elsewhere", "pid": dead, "renewed": time.time()}}
+    for iteration in (3, 5, 6):  # a store without rename leaves uncommitted prefixes
+        (tmp_path / checkpoint_name(iteration)).mkdir()
+        (tmp_path / checkpoint_name(iteration) / "algorithm_state.json").write_text("{}")
+    for iteration, record in records.items():
+        (tmp_path / f"{checkpoint_name(iteration)}.record.json").write_text(json.dumps(record))
     (tmp_path / "notes.txt").write_text("not the manager's")
     cairn.CheckpointManager(tmp_path)
-    assert _names(tmp_path) == ["checkpoint_000001", "checkpoint_000001.record.json", "notes.txt"]
+    # 3: its writer is dead; 4: its lease expired; 5 (a writer on another host that renews its
+    # lease) and 6 (no record: nothing proves it abandoned) may be in use and stay
+    assert _names(tmp_path) == ["checkpoint_000001", "checkpoint_000001.record.json", "checkpoint_000005",
+                                "checkpoint_000005.record.json", "checkpoint_000006", "notes.txt"]
 
 
 def test_bad_arguments_are_refused_with_the_value(tmp_path):

@@ -3,7 +3,10 @@ through s3fs), and incremental saves under a manager."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import time
 import uuid
 
 import cairn
@@ -49,13 +52,20 @@ def test_s3_root_saves_in_the_background_retains_and_cleans_uncommitted_prefixes
                         "checkpoint_000002.record.json", "checkpoint_000003.record.json"}
 
     # What a save killed mid-upload leaves: objects under a prefix with no manifest, and the
-    # record written before it. The next manager removes both; latest() never saw them.
+    # record written before it, which names its (dead) writer. The next manager removes both;
+    # latest() never saw them. A record whose writer may still run (it renews its lease) stays.
     client = s3.server.client()
-    client.put_object(Bucket=s3.name, Key="runs/ppo/checkpoint_000004/algorithm_state.json", Body=b"{}")
-    client.put_object(Bucket=s3.name, Key="runs/ppo/checkpoint_000004.record.json", Body=b"{}")
+    dead = {"iteration": 4, "host": socket.gethostname(), "pid": 2 ** 22 + 12345, "renewed": time.time()}
+    alive = {"iteration": 5, "host": "elsewhere", "pid": 1, "renewed": time.time()}
+    for iteration, record in ((4, dead), (5, alive)):
+        client.put_object(Bucket=s3.name, Key=f"runs/ppo/checkpoint_00000{iteration}/algorithm_state.json",
+                          Body=b"{}")
+        client.put_object(Bucket=s3.name, Key=f"runs/ppo/checkpoint_00000{iteration}.record.json",
+                          Body=json.dumps(record).encode())
     assert manager.latest() == f"{root}/checkpoint_000003"
     resumed = cairn.CheckpointManager(root, keep_last=2, storage_options=options)
     assert not [key for key in s3.keys("runs/ppo/") if "checkpoint_000004" in key]
+    assert len([key for key in s3.keys("runs/ppo/") if "checkpoint_000005" in key]) == 2
     restored = cairn.Algorithm.from_checkpoint(root, storage_options=options)
     assert restored.iteration == 3
     assert_trees_equal(restored.get_state(), algo.get_state())

@@ -135,6 +135,11 @@ class Storage(abc.ABC):
         """Delete ``relative`` and everything below it (a file, or a whole directory or
         prefix); nothing happens when there is nothing."""
 
+    @abc.abstractmethod
+    def file_sizes(self) -> dict[str, int]:
+        """``{relative path: size in bytes}`` of every file below this location (as
+        :meth:`list_files`), from one listing where the medium has one."""
+
     def local_file(self, relative: str) -> str | None:
         """The local file system path of ``relative``, or None on a medium that has none."""
         return None

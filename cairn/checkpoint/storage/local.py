@@ -78,6 +78,15 @@ class LocalStorage(Storage):
                     found.append(self._name(path))
         return sorted(found)
 
+    def file_sizes(self) -> dict[str, int]:
+        sizes = {}
+        for name in self.list_files():
+            with contextlib.suppress(FileNotFoundError):
+                info = os.lstat(self._at(name))
+                if stat.S_ISREG(info.st_mode):
+                    sizes[name] = info.st_size
+        return sizes
+
     def _name(self, path: Path) -> str:
         return path.relative_to(self.path).as_posix()
 

@@ -228,6 +228,17 @@ class ObjectStorage(Storage):
                 names.append("")
         return sorted(name for name in names if name)
 
+    def file_sizes(self) -> dict[str, int]:
+        with self.errors("", "list"):
+            self.fs.invalidate_cache(self.path())
+            try:
+                found = self.fs.find(self.path(), withdirs=False, detail=True)
+            except FileNotFoundError:
+                return {}
+        prefix = self.root.lstrip("/") + "/"
+        return {path.lstrip("/")[len(prefix):]: int(info["size"]) for path, info in found.items()
+                if path.lstrip("/").startswith(prefix) and info.get("type") != "directory"}
+
     def read_bytes(self, relative: str, *, limit: int) -> bytes:
         with self.errors(relative, "read"):
             data = self.fs.cat_file(self.path(relative), start=0, end=limit + 1)

@@ -1,0 +1,152 @@
+"""A manager's record of each checkpoint: what it holds, who writes it, and when what a save
+left is proven abandoned.
+
+A :class:`~cairn.checkpoint.manager.CheckpointManager` writes a record
+(``checkpoint_<N>.record.json``: the iteration, the ``keep_best`` metric, the env steps) before
+the checkpoint it describes, and the record names its writer: the host, the process ID and
+``renewed``, the time it was last rewritten. While the save is in flight the writer rewrites
+it every :data:`RENEW_EVERY` seconds (:class:`LeaseRenewal`): that is its lease. A record
+without a committed checkpoint beside it is the trace of a save in progress *or* of one that
+died, and only the second may be cleaned up, so another manager opening the root removes it
+(and the uncommitted files beside it) only when :func:`abandoned` proves that no writer uses it:
+
+* its save committed (the record says so) and its checkpoint is gone since (a deletion was
+  interrupted), or
+* its writer's process is dead (the record names this host and a process ID that does not
+  run), or
+* its lease has expired: ``renewed`` is more than :data:`LEASE_SECONDS` old (a writer that
+  runs renews it ten times within that; the clocks of the hosts writing one root must agree
+  to within minutes).
+
+Anything else (a live writer, a record that cannot be read, files without a record) is left
+alone: an uncommitted checkpoint is never loaded, and the next save of its iteration writes
+over it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from cairn.checkpoint.atomic import pid_alive
+from cairn.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from cairn.checkpoint.manager_store import ManagerStore
+
+__all__ = ["LEASE_SECONDS", "RECORD_SUFFIX", "RENEW_EVERY", "LeaseRenewal", "RecordLease", "abandoned",
+           "owner", "read_record"]
+
+#: A checkpoint ``checkpoint_<N>``'s record is ``checkpoint_<N>.record.json`` beside it.
+RECORD_SUFFIX = ".record.json"
+_RECORD_FORMAT = "cairn-manager-record"
+
+#: How long after its last renewal a record of an uncommitted checkpoint counts as abandoned.
+LEASE_SECONDS = 600.0
+#: How often a writer renews the record of the checkpoint it is writing.
+RENEW_EVERY = LEASE_SECONDS / 10
+
+
+def owner() -> dict[str, Any]:
+    """The record fields that name this process as the writer, renewed now."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "renewed": time.time()}
+
+
+def abandoned(record: Any, *, now: float | None = None) -> bool:
+    """Whether the save that wrote ``record`` (a parsed record, or None) is proven over: its
+    process is dead on this host, or its lease expired (module docstring). Records of older
+    cairn versions carry only ``time``, which counts as their last renewal."""
+    if not isinstance(record, dict):
+        return False  # unreadable: nothing proves that its writer is gone
+    if record.get("committed") is True:
+        return True  # its save committed: no writer uses it (its checkpoint's deletion was cut short)
+    pid = record.get("pid")
+    if (record.get("host") == socket.gethostname() and type(pid) is int and pid > 0
+            and not pid_alive(pid)):
+        return True
+    renewed = record.get("renewed", record.get("time"))
+    if isinstance(renewed, bool) or not isinstance(renewed, (int, float)) or not math.isfinite(renewed):
+        return False
+    return (time.time() if now is None else now) - renewed > LEASE_SECONDS
+
+
+class LeaseRenewal:
+    """Call ``renew`` every ``every`` seconds in a daemon thread, from :meth:`start` until
+    :meth:`stop` (which waits for a renewal under way, so that none comes after it)."""
+
+    def __init__(self, renew: Callable[[], None], every: float = RENEW_EVERY) -> None:
+        self._renew = renew
+        self._every = every
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cairn-lease", daemon=True)
+
+    def start(self) -> LeaseRenewal:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._every):
+            try:
+                self._renew()
+            except Exception:  # a missed renewal only shortens the lease
+                continue
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+class RecordLease:
+    """The record of the checkpoint ``name`` about to be saved, written now and naming this
+    process as its writer, renewed until the save is over: then :meth:`finish` (it committed)
+    or :meth:`abandon` (it failed)."""
+
+    def __init__(self, store: ManagerStore, name: str, *, iteration: int, metric_name: str | None,
+                 metric: float | None, timesteps: int | None) -> None:
+        self._store, self._checkpoint, self._name = store, name, name + RECORD_SUFFIX
+        self._record = {"format": _RECORD_FORMAT, "version": 1, "iteration": iteration,
+                        "metric_name": metric_name, "metric": metric, "timesteps": timesteps,
+                        "time": time.time()}
+        self._renew()
+        self._renewal = LeaseRenewal(self._renew).start()
+
+    def _renew(self) -> None:
+        self._store.write_json(self._name, {**self._record, **owner()})
+
+    def finish(self) -> list[str]:
+        """After the checkpoint committed: stop renewing and check that every file its
+        manifests list is there with its size (:meth:`ManagerStore.problems`). If so, mark the
+        record as that of a committed checkpoint (``"committed": true``: once its checkpoint is
+        gone, the record is abandoned, as when a deletion was cut short between the two) and
+        return ``[]``; else remove the broken checkpoint and its record, and return what is
+        wrong."""
+        self._renewal.stop()
+        problems = self._store.problems(self._checkpoint)
+        if problems:
+            self._store.remove_checkpoint(self._checkpoint)
+            self._store.remove_file(self._name)
+        else:
+            self._store.write_json(self._name, {**self._record, "committed": True})
+        return problems
+
+    def abandon(self) -> None:
+        """After a save that failed: stop renewing, and remove the record unless a checkpoint
+        it describes is committed (an earlier save of the iteration, which a failed
+        replacement keeps)."""
+        self._renewal.stop()
+        with contextlib.suppress(CheckpointError, OSError):
+            if not self._store.is_committed(self._checkpoint):
+                self._store.remove_file(self._name)
+
+
+def read_record(store: ManagerStore, name: str) -> dict[str, Any] | None:
+    """The record of the checkpoint ``name``; None when it has none (or an unreadable one)."""
+    record = store.read_json(name + RECORD_SUFFIX)
+    return record if isinstance(record, dict) and record.get("format") == _RECORD_FORMAT else None
