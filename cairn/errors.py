@@ -36,6 +36,7 @@ __all__ = [
     "StorageBackendMissingError",
     "UncommittedCheckpointError",
     "ImageObservationWarning",
+    "LoggerWarning",
     "ReplayBufferNotRestoredWarning",
 ]
 
@@ -187,6 +188,14 @@ class ImageObservationWarning(UserWarning):
 
     Filter it (``warnings.simplefilter("ignore", ImageObservationWarning)``) when the
     flattening is on purpose.
+    """
+
+
+class LoggerWarning(UserWarning):
+    """A logger (``MLflowLogger``, ``WandbLogger``) or an ``on_checkpoint_saved`` hook failed
+    after the fact it reports: training, or the save, succeeded and goes on. The message names
+    the logger or hook and the error. Make it an error with the logger's ``strict = True``
+    (docs/callbacks.md), or ``warnings.simplefilter("error", LoggerWarning)``.
     """
 
 

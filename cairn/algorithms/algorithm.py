@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
@@ -37,7 +38,7 @@ from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.group import EnvRunnerGroup
 from cairn.env_runner.sample_batch import SampleBatch
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, LoggerWarning
 from cairn.learners import LearnerGroup, LearnFunction, LearnOutput, learner_device
 from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
@@ -345,7 +346,12 @@ class Algorithm:
 
         def write_and_report() -> str:
             location = write()
-            self.callbacks.on_checkpoint_saved(algorithm=self, checkpoint=location)
+            try:  # the checkpoint is committed: a failing report must not say it was not
+                self.callbacks.on_checkpoint_saved(algorithm=self, checkpoint=location)
+            except Exception as exc:
+                warnings.warn(LoggerWarning(
+                    f"{type(self.callbacks).__name__}.on_checkpoint_saved raised {type(exc).__name__}: "
+                    f"{exc}; the checkpoint {location} was saved and is intact."), stacklevel=2)
             return location
 
         if blocking:

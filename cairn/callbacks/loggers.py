@@ -7,25 +7,54 @@ keys joined with ``/``: ``learners/default_policy/policy_loss``), and each check
 store is recorded by its URL). Use them as ``config.callbacks(cairn.callbacks.MLflowLogger)``
 or with ``cairn train --mlflow`` / ``--wandb``. The client libraries are the extras
 ``cairn-rl[mlflow]`` and ``cairn-rl[wandb]``, imported when a run starts.
+
+A logger that fails (its store becomes unwritable, its service goes down) does not stop
+training: the failure is a :class:`~cairn.errors.LoggerWarning` naming the logger, the hook and
+the error, and training goes on without that entry. A subclass with ``strict = True`` raises
+instead (but a failure logging a checkpoint is always a warning: the save succeeded). A missing
+client library is still an error at the start.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from cairn.callbacks.base import Callbacks
-from cairn.errors import FrameworkUnavailableError
+from cairn.errors import FrameworkUnavailableError, LoggerWarning
 
 __all__ = ["MLflowLogger", "WandbLogger", "flat_metrics", "flat_params"]
 
 #: MLflow refuses longer parameter values.
 _MAX_PARAM_CHARS = 6000
+
+_Hook = Callable[..., None]
+
+
+def _warns(hook: _Hook) -> _Hook:
+    """``hook`` of a logger, whose failure is a :class:`LoggerWarning` unless the logger is
+    ``strict`` (module docstring); a missing client library raises."""
+    @functools.wraps(hook)
+    def guarded(self: Any, **kwargs: Any) -> None:
+        try:
+            hook(self, **kwargs)
+        except FrameworkUnavailableError:
+            raise
+        except Exception as exc:
+            if getattr(self, "strict", False):
+                raise
+            warnings.warn(LoggerWarning(
+                f"{type(self).__name__}.{hook.__name__} failed ({type(exc).__name__}: {exc}); "
+                "training goes on without this entry. Fix the logger's store or service (set "
+                "strict = True on a subclass of the logger to stop training instead)."), stacklevel=3)
+    return guarded
 
 
 def flat_metrics(result: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
@@ -60,12 +89,17 @@ def _local_dir(checkpoint: str) -> Path | None:
 class MLflowLogger(Callbacks):
     """Logs to MLflow: one run per algorithm, in the tracking server and experiment of MLflow's
     usual environment (``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``); the run is ended
-    by ``algorithm.stop()``. :attr:`run_id` names it."""
+    by ``algorithm.stop()``. :attr:`run_id` names it. A failure to log is a warning unless
+    :attr:`strict` (module docstring)."""
+
+    #: True: a failure to log (other than a checkpoint's) stops training with its error.
+    strict: bool = False
 
     def __init__(self) -> None:
         self.run_id: str | None = None
         self._client: Any = None
 
+    @_warns
     def on_algorithm_init(self, *, algorithm: Any) -> None:
         mlflow = _import("mlflow", "mlflow")
         from mlflow.tracking import MlflowClient
@@ -81,6 +115,7 @@ class MLflowLogger(Callbacks):
         for start in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             self._client.log_batch(self.run_id, params=params[start:start + 100])
 
+    @_warns
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         if self.run_id is None:
             return
@@ -92,6 +127,7 @@ class MLflowLogger(Callbacks):
         for start in range(0, len(metrics), 1000):
             self._client.log_batch(self.run_id, metrics=metrics[start:start + 1000])
 
+    @_warns
     def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
         if self.run_id is None:
             return
@@ -102,6 +138,7 @@ class MLflowLogger(Callbacks):
         self._client.log_artifacts(self.run_id, str(local), artifact_path=f"checkpoints/{local.name}")
         self._client.set_tag(self.run_id, "cairn.last_checkpoint", f"checkpoints/{local.name}")
 
+    @_warns
     def on_algorithm_stop(self, *, algorithm: Any) -> None:
         if self.run_id is not None:
             self._client.set_terminated(self.run_id)
@@ -110,22 +147,29 @@ class MLflowLogger(Callbacks):
 class WandbLogger(Callbacks):
     """Logs to Weights & Biases: one run per algorithm in the project ``WANDB_PROJECT``
     (default ``"cairn"``), online or as W&B's environment says (``WANDB_MODE=offline``); the
-    run is finished by ``algorithm.stop()``. :attr:`run` is the ``wandb`` run."""
+    run is finished by ``algorithm.stop()``. :attr:`run` is the ``wandb`` run. A failure to log
+    is a warning unless :attr:`strict` (module docstring)."""
+
+    #: True: a failure to log (other than a checkpoint's) stops training with its error.
+    strict: bool = False
 
     def __init__(self) -> None:
         self.run: Any = None
 
+    @_warns
     def on_algorithm_init(self, *, algorithm: Any) -> None:
         wandb = _import("wandb", "wandb")
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "cairn"), reinit="create_new",
                               config=json.loads(json.dumps(algorithm.config.to_dict(), default=str)),
                               name=type(algorithm).__name__)
 
+    @_warns
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         if self.run is not None:
             step = int(result.get("training_iteration", 0))
             self.run.log(dict(flat_metrics(result)), step=step, commit=True)
 
+    @_warns
     def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
         if self.run is None:
             return
@@ -140,6 +184,7 @@ class WandbLogger(Callbacks):
         artifact.add_dir(str(local))
         self.run.log_artifact(artifact, aliases=["latest", local.name])
 
+    @_warns
     def on_algorithm_stop(self, *, algorithm: Any) -> None:
         if self.run is not None:
             self.run.finish()
