@@ -133,7 +133,7 @@ class RecordLease:
             self._store.remove_checkpoint(self._checkpoint)
             self._store.remove_file(self._name)
         else:
-            self._store.write_json(self._name, {**self._record, "committed": True})
+            self._store.write_json(self._name, {**self._record, **owner(), "committed": True})
         return problems
 
     def abandon(self) -> None:
