@@ -13,6 +13,11 @@ training: the failure is a :class:`~cairn.errors.LoggerWarning` naming the logge
 the error, and training goes on without that entry. A subclass with ``strict = True`` raises
 instead (but a failure logging a checkpoint is always a warning: the save succeeded). A missing
 client library is still an error at the start.
+
+A run starts at the first ``train()`` result (or the first ``save()``), not when the algorithm
+is built: building or restoring an algorithm whose config (or checkpoint) names a logger writes
+no file and opens no connection (a checkpoint's loading has no side effects outside the
+process; docs/security.md).
 """
 
 from __future__ import annotations
@@ -98,9 +103,15 @@ class MLflowLogger(Callbacks):
     def __init__(self) -> None:
         self.run_id: str | None = None
         self._client: Any = None
+        self._stopped = False
 
-    @_warns
-    def on_algorithm_init(self, *, algorithm: Any) -> None:
+    def _start(self, algorithm: Any) -> bool:
+        """Start the run unless it is running (or the algorithm was stopped); True when one is."""
+        if self.run_id is None and not self._stopped:
+            self._start_run(algorithm)
+        return self.run_id is not None
+
+    def _start_run(self, algorithm: Any) -> None:
         mlflow = _import("mlflow", "mlflow")
         from mlflow.tracking import MlflowClient
 
@@ -117,7 +128,7 @@ class MLflowLogger(Callbacks):
 
     @_warns
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
-        if self.run_id is None:
+        if not self._start(algorithm):
             return
         from mlflow.entities import Metric
 
@@ -129,7 +140,7 @@ class MLflowLogger(Callbacks):
 
     @_warns
     def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
-        if self.run_id is None:
+        if not self._start(algorithm):
             return
         local = _local_dir(checkpoint)
         if local is None:
@@ -140,6 +151,7 @@ class MLflowLogger(Callbacks):
 
     @_warns
     def on_algorithm_stop(self, *, algorithm: Any) -> None:
+        self._stopped = True
         if self.run_id is not None:
             self._client.set_terminated(self.run_id)
 
@@ -155,23 +167,26 @@ class WandbLogger(Callbacks):
 
     def __init__(self) -> None:
         self.run: Any = None
+        self._stopped = False
 
-    @_warns
-    def on_algorithm_init(self, *, algorithm: Any) -> None:
-        wandb = _import("wandb", "wandb")
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "cairn"), reinit="create_new",
-                              config=json.loads(json.dumps(algorithm.config.to_dict(), default=str)),
-                              name=type(algorithm).__name__)
+    def _start(self, algorithm: Any) -> bool:
+        """Start the run unless it is running (or the algorithm was stopped); True when one is."""
+        if self.run is None and not self._stopped:
+            wandb = _import("wandb", "wandb")
+            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "cairn"), reinit="create_new",
+                                  config=json.loads(json.dumps(algorithm.config.to_dict(), default=str)),
+                                  name=type(algorithm).__name__)
+        return self.run is not None
 
     @_warns
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
-        if self.run is not None:
+        if self._start(algorithm):
             step = int(result.get("training_iteration", 0))
             self.run.log(dict(flat_metrics(result)), step=step, commit=True)
 
     @_warns
     def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
-        if self.run is None:
+        if not self._start(algorithm):
             return
         local = _local_dir(checkpoint)
         if local is None:
@@ -186,6 +201,7 @@ class WandbLogger(Callbacks):
 
     @_warns
     def on_algorithm_stop(self, *, algorithm: Any) -> None:
+        self._stopped = True
         if self.run is not None:
             self.run.finish()
             self.run = None

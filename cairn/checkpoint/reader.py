@@ -239,11 +239,15 @@ def load_algorithm_state(
 @contextlib.contextmanager
 def restoring(where: Any) -> Iterator[None]:
     """Turn what building objects from a verified checkpoint state raises into
-    ``CheckpointError`` subclasses naming ``where`` (the loader boundary)."""
+    ``CheckpointError`` subclasses naming ``where`` (the loader boundary). A
+    ``CheckpointError`` raised by an object checking its own state (which knows no file) is
+    given ``where`` in front of its message."""
     try:
         yield
-    except CheckpointError:
-        raise
+    except CheckpointError as exc:
+        if str(where) in str(exc):
+            raise
+        raise type(exc)(f"{where}: {exc}") from exc
     except CairnError as exc:
         if isinstance(exc.__cause__, CheckpointError):  # e.g. ConfigError from a refused reference
             raise type(exc.__cause__)(f"{where}: {exc}") from exc

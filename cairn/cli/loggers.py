@@ -47,7 +47,8 @@ class LoggedCallbacks(Callbacks):
 
 
 def attach_loggers(algo: Any, args: argparse.Namespace) -> None:
-    """Start the loggers ``--mlflow``/``--wandb`` ask for on ``algo`` (their runs begin now)."""
+    """Start the loggers ``--mlflow``/``--wandb`` ask for on ``algo`` (their runs begin at the first
+    ``train()`` result)."""
     loggers: list[Callbacks] = []
     if getattr(args, "mlflow", False):
         loggers.append(MLflowLogger())

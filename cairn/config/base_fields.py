@@ -8,6 +8,7 @@ from cairn.config.fields import (
     Field,
     boolean,
     choice,
+    int_in,
     non_negative_int,
     number,
     optional,
@@ -19,11 +20,16 @@ from cairn.policy.model import check_model_config
 from cairn.policy.policy import Policy
 from cairn.registry import check_class_reference_form
 
-__all__ = ["BASE_FIELDS", "GYM_ENV_VECTORIZE_MODES"]
+__all__ = ["BASE_FIELDS", "GYM_ENV_VECTORIZE_MODES", "MAX_TORCH_NUM_THREADS"]
 
 #: ``gym_env_vectorize_mode`` values (RLlib's): environments stepped in the runner's process, or
 #: each in its own child process (cairn.env_runner.vector_envs).
 GYM_ENV_VECTORIZE_MODES = ("sync", "async")
+
+#: The most torch intra-op threads a config may ask for. torch starts that many threads (twice,
+#: with its inter-op pool), so a stored 3000 would start 6,000 on load; no machine cairn runs on
+#: has more cores than this.
+MAX_TORCH_NUM_THREADS = 1024
 
 
 def _check_fragment(key: str, value: Any) -> None:
@@ -46,7 +52,7 @@ def _check_seed(key: str, value: Any) -> None:
 
 def _check_threads(key: str, value: Any) -> None:
     if value != "auto":
-        positive_int(key, value)
+        int_in(1, MAX_TORCH_NUM_THREADS, '"auto", or at most one thread per core')(key, value)
 
 
 def _check_str_or_none(key: str, value: Any) -> None:

@@ -11,7 +11,7 @@ from cairn.errors import ConfigError
 from cairn.validation import check_section
 
 __all__ = [
-    "Field", "positive_int", "non_negative_int", "number", "choice", "optional", "boolean",
+    "Field", "positive_int", "int_in", "non_negative_int", "number", "choice", "optional", "boolean",
     "check_section",
 ]
 
@@ -41,6 +41,15 @@ def _fail(key: str, value: Any, expected: str) -> None:
 def positive_int(key: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         _fail(key, value, "an int >= 1")
+
+
+def int_in(low: int, high: int, why: str) -> Check:
+    """An int in ``[low, high]``; ``why`` says where the upper bound comes from."""
+    def check(key: str, value: Any) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            _fail(key, value, f"an int from {low} to {high:,} ({why})")
+
+    return check
 
 
 def non_negative_int(key: str, value: Any) -> None:

@@ -323,9 +323,13 @@ class EnvRunner:
         def policy_of(i: int, agent: Any) -> Policy:
             return self.policies[self._single_pid if agents is None else agents.policy_of(i, agent)]
 
-        self.recurrent_states.set_state(state.get("recurrent_states") or [],
-                                        lambda i: agent_ids_by_name(self.envs[i]) if self.multi_agent else {},
-                                        policy_of)
+        single = {str(DEFAULT_AGENT_ID): DEFAULT_AGENT_ID}
+
+        def agent_ids(i: int) -> Mapping[str, Any]:
+            return agent_ids_by_name(self.envs[i]) if self.multi_agent else single
+
+        self.recurrent_states.set_state(state.get("recurrent_states") or [], agent_ids, policy_of,
+                                        num_envs=self.num_envs)
         self._needs_reset = False
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:

@@ -19,9 +19,12 @@ Other AEC envs take part in exact resume through the protocol (``env.unwrapped.g
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from cairn.errors import CheckpointFormatError
 
 __all__ = ["get_board_game_state", "set_board_game_state"]
 
@@ -93,6 +96,7 @@ def set_board_game_state(env: Any, state: dict[str, Any]) -> bool:
     if [type(w).__name__ for w in wrappers] != [w["class"] for w in state["wrappers"]]:
         return False
     env.reset()  # builds the agent selector and brings the wrappers to their after-reset state
+    _check_board_game_state(raw, state)
     board = [int(x) for x in state["board"]]
     if hasattr(raw.board, "squares"):
         raw.board.squares = board
@@ -111,4 +115,61 @@ def set_board_game_state(env: Any, state: dict[str, Any]) -> bool:
         for key, value in saved["attrs"].items():
             if key in _WRAPPER_ATTRS[type(wrapper).__name__]:
                 setattr(wrapper, key, copy.deepcopy(value))
+    _check_observed(env, raw, wrappers)
     return True
+
+
+def _refuse(key: str, found: Any, expected: str) -> CheckpointFormatError:
+    return CheckpointFormatError(
+        f"The saved board game state's {key} is {found!r:.200}; expected {expected}. Restore from an "
+        "unedited checkpoint.")
+
+
+def _check_board_game_state(raw: Any, state: Mapping[str, Any]) -> None:
+    """Refuse a saved board or AEC bookkeeping that does not fit ``raw``'s game (freshly reset):
+    a square out of the board's values, a board of another size, an agent the game does not
+    have. Loaded as it is, each fails the first ``train()`` with a bare IndexError or KeyError."""
+    fresh = raw.board.squares if hasattr(raw.board, "squares") else raw.board
+    board, possible = state["board"], list(raw.possible_agents)
+    if not isinstance(board, list) or len(board) != len(fresh) or any(
+            type(x) is not int or not 0 <= x <= len(possible) for x in board):
+        raise _refuse("'board'", board, f"{len(fresh)} ints from 0 to {len(possible)}")
+    agents = state["agents"]
+    if not isinstance(agents, list) or len(set(agents)) != len(agents) or any(
+            a not in possible for a in agents):
+        raise _refuse("'agents'", agents, f"distinct agents of {possible}")
+    if state["agent_selection"] not in agents:
+        raise _refuse("'agent_selection'", state["agent_selection"], f"one of the agents {agents}")
+    if state["skip_agent_selection"] is not None and state["skip_agent_selection"] not in possible:
+        raise _refuse("'skip_agent_selection'", state["skip_agent_selection"], f"None or one of {possible}")
+    for name in _AGENT_DICTS:
+        keys = state["agent_dicts"][name]
+        if not isinstance(keys, Mapping) or sorted(keys) != sorted(agents):
+            raise _refuse(f"agent_dicts[{name!r}]", keys, f"a dict keyed by the agents {agents}")
+    selector = state["selector"]
+    order = agents if selector["order_is_agents"] else selector["agent_order"]
+    if not isinstance(order, list) or any(a not in possible for a in order):
+        raise _refuse("selector['agent_order']", order, f"agents of {possible}")
+    current = selector["current_agent"]
+    if type(current) is not int or not 0 <= current <= len(order):
+        raise _refuse("selector['current_agent']", current, f"an int from 0 to {len(order)}")
+    if selector["selected_agent"] is not None and selector["selected_agent"] not in possible:
+        raise _refuse("selector['selected_agent']", selector["selected_agent"], f"None or one of {possible}")
+
+
+def _check_observed(env: Any, raw: Any, wrappers: list[Any]) -> None:
+    """The illegal-move wrapper's last observation (what decides whether the next move is
+    legal) must be the restored board's: a board edited under it let the next move onto an
+    occupied square (PettingZoo's ``AssertionError: Location is not empty``). On a refusal the
+    env is reset, so that it is in a state of its own again."""
+    for wrapper in wrappers:
+        saved = getattr(wrapper, "_prev_obs", None)
+        if not isinstance(saved, Mapping):
+            continue
+        now = raw.observe(raw.agent_selection)
+        if set(saved) != set(now) or not all(
+                np.array_equal(np.asarray(saved[k]), np.asarray(now[k])) for k in now):
+            board = list(raw.board.squares if hasattr(raw.board, "squares") else raw.board)
+            env.reset()
+            raise _refuse("'board'", board, "the board the saved observation of the agent to move was "
+                                            "made from (its action_mask and planes)")

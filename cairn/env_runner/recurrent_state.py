@@ -82,15 +82,33 @@ class RecurrentStates:
 
     def set_state(self, entries: Iterable[Mapping[str, Any]],
                   agent_ids: Callable[[int], Mapping[str, Any]],
-                  policy_of: Callable[[int, Any], Any]) -> None:
+                  policy_of: Callable[[int, Any], Any], *, num_envs: int) -> None:
         """Restore :meth:`get_state`; ``agent_ids(env_index)`` maps an agent's name back to its
-        ID, ``policy_of(env_index, agent)`` gives the policy it acts with. A state that does not
-        fit that policy's (a checkpoint edited by hand, or of another model) is refused with
-        :class:`~cairn.errors.CheckpointFormatError` instead of failing at the next step."""
-        self.clear()
-        for entry in entries:
-            i = int(entry["env"])
-            agent = agent_ids(i).get(entry["agent"], entry["agent"])
+        ID, ``policy_of(env_index, agent)`` gives the policy it acts with, ``num_envs`` is the
+        runner's number of env copies. Every entry is checked before anything changes: an env
+        index outside ``[0, num_envs)``, an agent the env does not have, a trajectory stored
+        twice, a state that does not fit that policy's (a checkpoint edited by hand, or of another
+        model) or one holding NaN or infinity would be dropped, or poison the next update,
+        silently; each is refused with :class:`~cairn.errors.CheckpointFormatError` naming the
+        entry (``recurrent_states[k]``)."""
+        restored: dict[Key, list[np.ndarray]] = {}
+        for k, entry in enumerate(entries):
+            where = f"The saved env runner state's recurrent_states[{k}]"
+            i = entry["env"]
+            if type(i) is not int or not 0 <= i < num_envs:
+                raise CheckpointFormatError(
+                    f"{where}['env'] is {i!r:.40}; this runner has env copies 0 to {num_envs - 1}. "
+                    "Restore from an unedited checkpoint.")
+            names = agent_ids(i)
+            if entry["agent"] not in names:
+                raise CheckpointFormatError(
+                    f"{where}['agent'] is {entry['agent']!r:.60}, not an agent of env {i} (its agents: "
+                    f"{sorted(names)!r:.200}). Restore from an unedited checkpoint.")
+            agent = names[entry["agent"]]
+            if (i, agent) in restored:
+                raise CheckpointFormatError(
+                    f"{where} holds a second state for agent {entry['agent']!r:.60} of env {i}. "
+                    "Restore from an unedited checkpoint.")
             state = [np.asarray(s, dtype=np.float32).copy() for s in entry["state"]]
             try:
                 policy = policy_of(i, agent)
@@ -101,8 +119,15 @@ class RecurrentStates:
                 shapes = "none (not a recurrent policy's agent)" if expected is None else \
                     [s.shape for s in expected]
                 raise CheckpointFormatError(
-                    f"The saved env runner state holds a recurrent state of shapes "
+                    f"{where}['state'] holds a recurrent state of shapes "
                     f"{[s.shape for s in state]} for agent {entry['agent']!r} of env {i}, whose policy "
                     f"expects {shapes}. The checkpoint's env runner state does not belong to its "
                     "policies; restore from an unedited checkpoint.")
-            self.states[(i, agent)] = state
+            if not all(np.isfinite(s).all() for s in state):
+                raise CheckpointFormatError(
+                    f"{where}['state'] (agent {entry['agent']!r:.60} of env {i}) holds NaN or "
+                    "infinity: acting from it would make the next update's loss, and then every "
+                    "weight, NaN. Restore from an unedited checkpoint.")
+            restored[(i, agent)] = state
+        self.clear()
+        self.states.update(restored)

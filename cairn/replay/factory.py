@@ -8,10 +8,14 @@ from typing import Any
 from cairn.replay.prioritized import PrioritizedReplayBuffer
 from cairn.replay.uniform import ReplayBuffer
 
-__all__ = ["REPLAY_BUFFER_TYPES", "DEFAULT_REPLAY_BUFFER_CONFIG", "make_replay_buffer",
+__all__ = ["REPLAY_BUFFER_TYPES", "DEFAULT_REPLAY_BUFFER_CONFIG", "MAX_REPLAY_CAPACITY", "make_replay_buffer",
            "replay_buffer_from_state"]
 
 REPLAY_BUFFER_TYPES = ("uniform", "prioritized")
+#: The largest ``capacity`` a buffer may have: 100x the usual 1e6, and still 1.6 GB per float32
+#: column of 4 values. A larger one (5e8 from a config or checkpoint) failed at the first add with
+#: numpy's MemoryError, far from the setting that caused it.
+MAX_REPLAY_CAPACITY = 100_000_000
 #: ``alpha``, ``beta`` and ``epsilon`` apply to the prioritized buffer only.
 DEFAULT_REPLAY_BUFFER_CONFIG: dict[str, Any] = {
     "type": "uniform",

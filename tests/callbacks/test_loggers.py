@@ -75,9 +75,10 @@ def test_wandb_offline_run_holds_config_metrics_and_checkpoint(tmp_path: Path,
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_PROJECT", "cairn-tests")
     algo = small_ppo().callbacks(WandbLogger).build()
-    run = algo.callbacks.run
+    assert algo.callbacks.run is None  # the run starts at the first train() result
     for _ in range(2):
         result = algo.train()
+    run = algo.callbacks.run
     algo.save(tmp_path / "ckpt")
     assert run.config["train_batch_size"] == 128 and run.config["algo_class"] == "PPO"
     assert run.summary["training_iteration"] == 2

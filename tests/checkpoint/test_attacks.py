@@ -15,7 +15,7 @@ from cairn.algorithms.algorithm import Algorithm
 from cairn.checkpoint import get_checkpoint_info
 from cairn.errors import CheckpointCorruptedError, CheckpointError
 from cairn.policy.policy import Policy
-from tests.checkpoint.attacks import MANIFEST, base_checkpoints, copy_base
+from tests.checkpoint.attacks import MANIFEST, base_checkpoints, copy_base, edit_json
 from tests.checkpoint.attacks.corpus import ATTACKS, Attack
 
 #: Address space a load may add to the process (the base checkpoint is a few kB; the point is
@@ -95,6 +95,8 @@ def test_attack_is_refused(case: Attack, tmp_path: Path, canary: Path) -> None:
                 f"{loader}: expected {case.error.__name__}, got {type(info.value).__name__}: {info.value}")
             message = str(info.value)
             assert message and "allocate" not in message, message
+            for text in (str(root), *case.names) if case.names else ():
+                assert text in message, f"{loader}: the message does not name {text!r}: {message}"
         assert not canary.exists(), f"{loader}: the payload ran: {canary.read_text()}"
         assert elapsed < TIME_LIMIT_S, f"{loader} took {elapsed:.2f}s"
 
@@ -118,3 +120,26 @@ def test_unhashed_change_is_caught_by_hash_or_size(rel: str, change: str, tmp_pa
     (root / rel).write_bytes(bytes(data))
     with pytest.raises(CheckpointCorruptedError, match=rel.rsplit("/", 1)[-1]):
         Algorithm.from_checkpoint(root)
+
+
+@pytest.mark.parametrize("logger", ["MLflowLogger", "WandbLogger"])
+def test_loading_a_checkpoint_that_names_a_logger_writes_and_connects_nothing(
+        logger: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading has no side effects outside the process: a logger named by a checkpoint starts
+    its run at the first train() result, not when the checkpoint loads (on main, MLflowLogger
+    created mlflow.db in the working directory and WandbLogger raised wandb's own error)."""
+    pytest.importorskip(logger.replace("Logger", "").lower(), reason="the logger's extra")
+    root = copy_base("algo", tmp_path / "checkpoint")
+    edit_json(root, "algorithm_state.json",
+              lambda s: s["config"].__setitem__("callbacks_class", f"cairn.callbacks.loggers:{logger}"))
+    work, home = tmp_path / "cwd", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("MLFLOW_TRACKING_URI", "WANDB_MODE", "WANDB_DIR", "WANDB_API_KEY", "WANDB_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    algo = Algorithm.from_checkpoint(root)
+    assert type(algo.callbacks).__name__ == logger
+    algo.stop()
+    assert sorted(p.name for p in work.iterdir()) == [] and sorted(p.name for p in home.iterdir()) == []

@@ -14,13 +14,14 @@ from cairn.config.fields import (
     boolean,
     check_section,
     choice,
+    int_in,
     non_negative_int,
     number,
     optional,
     positive_int,
 )
 from cairn.errors import ConfigError
-from cairn.replay.factory import DEFAULT_REPLAY_BUFFER_CONFIG, REPLAY_BUFFER_TYPES
+from cairn.replay.factory import DEFAULT_REPLAY_BUFFER_CONFIG, MAX_REPLAY_CAPACITY, REPLAY_BUFFER_TYPES
 
 __all__ = ["DQNConfig", "UPDATE_BACKENDS", "check_replay_buffer_config", "check_fragment_length"]
 
@@ -33,7 +34,7 @@ def check_replay_buffer_config(key: str, value: Any) -> None:
     check_section(key, dict(value) if isinstance(value, Mapping) else value, DEFAULT_REPLAY_BUFFER_CONFIG)
     merged = {**DEFAULT_REPLAY_BUFFER_CONFIG, **value}
     choice(*REPLAY_BUFFER_TYPES)(f"{key}.type", merged["type"])
-    positive_int(f"{key}.capacity", merged["capacity"])
+    int_in(1, MAX_REPLAY_CAPACITY, "rows kept in memory")(f"{key}.capacity", merged["capacity"])
     number(0.0, 1e6)(f"{key}.alpha", merged["alpha"])
     number(0.0, 1e6)(f"{key}.beta", merged["beta"])
     number(0.0, 1e6)(f"{key}.epsilon", merged["epsilon"])

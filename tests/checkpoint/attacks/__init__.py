@@ -45,9 +45,57 @@ def base_checkpoints() -> Path:
     return root
 
 
+def _lstm_config() -> Any:
+    import cairn
+
+    return (cairn.PPOConfig().environment("CartPole-v1")
+            .training(train_batch_size=32, minibatch_size=16, num_epochs=1,
+                      model={"hidden": [8], "use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 4})
+            .env_runners(num_envs_per_env_runner=2).debugging(seed=0))
+
+
+def _tictactoe_config() -> Any:
+    import cairn
+    from tests.env_runner.test_turn_based import make_tictactoe, shared_policy
+
+    return (cairn.PPOConfig().environment(make_tictactoe)
+            .training(train_batch_size=16, minibatch_size=16, num_epochs=1, model={"hidden": [8]})
+            .env_runners(num_envs_per_env_runner=2)
+            .multi_agent(policies={"shared"}, policy_mapping_fn=shared_policy).debugging(seed=0))
+
+
+def _dqn_config() -> Any:
+    import cairn
+
+    return (cairn.DQNConfig().environment("CartPole-v1")
+            .training(train_batch_size=16, minibatch_size=16, replay_buffer_config={"capacity": 64},
+                      model={"hidden": [8]})
+            .debugging(seed=0))
+
+
+#: Bases beyond the PPO ones, each built on first use: an LSTM policy with states in flight
+#: ("lstm"), a turn-based game mid-episode ("tictactoe"), an off-policy algorithm ("dqn").
+_EXTRA_BASES = {"lstm": _lstm_config, "tictactoe": _tictactoe_config, "dqn": _dqn_config}
+
+
+@functools.cache
+def _extra_base(kind: str) -> Path:
+    root = Path(tempfile.mkdtemp(prefix=f"cairn-attack-{kind}-"))
+    atexit.register(shutil.rmtree, root, True)
+    algo = _EXTRA_BASES[kind]().build()
+    try:
+        algo.train()
+        algo.save(root / kind)
+    finally:
+        algo.stop()
+    return root / kind
+
+
 def copy_base(kind: str, dest: Path) -> Path:
-    """A fresh copy of the base checkpoint ``kind`` ("algo", "algo2" or "policy") at ``dest``."""
-    shutil.copytree(base_checkpoints() / kind, dest, symlinks=True)
+    """A fresh copy of the base checkpoint ``kind`` at ``dest``: "algo", "algo2" or "policy"
+    (PPO on CartPole), or one of the extra bases ("lstm", "tictactoe", "dqn")."""
+    source = _extra_base(kind) if kind in _EXTRA_BASES else base_checkpoints() / kind
+    shutil.copytree(source, dest, symlinks=True)
     return dest
 
 

@@ -53,15 +53,19 @@ class Attack:
     error: type[CheckpointError] | None
     loaders: tuple[str, ...] = STATE
     base: str = "algo"
+    #: Texts the error message must hold besides the checkpoint's path (the key at fault); a
+    #: case that names some must be refused with a message naming the checkpoint too.
+    names: tuple[str, ...] = ()
 
 
 ATTACKS: list[Attack] = []
 
 
 def attack(name: str, error: type[CheckpointError] | None, loaders: tuple[str, ...] = STATE,
-           base: str = "algo") -> Callable[[Callable[[Path, Path], None]], Callable[[Path, Path], None]]:
+           base: str = "algo", names: tuple[str, ...] = (),
+           ) -> Callable[[Callable[[Path, Path], None]], Callable[[Path, Path], None]]:
     def register(fn: Callable[[Path, Path], None]) -> Callable[[Path, Path], None]:
-        ATTACKS.append(Attack(name, fn, error, loaders, base))
+        ATTACKS.append(Attack(name, fn, error, loaders, base, names))
         return fn
     return register
 
@@ -518,3 +522,7 @@ attack("extra_unlisted_files", None, ALL)(
     lambda root, _: (root / POLICY_DIR / "evil.json").write_text('{"spec": "x"}'))
 attack("policy_checkpoint_pickle_model_file", None, ("info", "policy"), "policy")(
     lambda root, _: (root / "model.pt").write_bytes(torch_payload()))
+
+
+# Restored state checked before use (issue 37, item 7): its own module, which registers here.
+from tests.checkpoint.attacks import corpus_state  # noqa: E402,F401
