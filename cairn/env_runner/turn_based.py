@@ -37,7 +37,8 @@ from cairn.env_runner.agent_mapping import AgentSampler, agent_ids_by_name, rest
 from cairn.env_runner.inference import compute_raw_actions
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.env_runner.trajectories import AgentTrajectories
-from cairn.errors import CheckpointFormatError, EnvError
+from cairn.env_runner.turn_based_check import check_moves_in_flight
+from cairn.errors import EnvError
 from cairn.policy_ids import check_mapped_policy_id
 
 if TYPE_CHECKING:
@@ -214,46 +215,6 @@ class TurnBasedSampler(AgentSampler):
             })
         return states
 
-    def _check_in_flight(self, i: int, state: Mapping[str, Any], to_move: tuple[Any, np.ndarray] | None,
-                         pids: Mapping[Any, str]) -> None:
-        """Refuse in-flight moves of env ``i`` that do not fit its restored env and the policies:
-        the agent to move must be the env's ``agent_selection``, the observations finite rows of
-        one shape, one pending observation and action per pending agent, each action of its
-        policy's shape (else the next ``train()`` fails with a bare KeyError or IndexError, or
-        learns from garbage)."""
-        where = f"The saved env runner state's current_obs[{i}]"
-        selection = getattr(self.envs[i], "agent_selection", None)
-        if to_move is not None and to_move[0] != selection:
-            raise CheckpointFormatError(
-                f"{where}['to_move']['agent'] is {str(to_move[0])!r:.60}, but env {i}'s restored "
-                f"agent_selection is {str(selection)!r:.60}. Restore from an unedited checkpoint.")
-        names = list(state["pending_agents"])
-        obs = None if not names else np.asarray(state["pending_obs"], dtype=np.float32)
-        actions = None if not names else np.asarray(state["pending_actions"])
-        rows = [] if to_move is None else [to_move[1]]
-        if obs is not None and actions is not None:
-            if obs.ndim < 2 or len(obs) != len(names) or len(actions) != len(names):
-                raise CheckpointFormatError(
-                    f"{where}['pending_obs'] / ['pending_actions'] hold {len(obs) if obs.ndim else 0} / "
-                    f"{len(actions) if actions.ndim else 0} rows for the {len(names)} ['pending_agents'] "
-                    f"{names!r:.100}. Restore from an unedited checkpoint.")
-            rows.extend(obs)
-            for k, name in enumerate(names):
-                policy = self.policies[pids[self._ids(i)[name]]]
-                if actions[k].shape != tuple(policy.dist.raw_action_shape) or not np.isfinite(
-                        actions[k].astype(np.float64)).all():
-                    raise CheckpointFormatError(
-                        f"{where}['pending_actions'][{k}] (agent {name!r:.60}) is {actions[k]!r:.60}; its "
-                        f"policy's actions have shape {tuple(policy.dist.raw_action_shape)}. Restore from "
-                        "an unedited checkpoint.")
-        if len({row.shape for row in rows}) > 1 or not all(np.isfinite(row).all() for row in rows):
-            raise CheckpointFormatError(
-                f"{where}['to_move']['obs'] / ['pending_obs'] are not finite rows of one shape (shapes "
-                f"{sorted({row.shape for row in rows})}). Restore from an unedited checkpoint.")
-
-    def _ids(self, i: int) -> dict[str, Any]:
-        return agent_ids_by_name(self.envs[i])
-
     def set_state(self, states: list[Mapping[str, Any]]) -> bool:
         """Restore :meth:`get_state` (after the envs' own states); False, with nothing changed,
         when the agents, the mapping or the policy set no longer fit what was in flight."""
@@ -270,7 +231,11 @@ class TurnBasedSampler(AgentSampler):
             to_move = None if entry is None else (
                 ids[entry["agent"]], np.asarray(entry["obs"], dtype=np.float32).copy())
             agents = [ids[a] for a in state["pending_agents"]]
-            self._check_in_flight(i, state, to_move, pids)
+
+            def policy_of(name: str, pids: dict[Any, str] = pids, ids: dict[str, Any] = ids) -> Any:
+                return self.policies[pids.get(ids[name]) or self.config.map_agent(ids[name])]
+
+            check_moves_in_flight(self.envs[i], i, state, to_move, policy_of)
             pending = {a: (np.asarray(state["pending_obs"][k], dtype=np.float32).copy(),
                            np.asarray(state["pending_actions"][k]).copy())
                        for k, a in enumerate(agents)}

@@ -1,0 +1,66 @@
+"""Checks of a turn-based runner's moves in flight, as a checkpoint restores them.
+
+:class:`~cairn.env_runner.turn_based.TurnBasedSampler` saves, per env, the agent to move with
+its processed observation and the moves waiting for their reward (``pending_*``). Restored
+as they are, values that do not fit the env (restored first) or the policies loaded and then
+failed the first ``train()`` with a bare ``KeyError`` or ``IndexError``, or learned from rows
+of the wrong agent. :func:`check_moves_in_flight` refuses them first, with a
+:class:`~cairn.errors.CheckpointFormatError` naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from cairn.errors import CheckpointFormatError
+
+__all__ = ["check_moves_in_flight"]
+
+
+def _refuse(where: str, message: str) -> CheckpointFormatError:
+    return CheckpointFormatError(f"{where}{message} Restore from an unedited checkpoint.")
+
+
+def check_moves_in_flight(env: Any, i: int, state: Mapping[str, Any], to_move: tuple[Any, np.ndarray] | None,
+                          policy_of: Callable[[str], Any]) -> None:
+    """Refuse env ``i``'s saved moves in flight (``state``, one entry of the sampler's state;
+    ``to_move`` its agent to move and observation, ``policy_of(agent name)`` the policy an agent
+    acts with) unless: an agent is to move, and it is ``env``'s ``agent_selection``; its
+    observation has the shape the policy makes of ``env``'s observation now, and is finite; the
+    pending agents are distinct, not the one to move, with one finite observation row of that
+    shape and one action of its policy's shape each."""
+    where = f"The saved env runner state's current_obs[{i}]"
+    selection = env.agent_selection
+    if to_move is None or to_move[0] != selection:
+        raise _refuse(where, f"['to_move'] is {None if to_move is None else str(to_move[0])!r:.60} "
+                             f"(the agent to move), but env {i}'s restored agent_selection is "
+                             f"{str(selection)!r:.60}.")
+    agent, row = to_move
+    fresh = policy_of(str(agent)).process_observations([env.observe(agent)], update=False)
+    shape = np.shape(fresh)[1:]
+    if row.shape != shape or not np.isfinite(row).all():
+        finite = bool(np.isfinite(row).all())
+        raise _refuse(where, f"['to_move']['obs'] has shape {row.shape} (finite: {finite}); "
+                             f"the policy of {str(agent)!r:.60} makes finite rows of shape {shape}.")
+    names = list(state["pending_agents"])
+    if len(set(names)) != len(names) or str(agent) in names:
+        raise _refuse(where, f"['pending_agents'] is {names!r:.100}: agents waiting for their "
+                             f"reward are distinct and never the one to move ({str(agent)!r:.60}).")
+    if not names:
+        return
+    obs = np.asarray(state["pending_obs"], dtype=np.float32)
+    actions = np.asarray(state["pending_actions"])
+    if obs.ndim < 1 or actions.ndim < 1 or len(obs) != len(names) or len(actions) != len(names):
+        raise _refuse(where, f"['pending_obs'] / ['pending_actions'] have shapes {obs.shape} / "
+                             f"{actions.shape} for the {len(names)} ['pending_agents'] {names!r:.100}.")
+    if obs.shape[1:] != shape or not np.isfinite(obs).all():
+        raise _refuse(where, f"['pending_obs'] has rows of shape {obs.shape[1:]}; expected finite rows of "
+                             f"shape {shape}.")
+    for k, name in enumerate(names):
+        raw_shape = tuple(policy_of(name).dist.raw_action_shape)
+        if actions[k].shape != raw_shape or not np.isfinite(actions[k].astype(np.float64)).all():
+            raise _refuse(where, f"['pending_actions'][{k}] (agent {name!r:.60}) is {actions[k]!r:.60}; "
+                                 f"its policy's actions are finite, of shape {raw_shape}.")
