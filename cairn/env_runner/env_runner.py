@@ -296,6 +296,9 @@ class EnvRunner:
         counters = state["counters"]
         self.num_env_steps_sampled = int(counters["num_env_steps_sampled"])
         self._episodes.num_episodes = int(counters["num_episodes"])
+        # Until the whole state is in: a state refused half-way (CheckpointFormatError from a
+        # check below) leaves envs that the next sample() resets, not half-restored ones.
+        self._needs_reset = True
         env_states = state.get("envs") or []
         exact = (
             not state.get("needs_reset", True)

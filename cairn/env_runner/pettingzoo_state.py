@@ -138,21 +138,24 @@ def _check_board_game_state(raw: Any, state: Mapping[str, Any]) -> None:
     if not isinstance(agents, list) or len(set(agents)) != len(agents) or any(
             a not in possible for a in agents):
         raise _refuse("'agents'", agents, f"distinct agents of {possible}")
-    if state["agent_selection"] not in agents:
-        raise _refuse("'agent_selection'", state["agent_selection"], f"one of the agents {agents}")
+    # A finished game has no agents left; its selection is the agent that moved last.
+    selectable = agents or possible
+    if state["agent_selection"] not in selectable:
+        raise _refuse("'agent_selection'", state["agent_selection"], f"one of {selectable}")
     if state["skip_agent_selection"] is not None and state["skip_agent_selection"] not in possible:
         raise _refuse("'skip_agent_selection'", state["skip_agent_selection"], f"None or one of {possible}")
     for name in _AGENT_DICTS:
         keys = state["agent_dicts"][name]
-        if not isinstance(keys, Mapping) or sorted(keys) != sorted(agents):
-            raise _refuse(f"agent_dicts[{name!r}]", keys, f"a dict keyed by the agents {agents}")
+        if not isinstance(keys, Mapping) or not set(agents) <= set(keys) <= set(possible):
+            raise _refuse(f"agent_dicts[{name!r}]", keys, f"a dict keyed by the agents {agents} (and "
+                                                          f"others of {possible})")
     selector = state["selector"]
     order = agents if selector["order_is_agents"] else selector["agent_order"]
     if not isinstance(order, list) or any(a not in possible for a in order):
         raise _refuse("selector['agent_order']", order, f"agents of {possible}")
     current = selector["current_agent"]
-    if type(current) is not int or not 0 <= current <= len(order):
-        raise _refuse("selector['current_agent']", current, f"an int from 0 to {len(order)}")
+    if type(current) is not int or not 0 <= current <= len(possible):  # past the order when it ended
+        raise _refuse("selector['current_agent']", current, f"an int from 0 to {len(possible)}")
     if selector["selected_agent"] is not None and selector["selected_agent"] not in possible:
         raise _refuse("selector['selected_agent']", selector["selected_agent"], f"None or one of {possible}")
 

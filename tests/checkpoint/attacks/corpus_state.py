@@ -65,8 +65,13 @@ for _name, _path, _value in [
         ("board_under_observation", [*BOARD, "board"], [1, 2, 1, 2, 1, 2, 2, 1, 1]),
         ("agent_selection", [*BOARD, "agent_selection"], "nobody"),
         ("agents_unknown", [*BOARD, "agents"], ["player_1", "ghost"]),
+        ("selector_agent", [*BOARD, "selector", "selected_agent"], "nobody"),
+        ("selector_index", [*BOARD, "selector", "current_agent"], 5),
+        ("agent_dicts", [*BOARD, "agent_dicts", "rewards"], {}),
         ("to_move_not_selected", [*TURN, "to_move", "agent"], "player_2"),
+        ("to_move_none", [*TURN, "to_move"], None),
+        ("pending_is_to_move", [*TURN, "pending_agents"], ["player_1"]),
         ("pending_rows", [*TURN, "pending_agents"], ["player_2", "player_1"])]:
-    _key = _path[-1] if _path[-2] != "to_move" else "to_move"
+    _key = str(_path[-1]) if _path[-2] not in ("to_move", "agent_dicts") else str(_path[-2])
     attack(f"turn_based_{_name}", CheckpointFormatError, ("algo",), "tictactoe", names=(_key,))(
         _edit(_path, _value))
