@@ -143,3 +143,27 @@ def test_loading_a_checkpoint_that_names_a_logger_writes_and_connects_nothing(
     assert type(algo.callbacks).__name__ == logger
     algo.stop()
     assert sorted(p.name for p in work.iterdir()) == [] and sorted(p.name for p in home.iterdir()) == []
+
+
+@pytest.mark.slow  # the first train() of an LSTM policy in a process: about 5 s of warm-up
+def test_a_refused_recurrent_state_leaves_the_algorithm_usable(tmp_path: Path) -> None:
+    """The failure path of an in-place restore: an LSTM checkpoint whose in-flight state holds NaN
+    is refused by restore(), and the algorithm trains on from fresh episodes with finite weights
+    (on main the state loaded and the next train() made every weight NaN)."""
+    import numpy as np
+
+    from tests.checkpoint.attacks.corpus_state import _fill_array
+
+    good = copy_base("lstm", tmp_path / "good")
+    bad = copy_base("lstm", tmp_path / "bad")
+    _fill_array(bad, "env_runners/0/recurrent_states/0/state/0", float("nan"))
+    algo = Algorithm.from_checkpoint(good)
+    try:
+        with pytest.raises(CheckpointError, match=r"recurrent_states\[0\]\['state'\]") as info:
+            algo.restore(bad)
+        assert str(bad) in str(info.value)
+        algo.train()
+        weights = algo.get_policy().get_weights()
+        assert all(np.isfinite(w).all() for w in weights.values())
+    finally:
+        algo.stop()

@@ -84,7 +84,9 @@ def _extra_base(kind: str) -> Path:
     atexit.register(shutil.rmtree, root, True)
     algo = _EXTRA_BASES[kind]().build()
     try:
-        algo.train()
+        # Sampled, not trained: the cases edit what is in flight, and a first train() of an
+        # LSTM policy costs seconds of one-time warm-up.
+        algo.env_runner_group.local.sample(8)
         algo.save(root / kind)
     finally:
         algo.stop()

@@ -46,8 +46,12 @@ for _name, _value in [("negative", -1), ("huge", 10**30), ("float", 1.0), ("past
            names=("recurrent_states[0]['env']",))(_edit([*RECURRENT, 0, "env"], _value))
 attack("recurrent_state_agent_unknown", CheckpointFormatError, ("algo",), "lstm",
        names=("recurrent_states[1]['agent']",))(_edit([*RECURRENT, 1, "agent"], "ghost"))
-attack("recurrent_state_twice", CheckpointFormatError, ("algo",), "lstm", names=("recurrent_states[1]",))(
-    _edit([*RECURRENT, 1, "env"], 1))
+@attack("recurrent_state_twice", CheckpointFormatError, ("algo",), "lstm", names=("recurrent_states[1]",))
+def _(root: Path, _s: Path) -> None:
+    def fn(state: Any) -> None:
+        entries = state["env_runners"][0]["recurrent_states"]
+        entries[1]["env"] = entries[0]["env"]
+    edit_json(root, ASTATE, fn)
 
 # --------------------------------------------------------------- settings no machine honours
 attack("config_torch_num_threads_3000", CheckpointConfigError, ("algo",),
