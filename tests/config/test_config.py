@@ -134,3 +134,22 @@ def test_sb3_names_suggest_cairns():
     with pytest.raises(ConfigError) as info:  # PPO has no such setting: no suggestion
         cairn.PPOConfig().training(learning_starts=100)
     assert "Did you mean" not in str(info.value)
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    # torch starts that many threads twice over (intra- and inter-op): 3000 started 6,000.
+    (lambda: cairn.PPOConfig().resources(torch_num_threads=3000), "'torch_num_threads'=3000 .*1,024"),
+    # 5e8 rows failed at the first add with numpy's MemoryError, far from the setting.
+    (lambda: cairn.DQNConfig().training(replay_buffer_config={"capacity": 500_000_000}),
+     "'replay_buffer_config.capacity'=500000000 .*100,000,000"),
+    (lambda: cairn.SACConfig().training(replay_buffer_config={"capacity": 10**9}), "capacity"),
+])
+def test_settings_no_machine_honours_are_refused_with_their_bound(make, message):
+    with pytest.raises(ConfigError, match=message):
+        make().environment("CartPole-v1").validate()
+
+
+def test_settings_at_their_bounds_are_accepted():
+    cairn.PPOConfig().environment("CartPole-v1").resources(torch_num_threads=1024).validate()
+    cairn.DQNConfig().environment("CartPole-v1").training(
+        replay_buffer_config={"capacity": 100_000_000}).validate()
