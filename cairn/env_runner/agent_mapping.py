@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from cairn.env_runner.episode import EpisodeBook
     from cairn.policy.policy import Policy
 
-__all__ = ["AgentSampler", "agent_ids_by_name", "restore_agent_pids"]
+__all__ = ["AgentSampler", "agent_ids_by_name", "keep_in_flight_policies", "restore_agent_pids"]
 
 
 class AgentSampler:
@@ -54,7 +54,8 @@ class AgentSampler:
         return self.runner.policies
 
     def policy_of(self, env_index: int, agent: Any) -> str:
-        """The policy ID ``agent`` of env ``env_index`` acts with (mapped once per episode)."""
+        """The policy ID ``agent`` of env ``env_index`` acts with in its current episode: the
+        mapping function is called at the agent's first step of each episode, never again in it."""
         pids = self.agent_pids[env_index]
         if agent not in pids:
             pids[agent] = check_mapped_policy_id(agent, self.config.map_agent(agent), self.policies)
@@ -67,16 +68,37 @@ def agent_ids_by_name(env: Any) -> dict[str, Any]:
     return {str(a): a for a in env.possible_agents}
 
 
-def restore_agent_pids(
-    env: Any, saved: Mapping[str, str], config: AlgorithmConfig, policies: Mapping[str, Any]
-) -> dict[Any, str] | None:
+def restore_agent_pids(env: Any, saved: Mapping[str, str], policies: Mapping[str, Any]) -> dict[Any, str] | None:
     """The saved ``{agent name: policy ID}`` keyed by ``env``'s agent IDs, or None when it no
-    longer fits: an agent the env does not have, one that ``config`` now maps elsewhere, or a
-    policy not in ``policies``. Observations in flight were processed by the saved policies'
-    filters, so a runner that gets None starts fresh episodes."""
+    longer fits: an agent the env does not have, or a policy not in ``policies``.
+
+    The mapping of an episode in flight is restored, not drawn again (the mapping function is
+    called once per (episode, agent)): its rows go on to the policy that acted its first ones,
+    and a mapping function changed at restore applies from each env's next episode.
+    Observations in flight were processed by the saved policies' filters, so a runner that
+    gets None starts fresh episodes."""
     ids = agent_ids_by_name(env)
     pids = {ids.get(k, k): p for k, p in saved.items()}
     known = set(ids.values())
-    if any(a not in known or config.map_agent(a) != p or p not in policies for a, p in pids.items()):
+    if any(a not in known or p not in policies for a, p in pids.items()):
         return None
     return pids
+
+
+def keep_in_flight_policies(
+    agent_pids: list[dict[Any, str]], in_flight: list[list[Any]], config: AlgorithmConfig,
+    policies: Mapping[str, Any],
+) -> bool:
+    """After a policy change (``Algorithm.add_policy``/``remove_policy``, a new mapping):
+    whether an agent in flight (``in_flight[i]``: env ``i``'s) acts with a policy no longer in
+    ``policies``, so that the envs must start new episodes.
+
+    An episode in flight keeps the mapping drawn at its start (RLlib's rule: a new
+    ``policy_mapping_fn`` applies from each env's next episode); ``agent_pids`` is not changed.
+    ``config``'s mapping is checked first: an agent in flight that it maps to a policy not in
+    ``policies`` raises :class:`~cairn.errors.ConfigError` (and nothing changes)."""
+    for agents in in_flight:
+        for agent in agents:
+            check_mapped_policy_id(agent, config.map_agent(agent), policies)
+    return any(agent_pids[i].get(agent, "") not in policies
+               for i, agents in enumerate(in_flight) for agent in agents)

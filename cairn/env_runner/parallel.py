@@ -17,11 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cairn.env_runner.agent_mapping import AgentSampler, agent_ids_by_name, restore_agent_pids
+from cairn.env_runner.agent_mapping import (
+    AgentSampler,
+    agent_ids_by_name,
+    keep_in_flight_policies,
+    restore_agent_pids,
+)
 from cairn.env_runner.inference import RowOrigin
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.env_runner.trajectories import AgentTrajectories
-from cairn.policy_ids import check_mapped_policy_id
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -39,16 +43,12 @@ class ParallelSampler(AgentSampler):
         self.obs: list[dict[Any, np.ndarray]] = [{} for _ in self.envs]
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
-        """Map the agents again under ``config``; True when an agent in flight changes policy,
-        so that the envs must start new episodes. The runner takes ``config`` and
-        ``policies`` afterwards; a :class:`~cairn.errors.ConfigError` changes nothing."""
-        in_flight = [{agent: check_mapped_policy_id(agent, config.map_agent(agent), policies)
-                      for agent in obs} for obs in self.obs]
-        changed = any(self.agent_pids[i].get(agent) != pid
-                      for i, pids in enumerate(in_flight) for agent, pid in pids.items())
-        # Agents already done this episode keep the policy their returns are reported under.
-        self.agent_pids = [{**old, **new} for old, new in zip(self.agent_pids, in_flight)]
-        return changed
+        """True when an agent in flight acts with a policy no longer in ``policies``, so that
+        the envs must start new episodes; the episodes in flight otherwise keep their mapping
+        (:func:`~cairn.env_runner.agent_mapping.keep_in_flight_policies`). The runner takes
+        ``config`` and ``policies`` afterwards; a :class:`~cairn.errors.ConfigError` changes
+        nothing."""
+        return keep_in_flight_policies(self.agent_pids, [list(obs) for obs in self.obs], config, policies)
 
     # ------------------------------------------------------------------------------ stepping
     def reset_all(self, *, update_filter: bool) -> None:
@@ -133,8 +133,9 @@ class ParallelSampler(AgentSampler):
                     ep.ret += r
                     ep.agent_returns[agent] += r
                     if record:
-                        trajs.add((i, agent), *acted[(i, agent)], r, bool(term_d.get(agent, False)),
-                                  bool(trunc_d.get(agent, False)), state_in=states_in.get((i, agent)))
+                        trajs.add((i, agent), self.agent_pids[i][agent], *acted[(i, agent)], r,
+                                  bool(term_d.get(agent, False)), bool(trunc_d.get(agent, False)),
+                                  state_in=states_in.get((i, agent)))
                 self.episodes.step(i)  # on_episode_step, when the user's callbacks have one
                 alive = set(env.agents)
                 episode_over = not alive
@@ -163,13 +164,7 @@ class ParallelSampler(AgentSampler):
                 if record and (i, tag) in acted and (i, tag) not in ended:
                     trajs.set_next_obs((i, tag), processed_row)
                 self.obs[i][tag] = processed_row
-        if not record:
-            return {}
-
-        def policy_of(key: tuple[int, Any]) -> str:
-            return self.agent_pids[key[0]].get(key[1]) or self.config.map_agent(key[1])
-
-        return trajs.batches(policy_of, self.runner.worker_index)
+        return trajs.batches(self.runner.worker_index) if record else {}
 
     # --------------------------------------------------------------------------------- state
     def get_state(self, *, copy: bool = True) -> list[dict[str, Any]]:
@@ -183,11 +178,12 @@ class ParallelSampler(AgentSampler):
         ]
 
     def set_state(self, states: list[Mapping[str, Any]]) -> bool:
-        """Restore :meth:`get_state` (after the envs' own states); False when the agents, the
-        mapping or the policy set changed at restore: the observations in flight belong to
-        other agents or were processed by other policies' filters, so the envs start over."""
+        """Restore :meth:`get_state` (after the envs' own states), the episodes' mapping
+        included; False when the agents changed or a saved policy is gone: the observations in
+        flight belong to other agents or were processed by other policies' filters, so the
+        envs start over."""
         for i, entry in enumerate(states):
-            saved = restore_agent_pids(self.envs[i], entry["agent_pids"], self.config, self.policies)
+            saved = restore_agent_pids(self.envs[i], entry["agent_pids"], self.policies)
             if saved is None:
                 return False
             ids = agent_ids_by_name(self.envs[i])

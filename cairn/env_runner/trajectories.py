@@ -1,9 +1,13 @@
-"""Per-agent trajectories of a multi-agent sample, turned into one batch per policy."""
+"""Per-agent trajectories of a multi-agent sample, turned into one batch per policy.
+
+Each row is recorded with the policy that acted it (the one its agent was mapped to for that
+episode), so that a fragment spanning episodes in which one agent acted with different
+policies (per-episode opponent draws) gives every row to the policy that acted it.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,30 +18,37 @@ __all__ = ["AgentTrajectories"]
 
 #: ``(env_index, agent_id)``: one agent in one of a runner's environments.
 AgentKey = tuple[int, Any]
+#: ``(env_index, agent_id, policy_id)``: the rows one agent acted with one policy.
+_TrajectoryKey = tuple[int, Any, str]
 
 _ROW_COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "next_obs")
 
 
 class AgentTrajectories:
-    """One trajectory per (env index, agent), in the order the agents first acted.
+    """One trajectory per (env index, agent, policy that acted), in the order they began.
 
-    A row is added when its agent acts; its next observation is filled in when the following
-    observation of that agent arrives (processed by its policy's filter).
+    A row is added when its agent acts, with the policy it acted with; its next observation
+    is filled in when the following observation of that agent arrives (processed by that
+    policy's filter).
     """
 
     def __init__(self) -> None:
-        self._rows: dict[AgentKey, dict[str, list[Any]]] = {}
+        self._rows: dict[_TrajectoryKey, dict[str, list[Any]]] = {}
+        #: The policy of each agent's last added row (the row waiting for its next observation).
+        self._last_policy: dict[AgentKey, str] = {}
 
     def __contains__(self, key: AgentKey) -> bool:
-        return key in self._rows
+        return key in self._last_policy
 
-    def add(self, key: AgentKey, obs: np.ndarray, action: np.ndarray, reward: float,
+    def add(self, key: AgentKey, policy_id: str, obs: np.ndarray, action: np.ndarray, reward: float,
             terminated: bool, truncated: bool, *, state_in: list[np.ndarray] | None = None) -> None:
-        """Append the step ``key``'s agent just took (its next observation still unknown);
-        ``state_in``: a recurrent policy's state the agent acted from (one array per component)."""
-        row = self._rows.get(key)
+        """Append the step ``key``'s agent just took with policy ``policy_id`` (its next
+        observation still unknown); ``state_in``: a recurrent policy's state the agent acted
+        from (one array per component)."""
+        self._last_policy[key] = policy_id
+        row = self._rows.get((*key, policy_id))
         if row is None:
-            row = self._rows[key] = {c: [] for c in _ROW_COLUMNS}
+            row = self._rows[(*key, policy_id)] = {c: [] for c in _ROW_COLUMNS}
         if state_in is not None:
             for column, s in state_columns(state_in).items():
                 row.setdefault(column, []).append(s)
@@ -50,13 +61,14 @@ class AgentTrajectories:
 
     def set_next_obs(self, key: AgentKey, processed_obs: np.ndarray) -> None:
         """The next observation of ``key``'s last step."""
-        self._rows[key]["next_obs"][-1] = processed_obs
+        self._rows[(*key, self._last_policy[key])]["next_obs"][-1] = processed_obs
 
-    def batches(self, policy_of: Callable[[AgentKey], str], worker_index: int = 0) -> dict[str, SampleBatch]:
-        """One SampleBatch per policy (``policy_of`` maps each trajectory to its policy ID);
-        ``streams`` names each trajectory by ``worker_index`` and its key."""
+    def batches(self, worker_index: int = 0) -> dict[str, SampleBatch]:
+        """One SampleBatch per policy, of the rows it acted; ``streams`` names each trajectory
+        by ``worker_index`` and its (env index, agent): one agent's rows in one env keep
+        their stream from fragment to fragment, whichever policy acted them."""
         per_pid: dict[str, list[dict[str, np.ndarray]]] = defaultdict(list)
-        for key, row in self._rows.items():
+        for (env_index, agent, pid), row in self._rows.items():
             # Rows whose agent vanished without a final observation bootstrap from their own obs
             # (their value is cut by terminated/ends anyway).
             next_obs = [n if n is not None else o for n, o in zip(row["next_obs"], row["obs"])]
@@ -64,13 +76,13 @@ class AgentTrajectories:
             trunc = np.array(row["truncateds"], dtype=bool)
             ends = term | trunc
             ends[-1] = True
-            per_pid[policy_of(key)].append({
+            per_pid[pid].append({
                 "obs": np.stack(row["obs"]).astype(np.float32, copy=False),
                 "actions": np.stack(row["actions"]),
                 "rewards": np.array(row["rewards"], dtype=np.float32),
                 "terminateds": term, "truncateds": trunc, "ends": ends,
                 "next_obs": np.stack(next_obs).astype(np.float32, copy=False),
-                "streams": np.repeat(stream_ids(worker_index, [key]), len(term)),
+                "streams": np.repeat(stream_ids(worker_index, [(env_index, agent)]), len(term)),
                 **{c: np.stack(v).astype(np.float32, copy=False) for c, v in row.items()
                    if c.startswith(STATE_COLUMN)},
             })

@@ -33,13 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cairn.env_runner.agent_mapping import AgentSampler, agent_ids_by_name, restore_agent_pids
+from cairn.env_runner.agent_mapping import (
+    AgentSampler,
+    agent_ids_by_name,
+    keep_in_flight_policies,
+    restore_agent_pids,
+)
 from cairn.env_runner.inference import compute_raw_actions
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.env_runner.trajectories import AgentTrajectories
 from cairn.env_runner.turn_based_check import check_moves_in_flight
 from cairn.errors import EnvError
-from cairn.policy_ids import check_mapped_policy_id
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -67,21 +71,15 @@ class TurnBasedSampler(AgentSampler):
 
     # ------------------------------------------------------------------------------ mapping
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
-        """Map the agents again under ``config``; True when an agent in flight (to move, or
-        with a pending move) changes policy, so that the envs must start new episodes. The
-        runner takes ``config`` and ``policies`` afterwards; a
-        :class:`~cairn.errors.ConfigError` changes nothing."""
-        policies = dict(policies)
-        remapped = []  # all mapped (and checked) before anything changes
-        for i, entry in enumerate(self.to_move):
-            in_flight = list(self.pending[i]) + ([entry[0]] if entry is not None else [])
-            remapped.append({agent: check_mapped_policy_id(agent, config.map_agent(agent), policies)
-                             for agent in in_flight})
-        changed = any(self.agent_pids[i].get(agent) != pid
-                      for i, new in enumerate(remapped) for agent, pid in new.items())
-        # Agents no longer in flight keep the policy their returns are reported under.
-        self.agent_pids = [{**old, **new} for old, new in zip(self.agent_pids, remapped)]
-        return changed
+        """True when an agent in flight (to move, or with a pending move) acts with a policy
+        no longer in ``policies``, so that the envs must start new episodes; the games in
+        flight otherwise keep their mapping
+        (:func:`~cairn.env_runner.agent_mapping.keep_in_flight_policies`). The runner takes
+        ``config`` and ``policies`` afterwards; a :class:`~cairn.errors.ConfigError` changes
+        nothing."""
+        in_flight = [list(self.pending[i]) + ([entry[0]] if entry is not None else [])
+                     for i, entry in enumerate(self.to_move)]
+        return keep_in_flight_policies(self.agent_pids, in_flight, config, policies)
 
     # ------------------------------------------------------------------------------ stepping
     def reset_all(self, *, update_filter: bool) -> None:
@@ -100,13 +98,7 @@ class TurnBasedSampler(AgentSampler):
         for _ in range(steps):
             self._move_all(explore=explore, record=record)
             self._advance(update_filter=update_filter, trajs=trajs)
-        if trajs is None:
-            return {}
-
-        def policy_of(key: tuple[int, Any]) -> str:
-            return self.agent_pids[key[0]].get(key[1]) or self.config.map_agent(key[1])
-
-        return trajs.batches(policy_of, self.runner.worker_index)
+        return {} if trajs is None else trajs.batches(self.runner.worker_index)
 
     def _reset_env(self, i: int, env: Any) -> None:
         env.reset(seed=self.draw_seed())
@@ -181,7 +173,7 @@ class TurnBasedSampler(AgentSampler):
                 i, agent, _, reward, terminated, truncated, pending, moves = selection
                 row = processed.get(id(selection))
                 if pending is not None and trajs is not None:
-                    trajs.add((i, agent), *pending, reward, terminated, truncated)
+                    trajs.add((i, agent), pid, *pending, reward, terminated, truncated)
                     if row is not None:
                         trajs.set_next_obs((i, agent), row)
                 if moves and row is not None:
@@ -191,7 +183,7 @@ class TurnBasedSampler(AgentSampler):
         # Agents that left without being selected again: their moves end here, truncated.
         for agent, pending in self.pending[i].items():
             if trajs is not None:
-                trajs.add((i, agent), *pending, 0.0, False, True)
+                trajs.add((i, agent), self.agent_pids[i][agent], *pending, 0.0, False, True)
         self.pending[i] = {}
         pids = self.agent_pids[i]
         self.episodes.finish(i, lambda agent: pids.get(agent, str(agent)))
@@ -216,11 +208,12 @@ class TurnBasedSampler(AgentSampler):
         return states
 
     def set_state(self, states: list[Mapping[str, Any]]) -> bool:
-        """Restore :meth:`get_state` (after the envs' own states); False, with nothing changed,
-        when the agents, the mapping or the policy set no longer fit what was in flight."""
+        """Restore :meth:`get_state` (after the envs' own states), the games' mapping included;
+        False, with nothing changed, when the agents or the policy set no longer fit what was
+        in flight."""
         restored = []
         for i, state in enumerate(states):
-            pids = restore_agent_pids(self.envs[i], state["agent_pids"], self.config, self.policies)
+            pids = restore_agent_pids(self.envs[i], state["agent_pids"], self.policies)
             if pids is None:
                 return False
             ids = agent_ids_by_name(self.envs[i])

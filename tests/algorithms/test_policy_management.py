@@ -49,16 +49,24 @@ def test_runner_starts_new_episodes_only_when_an_in_flight_agent_changes_policy(
     assert set(runner.sample(5)) == {"other"}
 
 
-def test_multi_agent_runner_remaps_agents_in_flight():
+def test_multi_agent_runner_keeps_the_mapping_of_the_episodes_in_flight():
+    """RLlib's rule: a new mapping applies from each env's next episode."""
     algo = small_ma_ppo(2).build()
     runner = EnvRunner(algo.config, algo.policies)
     runner.sample(3)
     config = algo.config.copy().multi_agent(policy_mapping_fn={"agent_0": "p0", "agent_1": "p0"})
     runner.update_policies(config, algo.policies)
-    assert runner.get_state()["needs_reset"]
-    assert set(runner.sample(20)) == {"p0"}
-    runner.update_policies(config, algo.policies)  # the same mapping again: nothing restarts
     assert not runner.get_state()["needs_reset"]
+    assert runner.get_state()["current_obs"][0]["agent_pids"] == {"agent_0": "p0", "agent_1": "p1"}
+    while runner.get_state()["current_obs"][0]["agent_pids"].get("agent_1") == "p1":
+        runner.sample(1)  # until the episode in flight ends
+    assert set(runner.sample(20)) == {"p0"}
+    # A policy of the episode in flight removed: the envs start over.
+    runner.sample(1)
+    config = algo.config.copy().multi_agent(policies={"p1"}, policy_mapping_fn=lambda aid, **kw: "p1")
+    runner.update_policies(config, {"p1": algo.get_policy("p1")})
+    assert runner.get_state()["needs_reset"]
+    assert set(runner.sample(5)) == {"p1"}
 
 
 @pytest.mark.parametrize("multi_agent", [False, True])

@@ -297,34 +297,56 @@ def test_board_game_state_restores_the_game_exactly():
 
 
 # ------------------------------------------------------------------------- policy changes
-def test_remapping_a_player_in_flight_restarts_the_games_and_an_unchanged_one_does_not():
+def test_a_game_in_flight_keeps_its_mapping_and_the_next_game_follows_the_new_one():
     algo = _scripted_config(2).build()
     try:
         runner = algo.env_runner_group.local
         runner.sample(3)  # mid-game: player_0 waits on its move, player_1 is to move
-        runner.update_policies(algo.config, algo.policies)  # the same mapping
-        assert not runner.get_state()["needs_reset"]
         config = algo.config.copy().multi_agent(policy_mapping_fn={"player_0": "a", "player_1": "a"})
         runner.update_policies(config, algo.policies)
+        assert not runner.get_state()["needs_reset"]  # the games go on, player_1 still with b
+        # Moves 4 and 5 end the games: player_1's move 4 is b's (player_0's moves 3 and 5 are
+        # a's); the next games follow the new mapping.
+        finishing = runner.sample(2)
+        assert len(finishing["b"]) == 2 * 1 and len(finishing["a"]) == 2 * 2
+        assert set(runner.sample(5)) == {"a"}
+    finally:
+        algo.stop()
+
+
+def test_a_mapping_to_a_removed_policy_restarts_the_games_in_flight():
+    algo = _scripted_config(2).build()
+    try:
+        runner = algo.env_runner_group.local
+        runner.sample(3)
+        config = algo.config.copy().multi_agent(policies={"a"}, policy_mapping_fn=lambda aid, **kw: "a")
+        runner.update_policies(config, {"a": algo.get_policy("a")})
         assert runner.get_state()["needs_reset"]  # player_1's observation went through b's filter
         assert set(runner.sample(10)) == {"a"}
     finally:
         algo.stop()
 
 
-def test_runner_state_with_another_mapping_starts_fresh_games():
+def test_runner_state_restores_the_mapping_of_the_games_in_flight():
     algo = _scripted_config(2).build()
     try:
         runner = algo.env_runner_group.local
         runner.sample(3)
         state = runner.get_state()
+        # Another mapping at restore: the games in flight keep theirs, the next ones follow it.
         config = algo.config.copy().multi_agent(policy_mapping_fn={"player_0": "b", "player_1": "a"})
         other = cairn.env_runner.EnvRunner(config, algo.policies)
         other.set_state(state)
-        assert other.get_state()["needs_reset"]
-        same = cairn.env_runner.EnvRunner(algo.config, algo.policies)
-        same.set_state(state)
-        assert_trees_equal(same.get_state(), state)
+        assert_trees_equal(other.get_state(), state)
+        finishing = other.sample(2)  # player_1's move 4 is still b's
+        assert len(finishing["b"]) == 2 * 1 and len(finishing["a"]) == 2 * 2
+        swapped = other.sample(5)
+        assert len(swapped["a"]) == 2 * 2 and len(swapped["b"]) == 2 * 3
+        # A saved policy that is gone: fresh games.
+        fewer = cairn.env_runner.EnvRunner(config.copy().multi_agent(
+            policies={"a"}, policy_mapping_fn=lambda aid, **kw: "a"), {"a": algo.get_policy("a")})
+        fewer.set_state(state)
+        assert fewer.get_state()["needs_reset"]
     finally:
         algo.stop()
 

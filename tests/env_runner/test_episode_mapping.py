@@ -1,0 +1,103 @@
+"""A policy mapping drawn per episode (RLlib's league / self-play pattern): the mapping
+function is called once per (episode, agent), at the agent's first step in that episode, and
+every row of that agent in that episode goes to the policy it returned; so each policy's rows
+equal the env steps it acted. The envs and the mapping are in :mod:`tests.env_runner.episode_draws`."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from cairn.env_runner import EnvRunner
+from tests.env_runner import episode_draws as draws
+
+SMALL = {"train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1}
+
+
+def _config(env, num_envs: int = 2) -> cairn.AlgorithmConfig:
+    return draws.config(env).training(**SMALL).env_runners(num_envs_per_env_runner=num_envs)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counts():
+    draws.ACTED.clear()
+    draws.CALLS.clear()
+    yield
+    draws.ACTED.clear()
+    draws.CALLS.clear()
+
+
+def _rows(batches) -> Counter[str]:
+    return Counter({pid: len(batch) for pid, batch in batches.items()})
+
+
+def assert_rows_went_to_the_policy_that_acted(batches, parity_column: int) -> None:
+    """By content: each opponent's rows all come from episodes of its parity."""
+    for pid, parity in (("opp_a", 0), ("opp_b", 1)):
+        if pid in batches:
+            assert set(np.unique(batches[pid]["obs"][:, parity_column])) == {parity}, pid
+
+
+def assert_called_once_per_episode_and_agent() -> None:
+    keys = [(serial, agent) for serial, agent, _ in draws.CALLS]
+    assert len(keys) == len(set(keys)), Counter(keys).most_common(3)
+
+
+def test_parallel_env_rows_go_to_the_policy_drawn_for_their_episode():
+    algo = _config(draws.make_duel).build()
+    try:
+        runner = algo.env_runner_group.local
+        draws.CALLS.clear()  # calls made while building (probing the env's agents)
+        for _ in range(3):  # fragments cut episodes, and hold several of them
+            draws.ACTED.clear()
+            batches = runner.sample(17)
+            assert _rows(batches) == draws.expected_rows()
+            assert_rows_went_to_the_policy_that_acted(batches, parity_column=1)
+        assert draws.expected_rows()["opp_a"] and draws.expected_rows()["opp_b"]
+        assert_called_once_per_episode_and_agent()
+    finally:
+        algo.stop()
+
+
+def test_turn_based_game_rows_go_to_the_policy_drawn_for_their_game():
+    # One env: a game's first mover is mapped right after its reset (with several, reset_all
+    # resets them all before the first movers are mapped, and the draw reads the last reset).
+    algo = _config(draws.make_counted_game, num_envs=1).build()
+    try:
+        runner = algo.env_runner_group.local
+        draws.CALLS.clear()
+        batches = runner.sample(15)  # three whole five-move games: no move pending
+        assert _rows(batches) == draws.expected_rows()
+        assert set(batches) == set(draws.POLICIES)
+        assert_rows_went_to_the_policy_that_acted(batches, parity_column=0)
+        assert_called_once_per_episode_and_agent()
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("make_env", [draws.make_duel, draws.make_counted_game])
+def test_an_episode_in_flight_keeps_its_saved_mapping_across_a_restore(make_env):
+    algo = _config(make_env, num_envs=1).build()
+    try:
+        runner = algo.env_runner_group.local
+        draws.CALLS.clear()
+        runner.sample(3)  # mid-episode in both envs
+        state = runner.get_state()
+        in_flight = {serial for serial, _, _ in draws.CALLS if serial == max(s for s, _, _ in draws.CALLS)}
+        calls_before = len(draws.CALLS)
+        restored = EnvRunner(algo.config, algo.policies)
+        restored.set_state(state)
+        assert not restored.get_state()["needs_reset"]
+        assert len(draws.CALLS) == calls_before  # restored from the state, not drawn again
+        draws.ACTED.clear()
+        batches = restored.sample(12)
+        assert {serial for serial, _ in draws.ACTED} >= in_flight  # the episode went on
+        assert not [c for c in draws.CALLS[calls_before:] if c[0] in in_flight]
+        if make_env is draws.make_duel:  # turn-based: the moves before the save come with it
+            assert _rows(batches) == draws.expected_rows()
+        assert_rows_went_to_the_policy_that_acted(batches, parity_column=1 if make_env is draws.make_duel else 0)
+        assert_called_once_per_episode_and_agent()
+    finally:
+        algo.stop()
