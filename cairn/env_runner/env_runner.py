@@ -21,10 +21,11 @@ from cairn.callbacks.base import Callbacks, make_callbacks, overrides
 from cairn.env_runner.agent_mapping import agent_ids_by_name
 from cairn.env_runner.blas_threads import single_threaded_blas
 from cairn.env_runner.episode import EpisodeBook, EpisodeTotals
+from cairn.env_runner.episode_policies import ActedRows, group_by_policy, process_by_policy
 from cairn.env_runner.make_env import is_multi_agent_env, is_turn_based_env, make_env
 from cairn.env_runner.parallel import ParallelSampler
 from cairn.env_runner.recurrent_state import RecurrentStates, refuse_recurrent_policies
-from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, state_columns, stream_ids
+from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, stream_ids
 from cairn.env_runner.turn_based import TurnBasedSampler
 from cairn.env_runner.vector_envs import make_vector_envs
 from cairn.policy_ids import check_mapped_policy_id
@@ -90,8 +91,8 @@ class EnvRunner:
             if sampler is TurnBasedSampler:
                 refuse_recurrent_policies(self.policies, "turn-based (PettingZoo AEC) environments")
             self._agents = sampler(self, episodes=self._episodes, draw_seed=self._draw_seed)
-        else:
-            self._single_pid = self._mapped_policy(DEFAULT_AGENT_ID)
+        #: Single-agent: per env, the policy of its current episode (mapped as each one starts).
+        self._env_pids: list[str] = []
 
     @property
     def num_episodes(self) -> int:
@@ -120,8 +121,8 @@ class EnvRunner:
         else:
             seeds = {i: self._draw_seed() for i in range(self.num_envs)}
             raws = list(self.vector_envs.reset(seeds).values())
-            policy = self.policies[self._single_pid]
-            self._obs = policy.process_observations(raws, update=update_filter)
+            self._env_pids = [self._mapped_policy(DEFAULT_AGENT_ID) for _ in range(self.num_envs)]
+            self._obs = process_by_policy(self.policies, raws, self._env_pids, update=update_filter)
         self._needs_reset = False
 
     # -------------------------------------------------------------------------------- sample
@@ -194,9 +195,8 @@ class EnvRunner:
     def _sample_single_agent(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool
     ) -> dict[str, SampleBatch]:
-        policy = self.policies[self._single_pid]
-        dist = policy.dist
         n_envs, envs, episodes = self.num_envs, self.vector_envs, self._episodes.current
+        env_pids = self._env_pids  # each env's policy for its episode (mapped as one starts)
         step_hook = self._episodes.step if self._episodes.has_step_hook else None
         obs = self._obs
         assert obs is not None
@@ -205,22 +205,28 @@ class EnvRunner:
             # these arrays themselves, not copies (for image rows, 2 x 58 MB an iteration).
             obs_buf = np.empty((n_envs, steps, obs.shape[1]), dtype=np.float32).swapaxes(0, 1)
             next_buf = np.empty((n_envs, steps, obs.shape[1]), dtype=np.float32).swapaxes(0, 1)
-            act_buf = np.empty((steps, n_envs, *dist.raw_action_shape), dtype=dist.raw_action_dtype)
             rew_buf = np.empty((steps, n_envs), dtype=np.float32)
             term_buf = np.zeros((steps, n_envs), dtype=bool)
             trunc_buf = np.zeros((steps, n_envs), dtype=bool)
+            acted = ActedRows(steps, n_envs)
         keys = [(i, DEFAULT_AGENT_ID) for i in range(n_envs)]
-        state_bufs: list[np.ndarray] = []
         for t in range(steps):
-            raw, state_in = self.recurrent_states.act(
-                policy, obs, keys, explore=explore, policy_id=self._single_pid,
-                origin=lambda row: (DEFAULT_AGENT_ID, row, episodes[row].length))
-            if record and state_in is not None:  # the state each row acted from
-                if not state_bufs:
-                    state_bufs = [np.empty((steps, *s.shape), dtype=np.float32) for s in state_in]
-                for buf, s in zip(state_bufs, state_in):
-                    buf[t] = s
-            env_actions = dist.to_env(raw)
+            env_actions: Any = [None] * n_envs
+            for pid, rows in group_by_policy(env_pids):  # one group (rows None) unless per-episode draws
+                policy = self.policies[pid]
+                raw, state_in = self.recurrent_states.act(
+                    policy, obs if rows is None else obs[rows], keys if rows is None else [keys[i] for i in rows],
+                    explore=explore, policy_id=pid,
+                    origin=lambda row, rows=rows: (DEFAULT_AGENT_ID, row if rows is None else rows[row],
+                                                   episodes[row if rows is None else rows[row]].length))
+                if record:  # the actions and the state each row acted from
+                    acted.record(t, pid, policy, rows, raw, state_in)
+                actions = policy.dist.to_env(raw)
+                if rows is None:
+                    env_actions = actions
+                else:
+                    for k, i in enumerate(rows):
+                        env_actions[i] = actions[k]
             next_raw, finals, reset_seeds = [], [], {}
             for i, (o, r, terminated, truncated) in enumerate(envs.step(env_actions)):
                 ep = episodes[i]
@@ -234,30 +240,30 @@ class EnvRunner:
                     term_buf[t, i] = terminated
                     trunc_buf[t, i] = truncated
                 if terminated or truncated:
-                    finals.append((i, o))
-                    self._episodes.finish(i, lambda _agent: self._single_pid)
+                    finals.append((i, o, env_pids[i]))
+                    self._episodes.finish(i, lambda _agent, pid=env_pids[i]: pid)
                     self.recurrent_states.end_episode(i)
                     reset_seeds[i] = self._draw_seed()  # drawn in env order, in both modes
                 next_raw.append(o)
             for i, o in envs.reset(reset_seeds).items():
                 next_raw[i] = o
-            next_obs = policy.process_observations(next_raw, update=update_filter)
+                env_pids[i] = self._mapped_policy(DEFAULT_AGENT_ID)  # its next episode's policy
+            next_obs = process_by_policy(self.policies, next_raw, env_pids, update=update_filter)
             if record:
                 obs_buf[t] = obs
-                act_buf[t] = raw
                 next_buf[t] = next_obs
-                if finals:
-                    final_rows = policy.process_observations([o for _, o in finals], update=update_filter)
-                    next_buf[t, [i for i, _ in finals]] = final_rows
+                if finals:  # processed by the policy of the episode they end
+                    final_rows = process_by_policy(self.policies, [o for _, o, _ in finals],
+                                                   [pid for _, _, pid in finals], update=update_filter)
+                    next_buf[t, [i for i, _, _ in finals]] = final_rows
             obs = next_obs
         self._obs = obs
         if not record:
             return {}
-        count_sampled_steps(self.policies, {self._single_pid: steps * n_envs})
-        return {self._single_pid: SampleBatch.from_time_major(
-            obs=obs_buf, actions=act_buf, rewards=rew_buf, terminateds=term_buf,
-            truncateds=trunc_buf, next_obs=next_buf, **state_columns(state_bufs),
-            streams=np.broadcast_to(stream_ids(self.worker_index, range(n_envs)), (steps, n_envs)))}
+        count_sampled_steps(self.policies, acted.steps_by_policy())
+        return acted.batches(
+            obs=obs_buf, rewards=rew_buf, terminateds=term_buf, truncateds=trunc_buf, next_obs=next_buf,
+            streams=np.broadcast_to(stream_ids(self.worker_index, range(n_envs)), (steps, n_envs)))
 
     # ------------------------------------------------------------------------------- metrics
     def get_metrics(self) -> list[dict[str, Any]]:
@@ -270,8 +276,11 @@ class EnvRunner:
         (``copy=False``: the current observations as views)."""
         if self._agents is not None:
             current: Any = self._agents.get_state(copy=copy)
+            # A multi-agent env's mapping of its episode is in its entry of current_obs.
+            mapping: dict[str, Any] = {}
         else:
             current = None if self._obs is None else (self._obs.copy() if copy else self._obs)
+            mapping = {"episode_policy_ids": list(self._env_pids)}
         return {
             "worker_index": self.worker_index,
             "num_envs": self.num_envs,
@@ -281,6 +290,7 @@ class EnvRunner:
             "needs_reset": self._needs_reset,
             "envs": self.vector_envs.get_states(),
             "current_obs": current,
+            **mapping,
             "episodes": [ep.to_state() for ep in self._episodes.current],
             "recurrent_states": self.recurrent_states.get_state(copy=copy),
             "counters": {
@@ -317,6 +327,16 @@ class EnvRunner:
             self._episodes.current = [EpisodeTotals.from_state(s, agent_ids_by_name(self.envs[i]), i)
                                       for i, s in enumerate(state["episodes"])]
         else:
+            # The policy of each env's episode in flight is restored, not drawn again; a state
+            # without it (older checkpoints, whose mapping was one policy for every episode)
+            # maps each env now.
+            pids = state.get("episode_policy_ids")
+            pids = [self._mapped_policy(DEFAULT_AGENT_ID) for _ in range(self.num_envs)] if pids is None \
+                else [str(p) for p in pids]
+            if len(pids) != self.num_envs or any(p not in self.policies for p in pids):
+                self._needs_reset = True  # a saved policy is gone: its filter processed the obs
+                return
+            self._env_pids = pids
             self._obs = np.asarray(state["current_obs"], dtype=np.float32).copy()
             self._episodes.current = [EpisodeTotals.from_state(s, {}, i)
                                       for i, s in enumerate(state["episodes"])]
@@ -324,7 +344,7 @@ class EnvRunner:
         agents = self._agents
 
         def policy_of(i: int, agent: Any) -> Policy:
-            return self.policies[self._single_pid if agents is None else agents.policy_of(i, agent)]
+            return self.policies[self._env_pids[i] if agents is None else agents.policy_of(i, agent)]
 
         single = {str(DEFAULT_AGENT_ID): DEFAULT_AGENT_ID}
 
@@ -338,19 +358,20 @@ class EnvRunner:
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:
         """Follow an added or removed policy, or a new ``policy_mapping_fn``.
 
-        The agents are mapped again under ``config`` (a multi-agent env's agents not in flight
-        when they next act); a policy they map to must be in ``policies``, else
-        :class:`~cairn.errors.ConfigError` and nothing changes. An observation in flight was
-        processed by its old policy's filter, so when one changes policy, every environment
-        starts a new episode at the next ``sample()``, as after :meth:`set_state` with a new
-        mapping; otherwise the episodes go on.
+        The episodes in flight keep the mapping they started with (RLlib's rule); the agents
+        follow ``config``'s mapping from their next episode. That mapping is checked first: an
+        agent in flight that it maps to a policy not in ``policies`` raises
+        :class:`~cairn.errors.ConfigError`, and nothing changes. When an episode in flight acts
+        with a policy that is gone (removed), every environment starts a new episode at the
+        next ``sample()`` (its observation in flight went through that policy's filter);
+        otherwise the episodes go on.
         """
         policies = dict(policies)
         if self._agents is not None:
             changed = self._agents.update_policies(config, policies)
         else:
-            single_pid = self._mapped_policy(DEFAULT_AGENT_ID, config, policies)
-            changed, self._single_pid = single_pid != self._single_pid, single_pid
+            self._mapped_policy(DEFAULT_AGENT_ID, config, policies)  # checked before anything changes
+            changed = any(pid not in policies for pid in self._env_pids)
         self.config, self.policies = config, policies
         self._needs_reset = self._needs_reset or changed
 

@@ -22,10 +22,13 @@ def test_add_then_remove_policy_on_a_single_agent_env():
     algo.train()
     new = cairn.Policy.from_spec(algo.get_policy().spec, seed=1)
     algo.add_policy("new", new, policy_mapping_fn=lambda aid, **kw: "new")
-    default_before, new_before = algo.get_policy().get_weights(), new.get_weights()
+    new_before = new.get_weights()
+    # The episodes in flight end with default_policy (RLlib's rule); the next ones are new's.
+    assert "new" in algo.train()["learners"]
+    assert not _same(new.get_weights(), new_before)  # "new" sampled and trained
+    default_before = algo.get_policy().get_weights()
     result = algo.train()
     assert set(result["learners"]) == {"new"}
-    assert not _same(new.get_weights(), new_before)  # "new" sampled and trained
     assert _same(algo.get_policy().get_weights(), default_before)  # default_policy did neither
     algo.remove_policy("default_policy", policy_mapping_fn=lambda aid, **kw: "new")
     assert set(algo.policies) == {"new"}
@@ -34,19 +37,22 @@ def test_add_then_remove_policy_on_a_single_agent_env():
     algo.stop()
 
 
-def test_runner_starts_new_episodes_only_when_an_in_flight_agent_changes_policy():
+def test_runner_starts_new_episodes_only_when_a_policy_in_flight_is_removed():
     algo = small_ppo().build()
     runner = EnvRunner(algo.config, algo.policies)
     runner.sample(5)
-    # A policy no agent is mapped to: the episodes in flight go on.
-    algo.add_policy("other", algo.get_policy().spec, policy_mapping_fn=lambda aid, **kw: "default_policy")
+    algo.add_policy("other", algo.get_policy().spec, policy_mapping_fn=lambda aid, **kw: "other")
     runner.update_policies(algo.config, algo.policies)
+    # The episodes in flight go on with default_policy; the next ones are other's.
     assert not runner.get_state()["needs_reset"]
-    config = algo.config.copy().multi_agent(policy_mapping_fn=lambda aid, **kw: "other")
-    runner.update_policies(config, algo.policies)
-    # The observation in flight went through default_policy's filter: start over.
-    assert runner.get_state()["needs_reset"]
+    assert runner.get_state()["episode_policy_ids"] == ["default_policy"] * runner.num_envs
+    assert set(runner.sample(200)) == {"default_policy", "other"}  # every first episode ended
+    assert runner.get_state()["episode_policy_ids"] == ["other"] * runner.num_envs
     assert set(runner.sample(5)) == {"other"}
+    # default_policy removed while no episode acts with it: nothing restarts.
+    config = algo.config.copy().multi_agent(policies={"other": algo.config.policies["other"]})
+    runner.update_policies(config, {"other": algo.get_policy("other")})
+    assert not runner.get_state()["needs_reset"]
 
 
 def test_multi_agent_runner_keeps_the_mapping_of_the_episodes_in_flight():

@@ -10,7 +10,6 @@ carries its episode's parity, so a row shows by content which policy acted it.
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from typing import Any
 
@@ -25,18 +24,30 @@ from tests.env_runner.test_turn_based import ScriptedGame
 
 #: The policies of these tests: ``main`` for the fixed player, the two opponents drawn per episode.
 POLICIES = ("main", "opp_a", "opp_b")
-_serials = itertools.count()
+_next_serial = {"value": 0}
 #: The serial of the episode reset last in this process.
 _latest = {"episode": -1}
 #: ``(episode serial, agent) -> env steps acted`` (turn-based: moves), in this process.
 ACTED: Counter[tuple[int, str]] = Counter()
 #: ``(episode serial, agent, policy ID)`` of every call of :func:`draw_per_episode`.
 CALLS: list[tuple[int, str, str]] = []
+#: Single-agent envs (:class:`Countdown`): the serial of each episode started, in order, and
+#: the policy of each call of :func:`draw_per_call`, in order.
+RESETS: list[int] = []
+DRAWS: list[str] = []
 
 
 def _start_episode() -> int:
-    serial = next(_serials)
+    serial = _next_serial["value"]
+    _next_serial["value"] += 1
     _latest["episode"] = serial
+    return serial
+
+
+def _restored_episode(serial: int) -> int:
+    """An env restored into episode ``serial`` (maybe in a new process, e.g. an async env's
+    child): later episodes of this process are numbered after it, as they would have been."""
+    _next_serial["value"] = max(_next_serial["value"], serial + 1)
     return serial
 
 
@@ -152,3 +163,67 @@ def config(make_env: Any) -> cairn.AlgorithmConfig:
             .env_runners(observation_filter="NoFilter")
             .multi_agent(policies=dict.fromkeys(POLICIES, spec), policy_mapping_fn=draw_per_episode)
             .debugging(seed=0))
+
+
+def draw_per_call(agent_id: str, **kwargs: object) -> str:
+    """A single-agent env's agent: ``opp_a`` and ``opp_b`` in turn, one per call (one per
+    episode: the k-th call maps the k-th episode started)."""
+    DRAWS.append(opponent_of(len(DRAWS)))
+    return DRAWS[-1]
+
+
+class Countdown(gym.Env):  # type: ignore[misc]
+    """A single-agent env whose episode ``serial`` lasts ``2 + serial % 5`` steps; observation:
+    [step / 10, episode parity]."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.serial, self.t = -1, 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t / 10, self.serial % 2], np.float32)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.serial, self.t = _start_episode(), 0
+        RESETS.append(self.serial)
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        ACTED[(self.serial, "default_agent")] += 1
+        return self._obs(), 1.0, self.t >= 2 + self.serial % 5, False, {}
+
+    # cairn's environment state protocol
+    def get_state(self) -> dict[str, Any]:
+        return {"serial": self.serial, "t": self.t}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.serial, self.t = _restored_episode(int(state["serial"])), int(state["t"])
+
+
+def make_countdown(env_config: dict) -> Countdown:
+    return Countdown()
+
+
+def single_agent_config(mode: str, num_envs: int) -> cairn.AlgorithmConfig:
+    """A small PPO config of :class:`Countdown` whose agent draws its policy per episode."""
+    spec = PolicySpec(observation_space=Countdown.observation_space, action_space=Countdown.action_space)
+    return (cairn.PPOConfig().environment(make_countdown)
+            .training(model={"hidden": [8]}, train_batch_size=64, minibatch_size=32, num_epochs=1)
+            .env_runners(observation_filter="NoFilter", num_envs_per_env_runner=num_envs,
+                         gym_env_vectorize_mode=mode)
+            .multi_agent(policies=dict.fromkeys(POLICIES, spec), policy_mapping_fn=draw_per_call)
+            .debugging(seed=0))
+
+
+def expected_single_agent_rows() -> Counter[str]:
+    """Env steps acted per policy in this process's :class:`Countdown` envs, the k-th episode
+    started under the k-th draw."""
+    decided = {(serial, "default_agent"): pid for serial, pid in zip(RESETS, DRAWS, strict=True)}
+    rows: Counter[str] = Counter()
+    for key, steps in ACTED.items():
+        rows[decided[key]] += steps
+    return rows

@@ -20,13 +20,16 @@ def _config(env, num_envs: int = 2) -> cairn.AlgorithmConfig:
     return draws.config(env).training(**SMALL).env_runners(num_envs_per_env_runner=num_envs)
 
 
+def _clear() -> None:
+    for log in (draws.ACTED, draws.CALLS, draws.RESETS, draws.DRAWS):
+        log.clear()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_counts():
-    draws.ACTED.clear()
-    draws.CALLS.clear()
+    _clear()
     yield
-    draws.ACTED.clear()
-    draws.CALLS.clear()
+    _clear()
 
 
 def _rows(batches) -> Counter[str]:
@@ -99,5 +102,41 @@ def test_an_episode_in_flight_keeps_its_saved_mapping_across_a_restore(make_env)
             assert _rows(batches) == draws.expected_rows()
         assert_rows_went_to_the_policy_that_acted(batches, parity_column=1 if make_env is draws.make_duel else 0)
         assert_called_once_per_episode_and_agent()
+    finally:
+        algo.stop()
+
+
+def assert_each_opponent_has_the_rows_of_one_parity(batches) -> None:
+    """Single-agent: the k-th episode's parity and the k-th draw's opponent go together, up to
+    episodes started before the draws were counted: each opponent's rows have one parity, and
+    not the same."""
+    assert {"opp_a", "opp_b"} <= set(batches), set(batches)
+    parities = {pid: set(np.unique(batches[pid]["obs"][:, 1])) for pid in ("opp_a", "opp_b")}
+    assert all(len(p) == 1 for p in parities.values()) and parities["opp_a"] != parities["opp_b"], parities
+
+
+@pytest.mark.parametrize("mode, num_envs", [("sync", 3), ("async", 1)])
+def test_single_agent_env_rows_go_to_the_policy_drawn_for_their_episode(mode, num_envs):
+    algo = draws.single_agent_config(mode, num_envs).build()
+    try:
+        runner = algo.env_runner_group.local
+        _clear()  # draws made while building (probing the env)
+        for _ in range(2):
+            draws.ACTED.clear()
+            batches = runner.sample(16)
+            assert sum(map(len, batches.values())) == 16 * num_envs
+            assert_each_opponent_has_the_rows_of_one_parity(batches)
+            if mode == "sync":  # async: the env steps in its child process, which counts them
+                assert _rows(batches) == draws.expected_single_agent_rows()
+        # Restored mid-episode: each env's policy comes from the state, not from a new draw.
+        state, draws_before = runner.get_state(), len(draws.DRAWS)
+        restored = EnvRunner(algo.config, algo.policies)
+        restored.set_state(state)
+        assert not restored.get_state()["needs_reset"]
+        assert restored.get_state()["episode_policy_ids"] == state["episode_policy_ids"]
+        assert len(draws.DRAWS) == draws_before
+        batches = restored.sample(16)
+        assert_each_opponent_has_the_rows_of_one_parity(batches)
+        restored.stop()
     finally:
         algo.stop()
