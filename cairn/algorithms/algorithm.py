@@ -218,7 +218,8 @@ class Algorithm:
         policy_mapping_fn: PolicyMapping | None = None, policies_to_train: Sequence[str] | None = None,
     ) -> Policy:
         """Add a policy (built from a spec, or an existing Policy object) while training; see
-        :func:`cairn.algorithms.policy_changes.add_policy`."""
+        :func:`cairn.algorithms.policy_changes.add_policy`. A new ``policy_mapping_fn``
+        applies from each env's next episode: the episodes in flight keep their mapping."""
         return add_policy(self, policy_id, spec_or_policy, policy_mapping_fn=policy_mapping_fn,
                           policies_to_train=policies_to_train)
 

@@ -78,7 +78,8 @@ def add_policy(
     replace the mapping and the learning policies where given.
 
     The ID is validated (safe directory name, unique ignoring case), and the new mapping
-    against the environment's agents, before anything changes.
+    against the environment's agents, before anything changes. The episodes in flight keep
+    their mapping; the new one applies from each env's next episode (docs/multi-agent.md).
     """
     new_config = config_adding_policy(algo.config, policy_id, spec_or_policy,
                                       policy_mapping_fn=policy_mapping_fn,

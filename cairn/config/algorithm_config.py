@@ -230,7 +230,10 @@ class AlgorithmConfig:
             policies: A set/list of policy IDs (spaces inferred from the env's agents) or a dict
                 ``{policy_id: PolicySpec(...)}`` (None fields inferred).
             policy_mapping_fn: ``fn(agent_id, **kwargs) -> policy_id`` or a dict
-                ``{agent_id: policy_id}``. Optional with a single policy.
+                ``{agent_id: policy_id}``. Optional with a single policy. Called once per
+                (episode, agent), at the agent's first step; every row of that agent in that
+                episode goes to the policy it returns, so it may draw another policy per episode
+                (docs/multi-agent.md).
             policies_to_train: IDs of the policies that learn; None means all.
         """
         if policies is not _NOT_PROVIDED:

@@ -68,7 +68,9 @@ def agent_ids_by_name(env: Any) -> dict[str, Any]:
     return {str(a): a for a in env.possible_agents}
 
 
-def restore_agent_pids(env: Any, saved: Mapping[str, str], policies: Mapping[str, Any]) -> dict[Any, str] | None:
+def restore_agent_pids(
+    env: Any, saved: Mapping[str, str], policies: Mapping[str, Any]
+) -> dict[Any, str] | None:
     """The saved ``{agent name: policy ID}`` keyed by ``env``'s agent IDs, or None when it no
     longer fits: an agent the env does not have, or a policy not in ``policies``.
 

@@ -13,6 +13,7 @@ own objects for the local runner, copies for remote ones). ``sample()`` returns
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from cairn.env_runner.agent_mapping import agent_ids_by_name
 from cairn.env_runner.blas_threads import single_threaded_blas
 from cairn.env_runner.episode import EpisodeBook, EpisodeTotals
 from cairn.env_runner.episode_policies import ActedRows, group_by_policy, process_by_policy
+from cairn.env_runner.inference import RowOrigin
 from cairn.env_runner.make_env import is_multi_agent_env, is_turn_based_env, make_env
 from cairn.env_runner.parallel import ParallelSampler
 from cairn.env_runner.recurrent_state import RecurrentStates, refuse_recurrent_policies
@@ -192,6 +194,12 @@ class EnvRunner:
         """The sampling function for this runner's kind of environment."""
         return self._sample_single_agent if self._agents is None else self._agents.sample
 
+    def _row_origin(self, env_indices: list[int] | None, row: int) -> RowOrigin:
+        """Agent, env index and episode step of row ``row`` of a batch acted for
+        ``env_indices`` (None: every env)."""
+        i = row if env_indices is None else env_indices[row]
+        return DEFAULT_AGENT_ID, i, self._episodes.current[i].length
+
     def _sample_single_agent(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool
     ) -> dict[str, SampleBatch]:
@@ -214,11 +222,10 @@ class EnvRunner:
             env_actions: Any = [None] * n_envs
             for pid, rows in group_by_policy(env_pids):  # one group (rows None) unless per-episode draws
                 policy = self.policies[pid]
+                group_keys = keys if rows is None else [keys[i] for i in rows]
                 raw, state_in = self.recurrent_states.act(
-                    policy, obs if rows is None else obs[rows], keys if rows is None else [keys[i] for i in rows],
-                    explore=explore, policy_id=pid,
-                    origin=lambda row, rows=rows: (DEFAULT_AGENT_ID, row if rows is None else rows[row],
-                                                   episodes[row if rows is None else rows[row]].length))
+                    policy, obs if rows is None else obs[rows], group_keys, explore=explore,
+                    policy_id=pid, origin=partial(self._row_origin, rows))
                 if record:  # the actions and the state each row acted from
                     acted.record(t, pid, policy, rows, raw, state_in)
                 actions = policy.dist.to_env(raw)
@@ -241,7 +248,7 @@ class EnvRunner:
                     trunc_buf[t, i] = truncated
                 if terminated or truncated:
                     finals.append((i, o, env_pids[i]))
-                    self._episodes.finish(i, lambda _agent, pid=env_pids[i]: pid)
+                    self._episodes.finish(i, {DEFAULT_AGENT_ID: env_pids[i]}.__getitem__)
                     self.recurrent_states.end_episode(i)
                     reset_seeds[i] = self._draw_seed()  # drawn in env order, in both modes
                 next_raw.append(o)

@@ -158,7 +158,8 @@ def config(make_env: Any) -> cairn.AlgorithmConfig:
     given: an opponent may have no agent mapped to it when the env is probed)."""
     probe = make_env({})
     agent = probe.possible_agents[0]
-    spec = PolicySpec(observation_space=probe.observation_space(agent), action_space=probe.action_space(agent))
+    spec = PolicySpec(observation_space=probe.observation_space(agent),
+                      action_space=probe.action_space(agent))
     return (cairn.PPOConfig().environment(make_env).training(model={"hidden": [8]})
             .env_runners(observation_filter="NoFilter")
             .multi_agent(policies=dict.fromkeys(POLICIES, spec), policy_mapping_fn=draw_per_episode)

@@ -16,7 +16,7 @@ from tests.env_runner import episode_draws as draws
 SMALL = {"train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1}
 
 
-def _config(env, num_envs: int = 2) -> cairn.AlgorithmConfig:
+def _config(env, num_envs: int = 2):
     return draws.config(env).training(**SMALL).env_runners(num_envs_per_env_runner=num_envs)
 
 
@@ -100,7 +100,8 @@ def test_an_episode_in_flight_keeps_its_saved_mapping_across_a_restore(make_env)
         assert not [c for c in draws.CALLS[calls_before:] if c[0] in in_flight]
         if make_env is draws.make_duel:  # turn-based: the moves before the save come with it
             assert _rows(batches) == draws.expected_rows()
-        assert_rows_went_to_the_policy_that_acted(batches, parity_column=1 if make_env is draws.make_duel else 0)
+        parity_column = 1 if make_env is draws.make_duel else 0
+        assert_rows_went_to_the_policy_that_acted(batches, parity_column=parity_column)
         assert_called_once_per_episode_and_agent()
     finally:
         algo.stop()

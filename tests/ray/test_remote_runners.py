@@ -98,8 +98,9 @@ def test_remote_runners_follow_an_added_policy(ray_cluster):
         algo.add_policy("p2", algo.get_policy("p0").spec,
                         policy_mapping_fn={"agent_0": "p2", "agent_1": "p1"})
         before = algo.get_policy("p2").get_weights()
-        result = algo.train()
-        assert set(result["learners"]) == {"p1", "p2"}
+        # The episodes in flight end with p0 (RLlib's rule); the next ones map agent_0 to p2.
+        assert "p2" in algo.train()["learners"]
+        assert set(algo.train()["learners"]) == {"p1", "p2"}
         after = algo.get_policy("p2").get_weights()
         assert any(not np.array_equal(before[k], after[k]) for k in before)
         # A runner killed before the change is recreated with the new policies and mapping.

@@ -72,8 +72,9 @@ def test_add_and_remove_policy(ma_algo):
         "p3", spec, policy_mapping_fn=lambda aid, **kw: "p3" if aid == "agent_2" else "p" + aid[-1])
     assert (new.observation_space == gym.spaces.Box(-np.inf, np.inf, (4,))
             or new.observation_space.shape == (4,))
-    result = ma_algo.train()
-    assert "p3" in result["learners"] and "p2" not in result["learners"]
+    # The episodes in flight end with p2 (RLlib's rule); the next ones map agent_2 to p3.
+    assert "p3" in ma_algo.train()["learners"]
+    assert "p2" not in ma_algo.train()["learners"]
     ma_algo.remove_policy("p2")
     assert "p2" not in ma_algo.policies
     with pytest.raises(ConfigError, match="not one of the policies"):
