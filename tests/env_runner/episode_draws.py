@@ -175,16 +175,16 @@ def draw_per_call(agent_id: str, **kwargs: object) -> str:
 
 class Countdown(gym.Env):  # type: ignore[misc]
     """A single-agent env whose episode ``serial`` lasts ``2 + serial % 5`` steps; observation:
-    [step / 10, episode parity]."""
+    [step / 10, episode parity, 1] (never all zero: a recurrent state moves from its first step)."""
 
-    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     action_space = gym.spaces.Discrete(2)
 
     def __init__(self) -> None:
         self.serial, self.t = -1, 0
 
     def _obs(self) -> np.ndarray:
-        return np.array([self.t / 10, self.serial % 2], np.float32)
+        return np.array([self.t / 10, self.serial % 2, 1.0], np.float32)
 
     def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)

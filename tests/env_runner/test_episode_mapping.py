@@ -5,6 +5,7 @@ equal the env steps it acted. The envs and the mapping are in :mod:`tests.env_ru
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -139,5 +140,30 @@ def test_single_agent_env_rows_go_to_the_policy_drawn_for_their_episode(mode, nu
         batches = restored.sample(16)
         assert_each_opponent_has_the_rows_of_one_parity(batches)
         restored.stop()
+    finally:
+        algo.stop()
+
+
+def test_recurrent_state_belongs_to_the_episode_and_agent():
+    """opp_a recurrent, opp_b feed-forward, drawn per episode in three env copies: each of
+    opp_a's episodes starts from its initial state (nothing carried over from another episode
+    of that env copy), and only opp_a's rows carry states."""
+    config = draws.single_agent_config("sync", 3)
+    lstm = {"use_lstm": True, "lstm_cell_size": 4, "max_seq_len": 4}
+    config.policies["opp_a"] = dataclasses.replace(config.policies["opp_a"], config={"model": lstm})
+    algo = config.build()
+    try:
+        runner = algo.env_runner_group.local
+        _clear()
+        batches = runner.sample(24)
+        a, b = batches["opp_a"], batches["opp_b"]
+        assert len(a) + len(b) == 24 * 3
+        assert {"state_in_0", "state_in_1"} <= set(a) and not any(c.startswith("state_in") for c in b)
+        assert _rows(batches) == draws.expected_single_agent_rows()
+        first = a["obs"][:, 0] == 0  # the first step of an episode
+        assert first.any() and (~first).any()
+        assert not a["state_in_0"][first].any() and not a["state_in_1"][first].any()
+        assert a["state_in_0"][~first].any(axis=1).all()
+        algo.train()  # the learner takes the split batches (sequences cut at episode ends)
     finally:
         algo.stop()
