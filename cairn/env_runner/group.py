@@ -97,9 +97,9 @@ class EnvRunnerGroup:
         return joined, episodes, env_steps
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:
-        """Follow an added or removed policy (and a new mapping): every runner maps its agents
-        again and checks that the policies exist (:meth:`EnvRunner.update_policies`); remote
-        runners get copies of ``policies``."""
+        """Follow an added or removed policy (and a new mapping): every runner checks the new
+        mapping and applies it from each env's next episode (:meth:`EnvRunner.update_policies`:
+        the episodes in flight keep theirs); remote runners get copies of ``policies``."""
         if self._remote is None:
             assert self.local is not None
             self.local.update_policies(config, policies)
