@@ -167,3 +167,28 @@ def test_recurrent_state_belongs_to_the_episode_and_agent():
         algo.train()  # the learner takes the split batches (sequences cut at episode ends)
     finally:
         algo.stop()
+
+
+def test_single_agent_state_without_the_episode_policies_maps_each_env_at_restore():
+    """A runner state written before ``episode_policy_ids`` (the frozen fixtures': one policy
+    for every episode) restores exactly; a saved policy the runner lacks starts fresh episodes."""
+    algo = draws.single_agent_config("sync", 2).build()
+    try:
+        runner = algo.env_runner_group.local
+        runner.sample(3)
+        state = runner.get_state()
+        old = {k: v for k, v in state.items() if k != "episode_policy_ids"}
+        restored = EnvRunner(algo.config, algo.policies)
+        _clear()
+        restored.set_state(old)
+        assert not restored.get_state()["needs_reset"]
+        assert restored.get_state()["episode_policy_ids"] == draws.DRAWS == ["opp_a", "opp_b"]
+        config = algo.config.copy().multi_agent(policies={"opp_a": algo.config.policies["opp_a"]},
+                                                policy_mapping_fn=lambda aid, **kw: "opp_a")
+        lacking = EnvRunner(config, {"opp_a": algo.get_policy("opp_a")})
+        lacking.set_state({**state, "episode_policy_ids": ["opp_a", "opp_b"]})
+        assert lacking.get_state()["needs_reset"]
+        restored.stop()
+        lacking.stop()
+    finally:
+        algo.stop()
