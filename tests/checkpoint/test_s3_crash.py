@@ -1,24 +1,28 @@
 """A process killed (SIGKILL) in the middle of uploading a checkpoint to S3 (issues 12, 25): no
 partially written checkpoint is ever visible, and the previous checkpoint is intact, at another
-prefix and at the same one (unless the kill comes in the commit step of a replacement).
+prefix and at the same one until the replacement's stage is whole, the new one from then on.
 
 The child process writes a checkpoint to the test's moto server through s3fs and kills itself
 as soon as its N-th object upload (or server-side copy) has completed, while others are in
 flight in the thread pool: for several N up to the last object before the manifest, which is
-uploaded last. (Each child process costs seconds, so there are four kill points; more are a
-parameter away.)
+uploaded last; and, for a manager saving an iteration again (a replacement), after every
+request that changes the bucket (``tests/checkpoint/s3_faults.py``).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+import cairn
 from cairn.checkpoint import load_algorithm_state, write_algorithm_checkpoint
 from cairn.errors import UncommittedCheckpointError
+from tests.checkpoint.s3_faults import TreeAlgo, killed_in_fork, loaded_value, stages
 from tests.conftest import ROOT
 
 _CHILD = """
@@ -103,14 +107,43 @@ def test_a_replacement_killed_mid_upload_leaves_the_previous_checkpoint_whole(s3
     assert _beside(s3, "run/same") == []
 
 
-def test_a_replacement_killed_in_its_commit_step_is_refused_never_mixed(s3):
-    """Killed while the uploaded files are copied over the old ones: the old manifest is gone
-    (docs/storage.md says so), readers refuse the prefix, and the next save repairs it."""
+def test_a_replacement_killed_in_its_commit_step_loads_the_new_checkpoint(s3):
+    """Killed while the staged files are copied over the old ones: the stage holds the new
+    checkpoint whole (its manifest was uploaded before the first copy), loads read it, and the
+    next save there completes it before it replaces it."""
     options = s3.storage_options
     url = write_algorithm_checkpoint(s3.url("run/same"), state_tree(1.0), storage_options=options)
     _killed_save(url, options, 3, method="_cp_file")
-    with pytest.raises(UncommittedCheckpointError):
-        load_algorithm_state(url, storage_options=options)
+    assert _values(load_algorithm_state(url, storage_options=options)) == {2.0}
     write_algorithm_checkpoint(url, state_tree(3.0), storage_options=options)
     assert _values(load_algorithm_state(url, storage_options=options)) == {3.0}
     assert _beside(s3, "run/same") == []
+
+
+@pytest.mark.parametrize("kill_at", range(1, 16))
+def test_a_manager_killed_anywhere_in_saving_an_iteration_again_keeps_it_loadable(s3, kill_at):
+    """Issue 36 item 4 and issue 37 item 3: a process killed after any of the 15 requests that
+    change the bucket in ``manager.save(force=True)`` of an iteration already saved (its
+    record, 5 uploads to the stage and its manifest, 5 copies over the old files and the new
+    manifest, the stage's deletion) left nothing loadable at 23 of 53 kill points. Now the
+    checkpoint loads whole and verified: the old one until the stage is whole, the new one
+    from then on; a manager started on the root completes a committed stage (never deleting
+    it) without going back, and the next save replaces the checkpoint."""
+    options = s3.storage_options
+    root = s3.url("runs/tree")
+    cairn.CheckpointManager(root, keep_last=1, storage_options=options).save(TreeAlgo(1.0))
+    url = f"{root}/checkpoint_000001"
+
+    def save_again() -> None:
+        manager = cairn.CheckpointManager(root, keep_last=1, storage_options=options)
+        manager.save(TreeAlgo(2.0), force=True)
+
+    status = killed_in_fork(save_again, kill_at)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    expected = 1.0 if kill_at <= 6 else 2.0  # the stage's manifest is the 7th request
+    assert loaded_value(url, options) == expected
+    manager = cairn.CheckpointManager(root, keep_last=1, storage_options=options)
+    assert stages(s3, "runs/") == [] and manager.latest() == url
+    assert loaded_value(url, options) == expected
+    manager.save(TreeAlgo(3.0), force=True)
+    assert loaded_value(url, options) == 3.0 and stages(s3, "runs/") == []

@@ -10,14 +10,22 @@ test's moto server until then, as they would to S3.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
 
 import numpy as np
 import pytest
 
 import cairn
-from cairn.checkpoint import load_algorithm_state, resolve_storage
-from cairn.errors import CheckpointStorageError, UncommittedCheckpointError
+from cairn.checkpoint import (
+    load_algorithm_state,
+    load_policy_state,
+    resolve_storage,
+    write_algorithm_checkpoint,
+)
+from cairn.errors import CheckpointStorageError
+from tests.checkpoint.s3_faults import TreeAlgo, fail_request, loaded_value, stages, state_tree
 from tests.helpers import assert_trees_equal, small_ppo
 
 
@@ -127,24 +135,115 @@ def test_readers_load_the_old_checkpoint_until_every_new_byte_is_uploaded(algo, 
     assert _siblings(s3, "run/ckpt") == []
 
 
-def test_a_failure_in_the_commit_step_says_the_previous_checkpoint_is_gone(algo, s3, monkeypatch):
+#: The changing requests of a replacement of a checkpoint of 6 files (the root manifest, the
+#: algorithm state's 2 files, one policy's 3): 5 uploads to the stage, its manifest, 5 copies
+#: over the old files, the new manifest, then the stage's manifest deleted and the rest of it.
+REPLACEMENT_REQUESTS = 14
+
+
+def test_a_replacement_makes_the_requests_every_failure_point_below_covers(s3, monkeypatch):
     options = s3.storage_options
-    url = algo.save(s3.url("run/ckpt"), storage_options=options)
-    algo.train()
+    url = write_algorithm_checkpoint(s3.url("run/same"), state_tree(1.0), storage_options=options)
+    log = fail_request(monkeypatch, None)
+    write_algorithm_checkpoint(url, state_tree(2.0), storage_options=options)
+    assert [name for name, _ in log] == (["_put_file"] * 6 + ["_cp_file"] * 5 + ["_pipe_file"]
+                                         + ["_rm_file", "_rm"]), log
 
-    async def cp_file(self, path1, path2, *args, **kwargs):
-        raise _reset()
 
-    _patch(monkeypatch, "_cp_file", lambda original: cp_file)
-    with pytest.raises(CheckpointStorageError) as info:
-        algo.save(url, storage_options=options)
+@pytest.mark.parametrize("fail_at", range(1, REPLACEMENT_REQUESTS + 1))
+def test_a_failed_request_anywhere_in_a_replacement_leaves_one_checkpoint_whole(s3, monkeypatch, fail_at):
+    """Issue 36, item 4: a failed CopyObject (or any other request) once deleted the stage that
+    held the only whole copy of the new checkpoint, after the old manifest was gone. Now the
+    URL loads the old checkpoint or the new one, whole and verified, after a failure at every
+    request, and the error says which; a committed stage is completed by the next manager
+    started on the root, and the next save replaces the checkpoint."""
+    options = s3.storage_options
+    url = write_algorithm_checkpoint(s3.url("run/same"), state_tree(1.0), storage_options=options)
+    log = fail_request(monkeypatch, fail_at)
+    try:
+        write_algorithm_checkpoint(url, state_tree(2.0), storage_options=options)
+        error = None
+    except CheckpointStorageError as exc:
+        error = str(exc)
     monkeypatch.undo()
-    assert f"previous checkpoint at {url} was removed before the failure" in str(info.value)
-    with pytest.raises(UncommittedCheckpointError):
-        load_algorithm_state(url, storage_options=options)
-    assert _siblings(s3, "run/ckpt") == []
-    algo.save(url, storage_options=options)
-    assert load_algorithm_state(url, storage_options=options)["iteration"] == 2
+    assert len(log) >= fail_at
+    value = loaded_value(url, options)
+    staged = stages(s3, "run/")
+    if fail_at <= 6:  # the stage never became whole: the old checkpoint is, and the error says so
+        assert value == 1.0 and staged == [] and f"previous checkpoint at {url} is intact" in error
+    elif fail_at <= 12:  # the stage is whole; loads read it until it is completed
+        assert value == 2.0 and "Nothing is lost: the new checkpoint is whole" in error
+        assert "run/.same.cairn-tmp-" in staged[0]
+        assert load_policy_state(f"{url}/policies/p0", storage_options=options)["counters"] == {
+            "global_timestep": 2}
+        cairn.CheckpointManager(s3.url("run"), storage_options=options)  # completes it
+        assert stages(s3, "run/") == [] and loaded_value(url, options) == 2.0
+    else:  # committed at the prefix; only the clean-up failed, which the save does not report
+        assert value == 2.0 and error is None
+    write_algorithm_checkpoint(url, state_tree(3.0), storage_options=options)
+    assert loaded_value(url, options) == 3.0 and stages(s3, "run/") == []
+
+
+def test_a_failed_copy_on_a_memory_store_keeps_the_new_checkpoint(monkeypatch):
+    """The issue's reproduction: one failed server-side copy on memory:// left no manifest and
+    the load raised StorageNotFoundError."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    url = f"memory://cairn-replace-{os.getpid()}/run/ckpt"
+    write_algorithm_checkpoint(url, state_tree(1.0))
+    original, calls = MemoryFileSystem.cp_file, []
+
+    def cp_file(self, path1, path2, **kwargs):
+        calls.append(path2)
+        if len(calls) == 1:
+            raise OSError(503, "Service Unavailable (injected into CopyObject)")
+        return original(self, path1, path2, **kwargs)
+
+    monkeypatch.setattr(MemoryFileSystem, "cp_file", cp_file)
+    with pytest.raises(CheckpointStorageError) as info:
+        write_algorithm_checkpoint(url, state_tree(2.0))
+    monkeypatch.undo()
+    assert loaded_value(url, {}) == 2.0  # main: UncommittedCheckpointError, the stage deleted
+    assert "Nothing is lost: the new checkpoint is whole" in str(info.value)
+    write_algorithm_checkpoint(url, state_tree(3.0))  # rolls the stage forward, then replaces
+    assert loaded_value(url, {}) == 3.0
+    MemoryFileSystem().rm(f"/cairn-replace-{os.getpid()}", recursive=True)
+
+
+def test_the_next_save_rolls_a_committed_stage_forward_before_its_own(s3, monkeypatch):
+    """A committed stage holds the newest checkpoint: the next save completes it first, so that
+    a failure of that save's own upload leaves the staged checkpoint, not the older one."""
+    options = s3.storage_options
+    url = write_algorithm_checkpoint(s3.url("run/same"), state_tree(1.0), storage_options=options)
+    fail_request(monkeypatch, 7)  # the first copy: the stage of 2.0 stays committed
+    with pytest.raises(CheckpointStorageError, match="Nothing is lost"):
+        write_algorithm_checkpoint(url, state_tree(2.0), storage_options=options)
+    monkeypatch.undo()
+    log = fail_request(monkeypatch, 5 + 1 + 2 + 1)  # after the roll forward: its first upload
+    with pytest.raises(CheckpointStorageError, match="is intact"):
+        write_algorithm_checkpoint(url, state_tree(3.0), storage_options=options)
+    monkeypatch.undo()
+    assert [name for name, _ in log[:6]] == ["_cp_file"] * 5 + ["_pipe_file"], log
+    assert loaded_value(url, options) == 2.0 and stages(s3, "run/") == []
+
+
+@pytest.mark.parametrize("fail_at", range(1, REPLACEMENT_REQUESTS + 2))
+def test_a_manager_saving_an_iteration_again_keeps_a_loadable_checkpoint(s3, monkeypatch, fail_at):
+    """Issue 37, item 3: ``save(force=True)`` of an iteration already saved replaces that
+    checkpoint (its record is written first: one request more); a failure at any request left
+    nothing loadable (``latest() = None``). Now the latest checkpoint loads, old or new, and a
+    manager started on the root completes a committed stage."""
+    options = s3.storage_options
+    manager = cairn.CheckpointManager(s3.url("runs/tree"), keep_last=1, storage_options=options)
+    manager.save(TreeAlgo(1.0))
+    fail_request(monkeypatch, fail_at)
+    with contextlib.suppress(CheckpointStorageError):
+        manager.save(TreeAlgo(2.0), force=True)
+    monkeypatch.undo()
+    assert manager.latest() == s3.url("runs/tree/checkpoint_000001")
+    assert loaded_value(manager.latest(), options) in (1.0, 2.0)
+    reopened = cairn.CheckpointManager(s3.url("runs/tree"), keep_last=1, storage_options=options)
+    assert stages(s3, "runs/") == [] and loaded_value(reopened.latest(), options) in (1.0, 2.0)
 
 
 def test_the_next_save_removes_what_a_killed_replacement_left_beside_the_checkpoint(algo, s3):
@@ -163,8 +262,6 @@ def test_the_next_save_removes_what_a_killed_replacement_left_beside_the_checkpo
 def test_a_replacement_at_a_bucket_root_says_what_it_cannot_guarantee(s3, monkeypatch):
     """A checkpoint that is a whole bucket has no prefix beside it to upload to: it is
     rewritten in place, and a failure says that the previous checkpoint is gone."""
-    from cairn.checkpoint import write_algorithm_checkpoint
-
     options = s3.storage_options
     state = {"algorithm_class": "PPO", "iteration": 1, "policy_ids": [], "policies": {},
              "x": np.zeros(3)}

@@ -160,8 +160,9 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def writing(self) -> contextlib.AbstractContextManager[WriteTarget]:
         """A :class:`WriteTarget`; on normal exit the checkpoint written into it becomes this
-        location. On an exception a checkpoint committed here is unchanged (on an object store:
-        unless the failure came in the commit step of its replacement, which the error says)."""
+        location. On an exception a checkpoint committed here is unchanged, or (on an object
+        store, once the new one is whole beside it) replaced by the new one; a bucket's root,
+        with nothing beside it, may be left uncommitted. The error says which."""
 
     @abc.abstractmethod
     def can_reuse_from(self, source: Storage) -> bool:

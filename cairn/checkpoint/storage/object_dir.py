@@ -10,13 +10,16 @@ directory's, so one reader serves both. On an object store:
 * there are no links, FIFOs or devices to refuse; sizes and hashes are verified as locally;
 * :meth:`prefetch` downloads the files the reader is about to read in parallel, and only
   those (a subset restore reads only the selected policies' objects);
-* :meth:`replaced` tells whether the manifest changed since it was read (a writer replaced the
-  checkpoint meanwhile), so that the reader retries.
+* a replacement's committed stage is read in place of the prefix it replaces
+  (:func:`~cairn.checkpoint.storage.object_stage.reading_location`): the new checkpoint, whole;
+* :meth:`replaced` tells whether the manifest changed since it was read, or a stage was
+  committed or completed meanwhile (a writer replaced the checkpoint), so that the reader
+  retries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cairn.checkpoint.format import MANIFEST_FILE, MAX_MANIFEST_BYTES
@@ -65,11 +68,18 @@ class ObjectStoreDir:
         self._cache = {} if cache is None else cache
         self._root = root or self
         self._manifest: bytes | None = None
+        #: The location asked for, and how to find where its checkpoint is read (the root's).
+        self._asked = storage
+        self._locate: Callable[[ObjectStorage], ObjectStorage] | None = None
 
     @classmethod
-    def open(cls, storage: ObjectStorage) -> ObjectStoreDir:
-        """Open ``storage``'s prefix; nothing is read until a file is."""
-        return cls(storage)
+    def open(cls, storage: ObjectStorage,
+             locate: Callable[[ObjectStorage], ObjectStorage] | None = None) -> ObjectStoreDir:
+        """Open ``storage``'s prefix, or the prefix ``locate(storage)`` names where a load of
+        it reads (a replacement's committed stage); nothing else is read until a file is."""
+        opened = cls(locate(storage) if locate else storage)
+        opened._asked, opened._locate = storage, locate
+        return opened
 
     def close(self) -> None:
         self._cache.clear()
@@ -129,6 +139,8 @@ class ObjectStoreDir:
         """True when the manifest is no longer the one this read started from."""
         if self._root is not self:
             return self._root.replaced()
+        if self._locate is not None and self._locate(self._asked).url != self.storage.url:
+            return True  # a replacement's stage was committed, or completed, meanwhile
         if self._manifest is None:
             return False
         try:

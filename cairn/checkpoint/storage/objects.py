@@ -28,11 +28,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cairn.alignment import empty_aligned
-from cairn.checkpoint.atomic import TMP_MARKER
 from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.storage.base import Storage, WriteTarget, relative_parts
 from cairn.checkpoint.storage.object_commit import check_prefix, object_writing
 from cairn.checkpoint.storage.object_dir import ObjectStoreDir
+from cairn.checkpoint.storage.object_stage import (
+    committed_stage,
+    discard,
+    reading_location,
+    roll_forward,
+    staged_name,
+)
 from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
@@ -145,6 +151,12 @@ class ObjectStorage(Storage):
             raise ValueError(f"{self.url} has no sibling {name!r}.")
         return ObjectStorage(self.fs, f"{self.root.rsplit('/', 1)[0]}/{name}",
                              f"{self.url.rsplit('/', 1)[0]}/{name}")
+
+    def parent(self) -> ObjectStorage | None:
+        """The prefix holding this one, or None when it is a bucket's top level."""
+        if not self.has_parent:
+            return None
+        return ObjectStorage(self.fs, self.root.rsplit("/", 1)[0], self.url.rsplit("/", 1)[0])
 
     def list_siblings(self, start: str) -> list[str]:
         """The names of the prefixes and objects beside this one whose name starts with
@@ -358,7 +370,8 @@ class ObjectStorage(Storage):
         target.copies.append((source, name, relative))  # copied server-side at the commit
 
     def open_reader(self) -> ObjectStoreDir:
-        return ObjectStoreDir.open(self)
+        # a replacement's committed stage holds the checkpoint whole where this prefix may not
+        return ObjectStoreDir.open(self, reading_location)
 
     # ------------------------------------------------------------------- manager roots
     def list_entries(self) -> list[str]:
@@ -371,15 +384,25 @@ class ObjectStorage(Storage):
         self.write_bytes(relative, data)
 
     def remove_checkpoint(self, relative: str) -> None:
-        self.delete(f"{relative}/{MANIFEST_FILE}")  # uncommitted from here on
-        self.delete_prefix(relative)
+        checkpoint = self.child(relative)
+        checkpoint.delete(MANIFEST_FILE)  # uncommitted from here on (a stage still loads)
+        stage = committed_stage(checkpoint)
+        if stage is not None:  # a replacement never completed: it goes too, before any file
+            discard(stage)
+        checkpoint.delete_prefix()
 
     def remove_leftovers(self) -> None:
         for name in self.list_entries():
-            if name.startswith(".") and TMP_MARKER in name:
-                # where a replacement of a checkpoint uploaded its files (object_commit) and
-                # was killed; a manager's root belongs to its run, so no save is using it
-                self.delete_prefix(name)
+            checkpoint = staged_name(name)
+            if checkpoint is None:
+                continue
+            # the stage of a replacement of a checkpoint (object_commit) that was killed: a
+            # committed one holds the new checkpoint whole and is completed, never deleted
+            stage = self.child(name)
+            if stage.exists(MANIFEST_FILE):
+                roll_forward(self.child(checkpoint), stage)
+            else:
+                stage.delete_prefix()
 
 
 def _size_error(where: str, got: int, expected: int, *, exact: bool = False) -> CheckpointCorruptedError:

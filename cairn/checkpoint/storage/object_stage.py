@@ -1,0 +1,146 @@
+"""The stage of a replacement on an object store: the new checkpoint, whole, beside the old one.
+
+Object stores have no rename. Replacing the checkpoint at ``s3://b/runs/ckpt`` first writes the
+new checkpoint whole, its manifest last, to a *stage* beside it,
+``s3://b/runs/.ckpt.cairn-tmp-<pid>-<hex>/`` (:mod:`cairn.checkpoint.storage.object_commit`),
+then copies it over the old one server-side (:func:`roll_forward`). A stage holding its manifest
+is *committed*: it is the checkpoint its prefix is becoming. From the moment it is committed
+until the prefix holds the same manifest, the prefix's own objects may be a mix of the old
+checkpoint and the new one, so (DESIGN.md principle 12, "never neither"; docs/storage.md):
+
+* a load reads a committed stage in place of its prefix (:func:`reading_location`), and writes
+  nothing: a reader that copied would race the writer, and may hold read-only credentials;
+* a committed stage is deleted only once its content is committed at the prefix, manifest
+  first (:func:`discard`): before that it is rolled forward, by the save that wrote it, else by
+  the next save to the prefix or the next :class:`~cairn.CheckpointManager` started on its root;
+* a stage without a manifest is an upload that was killed or failed: the prefix still holds the
+  old checkpoint whole, and the stage is deleted.
+
+One writer per prefix (docs/storage.md): two processes replacing one checkpoint at once can
+leave two committed stages, which no load guesses between (a ``CheckpointStorageError``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from typing import TYPE_CHECKING
+
+from cairn.checkpoint.atomic import TMP_MARKER
+from cairn.checkpoint.format import MANIFEST_FILE, MAX_MANIFEST_BYTES, POLICIES_DIR
+from cairn.errors import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    CheckpointStorageError,
+    StoragePermissionError,
+)
+
+if TYPE_CHECKING:
+    from cairn.checkpoint.storage.objects import ObjectStorage
+
+__all__ = ["committed_stage", "discard", "new_stage", "reading_location", "roll_forward",
+           "stage_start", "staged_name"]
+
+
+def stage_start(storage: ObjectStorage) -> str:
+    """How the stages of ``storage`` begin: ``.<name>.cairn-tmp-``, as a local save's temporary
+    directory (docs/checkpoint-format.md, section 12)."""
+    return f".{storage.name}{TMP_MARKER}"
+
+
+def staged_name(entry: str) -> str | None:
+    """The checkpoint name whose stage ``entry`` is (``ckpt`` of ``.ckpt.cairn-tmp-1-ab``), or
+    None when ``entry`` is no stage's name."""
+    if not entry.startswith(".") or TMP_MARKER not in entry:
+        return None
+    return entry[1:entry.index(TMP_MARKER)] or None
+
+
+def new_stage(storage: ObjectStorage) -> ObjectStorage:
+    """A fresh stage beside ``storage`` (which :attr:`~ObjectStorage.has_parent`)."""
+    return storage.sibling(f"{stage_start(storage)}{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def committed_stage(storage: ObjectStorage) -> ObjectStorage | None:
+    """The committed stage of ``storage``, or None (also for a prefix with nothing beside it).
+
+    Raises:
+        CheckpointStorageError: more than one is committed (two writers replaced the
+            checkpoint at once); which one is newer cannot be told, so none is guessed.
+    """
+    if not storage.has_parent:
+        return None
+    stages = [storage.sibling(name) for name in storage.list_siblings(stage_start(storage))]
+    committed = [stage for stage in stages if stage.exists(MANIFEST_FILE)]
+    if len(committed) > 1:
+        raise CheckpointStorageError(
+            f"{storage.url} is being replaced by {len(committed)} complete checkpoints at once "
+            f"({', '.join(stage.url for stage in committed)}): two processes saved there "
+            "concurrently, and which one is newer cannot be told. Load one of them by its URL, "
+            f"delete the other, and save to {storage.url} from one process at a time."
+        )
+    return committed[0] if committed else None
+
+
+def reading_location(storage: ObjectStorage) -> ObjectStorage:
+    """Where a load of ``storage`` reads: the committed stage of ``storage``, or of the
+    checkpoint ``storage`` is a policy of (``<ckpt>/policies/<id>``), else ``storage`` itself.
+
+    Without permission to list beside the prefix no stage can be seen, by anyone with those
+    credentials: the prefix is read.
+    """
+    try:
+        stage = committed_stage(storage)
+        if stage is not None:
+            return stage
+        parent = storage.parent()
+        if parent is not None and parent.name == POLICIES_DIR:
+            owner = parent.parent()
+            stage = committed_stage(owner) if owner is not None else None
+            if stage is not None:
+                return stage.child(f"{POLICIES_DIR}/{storage.name}")
+    except StoragePermissionError:
+        pass
+    return storage
+
+
+def roll_forward(storage: ObjectStorage, stage: ObjectStorage) -> None:
+    """Make the checkpoint at ``storage`` the one committed at ``stage``, then delete ``stage``.
+
+    Every file of the stage is copied over the prefix server-side, then its manifest: the
+    commit point (a prefix whose manifest already equals the stage's got every file before it,
+    so only the clean-up is left). The prefix's objects that the new checkpoint lacks go next,
+    the stage last. Every step may be repeated: a roll forward that fails or is killed is
+    completed by the next one, and the stage stays committed until the prefix is.
+    """
+    files = stage.list_files()
+    if MANIFEST_FILE not in files:
+        return  # uncommitted meanwhile: its content is committed at the prefix already
+    manifest = stage.read_bytes(MANIFEST_FILE, limit=MAX_MANIFEST_BYTES)
+    if not _holds(storage, manifest):
+        try:
+            storage.copy_files([(stage, name, name) for name in files if name != MANIFEST_FILE])
+            storage.write_bytes(MANIFEST_FILE, manifest)  # the commit point
+        except CheckpointStorageError:
+            if not _holds(storage, manifest):  # else another roll forward of it got there first
+                raise
+    # Committed: what is left is a clean-up, which the next roll forward repeats if it fails
+    # (a stage still committed holds what the prefix holds; a stale object is in no manifest).
+    with contextlib.suppress(CheckpointError):
+        storage.delete_files(sorted(set(storage.list_files()) - set(files)))
+        discard(stage)
+
+
+def _holds(storage: ObjectStorage, manifest: bytes) -> bool:
+    """Whether the manifest committed at ``storage`` is ``manifest``."""
+    try:
+        return storage.read_bytes(MANIFEST_FILE, limit=MAX_MANIFEST_BYTES) == manifest
+    except CheckpointNotFoundError:
+        return False
+
+
+def discard(stage: ObjectStorage) -> None:
+    """Delete ``stage``: its manifest first, so that it is whole or uncommitted at every instant."""
+    stage.delete(MANIFEST_FILE)
+    stage.delete_prefix()
