@@ -28,6 +28,10 @@ order, Discrete parts one-hot), after the observation filter; ``observation_spac
 it comes from (for an observation with an ``"action_mask"``, the space without the mask). A
 model whose class sets ``receives_action_mask = True`` is called ``forward(obs, action_mask)``.
 
+A model acts (a few observations per call, in the env runners) and learns through the same
+torch code: acting calls ``forward`` (or ``action_inputs``) under ``torch.inference_mode()``, as
+the model is at that moment, attributes and branches included.
+
 The model initialises its own parameters in ``__init__`` (cairn seeds torch's generator from
 the policy's seed around the call, so a seeded policy always gets the same weights), or in
 ``reset_parameters(generator)`` if it defines one.
@@ -44,7 +48,6 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError
-from cairn.numpy_program import StorageWatch, numpy_program
 from cairn.registry import register_model_class, registered_model_classes
 
 __all__ = [
@@ -74,11 +77,6 @@ class ModelBase(nn.Module):
     #: float32 ``[B, mask_size]`` tensor of 0/1, as their second argument. cairn masks the
     #: outputs itself either way.
     receives_action_mask: ClassVar[bool] = False
-    #: ``True``: acting (a few observations per call) runs the model's acting path as a numpy
-    #: program when :func:`cairn.numpy_program.numpy_program` can translate it (Linear layers,
-    #: common activations, cat/indexing/arithmetic; checked against torch first), else in torch.
-    #: ``False``: always torch.
-    numpy_acting: ClassVar[bool] = True
 
     def __init__(self, observation_space: gym.Space[Any], action_space: gym.Space[Any],
                  num_outputs: int, model_config: Mapping[str, Any]) -> None:
@@ -89,24 +87,15 @@ class ModelBase(nn.Module):
         self.model_config = dict(model_config)
         #: The width of ``obs`` (the flattened observation size).
         self.obs_size = int(gym.spaces.flatdim(observation_space))
-        self._numpy_programs: dict[str, tuple[int, Any, StorageWatch]] = {}
 
-    def _acting_in_numpy(self, name: str, fn: Any, obs: np.ndarray) -> np.ndarray:
-        """``fn(obs)`` through its numpy program (built on first use, for this very object:
-        a deep copy such as DQN's target network builds its own; built again when a parameter
-        was replaced or moved, which its views would not see: :class:`StorageWatch`), else torch."""
-        entry = self._numpy_programs.get(name)
-        if entry is None or entry[0] != id(self) or entry[2].moved():
-            program = numpy_program(self, fn, input_size=self.obs_size) if self.numpy_acting else None
-            entry = self._numpy_programs[name] = (id(self), program, StorageWatch([self]))
-        if entry[1] is not None:
-            return entry[1](obs)  # type: ignore[no-any-return]
+    @staticmethod
+    def _act(fn: Any, obs: np.ndarray) -> np.ndarray:
+        """``fn(obs)`` for acting: the model's torch code as it is now, under inference mode.
+
+        Never a translation: a traced copy of ``forward`` would keep the Python attributes and
+        branches it saw when it was made (issue 36, item 5), and acting must equal learning."""
         with torch.inference_mode():
             return fn(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
-
-    def _apply(self, fn: Any, recurse: bool = True) -> ModelBase:
-        self._numpy_programs = {}  # parameters may be replaced (to_empty, .to(), ...)
-        return super()._apply(fn, recurse)  # type: ignore[no-any-return]
 
 
 class ActorCriticModel(ModelBase):
@@ -132,8 +121,8 @@ class ActorCriticModel(ModelBase):
         return self(obs, *action_mask)[1]  # type: ignore[no-any-return]
 
     def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
-        """:meth:`action_inputs` of a numpy batch, for acting (see :attr:`numpy_acting`)."""
-        return self._acting_in_numpy("action_inputs", self.action_inputs, obs)
+        """:meth:`action_inputs` of a numpy batch, for acting (in torch, under inference mode)."""
+        return self._act(self.action_inputs, obs)
 
 
 class RecurrentActorCriticModel(ActorCriticModel):
@@ -147,11 +136,8 @@ class RecurrentActorCriticModel(ActorCriticModel):
     outputs. :meth:`get_initial_state` is the state at the start of every episode (one
     unbatched tensor per component, e.g. ``[h, c]`` of ``[cell_size]`` each for an LSTM).
 
-    A recurrent model acts in torch (never as a numpy program) and cannot be used with an
-    observation's ``action_mask``.
+    A recurrent model cannot be used with an observation's ``action_mask``.
     """
-
-    numpy_acting: ClassVar[bool] = False
 
     def get_initial_state(self) -> list[torch.Tensor]:
         """The state at the start of an episode: a list of unbatched float32 tensors."""
@@ -189,9 +175,8 @@ class QModel(ModelBase):
         raise NotImplementedError(f"{type(self).__qualname__} must define forward(obs) -> q_values.")
 
     def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Q-values of a numpy batch (acting and targets), through :meth:`forward` (see
-        :attr:`numpy_acting`)."""
-        return self._acting_in_numpy("q_values", self.forward, obs)
+        """Q-values of a numpy batch (acting and targets), through :meth:`forward` in torch."""
+        return self._act(self.forward, obs)
 
 
 class SACActorModel(ModelBase):
@@ -204,8 +189,8 @@ class SACActorModel(ModelBase):
 
     def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
         """``[mean, log_std]`` concatenated for a numpy batch (acting), through :meth:`forward`
-        (see :attr:`numpy_acting`)."""
-        return self._acting_in_numpy("forward", self._mean_and_log_std, obs)
+        in torch."""
+        return self._act(self._mean_and_log_std, obs)
 
     def _mean_and_log_std(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.cat(self(obs), dim=-1)

@@ -1,0 +1,105 @@
+"""Users' models act as they learn (issue 36, item 5): acting runs the model's own torch code as
+it is at that moment, attributes and Python branches included, so a policy's action inputs
+always equal ``forward``'s. (Until issue 36 a torch.fx translation, made once, baked Python
+attributes in as constants: a temperature changed after the first act was ignored.)"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import cairn
+from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+from tests.models.nets import DictParts, SmallActor, SmallQ, TwoHeads
+
+BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+OBS = np.random.default_rng(0).standard_normal((7, 4)).astype(np.float32)
+
+
+class Tempered(TwoHeads):
+    """Logits scaled by a plain Python attribute, changed between acts (a temperature schedule)."""
+
+    inv_temperature = 1.0
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, value = super().forward(obs)
+        return logits * self.inv_temperature, value
+
+
+class Flagged(TwoHeads):
+    """``forward`` branches on a Python flag (say, an evaluation mode the user toggles)."""
+
+    flipped = False
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, value = super().forward(obs)
+        if self.flipped:
+            logits = -logits.flip(-1)
+        return logits, value
+
+
+def _forward_now(model: Any, obs: np.ndarray) -> np.ndarray:
+    """What the learner computes: the model's torch forward as it is now."""
+    with torch.no_grad():
+        return model(torch.from_numpy(obs))[0].numpy()  # type: ignore[no-any-return]
+
+
+def test_acting_sees_a_python_attribute_changed_after_the_first_act() -> None:
+    policy = cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": Tempered}}, seed=0)
+    np.testing.assert_allclose(policy.compute_action_inputs(OBS), _forward_now(policy.model, OBS),
+                               rtol=1e-5, atol=1e-6)  # the first act (main: traced here)
+    policy.model.inv_temperature = 4.0
+    acted = policy.compute_action_inputs(OBS)
+    gap = float(np.abs(acted - _forward_now(policy.model, OBS)).max())
+    assert gap == 0.0, f"acted {gap:.3g} away from forward"  # main: 2.39 away (the trace kept 1.0)
+
+
+def test_acting_follows_a_python_branch_of_forward() -> None:
+    policy = cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": Flagged}}, seed=0)
+    before = policy.compute_action_inputs(OBS)
+    policy.model.flipped = True
+    after = policy.compute_action_inputs(OBS)
+    assert not np.allclose(before, after)
+    np.testing.assert_array_equal(after, _forward_now(policy.model, OBS))
+
+
+def test_training_is_seen_at_once() -> None:
+    policy = cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": TwoHeads}}, seed=0)
+    before = policy.compute_action_inputs(OBS)
+    logits, _ = policy.model(torch.from_numpy(OBS))
+    logits.sum().backward()
+    policy.optimizer.step()  # in place, as PPO's learner does
+    after = policy.compute_action_inputs(OBS)
+    assert not np.allclose(before, after)
+    np.testing.assert_array_equal(after, _forward_now(policy.model, OBS))
+
+
+def test_a_q_model_and_its_deep_copy_act_as_they_are() -> None:
+    policy = DQNPolicy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": SmallQ}}, seed=0)
+    policy.model.numpy_q_values(OBS)
+    target = copy.deepcopy(policy.model)
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            p.add_(0.5)
+    with torch.no_grad():
+        np.testing.assert_array_equal(target.numpy_q_values(OBS), target(torch.from_numpy(OBS)).numpy())
+        np.testing.assert_array_equal(policy.model.numpy_q_values(OBS),
+                                      policy.model(torch.from_numpy(OBS)).numpy())
+    assert not np.allclose(target.numpy_q_values(OBS), policy.model.numpy_q_values(OBS))
+
+
+@pytest.mark.parametrize("action_space", [gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,))])
+def test_sac_actors_and_dict_readers_act_as_their_forward(action_space: Any) -> None:
+    actor = SmallActor(BOX, gym.spaces.Box(-1, 1, (2,)), 2, {})
+    with torch.no_grad():
+        np.testing.assert_array_equal(actor.numpy_forward(OBS), torch.cat(actor(torch.from_numpy(OBS)), -1))
+    space = gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                             "mode": gym.spaces.Discrete(3)})
+    model = DictParts(space, action_space, 2, {})
+    rows = np.random.default_rng(1).standard_normal((5, 5)).astype(np.float32)
+    np.testing.assert_array_equal(model.numpy_action_inputs(rows), _forward_now(model, rows))
