@@ -104,7 +104,12 @@ def _commit(target: WriteTarget, storage: ObjectStorage) -> None:
         raise CheckpointFormatError(f"Internal error: the checkpoint for {storage.url} has no manifest.")
     now = storage.list_files()
     check_prefix(storage, now)
-    pending = committed_stage(storage)
+    try:
+        pending = committed_stage(storage)
+    except StoragePermissionError:
+        if MANIFEST_FILE in now:  # a replacement stages beside the prefix: it must see there
+            raise
+        pending = None  # a first save: where nothing can be listed, no stage can be seen
     if pending is not None:
         roll_forward(storage, pending)
         now = storage.list_files()
