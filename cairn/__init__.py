@@ -13,6 +13,7 @@ from cairn.checkpoint import get_checkpoint_info
 from cairn.checkpoint.manager import CheckpointManager
 from cairn.config import AlgorithmConfig
 from cairn.models import register_model
+from cairn.module_trust import trust_modules
 from cairn.policy import Policy, PolicySpec
 from cairn.policy_ids import validate_policy_id
 from cairn.registry import register_env
@@ -44,5 +45,6 @@ __all__ = [
     "get_checkpoint_info",
     "register_env",
     "register_model",
+    "trust_modules",
     "validate_policy_id",
 ]

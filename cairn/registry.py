@@ -18,7 +18,6 @@ nothing is registered at import time.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import sys
 import types
@@ -27,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from cairn.errors import CheckpointConfigError, ConfigError, UnsafeCheckpointError
+from cairn.module_trust import import_referenced_module
 
 __all__ = [
     "register_env",
@@ -130,10 +130,10 @@ def class_reference(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _import_attribute(reference: str, error: type[Exception]) -> Any:
+def _import_attribute(reference: str, error: type[Exception], what: str = "reference") -> Any:
     module_name, _, qualname = reference.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = import_referenced_module(module_name, what=what, reference=reference)
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
@@ -218,8 +218,14 @@ def resolve_reference(reference: Any, *, what: str, base: type[T] | None = None)
     1. ``reference`` is a str: a short name registered with :func:`register_class` (classes
        only), or ``"package.module:QualifiedName"`` made of Python identifiers.
     2. A module of the standard library (``builtins``, ``os``, ``code``, ``webbrowser``,
-       ``antigravity``, ...) is refused *before anything is imported*.
-    3. The module is imported and the name looked up in it.
+       ``antigravity``, ...) is refused *before anything is imported*, by name and, for
+       modules not named in :data:`sys.stdlib_module_names` (``test``, ``__hello__``), by
+       location.
+    3. The module is located, one package level at a time, before it is imported
+       (:func:`cairn.module_trust.import_referenced_module`): while a checkpoint is loaded, a
+       module inside it or the manager root holding it, a namespace package, and in strict mode
+       (:func:`cairn.module_trust.trust_modules`) a module the user did not trust, are refused.
+       Then it is imported and the name looked up in it.
     4. With ``base``: the object must be a class and a subclass of ``base``. Without: it must
        be a plain Python function (no class, builtin, method or partial) defined in that very
        module, not one imported into it from elsewhere.
@@ -235,7 +241,7 @@ def resolve_reference(reference: Any, *, what: str, base: type[T] | None = None)
         check_reference_form(reference, what=what)
         # Nothing unsafe happened when a module or name is missing: a ConfigError at build(), a
         # CheckpointConfigError (also a CheckpointError) on restore.
-        obj = _import_attribute(reference, CheckpointConfigError)
+        obj = _import_attribute(reference, CheckpointConfigError, what)
     if base is not None:
         if not (isinstance(obj, type) and issubclass(obj, base)):
             raise UnsafeCheckpointError(
@@ -322,7 +328,7 @@ def resolve_model_class(reference: Any, base: type[T], *, what: str) -> type[T]:
     check_reference_form(reference, what=what)
     module_name = reference.partition(":")[0]
     try:
-        importlib.import_module(module_name)
+        import_referenced_module(module_name, what=what, reference=reference)
     except ImportError as exc:
         raise ConfigError(
             f"{what}={reference!r}: the module {module_name!r} that defines the model cannot be "

@@ -31,6 +31,7 @@ from cairn.checkpoint import (
 from cairn.checkpoint.manager import resolve_checkpoint
 from cairn.checkpoint.manifest import check_metadata
 from cairn.checkpoint.paths import CheckpointLike
+from cairn.checkpoint.reference_scope import loading_checkpoint
 from cairn.checkpoint.storage import check_save_location, resolve_storage
 from cairn.config.algorithm_config import PolicyMapping
 from cairn.config.checks import check_env
@@ -245,19 +246,21 @@ def algorithm_from_checkpoint(
 
     A :class:`~cairn.checkpoint.manager.CheckpointManager` root means its latest checkpoint.
     """
-    checkpoint = resolve_checkpoint(checkpoint, storage_options=storage_options)
-    _check_stored_class(cls, checkpoint, storage_options)
-    state = load_algorithm_state(checkpoint, policy_ids=policy_ids, storage_options=storage_options)
-    check_algorithm_state(state, checkpoint)
-    if "env" not in (config_overrides or {}):
-        check_env_reference(state["config"], checkpoint)
-        check_env_known(state["config"], checkpoint)
-    with restoring(checkpoint):
-        # The arrays were read into buffers nobody else holds: adopt them, don't copy.
-        return algorithm_from_state(cls, state, policy_ids=policy_ids,
-                                    policy_mapping_fn=policy_mapping_fn,
-                                    policies_to_train=policies_to_train,
-                                    config_overrides=config_overrides, copy=False)
+    # References are resolved as a checkpoint's: never code from inside it (docs/security.md).
+    with loading_checkpoint(checkpoint, storage_options):
+        checkpoint = resolve_checkpoint(checkpoint, storage_options=storage_options)
+        _check_stored_class(cls, checkpoint, storage_options)
+        state = load_algorithm_state(checkpoint, policy_ids=policy_ids, storage_options=storage_options)
+        check_algorithm_state(state, checkpoint)
+        if "env" not in (config_overrides or {}):
+            check_env_reference(state["config"], checkpoint)
+            check_env_known(state["config"], checkpoint)
+        with restoring(checkpoint):
+            # The arrays were read into buffers nobody else holds: adopt them, don't copy.
+            return algorithm_from_state(cls, state, policy_ids=policy_ids,
+                                        policy_mapping_fn=policy_mapping_fn,
+                                        policies_to_train=policies_to_train,
+                                        config_overrides=config_overrides, copy=False)
     raise AssertionError("unreachable")  # restoring() re-raises every error it catches
 
 
@@ -268,14 +271,15 @@ def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike, *,
     check it, and load it into ``algo`` in place. A checkpoint of another algorithm (neither
     ``algo``'s class nor a subclass or base of it) is refused with
     :class:`~cairn.checkpoint.CheckpointClassMismatchError` before anything changes."""
-    state = load_algorithm_state(checkpoint, storage_options=storage_options)
-    check_algorithm_state(state, checkpoint)
-    stored, own = resolve_class(state["algorithm_class"], cast("type[Any]", AlgorithmLike)), type(algo)
-    if not (issubclass(stored, own) or issubclass(own, stored)):
-        raise _class_mismatch(checkpoint, stored, f"this algorithm is a {own.__name__}, and restore() "
-                                                  f"loads only a checkpoint of its own algorithm")
-    with restoring(checkpoint):
-        algo.set_state(state)
+    with loading_checkpoint(checkpoint, storage_options):
+        state = load_algorithm_state(checkpoint, storage_options=storage_options)
+        check_algorithm_state(state, checkpoint)
+        stored, own = resolve_class(state["algorithm_class"], cast("type[Any]", AlgorithmLike)), type(algo)
+        if not (issubclass(stored, own) or issubclass(own, stored)):
+            raise _class_mismatch(checkpoint, stored, f"this algorithm is a {own.__name__}, and restore() "
+                                                      f"loads only a checkpoint of its own algorithm")
+        with restoring(checkpoint):
+            algo.set_state(state)
 
 
 def algorithm_from_state(

@@ -26,6 +26,7 @@ from cairn.algorithms.checkpointing import restore_algorithm
 from cairn.checkpoint import restoring
 from cairn.checkpoint.components import load_component
 from cairn.checkpoint.manager import resolve_checkpoint
+from cairn.checkpoint.reference_scope import loading_checkpoint
 from cairn.errors import CheckpointClassMismatchError, CheckpointFormatError, UnknownPolicyIdError
 from cairn.policy.policy import Policy
 from cairn.policy.state_check import check_policy_state
@@ -61,23 +62,24 @@ def restore_component(algo: Algorithm, path: Any, component: str | None, *,
     if component is None:
         restore_algorithm(algo, path, storage_options=storage_options)
         return
-    path = resolve_checkpoint(path, storage_options=storage_options)
-    ref, state = load_component(path, component, storage_options=storage_options)
-    where = f"{path} (component {ref.name!r})"
-    check_policy_state(state, where, base=Policy)
-    if ref.policy_id not in algo.policies:
-        raise UnknownPolicyIdError(
-            f"{where}: this algorithm has no policy {ref.policy_id!r} to restore it into; its "
-            f"policies are {sorted(algo.policies)}. Add it first (algo.add_policy), or build the "
-            "algorithm from the checkpoint (Algorithm.from_checkpoint(path, policy_ids=[...]))."
-        )
-    policy = algo.policies[ref.policy_id]
-    _check_same_kind(policy, state, where)
-    with restoring(where):
-        if ref.part == "weights":
-            policy.set_weights(state["weights"])
-        else:
-            policy.set_state(state)
+    with loading_checkpoint(path, storage_options):  # references: never code from inside it
+        path = resolve_checkpoint(path, storage_options=storage_options)
+        ref, state = load_component(path, component, storage_options=storage_options)
+        where = f"{path} (component {ref.name!r})"
+        check_policy_state(state, where, base=Policy)
+        if ref.policy_id not in algo.policies:
+            raise UnknownPolicyIdError(
+                f"{where}: this algorithm has no policy {ref.policy_id!r} to restore it into; its "
+                f"policies are {sorted(algo.policies)}. Add it first (algo.add_policy), or build the "
+                "algorithm from the checkpoint (Algorithm.from_checkpoint(path, policy_ids=[...]))."
+            )
+        policy = algo.policies[ref.policy_id]
+        _check_same_kind(policy, state, where)
+        with restoring(where):
+            if ref.part == "weights":
+                policy.set_weights(state["weights"])
+            else:
+                policy.set_state(state)
 
 
 def _check_same_kind(policy: Policy, state: Mapping[str, Any], where: str) -> None:

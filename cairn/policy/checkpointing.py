@@ -83,10 +83,12 @@ def policies_from_checkpoint(
     """``{policy_id: Policy}`` of an Algorithm checkpoint: all its policies, or only
     ``policy_ids``, reading only their files; each stored class must subclass ``base``."""
     from cairn.checkpoint import load_policy_states
+    from cairn.checkpoint.reference_scope import loading_checkpoint
 
-    states = load_policy_states(checkpoint, policy_ids=policy_ids, storage_options=storage_options)
-    return {pid: policy_from_checkpoint_state(state, f"{checkpoint} (policy {pid!r})", base=base)
-            for pid, state in states.items()}
+    with loading_checkpoint(checkpoint, storage_options):  # never code from inside it
+        states = load_policy_states(checkpoint, policy_ids=policy_ids, storage_options=storage_options)
+        return {pid: policy_from_checkpoint_state(state, f"{checkpoint} (policy {pid!r})", base=base)
+                for pid, state in states.items()}
 
 
 def policy_from_policy_checkpoint(checkpoint: CheckpointLike, *, base: type[Policy],
@@ -94,9 +96,11 @@ def policy_from_policy_checkpoint(checkpoint: CheckpointLike, *, base: type[Poli
     """The policy of a Policy checkpoint; an Algorithm checkpoint is refused with
     ``CheckpointFormatError``. The stored class must subclass ``base``."""
     from cairn.checkpoint import load_policy_state
+    from cairn.checkpoint.reference_scope import loading_checkpoint
 
-    state = load_policy_state(checkpoint, storage_options=storage_options)
-    return policy_from_checkpoint_state(state, checkpoint, base=base)
+    with loading_checkpoint(checkpoint, storage_options):  # never code from inside it
+        state = load_policy_state(checkpoint, storage_options=storage_options)
+        return policy_from_checkpoint_state(state, checkpoint, base=base)
 
 
 def policy_from_checkpoint_state(state: Mapping[str, Any], where: Any, *, base: type[Policy]) -> Policy:
