@@ -183,6 +183,29 @@ def restore_hint(exc: BaseException, *, env_option: bool = True) -> str | None:
     reference = re.search(r"Could not resolve '([\w.]+):", str(exc))
     if reference and any(isinstance(error, ModuleNotFoundError) for error in chain):
         module = reference.group(1)
+        holder = _checkpoint_holding_module(module)
+        if holder is not None:  # --import would run code that came with a checkpoint
+            return (f"{module!r} would be imported from inside {holder}, which holds checkpoints: "
+                    "never import code that comes with a checkpoint; it may be hostile.")
         return (f"From the command line: --import {module} "
                 f"(run in the directory that holds {module.split('.')[0]}, or install it).")
     return None
+
+
+def _checkpoint_holding_module(module: str) -> str | None:
+    """The checkpoint (or manager root) that ``--import module`` would import its top-level
+    package from, located as ``--import`` would (the working directory first) without running
+    it; None when it would come from elsewhere or is not found."""
+    import importlib.util
+
+    from cairn.checkpoint.reference_scope import checkpoint_holding
+
+    top = module.split(".")[0]
+    loaded = sys.modules.get(top)
+    with _working_directory_importable():
+        spec = loaded.__spec__ if loaded is not None else importlib.util.find_spec(top)
+    if spec is None:
+        return None
+    places = [*([spec.origin] if spec.has_location and spec.origin else []),
+              *(spec.submodule_search_locations or [])]
+    return next((holder for place in places if (holder := checkpoint_holding(place)) is not None), None)
