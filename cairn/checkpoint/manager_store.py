@@ -65,9 +65,10 @@ class ManagerStore:
                     record_suffix: str, abandoned: Callable[[Any], bool]) -> None:
         """Remove what crashed saves left, and only what is proven abandoned: temporaries of
         dead processes (a replacement's stage that holds a checkpoint whole is completed
-        instead: :meth:`Storage.remove_leftovers`), and each record (``<checkpoint name><record_suffix>``) of no committed
-        checkpoint for which ``abandoned(record)`` holds, with the uncommitted checkpoint beside
-        it (:mod:`cairn.checkpoint.manager_lease`). What another writer may be using (a record
+        instead: :meth:`Storage.remove_leftovers`), and each record
+        (``<checkpoint name><record_suffix>``) of no committed checkpoint for which
+        ``abandoned(record)`` holds, with the uncommitted checkpoint beside it
+        (:mod:`cairn.checkpoint.manager_records`). What another writer may be using (a record
         it renews, files without a record) is left alone."""
         self.storage.remove_leftovers()
         for name in self.list_names():
