@@ -13,6 +13,7 @@ import json
 import shutil
 import struct
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,16 @@ def copy_base(kind: str, dest: Path) -> Path:
     source = _extra_base(kind) if kind in _EXTRA_BASES else base_checkpoints() / kind
     shutil.copytree(source, dest, symlinks=True)
     return dest
+
+
+def set_at(path: list[Any], value: Any) -> Callable[[Any], None]:
+    """An edit for :func:`edit_json`: set the value at ``path`` (keys and indices) to ``value``."""
+    def fn(data: Any) -> None:
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return fn
 
 
 def file_hash(data: bytes) -> str:

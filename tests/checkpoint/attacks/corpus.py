@@ -36,6 +36,7 @@ from tests.checkpoint.attacks import (
     write_bytes,
     write_json,
 )
+from tests.checkpoint.attacks import set_at as _set
 from tests.checkpoint.attacks.payload import pickle_payload, torch_payload
 
 ALL = ("info", "algo", "policy")
@@ -68,15 +69,6 @@ def attack(name: str, error: type[CheckpointError] | None, loaders: tuple[str, .
         ATTACKS.append(Attack(name, fn, error, loaders, base, names))
         return fn
     return register
-
-
-def _set(path: list[Any], value: Any) -> Callable[[Any], None]:
-    def fn(data: Any) -> None:
-        node = data
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-    return fn
 
 
 def _manifest(root: Path, fn: Callable[[Any], Any]) -> None:

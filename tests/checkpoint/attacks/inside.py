@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tests.checkpoint.attacks import POLICY_DIR, edit_json, rehash
+from tests.checkpoint.attacks import set_at as _set
 
 PSTATE = f"{POLICY_DIR}/policy_state.json"
 ASTATE = "algorithm_state.json"
@@ -41,15 +41,6 @@ def write_payload(directory: Path, module: str = "payload", *, package: bool = F
         (directory / module / "__init__.py").write_text(PAYLOAD_SOURCE)
     else:
         (directory / f"{module}.py").write_text(PAYLOAD_SOURCE)
-
-
-def _set(path: list[str], value: Any) -> Callable[[Any], None]:
-    def fn(data: Any) -> None:
-        node = data
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-    return fn
 
 
 def _manifest(root: Path, rel: str, reference: str) -> None:
