@@ -5,13 +5,16 @@ manager never ask which medium they have."""
 from __future__ import annotations
 
 import ast
+import json
 import secrets
+import socket
 from pathlib import Path
 
 import pytest
 
 from cairn.checkpoint import resolve_storage, write_policy_checkpoint
 from cairn.checkpoint.format import MANIFEST_FILE
+from cairn.checkpoint.manager_records import abandoned, owner
 from cairn.checkpoint.manager_store import open_store
 from cairn.checkpoint.manifest import read_manifest
 from cairn.checkpoint.storage import Storage
@@ -74,12 +77,16 @@ def test_a_manager_root_removes_what_killed_saves_left(kind, tmp_path, policy_st
     write_policy_checkpoint(root.child("checkpoint_000002"), policy_state)
     dead = f".checkpoint_000002.cairn-tmp-{DEAD_PID}-abcd"
     root.write_bytes(f"{dead}/{MANIFEST_FILE}", b"{}")
-    root.write_bytes("checkpoint_000003/policy_state.json", b"{}")  # never committed
-    root.write_bytes("checkpoint_000003.metric.json", b"{}")
+    root.write_bytes("checkpoint_000003/policy_state.json", b"{}")  # never committed, its writer dead
+    root.write_bytes("checkpoint_000003.metric.json",
+                     json.dumps({"host": socket.gethostname(), "pid": DEAD_PID, "renewed": 0.0}).encode())
+    root.write_bytes("checkpoint_000004/policy_state.json", b"{}")  # a save in progress elsewhere
+    root.write_bytes("checkpoint_000004.metric.json", json.dumps(owner()).encode())
     store = open_store(root.url)
     store.clean_stale({"checkpoint_000002"}, is_checkpoint=lambda name: name.startswith("checkpoint_"),
-                      record_suffix=".metric.json")
-    assert store.list_names() == ["checkpoint_000002"]
+                      record_suffix=".metric.json", abandoned=abandoned)
+    kept = ["checkpoint_000002", "checkpoint_000004", "checkpoint_000004.metric.json"]
+    assert sorted(store.list_names()) == kept
 
 
 def test_incremental_reuse_is_the_mediums_and_never_crosses_media(tmp_path):

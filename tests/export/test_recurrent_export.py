@@ -24,6 +24,10 @@ class ThreeStates(TinyGRU):
     def get_initial_state(self):
         return [torch.zeros(self.width)] * 3
 
+    def forward(self, obs, state):
+        logits, value, (h,) = super().forward(obs, state[:1])
+        return logits, value, [h, state[1], state[2]]  # the other two carried unchanged
+
 
 def run_episodes(policy, step_model, env, episodes=3):
     """Step ``policy`` and the exported model side by side through whole episodes of ``env``,
