@@ -44,14 +44,12 @@ from cairn.errors import (
     UnsafeCheckpointError,
 )
 from cairn.policy.checkpointing import native_files_writer
-from cairn.policy.custom_model import MODEL_CLASS_KEYS
+from cairn.policy.custom_model import MODEL_CLASS_KEYS, model_references
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
 from cairn.policy_ids import check_policy_ids
 from cairn.registry import (
     CALLABLE_KEY,
-    callable_reference,
-    model_class_reference,
     resolve_class,
     warn_main_module_references,
 )
@@ -331,13 +329,16 @@ def _with_model_references(policy_states: Mapping[str, Any], model: Any) -> dict
     process that saved it (a class defined in ``__main__``): replacing the reference is how a
     user brings that class back. Other model keys stay as stored. The states are not changed.
     """
-    keys = [key for key in (*MODEL_CLASS_KEYS, "keras_model") if isinstance(model, Mapping) and key in model]
-    if not keys:
+    if not isinstance(model, Mapping):
+        return dict(policy_states)
+    # The JSON form the config stores (a class's reference, a Keras builder's import path).
+    given = model_references({key: model[key] for key in (*MODEL_CLASS_KEYS, "keras_model") if key in model})
+    if not given:
         return dict(policy_states)
     replaced: dict[str, Any] = {}
     for pid, policy_state in policy_states.items():
         stored = policy_state["spec"]["config"].get("model") or {}
-        new = {key: _model_reference(key, model[key]) for key in keys if stored.get(key)}
+        new = {key: value for key, value in given.items() if stored.get(key)}
         if not new:
             replaced[pid] = policy_state
             continue
@@ -345,13 +346,6 @@ def _with_model_references(policy_states: Mapping[str, Any], model: Any) -> dict
         config = {**spec["config"], "model": {**stored, **new}}
         replaced[pid] = {**policy_state, "spec": {**spec, "config": config}}
     return replaced
-
-
-def _model_reference(key: str, value: Any) -> Any:
-    """What the config stores for ``model[key]`` (a Keras builder function: its import path)."""
-    if key != "keras_model":
-        return model_class_reference(value, what=f"model.{key}")
-    return value if isinstance(value, str) else callable_reference(value) or value
 
 
 def policy_to_export(policies: Mapping[str, Policy], policy_id: str, call: str) -> Policy:
