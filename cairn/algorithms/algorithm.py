@@ -33,7 +33,7 @@ from cairn.algorithms.metrics import episode_metrics
 from cairn.algorithms.policy_changes import add_policy, remove_policy
 from cairn.algorithms.policy_specs import build_policies, probe_agents, record_specs, resolve_policy_specs
 from cairn.algorithms.state import algorithm_state, set_algorithm_state
-from cairn.callbacks.base import make_callbacks
+from cairn.callbacks.base import make_callbacks, report_checkpoint_saved
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.group import EnvRunnerGroup
@@ -345,10 +345,13 @@ class Algorithm:
                                        storage_options=storage_options, previous=previous,
                                        metadata=metadata)
 
+        iteration = self.iteration  # the snapshot's: a background write may finish later
+
         def write_and_report() -> str:
             location = write()
             try:  # the checkpoint is committed: a failing report must not say it was not
-                self.callbacks.on_checkpoint_saved(algorithm=self, checkpoint=location)
+                report_checkpoint_saved(self.callbacks, algorithm=self, checkpoint=location,
+                                        iteration=iteration)
             except Exception as exc:
                 warnings.warn(LoggerWarning(
                     f"{type(self.callbacks).__name__}.on_checkpoint_saved raised {type(exc).__name__}: "

@@ -4,17 +4,21 @@ A subclass of :class:`Callbacks` is named in the config, ``config.callbacks(MyCa
 (a class, a registered name or ``"package.module:QualName"``), and stored there as a reference:
 a restored algorithm runs the same hooks again. Each algorithm (and each remote env runner, in
 its own process) builds one instance with no arguments; the local env runner shares the
-algorithm's. Every hook takes exactly the keyword arguments its signature lists.
+algorithm's. Every hook takes exactly the keyword arguments its signature lists, except that
+``on_checkpoint_saved`` gets ``iteration`` only when the override declares it (or ``**kwargs``):
+overrides written before it existed keep working.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from cairn.errors import ConfigError
 from cairn.registry import class_reference, resolve_class
 
-__all__ = ["Callbacks", "make_callbacks", "callbacks_reference", "overrides"]
+__all__ = ["Callbacks", "make_callbacks", "callbacks_reference", "overrides", "report_checkpoint_saved"]
 
 
 class Callbacks:
@@ -57,8 +61,12 @@ class Callbacks:
     def on_evaluate_end(self, *, algorithm: Any, evaluation_metrics: dict[str, Any]) -> None:
         """``algorithm.evaluate()`` is about to return ``evaluation_metrics``."""
 
-    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
-        """``algorithm.save()`` committed a checkpoint at ``checkpoint`` (a path or URL)."""
+    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str, iteration: int) -> None:
+        """``algorithm.save()`` committed a checkpoint at ``checkpoint`` (a path or URL) that
+        holds the state after ``iteration`` training iterations. A background save
+        (``blocking=False``) reports from its writer thread, when ``algorithm.iteration`` may
+        have moved on: log the checkpoint under ``iteration``. (An override may leave
+        ``iteration`` out of its signature; it is then not passed.)"""
 
     def on_checkpoint_loaded(self, *, algorithm: Any) -> None:
         """A checkpoint's state was loaded (once per ``from_checkpoint`` or ``restore``)."""
@@ -70,6 +78,19 @@ class Callbacks:
 def overrides(callbacks: Callbacks, hook: str) -> bool:
     """Whether ``callbacks`` overrides ``hook`` (the per-step hooks are skipped otherwise)."""
     return getattr(type(callbacks), hook) is not getattr(Callbacks, hook)
+
+
+def report_checkpoint_saved(callbacks: Callbacks, *, algorithm: Any, checkpoint: str,
+                            iteration: int) -> None:
+    """Call ``callbacks.on_checkpoint_saved``, passing ``iteration`` when the hook declares it
+    (or takes ``**kwargs``): the argument came after the hook, and an override written before
+    it must not fail with a TypeError."""
+    hook: Callable[..., None] = callbacks.on_checkpoint_saved  # an override may lack iteration
+    parameters = inspect.signature(hook).parameters.values()
+    if any(p.name == "iteration" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        hook(algorithm=algorithm, checkpoint=checkpoint, iteration=iteration)
+    else:
+        hook(algorithm=algorithm, checkpoint=checkpoint)
 
 
 def callbacks_reference(value: Any) -> str | None:

@@ -139,7 +139,7 @@ class MLflowLogger(Callbacks):
             self._client.log_batch(self.run_id, metrics=metrics[start:start + 1000])
 
     @_warns
-    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
+    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str, iteration: int) -> None:
         if not self._start(algorithm):
             return
         local = _local_dir(checkpoint)
@@ -185,7 +185,7 @@ class WandbLogger(Callbacks):
             self.run.log(dict(flat_metrics(result)), step=step, commit=True)
 
     @_warns
-    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
+    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str, iteration: int) -> None:
         if not self._start(algorithm):
             return
         local = _local_dir(checkpoint)
@@ -195,7 +195,7 @@ class WandbLogger(Callbacks):
         import wandb
 
         artifact = wandb.Artifact(f"checkpoint-{self.run.id}", type="model",
-                                  metadata={"iteration": algorithm.iteration, "path": checkpoint})
+                                  metadata={"iteration": iteration, "path": checkpoint})
         artifact.add_dir(str(local))
         self.run.log_artifact(artifact, aliases=["latest", local.name])
 

@@ -8,6 +8,7 @@ import argparse
 from typing import Any
 
 from cairn.callbacks import Callbacks, MLflowLogger, WandbLogger
+from cairn.callbacks.base import report_checkpoint_saved
 
 __all__ = ["add_logger_options", "attach_loggers", "LoggedCallbacks"]
 
@@ -36,8 +37,9 @@ class LoggedCallbacks(Callbacks):
     def on_evaluate_end(self, *, algorithm: Any, evaluation_metrics: dict[str, Any]) -> None:
         self._each("on_evaluate_end", algorithm=algorithm, evaluation_metrics=evaluation_metrics)
 
-    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
-        self._each("on_checkpoint_saved", algorithm=algorithm, checkpoint=checkpoint)
+    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str, iteration: int) -> None:
+        for target in (self.own, *self.loggers):
+            report_checkpoint_saved(target, algorithm=algorithm, checkpoint=checkpoint, iteration=iteration)
 
     def on_checkpoint_loaded(self, *, algorithm: Any) -> None:
         self._each("on_checkpoint_loaded", algorithm=algorithm)

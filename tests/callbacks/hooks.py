@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any
 
-from cairn.callbacks import Callbacks
+from cairn.callbacks import Callbacks, WandbLogger
 
 #: Calls per hook name, per process (remote runners count in their own process).
 CALLS: Counter[str] = Counter()
@@ -13,7 +14,8 @@ CALLS: Counter[str] = Counter()
 
 class CountingCallbacks(Callbacks):
     """Counts every hook; overrides take exactly the documented keyword arguments (no
-    ``**kwargs``), so a call with any other argument fails the test."""
+    ``**kwargs``), so a call with any other argument fails the test. Its
+    ``on_checkpoint_saved`` leaves out ``iteration``, as overrides written before it did."""
 
     def on_algorithm_init(self, *, algorithm: Any) -> None:
         CALLS["on_algorithm_init"] += 1
@@ -69,3 +71,23 @@ class EpisodeLength(Callbacks):
 
 class NotCallbacks:
     """Not a cairn.Callbacks subclass."""
+
+
+class LateReport(Callbacks):
+    """Records what ``on_checkpoint_saved`` sees, reporting only once ``release`` is set (so
+    that a background save reports after the next ``train()``)."""
+
+    release = threading.Event()
+    seen: list[tuple[int, int, str]] = []
+
+    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str, iteration: int) -> None:
+        assert self.release.wait(120), "the test never released the report"
+        self.seen.append((iteration, algorithm.iteration, checkpoint))
+
+
+class LateWandbLogger(WandbLogger):
+    """The W&B logger, reporting a checkpoint only once :attr:`LateReport.release` is set."""
+
+    def on_checkpoint_saved(self, **kwargs: Any) -> None:
+        assert LateReport.release.wait(120), "the test never released the report"
+        super().on_checkpoint_saved(**kwargs)

@@ -14,7 +14,14 @@ import cairn
 from cairn.callbacks import Callbacks
 from cairn.cli import main
 from cairn.errors import ConfigError, UnsafeCheckpointError
-from tests.callbacks.hooks import CALLS, CountingCallbacks, EpisodeLength, NotCallbacks, StopAtTwo
+from tests.callbacks.hooks import (
+    CALLS,
+    CountingCallbacks,
+    EpisodeLength,
+    LateReport,
+    NotCallbacks,
+    StopAtTwo,
+)
 from tests.checkpoint.attacks import edit_json
 from tests.helpers import small_ma_ppo, small_ppo
 
@@ -22,6 +29,8 @@ from tests.helpers import small_ma_ppo, small_ppo
 @pytest.fixture(autouse=True)
 def _fresh_counts() -> None:
     CALLS.clear()
+    LateReport.seen.clear()
+    LateReport.release.clear()
 
 
 def test_every_hook_is_called_with_its_documented_arguments(tmp_path: Path) -> None:
@@ -128,3 +137,14 @@ def test_custom_metrics_reach_progress_csv(tmp_path: Path) -> None:
 def test_the_base_class_hooks_do_nothing() -> None:
     hooks = Callbacks()
     assert hooks.on_train_result(algorithm=None, result={}) is None
+
+
+def test_a_background_save_reports_the_iteration_it_was_taken_at(tmp_path: Path) -> None:
+    algo = small_ppo().callbacks(LateReport).build()
+    algo.train()
+    future = algo.save(tmp_path / "ckpt", blocking=False)
+    algo.train()  # the writer's report waits until this iteration is done
+    LateReport.release.set()
+    assert future.result() == str(tmp_path / "ckpt")
+    assert LateReport.seen == [(1, 2, str(tmp_path / "ckpt"))]  # taken at 1, reported during 2
+    algo.stop()

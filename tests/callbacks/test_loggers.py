@@ -10,6 +10,7 @@ import pytest
 
 from cairn.callbacks import MLflowLogger, WandbLogger
 from cairn.cli import main
+from tests.callbacks.hooks import LateReport, LateWandbLogger
 from tests.helpers import small_ppo
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra (make test installs it)")
@@ -94,3 +95,26 @@ def test_wandb_offline_run_holds_config_metrics_and_checkpoint(tmp_path: Path,
     for text in (b"episode_return_mean", b"learners/default_policy/policy_loss", b"checkpoint-",
                  b"cairn_checkpoint.json"):
         assert text in records, text
+
+
+def test_wandb_logs_a_background_save_under_the_iteration_it_was_taken_at(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("wandb", reason="the wandb extra (make test installs it)")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    LateReport.release.clear()
+    algo = small_ppo().callbacks(LateWandbLogger).build()
+    algo.train()
+    future = algo.save(tmp_path / "ckpt", blocking=False)  # taken at iteration 1
+    algo.train()  # its report waits until iteration 2 is done
+    LateReport.release.set()
+    future.result()
+    run_dir = Path(algo.callbacks.run.dir).parent  # offline-run-<time>-<id>
+    algo.stop()
+    run_file = next(run_dir.glob("*.wandb"))
+    deadline = time.monotonic() + 30  # W&B's service process may still be flushing the file
+    while b"cairn_checkpoint.json" not in run_file.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # The checkpoint artifact's metadata, as JSON text inside the run file's records.
+    assert b'{"iteration":1,"path":' in run_file.read_bytes()
