@@ -65,6 +65,7 @@ class AlgorithmConfig:
     observation_filter: str
     restart_failed_env_runners: bool
     max_num_env_runner_restarts: int
+    max_num_repeated_env_runner_failures: int
     ignore_env_runner_failures: bool
     sample_timeout_s: float
     env_runner_health_probe_timeout_s: float
@@ -159,12 +160,19 @@ class AlgorithmConfig:
         max_num_env_runner_restarts: int = _NOT_PROVIDED, ignore_env_runner_failures: bool = _NOT_PROVIDED,
         sample_timeout_s: float = _NOT_PROVIDED, env_runner_health_probe_timeout_s: float = _NOT_PROVIDED,
         env_runner_restore_timeout_s: float = _NOT_PROVIDED,
+        max_num_repeated_env_runner_failures: int = _NOT_PROVIDED,
     ) -> AlgorithmConfig:
         """Set what happens when a remote env runner fails (RLlib's names and defaults; the
         behaviour is in docs/ray.md): it is recreated and restored (at most
         ``max_num_env_runner_restarts`` times in all), else left out when
         ``ignore_env_runner_failures``, else ``train()`` raises EnvRunnerFailedError. Timeouts
-        in seconds: one ``sample()``, a ping, rebuilding a runner."""
+        in seconds: one ``sample()``, a ping, rebuilding a runner.
+
+        ``max_num_repeated_env_runner_failures`` (cairn's own, default 3, at least 1): a runner
+        that raised the same error (type and message) this many times in a row, with no
+        ``sample()`` completed in between, is not recreated again: a deterministic error (a
+        callback that raises on every step) ends ``train()`` after 2 restarts instead of using
+        up all ``max_num_env_runner_restarts``."""
         return self._set("fault_tolerance", {k: v for k, v in locals().items() if k != "self"})
 
     def learners(

@@ -89,6 +89,8 @@ BASE_FIELDS: dict[str, Field] = {
     # fault_tolerance (remote env runners; RLlib's names and defaults, docs/ray.md)
     "restart_failed_env_runners": Field("fault_tolerance", True, boolean, "recreate failed runners"),
     "max_num_env_runner_restarts": Field("fault_tolerance", 1000, non_negative_int, "restarts in all"),
+    "max_num_repeated_env_runner_failures": Field("fault_tolerance", 3, positive_int,
+                                                  "same error in a row, no sample between"),
     "ignore_env_runner_failures": Field("fault_tolerance", False, boolean, "go on without them"),
     "sample_timeout_s": Field("fault_tolerance", 60.0, _seconds, "wait for one sample()"),
     "env_runner_health_probe_timeout_s": Field("fault_tolerance", 30.0, _seconds, "wait for a ping"),

@@ -7,9 +7,11 @@ whose actor died (``ray.kill``, its process killed, its node lost), whose ``samp
 runner is then, in this order of preference:
 
 1. recreated (``restart_failed_env_runners``, while fewer than ``max_num_env_runner_restarts``
-   restarts were made in all): a new actor built from the learner's current policies, brought
-   to where its seed stream stood after its last successful sample (or to the state last set
-   on it by a restore), and given the failed work again;
+   restarts were made in all, and unless it raised the same error
+   ``max_num_repeated_env_runner_failures`` times in a row without completing a sample in
+   between: :mod:`cairn.env_runner.repeated_failures`): a new actor built from the learner's
+   current policies, brought to where its seed stream stood after its last successful sample
+   (or to the state last set on it by a restore), and given the failed work again;
 2. left out (``ignore_env_runner_failures``): the healthy runners take over its share;
 3. else the call raises :class:`~cairn.errors.EnvRunnerFailedError` naming it and the cause.
 """
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cairn.env_runner.remote import SampleResult, ensure_ray, start_actor
+from cairn.env_runner.repeated_failures import ErrorSignature, RepeatedFailures, error_signature
 from cairn.errors import CairnError, EnvRunnerFailedError
 
 if TYPE_CHECKING:
@@ -41,11 +44,13 @@ group's construction with an error that says whether the cluster lacks free CPUs
 @dataclass(frozen=True)
 class Failure:
     """Why a remote runner is unusable: ``timed_out`` (it may still be alive), or it died or
-    raised (``error``: the Ray error, chained onto cairn's own)."""
+    raised (``error``: the Ray error, chained onto cairn's own). ``signature``: the error its
+    own code raised, compared with its next failure's (None when it died or timed out)."""
 
     cause: str
     timed_out: bool
     error: BaseException | None = None
+    signature: ErrorSignature | None = None
 
 
 K = TypeVar("K", bound=Hashable)
@@ -71,6 +76,7 @@ class RemoteRunners:
         self.failed: dict[int, Failure] = {}  # failed and not (yet) restarted
         self.ignored: set[int] = set()  # failed, and given up on (ignore_env_runner_failures)
         self.num_restarts = 0
+        self.repeats = RepeatedFailures()  # the same error again, with no sample in between
         # Where each runner's seed stream stands (its last sample's position, or the state a
         # restore set on it): what a recreated runner is brought to.
         self.positions: dict[int, Mapping[str, Any]] = {}
@@ -109,13 +115,17 @@ class RemoteRunners:
             except RayTaskError as exc:
                 if not runner_errors_fail:
                     raise  # ray.get raised it as an instance of the runner's own error, too
-                cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+                own = exc.cause if isinstance(exc.cause, BaseException) else None
+                cause = exc if own is None else own
                 self._fail(index, Failure(f"it raised {type(cause).__name__}: {_summary(cause)}",
-                                          timed_out=False, error=exc))
+                                          timed_out=False, error=exc,
+                                          signature=None if own is None else error_signature(own)))
         return results
 
     def _fail(self, index: int, failure: Failure) -> None:
-        self.failed.setdefault(index, failure)
+        if index not in self.failed:  # a runner fails once until it is recreated
+            self.failed[index] = failure
+            self.repeats.failed(index, failure.signature)
         actor = self.actors.pop(index, None)
         if actor is not None:
             ensure_ray().kill(actor)  # a runner that timed out may still be alive: end it
@@ -167,7 +177,7 @@ class RemoteRunners:
             failure = self.failed[index]
             config = self.config
             while config.restart_failed_env_runners and (
-                    self.num_restarts < config.max_num_env_runner_restarts):
+                    self.num_restarts < config.max_num_env_runner_restarts) and not self._repeated(index):
                 if states_ref is None:
                     states_ref = ensure_ray().put(dict(self.policy_states()))
                 self.num_restarts += 1
@@ -180,9 +190,9 @@ class RemoteRunners:
                 failure = restarted
             else:
                 if config.ignore_env_runner_failures:
-                    logger.warning("cairn: remote env runner worker_index=%d failed in %s (%s); "
-                                   "going on without it (ignore_env_runner_failures=True).",
-                                   index, during, failure.cause)
+                    logger.warning("cairn: remote env runner worker_index=%d failed in %s (%s); not "
+                                   "recreated (%s); going on without it (ignore_env_runner_failures=True).",
+                                   index, during, failure.cause, self._why_not_recreated(index))
                     self.ignored.add(index)
                     continue
                 raise EnvRunnerFailedError(self._failure_message(index, failure, during)) from failure.error
@@ -190,17 +200,31 @@ class RemoteRunners:
             raise EnvRunnerFailedError(
                 f"{during} has no healthy remote env runner left: all {self.config.num_env_runners} "
                 "failed (" + "; ".join(f"worker_index {i}: {f.cause}" for i, f in sorted(self.failed.items()))
-                + "). Continue from a checkpoint with algo.stop() and Algorithm.from_checkpoint(path)."
+                + f"; {self.num_restarts} restarts in all). Continue from a checkpoint with algo.stop() "
+                "and Algorithm.from_checkpoint(path)."
             ) from next((f.error for f in self.failed.values() if f.error), None)
 
-    def _failure_message(self, index: int, failure: Failure, during: str) -> str:
+    def _repeated(self, index: int) -> bool:
+        """Runner ``index`` raised the same error too many times in a row to be recreated."""
+        return self.repeats.streak(index)[1] >= self.config.max_num_repeated_env_runner_failures
+
+    def _why_not_recreated(self, index: int) -> str:
         config = self.config
         if not config.restart_failed_env_runners:
-            why = ("restart_failed_env_runners=False; config.fault_tolerance("
-                   "restart_failed_env_runners=True) recreates it")
-        else:
-            why = (f"all max_num_env_runner_restarts={config.max_num_env_runner_restarts} "
-                   "restarts are used; raise it in config.fault_tolerance(...)")
+            return ("restart_failed_env_runners=False; config.fault_tolerance("
+                    "restart_failed_env_runners=True) recreates it")
+        if self._repeated(index):
+            count = self.repeats.streak(index)[1]
+            return (f"it raised this same error {count} times in a row, with no sample completed "
+                    f"in between, after {count - 1} restarts of it (max_num_repeated_env_runner_failures="
+                    f"{config.max_num_repeated_env_runner_failures}): a new runner would fail the same "
+                    "way. Fix the error; one that is transient yet repeats needs a larger "
+                    "max_num_repeated_env_runner_failures in config.fault_tolerance(...)")
+        return (f"all max_num_env_runner_restarts={config.max_num_env_runner_restarts} "
+                "restarts are used; raise it in config.fault_tolerance(...)")
+
+    def _failure_message(self, index: int, failure: Failure, during: str) -> str:
+        why = self._why_not_recreated(index)
         return (f"Remote env runner worker_index {index} failed in {during}: {failure.cause}. It "
                 f"was not recreated ({why}), and ignore_env_runner_failures=False "
                 "(ignore_env_runner_failures=True goes on with the other runners). algo.save() "
@@ -236,6 +260,7 @@ class RemoteRunners:
             for share, result in got.items():
                 results[share] = result
                 self.positions[shares[share]] = result.position
+                self.repeats.progressed(shares[share])
             self.recover("sample()")
             healthy = itertools.cycle(sorted(self.actors))
             for share, index in shares.items():  # the shares of runners left out move

@@ -91,3 +91,12 @@ class LateWandbLogger(WandbLogger):
     def on_checkpoint_saved(self, **kwargs: Any) -> None:
         assert LateReport.release.wait(120), "the test never released the report"
         super().on_checkpoint_saved(**kwargs)
+
+
+class RaiseEveryStep(Callbacks):
+    """Raises the same error on every step: a deterministic bug in a user's callback, which a
+    recreated runner meets again at once."""
+
+    def on_episode_step(self, *, episode: Any, env_runner: Any) -> None:
+        CALLS["on_episode_step"] += 1
+        raise RuntimeError("RaiseEveryStep: this callback fails on every step")

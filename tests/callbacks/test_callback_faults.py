@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import cairn
+from tests.callbacks.hooks import CALLS, RaiseEveryStep
 from tests.fault_injection import (
     InjectedError,
     RaiseOnce,
@@ -92,5 +93,22 @@ def test_when_the_new_episodes_cannot_start_the_next_sample_starts_them(tmp_path
         assert algo.counters == counters
         assert algo.train()["training_iteration"] == 2
         assert_runner_in_step(algo)
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("mode", ["sync", pytest.param("async", marks=pytest.mark.slow)])
+def test_a_hook_raising_on_every_step_ends_train_at_once_in_this_process(tmp_path: Path, mode: str) -> None:
+    """The local runner retries nothing (issue 37 item 6 checks this side of the rule that
+    stops remote runners after repeated failures): the first step's error ends train() as it
+    is, and each later train() raises it again at once, with nothing counted."""
+    CALLS.clear()
+    algo = (_ppo(tmp_path).env_runners(gym_env_vectorize_mode=mode).callbacks(RaiseEveryStep).build())
+    try:
+        for attempt in (1, 2):
+            with pytest.raises(RuntimeError, match="^RaiseEveryStep: this callback fails on every step$"):
+                algo.train()
+            assert CALLS["on_episode_step"] == attempt  # one call per train(): nothing retried
+        assert algo.iteration == 0 and algo.get_policy().global_timestep == 0
     finally:
         algo.stop()

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +154,24 @@ def test_settings_at_their_bounds_are_accepted():
     cairn.PPOConfig().environment("CartPole-v1").resources(torch_num_threads=1024).validate()
     cairn.DQNConfig().environment("CartPole-v1").training(
         replay_buffer_config={"capacity": 100_000_000}).validate()
+
+
+def test_max_num_repeated_env_runner_failures_is_checked_round_trips_and_defaults_when_absent():
+    """The setting that ends a remote runner's loop on a deterministic error (docs/ray.md):
+    at least 1, kept by to_dict/from_dict, and 3 for a config saved before it existed (the
+    frozen fixtures' configs have no such key)."""
+    for bad in (0, -1, 2.5, True, "3", None):
+        with pytest.raises(ConfigError, match=f"'max_num_repeated_env_runner_failures'={bad!r} is invalid"):
+            cairn.PPOConfig().fault_tolerance(max_num_repeated_env_runner_failures=bad)
+    config = cairn.PPOConfig().environment("CartPole-v1")
+    config = config.fault_tolerance(max_num_repeated_env_runner_failures=5)
+    data = json.loads(json.dumps(config.to_dict()))
+    assert data["max_num_repeated_env_runner_failures"] == 5
+    assert cairn.AlgorithmConfig.from_dict(data).max_num_repeated_env_runner_failures == 5
+    data["max_num_repeated_env_runner_failures"] = 0
+    with pytest.raises(ConfigError, match="'max_num_repeated_env_runner_failures'=0 is invalid"):
+        cairn.AlgorithmConfig.from_dict(data)
+    fixture = Path(__file__).parents[1] / "fixtures/checkpoints/1/ppo_single/algorithm_state.json"
+    old = json.loads(fixture.read_text())["config"]
+    assert "max_num_repeated_env_runner_failures" not in old
+    assert cairn.AlgorithmConfig.from_dict(old).max_num_repeated_env_runner_failures == 3

@@ -1,0 +1,85 @@
+"""A remote env runner that fails the same way again and again is not recreated forever
+(issue 37 item 6): the same error, raised by the runner's own code
+``max_num_repeated_env_runner_failures`` times in a row with no sample completed in between,
+ends ``train()`` naming the error, the runner and the restarts. Failures that stop (or that
+differ, or that a completed sample separates) are recreated as before (docs/ray.md)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+import cairn
+from cairn.errors import EnvRunnerFailedError
+from tests.callbacks.hooks import RaiseEveryStep
+from tests.ray.envs import make_flaky_cartpole
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def one_runner_ppo() -> cairn.PPOConfig:
+    return (cairn.PPOConfig().environment(make_flaky_cartpole, env_config={})
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
+            .env_runners(num_env_runners=1).debugging(seed=0))
+
+
+@pytest.mark.parametrize("ignore", [False, True])
+def test_a_callback_raising_on_every_step_ends_train_after_three_failures(ray_cluster, caplog, ignore):
+    # The issue's run had 67 restarts after 180 s (of the default 1000). A bound of 20 makes
+    # the old behaviour fail this test (20 restarts, then "all restarts are used") instead of
+    # running for an hour; the new rule stops at 3 failures, i.e. 2 restarts.
+    algo = (one_runner_ppo().callbacks(RaiseEveryStep)
+            .fault_tolerance(max_num_env_runner_restarts=20, ignore_env_runner_failures=ignore).build())
+    try:
+        with caplog.at_level(logging.WARNING, logger="cairn"), pytest.raises(EnvRunnerFailedError) as caught:
+            algo.train()
+        message = str(caught.value)
+        assert "worker_index 1" in message
+        assert "RuntimeError: RaiseEveryStep: this callback fails on every step" in message
+        why = "3 times in a row, with no sample completed in between, after 2 restarts of it"
+        if ignore:  # left out (logged), then no runner is left
+            assert "no healthy remote env runner left" in message and "2 restarts in all" in message
+            assert why in caplog.text and "going on without it" in caplog.text
+        else:
+            assert why in message
+        # Ray's error is chained, and is an instance of the user's own exception type too.
+        assert isinstance(caught.value.__cause__, RuntimeError)
+        assert algo.env_runner_group.health_metrics() == {
+            "num_healthy_env_runners": 0, "num_env_runner_restarts": 2}
+        assert algo.iteration == 0 and algo.get_policy().global_timestep == 0
+        # Calling train() again does not start the loop over: the runner is not recreated.
+        with pytest.raises(EnvRunnerFailedError, match="RaiseEveryStep"):
+            algo.train()
+        assert algo.env_runner_group.health_metrics()["num_env_runner_restarts"] == 2
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("limit, restarts", [(None, 2), (2, 1)])
+def test_a_failure_that_repeats_fewer_times_than_the_limit_still_recovers(ray_cluster, tmp_path: Path,
+                                                                          limit, restarts):
+    # The env raises the same error at the first step of the runner and of its first
+    # replacement, then never again: two failures in a row, below the default limit of 3.
+    config = one_runner_ppo().environment(
+        make_flaky_cartpole, env_config={"fail_marker": str(tmp_path / "failed"), "num_failures": 2})
+    if limit is not None:
+        config = config.fault_tolerance(max_num_repeated_env_runner_failures=limit)
+    algo = config.build()
+    try:
+        if limit == 2:  # the second failure reaches the limit: no third runner is built
+            with pytest.raises(EnvRunnerFailedError, match=(
+                    r"worker_index 1 failed in sample\(\): it raised RuntimeError: FlakyCartPole: "
+                    r"the step that was told to fail.*2 times in a row")):
+                algo.train()
+            assert algo.env_runner_group.health_metrics()["num_env_runner_restarts"] == restarts
+            return
+        result = algo.train()
+        assert result["num_env_runner_restarts"] == restarts and result["num_healthy_env_runners"] == 1
+        assert result["num_env_steps_sampled_lifetime"] == 64
+        result = algo.train()
+        assert result["num_env_runner_restarts"] == restarts
+        assert result["num_env_steps_sampled_lifetime"] == 128
+    finally:
+        algo.stop()
