@@ -56,6 +56,10 @@ class Failure:
 K = TypeVar("K", bound=Hashable)
 
 
+def _restarts(count: int) -> str:
+    return f"{count} restart" if count == 1 else f"{count} restarts"
+
+
 def _summary(exc: BaseException) -> str:
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
 
@@ -200,7 +204,7 @@ class RemoteRunners:
             raise EnvRunnerFailedError(
                 f"{during} has no healthy remote env runner left: all {self.config.num_env_runners} "
                 "failed (" + "; ".join(f"worker_index {i}: {f.cause}" for i, f in sorted(self.failed.items()))
-                + f"; {self.num_restarts} restarts in all). Continue from a checkpoint with algo.stop() "
+                + f"; {_restarts(self.num_restarts)} in all). Continue from a checkpoint with algo.stop() "
                 "and Algorithm.from_checkpoint(path)."
             ) from next((f.error for f in self.failed.values() if f.error), None)
 
@@ -216,7 +220,7 @@ class RemoteRunners:
         if self._repeated(index):
             count = self.repeats.streak(index)[1]
             return (f"it raised this same error {count} times in a row, with no sample completed "
-                    f"in between, after {count - 1} restarts of it (max_num_repeated_env_runner_failures="
+                    f"in between, after {_restarts(count - 1)} of it (max_num_repeated_env_runner_failures="
                     f"{config.max_num_repeated_env_runner_failures}): a new runner would fail the same "
                     "way. Fix the error; one that is transient yet repeats needs a larger "
                     "max_num_repeated_env_runner_failures in config.fault_tolerance(...)")
