@@ -64,6 +64,19 @@ def _summary(exc: BaseException) -> str:
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
 
 
+def _actor_failure(exc: BaseException) -> Failure:
+    """The failure of a runner whose actor is gone. When its constructor raised (building its
+    environments or policies), Ray keeps that error only as text: a first line naming the
+    process, address and actor ID, then the traceback, ending with the exception's own line.
+    The traceback is the error's signature (the same code failing the same way gives the same
+    text); any other death has none."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    if getattr(exc, "actor_init_failed", False) and len(lines) > 1:
+        return Failure(f"it raised while being built: {lines[-1].strip()}", timed_out=False, error=exc,
+                       signature=ErrorSignature("<the runner's constructor>", "\n".join(lines[1:])))
+    return Failure(f"its actor died ({type(exc).__name__}: {_summary(exc)})", timed_out=False, error=exc)
+
+
 class RemoteRunners:
     """The remote env runners with ``worker_index`` 1..N, their health and their restarts.
 
@@ -114,8 +127,7 @@ class RemoteRunners:
             except GetTimeoutError:
                 self._fail(index, Failure(f"no answer within {timeout_s:g} s", timed_out=True))
             except RayActorError as exc:
-                self._fail(index, Failure(f"its actor died ({type(exc).__name__}: {_summary(exc)})",
-                                          timed_out=False, error=exc))
+                self._fail(index, _actor_failure(exc))
             except RayTaskError as exc:
                 if not runner_errors_fail:
                     raise  # ray.get raised it as an instance of the runner's own error, too

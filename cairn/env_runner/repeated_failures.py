@@ -3,9 +3,10 @@ one that failed by chance, so that a deterministic error is not recreated a thou
 
 **The same error**: an exception raised by the runner's own code (its environment, model or a
 callback, inside ``sample()``, or while a recreated runner is brought to its state) whose type
-(module and qualified name) and message equal the previous failure's. A runner that died, timed
-out, or raised an error Ray could not bring back has no signature and starts no streak: those
-are what restarts are for, and their texts carry process IDs that would never match anyway.
+(module and qualified name) and message equal the previous failure's; for a runner whose
+constructor raised, of which Ray keeps only the text, the same traceback. A runner that died,
+timed out, or raised an error Ray could not bring back has no signature and starts no streak:
+those are what restarts are for, and their texts carry process IDs that would never match.
 An error whose message differs each time (a step count, a time) is never "the same": such a
 runner falls back to ``max_num_env_runner_restarts``, the conservative side.
 

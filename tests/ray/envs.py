@@ -16,10 +16,14 @@ class FlakyCartPole(gym.Wrapper):
     env) of any process that finds no file there creates it and raises, so exactly one failure
     happens across all runners, restarts and restored Tune trials. ``num_failures`` (default
     1) such failures happen in all, each claiming its own file (``fail_marker``, then
-    ``fail_marker.2``, ...), all with the same message.
+    ``fail_marker.2``, ...), all with the same message. ``refuse_to_build_if``: a file path;
+    while a file is there, building the env raises.
     """
 
     def __init__(self, env_config: dict[str, Any]) -> None:
+        refuse = env_config.get("refuse_to_build_if")
+        if refuse and os.path.exists(refuse):
+            raise RuntimeError("FlakyCartPole: told not to build")
         super().__init__(gym.make("CartPole-v1"))
         self.step_sleep_s = float(env_config.get("step_sleep_s", 0.0))
         self.fail_marker = env_config.get("fail_marker")

@@ -81,3 +81,24 @@ def test_a_failure_that_repeats_fewer_times_than_the_limit_still_recovers(ray_cl
         assert result["num_env_steps_sampled_lifetime"] == 128
     finally:
         algo.stop()
+
+
+def test_a_runner_whose_constructor_raises_on_every_restart_is_not_rebuilt_forever(ray_cluster, tmp_path):
+    # The runner starts; then its environment refuses to be built, and the runner is killed:
+    # every replacement's constructor raises the same error (Ray keeps it only as text).
+    refuse = tmp_path / "refuse"
+    algo = (one_runner_ppo().environment(make_flaky_cartpole, env_config={"refuse_to_build_if": str(refuse)})
+            .fault_tolerance(max_num_env_runner_restarts=5).build())  # 5: the old loop ends too
+    try:
+        refuse.touch()
+        ray_cluster.kill(algo.env_runner_group.remote_actors()[0])
+        with pytest.raises(EnvRunnerFailedError, match=(
+                r"worker_index 1 failed in sample\(\): it raised while being built: RuntimeError: "
+                r"FlakyCartPole: told not to build\. It was not recreated \(it raised this same error 3 "
+                r"times in a row")):
+            algo.train()
+        # The kill (no signature) started no streak: 1 restart after it, 2 more after the
+        # first two constructor failures.
+        assert algo.env_runner_group.health_metrics()["num_env_runner_restarts"] == 3
+    finally:
+        algo.stop()
