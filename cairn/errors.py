@@ -10,6 +10,7 @@ __all__ = [
     "CairnError",
     "ConfigError",
     "EnvError",
+    "EpisodeHistoryError",
     "ObservationSpaceError",
     "ActionMaskError",
     "ExportError",
@@ -51,6 +52,12 @@ class ConfigError(CairnError, ValueError):
 
 class EnvError(CairnError):
     """An environment could not be created or does not follow the expected API."""
+
+
+class EpisodeHistoryError(CairnError, IndexError):
+    """An episode getter (``episode.get_rewards(...)`` in a callback) asked for steps the episode
+    no longer keeps: beyond ``Callbacks.episode_history_steps``, or from before the env runner's
+    state was restored (the history is not checkpointed)."""
 
 
 class ObservationSpaceError(CairnError, ValueError):

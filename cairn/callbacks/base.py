@@ -32,8 +32,16 @@ class Callbacks:
     (``episode.env_index``, ``episode.length``, ``episode.episode_return``,
     ``episode.agent_returns``, and ``episode.custom_metrics``, a dict whose numbers reach the
     training result as ``result["custom_metrics"][f"{name}_mean" | "_min" | "_max"]``) and the
-    env runner that plays it.
+    env runner that plays it. The episode's data is there too, with RLlib's getters:
+    ``episode.get_observations(-1)``, ``get_actions``, ``get_rewards``, ``get_infos``
+    (docs/callbacks.md, "Episode data").
     """
+
+    #: Steps of each episode whose data the episode getters keep (observations, infos,
+    #: actions, rewards), per env and agent: memory stays bounded in long episodes. An index
+    #: older than that raises ``cairn.errors.EpisodeHistoryError``; None keeps whole episodes.
+    #: Nothing is recorded unless an episode hook is overridden.
+    episode_history_steps: int | None = 1000
 
     def on_algorithm_init(self, *, algorithm: Any) -> None:
         """The algorithm is built (also when it is rebuilt from a checkpoint, before the state

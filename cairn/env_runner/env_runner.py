@@ -21,7 +21,7 @@ import numpy as np
 from cairn.callbacks.base import Callbacks, make_callbacks, overrides
 from cairn.env_runner.agent_mapping import agent_ids_by_name
 from cairn.env_runner.blas_threads import single_threaded_blas
-from cairn.env_runner.episode import EpisodeBook, EpisodeTotals
+from cairn.env_runner.episode import EpisodeBook
 from cairn.env_runner.episode_policies import ActedRows, group_by_policy, process_by_policy
 from cairn.env_runner.inference import RowOrigin
 from cairn.env_runner.make_env import is_multi_agent_env, is_turn_based_env, make_env
@@ -80,7 +80,9 @@ class EnvRunner:
         self.vector_envs = make_vector_envs(config, self.num_envs, first_env)
         self.envs = self.vector_envs.envs
         self.multi_agent = is_multi_agent_env(self.envs[0])
-        self._episodes = EpisodeBook(self.num_envs, self.callbacks, self)
+        self._episodes = EpisodeBook(self.num_envs, self.callbacks, self, multi_agent=self.multi_agent)
+        # Infos cross from "async" children only when an episode hook may read them.
+        self.vector_envs.keep_infos = self._episodes.recording
         self.num_env_steps_sampled = 0
         self._obs: np.ndarray | None = None  # single-agent: processed obs [E, d]
         self._needs_reset = True
@@ -122,10 +124,20 @@ class EnvRunner:
             self._agents.reset_all(update_filter=update_filter)
         else:
             seeds = {i: self._draw_seed() for i in range(self.num_envs)}
-            raws = list(self.vector_envs.reset(seeds).values())
+            resets = self.vector_envs.reset(seeds)
             self._env_pids = [self._mapped_policy(DEFAULT_AGENT_ID) for _ in range(self.num_envs)]
-            self._obs = process_by_policy(self.policies, raws, self._env_pids, update=update_filter)
+            self._obs = process_by_policy(self.policies, [o for o, _ in resets.values()], self._env_pids,
+                                          update=update_filter)
+            for i, (o, info) in resets.items():
+                self._begin_episode(i, o, info)
         self._needs_reset = False
+
+    def _begin_episode(self, i: int, obs: Any, info: Any) -> None:
+        """Env ``i`` was reset to ``obs``: its episode records it, then ``on_episode_start``."""
+        history = self._episodes.current[i].history
+        if history is not None:
+            history.observe(DEFAULT_AGENT_ID, obs, info)
+        self._episodes.start(i)
 
     # -------------------------------------------------------------------------------- sample
     def sample(self, num_steps: int | None = None, *, explore: bool = True) -> dict[str, SampleBatch]:
@@ -206,6 +218,7 @@ class EnvRunner:
         n_envs, envs, episodes = self.num_envs, self.vector_envs, self._episodes.current
         env_pids = self._env_pids  # each env's policy for its episode (mapped as one starts)
         step_hook = self._episodes.step if self._episodes.has_step_hook else None
+        recording = self._episodes.recording
         obs = self._obs
         assert obs is not None
         if record:
@@ -235,11 +248,13 @@ class EnvRunner:
                     for k, i in enumerate(rows):
                         env_actions[i] = actions[k]
             next_raw, finals, reset_seeds = [], [], {}
-            for i, (o, r, terminated, truncated) in enumerate(envs.step(env_actions)):
+            for i, (o, r, terminated, truncated, info) in enumerate(envs.step(env_actions)):
                 ep = episodes[i]
                 ep.ret += r
                 ep.length += 1
                 ep.agent_returns[DEFAULT_AGENT_ID] += r
+                if recording:  # the raw observation, as the env returned it
+                    ep.history.step(DEFAULT_AGENT_ID, env_actions[i], r, o, info)  # type: ignore[union-attr]
                 if step_hook is not None:
                     step_hook(i)
                 if record:
@@ -252,9 +267,10 @@ class EnvRunner:
                     self.recurrent_states.end_episode(i)
                     reset_seeds[i] = self._draw_seed()  # drawn in env order, in both modes
                 next_raw.append(o)
-            for i, o in envs.reset(reset_seeds).items():
+            for i, (o, info) in envs.reset(reset_seeds).items():
                 next_raw[i] = o
                 env_pids[i] = self._mapped_policy(DEFAULT_AGENT_ID)  # its next episode's policy
+                self._begin_episode(i, o, info)
             next_obs = process_by_policy(self.policies, next_raw, env_pids, update=update_filter)
             if record:
                 obs_buf[t] = obs
@@ -331,8 +347,7 @@ class EnvRunner:
             if not self._agents.set_state(state["current_obs"]):
                 self._needs_reset = True  # the agents, the mapping or the policy set changed
                 return
-            self._episodes.current = [EpisodeTotals.from_state(s, agent_ids_by_name(self.envs[i]), i)
-                                      for i, s in enumerate(state["episodes"])]
+            self._episodes.restore(state["episodes"], lambda i: agent_ids_by_name(self.envs[i]))
         else:
             # The policy of each env's episode in flight is restored, not drawn again; a state
             # without it (older checkpoints, whose mapping was one policy for every episode)
@@ -345,8 +360,7 @@ class EnvRunner:
                 return
             self._env_pids = pids
             self._obs = np.asarray(state["current_obs"], dtype=np.float32).copy()
-            self._episodes.current = [EpisodeTotals.from_state(s, {}, i)
-                                      for i, s in enumerate(state["episodes"])]
+            self._episodes.restore(state["episodes"], lambda i: {})
         # Without saved states (a checkpoint of a feed-forward policy) trajectories start afresh.
         agents = self._agents
 

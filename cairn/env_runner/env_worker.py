@@ -7,9 +7,10 @@ the parent dies). Every answer is ``("ok", value)`` or ``("error", traceback_tex
 
 Commands (``(name, argument)`` tuples):
 
-- ``("step", action)``: ``(obs, reward, terminated, truncated)`` (infos are not sent: the env
-  runner does not use them).
-- ``("reset", seed)``: the reset observation.
+- ``("step", action)``: ``(obs, reward, terminated, truncated, None)``; ``("step+info",
+  action)``: the same with the env's info dict in place of None (sent only when the env
+  runner keeps infos for episode callbacks: an info can be large).
+- ``("reset", seed)`` / ``("reset+info", seed)``: ``(obs, None)`` / ``(obs, info)``.
 - ``("get_state", None)`` / ``("set_state", state)``: :func:`~cairn.env_runner.env_state.get_env_state`
   and :func:`~cairn.env_runner.env_state.set_env_state`, run here, next to the environment.
 - ``("close", None)``: close the environment and exit.
@@ -28,8 +29,9 @@ from cairn.env_runner.make_env import close_env, create_env, is_multi_agent_env
 
 __all__ = ["run_env_worker", "StepResult"]
 
-#: ``(obs, reward, terminated, truncated)`` of one environment's step (infos stay in the child).
-StepResult = tuple[Any, float, bool, bool]
+#: ``(obs, reward, terminated, truncated, info)`` of one environment's step (``info`` None when
+#: it is not asked for).
+StepResult = tuple[Any, float, bool, bool, Any]
 
 
 def _send(conn: Connection, message: tuple[str, Any]) -> None:
@@ -41,9 +43,13 @@ def _answer(env: Any, command: str, argument: Any) -> Any:
     """The value that answers ``command``."""
     if command == "step":
         obs, reward, terminated, truncated, _ = env.step(argument)
-        return obs, reward, terminated, truncated
+        return obs, reward, terminated, truncated, None
+    if command == "step+info":
+        return env.step(argument)
     if command == "reset":
-        return env.reset(seed=argument)[0]
+        return env.reset(seed=argument)[0], None
+    if command == "reset+info":
+        return env.reset(seed=argument)
     if command == "get_state":
         return get_env_state(env)
     if command == "set_state":

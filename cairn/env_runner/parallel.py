@@ -23,6 +23,7 @@ from cairn.env_runner.agent_mapping import (
     keep_in_flight_policies,
     restore_agent_pids,
 )
+from cairn.env_runner.episode_history import EpisodeHistory
 from cairn.env_runner.inference import RowOrigin
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.env_runner.trajectories import AgentTrajectories
@@ -32,6 +33,19 @@ if TYPE_CHECKING:
     from cairn.policy.policy import Policy
 
 __all__ = ["ParallelSampler"]
+
+
+def _record_step(history: EpisodeHistory, actions: Mapping[Any, Any], rewards: Mapping[Any, Any],
+                 obs: Mapping[Any, Any], infos: Mapping[Any, Any] | None, alive: set[Any]) -> None:
+    """One step of a parallel env in its episode's history: each acting agent's action and
+    reward (0.0 when the env gave none, as in its return), and the observation (with its info)
+    of each agent that acted or is alive (an agent that joined: its first)."""
+    for agent, action in actions.items():
+        history.act(agent, action)
+        history.reward(agent, float(rewards.get(agent, 0.0)))
+    for agent, o in obs.items():
+        if agent in actions or agent in alive:
+            history.observe(agent, o, (infos or {}).get(agent, {}))
 
 
 class ParallelSampler(AgentSampler):
@@ -62,10 +76,18 @@ class ParallelSampler(AgentSampler):
             self.obs[i][agent] = row
 
     def _reset_env(self, i: int) -> dict[Any, Any]:
-        obs, _ = self.envs[i].reset(seed=self.draw_seed())
+        """Reset env ``i``; its live agents' first observations. Its episode records them (with
+        their infos), then ``on_episode_start`` runs."""
+        obs, infos = self.envs[i].reset(seed=self.draw_seed())
         self.agent_pids[i] = {}
         self.obs[i] = {}
-        return {a: o for a, o in obs.items() if a in self.envs[i].agents}
+        first = {a: o for a, o in obs.items() if a in self.envs[i].agents}
+        history = self.episodes.current[i].history
+        if history is not None:
+            for agent, o in first.items():
+                history.observe(agent, o, (infos or {}).get(agent, {}))
+        self.episodes.start(i)
+        return first
 
     def _process(
         self, raw_by_pid: Mapping[str, list[tuple[int, Any, Any]]], *, update_filter: bool
@@ -125,9 +147,10 @@ class ParallelSampler(AgentSampler):
             for i, env in enumerate(self.envs):
                 if not actions[i]:
                     continue
-                obs_d, rew_d, term_d, trunc_d, _ = env.step(actions[i])
+                obs_d, rew_d, term_d, trunc_d, infos_d = env.step(actions[i])
                 ep = self.episodes.current[i]
                 ep.length += 1
+                alive = set(env.agents)
                 for agent in actions[i]:
                     r = float(rew_d.get(agent, 0.0))
                     ep.ret += r
@@ -136,8 +159,9 @@ class ParallelSampler(AgentSampler):
                         trajs.add((i, agent), self.agent_pids[i][agent], *acted[(i, agent)], r,
                                   bool(term_d.get(agent, False)), bool(trunc_d.get(agent, False)),
                                   state_in=states_in.get((i, agent)))
+                if ep.history is not None:
+                    _record_step(ep.history, actions[i], rew_d, obs_d, infos_d, alive)
                 self.episodes.step(i)  # on_episode_step, when the user's callbacks have one
-                alive = set(env.agents)
                 episode_over = not alive
                 for agent in actions[i]:
                     if agent not in alive or episode_over:

@@ -132,14 +132,14 @@ class SubprocessEnv:
                         "environment's error in this process.")
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        """Gymnasium's ``step`` (empty infos), for code that uses one environment at a time."""
-        self.send("step", action)
-        return (*self.receive("step"), {})
+        """Gymnasium's ``step``, for code that uses one environment at a time."""
+        self.send("step+info", action)
+        return tuple(self.receive("step"))  # type: ignore[return-value]
 
     def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
-        """Gymnasium's ``reset`` (empty infos)."""
-        self.send("reset", seed)
-        return self.receive("reset"), {}
+        """Gymnasium's ``reset``."""
+        self.send("reset+info", seed)
+        return tuple(self.receive("reset"))  # type: ignore[return-value]
 
     def close(self) -> None:
         """Tell the child to close its environment; end it if it does not exit."""
@@ -210,6 +210,8 @@ class AsyncEnvs:
             raise
         for proxy, (_, observation_space, action_space) in zip(self.envs, infos):
             proxy.observation_space, proxy.action_space = observation_space, action_space
+        #: Whether the children send their infos with each step and reset (VectorEnvs).
+        self.keep_infos = False
         if any(multi_agent for multi_agent, _, _ in infos):
             self.close()
             raise ConfigError(
@@ -217,14 +219,16 @@ class AsyncEnvs:
                 f"{env!r} is multi-agent (PettingZoo). Use gym_env_vectorize_mode='sync' for it.")
 
     def step(self, actions: Iterable[Any]) -> list[StepResult]:
+        command = "step+info" if self.keep_infos else "step"
         for proxy, action in zip(self.envs, actions):
-            proxy.send("step", action)
+            proxy.send(command, action)
         return _receive_all(self.envs, "step")
 
-    def reset(self, seeds: Mapping[int, int | None]) -> dict[int, Any]:
+    def reset(self, seeds: Mapping[int, int | None]) -> dict[int, tuple[Any, Any]]:
+        command = "reset+info" if self.keep_infos else "reset"
         proxies = [self.envs[i] for i in seeds]
         for proxy, seed in zip(proxies, seeds.values()):
-            proxy.send("reset", seed)
+            proxy.send(command, seed)
         return dict(zip(seeds, _receive_all(proxies, "reset")))
 
     def get_states(self) -> list[dict[str, Any] | None]:

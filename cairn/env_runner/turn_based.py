@@ -68,6 +68,8 @@ class TurnBasedSampler(AgentSampler):
         self.to_move: list[tuple[Any, np.ndarray] | None] = [None for _ in self.envs]
         #: Per env: the agents that moved and wait for their next observation.
         self.pending: list[dict[Any, Pending]] = [{} for _ in self.envs]
+        #: Per env: whether ``on_episode_start`` ran for its episode (at its first selection).
+        self.started: list[bool] = [False for _ in self.envs]
 
     # ------------------------------------------------------------------------------ mapping
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
@@ -103,6 +105,7 @@ class TurnBasedSampler(AgentSampler):
     def _reset_env(self, i: int, env: Any) -> None:
         env.reset(seed=self.draw_seed())
         self.agent_pids[i], self.pending[i], self.to_move[i] = {}, {}, None
+        self.started[i] = False
         if not env.agents:
             raise EnvError(f"{type(env).__name__}.reset() left env.agents empty: a turn-based "
                            "game needs at least one agent to move after a reset.")
@@ -133,6 +136,9 @@ class TurnBasedSampler(AgentSampler):
                 assert mover is not None
                 self.pending[i][mover[0]] = (obs[k], raw[k])
                 actions[i] = env_actions[k]
+                history = self.episodes.current[i].history
+                if history is not None:
+                    history.act(mover[0], env_actions[k])
         for i, env in enumerate(self.envs):
             env.step(actions[i])
             self.episodes.current[i].length += 1
@@ -149,15 +155,22 @@ class TurnBasedSampler(AgentSampler):
                     self._end_episode(i, trajs)
                     self._reset_env(i, env)
                 agent = env.agent_selection
-                obs, reward, terminated, truncated, _ = env.last()
+                obs, reward, terminated, truncated, info = env.last()
                 reward = float(reward)
                 episode = self.episodes.current[i]
                 episode.ret += reward
                 episode.agent_returns[agent] += reward
                 done = bool(terminated or truncated)
+                pending = self.pending[i].pop(agent, None)
                 selections[self.policy_of(i, agent)].append(
-                    (i, agent, obs, reward, bool(terminated), bool(truncated),
-                     self.pending[i].pop(agent, None), not done))
+                    (i, agent, obs, reward, bool(terminated), bool(truncated), pending, not done))
+                if episode.history is not None:  # the reward of its last move, then what it sees
+                    if pending is not None:
+                        episode.history.reward(agent, reward)
+                    episode.history.observe(agent, obs, info)
+                if not self.started[i]:  # the game's first selection: its reset is recorded
+                    self.started[i] = True
+                    self.episodes.start(i)
                 if not done:
                     break
                 env.step(None)  # PettingZoo's protocol: a dead agent steps with None
@@ -235,4 +248,5 @@ class TurnBasedSampler(AgentSampler):
             restored.append((pids, to_move, pending))
         for i, (pids, to_move, pending) in enumerate(restored):
             self.agent_pids[i], self.to_move[i], self.pending[i] = pids, to_move, pending
+            self.started[i] = True  # a game in flight: it started before the save
         return True

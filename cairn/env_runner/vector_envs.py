@@ -37,14 +37,19 @@ class VectorEnvs(Protocol):
 
     #: The environments (``"async"``: proxies with ``observation_space`` and ``action_space``).
     envs: list[Any]
+    #: Whether ``step`` and ``reset`` return the envs' infos (else they may be None: an
+    #: ``"async"`` child then does not send them).
+    keep_infos: bool
 
     def step(self, actions: Iterable[Any]) -> list[StepResult]:
         """Step environment ``i`` with the ``i``-th action (a list, or an array whose first axis
-        is the environment), every one of them."""
+        is the environment), every one of them: ``(obs, reward, terminated, truncated, info)``
+        each (``info`` None unless :attr:`keep_infos`)."""
         ...
 
-    def reset(self, seeds: Mapping[int, int | None]) -> dict[int, Any]:
-        """Reset environment ``i`` with seed ``seeds[i]``; their first observations by index."""
+    def reset(self, seeds: Mapping[int, int | None]) -> dict[int, tuple[Any, Any]]:
+        """Reset environment ``i`` with seed ``seeds[i]``; their first observations and infos
+        (None unless :attr:`keep_infos`) by index."""
         ...
 
     def get_states(self) -> list[dict[str, Any] | None]:
@@ -65,12 +70,13 @@ class SyncEnvs:
 
     def __init__(self, envs: list[Any]) -> None:
         self.envs = envs
+        self.keep_infos = False  # the infos are here anyway: returned either way
 
     def step(self, actions: Iterable[Any]) -> list[StepResult]:
-        return [env.step(action)[:4] for env, action in zip(self.envs, actions)]
+        return [env.step(action) for env, action in zip(self.envs, actions)]
 
-    def reset(self, seeds: Mapping[int, int | None]) -> dict[int, Any]:
-        return {i: self.envs[i].reset(seed=seed)[0] for i, seed in seeds.items()}
+    def reset(self, seeds: Mapping[int, int | None]) -> dict[int, tuple[Any, Any]]:
+        return {i: self.envs[i].reset(seed=seed) for i, seed in seeds.items()}
 
     def get_states(self) -> list[dict[str, Any] | None]:
         return [get_env_state(env) for env in self.envs]

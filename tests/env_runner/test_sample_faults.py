@@ -71,7 +71,7 @@ def test_async_envs_answer_in_step_after_an_error(tmp_path: Path) -> None:
             envs.step([0, 0, 0])
         # The copy that raised did not take the step; the others did. Each says so, in step.
         reset = envs.reset({i: 0 for i in range(3)})
-        assert [float(obs[0]) for obs in reset.values()] == [0.0, 0.0, 0.0]
+        assert [float(obs[0]) for obs, _ in reset.values()] == [0.0, 0.0, 0.0]
         for t in range(1, 4):
             assert [float(obs[0]) for obs, *_ in envs.step([0, 0, 0])] == [t] * 3
         assert [s["state"]["t"] for s in envs.get_states()] == [3, 3, 3]
