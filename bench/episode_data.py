@@ -1,7 +1,10 @@
 """What recording episode data for callbacks costs: ``EnvRunner.sample()`` env steps/s on
 CartPole-v1 without callbacks (the fast path: nothing is recorded) and with an episode hook
 (``tests.callbacks.hooks:EpisodeLength``, an ``on_episode_step`` override: every step is
-recorded for the getters), "sync" with 1 and 8 envs and "async" with 2.
+recorded for the getters), "sync" with 1 and 8 envs and "async" with 2. Reported per case:
+the median env steps/s (wall clock) and the median CPU microseconds of this process per env
+step (``time.process_time``: steadier than the wall clock on a shared machine; for "async" it
+leaves out the children's work).
 
 Run it against two checkouts (e.g. main and a branch) in alternation, each from its root:
 ``PYTHONPATH=$PWD .venv/bin/python bench/episode_data.py --json out.json``; the medians of the
@@ -24,7 +27,7 @@ CASES = [("sync", 1), ("sync", 8), ("async", 2)]
 HOOKS = {"none": None, "step_hook": "tests.callbacks.hooks:EpisodeLength"}
 
 
-def rate(mode: str, envs: int, hook: str | None, steps: int, reps: int) -> list[float]:
+def rate(mode: str, envs: int, hook: str | None, steps: int, reps: int) -> tuple[list[float], list[float]]:
     import cairn
 
     config = (cairn.PPOConfig().environment("CartPole-v1").debugging(seed=0)
@@ -35,12 +38,14 @@ def rate(mode: str, envs: int, hook: str | None, steps: int, reps: int) -> list[
     try:
         runner = algo.env_runner_group.local
         runner.sample(max(1, 256 // envs))  # warm-up
-        rates = []
+        rates, cpu_us = [], []
         for _ in range(reps):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             runner.sample(steps // envs)
-            rates.append(steps // envs * envs / (time.perf_counter() - start))
-        return rates
+            n = steps // envs * envs
+            rates.append(n / (time.perf_counter() - start))
+            cpu_us.append((time.process_time() - cpu) / n * 1e6)
+        return rates, cpu_us
     finally:
         algo.stop()
 
@@ -54,10 +59,10 @@ def main() -> None:
     results: dict[str, Any] = {}
     for mode, envs in CASES:
         for name, hook in HOOKS.items():
-            rates = rate(mode, envs, hook, args.steps, args.reps)
+            rates, cpu_us = rate(mode, envs, hook, args.steps, args.reps)
             key = f"{mode} x{envs} {name}"
-            results[key] = median(rates)
-            print(f"{key:24s} {results[key]:10,.0f} env steps/s  (reps: {', '.join(f'{r:,.0f}' for r in rates)})",
+            results[key] = {"steps_per_s": median(rates), "cpu_us_per_step": median(cpu_us)}
+            print(f"{key:24s} {median(rates):10,.0f} env steps/s  {median(cpu_us):6.1f} CPU us/step",
                   flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
