@@ -1,5 +1,5 @@
 """The architecture as tests: no import cycles, no module using another's private names, no
-module past the size limit. The layer order itself is import-linter's contract in
+module past STYLE's ~400 lines without a stated reason. The layer order itself is import-linter's contract in
 pyproject.toml (``lint-imports`` runs in ``make test``); this file checks what a layers
 contract cannot."""
 
@@ -15,9 +15,24 @@ import pytest
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "cairn"
-#: The hard stop, not the goal: STYLE.md asks for a split along concepts past ~400 lines, and
-#: ruff's E501 (110 characters) keeps lines from being squeezed to stay under this.
-MAX_MODULE_LINES = 450
+#: STYLE.md's guidance: a module over ~400 lines is asking to be split along a seam. It is no
+#: hard stop (squeezing a module under a count decides nothing); a module grows past it only with
+#: a reason, one line in :data:`LONG_MODULES`.
+GUIDANCE_LINES = 400
+#: Modules over :data:`GUIDANCE_LINES`, each with why it is one module. Keep this short and honest:
+#: a module that drops back under the guidance leaves the list.
+LONG_MODULES = {
+    "cairn/algorithms/algorithm.py": "Algorithm's public API (RLlib's names) in one class; its "
+                                     "bodies are short calls into the algorithms package.",
+    "cairn/checkpoint/manager.py": "CheckpointManager's save/latest/delete/retention protocol, "
+                                   "whose crash-safety order reads best in one place.",
+    "cairn/checkpoint/storage/objects.py": "one object-store backend: every fsspec call and the "
+                                           "mapping of its errors to cairn's.",
+    "cairn/config/algorithm_config.py": "AlgorithmConfig's fluent methods, one per RLlib section, "
+                                        "each with its documented arguments.",
+    "cairn/policy/policy.py": "Policy's public API (RLlib's names; overridden by DQN, SAC and "
+                              "users) over its typed parts: acting input, recurrent acting, files.",
+}
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -109,10 +124,15 @@ def test_no_module_uses_another_modules_private_names():
     assert not found, "private names used across modules:\n" + "\n".join(found)
 
 
-def test_no_module_is_over_the_size_limit():
-    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
-    over = {p: n for p, n in sorted(sizes.items()) if n > MAX_MODULE_LINES}
-    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them along their concepts): {over}"
+def test_every_module_past_the_size_guidance_says_why():
+    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    over = {p: n for p, n in sorted(sizes.items()) if n > GUIDANCE_LINES}
+    unexplained = {p: n for p, n in over.items() if p not in LONG_MODULES}
+    assert not unexplained, (
+        f"modules over ~{GUIDANCE_LINES} lines (STYLE.md): split them along a seam, or give the reason "
+        f"in LONG_MODULES: {unexplained}")
+    stale = sorted(set(LONG_MODULES) - set(over))
+    assert not stale, f"LONG_MODULES lists modules no longer over {GUIDANCE_LINES} lines: {stale}"
 
 
 def test_every_stateful_class_follows_the_state_protocol():
