@@ -18,7 +18,7 @@ import numpy as np
 
 from cairn.env_runner.inference import RowOrigin, compute_raw_actions
 from cairn.errors import CheckpointFormatError, ConfigError
-from cairn.policy.recurrent import initial_state, is_recurrent, recurrent_raw_actions
+from cairn.policy.recurrent import is_recurrent
 
 __all__ = ["RecurrentStates", "refuse_recurrent_policies"]
 
@@ -47,7 +47,7 @@ class RecurrentStates:
     def _initial_state(self, policy: Any) -> list[np.ndarray]:
         cached = self._initial.get(id(policy))
         if cached is None:
-            cached = self._initial[id(policy)] = initial_state(policy)
+            cached = self._initial[id(policy)] = policy.get_initial_state()
         return cached
 
     def act(self, policy: Any, obs: np.ndarray, keys: Sequence[Key], *, explore: bool, policy_id: str,
@@ -60,7 +60,7 @@ class RecurrentStates:
         init = self._initial_state(policy)
         rows = [self.states.get(key, init) for key in keys]
         state_in = [np.stack([row[k] for row in rows]) for k in range(len(init))]
-        raw, state_out = recurrent_raw_actions(policy, obs, state_in, explore=explore)
+        raw, state_out = policy.recurrent_acting.raw_actions(obs, state_in, policy.np_random, explore=explore)
         for r, key in enumerate(keys):
             self.states[key] = [s[r] for s in state_out]
         return raw, state_in

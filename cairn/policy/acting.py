@@ -1,5 +1,5 @@
-"""A policy's acting path: processed observations -> the action distribution's inputs -> raw
-actions -> the action one environment takes.
+"""A policy's acting path: raw observations -> network rows (:class:`ObservationInput`) -> the
+action distribution's inputs -> raw actions -> the action one environment takes.
 
 :class:`~cairn.policy.policy.Policy`'s acting methods (the ones subclasses override) call these
 functions, which hold what does not depend on the policy class: the network's numpy fast path
@@ -15,22 +15,34 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cairn.policy.action_masking import filter_features
+from cairn.policy.action_masking import MaskedObservationPreprocessor, filter_features
 from cairn.policy.distributions import ActionDistribution
+from cairn.policy.filters import MeanStdFilter, NoFilter
+from cairn.spaces import ObservationPreprocessor
 
-__all__ = ["action_inputs", "processed_observations", "raw_actions", "single_action"]
+__all__ = ["ObservationInput", "action_inputs", "raw_actions", "single_action"]
 
 
-def processed_observations(policy: Any, obs_batch: Any, *, update: bool) -> np.ndarray:
-    """``policy.process_observations``: raw observations -> float32 network inputs, through the
-    policy's preprocessor and observation filter (``update=True``: the filter learns them too).
-    A masked policy's rows are ``[features | mask]``, and the filter sees the features only."""
-    processed = policy.preprocessor(obs_batch)
-    if policy.action_mask_size:
-        return filter_features(processed, policy.observation_filter, policy.preprocessor.size, update=update)
-    if update:
-        policy.observation_filter.update(processed)
-    return policy.observation_filter.apply(processed)  # type: ignore[no-any-return]
+class ObservationInput:
+    """A policy's observation connector: raw observations -> float32 network rows, through its
+    preprocessor (flatten, one-hot) and its observation filter; the one owner of both.
+
+    A masked policy's rows are ``[features | mask]``, and the filter sees the features only.
+    """
+
+    def __init__(self, preprocessor: ObservationPreprocessor | MaskedObservationPreprocessor,
+                 observation_filter: NoFilter | MeanStdFilter) -> None:
+        self.preprocessor = preprocessor
+        self.observation_filter = observation_filter
+
+    def __call__(self, obs_batch: Any, *, update: bool) -> np.ndarray:
+        """Rows for ``obs_batch``; ``update=True`` also feeds them to the filter's statistics."""
+        processed = self.preprocessor(obs_batch)
+        if self.preprocessor.mask_size:
+            return filter_features(processed, self.observation_filter, self.preprocessor.size, update=update)
+        if update:
+            self.observation_filter.update(processed)
+        return self.observation_filter.apply(processed)  # type: ignore[no-any-return]
 
 
 def action_inputs(model: Any, processed_obs: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from cairn.policy.config_overrides import with_config_overrides
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.state_check import check_policy_state
 from cairn.registry import model_exporter, native_model_writer
@@ -78,35 +79,42 @@ def is_policy_checkpoint(checkpoint: CheckpointLike, *,
 
 def policies_from_checkpoint(
     checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None, base: type[Policy],
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None, config_overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Policy]:
     """``{policy_id: Policy}`` of an Algorithm checkpoint: all its policies, or only
-    ``policy_ids``, reading only their files; each stored class must subclass ``base``."""
+    ``policy_ids``, reading only their files; each stored class must subclass ``base``;
+    ``config_overrides`` set in each policy's config (:mod:`cairn.policy.config_overrides`)."""
     from cairn.checkpoint import load_policy_states
     from cairn.checkpoint.reference_scope import loading_checkpoint
 
     with loading_checkpoint(checkpoint, storage_options):  # never code from inside it
         states = load_policy_states(checkpoint, policy_ids=policy_ids, storage_options=storage_options)
-        return {pid: policy_from_checkpoint_state(state, f"{checkpoint} (policy {pid!r})", base=base)
+        return {pid: policy_from_checkpoint_state(state, f"{checkpoint} (policy {pid!r})", base=base,
+                                                  config_overrides=config_overrides)
                 for pid, state in states.items()}
 
 
 def policy_from_policy_checkpoint(checkpoint: CheckpointLike, *, base: type[Policy],
-                                  storage_options: Mapping[str, Any] | None = None) -> Policy:
+                                  storage_options: Mapping[str, Any] | None = None,
+                                  config_overrides: Mapping[str, Any] | None = None) -> Policy:
     """The policy of a Policy checkpoint; an Algorithm checkpoint is refused with
-    ``CheckpointFormatError``. The stored class must subclass ``base``."""
+    ``CheckpointFormatError``. The stored class must subclass ``base``; ``config_overrides`` as
+    in :func:`policies_from_checkpoint`."""
     from cairn.checkpoint import load_policy_state
     from cairn.checkpoint.reference_scope import loading_checkpoint
 
     with loading_checkpoint(checkpoint, storage_options):  # never code from inside it
         state = load_policy_state(checkpoint, storage_options=storage_options)
-        return policy_from_checkpoint_state(state, checkpoint, base=base)
+        return policy_from_checkpoint_state(state, checkpoint, base=base, config_overrides=config_overrides)
 
 
-def policy_from_checkpoint_state(state: Mapping[str, Any], where: Any, *, base: type[Policy]) -> Policy:
-    """Check a state tree the checkpoint reader returned, and build its policy from it."""
+def policy_from_checkpoint_state(state: Mapping[str, Any], where: Any, *, base: type[Policy],
+                                 config_overrides: Mapping[str, Any] | None = None) -> Policy:
+    """Set ``config_overrides`` in a state tree the checkpoint reader returned, check it, and
+    build its policy from it."""
     from cairn.checkpoint import restoring
 
+    state = with_config_overrides(state, config_overrides, where)  # checked as it will be built
     check_policy_state(state, where, base=base)
     with restoring(where):
         # The arrays were read into buffers nobody else holds: adopt them, don't copy.

@@ -23,7 +23,6 @@ from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategoric
 from cairn.policy.export_actor_critic import ActorCriticModule, actor_critic_outputs
 from cairn.policy.export_hook import BATCH, ExportGraph, TensorSpec
 from cairn.policy.observation_path import example_input, filter_description, input_spec
-from cairn.policy.recurrent import initial_state
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -65,7 +64,7 @@ class RecurrentActorCriticModule(ActorCriticModule):
 def recurrent_export_graph(policy: Policy) -> ExportGraph:
     """The export graph of a recurrent actor-critic policy (see the module doc); raises
     ExportError for a state of more than two components or an unsupported distribution."""
-    init = initial_state(policy)
+    init = policy.get_initial_state()
     if not 1 <= len(init) <= len(STATE_NAMES):
         raise ExportError(
             f"The recurrent model {network_name(policy.model)} has {len(init)} state components; "

@@ -74,13 +74,14 @@ def check_model_config(model: Any) -> None:
     check_conv_config(model)
 
 
-def policy_encoder_description(policy: Any) -> dict[str, Any] | None:
-    """The :func:`~cairn.policy.encoders.encoder_description` of a policy's observation space
-    under its ``config["model"]``; images are scaled to [0, 1] only when no observation filter
-    normalises them (``observation_filter="NoFilter"``)."""
-    model_cfg = {**DEFAULT_MODEL_CONFIG, **policy.config["model"]}
-    return encoder_description(policy.network_observation_space, model_cfg,
-                               scale_images=policy.config.get("observation_filter", "NoFilter") == "NoFilter")
+def policy_encoder_description(network_observation_space: gym.Space[Any],
+                               config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The :func:`~cairn.policy.encoders.encoder_description` of the observation space a policy's
+    network reads, under the policy's ``config["model"]``; images are scaled to [0, 1] only when no
+    observation filter normalises them (``config["observation_filter"] == "NoFilter"``)."""
+    model_cfg = {**DEFAULT_MODEL_CONFIG, **config["model"]}
+    return encoder_description(network_observation_space, model_cfg,
+                               scale_images=config.get("observation_filter", "NoFilter") == "NoFilter")
 
 
 MakeModel = TypeVar("MakeModel", bound=Callable[..., Any])

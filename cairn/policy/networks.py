@@ -5,9 +5,11 @@ the built-in :class:`~cairn.policy.model.ActorCriticMLP` (with a CNN encoder for
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
+import torch
 from torch import nn
 
 from cairn.models import ActorCriticModel
@@ -21,30 +23,24 @@ from cairn.policy.recurrent_model import LSTMActorCritic
 __all__ = ["actor_critic_model"]
 
 
-def actor_critic_model(policy: Any) -> nn.Module:
-    """The network of ``policy`` (a :class:`~cairn.Policy` being set up) from its
-    ``config["model"]``, its spaces, its distribution's input count and its generator."""
-    model_cfg = deep_merge(DEFAULT_MODEL_CONFIG, policy.config["model"])
+def actor_critic_model(config: Mapping[str, Any], *, network_observation_space: gym.Space[Any],
+                       action_space: gym.Space[Any], obs_size: int, num_outputs: int,
+                       generator: torch.Generator) -> nn.Module:
+    """The network of an actor-critic policy from its ``config`` (``model``, ``observation_filter``),
+    the observation space its network reads (``obs_size`` numbers per row), its action space, its
+    distribution's input count and its torch generator."""
+    model_cfg = deep_merge(DEFAULT_MODEL_CONFIG, config["model"])
     if uses_custom_model(model_cfg):
         return build_custom_model(
-            model_cfg, ActorCriticModel, observation_space=policy.network_observation_space,
-            action_space=policy.action_space, num_outputs=policy.dist.num_inputs, generator=policy.generator)
+            model_cfg, ActorCriticModel, observation_space=network_observation_space,
+            action_space=action_space, num_outputs=num_outputs, generator=generator)
+    encoder = policy_encoder_description(network_observation_space, config)
+    settings = {"hidden": list(model_cfg["hidden"]), "activation": model_cfg["activation"],
+                "vf_share_layers": bool(model_cfg["vf_share_layers"]),
+                "free_log_std": isinstance(action_space, gym.spaces.Box),
+                "log_std_init": float(model_cfg["log_std_init"]), "encoder": encoder}
     recurrent = recurrent_settings(model_cfg)
     if recurrent["use_lstm"]:  # encoder + MLP, then an LSTM, then the heads (docs/ppo.md)
-        return LSTMActorCritic(
-            policy.network_observation_space, policy.action_space, policy.dist.num_inputs,
-            obs_size=policy.preprocessor.size, hidden=list(model_cfg["hidden"]),
-            activation=model_cfg["activation"], cell_size=recurrent["lstm_cell_size"],
-            vf_share_layers=bool(model_cfg["vf_share_layers"]),
-            free_log_std=isinstance(policy.action_space, gym.spaces.Box),
-            log_std_init=float(model_cfg["log_std_init"]), encoder=policy_encoder_description(policy))
-    return actor_critic_network(model_cfg)(  # type: ignore[no-any-return]
-        policy.preprocessor.size,
-        policy.dist.num_inputs,
-        hidden=list(model_cfg["hidden"]),
-        activation=model_cfg["activation"],
-        vf_share_layers=bool(model_cfg["vf_share_layers"]),
-        free_log_std=isinstance(policy.action_space, gym.spaces.Box),
-        log_std_init=float(model_cfg["log_std_init"]),
-        encoder=policy_encoder_description(policy),
-    )
+        return LSTMActorCritic(network_observation_space, action_space, num_outputs, obs_size=obs_size,
+                               cell_size=recurrent["lstm_cell_size"], **settings)
+    return actor_critic_network(model_cfg)(obs_size, num_outputs, **settings)  # type: ignore[no-any-return]

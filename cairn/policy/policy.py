@@ -12,10 +12,11 @@ import numpy as np
 import torch
 
 from cairn.errors import ConfigError
-from cairn.policy import checkpointing, recurrent
-from cairn.policy.acting import action_inputs, processed_observations, raw_actions, single_action
+from cairn.policy import checkpointing
+from cairn.policy.acting import ObservationInput, action_inputs, raw_actions, single_action
 from cairn.policy.action_masking import (
     MaskedActorCritic,
+    MaskedObservationPreprocessor,
     action_sizes,
     checked_masks,
     legal_actions,
@@ -34,11 +35,13 @@ from cairn.policy.model import (
 )
 from cairn.policy.networks import actor_critic_model
 from cairn.policy.output_shapes import check_actor_critic_outputs
+from cairn.policy.recurrent import RecurrentActing, RecurrentState, recurrent_acting
+from cairn.policy.recurrent_config import recurrent_settings
 from cairn.policy.spec import PolicySpec
 from cairn.policy.state_tree import make_generators, policy_state_tree, restore_policy_state_tree
 from cairn.policy.weights import adopt_weights, load_weights, weights_to_numpy
 from cairn.registry import class_reference, register_class, resolve_class
-from cairn.spaces import check_action_space, space_from_json
+from cairn.spaces import ObservationPreprocessor, check_action_space, space_from_json
 
 if TYPE_CHECKING:
     from cairn.checkpoint.reader import CheckpointLike, StorageOptions
@@ -106,13 +109,16 @@ class Policy:
         self.check_setup(action_space, self.config)
         try:
             check_action_space(action_space)
-            self.preprocessor = make_preprocessor(observation_space, action_space)
+            preprocessor = make_preprocessor(observation_space, action_space)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+        #: Raw observations -> network rows: the preprocessor and the observation filter.
+        self.observation_input = ObservationInput(
+            preprocessor, make_filter(self.config["observation_filter"], preprocessor.size))
         #: Entries of the observation's action mask (0: no masking; docs/models.md, "Action
         #: masking") and the observation space the network reads (without the mask).
-        self.action_mask_size = self.preprocessor.mask_size
-        self.network_observation_space = self.preprocessor.network_space
+        self.action_mask_size = preprocessor.mask_size
+        self.network_observation_space = preprocessor.network_space
         check_model_config(self.config["model"])
         self.observation_space = observation_space
         self.action_space = action_space
@@ -129,7 +135,12 @@ class Policy:
             self.model: Any = self.make_model()
             if self.action_mask_size:
                 self.model = self.mask_model(self.model)
-        recurrent.finish_recurrent_setup(self)  # use_lstm: PPO's networks only; no action mask
+        #: The acting path with a state (None: feed-forward); use_lstm is PPO's, without a mask.
+        self.recurrent: RecurrentActing | None = recurrent_acting(
+            self.model, self.dist, self.config["model"], action_mask_size=self.action_mask_size,
+            policy_class=type(self).__name__)
+        if recurrent_settings(self.config["model"])["use_lstm"]:  # the state's size in the spec, as data
+            self.config["model"] = {**self.config["model"], **recurrent_settings(self.config["model"])}
         adopted = self._adopted_weights
         if init_weights:
             self.init_weights()
@@ -142,9 +153,6 @@ class Policy:
         self._optimizers = self.optimizer_holder = LazyOptimizer()  # the holder, for learners' sync
         if type(self).make_optimizer is not Policy.make_optimizer:
             self._optimizers.set(self.make_optimizer())
-        self.observation_filter: NoFilter | MeanStdFilter = make_filter(
-            self.config["observation_filter"], self.preprocessor.size
-        )
         self.global_timestep = 0
         self.num_grad_updates = 0
         self.finish_setup()
@@ -180,7 +188,9 @@ class Policy:
         """Build the network (override in subclasses for other architectures): the user's
         ``model.custom_model`` (:class:`cairn.models.ActorCriticModel`), else the built-in MLP
         (with a CNN encoder for images) or its Keras twin (:mod:`cairn.policy.networks`)."""
-        return actor_critic_model(self)
+        return actor_critic_model(self.config, network_observation_space=self.network_observation_space,
+                                  action_space=self.action_space, obs_size=self.preprocessor.size,
+                                  num_outputs=self.dist.num_inputs, generator=self.generator)
 
     def init_weights(self) -> None:
         """Randomly initialise the network from the policy's own generator."""
@@ -234,7 +244,17 @@ class Policy:
 
         ``update=True`` also feeds them to the observation filter's running statistics.
         """
-        return processed_observations(self, obs_batch, update=update)
+        return self.observation_input(obs_batch, update=update)
+
+    @property
+    def preprocessor(self) -> ObservationPreprocessor | MaskedObservationPreprocessor:
+        """Raw observations -> unfiltered rows (``size`` network inputs, then ``mask_size``)."""
+        return self.observation_input.preprocessor
+
+    @property
+    def observation_filter(self) -> NoFilter | MeanStdFilter:
+        """The observation filter (its statistics are part of the policy's state)."""
+        return self.observation_input.observation_filter
 
     def compute_action_inputs(self, processed_obs: np.ndarray) -> np.ndarray:
         """The action distribution's inputs (logits, or mean and log-std) for processed obs."""
@@ -265,8 +285,8 @@ class Policy:
         observation space (e.g. rows of the wrong shape, or one observation instead of a batch).
         """
         processed = self.process_observations(obs_batch, update=False)
-        if state is not None or recurrent.is_recurrent(self):
-            return recurrent.recurrent_actions(self, processed, state, explore=explore)
+        if state is not None or self.recurrent is not None:
+            return self.recurrent_acting.actions(processed, state, self.np_random, explore=explore)
         return self.dist.to_env(self.compute_raw_actions(processed, explore=explore))
 
     def compute_single_action(self, obs: Any, *, explore: bool = True,
@@ -276,13 +296,22 @@ class Policy:
         ``state`` (a recurrent policy's, unbatched) ``(action, state_out)``. Raises
         :class:`~cairn.errors.ObservationSpaceError` when ``obs`` does not fit the observation space."""
         if state is not None:
-            processed = self.process_observations([obs], update=False)
-            return recurrent.recurrent_single_action(self, processed, state, explore=explore)
+            batched = [np.asarray(s)[None] for s in state]
+            actions, out = self.compute_actions([obs], explore=explore, state=batched)
+            return single_action(self.action_space, actions[0]), [o[0] for o in out]
         return single_action(self.action_space, self.compute_actions([obs], explore=explore)[0])
 
-    def get_initial_state(self) -> list[np.ndarray]:
+    def get_initial_state(self) -> RecurrentState:
         """A recurrent policy's state at the start of an episode (``[h, c]``, ``[cell]`` each)."""
-        return recurrent.initial_state(self)
+        return self.recurrent_acting.initial_state()
+
+    @property
+    def recurrent_acting(self) -> RecurrentActing:
+        """:attr:`recurrent`, or TypeError for a policy whose network has no state."""
+        if self.recurrent is None:
+            raise TypeError(f"{type(self).__name__} with this model is not recurrent: it has no state; "
+                            "call compute_actions without state.")
+        return self.recurrent
 
     # --------------------------------------------------------------------------------- weights
     def get_weights(self) -> dict[str, np.ndarray]:
@@ -394,17 +423,19 @@ class Policy:
     @overload
     @classmethod
     def from_checkpoint(cls, checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str],
-                        storage_options: StorageOptions = None) -> dict[str, Policy]: ...
+                        storage_options: StorageOptions = None,
+                        config_overrides: Mapping[str, Any] | None = None) -> dict[str, Policy]: ...
 
     @overload
     @classmethod
     def from_checkpoint(cls, checkpoint: CheckpointLike, *, policy_ids: None = None,
-                        storage_options: StorageOptions = None) -> Policy | dict[str, Policy]: ...
+                        storage_options: StorageOptions = None,
+                        config_overrides: Mapping[str, Any] | None = None) -> Policy | dict[str, Policy]: ...
 
     @classmethod
     def from_checkpoint(
         cls, checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None = None,
-        storage_options: StorageOptions = None,
+        storage_options: StorageOptions = None, config_overrides: Mapping[str, Any] | None = None,
     ) -> Policy | dict[str, Policy]:
         """Load the policy of a Policy checkpoint, or the policies of an Algorithm checkpoint, from
         a directory or a URL (``s3://``, ``memory://``; ``storage_options`` for its file system).
@@ -412,6 +443,11 @@ class Policy:
         * a Policy checkpoint (``export_checkpoint``) gives a :class:`Policy`;
         * an Algorithm checkpoint gives ``{policy_id: Policy}``: all its policies, or only
           ``policy_ids`` (a list, or one ID as a str), reading only their files.
+
+        ``config_overrides`` sets keys of each policy's config, as ``Algorithm.from_checkpoint``'s
+        does: a ``model`` dict merges into the stored one (``{"model": {"custom_model": MyNet}}``
+        brings back a class defined in ``__main__``), other values replace; an unknown key is a
+        ConfigError (:mod:`cairn.policy.config_overrides`).
 
         The return type depends on the directory, so type checkers see ``Policy | dict``
         without ``policy_ids``; with ``policy_ids`` they see ``dict[str, Policy]``, and
@@ -422,18 +458,20 @@ class Policy:
         if policy_ids is None and checkpointing.is_policy_checkpoint(
             checkpoint, storage_options=storage_options
         ):
-            return cls.from_policy_checkpoint(checkpoint, storage_options=storage_options)
+            return cls.from_policy_checkpoint(checkpoint, storage_options=storage_options,
+                                              config_overrides=config_overrides)
         return checkpointing.policies_from_checkpoint(
-            checkpoint, policy_ids=policy_ids, base=Policy, storage_options=storage_options)
+            checkpoint, policy_ids=policy_ids, base=Policy, storage_options=storage_options,
+            config_overrides=config_overrides)
 
     @classmethod
-    def from_policy_checkpoint(cls, checkpoint: CheckpointLike, *,
-                               storage_options: StorageOptions = None) -> Policy:
+    def from_policy_checkpoint(cls, checkpoint: CheckpointLike, *, storage_options: StorageOptions = None,
+                               config_overrides: Mapping[str, Any] | None = None) -> Policy:
         """Load a Policy checkpoint (written by :meth:`export_checkpoint`; a directory or a URL);
         an Algorithm checkpoint is refused with ``CheckpointFormatError`` (use
-        :meth:`from_checkpoint`)."""
+        :meth:`from_checkpoint`). ``config_overrides`` as in :meth:`from_checkpoint`."""
         return checkpointing.policy_from_policy_checkpoint(
-            checkpoint, base=Policy, storage_options=storage_options)
+            checkpoint, base=Policy, storage_options=storage_options, config_overrides=config_overrides)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(observation_space={self.observation_space}, "

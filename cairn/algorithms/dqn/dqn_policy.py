@@ -119,14 +119,13 @@ class DQNPolicy(Policy):
                 model_cfg, QModel, observation_space=self.network_observation_space,
                 action_space=self.action_space, num_outputs=int(self.action_space.n),  # type: ignore[attr-defined]
                 generator=self.generator)
+        encoder = policy_encoder_description(self.network_observation_space, self.config)
         if model_framework(model_cfg) == "keras":  # Keras Dense layers on the torch backend (docs/keras.md)
             return keras_q_network(self.preprocessor.size, int(self.action_space.n), model_cfg,  # type: ignore[attr-defined]
-                                   dueling=bool(self.config["dueling"]),
-                                   encoder=policy_encoder_description(self))
+                                   dueling=bool(self.config["dueling"]), encoder=encoder)
         return QNetwork(
             self.preprocessor.size, int(self.action_space.n), hidden=list(model_cfg["hidden"]),  # type: ignore[attr-defined]
-            activation=model_cfg["activation"], dueling=bool(self.config["dueling"]),
-            encoder=policy_encoder_description(self),
+            activation=model_cfg["activation"], dueling=bool(self.config["dueling"]), encoder=encoder,
         )
 
     def check_model_outputs(self) -> None:

@@ -107,21 +107,22 @@ class SACPolicy(Policy):
     @builds_config_mlp
     def make_model(self) -> torch.nn.Module:
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
+        encoder = policy_encoder_description(self.network_observation_space, self.config)
         if uses_custom_model(model_cfg) or uses_custom_model(model_cfg, "custom_q_model"):
             return CustomSACModel(  # the user's cairn.models.SACActorModel / SACCriticModel
                 model_cfg, self.network_observation_space, self.action_space, self.preprocessor.size,
                 initial_alpha=float(self.config["initial_alpha"]), generator=self.generator,
-                encoder=policy_encoder_description(self))
+                encoder=encoder)
         # Keras actor and critics on the torch backend (docs/keras.md)
         if model_framework(model_cfg) == "keras":
             return keras_sac_model(
                 self.preprocessor.size, int(np.prod(self.action_space.shape)), model_cfg,  # type: ignore[arg-type]
                 initial_alpha=float(self.config["initial_alpha"]), log_std_bounds=(LOG_STD_MIN, LOG_STD_MAX),
-                encoder=policy_encoder_description(self))
+                encoder=encoder)
         return SACModel(
             self.preprocessor.size, int(np.prod(self.action_space.shape)),  # type: ignore[arg-type]
             hidden=list(model_cfg["hidden"]), activation=model_cfg["activation"],
-            initial_alpha=float(self.config["initial_alpha"]), encoder=policy_encoder_description(self),
+            initial_alpha=float(self.config["initial_alpha"]), encoder=encoder,
         )
 
     def check_model_outputs(self) -> None:

@@ -1,0 +1,105 @@
+"""``Policy.from_checkpoint(..., config_overrides=...)`` (issue 36, "Also"): the policy's config keys,
+set as ``Algorithm.from_checkpoint`` sets them (a ``model`` dict merges, other values replace),
+for Policy checkpoints and for the policies of an Algorithm checkpoint; unknown keys are a
+ConfigError naming the key and the valid ones."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import cairn
+from cairn.algorithms.dqn import DQNPolicy
+from cairn.errors import CheckpointConfigError, CheckpointFormatError, ConfigError
+from tests.helpers import small_ppo
+from tests.models.nets import TwoHeads
+
+OBS, ACT = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+ROWS = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+
+
+class MainNet(TwoHeads):
+    """Stands for a model defined in the script run as ``__main__`` (its reference is
+    ``'__main__:MainNet'``; another process cannot import it)."""
+
+
+def _saved_with_main_model(monkeypatch: pytest.MonkeyPatch,
+                           tmp_path: Path) -> tuple[cairn.Policy, Path, Path]:
+    """A policy with the ``__main__`` model saved alone and inside an algorithm; then the class
+    is gone from ``__main__``, as in a new process."""
+    monkeypatch.setattr(MainNet, "__module__", "__main__")
+    with monkeypatch.context() as in_main, warnings.catch_warnings():
+        in_main.setattr(sys.modules["__main__"], "MainNet", MainNet, raising=False)
+        warnings.simplefilter("ignore")  # the __main__ warnings have their own tests
+        algo = small_ppo(model={"custom_model": MainNet, "custom_model_config": {"width": 8}}).build()
+        policy = algo.get_policy()
+        assert policy.config["model"]["custom_model"] == "__main__:MainNet"
+        policy.export_checkpoint(tmp_path / "policy")
+        algo.save(tmp_path / "algo")
+        algo.stop()
+    return policy, tmp_path / "policy", tmp_path / "algo"
+
+
+def test_a_main_model_comes_back_through_config_overrides(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    policy, policy_dir, algo_dir = _saved_with_main_model(monkeypatch, tmp_path)
+    with pytest.raises(CheckpointConfigError, match=r"__main__.*config_overrides"):
+        cairn.Policy.from_checkpoint(policy_dir)
+    with pytest.raises(CheckpointConfigError, match=r"__main__.*config_overrides"):
+        cairn.Policy.from_checkpoint(algo_dir)
+    overrides = {"model": {"custom_model": TwoHeads}}
+    alone = cairn.Policy.from_checkpoint(policy_dir, config_overrides=overrides)
+    from_algo = cairn.Policy.from_checkpoint(algo_dir, config_overrides=overrides)
+    subset = cairn.Policy.from_checkpoint(algo_dir, policy_ids="default_policy", config_overrides=overrides)
+    typed = cairn.Policy.from_policy_checkpoint(policy_dir, config_overrides=overrides)
+    assert isinstance(from_algo, dict) and isinstance(alone, cairn.Policy)
+    for restored in (alone, from_algo["default_policy"], subset["default_policy"], typed):
+        assert type(restored.model) is TwoHeads
+        # Only the class changed: the rest of the stored model config and the weights are kept.
+        stored_model = {**policy.config["model"], "custom_model": "tests.models.nets:TwoHeads"}
+        assert restored.config["model"] == stored_model
+        for name, value in policy.get_weights().items():
+            np.testing.assert_array_equal(restored.get_weights()[name], value)
+        np.testing.assert_array_equal(restored.compute_action_inputs(ROWS),
+                                      policy.compute_action_inputs(ROWS))
+
+
+def test_overrides_replace_values_and_the_restored_policy_uses_them(tmp_path: Path) -> None:
+    policy = DQNPolicy(OBS, ACT, {"model": {"hidden": [8]}, "lr": 1e-3}, seed=0)
+    policy.optimizer  # noqa: B018  (built, so that its state is saved)
+    policy.export_checkpoint(tmp_path / "p")
+    restored = cairn.Policy.from_checkpoint(
+        tmp_path / "p", config_overrides={"lr": 5e-4, "epsilon": [[0, 0.5]]})
+    assert isinstance(restored, DQNPolicy)
+    assert restored.config["lr"] == 5e-4 and restored.config["epsilon"] == [[0, 0.5]]
+    assert [g["lr"] for g in restored.optimizer.param_groups] == [5e-4]
+    assert restored.config["model"] == policy.config["model"]
+    with pytest.raises(ConfigError, match="epsilon"):  # each value is checked as the class checks it
+        cairn.Policy.from_checkpoint(tmp_path / "p", config_overrides={"epsilon": [[0, 2.0]]})
+
+
+def test_unknown_or_invalid_keys_are_config_errors_naming_the_valid_ones(tmp_path: Path) -> None:
+    cairn.Policy(OBS, ACT, {"model": {"hidden": [8]}}, seed=0).export_checkpoint(tmp_path / "p")
+    algo = small_ppo(model={"hidden": [8]}).build()
+    algo.save(tmp_path / "a")
+    algo.stop()
+    for path in (tmp_path / "p", tmp_path / "a"):
+        with pytest.raises(ConfigError, match=r"'learning_rate'.*\['lr', 'model', 'observation_filter'\]"):
+            cairn.Policy.from_checkpoint(path, config_overrides={"learning_rate": 1e-4})
+        with pytest.raises(ConfigError, match=r"Unknown model keys \['hiden'\]"):
+            cairn.Policy.from_checkpoint(path, config_overrides={"model": {"hiden": [8]}})
+        with pytest.raises(ConfigError, match="'model' must be a dict"):
+            cairn.Policy.from_checkpoint(path, config_overrides={"model": [8]})
+
+
+def test_an_override_that_reshapes_the_network_is_refused_not_ignored(tmp_path: Path) -> None:
+    """The stored weights cannot fill another network: an error, never a policy silently built
+    from the stored config while reporting the overridden one."""
+    cairn.Policy(OBS, ACT, {"model": {"hidden": [8]}}, seed=0).export_checkpoint(tmp_path / "p")
+    with pytest.raises(CheckpointFormatError, match="model config"):
+        cairn.Policy.from_checkpoint(tmp_path / "p", config_overrides={"model": {"hidden": [16]}})
