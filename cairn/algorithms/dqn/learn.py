@@ -44,7 +44,7 @@ def dqn_targets(config: Any, policy: DQNPolicy, sample: Mapping[str, np.ndarray]
     )
 
 
-def dqn_learn(config: Any, policy: Any, sync: GradientSync, *,
+def dqn_learn(config: Any, policy: DQNPolicy, sync: GradientSync, *,
               sample: Mapping[str, np.ndarray]) -> LearnOutput:
     """One gradient update of a DQN ``policy`` on a replayed ``sample`` in torch: targets
     over the whole minibatch, the TD loss of this learner's shard weighted by its share of the

@@ -31,6 +31,7 @@ from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
 from cairn.env_runner.sample_batch import batch_states
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
+from cairn.policy.policy import Policy
 from cairn.policy.recurrent_config import recurrent_settings
 from cairn.policy.torch_utils import clip_grad_norm
 
@@ -87,14 +88,14 @@ def _bootstrap_values(model: Any, batch: Any, obs: torch.Tensor, states: list[to
     return next_values
 
 
-def sequence_count(batch: Any, policy: Any) -> int:
+def sequence_count(batch: Any, policy: Policy) -> int:
     """How many sequences :func:`learn_recurrent` cuts ``batch`` of ``policy`` into (the
     algorithm draws a permutation of them per epoch)."""
     max_seq_len = int(recurrent_settings(policy.config["model"])["max_seq_len"])
     return len(sequence_starts(batch["ends"], max_seq_len)[0])
 
 
-def learn_recurrent(config: Any, policy: Any, sync: GradientSync, *, batch: Any, rewards: np.ndarray,
+def learn_recurrent(config: Any, policy: Policy, sync: GradientSync, *, batch: Any, rewards: np.ndarray,
                     permutations: Sequence[np.ndarray]) -> LearnOutput:
     """One PPO update of a recurrent ``policy`` on ``batch`` (``rewards``: the learner's, maybe
     normalised) with PPO's ``config``: one epoch per array of ``permutations`` (the order of

@@ -16,13 +16,14 @@ from cairn.algorithms.sac.loss import (
     soft_q_targets,
     squashed_gaussian_sample,
 )
+from cairn.algorithms.sac.sac_policy import SACPolicy
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.torch_utils import clip_grad_norm
 
 __all__ = ["sac_learn"]
 
 
-def sac_learn(config: Any, policy: Any, sync: GradientSync, *,
+def sac_learn(config: Any, policy: SACPolicy, sync: GradientSync, *,
               sample: Mapping[str, np.ndarray]) -> LearnOutput:
     """One gradient step of a SAC ``policy`` on a replayed ``sample``, in Stable-Baselines3's
     order: the temperature and the critics (one backward, disjoint parameters), the actor
