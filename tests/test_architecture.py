@@ -30,6 +30,8 @@ LONG_MODULES = {
                                            "mapping of its errors to cairn's.",
     "cairn/config/algorithm_config.py": "AlgorithmConfig's fluent methods, one per RLlib section, "
                                         "each with its documented arguments.",
+    "cairn/env_runner/env_runner.py": "EnvRunner's single-agent sample loop (act, step, record, "
+                                      "episode hooks) reads as one hot loop; other kinds live beside it.",
     "cairn/policy/policy.py": "Policy's public API (RLlib's names; overridden by DQN, SAC and "
                               "users) over its typed parts: acting input, recurrent acting, files.",
 }
