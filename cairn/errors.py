@@ -39,6 +39,7 @@ __all__ = [
     "ImageObservationWarning",
     "LoggerWarning",
     "ReplayBufferNotRestoredWarning",
+    "StorageCleanupWarning",
 ]
 
 
@@ -203,6 +204,14 @@ class LoggerWarning(UserWarning):
     after the fact it reports: training, or the save, succeeded and goes on. The message names
     the logger or hook and the error. Make it an error with the logger's ``strict = True``
     (docs/callbacks.md), or ``warnings.simplefilter("error", LoggerWarning)``.
+    """
+
+
+class StorageCleanupWarning(UserWarning):
+    """A save to an object store committed (its URL loads the new checkpoint), but deleting
+    what it left behind failed: objects that no manifest lists, or the stage of a replacement
+    (docs/storage.md). The message names them and says who deletes them (the next save there,
+    or a ``CheckpointManager`` started on its root); they are harmless meanwhile.
     """
 
 

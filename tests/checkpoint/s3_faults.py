@@ -5,13 +5,16 @@ The requests that change a bucket are made by five s3fs coroutines: ``_put_file`
 ``_pipe_file`` (a small PUT), ``_cp_file`` (a server-side CopyObject), ``_rm_file`` (a DELETE)
 and ``_rm`` (a bulk delete). :func:`fail_request` makes the k-th of them to start fail, as a
 connection reset that s3fs has given up retrying (the request never reaches the server); the
-others go through to the test's moto server. :func:`killed_in_fork` runs a save in a forked
-child that SIGKILLs itself once its k-th such request is done.
+others go through to the test's moto server. :func:`fail_one` fails the first request of one
+coroutine on one key, before it reaches the server or after the server executed it (its
+response lost). :func:`killed_in_fork` runs a save in a forked child that SIGKILLs itself once
+its k-th such request is done.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +54,33 @@ def fail_request(monkeypatch: pytest.MonkeyPatch, fail_at: int | None) -> list[t
         monkeypatch.setattr(s3fs.S3FileSystem, name, make(name, getattr(s3fs.S3FileSystem, name)))
     monkeypatch.setattr(s3fs.S3FileSystem, "_cache", {})  # instances bind methods when made
     return started
+
+
+def fail_one(monkeypatch: pytest.MonkeyPatch, coroutine: str, key_end: str, *,
+             executed: bool = False) -> list[str]:
+    """Make the first ``coroutine`` request (one of :data:`CHANGING`) whose key, or one of
+    whose keys (a bulk delete), ends with a match of the regular expression ``key_end`` (a
+    plain name: ``re.escape`` it) fail as a connection reset: before it
+    reaches the server, or with ``executed`` after the server executed it (the response lost,
+    as when a connection drops after S3 applied the request). Returns the keys it failed on."""
+    import s3fs
+
+    failed: list[str] = []
+    original = getattr(s3fs.S3FileSystem, coroutine)
+
+    async def request(self: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+        target = args[0] if coroutine in ("_put_file", "_cp_file") else path
+        keys = [str(key) for key in (target if isinstance(target, list) else [target])]
+        if failed or not any(re.search(f"(?:{key_end})$", key) for key in keys):
+            return await original(self, path, *args, **kwargs)
+        failed.extend(keys)
+        if executed:
+            await original(self, path, *args, **kwargs)
+        raise _reset()
+
+    monkeypatch.setattr(s3fs.S3FileSystem, coroutine, request)
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cache", {})  # instances bind methods when made
+    return failed
 
 
 def killed_in_fork(action: Callable[[], Any], kill_at: int) -> int:

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from cairn.checkpoint.atomic import first_names
 from cairn.checkpoint.format import (
@@ -35,9 +35,11 @@ from cairn.checkpoint.format import (
     POLICY_STATE_FILE,
 )
 from cairn.checkpoint.storage.base import WriteTarget
+from cairn.checkpoint.storage.object_cleanup import delete_stage, delete_stale, discard
 from cairn.checkpoint.storage.object_stage import (
     committed_stage,
-    discard,
+    holds_manifest,
+    manifest_at,
     new_stage,
     reading_location,
     roll_forward,
@@ -125,22 +127,94 @@ def _commit(target: WriteTarget, storage: ObjectStorage) -> None:
     # committed stage, if it has one): where the incremental save verified it.
     sources = {id(source): reading_location(source) for source, _, _ in target.copies}
     copies = [(sources[id(source)], name, relative) for source, name, relative in target.copies]
-    manifest = [(target.directory / MANIFEST_FILE, MANIFEST_FILE)]
     if MANIFEST_FILE in now and storage.has_parent:
         _replace(target, storage, written, copies)
     else:
-        with _committing(storage, replacing=MANIFEST_FILE in now):
-            if MANIFEST_FILE in now:  # a bucket's root: nowhere beside it to upload to
-                storage.delete(MANIFEST_FILE)  # uncommit the old checkpoint before any file changes
-            storage.put_files([(target.directory / name, name) for name in written])
-            storage.copy_files(copies)
-            storage.put_files(manifest)  # the commit point
-        keep = {*staged, *(relative for _, _, relative in copies)}
-        storage.delete_files(sorted(set(now) - keep))
+        _write_in_place(target, storage, now, written, copies)
+        delete_stale(storage, keep={*staged, *(relative for _, _, relative in copies)}, listed=now)
     for name in leftovers:
-        leftover = storage.sibling(name)
-        if not leftover.exists(MANIFEST_FILE):  # a committed stage is never deleted unseen
-            leftover.delete_prefix()
+        delete_stage(storage, storage.sibling(name), rolled_forward=False)
+
+
+def _write_in_place(target: WriteTarget, storage: ObjectStorage, now: list[str], written: list[str],
+                    copies: list[tuple[ObjectStorage, str, str]]) -> None:
+    """Write the staged checkpoint under ``storage``'s prefix itself, the manifest last: a
+    prefix holding no committed checkpoint (``now`` lists its objects: none, or an interrupted
+    save's), or a bucket's root, which has no prefix beside it to stage in, and whose old
+    checkpoint is uncommitted first (:func:`_uncommit`).
+
+    A failed request may have been executed with only its answer lost, so where a failure
+    leaves the outcome open the store is read back: a manifest that got there is a committed
+    save, and returns; otherwise the error says that nothing is committed and what is left.
+    """
+    replacing = MANIFEST_FILE in now
+    if replacing:
+        _uncommit(storage)
+    manifest = (target.directory / MANIFEST_FILE).read_bytes()
+    try:
+        storage.put_files([(target.directory / name, name) for name in written])
+        storage.copy_files(copies)
+        storage.put_files([(target.directory / MANIFEST_FILE, MANIFEST_FILE)])  # the commit point
+    except CheckpointStorageError as exc:
+        try:
+            found = manifest_at(storage)
+        except CheckpointStorageError as unread:
+            raise type(exc)(
+                f"Cannot save the checkpoint to {storage.url}: uploading it failed ({exc}), and "
+                f"reading back whether its manifest got there failed too ({unread}). "
+                f"{storage.url} holds either the new checkpoint, committed, or no committed "
+                f"checkpoint{_PREVIOUS_REMOVED if replacing else ''} (refused: "
+                "UncommittedCheckpointError): cairn.get_checkpoint_info(url) tells which once the "
+                "store answers. Save again to be sure."
+            ) from None
+        if found == manifest:
+            return  # the manifest's PUT was executed, only its answer was lost: committed
+        held = ("no manifest, so loads refuse it (UncommittedCheckpointError) until a save there "
+                "succeeds" if found is None else
+                "another save's manifest: another process saved there meanwhile (one writer per "
+                "prefix, docs/storage.md), and its checkpoint may miss files this save replaced")
+        raise type(exc)(
+            f"Cannot save the checkpoint to {storage.url}: uploading it failed ({exc}). It is not "
+            f"committed: {storage.url} holds the files uploaded before the failure and {held}."
+            f"{_PREVIOUS_REMOVED if replacing else ''} Fix the cause and save again; the next save "
+            "there deletes those files."
+        ) from None
+
+
+#: Said of a bucket's root whose checkpoint was uncommitted before a save over it failed.
+_PREVIOUS_REMOVED = (
+    " The previous checkpoint there was removed before the upload (a bucket's root has no prefix "
+    "beside it to stage the new checkpoint in, and an object store has no rename, so the new "
+    "files are written over the old ones under the same names)."
+)
+
+
+def _uncommit(storage: ObjectStorage) -> None:
+    """Delete the manifest of the checkpoint at a bucket's root, before any of its files is
+    overwritten. A DELETE that fails is read back: if the manifest is still there nothing was
+    changed, and the error says that the previous checkpoint is intact; if it is gone (the
+    DELETE was executed, its answer lost), the save goes on."""
+    try:
+        storage.delete(MANIFEST_FILE)
+    except CheckpointStorageError as exc:
+        try:
+            gone = not storage.exists(MANIFEST_FILE)
+        except CheckpointStorageError as unread:
+            raise type(exc)(
+                f"Cannot save the checkpoint to {storage.url}: deleting the previous checkpoint's "
+                f"manifest (the first step of a save over a checkpoint at a bucket's root) failed "
+                f"({exc}), and looking it up failed too ({unread}). No other object was changed: "
+                f"{storage.url} holds the previous checkpoint, whole, if its manifest is still "
+                "there, else no committed checkpoint (refused: UncommittedCheckpointError); "
+                "cairn.get_checkpoint_info(url) tells which once the store answers. Save again."
+            ) from None
+        if not gone:
+            raise type(exc)(
+                f"Cannot save the checkpoint to {storage.url}: deleting the previous checkpoint's "
+                f"manifest (the first step of a save over a checkpoint at a bucket's root) failed "
+                f"({exc}). Nothing was changed: the previous checkpoint at {storage.url} is intact "
+                "and loads. Fix the cause and save again."
+            ) from None
 
 
 def _replace(target: WriteTarget, storage: ObjectStorage, written: list[str],
@@ -150,7 +224,8 @@ def _replace(target: WriteTarget, storage: ObjectStorage, written: list[str],
     1. The new checkpoint is written whole to a stage, ``.<name>.cairn-tmp-<pid>-<hex>/``
        beside the prefix, its manifest last: the long, failure-prone step touches nothing of
        the old checkpoint, which readers load meanwhile. A failure here deletes the stage
-       (uncommitted, or committed but never to be rolled forward): the old checkpoint is whole.
+       (:func:`_abandon`): the old checkpoint is whole. (A failure of the manifest's PUT is
+       read back: one executed with its answer lost committed the stage, which goes on.)
     2. From the stage's manifest on, loads read the stage: the new checkpoint, whole. It is
        rolled forward (:func:`~.object_stage.roll_forward`): copied over the old files
        server-side (no byte passes through this process), the prefix's manifest last, then the
@@ -158,29 +233,17 @@ def _replace(target: WriteTarget, storage: ObjectStorage, written: list[str],
        the next save or manager start to complete.
     """
     stage = new_stage(storage)
+    manifest = (target.directory / MANIFEST_FILE).read_bytes()
     try:
         stage.put_files([(target.directory / name, name) for name in written])
         stage.copy_files(copies)
         stage.put_files([(target.directory / MANIFEST_FILE, MANIFEST_FILE)])  # the stage is whole
     except CheckpointStorageError as exc:
-        fix = (f" A save over a checkpoint needs write access beside it ({stage.url})."
-               if isinstance(exc, StoragePermissionError) else "")
-        try:
-            discard(stage)
-        except CheckpointError as cleanup:
-            raise type(exc)(
-                f"Cannot save the checkpoint to {storage.url}: uploading it beside the previous "
-                f"one, to {stage.url}, failed ({exc}), and deleting that upload failed too "
-                f"({cleanup}). If {stage.url}/{MANIFEST_FILE} exists, the new checkpoint is whole "
-                f"there and loads of {storage.url} read it; else the previous checkpoint is. The "
-                f"next save to {storage.url} completes or removes it.{fix}"
-            ) from None
-        raise type(exc)(
-            f"Cannot save the checkpoint to {storage.url}: uploading its files failed "
-            f"({exc}). The previous checkpoint at {storage.url} is intact: nothing there was "
-            f"changed (the new files were being uploaded beside it, to {stage.url}).{fix} "
-            "Fix the cause and save again."
-        ) from None
+        whole = False
+        with contextlib.suppress(CheckpointStorageError):  # unread: as if not there (discarded)
+            whole = holds_manifest(stage, manifest)  # the PUT was executed, its answer lost
+        if not whole:
+            _abandon(storage, stage, exc)
     try:
         roll_forward(storage, stage)
     except CheckpointStorageError as exc:
@@ -192,20 +255,37 @@ def _replace(target: WriteTarget, storage: ObjectStorage, written: list[str],
         ) from None
 
 
-@contextlib.contextmanager
-def _committing(storage: ObjectStorage, *, replacing: bool) -> Iterator[None]:
-    """Say in a failure of the step that uncommits an old checkpoint at a bucket's root that it
-    is gone."""
+def _abandon(storage: ObjectStorage, stage: ObjectStorage, exc: CheckpointStorageError) -> NoReturn:
+    """Delete ``stage``, whose upload failed with ``exc``, and raise saying what ``storage``
+    holds: the previous checkpoint, intact; where the stage cannot be deleted, what it was
+    read back to hold."""
+    fix = (f" A save over a checkpoint needs write access beside it ({stage.url})."
+           if isinstance(exc, StoragePermissionError) else "")
     try:
-        yield
-    except CheckpointStorageError as exc:
-        if not replacing:
-            raise
+        discard(stage)
+    except CheckpointError as cleanup:
+        committed: bool | None = None
+        with contextlib.suppress(CheckpointError):
+            committed = stage.exists(MANIFEST_FILE)
+        held = {
+            True: (f"Its manifest got there, so the new checkpoint is whole at {stage.url}, and "
+                   f"loads of {storage.url} read it from there; the next save to {storage.url}, "
+                   "or a CheckpointManager started on its root, completes the replacement."),
+            False: (f"It has no manifest: the previous checkpoint at {storage.url} is intact and "
+                    f"loads, and the next save to {storage.url} deletes that upload."),
+            None: (f"Looking it up failed too: if {stage.url}/{MANIFEST_FILE} exists, the new "
+                   f"checkpoint is whole there and loads of {storage.url} read it; else the "
+                   f"previous checkpoint is intact. The next save to {storage.url} completes or "
+                   "deletes it."),
+        }[committed]
         raise type(exc)(
-            f"Cannot save the checkpoint to {storage.url}: committing it failed ({exc}). The "
-            f"previous checkpoint at {storage.url} was removed before the failure (a bucket's "
-            "root has no prefix beside it to stage the new checkpoint in, and an object store "
-            "has no rename, so the new files are written over the old ones under the same "
-            "names), and the new one is not committed: the location is refused "
-            "(UncommittedCheckpointError) until a save there succeeds. Save again."
+            f"Cannot save the checkpoint to {storage.url}: uploading it beside the previous "
+            f"one, to {stage.url}, failed ({exc}), and deleting that upload failed too "
+            f"({cleanup}). {held}{fix}"
         ) from None
+    raise type(exc)(
+        f"Cannot save the checkpoint to {storage.url}: uploading its files failed "
+        f"({exc}). The previous checkpoint at {storage.url} is intact: nothing there was "
+        f"changed (the new files were being uploaded beside it, to {stage.url}).{fix} "
+        "Fix the cause and save again."
+    ) from None

@@ -11,8 +11,9 @@ checkpoint and the new one, so (DESIGN.md principle 12, "never neither"; docs/st
 * a load reads a committed stage in place of its prefix (:func:`reading_location`), and writes
   nothing: a reader that copied would race the writer, and may hold read-only credentials;
 * a committed stage is deleted only once its content is committed at the prefix, manifest
-  first (:func:`discard`): before that it is rolled forward, by the save that wrote it, else by
-  the next save to the prefix or the next :class:`~cairn.CheckpointManager` started on its root;
+  first (:func:`~.object_cleanup.discard`): before that it is rolled forward, by the save that
+  wrote it, else by the next save to the prefix or the next :class:`~cairn.CheckpointManager`
+  started on its root;
 * a stage without a manifest is an upload that was killed or failed: the prefix still holds the
   old checkpoint whole, and the stage is deleted.
 
@@ -22,15 +23,14 @@ leave two committed stages, which no load guesses between (a ``CheckpointStorage
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 from typing import TYPE_CHECKING
 
 from cairn.checkpoint.atomic import TMP_MARKER
 from cairn.checkpoint.format import MANIFEST_FILE, MAX_MANIFEST_BYTES, POLICIES_DIR
+from cairn.checkpoint.storage.object_cleanup import delete_stage, delete_stale
 from cairn.errors import (
-    CheckpointError,
     CheckpointNotFoundError,
     CheckpointStorageError,
     StoragePermissionError,
@@ -39,8 +39,8 @@ from cairn.errors import (
 if TYPE_CHECKING:
     from cairn.checkpoint.storage.objects import ObjectStorage
 
-__all__ = ["committed_stage", "discard", "new_stage", "reading_location", "roll_forward",
-           "stage_start", "staged_name"]
+__all__ = ["committed_stage", "holds_manifest", "manifest_at", "new_stage",
+           "reading_location", "roll_forward", "stage_start", "staged_name"]
 
 
 def stage_start(storage: ObjectStorage) -> str:
@@ -112,35 +112,39 @@ def roll_forward(storage: ObjectStorage, stage: ObjectStorage) -> None:
     commit point (a prefix whose manifest already equals the stage's got every file before it,
     so only the clean-up is left). The prefix's objects that the new checkpoint lacks go next,
     the stage last. Every step may be repeated: a roll forward that fails or is killed is
-    completed by the next one, and the stage stays committed until the prefix is.
+    completed by the next one, and the stage stays committed until the prefix is. Once the
+    prefix is committed, a failure of the clean-up is a
+    :class:`~cairn.errors.StorageCleanupWarning`, not an error (:mod:`~.object_cleanup`).
     """
     files = stage.list_files()
     if MANIFEST_FILE not in files:
         return  # uncommitted meanwhile: its content is committed at the prefix already
     manifest = stage.read_bytes(MANIFEST_FILE, limit=MAX_MANIFEST_BYTES)
-    if not _holds(storage, manifest):
+    if not holds_manifest(storage, manifest):
         try:
             storage.copy_files([(stage, name, name) for name in files if name != MANIFEST_FILE])
             storage.write_bytes(MANIFEST_FILE, manifest)  # the commit point
         except CheckpointStorageError:
-            if not _holds(storage, manifest):  # else another roll forward of it got there first
+            # a PUT whose answer was lost may have been executed, or another roll forward of
+            # the stage got there first: read back what the prefix holds
+            if not holds_manifest(storage, manifest):
                 raise
     # Committed: what is left is a clean-up, which the next roll forward repeats if it fails
-    # (a stage still committed holds what the prefix holds; a stale object is in no manifest).
-    with contextlib.suppress(CheckpointError):
-        storage.delete_files(sorted(set(storage.list_files()) - set(files)))
-        discard(stage)
+    # (a stage still committed holds what the prefix holds; a stale object is in no manifest):
+    # a failure is a warning (object_cleanup).
+    delete_stale(storage, keep=set(files))
+    delete_stage(storage, stage, rolled_forward=True)
 
 
-def _holds(storage: ObjectStorage, manifest: bytes) -> bool:
-    """Whether the manifest committed at ``storage`` is ``manifest``."""
+def manifest_at(storage: ObjectStorage) -> bytes | None:
+    """The manifest committed at ``storage`` (None: none), read from the store, not a cache."""
     try:
-        return storage.read_bytes(MANIFEST_FILE, limit=MAX_MANIFEST_BYTES) == manifest
+        return storage.read_bytes(MANIFEST_FILE, limit=MAX_MANIFEST_BYTES)
     except CheckpointNotFoundError:
-        return False
+        return None
 
 
-def discard(stage: ObjectStorage) -> None:
-    """Delete ``stage``: its manifest first, so that it is whole or uncommitted at every instant."""
-    stage.delete(MANIFEST_FILE)
-    stage.delete_prefix()
+def holds_manifest(storage: ObjectStorage, manifest: bytes) -> bool:
+    """Whether the manifest committed at ``storage`` is ``manifest`` (byte for byte: a manifest
+    names its creation time, so it is one save's)."""
+    return manifest_at(storage) == manifest

@@ -30,11 +30,11 @@ from typing import Any, TypeVar
 from cairn.alignment import empty_aligned
 from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.storage.base import Storage, WriteTarget, relative_parts
+from cairn.checkpoint.storage.object_cleanup import discard
 from cairn.checkpoint.storage.object_commit import check_prefix, object_writing
 from cairn.checkpoint.storage.object_dir import ObjectStoreDir
 from cairn.checkpoint.storage.object_stage import (
     committed_stage,
-    discard,
     reading_location,
     roll_forward,
     staged_name,
