@@ -64,13 +64,22 @@ class ManagerStore:
     def clean_stale(self, committed: Collection[str], *, is_checkpoint: Callable[[str], bool],
                     record_suffix: str, abandoned: Callable[[Any], bool]) -> None:
         """Remove what crashed saves left, and only what is proven abandoned: temporaries of
-        dead processes (a replacement's stage that holds a checkpoint whole is completed
-        instead: :meth:`Storage.remove_leftovers`), and each record
+        dead processes, the stages of replacements (``save(force=True)`` on an object store)
+        whose checkpoint's record is abandoned (a stage that holds a checkpoint whole is
+        completed instead: :meth:`Storage.remove_leftovers`), and each record
         (``<checkpoint name><record_suffix>``) of no committed checkpoint for which
         ``abandoned(record)`` holds, with the uncommitted checkpoint beside it
         (:mod:`cairn.checkpoint.manager_records`). What another writer may be using (a record
         it renews, files without a record) is left alone."""
-        self.storage.remove_leftovers()
+        def writer_gone(checkpoint: str) -> bool:
+            """No save of ``checkpoint`` runs: its record is abandoned, or it has none and is
+            not committed (retention deleted it; a writer writes the record before any file)."""
+            record = checkpoint + record_suffix
+            if self.storage.exists(record):
+                return abandoned(self.read_json(record))
+            return not self.is_committed(checkpoint)
+
+        self.storage.remove_leftovers(writer_gone)
         for name in self.list_names():
             checkpoint = name[:-len(record_suffix)]
             if (not name.endswith(record_suffix) or checkpoint in committed

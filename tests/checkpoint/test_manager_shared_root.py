@@ -220,3 +220,40 @@ def test_records_name_their_writer_and_end_committed(algo, tmp_path):
     (tmp_path / checkpoint_name(1) / "cairn_checkpoint.json").unlink()
     cairn.CheckpointManager(tmp_path)
     assert not (tmp_path / (checkpoint_name(1) + ".record.json")).exists()
+
+
+def test_a_second_manager_leaves_a_replacement_in_progress_alone(s3, monkeypatch):
+    """``save(force=True)`` of an iteration already saved replaces that checkpoint through a
+    stage beside it (docs/storage.md); a manager opened on the root while the stage is being
+    uploaded (no manifest yet) deleted it on main, as a killed save's leftover, and the writer
+    then copied what was left of it over the old checkpoint: a mix that does not load. The
+    stage is covered by the checkpoint's record, which its writer renews: it is left alone, the
+    replacement commits, and a stage whose writer is gone is still removed."""
+    import asyncio
+
+    import s3fs
+
+    from tests.checkpoint.s3_faults import TreeAlgo, loaded_value, stages
+
+    options, root = s3.storage_options, s3.url("runs/tree")
+    manager = cairn.CheckpointManager(root, keep_last=1, storage_options=options)
+    first = manager.save(TreeAlgo(1.0))
+    original, opened = s3fs.S3FileSystem._put_file, []
+
+    async def put_file(self, lpath, rpath, *args, **kwargs):
+        result = await original(self, lpath, rpath, *args, **kwargs)
+        if ".cairn-tmp-" in rpath and not opened:  # the stage's first upload is done
+            opened.append(await asyncio.get_running_loop().run_in_executor(
+                None, lambda: cairn.CheckpointManager(root, keep_last=1, storage_options=options)))
+        return result
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", put_file)
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cache", {})  # instances bind methods when made
+    assert manager.save(TreeAlgo(2.0), force=True) == first
+    monkeypatch.undo()
+    assert opened and opened[0].latest() == first
+    assert loaded_value(first, options) == 2.0 and stages(s3, "runs/") == []
+    # a stage whose writer is gone (its record says committed: no save of it runs) still goes
+    s3.put(f"runs/tree/.{checkpoint_name(1)}.cairn-tmp-4242-0badf00d/algorithm_state.json", b"{}")
+    cairn.CheckpointManager(root, keep_last=1, storage_options=options)
+    assert stages(s3, "runs/") == [] and loaded_value(first, options) == 2.0

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -213,9 +213,12 @@ class Storage(abc.ABC):
         """Delete the checkpoint ``relative``; it stops being committed before any file goes."""
 
     @abc.abstractmethod
-    def remove_leftovers(self) -> None:
+    def remove_leftovers(self, writer_gone: Callable[[str], bool]) -> None:
         """Remove what killed saves directly under this location left (temporaries of dead
-        processes; an interrupted local replacement's old checkpoint is put back)."""
+        processes; an interrupted local replacement's old checkpoint is put back).
+        ``writer_gone(name)`` tells whether no save of the checkpoint ``name`` can still be
+        running (its manager record proves it), for leftovers whose names prove nothing: an
+        object store's stage without a manifest is removed only then."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"

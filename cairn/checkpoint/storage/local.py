@@ -16,7 +16,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from cairn.checkpoint.atomic import (
@@ -239,7 +239,8 @@ class LocalStorage(Storage):
         fsync_dir(path.parent)
         shutil.rmtree(doomed)
 
-    def remove_leftovers(self) -> None:
+    def remove_leftovers(self, writer_gone: Callable[[str], bool]) -> None:
+        # local temporaries name their process, which proves them abandoned once it is dead
         cleanup(self.path)  # temporary directories of dead processes
         for name in self.list_entries():
             path = self.path / name

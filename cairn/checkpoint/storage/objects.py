@@ -391,17 +391,21 @@ class ObjectStorage(Storage):
             discard(stage)
         checkpoint.delete_prefix()
 
-    def remove_leftovers(self) -> None:
+    def remove_leftovers(self, writer_gone: Callable[[str], bool]) -> None:
         for name in self.list_entries():
             checkpoint = staged_name(name)
             if checkpoint is None:
                 continue
-            # the stage of a replacement of a checkpoint (object_commit) that was killed: a
-            # committed one holds the new checkpoint whole and is completed, never deleted
+            # the stage of a replacement of a checkpoint (object_commit): a committed one holds
+            # the new checkpoint whole and is completed (repeatable, so safe beside its writer),
+            # never deleted; one without a manifest may be an upload in progress, deleted only
+            # once the checkpoint's record proves its writer gone. Its name proves nothing (its
+            # process ID is of some host), and it was listed before the record is read: a
+            # writer renews its record before it uploads the first object of a stage.
             stage = self.child(name)
             if stage.exists(MANIFEST_FILE):
                 roll_forward(self.child(checkpoint), stage)
-            else:
+            elif writer_gone(checkpoint):
                 stage.delete_prefix()
 
 
