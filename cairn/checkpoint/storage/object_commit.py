@@ -113,7 +113,15 @@ def _commit(target: WriteTarget, storage: ObjectStorage) -> None:
             raise
         pending = None  # a first save: where nothing can be listed, no stage can be seen
     if pending is not None:
-        roll_forward(storage, pending)
+        try:
+            roll_forward(storage, pending)
+        except CheckpointStorageError as exc:
+            raise type(exc)(
+                f"Cannot save the checkpoint to {storage.url}: completing an earlier save's "
+                f"replacement of it first failed ({exc}). This save changed nothing: the "
+                f"earlier save's checkpoint is whole at {pending.url}, and loads of {storage.url} "
+                "read it from there. Fix the cause and save again."
+            ) from None
         now = storage.list_files()
     # Stages of earlier saves here that were killed before they were committed (one writer per
     # prefix, so none is in progress); removed once this save is committed. Only a cleanup: a
