@@ -20,7 +20,7 @@ import cairn
 from cairn.checkpoint import load_algorithm_state, load_policy_state, write_algorithm_checkpoint
 from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.errors import CheckpointStorageError, StorageCleanupWarning, UncommittedCheckpointError
-from tests.checkpoint.s3_faults import TreeAlgo, fail_one, loaded_value, stages, state_tree
+from tests.checkpoint.s3_faults import TreeAlgo, fail_one, fail_request, loaded_value, stages, state_tree
 
 
 def _save(url: str, value: float, options: dict, policies: tuple[str, ...] = ("p0",)) -> list[str]:
@@ -155,3 +155,22 @@ def test_a_failed_cleanup_after_the_commit_is_a_warning_naming_what_is_left(s3, 
             "global_timestep": 1}
     assert _save(url, 3.0, options) == []
     assert stale not in s3.keys() and stages(s3, "run/") == [] and loaded_value(url, options) == 3.0
+
+
+def test_a_save_that_cannot_complete_an_earlier_replacement_says_where_the_checkpoint_is(s3, monkeypatch):
+    """A save first completes an earlier save's committed stage; when that fails, the error
+    says that this save changed nothing and that loads read the stage, which they do."""
+    options = s3.storage_options
+    url = write_algorithm_checkpoint(s3.url("run/same"), state_tree(1.0), storage_options=options)
+    fail_request(monkeypatch, 7)  # the first copy over the prefix: the stage of 2.0 stays committed
+    with pytest.raises(CheckpointStorageError, match="Nothing is lost"):
+        write_algorithm_checkpoint(url, state_tree(2.0), storage_options=options)
+    monkeypatch.undo()
+    (stage,) = {key.split("/")[1] for key in stages(s3, "run/")}
+    fail_request(monkeypatch, 1)  # the next save's first request: a copy of that roll forward
+    with pytest.raises(CheckpointStorageError) as info:
+        write_algorithm_checkpoint(url, state_tree(3.0), storage_options=options)
+    monkeypatch.undo()
+    message = str(info.value)
+    assert "This save changed nothing" in message and s3.url(f"run/{stage}") in message, message
+    assert loaded_value(url, options) == 2.0  # read from the stage, as the error says
