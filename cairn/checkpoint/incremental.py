@@ -20,11 +20,16 @@ For each policy (:func:`plan_reuse`):
   and the manifest are written;
 * otherwise the policy is written.
 
-A file is taken only while it is still a regular file of the listed size
-(:meth:`~cairn.checkpoint.storage.WriteTarget.reuse_dirs`; a policy whose files are not is
-written instead), and after taking them the earlier root manifest must still be the bytes read
-at the start (:meth:`PreviousCheckpoint.confirm`): a checkpoint replaced meanwhile fails the
-save with nothing saved. Each checkpoint still stands alone: a hard link is a second name of the
+That proves the live state would be written as the bytes the earlier manifest lists; the file
+taken must hold them too. So a file is taken only when the bytes taken (the linked inode
+locally, the object read where a load reads it on an object store) hash to the listed hash
+(:meth:`~cairn.checkpoint.storage.WriteTarget.reuse_dirs`,
+:mod:`cairn.checkpoint.storage.reuse_check`): a file damaged on disk (one flipped bit, a
+truncation, other bytes of the same size) is never carried forward. Its policy is written anew
+from the live state, so the save is whole, and a warning names the file and the fix
+(:func:`link_policies`). After taking the files the earlier root manifest must still be the
+bytes read at the start (:meth:`PreviousCheckpoint.confirm`): a checkpoint replaced meanwhile
+fails the save with nothing saved. Each checkpoint still stands alone: a hard link is a second name of the
 file (deleting the earlier checkpoint leaves it), and a server-side copy is a new object.
 """
 
@@ -125,13 +130,13 @@ class Reuse:
     whole: bool  #: every file (the manifest included), else ``policy_state.safetensors`` alone
 
     @property
-    def sizes(self) -> dict[str, int]:
-        """``{file name: size}`` of the files taken."""
+    def files(self) -> dict[str, dict[str, Any]]:
+        """``{file name: {"size", "hash"}}`` of the files taken, as the earlier manifests list
+        them (the policy's manifest as the root manifest does)."""
         files: dict[str, dict[str, Any]] = self.previous.manifest["files"]
         if not self.whole:
-            return {POLICY_ARRAYS_FILE: files[POLICY_ARRAYS_FILE]["size"]}
-        return {**{name: entry["size"] for name, entry in files.items()},
-                MANIFEST_FILE: self.previous.entry["size"]}
+            return {POLICY_ARRAYS_FILE: files[POLICY_ARRAYS_FILE]}
+        return {**files, MANIFEST_FILE: self.previous.entry}
 
 
 def plan_reuse(state: Any, previous: PreviousPolicy | None, *, native: bool) -> Reuse | None:
@@ -158,18 +163,29 @@ def plan_reuse(state: Any, previous: PreviousPolicy | None, *, native: bool) -> 
 def link_policies(target: WriteTarget, previous: PreviousCheckpoint,
                   reuse: Mapping[str, Reuse]) -> set[str]:
     """Take the files :func:`plan_reuse` allowed of several policies from ``previous`` in one
-    pass (an incremental save takes a few files of each of hundreds of policies); return the
-    policies whose files were not taken (no longer a regular file of the listed size there:
-    they must be written). Call :meth:`PreviousCheckpoint.confirm` before committing."""
-    pending = {f"{POLICIES_DIR}/{pid}": plan.sizes for pid, plan in reuse.items()}
+    pass (an incremental save takes a few files of each of hundreds of policies), each only if
+    the bytes taken hash as listed; return the policies whose files were not taken: they must
+    be written. A file found wrong is warned about (the earlier checkpoint is damaged, or was
+    replaced: then this raises, as :meth:`PreviousCheckpoint.confirm`). Call
+    :meth:`PreviousCheckpoint.confirm` before committing."""
+    pending = {f"{POLICIES_DIR}/{pid}": plan.files for pid, plan in reuse.items()}
     failed: set[str] = set()
     while pending:
         stopped = target.reuse_dirs(previous.storage, pending)
         if stopped is None:
             break
-        failed.add(stopped.rpartition("/")[2])
+        previous.confirm()  # a replacement's files are no damage: the save fails, and says why
+        pid = stopped.directory.rpartition("/")[2]
+        url = previous.storage.url.rstrip("/")
+        warnings.warn(
+            f"Incremental save: {url}/{stopped.directory}/{stopped.file} {stopped.problem}, so the "
+            f"previous checkpoint {url} is damaged. Nothing of it was reused for policy {pid!r}: "
+            "the policy was written anew from its live state, and this checkpoint is whole. Run "
+            f"`cairn checkpoint verify {url}` to see what else is damaged there, and restore it "
+            "from a good copy or delete it.", stacklevel=4)
+        failed.add(pid)
         names = list(pending)
-        pending = {name: pending[name] for name in names[names.index(stopped) + 1:]}
+        pending = {name: pending[name] for name in names[names.index(stopped.directory) + 1:]}
     return failed
 
 

@@ -24,12 +24,27 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from cairn.errors import UnsafeCheckpointError
 
-__all__ = ["Storage", "ReadHandle", "WriteTarget", "relative_parts"]
+__all__ = ["Listed", "NotTaken", "Storage", "ReadHandle", "WriteTarget", "relative_parts"]
+
+#: ``{directory: {file name: {"size": int, "hash": str}}}``: files of an earlier checkpoint
+#: to take, as its manifests list them (:meth:`Storage.reuse_dirs_into`).
+Listed = Mapping[str, Mapping[str, Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class NotTaken:
+    """A directory :meth:`Storage.reuse_dirs_into` did not take: ``file`` of it is not what its
+    manifest lists (``problem`` says how, e.g. "does not match its hash")."""
+
+    directory: str  #: relative to the source storage
+    file: str  #: the file's name inside ``directory``
+    problem: str  #: what is wrong with it, a phrase that follows the file's name
 
 
 @runtime_checkable
@@ -67,8 +82,8 @@ class ReadHandle(Protocol):
 
 class WriteTarget:
     """Where a checkpoint is being written: a local directory the writer fills (the files of
-    the checkpoint, as laid out in docs/checkpoint-format.md), plus :meth:`reuse`, which takes
-    a file of an earlier checkpoint without writing its bytes again (incremental saves)."""
+    the checkpoint, as laid out in docs/checkpoint-format.md), plus :meth:`reuse_dirs`, which takes
+    files of an earlier checkpoint without writing their bytes again (incremental saves)."""
 
     def __init__(self, directory: Path, storage: Storage) -> None:
         #: Write the checkpoint's new files here (a local directory for every medium).
@@ -82,13 +97,9 @@ class WriteTarget:
         """Whether files of ``source`` (an earlier checkpoint) can be reused in this one."""
         return self.storage.can_reuse_from(source)
 
-    def reuse(self, source: Storage, name: str, relative: str) -> None:
-        """Make ``relative`` of this checkpoint the file ``name`` of ``source`` (which
-        :meth:`can_reuse`), without writing its bytes again."""
-        self.storage.reuse_into(self, source, name, relative)
-
-    def reuse_dirs(self, source: Storage, dirs: Mapping[str, Mapping[str, int]]) -> str | None:
-        """:meth:`reuse` the files of several directories of ``source`` under the same names here
+    def reuse_dirs(self, source: Storage, dirs: Listed) -> NotTaken | None:
+        """Take the files of several directories of ``source`` (which :meth:`can_reuse`) under
+        the same names here, each only if the bytes taken are those listed
         (:meth:`Storage.reuse_dirs_into`); the first directory not taken, or None."""
         return self.storage.reuse_dirs_into(self, source, dirs)
 
@@ -170,21 +181,19 @@ class Storage(abc.ABC):
         a checkpoint written here."""
 
     @abc.abstractmethod
-    def reuse_into(self, target: WriteTarget, source: Storage, name: str, relative: str) -> None:
-        """Make ``relative`` of ``target`` the file ``name`` of ``source``."""
+    def reuse_dirs_into(self, target: WriteTarget, source: Storage, dirs: Listed) -> NotTaken | None:
+        """Make the files of several directories of ``source`` files of ``target`` under the
+        same names, without writing their bytes again (a hard link locally, a server-side copy
+        on an object store; an incremental save takes a few files of each of hundreds of
+        policies). ``dirs`` maps a directory (relative) to ``{file name: {"size", "hash"}}``,
+        as its manifest lists them.
 
-    def reuse_dirs_into(self, target: WriteTarget, source: Storage,
-                        dirs: Mapping[str, Mapping[str, int]]) -> str | None:
-        """:meth:`reuse_into` the files of several directories under the same names: ``dirs``
-        maps a directory (relative) to ``{file name: size}`` (an incremental save takes a few
-        files of each of hundreds of policies). Where it can be checked cheaply, a directory is
-        taken only if each of its files is still a regular file of its size (a file changed
-        since its manifest was written is not reused): return the first that is not (none of
-        its files taken; the directories before it were), or None when all were taken."""
-        for directory, files in dirs.items():
-            for name in files:
-                self.reuse_into(target, source, f"{directory}/{name}", f"{directory}/{name}")
-        return None
+        A directory is taken only if each of its files, as taken, is a regular file of the
+        listed size whose bytes hash to the listed hash (the manifests' hash): a file damaged
+        or changed since its manifest was written is never carried into a new checkpoint.
+        Return the first directory that is not taken, with its first file found wrong and why
+        (none of its files is taken; the directories before it were), or None when all were.
+        What "as taken" means on each medium, and what it guarantees: docs/storage.md."""
 
     @abc.abstractmethod
     def open_reader(self) -> ReadHandle:

@@ -18,6 +18,7 @@ import shutil
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from cairn.checkpoint.atomic import (
     TMP_MARKER,
@@ -30,7 +31,8 @@ from cairn.checkpoint.atomic import (
 )
 from cairn.checkpoint.dirhandle import CheckpointDir
 from cairn.checkpoint.format import MANIFEST_FILE
-from cairn.checkpoint.storage.base import Storage, WriteTarget, relative_parts
+from cairn.checkpoint.storage.base import Listed, NotTaken, Storage, WriteTarget, relative_parts
+from cairn.checkpoint.storage.reuse_check import file_problem
 from cairn.errors import CheckpointCorruptedError, CheckpointNotFoundError, UnsafeCheckpointError
 
 __all__ = ["LocalStorage", "link_or_copy"]
@@ -160,26 +162,15 @@ class LocalStorage(Storage):
     def can_reuse_from(self, source: Storage) -> bool:
         return isinstance(source, LocalStorage)  # any local directory: a link, or a copy
 
-    def reuse_into(self, target: WriteTarget, source: Storage, name: str, relative: str) -> None:
-        # Plain strings and one mkdir per directory: an incremental save links hundreds of files.
-        destination = os.path.join(target.directory, relative)
-        try:
-            link_or_copy(str(source.local_file(name)), destination)
-        except FileNotFoundError:
-            if os.path.isdir(os.path.dirname(destination)):
-                raise  # the source is missing
-            os.makedirs(os.path.dirname(destination), exist_ok=True)
-            link_or_copy(str(source.local_file(name)), destination)
-
-    def reuse_dirs_into(self, target: WriteTarget, source: Storage,
-                        dirs: Mapping[str, Mapping[str, int]]) -> str | None:
+    def reuse_dirs_into(self, target: WriteTarget, source: Storage, dirs: Listed) -> NotTaken | None:
         # An incremental save links a few files of each of hundreds of policies: one descriptor
-        # per parent directory on each side, then a stat, a mkdir and links relative to them (no
-        # path is built or resolved from the root per file).
+        # per parent directory on each side, then a mkdir and links relative to them (no path is
+        # built or resolved from the root per file). Each file is checked once linked, through
+        # the new directory: what is hashed is what the new checkpoint holds.
         assert isinstance(source, LocalStorage)
         if not _LINK_AT:
             return self._reuse_dirs_by_path(target, source, dirs)
-        by_parent: dict[str, list[tuple[str, Mapping[str, int]]]] = {}
+        by_parent: dict[str, list[tuple[str, Mapping[str, Mapping[str, Any]]]]] = {}
         for directory, files in dirs.items():
             parent, _, name = "/".join(relative_parts(directory)).rpartition("/")
             by_parent.setdefault(parent, []).append((name, files))
@@ -188,19 +179,21 @@ class LocalStorage(Storage):
             os.makedirs(made, exist_ok=True)
             failed = _link_children(source._file(parent), made, children)
             if failed is not None:
-                return f"{parent}/{failed}".lstrip("/")
+                return NotTaken(f"{parent}/{failed.directory}".lstrip("/"), failed.file, failed.problem)
         return None
 
-    def _reuse_dirs_by_path(self, target: WriteTarget, source: LocalStorage,
-                            dirs: Mapping[str, Mapping[str, int]]) -> str | None:
+    def _reuse_dirs_by_path(self, target: WriteTarget, source: LocalStorage, dirs: Listed) -> NotTaken | None:
         """:meth:`reuse_dirs_into` where links cannot be made relative to directory descriptors."""
         for directory, files in dirs.items():
-            names = {f"{directory}/{file}": size for file, size in files.items()}
-            if not all(_regular_of_size(None, source._file(name), size) for name, size in names.items()):
-                return directory
-            os.makedirs(os.path.join(target.directory, *relative_parts(directory)), exist_ok=True)
-            for name in names:
-                link_or_copy(source._file(name), os.path.join(target.directory, *relative_parts(name)))
+            made = os.path.join(target.directory, *relative_parts(directory))
+            os.makedirs(made, exist_ok=True)
+            for file, entry in files.items():
+                destination = os.path.join(made, file)
+                problem = _taken(link_or_copy, source._file(f"{directory}/{file}"), destination)
+                problem = problem or file_problem(None, destination, entry)
+                if problem is not None:
+                    shutil.rmtree(made)
+                    return NotTaken(directory, file, problem)
         return None
 
     def open_reader(self) -> CheckpointDir:
@@ -254,23 +247,30 @@ def _alive(temporary_name: str) -> bool:
     return pid is not None and pid != os.getpid() and pid_alive(pid)
 
 
-def _link_children(src_root: str, dst_root: str, children: list[tuple[str, Mapping[str, int]]]) -> str | None:
+def _link_children(src_root: str, dst_root: str,
+                   children: list[tuple[str, Mapping[str, Mapping[str, Any]]]]) -> NotTaken | None:
     """Make each directory ``name`` of ``children`` in ``dst_root`` and link its ``files`` there
-    from ``src_root/name`` when each is a regular file of its size; else return that ``name``."""
+    from ``src_root/name``, each kept only if the file linked is what its entry lists
+    (:func:`~cairn.checkpoint.storage.reuse_check.file_problem`); else remove that directory
+    and say why (relative to ``src_root``)."""
     try:
         src = os.open(src_root, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
     except FileNotFoundError:
-        return children[0][0]
+        name, files = children[0]
+        return NotTaken(name, next(iter(files)), "is missing (its directory is gone)")
     try:
         dst = os.open(dst_root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
         try:
             for name, files in children:
-                if not all(_regular_of_size(src, f"{name}/{file}", size) for file, size in files.items()):
-                    return name
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, dir_fd=dst)
-                for file in files:
-                    _link_at(src, dst, f"{name}/{file}", src_root, dst_root)
+                for file, entry in files.items():
+                    relative = f"{name}/{file}"
+                    problem = _taken(_link_at, src, dst, relative, src_root, dst_root)
+                    problem = problem or file_problem(dst, relative, entry)
+                    if problem is not None:
+                        shutil.rmtree(os.path.join(dst_root, name))  # this save's own directory
+                        return NotTaken(name, file, problem)
         finally:
             os.close(dst)
     finally:
@@ -278,13 +278,16 @@ def _link_children(src_root: str, dst_root: str, children: list[tuple[str, Mappi
     return None
 
 
-def _regular_of_size(dir_fd: int | None, path: str, size: int) -> bool:
-    """Whether ``path`` (relative to ``dir_fd``) is a regular file of ``size`` bytes."""
+def _taken(link: Callable[..., None], *args: Any) -> str | None:
+    """Run ``link(*args)``; None when it linked or copied a file, else why not (a phrase that follows
+    the source file's name; a source that is missing is said when the link is checked)."""
     try:
-        info = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return False
-    return stat.S_ISREG(info.st_mode) and info.st_size == size
+        link(*args)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a directory, a FIFO, a file that cannot be read or copied
+        return f"cannot be linked or copied ({exc.strerror or exc})"
+    return None
 
 
 def _link_at(src: int, dst: int, relative: str, src_root: str, dst_root: str) -> None:

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from cairn.alignment import empty_aligned
 from cairn.checkpoint.format import MANIFEST_FILE
-from cairn.checkpoint.storage.base import Storage, WriteTarget, relative_parts
+from cairn.checkpoint.storage.base import Listed, NotTaken, Storage, WriteTarget, relative_parts
 from cairn.checkpoint.storage.object_cleanup import discard
 from cairn.checkpoint.storage.object_commit import check_prefix, object_writing
 from cairn.checkpoint.storage.object_dir import ObjectStoreDir
@@ -39,6 +39,7 @@ from cairn.checkpoint.storage.object_stage import (
     roll_forward,
     staged_name,
 )
+from cairn.checkpoint.storage.reuse_check import first_not_taken, object_problem
 from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
@@ -366,8 +367,16 @@ class ObjectStorage(Storage):
         # uncommitted while it is rewritten
         return isinstance(source, ObjectStorage) and source.fs is self.fs and source.url != self.url
 
-    def reuse_into(self, target: WriteTarget, source: Storage, name: str, relative: str) -> None:
-        target.copies.append((source, name, relative))  # copied server-side at the commit
+    def reuse_dirs_into(self, target: WriteTarget, source: Storage, dirs: Listed) -> NotTaken | None:
+        # Copied server-side at the commit, from where a load reads (reading_location): each
+        # object is first read whole from there and hashed (reuse_check); no byte is uploaded.
+        assert isinstance(source, ObjectStorage)
+        where = reading_location(source)
+        listed = [(f"{directory}/{file}", entry)
+                  for directory, files in dirs.items() for file, entry in files.items()]
+        found = _parallel(lambda item: object_problem(where, *item), listed)
+        return first_not_taken(dirs, dict(zip([name for name, _ in listed], found)),
+                               lambda name: target.copies.append((source, name, name)))
 
     def open_reader(self) -> ObjectStoreDir:
         # a replacement's committed stage holds the checkpoint whole where this prefix may not
