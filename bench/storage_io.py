@@ -16,8 +16,10 @@ Parts:
    sampling generators moved, so their JSON state is rewritten while their arrays stay linked),
    vs the one-trained shape (target 2x). Also reported: a save of that one policy alone, and
    the two floors of the design, timed alone in the same rounds: the 63 unchanged policies'
-   directories and hard links made with plain os calls, and the content proof of the 63
-   (``get_state`` and hashing both state files as they would be written, no file written).
+   directories and hard links made with plain os calls, the content proof of the 63
+   (``get_state`` and hashing both state files as they would be written, no file written), and
+   the check of the files taken (each linked file's bytes read back and hashed against its
+   manifest, issue 37 item 4; from the page cache, as right after the previous save).
 4. **Subset restore**: ``Algorithm.from_checkpoint(path, policy_ids=["p0"])`` of 1 policy of 64
    vs 1 of 2 (2x256 policies, 64 agents either way). Target 1.2x.
 
@@ -170,6 +172,7 @@ def _link_floor(base: str, files: dict[str, list[str]], into: Path) -> None:
 
 def bench_incremental(n: int, hidden: list[int], repeats: int, work: Path) -> dict[str, Any]:
     from cairn.algorithms.checkpointing import save_algorithm
+    from cairn.checkpoint.safetensors_io import new_hasher
     from cairn.checkpoint.writer_files import state_file_entries
 
     print(f"== incremental save: {n} policies {len(hidden)}x{hidden[0]}, one changed", flush=True)
@@ -204,6 +207,14 @@ def bench_incremental(n: int, hidden: list[int], repeats: int, work: Path) -> di
     def link_floor(rep: int) -> None:
         _link_floor(base, files, work / f"floor_{rep}")
 
+    def taken_check(rep: int) -> None:
+        for pid, names in files.items():
+            for name in names:
+                hasher = new_hasher()
+                with open(Path(base) / "policies" / pid / name, "rb", buffering=0) as f:
+                    while chunk := f.read(1 << 20):
+                        hasher.update(chunk)
+
     def proof(rep: int) -> float:
         _change(many, "p0", rep)  # not timed
         start = time.perf_counter()
@@ -213,7 +224,8 @@ def bench_incremental(n: int, hidden: list[int], repeats: int, work: Path) -> di
         return time.perf_counter() - start
 
     times = alternate({"one policy alone": one_policy, "incremental": incremental, "full": full,
-                       "self-play": selfplay, "links alone": link_floor, "proof alone": proof}, repeats)
+                       "self-play": selfplay, "links alone": link_floor, "proof alone": proof,
+                       "links checked alone": taken_check}, repeats)
     linked = {name: sum(1 for p in (work / f"{name}_{repeats}" / "policies").rglob("*")
                         if p.is_file() and p.stat().st_nlink > 1) for name in ("inc", "selfplay")}
     for algo in (many, one, played):
@@ -316,6 +328,11 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
         rows.append((f"floor: {run['n'] - 1} unchanged policies' content proof alone (get_state, both "
                      "files hashed as written)", f"incremental {ms(b)} ms", f"proof {ms(f)} ms",
                      f"{ratio(f, b):.2f}x", "report"))
+        if "links checked alone" in run["times"]:
+            g = median(run["times"]["links checked alone"])
+            rows.append((f"floor: {run['n'] - 1} unchanged policies' linked files read back and hashed alone "
+                         "(the check of what is taken)", f"incremental {ms(b)} ms", f"check {ms(g)} ms",
+                         f"{ratio(g, b):.2f}x", "report"))
     if "subset" in results:
         run = results["subset"]
         lo, hi = (median(run["times"][f"1 of {n}"]) for n in run["counts"])
