@@ -168,25 +168,19 @@ def link_policies(target: WriteTarget, previous: PreviousCheckpoint,
     be written. A file found wrong is warned about (the earlier checkpoint is damaged, or was
     replaced: then this raises, as :meth:`PreviousCheckpoint.confirm`). Call
     :meth:`PreviousCheckpoint.confirm` before committing."""
-    pending = {f"{POLICIES_DIR}/{pid}": plan.files for pid, plan in reuse.items()}
-    failed: set[str] = set()
-    while pending:
-        stopped = target.reuse_dirs(previous.storage, pending)
-        if stopped is None:
-            break
+    not_taken = target.reuse_dirs(previous.storage, {f"{POLICIES_DIR}/{pid}": plan.files
+                                                     for pid, plan in reuse.items()})
+    if not_taken:
         previous.confirm()  # a replacement's files are no damage: the save fails, and says why
-        pid = stopped.directory.rpartition("/")[2]
-        url = previous.storage.url.rstrip("/")
+    url = previous.storage.url.rstrip("/")
+    for wrong in not_taken:
         warnings.warn(
-            f"Incremental save: {url}/{stopped.directory}/{stopped.file} {stopped.problem}, so the "
-            f"previous checkpoint {url} is damaged. Nothing of it was reused for policy {pid!r}: "
-            "the policy was written anew from its live state, and this checkpoint is whole. Run "
-            f"`cairn checkpoint verify {url}` to see what else is damaged there, and restore it "
-            "from a good copy or delete it.", stacklevel=4)
-        failed.add(pid)
-        names = list(pending)
-        pending = {name: pending[name] for name in names[names.index(stopped.directory) + 1:]}
-    return failed
+            f"Incremental save: {url}/{wrong.directory}/{wrong.file} {wrong.problem}, so the previous "
+            f"checkpoint {url} is damaged. Nothing of it was reused for policy "
+            f"{wrong.directory.rpartition('/')[2]!r}: the policy was written anew from its live state, "
+            f"and this checkpoint is whole. Run `cairn checkpoint verify {url}` to see what else is "
+            "damaged there, and restore it from a good copy or delete it.", stacklevel=4)
+    return {wrong.directory.rpartition("/")[2] for wrong in not_taken}
 
 
 #: The last few root manifests read, by their bytes: a manager's saves all read their latest.

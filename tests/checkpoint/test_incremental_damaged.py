@@ -107,6 +107,22 @@ def test_a_damaged_file_of_the_previous_checkpoint_is_reported_and_written_anew(
     assert any(f"policies/p1/{name}" in problem for problem in problems), problems
 
 
+@pytest.mark.parametrize("by_path", [False, True])
+def test_every_damaged_policy_is_reported_and_written_anew(algo, tmp_path, monkeypatch, by_path):
+    if by_path:
+        monkeypatch.setattr(local, "_LINK_AT", False)
+    first = save_algorithm(algo, tmp_path / "c1")
+    _damage_local(first, ARRAYS, _flip_bit)
+    victim = Path(first) / "policies" / "p0" / STATE
+    victim.write_bytes(_flip_bit(victim.read_bytes()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        second = save_algorithm(algo, tmp_path / "c2", previous=first)
+    _assert_live(second, algo)
+    assert _warned_about(caught, first, ARRAYS) and len(caught) == 2, [str(w.message) for w in caught]
+    assert any(f"policies/p0/{STATE}" in str(w.message) for w in caught)
+
+
 def test_linked_by_path_a_damaged_file_is_written_anew(algo, tmp_path, monkeypatch):
     monkeypatch.setattr(local, "_LINK_AT", False)  # as on Windows: linked by path
     first = save_algorithm(algo, tmp_path / "c1")

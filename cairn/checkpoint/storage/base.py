@@ -97,10 +97,10 @@ class WriteTarget:
         """Whether files of ``source`` (an earlier checkpoint) can be reused in this one."""
         return self.storage.can_reuse_from(source)
 
-    def reuse_dirs(self, source: Storage, dirs: Listed) -> NotTaken | None:
+    def reuse_dirs(self, source: Storage, dirs: Listed) -> list[NotTaken]:
         """Take the files of several directories of ``source`` (which :meth:`can_reuse`) under
-        the same names here, each only if the bytes taken are those listed
-        (:meth:`Storage.reuse_dirs_into`); the first directory not taken, or None."""
+        the same names here, each directory only if the bytes taken are those listed
+        (:meth:`Storage.reuse_dirs_into`); the directories not taken."""
         return self.storage.reuse_dirs_into(self, source, dirs)
 
 
@@ -181,7 +181,7 @@ class Storage(abc.ABC):
         a checkpoint written here."""
 
     @abc.abstractmethod
-    def reuse_dirs_into(self, target: WriteTarget, source: Storage, dirs: Listed) -> NotTaken | None:
+    def reuse_dirs_into(self, target: WriteTarget, source: Storage, dirs: Listed) -> list[NotTaken]:
         """Make the files of several directories of ``source`` files of ``target`` under the
         same names, without writing their bytes again (a hard link locally, a server-side copy
         on an object store; an incremental save takes a few files of each of hundreds of
@@ -191,8 +191,8 @@ class Storage(abc.ABC):
         A directory is taken only if each of its files, as taken, is a regular file of the
         listed size whose bytes hash to the listed hash (the manifests' hash): a file damaged
         or changed since its manifest was written is never carried into a new checkpoint.
-        Return the first directory that is not taken, with its first file found wrong and why
-        (none of its files is taken; the directories before it were), or None when all were.
+        Return the directories not taken, each with its first file found wrong and why (none of
+        its files is taken; every other directory was), in the order of ``dirs``.
         What "as taken" means on each medium, and what it guarantees: docs/storage.md."""
 
     @abc.abstractmethod

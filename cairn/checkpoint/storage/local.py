@@ -162,7 +162,7 @@ class LocalStorage(Storage):
     def can_reuse_from(self, source: Storage) -> bool:
         return isinstance(source, LocalStorage)  # any local directory: a link, or a copy
 
-    def reuse_dirs_into(self, target: WriteTarget, source: Storage, dirs: Listed) -> NotTaken | None:
+    def reuse_dirs_into(self, target: WriteTarget, source: Storage, dirs: Listed) -> list[NotTaken]:
         # An incremental save links a few files of each of hundreds of policies: one descriptor
         # per parent directory on each side, then a mkdir and links relative to them (no path is
         # built or resolved from the root per file). Each file is checked once linked, through
@@ -174,16 +174,17 @@ class LocalStorage(Storage):
         for directory, files in dirs.items():
             parent, _, name = "/".join(relative_parts(directory)).rpartition("/")
             by_parent.setdefault(parent, []).append((name, files))
+        not_taken = []
         for parent, children in by_parent.items():
             made = os.path.join(target.directory, *relative_parts(parent))
             os.makedirs(made, exist_ok=True)
-            failed = _link_children(source._file(parent), made, children)
-            if failed is not None:
-                return NotTaken(f"{parent}/{failed.directory}".lstrip("/"), failed.file, failed.problem)
-        return None
+            not_taken += [NotTaken(f"{parent}/{failed.directory}".lstrip("/"), failed.file, failed.problem)
+                          for failed in _link_children(source._file(parent), made, children)]
+        return not_taken
 
-    def _reuse_dirs_by_path(self, target: WriteTarget, source: LocalStorage, dirs: Listed) -> NotTaken | None:
+    def _reuse_dirs_by_path(self, target: WriteTarget, source: LocalStorage, dirs: Listed) -> list[NotTaken]:
         """:meth:`reuse_dirs_into` where links cannot be made relative to directory descriptors."""
+        not_taken = []
         for directory, files in dirs.items():
             made = os.path.join(target.directory, *relative_parts(directory))
             os.makedirs(made, exist_ok=True)
@@ -193,8 +194,9 @@ class LocalStorage(Storage):
                 problem = problem or file_problem(None, destination, entry)
                 if problem is not None:
                     shutil.rmtree(made)
-                    return NotTaken(directory, file, problem)
-        return None
+                    not_taken.append(NotTaken(directory, file, problem))
+                    break
+        return not_taken
 
     def open_reader(self) -> CheckpointDir:
         if not self.path.is_dir():
@@ -248,16 +250,17 @@ def _alive(temporary_name: str) -> bool:
 
 
 def _link_children(src_root: str, dst_root: str,
-                   children: list[tuple[str, Mapping[str, Mapping[str, Any]]]]) -> NotTaken | None:
+                   children: list[tuple[str, Mapping[str, Mapping[str, Any]]]]) -> list[NotTaken]:
     """Make each directory ``name`` of ``children`` in ``dst_root`` and link its ``files`` there
     from ``src_root/name``, each kept only if the file linked is what its entry lists
-    (:func:`~cairn.checkpoint.storage.reuse_check.file_problem`); else remove that directory
-    and say why (relative to ``src_root``)."""
+    (:func:`~cairn.checkpoint.storage.reuse_check.file_problem`); else remove that directory.
+    Return those removed, with why (relative to ``src_root``)."""
     try:
         src = os.open(src_root, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
     except FileNotFoundError:
-        name, files = children[0]
-        return NotTaken(name, next(iter(files)), "is missing (its directory is gone)")
+        return [NotTaken(name, next(iter(files)), "is missing (its directory is gone)")
+                for name, files in children]
+    not_taken = []
     try:
         dst = os.open(dst_root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
         try:
@@ -270,12 +273,13 @@ def _link_children(src_root: str, dst_root: str,
                     problem = problem or file_problem(dst, relative, entry)
                     if problem is not None:
                         shutil.rmtree(os.path.join(dst_root, name))  # this save's own directory
-                        return NotTaken(name, file, problem)
+                        not_taken.append(NotTaken(name, file, problem))
+                        break
         finally:
             os.close(dst)
     finally:
         os.close(src)
-    return None
+    return not_taken
 
 
 def _taken(link: Callable[..., None], *args: Any) -> str | None:

@@ -39,7 +39,7 @@ from cairn.checkpoint.storage.object_stage import (
     roll_forward,
     staged_name,
 )
-from cairn.checkpoint.storage.reuse_check import first_not_taken, object_problem
+from cairn.checkpoint.storage.reuse_check import not_taken, object_problem
 from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
@@ -367,7 +367,7 @@ class ObjectStorage(Storage):
         # uncommitted while it is rewritten
         return isinstance(source, ObjectStorage) and source.fs is self.fs and source.url != self.url
 
-    def reuse_dirs_into(self, target: WriteTarget, source: Storage, dirs: Listed) -> NotTaken | None:
+    def reuse_dirs_into(self, target: WriteTarget, source: Storage, dirs: Listed) -> list[NotTaken]:
         # Copied server-side at the commit, from where a load reads (reading_location): each
         # object is first read whole from there and hashed (reuse_check); no byte is uploaded.
         assert isinstance(source, ObjectStorage)
@@ -375,7 +375,7 @@ class ObjectStorage(Storage):
         listed = [(f"{directory}/{file}", entry)
                   for directory, files in dirs.items() for file, entry in files.items()]
         found = _parallel(lambda item: object_problem(where, *item), listed)
-        return first_not_taken(dirs, dict(zip([name for name, _ in listed], found)),
+        return not_taken(dirs, dict(zip([name for name, _ in listed], found)),
                                lambda name: target.copies.append((source, name, name)))
 
     def open_reader(self) -> ObjectStoreDir:

@@ -27,7 +27,7 @@ from cairn.errors import CheckpointCorruptedError, CheckpointNotFoundError
 if TYPE_CHECKING:
     from cairn.checkpoint.storage.objects import ObjectStorage
 
-__all__ = ["file_problem", "first_not_taken", "hash_problem", "object_problem"]
+__all__ = ["file_problem", "not_taken", "hash_problem", "object_problem"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -97,15 +97,16 @@ def object_problem(storage: ObjectStorage, relative: str, entry: Mapping[str, An
     return hash_problem([data], entry)
 
 
-def first_not_taken(dirs: Listed, problems: Mapping[str, str | None],
-                    take: Callable[[str], None]) -> NotTaken | None:
-    """``take(relative name)`` each file of ``dirs`` in order, directory by directory, up to the
-    first directory with a file whose ``problems`` entry is not None; return that one (none of
-    its files taken), or None."""
+def not_taken(dirs: Listed, problems: Mapping[str, str | None],
+              take: Callable[[str], None]) -> list[NotTaken]:
+    """``take(relative name)`` each file of each directory of ``dirs`` none of whose files has a
+    ``problems`` entry other than None; return the others, each with its first such file."""
+    found = []
     for directory, files in dirs.items():
         wrong = [file for file in files if problems[f"{directory}/{file}"] is not None]
         if wrong:
-            return NotTaken(directory, wrong[0], str(problems[f"{directory}/{wrong[0]}"]))
+            found.append(NotTaken(directory, wrong[0], str(problems[f"{directory}/{wrong[0]}"])))
+            continue
         for file in files:
             take(f"{directory}/{file}")
-    return None
+    return found
