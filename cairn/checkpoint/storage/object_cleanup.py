@@ -24,7 +24,7 @@ from cairn.errors import CheckpointError, StorageCleanupWarning
 if TYPE_CHECKING:
     from cairn.checkpoint.storage.objects import ObjectStorage
 
-__all__ = ["delete_stale", "delete_stage", "discard"]
+__all__ = ["delete_stale", "delete_stage", "discard", "has_manifest"]
 
 
 def _warn(storage: ObjectStorage, what: str, error: CheckpointError, why: str, *, stage: bool) -> None:
@@ -67,6 +67,14 @@ def delete_stale(storage: ObjectStorage, *, keep: set[str], listed: list[str] | 
               f"{first_names(left)},", exc, why, stage=False)
 
 
+def has_manifest(stage: ObjectStorage) -> bool | None:
+    """Whether ``stage`` holds a manifest, read back after a failure left it open; None when
+    looking it up fails too (the message must then cover both answers)."""
+    with contextlib.suppress(CheckpointError):
+        return stage.exists(MANIFEST_FILE)
+    return None
+
+
 def delete_stage(storage: ObjectStorage, stage: ObjectStorage, *, rolled_forward: bool) -> None:
     """Delete ``stage``, beside the committed checkpoint at ``storage``: its manifest first when
     ``rolled_forward`` (the stage of this checkpoint's replacement, whose content is committed at
@@ -77,9 +85,7 @@ def delete_stage(storage: ObjectStorage, stage: ObjectStorage, *, rolled_forward
             return  # a committed stage is never deleted unseen (object_stage)
         discard(stage)
     except CheckpointError as exc:
-        committed: bool | None = None
-        with contextlib.suppress(CheckpointError):
-            committed = stage.exists(MANIFEST_FILE)
+        committed = has_manifest(stage)
         state = {
             True: ("It is harmless: it is still committed and holds the same checkpoint as "
                    f"{storage.url}, which loads read from it until it is deleted."),

@@ -35,7 +35,7 @@ from cairn.checkpoint.format import (
     POLICY_STATE_FILE,
 )
 from cairn.checkpoint.storage.base import WriteTarget
-from cairn.checkpoint.storage.object_cleanup import delete_stage, delete_stale, discard
+from cairn.checkpoint.storage.object_cleanup import delete_stage, delete_stale, discard, has_manifest
 from cairn.checkpoint.storage.object_stage import (
     committed_stage,
     holds_manifest,
@@ -272,9 +272,7 @@ def _abandon(storage: ObjectStorage, stage: ObjectStorage, exc: CheckpointStorag
     try:
         discard(stage)
     except CheckpointError as cleanup:
-        committed: bool | None = None
-        with contextlib.suppress(CheckpointError):
-            committed = stage.exists(MANIFEST_FILE)
+        committed = has_manifest(stage)
         held = {
             True: (f"Its manifest got there, so the new checkpoint is whole at {stage.url}, and "
                    f"loads of {storage.url} read it from there; the next save to {storage.url}, "
