@@ -229,6 +229,18 @@ def _or_none(getter: Any, index: int) -> Any:
         return None
 
 
+def answers(**getters: Any) -> dict[str, str]:
+    """For each named getter call: "answered", or the message of its EpisodeHistoryError."""
+    out = {}
+    for name, getter in getters.items():
+        try:
+            getter()
+            out[name] = "answered"
+        except EpisodeHistoryError as error:
+            out[name] = str(error)
+    return out
+
+
 class ShortHistory(EpisodeData):
     """Keeps the last 2 steps: the whole episode is refused, its end is answered."""
 
@@ -236,11 +248,7 @@ class ShortHistory(EpisodeData):
 
     def on_episode_end(self, *, episode: Any, env_runner: Any) -> None:
         record: dict[str, Any] = {"last": episode.get_rewards(slice(-2, None)),
-                                  "obs": episode.get_observations([-3, -1])}
-        for name, getter in (("rewards", episode.get_rewards), ("observations", episode.get_observations)):
-            try:
-                getter()
-                record[name] = "answered"
-            except EpisodeHistoryError as error:
-                record[name] = str(error)
+                                  "obs": episode.get_observations([-3, -1]),
+                                  **answers(rewards=episode.get_rewards,
+                                            observations=episode.get_observations)}
         log(env_runner.config.env_config["log_dir"], "callbacks", record)

@@ -11,11 +11,12 @@ import pytest
 
 import cairn
 from cairn.env_runner.episode import EpisodeTotals
-from cairn.errors import ConfigError, EpisodeHistoryError
+from cairn.errors import ConfigError
 from tests.callbacks import expected_episodes as expected
 from tests.callbacks.emitting import (
     EpisodeData,
     ShortHistory,
+    answers,
     log,
     make_emit_env,
     make_emit_game,
@@ -24,8 +25,8 @@ from tests.callbacks.emitting import (
 )
 
 
-def emit_ppo(log_dir: Path, **env_runners: Any) -> cairn.AlgorithmConfig:
-    return (cairn.PPOConfig().environment(make_emit_env, env_config={"log_dir": str(log_dir)})
+def emit_ppo(log_dir: Path, *, maker: Any = make_emit_env, **env_runners: Any) -> cairn.AlgorithmConfig:
+    return (cairn.PPOConfig().environment(maker, env_config={"log_dir": str(log_dir)})
             .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
             .env_runners(**{"num_envs_per_env_runner": 2, **env_runners})
             .callbacks(EpisodeData).debugging(seed=0))
@@ -57,11 +58,8 @@ def test_async_envs_send_what_the_callbacks_see(tmp_path: Path) -> None:
 
 
 def test_multi_agent_getters_give_a_dict_per_agent(tmp_path: Path) -> None:
-    config = (cairn.PPOConfig().environment(make_emit_parallel, env_config={"log_dir": str(tmp_path)})
-              .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
-              .env_runners(num_envs_per_env_runner=2)
-              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn={"a0": "p0", "a1": "p1"})
-              .callbacks(EpisodeData).debugging(seed=0))
+    config = emit_ppo(tmp_path, maker=make_emit_parallel).multi_agent(
+        policies={"p0", "p1"}, policy_mapping_fn={"a0": "p0", "a1": "p1"})
     _train_and_compare(config, tmp_path, expected.parallel)
     # a1 left after 2 steps: its columns stop there, a0's go on.
     for record in read_log(tmp_path, "callbacks"):
@@ -70,11 +68,8 @@ def test_multi_agent_getters_give_a_dict_per_agent(tmp_path: Path) -> None:
 
 
 def test_turn_based_getters_follow_each_players_moves(tmp_path: Path) -> None:
-    config = (cairn.PPOConfig().environment(make_emit_game, env_config={"log_dir": str(tmp_path)})
-              .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
-              .env_runners(num_envs_per_env_runner=2)
-              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn={"player_0": "p0", "player_1": "p1"})
-              .callbacks(EpisodeData).debugging(seed=0))
+    config = emit_ppo(tmp_path, maker=make_emit_game).multi_agent(
+        policies={"p0", "p1"}, policy_mapping_fn={"player_0": "p0", "player_1": "p1"})
     _train_and_compare(config, tmp_path, expected.turn_based)
 
 
@@ -143,14 +138,8 @@ class RestoredView(EpisodeData):
         log(env_runner.config.env_config["log_dir"], "callbacks", {"start": True})
 
     def on_episode_step(self, *, episode: Any, env_runner: Any) -> None:
-        record = {**self.latest(episode), "env_index": episode.env_index, "length": episode.length}
-        for name, call in (("all_rewards", episode.get_rewards),
-                           ("first_obs", lambda: episode.get_observations(0))):
-            try:
-                call()
-                record[name] = "answered"
-            except EpisodeHistoryError as error:
-                record[name] = str(error)
+        record = {**self.latest(episode), "env_index": episode.env_index, "length": episode.length,
+                  **answers(all_rewards=episode.get_rewards, first_obs=lambda: episode.get_observations(0))}
         log(env_runner.config.env_config["log_dir"], "callbacks", record)
 
     def on_episode_end(self, *, episode: Any, env_runner: Any) -> None:
