@@ -208,10 +208,11 @@ class LoggerWarning(UserWarning):
 
 
 class StorageCleanupWarning(UserWarning):
-    """A save to an object store committed (its URL loads the new checkpoint), but deleting
-    what it left behind failed: objects that no manifest lists, or the stage of a replacement
-    (docs/storage.md). The message names them and says who deletes them (the next save there,
-    or a ``CheckpointManager`` started on its root); they are harmless meanwhile.
+    """A save committed (its URL loads the new checkpoint), but deleting what it left behind
+    failed: on an object store, objects that no manifest lists or the stage of a replacement;
+    on any store, a checkpoint that a ``CheckpointManager``'s retention no longer keeps
+    (docs/storage.md). The message names them, what they hold now and who deletes them (the
+    next save there, or a ``CheckpointManager`` started on its root).
     """
 
 

@@ -27,7 +27,9 @@ checkpoint whose files are all there is never deleted. A checkpoint is first
 made invisible (renamed to a temporary name that :func:`cairn.checkpoint.atomic.cleanup`
 removes, or its manifest deleted first on a store without rename), then removed, then its
 record. A crash at any point leaves
-:meth:`latest` on a whole checkpoint.
+:meth:`latest` on a whole checkpoint. A deletion that fails does not fail the save, which
+committed: it is a :class:`~cairn.errors.StorageCleanupWarning` saying what that checkpoint
+holds now (:func:`~cairn.checkpoint.manager_store.retention_failure_warning`).
 
 The manager knows no Algorithm class: it saves anything with ``iteration`` and
 ``save(path, *, blocking, storage_options, previous, metadata)``
@@ -43,12 +45,18 @@ import concurrent.futures
 import os
 import re
 import threading
+import warnings
 from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any, Literal
 
 from cairn.checkpoint.manager_records import RECORD_SUFFIX, RecordLease, abandoned, read_record
-from cairn.checkpoint.manager_store import ManagerStore, incomplete_save_error, open_store
+from cairn.checkpoint.manager_store import (
+    ManagerStore,
+    incomplete_save_error,
+    open_store,
+    retention_failure_warning,
+)
 from cairn.checkpoint.manifest import check_metadata
 from cairn.checkpoint.reader import get_checkpoint_info
 from cairn.checkpoint.retention import (
@@ -385,7 +393,7 @@ class CheckpointManager:
             raise incomplete_save_error(self._store.location(checkpoint_name(iteration)), problems,
                                         latest=self.latest())
 
-    def _retain(self, *, whole: int | None = None) -> None:
+    def _retain(self, *, whole: int) -> None:
         """Delete the committed checkpoints that no rule keeps (``keep_last``, ``keep_best``,
         ``keep_every_iterations``: :func:`cairn.checkpoint.retention.retained`), but never the
         newest one whose files are all there (``whole``: an iteration just checked)."""
@@ -398,7 +406,13 @@ class CheckpointManager:
                                          self._store.problems(checkpoint_name(c.iteration))))
             for checkpoint in checkpoints:
                 if checkpoint.iteration not in keep:
-                    self._remove(checkpoint.iteration)
+                    try:
+                        self._remove(checkpoint.iteration)
+                    except CheckpointError as exc:  # the save committed: never say it failed
+                        warnings.warn(retention_failure_warning(
+                            self._store, checkpoint_name(checkpoint.iteration), exc,
+                            saved=self._store.location(checkpoint_name(whole))),
+                            stacklevel=3)
 
     def wait(self) -> None:
         """Wait until every background save of this manager since the last ``wait()`` is

@@ -9,6 +9,7 @@ before it is deleted, an object-store one loses its manifest first: docs/storage
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Collection, Mapping
@@ -16,9 +17,9 @@ from typing import Any
 
 from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.storage import Storage, resolve_storage
-from cairn.errors import CairnError, CheckpointError
+from cairn.errors import CairnError, CheckpointError, StorageCleanupWarning
 
-__all__ = ["ManagerStore", "incomplete_save_error", "open_store"]
+__all__ = ["ManagerStore", "incomplete_save_error", "open_store", "retention_failure_warning"]
 
 _RECORD_LIMIT = 1 << 20
 _MANIFEST_LIMIT = 64 << 20
@@ -138,3 +139,25 @@ def incomplete_save_error(location: str, problems: list[str], *, latest: str | N
         f"{'; '.join(problems[:3])}{more}. Something deleted or changed them while the save ran "
         "(another process cleaning this root?). The broken checkpoint was removed and no other "
         f"was deleted (retention did not run): latest() is {latest!r}. Save again.")
+
+
+def retention_failure_warning(store: ManagerStore, name: str, error: CheckpointError, *,
+                              saved: str) -> StorageCleanupWarning:
+    """The warning of a retention that could not delete the checkpoint ``name`` after the save
+    to ``saved`` committed: the save stands, and what ``name`` holds now is read back (its
+    manifest goes first, so it is either still whole or no longer committed)."""
+    committed: bool | None = None
+    with contextlib.suppress(CheckpointError):
+        committed = store.is_committed(name)
+    location = store.location(name)
+    held = {
+        True: f"{location} is still whole and loads; the next save's retention deletes it again.",
+        False: (f"{location} is no longer committed (loads refuse it); what is left of its files is "
+                "removed by a CheckpointManager opened on this root."),
+        None: (f"Looking {location} up failed too: it is either still whole (the next save's "
+               "retention deletes it again) or no longer committed (a CheckpointManager opened on "
+               "this root removes its files)."),
+    }[committed]
+    return StorageCleanupWarning(
+        f"The save to {saved} committed and loads, but retention could not delete {location} "
+        f"({type(error).__name__}: {error}). {held}")

@@ -174,3 +174,38 @@ def test_a_save_that_cannot_complete_an_earlier_replacement_says_where_the_check
     message = str(info.value)
     assert "This save changed nothing" in message and s3.url(f"run/{stage}") in message, message
     assert loaded_value(url, options) == 2.0  # read from the stage, as the error says
+
+
+@pytest.mark.parametrize("request_name, key_end, left", [
+    ("_rm_file", f"checkpoint_000001/{re.escape(MANIFEST_FILE)}", "whole"),  # the manifest stays
+    ("_rm", r"checkpoint_000001/algorithm_state\.json", "uncommitted"),  # the manifest went, not the files
+])
+def test_a_retention_that_cannot_delete_an_old_checkpoint_never_fails_the_committed_save(
+        s3, monkeypatch, request_name, key_end, left):
+    """A manager's retention runs after the save committed: a failure deleting the checkpoint it
+    no longer keeps is a StorageCleanupWarning saying what that checkpoint is now (main raised
+    from ``save()``, or from its Future, although the new checkpoint was committed)."""
+    options = s3.storage_options
+    first = cairn.CheckpointManager(s3.url("runs"), storage_options=options).save(TreeAlgo(1.0))
+    second = TreeAlgo(2.0)
+    second.iteration = 2
+    failed = fail_one(monkeypatch, request_name, key_end)
+    # Made after fail_one: s3fs binds its requests when a file system instance is made.
+    manager = cairn.CheckpointManager(s3.url("runs"), keep_last=1, storage_options=options)
+    with pytest.warns(StorageCleanupWarning) as caught:
+        url = manager.save(second)
+    monkeypatch.undo()
+    message = str(caught[0].message)
+    assert failed and url == manager.latest() == s3.url("runs/checkpoint_000002")
+    assert loaded_value(url, options) == 2.0
+    assert f"The save to {url} committed and loads, but retention could not delete {first}" in message
+    if left == "whole":
+        assert "is still whole and loads" in message and loaded_value(first, options) == 1.0
+    else:
+        assert "is no longer committed" in message
+        with pytest.raises(UncommittedCheckpointError):
+            load_algorithm_state(first, storage_options=options)
+    third = TreeAlgo(3.0)
+    third.iteration = 3
+    manager.save(third)  # the next retention (or a manager's start) finishes the job
+    assert [c.iteration for c in manager.checkpoints()] == [3]
