@@ -13,12 +13,13 @@ made, and nothing cheap can prove it still equals ``forward``.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from torch import nn
+
+from cairn._compat.torch_internals import own_tensor_tables
 
 __all__ = ["NUMPY_ACTIVATIONS", "StorageWatch"]
 
@@ -34,11 +35,6 @@ NUMPY_ACTIVATIONS: dict[str, NumpyFn] = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "identity": lambda x: x,
 }
-
-#: A module's own parameters and buffers by name: torch exposes the tables a tensor is
-#: registered in (which ``load_state_dict(assign=True)`` and attribute assignment update) only so.
-_own_tables = operator.attrgetter("_parameters", "_buffers")
-
 
 class StorageWatch:
     """Whether the parameters and buffers of some modules still live where they did when the
@@ -65,7 +61,7 @@ class StorageWatch:
         slots: list[tuple[dict[str, Any], str]] = []
         for module in modules:
             for sub in module.modules() if recurse else (module,):
-                for table in _own_tables(sub):
+                for table in own_tensor_tables(sub):
                     slots += [(table, key) for key, tensor in table.items() if tensor is not None]
         self._slots = slots
         self._addresses = [table[key].data_ptr() for table, key in slots]

@@ -25,6 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from cairn._compat import gymnasium_internals
 from cairn.env_runner.make_env import is_turn_based_env
 from cairn.env_runner.pettingzoo_state import get_board_game_state, set_board_game_state
 from cairn.rng import make_rng, rng_state
@@ -32,7 +33,6 @@ from cairn.rng import make_rng, rng_state
 __all__ = ["get_env_state", "set_env_state"]
 
 _CLASSIC_CONTROL_ATTRS = ("state", "steps_beyond_terminated", "last_u")
-_WRAPPER_ATTRS = ("_elapsed_steps", "_has_reset")
 
 
 def _base(env: Any) -> Any:
@@ -62,9 +62,9 @@ def get_env_state(env: Any) -> dict[str, Any] | None:
     wrappers = []
     layer = env
     while isinstance(layer, gym.Wrapper):
-        wrappers.append({k: getattr(layer, k) for k in _WRAPPER_ATTRS if hasattr(layer, k)})
+        wrappers.append(gymnasium_internals.wrapper_state(layer))
         layer = layer.env
-    rng = getattr(base, "_np_random", None)
+    rng = gymnasium_internals.np_random_or_none(base)
     return {
         "kind": "classic_control",
         "attrs": attrs,
@@ -98,10 +98,8 @@ def set_env_state(env: Any, state: dict[str, Any] | None) -> bool:
             setattr(base, name, np.array(value) if isinstance(value, np.ndarray) else value)
     layer, index = env, 0
     while isinstance(layer, gym.Wrapper) and index < len(state["wrappers"]):
-        for key, value in state["wrappers"][index].items():
-            if key in _WRAPPER_ATTRS:
-                setattr(layer, key, value)
+        gymnasium_internals.set_wrapper_state(layer, state["wrappers"][index])
         layer, index = layer.env, index + 1
     if state.get("np_random") is not None:
-        base._np_random = make_rng(state["np_random"])
+        gymnasium_internals.set_np_random(base, make_rng(state["np_random"]))
     return True

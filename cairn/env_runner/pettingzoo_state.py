@@ -2,15 +2,10 @@
 
 These games keep no state of their own beyond the board and PettingZoo's AEC bookkeeping, so
 cairn reads and writes it without changes to them (part of the environment state protocol in
-:mod:`cairn.env_runner.env_state`):
-
-* the raw env: its board, ``agents``, ``agent_selection`` (and ``_skip_agent_selection``, set
-  while dead agents are stepped), ``rewards``, ``_cumulative_rewards``, ``terminations``,
-  ``truncations``, ``infos``, and its agent selector (which shares its list with ``agents``);
-* the wrappers ``tictactoe_v3.env()`` / ``connect_four_v3.env()`` add: ``OrderEnforcingWrapper``
-  (``_has_reset``, ``_has_updated``), ``TerminateIllegalWrapper`` (``_prev_obs``,
-  ``_prev_info``, ``_terminated``: whether an illegal move ended the game) and
-  ``AssertOutOfBoundsWrapper`` (stateless).
+:mod:`cairn.env_runner.env_state`): the raw env's board, ``agents``, ``agent_selection``, its
+per-agent dicts and agent selector, and the state of the wrappers their ``env()`` adds. The
+private parts of it, and the PettingZoo versions they are supported on, are named in
+:mod:`cairn._compat.pettingzoo_internals`.
 
 Other AEC envs take part in exact resume through the protocol (``env.unwrapped.get_state()`` /
 ``set_state()``); :func:`get_board_game_state` returns None for them.
@@ -24,25 +19,18 @@ from typing import Any
 
 import numpy as np
 
+from cairn._compat import pettingzoo_internals
 from cairn.errors import CheckpointFormatError
 
 __all__ = ["get_board_game_state", "set_board_game_state"]
 
 _GAMES = ("pettingzoo.classic.tictactoe.tictactoe", "pettingzoo.classic.connect_four.connect_four")
-#: PettingZoo's own (private) attribute holding the raw env's AgentSelector: part of the state.
-_SELECTOR = "_agent_selector"
-_AGENT_DICTS = ("rewards", "_cumulative_rewards", "terminations", "truncations", "infos")
-_WRAPPER_ATTRS = {
-    "OrderEnforcingWrapper": ("_has_reset", "_has_updated"),
-    "TerminateIllegalWrapper": ("_prev_obs", "_prev_info", "_terminated"),
-    "AssertOutOfBoundsWrapper": (),
-}
 
 
 def _layers(env: Any) -> tuple[list[Any], Any]:
     """The wrappers from the outside in, and the raw env (None when a layer is unknown)."""
     wrappers, layer = [], env
-    while type(layer).__name__ in _WRAPPER_ATTRS:
+    while type(layer).__name__ in pettingzoo_internals.WRAPPER_STATE_ATTRS:
         wrappers.append(layer)
         layer = layer.env
     known = type(layer).__module__ in _GAMES and all(isinstance(a, str) for a in layer.possible_agents)
@@ -66,23 +54,23 @@ def get_board_game_state(env: Any) -> dict[str, Any] | None:
     """The state of a tictactoe_v3 / connect_four_v3 env (raw or wrapped as PettingZoo's
     ``env()`` wraps it), or None for any other env or one not reset yet."""
     wrappers, raw = _layers(env)
-    if raw is None or not hasattr(raw, "_cumulative_rewards") or not hasattr(raw, _SELECTOR):
+    if raw is None or not pettingzoo_internals.has_aec_bookkeeping(raw):
         return None
     board = raw.board.squares if hasattr(raw.board, "squares") else raw.board
-    selector = getattr(raw, _SELECTOR)
+    selector = pettingzoo_internals.agent_selector(raw)
     return {
         "game": type(raw).__module__,
         "board": [int(x) for x in board],
         "agents": list(raw.agents),
         "agent_selection": raw.agent_selection,
-        "skip_agent_selection": getattr(raw, "_skip_agent_selection", None),
-        "agent_dicts": {name: _plain(getattr(raw, name)) for name in _AGENT_DICTS},
+        "skip_agent_selection": pettingzoo_internals.skip_agent_selection(raw),
+        "agent_dicts": {name: _plain(d) for name, d in pettingzoo_internals.agent_dicts(raw).items()},
         "selector": {"agent_order": list(selector.agent_order),
                      "order_is_agents": selector.agent_order is raw.agents,
-                     "current_agent": int(selector._current_agent),
+                     "current_agent": pettingzoo_internals.selector_position(selector),
                      "selected_agent": _plain(selector.selected_agent)},
         "wrappers": [{"class": type(w).__name__,
-                      "attrs": {k: _plain(getattr(w, k)) for k in _WRAPPER_ATTRS[type(w).__name__]}}
+                      "attrs": {k: _plain(v) for k, v in pettingzoo_internals.wrapper_state(w).items()}}
                      for w in wrappers],
     }
 
@@ -104,17 +92,15 @@ def set_board_game_state(env: Any, state: dict[str, Any]) -> bool:
         raw.board = board
     raw.agents = list(state["agents"])
     raw.agent_selection = state["agent_selection"]
-    raw._skip_agent_selection = state["skip_agent_selection"]
-    for name in _AGENT_DICTS:
-        setattr(raw, name, copy.deepcopy(dict(state["agent_dicts"][name])))
-    saved, selector = state["selector"], getattr(raw, _SELECTOR)
+    pettingzoo_internals.set_skip_agent_selection(raw, state["skip_agent_selection"])
+    pettingzoo_internals.set_agent_dicts(raw, {name: copy.deepcopy(dict(state["agent_dicts"][name]))
+                                               for name in pettingzoo_internals.AGENT_DICTS})
+    saved, selector = state["selector"], pettingzoo_internals.agent_selector(raw)
     selector.agent_order = raw.agents if saved["order_is_agents"] else list(saved["agent_order"])
-    selector._current_agent = int(saved["current_agent"])
+    pettingzoo_internals.set_selector_position(selector, int(saved["current_agent"]))
     selector.selected_agent = saved["selected_agent"]
     for wrapper, saved in zip(wrappers, state["wrappers"]):
-        for key, value in saved["attrs"].items():
-            if key in _WRAPPER_ATTRS[type(wrapper).__name__]:
-                setattr(wrapper, key, copy.deepcopy(value))
+        pettingzoo_internals.set_wrapper_state(wrapper, saved["attrs"])
     _check_observed(env, raw, wrappers)
     return True
 
@@ -144,7 +130,7 @@ def _check_board_game_state(raw: Any, state: Mapping[str, Any]) -> None:
         raise _refuse("'agent_selection'", state["agent_selection"], f"one of {selectable}")
     if state["skip_agent_selection"] is not None and state["skip_agent_selection"] not in possible:
         raise _refuse("'skip_agent_selection'", state["skip_agent_selection"], f"None or one of {possible}")
-    for name in _AGENT_DICTS:
+    for name in pettingzoo_internals.AGENT_DICTS:
         keys = state["agent_dicts"][name]
         if not isinstance(keys, Mapping) or not set(agents) <= set(keys) <= set(possible):
             raise _refuse(f"agent_dicts[{name!r}]", keys, f"a dict keyed by the agents {agents} (and "
@@ -166,7 +152,7 @@ def _check_observed(env: Any, raw: Any, wrappers: list[Any]) -> None:
     occupied square (PettingZoo's ``AssertionError: Location is not empty``). On a refusal the
     env is reset, so that it is in a state of its own again."""
     for wrapper in wrappers:
-        saved = getattr(wrapper, "_prev_obs", None)
+        saved = pettingzoo_internals.illegal_move_observation(wrapper)
         if not isinstance(saved, Mapping):
             continue
         now = raw.observe(raw.agent_selection)

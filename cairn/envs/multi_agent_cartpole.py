@@ -9,6 +9,7 @@ import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from pettingzoo import ParallelEnv
 
+from cairn._compat import gymnasium_internals
 from cairn.rng import make_rng, rng_state
 
 __all__ = ["MultiAgentCartPole", "make_multi_agent_cartpole"]
@@ -85,7 +86,7 @@ class MultiAgentCartPole(ParallelEnv):  # type: ignore[misc]
                 a: {
                     "state": None if e.state is None else np.array(e.state),
                     "steps_beyond_terminated": e.steps_beyond_terminated,
-                    "np_random": None if e._np_random is None else rng_state(e._np_random),
+                    "np_random": _rng_state_or_none(e),
                 }
                 for a, e in self._envs.items()
             },
@@ -99,7 +100,12 @@ class MultiAgentCartPole(ParallelEnv):  # type: ignore[misc]
             env.state = None if s["state"] is None else np.array(s["state"])
             env.steps_beyond_terminated = s["steps_beyond_terminated"]
             if s["np_random"] is not None:
-                env._np_random = make_rng(s["np_random"])
+                gymnasium_internals.set_np_random(env, make_rng(s["np_random"]))
+
+
+def _rng_state_or_none(env: CartPoleEnv) -> dict[str, Any] | None:
+    rng = gymnasium_internals.np_random_or_none(env)
+    return None if rng is None else rng_state(rng)
 
 
 def make_multi_agent_cartpole(env_config: dict[str, Any]) -> MultiAgentCartPole:

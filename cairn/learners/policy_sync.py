@@ -16,11 +16,12 @@ re-tuned. :func:`driver_key` tells, cheaply enough to ask every gradient step.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 from typing import Any
 
 import torch
+
+from cairn._compat.torch_internals import version_counter
 
 __all__ = ["LEARNED_PARTS", "driver_key", "learned_parts", "with_learned_parts"]
 
@@ -45,14 +46,10 @@ def with_learned_parts(state: Mapping[str, Any], parts: Mapping[str, Any]) -> di
     return merged
 
 
-#: torch exposes a tensor's version counter only as this attribute.
-_version = operator.attrgetter("_version")
-
-
 def _tensors_key(modules: list[torch.nn.Module]) -> tuple[Any, ...]:
     # Every in-place write bumps a tensor's version counter (load_weights declares its numpy
     # copies); identities and storage addresses catch a replaced tensor.
-    return tuple((id(t), t.data_ptr(), _version(t)) for module in modules
+    return tuple((id(t), t.data_ptr(), version_counter(t)) for module in modules
                  for t in (*module.parameters(), *module.buffers()))
 
 
@@ -69,7 +66,7 @@ def driver_key(policy: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     optimizer_key: tuple[Any, ...] = (id(holder.pending), id(optimizer), policy.num_grad_updates)
     if optimizer is not None:
         optimizer_key += tuple(
-            (id(value), _version(value)) for slots in optimizer.state.values()
+            (id(value), version_counter(value)) for slots in optimizer.state.values()
             for value in slots.values() if isinstance(value, torch.Tensor))
         optimizer_key += tuple(repr({k: v for k, v in group.items() if k != "params"})
                                for group in optimizer.param_groups)

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from cairn._compat.torch_internals import foreach_mul_, foreach_norm
+
 __all__ = ["clip_grad_norm", "torch_threads", "SMALL_NETWORK_PARAMETERS"]
 
 #: Below this many parameters per policy, ``torch_num_threads="auto"`` means one thread.
@@ -25,10 +27,10 @@ def clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float) -> tor
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(())
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    total = torch.linalg.vector_norm(torch.stack(foreach_norm(grads)))
     coef = max_norm / (float(total) + 1e-6)
     if coef < 1.0:  # scaling by exactly 1 would change nothing; skip the operation
-        torch._foreach_mul_(grads, coef)
+        foreach_mul_(grads, coef)
     return total.detach()
 
 

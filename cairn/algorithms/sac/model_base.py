@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from cairn._compat.torch_internals import foreach_lerp_
+
 __all__ = ["SACModelBase"]
 
 
@@ -47,7 +49,7 @@ class SACModelBase(nn.Module):
         """Polyak averaging: ``target <- (1 - tau) * target + tau * critic``."""
         targets: list[torch.Tensor] = list(self.target_critic.parameters())
         sources: list[torch.Tensor] = list(self.critic.parameters())
-        torch._foreach_lerp_(targets, sources, tau)
+        foreach_lerp_(targets, sources, tau)
 
     def extra_repr(self) -> str:
         return f"initial_alpha={self.initial_alpha}"

@@ -1,0 +1,43 @@
+"""torch's internals that cairn relies on.
+
+Touches:
+
+* ``Tensor._version``, the counter every in-place write bumps: torch exposes it under no public
+  name. :func:`cairn.learners.policy_sync.driver_key` reads it to tell whether the driver's
+  weights or optimizer slots were written since the learners took their copies.
+* ``Module._parameters`` and ``Module._buffers``, the tables a module's own tensors are
+  registered in (what ``load_state_dict(assign=True)`` and attribute assignment update): the
+  public ``named_parameters()`` yields the tensors, not the tables, so a watch of where the
+  tensors live (:class:`cairn.numpy_program.StorageWatch`) reads them.
+* ``torch._foreach_norm``, ``torch._foreach_mul_`` and ``torch._foreach_lerp_``: the
+  multi-tensor kernels torch's own optimizers and ``clip_grad_norm_`` use, called directly to
+  skip those functions' per-call grouping and checks on small networks.
+
+Supported: ``torch>=2.4,<3`` (pyproject.toml; constraints.txt pins the version tested here). All
+of these have kept their names and meaning through torch 2.x; a new major version is checked
+before the range is widened.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["foreach_lerp_", "foreach_mul_", "foreach_norm", "own_tensor_tables", "version_counter"]
+
+foreach_norm = torch._foreach_norm
+foreach_mul_ = torch._foreach_mul_
+foreach_lerp_ = torch._foreach_lerp_
+
+
+def version_counter(tensor: torch.Tensor) -> int:
+    """``tensor``'s in-place write counter (``Tensor._version``)."""
+    return tensor._version
+
+
+def own_tensor_tables(module: nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tables ``module``'s own parameters and buffers (not its submodules') are registered
+    in, by name: ``(module._parameters, module._buffers)``, the live dicts themselves."""
+    return module._parameters, module._buffers
