@@ -49,10 +49,12 @@ class NStepTransitions:
     A row whose n-step window reaches the end of its sampled fragment while its episode goes
     on is held back, and completed with the first rows of the same trajectory (the same
     ``streams`` id) in a later batch, so that every stored window has ``n_step`` rewards unless
-    its episode ended first. A held trajectory whose sequel does not start where it stopped
-    (its env was reset, e.g. by a restore without this state) is stored with the shorter
-    windows it has. ``n_step == 1`` holds nothing back. Batches without ``streams`` are
-    taken on their own (:func:`replay_transitions`).
+    its episode ended first. A held trajectory whose sequel does not continue it is stored with
+    the shorter windows it has: the sequel continues it only when its first row is not the
+    first step of an episode (``firsts``: its env was not reset meanwhile, e.g. after an error
+    or by a restore without this state) and starts from the observation the held rows ended
+    with (:func:`_continues`). ``n_step == 1`` holds nothing back. Batches without ``streams``
+    are taken on their own (:func:`replay_transitions`).
     """
 
     def __init__(self, gamma: float, n_step: int) -> None:
@@ -94,7 +96,7 @@ class NStepTransitions:
             if held is None:
                 continue
             held["ends"] = held["ends"].copy()
-            held["ends"][-1] = not np.array_equal(held["next_obs"][-1], batch["obs"][row])
+            held["ends"][-1] = not _continues(held, batch, row)
             held_parts.append(held)
             inserts.append((row, offset, len(held["ends"])))
             offset += len(held["ends"])
@@ -126,6 +128,17 @@ class NStepTransitions:
         for stream in dict.fromkeys(streams.tolist()):
             rows = streams == stream
             self.pending[int(stream)] = {k: np.array(state[k])[rows] for k in _HELD_COLUMNS}
+
+
+def _continues(held: Mapping[str, np.ndarray], batch: Mapping[str, np.ndarray], row: int) -> bool:
+    """Whether row ``row`` of ``batch`` continues the ``held`` rows of its stream: it is not an
+    episode's first step (an env reset between the two fragments, after an error say, may
+    reach the very observation the held rows ended with: equal observations alone prove
+    nothing), and it starts from their last next observation. A batch without ``firsts``
+    (made by hand) is judged by the observations alone."""
+    if "firsts" in batch and batch["firsts"][row]:
+        return False
+    return bool(np.array_equal(held["next_obs"][-1], batch["obs"][row]))
 
 
 #: The columns of held rows (``ends`` marks the last of each stream's).

@@ -231,6 +231,9 @@ class EnvRunner:
             trunc_buf = np.zeros((steps, n_envs), dtype=bool)
             acted = ActedRows(steps, n_envs)
         keys = [(i, DEFAULT_AGENT_ID) for i in range(n_envs)]
+        if record:  # an episode's first step: at t = 0, one that had not stepped yet
+            firsts = np.zeros((steps, n_envs), dtype=bool)
+            firsts[0] = [ep.length == 0 for ep in episodes]
         for t in range(steps):
             env_actions: Any = [None] * n_envs
             for pid, rows in group_by_policy(env_pids):  # one group (rows None) unless per-episode draws
@@ -284,8 +287,10 @@ class EnvRunner:
         if not record:
             return {}
         count_sampled_steps(self.policies, acted.steps_by_policy())
+        firsts[1:] = term_buf[:-1] | trunc_buf[:-1]  # ... later, the step after an episode's end
         return acted.batches(
-            obs=obs_buf, rewards=rew_buf, terminateds=term_buf, truncateds=trunc_buf, next_obs=next_buf,
+            obs=obs_buf, rewards=rew_buf, terminateds=term_buf, truncateds=trunc_buf, firsts=firsts,
+            next_obs=next_buf,
             streams=np.broadcast_to(stream_ids(self.worker_index, range(n_envs)), (steps, n_envs)))
 
     # ------------------------------------------------------------------------------- metrics

@@ -55,6 +55,9 @@ class ParallelSampler(AgentSampler):
     def init_slots(self) -> None:
         #: Per env: each live agent's processed observation, which its next action is computed from.
         self.obs: list[dict[Any, np.ndarray]] = [{} for _ in self.envs]
+        #: Per env: the agents that joined its episode after the reset and have not acted yet
+        #: (their next step is their first in it; at the reset, every agent's is).
+        self.joined: list[set[Any]] = [set() for _ in self.envs]
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
         """True when an agent in flight acts with a policy no longer in ``policies``, so that
@@ -81,6 +84,7 @@ class ParallelSampler(AgentSampler):
         obs, infos = self.envs[i].reset(seed=self.draw_seed())
         self.agent_pids[i] = {}
         self.obs[i] = {}
+        self.joined[i] = set()
         first = {a: o for a, o in obs.items() if a in self.envs[i].agents}
         history = self.episodes.current[i].history
         if history is not None:
@@ -149,16 +153,19 @@ class ParallelSampler(AgentSampler):
                     continue
                 obs_d, rew_d, term_d, trunc_d, infos_d = env.step(actions[i])
                 ep = self.episodes.current[i]
+                opening = ep.length == 0  # the episode's first step: every agent's first in it
                 ep.length += 1
                 alive = set(env.agents)
                 for agent in actions[i]:
                     r = float(rew_d.get(agent, 0.0))
                     ep.ret += r
                     ep.agent_returns[agent] += r
+                    first = opening or agent in self.joined[i]
+                    self.joined[i].discard(agent)
                     if record:
                         trajs.add((i, agent), self.agent_pids[i][agent], *acted[(i, agent)], r,
                                   bool(term_d.get(agent, False)), bool(trunc_d.get(agent, False)),
-                                  state_in=states_in.get((i, agent)))
+                                  first=first, state_in=states_in.get((i, agent)))
                 if ep.history is not None:
                     _record_step(ep.history, actions[i], rew_d, obs_d, infos_d, alive)
                 self.episodes.step(i)  # on_episode_step, when the user's callbacks have one
@@ -178,6 +185,8 @@ class ParallelSampler(AgentSampler):
                     self.obs[i] = {}
                     for agent in env.agents:  # not the set: its order varies with the hash seed
                         if agent in obs_d:
+                            if agent not in self.agent_pids[i]:  # joined now: its first observation
+                                self.joined[i].add(agent)
                             incoming[self.policy_of(i, agent)].append((i, agent, obs_d[agent]))
             processed = self._process(incoming, update_filter=update_filter)
             for (i, tag), processed_row in processed.items():
@@ -213,4 +222,7 @@ class ParallelSampler(AgentSampler):
             ids = agent_ids_by_name(self.envs[i])
             self.agent_pids[i] = saved
             self.obs[i] = {ids.get(k, k): np.asarray(v, dtype=np.float32) for k, v in entry["obs"].items()}
+            # Not saved: an agent that joined at the last step before the save counts as having
+            # acted (docs/fault-tolerance.md, n-step).
+            self.joined[i] = set()
         return True

@@ -14,11 +14,13 @@ __all__ = ["SampleBatch", "COLUMNS", "STATE_COLUMN", "count_sampled_steps", "sta
 #: obs and next_obs are processed (flattened, filtered) float32 rows; actions are raw policy
 #: actions; ``ends`` marks the last step of each contiguous piece of one episode (episode end or
 #: the end of the sampled fragment), which is where returns must be bootstrapped or cut;
+#: ``firsts`` marks the first step of each episode (of an agent's part in it), so that a row
+#: that opens a batch tells whether it continues what the fragment before ended with;
 #: ``streams`` (int64) names the trajectory each row belongs to (:func:`stream_ids`), the same
 #: from fragment to fragment, so that a piece cut by a fragment end can be joined to its sequel.
 #: A recurrent policy's batches also have ``state_in_0``, ``state_in_1``, ... (float32
 #: ``[rows, *shape]``): the state each row acted from (:mod:`cairn.env_runner.recurrent_state`).
-COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "ends", "next_obs", "streams")
+COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "ends", "firsts", "next_obs", "streams")
 #: The prefix of a recurrent state's columns (``state_in_<component>``).
 STATE_COLUMN = "state_in_"
 

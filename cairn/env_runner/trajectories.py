@@ -21,7 +21,7 @@ AgentKey = tuple[int, Any]
 #: ``(env_index, agent_id, policy_id)``: the rows one agent acted with one policy.
 _TrajectoryKey = tuple[int, Any, str]
 
-_ROW_COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "next_obs")
+_ROW_COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "firsts", "next_obs")
 
 
 class AgentTrajectories:
@@ -41,10 +41,11 @@ class AgentTrajectories:
         return key in self._last_policy
 
     def add(self, key: AgentKey, policy_id: str, obs: np.ndarray, action: np.ndarray, reward: float,
-            terminated: bool, truncated: bool, *, state_in: list[np.ndarray] | None = None) -> None:
+            terminated: bool, truncated: bool, *, first: bool,
+            state_in: list[np.ndarray] | None = None) -> None:
         """Append the step ``key``'s agent just took with policy ``policy_id`` (its next
-        observation still unknown); ``state_in``: a recurrent policy's state the agent acted
-        from (one array per component)."""
+        observation still unknown); ``first``: the agent's first step in its episode;
+        ``state_in``: a recurrent policy's state the agent acted from (one array per component)."""
         self._last_policy[key] = policy_id
         row = self._rows.get((*key, policy_id))
         if row is None:
@@ -57,6 +58,7 @@ class AgentTrajectories:
         row["rewards"].append(reward)
         row["terminateds"].append(terminated)
         row["truncateds"].append(truncated)
+        row["firsts"].append(first)
         row["next_obs"].append(None)
 
     def set_next_obs(self, key: AgentKey, processed_obs: np.ndarray) -> None:
@@ -81,6 +83,7 @@ class AgentTrajectories:
                 "actions": np.stack(row["actions"]),
                 "rewards": np.array(row["rewards"], dtype=np.float32),
                 "terminateds": term, "truncateds": trunc, "ends": ends,
+                "firsts": np.array(row["firsts"], dtype=bool),
                 "next_obs": np.stack(next_obs).astype(np.float32, copy=False),
                 "streams": np.repeat(stream_ids(worker_index, [(env_index, agent)]), len(term)),
                 **{c: np.stack(v).astype(np.float32, copy=False) for c, v in row.items()

@@ -70,6 +70,10 @@ class TurnBasedSampler(AgentSampler):
         self.pending: list[dict[Any, Pending]] = [{} for _ in self.envs]
         #: Per env: whether ``on_episode_start`` ran for its episode (at its first selection).
         self.started: list[bool] = [False for _ in self.envs]
+        #: Per env: the agents that moved in its game (None after a restore: derived at the
+        #: next move from the game's length), and those whose pending move is their first.
+        self.moved: list[set[Any] | None] = [set() for _ in self.envs]
+        self.first_moves: list[set[Any]] = [set() for _ in self.envs]
 
     # ------------------------------------------------------------------------------ mapping
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
@@ -106,6 +110,7 @@ class TurnBasedSampler(AgentSampler):
         env.reset(seed=self.draw_seed())
         self.agent_pids[i], self.pending[i], self.to_move[i] = {}, {}, None
         self.started[i] = False
+        self.moved[i], self.first_moves[i] = set(), set()
         if not env.agents:
             raise EnvError(f"{type(env).__name__}.reset() left env.agents empty: a turn-based "
                            "game needs at least one agent to move after a reset.")
@@ -135,6 +140,7 @@ class TurnBasedSampler(AgentSampler):
             for k, (i, mover) in enumerate(zip(indices, movers)):
                 assert mover is not None
                 self.pending[i][mover[0]] = (obs[k], raw[k])
+                self._count_move(i, mover[0])
                 actions[i] = env_actions[k]
                 history = self.episodes.current[i].history
                 if history is not None:
@@ -143,6 +149,17 @@ class TurnBasedSampler(AgentSampler):
             env.step(actions[i])
             self.episodes.current[i].length += 1
             self.episodes.step(i)  # on_episode_step (the move's rewards are read at the next selection)
+
+    def _count_move(self, i: int, agent: Any) -> None:
+        """``agent`` moved in env ``i``: note whether it was its first move of the game."""
+        moved = self.moved[i]
+        if moved is None:  # restored: a game of length 0 had no move; else, all in flight moved
+            entry = self.to_move[i]
+            moved = self.moved[i] = (set() if self.episodes.current[i].length == 0 else
+                                     {*self.pending[i], *([] if entry is None else [entry[0]])})
+        if agent not in moved:
+            moved.add(agent)
+            self.first_moves[i].add(agent)
 
     def _advance(self, *, update_filter: bool, trajs: AgentTrajectories | None) -> None:
         """Bring every env to its next agent to move: read each selected agent's reward, step
@@ -185,8 +202,10 @@ class TurnBasedSampler(AgentSampler):
             for selection in items:
                 i, agent, _, reward, terminated, truncated, pending, moves = selection
                 row = processed.get(id(selection))
+                first = agent in self.first_moves[i]
+                self.first_moves[i].discard(agent)
                 if pending is not None and trajs is not None:
-                    trajs.add((i, agent), pid, *pending, reward, terminated, truncated)
+                    trajs.add((i, agent), pid, *pending, reward, terminated, truncated, first=first)
                     if row is not None:
                         trajs.set_next_obs((i, agent), row)
                 if moves and row is not None:
@@ -196,7 +215,8 @@ class TurnBasedSampler(AgentSampler):
         # Agents that left without being selected again: their moves end here, truncated.
         for agent, pending in self.pending[i].items():
             if trajs is not None:
-                trajs.add((i, agent), self.agent_pids[i][agent], *pending, 0.0, False, True)
+                trajs.add((i, agent), self.agent_pids[i][agent], *pending, 0.0, False, True,
+                          first=agent in self.first_moves[i])
         self.pending[i] = {}
         pids = self.agent_pids[i]
         self.episodes.finish(i, lambda agent: pids.get(agent, str(agent)))
@@ -249,4 +269,7 @@ class TurnBasedSampler(AgentSampler):
         for i, (pids, to_move, pending) in enumerate(restored):
             self.agent_pids[i], self.to_move[i], self.pending[i] = pids, to_move, pending
             self.started[i] = True  # a game in flight: it started before the save
+            # Not saved: who moved (derived at the next move) and whether a pending move was its
+            # agent's first (taken as not; docs/fault-tolerance.md, n-step).
+            self.moved[i], self.first_moves[i] = None, set()
         return True

@@ -10,6 +10,7 @@ import pytest
 import cairn
 from cairn.algorithms.replay_buffers import NStepTransitions, replay_transitions
 from cairn.env_runner.sample_batch import SampleBatch
+from tests.algorithms.constant_obs_envs import make_flaky_constant_env, make_flaky_constant_parallel
 from tests.algorithms.sac.multi_agent_pendulum import make_ma_pendulum
 from tests.helpers import map_by_index
 
@@ -138,3 +139,65 @@ def test_sac_with_n_step_longer_than_train_freq_stores_whole_windows():
         assert set(buffer.columns["n_steps"][:48].tolist()) == {3}
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("maker", [make_flaky_constant_env, make_flaky_constant_parallel],
+                         ids=["single-agent", "parallel"])
+def test_held_rows_never_join_the_episode_a_reset_after_an_error_began(maker):
+    """After an error the runner's envs start new episodes. Here the new episode starts from
+    the very observation the held rows ended with (it never changes), so equal observations
+    prove nothing: on main the held rows of episode 0 were completed with episode 1's rewards
+    (windows of 1 + .9 * 1 + .81 * 2 = 3.52 and 1 + .9 * 2 + .81 * 2 = 4.42). They end
+    where episode 0 was cut instead, bootstrapping from its last observation."""
+    config = (cairn.DQNConfig().environment(maker, env_config={"fail_at": 8})
+              .training(n_step=N, gamma=0.9, epsilon=[[0, 1.0], [10_000, 1.0]]).debugging(seed=0))
+    if maker is make_flaky_constant_parallel:
+        config = config.multi_agent(policies={"p0", "p1"}, policy_mapping_fn={"a0": "p0", "a1": "p1"})
+    algo = config.build()
+    try:
+        runner = algo.env_runner_group.local
+        before = runner.sample(5)
+        with pytest.raises(RuntimeError, match="flaky env"):
+            runner.sample(5)  # raises at the env's 8th step: its envs start new episodes
+        after = runner.sample(5)
+    finally:
+        algo.stop()
+    for pid, batch in before.items():
+        assert batch["firsts"].tolist() == [True, False, False, False, False]
+        assert after[pid]["firsts"].tolist() == [True, False, False, False, False]
+        assembler = NStepTransitions(0.9, N)
+        rows = [assembler.add(batch), assembler.add(after[pid])]
+        whole = 1 + 0.9 + 0.81
+        # Episode 0 (pays 1): 3 whole windows, then its 2 held rows cut short at the reset;
+        # episode 1 (pays 2): 3 whole windows, its last 2 rows held for the next fragment.
+        assert np.concatenate([r["rewards"] for r in rows]) == pytest.approx(
+            [whole] * 3 + [1.9, 1.0] + [2 * whole] * 3)
+        assert np.concatenate([r["n_steps"] for r in rows]).tolist() == [3, 3, 3, 2, 1, 3, 3, 3]
+
+
+@pytest.mark.parametrize("maker", [make_flaky_constant_env, make_flaky_constant_parallel],
+                         ids=["single-agent", "parallel"])
+def test_firsts_survive_a_checkpoint_between_the_fragments(maker, tmp_path):
+    """A checkpoint saved after the error's reset holds episodes not yet stepped: the restored
+    runner's first rows are episode starts. One saved mid-episode continues it."""
+    config = (cairn.DQNConfig().environment(maker, env_config={"fail_at": 8})
+              .training(n_step=N, epsilon=[[0, 1.0], [10_000, 1.0]]).debugging(seed=0))
+    if maker is make_flaky_constant_parallel:
+        config = config.multi_agent(policies={"p0", "p1"}, policy_mapping_fn={"a0": "p0", "a1": "p1"})
+    algo = config.build()
+    try:
+        runner = algo.env_runner_group.local
+        runner.sample(5)
+        mid_episode = algo.save(tmp_path / "mid")
+        with pytest.raises(RuntimeError, match="flaky env"):
+            runner.sample(5)
+        after_reset = algo.save(tmp_path / "reset")
+    finally:
+        algo.stop()
+    for path, first_row in ((mid_episode, False), (after_reset, True)):
+        restored = cairn.Algorithm.from_checkpoint(path)
+        try:
+            for batch in restored.env_runner_group.local.sample(2).values():
+                assert batch["firsts"].tolist() == [first_row, False]
+        finally:
+            restored.stop()

@@ -154,6 +154,8 @@ def test_scripted_game_rewards_accumulate_between_moves_and_both_players_get_the
         np.testing.assert_array_equal(b["rewards"], [50.0, 90.0])
         np.testing.assert_array_equal(b["terminateds"], [False, True])
         np.testing.assert_array_equal(b["next_obs"][:, 0], [3, 5])
+        np.testing.assert_array_equal(a["firsts"], [True, False, False])  # each player's first move
+        np.testing.assert_array_equal(b["firsts"], [True, False])
         for batch in (a, b):
             assert not batch["truncateds"].any() and batch["ends"][-1]
         [episode] = runner.get_metrics()
@@ -186,7 +188,7 @@ def test_transitions_waiting_at_a_fragment_end_come_in_the_next_batch():
         assert whole.env_runner_group.local.get_state()["current_obs"][0]["pending_agents"]
         for pid in ("a", "b"):
             for stream in np.unique(one[pid]["streams"]):  # one trajectory: (env, agent)
-                for column in ("obs", "actions", "rewards", "terminateds", "next_obs"):
+                for column in ("obs", "actions", "rewards", "terminateds", "firsts", "next_obs"):
                     joined = np.concatenate([part[pid][column][part[pid]["streams"] == stream]
                                              for part in (first, second)])
                     np.testing.assert_array_equal(joined, one[pid][column][one[pid]["streams"] == stream])
