@@ -257,3 +257,30 @@ def test_a_second_manager_leaves_a_replacement_in_progress_alone(s3, monkeypatch
     s3.put(f"runs/tree/.{checkpoint_name(1)}.cairn-tmp-4242-0badf00d/algorithm_state.json", b"{}")
     cairn.CheckpointManager(root, keep_last=1, storage_options=options)
     assert stages(s3, "runs/") == [] and loaded_value(first, options) == 2.0
+
+
+def test_a_replacement_rolled_forward_meanwhile_by_another_manager_still_commits(s3, monkeypatch):
+    """Two roll forwards of one committed stage at once: the writer's, and that of a manager
+    opened on the root just then (which completes a committed stage it finds, deleting it).
+    The writer's copies then find the stage's files gone; the prefix holds the new checkpoint,
+    so the save succeeded and says so (it raised CheckpointNotFoundError before)."""
+    from cairn.checkpoint.storage.objects import ObjectStorage
+    from tests.checkpoint.s3_faults import TreeAlgo, loaded_value, stages
+
+    options, root = s3.storage_options, s3.url("runs/tree")
+    manager = cairn.CheckpointManager(root, keep_last=1, storage_options=options)
+    first = manager.save(TreeAlgo(1.0))
+    original, opened = ObjectStorage.copy_files, []
+
+    def copy_files(self, pairs):
+        rolling = any(".cairn-tmp-" in source.url for source, _, _ in pairs)  # from a stage
+        if rolling and not opened:  # the writer's roll forward is about to copy: a manager starts
+            opened.append(None)
+            opened.append(cairn.CheckpointManager(root, keep_last=1, storage_options=options))
+        return original(self, pairs)
+
+    monkeypatch.setattr(ObjectStorage, "copy_files", copy_files)
+    assert manager.save(TreeAlgo(2.0), force=True) == first
+    monkeypatch.undo()
+    assert len(opened) == 2 and opened[1].latest() == first
+    assert loaded_value(first, options) == 2.0 and stages(s3, "runs/") == []

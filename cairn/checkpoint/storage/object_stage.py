@@ -112,21 +112,26 @@ def roll_forward(storage: ObjectStorage, stage: ObjectStorage) -> None:
     commit point (a prefix whose manifest already equals the stage's got every file before it,
     so only the clean-up is left). The prefix's objects that the new checkpoint lacks go next,
     the stage last. Every step may be repeated: a roll forward that fails or is killed is
-    completed by the next one, and the stage stays committed until the prefix is. Once the
+    completed by the next one, and the stage stays committed until the prefix is; two at once
+    (a writer's, and a manager's starting on the root) both end with the prefix committed. Once the
     prefix is committed, a failure of the clean-up is a
     :class:`~cairn.errors.StorageCleanupWarning`, not an error (:mod:`~.object_cleanup`).
     """
     files = stage.list_files()
     if MANIFEST_FILE not in files:
         return  # uncommitted meanwhile: its content is committed at the prefix already
-    manifest = stage.read_bytes(MANIFEST_FILE, limit=MAX_MANIFEST_BYTES)
+    try:
+        manifest = stage.read_bytes(MANIFEST_FILE, limit=MAX_MANIFEST_BYTES)
+    except CheckpointNotFoundError:
+        return  # another roll forward deleted the stage, which it does once the prefix is committed
     if not holds_manifest(storage, manifest):
         try:
             storage.copy_files([(stage, name, name) for name in files if name != MANIFEST_FILE])
             storage.write_bytes(MANIFEST_FILE, manifest)  # the commit point
-        except CheckpointStorageError:
+        except (CheckpointStorageError, CheckpointNotFoundError):
             # a PUT whose answer was lost may have been executed, or another roll forward of
-            # the stage got there first: read back what the prefix holds
+            # the stage (a CheckpointManager starting on the root) got there first and deleted
+            # the stage's files under this one's copies: read back what the prefix holds
             if not holds_manifest(storage, manifest):
                 raise
     # Committed: what is left is a clean-up, which the next roll forward repeats if it fails
