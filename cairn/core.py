@@ -37,6 +37,7 @@ __all__ = [
     "EnvRunnerLike",
     "AlgorithmLike",
     "Checkpointable",
+    "ScriptedOpponent",
     "register_class",
     "class_reference",
     "resolve_class",
@@ -90,6 +91,23 @@ class PolicyLike(Stateful, Protocol):
 
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load parameters from :meth:`get_weights` (names and shapes must match)."""
+        ...
+
+
+@runtime_checkable
+class ScriptedOpponent(Protocol):
+    """A fixed player of a two-player game, written by hand (``cairn.league``, docs/league.md).
+
+    Called once per move with the observation of the player it plays (a dict observation's
+    ``"observation"`` entry), the action mask (1 = legal; None when the env gives none and the
+    action space is not Discrete) and a random generator seeded per game; returns an action of
+    the action space. A function with this signature qualifies, and so does a class whose
+    instances are such callables (built with no arguments when named by ``"module:Class"``).
+    """
+
+    def __call__(self, observation: np.ndarray, action_mask: np.ndarray | None,
+                 rng: np.random.Generator) -> Any:
+        """The action to play."""
         ...
 
 

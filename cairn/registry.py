@@ -210,7 +210,8 @@ def check_class_reference_form(reference: str, *, what: str) -> str:
     return reference if reference.isidentifier() else check_reference_form(reference, what=what)
 
 
-def resolve_reference(reference: Any, *, what: str, base: type[T] | None = None) -> Any:
+def resolve_reference(reference: Any, *, what: str, base: type[T] | None = None,
+                      functions: bool = False) -> Any:
     """The one resolver of every class and function a config or checkpoint names.
 
     The rule (docs/security.md, "References"):
@@ -228,7 +229,8 @@ def resolve_reference(reference: Any, *, what: str, base: type[T] | None = None)
        Then it is imported and the name looked up in it.
     4. With ``base``: the object must be a class and a subclass of ``base``. Without: it must
        be a plain Python function (no class, builtin, method or partial) defined in that very
-       module, not one imported into it from elsewhere.
+       module, not one imported into it from elsewhere. ``functions=True`` with ``base``
+       accepts either (a scripted opponent is a function or a class of callables).
 
     A module or name that does not exist raises :class:`~cairn.errors.CheckpointConfigError`
     (a ``ConfigError`` and a ``CheckpointError``: nothing unsafe happened). Anything else
@@ -242,7 +244,7 @@ def resolve_reference(reference: Any, *, what: str, base: type[T] | None = None)
         # Nothing unsafe happened when a module or name is missing: a ConfigError at build(), a
         # CheckpointConfigError (also a CheckpointError) on restore.
         obj = _import_attribute(reference, CheckpointConfigError, what)
-    if base is not None:
+    if base is not None and not (functions and inspect.isfunction(obj)):
         if not (isinstance(obj, type) and issubclass(obj, base)):
             raise UnsafeCheckpointError(
                 f"Refusing {what} reference {reference!r}: it resolves to {obj!r:.100}, which is "

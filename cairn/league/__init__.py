@@ -1,0 +1,1 @@
+"""League self-play: fixed and scripted opponents, games against them (docs/league.md)."""

@@ -1,0 +1,81 @@
+"""Scripted opponents: fixed players of a two-player game, named by a string.
+
+A config or a checkpoint names an opponent, never stores it: ``"random_legal"`` (a uniformly
+random legal action) or ``"package.module:function_or_class"``, resolved through cairn's one
+resolver (:func:`cairn.registry.resolve_reference`: no standard library, nothing executed
+that the name does not import, a plain function defined in that module or a class of
+callables). The signature is :class:`cairn.core.ScriptedOpponent`::
+
+    def my_opponent(observation, action_mask, rng):
+        return int(rng.choice(np.flatnonzero(action_mask)))
+
+:func:`cairn.envs.connect_four_heuristic` is one, for connect four.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from cairn.core import ScriptedOpponent
+from cairn.errors import CheckpointConfigError, ConfigError, EnvError
+from cairn.registry import resolve_reference
+
+__all__ = ["ScriptedOpponent", "RANDOM_LEGAL", "random_legal", "resolve_opponent"]
+
+#: The name of the built-in opponent that plays a uniformly random legal action.
+RANDOM_LEGAL = "random_legal"
+
+_FORMS = (f"{RANDOM_LEGAL!r} or 'package.module:function_or_class' (e.g. "
+          "'cairn.envs.connect_four:connect_four_heuristic')")
+
+
+def random_legal(observation: np.ndarray, action_mask: np.ndarray | None, rng: np.random.Generator) -> int:
+    """A uniformly random legal action (``rng.choice`` over the mask's nonzero entries).
+
+    Raises :class:`~cairn.errors.ConfigError` without a mask (a non-Discrete action space) and
+    :class:`~cairn.errors.EnvError` when the mask allows nothing.
+    """
+    if action_mask is None:
+        raise ConfigError(f"The {RANDOM_LEGAL!r} opponent needs an action mask: it plays Discrete action "
+                          "spaces only (got none). Write a scripted opponent for this game instead.")
+    legal = np.flatnonzero(np.asarray(action_mask))
+    if legal.size == 0:
+        raise EnvError(f"The {RANDOM_LEGAL!r} opponent was asked to move with an action mask that allows "
+                       f"no action ({np.asarray(action_mask).tolist()}).")
+    return int(rng.choice(legal))
+
+
+def resolve_opponent(spec: str) -> ScriptedOpponent:
+    """The scripted opponent ``spec`` names: :data:`RANDOM_LEGAL`, or ``"module:function"``
+    (that function), or ``"module:Class"`` (an instance built with no arguments).
+
+    Raises :class:`~cairn.errors.ConfigError` naming the spec and the fix for a malformed
+    spec, a module or name that does not exist, or a class that cannot be built without
+    arguments; :class:`~cairn.errors.UnsafeCheckpointError` for a reference the resolver refuses
+    (the standard library, a builtin, a class that is not callable).
+
+    >>> resolve_opponent("random_legal") is random_legal
+    True
+    """
+    if spec == RANDOM_LEGAL:
+        return random_legal
+    module_name, _, qualname = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    if not all(part.isidentifier() for part in module_name.split(".") + qualname.split(".")):
+        raise ConfigError(f"Unknown opponent {spec!r:.100}: expected {_FORMS}.")
+    what = f"opponent {spec!r}"
+    try:
+        resolved: Any = resolve_reference(spec, what=what, base=ScriptedOpponent, functions=True)
+    except CheckpointConfigError as exc:  # a module or name that does not exist
+        raise ConfigError(f"Could not resolve opponent {spec!r}: {exc.__cause__ or exc}. Fix: name an "
+                          f"importable function or class, as {_FORMS}; install or put its package on "
+                          "sys.path (PYTHONPATH).") from exc
+    if not isinstance(resolved, type):
+        return resolved  # type: ignore[no-any-return]
+    try:
+        return resolved()  # type: ignore[no-any-return]
+    except TypeError as exc:
+        raise ConfigError(f"Opponent {spec!r} names the class {resolved.__qualname__}, which could not be "
+                          f"built with no arguments ({exc}). Fix: give its __init__ defaults for every "
+                          "argument, or name a function.") from exc
