@@ -1,0 +1,212 @@
+"""Greedy games against a fixed opponent: the counts equal a hand-written PettingZoo loop over the
+same games (same seeds, same actions), for a turn-based (AEC) and a parallel game; seats
+alternate; illegal moves are counted, not fatal; a one-player env is refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from pettingzoo.classic import connect_four_v3, rps_v2
+from pettingzoo.utils.env_logger import EnvLogger
+
+import cairn
+from cairn.core import PolicyLike
+from cairn.env_runner.make_env import create_env
+from cairn.envs import connect_four_heuristic
+from cairn.envs.pettingzoo_env import make_pettingzoo_env
+from cairn.errors import ConfigError, EnvError
+from cairn.league.games import GameResults, play_games
+from cairn.league.opponents import random_legal
+
+SMALL_NET = {"model": {"hidden": [16]}}
+
+
+@pytest.fixture(autouse=True)
+def _quiet_illegal_moves():
+    # TerminateIllegalWrapper prints a warning for each illegal move; the tests make some.
+    EnvLogger.suppress_output()
+    yield
+    EnvLogger.unsuppress_output()
+
+
+def make_connect_four(env_config: dict[str, Any] | None = None) -> Any:
+    return connect_four_v3.env()
+
+
+def connect_four_policy(seed: int) -> cairn.Policy:
+    env = connect_four_v3.env()
+    return cairn.Policy(env.observation_space("player_0"), env.action_space("player_0"), SMALL_NET, seed=seed)
+
+
+def hand_written_connect_four(main: Any, opponent: Any, games: int, seed: int) -> dict[str, int]:
+    """The games as a user would write them with PettingZoo's AEC API."""
+    out = {"wins": 0, "draws": 0, "losses": 0, "illegal_moves": 0, "opponent_illegal_moves": 0}
+    env = connect_four_v3.env()
+    for game in range(games):
+        env.reset(seed=seed + game)
+        me = ["player_0", "player_1"][game % 2]
+        rng = np.random.default_rng([seed, game])
+        total = 0.0
+        for agent in env.agent_iter():
+            obs, reward, terminated, truncated, _ = env.last()
+            if agent == me:
+                total += reward
+            if terminated or truncated:
+                env.step(None)
+                continue
+            if agent == me:
+                action = main.compute_single_action(obs, explore=False)
+                out["illegal_moves"] += int(obs["action_mask"][action] == 0)
+            elif isinstance(opponent, cairn.Policy):
+                action = opponent.compute_single_action(obs, explore=False)
+                out["opponent_illegal_moves"] += int(obs["action_mask"][action] == 0)
+            else:
+                action = opponent(obs["observation"], obs["action_mask"], rng)
+                out["opponent_illegal_moves"] += int(obs["action_mask"][action] == 0)
+            env.step(action)
+        out["wins" if total > 0 else "losses" if total < 0 else "draws"] += 1
+    env.close()
+    return out
+
+
+@pytest.mark.parametrize("opponent", ["random_legal", "heuristic", "policy"])
+def test_connect_four_counts_equal_a_hand_written_loop(opponent):
+    main = connect_four_policy(seed=0)
+    player = {"random_legal": random_legal, "heuristic": connect_four_heuristic,
+              "policy": connect_four_policy(seed=1)}[opponent]
+    results = play_games(make_connect_four, main, player, games=12, seed=5)
+    expected = hand_written_connect_four(main, player, games=12, seed=5)
+    assert results == GameResults(games=12, **expected)
+    assert results.wins + results.draws + results.losses == 12
+    assert results.illegal_moves == 0  # main masks its own moves
+    if opponent == "random_legal":  # the count depends on the seed: another seed, other games
+        other = play_games(make_connect_four, main, player, games=12, seed=6)
+        assert other == GameResults(games=12, **hand_written_connect_four(main, player, games=12, seed=6))
+
+
+def test_seats_alternate_so_a_greedy_policy_against_itself_wins_as_often_as_it_loses():
+    # Greedy self-play repeats one game; main is its first player in games 0 and 2 and its
+    # second in 1 and 3, so every win of the first seat is one loss of main as second.
+    main = connect_four_policy(seed=2)
+    results = play_games(make_connect_four, main, main, games=4, seed=0)
+    assert results.wins == results.losses and results.wins + results.draws == 2
+
+
+class ColumnZero:
+    """A PolicyLike that always plays column 0, mask or not (a policy that ignores masks)."""
+
+    def __init__(self) -> None:
+        env = connect_four_v3.env()
+        self.observation_space = env.observation_space("player_0")
+        self.action_space = env.action_space("player_0")
+
+    def compute_actions(self, obs_batch, *, explore=True):
+        return np.zeros(len(obs_batch), np.int64)
+
+    def compute_single_action(self, obs, *, explore=True):
+        return 0
+
+    def get_weights(self):
+        return {}
+
+    def set_weights(self, weights):
+        pass
+
+    def get_state(self, *, copy=True):
+        return {}
+
+    def set_state(self, state):
+        pass
+
+
+def test_illegal_moves_are_counted_and_the_env_decides_the_game():
+    main = ColumnZero()
+    assert isinstance(main, PolicyLike)
+    results = play_games(make_connect_four, main, lambda obs, mask, rng: 0, games=2, seed=0)
+    # Both drop into column 0 until it is full (6 pieces, no four in a line); the 7th move is
+    # illegal: main's in game 0 (it moved first: a loss, -1), the opponent's in game 1 (main
+    # gets 0: PettingZoo's TerminateIllegalWrapper rewards the other player nothing).
+    assert results == GameResults(games=2, wins=0, draws=1, losses=1, illegal_moves=1,
+                                  opponent_illegal_moves=1)
+    assert results.to_dict() == {"games": 2, "wins": 0, "draws": 1, "losses": 1, "illegal_moves": 1,
+                                 "opponent_illegal_moves": 1, "win_rate": 0.0, "draw_rate": 0.5,
+                                 "loss_rate": 0.5}
+
+
+class RecordedConnectFour:
+    """Connect four whose resets (their seeds) and closes are recorded."""
+
+    def __init__(self) -> None:
+        self.seeds: list[int | None] = []
+        self.closed = 0
+
+    def __call__(self) -> Any:
+        env = connect_four_v3.env()
+        reset, close = env.reset, env.close
+
+        def recorded_reset(seed: int | None = None, options: Any = None) -> None:
+            self.seeds.append(seed)
+            reset(seed=seed, options=options)
+
+        def recorded_close() -> None:
+            self.closed += 1
+            close()
+
+        env.reset, env.close = recorded_reset, recorded_close
+        return env
+
+
+def test_game_g_resets_with_seed_plus_g_on_one_env_closed_at_the_end():
+    creator = RecordedConnectFour()
+    play_games(creator, connect_four_policy(seed=0), random_legal, games=3, seed=7)
+    assert creator.seeds == [7, 8, 9] and creator.closed == 1
+
+
+def test_an_action_outside_the_space_is_an_error_naming_the_player_and_the_env_is_closed():
+    creator = RecordedConnectFour()
+    with pytest.raises(EnvError, match=r"the opponent played 9, outside the action space Discrete\(7\)"):
+        play_games(creator, connect_four_policy(seed=0), lambda obs, mask, rng: 9, games=2, seed=0)
+    assert creator.closed == 1
+
+
+def test_a_one_player_env_and_bad_counts_are_refused():
+    policy = connect_four_policy(seed=0)
+    with pytest.raises(ConfigError, match=r"two-player PettingZoo game; .* one player \(a single-agent"):
+        play_games(lambda: gym.make("CartPole-v1"), policy, random_legal, games=2, seed=0)
+    with pytest.raises(ConfigError, match=r"games=0.*at least 1"):
+        play_games(make_connect_four, policy, random_legal, games=0, seed=0)
+    with pytest.raises(ConfigError, match=r"seed=-1"):
+        play_games(make_connect_four, policy, random_legal, games=1, seed=-1)
+
+
+RPS = {"env_module": "pettingzoo.classic.rps_v2", "max_cycles": 5}
+
+
+def hand_written_rps(main: Any, opponent: Any, games: int, seed: int) -> dict[str, int]:
+    """Rock-paper-scissors through PettingZoo's parallel API; it has no masks: all moves legal."""
+    out = {"wins": 0, "draws": 0, "losses": 0, "illegal_moves": 0, "opponent_illegal_moves": 0}
+    env = rps_v2.parallel_env(max_cycles=5)
+    for game in range(games):
+        observations, _ = env.reset(seed=seed + game)
+        me = env.possible_agents[game % 2]
+        rng = np.random.default_rng([seed, game])
+        total = 0.0
+        while env.agents:
+            actions = {agent: (main.compute_single_action(observations[agent], explore=False) if agent == me
+                               else opponent(observations[agent], np.ones(3, np.int8), rng))
+                       for agent in env.agents}
+            observations, rewards, *_ = env.step(actions)
+            total += rewards[me]
+        out["wins" if total > 0 else "losses" if total < 0 else "draws"] += 1
+    return out
+
+
+def test_parallel_game_counts_equal_a_hand_written_loop():
+    env = rps_v2.parallel_env()
+    main = cairn.Policy(env.observation_space("player_0"), env.action_space("player_0"), SMALL_NET, seed=0)
+    results = play_games(lambda: create_env(make_pettingzoo_env, RPS), main, random_legal, games=10, seed=3)
+    assert results == GameResults(games=10, **hand_written_rps(main, random_legal, games=10, seed=3))
+    assert results.wins and results.losses  # a match is won on the sum of its rounds' rewards
