@@ -1,5 +1,7 @@
 """``cairn evaluate CKPT``: greedy episodes of a trained algorithm, their return and length
-(mean, std, min, max), optionally a GIF or MP4 of one episode.
+(mean, std, min, max), optionally a GIF or MP4 of one episode; with ``--opponent``, greedy games
+of a two-player game against a fixed opponent, counted as wins, draws and losses
+(:mod:`cairn.cli.evaluate_games`).
 
 ``--seed`` plays on a fresh evaluation runner seeded from it, so that the numbers repeat
 (``Algorithm.evaluate(num_episodes=N, seed=S)`` is the Python twin and gives the same ones);
@@ -17,6 +19,7 @@ from typing import Any
 from cairn.cli.common import CommandError, UsageError, json_safe
 from cairn.cli.env_names import ENV_HELP, add_import_option, resolve_env
 from cairn.cli.episode_watch import EpisodeWatch, stderr_unless
+from cairn.cli.evaluate_games import DEFAULT_GAMES, DEFAULT_MAIN, check_arguments, run_games
 from cairn.errors import ReplayBufferNotRestoredWarning
 
 __all__ = ["add_parser", "run", "render_episode", "first_episode_seed", "write_frames"]
@@ -43,8 +46,19 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                         "with --seed it is the first episode of the report")
     p.add_argument("--fps", type=int, default=30, help="frames per second of --render (default 30)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON document")
+    games = p.add_argument_group("games against a fixed opponent (two-player games)")
+    games.add_argument("--opponent", default=None, metavar="OPP",
+                       help="play greedy games against OPP and print wins/draws/losses: a policy ID of "
+                            "the checkpoint, random_legal, or a scripted opponent package.module:function "
+                            "(or :Class); e.g. cairn.envs.connect_four:connect_four_heuristic")
+    games.add_argument("--games", type=int, default=None, metavar="N",
+                       help=f"games to play with --opponent, half of them as first player "
+                            f"(default {DEFAULT_GAMES})")
+    games.add_argument("--policy-id", default=None, metavar="ID",
+                       help=f"the checkpoint's policy that plays against --opponent (default: its only "
+                            f"policy, else {DEFAULT_MAIN!r})")
     add_import_option(p)
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, parser=p)
 
 
 def write_frames(path: str, frames: list[Any], fps: int) -> None:
@@ -197,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--fps {args.fps}: expected at least 1.")
     if args.max_episode_steps is not None and args.max_episode_steps < 1:
         raise UsageError(f"--max-episode-steps {args.max_episode_steps}: expected at least 1.")
+    check_arguments(args)
     args.checkpoint = checkpoint_or_latest_of_run(args.checkpoint)
     if get_checkpoint_info(args.checkpoint)["type"] != "Algorithm":
         raise UsageError(f"{args.checkpoint} is a Policy checkpoint; "
@@ -210,6 +225,11 @@ def run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # evaluation never reads the replay buffers
         warnings.simplefilter("ignore", ReplayBufferNotRestoredWarning)
         algo = _restore(args.checkpoint, overrides)
+    if args.opponent is not None:
+        try:
+            return run_games(algo, args, _env_label(algo.config))
+        finally:
+            algo.stop()
     render_failure: Exception | None = None
     try:
         result = _evaluate(algo, args)

@@ -33,7 +33,7 @@ from cairn.core import PolicyLike, ScriptedOpponent
 from cairn.env_runner.make_env import close_env, is_multi_agent_env, is_turn_based_env
 from cairn.errors import ConfigError, EnvError
 
-__all__ = ["GameResults", "play_games", "split_observation"]
+__all__ = ["GameResults", "play_games", "split_observation", "two_player_agents"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,20 @@ def split_observation(observation: Any, info: Any, action_space: Any) -> tuple[A
     return observation, None
 
 
+def two_player_agents(env: Any) -> list[Any]:
+    """``env.possible_agents`` of a two-player PettingZoo game (first seat first); else
+    :class:`~cairn.errors.ConfigError` naming the env and its players."""
+    agents = list(env.possible_agents) if is_multi_agent_env(env) else []
+    if len(agents) != 2:
+        spec = getattr(env, "spec", None)
+        name = (getattr(spec, "id", None) or (getattr(env, "metadata", None) or {}).get("name")
+                or type(env).__name__)
+        found = f"{len(agents)} players {agents}" if agents else "one player (a single-agent env)"
+        raise ConfigError(f"Games against an opponent need a two-player PettingZoo game; {name} has {found}. "
+                          "Fix: evaluate it without an opponent (its episodes' returns).")
+    return agents
+
+
 class _Player:
     """One side of one game: a greedy cairn policy (with its recurrent state, if any) or a
     scripted opponent with the game's generator."""
@@ -142,11 +156,7 @@ def play_games(env_creator: Callable[[], Any], main: PolicyLike, opponent: Scrip
         raise ConfigError(f"play_games(seed={seed!r}): expected an int of at least 0.")
     env = env_creator()
     try:
-        agents = list(env.possible_agents) if is_multi_agent_env(env) else []
-        if len(agents) != 2:
-            found = f"{len(agents)} players {agents}" if agents else "one player (a single-agent env)"
-            raise ConfigError(f"Games against an opponent need a two-player PettingZoo game; "
-                              f"{type(env).__name__} has {found}. Fix: evaluate it without an opponent.")
+        agents = two_player_agents(env)
         play = _play_turn_based if is_turn_based_env(env) else _play_parallel
         counts = {"wins": 0, "draws": 0, "losses": 0, "illegal_moves": 0, "opponent_illegal_moves": 0}
         for game in range(games):
