@@ -64,9 +64,9 @@ def resolve_opponent(spec: str) -> ScriptedOpponent:
     module_name, _, qualname = spec.partition(":") if isinstance(spec, str) else ("", "", "")
     if not all(part.isidentifier() for part in module_name.split(".") + qualname.split(".")):
         raise ConfigError(f"Unknown opponent {spec!r:.100}: expected {_FORMS}.")
-    what = f"opponent {spec!r}"
     try:
-        resolved: Any = resolve_reference(spec, what=what, base=ScriptedOpponent, functions=True)
+        resolved: Any = resolve_reference(spec, what="scripted opponent", base=ScriptedOpponent,
+                                          functions=True)
     except CheckpointConfigError as exc:  # a module or name that does not exist
         raise ConfigError(f"Could not resolve opponent {spec!r}: {exc.__cause__ or exc}. Fix: name an "
                           f"importable function or class, as {_FORMS}; install or put its package on "

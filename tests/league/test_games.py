@@ -210,3 +210,41 @@ def test_parallel_game_counts_equal_a_hand_written_loop():
     results = play_games(lambda: create_env(make_pettingzoo_env, RPS), main, random_legal, games=10, seed=3)
     assert results == GameResults(games=10, **hand_written_rps(main, random_legal, games=10, seed=3))
     assert results.wins and results.losses  # a match is won on the sum of its rounds' rewards
+
+
+class Recorder:
+    """random_legal that records what it observes: in rock-paper-scissors, main's last move."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def __call__(self, observation, action_mask, rng):
+        self.seen.append(int(observation))
+        return random_legal(observation, action_mask, rng)
+
+
+def test_a_recurrent_policy_carries_its_state_through_each_game():
+    env = rps_v2.parallel_env(max_cycles=5)
+    model = {"use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 4, "hidden": [8]}
+    main = cairn.Policy(env.observation_space("player_0"), env.action_space("player_0"), {"model": model},
+                        seed=4)
+    # Larger weights: the greedy move then depends on the state (with the initial state at every
+    # move, main would play other moves).
+    main.set_weights({name: 4 * value for name, value in main.get_weights().items()})
+    played = Recorder()
+    results = play_games(lambda: create_env(make_pettingzoo_env, RPS), main, played, games=6, seed=1)
+    by_hand = Recorder()
+    out = {"wins": 0, "draws": 0, "losses": 0, "illegal_moves": 0, "opponent_illegal_moves": 0}
+    for game in range(6):  # the hand-written loop: a fresh state per game, carried move to move
+        observations, _ = env.reset(seed=1 + game)
+        me, rng, total = env.possible_agents[game % 2], np.random.default_rng([1, game]), 0.0
+        state = main.get_initial_state()
+        while env.agents:
+            action, state = main.compute_single_action(observations[me], explore=False, state=state)
+            other = next(agent for agent in env.agents if agent != me)
+            actions = {me: action, other: by_hand(observations[other], np.ones(3, np.int8), rng)}
+            observations, rewards, *_ = env.step(actions)
+            total += rewards[me]
+        out["wins" if total > 0 else "losses" if total < 0 else "draws"] += 1
+    assert played.seen == by_hand.seen  # main's moves, as its opponent saw them
+    assert results == GameResults(games=6, **out)

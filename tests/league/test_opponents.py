@@ -78,5 +78,5 @@ def test_a_bad_spec_is_a_config_error_naming_it_and_the_fix(spec, match):
     "cairn.envs:connect_four_heuristic",  # imported into cairn.envs, defined elsewhere
 ])
 def test_the_one_resolver_s_refusals_hold_for_opponents(spec):
-    with pytest.raises(UnsafeCheckpointError, match=f"opponent '{spec}'"):
+    with pytest.raises(UnsafeCheckpointError, match=f"scripted opponent reference '{spec}'"):
         resolve_opponent(spec)
