@@ -27,9 +27,12 @@ __all__ = ["add_parser", "run", "render_episode", "first_episode_seed", "write_f
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``cairn evaluate`` to the subcommands ``sub``."""
-    p = sub.add_parser("evaluate", parents=[common], help="play greedy episodes of a checkpoint",
+    p = sub.add_parser("evaluate", parents=[common],
+                       help="play greedy episodes of a checkpoint (two-player games: against --opponent)",
                        description="Play greedy episodes of an Algorithm checkpoint and report "
-                                   "their return and length (mean, std, min, max).")
+                                   "their return and length (mean, std, min, max); with --opponent, "
+                                   "greedy games of a two-player game against a fixed opponent, "
+                                   "reported as wins, draws and losses.")
     p.add_argument("checkpoint",
                    help="an Algorithm checkpoint (e.g. RUN/checkpoints/checkpoint_000010), "
                         "or a run directory RUN (or RUN/checkpoints) for its newest checkpoint")
