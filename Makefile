@@ -17,7 +17,7 @@ $(VENV)/.installed-base: pyproject.toml constraints.txt
 
 # tensorflow-cpu: the tf extra's TensorFlow as its CPU-only build, for tests/keras' SavedModel test.
 $(VENV)/.installed-all: $(VENV)/.installed-base
-	$(PIP_INSTALL) -e '.[dev,onnx,ray,s3,cli,tensorboard,atari,mujoco,keras,mlflow,wandb]'
+	$(PIP_INSTALL) -e '.[dev,onnx,ray,s3,cli,tensorboard,league,atari,mujoco,keras,mlflow,wandb]'
 	$(PIP_INSTALL) tensorflow-cpu==2.21.0
 	touch $@
 

@@ -15,7 +15,7 @@ import numpy as np
 
 __all__ = [
     "seed_sequence", "derive_seed", "seeded_rng", "rng_state", "make_rng", "ALGORITHM_STREAM",
-    "REPLAY_BUFFER_STREAM", "EVALUATION_SEED_OFFSET", "ACTIONS_STREAM", "algorithm_rng",
+    "REPLAY_BUFFER_STREAM", "LEAGUE_STREAM", "EVALUATION_SEED_OFFSET", "ACTIONS_STREAM", "algorithm_rng",
     "policy_init_seed", "env_runner_rng", "runner_actions_rng", "draw_reset_seed",
     "set_rng_state",
 ]
@@ -29,6 +29,8 @@ StreamKey = int | str
 ALGORITHM_STREAM = 1
 #: ``(2, policy_id)``: a policy's replay buffer (its sampling order).
 REPLAY_BUFFER_STREAM = 2
+#: ``(3,)``: a league's generator (cairn.league: which opponent each game draws).
+LEAGUE_STREAM = 3
 #: ``(worker_index, seed_offset)``: an env runner's reset seeds; the evaluation runner is
 #: worker 0 with this offset, which keeps its envs apart from the training ones.
 EVALUATION_SEED_OFFSET = 1_000_003

@@ -39,6 +39,7 @@ from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.group import EnvRunnerGroup
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError, LoggerWarning
+from cairn.league import League, attach_league
 from cairn.learners import LearnerGroup, LearnFunction, LearnOutput, learner_device
 from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
@@ -92,7 +93,11 @@ class Algorithm:
         self.policies: dict[str, Policy] = {}
         #: The hooks of ``config.callbacks_class`` (``cairn.Callbacks``; docs/callbacks.md).
         self.callbacks = make_callbacks(self.config.callbacks_class)
+        #: The league of ``config.league(...)`` (None without one; docs/league.md).
+        self.league: League | None = attach_league(self.config)
         probe_env = self._build_policies(policy_states or {}, copy=copy_policy_states)
+        if self.league is not None:
+            self.league.set_agents(probe_env)
         self.env_runner_group = EnvRunnerGroup(self.config, self.policies, first_env=probe_env,
                                                callbacks=self.callbacks)
         self._eval_runner: EnvRunner | None = None
@@ -138,6 +143,8 @@ class Algorithm:
         self.counters["num_agent_steps_sampled_lifetime"] += sum(len(b) for b in batches.values())
         self.counters["num_episodes_lifetime"] += len(episodes)
         self._recent_episodes.extend(episodes)
+        if self.league is not None:
+            self.league.record_episodes(episodes)
         return batches
 
     def learn(self, fn: LearnFunction, policy_id: str, **inputs: Any) -> LearnOutput:
@@ -162,7 +169,7 @@ class Algorithm:
         :attr:`counters`, the :func:`~cairn.algorithms.metrics.episode_metrics` of the last 100
         episodes (``episode_return_mean``, ...), ``learners[policy_id]``, ``time_this_iter_s``,
         ``env_steps_per_s`` (env steps sampled in the iteration over its wall time); plus
-        ``evaluation`` when evaluation is due.
+        ``evaluation`` when evaluation is due and ``league`` with a league (docs/league.md).
 
         An exception from an environment, a model or a callback propagates unchanged and
         leaves the algorithm usable (docs/fault-tolerance.md): a sample that raised is
@@ -174,10 +181,11 @@ class Algorithm:
             learner_stats = self.training_step()
             self.sync_learners()
         self.iteration += 1
+        league = {} if self.league is None else {"league": self.league.end_iteration(self)}
         result = self.last_result = {
             "training_iteration": self.iteration, **self.counters,
             **episode_metrics(list(self._recent_episodes), policy_ids=self.policies),
-            **self.env_runner_group.health_metrics(), "learners": learner_stats}
+            **self.env_runner_group.health_metrics(), "learners": learner_stats, **league}
         interval = self.config.evaluation_interval
         if interval and self.iteration % interval == 0:
             result["evaluation"] = self.evaluate()

@@ -5,7 +5,8 @@ policy's state, the env runners' and the evaluation runner's states, the recent 
 behind the metrics, and two subclass hooks: ``extra`` (:meth:`Algorithm.get_extra_state
 <cairn.algorithms.algorithm.Algorithm.get_extra_state>`, small values such as DQN's replay
 credit) and ``components`` (:meth:`~cairn.algorithms.algorithm.Algorithm.get_components`,
-large parts stored as their own checkpoint components, such as replay buffers).
+large parts stored as their own checkpoint components, such as replay buffers), and
+``league`` (cairn.league) when the algorithm trains in a league.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def algorithm_state(algo: Algorithm, *, copy: bool = True) -> dict[str, Any]:
         "recent_episodes": list(algo.recent_episodes),
         "extra": algo.get_extra_state(),
         "components": algo.get_components(copy=copy),
+        **({} if algo.league is None else {"league": algo.league.get_state()}),
     }
 
 
@@ -107,5 +109,7 @@ def set_algorithm_state(algo: Algorithm, state: Mapping[str, Any]) -> None:
     episodes = algo.recent_episodes  # cleared in place: the window's length stays
     episodes.clear()
     episodes.extend(state.get("recent_episodes") or [])
+    if algo.league is not None and state.get("league") is not None:
+        algo.league.set_state(state["league"], algo.policies)
     algo.set_extra_state(state.get("extra") or {})
     algo.set_components(state.get("components") or {})

@@ -23,6 +23,7 @@ from cairn.config.checks import (
 )
 from cairn.config.dict_form import config_to_dict, load_dict, owned_value
 from cairn.config.fields import Field
+from cairn.config.league_settings import DrawnMapping, league_settings
 from cairn.core import AlgorithmLike
 from cairn.errors import ConfigError
 from cairn.policy.custom_model import model_references
@@ -83,6 +84,7 @@ class AlgorithmConfig:
     policies: dict[str, PolicySpec]
     policy_mapping_fn: Any
     policies_to_train: list[str] | None
+    league_config: dict[str, Any] | None
     evaluation_interval: int | None
     evaluation_duration: int
     torch_num_threads: int | str
@@ -266,6 +268,33 @@ class AlgorithmConfig:
             "evaluation_interval": evaluation_interval, "evaluation_duration": evaluation_duration,
         })
 
+    def league(
+        self, *, main: str = _NOT_PROVIDED, snapshot_every_iterations: int | None = _NOT_PROVIDED,
+        snapshot_win_rate: float | None = _NOT_PROVIDED, max_snapshots: int | None = _NOT_PROVIDED,
+        matchmaking: str = _NOT_PROVIDED, self_play_fraction: float = _NOT_PROVIDED,
+        opponents: Mapping[str, str] = _NOT_PROVIDED, evaluation_games: int = _NOT_PROVIDED,
+        win_rate_window: int = _NOT_PROVIDED,
+    ) -> AlgorithmConfig:
+        """Train policy ``main`` in a league (docs/league.md): frozen snapshots ``"<main>_v<n>"``
+        taken every ``snapshot_every_iterations`` (snapshot n at the end of iteration n*K) and/or
+        when main's win rate against them reaches ``snapshot_win_rate`` (with neither: every 10
+        iterations), at most ``max_snapshots`` (None: no limit; then the oldest is removed);
+        each game's opponent drawn by ``matchmaking`` (``"pfsp"``: weight ``(1 - p)^2``,
+        ``"uniform"``, ``"latest"``), or main itself with probability ``self_play_fraction``
+        (default 0.2), main's seat drawn per game; ``win_rate_window`` (default 100) games per
+        opponent behind the win rates. ``opponents`` (fixed scripted opponents by import path)
+        and ``evaluation_games`` are stored for evaluation against them.
+
+        The league draws the policy mapping itself: a ``policy_mapping_fn`` as well is a
+        ConfigError. Without ``multi_agent(policies=...)`` the one policy is ``main``.
+        """
+        given = {k: v for k, v in locals().items() if k != "self" and v is not _NOT_PROVIDED}
+        settings = league_settings(**given)
+        if set(self.policies) == {DEFAULT_POLICY_ID} and self.policies[DEFAULT_POLICY_ID] == PolicySpec():
+            self.policies = {settings["main"]: PolicySpec()}
+        self.league_config = settings
+        return self
+
     def resources(self, *, torch_num_threads: int | str = _NOT_PROVIDED) -> AlgorithmConfig:
         """Set torch's intra-op threads while this algorithm trains and evaluates.
 
@@ -327,7 +356,7 @@ class AlgorithmConfig:
             )
         policies = normalize_policies(self.policies)
         check_policy_mapping(self.policy_mapping_fn)
-        if self.policy_mapping_fn is None and len(policies) > 1:
+        if self.policy_mapping_fn is None and len(policies) > 1 and self.league_config is None:
             raise ConfigError(
                 f"{len(policies)} policies {sorted(policies)} but no policy_mapping_fn: pass "
                 "config.multi_agent(policy_mapping_fn=...) to say which agent uses which policy."
@@ -336,10 +365,25 @@ class AlgorithmConfig:
             for agent_id, pid in self.policy_mapping_fn.items():
                 check_mapped_policy_id(agent_id, pid, policies)
         check_policies_to_train(self.policies_to_train, policies)
+        if self.league_config is not None:
+            self._check_league(policies)
         check_learners(self.num_learners, self.model, policies)
         for spec in policies.values():
             if spec.config:
                 check_model_config({**self.model, **spec.config.get("model", {})})
+
+    def _check_league(self, policies: Mapping[str, PolicySpec]) -> None:
+        main = self.league_config["main"] if self.league_config else None
+        if main not in policies:
+            raise ConfigError(
+                f"config.league(main={main!r}) names no configured policy; the policies are "
+                f"{sorted(policies)}. Pass multi_agent(policies={{{main!r}}}) or league(main=...).")
+        fn = self.policy_mapping_fn
+        if fn is not None and not isinstance(fn, DrawnMapping):
+            raise ConfigError(
+                f"config.league(...) and policy_mapping_fn={getattr(fn, '__qualname__', fn)!r} are both "
+                "set: the league draws each game's opponent itself. Remove the policy_mapping_fn "
+                "(multi_agent(policy_mapping_fn=None)) or drop config.league().")
 
     def build(self) -> AlgorithmLike:
         """Validate, then build the algorithm (environments, policies, env runners): an
@@ -383,9 +427,12 @@ class AlgorithmConfig:
         base.update(overrides)
         return base
 
-    def map_agent(self, agent_id: Any) -> str:
-        """The policy ID that controls ``agent_id``."""
-        return map_agent(self.policy_mapping_fn, self.policies, agent_id)
+    def map_agent(self, agent_id: Any, *, episode: Mapping[str, Any] | None = None,
+                  worker: int | None = None) -> str:
+        """The policy ID that controls ``agent_id``; the env runners pass the ``episode`` being
+        mapped (``{"env_index": i, "mapped": {agent: policy ID so far}}``) and their ``worker``
+        index, which a callable mapping receives as keywords (None when cairn probes it)."""
+        return map_agent(self.policy_mapping_fn, self.policies, agent_id, episode=episode, worker=worker)
 
     # ----------------------------------------------------------------------- dict conversion
     def to_dict(self) -> dict[str, Any]:

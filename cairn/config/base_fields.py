@@ -14,6 +14,7 @@ from cairn.config.fields import (
     optional,
     positive_int,
 )
+from cairn.config.league_settings import check_league
 from cairn.errors import ConfigError
 from cairn.policy.filters import FILTER_NAMES
 from cairn.policy.model import check_model_config
@@ -115,6 +116,8 @@ BASE_FIELDS: dict[str, Field] = {
     # evaluation
     "evaluation_interval": Field("evaluation", None, optional(positive_int), "iterations"),
     "evaluation_duration": Field("evaluation", 10, positive_int, "episodes per evaluation"),
+    # league (docs/league.md): None, or config.league(...)'s checked settings
+    "league_config": Field("league", None, check_league, "league self-play settings"),
     # resources
     "torch_num_threads": Field("resources", "auto", _check_threads, "torch intra-op threads"),
     # checkpointing

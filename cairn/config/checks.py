@@ -146,9 +146,11 @@ def normalize_policies_to_train(policies_to_train: Any) -> list[str] | None:
     return list(policies_to_train)
 
 
-def map_agent(fn: Any, policies: Mapping[str, Any], agent_id: Any) -> str:
+def map_agent(fn: Any, policies: Mapping[str, Any], agent_id: Any, *,
+              episode: Mapping[str, Any] | None = None, worker: int | None = None) -> str:
     """The policy ID that ``policy_mapping_fn`` ``fn`` (None: the first of ``policies``, a dict,
-    or a callable) maps ``agent_id`` to (the body of ``AlgorithmConfig.map_agent``)."""
+    or a callable) maps ``agent_id`` to (the body of ``AlgorithmConfig.map_agent``); a callable
+    gets ``episode`` and ``worker`` as keywords."""
     if fn is None:
         return next(iter(policies))
     if isinstance(fn, Mapping):
@@ -159,7 +161,7 @@ def map_agent(fn: Any, policies: Mapping[str, Any], agent_id: Any) -> str:
         raise ConfigError(
             f"policy_mapping_fn (a dict) has no entry for agent {agent_id!r}; add one."
         )
-    return fn(agent_id, episode=None, worker=None)  # type: ignore[no-any-return]
+    return fn(agent_id, episode=episode, worker=worker)  # type: ignore[no-any-return]
 
 
 def check_policy_mapping(fn: Any) -> None:

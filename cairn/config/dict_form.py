@@ -19,6 +19,7 @@ from cairn.config.checks import (
     suggest,
 )
 from cairn.config.fields import Field
+from cairn.config.league_settings import DrawnMapping
 from cairn.errors import ConfigError
 from cairn.policy.model import check_model_config
 from cairn.policy.spec import PolicySpec
@@ -44,6 +45,8 @@ def config_to_dict(config: AlgorithmConfig) -> dict[str, Any]:
         value = getattr(config, key)
         if key == "policies":
             value = {pid: spec.to_dict() for pid, spec in normalize_policies(value).items()}
+        elif isinstance(value, DrawnMapping):
+            value = None  # drawn by the league of league_config, rebuilt with it
         elif field.holds_callable and callable(value) and not isinstance(value, Mapping):
             value = encode_callable(value)
         else:

@@ -1,0 +1,105 @@
+"""The settings of a league (``config.league(...)``, docs/league.md): checked, with their
+defaults, as the JSON dict the config stores under ``"league"``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cairn.errors import ConfigError
+from cairn.policy_ids import validate_policy_id
+
+__all__ = ["LEAGUE_DEFAULTS", "MATCHMAKING_KINDS", "DrawnMapping", "check_league", "league_settings"]
+
+#: How the opponent of each game is drawn (cairn.league.matchmaking).
+MATCHMAKING_KINDS = ("pfsp", "uniform", "latest")
+
+#: Every league setting with its default; ``config.league()`` fills in the ones not given.
+LEAGUE_DEFAULTS: dict[str, Any] = {
+    "main": "main",
+    "snapshot_every_iterations": None,
+    "snapshot_win_rate": None,
+    "max_snapshots": None,
+    "matchmaking": "pfsp",
+    "self_play_fraction": 0.2,
+    "opponents": {},
+    "evaluation_games": 20,
+    "win_rate_window": 100,
+}
+
+class DrawnMapping:
+    """Base of the policy mapping a league installs (``cairn.league.LeagueMapping``): the config
+    allows it beside ``league_config`` (a user's mapping there is a ConfigError) and stores
+    None for it (the league is rebuilt from ``league_config``). Defined here so that the config
+    layer needs no import of the league."""
+
+    def __call__(self, agent_id: Any, **kwargs: Any) -> str:
+        raise NotImplementedError
+
+
+#: Used when neither snapshot rule is given (the CLI's ``--league`` default too).
+DEFAULT_SNAPSHOT_EVERY = 10
+
+
+def _fail(key: str, value: Any, expected: str) -> None:
+    raise ConfigError(f"Config league {key}={value!r} is invalid: expected {expected}.")
+
+
+def _positive_int_or_none(key: str, value: Any) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        _fail(key, value, "an int >= 1 or None")
+
+
+def _fraction(key: str, value: Any, *, low_open: bool) -> None:
+    if (not isinstance(value, (int, float)) or isinstance(value, bool)
+            or not (0.0 < value <= 1.0 if low_open else 0.0 <= value <= 1.0)):
+        _fail(key, value, "a number in (0, 1]" if low_open else "a number in [0, 1]")
+
+
+def league_settings(**given: Any) -> dict[str, Any]:
+    """The full settings dict: ``given`` over :data:`LEAGUE_DEFAULTS`, checked
+    (:func:`check_league`); with neither snapshot rule, snapshots every 10 iterations."""
+    unknown = sorted(set(given) - set(LEAGUE_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"Unknown league setting {unknown[0]!r}; allowed: {sorted(LEAGUE_DEFAULTS)}.")
+    settings = {**LEAGUE_DEFAULTS, **given}
+    if settings["snapshot_every_iterations"] is None and settings["snapshot_win_rate"] is None:
+        settings["snapshot_every_iterations"] = DEFAULT_SNAPSHOT_EVERY
+    settings["opponents"] = dict(settings["opponents"] or {})
+    if isinstance(settings["self_play_fraction"], int) and not isinstance(settings["self_play_fraction"], bool):
+        settings["self_play_fraction"] = float(settings["self_play_fraction"])
+    check_league("league", settings)
+    return settings
+
+
+def check_league(key: str, value: Any) -> None:
+    """The Field check of ``"league"``: None (no league) or a complete settings dict."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping) or set(value) != set(LEAGUE_DEFAULTS):
+        raise ConfigError(f"Config {key!r}={value!r:.200} is invalid: expected None or the dict "
+                          f"config.league(...) makes, with the keys {sorted(LEAGUE_DEFAULTS)}.")
+    main = value["main"]
+    if not isinstance(main, str) or not validate_policy_id(main):
+        _fail("main", main, "a policy ID (letters, digits, '_', '-', '.')")
+    _positive_int_or_none("snapshot_every_iterations", value["snapshot_every_iterations"])
+    if value["snapshot_win_rate"] is not None:
+        _fraction("snapshot_win_rate", value["snapshot_win_rate"], low_open=True)
+    if value["snapshot_every_iterations"] is None and value["snapshot_win_rate"] is None:
+        raise ConfigError("Config league has no snapshot rule: give snapshot_every_iterations=K "
+                          "and/or snapshot_win_rate=p.")
+    _positive_int_or_none("max_snapshots", value["max_snapshots"])
+    if value["matchmaking"] not in MATCHMAKING_KINDS:
+        _fail("matchmaking", value["matchmaking"], f"one of {list(MATCHMAKING_KINDS)}")
+    _fraction("self_play_fraction", value["self_play_fraction"], low_open=False)
+    opponents = value["opponents"]
+    if not isinstance(opponents, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in opponents.items()):
+        _fail("opponents", opponents, '{name: "random_legal" | "module:function"} (strings)')
+    for name in opponents:
+        if not validate_policy_id(name) or name == main:
+            _fail("opponents", opponents, f"names that are valid policy IDs other than main {main!r}")
+    for name in ("evaluation_games", "win_rate_window"):
+        number = value[name]
+        if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+            _fail(name, number, "an int >= 1")

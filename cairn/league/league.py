@@ -1,0 +1,176 @@
+"""A league: main's pool of frozen snapshots, the matchmaking generator, ratings and the payoff
+table, as algorithm state (docs/league.md).
+
+The Algorithm owns one when ``config.league(...)`` is set: it installs :attr:`League.mapping`
+as the policy mapping, feeds :meth:`League.record_episodes` every finished episode of every
+env runner (their ``policy_returns`` say who played and who won), and calls
+:meth:`League.end_iteration` after each training iteration (snapshots, then the metrics that
+become ``result["league"]``). Its state is JSON numbers plus the generator's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cairn.errors import CheckpointFormatError, ConfigError
+from cairn.league.matchmaking import LeagueMapping, copy_plans
+from cairn.league.payoff import Payoff, game_score
+from cairn.league.ratings import Ratings
+from cairn.league.snapshots import add_snapshot, remove_snapshot, snapshot_due, snapshot_id
+from cairn.rng import LEAGUE_STREAM, rng_state, seeded_rng, set_rng_state
+
+if TYPE_CHECKING:
+    from cairn.algorithms.algorithm import Algorithm
+    from cairn.config.algorithm_config import AlgorithmConfig
+
+__all__ = ["League", "attach_league"]
+
+
+class League:
+    """The league of ``settings`` (``config.league_config``: what ``config.league(...)`` set) seeded by ``seed``."""
+
+    def __init__(self, settings: Mapping[str, Any], seed: int | None) -> None:
+        self.settings = dict(settings)
+        self.main: str = self.settings["main"]
+        self.seed = seed
+        self.rng: np.random.Generator = seeded_rng(seed, LEAGUE_STREAM)
+        #: The game's agents in seat order (the env's ``possible_agents``), set at build.
+        self.agents: list[Any] = []
+        #: Snapshot IDs in the pool, oldest first.
+        self.pool: list[str] = []
+        self.snapshots_taken = 0
+        self.games = 0
+        self.self_play_games = 0
+        self.ratings = Ratings()
+        self.ratings.ensure(self.main)
+        self.payoff = Payoff(self.settings["win_rate_window"])
+        #: ``{"<worker>:<env index>": {"opponent": ID or None, "main_seat": int}}``: the game drawn
+        #: for each env copy's current episode (its later agents are mapped from it).
+        self.plans: dict[str, dict[str, Any]] = {}
+        self.mapping = LeagueMapping(self)
+
+    def set_agents(self, env: Any) -> None:
+        """Read the seats from the built env (a PettingZoo env of two or more players)."""
+        agents = list(getattr(env, "possible_agents", None) or [])
+        if len(agents) < 2:
+            raise ConfigError(f"config.league(...) needs a PettingZoo game of two or more players; the "
+                              f"environment {type(env).__name__} has agents {agents}. Use a two-player "
+                              "env such as pettingzoo.classic.connect_four_v3, or drop config.league().")
+        self.agents = agents
+
+    # ------------------------------------------------------------------------------ playing
+    def opponents(self) -> list[str]:
+        """The policies main may be drawn against (the snapshots, oldest first)."""
+        return list(self.pool)
+
+    def win_rates(self) -> dict[str, float]:
+        """Main's mean score over the window against each opponent of the pool."""
+        rates = self.payoff.win_rates()
+        return {pid: rates[pid] for pid in self.opponents() if pid in rates}
+
+    def record_episodes(self, episodes: Iterable[Mapping[str, Any]]) -> None:
+        """Count finished games; a game of main against a pool member updates both ratings and
+        the payoff table (main's score from the two policies' returns)."""
+        for episode in episodes:
+            returns = episode.get("policy_returns") or {}
+            if self.main not in returns:
+                continue
+            self.games += 1
+            others = [pid for pid in returns if pid != self.main]
+            if not others:
+                self.self_play_games += 1
+                continue
+            if len(others) != 1 or others[0] not in self.pool:
+                continue  # an opponent that left the pool while the game was in flight
+            opponent = others[0]
+            score = game_score(sum(returns[self.main]), sum(returns[opponent]))
+            self.payoff.record(opponent, score, is_snapshot=True)
+            self.ratings.rate(self.main, opponent, score)
+
+    def end_iteration(self, algo: Algorithm) -> dict[str, Any]:
+        """Take a snapshot when one is due (dropping the oldest beyond ``max_snapshots``), then
+        return the metrics of ``result["league"]``."""
+        if snapshot_due(self.settings, algo.iteration, has_snapshot=bool(self.pool),
+                        recent_scores=list(self.payoff.recent_against_snapshots)):
+            self.snapshots_taken += 1
+            pid = snapshot_id(self.main, self.snapshots_taken)
+            add_snapshot(algo, self.main, pid)
+            self.pool.append(pid)
+            self.ratings.ensure(pid, like=self.main)
+            self.payoff.recent_against_snapshots.clear()
+            limit = self.settings["max_snapshots"]
+            while limit is not None and len(self.pool) > limit:
+                self.forget(self.pool[0])
+                remove_snapshot(algo, self.pool.pop(0))
+        return self.metrics()
+
+    def forget(self, pid: str) -> None:
+        """Forget ``pid``'s rating, payoff and planned games (those become self-play): a
+        snapshot leaving the pool."""
+        self.ratings.keep_only(p for p in self.ratings.table if p != pid)
+        self.payoff.keep_only(p for p in self.payoff.table if p != pid)
+        for plan in self.plans.values():
+            if plan["opponent"] == pid:
+                plan["opponent"] = None
+
+    def metrics(self) -> dict[str, Any]:
+        """``rating`` (mu) and ``rating_sigma`` per participant, main's ``win_rate`` per opponent
+        over the window, ``payoff`` (W/D/L per opponent), ``games``, ``self_play_games``,
+        ``pool`` and ``pool_size``."""
+        return {
+            "rating": {p: mu for p, (mu, _) in self.ratings.table.items()},
+            "rating_sigma": {p: sigma for p, (_, sigma) in self.ratings.table.items()},
+            "win_rate": self.win_rates(),
+            "payoff": {o: {"wins": r[0], "draws": r[1], "losses": r[2]} for o, r in self.payoff.table.items()},
+            "games": self.games, "self_play_games": self.self_play_games,
+            "pool": self.opponents(), "pool_size": len(self.pool),
+        }
+
+    # -------------------------------------------------------------------------------- state
+    def get_state(self) -> dict[str, Any]:
+        """The league as JSON numbers and the generator's state."""
+        return {"rng": rng_state(self.rng), "pool": list(self.pool),
+                "snapshots_taken": self.snapshots_taken, "games": self.games,
+                "self_play_games": self.self_play_games, "ratings": self.ratings.get_state(),
+                "payoff": self.payoff.get_state(), "plans": copy_plans(self.plans)}
+
+    def set_state(self, state: Mapping[str, Any], policies: Iterable[str]) -> None:
+        """Restore :meth:`get_state`, keeping only the snapshots among ``policies`` (a restore
+        of a subset such as ``policy_ids=["main"]`` drops the rest of the pool, their ratings,
+        payoff rows and planned games; the snapshot numbering goes on)."""
+        present = set(policies)
+        try:
+            set_rng_state(self.rng, dict(state["rng"]))
+            pool = [str(p) for p in state["pool"] if p in present]
+            snapshots_taken, games = int(state["snapshots_taken"]), int(state["games"])
+            self_play_games = int(state["self_play_games"])
+            ratings, payoff = Ratings(), Payoff(self.payoff.window)
+            ratings.set_state(state["ratings"])
+            payoff.set_state(state["payoff"])
+            plans = {str(k): {"opponent": None if v["opponent"] is None else str(v["opponent"]),
+                              "main_seat": int(v["main_seat"])} for k, v in state["plans"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise CheckpointFormatError(f"The stored league state is malformed ({type(exc).__name__}: "
+                                        f"{exc}); expected League.get_state()'s layout.") from exc
+        self.pool, self.snapshots_taken, self.games = pool, snapshots_taken, games
+        self.self_play_games, self.ratings, self.payoff, self.plans = self_play_games, ratings, payoff, plans
+        members = {self.main, *pool}
+        self.ratings.ensure(self.main)
+        self.ratings.keep_only(members)
+        self.payoff.keep_only(members)
+        for plan in self.plans.values():
+            if plan["opponent"] is not None and plan["opponent"] not in pool:
+                plan["opponent"] = None
+
+
+def attach_league(config: AlgorithmConfig) -> League | None:
+    """The league of ``config`` (None without one), its mapping installed as
+    ``config.policy_mapping_fn``."""
+    if config.league_config is None:
+        return None
+    league = League(config.league_config, config.seed)
+    config.policy_mapping_fn = league.mapping
+    return league

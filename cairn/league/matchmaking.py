@@ -1,0 +1,117 @@
+"""Who main plays in each game: the opponent weights of PFSP / uniform / latest, and the
+league's policy mapping, which draws one game per episode of each env copy.
+
+A game is drawn when the first agent of an episode is mapped (cairn calls the mapping once per
+(episode, agent), docs/multi-agent.md): self-play with probability ``self_play_fraction``
+(every seat acts with main), else an opponent drawn by the matchmaking weights and a seat for
+main drawn uniformly; the episode's other agents then read that draw. The draws come from the
+league's own generator, so a restored league draws the same games.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cairn.config.league_settings import DrawnMapping
+from cairn.rng import seeded_rng
+
+if TYPE_CHECKING:
+    from cairn.league.league import League
+
+__all__ = ["LeagueMapping", "opponent_weights", "pfsp_weight"]
+
+#: Stream key of the generators of mappings copied into remote env runners (cairn.rng).
+REMOTE_MAPPING_STREAM = "league-remote-mapping"
+
+
+def pfsp_weight(win_rate: float) -> float:
+    """AlphaStar's "hard" PFSP weight ``(1 - p)^2`` of an opponent main beats with rate ``p``:
+    opponents main always beats are not drawn."""
+    return (1.0 - win_rate) ** 2
+
+
+def opponent_weights(kind: str, pool: Sequence[str], win_rates: Mapping[str, float]) -> np.ndarray:
+    """Draw weights of ``pool`` (oldest first) under matchmaking ``kind``; an opponent with no
+    game in the window counts as never beaten (``p = 0``: PFSP weight 1). All zeros means no
+    opponent is to be drawn (the game is self-play)."""
+    if kind == "uniform":
+        return np.ones(len(pool))
+    if kind == "latest":
+        return np.array([float(i == len(pool) - 1) for i in range(len(pool))])
+    return np.array([pfsp_weight(win_rates.get(pid, 0.0)) for pid in pool])
+
+
+class LeagueMapping(DrawnMapping):
+    """The ``policy_mapping_fn`` a league installs: ``fn(agent_id, episode=..., worker=...)``.
+
+    ``episode`` is ``{"env_index": i, "mapped": {agent: policy ID}}`` (the agents of this
+    episode mapped so far) from the env runners, None from the probes of ``build()`` and
+    ``add_policy`` (which get main for every agent and draw nothing).
+
+    Copies made for remote env runners (pickling) draw from their own generator per worker
+    (seeded by the config seed, the worker and the number of snapshots taken), with the pool and
+    win rates of when they were sent (each snapshot sends them again); only the local runner's
+    draws are the league generator's (exact resume with ``num_env_runners=0``).
+    """
+
+    def __init__(self, league: League) -> None:
+        self.league = league
+        self._remote = False
+        self._remote_rngs: dict[int, np.random.Generator] = {}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LeagueMapping:
+        return self  # config copies share the live league, as they share other callables
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"league": self.league}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.league, self._remote, self._remote_rngs = state["league"], True, {}
+
+    def _rng(self, worker: int | None) -> np.random.Generator:
+        if not self._remote:
+            return self.league.rng
+        key = worker or 0
+        if key not in self._remote_rngs:
+            self._remote_rngs[key] = seeded_rng(self.league.seed, REMOTE_MAPPING_STREAM, key,
+                                                self.league.snapshots_taken)
+        return self._remote_rngs[key]
+
+    def draw_game(self, rng: np.random.Generator) -> dict[str, Any]:
+        """One game: ``{"opponent": policy ID or None (self-play), "main_seat": index}``."""
+        league, settings = self.league, self.league.settings
+        opponent = None
+        if rng.random() >= settings["self_play_fraction"]:
+            pool = league.opponents()
+            weights = opponent_weights(settings["matchmaking"], pool, league.win_rates())
+            if weights.sum() > 0:
+                opponent = pool[int(rng.choice(len(pool), p=weights / weights.sum()))]
+        seat = int(rng.integers(len(league.agents)))
+        return {"opponent": opponent, "main_seat": seat}
+
+    def __call__(self, agent_id: Any, episode: Mapping[str, Any] | None = None,
+                 worker: int | None = None, **kwargs: Any) -> str:
+        league = self.league
+        main = league.main
+        if episode is None or agent_id not in league.agents:
+            return main
+        slot = f"{worker or 0}:{episode['env_index']}"
+        mapped = dict(episode.get("mapped") or {})
+        plan = league.plans.get(slot)
+        if not mapped or plan is None:
+            plan = league.plans[slot] = self.draw_game(self._rng(worker))
+        if plan["opponent"] is None:
+            return main
+        if any(pid != main for pid in mapped.values()):
+            return main  # the episode's opponent is seated already
+        seat = league.agents.index(agent_id)
+        return main if seat == plan["main_seat"] else str(plan["opponent"])
+
+
+def copy_plans(plans: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A JSON copy of a league's plans (``{slot: game}``)."""
+    return copy.deepcopy({k: dict(v) for k, v in plans.items()})

@@ -1,0 +1,53 @@
+"""Snapshots of main: when one is due, and taking one (a frozen copy added with
+``add_policy``, not in ``policies_to_train``) or dropping the oldest (``remove_policy``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from cairn.policy.policy import Policy
+
+if TYPE_CHECKING:
+    from cairn.algorithms.algorithm import Algorithm
+
+__all__ = ["snapshot_due", "snapshot_id", "add_snapshot", "remove_snapshot"]
+
+
+def snapshot_id(main: str, n: int) -> str:
+    """The policy ID of main's ``n``-th snapshot: ``"<main>_v<n>"``."""
+    return f"{main}_v{n}"
+
+
+def snapshot_due(settings: Mapping[str, Any], iteration: int, *, has_snapshot: bool,
+                 recent_scores: list[float]) -> bool:
+    """Whether a snapshot is taken at the end of iteration ``iteration`` (counted from 1).
+
+    ``snapshot_every_iterations=K``: at the end of iterations K, 2K, ... (snapshot n at n*K).
+    ``snapshot_win_rate=p``: when main's mean score over the last ``win_rate_window`` games
+    against snapshots (a full window since the last snapshot) reaches p; a league with no
+    snapshot yet takes its first at once, since main has nothing else to be measured against.
+    """
+    every = settings["snapshot_every_iterations"]
+    if every is not None and iteration % every == 0:
+        return True
+    rate = settings["snapshot_win_rate"]
+    if rate is None:
+        return False
+    if not has_snapshot:
+        return True
+    window = settings["win_rate_window"]
+    return len(recent_scores) >= window and sum(recent_scores) / len(recent_scores) >= rate
+
+
+def add_snapshot(algo: Algorithm, main: str, policy_id: str) -> None:
+    """Add a frozen copy of ``main`` as ``policy_id``: its state copied once (weights, filter,
+    optimizer), built without random init, and kept out of ``policies_to_train``."""
+    trained = [pid for pid in algo.policies_to_train if pid != policy_id]
+    copy = Policy.from_state(algo.get_policy(main).get_state(copy=True), copy=False)
+    algo.add_policy(policy_id, copy, policies_to_train=trained)
+
+
+def remove_snapshot(algo: Algorithm, policy_id: str) -> None:
+    """Remove a snapshot from the algorithm (its episodes in flight start again)."""
+    algo.remove_policy(policy_id)

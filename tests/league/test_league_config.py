@@ -1,0 +1,75 @@
+"""config.league(...): defaults, storage in to_dict/from_dict, and clear ConfigErrors."""
+
+import pytest
+
+import cairn
+from cairn.config.league_settings import LEAGUE_DEFAULTS
+from cairn.errors import ConfigError
+from tests.league.games import make_connect_four
+
+
+def _config() -> cairn.AlgorithmConfig:
+    return cairn.PPOConfig().environment(make_connect_four)
+
+
+def test_defaults_and_round_trip():
+    config = _config().league(max_snapshots=4, matchmaking="uniform", opponents={"rnd": "random_legal"})
+    settings = config.league_config
+    assert set(settings) == set(LEAGUE_DEFAULTS)
+    assert settings["snapshot_every_iterations"] == 10  # neither rule given: every 10 iterations
+    assert settings["matchmaking"] == "uniform" and settings["max_snapshots"] == 4
+    assert settings["opponents"] == {"rnd": "random_legal"} and settings["self_play_fraction"] == 0.2
+    assert list(config.policies) == ["main"]  # the one default policy becomes main
+    data = config.to_dict()
+    assert data["league_config"] == settings and data["policy_mapping_fn"] is None
+    back = cairn.AlgorithmConfig.from_dict(data)
+    assert back.league_config == settings and list(back.policies) == ["main"]
+    back.validate()
+    assert cairn.PPOConfig().to_dict()["league_config"] is None
+
+
+def test_win_rate_rule_alone_takes_no_iteration_rule():
+    settings = _config().league(snapshot_win_rate=0.6).league_config
+    assert settings["snapshot_every_iterations"] is None and settings["snapshot_win_rate"] == 0.6
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"matchmaking": "elo"}, ["matchmaking", "'elo'", "pfsp"]),
+    ({"self_play_fraction": 1.5}, ["self_play_fraction", "1.5", "[0, 1]"]),
+    ({"snapshot_every_iterations": 0}, ["snapshot_every_iterations", "0"]),
+    ({"snapshot_win_rate": 0.0}, ["snapshot_win_rate", "(0, 1]"]),
+    ({"max_snapshots": -1}, ["max_snapshots", "-1"]),
+    ({"main": "../evil"}, ["main", "../evil"]),
+    ({"opponents": {"rnd": 3}}, ["opponents", "strings"]),
+    ({"opponents": {"main": "random_legal"}}, ["opponents", "other than main"]),
+    ({"evaluation_games": 0}, ["evaluation_games", "0"]),
+])
+def test_invalid_settings_are_config_errors(kwargs, words):
+    with pytest.raises(ConfigError) as err:
+        _config().league(**kwargs)
+    assert all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_league_with_a_user_mapping_names_both():
+    def pick(agent_id, **kwargs):
+        return "main"
+
+    config = _config().league().multi_agent(policy_mapping_fn=pick)
+    with pytest.raises(ConfigError, match=r"config.league\(\.\.\.\) and policy_mapping_fn='.*pick'"):
+        config.validate()
+
+
+def test_main_must_be_a_policy():
+    config = _config().multi_agent(policies={"a", "b"}).league(main="hero")
+    with pytest.raises(ConfigError, match=r"league\(main='hero'\) names no configured policy"):
+        config.validate()
+
+
+def test_stored_league_dict_is_checked_on_load():
+    data = _config().league().to_dict()
+    data["league_config"] = {**data["league_config"], "matchmaking": "elo"}
+    with pytest.raises(ConfigError, match="matchmaking"):
+        cairn.AlgorithmConfig.from_dict(data)
+    data["league_config"] = {"main": "main"}
+    with pytest.raises(ConfigError, match="league_config"):
+        cairn.AlgorithmConfig.from_dict(data)

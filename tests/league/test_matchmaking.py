@@ -1,0 +1,110 @@
+"""Per-episode matchmaking: every pool member is drawn in the configured proportions, each game
+seats main once (or twice in self-play), and the draws come from the league's generator."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from cairn.config.league_settings import league_settings
+from cairn.league import League, opponent_weights, pfsp_weight
+from cairn.rng import rng_state
+
+AGENTS = ["player_0", "player_1"]
+POOL = ["main_v1", "main_v2", "main_v3"]
+#: Main's scores against the pool: PFSP weights (1-p)^2 = 1, 0.25 and 0.
+SCORES = {"main_v1": [0.0] * 10, "main_v2": [1.0, 0.0] * 5, "main_v3": [1.0] * 10}
+
+
+class _Env:
+    possible_agents = AGENTS
+
+
+def _league(**kwargs) -> League:
+    league = League(league_settings(**kwargs), seed=0)
+    league.set_agents(_Env())
+    league.pool = list(POOL)
+    for opponent, scores in SCORES.items():
+        for score in scores:
+            league.payoff.record(opponent, score, is_snapshot=True)
+    return league
+
+
+def _play(league: League, games: int, num_envs: int = 3) -> list[dict[str, str]]:
+    """Map both seats of ``games`` games, as env runners do: the first agent of an episode with
+    nothing mapped, the second with the first's mapping; envs interleaved."""
+    out: list[dict[str, str]] = []
+    for start in range(0, games, num_envs):
+        envs = range(min(num_envs, games - start))
+        mapped: list[dict[str, str]] = [{} for _ in envs]
+        for agent in AGENTS:  # every env's first mover first, then every env's second mover
+            for i in envs:
+                episode = {"env_index": i, "mapped": dict(mapped[i])}
+                mapped[i][agent] = league.mapping(agent, episode=episode, worker=0)
+        out.extend(mapped)
+    return out
+
+
+def test_pfsp_weights_are_alphastar_hard():
+    assert pfsp_weight(0.0) == 1.0 and pfsp_weight(0.5) == 0.25 and pfsp_weight(1.0) == 0.0
+    rates = {"a": 0.0, "b": 0.5}
+    assert list(opponent_weights("pfsp", ["a", "b", "new"], rates)) == [1.0, 0.25, 1.0]
+    assert list(opponent_weights("uniform", ["a", "b"], rates)) == [1.0, 1.0]
+    assert list(opponent_weights("latest", ["a", "b"], rates)) == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("matchmaking", ["pfsp", "uniform", "latest"])
+def test_draws_reach_each_opponent_in_proportion(matchmaking):
+    games = 6000
+    self_play = 0.2
+    league = _league(matchmaking=matchmaking, self_play_fraction=self_play)
+    played = _play(league, games)
+    weights = opponent_weights(matchmaking, POOL, league.win_rates())
+    expected = {"self": self_play}
+    expected.update({pid: (1 - self_play) * w / weights.sum() for pid, w in zip(POOL, weights)})
+    counts: Counter[str] = Counter()
+    main_seats: Counter[str] = Counter()
+    for game in played:
+        opponents = [pid for pid in game.values() if pid != "main"]
+        assert len(opponents) <= 1 and "main" in game.values()  # one main seat, or self-play
+        counts[opponents[0] if opponents else "self"] += 1
+        if opponents:
+            main_seats[next(a for a, p in game.items() if p == "main")] += 1
+    for key, p in expected.items():
+        sd = np.sqrt(games * p * (1 - p))
+        assert abs(counts[key] - games * p) <= 4 * sd + 1e-9, (key, counts, expected)
+    if matchmaking == "pfsp":
+        assert counts["main_v3"] == 0  # main always beats it: never drawn
+    n = sum(main_seats.values())  # main's seat: either, with probability 1/2
+    assert abs(main_seats["player_0"] - n / 2) <= 4 * np.sqrt(n / 4)
+
+
+def test_draws_come_from_the_league_generator_and_repeat_from_its_state():
+    league = _league(matchmaking="uniform")
+    _play(league, 10)
+    saved = league.get_state()
+    first = _play(league, 30)
+    other = _league(matchmaking="uniform")
+    other.set_state(saved, ["main", *POOL])
+    assert rng_state(other.rng) == saved["rng"]
+    assert _play(other, 30) == first
+    assert _play(_league(matchmaking="uniform", self_play_fraction=0.0), 30) != first
+
+
+def test_probe_calls_draw_nothing():
+    league = _league()
+    before = rng_state(league.rng)
+    assert {league.mapping(a) for a in AGENTS} == {"main"}  # build()/add_policy probes
+    assert rng_state(league.rng) == before
+
+
+def test_a_game_in_flight_against_a_dropped_snapshot_becomes_self_play():
+    league = _league(matchmaking="latest", self_play_fraction=0.0)
+    for env_index in range(100):  # a game whose first mover is main
+        first = league.mapping("player_0", episode={"env_index": env_index, "mapped": {}}, worker=0)
+        if first == "main":
+            break
+    assert first == "main" and league.plans[f"0:{env_index}"]["opponent"] == "main_v3"
+    league.forget("main_v3")
+    episode = {"env_index": env_index, "mapped": {"player_0": first}}
+    assert league.mapping("player_1", episode=episode, worker=0) == "main"

@@ -1,0 +1,58 @@
+"""Ratings (openskill) and the payoff table follow games with known winners; games of a
+trained league reach them through the env runners' episodes."""
+
+from openskill.models import PlackettLuce
+
+from cairn.callbacks.loggers import flat_metrics
+from cairn.config.league_settings import league_settings
+from cairn.league import League
+from tests.league.games import small_league
+
+
+def _game(main: float, opponent: str, other: float) -> dict:
+    return {"return": main + other, "length": 9, "policy_returns": {"main": [main], opponent: [other]}}
+
+
+def test_games_with_known_winners_update_payoff_and_ratings():
+    league = League(league_settings(), seed=0)
+    league.pool = ["main_v1", "main_v2"]
+    league.ratings.ensure("main_v1")
+    league.ratings.ensure("main_v2")
+    games = [_game(1.0, "main_v1", -1.0), _game(-1.0, "main_v1", 1.0), _game(0.0, "main_v2", 0.0),
+             _game(1.0, "main_v2", -1.0), {"return": 0.0, "length": 7, "policy_returns": {"main": [1.0, -1.0]}},
+             _game(1.0, "gone_v0", -1.0)]  # an opponent no longer in the pool: counted, not rated
+    league.record_episodes(games)
+    assert league.payoff.table == {"main_v1": [1, 0, 1], "main_v2": [1, 1, 0]}
+    assert league.win_rates() == {"main_v1": 0.5, "main_v2": 0.75}
+    assert (league.games, league.self_play_games) == (6, 1)
+
+    model = PlackettLuce()  # the same games rated by hand, in order
+    r = {p: model.rating() for p in ("main", "main_v1", "main_v2")}
+    for winner_first, opp, ranks in (("main", "main_v1", [0, 1]), ("main", "main_v1", [1, 0]),
+                                     ("main", "main_v2", [0, 0]), ("main", "main_v2", [0, 1])):
+        [[a], [b]] = model.rate([[r[winner_first]], [r[opp]]], ranks=ranks)
+        r[winner_first], r[opp] = a, b
+    assert league.ratings.table == {p: (x.mu, x.sigma) for p, x in r.items()}
+    assert league.ratings.table["main"][0] > 25.0 > league.ratings.table["main_v2"][0]
+
+    metrics = league.metrics()
+    assert metrics["payoff"]["main_v1"] == {"wins": 1, "draws": 0, "losses": 1}
+    logged = dict(flat_metrics({"league": metrics}))  # what TensorBoard/MLflow/CSV get
+    assert logged["league/win_rate/main_v2"] == 0.75 and logged["league/games"] == 6
+    assert logged["league/rating/main"] == metrics["rating"]["main"]
+
+
+def test_training_rates_every_game_main_played_against_the_pool():
+    algo = small_league(self_play_fraction=0.0).build()
+    try:
+        results = [algo.train() for _ in range(3)]
+        league = results[-1]["league"]
+        assert league["pool"] == ["main_v2", "main_v3"] and sorted(algo.policies) == ["main", "main_v2", "main_v3"]
+        assert algo.policies_to_train == ["main"]
+        assert league["games"] == algo.counters["num_episodes_lifetime"]
+        rows = sum(sum(r) for r in algo.league.payoff.table.values())
+        assert rows > 0 and set(league["rating"]) == {"main", "main_v2", "main_v3"}
+        for episode in algo.recent_episodes:  # one main seat and at most one opponent per game
+            assert "main" in episode["policy_returns"] and len(episode["policy_returns"]) <= 2
+    finally:
+        algo.stop()
