@@ -66,8 +66,9 @@ def league_settings(**given: Any) -> dict[str, Any]:
     if settings["snapshot_every_iterations"] is None and settings["snapshot_win_rate"] is None:
         settings["snapshot_every_iterations"] = DEFAULT_SNAPSHOT_EVERY
     settings["opponents"] = dict(settings["opponents"] or {})
-    if isinstance(settings["self_play_fraction"], int) and not isinstance(settings["self_play_fraction"], bool):
-        settings["self_play_fraction"] = float(settings["self_play_fraction"])
+    fraction = settings["self_play_fraction"]
+    if isinstance(fraction, int) and not isinstance(fraction, bool):
+        settings["self_play_fraction"] = float(fraction)
     check_league("league", settings)
     return settings
 

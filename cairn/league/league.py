@@ -30,7 +30,8 @@ __all__ = ["League", "attach_league"]
 
 
 class League:
-    """The league of ``settings`` (``config.league_config``: what ``config.league(...)`` set) seeded by ``seed``."""
+    """The league of ``settings`` (``config.league_config``: what ``config.league(...)`` set),
+    seeded by ``seed``."""
 
     def __init__(self, settings: Mapping[str, Any], seed: int | None) -> None:
         self.settings = dict(settings)
@@ -124,7 +125,8 @@ class League:
             "rating": {p: mu for p, (mu, _) in self.ratings.table.items()},
             "rating_sigma": {p: sigma for p, (_, sigma) in self.ratings.table.items()},
             "win_rate": self.win_rates(),
-            "payoff": {o: {"wins": r[0], "draws": r[1], "losses": r[2]} for o, r in self.payoff.table.items()},
+            "payoff": {o: {"wins": r[0], "draws": r[1], "losses": r[2]}
+                       for o, r in self.payoff.table.items()},
             "games": self.games, "self_play_games": self.self_play_games,
             "pool": self.opponents(), "pool_size": len(self.pool),
         }

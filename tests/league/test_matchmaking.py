@@ -108,3 +108,22 @@ def test_a_game_in_flight_against_a_dropped_snapshot_becomes_self_play():
     league.forget("main_v3")
     episode = {"env_index": env_index, "mapped": {"player_0": first}}
     assert league.mapping("player_1", episode=episode, worker=0) == "main"
+
+
+def test_a_game_saved_after_its_first_seat_resumes_with_its_draw():
+    """A checkpoint between an episode's first and second mapping: the restored league seats
+    the second agent from the saved draw (the plan is state), as the original does."""
+    league = _league(matchmaking="uniform", self_play_fraction=0.0)
+    for env_index in range(100):  # a game whose first mover is main: the second is the opponent
+        first = league.mapping("player_0", episode={"env_index": env_index, "mapped": {}}, worker=0)
+        if first == "main":
+            break
+    saved = league.get_state()
+    episode = {"env_index": env_index, "mapped": {"player_0": first}}
+    expected = league.mapping("player_1", episode=episode, worker=0)
+    restored = _league(matchmaking="uniform", self_play_fraction=0.0)
+    _play(restored, 7)  # a fresh build's own draws (its env runner's first resets) are replaced
+    restored.set_state(saved, ["main", *POOL])
+    assert expected != "main"
+    assert restored.mapping("player_1", episode=episode, worker=0) == expected
+    assert restored.get_state() == league.get_state()

@@ -19,7 +19,8 @@ def test_games_with_known_winners_update_payoff_and_ratings():
     league.ratings.ensure("main_v1")
     league.ratings.ensure("main_v2")
     games = [_game(1.0, "main_v1", -1.0), _game(-1.0, "main_v1", 1.0), _game(0.0, "main_v2", 0.0),
-             _game(1.0, "main_v2", -1.0), {"return": 0.0, "length": 7, "policy_returns": {"main": [1.0, -1.0]}},
+             _game(1.0, "main_v2", -1.0),
+             {"return": 0.0, "length": 7, "policy_returns": {"main": [1.0, -1.0]}},
              _game(1.0, "gone_v0", -1.0)]  # an opponent no longer in the pool: counted, not rated
     league.record_episodes(games)
     assert league.payoff.table == {"main_v1": [1, 0, 1], "main_v2": [1, 1, 0]}
@@ -47,7 +48,8 @@ def test_training_rates_every_game_main_played_against_the_pool():
     try:
         results = [algo.train() for _ in range(3)]
         league = results[-1]["league"]
-        assert league["pool"] == ["main_v2", "main_v3"] and sorted(algo.policies) == ["main", "main_v2", "main_v3"]
+        assert league["pool"] == ["main_v2", "main_v3"]
+        assert sorted(algo.policies) == ["main", "main_v2", "main_v3"]
         assert algo.policies_to_train == ["main"]
         assert league["games"] == algo.counters["num_episodes_lifetime"]
         rows = sum(sum(r) for r in algo.league.payoff.table.values())

@@ -1,0 +1,69 @@
+"""A league is algorithm state: a checkpoint restored in a fresh process continues with the same
+pool, ratings, payoff and opponent draws (num_env_runners=0); a subset restore of main drops
+the pool cleanly."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import cairn
+from tests.conftest import ROOT
+from tests.helpers import weights_digest
+from tests.league.games import small_league
+
+_CONTINUE = """
+import json, sys
+sys.path.insert(0, {root!r})
+import cairn
+from tests.helpers import weights_digest
+algo = cairn.Algorithm.from_checkpoint({path!r})
+for _ in range(2):
+    algo.train()
+print(json.dumps([weights_digest(algo), sorted(algo.policies), algo.league.get_state()], sort_keys=True))
+"""
+
+
+@pytest.mark.slow
+def test_league_resumes_bit_for_bit_in_a_new_process(tmp_path):
+    algo = small_league(max_snapshots=2, matchmaking="pfsp").build()
+    for _ in range(3):  # three snapshots taken, the first removed: the pool is v2, v3
+        algo.train()
+    path = algo.save(tmp_path / "c")
+    for _ in range(2):
+        algo.train()
+    league = algo.league.get_state()
+    assert league["pool"] == ["main_v4", "main_v5"] and league["payoff"]["table"]
+    expected = json.dumps([weights_digest(algo), sorted(algo.policies), league], sort_keys=True)
+    algo.stop()
+    out = subprocess.run([sys.executable, "-c", _CONTINUE.format(root=str(ROOT), path=str(path))],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()
+    assert out.splitlines()[-1] == expected
+
+
+def test_subset_restore_of_main_drops_the_pool(tmp_path):
+    algo = small_league().build()
+    for _ in range(2):
+        algo.train()
+    assert algo.league.pool == ["main_v1", "main_v2"]
+    path = algo.save(tmp_path / "c")
+    algo.stop()
+    only_main = cairn.Algorithm.from_checkpoint(path, policy_ids=["main"])
+    try:
+        assert sorted(only_main.policies) == ["main"] and only_main.league.pool == []
+        assert set(only_main.league.ratings.table) == {"main"} and only_main.league.payoff.table == {}
+        assert all(plan["opponent"] is None for plan in only_main.league.plans.values())
+        result = only_main.train()  # plays self-play only, then snapshots on: no name taken twice
+        assert result["league"]["pool"] == ["main_v3"]
+        assert sorted(only_main.policies) == ["main", "main_v3"]
+    finally:
+        only_main.stop()
+
+
+def test_a_user_mapping_at_restore_is_refused(tmp_path):
+    algo = small_league().build()
+    path = algo.save(tmp_path / "c")
+    algo.stop()
+    with pytest.raises(cairn.errors.ConfigError, match="policy_mapping_fn"):
+        cairn.Algorithm.from_checkpoint(path, policy_mapping_fn=lambda agent_id, **kw: "main")
