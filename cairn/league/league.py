@@ -20,7 +20,7 @@ from cairn.league.matchmaking import LeagueMapping, copy_plans
 from cairn.league.payoff import Payoff, game_score
 from cairn.league.ratings import Ratings
 from cairn.league.snapshots import add_snapshot, remove_snapshot, snapshot_due, snapshot_id
-from cairn.rng import LEAGUE_STREAM, rng_state, seeded_rng, set_rng_state
+from cairn.rng import LEAGUE_STREAM, make_rng, rng_state, seeded_rng, set_rng_state
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
@@ -145,7 +145,7 @@ class League:
         payoff rows and planned games; the snapshot numbering goes on)."""
         present = set(policies)
         try:
-            set_rng_state(self.rng, dict(state["rng"]))
+            make_rng(dict(state["rng"]))  # checked here, set in place below
             pool = [str(p) for p in state["pool"] if p in present]
             snapshots_taken, games = int(state["snapshots_taken"]), int(state["games"])
             self_play_games = int(state["self_play_games"])
@@ -157,6 +157,7 @@ class League:
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise CheckpointFormatError(f"The stored league state is malformed ({type(exc).__name__}: "
                                         f"{exc}); expected League.get_state()'s layout.") from exc
+        set_rng_state(self.rng, dict(state["rng"]))
         self.pool, self.snapshots_taken, self.games = pool, snapshots_taken, games
         self.self_play_games, self.ratings, self.payoff, self.plans = self_play_games, ratings, payoff, plans
         members = {self.main, *pool}

@@ -127,3 +127,24 @@ def test_a_game_saved_after_its_first_seat_resumes_with_its_draw():
     assert expected != "main"
     assert restored.mapping("player_1", episode=episode, worker=0) == expected
     assert restored.get_state() == league.get_state()
+
+
+@pytest.mark.parametrize("damage", [
+    lambda s: s.pop("plans"),
+    lambda s: s.update(rng={"bit_generator": "Evil"}),
+    lambda s: s["ratings"].update(main=["x"]),
+    lambda s: s["payoff"]["table"].update(main_v1=[1, 2]) or s.update(games=None),
+])
+def test_a_malformed_league_state_is_refused_and_changes_nothing(damage):
+    from cairn.errors import CheckpointFormatError
+
+    league = _league()
+    _play(league, 5)
+    before = league.get_state()
+    state = league.get_state()
+    _play(league, 3)
+    damage(state)
+    after = league.get_state()
+    with pytest.raises(CheckpointFormatError, match="league state is malformed"):
+        league.set_state(state, ["main", *POOL])
+    assert league.get_state() == after != before
