@@ -29,7 +29,7 @@ from typing import Any
 from cairn.cli.common import json_safe
 
 __all__ = ["CONFIG_FILE", "RUN_FILE", "PROGRESS_FILE", "RESULT_FILE", "TENSORBOARD_DIR", "PROGRESS_COLUMNS",
-           "RunLog", "progress_row", "read_progress", "write_json_atomic", "RUN_FILES"]
+           "RunLog", "league_columns", "progress_row", "read_progress", "write_json_atomic", "RUN_FILES"]
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
@@ -72,6 +72,18 @@ def progress_row(result: Mapping[str, Any]) -> dict[str, Any]:
         row[_EVALUATION_COLUMN] = result["evaluation"].get("episode_return_mean")
     for key, value in (result.get("custom_metrics") or {}).items():  # cairn.Callbacks' metrics
         row[f"custom_metrics/{key}"] = value
+    row.update(league_columns(result.get("league")))
+    return row
+
+
+def league_columns(league: Mapping[str, Any] | None) -> dict[str, float]:
+    """The progress columns of a league's ``result["league"]`` (docs/league.md): every rating
+    and main's win rate against each opponent, the games and the pool's size."""
+    if not league:
+        return {}
+    row: dict[str, float] = {f"league/rating/{p}": mu for p, mu in league["rating"].items()}
+    row.update({f"league/win_rate/{o}": rate for o, rate in league["win_rate"].items()})
+    row.update({"league/games": league["games"], "league/pool_size": league["pool_size"]})
     return row
 
 

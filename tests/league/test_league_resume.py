@@ -3,6 +3,7 @@ pool, ratings, payoff and opponent draws (num_env_runners=0); a subset restore o
 the pool cleanly."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -67,3 +68,20 @@ def test_a_user_mapping_at_restore_is_refused(tmp_path):
     algo.stop()
     with pytest.raises(cairn.errors.ConfigError, match="policy_mapping_fn"):
         cairn.Algorithm.from_checkpoint(path, policy_mapping_fn=lambda agent_id, **kw: "main")
+
+
+def test_an_incremental_save_links_the_frozen_snapshots_weights(tmp_path):
+    algo = small_league(snapshot_every_iterations=2).build()
+    try:
+        for _ in range(2):
+            algo.train()
+        first = algo.save(tmp_path / "c1")
+        algo.train()  # main learns, the snapshot main_v1 only plays
+        second = algo.save(tmp_path / "c2", previous=first)
+    finally:
+        algo.stop()
+    name = "policy_state.safetensors"
+    for pid, linked in (("main_v1", True), ("main", False)):
+        a, b = (tmp_path / c / "policies" / pid / name for c in ("c1", "c2"))
+        assert os.path.samefile(a, b) is linked, pid
+    assert str(second).endswith("c2")

@@ -148,3 +148,23 @@ def test_a_malformed_league_state_is_refused_and_changes_nothing(damage):
     with pytest.raises(CheckpointFormatError, match="league state is malformed"):
         league.set_state(state, ["main", *POOL])
     assert league.get_state() == after != before
+
+
+def test_copies_sent_to_remote_runners_draw_from_their_own_generators():
+    import pickle
+
+    league = _league(matchmaking="uniform")
+    before = rng_state(league.rng)
+
+    def games(worker: int, n: int = 20) -> list[dict[str, str]]:
+        remote = pickle.loads(pickle.dumps(league.mapping))  # as Ray ships the config
+        out = []
+        for _ in range(n):
+            mapped: dict[str, str] = {}
+            for agent in AGENTS:
+                mapped[agent] = remote(agent, episode={"env_index": 0, "mapped": dict(mapped)}, worker=worker)
+            out.append(mapped)
+        return out
+
+    assert games(1) == games(1) != games(2)  # seeded per worker, independent across workers
+    assert rng_state(league.rng) == before  # the driver's generator is the local runner's alone

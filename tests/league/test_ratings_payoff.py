@@ -4,6 +4,7 @@ trained league reach them through the env runners' episodes."""
 from openskill.models import PlackettLuce
 
 from cairn.callbacks.loggers import flat_metrics
+from cairn.cli.runlog import progress_row
 from cairn.config.league_settings import league_settings
 from cairn.league import League
 from tests.league.games import small_league
@@ -56,5 +57,9 @@ def test_training_rates_every_game_main_played_against_the_pool():
         assert rows > 0 and set(league["rating"]) == {"main", "main_v2", "main_v3"}
         for episode in algo.recent_episodes:  # one main seat and at most one opponent per game
             assert "main" in episode["policy_returns"] and len(episode["policy_returns"]) <= 2
+        row = progress_row(results[-1])  # progress.csv and TensorBoard of cairn train
+        assert row["league/rating/main"] == league["rating"]["main"]
+        assert row["league/games"] == league["games"] and row["league/pool_size"] == 2
+        assert {f"league/win_rate/{o}" for o in league["win_rate"]} <= set(row)
     finally:
         algo.stop()
