@@ -96,10 +96,16 @@ class League:
         return the metrics of ``result["league"]``."""
         if snapshot_due(self.settings, algo.iteration, has_snapshot=bool(self.pool),
                         recent_scores=list(self.payoff.recent_against_snapshots)):
-            self.snapshots_taken += 1
-            pid = snapshot_id(self.main, self.snapshots_taken)
-            add_snapshot(algo, self.main, pid)
+            pid = snapshot_id(self.main, self.snapshots_taken + 1)
+            # In the pool before add_policy sends the config (and this league with its mapping)
+            # to remote runners, so that their copies can draw it; taken out if the add fails.
             self.pool.append(pid)
+            try:
+                add_snapshot(algo, self.main, pid)
+            except BaseException:
+                self.pool.pop()
+                raise
+            self.snapshots_taken += 1
             self.ratings.ensure(pid, like=self.main)
             self.payoff.recent_against_snapshots.clear()
             limit = self.settings["max_snapshots"]

@@ -85,3 +85,24 @@ def test_an_incremental_save_links_the_frozen_snapshots_weights(tmp_path):
         a, b = (tmp_path / c / "policies" / pid / name for c in ("c1", "c2"))
         assert os.path.samefile(a, b) is linked, pid
     assert str(second).endswith("c2")
+
+
+def test_a_snapshot_that_cannot_be_added_leaves_the_league_as_it_was():
+    from cairn.policy.spec import PolicySpec
+    from tests.league.games import make_connect_four
+
+    probe = make_connect_four({})
+    spec = PolicySpec(observation_space=probe.observation_space("player_0"),
+                      action_space=probe.action_space("player_0"))
+    config = small_league().multi_agent(policies={"main": spec, "MAIN_V1": spec})  # the name, ignoring case
+    algo = config.build()
+    try:
+        before = algo.league.get_state()
+        with pytest.raises(cairn.errors.ConfigError, match="main_v1"):
+            algo.train()
+        after = algo.league.get_state()
+        assert after["pool"] == [] and after["snapshots_taken"] == 0
+        assert sorted(algo.policies) == ["MAIN_V1", "main"]
+        assert after["games"] >= before["games"]
+    finally:
+        algo.stop()
