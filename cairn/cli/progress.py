@@ -27,11 +27,25 @@ def _num(value: Any, spec: str) -> str:
     return format(value, spec)
 
 
+def league_summary(result: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(main's mean win rate against the pool's opponents, nan before any game; main's rating)
+    of a league's result, else None: a zero-sum game's return says nothing, these do."""
+    league = result.get("league")
+    if not league:
+        return None
+    rates = list(league["win_rate"].values())
+    return (sum(rates) / len(rates) if rates else float("nan")), league["rating"][league["main"]]
+
+
 def format_line(result: Mapping[str, Any]) -> str:
-    """The plain line of one iteration (``iter    3 | env steps ...``)."""
+    """The plain line of one iteration (``iter    3 | env steps ...``); with a league, main's
+    win rate and rating instead of the return."""
+    league = league_summary(result)
+    shown = (f" | return_mean {_num(result.get('episode_return_mean'), '8.2f')}" if league is None else
+             f" | win_rate {_num(league[0], '5.2f')} | rating {_num(league[1], '6.2f')}")
     return (f"iter {result['training_iteration']:4d}"
             f" | env steps {result['num_env_steps_sampled_lifetime']:8d}"
-            f" | return_mean {_num(result.get('episode_return_mean'), '8.2f')}"
+            f"{shown}"
             f" | len_mean {_num(result.get('episode_len_mean'), '7.1f')}"
             f" | {_num(result.get('env_steps_per_s'), '6.0f')} steps/s | {result['time_this_iter_s']:.2f}s")
 
@@ -117,7 +131,10 @@ class BarReporter:
         if self.stop_criteria.get("reward") is not None:
             shown += f"/{self.stop_criteria['reward']:g}"
         speed = result.get("env_steps_per_s")
-        parts = [f"return {shown}",
+        league = league_summary(result)
+        if league is not None:
+            shown = f"win rate {'-' if math.isnan(league[0]) else f'{league[0]:.2f}'} | rating {league[1]:.1f}"
+        parts = [shown if league is not None else f"return {shown}",
                  f"{'-' if speed is None or math.isnan(speed) else f'{speed:,.0f}'} steps/s"]
         if self.narrow:
             parts[1] = parts[1].replace(" steps/s", "/s")

@@ -99,6 +99,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                         "by episode_return_mean")
     p.add_argument("--resume", default=None, metavar="RUN", help="continue RUN from its latest checkpoint")
     p.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
+    p.add_argument("--league", action="store_true",
+                   help="league self-play for a two-player game (docs/league.md): policy 'main', a frozen "
+                        "snapshot every 10 iterations, PFSP opponents; the progress shows main's win rate "
+                        "against the pool and its rating (config key league_config for other settings)")
     add_logger_options(p)
     add_import_option(p)
     p.set_defaults(run=run, parser=p)
@@ -198,7 +202,10 @@ def _build_config(args: argparse.Namespace) -> Any:
         data["env_config"] = {**(data.get("env_config") or {}), **env_config}
     if args.seed is not None:
         data["seed"] = args.seed
-    return algo_cls.config_class().from_dict(data, callables={"env": env} if callable(env) else None)
+    config = algo_cls.config_class().from_dict(data, callables={"env": env} if callable(env) else None)
+    if getattr(args, "league", False) and config.league_config is None:
+        config.league()  # the defaults: main, snapshots every 10 iterations, PFSP
+    return config
 
 
 # ------------------------------------------------------------------------------- training

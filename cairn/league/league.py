@@ -124,10 +124,11 @@ class League:
                 plan["opponent"] = None
 
     def metrics(self) -> dict[str, Any]:
-        """``rating`` (mu) and ``rating_sigma`` per participant, main's ``win_rate`` per opponent
+        """``main`` (its policy ID), ``rating`` (mu) and ``rating_sigma`` per participant, main's ``win_rate`` per opponent
         over the window, ``payoff`` (W/D/L per opponent), ``games``, ``self_play_games``,
         ``pool`` and ``pool_size``."""
         return {
+            "main": self.main,
             "rating": {p: mu for p, (mu, _) in self.ratings.table.items()},
             "rating_sigma": {p: sigma for p, (_, sigma) in self.ratings.table.items()},
             "win_rate": self.win_rates(),

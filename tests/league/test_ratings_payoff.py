@@ -1,6 +1,8 @@
 """Ratings (openskill) and the payoff table follow games with known winners; games of a
 trained league reach them through the env runners' episodes."""
 
+import json
+
 from openskill.models import PlackettLuce
 
 from cairn.callbacks.loggers import flat_metrics
@@ -63,3 +65,19 @@ def test_training_rates_every_game_main_played_against_the_pool():
         assert {f"league/win_rate/{o}" for o in league["win_rate"]} <= set(row)
     finally:
         algo.stop()
+
+
+def test_cairn_train_league_shows_win_rate_and_rating(tmp_path, capsys):
+    from cairn.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--algo", "PPO", "--env", "pettingzoo.classic.connect_four_v3", "--league",
+                 "--config", "train_batch_size=64", "minibatch_size=32", "num_epochs=1",
+                 'model={"hidden": [8]}', "--seed", "0", "--stop-iters", "2", "--out", str(run)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter")]
+    assert len(lines) == 2 and all("win_rate" in line and "rating" in line for line in lines)
+    assert "return_mean" not in lines[0]
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["league_config"]["matchmaking"] == "pfsp" and list(saved["policies"]) == ["main"]
+    header = (run / "progress.csv").read_text().splitlines()[0]
+    assert "league/rating/main" in header and "league/games" in header
