@@ -133,7 +133,8 @@ class BarReporter:
         speed = result.get("env_steps_per_s")
         league = league_summary(result)
         if league is not None:
-            shown = f"win rate {'-' if math.isnan(league[0]) else f'{league[0]:.2f}'} | rating {league[1]:.1f}"
+            rate = "-" if math.isnan(league[0]) else f"{league[0]:.2f}"
+            shown = f"win rate {rate} | rating {league[1]:.1f}"
         parts = [shown if league is not None else f"return {shown}",
                  f"{'-' if speed is None or math.isnan(speed) else f'{speed:,.0f}'} steps/s"]
         if self.narrow:

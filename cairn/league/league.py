@@ -10,6 +10,7 @@ become ``result["league"]``). Its state is JSON numbers plus the generator's sta
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from cairn.errors import CheckpointFormatError, ConfigError
 from cairn.league.matchmaking import LeagueMapping, copy_plans
+from cairn.league.opponents import resolve_opponent
 from cairn.league.payoff import Payoff, game_score
 from cairn.league.ratings import Ratings
 from cairn.league.snapshots import add_snapshot, remove_snapshot, snapshot_due, snapshot_id
@@ -52,6 +54,16 @@ class League:
         #: for each env copy's current episode (its later agents are mapped from it).
         self.plans: dict[str, dict[str, Any]] = {}
         self.mapping = LeagueMapping(self)
+        #: The fixed opponents of ``settings["opponents"]``, resolved now through the one resolver
+        #: (a bad spec fails the build, not a later evaluation).
+        self.fixed_opponents = {name: resolve_opponent(spec)
+                                for name, spec in self.settings["opponents"].items()}
+        if self.fixed_opponents:
+            warnings.warn(
+                f"config.league(opponents={sorted(self.fixed_opponents)}): fixed opponents are checked "
+                "and stored, but training draws its games from main's snapshots only in this version; "
+                "measure main against them with `cairn evaluate CHECKPOINT --opponent NAME`.",
+                UserWarning, stacklevel=3)
 
     def set_agents(self, env: Any) -> None:
         """Read the seats from the built env (a PettingZoo env of two or more players)."""
@@ -124,9 +136,9 @@ class League:
                 plan["opponent"] = None
 
     def metrics(self) -> dict[str, Any]:
-        """``main`` (its policy ID), ``rating`` (mu) and ``rating_sigma`` per participant, main's ``win_rate`` per opponent
-        over the window, ``payoff`` (W/D/L per opponent), ``games``, ``self_play_games``,
-        ``pool`` and ``pool_size``."""
+        """``main`` (its policy ID), ``rating`` (mu) and ``rating_sigma`` per participant, main's
+        ``win_rate`` per opponent over the window, ``payoff`` (W/D/L per opponent), ``games``,
+        ``self_play_games``, ``pool`` and ``pool_size``."""
         return {
             "main": self.main,
             "rating": {p: mu for p, (mu, _) in self.ratings.table.items()},

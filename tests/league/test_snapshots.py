@@ -1,0 +1,33 @@
+"""When snapshots are due: snapshot n at the end of iteration n*K; by win rate over a full
+window against the snapshots (the first one at once, when there is none)."""
+
+import pytest
+
+from cairn.config.league_settings import league_settings
+from cairn.errors import ConfigError
+from cairn.league import League
+from cairn.league.snapshots import snapshot_due
+
+
+def test_every_k_iterations():
+    settings = league_settings(snapshot_every_iterations=3)
+    due = [i for i in range(1, 13) if snapshot_due(settings, i, has_snapshot=True, recent_scores=[1.0] * 100)]
+    assert due == [3, 6, 9, 12]
+
+
+def test_by_win_rate_over_a_full_window():
+    settings = league_settings(snapshot_win_rate=0.75, win_rate_window=4)
+    assert snapshot_due(settings, 1, has_snapshot=False, recent_scores=[])  # nothing to measure against
+    assert not snapshot_due(settings, 2, has_snapshot=True, recent_scores=[1.0, 1.0, 1.0])  # window not full
+    assert not snapshot_due(settings, 2, has_snapshot=True, recent_scores=[1.0, 1.0, 0.5, 0.0])
+    assert snapshot_due(settings, 2, has_snapshot=True, recent_scores=[1.0, 1.0, 0.5, 0.5])
+    both = league_settings(snapshot_win_rate=0.75, snapshot_every_iterations=5, win_rate_window=4)
+    assert snapshot_due(both, 5, has_snapshot=True, recent_scores=[])
+
+
+def test_fixed_opponents_are_resolved_at_build():
+    with pytest.warns(UserWarning, match="fixed opponents are checked"):
+        league = League(league_settings(opponents={"rnd": "random_legal"}), seed=0)
+    assert callable(league.fixed_opponents["rnd"])
+    with pytest.raises(ConfigError, match="no_such_module"):
+        League(league_settings(opponents={"bad": "no_such_module:fn"}), seed=0)
