@@ -29,13 +29,14 @@ from cairn.cli.common import (
 from cairn.cli.env_names import import_user_modules, restore_hint
 from cairn.cli.evaluate import add_parser as add_evaluate
 from cairn.cli.export import add_parser as add_export
+from cairn.cli.league_cmd import add_parser as add_league
 from cairn.cli.logs import configure_logging, remove_handler, shows_tracebacks, warnings_as_log_records
 from cairn.cli.plot import add_parser as add_plot
 from cairn.cli.train import add_parser as add_train
 
 __all__ = ["build_parser", "main"]
 
-DESCRIPTION = "cairn: train, evaluate, plot, export and inspect reinforcement learning runs."
+DESCRIPTION = "cairn: train, evaluate, plot, export and inspect reinforcement learning runs and leagues."
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cairn", description=DESCRIPTION, parents=[common])
     parser.add_argument("--version", action="version", version=f"cairn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (add_train, add_evaluate, add_plot, add_export, add_checkpoint):
+    for add in (add_train, add_evaluate, add_plot, add_export, add_checkpoint, add_league):
         add(sub, common)
     return parser
 

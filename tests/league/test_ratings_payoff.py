@@ -5,6 +5,7 @@ import json
 
 from openskill.models import PlackettLuce
 
+import cairn
 from cairn.callbacks.loggers import flat_metrics
 from cairn.cli.runlog import progress_row
 from cairn.config.league_settings import league_settings
@@ -81,3 +82,31 @@ def test_cairn_train_league_shows_win_rate_and_rating(tmp_path, capsys):
     assert saved["league_config"]["matchmaking"] == "pfsp" and list(saved["policies"]) == ["main"]
     header = (run / "progress.csv").read_text().splitlines()[0]
     assert "league/rating/main" in header and "league/games" in header
+
+
+def test_cairn_league_prints_ratings_and_payoff(tmp_path, capsys):
+    from cairn.cli import main
+
+    algo = small_league().build()
+    try:
+        for _ in range(2):
+            algo.train()
+        path = algo.save(tmp_path / "c")
+        state = algo.league.get_state()
+    finally:
+        algo.stop()
+    assert main(["league", str(path), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert table["pool"] == state["pool"] and table["games"] == state["games"]
+    assert {p: [r["mu"], r["sigma"]] for p, r in table["ratings"].items()} == state["ratings"]
+    rows = {o: [r["wins"], r["draws"], r["losses"]] for o, r in table["payoff"].items()}
+    assert rows == state["payoff"]["table"]
+    assert main(["league", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "main against" in out and all(pid in out for pid in state["ratings"])
+    plain = cairn.PPOConfig().environment("CartPole-v1").training(train_batch_size=64, minibatch_size=32)
+    other = plain.build()
+    no_league = other.save(tmp_path / "plain")
+    other.stop()
+    assert main(["league", str(no_league)]) == 2
+    assert "holds no league" in capsys.readouterr().err
