@@ -198,12 +198,15 @@ class Algorithm:
     def evaluate(self, num_episodes: int | None = None, *, seed: int | None = None) -> dict[str, Any]:
         """Play ``num_episodes`` (default ``evaluation_duration``) greedy episodes and report
         returns and lengths (mean/std/min/max); ``seed`` and the keys are explained in
-        :func:`cairn.algorithms.evaluation.evaluate_episodes`."""
+        :func:`cairn.algorithms.evaluation.evaluate_episodes`. A league with fixed opponents adds
+        ``league``: main's greedy games against each (:meth:`cairn.league.League.evaluate`)."""
         if seed is None and self._eval_runner is None:
             self._eval_runner = evaluation_runner(self.config, self.policies, self._eval_runner_state)
         with self._torch_threads():
             metrics = evaluate_episodes(self._eval_runner, self.config, self.policies, num_episodes,
                                         seed=seed)
+            if self.league is not None and self.league.fixed_opponents:
+                metrics["league"] = self.league.evaluate(self.config, self.get_policy(self.league.main))
         self.callbacks.on_evaluate_end(algorithm=self, evaluation_metrics=metrics)
         return metrics
 

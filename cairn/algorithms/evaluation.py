@@ -28,7 +28,7 @@ def evaluation_runner(
     """The runner that plays evaluation episodes: one environment, its own seed stream, and
     the saved state of an earlier one (from a checkpoint) when there is one."""
     runner = EnvRunner(config, policies, worker_index=0, num_envs=1,
-                       seed_offset=EVALUATION_SEED_OFFSET)
+                       seed_offset=EVALUATION_SEED_OFFSET, evaluation=True)
     if state is not None:
         runner.set_state(state)
     return runner

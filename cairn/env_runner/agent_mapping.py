@@ -56,11 +56,12 @@ class AgentSampler:
     def policy_of(self, env_index: int, agent: Any) -> str:
         """The policy ID ``agent`` of env ``env_index`` acts with in its current episode: the
         mapping function is called at the agent's first step of each episode, never again in it,
-        with ``episode={"env_index": env_index, "mapped": {agent: policy ID}}`` (the episode's
-        agents mapped before this one) and ``worker`` (the runner's index)."""
+        with ``episode={"env_index": env_index, "mapped": {agent: policy ID}, "evaluation":
+        bool}`` (the episode's agents mapped before this one; whether the runner plays
+        evaluation episodes) and ``worker`` (the runner's index)."""
         pids = self.agent_pids[env_index]
         if agent not in pids:
-            episode = {"env_index": env_index, "mapped": dict(pids)}
+            episode = {"env_index": env_index, "mapped": dict(pids), "evaluation": self.runner.evaluation}
             mapped = self.config.map_agent(agent, episode=episode, worker=self.runner.worker_index)
             pids[agent] = check_mapped_policy_id(agent, mapped, self.policies)
         return pids[agent]

@@ -56,6 +56,8 @@ class EnvRunner:
             closes it: each environment is created in its own child process).
         callbacks: The ``cairn.Callbacks`` whose episode and sample hooks run here (default:
             a new instance of ``config.callbacks_class``).
+        evaluation: This runner plays evaluation episodes: the policy mapping gets
+            ``episode["evaluation"] = True`` (a league then seats main everywhere).
     """
 
     def __init__(
@@ -68,8 +70,12 @@ class EnvRunner:
         seed_offset: int = 0,
         first_env: Any = None,
         callbacks: Callbacks | None = None,
+        evaluation: bool = False,
     ) -> None:
         self.config = config
+        #: Whether this runner plays :meth:`Algorithm.evaluate`'s episodes (told to the policy
+        #: mapping, so that a league draws no training game there).
+        self.evaluation = evaluation
         #: The hooks of ``config.callbacks_class`` (the local runner shares its algorithm's).
         self.callbacks = callbacks if callbacks is not None else make_callbacks(config.callbacks_class)
         self.policies = dict(policies)

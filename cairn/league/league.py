@@ -16,19 +16,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cairn.core import PolicyLike
+from cairn.env_runner.make_env import make_env
 from cairn.errors import CheckpointFormatError, ConfigError
+from cairn.league.games import play_games
 from cairn.league.matchmaking import LeagueMapping, copy_plans
 from cairn.league.opponents import resolve_opponent
 from cairn.league.payoff import Payoff, game_score
 from cairn.league.ratings import Ratings
 from cairn.league.snapshots import add_snapshot, remove_snapshot, snapshot_due, snapshot_id
-from cairn.rng import LEAGUE_STREAM, make_rng, rng_state, seeded_rng, set_rng_state
+from cairn.rng import LEAGUE_STREAM, derive_seed, make_rng, rng_state, seeded_rng, set_rng_state
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
     from cairn.config.algorithm_config import AlgorithmConfig
 
 __all__ = ["League", "attach_league"]
+
+#: Seed stream key of the games against fixed opponents in evaluation (cairn.rng).
+LEAGUE_EVALUATION_STREAM = "league-evaluation"
 
 
 class League:
@@ -60,9 +66,9 @@ class League:
                                 for name, spec in self.settings["opponents"].items()}
         if self.fixed_opponents:
             warnings.warn(
-                f"config.league(opponents={sorted(self.fixed_opponents)}): fixed opponents are checked "
-                "and stored, but training draws its games from main's snapshots only in this version; "
-                "measure main against them with `cairn evaluate CHECKPOINT --opponent NAME`.",
+                f"config.league(opponents={sorted(self.fixed_opponents)}): fixed opponents are played in "
+                "algo.evaluate() (evaluation['league']), but training draws its games from main's "
+                "snapshots only in this version.",
                 UserWarning, stacklevel=3)
 
     def set_agents(self, env: Any) -> None:
@@ -149,6 +155,21 @@ class League:
             "games": self.games, "self_play_games": self.self_play_games,
             "pool": self.opponents(), "pool_size": len(self.pool),
         }
+
+    def evaluate(self, config: AlgorithmConfig, main: PolicyLike) -> dict[str, dict[str, float]]:
+        """``{opponent name: play_games(...).to_dict()}``: ``evaluation_games`` greedy games of
+        ``main`` against each fixed opponent (main seated first in even games, second in odd
+        ones; :func:`cairn.league.games.play_games`), on envs made from ``config``, seeded by the
+        config seed (the same games at every evaluation, so numbers compare across iterations)."""
+        return {name: play_games(lambda: make_env(config), main, opponent,
+                                 games=self.settings["evaluation_games"], seed=self.evaluation_seed).to_dict()
+                for name, opponent in self.fixed_opponents.items()}
+
+    @property
+    def evaluation_seed(self) -> int:
+        """The ``seed`` of :meth:`evaluate`'s games: from the config seed's own stream (0
+        without a seed)."""
+        return (derive_seed(self.seed, LEAGUE_EVALUATION_STREAM) or 0) % 2**31
 
     # -------------------------------------------------------------------------------- state
     def get_state(self) -> dict[str, Any]:

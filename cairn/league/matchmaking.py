@@ -48,9 +48,11 @@ def opponent_weights(kind: str, pool: Sequence[str], win_rates: Mapping[str, flo
 class LeagueMapping(DrawnMapping):
     """The ``policy_mapping_fn`` a league installs: ``fn(agent_id, episode=..., worker=...)``.
 
-    ``episode`` is ``{"env_index": i, "mapped": {agent: policy ID}}`` (the agents of this
-    episode mapped so far) from the env runners, None from the probes of ``build()`` and
-    ``add_policy`` (which get main for every agent and draw nothing).
+    ``episode`` is ``{"env_index": i, "mapped": {agent: policy ID}, "evaluation": bool}`` (the
+    agents of this episode mapped so far) from the env runners, None from the probes of
+    ``build()`` and ``add_policy``. Probes and the evaluation runner's episodes get main for
+    every agent and draw nothing (the league's draws and planned games are the training
+    runners' alone; evaluation against fixed opponents is :meth:`League.evaluate`).
 
     Copies made for remote env runners (pickling) draw from their own generator per worker
     (seeded by the config seed, the worker and the number of snapshots taken), with the pool and
@@ -97,8 +99,8 @@ class LeagueMapping(DrawnMapping):
                  worker: int | None = None, **kwargs: Any) -> str:
         league = self.league
         main = league.main
-        if episode is None or agent_id not in league.agents:
-            return main
+        if episode is None or episode.get("evaluation") or agent_id not in league.agents:
+            return main  # probes and evaluation episodes: main in every seat, nothing drawn
         slot = f"{worker or 0}:{episode['env_index']}"
         mapped = dict(episode.get("mapped") or {})
         plan = league.plans.get(slot)
