@@ -38,3 +38,23 @@ def test_no_fixed_opponents_no_league_evaluation():
         assert "league" not in algo.evaluate(num_episodes=1)
     finally:
         algo.stop()
+
+
+def test_checkpoint_manager_keeps_the_best_by_win_rate_against_a_fixed_opponent(tmp_path):
+    import cairn
+
+    metric = "evaluation.league.random_legal.win_rate"
+    with pytest.warns(UserWarning):
+        config = small_league(opponents={"random_legal": "random_legal"}, evaluation_games=4)
+        algo = config.evaluation(evaluation_interval=1, evaluation_duration=1).build()
+    manager = cairn.CheckpointManager(tmp_path / "ckpts", keep_last=1, keep_best=(metric, "max", 1))
+    try:
+        rates = {}
+        for _ in range(3):
+            result = algo.train()
+            rates[manager.save(algo, result)] = result["evaluation"]["league"]["random_legal"]["win_rate"]
+    finally:
+        algo.stop()
+    best = max(rates.values())
+    newest_best = [path for path, rate in rates.items() if rate == best][-1]
+    assert manager.best() == newest_best
