@@ -203,8 +203,10 @@ def _build_config(args: argparse.Namespace) -> Any:
     if args.seed is not None:
         data["seed"] = args.seed
     config = algo_cls.config_class().from_dict(data, callables={"env": env} if callable(env) else None)
-    if getattr(args, "league", False) and config.league_config is None:
-        config.league()  # the defaults: main, snapshots every 10 iterations, PFSP
+    if getattr(args, "league", False) or config.league_config is not None:
+        # --league: the defaults (main, snapshots every 10 iterations, PFSP); league_config from
+        # --config: those settings, and the one default policy named main as config.league() does.
+        config.league(**(config.league_config or {}))
     return config
 
 

@@ -110,3 +110,19 @@ def test_cairn_league_prints_ratings_and_payoff(tmp_path, capsys):
     other.stop()
     assert main(["league", str(no_league)]) == 2
     assert "holds no league" in capsys.readouterr().err
+
+
+def test_cairn_train_takes_league_settings_from_config(tmp_path, capsys):
+    from cairn.cli import main
+    from cairn.config.league_settings import league_settings
+
+    settings = json.dumps(league_settings(snapshot_every_iterations=1, max_snapshots=1))
+    run = tmp_path / "run"
+    assert main(["train", "--algo", "PPO", "--env", "pettingzoo.classic.connect_four_v3",
+                 "--config", "train_batch_size=64", "minibatch_size=32", "num_epochs=1",
+                 f"league_config={settings}", "--seed", "0", "--stop-iters", "2", "--out", str(run),
+                 "--checkpoint-every", "1"]) == 0
+    capsys.readouterr()
+    assert main(["league", str(run), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert table["pool"] == ["main_v2"] and table["iteration"] == 2
