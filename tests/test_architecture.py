@@ -40,8 +40,8 @@ LONG_MODULES = {
 #: pyproject.toml). Everywhere else a private attribute, read through ``getattr``/``attrgetter``
 #: or not, is refused.
 THIRD_PARTY_INTERNALS = {
-    "cairn/_compat/torch_internals.py": "torch: tensor version counters, modules' parameter "
-                                        "tables, the multi-tensor (_foreach) kernels",
+    "cairn/_compat/torch_internals.py": "torch: modules' parameter tables, the multi-tensor "
+                                        "(_foreach) kernels",
     "cairn/_compat/gymnasium_internals.py": "gymnasium: wrappers' step counters and the env's "
                                             "random generator (classic-control exact resume)",
     "cairn/_compat/pettingzoo_internals.py": "pettingzoo: the classic board games' AEC bookkeeping "

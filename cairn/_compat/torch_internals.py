@@ -2,9 +2,6 @@
 
 Touches:
 
-* ``Tensor._version``, the counter every in-place write bumps: torch exposes it under no public
-  name. :func:`cairn.learners.policy_sync.driver_key` reads it to tell whether the driver's
-  weights or optimizer slots were written since the learners took their copies.
 * ``Module._parameters`` and ``Module._buffers``, the tables a module's own tensors are
   registered in (what ``load_state_dict(assign=True)`` and attribute assignment update): the
   public ``named_parameters()`` yields the tensors, not the tables, so a watch of where the
@@ -25,16 +22,11 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["foreach_lerp_", "foreach_mul_", "foreach_norm", "own_tensor_tables", "version_counter"]
+__all__ = ["foreach_lerp_", "foreach_mul_", "foreach_norm", "own_tensor_tables"]
 
 foreach_norm = torch._foreach_norm
 foreach_mul_ = torch._foreach_mul_
 foreach_lerp_ = torch._foreach_lerp_
-
-
-def version_counter(tensor: torch.Tensor) -> int:
-    """``tensor``'s in-place write counter (``Tensor._version``)."""
-    return tensor._version
 
 
 def own_tensor_tables(module: nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:

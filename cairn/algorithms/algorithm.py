@@ -153,12 +153,16 @@ class Algorithm:
         assert self.learner_group is not None  # built in __init__
         return self.learner_group.update(fn, policy_id, self.policies[policy_id], **inputs)
 
-    def sync_learners(self) -> None:
-        """Bring into the policies what their learners learned beyond the weights (optimizer
-        state, ...; :mod:`cairn.learners.policy_sync`). ``train()`` ends with it and reading
-        the state starts with it; a no-op when learning runs on the policies themselves."""
+    def sync_learners(self, policy_ids: Sequence[str] | None = None) -> None:
+        """End the learners' loan of the policies' training state (of ``policy_ids``; None:
+        all): what they learned beyond the weights (optimizer state, ...) comes back, and the
+        policies' next update sends their whole state (:mod:`cairn.learners.group`). ``train()``
+        ends with it, so between iterations the policies own all of it; reading the state
+        (``get_state()``, saves) starts with it, and code inside an iteration that writes a
+        policy's training state (DQN's target sync) calls it first. A no-op when learning runs
+        on the policies themselves."""
         if self.learner_group is not None:
-            self.learner_group.sync_to_driver(self.policies)
+            self.learner_group.sync_to_driver(policy_ids)
 
     def _torch_threads(self) -> contextlib.AbstractContextManager[None]:
         """Apply ``config.torch_num_threads`` for the duration of a call."""
@@ -178,8 +182,10 @@ class Algorithm:
         ``on_train_result`` raises afterwards, and its result stays in :attr:`last_result`."""
         start, steps_before = time.perf_counter(), self.counters["num_env_steps_sampled_lifetime"]
         with self._torch_threads():
-            learner_stats = self.training_step()
-            self.sync_learners()
+            try:
+                learner_stats = self.training_step()
+            finally:  # also after a failure: the policies keep what the learners learned
+                self.sync_learners()
         self.iteration += 1
         league = {} if self.league is None else {"league": self.league.end_iteration(self)}
         result = self.last_result = {

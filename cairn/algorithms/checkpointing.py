@@ -114,7 +114,6 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
     metadata = check_metadata(metadata)  # a copy: later changes by the caller do not reach it
     target = check_save_location(path, storage_options=storage_options)
     check_policy_ids(algo.policies)
-    algo.sync_learners()  # what the learners learned beyond the weights (docs/learners.md)
     native: dict[str, NativeFiles] = {}
     full = bool(algo.config.export_native_model_files)
     # A Keras policy's checkpoint always holds model/model.keras (docs/keras.md).

@@ -1,5 +1,5 @@
-"""What runs inside a learner's Ray actor: one rank of the DDP group, holding copies of the
-driver's policies and running the algorithms' learn functions on them.
+"""What runs inside a learner's Ray actor: one rank of the DDP group, holding the policies the
+driver lent it (:mod:`cairn.learners.group`) and running the algorithms' learn functions on them.
 
 Plain Python (usable in-process); :class:`cairn.learners.group.LearnerGroup` wraps it in Ray.
 """
@@ -78,8 +78,8 @@ class LearnerActor:
 
     def update(self, fn: LearnFunction, policy_id: str, state: Mapping[str, Any] | None,
                inputs: Mapping[str, Any]) -> tuple[LearnOutput, dict[str, Any] | None]:
-        """Run ``fn`` as this rank on this learner's copy of policy ``policy_id``, first loading
-        the driver's ``state`` when one is sent (None: the copy is current). Rank 0 also
+        """Run ``fn`` as this rank on its policy ``policy_id``, first loading the driver's
+        ``state`` when one is sent (a loan starts; None: the loan goes on). Rank 0 also
         returns what the driver takes after every update: ``{"weights", "num_grad_updates"}``
         (:mod:`cairn.learners.policy_sync`)."""
         if state is not None:
@@ -104,8 +104,8 @@ class LearnerActor:
 
     def _policy(self, policy_id: str) -> Policy:
         if policy_id not in self.policies:
-            raise RuntimeError(f"Learner rank {self.sync.rank} holds no copy of policy {policy_id!r}; "
-                               "the driver sends a policy's state with its first update.")
+            raise RuntimeError(f"Learner rank {self.sync.rank} holds no policy {policy_id!r}; the "
+                               "driver sends a policy's state with its first update of a loan.")
         return self.policies[policy_id][0]
 
     def pid(self) -> int:

@@ -1,11 +1,12 @@
 """The DDP learners of an algorithm (``num_learners >= 1``): N Ray actors in one
 ``torch.distributed`` group, started at build and killed on ``stop()``.
 
-The driver keeps the authoritative policies. Each update sends the policy's state (one object
-in Ray's store, read by every rank) and the learn function's inputs; every rank runs the same
-learn function on its shard of each minibatch; rank 0's updated policy state comes back into
-the driver's policy. So checkpoints, env runners and evaluation see only the driver's policies,
-and a checkpoint of N learners restores with any other number (docs/learners.md).
+The driver lends each policy's state for one iteration (:mod:`cairn.learners.group`): the
+first update of the loan sends it (one object in Ray's store, read by every rank) with the
+learn function's inputs; every rank runs the same learn function on its shard of each
+minibatch; rank 0's weights come back after every update, its learned parts when the loan ends.
+So checkpoints, env runners and evaluation see only the driver's policies, and a checkpoint of
+N learners restores with any other number (docs/learners.md).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class RemoteLearners:
 
     def update(self, fn: LearnFunction, policy_id: str, state: Mapping[str, Any] | None,
                inputs: Mapping[str, Any]) -> tuple[LearnOutput, dict[str, Any]]:
-        """Run ``fn`` on every rank (loading the driver's ``state`` first when one is sent:
+        """Run ``fn`` on every rank (loading the driver's ``state`` first when a loan starts:
         one object in Ray's store that every rank reads); returns the joined output (the
         ranks' per-row outputs in rank order) and rank 0's weights and ``num_grad_updates``.
 

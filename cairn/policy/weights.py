@@ -49,7 +49,8 @@ def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> N
         if not value.flags.writeable and tensor.device.type == "cpu":
             # Read-only arrays (Ray's zero-copy ones, from learner actors or a broadcast):
             # torch.from_numpy warns about them; numpy copies into the tensor's storage directly,
-            # and the write is declared to torch's version counter (the learners' sync reads it).
+            # and the write is declared to torch's version counter, as torch's own in-place writes
+            # are (autograd then refuses a graph that saved the old values).
             np.copyto(tensor.detach().numpy(), value, casting="unsafe")
             torch.autograd.graph.increment_version(tensor)
             continue

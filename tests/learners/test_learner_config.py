@@ -143,20 +143,15 @@ def test_distributed_sync_keeps_unreached_parameters_without_gradients() -> None
         dist.destroy_process_group()
 
 
-def test_weights_from_read_only_arrays_load_and_bump_the_version_counters() -> None:
-    # DDP learners hand their state back as Ray's read-only arrays; loading them must write the
-    # values and tell torch's version counter (the learners' sync reads it: driver_key).
+def test_weights_from_read_only_arrays_load() -> None:
+    # DDP learners hand their weights back as Ray's read-only arrays; loading them must write
+    # the values (torch.from_numpy refuses to share a read-only array).
     import gymnasium as gym
 
-    from cairn.learners.policy_sync import driver_key
-
     policy = cairn.Policy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
-    weights = policy.get_weights()
-    before = driver_key(policy)
-    weights = {name: np.full_like(value, 0.5) for name, value in weights.items()}
+    weights = {name: np.full_like(value, 0.5) for name, value in policy.get_weights().items()}
     for value in weights.values():
         value.flags.writeable = False
     policy.set_weights(weights)
     for name, value in policy.get_weights().items():
         np.testing.assert_array_equal(value, weights[name])
-    assert driver_key(policy)[0] != before[0]

@@ -76,6 +76,7 @@ class DQN(OffPolicyAlgorithm):
         of the policy's steps were sampled since the last copy."""
         policy = self._dqn_policy(pid)
         if policy.global_timestep - policy.last_target_update >= self.config.target_network_update_freq:
+            self.sync_learners([pid])  # a write of the training state: the learners give it back
             policy.update_target()
 
     def learner_stats(self, pid: str, history: Sequence[Sequence[float]]) -> dict[str, Any]:

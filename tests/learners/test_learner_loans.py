@@ -1,0 +1,217 @@
+"""The driver owns each policy's training state and lends it to its learner for one iteration
+(cairn.learners.group): a policy's first update of an iteration sends its whole state, the
+weights come back after every update, the rest when train() ends. Run through the
+device-learner path with device="cpu" (what a GPU learner in the driver's process does), it
+must equal learning on the driver's own policies bit for bit, for PPO (an LSTM policy's
+sequence learner too), DQN (whose target syncs end the loan mid-iteration) and SAC (a learn
+call per gradient step), also after the driver's state was changed between iterations in any
+way, including ways no version counter sees."""
+
+import numpy as np
+import pytest
+import torch
+
+import cairn
+from cairn.learners.actor import LearnerActor
+from tests.helpers import assert_trees_equal
+
+
+def ppo() -> cairn.AlgorithmConfig:
+    return (cairn.PPOConfig().environment("CartPole-v1")
+            .training(train_batch_size=128, minibatch_size=50, num_epochs=2, model={"hidden": [16, 16]})
+            .debugging(seed=3))
+
+
+def dqn() -> cairn.AlgorithmConfig:
+    return (cairn.DQNConfig().environment("CartPole-v1")
+            .training(train_batch_size=64, minibatch_size=16, num_steps_sampled_before_learning_starts=32,
+                      target_network_update_freq=24, update_backend="torch", model={"hidden": [16]})
+            .env_runners(rollout_fragment_length=8).debugging(seed=1))
+
+
+def lstm_ppo() -> cairn.AlgorithmConfig:
+    return (cairn.PPOConfig().environment("CartPole-v1")
+            .training(train_batch_size=128, minibatch_size=50, num_epochs=2,
+                      model={"hidden": [16], "use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 10})
+            .debugging(seed=4))
+
+
+def sac() -> cairn.AlgorithmConfig:
+    return (cairn.SACConfig().environment("Pendulum-v1")
+            .training(train_batch_size=48, minibatch_size=16, num_steps_sampled_before_learning_starts=32,
+                      model={"hidden": [16, 16]})
+            .debugging(seed=2))
+
+
+class CountingLearner(LearnerActor):
+    """A device learner on the CPU that counts the driver states it is sent."""
+
+    states_received = 0
+    updates = 0
+
+    def update(self, fn, policy_id, state, inputs):
+        self.updates += 1
+        self.states_received += state is not None
+        return super().update(fn, policy_id, state, inputs)
+
+
+def with_cpu_learner(algo: cairn.Algorithm, learner_class: type[LearnerActor] = LearnerActor) -> LearnerActor:
+    learner = algo.learner_group.device_learner = learner_class(algo.config, device="cpu")
+    return learner
+
+
+@pytest.mark.parametrize("make_config", [ppo, lstm_ppo, dqn, sac], ids=["ppo", "lstm-ppo", "dqn", "sac"])
+def test_a_lent_state_equals_learning_in_place_and_goes_out_once_per_loan(make_config) -> None:
+    direct, lent = make_config().build(), make_config().build()
+    try:
+        learner = with_cpu_learner(lent, CountingLearner)
+        for _ in range(2):
+            sent = learner.states_received
+            direct.train()
+            lent.train()
+            assert learner.states_received > sent  # every iteration starts with the driver's state
+            assert not lent.learner_group.lent  # and ends with all of it back on the driver
+        assert_trees_equal(lent.get_state(), direct.get_state())
+        if make_config in (dqn, sac):  # many updates per loan (DQN: a target sync starts a new one)
+            target_syncs = int(lent.get_policy().last_target_update // 24) if make_config is dqn else 0
+            assert learner.states_received <= 2 + target_syncs < learner.updates
+    finally:
+        direct.stop()
+        lent.stop()
+
+
+def _set_weights(algo: cairn.Algorithm, _: str) -> None:
+    policy = algo.get_policy()
+    policy.set_weights({k: np.full_like(v, 0.01) for k, v in policy.get_weights().items()})
+
+
+def _weights_through_data(algo: cairn.Algorithm, _: str) -> None:
+    # ``.data`` is a detached alias: torch's version counter of the parameter does not move.
+    with torch.no_grad():
+        for param in algo.get_policy().model.parameters():
+            param.data.mul_(0.5)
+
+
+def _optimizer_moments_through_data(algo: cairn.Algorithm, _: str) -> None:
+    for slots in algo.get_policy().optimizer.state.values():
+        for value in slots.values():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                value.data.zero_()
+
+
+def _learning_rate(algo: cairn.Algorithm, _: str) -> None:
+    algo.get_policy().set_learning_rate(3e-3)
+
+
+def _restore(algo: cairn.Algorithm, checkpoint: str) -> None:
+    algo.restore(checkpoint)
+
+
+def _restore_policy_component(algo: cairn.Algorithm, checkpoint: str) -> None:
+    algo.restore_from_path(checkpoint, component="policies/default_policy")
+
+
+def _policy_state(algo: cairn.Algorithm, checkpoint: str) -> None:
+    restored = cairn.Policy.from_checkpoint(f"{checkpoint}/policies/default_policy")
+    algo.get_policy().set_state(restored.get_state())
+
+
+MUTATIONS = [_set_weights, _weights_through_data, _optimizer_moments_through_data, _learning_rate,
+             _restore, _restore_policy_component, _policy_state]
+
+
+@pytest.mark.parametrize("make_config", [ppo, sac], ids=["ppo", "sac"])
+@pytest.mark.parametrize("mutate", MUTATIONS, ids=[m.__name__.strip("_") for m in MUTATIONS])
+def test_a_driver_change_between_iterations_reaches_the_next_update(make_config, mutate, tmp_path) -> None:
+    # The same change on a policy learning in place and on one lent to a learner: the next
+    # iteration must learn from the changed state in both, bit for bit.
+    direct, lent = make_config().build(), make_config().build()
+    try:
+        with_cpu_learner(lent)
+        direct.train()
+        lent.train()
+        checkpoint = direct.save(tmp_path / "ckpt")
+        for algo in (direct, lent):
+            algo.train()
+            mutate(algo, checkpoint)
+        assert_trees_equal(lent.get_state(), direct.get_state())
+        direct.train()
+        lent.train()
+        assert_trees_equal(lent.get_state(), direct.get_state())
+    finally:
+        direct.stop()
+        lent.stop()
+
+
+def test_a_save_right_after_train_holds_the_learners_optimizer_state(tmp_path) -> None:
+    direct, lent = ppo().build(), ppo().build()
+    try:
+        with_cpu_learner(lent)
+        direct.train()
+        lent.train()
+        restored = cairn.Algorithm.from_checkpoint(lent.save(tmp_path / "ckpt"))
+        try:
+            want = direct.get_policy().get_state()
+            assert want["optimizer"]["state"]  # Adam's moments exist: there is something to lose
+            assert_trees_equal(restored.get_policy().get_state(), want)
+        finally:
+            restored.stop()
+    finally:
+        direct.stop()
+        lent.stop()
+
+
+def test_a_save_inside_an_iteration_takes_what_the_learners_learned(tmp_path) -> None:
+    # training_step() without train()'s closing sync (a callback or an interrupted iteration):
+    # a save still holds the learners' optimizer state, through the one save path.
+    from cairn.algorithms.checkpointing import save_algorithm
+
+    direct, lent = sac().build(), sac().build()
+    try:
+        with_cpu_learner(lent)
+        for algo in (direct, lent):
+            algo.train()
+            algo.training_step()
+        path = save_algorithm(lent, tmp_path / "ckpt")
+        with pytest.warns(cairn.errors.ReplayBufferNotRestoredWarning):
+            restored = cairn.Algorithm.from_checkpoint(path)
+        try:
+            want = direct.get_policy().get_state()
+            assert_trees_equal(restored.get_policy().get_state()["optimizer"], want["optimizer"])
+        finally:
+            restored.stop()
+    finally:
+        direct.stop()
+        lent.stop()
+
+
+class FailingSampleEnd(cairn.Callbacks):
+    """Raises at the 60th sample's end: inside SAC's second iteration, after gradient steps."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+
+    def on_sample_end(self, *, samples, env_runner) -> None:
+        self.samples += 1
+        if self.samples == 60:
+            raise RuntimeError("a callback failed mid-iteration")
+
+
+def test_an_iteration_that_fails_after_learning_gives_the_learned_state_back() -> None:
+    # train() raises after some of SAC's gradient steps, yet the policy holds the optimizer
+    # state of the updates that ran, consistent with its weights, as learning in place does.
+    direct, lent = sac().callbacks(FailingSampleEnd).build(), sac().callbacks(FailingSampleEnd).build()
+    try:
+        learner = with_cpu_learner(lent, CountingLearner)
+        for algo in (direct, lent):
+            algo.train()
+        first = learner.updates
+        for algo in (direct, lent):
+            with pytest.raises(RuntimeError, match="failed mid-iteration"):
+                algo.train()
+        assert learner.updates > first  # the failed iteration learned before it failed
+        assert not lent.learner_group.lent
+        assert_trees_equal(lent.get_policy().get_state(), direct.get_policy().get_state())
+    finally:
+        direct.stop()
+        lent.stop()
