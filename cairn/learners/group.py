@@ -88,7 +88,10 @@ class LearnerGroup:
         try:
             output, returned = learner.update(fn, policy_id, state, inputs)
         except BaseException:
-            self.lent.clear()  # a new group holds nothing; this one may be half-updated
+            if self.remote is not None:
+                self.lent.clear()  # the group was shut down; a new one holds nothing
+            else:  # this copy may be half-updated: the next update sends the driver's state
+                self.lent.pop(policy_id, None)
             raise
         assert returned is not None  # rank 0, which a learner alone is
         self.lent[policy_id] = policy

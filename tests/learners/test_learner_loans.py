@@ -120,6 +120,7 @@ MUTATIONS = [_set_weights, _weights_through_data, _optimizer_moments_through_dat
              _restore, _restore_policy_component, _policy_state]
 
 
+@pytest.mark.filterwarnings("ignore::cairn.errors.ReplayBufferNotRestoredWarning")  # SAC's, in both runs
 @pytest.mark.parametrize("make_config", [ppo, sac], ids=["ppo", "sac"])
 @pytest.mark.parametrize("mutate", MUTATIONS, ids=[m.__name__.strip("_") for m in MUTATIONS])
 def test_a_driver_change_between_iterations_reaches_the_next_update(make_config, mutate, tmp_path) -> None:
@@ -215,3 +216,39 @@ def test_an_iteration_that_fails_after_learning_gives_the_learned_state_back() -
     finally:
         direct.stop()
         lent.stop()
+
+
+class FailingFourthUpdate(LearnerActor):
+    """A device learner on the CPU whose fourth update raises (PPO with two policies: the
+    second policy's update in the second iteration)."""
+
+    updates = 0
+
+    def update(self, fn, policy_id, state, inputs):
+        self.updates += 1
+        if self.updates == 4:
+            raise RuntimeError("the learn function failed")
+        return super().update(fn, policy_id, state, inputs)
+
+
+def test_a_failed_update_leaves_the_other_policies_loans_to_be_given_back() -> None:
+    # Two policies lent to one device learner; the second's update raises. The first policy's
+    # update of that iteration completed: train()'s closing sync still brings back all of it.
+    from cairn.learners.policy_sync import learned_parts
+    from tests.helpers import small_ma_ppo
+
+    algo = small_ma_ppo(2).build()
+    try:
+        learner = with_cpu_learner(algo, FailingFourthUpdate)
+        algo.train()
+        first = next(iter(learner.policies))  # the policy learned first in each iteration
+        updates_before = algo.get_policy(first).num_grad_updates
+        with pytest.raises(RuntimeError, match="learn function failed"):
+            algo.train()
+        assert not algo.learner_group.lent
+        got, want = algo.get_policy(first).get_state(), learner.policies[first][0].get_state()
+        assert want["counters"]["num_grad_updates"] > updates_before
+        assert_trees_equal(learned_parts(got), learned_parts(want))
+        assert_trees_equal(got["weights"], want["weights"])
+    finally:
+        algo.stop()
