@@ -43,8 +43,8 @@ def move_policy(policy: Policy, device: torch.device) -> None:
 class LearnerActor:
     """Rank ``rank`` of ``world_size`` learners, learning on ``device``; ``num_threads``: torch
     threads to set (None: leave them). With ``world_size=1`` it is the driver's own learner on
-    an accelerator (``num_learners=0``, ``num_gpus_per_learner=1``), holding device copies of
-    the driver's CPU policies."""
+    an accelerator (``num_learners=0``, ``num_gpus_per_learner=1``), lent the driver's CPU
+    policies' state on the device for each iteration."""
 
     def __init__(self, config: Any, rank: int = 0, world_size: int = 1, *, device: str,
                  num_threads: int | None = None) -> None:
@@ -97,7 +97,7 @@ class LearnerActor:
         return output, {"weights": policy.get_weights(), "num_grad_updates": policy.num_grad_updates}
 
     def learned(self, policy_id: str) -> dict[str, Any]:
-        """The learned parts of this learner's copy of ``policy_id`` (optimizer state, torch
+        """The learned parts of this learner's policy ``policy_id`` (optimizer state, torch
         generator, ``num_grad_updates``), as CPU arrays: :func:`~cairn.learners.policy_sync.
         learned_parts`."""
         return learned_parts(self._policy(policy_id).get_state())

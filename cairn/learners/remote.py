@@ -143,7 +143,7 @@ class RemoteLearners:
                     f"Learner rank {culprit} of {self.num_learners} failed during {during}: "
                     f"{type(failures[culprit]).__name__}: {failures[culprit]}. The learners were "
                     "shut down; the policies keep the weights of the last completed update and the "
-                    "optimizer state of the last completed iteration (docs/learners.md); call "
+                    "optimizer state of their last sync with the learners (docs/learners.md); call "
                     "train() again to start a new group of learners, or rebuild the algorithm "
                     "(Algorithm.from_checkpoint) with the num_learners you want."
                 ) from failures[culprit]
