@@ -87,6 +87,16 @@ class OffPolicyAlgorithm(Algorithm):
         transitions (``rows`` may be 0)."""
         raise NotImplementedError
 
+    def gradient_steps_due(self, pid: str, rows: int) -> int:
+        """SAC's and TD3's :meth:`gradient_updates_due`: none without new transitions, else
+        ``training_intensity``'s share of ``rows`` or ``gradient_steps`` (-1: ``rows``)."""
+        cfg: Any = self.config
+        if not rows:
+            return 0
+        if cfg.training_intensity is not None:
+            return self.replay_ratio.due(pid, rows)
+        return rows if cfg.gradient_steps == -1 else int(cfg.gradient_steps)
+
     def learn_on_replay(self, pid: str, buffer: ReplayBuffer) -> Sequence[float]:
         """One gradient update of policy ``pid`` on a minibatch from ``buffer``; returns the
         learner statistics :meth:`learner_stats` averages."""

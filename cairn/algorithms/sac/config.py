@@ -13,14 +13,33 @@ from cairn.config.fields import Field, boolean, non_negative_int, number, option
 from cairn.errors import ConfigError
 from cairn.replay.factory import DEFAULT_REPLAY_BUFFER_CONFIG
 
-__all__ = ["SACConfig"]
+__all__ = ["SACConfig", "check_gradient_steps", "check_update_rounds"]
 
 _lr = optional(number(0.0, 10.0, low_open=True))
 
 
-def _check_gradient_steps(key: str, value: Any) -> None:
+def check_gradient_steps(key: str, value: Any) -> None:
+    """A positive ``gradient_steps``, or -1 (as many as the round's new transitions)."""
     if value != -1:
         positive_int(key, value)
+
+
+def check_update_rounds(config: Any, algorithm: str) -> None:
+    """ConfigError unless ``rollout_fragment_length`` is ``"auto"`` (or ``train_freq``) and at
+    most one of ``training_intensity`` and ``gradient_steps`` is set (SAC's and TD3's rounds)."""
+    fragment = config.rollout_fragment_length
+    if fragment != "auto" and fragment != config.train_freq:
+        raise ConfigError(
+            f"Config 'rollout_fragment_length'={fragment!r} contradicts 'train_freq'="
+            f"{config.train_freq}: {algorithm} samples train_freq steps per env between rounds of "
+            "gradient steps. Set train_freq only (rollout_fragment_length='auto')."
+        )
+    if config.training_intensity is not None and config.gradient_steps != 1:
+        raise ConfigError(
+            f"Config 'training_intensity'={config.training_intensity!r} and 'gradient_steps'="
+            f"{config.gradient_steps} both set how many gradient steps {algorithm} takes. Set one: "
+            "training_intensity with gradient_steps=1 (its default), or training_intensity=None."
+        )
 
 
 class SACConfig(AlgorithmConfig):
@@ -78,7 +97,7 @@ class SACConfig(AlgorithmConfig):
         "replay_buffer_config": Field("training", {**DEFAULT_REPLAY_BUFFER_CONFIG, "capacity": 1_000_000},
                                       check_replay_buffer_config, "replay buffer type and size"),
         "train_freq": Field("training", 1, positive_int, "env steps per env between updates"),
-        "gradient_steps": Field("training", 1, _check_gradient_steps, "gradient steps per round"),
+        "gradient_steps": Field("training", 1, check_gradient_steps, "gradient steps per round"),
         "training_intensity": Field("training", None, optional(number(0.0, 1e6, low_open=True)),
                                     "replay ratio (None: gradient_steps)"),
         "tau": Field("training", 0.005, number(0.0, 1.0, low_open=True), "target Polyak coefficient"),
@@ -111,20 +130,7 @@ class SACConfig(AlgorithmConfig):
 
     def validate(self) -> None:
         super().validate()
-        fragment = self.rollout_fragment_length
-        if fragment != "auto" and fragment != self.train_freq:
-            raise ConfigError(
-                f"Config 'rollout_fragment_length'={fragment!r} contradicts 'train_freq'="
-                f"{self.train_freq}: SAC samples train_freq steps per env between rounds of "
-                "gradient steps. Set train_freq only (rollout_fragment_length='auto')."
-            )
-
-        if self.training_intensity is not None and self.gradient_steps != 1:
-            raise ConfigError(
-                f"Config 'training_intensity'={self.training_intensity!r} and 'gradient_steps'="
-                f"{self.gradient_steps} both set how many gradient steps SAC takes. Set one: "
-                "training_intensity with gradient_steps=1 (its default), or training_intensity=None."
-            )
+        check_update_rounds(self, "SAC")
 
     def get_rollout_fragment_length(self, num_runners: int | None = None) -> int:
         """``train_freq``: the steps per env between two rounds of gradient steps."""

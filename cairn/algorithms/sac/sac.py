@@ -62,11 +62,7 @@ class SAC(OffPolicyAlgorithm):
     def gradient_updates_due(self, pid: str, rows: int) -> int:
         """Gradient steps for ``pid`` after a round that sampled ``rows`` of its transitions:
         none without new ones, else ``training_intensity``'s share or ``gradient_steps``."""
-        if not rows:
-            return 0
-        if self.config.training_intensity is not None:
-            return self.replay_ratio.due(pid, rows)
-        return rows if self.config.gradient_steps == -1 else self.config.gradient_steps
+        return self.gradient_steps_due(pid, rows)
 
     def learn_on_replay(self, pid: str, buffer: ReplayBuffer) -> list[float]:
         self._sac_policy(pid)  # a SACPolicy, or a TypeError saying what to do
