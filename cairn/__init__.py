@@ -7,7 +7,7 @@
 import logging as _logging
 
 from cairn._version import __version__
-from cairn.algorithms import DQN, PPO, SAC, Algorithm, DQNConfig, PPOConfig, SACConfig
+from cairn.algorithms import DQN, PPO, SAC, TD3, Algorithm, DQNConfig, PPOConfig, SACConfig, TD3Config
 from cairn.callbacks import Callbacks
 from cairn.checkpoint import get_checkpoint_info
 from cairn.checkpoint.manager import CheckpointManager
@@ -42,6 +42,8 @@ __all__ = [
     "PolicySpec",
     "SAC",
     "SACConfig",
+    "TD3",
+    "TD3Config",
     "get_checkpoint_info",
     "register_env",
     "register_model",

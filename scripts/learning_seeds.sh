@@ -11,6 +11,7 @@ TESTS=(
   tests/recurrent/test_learning.py
   tests/algorithms/dqn/test_dqn_learning.py
   tests/algorithms/sac/test_sac_learning.py
+  tests/algorithms/td3/test_td3_learning.py
   tests/algorithms/test_cnn_learning.py::test_ppo_cnn_learns_pixel_cue
   tests/models/test_action_masking.py::test_masked_ppo_learns_to_pick_the_paying_action
 )

@@ -63,7 +63,7 @@ generators, optimizer state and the metrics window go on, and the log files are 
 criteria are the run's own unless given again; KEY=VALUE settings become config_overrides.
 
 Ctrl-C finishes the current iteration, saves a checkpoint and exits with status 130 (continue
-with --resume RUN); a second Ctrl-C quits at once without saving. DQN and SAC runs store their
+with --resume RUN); a second Ctrl-C quits at once without saving. DQN, SAC and TD3 runs store their
 replay buffers in the run's checkpoints (store_replay_buffer=true unless --config sets it), so
 that --resume continues exactly; store_replay_buffer=false keeps checkpoints small, and a resumed
 run then starts from an empty buffer.
@@ -76,7 +76,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("train", parents=[common], help="train an algorithm into a run directory",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algo", default=None,
-                   help="algorithm: a registered name (PPO, DQN, SAC) or package.module:ClassName")
+                   help="algorithm: a registered name (PPO, DQN, SAC, TD3) or package.module:ClassName")
     p.add_argument("--env", default=None, help=ENV_HELP)
     p.add_argument("--config", nargs="+", default=[], metavar="FILE|KEY=VALUE",
                    help="config files (YAML/JSON) and KEY=VALUE settings; see below")

@@ -1,0 +1,104 @@
+"""TD3's learn function: one critic update and, every ``policy_delay`` of them, an actor update
+and the targets' Polyak step; run by a learner alone or as one rank of the DDP learners
+(:mod:`cairn.learners.sync`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from cairn.algorithms.td3.loss import (
+    actor_loss,
+    clipped_double_q_targets,
+    critic_loss,
+    smoothed_target_actions,
+)
+from cairn.algorithms.td3.td3_policy import TD3Policy
+from cairn.learners import GradientSync, LearnOutput
+from cairn.policy.torch_utils import clip_grad_norm
+
+__all__ = ["td3_learn", "actor_update_due"]
+
+
+def actor_update_due(num_grad_updates: int, policy_delay: int) -> bool:
+    """Whether gradient step number ``num_grad_updates + 1`` (counted from 1) updates the actor
+    and the targets: every ``policy_delay``-th, as SB3 counts (``_n_updates % policy_delay == 0``)."""
+    return (num_grad_updates + 1) % policy_delay == 0
+
+
+def td3_learn(config: Any, policy: TD3Policy, sync: GradientSync, *,
+              sample: Mapping[str, np.ndarray]) -> LearnOutput:
+    """One gradient step of a TD3 ``policy`` on a replayed ``sample`` (Algorithm 1 of
+    Fujimoto et al. 2018, in SB3's order): the critics towards the clipped double-Q target of
+    the smoothed target action; then, on every ``policy_delay``-th step, the actor against the
+    updated critics and both targets (``tau``).
+
+    Every learner draws the smoothing noise of the whole minibatch from the policy's generator
+    (so the generator moves as it would alone) and uses its shard's rows; each loss is a mean
+    over rows, weighted by the shard's share, and each phase's gradients are all-reduced before
+    clipping. Returns ``[critic_loss, actor_loss (nan on a step without one), q_mean,
+    target_mean]`` of the shard and its TD errors as ``rows``.
+    """
+    model, optimizer = policy.model, policy.optimizer
+    groups: dict[str, list[torch.nn.Parameter]] = {g["name"]: g["params"] for g in optimizer.param_groups}
+    device = next(model.critic.parameters()).device
+    n = len(sample["rewards"])
+    shard = sync.shard(n)
+    share = (shard.stop - shard.start) / n
+
+    def rows(name: str) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(sample[name][shard])).to(device)
+
+    noise = torch.randn((n, policy.action_size), generator=policy.generator)[shard].to(device)
+    empty = shard.stop == shard.start
+    obs = rows("obs")
+    if not empty:
+        weights = rows("weights") if sample.get("weights") is not None else None
+        with torch.no_grad():
+            next_obs = rows("next_obs")
+            next_actions = smoothed_target_actions(model.target_actor(next_obs), noise,
+                                                   noise_std=config.target_policy_noise,
+                                                   noise_clip=config.target_noise_clip)
+            discounts = torch.from_numpy(config.gamma ** sample["n_steps"][shard].astype(np.float32))
+            targets = clipped_double_q_targets(rows("rewards"), discounts.to(device), rows("terminateds"),
+                                               model.target_critic(next_obs, next_actions))
+        q_values = model.critic(obs, rows("actions"))
+        loss_critic, td_errors = critic_loss(q_values, targets, weights)
+
+    _clear_grads(groups)
+    if not empty:
+        (loss_critic * share).backward()
+    sync.all_reduce_grads(groups["critic"])
+    if config.grad_clip is not None:
+        clip_grad_norm(groups["critic"], config.grad_clip)
+    optimizer.step()
+
+    loss_actor: torch.Tensor | None = None
+    if actor_update_due(policy.num_grad_updates, config.policy_delay):
+        # The actor against the updated critics; their weights are detached, so gradients
+        # reach only the actor (and the critics' stale gradients are cleared first).
+        _clear_grads(groups)
+        if not empty:
+            loss_actor = actor_loss(model.critic(obs, model.actor(obs), detach=True)[0])
+            (loss_actor * share).backward()
+        sync.all_reduce_grads(groups["actor"])
+        if config.grad_clip is not None:
+            clip_grad_norm(groups["actor"], config.grad_clip)
+        optimizer.step()
+        model.update_targets(config.tau)
+    policy.num_grad_updates += 1
+    if empty:
+        return LearnOutput([], np.zeros(0, dtype=np.float32))
+    stats = [float(loss_critic.detach()), float("nan") if loss_actor is None else float(loss_actor.detach()),
+             float(q_values.detach().mean()), float(targets.mean())]
+    return LearnOutput(stats, td_errors.cpu().numpy())
+
+
+def _clear_grads(groups: dict[str, list[torch.nn.Parameter]]) -> None:
+    # The optimizer's groups hold every parameter with a gradient (the targets have none).
+    for params in groups.values():
+        for param in params:
+            param.grad = None

@@ -1,0 +1,107 @@
+"""TD3Model: a deterministic tanh actor, twin Q critics, and a target copy of each.
+
+One module holds everything TD3 learns, so that the policy's weights tree (and so its
+checkpoint) has all of it: ``actor.*``, ``critic.*``, ``target_actor.*`` and
+``target_critic.*``. The targets never receive gradients (``requires_grad`` is off); they
+follow the actor and the critics by Polyak averaging (:meth:`TD3Model.update_targets`), which
+TD3 applies only on its delayed steps. The critics are SAC's twin-Q ensemble
+(:class:`~cairn.algorithms.sac.model.TwinQ`): same layout, same initialisation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from cairn._compat.torch_internals import foreach_lerp_
+from cairn.algorithms.sac.model import TwinQ
+from cairn.errors import ConfigError
+from cairn.policy.encoders import ObservationEncoder
+
+__all__ = ["DeterministicActor", "TD3Model"]
+
+_TORCH_ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "elu": F.elu, "silu": F.silu}
+
+
+def _uniform_init(tensor: torch.Tensor, fan_in: int, generator: torch.Generator) -> None:
+    # PyTorch's default nn.Linear initialisation (what SB3's TD3 networks start from).
+    bound = 1.0 / math.sqrt(fan_in)
+    nn.init.uniform_(tensor, -bound, bound, generator=generator)
+
+
+class DeterministicActor(nn.Module):
+    """``pi(s) = tanh(W h(s) + b)``: the deterministic action in [-1, 1] (Fujimoto et al.'s
+    actor, before its scaling to the action bounds, which the policy applies)."""
+
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
+                 encoder: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        if activation not in _TORCH_ACTIVATIONS:
+            raise ConfigError(f"Config 'model.activation'={activation!r} is not one TD3's networks have: "
+                              f"expected one of {sorted(_TORCH_ACTIVATIONS)}.")
+        # Image observations: a CNN encoder in front (cairn.policy.encoders), the actor's own.
+        self.encoder = None if encoder is None else ObservationEncoder(encoder)
+        sizes = [obs_size if encoder is None else int(encoder["output_size"]), *hidden]
+        self.trunk = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(sizes))
+        self.action_head = nn.Linear(sizes[-1], action_size)
+        self.activation = activation
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """PyTorch's default Linear initialisation, drawn from ``generator``."""
+        if self.encoder is not None:
+            self.encoder.reset_parameters(generator, orthogonal=False)
+        for layer in [*self.trunk, self.action_head]:
+            assert isinstance(layer, nn.Linear)  # the trunk holds only Linear layers
+            _uniform_init(layer.weight.data, layer.in_features, generator)
+            _uniform_init(layer.bias.data, layer.in_features, generator)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        act = _TORCH_ACTIVATIONS[self.activation]
+        x = obs if self.encoder is None else self.encoder(obs)
+        for layer in self.trunk:
+            x = act(layer(x))
+        return torch.tanh(self.action_head(x))
+
+
+class TD3Model(nn.Module):
+    """Everything TD3 learns: ``actor``, ``critic`` (twin Q, ``[2, B]``), ``target_actor``,
+    ``target_critic``."""
+
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
+                 encoder: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        nets: dict[str, Any] = {"hidden": hidden, "activation": activation, "encoder": encoder}
+        self.actor = DeterministicActor(obs_size, action_size, **nets)
+        self.critic = TwinQ(obs_size, action_size, **nets)
+        self.target_actor = DeterministicActor(obs_size, action_size, **nets)
+        self.target_critic = TwinQ(obs_size, action_size, **nets)
+        self.target_actor.requires_grad_(False)
+        self.target_critic.requires_grad_(False)
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """Default Linear initialisation from the policy's generator; the targets copy."""
+        self.actor.reset_parameters(generator)
+        self.critic.reset_parameters(generator)
+        self.target_actor.load_state_dict(self.actor.state_dict())
+        self.target_critic.load_state_dict(self.critic.state_dict())
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """The parameters each of TD3's two optimizers trains."""
+        return {"actor": list(self.actor.parameters()), "critic": list(self.critic.parameters())}
+
+    def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action ``pi(s)`` in [-1, 1] (the distribution's input)."""
+        return self.actor(obs)  # type: ignore[no-any-return]
+
+    @torch.no_grad()
+    def update_targets(self, tau: float) -> None:
+        """Polyak averaging of both targets: ``target <- (1 - tau) * target + tau * source``."""
+        targets: list[torch.Tensor] = [*self.target_actor.parameters(), *self.target_critic.parameters()]
+        sources: list[torch.Tensor] = [*self.actor.parameters(), *self.critic.parameters()]
+        foreach_lerp_(targets, sources, tau)

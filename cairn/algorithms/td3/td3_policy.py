@@ -1,0 +1,142 @@
+"""TD3Policy: a deterministic tanh actor acting in a Box with Gaussian exploration noise, with
+TD3's twin critics and target networks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from cairn.algorithms.td3.distribution import GaussianActionNoise
+from cairn.algorithms.td3.model import TD3Model
+from cairn.errors import ConfigError
+from cairn.policy.custom_model import uses_custom_model
+from cairn.policy.keras_config import model_framework
+from cairn.policy.merge import deep_merge
+from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
+from cairn.policy.policy import Policy
+from cairn.registry import register_class
+
+if TYPE_CHECKING:
+    from cairn.policy.export_hook import ExportGraph
+
+__all__ = ["TD3Policy", "OPTIMIZER_GROUPS"]
+
+#: The parameter groups of the policy's optimizer, in order: TD3's two optimizers.
+OPTIMIZER_GROUPS = ("actor", "critic")
+
+
+def _check_number(key: str, value: Any, *, low: float, high: float, example: str) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigError(f"Config {key!r}={value!r} is invalid: expected a number in [{low}, {high}], "
+                          f"e.g. {example}.")
+
+
+@register_class
+class TD3Policy(Policy):
+    """The policy of :class:`~cairn.algorithms.td3.TD3`, for a bounded Box action space.
+
+    Acts with ``a = pi(s) = tanh(...)`` rescaled from [-1, 1] to the Box bounds; exploring,
+    it adds ``exploration_noise * N(0, 1)`` in the [-1, 1] scale and clips
+    (:class:`~cairn.algorithms.td3.distribution.GaussianActionNoise`). While its sampled
+    timesteps are below ``initial_random_steps`` an exploring policy acts uniformly at random
+    instead, as SB3's TD3 does before ``learning_starts``.
+
+    Its model (:class:`~cairn.algorithms.td3.model.TD3Model`) holds the actor, both critics
+    and both targets; its optimizer is one Adam with a parameter group per TD3 optimizer
+    (``actor``, ``critic``, :data:`OPTIMIZER_GROUPS`), both at ``lr`` (SB3's TD3 has one
+    learning rate). Adam's state is per parameter and a group steps only when its parameters
+    have gradients, so this is exactly two Adams, saved as one state tree.
+
+    Config (merged over :attr:`DEFAULT_CONFIG`): ``model`` (``hidden``, ``activation``: both
+    actor and critics), ``lr``, ``exploration_noise``, ``initial_random_steps``,
+    ``observation_filter``.
+
+    >>> policy = TD3Policy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)), seed=0)
+    >>> action = policy.compute_single_action([0.1, 0.2, 0.3], explore=False)
+    >>> action.shape, bool(abs(action[0]) <= 2)
+    ((1,), True)
+    """
+
+    DEFAULT_CONFIG: dict[str, Any] = {
+        "model": {**DEFAULT_MODEL_CONFIG, "hidden": [400, 300], "activation": "relu"},
+        "lr": 1e-3,
+        "exploration_noise": 0.1,
+        "initial_random_steps": 0,
+        "observation_filter": "NoFilter",
+    }
+
+    def check_setup(self, action_space: gym.Space[Any], config: Mapping[str, Any]) -> None:
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ConfigError(
+                f"TD3 needs a Box action space, got {action_space}. Use DQN for Discrete actions, "
+                "or PPO for Discrete, MultiDiscrete and other action spaces."
+            )
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ConfigError(
+                f"TD3 squashes actions into the Box bounds, but {action_space} has infinite bounds. "
+                "Wrap the environment so that its action space is bounded (e.g. gymnasium.wrappers."
+                "RescaleAction), or use PPO."
+            )
+        _check_number("exploration_noise", config["exploration_noise"], low=0.0, high=10.0, example="0.1")
+        model = config["model"]
+        if uses_custom_model(model) or uses_custom_model(model, "custom_q_model"):
+            raise ConfigError("TD3 builds its own actor and critics; a model config with 'custom_model' or "
+                              "'custom_q_model' is not supported yet. Remove them, or use SAC or PPO for a "
+                              "custom network.")
+        if model_framework(model) != "torch":
+            raise ConfigError(f"TD3's networks are torch only, got model.framework="
+                              f"{model_framework(model)!r}. Remove 'framework' from the model config, "
+                              "or use SAC, DQN or PPO for Keras.")
+
+    def make_distribution(self, action_space: gym.Space[Any]) -> GaussianActionNoise:
+        box: gym.spaces.Box = action_space  # type: ignore[assignment]  # a Box: check_setup
+        noisy = GaussianActionNoise(box, float(self.config["exploration_noise"]))
+        self.action_size = noisy.size
+        self.noisy_actions = noisy  # self.dist, typed
+        return noisy
+
+    @builds_config_mlp
+    def make_model(self) -> torch.nn.Module:
+        model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
+        encoder = policy_encoder_description(self.network_observation_space, self.config)
+        return TD3Model(self.preprocessor.size, self.action_size, hidden=list(model_cfg["hidden"]),
+                        activation=model_cfg["activation"], encoder=encoder)
+
+    def check_model_outputs(self) -> None:
+        """The networks are TD3's own (no user model), whose shapes hold by construction."""
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """One Adam (torch's default eps, as SB3) with the ``actor`` and ``critic`` groups;
+        ``fused`` steps each group's parameters in one kernel."""
+        groups, lr = self.model.parameter_groups(), float(self.config["lr"])
+        return torch.optim.Adam([{"params": groups[name], "lr": lr, "name": name}
+                                 for name in OPTIMIZER_GROUPS], fused=True)
+
+    def set_exploration_noise(self, noise_std: float) -> None:
+        """Set ``config["exploration_noise"]`` and the noise the policy acts with."""
+        _check_number("exploration_noise", noise_std, low=0.0, high=10.0, example="0.1")
+        self.config["exploration_noise"] = float(noise_std)
+        self.noisy_actions.noise_std = float(noise_std)
+
+    # ------------------------------------------------------------------------------- act
+    def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
+        """Actions in [-1, 1]: ``pi(s)`` plus clipped noise (``explore``; uniform during the
+        initial random steps) or ``pi(s)``."""
+        if explore and self.global_timestep < int(self.config["initial_random_steps"]):
+            shape = (processed_obs.shape[0], self.action_size)
+            return self.np_random.uniform(-1.0, 1.0, shape).astype(np.float32)
+        inputs = self.compute_action_inputs(processed_obs)
+        if explore:
+            return self.dist.sample_numpy(inputs, self.np_random)
+        return self.dist.deterministic_numpy(inputs)
+
+    def export_graph(self) -> ExportGraph:
+        """The export hook: outputs ``action`` (``pi(s)`` rescaled to the Box bounds, as
+        :meth:`compute_actions` with ``explore=False``). The critics and targets are not exported."""
+        from cairn.algorithms.td3.export import deterministic_actor_export_graph
+
+        return deterministic_actor_export_graph(self)
