@@ -76,13 +76,13 @@ def test_unsupported_models_are_refused(model, needle):
 
 def test_exploration_adds_clipped_gaussian_noise_relative_to_the_bounds():
     policy = TD3Policy(OBS, ACT, {"model": {"hidden": [8]}, "exploration_noise": 0.1}, seed=0)
-    obs = np.zeros((20_000, 3), np.float32)
+    obs = np.zeros((4000, 3), np.float32)
     greedy = policy.compute_actions(obs[:1], explore=False)[0]
     actions = policy.compute_actions(obs, explore=True)
     half_range = (ACT.high - ACT.low) / 2
     noise = (actions - greedy) / half_range  # back in the [-1, 1] scale
-    np.testing.assert_allclose(noise.mean(axis=0), 0.0, atol=0.005)
-    np.testing.assert_allclose(noise.std(axis=0), 0.1, rtol=0.03)
+    np.testing.assert_allclose(noise.mean(axis=0), 0.0, atol=0.008)  # 5 standard errors
+    np.testing.assert_allclose(noise.std(axis=0), 0.1, rtol=0.06)
     assert ACT.contains(actions[0]) and (actions >= ACT.low).all() and (actions <= ACT.high).all()
 
 
@@ -118,3 +118,20 @@ def test_restore_takes_the_configs_exploration_noise(tmp_path):
         restored.stop()
     finally:
         algo.stop()
+
+
+def test_cli_trains_td3_and_its_run_checkpoint_holds_the_replay_buffer(tmp_path):
+    from cairn.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--algo", "TD3", "--env", "Pendulum-v1", "--seed", "1", "--config",
+                 "train_batch_size=64", "minibatch_size=16", "num_steps_sampled_before_learning_starts=32",
+                 "model={\"hidden\": [8]}", "--stop-iters", "2", "--out", str(run), "-q"]) == 0
+    checkpoints = sorted(p for p in (run / "checkpoints").iterdir() if p.is_dir())
+    info = cairn.get_checkpoint_info(checkpoints[-1])
+    assert "components/replay_buffer/state.safetensors" in info["files"]
+    restored = cairn.Algorithm.from_checkpoint(checkpoints[-1])
+    try:
+        assert isinstance(restored, cairn.TD3) and restored.config.model["hidden"] == [8]
+    finally:
+        restored.stop()
