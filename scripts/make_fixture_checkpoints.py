@@ -2,8 +2,8 @@
 
     python scripts/make_fixture_checkpoints.py
 
-Writes tests/fixtures/checkpoints/<FORMAT_VERSION>/{ppo_single,ppo_multi,policy,sac_single}/
-(and sac_single.expected.json, the greedy actions the SAC fixture must keep computing). Run it
+Writes tests/fixtures/checkpoints/<FORMAT_VERSION>/{ppo_single,ppo_multi,policy,sac_single,td3_single}/
+(and {sac,td3}_single.expected.json, the greedy actions those fixtures must keep computing). Run it
 once per format version, commit the output, and never regenerate an existing fixture: the
 fixtures prove that checkpoints written by earlier releases keep loading. The script writes
 only the fixtures missing from the version folder and never overwrites one.
@@ -32,6 +32,8 @@ def main() -> int:
     out = ROOT / "tests" / "fixtures" / "checkpoints" / FORMAT_VERSION
     if not (out / "sac_single").exists():
         write_sac(out)
+    if not (out / "td3_single").exists():
+        write_td3(out)
     if (out / "ppo_single").exists():
         print(f"{out}/ppo_* exist; fixtures of a released format version are never regenerated.")
         return 0
@@ -71,6 +73,24 @@ def write_sac(out: Path) -> None:
     expected = {"obs": SAC_OBS, "actions": actions}
     (out / "sac_single.expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     sac.stop()
+
+
+def write_td3(out: Path) -> None:
+    """A TD3 Pendulum checkpoint with its replay buffer, saved between two delayed actor
+    updates (an odd gradient-step count), and the greedy actions it computes for :data:`SAC_OBS`."""
+    td3 = (cairn.TD3Config().environment("Pendulum-v1")
+           .training(train_batch_size=64, minibatch_size=16, model={"hidden": [16, 16]}, n_step=2,
+                     train_freq=2, gradient_steps=1, num_steps_sampled_before_learning_starts=32,
+                     replay_buffer_config={"capacity": 256})
+           .checkpointing(store_replay_buffer=True).debugging(seed=0).build())
+    td3.train()
+    if td3.get_policy().num_grad_updates % 2 != 1:  # the fixture's point: a phase to keep
+        raise RuntimeError("the TD3 fixture must be saved between two delayed actor updates")
+    td3.save(out / "td3_single")
+    actions = [td3.compute_single_action(np.array(o, dtype=np.float32)).tolist() for o in SAC_OBS]
+    expected = {"obs": SAC_OBS, "actions": actions}
+    (out / "td3_single.expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+    td3.stop()
 
 
 if __name__ == "__main__":
