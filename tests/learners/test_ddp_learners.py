@@ -1,4 +1,4 @@
-"""DDP learners on Ray (num_learners=2, gloo on CPU): PPO, DQN and SAC train, match a single
+"""DDP learners on Ray (num_learners=2, gloo on CPU): PPO, DQN, SAC and TD3 train, match a single
 learner after one iteration within rtol=1e-4, atol=1e-5, a checkpoint of 2 learners restores
 with num_learners=0 and continues, a killed learner is a LearnerFailedError, and stop()
 releases the learners' CPUs. One Ray session (tests/conftest.py's ray_cluster), 2 CPUs."""
@@ -39,6 +39,17 @@ def sac_config() -> cairn.SACConfig:
     config = (cairn.SACConfig().environment("Pendulum-v1")
               .training(train_batch_size=48, minibatch_size=16, num_steps_sampled_before_learning_starts=32,
                         grad_clip=1.0, model={"hidden": [16, 16]})
+              .debugging(seed=2))
+    return config  # type: ignore[return-value]
+
+
+def td3_config() -> cairn.TD3Config:
+    # 17 gradient steps (an odd count: the last has no actor update) on prioritized minibatches
+    # of 15 rows: shards of 8 and 7.
+    config = (cairn.TD3Config().environment("Pendulum-v1")
+              .training(train_batch_size=48, minibatch_size=15, num_steps_sampled_before_learning_starts=32,
+                        grad_clip=1.0, replay_buffer_config={"type": "prioritized"},
+                        model={"hidden": [16, 16]})
               .debugging(seed=2))
     return config  # type: ignore[return-value]
 
@@ -84,7 +95,7 @@ def test_ppo_two_learners_match_one_and_checkpoint_restores_with_zero(ray_cluste
         single.stop()
 
 
-@pytest.mark.parametrize("make_config", [dqn_config, sac_config], ids=["dqn", "sac"])
+@pytest.mark.parametrize("make_config", [dqn_config, sac_config, td3_config], ids=["dqn", "sac", "td3"])
 def test_off_policy_two_learners_match_one(ray_cluster, make_config) -> None:
     single = make_config().build()
     try:
