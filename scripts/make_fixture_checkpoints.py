@@ -2,8 +2,9 @@
 
     python scripts/make_fixture_checkpoints.py
 
-Writes tests/fixtures/checkpoints/<FORMAT_VERSION>/{ppo_single,ppo_multi,policy,sac_single,td3_single}/
-(and {sac,td3}_single.expected.json, the greedy actions those fixtures must keep computing). Run it
+Writes tests/fixtures/checkpoints/<FORMAT_VERSION>/{ppo_single,ppo_multi,policy,sac_single,td3_single,
+ppo_lstm}/ (and {sac,td3}_single.expected.json, the greedy actions those fixtures must keep computing,
+and ppo_lstm.expected.json: the LSTM's greedy actions, logits and values). Run it
 once per format version, commit the output, and never regenerate an existing fixture: the
 fixtures prove that checkpoints written by earlier releases keep loading. The script writes
 only the fixtures missing from the version folder and never overwrites one.
@@ -34,6 +35,8 @@ def main() -> int:
         write_sac(out)
     if not (out / "td3_single").exists():
         write_td3(out)
+    if not (out / "ppo_lstm").exists():
+        write_lstm(out)
     if (out / "ppo_single").exists():
         print(f"{out}/ppo_* exist; fixtures of a released format version are never regenerated.")
         return 0
@@ -91,6 +94,40 @@ def write_td3(out: Path) -> None:
     expected = {"obs": SAC_OBS, "actions": actions}
     (out / "td3_single.expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     td3.stop()
+
+
+#: A CartPole episode's observations, fed in order to the LSTM fixture (its state carried along).
+LSTM_OBS = [[0.01, -0.02, 0.03, 0.0], [0.02, 0.2, 0.02, -0.3], [0.03, 0.4, 0.0, -0.6],
+            [0.05, 0.2, -0.01, -0.3], [0.06, 0.0, -0.02, 0.0], [0.06, -0.2, -0.02, 0.3]]
+
+
+def write_lstm(out: Path) -> None:
+    """A PPO CartPole checkpoint of the built-in LSTM with the model config's defaults, and the
+    greedy actions, action inputs (logits) and values it computes for :data:`LSTM_OBS` as one episode (the state carried
+    from step to step). Format 2 wrote it with ``vf_share_layers=False``, which meant then what
+    ``vf_share_layers=True, vf_stop_gradient=True`` means from format 3 on (migrations.py)."""
+    import torch
+
+    algo = (cairn.PPOConfig().environment("CartPole-v1")
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=2,
+                      model={"hidden": [8], "use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 4})
+            .debugging(seed=0).build())
+    algo.train()
+    algo.save(out / "ppo_lstm")
+    policy = algo.get_policy()
+    state = policy.get_initial_state()
+    actions = []
+    for o in LSTM_OBS:
+        action, state = policy.compute_single_action(np.array(o, dtype=np.float32), state=state, explore=False)
+        actions.append(int(action))
+    obs = torch.from_numpy(policy.process_observations(np.array(LSTM_OBS, dtype=np.float32), update=False))
+    with torch.inference_mode():
+        inputs, values, _ = policy.model(obs.unsqueeze(0),
+                                         [torch.from_numpy(s)[None] for s in policy.get_initial_state()])
+    expected = {"obs": LSTM_OBS, "actions": actions, "action_inputs": inputs[0].tolist(),
+                "values": values[0].tolist()}
+    (out / "ppo_lstm.expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+    algo.stop()
 
 
 if __name__ == "__main__":
