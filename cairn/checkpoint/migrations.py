@@ -12,18 +12,24 @@ Versions:
 * ``"2"``: the manifest may hold ``metadata`` (JSON data given to ``save(..., metadata=...)``;
   docs/checkpoint-format.md, section 3). No state tree changed, so ``"1" -> "2"`` is the
   identity for every kind.
+* ``"3"``: ``model.vf_share_layers`` means the same for every built-in network (False: the critic
+  has its own layers). Up to 2, ``use_lstm`` with ``vf_share_layers=False`` meant a shared trunk
+  and LSTM read by the value head with its gradient stopped, which is now
+  ``vf_share_layers=True, vf_stop_gradient=True``; ``"2" -> "3"`` rewrites every model config a
+  state holds to that (:func:`rename_lstm_value_sharing`), and leaves everything else as it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cairn.checkpoint.format import FORMAT_VERSION
 from cairn.errors import CheckpointFormatError, UnsupportedCheckpointVersionError
 
 __all__ = ["COMPONENT_KIND", "Migration", "MigrationRegistry", "MIGRATIONS", "register_migration", "migrate",
-           "parse_version"]
+           "parse_version", "rename_lstm_value_sharing"]
 
 #: ``fn(state) -> state`` for one kind ("Algorithm" or "Policy") and one version step.
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
@@ -97,3 +103,65 @@ def _unchanged(state: dict[str, Any]) -> dict[str, Any]:
 
 for _kind in ("Algorithm", "Policy", COMPONENT_KIND):
     register_migration(_kind, "1", "2")(_unchanged)
+
+
+def _value_sharing(model: Mapping[str, Any]) -> dict[str, bool]:
+    """What a complete format-2 ``model`` config's critic is, in format 3's keys."""
+    shared = bool(model.get("vf_share_layers", False))
+    if model.get("use_lstm", False) and not shared:  # format 2's LSTM: shared, gradient stopped
+        return {"vf_share_layers": True, "vf_stop_gradient": True}
+    return {"vf_share_layers": shared, "vf_stop_gradient": False}
+
+
+def _merged(model: Any, override: Any) -> dict[str, Any]:
+    """A policy's model config: the shared one with its PolicySpec's ``model`` over it (keys of
+    ``model`` are not nested: AlgorithmConfig.policy_config's merge)."""
+    return {**(model if isinstance(model, Mapping) else {}),
+            **(override if isinstance(override, Mapping) else {})}
+
+
+def rename_lstm_value_sharing(model: Any) -> Any:
+    """A format-2 ``model`` config in format 3's keys: ``use_lstm`` with ``vf_share_layers`` False
+    becomes ``vf_share_layers=True, vf_stop_gradient=True``; any other config (or non-dict) is
+    returned as it was."""
+    if not isinstance(model, Mapping) or not model.get("use_lstm", False) or model.get("vf_share_layers", False):
+        return model
+    return {**model, **_value_sharing(model)}
+
+
+def _algorithm_2_to_3(state: dict[str, Any]) -> dict[str, Any]:
+    """``config.model`` and each ``config.policies[pid].config.model`` in format 3's keys, such that
+    every policy's merged model (shared, then its spec's override) means what it meant: an
+    override is given the two keys where the shared config's rewrite would change its policy."""
+    config = state.get("config")
+    if not isinstance(config, Mapping):
+        return state
+    config = copy.deepcopy(dict(config))
+    shared, specs = config.get("model"), config.get("policies")
+    specs = {pid: spec for pid, spec in specs.items() if isinstance(spec, Mapping)
+             and isinstance(spec.get("config") or {}, Mapping)} if isinstance(specs, Mapping) else {}
+    wanted = {pid: _value_sharing(_merged(shared, (spec.get("config") or {}).get("model")))
+              for pid, spec in specs.items()}
+    config["model"] = rename_lstm_value_sharing(shared)
+    for pid, spec in specs.items():
+        spec_config = dict(spec.get("config") or {})
+        override = spec_config.get("model")
+        merged = _merged(config["model"], override)
+        if {key: bool(merged.get(key, False)) for key in wanted[pid]} != wanted[pid]:
+            spec_config["model"] = {**(override if isinstance(override, Mapping) else {}), **wanted[pid]}
+            config["policies"][pid] = {**spec, "config": spec_config}
+    return {**state, "config": config}
+
+
+def _policy_2_to_3(state: dict[str, Any]) -> dict[str, Any]:
+    """``spec.config.model`` (the policy's complete model config) in format 3's keys."""
+    spec = state.get("spec")
+    if not (isinstance(spec, Mapping) and isinstance(spec.get("config"), Mapping)):
+        return state
+    model = rename_lstm_value_sharing(spec["config"].get("model"))
+    return {**state, "spec": {**spec, "config": {**spec["config"], "model": model}}}
+
+
+register_migration("Algorithm", "2", "3")(_algorithm_2_to_3)
+register_migration("Policy", "2", "3")(_policy_2_to_3)
+register_migration(COMPONENT_KIND, "2", "3")(_unchanged)

@@ -351,7 +351,10 @@ def actor_critic_network(model_config: Mapping[str, Any]) -> Callable[..., nn.Mo
 
     def build(obs_size: int, num_outputs: int, *, hidden: Sequence[int], activation: str,
               vf_share_layers: bool, free_log_std: bool, log_std_init: float,
-              encoder: Mapping[str, Any] | None = None) -> KerasActorCritic:
+              encoder: Mapping[str, Any] | None = None, vf_stop_gradient: bool = False) -> KerasActorCritic:
+        if vf_stop_gradient:  # refused by the config check first (check_value_sharing)
+            raise ConfigError("Config 'model.vf_stop_gradient'=True is not supported by Keras networks: "
+                              "they train shared layers with both losses. Drop vf_stop_gradient.")
         settings = {**model_config, "hidden": list(hidden), "activation": activation,
                     "vf_share_layers": vf_share_layers, "log_std_init": log_std_init}
         return make_keras_actor_critic(obs_size, num_outputs, settings, free_log_std=free_log_std,

@@ -22,7 +22,7 @@ from cairn.policy.recurrent_config import RECURRENT_MODEL_KEYS, check_recurrent_
 from cairn.spaces import is_image_space
 from cairn.validation import check_section
 
-__all__ = ["ActorCriticMLP", "ACTIVATIONS", "NUMPY_ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config",
+__all__ = ["VF_STOP_GRADIENT_NEEDS_SHARING", "ActorCriticMLP", "ACTIVATIONS", "NUMPY_ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config",
            "builds_config_mlp", "warn_if_image_observations", "policy_encoder_description", "mlp"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -35,7 +35,10 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 DEFAULT_MODEL_CONFIG: dict[str, Any] = {
     "hidden": [64, 64],
     "activation": "tanh",
+    # PPO: False gives the critic its own layers (RLlib's meaning); True shares the actor's, and
+    # vf_stop_gradient=True then keeps the value loss from training them (docs/models.md).
     "vf_share_layers": False,
+    "vf_stop_gradient": False,
     "log_std_init": 0.0,
     # The CNN for image observations (cairn.policy.encoders): None is the Nature CNN
     # ([[32, 8, 4], [64, 4, 2], [64, 3, 1]] and a 512-unit dense layer), [] no CNN at all.
@@ -45,6 +48,14 @@ DEFAULT_MODEL_CONFIG: dict[str, Any] = {
 }
 
 
+#: The ConfigError of ``vf_stop_gradient=True`` without ``vf_share_layers=True``.
+VF_STOP_GRADIENT_NEEDS_SHARING = (
+    "Config 'model.vf_stop_gradient'=True with model.vf_share_layers=False: the critic has its own "
+    "layers, so there is no shared layer to stop the value loss's gradient at. Set "
+    "vf_share_layers=True (the value head reads the actor's layers, trained by the policy loss "
+    "only), or drop vf_stop_gradient.")
+
+
 def check_model_config(model: Any) -> None:
     """Raise ConfigError for an invalid ``model`` config section."""
     check_section("model", dict(model) if isinstance(model, Mapping) else model,
@@ -52,6 +63,7 @@ def check_model_config(model: Any) -> None:
     check_framework_settings(model)  # framework / keras_model: optional keys (docs/keras.md)
     check_custom_model_settings(model)  # a user's torch network (cairn.models, docs/models.md)
     check_recurrent_settings(model)  # use_lstm, lstm_cell_size, max_seq_len (docs/ppo.md)
+    check_value_sharing(model)
     if model.get("custom_model") is not None and model.get("framework", "torch") != "torch":
         raise ConfigError(
             f"Config 'model.custom_model'={model['custom_model']!r:.100} is a torch model, but "
@@ -72,6 +84,30 @@ def check_model_config(model: Any) -> None:
             f"{sorted(ACTIVATIONS)}."
         )
     check_conv_config(model)
+
+
+def check_value_sharing(model: Mapping[str, Any]) -> None:
+    """Raise ConfigError unless ``vf_share_layers`` and ``vf_stop_gradient`` are booleans that
+    fit together and fit the network: ``vf_stop_gradient`` needs shared layers, and is a setting
+    of the built-in torch networks (a Keras or custom network decides its gradients itself)."""
+    for key in ("vf_share_layers", "vf_stop_gradient"):
+        if not isinstance(model.get(key, False), bool):
+            raise ConfigError(f"Config 'model.{key}' must be True or False, got {model[key]!r:.60}.")
+    if not model.get("vf_stop_gradient", False):
+        return
+    if not model.get("vf_share_layers", False):
+        raise ConfigError(VF_STOP_GRADIENT_NEEDS_SHARING)
+    if model.get("framework", "torch") != "torch":
+        raise ConfigError(
+            f"Config 'model.vf_stop_gradient'=True with model.framework={model['framework']!r}: the "
+            "Keras networks train shared layers with both losses. Drop vf_stop_gradient, or set "
+            "framework='torch'.")
+    if model.get("custom_model") is not None:
+        raise ConfigError(
+            f"Config 'model.vf_stop_gradient'=True with model.custom_model="
+            f"{model['custom_model']!r:.100}: it is a setting of the built-in networks; a network of "
+            "your own stops gradients in its forward (e.g. value_head(features.detach())). Drop "
+            "vf_stop_gradient.")
 
 
 def policy_encoder_description(network_observation_space: gym.Space[Any],
@@ -149,7 +185,9 @@ class ActorCriticMLP(nn.Module):
     ``free_log_std`` the second half of the inputs (log-std) is a learned vector instead.
     ``encoder`` (an :func:`~cairn.policy.encoders.encoder_description`) puts a CNN encoder in
     front of the MLP: one (``encoder.*``) shared by actor and critic with ``vf_share_layers``,
-    else the actor's and the critic's own (``critic_encoder.*``).
+    else the actor's and the critic's own (``critic_encoder.*``). With ``vf_share_layers`` and
+    ``vf_stop_gradient`` the value head reads the shared features with their gradient stopped,
+    so only the policy loss trains the shared layers.
     """
 
     def __init__(
@@ -160,11 +198,15 @@ class ActorCriticMLP(nn.Module):
         hidden: Sequence[int] = (64, 64),
         activation: str = "tanh",
         vf_share_layers: bool = False,
+        vf_stop_gradient: bool = False,
         free_log_std: bool = False,
         log_std_init: float = 0.0,
         encoder: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        if vf_stop_gradient and not vf_share_layers:
+            raise ConfigError(VF_STOP_GRADIENT_NEEDS_SHARING)
+        self.vf_stop_gradient = vf_stop_gradient
         self.encoder = None if encoder is None else ObservationEncoder(encoder)
         self.critic_encoder = None if encoder is None or vf_share_layers else ObservationEncoder(encoder)
         sizes = [obs_size if encoder is None else int(encoder["output_size"]), *hidden]
@@ -241,7 +283,8 @@ class ActorCriticMLP(nn.Module):
         encoder = self.encoder if self.critic_encoder is None else self.critic_encoder
         if encoder is not None:
             obs = encoder(obs)
-        return self.value_head(trunk(obs)).squeeze(-1)
+        features = trunk(obs)
+        return self.value_head(features.detach() if self.vf_stop_gradient else features).squeeze(-1)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.critic is None:
@@ -249,5 +292,6 @@ class ActorCriticMLP(nn.Module):
             out = self.action_head(features)
             if self.log_std is not None:
                 out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
-            return out, self.value_head(features).squeeze(-1)
+            value = self.value_head(features.detach() if self.vf_stop_gradient else features)
+            return out, value.squeeze(-1)
         return self.action_inputs(obs), self.value(obs)

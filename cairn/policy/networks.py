@@ -37,6 +37,7 @@ def actor_critic_model(config: Mapping[str, Any], *, network_observation_space: 
     encoder = policy_encoder_description(network_observation_space, config)
     settings = {"hidden": list(model_cfg["hidden"]), "activation": model_cfg["activation"],
                 "vf_share_layers": bool(model_cfg["vf_share_layers"]),
+                "vf_stop_gradient": bool(model_cfg["vf_stop_gradient"]),
                 "free_log_std": isinstance(action_space, gym.spaces.Box),
                 "log_std_init": float(model_cfg["log_std_init"]), "encoder": encoder}
     recurrent = recurrent_settings(model_cfg)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import cairn
 
@@ -16,9 +17,10 @@ EXPECTED = {
     "policy": ("Policy", None),
     "sac_single": ("Algorithm", ["default_policy"]),
     "td3_single": ("Algorithm", ["default_policy"]),
+    "ppo_lstm": ("Algorithm", ["default_policy"]),
 }
-#: The fixtures each version has (a fixture added later, such as td3_single in version 2,
-#: is absent from the versions before it).
+#: The fixtures each version has (a fixture added later, such as td3_single and ppo_lstm in
+#: version 2, is absent from the versions before it).
 CASES = [(version, name) for version in VERSIONS for name in sorted(EXPECTED)
          if (FIXTURES / version / name).is_dir()]
 
@@ -26,6 +28,10 @@ CASES = [(version, name) for version in VERSIONS for name in sorted(EXPECTED)
 def test_there_are_fixtures_for_the_current_version():
     assert cairn.checkpoint.FORMAT_VERSION in VERSIONS
     assert {name for version, name in CASES if version == cairn.checkpoint.FORMAT_VERSION} == set(EXPECTED)
+
+
+def test_every_version_from_2_on_has_an_lstm_fixture():
+    assert all((FIXTURES / v / "ppo_lstm").is_dir() for v in VERSIONS if int(v) >= 2)
 
 
 @pytest.mark.parametrize(("version", "name"), CASES)
@@ -51,6 +57,8 @@ def test_fixture_loads_acts_and_trains(tmp_path, version, name):
         assert len(algo.replay_buffers["default_policy"]) > 0
         if name.startswith("td3"):  # saved between two delayed actor updates
             assert algo.get_policy().num_grad_updates % 2 == 1
+    elif name == "ppo_lstm":
+        check_lstm_fixture(algo, FIXTURES / version / f"{name}.expected.json")
     else:
         for pid in policy_ids:
             assert algo.compute_single_action(obs, policy_id=pid) in (0, 1)
@@ -59,3 +67,19 @@ def test_fixture_loads_acts_and_trains(tmp_path, version, name):
     # Saving a restored fixture writes the current version, which loads again.
     again = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "resaved"))
     assert again.iteration == before + 1
+
+
+def check_lstm_fixture(algo, expected_path):
+    """The LSTM fixture computes the greedy actions, logits and values it computed when written
+    (to float32 rounding), through the acting path (state carried) and the learner's forward."""
+    expected = json.loads(expected_path.read_text())
+    policy = algo.get_policy()
+    state = policy.get_initial_state()
+    for obs_row, action in zip(expected["obs"], expected["actions"], strict=True):
+        got, state = policy.compute_single_action(np.array(obs_row, dtype=np.float32), state=state, explore=False)
+        assert int(got) == action
+    obs = torch.from_numpy(policy.process_observations(np.array(expected["obs"], np.float32), update=False))
+    with torch.inference_mode():
+        inputs, values, _ = policy.model(obs[None], [torch.from_numpy(s)[None] for s in policy.get_initial_state()])
+    np.testing.assert_allclose(inputs[0].numpy(), expected["action_inputs"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(values[0].numpy(), expected["values"], rtol=0, atol=1e-6)

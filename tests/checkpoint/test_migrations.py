@@ -49,3 +49,63 @@ def test_version_2_changed_no_state_tree():
     for kind in ("Algorithm", "Policy", "component:replay_buffer"):
         assert migrate(kind, {"a": 1}, "1") == {"a": 1}
     assert migrate("Algorithm", {"a": 1}, "2") == {"a": 1}
+
+
+# Format 2 -> 3: vf_share_layers=False with use_lstm meant a shared LSTM with the value gradient
+# stopped; format 3 says so with vf_share_layers=True, vf_stop_gradient=True.
+FULL = {"hidden": [8], "activation": "tanh", "vf_share_layers": False, "log_std_init": 0.0,
+        "use_lstm": False, "lstm_cell_size": 8, "max_seq_len": 4}
+SHARED_STOPPED = {"vf_share_layers": True, "vf_stop_gradient": True}
+
+
+def _effective(state, pid):
+    """A policy's merged model config after the migration, as AlgorithmConfig.policy_config merges it."""
+    config = state["config"]
+    override = ((config["policies"][pid] or {}).get("config") or {}).get("model") or {}
+    return {**config["model"], **override}
+
+
+def _sharing(model):
+    return {k: model.get(k, False) for k in ("vf_share_layers", "vf_stop_gradient")}
+
+
+def test_format_2_lstm_policy_state_becomes_shared_with_the_value_gradient_stopped():
+    state = {"spec": {"config": {"model": {**FULL, "use_lstm": True}, "lr": 1e-3}}, "weights": {"x": 1}}
+    out = migrate("Policy", state, "2", target="3")
+    assert out["spec"]["config"]["model"] == {**FULL, "use_lstm": True, **SHARED_STOPPED}
+    assert out["weights"] == {"x": 1} and state["spec"]["config"]["model"]["vf_share_layers"] is False
+    for model in (FULL, {**FULL, "vf_share_layers": True}, {**FULL, "use_lstm": True, "vf_share_layers": True}):
+        same = {"spec": {"config": {"model": dict(model)}}}
+        assert migrate("Policy", same, "2", target="3") == same  # everything else unchanged
+
+
+@pytest.mark.parametrize("shared, overrides, expected", [
+    # The shared config is an LSTM's: every policy that keeps it becomes shared+stopped; one whose
+    # override turns the LSTM off keeps its MLP's separate critic.
+    ({**FULL, "use_lstm": True}, {"a": None, "b": {"model": {"use_lstm": False}}},
+     {"a": SHARED_STOPPED, "b": {"vf_share_layers": False, "vf_stop_gradient": False}}),
+    # An override turns the LSTM on over an MLP's shared config: only that policy changes meaning.
+    (FULL, {"a": {"lr": 0.1}, "b": {"model": {"use_lstm": True}}},
+     {"a": {"vf_share_layers": False, "vf_stop_gradient": False}, "b": SHARED_STOPPED}),
+    # vf_share_layers=True already meant what it means now.
+    ({**FULL, "use_lstm": True, "vf_share_layers": True}, {"a": {"model": {"hidden": [4]}}},
+     {"a": {"vf_share_layers": True, "vf_stop_gradient": False}}),
+])
+def test_format_2_algorithm_config_keeps_every_policys_network(shared, overrides, expected):
+    specs = {pid: {"policy_class": "Policy", "config": cfg} for pid, cfg in overrides.items()}
+    state = {"config": {"model": dict(shared), "policies": specs, "lr": 5e-5}, "iteration": 3}
+    out = migrate("Algorithm", state, "2", target="3")
+    assert out["iteration"] == 3 and out["config"]["lr"] == 5e-5
+    for pid, want in expected.items():
+        merged = _effective(out, pid)
+        assert _sharing(merged) == want, pid
+        old = _effective(state, pid)  # and nothing but those two keys changed
+        assert {k: v for k, v in merged.items() if k not in want} == \
+            {k: v for k, v in old.items() if k not in want}
+    assert state["config"]["model"] == shared  # the input is not modified
+
+
+def test_format_2_states_without_model_configs_pass_through():
+    assert migrate("Algorithm", {"config": None}, "2", target="3") == {"config": None}
+    assert migrate("Policy", {"spec": {"config": None}}, "2", target="3") == {"spec": {"config": None}}
+    assert migrate("component:league", {"x": [1]}, "2", target="3") == {"x": [1]}
