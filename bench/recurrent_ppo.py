@@ -8,8 +8,9 @@ Settings (identical where both have the knob): 8 envs, 64 steps per env per roll
 iteration), minibatch 128 env steps, 10 epochs, lr 1e-3, gamma 0.98, GAE 0.8, clip 0.2, vf coeff
 0.5, entropy 0, grad clip 0.5, normalised advantages, one LSTM of 64 units read directly from
 the observation (cairn: ``hidden=[]``; sb3-contrib: ``net_arch=[]``), its output shared by the
-linear policy and value heads (sb3-contrib: ``shared_lstm=True, enable_critic_lstm=False``; there
-the critic's gradient does not reach the LSTM, in cairn it does), tanh, orthogonal init, 1 torch
+linear policy and value heads, the value loss's gradient stopped at the LSTM (sb3-contrib:
+``shared_lstm=True, enable_critic_lstm=False``; cairn: ``vf_share_layers=True,
+vf_stop_gradient=True``; ``--sharing`` picks another of cairn's), tanh, orthogonal init, 1 torch
 thread. Sequences: sb3-contrib trains on each env's whole rollout cut at episode starts; cairn
 with ``max_seq_len=64`` (the rollout length) cuts at the same places. Env steps/s = steps / wall
 time of the training loop alone (also per CPU second of the process); the greedy return (mean of
@@ -55,15 +56,21 @@ CELL = 64
 HPARAMS = dict(lr=1e-3, train_batch_size=N_ENVS * N_STEPS, minibatch_size=128, num_epochs=10,
                gamma=0.98, lambda_=0.8, clip_param=0.2, vf_coeff=0.5, entropy_coeff=0.0, grad_clip=0.5)
 EVAL_EPISODES = 20
+#: cairn's value sharing: the network sb3-contrib builds here (shared_lstm=True, enable_critic_lstm=False).
+SHARINGS: dict[str, dict[str, bool]] = {
+    "stopped": {"vf_share_layers": True, "vf_stop_gradient": True},
+    "shared": {"vf_share_layers": True, "vf_stop_gradient": False},
+    "separate": {"vf_share_layers": False, "vf_stop_gradient": False},  # cairn's default: own critic LSTM
+}
 
 
 # ------------------------------------------------------------------------------------ cairn
-def run_cairn(seed: int, steps: int, *, lstm: bool = True) -> dict[str, Any]:
+def run_cairn(seed: int, steps: int, *, lstm: bool = True, sharing: str = "stopped") -> dict[str, Any]:
     import cairn
     from cairn.envs import make_stateless_cartpole
 
-    model = ({"use_lstm": True, "lstm_cell_size": CELL, "max_seq_len": N_STEPS, "hidden": []} if lstm
-             else {"hidden": [64, 64]})
+    model = ({"use_lstm": True, "lstm_cell_size": CELL, "max_seq_len": N_STEPS, "hidden": [],
+              **SHARINGS[sharing]} if lstm else {"hidden": [64, 64]})
     algo = (cairn.PPOConfig().environment(make_stateless_cartpole)
             .env_runners(num_envs_per_env_runner=N_ENVS)
             .training(**HPARAMS, model=model)
@@ -136,6 +143,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=196 * N_ENVS * N_STEPS)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--sharing", choices=sorted(SHARINGS), default="stopped",
+                        help="cairn's value sharing (default: sb3-contrib's shared_lstm, as RecurrentPPO "
+                             "here)")
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.steps = 1, 8 * N_ENVS * N_STEPS
@@ -150,7 +160,8 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {"cairn": [], "sb3": []}
     for seed in range(args.seeds):
         for lib in (("cairn", "sb3") if seed % 2 == 0 else ("sb3", "cairn")):
-            res = (run_cairn if lib == "cairn" else run_sb3)(seed, args.steps)
+            res = (run_cairn(seed, args.steps, sharing=args.sharing) if lib == "cairn"
+                   else run_sb3(seed, args.steps))
             res["seed"] = seed
             runs[lib].append(res)
             print(_line(lib, res), flush=True)

@@ -103,7 +103,8 @@ LSTM_OBS = [[0.01, -0.02, 0.03, 0.0], [0.02, 0.2, 0.02, -0.3], [0.03, 0.4, 0.0, 
 
 def write_lstm(out: Path) -> None:
     """A PPO CartPole checkpoint of the built-in LSTM with the model config's defaults, and the
-    greedy actions, action inputs (logits) and values it computes for :data:`LSTM_OBS` as one episode (the state carried
+    greedy actions, action inputs (logits) and values it computes for :data:`LSTM_OBS` as one episode
+    (the state carried
     from step to step). Format 2 wrote it with ``vf_share_layers=False``, which meant then what
     ``vf_share_layers=True, vf_stop_gradient=True`` means from format 3 on (migrations.py)."""
     import torch
@@ -118,7 +119,8 @@ def write_lstm(out: Path) -> None:
     state = policy.get_initial_state()
     actions = []
     for o in LSTM_OBS:
-        action, state = policy.compute_single_action(np.array(o, dtype=np.float32), state=state, explore=False)
+        action, state = policy.compute_single_action(np.array(o, dtype=np.float32), state=state,
+                                                     explore=False)
         actions.append(int(action))
     obs = torch.from_numpy(policy.process_observations(np.array(LSTM_OBS, dtype=np.float32), update=False))
     with torch.inference_mode():

@@ -105,11 +105,15 @@ for _kind in ("Algorithm", "Policy", COMPONENT_KIND):
     register_migration(_kind, "1", "2")(_unchanged)
 
 
+#: What format 2's ``use_lstm`` with ``vf_share_layers=False`` is in format 3.
+SHARED_STOPPED = {"vf_share_layers": True, "vf_stop_gradient": True}
+
+
 def _value_sharing(model: Mapping[str, Any]) -> dict[str, bool]:
     """What a complete format-2 ``model`` config's critic is, in format 3's keys."""
     shared = bool(model.get("vf_share_layers", False))
     if model.get("use_lstm", False) and not shared:  # format 2's LSTM: shared, gradient stopped
-        return {"vf_share_layers": True, "vf_stop_gradient": True}
+        return dict(SHARED_STOPPED)
     return {"vf_share_layers": shared, "vf_stop_gradient": False}
 
 
@@ -124,7 +128,7 @@ def rename_lstm_value_sharing(model: Any) -> Any:
     """A format-2 ``model`` config in format 3's keys: ``use_lstm`` with ``vf_share_layers`` False
     becomes ``vf_share_layers=True, vf_stop_gradient=True``; any other config (or non-dict) is
     returned as it was."""
-    if not isinstance(model, Mapping) or not model.get("use_lstm", False) or model.get("vf_share_layers", False):
+    if not isinstance(model, Mapping) or _value_sharing(model) != SHARED_STOPPED:
         return model
     return {**model, **_value_sharing(model)}
 

@@ -22,8 +22,9 @@ from cairn.policy.recurrent_config import RECURRENT_MODEL_KEYS, check_recurrent_
 from cairn.spaces import is_image_space
 from cairn.validation import check_section
 
-__all__ = ["VF_STOP_GRADIENT_NEEDS_SHARING", "ActorCriticMLP", "ACTIVATIONS", "NUMPY_ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config",
-           "builds_config_mlp", "warn_if_image_observations", "policy_encoder_description", "mlp"]
+__all__ = ["ActorCriticMLP", "ACTIVATIONS", "NUMPY_ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config",
+           "VF_STOP_GRADIENT_NEEDS_SHARING", "check_value_sharing", "builds_config_mlp",
+           "warn_if_image_observations", "policy_encoder_description", "mlp"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,

@@ -154,7 +154,7 @@ class LSTMActorCritic(RecurrentActorCriticModel):
             return t.detach().numpy()  # type: ignore[no-any-return]
 
         def linears(trunk: nn.Module | None) -> list[nn.Linear]:
-            return [m for m in trunk or () if isinstance(m, nn.Linear)]
+            return [] if trunk is None else [m for m in trunk.modules() if isinstance(m, nn.Linear)]
 
         def lstm_views(lstm: nn.LSTM) -> list[np.ndarray]:
             return [view(lstm.weight_ih_l0).T, view(lstm.weight_hh_l0).T, view(lstm.bias_ih_l0),

@@ -76,10 +76,32 @@ def check_lstm_fixture(algo, expected_path):
     policy = algo.get_policy()
     state = policy.get_initial_state()
     for obs_row, action in zip(expected["obs"], expected["actions"], strict=True):
-        got, state = policy.compute_single_action(np.array(obs_row, dtype=np.float32), state=state, explore=False)
+        got, state = policy.compute_single_action(np.array(obs_row, dtype=np.float32), state=state,
+                                                  explore=False)
         assert int(got) == action
     obs = torch.from_numpy(policy.process_observations(np.array(expected["obs"], np.float32), update=False))
     with torch.inference_mode():
-        inputs, values, _ = policy.model(obs[None], [torch.from_numpy(s)[None] for s in policy.get_initial_state()])
+        initial = [torch.from_numpy(s)[None] for s in policy.get_initial_state()]
+        inputs, values, _ = policy.model(obs[None], initial)
     np.testing.assert_allclose(inputs[0].numpy(), expected["action_inputs"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(values[0].numpy(), expected["values"], rtol=0, atol=1e-6)
+
+
+def test_format_2_lstm_restores_and_upgrades_to_the_gradient_stopped_shared_lstm(tmp_path):
+    """Format 2's use_lstm with vf_share_layers=False was one LSTM shared by both heads, the value
+    gradient stopped at it: restored, and after ``cairn checkpoint upgrade``, it is that network
+    (vf_share_layers=True, vf_stop_gradient=True) and computes what it computed when written."""
+    from cairn.cli.checkpoint_upgrade import upgrade_checkpoint
+
+    fixture = FIXTURES / "2" / "ppo_lstm"
+    upgraded, old, new = upgrade_checkpoint(str(fixture), str(tmp_path / "upgraded"))
+    assert (old, new) == ("2", cairn.checkpoint.FORMAT_VERSION)
+    for path in (fixture, upgraded):
+        algo = cairn.Algorithm.from_checkpoint(path)
+        model_config = algo.get_policy().config["model"]
+        assert model_config["vf_share_layers"] is True and model_config["vf_stop_gradient"] is True
+        assert algo.config.model["vf_stop_gradient"] is True
+        net = algo.get_policy().model
+        assert net.vf_stop_gradient and net.critic_lstm is None
+        check_lstm_fixture(algo, FIXTURES / "2" / "ppo_lstm.expected.json")
+        algo.stop()

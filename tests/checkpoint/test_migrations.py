@@ -74,7 +74,8 @@ def test_format_2_lstm_policy_state_becomes_shared_with_the_value_gradient_stopp
     out = migrate("Policy", state, "2", target="3")
     assert out["spec"]["config"]["model"] == {**FULL, "use_lstm": True, **SHARED_STOPPED}
     assert out["weights"] == {"x": 1} and state["spec"]["config"]["model"]["vf_share_layers"] is False
-    for model in (FULL, {**FULL, "vf_share_layers": True}, {**FULL, "use_lstm": True, "vf_share_layers": True}):
+    lstm_shared = {**FULL, "use_lstm": True, "vf_share_layers": True}
+    for model in (FULL, {**FULL, "vf_share_layers": True}, lstm_shared):
         same = {"spec": {"config": {"model": dict(model)}}}
         assert migrate("Policy", same, "2", target="3") == same  # everything else unchanged
 

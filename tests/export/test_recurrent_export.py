@@ -69,8 +69,8 @@ def test_onnx_and_torch_program_step_through_episodes_like_the_policy(tmp_path):
     signature = json.loads((tmp_path / "onnx" / "signature.json").read_text())
     assert [s["name"] for s in signature["inputs"]] == ["obs", "state_in_h", "state_in_c"]
     assert [s["name"] for s in signature["outputs"]] == ["action", "logits", "state_out_h", "state_out_c"]
-    assert signature["recurrent"]["state_shapes"] == [[8], [8]]
-    assert signature["recurrent"]["initial_state"] == [[0.0] * 8, [0.0] * 8]
+    assert signature["recurrent"]["state_shapes"] == [[16], [16]]  # the actor's and the critic's LSTM
+    assert signature["recurrent"]["initial_state"] == [[0.0] * 16, [0.0] * 16]
 
     session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"),
                                            providers=["CPUExecutionProvider"])
@@ -124,7 +124,7 @@ def test_native_model_files_in_checkpoints_and_a_state_of_three_components(tmp_p
     assert (tmp_path / "ckpt" / "model" / "model.pt2").exists()
     restored = cairn.Policy.from_checkpoint(tmp_path / "ckpt")
     obs = np.zeros((1, 3), np.float32)
-    state = [np.ones((1, 8), np.float32)] * 2
+    state = [np.ones((1, 16), np.float32)] * 2
     a, sa = policy.compute_actions(obs, state=state, explore=False)
     b, sb = restored.compute_actions(obs, state=state, explore=False)
     assert a.tolist() == b.tolist() and all(np.array_equal(x, y) for x, y in zip(sa, sb))

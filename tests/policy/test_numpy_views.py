@@ -33,8 +33,14 @@ def _q(model: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _lstm(model: Any) -> tuple[np.ndarray, np.ndarray]:
-    states = [torch.from_numpy(s) for s in STATE]
-    return model.numpy_step(OBS, STATE)[0], model(torch.from_numpy(OBS)[:, None], states)[0][:, 0].numpy()
+    # [h, c] of 8 units for a shared LSTM, 16 (the actor's, then the critic's) for a critic of its own;
+    # the critic's half of the state out is compared too.
+    state = [np.tile(s, model.get_initial_state()[0].shape[0] // 8) for s in STATE]
+    with torch.no_grad():
+        inputs, _, out = model(torch.from_numpy(OBS)[:, None], [torch.from_numpy(s) for s in state])
+    numpy_inputs, numpy_out = model.numpy_step(OBS, state)
+    return (np.concatenate([numpy_inputs, *numpy_out], axis=-1),
+            np.concatenate([inputs[:, 0], *out], axis=-1))
 
 
 NETWORKS: dict[str, tuple[Callable[[], Any], Callable[[Any], tuple[np.ndarray, np.ndarray]]]] = {
@@ -43,6 +49,9 @@ NETWORKS: dict[str, tuple[Callable[[], Any], Callable[[Any], tuple[np.ndarray, n
     "dqn, dueling": (lambda: DQNPolicy(BOX, gym.spaces.Discrete(3), {"dueling": True}, seed=0), _q),
     "lstm, Box actions": (lambda: cairn.Policy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": LSTM}, seed=0),
                           _lstm),
+    "lstm, shared layers": (lambda: cairn.Policy(BOX, gym.spaces.Discrete(3),
+                                                 {"model": {**LSTM, "vf_share_layers": True}}, seed=0),
+                            _lstm),
     "user model": (lambda: cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": TwoHeads}},
                                         seed=0), _mlp),
 }

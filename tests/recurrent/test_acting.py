@@ -17,7 +17,7 @@ def lstm_policy(action_space=gym.spaces.Discrete(2), seed=0):
 
 def test_initial_state_is_h_and_c_of_the_cell_size():
     state = lstm_policy().get_initial_state()
-    assert [s.shape for s in state] == [(8,), (8,)]
+    assert [s.shape for s in state] == [(16,), (16,)]  # the actor's LSTM's 8 units, then the critic's
     assert all(s.dtype == np.float32 and not s.any() for s in state)
 
 
@@ -25,7 +25,7 @@ def test_single_action_threads_the_state_and_the_state_changes_the_action_inputs
     policy = lstm_policy()
     obs = np.array([0.5, -0.2, 0.1, 0.3], np.float32)
     action, state = policy.compute_single_action(obs, state=policy.get_initial_state(), explore=False)
-    assert action in (0, 1) and [s.shape for s in state] == [(8,), (8,)]
+    assert action in (0, 1) and [s.shape for s in state] == [(16,), (16,)]
     assert np.abs(state[0]).sum() > 0  # the LSTM wrote into h
     # Same observation, other state: other network output (the state is an input).
     _, again = policy.compute_single_action(obs, state=state, explore=False)
@@ -36,9 +36,9 @@ def test_batched_actions_match_single_ones_row_by_row():
     policy = lstm_policy(gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(3, 4)).astype(np.float32)
-    h, c = rng.normal(size=(3, 8)).astype(np.float32), rng.normal(size=(3, 8)).astype(np.float32)
+    h, c = rng.normal(size=(3, 16)).astype(np.float32), rng.normal(size=(3, 16)).astype(np.float32)
     actions, (h_out, c_out) = policy.compute_actions(obs, state=[h, c], explore=False)
-    assert actions.shape == (3, 2) and h_out.shape == (3, 8) and c_out.shape == (3, 8)
+    assert actions.shape == (3, 2) and h_out.shape == (3, 16) and c_out.shape == (3, 16)
     for i in range(3):
         action, (h_i, c_i) = policy.compute_single_action(obs[i], state=[h[i], c[i]], explore=False)
         np.testing.assert_allclose(action, actions[i], atol=1e-6)
@@ -102,7 +102,7 @@ def test_numpy_acting_step_matches_the_torch_forward_also_after_an_update():
                           {"model": {**LSTM, "hidden": [6]}}, seed=0)
     rng = np.random.default_rng(1)
     obs = rng.normal(size=(5, 4)).astype(np.float32)
-    state = [rng.normal(size=(5, 8)).astype(np.float32) for _ in range(2)]
+    state = [rng.normal(size=(5, 16)).astype(np.float32) for _ in range(2)]
 
     def compare():
         inputs, (h, c) = policy.model.numpy_step(obs, state)

@@ -66,9 +66,9 @@ def test_in_flight_states_that_do_not_fit_the_policy_are_refused():
         algo.train()
         state = algo.get_state()
         wrong = list(state["env_runners"][0]["recurrent_states"])
-        wrong[0] = {**wrong[0], "state": [np.zeros(16, np.float32), wrong[0]["state"][1]]}
+        wrong[0] = {**wrong[0], "state": [np.zeros(8, np.float32), wrong[0]["state"][1]]}
         bad = {**state, "env_runners": [{**state["env_runners"][0], "recurrent_states": wrong}]}
-        expected = r"shapes \[\(16,\), \(8,\)\] for agent .* expects \[\(8,\), \(8,\)\]"
+        expected = r"shapes \[\(8,\), \(16,\)\] for agent .* expects \[\(16,\), \(16,\)\]"
         with pytest.raises(CheckpointFormatError, match=expected):
             cairn.Algorithm.from_state(bad)
         plain.train()

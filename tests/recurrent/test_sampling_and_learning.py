@@ -32,7 +32,7 @@ def test_recorded_states_are_the_states_the_policy_acted_from():
     runner = algo.env_runner_group.local
     policy = algo.get_policy()
     batch = runner.sample(8)["default_policy"]
-    assert {"state_in_0", "state_in_1"} <= set(batch) and batch["state_in_0"].shape == (24, 8)
+    assert {"state_in_0", "state_in_1"} <= set(batch) and batch["state_in_0"].shape == (24, 16)
     # Replay each env's 8 steps with the policy: the state before each step is the recorded one,
     # and it restarts from zeros after each episode's end.
     for env in range(3):
@@ -87,7 +87,7 @@ def test_multi_agent_recurrent_policies_carry_a_state_per_agent():
     algo = small_ma_ppo(2, model=LSTM).build()
     batches = algo.env_runner_group.local.sample(16)
     for pid in ("p0", "p1"):
-        assert batches[pid]["state_in_0"].shape == (len(batches[pid]), 8) and len(batches[pid]) >= 8
+        assert batches[pid]["state_in_0"].shape == (len(batches[pid]), 16) and len(batches[pid]) >= 8
     states = algo.env_runner_group.local.recurrent_states.states
     assert {agent for _, agent in states} == {"agent_0", "agent_1"}
     algo.train()
