@@ -25,7 +25,8 @@ def test_remote_runner_samples_recurrent_sequences(ray_cluster):
 
         runner_state = ray.get(algo.env_runner_group.remote_actors()[0].get_state.remote())
         states = runner_state["recurrent_states"]
-        assert [e["env"] for e in states] == [0, 1] and states[0]["state"][0].shape == (8,)
+        # The actor's and the critic's LSTM, 8 units each.
+        assert [e["env"] for e in states] == [0, 1] and states[0]["state"][0].shape == (16,)
     finally:
         algo.stop()
     assert np.isfinite(result["episode_return_mean"])

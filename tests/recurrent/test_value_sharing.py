@@ -116,7 +116,7 @@ def test_separate_critic_lstm_trains_both_towers():
     ({"vf_share_layers": 1}, "vf_share_layers' must be True or False"),
     ({"framework": "keras", "vf_share_layers": True, "vf_stop_gradient": True}, "Keras"),
     ({"custom_model": "tests.models.nets:TwoHeads", "vf_share_layers": True, "vf_stop_gradient": True},
-     "custom_model"),
+     "a setting of the built-in networks"),
 ])
 def test_settings_that_do_not_fit_are_config_errors(model, match):
     with pytest.raises(ConfigError, match=match):
