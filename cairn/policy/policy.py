@@ -62,8 +62,8 @@ class Policy:
         observation_space: Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple.
         action_space: Discrete, MultiDiscrete or Box.
         config: Policy settings merged over :attr:`DEFAULT_CONFIG`: ``model`` (``hidden``,
-            ``activation``, ``vf_share_layers``, ``vf_stop_gradient``, ``log_std_init``; ``conv_*`` for images:
-            docs/models.md), ``lr``, and ``observation_filter`` (``"NoFilter"`` or
+            ``activation``, ``vf_share_layers``, ``vf_stop_gradient``, ``log_std_init``; ``conv_*``
+            for images: docs/models.md), ``lr``, and ``observation_filter`` (``"NoFilter"`` or
             ``"MeanStdFilter"``).
         seed: Seeds weight initialisation and action sampling. None: nondeterministic.
 
