@@ -3,7 +3,8 @@ fixed opponent in a two-player game, reported as wins, draws, losses and illegal
 (:func:`cairn.league.games.play_games`; docs/league.md, "Playing against fixed opponents").
 
 ``OPP`` is a policy ID of the checkpoint (a past snapshot, another player), ``random_legal``, or
-a scripted opponent ``package.module:function_or_class`` (:func:`cairn.league.opponents.resolve_opponent`).
+a scripted opponent ``package.module:function_or_class``
+(:func:`cairn.env_runner.scripted_opponents.resolve_opponent`).
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def _main_policy_id(algo: Any, requested: str | None) -> str:
 
 def _opponent(algo: Any, spec: str) -> Any:
     """A policy of the checkpoint named ``spec``, else the scripted opponent it names."""
+    from cairn.env_runner.scripted_opponents import resolve_opponent
     from cairn.errors import ConfigError
-    from cairn.league.opponents import resolve_opponent
 
     if spec in algo.policies:
         return algo.get_policy(spec)

@@ -3,9 +3,11 @@ share (:class:`AgentSampler`), and as saved in an env runner's state."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+from cairn.core import ScriptedOpponent
+from cairn.env_runner.scripted_opponents import resolve_opponent
 from cairn.policy_ids import check_mapped_policy_id
 
 if TYPE_CHECKING:
@@ -38,7 +40,13 @@ class AgentSampler:
         self.draw_seed = draw_seed
         #: Per env: the policy ID of each agent seen this episode.
         self.agent_pids: list[dict[Any, str]] = [{} for _ in self.envs]
+        #: Resolved scripted opponents by spec (resolved here, in the runner, from the string the
+        #: config carries: remote runners get the spec, never the code).
+        self._resolved: dict[str, ScriptedOpponent] = {}
         self.init_slots()
+
+    #: Whether this sampler can seat a scripted opponent (the turn-based one can).
+    seats_scripted_opponents = False
 
     def init_slots(self) -> None:
         """Create the sampler's own per-env slots (observations in flight, moves pending)."""
@@ -53,6 +61,29 @@ class AgentSampler:
         """The runner's policies."""
         return self.runner.policies
 
+    def scripted_opponents(self) -> dict[str, str]:
+        """``{name: spec}`` of the league's fixed opponents (``config.league(opponents=...)``),
+        which the mapping may return in place of a policy ID when this sampler seats them."""
+        league = self.config.league_config
+        if not self.seats_scripted_opponents or not league:
+            return {}
+        return dict(league.get("opponents") or {})
+
+    def scripted(self, pid: str) -> ScriptedOpponent | None:
+        """The scripted opponent named ``pid`` (None when ``pid`` names a policy)."""
+        if pid in self.policies:
+            return None
+        spec = self.scripted_opponents().get(pid)
+        if spec is None:
+            return None
+        if spec not in self._resolved:
+            self._resolved[spec] = resolve_opponent(spec)
+        return self._resolved[spec]
+
+    def seat_ids(self, policies: Mapping[str, Any] | None = None) -> list[str]:
+        """The IDs an agent may be mapped to: the policies', then the scripted opponents'."""
+        return [*(self.policies if policies is None else policies), *self.scripted_opponents()]
+
     def policy_of(self, env_index: int, agent: Any) -> str:
         """The policy ID ``agent`` of env ``env_index`` acts with in its current episode: the
         mapping function is called at the agent's first step of each episode, never again in it,
@@ -63,7 +94,7 @@ class AgentSampler:
         if agent not in pids:
             episode = {"env_index": env_index, "mapped": dict(pids), "evaluation": self.runner.evaluation}
             mapped = self.config.map_agent(agent, episode=episode, worker=self.runner.worker_index)
-            pids[agent] = check_mapped_policy_id(agent, mapped, self.policies)
+            pids[agent] = check_mapped_policy_id(agent, mapped, self.seat_ids())
         return pids[agent]
 
 
@@ -74,7 +105,7 @@ def agent_ids_by_name(env: Any) -> dict[str, Any]:
 
 
 def restore_agent_pids(
-    env: Any, saved: Mapping[str, str], policies: Mapping[str, Any]
+    env: Any, saved: Mapping[str, str], policies: Collection[str]
 ) -> dict[Any, str] | None:
     """The saved ``{agent name: policy ID}`` keyed by ``env``'s agent IDs, or None when it no
     longer fits: an agent the env does not have, or a policy not in ``policies``.
@@ -94,7 +125,7 @@ def restore_agent_pids(
 
 def keep_in_flight_policies(
     agent_pids: list[dict[Any, str]], in_flight: list[list[Any]], config: AlgorithmConfig,
-    policies: Mapping[str, Any],
+    policies: Collection[str],
 ) -> bool:
     """After a policy change (``Algorithm.add_policy``/``remove_policy``, a new mapping):
     whether an agent in flight (``in_flight[i]``: env ``i``'s) acts with a policy no longer in

@@ -109,6 +109,12 @@ class EnvRunner:
         """Episodes this runner has completed (a counter of its state)."""
         return self._episodes.num_episodes
 
+    @property
+    def rng(self) -> np.random.Generator:
+        """The runner's generator (saved in its state): the seeds of env resets, and the moves of
+        scripted opponents (:mod:`cairn.env_runner.scripted_opponents`)."""
+        return self._rng
+
     # ------------------------------------------------------------------------------- helpers
     def _draw_seed(self) -> int | None:
         return None if self.config.seed is None else draw_reset_seed(self._rng)

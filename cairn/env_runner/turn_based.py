@@ -41,6 +41,7 @@ from cairn.env_runner.agent_mapping import (
 )
 from cairn.env_runner.inference import compute_raw_actions
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
+from cairn.env_runner.scripted_opponents import split_observation
 from cairn.env_runner.trajectories import AgentTrajectories
 from cairn.env_runner.turn_based_check import check_moves_in_flight
 from cairn.errors import EnvError
@@ -59,9 +60,20 @@ Pending = tuple[np.ndarray, np.ndarray]
 _Selection = tuple[int, Any, Any, float, bool, bool, "Pending | None", bool]
 
 
+#: The observation slot of a scripted opponent to move: it acts on the env's own observation
+#: (``env.observe``) when it moves, so nothing of it is processed, kept or saved.
+NO_ROW = np.zeros(0, np.float32)
+
+
 class TurnBasedSampler(AgentSampler):
     """Samples turn-based envs (each a PettingZoo ``AECEnv``) for an env runner (the runner
-    owns envs, episodes, seeds; the arguments are :class:`AgentSampler`'s)."""
+    owns envs, episodes, seeds; the arguments are :class:`AgentSampler`'s).
+
+    An agent mapped to a scripted opponent (a league's fixed opponent: the mapping returned its
+    name) moves by ``opponent(observation, action_mask, runner.rng)`` on its raw observation and
+    leaves no row: the batches hold only the policies' moves."""
+
+    seats_scripted_opponents = True
 
     def init_slots(self) -> None:
         #: Per env: the agent to move and its processed observation (None before a reset).
@@ -85,7 +97,7 @@ class TurnBasedSampler(AgentSampler):
         nothing."""
         in_flight = [list(self.pending[i]) + ([entry[0]] if entry is not None else [])
                      for i, entry in enumerate(self.to_move)]
-        return keep_in_flight_policies(self.agent_pids, in_flight, config, policies)
+        return keep_in_flight_policies(self.agent_pids, in_flight, config, self.seat_ids(policies))
 
     # ------------------------------------------------------------------------------ stepping
     def reset_all(self, *, update_filter: bool) -> None:
@@ -124,6 +136,11 @@ class TurnBasedSampler(AgentSampler):
             by_pid[self.policy_of(i, entry[0])].append(i)
         actions: list[Any] = [None] * len(self.envs)
         for pid, indices in by_pid.items():
+            opponent = self.scripted(pid)
+            if opponent is not None:
+                for i in indices:
+                    actions[i] = self._scripted_move(i, opponent)
+                continue
             policy = self.policies[pid]
             movers = [self.to_move[i] for i in indices]
             obs = np.stack([m[1] for m in movers if m is not None])
@@ -149,6 +166,21 @@ class TurnBasedSampler(AgentSampler):
             env.step(actions[i])
             self.episodes.current[i].length += 1
             self.episodes.step(i)  # on_episode_step (the move's rewards are read at the next selection)
+
+    def _scripted_move(self, i: int, opponent: Any) -> Any:
+        """The move of env ``i``'s scripted opponent to move, on its raw observation and mask
+        (:func:`~cairn.env_runner.scripted_opponents.split_observation`), from the runner's
+        generator (saved with the runner: a resumed run draws the same moves)."""
+        env, entry = self.envs[i], self.to_move[i]
+        assert entry is not None
+        agent = entry[0]
+        info = (getattr(env, "infos", None) or {}).get(agent)
+        observation, mask = split_observation(env.observe(agent), info, env.action_space(agent))
+        action = opponent(observation, mask, self.runner.rng)
+        history = self.episodes.current[i].history
+        if history is not None:
+            history.act(agent, action)
+        return action
 
     def _count_move(self, i: int, agent: Any) -> None:
         """``agent`` moved in env ``i``: note whether it was its first move of the game."""
@@ -192,6 +224,11 @@ class TurnBasedSampler(AgentSampler):
                     break
                 env.step(None)  # PettingZoo's protocol: a dead agent steps with None
         for pid, items in selections.items():
+            if self.scripted(pid) is not None:  # it moves on env.observe(): no row, nothing pending
+                for selection in items:
+                    if selection[7]:
+                        self.to_move[selection[0]] = (selection[1], NO_ROW)
+                continue
             # A dead agent's observation may be None (some envs observe nothing after the end):
             # its last transition then has no next observation of its own (AgentTrajectories).
             observed = [s for s in items if s[2] is not None or s[7]]
@@ -246,7 +283,7 @@ class TurnBasedSampler(AgentSampler):
         in flight."""
         restored = []
         for i, state in enumerate(states):
-            pids = restore_agent_pids(self.envs[i], state["agent_pids"], self.policies)
+            pids = restore_agent_pids(self.envs[i], state["agent_pids"], self.seat_ids())
             if pids is None:
                 return False
             ids = agent_ids_by_name(self.envs[i])
@@ -259,7 +296,8 @@ class TurnBasedSampler(AgentSampler):
             agents = [ids[a] for a in state["pending_agents"]]
 
             def policy_of(name: str, pids: dict[Any, str] = pids, ids: dict[str, Any] = ids) -> Any:
-                return self.policies[pids.get(ids[name]) or self.config.map_agent(ids[name])]
+                pid = pids.get(ids[name]) or self.config.map_agent(ids[name])
+                return None if self.scripted(pid) is not None else self.policies[pid]
 
             check_moves_in_flight(self.envs[i], i, state, to_move, policy_of)
             pending = {a: (np.asarray(state["pending_obs"][k], dtype=np.float32).copy(),

@@ -39,13 +39,20 @@ def check_moves_in_flight(env: Any, i: int, state: Mapping[str, Any], to_move: t
                              f"(the agent to move), but env {i}'s restored agent_selection is "
                              f"{str(selection)!r:.60}.")
     agent, row = to_move
-    fresh = policy_of(str(agent)).process_observations([env.observe(agent)], update=False)
-    shape = np.shape(fresh)[1:]
-    if row.shape != shape or not np.isfinite(row).all():
+    names = list(state["pending_agents"])
+    # A scripted opponent (policy None) moves on env.observe(): its slot holds no row, and the
+    # pending rows have the shape of the first pending agent's policy.
+    shaper = next((a for a in [str(agent), *names] if policy_of(a) is not None), None)
+    observed = agent if shaper == str(agent) else next((a for a in env.agents if str(a) == shaper), agent)
+    shape = (0,) if shaper is None else np.shape(policy_of(shaper).process_observations(
+        [env.observe(observed)], update=False))[1:]
+    if policy_of(str(agent)) is None and row.shape != (0,):
+        raise _refuse(where, f"['to_move']['obs'] has shape {row.shape}; a scripted opponent's is "
+                             "empty, (0,).")
+    if policy_of(str(agent)) is not None and (row.shape != shape or not np.isfinite(row).all()):
         finite = bool(np.isfinite(row).all())
         raise _refuse(where, f"['to_move']['obs'] has shape {row.shape} (finite: {finite}); "
                              f"the policy of {str(agent)!r:.60} makes finite rows of shape {shape}.")
-    names = list(state["pending_agents"])
     if len(set(names)) != len(names) or str(agent) in names:
         raise _refuse(where, f"['pending_agents'] is {names!r:.100}: agents waiting for their "
                              f"reward are distinct and never the one to move ({str(agent)!r:.60}).")

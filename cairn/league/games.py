@@ -31,9 +31,10 @@ import numpy as np
 
 from cairn.core import PolicyLike, ScriptedOpponent
 from cairn.env_runner.make_env import close_env, is_multi_agent_env, is_turn_based_env
+from cairn.env_runner.scripted_opponents import split_observation
 from cairn.errors import ConfigError, EnvError
 
-__all__ = ["GameResults", "play_games", "split_observation", "two_player_agents"]
+__all__ = ["GameResults", "play_games", "two_player_agents"]
 
 
 @dataclass(frozen=True)
@@ -72,21 +73,6 @@ class GameResults:
         """The counts and the three rates, as JSON numbers (results, logs, ``--json``)."""
         return {**asdict(self), "win_rate": self.win_rate, "draw_rate": self.draw_rate,
                 "loss_rate": self.loss_rate}
-
-
-def split_observation(observation: Any, info: Any, action_space: Any) -> tuple[Any, np.ndarray | None]:
-    """``(observation, action_mask)`` of one player's raw observation: the mask from the
-    observation dict's ``"action_mask"`` (its ``"observation"`` entry is then the observation),
-    else from ``info["action_mask"]``, else all ones for a Discrete action space (None for
-    others)."""
-    if isinstance(observation, Mapping) and "action_mask" in observation:
-        return observation.get("observation", observation), np.asarray(observation["action_mask"])
-    mask = info.get("action_mask") if isinstance(info, Mapping) else None
-    if mask is not None:
-        return observation, np.asarray(mask)
-    if isinstance(action_space, gym.spaces.Discrete):
-        return observation, np.ones(int(action_space.n), np.int8)
-    return observation, None
 
 
 def two_player_agents(env: Any) -> list[Any]:
@@ -138,7 +124,7 @@ class _Player:
 def play_games(env_creator: Callable[[], Any], main: PolicyLike, opponent: ScriptedOpponent | PolicyLike, *,
                games: int, seed: int) -> GameResults:
     """Play ``games`` greedy games of ``main`` against ``opponent`` (a scripted opponent, e.g.
-    :func:`cairn.league.opponents.resolve_opponent`'s, or another policy) on envs from
+    :func:`cairn.env_runner.scripted_opponents.resolve_opponent`'s, or another policy) on envs from
     ``env_creator()`` (one env, reset per game); the rules are this module's docstring.
 
     Raises :class:`~cairn.errors.ConfigError` for ``games < 1`` or an env that is not a

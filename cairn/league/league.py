@@ -10,18 +10,17 @@ become ``result["league"]``). Its state is JSON numbers plus the generator's sta
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cairn.core import PolicyLike
-from cairn.env_runner.make_env import make_env
+from cairn.env_runner.make_env import is_turn_based_env, make_env
+from cairn.env_runner.scripted_opponents import resolve_opponent
 from cairn.errors import CheckpointFormatError, ConfigError
 from cairn.league.games import play_games
 from cairn.league.matchmaking import LeagueMapping, copy_plans
-from cairn.league.opponents import resolve_opponent
 from cairn.league.payoff import Payoff, game_score
 from cairn.league.ratings import Ratings
 from cairn.league.snapshots import add_snapshot, remove_snapshot, snapshot_due, snapshot_id
@@ -64,12 +63,17 @@ class League:
         #: (a bad spec fails the build, not a later evaluation).
         self.fixed_opponents = {name: resolve_opponent(spec)
                                 for name, spec in self.settings["opponents"].items()}
-        if self.fixed_opponents:
-            warnings.warn(
-                f"config.league(opponents={sorted(self.fixed_opponents)}): fixed opponents are played in "
-                "algo.evaluate() (evaluation['league']), but training draws its games from main's "
-                "snapshots only in this version.",
-                UserWarning, stacklevel=3)
+        #: Their names, in the config's order: rating IDs, and what the mapping returns to seat
+        #: one (the env runner resolves the spec itself; the code never travels).
+        self.fixed_names: list[str] = list(self.settings["opponents"])
+        for name in self.fixed_names:
+            if name == self.main or name.startswith(f"{self.main}_v"):
+                raise ConfigError(f"config.league(opponents=...) names a fixed opponent {name!r}, which is "
+                                  f"main's policy ID or a snapshot's ({self.main!r}, '{self.main}_v<n>'). "
+                                  "Fix: give the opponent another name.")
+            self.ratings.ensure(name)
+        #: Whether training seats the fixed opponents (turn-based games; set by set_agents).
+        self.seats_fixed = False
 
     def set_agents(self, env: Any) -> None:
         """Read the seats from the built env (a PettingZoo env of two or more players)."""
@@ -79,16 +83,27 @@ class League:
                               f"environment {type(env).__name__} has agents {agents}. Use a two-player "
                               "env such as pettingzoo.classic.connect_four_v3, or drop config.league().")
         self.agents = agents
+        self.seats_fixed = is_turn_based_env(env)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Copies sent to remote env runners carry the opponents' specs (in the config), not code.
+        return {**self.__dict__, "fixed_opponents": {}}
 
     # ------------------------------------------------------------------------------ playing
     def opponents(self) -> list[str]:
         """The policies main may be drawn against (the snapshots, oldest first)."""
         return list(self.pool)
 
+    def fixed_in_training(self) -> list[str]:
+        """The fixed opponents training draws (all of them in turn-based games; none in
+        parallel ones, whose env runners cannot seat a scripted player yet)."""
+        return list(self.fixed_names) if self.seats_fixed else []
+
     def win_rates(self) -> dict[str, float]:
-        """Main's mean score over the window against each opponent of the pool."""
+        """Main's mean score over the window against each opponent of the pool and each fixed
+        opponent it played."""
         rates = self.payoff.win_rates()
-        return {pid: rates[pid] for pid in self.opponents() if pid in rates}
+        return {pid: rates[pid] for pid in [*self.opponents(), *self.fixed_names] if pid in rates}
 
     def record_episodes(self, episodes: Iterable[Mapping[str, Any]]) -> None:
         """Count finished games; a game of main against a pool member updates both ratings and
@@ -102,11 +117,11 @@ class League:
             if not others:
                 self.self_play_games += 1
                 continue
-            if len(others) != 1 or others[0] not in self.pool:
+            if len(others) != 1 or (others[0] not in self.pool and others[0] not in self.fixed_names):
                 continue  # an opponent that left the pool while the game was in flight
             opponent = others[0]
             score = game_score(sum(returns[self.main]), sum(returns[opponent]))
-            self.payoff.record(opponent, score, is_snapshot=True)
+            self.payoff.record(opponent, score, is_snapshot=opponent in self.pool)
             self.ratings.rate(self.main, opponent, score)
 
     def end_iteration(self, algo: Algorithm) -> dict[str, Any]:
@@ -200,12 +215,14 @@ class League:
         set_rng_state(self.rng, dict(state["rng"]))
         self.pool, self.snapshots_taken, self.games = pool, snapshots_taken, games
         self.self_play_games, self.ratings, self.payoff, self.plans = self_play_games, ratings, payoff, plans
-        members = {self.main, *pool}
+        members = {self.main, *pool, *self.fixed_names}
         self.ratings.ensure(self.main)
+        for name in self.fixed_names:
+            self.ratings.ensure(name)
         self.ratings.keep_only(members)
         self.payoff.keep_only(members)
         for plan in self.plans.values():
-            if plan["opponent"] is not None and plan["opponent"] not in pool:
+            if plan["opponent"] is not None and plan["opponent"] not in members:
                 plan["opponent"] = None
 
 

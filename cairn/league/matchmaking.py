@@ -34,15 +34,19 @@ def pfsp_weight(win_rate: float) -> float:
     return (1.0 - win_rate) ** 2
 
 
-def opponent_weights(kind: str, pool: Sequence[str], win_rates: Mapping[str, float]) -> np.ndarray:
-    """Draw weights of ``pool`` (oldest first) under matchmaking ``kind``; an opponent with no
-    game in the window counts as never beaten (``p = 0``: PFSP weight 1). All zeros means no
-    opponent is to be drawn (the game is self-play)."""
+def opponent_weights(kind: str, pool: Sequence[str], win_rates: Mapping[str, float],
+                     fixed: Sequence[str] = ()) -> np.ndarray:
+    """Draw weights of ``pool`` (snapshots, oldest first) followed by ``fixed`` (fixed
+    opponents) under matchmaking ``kind``: ``"uniform"`` weighs all alike, ``"pfsp"`` each by
+    its :func:`pfsp_weight` (an opponent with no game in the window counts as never beaten:
+    ``p = 0``, weight 1), ``"latest"`` only the newest snapshot (fixed opponents are never
+    drawn). All zeros means no opponent is to be drawn (the game is self-play)."""
+    everyone = [*pool, *fixed]
     if kind == "uniform":
-        return np.ones(len(pool))
+        return np.ones(len(everyone))
     if kind == "latest":
-        return np.array([float(i == len(pool) - 1) for i in range(len(pool))])
-    return np.array([pfsp_weight(win_rates.get(pid, 0.0)) for pid in pool])
+        return np.array([float(i == len(pool) - 1) for i in range(len(everyone))])
+    return np.array([pfsp_weight(win_rates.get(pid, 0.0)) for pid in everyone])
 
 
 class LeagueMapping(DrawnMapping):
@@ -88,8 +92,9 @@ class LeagueMapping(DrawnMapping):
         league, settings = self.league, self.league.settings
         opponent = None
         if rng.random() >= settings["self_play_fraction"]:
-            pool = league.opponents()
-            weights = opponent_weights(settings["matchmaking"], pool, league.win_rates())
+            fixed = league.fixed_in_training()
+            weights = opponent_weights(settings["matchmaking"], league.opponents(), league.win_rates(), fixed)
+            pool = [*league.opponents(), *fixed]
             if weights.sum() > 0:
                 opponent = pool[int(rng.choice(len(pool), p=weights / weights.sum()))]
         seat = int(rng.integers(len(league.agents)))

@@ -13,10 +13,10 @@ from pettingzoo.utils.env_logger import EnvLogger
 import cairn
 from cairn.cli import main
 from cairn.env_runner.make_env import make_env
+from cairn.env_runner.scripted_opponents import random_legal
 from cairn.envs import connect_four_heuristic
 from cairn.envs.pettingzoo_env import make_pettingzoo_env
 from cairn.league.games import play_games
-from cairn.league.opponents import random_legal
 
 CONNECT_FOUR = {"env_module": "pettingzoo.classic.connect_four_v3"}
 

@@ -21,3 +21,16 @@ def small_league(**league: Any) -> cairn.AlgorithmConfig:
             .training(model={"hidden": [8]}, train_batch_size=128, minibatch_size=64, num_epochs=1)
             .league(**settings)
             .debugging(seed=0))
+
+
+class CountingRandomLegal:
+    """A scripted opponent (``"tests.league.games:CountingRandomLegal"``) that plays random legal
+    moves and counts them in :attr:`moves` (class-wide: the env runner builds its own instance)."""
+
+    moves = 0
+
+    def __call__(self, observation: Any, action_mask: Any, rng: Any) -> int:
+        from cairn.env_runner.scripted_opponents import random_legal
+
+        CountingRandomLegal.moves += 1
+        return random_legal(observation, action_mask, rng)

@@ -15,11 +15,11 @@ from pettingzoo.utils.env_logger import EnvLogger
 import cairn
 from cairn.core import PolicyLike
 from cairn.env_runner.make_env import create_env
+from cairn.env_runner.scripted_opponents import random_legal
 from cairn.envs import connect_four_heuristic
 from cairn.envs.pettingzoo_env import make_pettingzoo_env
 from cairn.errors import ConfigError, EnvError
 from cairn.league.games import GameResults, play_games
-from cairn.league.opponents import random_legal
 
 SMALL_NET = {"model": {"hidden": [16]}}
 

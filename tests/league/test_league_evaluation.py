@@ -1,11 +1,11 @@
 """algo.evaluate() with fixed opponents: evaluation["league"] holds main's greedy games against
 each, equal to play_games over the same games; evaluation episodes draw nothing from the league."""
 
-import pytest
+import warnings
 
 from cairn.env_runner.make_env import make_env
+from cairn.env_runner.scripted_opponents import resolve_opponent
 from cairn.league.games import play_games
-from cairn.league.opponents import resolve_opponent
 from cairn.rng import rng_state
 from tests.league.games import small_league
 
@@ -13,7 +13,8 @@ OPPONENTS = {"random_legal": "random_legal", "heuristic": "cairn.envs.connect_fo
 
 
 def test_evaluation_plays_each_fixed_opponent_as_play_games_does():
-    with pytest.warns(UserWarning, match="fixed opponents are played in algo.evaluate"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # training draws fixed opponents: no warning
         algo = small_league(opponents=OPPONENTS, evaluation_games=6).build()
     try:
         algo.train()
@@ -44,9 +45,8 @@ def test_checkpoint_manager_keeps_the_best_by_win_rate_against_a_fixed_opponent(
     import cairn
 
     metric = "evaluation.league.random_legal.win_rate"
-    with pytest.warns(UserWarning):
-        config = small_league(opponents={"random_legal": "random_legal"}, evaluation_games=4)
-        algo = config.evaluation(evaluation_interval=1, evaluation_duration=1).build()
+    config = small_league(opponents={"random_legal": "random_legal"}, evaluation_games=4)
+    algo = config.evaluation(evaluation_interval=1, evaluation_duration=1).build()
     manager = cairn.CheckpointManager(tmp_path / "ckpts", keep_last=1, keep_best=(metric, "max", 1))
     try:
         rates = {}

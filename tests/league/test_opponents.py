@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from cairn.core import ScriptedOpponent
+from cairn.env_runner.scripted_opponents import RANDOM_LEGAL, random_legal, resolve_opponent
 from cairn.envs.connect_four import connect_four_heuristic
 from cairn.errors import ConfigError, EnvError, UnsafeCheckpointError
-from cairn.league.opponents import RANDOM_LEGAL, random_legal, resolve_opponent
 
 HERE = __name__
 

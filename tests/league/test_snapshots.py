@@ -26,8 +26,7 @@ def test_by_win_rate_over_a_full_window():
 
 
 def test_fixed_opponents_are_resolved_at_build():
-    with pytest.warns(UserWarning, match="fixed opponents are played in algo.evaluate"):
-        league = League(league_settings(opponents={"rnd": "random_legal"}), seed=0)
+    league = League(league_settings(opponents={"rnd": "random_legal"}), seed=0)
     assert callable(league.fixed_opponents["rnd"])
     with pytest.raises(ConfigError, match="no_such_module"):
         League(league_settings(opponents={"bad": "no_such_module:fn"}), seed=0)

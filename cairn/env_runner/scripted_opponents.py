@@ -14,15 +14,17 @@ callables). The signature is :class:`cairn.core.ScriptedOpponent`::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from cairn.core import ScriptedOpponent
 from cairn.errors import CheckpointConfigError, ConfigError, EnvError
 from cairn.registry import resolve_reference
 
-__all__ = ["ScriptedOpponent", "RANDOM_LEGAL", "random_legal", "resolve_opponent"]
+__all__ = ["ScriptedOpponent", "RANDOM_LEGAL", "random_legal", "resolve_opponent", "split_observation"]
 
 #: The name of the built-in opponent that plays a uniformly random legal action.
 RANDOM_LEGAL = "random_legal"
@@ -79,3 +81,18 @@ def resolve_opponent(spec: str) -> ScriptedOpponent:
         raise ConfigError(f"Opponent {spec!r} names the class {resolved.__qualname__}, which could not be "
                           f"built with no arguments ({exc}). Fix: give its __init__ defaults for every "
                           "argument, or name a function.") from exc
+
+
+def split_observation(observation: Any, info: Any, action_space: Any) -> tuple[Any, np.ndarray | None]:
+    """``(observation, action_mask)`` of one player's raw observation: the mask from the
+    observation dict's ``"action_mask"`` (its ``"observation"`` entry is then the observation),
+    else from ``info["action_mask"]``, else all ones for a Discrete action space (None for
+    others)."""
+    if isinstance(observation, Mapping) and "action_mask" in observation:
+        return observation.get("observation", observation), np.asarray(observation["action_mask"])
+    mask = info.get("action_mask") if isinstance(info, Mapping) else None
+    if mask is not None:
+        return observation, np.asarray(mask)
+    if isinstance(action_space, gym.spaces.Discrete):
+        return observation, np.ones(int(action_space.n), np.int8)
+    return observation, None

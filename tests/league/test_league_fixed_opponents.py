@@ -1,0 +1,111 @@
+"""Fixed opponents in training: matchmaking draws them like pool members, the turn-based env
+runner seats them (their moves from the runner's generator, no rows of theirs in the batches),
+their games update ratings and payoff, and a run with one resumes bit for bit."""
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from pettingzoo.classic import connect_four_v3
+
+from cairn.config.league_settings import league_settings
+from cairn.errors import ConfigError
+from cairn.league import League
+from tests.conftest import ROOT
+from tests.helpers import weights_digest
+from tests.league.games import CountingRandomLegal, small_league
+from tests.league.test_league_resume import _CONTINUE
+
+FIXED = {"random_legal": "random_legal", "heuristic": "cairn.envs.connect_four:connect_four_heuristic"}
+
+
+def _league(**kwargs) -> League:
+    league = League(league_settings(opponents=FIXED, **kwargs), seed=0)
+    league.set_agents(connect_four_v3.env())
+    league.pool = ["main_v1", "main_v2"]
+    return league
+
+
+@pytest.mark.parametrize("matchmaking", ["uniform", "pfsp", "latest"])
+def test_draws_include_fixed_opponents_in_proportion(matchmaking):
+    league = _league(matchmaking=matchmaking, self_play_fraction=0.0)
+    # PFSP: main always beats main_v2 (weight 0) and scores 0.5 against random_legal (weight 0.25).
+    for _ in range(10):
+        league.payoff.record("main_v2", 1.0, is_snapshot=True)
+        league.payoff.record("random_legal", 0.5, is_snapshot=False)
+    games = 4000
+    drawn = Counter(league.mapping.draw_game(league.rng)["opponent"] for _ in range(games))
+    expected = {"uniform": {"main_v1": 0.25, "main_v2": 0.25, "random_legal": 0.25, "heuristic": 0.25},
+                "pfsp": {"main_v1": 1 / 2.25, "random_legal": 0.25 / 2.25, "heuristic": 1 / 2.25},
+                "latest": {"main_v2": 1.0}}[matchmaking]  # latest: the newest snapshot, never a fixed one
+    assert set(drawn) == set(expected)
+    for opponent, share in expected.items():
+        assert abs(drawn[opponent] / games - share) < 0.03, (opponent, drawn)
+
+
+def test_scripted_games_update_ratings_and_payoff():
+    league = _league()
+    before = dict(league.ratings.table)
+    league.record_episodes([{"policy_returns": {"main": [1.0], "heuristic": [-1.0]}},
+                            {"policy_returns": {"heuristic": [1.0], "main": [-1.0]}},
+                            {"policy_returns": {"main": [0.0], "random_legal": [0.0]}}])
+    metrics = league.metrics()
+    assert metrics["payoff"] == {"heuristic": {"wins": 1, "draws": 0, "losses": 1},
+                                 "random_legal": {"wins": 0, "draws": 1, "losses": 0}}
+    assert metrics["win_rate"] == {"heuristic": 0.5, "random_legal": 0.5} and metrics["games"] == 3
+    assert league.ratings.table["heuristic"] != before["heuristic"]
+    assert not league.payoff.recent_against_snapshots  # a fixed opponent never triggers a snapshot
+
+
+def test_fixed_opponent_named_like_main_is_refused():
+    with pytest.raises(ConfigError, match="'main_v1'"):
+        League(league_settings(opponents={"main_v1": "random_legal"}), seed=0)
+
+
+def test_batches_against_scripted_opponents_hold_only_mains_moves():
+    spec = "tests.league.games:CountingRandomLegal"
+    algo = small_league(opponents={"counting": spec}, self_play_fraction=0.0,
+                        snapshot_every_iterations=1000).build()
+    try:
+        runner = algo.env_runner_group.local
+        runner.sample(5)  # some moves in flight first: the count below must carry them over
+
+        def pending() -> int:
+            return sum(len(env["pending_agents"]) for env in runner.get_state()["current_obs"])
+
+        before, CountingRandomLegal.moves = pending(), 0
+        steps = 40
+        batches = runner.sample(steps)
+        assert set(batches) == {"main"} and CountingRandomLegal.moves > 0
+        main_moves = steps * runner.num_envs - CountingRandomLegal.moves  # one move per env per step
+        assert len(batches["main"]) == before + main_moves - pending()
+        played = [e["policy_returns"] for e in runner.get_metrics()]
+        assert played and all(set(r) == {"main", "counting"} for r in played)
+        result = algo.train()["league"]
+        record = result["payoff"]["counting"]
+        assert record["wins"] + record["draws"] + record["losses"] == result["games"] > 0
+        assert set(result["rating"]) == {"main", "counting"}
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+def test_league_with_a_fixed_opponent_resumes_bit_for_bit(tmp_path):
+    algo = small_league(opponents={"random_legal": "random_legal"}, matchmaking="uniform").build()
+    for _ in range(2):
+        algo.train()
+    path = algo.save(tmp_path / "c")
+    in_flight = algo.env_runner_group.local.get_state()["current_obs"]
+    # Saved with a scripted opponent in a game in flight (its mapping restored, not drawn again).
+    assert any("random_legal" in env["agent_pids"].values() for env in in_flight)
+    for _ in range(2):
+        algo.train()
+    league = algo.league.get_state()
+    assert league["payoff"]["table"]["random_legal"] and league["pool"] == ["main_v3", "main_v4"]
+    expected = json.dumps([weights_digest(algo), sorted(algo.policies), league], sort_keys=True)
+    algo.stop()
+    out = subprocess.run([sys.executable, "-c", _CONTINUE.format(root=str(ROOT), path=str(path))],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()
+    assert out.splitlines()[-1] == expected
