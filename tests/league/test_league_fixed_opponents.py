@@ -2,16 +2,18 @@
 runner seats them (their moves from the runner's generator, no rows of theirs in the batches),
 their games update ratings and payoff, and a run with one resumes bit for bit."""
 
+import copy
 import json
 import subprocess
 import sys
 from collections import Counter
 
+import numpy as np
 import pytest
 from pettingzoo.classic import connect_four_v3
 
 from cairn.config.league_settings import league_settings
-from cairn.errors import ConfigError
+from cairn.errors import CheckpointFormatError, ConfigError
 from cairn.league import League
 from tests.conftest import ROOT
 from tests.helpers import weights_digest
@@ -98,8 +100,9 @@ def test_league_with_a_fixed_opponent_resumes_bit_for_bit(tmp_path):
         algo.train()
     path = algo.save(tmp_path / "c")
     in_flight = algo.env_runner_group.local.get_state()["current_obs"]
-    # Saved with a scripted opponent in a game in flight (its mapping restored, not drawn again).
-    assert any("random_legal" in env["agent_pids"].values() for env in in_flight)
+    # Saved with the scripted opponent to move in a game in flight (its mapping restored, not drawn
+    # again; its move, drawn after the restore, from the restored runner generator).
+    assert any(env["agent_pids"].get(env["to_move"]["agent"]) == "random_legal" for env in in_flight)
     for _ in range(2):
         algo.train()
     league = algo.league.get_state()
@@ -109,3 +112,26 @@ def test_league_with_a_fixed_opponent_resumes_bit_for_bit(tmp_path):
     out = subprocess.run([sys.executable, "-c", _CONTINUE.format(root=str(ROOT), path=str(path))],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()
     assert out.splitlines()[-1] == expected
+
+
+def test_an_edited_scripted_move_in_flight_is_refused():
+    algo = small_league(opponents={"random_legal": "random_legal"}, matchmaking="uniform").build()
+    try:
+        for _ in range(2):
+            algo.train()
+        runner = algo.env_runner_group.local
+        state = runner.get_state()
+        scripted = [i for i, env in enumerate(state["current_obs"])
+                    if env["agent_pids"].get(env["to_move"]["agent"]) == "random_legal"]
+        assert scripted  # seed 0: env 1's opponent is to move
+        edited = copy.deepcopy(state)
+        edited["current_obs"][scripted[0]]["to_move"]["obs"] = np.zeros(3, np.float32)
+        with pytest.raises(CheckpointFormatError, match="scripted opponent"):
+            runner.set_state(edited)
+        after = runner.get_state()
+        assert json.dumps(after["current_obs"][scripted[0]]["agent_pids"]) == \
+            json.dumps(state["current_obs"][scripted[0]]["agent_pids"])
+        runner.set_state(state)  # the unedited state restores
+        assert runner.sample(4)
+    finally:
+        algo.stop()
