@@ -48,6 +48,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError
+from cairn.numpy_acting import in_torch
 from cairn.registry import register_model_class, registered_model_classes
 
 __all__ = [
@@ -88,15 +89,6 @@ class ModelBase(nn.Module):
         #: The width of ``obs`` (the flattened observation size).
         self.obs_size = int(gym.spaces.flatdim(observation_space))
 
-    @staticmethod
-    def _act(fn: Any, obs: np.ndarray) -> np.ndarray:
-        """``fn(obs)`` for acting: the model's torch code as it is now, under inference mode.
-
-        Never a translation: a traced copy of ``forward`` would keep the Python attributes and
-        branches it saw when it was made (issue 36, item 5), and acting must equal learning."""
-        with torch.inference_mode():
-            return fn(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
-
 
 class ActorCriticModel(ModelBase):
     """PPO's network: ``forward(obs) -> (action_inputs [B, num_outputs], value [B])``.
@@ -122,7 +114,7 @@ class ActorCriticModel(ModelBase):
 
     def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
         """:meth:`action_inputs` of a numpy batch, for acting (in torch, under inference mode)."""
-        return self._act(self.action_inputs, obs)
+        return in_torch(self.action_inputs, obs)
 
 
 class RecurrentActorCriticModel(ActorCriticModel):
@@ -176,7 +168,7 @@ class QModel(ModelBase):
 
     def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q-values of a numpy batch (acting and targets), through :meth:`forward` in torch."""
-        return self._act(self.forward, obs)
+        return in_torch(self.forward, obs)
 
 
 class SACActorModel(ModelBase):
@@ -190,10 +182,7 @@ class SACActorModel(ModelBase):
     def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
         """``[mean, log_std]`` concatenated for a numpy batch (acting), through :meth:`forward`
         in torch."""
-        return self._act(self._mean_and_log_std, obs)
-
-    def _mean_and_log_std(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.cat(self(obs), dim=-1)
+        return in_torch(lambda x: torch.cat(self(x), dim=-1), obs)
 
 
 class SACCriticModel(ModelBase):

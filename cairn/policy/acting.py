@@ -13,8 +13,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
+from cairn.numpy_acting import in_torch
 from cairn.policy.action_masking import MaskedObservationPreprocessor, filter_features
 from cairn.policy.distributions import ActionDistribution
 from cairn.policy.filters import MeanStdFilter, NoFilter
@@ -50,10 +50,7 @@ def action_inputs(model: Any, processed_obs: np.ndarray) -> np.ndarray:
     observations: through its ``numpy_action_inputs`` where it has one, else through
     ``model.action_inputs`` under ``torch.inference_mode()``."""
     fast = getattr(model, "numpy_action_inputs", None)
-    if fast is not None:
-        return fast(processed_obs)  # type: ignore[no-any-return]
-    with torch.inference_mode():
-        return model.action_inputs(torch.from_numpy(processed_obs)).numpy()  # type: ignore[no-any-return]
+    return fast(processed_obs) if fast is not None else in_torch(model.action_inputs, processed_obs)  # type: ignore[no-any-return]
 
 
 def raw_actions(

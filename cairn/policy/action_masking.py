@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ActionMaskError, ConfigError, ObservationSpaceError
+from cairn.numpy_acting import in_torch
 from cairn.spaces import ObservationPreprocessor
 
 __all__ = [
@@ -218,6 +219,14 @@ class _MaskedModel(nn.Module):
     def extra(self, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (mask,) if self.passes_mask else ()
 
+    def numpy_outputs(self, net: Any, method: str, masked_torch: Any, rows: np.ndarray) -> np.ndarray:
+        """Masked outputs for ``rows``: ``net``'s numpy ``method``, else ``masked_torch`` in torch."""
+        fast = getattr(net, method, None)
+        if fast is None or self.passes_mask:
+            return in_torch(masked_torch, rows)
+        features = np.ascontiguousarray(rows[:, : self.feature_size])
+        return _mask_scores_numpy(fast(features), rows[:, self.feature_size:])
+
     def reset_parameters(self, generator: torch.Generator) -> None:
         reset = getattr(self.net, "reset_parameters", None)
         if reset is not None:
@@ -241,12 +250,7 @@ class MaskedActorCritic(_MaskedModel):
         return self.net.value(features, *self.extra(mask))  # type: ignore[no-any-return]
 
     def numpy_action_inputs(self, rows: np.ndarray) -> np.ndarray:
-        fast = getattr(self.net, "numpy_action_inputs", None)
-        mask = rows[:, self.feature_size:]
-        if fast is None or self.passes_mask:
-            with torch.inference_mode():
-                return self.action_inputs(torch.from_numpy(rows)).numpy()  # type: ignore[no-any-return]
-        return _mask_scores_numpy(fast(np.ascontiguousarray(rows[:, : self.feature_size])), mask)
+        return self.numpy_outputs(self.net, "numpy_action_inputs", self.action_inputs, rows)
 
 
 class MaskedQModel(_MaskedModel):
@@ -257,12 +261,7 @@ class MaskedQModel(_MaskedModel):
         return mask_scores(self.net(features, *self.extra(mask)), mask)
 
     def numpy_q_values(self, rows: np.ndarray) -> np.ndarray:
-        fast = getattr(self.net, "numpy_q_values", None)
-        mask = rows[:, self.feature_size:]
-        if fast is None or self.passes_mask:
-            with torch.inference_mode():
-                return self(torch.from_numpy(rows)).numpy()  # type: ignore[no-any-return]
-        return _mask_scores_numpy(fast(np.ascontiguousarray(rows[:, : self.feature_size])), mask)
+        return self.numpy_outputs(self.net, "numpy_q_values", self, rows)
 
 
 def _segments(mask: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:

@@ -34,15 +34,15 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError
-from cairn.numpy_program import StorageWatch
+from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch
 from cairn.policy.keras_backend import import_keras, import_tensorflow_quietly
 from cairn.policy.keras_config import model_framework
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
-from cairn.policy.model import NUMPY_ACTIVATIONS, ActorCriticMLP
+from cairn.policy.model import ActorCriticMLP
 from cairn.registry import resolve_callable
 
 __all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp",
-           "build_user_keras_model", "deepcopy_keras_module", "load_keras_builder",
+           "build_user_keras_model", "deepcopy_keras_module", "keras_dense", "load_keras_builder",
            "make_keras_actor_critic", "orthogonal_init", "torch_linear_init"]
 
 #: cairn's activation names -> Keras' (the same functions).
@@ -211,8 +211,7 @@ class KerasActorCritic(nn.Module):
         self.activation = layers.activation if layers is not None else None
         # A plain attribute (not a submodule): the layers' variables are the network's.
         object.__setattr__(self, "mlp_layers", layers)
-        #: Views of the acting layers' variables, and the watch that says when to take them again.
-        self._numpy_layers: tuple[StorageWatch, list[tuple[np.ndarray, np.ndarray]]] | None = None
+        self._numpy_views = LiveViews(_acting_views)
 
     # ------------------------------------------------------------------------------- init
     def reset_parameters(self, generator: torch.Generator) -> None:
@@ -236,7 +235,6 @@ class KerasActorCritic(nn.Module):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> KerasActorCritic:
         copied: KerasActorCritic = deepcopy_keras_module(self, memo)
-        copied._numpy_layers = None
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
         if layers is not None:  # the copy's own Keras layers, found by name
             object.__setattr__(copied, "mlp_layers", layers.in_network(copied.network))
@@ -248,10 +246,6 @@ class KerasActorCritic(nn.Module):
         a Keras variable keeps the ``Parameter`` it was created with, so a replaced one would
         no longer be the variable Keras computes with and saves."""
         return super().load_state_dict(state_dict, strict=strict, assign=False)
-
-    def _apply(self, fn: Any, recurse: bool = True) -> KerasActorCritic:
-        self._numpy_layers = None  # parameters may get new storage (to_empty, .to(), ...)
-        return super()._apply(fn, recurse)  # type: ignore[no-any-return]
 
     # ---------------------------------------------------------------------------- compute
     def _run(self, layers: Sequence[Any], x: torch.Tensor,
@@ -305,23 +299,20 @@ class KerasActorCritic(nn.Module):
         torch, where its convolutions, not the dispatch, dominate)."""
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
         if layers is None or layers.encoder is not None:
-            with torch.inference_mode():
-                return self.action_inputs(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
-        if self._numpy_layers is None or self._numpy_layers[0].moved():  # (param.data = x)
-            dense = [*layers.actor, layers.action_head]
-            self._numpy_layers = (StorageWatch([self.variables]), [
-                (_variable(layer, "kernel").detach().numpy(), _variable(layer, "bias").detach().numpy())
-                for layer in dense])
-        act = NUMPY_ACTIVATIONS[layers.activation]
-        x = obs
-        *hidden, (w_out, b_out) = self._numpy_layers[1]
-        for w, b in hidden:
-            x = act(x @ w + b)
-        out = x @ w_out + b_out
-        if layers.log_std is not None:
-            log_std = _variable(layers.log_std, "bias").detach().numpy()
-            out = np.concatenate([out, np.broadcast_to(log_std, out.shape)], axis=-1)
-        return out  # type: ignore[no-any-return]
+            return in_torch(self.action_inputs, obs)
+        hidden, head, log_std = self._numpy_views.get(self)
+        return affine(dense_stack(obs, hidden, layers.activation), head, log_std)
+
+
+def keras_dense(layer: Any, view: View) -> Dense:
+    """A Keras ``Dense`` layer's ``(kernel [in, out], bias)`` as numpy views."""
+    return view(_variable(layer, "kernel")), view(_variable(layer, "bias"))
+
+
+def _acting_views(model: KerasActorCritic, view: View) -> tuple[list[Dense], Dense, np.ndarray | None]:
+    layers: MLPLayers = model.mlp_layers  # type: ignore[assignment]
+    return ([keras_dense(layer, view) for layer in layers.actor], keras_dense(layers.action_head, view),
+            None if layers.log_std is None else view(_variable(layers.log_std, "bias")))
 
 
 def make_keras_actor_critic(obs_size: int, num_outputs: int, model_config: Mapping[str, Any], *,

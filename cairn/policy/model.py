@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError, ImageObservationWarning
-from cairn.numpy_program import NUMPY_ACTIVATIONS, StorageWatch  # the numpy forward passes' activations
+from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch, linear
 from cairn.policy.custom_model import CUSTOM_MODEL_KEYS, check_custom_model_settings
 from cairn.policy.encoders import ObservationEncoder, check_conv_config, encoder_description, image_layout
 from cairn.policy.keras_config import FRAMEWORK_MODEL_KEYS, check_framework_settings
@@ -22,7 +22,7 @@ from cairn.policy.recurrent_config import RECURRENT_MODEL_KEYS, check_recurrent_
 from cairn.spaces import is_image_space
 from cairn.validation import check_section
 
-__all__ = ["ActorCriticMLP", "ACTIVATIONS", "NUMPY_ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config",
+__all__ = ["ActorCriticMLP", "ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config",
            "VF_STOP_GRADIENT_NEEDS_SHARING", "check_value_sharing", "builds_config_mlp",
            "warn_if_image_observations", "policy_encoder_description", "mlp"]
 
@@ -215,8 +215,7 @@ class ActorCriticMLP(nn.Module):
         head_outputs = num_outputs // 2 if free_log_std else num_outputs
         self.vf_share_layers = vf_share_layers
         self.activation = activation
-        #: Views of the acting layers' parameters, and the watch that says when to take them again.
-        self._numpy_layers: tuple[StorageWatch, list[tuple[np.ndarray, np.ndarray]]] | None = None
+        self._numpy_views = LiveViews(_acting_views)
         self.actor = mlp(sizes, activation)
         self.action_head = nn.Linear(last, head_outputs)
         self.critic = None if vf_share_layers else mlp(sizes, activation)
@@ -239,35 +238,13 @@ class ActorCriticMLP(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
-        """:meth:`action_inputs` in numpy on views of the live parameters.
-
-        For a batch of a few observations, numpy's small matrix products cost a fraction of
-        torch's per-operator dispatch; the sampling loop calls this once per step. The views
-        share memory with the parameters, so in-place optimizer updates are seen at once; they
-        are taken again when a parameter was replaced or moved (:class:`StorageWatch`).
-        A CNN encoder runs in torch (its convolutions dominate, not the dispatch).
-        """
+        """:meth:`action_inputs` in numpy on views of the live parameters
+        (:mod:`cairn.numpy_acting`); a CNN encoder runs in torch (its convolutions dominate,
+        not the dispatch)."""
         if self.encoder is not None:
-            with torch.inference_mode():
-                return self.action_inputs(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
-        if self._numpy_layers is None or self._numpy_layers[0].moved():
-            linears = [m for m in self.actor if isinstance(m, nn.Linear)] + [self.action_head]
-            self._numpy_layers = (StorageWatch([self, *linears], recurse=False),  # self: log_std
-                                  [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linears])
-        act = NUMPY_ACTIVATIONS[self.activation]
-        x = obs
-        *hidden, (w_out, b_out) = self._numpy_layers[1]
-        for w, b in hidden:
-            x = act(x @ w + b)
-        out = x @ w_out + b_out
-        if self.log_std is not None:
-            log_std = self.log_std.detach().numpy()
-            out = np.concatenate([out, np.broadcast_to(log_std, out.shape)], axis=-1)
-        return out  # type: ignore[no-any-return]
-
-    def _apply(self, fn: Any, recurse: bool = True) -> ActorCriticMLP:
-        self._numpy_layers = None  # parameters may be replaced (to_empty, .to(), ...)
-        return super()._apply(fn, recurse)  # type: ignore[no-any-return]
+            return in_torch(self.action_inputs, obs)
+        hidden, head, log_std = self._numpy_views.get(self)
+        return affine(dense_stack(obs, hidden, self.activation), head, log_std)
 
     def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
         """The action distribution's inputs for a batch of processed observations."""
@@ -296,3 +273,8 @@ class ActorCriticMLP(nn.Module):
             value = self.value_head(features.detach() if self.vf_stop_gradient else features)
             return out, value.squeeze(-1)
         return self.action_inputs(obs), self.value(obs)
+
+
+def _acting_views(model: ActorCriticMLP, view: View) -> tuple[list[Dense], Dense, np.ndarray | None]:
+    hidden = [linear(m, view) for m in model.actor if isinstance(m, nn.Linear)]
+    return hidden, linear(model.action_head, view), None if model.log_std is None else view(model.log_std)

@@ -24,25 +24,11 @@ from torch import nn
 
 from cairn.errors import ConfigError
 from cairn.models import RecurrentActorCriticModel
-from cairn.numpy_program import NUMPY_ACTIVATIONS, StorageWatch
+from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch, linear, lstm_cell
 from cairn.policy.encoders import ObservationEncoder
 from cairn.policy.model import VF_STOP_GRADIENT_NEEDS_SHARING, mlp
 
 __all__ = ["LSTMActorCritic"]
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|, unlike 1 / (1 + exp(-x))
-
-
-def _numpy_lstm_step(x: np.ndarray, h: np.ndarray, c: np.ndarray,
-                     views: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """One step of a one-layer torch LSTM in numpy: ``(h, c)`` after ``x`` from ``(h, c)``."""
-    w_ih, w_hh, b_ih, b_hh = views
-    gates = x @ w_ih + h @ w_hh + (b_ih + b_hh)
-    i, f, g, o = np.split(gates, 4, axis=-1)  # torch's gate order: input, forget, cell, output
-    c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
-    return _sigmoid(o) * np.tanh(c), c
-
 
 class LSTMActorCritic(RecurrentActorCriticModel):
     """Encoder + MLP (``trunk.*``), ``lstm.*``, ``action_head``, ``value_head`` and, for Box
@@ -73,8 +59,7 @@ class LSTMActorCritic(RecurrentActorCriticModel):
             raise ConfigError(VF_STOP_GRADIENT_NEEDS_SHARING)
         self.cell_size = int(cell_size)
         self.activation = activation
-        #: Views of the acting parameters, and the watch that says when to take them again.
-        self._numpy_views: tuple[StorageWatch, dict[str, Any]] | None = None
+        self._numpy_views = LiveViews(_acting_views)
         self.vf_share_layers = bool(vf_share_layers)
         self.vf_stop_gradient = bool(vf_stop_gradient)
         self.encoder = None if encoder is None else ObservationEncoder(encoder)
@@ -110,9 +95,9 @@ class LSTMActorCritic(RecurrentActorCriticModel):
                     nn.init.zeros_(param)
 
     def numpy_step(self, obs: np.ndarray, state: Sequence[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        """One acting step in numpy on views of the live parameters: ``(action_inputs [B, n],
-        [h, c])`` for processed ``obs`` ``[B, d]`` and ``state`` ``[h, c]`` (``[B, cell]`` each,
-        ``[B, 2 * cell]`` with a critic of its own).
+        """One acting step in numpy on views of the live parameters (:mod:`cairn.numpy_acting`):
+        ``(action_inputs [B, n], [h, c])`` for processed ``obs`` ``[B, d]`` and ``state`` ``[h, c]``
+        (``[B, cell]`` each, ``[B, 2 * cell]`` with a critic of its own).
 
         The sampling loop calls this once per step on a few rows, where torch's per-operator
         dispatch costs more than the arithmetic (as for the MLP's numpy path). It equals
@@ -120,62 +105,18 @@ class LSTMActorCritic(RecurrentActorCriticModel):
         encoder runs in torch. A critic of its own is stepped too (never its value head): the
         learner starts each sequence's critic from the state recorded when the policy acted.
         """
-        # Views share memory with the parameters, so updates show; taken again when a parameter
-        # was replaced or moved (StorageWatch).
-        if self._numpy_views is None or self._numpy_views[0].moved():
-            self._numpy_views = self._take_numpy_views()
-        views = self._numpy_views[1]
         n = self.cell_size
-        x = self._numpy_features(obs, self.encoder, views["trunk"])
-        h, c = _numpy_lstm_step(x, state[0][:, :n], state[1][:, :n], views["lstm"])
-        w_out, b_out = views["head"]
-        out = h @ w_out + b_out
-        if self.log_std is not None:
-            out = np.concatenate([out, np.broadcast_to(self.log_std.detach().numpy(), out.shape)], axis=-1)
-        if self.critic_lstm is None:
+        trunk, lstm, head, log_std, critic = self._numpy_views.get(self)
+        x = obs if self.encoder is None else in_torch(self.encoder, obs)
+        h, c = lstm_cell(dense_stack(x, trunk, self.activation), [state[0][:, :n], state[1][:, :n]], *lstm)
+        out = affine(h, head, log_std)
+        if critic is None:
             return out, [h, c]
-        x = self._numpy_features(obs, self.critic_encoder, views["critic_trunk"])
-        h_v, c_v = _numpy_lstm_step(x, state[0][:, n:], state[1][:, n:], views["critic_lstm"])
+        critic_trunk, critic_lstm = critic
+        x = obs if self.critic_encoder is None else in_torch(self.critic_encoder, obs)
+        h_v, c_v = lstm_cell(dense_stack(x, critic_trunk, self.activation),
+                             [state[0][:, n:], state[1][:, n:]], *critic_lstm)
         return out, [np.concatenate([h, h_v], axis=-1), np.concatenate([c, c_v], axis=-1)]
-
-    def _numpy_features(self, obs: np.ndarray, encoder: nn.Module | None,
-                        trunk: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-        x = obs
-        if encoder is not None:
-            with torch.inference_mode():
-                x = encoder(torch.from_numpy(obs)).numpy()
-        act = NUMPY_ACTIVATIONS[self.activation]
-        for w, b in trunk:
-            x = act(x @ w + b)
-        return x
-
-    def _take_numpy_views(self) -> tuple[StorageWatch, dict[str, Any]]:
-        def view(t: Any) -> np.ndarray:
-            return t.detach().numpy()  # type: ignore[no-any-return]
-
-        def linears(trunk: nn.Module | None) -> list[nn.Linear]:
-            return [] if trunk is None else [m for m in trunk.modules() if isinstance(m, nn.Linear)]
-
-        def lstm_views(lstm: nn.LSTM) -> list[np.ndarray]:
-            return [view(lstm.weight_ih_l0).T, view(lstm.weight_hh_l0).T, view(lstm.bias_ih_l0),
-                    view(lstm.bias_hh_l0)]
-
-        watched = [self, *linears(self.trunk), self.lstm, self.action_head]
-        views: dict[str, Any] = {
-            "trunk": [(view(m.weight).T, view(m.bias)) for m in linears(self.trunk)],
-            "lstm": lstm_views(self.lstm),
-            "head": [view(self.action_head.weight).T, view(self.action_head.bias)],
-        }
-        if self.critic_lstm is not None:
-            watched += [*linears(self.critic_trunk), self.critic_lstm]
-            views["critic_trunk"] = [(view(m.weight).T, view(m.bias)) for m in linears(self.critic_trunk)]
-            views["critic_lstm"] = lstm_views(self.critic_lstm)
-        return StorageWatch(watched, recurse=False), views
-
-    def _apply(self, fn: Any, recurse: bool = True) -> LSTMActorCritic:
-        self._numpy_views = None  # parameters may be replaced (to_empty, .to(), ...)
-        super()._apply(fn, recurse)
-        return self
 
     def get_initial_state(self) -> list[torch.Tensor]:
         """``[h, c]``, zeros of ``[lstm_cell_size]`` each (``[2 * lstm_cell_size]`` with a critic
@@ -214,3 +155,26 @@ class LSTMActorCritic(RecurrentActorCriticModel):
         features = trunk(x).reshape(batch, steps, -1)
         out, (h_out, c_out) = lstm(features, (h.unsqueeze(0).contiguous(), c.unsqueeze(0).contiguous()))
         return out, (h_out.squeeze(0), c_out.squeeze(0))
+
+
+def _lstm_views(lstm: nn.LSTM, view: View) -> tuple[np.ndarray, ...]:
+    w_ih, w_hh, b_ih, b_hh = (view(getattr(lstm, name)) for name in ("weight_ih_l0", "weight_hh_l0",
+                                                                     "bias_ih_l0", "bias_hh_l0"))
+    return w_ih.T, w_hh.T, b_ih, b_hh
+
+
+def _dense_views(trunk: nn.Sequential, view: View) -> list[Dense]:
+    return [linear(m, view) for m in trunk if isinstance(m, nn.Linear)]
+
+
+def _acting_views(model: LSTMActorCritic, view: View) -> tuple[
+        list[Dense], tuple[np.ndarray, ...], Dense, np.ndarray | None,
+        tuple[list[Dense], tuple[np.ndarray, ...]] | None]:
+    """The actor's trunk, LSTM, head and log-std, and the critic's own trunk and LSTM if any
+    (stepped while acting: its state is the learner's starting point; its value head is not)."""
+    critic = None
+    if model.critic_lstm is not None:
+        assert model.critic_trunk is not None  # built together with critic_lstm
+        critic = (_dense_views(model.critic_trunk, view), _lstm_views(model.critic_lstm, view))
+    return (_dense_views(model.trunk, view), _lstm_views(model.lstm, view), linear(model.action_head, view),
+            None if model.log_std is None else view(model.log_std), critic)

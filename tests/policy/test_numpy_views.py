@@ -1,7 +1,8 @@
 """The networks that act in numpy on views of their parameters (cairn's MLP, DQN's Q network,
-the LSTM, a user's translated model, the Keras MLP) act with the parameters the network holds
-now, also after a parameter was replaced (``load_state_dict(..., assign=True)``) or given other
-storage (``param.data = x``): writes their views could not see (cairn.numpy_program.StorageWatch)."""
+the LSTM, SAC's actor, the Keras MLP; a user's model acts in torch) act with the parameters the
+network holds now, also after a parameter was replaced (``load_state_dict(..., assign=True)``),
+given other storage (``param.data = x``) or its layer replaced (``model.action_head = ...``):
+changes their views could not see (cairn.numpy_acting.LiveViews)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import torch
 
 import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
-from cairn.numpy_program import StorageWatch
+from cairn.algorithms.sac.sac_policy import SACPolicy
+from cairn.numpy_acting import LiveViews
 from tests.models.nets import TwoHeads
 
 BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
@@ -43,6 +45,14 @@ def _lstm(model: Any) -> tuple[np.ndarray, np.ndarray]:
             np.concatenate([inputs[:, 0], *out], axis=-1))
 
 
+def _sac(actor: Any) -> tuple[np.ndarray, np.ndarray]:
+    return actor.numpy_forward(OBS), torch.cat(actor(torch.from_numpy(OBS)), dim=-1).numpy()
+
+
+def _model(made: Any) -> Any:
+    return made.model if isinstance(made, cairn.Policy) else made
+
+
 NETWORKS: dict[str, tuple[Callable[[], Any], Callable[[Any], tuple[np.ndarray, np.ndarray]]]] = {
     "mlp, Box actions (log_std)": (lambda: cairn.Policy(BOX, gym.spaces.Box(-1, 1, (2,)), seed=0), _mlp),
     "mlp, Discrete actions": (lambda: cairn.Policy(BOX, gym.spaces.Discrete(3), seed=0), _mlp),
@@ -54,7 +64,13 @@ NETWORKS: dict[str, tuple[Callable[[], Any], Callable[[Any], tuple[np.ndarray, n
                             _lstm),
     "user model": (lambda: cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": TwoHeads}},
                                         seed=0), _mlp),
+    "sac actor": (lambda: SACPolicy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": {"hidden": [6]}},
+                                    seed=0).model.actor, _sac),
 }
+#: The layer each network's actions are read from (its output head), by attribute name.
+HEADS = {"mlp, Box actions (log_std)": "action_head", "mlp, Discrete actions": "action_head",
+         "dqn, dueling": "advantage_head", "lstm, Box actions": "action_head", "user model": "pi",
+         "sac actor": "mean_head"}
 
 
 def _new_values(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
@@ -73,7 +89,7 @@ def _assert_acts_as_torch(outputs: Callable[[Any], tuple[np.ndarray, np.ndarray]
 @pytest.mark.parametrize("name", list(NETWORKS))
 def test_numpy_acting_follows_replaced_and_moved_parameters(name: str) -> None:
     make, outputs = NETWORKS[name]
-    model = make().model
+    model = _model(make())
     before = _assert_acts_as_torch(outputs, model)  # the views are taken
 
     model.load_state_dict(_new_values(model, 1), assign=True)  # new Parameter objects
@@ -96,20 +112,63 @@ def test_the_keras_mlp_follows_parameters_given_other_storage() -> None:
     assert not np.allclose(_assert_acts_as_torch(_mlp, model), before)
 
 
-def test_a_watch_sees_replaced_removed_and_moved_tensors_and_nothing_else() -> None:
+@pytest.mark.parametrize("name", list(NETWORKS))
+def test_numpy_acting_follows_a_replaced_layer(name: str) -> None:
+    """A new layer object in place of the old one: every table entry the old views were
+    watching still holds its tensor, unchanged (today's main acted with the old layer)."""
+    make, outputs = NETWORKS[name]
+    model = _model(make())
+    net = model.net if hasattr(model, "net") else model
+    before = _assert_acts_as_torch(outputs, model)
+    old = getattr(net, HEADS[name])
+    new = torch.nn.Linear(old.in_features, old.out_features)
+    with torch.no_grad():
+        new.weight.copy_(old.weight + 1.0)
+        new.bias.copy_(old.bias)
+    setattr(net, HEADS[name], new)
+    assert not np.allclose(_assert_acts_as_torch(outputs, model), before)
+
+
+def _linear_views(views: LiveViews[Any], layer: torch.nn.Module) -> tuple[np.ndarray, np.ndarray]:
+    return views.get(layer)  # type: ignore[no-any-return]
+
+
+def test_live_views_see_replaced_removed_and_moved_tensors_and_nothing_else() -> None:
     layer = torch.nn.Linear(2, 2)
-    watch = StorageWatch([layer])
+    views: LiveViews[Any] = LiveViews(lambda m, view: (view(m.weight).T, view(m.bias)))
+    first = _linear_views(views, layer)
     with torch.no_grad():
         layer.weight.add_(1.0)  # in place: the views see it
         layer.load_state_dict({"weight": torch.zeros(2, 2), "bias": torch.zeros(2)})  # copies in place
-    assert not watch.moved()
+    assert not views.stale() and _linear_views(views, layer) is first
     layer.bias = torch.nn.Parameter(torch.ones(2))
-    assert watch.moved()
-    watch = StorageWatch([layer])
+    assert views.stale()
+    np.testing.assert_array_equal(_linear_views(views, layer)[1], np.ones(2, np.float32))
     layer.register_parameter("bias", None)
-    assert watch.moved()
-    parent = torch.nn.Sequential(torch.nn.Linear(2, 2))
-    own_only, whole = StorageWatch([parent], recurse=False), StorageWatch([parent])
+    assert views.stale()
+    for _ in range(2):  # the take fails, and nothing half-taken is kept to serve the next call
+        with pytest.raises(AttributeError):
+            _linear_views(views, layer)
+    parent = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    views = LiveViews(lambda m, view: view(m[0].weight))
+    views.get(parent)
+    parent[1].weight.data = torch.zeros(2, 2)
+    assert not views.stale()  # a tensor the views do not read
     parent[0].weight.data = torch.zeros(2, 2)
-    assert not own_only.moved()  # a Sequential has no tensors of its own
-    assert whole.moved()
+    assert views.stale()
+    views.get(parent)
+    parent[0] = torch.nn.Linear(2, 2)
+    assert views.stale()
+
+
+def test_live_views_refuse_a_tensor_the_module_does_not_hold_and_start_empty_in_a_copy() -> None:
+    import copy
+
+    layer = torch.nn.Linear(2, 2)
+    outside = torch.zeros(2)
+    with pytest.raises(TypeError, match="not one of its parameters or buffers"):
+        LiveViews(lambda m, view: view(outside)).get(layer)
+    views: LiveViews[Any] = LiveViews(lambda m, view: view(m.weight))
+    views.get(layer)
+    copied = copy.deepcopy(views)
+    assert copied.stale() is False and copied.get(torch.nn.Linear(2, 2)) is not views.get(layer)

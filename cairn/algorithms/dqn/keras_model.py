@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from cairn.numpy_acting import in_torch
 from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.keras_model import (
@@ -139,8 +140,7 @@ class KerasQNetwork(nn.Module):
 
     def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
         """:meth:`forward` for numpy observations (acting and the learner's targets)."""
-        with torch.inference_mode():
-            return self(torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))).numpy()  # type: ignore[no-any-return]
+        return in_torch(self, np.ascontiguousarray(obs, dtype=np.float32))
 
 
 def keras_q_network(obs_size: int, num_actions: int, model_config: Mapping[str, Any], *, dueling: bool,

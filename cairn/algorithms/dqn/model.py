@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,51 +13,34 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cairn.numpy_program import StorageWatch
+from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch, linear
 from cairn.policy.encoders import ObservationEncoder
-from cairn.policy.model import ACTIVATIONS, NUMPY_ACTIVATIONS
+from cairn.policy.model import ACTIVATIONS
 
-__all__ = ["QNetwork", "NumpyQLayers", "NumpyQForward", "numpy_q_forward"]
+__all__ = ["QNetwork", "NumpyQLayers", "numpy_q_forward"]
 
 _TORCH_ACTIVATIONS: dict[str, Any] = {"tanh": torch.tanh, "relu": torch.relu, "elu": F.elu, "silu": F.silu}
 
 
 @dataclass(frozen=True, slots=True)
 class NumpyQLayers:
-    """A QNetwork as data: numpy views of its live parameters, each ``(weight [out, in], bias)``,
-    and its activation. Views, so they follow every in-place update of the parameters."""
+    """A QNetwork as data: numpy views of its live parameters, each ``(weight [in, out], bias)``
+    (:data:`~cairn.numpy_acting.Dense`), and its activation's name."""
 
-    hidden: tuple[tuple[np.ndarray, np.ndarray], ...]
-    advantage: tuple[np.ndarray, np.ndarray]
-    value: tuple[np.ndarray, np.ndarray] | None  # None: plain (not dueling) head
+    hidden: list[Dense]
+    advantage: Dense
+    value: Dense | None  # None: plain (not dueling) head
     activation: str
-    act: Callable[[np.ndarray], np.ndarray]
 
 
-@dataclass(frozen=True, slots=True)
-class NumpyQForward:
-    """One numpy forward pass: the Q-values and what a backward pass needs."""
-
-    #: The trunk's input, then each hidden layer's activated output (the last: the features).
-    activations: list[np.ndarray]
-    q_values: np.ndarray  # [batch, num_actions]
-
-
-def numpy_q_forward(layers: NumpyQLayers, obs: np.ndarray) -> NumpyQForward:
-    """:meth:`QNetwork.forward` in numpy, over :meth:`QNetwork.numpy_layers`: the one numpy
-    forward pass, shared by acting, the targets and the numpy update's backward pass."""
-    activations = [obs]
-    x = obs
-    for w, b in layers.hidden:
-        x = layers.act(x @ w.T + b)
-        activations.append(x)
-    w_a, b_a = layers.advantage
-    advantages = x @ w_a.T + b_a
+def numpy_q_forward(layers: NumpyQLayers, obs: np.ndarray, outputs: list[np.ndarray] | None = None) -> Any:
+    """:meth:`QNetwork.forward` in numpy over :meth:`QNetwork.numpy_layers`, for acting, the targets
+    and the numpy update (whose backward pass reads the hidden layers' ``outputs``)."""
+    x = dense_stack(obs, layers.hidden, layers.activation, outputs)
+    advantages = affine(x, layers.advantage)
     if layers.value is None:
-        return NumpyQForward(activations, advantages)
-    w_v, b_v = layers.value
-    q_values = (x @ w_v.T + b_v) + advantages - advantages.mean(axis=1, keepdims=True)
-    return NumpyQForward(activations, q_values)
+        return advantages
+    return affine(x, layers.value) + advantages - advantages.mean(axis=1, keepdims=True)
 
 
 class QNetwork(nn.Module):
@@ -85,8 +68,7 @@ class QNetwork(nn.Module):
             layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
         self.trunk = nn.Sequential(*layers)
         self.activation = activation
-        #: The numpy views, and the watch that says when to take them again.
-        self._numpy_layers: tuple[StorageWatch, NumpyQLayers] | None = None
+        self._numpy_views = LiveViews(_acting_views)
         self.dueling = dueling
         self.advantage_head = nn.Linear(sizes[-1], num_actions)
         self.value_head = nn.Linear(sizes[-1], 1) if dueling else None
@@ -127,33 +109,19 @@ class QNetwork(nn.Module):
         return self(obs)  # type: ignore[no-any-return]
 
     def numpy_layers(self) -> NumpyQLayers:
-        """:meth:`linear_layers` as numpy views of the live parameters (built once, then
-        cached until a parameter is replaced or moved: :class:`StorageWatch`)."""
-        if self._numpy_layers is None or self._numpy_layers[0].moved():
-            hidden, advantage_head, value_head = self.linear_layers()
-            linears = [*hidden, advantage_head, *([] if value_head is None else [value_head])]
-            self._numpy_layers = (StorageWatch(linears, recurse=False), NumpyQLayers(
-                hidden=tuple(_views(layer) for layer in hidden),
-                advantage=_views(advantage_head),
-                value=None if value_head is None else _views(value_head),
-                activation=self.activation,
-                act=NUMPY_ACTIVATIONS[self.activation],
-            ))
-        return self._numpy_layers[1]
+        """:meth:`linear_layers` as numpy views of the live parameters (:mod:`cairn.numpy_acting`)."""
+        return self._numpy_views.get(self)
 
     def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
         """:meth:`forward` in numpy on views of the live parameters, for the sampling loop
         (a few observations per call, where torch's per-operator dispatch dominates) and
         the learner's targets."""
         if self.encoder is not None:  # convolutions: torch's kernels, not dispatch, dominate
-            with torch.inference_mode():
-                return self(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
-        return numpy_q_forward(self.numpy_layers(), obs).q_values
-
-    def _apply(self, fn: Any, recurse: bool = True) -> QNetwork:
-        self._numpy_layers = None  # parameters may be replaced (to_empty, .to(), ...)
-        return super()._apply(fn, recurse)  # type: ignore[no-any-return]
+            return in_torch(self, obs)
+        return numpy_q_forward(self.numpy_layers(), obs)
 
 
-def _views(layer: nn.Linear) -> tuple[np.ndarray, np.ndarray]:
-    return layer.weight.detach().numpy(), layer.bias.detach().numpy()
+def _acting_views(model: QNetwork, view: View) -> NumpyQLayers:
+    hidden, advantage_head, value_head = model.linear_layers()
+    return NumpyQLayers([linear(layer, view) for layer in hidden], linear(advantage_head, view),
+                        None if value_head is None else linear(value_head, view), model.activation)

@@ -113,8 +113,8 @@ def numpy_dqn_update(
     hidden, adv_head, value_head = model.linear_layers()
     layers = model.numpy_layers()
     activation_grad = _ACTIVATION_GRADS[layers.activation]
-    forward = numpy_q_forward(layers, obs)
-    q_values, outputs = forward.q_values, forward.activations
+    outputs = [obs]  # the trunk's input, then each hidden layer's output (the last: the features)
+    q_values = numpy_q_forward(layers, obs, outputs)
     batch = obs.shape[0]
     rows = np.arange(batch)
     q_taken = q_values[rows, actions]
@@ -135,14 +135,14 @@ def numpy_dqn_update(
     grads: dict[torch.Tensor, np.ndarray] = {}
     if value_head is None or layers.value is None:
         d_adv = d_q
-        d_h = d_adv @ layers.advantage[0]
+        d_h = d_adv @ layers.advantage[0].T  # weights are [in, out] views
     else:
         d_value = d_q.sum(axis=1, keepdims=True)
         d_adv = d_q - d_value / d_q.shape[1]  # Q = V + A - mean(A)
         grads[value_head.weight] = d_value.T @ features
         grads[value_head.bias] = d_value.sum(axis=0)
-        d_h = d_adv @ layers.advantage[0]
-        d_h += d_value @ layers.value[0]
+        d_h = d_adv @ layers.advantage[0].T  # weights are [in, out] views
+        d_h += d_value @ layers.value[0].T
     grads[adv_head.weight] = d_adv.T @ features
     grads[adv_head.bias] = d_adv.sum(axis=0)
     for i in range(len(hidden) - 1, -1, -1):
@@ -150,7 +150,7 @@ def numpy_dqn_update(
         grads[hidden[i].weight] = d_z.T @ outputs[i]
         grads[hidden[i].bias] = d_z.sum(axis=0)
         if i:
-            d_h = d_z @ layers.hidden[i][0]
+            d_h = d_z @ layers.hidden[i][0].T
     if grad_clip is not None:
         total = math.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in grads.values()))
         scale = grad_clip / (total + 1e-6)

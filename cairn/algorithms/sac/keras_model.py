@@ -35,12 +35,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from cairn.algorithms.sac.model_base import SACModelBase
+from cairn.algorithms.sac.model_base import SACModelBase, numpy_actor_inputs
 from cairn.errors import ConfigError
+from cairn.numpy_acting import Dense, LiveViews, View, in_torch
 from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
-from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module, torch_linear_init
-from cairn.policy.model import NUMPY_ACTIVATIONS
+from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module, keras_dense, torch_linear_init
 
 __all__ = ["KerasSACModel", "KerasSquashedGaussianActor", "KerasTwinQ", "keras_sac_model"]
 
@@ -56,12 +56,6 @@ def _keras_variables(module: nn.Module, network: Any) -> tuple[list[str], nn.Par
     object.__setattr__(module, "network", network)
     names = [v.path.replace("/", "_") for v in network.variables]
     return names, nn.ParameterDict({name: v.value for name, v in zip(names, network.variables, strict=True)})
-
-
-def _numpy_dense(layer: Any, x: np.ndarray) -> np.ndarray:
-    """A Dense layer's affine map in numpy, on views of its variables."""
-    kernel, bias = _variable(layer, "kernel").detach().numpy(), _variable(layer, "bias").detach().numpy()
-    return x @ kernel + bias  # type: ignore[no-any-return]
 
 
 class KerasSquashedGaussianActor(nn.Module):
@@ -97,6 +91,7 @@ class KerasSquashedGaussianActor(nn.Module):
         self.encoder = keras_encoder
         self.activation = activation
         self.log_std_bounds = (low, high)
+        self._numpy_views = LiveViews(_acting_views)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("trunk", "mean_head", "log_std_head", "encoder"):  # Keras layers: no torch submodules
@@ -133,17 +128,16 @@ class KerasSquashedGaussianActor(nn.Module):
         return self.mean_head.call(x), self.log_std_head.call(x).clamp(low, high)
 
     def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
-        """``[mean, log_std]`` concatenated, in numpy on views of the Keras variables (with an
-        encoder in torch, where the convolutions, not the dispatch, dominate)."""
+        """``[mean, log_std]`` concatenated, in numpy on views of the Keras variables
+        (:mod:`cairn.numpy_acting`; an encoder's convolutions in torch)."""
         if self.encoder is not None:
-            with torch.inference_mode():
-                return torch.cat(self(torch.from_numpy(obs)), dim=-1).numpy()
-        act = NUMPY_ACTIVATIONS[self.activation]
-        x = obs
-        for layer in self.trunk:
-            x = act(_numpy_dense(layer, x))
-        mean, log_std = _numpy_dense(self.mean_head, x), _numpy_dense(self.log_std_head, x)
-        return np.concatenate([mean, np.clip(log_std, *self.log_std_bounds)], axis=-1)
+            return in_torch(lambda x: torch.cat(self(x), dim=-1), obs)
+        return numpy_actor_inputs(self._numpy_views.get(self), obs, self.activation, self.log_std_bounds)
+
+
+def _acting_views(actor: KerasSquashedGaussianActor, view: View) -> tuple[list[Dense], Dense, Dense]:
+    return ([keras_dense(layer, view) for layer in actor.trunk], keras_dense(actor.mean_head, view),
+            keras_dense(actor.log_std_head, view))
 
 
 class KerasTwinQ(nn.Module):

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cairn.algorithms.sac.model_base import SACModelBase
+from cairn.algorithms.sac.model_base import SACModelBase, numpy_actor_inputs
+from cairn.numpy_acting import Dense, LiveViews, View, in_torch, linear
 from cairn.policy.encoders import ObservationEncoder
-from cairn.policy.model import NUMPY_ACTIVATIONS
 
 __all__ = ["SACModel", "SquashedGaussianActor", "TwinQ", "LOG_STD_MIN", "LOG_STD_MAX"]
 
@@ -60,6 +60,7 @@ class SquashedGaussianActor(nn.Module):
         self.mean_head = nn.Linear(sizes[-1], action_size)
         self.log_std_head = nn.Linear(sizes[-1], action_size)
         self.activation = activation
+        self._numpy_views = LiveViews(_acting_views)
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """PyTorch's default Linear initialisation, drawn from ``generator``."""
@@ -85,18 +86,17 @@ class SquashedGaussianActor(nn.Module):
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
-        """``[mean, log_std]`` concatenated, in numpy on views of the live parameters (the
-        sampling loop acts on a few observations per call, where torch's dispatch dominates)."""
+        """``[mean, log_std]`` concatenated, in numpy on views of the live parameters
+        (:mod:`cairn.numpy_acting`)."""
         if self.encoder is not None:  # convolutions run in torch
-            with torch.inference_mode():
-                return torch.cat(self(torch.from_numpy(obs)), dim=-1).numpy()
-        act = NUMPY_ACTIVATIONS[self.activation]
-        x = obs
-        for layer in self.hidden_layers():
-            x = act(x @ layer.weight.detach().numpy().T + layer.bias.detach().numpy())
-        heads = (self.mean_head, self.log_std_head)
-        mean, log_std = (x @ h.weight.detach().numpy().T + h.bias.detach().numpy() for h in heads)
-        return np.concatenate([mean, np.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)], axis=-1)
+            return in_torch(lambda x: torch.cat(self(x), dim=-1), obs)
+        bounds = (LOG_STD_MIN, LOG_STD_MAX)
+        return numpy_actor_inputs(self._numpy_views.get(self), obs, self.activation, bounds)
+
+
+def _acting_views(actor: SquashedGaussianActor, view: View) -> tuple[list[Dense], Dense, Dense]:
+    return ([linear(layer, view) for layer in actor.hidden_layers()], linear(actor.mean_head, view),
+            linear(actor.log_std_head, view))
 
 
 class TwinQ(nn.Module):

@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from cairn._compat.torch_internals import foreach_lerp_
+from cairn.numpy_acting import Dense, affine, dense_stack
 
-__all__ = ["SACModelBase"]
+__all__ = ["SACModelBase", "numpy_actor_inputs"]
 
 
 class SACModelBase(nn.Module):
@@ -53,3 +54,12 @@ class SACModelBase(nn.Module):
 
     def extra_repr(self) -> str:
         return f"initial_alpha={self.initial_alpha}"
+
+
+def numpy_actor_inputs(views: tuple[list[Dense], Dense, Dense], obs: np.ndarray, activation: str,
+                       log_std_bounds: tuple[float, float]) -> np.ndarray:
+    """A squashed-Gaussian actor's ``[mean, log_std]`` in numpy, from the views of its hidden
+    layers, mean head and log-std head (torch's and Keras' actor alike); the log-std clipped."""
+    hidden, mean_head, log_std_head = views
+    x = dense_stack(obs, hidden, activation)
+    return np.concatenate([affine(x, mean_head), np.clip(affine(x, log_std_head), *log_std_bounds)], axis=-1)

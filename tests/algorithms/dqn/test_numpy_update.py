@@ -84,9 +84,9 @@ def test_the_update_runs_the_networks_own_numpy_forward(monkeypatch: pytest.Monk
     obs = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
     calls: list[np.ndarray] = []
 
-    def spy(layers: Any, x: np.ndarray) -> Any:
+    def spy(layers: Any, x: np.ndarray, outputs: Any = None) -> Any:
         calls.append(x)
-        return numpy_q_forward(layers, x)
+        return numpy_q_forward(layers, x, outputs)
 
     monkeypatch.setattr(numpy_update_module, "numpy_q_forward", spy)
     numpy_dqn_update(policy.model, policy.optimizer, obs, np.zeros(8, np.int64), np.zeros(8, np.float32),
@@ -94,10 +94,11 @@ def test_the_update_runs_the_networks_own_numpy_forward(monkeypatch: pytest.Monk
     assert len(calls) == 1 and calls[0] is obs
     model = policy.model
     assert isinstance(model, QNetwork)
-    forward = numpy_q_forward(model.numpy_layers(), obs)
-    np.testing.assert_array_equal(model.numpy_q_values(obs), forward.q_values)
-    assert len(forward.activations) == 3  # the input and both hidden layers' outputs (16, 8)
-    assert [a.shape[1] for a in forward.activations] == [4, 16, 8]
+    activations = [obs]
+    q_values = numpy_q_forward(model.numpy_layers(), obs, activations)
+    np.testing.assert_array_equal(model.numpy_q_values(obs), q_values)
+    assert len(activations) == 3  # the input and both hidden layers' outputs (16, 8)
+    assert [a.shape[1] for a in activations] == [4, 16, 8]
 
 
 class _SubclassedQNetwork(QNetwork):

@@ -1,0 +1,171 @@
+"""How cairn's built-in networks act in numpy: one cache of views of their live parameters
+(:class:`LiveViews`) and one forward pass (:func:`dense_stack`, :func:`affine`, :func:`lstm_cell`).
+
+The sampling loop calls a network once per step on a few observations, where torch's
+per-operator dispatch costs more than the matrix products (a 64x64 actor: ~60 us in torch,
+~13 us in numpy). So the MLP, the LSTM, DQN's Q network, SAC's actor and the Keras MLP and SAC
+actor act through this module, each checked against its torch forward in the tests. A user's
+model acts in torch, as its ``forward`` is at that moment (``cairn.models``): nothing cheap can
+prove a translation of arbitrary Python still equals it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from cairn._compat.torch_internals import own_tables
+
+__all__ = ["NUMPY_ACTIVATIONS", "Dense", "LiveViews", "View", "affine", "dense_stack", "in_torch", "linear",
+           "lstm_cell"]
+
+NumpyFn = Callable[[np.ndarray], np.ndarray]
+#: A dense layer as numpy views: ``(weight [in, out], bias [out])``.
+Dense = tuple[np.ndarray, np.ndarray]
+#: What :class:`LiveViews` hands a network's ``take``: a tensor's numpy view, recorded for the watch.
+View = Callable[[torch.Tensor], np.ndarray]
+V = TypeVar("V")
+#: Watched entries: ``(table, key, tensor, its data address)`` and ``(table, key, submodule)``.
+_TensorSlot = tuple[dict[str, Any], str, torch.Tensor, int]
+_ModuleSlot = tuple[dict[str, Any], str, nn.Module]
+
+#: Activations by name, in numpy.
+NUMPY_ACTIVATIONS: dict[str, NumpyFn] = {
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "identity": lambda x: x,
+}
+
+
+class LiveViews(Generic[V]):
+    """Numpy views of the tensors a network acts with, taken again whenever one may be stale.
+
+    ``take(module, view)`` builds the views (any structure) by calling ``view(tensor)`` on each
+    parameter or buffer it reads. Views share memory with the tensors, so they see every
+    in-place write (optimizer steps, ``load_state_dict``, ``param.data.copy_``). They cannot see
+    a tensor replaced in its module (``load_state_dict(..., assign=True)``, a new
+    ``nn.Parameter``), given other storage (``param.data = x``, ``.to()``), or a submodule on the
+    way to it replaced (``model.action_head = nn.Linear(...)``). So :meth:`get` first checks
+    that each table entry a viewed tensor was read from still holds that object at the address
+    it had, and each submodule entry on the path to it the same module; else it takes the views
+    again. The views keep the old storage alive, so no other tensor can reuse its address.
+    A copy (deep copy, pickle) starts empty: views of the original's memory never serve it.
+    """
+
+    __slots__ = ("_modules", "_take", "_tensors", "_views")
+
+    def __init__(self, take: Callable[[Any, View], V]) -> None:
+        self._take = take
+        self._views: V | None = None
+        self._tensors: list[_TensorSlot] = []  # each viewed tensor's entry
+        self._modules: list[_ModuleSlot] = []  # each submodule entry on the way to one
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LiveViews[V]:
+        return LiveViews(self._take)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # addresses from another process prove nothing
+        return LiveViews, (self._take,)
+
+    def stale(self) -> bool:
+        """Whether a watched tensor or submodule was replaced or removed, or a tensor moved."""
+        for table, key, tensor, address in self._tensors:
+            if table.get(key) is not tensor or tensor.data_ptr() != address:
+                return True
+        for table, key, module in self._modules:
+            if table.get(key) is not module:
+                return True
+        return False
+
+    def get(self, module: nn.Module) -> V:
+        """The views of ``module``'s live tensors (taken again when :meth:`stale`)."""
+        views = self._views
+        if views is not None and not self.stale():
+            return views
+        self._views, self._tensors, self._modules = None, [], []  # a failed take keeps nothing
+        tensors: list[torch.Tensor] = []
+
+        def view(tensor: torch.Tensor) -> np.ndarray:
+            tensors.append(tensor)
+            return tensor.detach().numpy()  # type: ignore[no-any-return]
+
+        views = self._take(module, view)
+        self._tensors, self._modules = _watch(module, tensors)
+        self._views = views
+        return views
+
+
+def _watch(root: nn.Module, tensors: Sequence[torch.Tensor]) -> tuple[list[_TensorSlot], list[_ModuleSlot]]:
+    """The table entries ``root`` reads ``tensors`` from, and the submodule entries on the way."""
+    wanted = {id(t) for t in tensors}
+    found: list[_TensorSlot] = []
+    on_path: dict[tuple[int, str], _ModuleSlot] = {}
+
+    def visit(module: nn.Module, path: list[_ModuleSlot]) -> None:
+        parameters, buffers, submodules = own_tables(module)
+        for table in (parameters, buffers):
+            for key, tensor in table.items():
+                if tensor is not None and id(tensor) in wanted:
+                    found.append((table, key, tensor, tensor.data_ptr()))
+                    on_path.update(((id(entry[0]), entry[1]), entry) for entry in path)
+        for key, child in submodules.items():
+            if child is not None:
+                visit(child, [*path, (submodules, key, child)])
+
+    visit(root, [])
+    if {id(entry[2]) for entry in found} != wanted:
+        raise TypeError(f"{type(root).__qualname__}'s numpy acting path reads a tensor that is not one of "
+                        "its parameters or buffers, so it cannot be watched: view registered tensors only.")
+    return found, list(on_path.values())
+
+
+def in_torch(fn: Callable[[torch.Tensor], Any], obs: np.ndarray) -> np.ndarray:
+    """``fn(obs)`` in torch under ``inference_mode``, as numpy: the slow path the numpy one equals,
+    and how users' models (their code as it is now, never a translation) and CNN encoders act."""
+    with torch.inference_mode():
+        return fn(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
+
+
+def dense_stack(x: np.ndarray, layers: Sequence[Dense], activation: str,
+                outputs: list[np.ndarray] | None = None) -> np.ndarray:
+    """``x`` through dense layers, each followed by the activation named ``activation``;
+    ``outputs`` (if given) collects each layer's activated output (what a backward pass needs)."""
+    act = NUMPY_ACTIVATIONS[activation]
+    for w, b in layers:
+        x = act(x @ w + b)
+        if outputs is not None:
+            outputs.append(x)
+    return x
+
+
+def affine(x: np.ndarray, layer: Dense, log_std: np.ndarray | None = None) -> np.ndarray:
+    """A head: one dense layer without activation, and a state-independent ``log_std`` vector
+    appended to each row when given."""
+    w, b = layer
+    out = x @ w + b
+    return out if log_std is None else np.concatenate([out, np.broadcast_to(log_std, out.shape)], axis=-1)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # type: ignore[no-any-return]  # no overflow for large |x|
+
+
+def lstm_cell(x: np.ndarray, state: Sequence[np.ndarray], w_ih: np.ndarray, w_hh: np.ndarray,
+              b_ih: np.ndarray, b_hh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One step of ``torch.nn.LSTM``'s cell: ``(h, c)`` from ``x`` and ``state = [h, c]``, with
+    the weights ``[in, 4 * cell]`` in torch's gate order (input, forget, cell, output)."""
+    gates = x @ w_ih + state[0] @ w_hh + (b_ih + b_hh)
+    i, f, g, o = np.split(gates, 4, axis=-1)
+    c = _sigmoid(f) * state[1] + _sigmoid(i) * np.tanh(g)
+    return _sigmoid(o) * np.tanh(c), c
+
+
+def linear(layer: Any, view: View) -> Dense:
+    """A ``torch.nn.Linear``'s views in :data:`Dense`'s ``[in, out]`` layout."""
+    return view(layer.weight).T, view(layer.bias)
