@@ -33,14 +33,12 @@ V = TypeVar("V")
 _TensorSlot = tuple[dict[str, Any], str, torch.Tensor, int]
 _ModuleSlot = tuple[dict[str, Any], str, nn.Module]
 
-#: Activations by name, in numpy.
+#: Activations by name, in numpy (the names of :data:`cairn.policy.model.ACTIVATIONS`).
 NUMPY_ACTIVATIONS: dict[str, NumpyFn] = {
     "tanh": np.tanh,
     "relu": lambda x: np.maximum(x, 0.0),
     "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
     "silu": lambda x: x / (1.0 + np.exp(-x)),
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "identity": lambda x: x,
 }
 
 
