@@ -29,8 +29,12 @@ Dense = tuple[np.ndarray, np.ndarray]
 #: What :class:`LiveViews` hands a network's ``take``: a tensor's numpy view, recorded for the watch.
 View = Callable[[torch.Tensor], np.ndarray]
 V = TypeVar("V")
-#: Watched entries: ``(table, key, tensor, its data address)`` and ``(table, key, submodule)``.
-_TensorSlot = tuple[dict[str, Any], str, torch.Tensor, int]
+#: Watched entries: ``(table, key, tensor, its layout)`` and ``(table, key, submodule)``.
+#: A layout is where a viewed tensor's elements are: its address, shape, strides and dtype. The same object
+#: at the same address can still be a different array (``param.data = param.data.t()`` keeps the
+#: address of a square weight and swaps its strides), so the whole layout is compared.
+_Layout = tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype]
+_TensorSlot = tuple[dict[str, Any], str, torch.Tensor, _Layout]
 _ModuleSlot = tuple[dict[str, Any], str, nn.Module]
 
 #: Activations by name, in numpy (the names of :data:`cairn.policy.model.ACTIVATIONS`).
@@ -49,11 +53,12 @@ class LiveViews(Generic[V]):
     parameter or buffer it reads. Views share memory with the tensors, so they see every
     in-place write (optimizer steps, ``load_state_dict``, ``param.data.copy_``). They cannot see
     a tensor replaced in its module (``load_state_dict(..., assign=True)``, a new
-    ``nn.Parameter``), given other storage (``param.data = x``, ``.to()``), or a submodule on the
-    way to it replaced (``model.action_head = nn.Linear(...)``). So :meth:`get` first checks
-    that each table entry a viewed tensor was read from still holds that object at the address
-    it had, and each submodule entry on the path to it the same module; else it takes the views
-    again. The views keep the old storage alive, so no other tensor can reuse its address.
+    ``nn.Parameter``), given other storage or another layout (``param.data = x``, ``.to()``,
+    ``param.data = param.data.t()``), or a submodule on the way to it replaced
+    (``model.action_head = nn.Linear(...)``). So :meth:`get` first checks that each table entry a
+    viewed tensor was read from still holds that object with the address, shape, strides and
+    dtype it had, and each submodule entry on the path to it the same module; else it takes the
+    views again. The views keep the old storage alive, so no other tensor can reuse its address.
     A copy (deep copy, pickle) starts empty: views of the original's memory never serve it.
     """
 
@@ -73,8 +78,8 @@ class LiveViews(Generic[V]):
 
     def stale(self) -> bool:
         """Whether a watched tensor or submodule was replaced or removed, or a tensor moved."""
-        for table, key, tensor, address in self._tensors:
-            if table.get(key) is not tensor or tensor.data_ptr() != address:
+        for table, key, tensor, layout in self._tensors:
+            if table.get(key) is not tensor or _layout(tensor) != layout:
                 return True
         for table, key, module in self._modules:
             if table.get(key) is not module:
@@ -99,6 +104,10 @@ class LiveViews(Generic[V]):
         return views
 
 
+def _layout(tensor: torch.Tensor) -> _Layout:
+    return tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype
+
+
 def _watch(root: nn.Module, tensors: Sequence[torch.Tensor]) -> tuple[list[_TensorSlot], list[_ModuleSlot]]:
     """The table entries ``root`` reads ``tensors`` from, and the submodule entries on the way."""
     wanted = {id(t) for t in tensors}
@@ -110,7 +119,7 @@ def _watch(root: nn.Module, tensors: Sequence[torch.Tensor]) -> tuple[list[_Tens
         for table in (parameters, buffers):
             for key, tensor in table.items():
                 if tensor is not None and id(tensor) in wanted:
-                    found.append((table, key, tensor, tensor.data_ptr()))
+                    found.append((table, key, tensor, _layout(tensor)))
                     on_path.update(((id(entry[0]), entry[1]), entry) for entry in path)
         for key, child in submodules.items():
             if child is not None:

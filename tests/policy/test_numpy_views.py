@@ -69,7 +69,8 @@ NETWORKS: dict[str, tuple[Callable[[], Any], Callable[[Any], tuple[np.ndarray, n
 }
 #: The layer each network's actions are read from (its output head), by attribute name.
 HEADS = {"mlp, Box actions (log_std)": "action_head", "mlp, Discrete actions": "action_head",
-         "dqn, dueling": "advantage_head", "lstm, Box actions": "action_head", "user model": "pi",
+         "dqn, dueling": "advantage_head", "lstm, Box actions": "action_head",
+         "lstm, shared layers": "action_head", "user model": "pi",
          "sac actor": "mean_head"}
 
 
@@ -159,6 +160,26 @@ def test_live_views_see_replaced_removed_and_moved_tensors_and_nothing_else() ->
     views.get(parent)
     parent[0] = torch.nn.Linear(2, 2)
     assert views.stale()
+
+
+def test_live_views_see_a_tensor_given_another_layout_at_the_same_address() -> None:
+    """``param.data = param.data.t()`` keeps a square weight's object and address and swaps its
+    strides: views that compared addresses alone acted with the untransposed weight."""
+    layer = torch.nn.Linear(3, 3)
+    with torch.no_grad():
+        layer.weight.copy_(torch.arange(9.0).reshape(3, 3))
+    views: LiveViews[Any] = LiveViews(lambda m, view: view(m.weight))
+    views.get(layer)
+    address = layer.weight.data_ptr()
+    layer.weight.data = layer.weight.data.t()
+    assert layer.weight.data_ptr() == address and views.stale()
+    np.testing.assert_array_equal(views.get(layer), layer.weight.detach().numpy().copy())
+    np.testing.assert_array_equal(views.get(layer), np.arange(9.0, dtype=np.float32).reshape(3, 3).T)
+    layer.register_buffer("counts", torch.zeros(2))
+    views = LiveViews(lambda m, view: view(m.counts))
+    views.get(layer)
+    layer.counts.data = layer.counts.data.view(torch.int32)  # the same bytes as another dtype
+    assert views.stale() and views.get(layer).dtype == np.int32
 
 
 def test_live_views_refuse_a_tensor_the_module_does_not_hold_and_start_empty_in_a_copy() -> None:
