@@ -82,6 +82,19 @@ def test_no_import_cycles_between_modules():
     assert not cycles, "import cycles (outside TYPE_CHECKING):\n" + "\n".join(sorted(cycles.values()))
 
 
+def test_the_algorithm_and_its_parts_form_no_import_circle_even_for_type_checking():
+    """Issue 38 item 3: the modules the Algorithm is built from (its checkpointer, state schema,
+    checkpoint entry points, component restore, policy changes) took ``algo: Algorithm`` and
+    imported the class back under TYPE_CHECKING: a circle of five modules that the test above,
+    which skips TYPE_CHECKING imports, does not see. They take small typed inputs instead."""
+    graph = grimp.build_graph("cairn", exclude_type_checking_imports=False, cache_dir=None)
+    algorithm = "cairn.algorithms.algorithm"
+    back = {first: graph.find_shortest_chain(importer=first, imported=algorithm)
+            for first in graph.find_modules_directly_imported_by(algorithm)}
+    circles = sorted(" -> ".join((algorithm, *chain)) for chain in back.values() if chain is not None)
+    assert not circles, "modules the Algorithm imports import it back:\n" + "\n".join(circles)
+
+
 def test_the_layer_contract_has_no_exceptions():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     assert config.get("exclude_type_checking_imports") is True

@@ -18,34 +18,30 @@ from typing import Any, ClassVar, Literal, overload
 
 import numpy as np
 
-from cairn.algorithms.async_save import BackgroundSaver
-from cairn.algorithms.checkpointing import (
-    algorithm_from_checkpoint,
-    algorithm_from_state,
-    export_policy_checkpoint,
-    export_policy_model,
-    prepare_algorithm_save,
-    restore_algorithm,
-)
-from cairn.algorithms.component_restore import restore_component
+from cairn.algorithms.checkpointer import AlgorithmCheckpointer
+from cairn.algorithms.checkpointing import algorithm_from_checkpoint, from_state_inputs
 from cairn.algorithms.evaluation import evaluate_episodes, evaluation_runner
 from cairn.algorithms.metrics import episode_metrics
-from cairn.algorithms.policy_changes import add_policy, remove_policy
+from cairn.algorithms.policy_changes import (
+    config_adding_policy,
+    config_removing_policy,
+    policies_after_change,
+)
 from cairn.algorithms.policy_specs import build_policies, probe_agents, record_specs, resolve_policy_specs
-from cairn.algorithms.state import algorithm_state, set_algorithm_state
 from cairn.callbacks.base import make_callbacks, report_checkpoint_saved
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.group import EnvRunnerGroup
 from cairn.env_runner.sample_batch import SampleBatch
-from cairn.errors import ConfigError, LoggerWarning
+from cairn.errors import ConfigError, LoggerWarning, UnknownPolicyIdError
 from cairn.league import League, attach_league
 from cairn.learners import LearnerGroup, LearnFunction, LearnOutput, learner_device
 from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
 from cairn.policy.torch_utils import torch_threads
-from cairn.policy_ids import DEFAULT_POLICY_ID
-from cairn.rng import algorithm_rng
+from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
+from cairn.registry import class_reference
+from cairn.rng import algorithm_rng, rng_state, set_rng_state
 
 __all__ = ["Algorithm"]
 
@@ -103,7 +99,8 @@ class Algorithm:
         self._eval_runner: EnvRunner | None = None
         self._eval_runner_state: Mapping[str, Any] | None = None
         self._log_dir: str | None = self.config.log_dir
-        self._saver = BackgroundSaver()  # save(blocking=False)'s writer thread
+        #: Saves and restores this algorithm; holds the background writer (save(blocking=False)).
+        self._checkpointer = AlgorithmCheckpointer(self)
         #: Who runs the learn functions: this process, or DDP learner actors (docs/learners.md).
         self.learner_group: LearnerGroup | None = None
         try:
@@ -234,32 +231,93 @@ class Algorithm:
         self, policy_id: str, spec_or_policy: PolicySpec | Policy, *,
         policy_mapping_fn: PolicyMapping | None = None, policies_to_train: Sequence[str] | None = None,
     ) -> Policy:
-        """Add a policy (built from a spec, or an existing Policy object) while training; see
-        :func:`cairn.algorithms.policy_changes.add_policy`. A new ``policy_mapping_fn``
-        applies from each env's next episode: the episodes in flight keep their mapping."""
-        return add_policy(self, policy_id, spec_or_policy, policy_mapping_fn=policy_mapping_fn,
-                          policies_to_train=policies_to_train)
+        """Add a policy (built from a spec, or an existing Policy object) while training, and
+        replace the mapping and the learning policies where given. The ID (a safe directory
+        name, unique ignoring case) and the new mapping (against the environment's agents) are
+        checked before anything changes. A new ``policy_mapping_fn`` applies from each env's
+        next episode: the episodes in flight keep their mapping (docs/multi-agent.md)."""
+        self._change_policies(config_adding_policy(self.config, policy_id, spec_or_policy,
+                                                   policy_mapping_fn=policy_mapping_fn,
+                                                   policies_to_train=policies_to_train),
+                              add=(policy_id, spec_or_policy))
+        return self.policies[policy_id]
 
     def remove_policy(
         self, policy_id: str, *, policy_mapping_fn: PolicyMapping | None = None,
         policies_to_train: Sequence[str] | None = None,
     ) -> None:
-        """Remove a policy; agents mapped to it need a new ``policy_mapping_fn`` (see
-        :func:`cairn.algorithms.policy_changes.remove_policy`)."""
-        remove_policy(self, policy_id, policy_mapping_fn=policy_mapping_fn,
-                      policies_to_train=policies_to_train)
+        """Remove a policy (``KeyError`` for an unknown ID); agents mapped to it need a new
+        ``policy_mapping_fn``."""
+        self.get_policy(policy_id)  # KeyError for an unknown ID, before anything changes
+        self._change_policies(config_removing_policy(self.config, policy_id,
+                                                     policy_mapping_fn=policy_mapping_fn,
+                                                     policies_to_train=policies_to_train),
+                              remove=policy_id)
+
+    def _change_policies(self, new_config: AlgorithmConfig, *, remove: str | None = None,
+                         add: tuple[str, PolicySpec | Policy] | None = None) -> None:
+        """Take the checked ``new_config`` and its policy set (built first: a failure changes
+        nothing), then tell the runners."""
+        policies = policies_after_change(self.policies, new_config, default_class=self.default_policy_class,
+                                         add=add, remove=remove)
+        self.config = new_config
+        self.policies.clear()  # in place: the runner group holds this dict
+        self.policies.update(policies)
+        self.env_runner_group.update_policies(new_config, self.policies)
+        if self._eval_runner is not None:
+            self._eval_runner.update_policies(new_config, self.policies)
 
     # ------------------------------------------------------------------------------- state
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
-        """The whole algorithm as a tree of JSON values and numpy arrays; the layout and
-        ``copy`` are in :func:`cairn.algorithms.state.algorithm_state`."""
+        """The whole algorithm as a tree of JSON values and numpy arrays (the layout is in
+        :mod:`cairn.algorithms.state`). ``copy=False`` may return views of live arrays (policy
+        weights, a replay buffer), for a caller that writes them at once."""
         self.sync_learners()
-        return algorithm_state(self, copy=copy)
+        return {
+            "algorithm_class": class_reference(type(self)),
+            "config": self.config.to_dict(),
+            "iteration": self.iteration,
+            "counters": dict(self.counters),
+            "rng": rng_state(self._rng),
+            "policy_ids": list(self.policies),
+            "policies": {pid: p.get_state(copy=copy) for pid, p in self.policies.items()},
+            "env_runners": self.env_runner_group.get_state(),
+            "evaluation_runner": self.get_evaluation_runner_state(),
+            "recent_episodes": list(self._recent_episodes),
+            "extra": self.get_extra_state(),
+            "components": self.get_components(copy=copy),
+            **({} if self.league is None else {"league": self.league.get_state()}),
+        }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Restore a state from :meth:`get_state` in place (new policy IDs are added); see
-        :func:`cairn.algorithms.state.set_algorithm_state`."""
-        set_algorithm_state(self, state)
+        """Restore a state from :meth:`get_state` in place. Policies in the state replace those
+        with the same ID; new IDs are added (with their spec in the config, and known to the env
+        runners) but no agent is mapped to them unless the current ``policy_mapping_fn`` does
+        so. The rest of the config is kept."""
+        added = []
+        for pid, policy_state in state.get("policies", {}).items():
+            if pid in self.policies:
+                self.policies[pid].set_state(policy_state)
+            else:
+                check_policy_ids([*self.policies, pid])
+                policy = self.policies[pid] = Policy.from_state(policy_state)
+                self.config.policies[pid] = PolicySpec(
+                    type(policy), policy.observation_space, policy.action_space,
+                    policy_state["spec"].get("config"))
+                added.append(pid)
+        if added:
+            self.env_runner_group.update_policies(self.config, self.policies)
+        self.iteration = int(state["iteration"])
+        self.counters.update({k: int(v) for k, v in state["counters"].items()})
+        set_rng_state(self._rng, state["rng"])
+        self.env_runner_group.set_state(list(state.get("env_runners") or []))
+        self.set_evaluation_runner_state(state.get("evaluation_runner"))
+        self._recent_episodes.clear()  # in place: the window's length stays
+        self._recent_episodes.extend(state.get("recent_episodes") or [])
+        if self.league is not None and state.get("league") is not None:
+            self.league.set_state(state["league"], self.policies)
+        self.set_extra_state(state.get("extra") or {})
+        self.set_components(state.get("components") or {})
 
     def get_extra_state(self) -> dict[str, Any]:
         """Hook: algorithm-specific state (subclasses: e.g. target-network timers)."""
@@ -309,10 +367,15 @@ class Algorithm:
     ) -> Algorithm:
         """Rebuild an algorithm from :meth:`get_state` alone (no config or class needed; a
         subclass builds only its own kind); the arguments are in
-        :func:`cairn.algorithms.checkpointing.algorithm_from_state`."""
-        return algorithm_from_state(
+        :func:`cairn.algorithms.checkpointing.from_state_inputs`, and ``copy=False`` lets the
+        policies take the state's weight and optimizer arrays as their storage instead of
+        copying them (the state must not be used afterwards)."""
+        algo_cls, config, policy_states = from_state_inputs(
             cls, state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
-            policies_to_train=policies_to_train, config_overrides=config_overrides, copy=copy)
+            policies_to_train=policies_to_train, config_overrides=config_overrides)
+        algo: Algorithm = algo_cls(config, policy_states=policy_states, copy_policy_states=copy)
+        algo.set_state({**state, "policies": {}})
+        return algo
 
     # -------------------------------------------------------------------------- checkpoints
     @overload
@@ -355,17 +418,11 @@ class Algorithm:
         ``metadata``: JSON data (a dict) stored in the checkpoint's manifest, which
         ``cairn.get_checkpoint_info(path)["metadata"]`` returns (docs/checkpoints.md).
         """
-        self._saver.wait()  # one write at a time; raises an earlier background failure
         if path is None:
             path = Path(self.log_dir) / f"checkpoint_{self.iteration:06d}"
-        write = prepare_algorithm_save(self, path, snapshot=not blocking,
-                                       storage_options=storage_options, previous=previous,
-                                       metadata=metadata)
-
         iteration = self.iteration  # the snapshot's: a background write may finish later
 
-        def write_and_report() -> str:
-            location = write()
+        def report(location: str) -> None:
             try:  # the checkpoint is committed: a failing report must not say it was not
                 report_checkpoint_saved(self.callbacks, algorithm=self, checkpoint=location,
                                         iteration=iteration)
@@ -373,11 +430,9 @@ class Algorithm:
                 warnings.warn(LoggerWarning(
                     f"{type(self.callbacks).__name__}.on_checkpoint_saved raised {type(exc).__name__}: "
                     f"{exc}; the checkpoint {location} was saved and is intact."), stacklevel=2)
-            return location
 
-        if blocking:
-            return write_and_report()
-        return self._saver.submit(write_and_report, os.fspath(path))
+        return self._checkpointer.save(path, blocking=blocking, storage_options=storage_options,
+                                       previous=previous, metadata=metadata, committed=report)
 
     @property
     def log_dir(self) -> str:
@@ -391,7 +446,7 @@ class Algorithm:
     def restore(self, checkpoint: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
         """Load a checkpoint of this algorithm (a directory or a URL such as ``s3://...``;
         ``storage_options`` for its fsspec file system) into this object, in place."""
-        restore_algorithm(self, checkpoint, storage_options=storage_options)
+        self._checkpointer.restore(checkpoint, storage_options=storage_options)
         self.callbacks.on_checkpoint_loaded(algorithm=self)
 
     def restore_from_path(self, path: Any, *, component: str | None = None,
@@ -399,8 +454,8 @@ class Algorithm:
         """Load one component of a checkpoint into this object, in place (RLlib's name):
         ``"policies/<pid>"`` (that policy's whole state), ``"policies/<pid>/weights"`` (its
         network parameters) or None (everything, as :meth:`restore`); reads only that
-        component's files. See :func:`cairn.algorithms.component_restore.restore_component`."""
-        restore_component(self, path, component, storage_options=storage_options)
+        component's files. See :mod:`cairn.algorithms.component_restore`."""
+        self._checkpointer.restore_component(path, component, storage_options=storage_options)
         self.callbacks.on_checkpoint_loaded(algorithm=self)
 
     @classmethod
@@ -410,12 +465,16 @@ class Algorithm:
         config_overrides: Mapping[str, Any] | None = None, storage_options: Mapping[str, Any] | None = None,
     ) -> Algorithm:
         """Rebuild an algorithm from a checkpoint directory or URL (``s3://``, ``memory://``,
-        ...), with no config or class in hand (a subclass builds only its own kind); the
-        arguments are in :func:`cairn.algorithms.checkpointing.algorithm_from_checkpoint`."""
+        ...), with no config or class in hand (a subclass builds only its own kind: else
+        :class:`~cairn.checkpoint.CheckpointClassMismatchError`); a
+        :class:`~cairn.CheckpointManager` root means its latest checkpoint. ``policy_ids``
+        reads only those policies' files; the other arguments are :meth:`from_state`'s."""
         algo = algorithm_from_checkpoint(
-            cls, checkpoint, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
-            policies_to_train=policies_to_train, config_overrides=config_overrides,
-            storage_options=storage_options)
+            cls, checkpoint, policy_ids=policy_ids, config_overrides=config_overrides,
+            storage_options=storage_options,
+            build=lambda state: cls.from_state(
+                state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
+                policies_to_train=policies_to_train, config_overrides=config_overrides, copy=False))
         algo.callbacks.on_checkpoint_loaded(algorithm=algo)
         return algo
 
@@ -423,26 +482,42 @@ class Algorithm:
         self, export_dir: str | os.PathLike[str], policy_id: str = DEFAULT_POLICY_ID, *,
         export_native_model_files: bool | None = None,
     ) -> None:
-        """Write one policy as a standalone Policy checkpoint; see
-        :func:`cairn.algorithms.checkpointing.export_policy_checkpoint`."""
-        export_policy_checkpoint(self, export_dir, policy_id,
-                                 export_native_model_files=export_native_model_files)
+        """Write one policy as a standalone Policy checkpoint (RLlib's name for it), which
+        ``Policy.from_checkpoint(export_dir)`` loads with no algorithm: the same as
+        ``get_policy(policy_id).export_checkpoint(export_dir, ...)``.
+        ``export_native_model_files`` (default: the config's setting) adds ``model/``. Raises
+        :class:`~cairn.errors.UnknownPolicyIdError` for an ID this algorithm lacks."""
+        if export_native_model_files is None:
+            export_native_model_files = self.config.export_native_model_files
+        self._policy_to_export(policy_id, "export_policy_checkpoint").export_checkpoint(
+            export_dir, export_native_model_files=export_native_model_files)
 
     def export_policy_model(
         self, export_dir: str | os.PathLike[str], policy_id: str = DEFAULT_POLICY_ID,
         onnx: int | None = None, extra_outputs: Sequence[str] = (),
     ) -> None:
-        """Write one policy's model in a native format that loads without cairn (torch.export or
-        ONNX), with the optional outputs ``extra_outputs`` (``["value"]``); see
-        :func:`cairn.algorithms.checkpointing.export_policy_model`."""
-        export_policy_model(self, export_dir, policy_id, onnx, extra_outputs)
+        """Write one policy's model in a native format that loads without cairn (RLlib's name):
+        a ``torch.export`` program (``onnx=None``) or ``model.onnx`` at opset ``onnx``, with
+        ``signature.json`` and the optional outputs ``extra_outputs`` (``["value"]``); the same
+        as ``get_policy(policy_id).export_model(...)`` (:func:`cairn.export.export_model`,
+        docs/export.md). Raises :class:`~cairn.errors.UnknownPolicyIdError` for an ID this
+        algorithm lacks, and :class:`~cairn.errors.ExportError` when the model cannot be exported."""
+        self._policy_to_export(policy_id, "export_policy_model").export_model(
+            export_dir, onnx=onnx, extra_outputs=extra_outputs)
+
+    def _policy_to_export(self, policy_id: str, call: str) -> Policy:
+        if policy_id not in self.policies:
+            raise UnknownPolicyIdError(
+                f"{call}: this algorithm has no policy {policy_id!r}; its policies are "
+                f"{sorted(self.policies)}. Pass one of those as policy_id=...")
+        return self.policies[policy_id]
 
     def stop(self) -> None:
         """Wait for a background save in flight (``save(blocking=False)``), then release
         environments and remote runners; raises a background save's failure that no ``save()``
         raised yet (after releasing them)."""
         try:
-            self._saver.flush()
+            self._checkpointer.flush()
         finally:
             if self.learner_group is not None:
                 self.learner_group.stop()

@@ -1,14 +1,19 @@
-"""What Algorithm's checkpoint and export entry points do, apart from the class body.
+"""An Algorithm's checkpoint entry points, apart from its class body.
 
-The checkpoint layer stores and reads state trees; this module turns an Algorithm into one and
-back. :func:`save_algorithm` hands ``Algorithm.get_state()`` to the writer with callbacks that
-write native model files (cairn.export); :func:`algorithm_from_checkpoint` and
-:func:`restore_algorithm` read a tree, check that it describes an algorithm and its policies
-(:func:`check_algorithm_state`, :func:`~cairn.policy.state_check.check_policy_state`, and
-:func:`check_env_reference`), and build. ``export_policy_checkpoint`` and
-``export_policy_model`` write one policy on its own, through the policy's
-:meth:`~cairn.policy.policy.Policy.export_checkpoint` and
+The checkpoint layer stores and reads state trees; this module turns an algorithm into one and
+back. :func:`prepare_algorithm_save` hands ``get_state()`` to the writer with callbacks that
+write native model files (cairn.export); :func:`algorithm_from_checkpoint` reads a tree, checks
+that it describes an algorithm and its policies (:func:`check_algorithm_state`,
+:func:`~cairn.policy.state_check.check_policy_state`, and :func:`check_env_reference`), and
+hands it to the builder; :func:`from_state_inputs` says what that builds.
+``export_policy_checkpoint`` and ``export_policy_model`` write one policy on its own, through
+the policy's :meth:`~cairn.policy.policy.Policy.export_checkpoint` and
 :meth:`~cairn.policy.policy.Policy.export_model`.
+
+None of it knows the Algorithm class: a live algorithm is a :class:`CheckpointedAlgorithm`,
+and a class is only checked against the one a checkpoint names. The Algorithm's own
+checkpointing component (:class:`~cairn.algorithms.checkpointer.AlgorithmCheckpointer`) calls
+these.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from cairn.algorithms.state import check_algorithm_state
 from cairn.checkpoint import (
@@ -33,14 +38,13 @@ from cairn.checkpoint.manifest import check_metadata
 from cairn.checkpoint.paths import CheckpointLike
 from cairn.checkpoint.reference_scope import loading_checkpoint
 from cairn.checkpoint.storage import check_save_location, resolve_storage
-from cairn.config.algorithm_config import PolicyMapping
+from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
 from cairn.config.checks import check_env
 from cairn.config.restore import restored_config
-from cairn.core import AlgorithmLike
+from cairn.core import AlgorithmLike, Stateful
 from cairn.errors import (
     CheckpointEnvError,
     ConfigError,
-    UnknownPolicyIdError,
     UnsafeCheckpointError,
 )
 from cairn.policy.checkpointing import native_files_writer
@@ -54,25 +58,39 @@ from cairn.registry import (
     warn_main_module_references,
 )
 
-if TYPE_CHECKING:
-    from cairn.algorithms.algorithm import Algorithm
-    from cairn.policy.policy import Policy
-
 __all__ = [
+    "CheckpointedAlgorithm",
     "algorithm_from_checkpoint",
-    "algorithm_from_state",
+    "restore_algorithm",
     "check_algorithm_state",
     "check_env_known",
     "check_env_reference",
-    "export_policy_checkpoint",
-    "export_policy_model",
-    "policy_to_export",
+    "from_state_inputs",
     "prepare_algorithm_save",
-    "restore_algorithm",
     "save_algorithm",
 ]
 
-def save_algorithm(algo: Algorithm, path: str | os.PathLike[str], *,
+Built = TypeVar("Built")
+
+
+class CheckpointedAlgorithm(Stateful, Protocol):
+    """What saving and restoring need of a live algorithm: its state tree (``get_state``, which
+    gathers the learners' state first, and ``set_state``), its policies (native model files,
+    component restores) and its config (whether to export native model files).
+    :class:`~cairn.algorithms.algorithm.Algorithm` is one."""
+
+    @property
+    def config(self) -> AlgorithmConfig:
+        """The algorithm's current config."""
+        ...
+
+    @property
+    def policies(self) -> Mapping[str, Policy]:
+        """The live policies by ID."""
+        ...
+
+
+def save_algorithm(algo: CheckpointedAlgorithm, path: str | os.PathLike[str], *,
                    storage_options: Mapping[str, Any] | None = None,
                    previous: str | os.PathLike[str] | None = None,
                    metadata: Mapping[str, Any] | None = None) -> str:
@@ -96,10 +114,11 @@ def save_algorithm(algo: Algorithm, path: str | os.PathLike[str], *,
                                   previous=previous, metadata=metadata)()
 
 
-def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
+def prepare_algorithm_save(algo: CheckpointedAlgorithm, path: str | os.PathLike[str], *,
                            snapshot: bool, storage_options: Mapping[str, Any] | None = None,
                            previous: str | os.PathLike[str] | None = None,
-                           metadata: Mapping[str, Any] | None = None) -> Callable[[], str]:
+                           metadata: Mapping[str, Any] | None = None,
+                           stacklevel: int = 3) -> Callable[[], str]:
     """Behind :meth:`Algorithm.save <cairn.algorithms.algorithm.Algorithm.save>`: check
     the target, gather ``algo``'s state, and return the call that writes it (and returns the
     location).
@@ -109,6 +128,8 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
     are exported from policies rebuilt from it, so that the call may run later, in another
     thread, while training goes on (``save(blocking=False)``).
     ``storage_options``, ``previous`` and ``metadata`` are as in :func:`save_algorithm`.
+    ``stacklevel``: the frame the warnings about unstorable config values point at, as
+    ``warnings.warn`` counts from here (3: the caller of the function that called this one).
     """
     # Refused before any state is gathered.
     metadata = check_metadata(metadata)  # a copy: later changes by the caller do not reach it
@@ -122,9 +143,8 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
     # are copied server-side only between locations of one of them.
     earlier = None if previous is None else resolve_storage(previous, storage_options=storage_options)
     state = algo.get_state(copy=snapshot)
-    _warn_unstorable(state["config"])
-    # _warn_unstorable <- prepare_algorithm_save <- Algorithm.save <- caller
-    warn_main_module_references(state["config"], when="save()", stacklevel=3)
+    _warn_unstorable(state["config"], stacklevel=stacklevel + 1)
+    warn_main_module_references(state["config"], when="save()", stacklevel=stacklevel)
     if wanted:
         policies = ({pid: Policy.from_state(state["policies"][pid]) for pid in wanted}
                     if snapshot else {pid: algo.policies[pid] for pid in wanted})
@@ -139,7 +159,7 @@ def prepare_algorithm_save(algo: Algorithm, path: str | os.PathLike[str], *,
     return write
 
 
-def _warn_unstorable(config: Mapping[str, Any]) -> None:
+def _warn_unstorable(config: Mapping[str, Any], *, stacklevel: int) -> None:
     """Warn (at the caller of ``save``) about config callables the checkpoint cannot store."""
     for key, value in config.items():
         if isinstance(value, Mapping) and CALLABLE_KEY in value and value[CALLABLE_KEY] is None:
@@ -151,7 +171,7 @@ def _warn_unstorable(config: Mapping[str, Any]) -> None:
                 f"will require {arg}. To store it, define it at module level in a module that is "
                 f"imported by name (not the script run as __main__: another process cannot import "
                 f"that), e.g. in my_project/envs.py.",
-                stacklevel=4,  # _warn_unstorable <- prepare_algorithm_save <- Algorithm.save <- caller
+                stacklevel=stacklevel,
             )
 
 
@@ -182,8 +202,7 @@ def check_env_known(config: Mapping[str, Any], where: Any) -> None:
             ) from None
 
 
-def stored_algorithm_class(reference: str, expected: type[Algorithm], where: Any,
-                           call: str) -> type[Algorithm]:
+def stored_algorithm_class(reference: str, expected: type, where: Any, call: str) -> type[Any]:
     """The algorithm class a checkpoint names (``reference``), which ``expected.<call>`` builds
     only when it is ``expected`` or a subclass: ``Algorithm.from_checkpoint`` builds every
     algorithm, ``PPO.from_checkpoint`` only PPO. A name that is no algorithm at all (not an
@@ -192,10 +211,10 @@ def stored_algorithm_class(reference: str, expected: type[Algorithm], where: Any
     if not issubclass(stored, expected):
         raise _class_mismatch(where, stored, f"{expected.__name__}.{call} builds only "
                                              f"{expected.__name__} algorithms (or subclasses)")
-    return stored  # type: ignore[no-any-return]
+    return stored
 
 
-def _check_stored_class(expected: type[Algorithm], checkpoint: CheckpointLike,
+def _check_stored_class(expected: type, checkpoint: CheckpointLike,
                         storage_options: Mapping[str, Any] | None) -> None:
     """Refuse, from the manifest alone, a checkpoint of an algorithm that is not ``expected``
     (or a subclass of it), before any array is read."""
@@ -219,22 +238,24 @@ def _class_mismatch(checkpoint: CheckpointLike, stored: type, refusal: str) -> C
 
 
 def algorithm_from_checkpoint(
-    cls: type[Algorithm],
+    cls: type,
     checkpoint: CheckpointLike,
     *,
+    build: Callable[[Mapping[str, Any]], Built],
     policy_ids: str | Sequence[str] | None,
-    policy_mapping_fn: PolicyMapping | None,
-    policies_to_train: Sequence[str] | None,
     config_overrides: Mapping[str, Any] | None,
     storage_options: Mapping[str, Any] | None = None,
-) -> Algorithm:
+) -> Built:
     """Behind :meth:`Algorithm.from_checkpoint
-    <cairn.algorithms.algorithm.Algorithm.from_checkpoint>`: read the tree, check it, build.
+    <cairn.algorithms.algorithm.Algorithm.from_checkpoint>`: read the tree, check it, and
+    return ``build(state)`` (``cls.from_state(state, ..., copy=False)``: the arrays were read
+    into buffers nobody else holds, so the policies adopt them).
 
     ``checkpoint`` is a directory, a ``file://`` URL or an object-store URL (``s3://``,
     ``gs://``, ``memory://``; ``storage_options`` for its fsspec file system, docs/storage.md).
     ``policy_ids`` (a list of IDs, or one ID as a str) restores only those policies and reads
-    only their files. The other arguments are as in :func:`algorithm_from_state`.
+    only their files; ``config_overrides`` as in :func:`from_state_inputs` (an ``env`` there
+    replaces the stored one, which is then not checked).
 
     ``Algorithm.from_checkpoint`` (``cls`` is the class it is called on) builds whatever
     algorithm the checkpoint holds; a subclass builds only its own kind (or a subclass of it):
@@ -253,15 +274,11 @@ def algorithm_from_checkpoint(
             check_env_reference(state["config"], checkpoint)
             check_env_known(state["config"], checkpoint)
         with restoring(checkpoint):
-            # The arrays were read into buffers nobody else holds: adopt them, don't copy.
-            return algorithm_from_state(cls, state, policy_ids=policy_ids,
-                                        policy_mapping_fn=policy_mapping_fn,
-                                        policies_to_train=policies_to_train,
-                                        config_overrides=config_overrides, copy=False)
+            return build(state)
     raise AssertionError("unreachable")  # restoring() re-raises every error it catches
 
 
-def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike, *,
+def restore_algorithm(algo: CheckpointedAlgorithm, checkpoint: CheckpointLike, *,
                       storage_options: Mapping[str, Any] | None = None) -> None:
     """Behind :meth:`Algorithm.restore <cairn.algorithms.algorithm.Algorithm.restore>`:
     read the tree (a path or a URL, ``storage_options`` as in :func:`algorithm_from_checkpoint`),
@@ -279,19 +296,19 @@ def restore_algorithm(algo: Algorithm, checkpoint: CheckpointLike, *,
             algo.set_state(state)
 
 
-def algorithm_from_state(
-    cls: type[Algorithm],
+def from_state_inputs(
+    cls: type,
     state: Mapping[str, Any],
     *,
     policy_ids: str | Sequence[str] | None,
     policy_mapping_fn: PolicyMapping | None,
     policies_to_train: Sequence[str] | None,
     config_overrides: Mapping[str, Any] | None,
-    copy: bool,
-) -> Algorithm:
+) -> tuple[type[Any], AlgorithmConfig, dict[str, Any]]:
     """Behind :meth:`Algorithm.from_state <cairn.algorithms.algorithm.Algorithm.from_state>`:
-    the stored class, built from the restored config and the kept policies' states, then given
-    the rest of the state. No config or class is needed besides the state.
+    the stored class, the restored config and the kept policies' states, which it builds the
+    algorithm from (then giving it the rest of the state). No config or class is needed besides
+    the state.
 
     Args:
         cls: The class ``from_state`` is called on: ``Algorithm`` builds every algorithm, a
@@ -305,8 +322,6 @@ def algorithm_from_state(
             setting (``model``, DQN's ``replay_buffer_config``) is merged into the stored
             one, as ``config.training()`` merges it: ``{"model": {"hidden": [32]}}`` keeps
             the stored activation. Other values replace the stored ones.
-        copy: False lets the policies take the state's weight and optimizer arrays as
-            their storage instead of copying them (the state must not be used afterwards).
     """
     algo_cls = stored_algorithm_class(state["algorithm_class"], cls, "This state", "from_state")
     config = restored_config(state, policy_ids, policy_mapping_fn, policies_to_train,
@@ -314,9 +329,7 @@ def algorithm_from_state(
     policy_states = _with_model_references(
         {pid: s for pid, s in state["policies"].items() if pid in config.policies},
         (config_overrides or {}).get("model"))
-    algo = algo_cls(config, policy_states=policy_states, copy_policy_states=copy)
-    algo.set_state({**state, "policies": {}})
-    return algo
+    return algo_cls, config, policy_states
 
 
 def _with_model_references(policy_states: Mapping[str, Any], model: Any) -> dict[str, Any]:
@@ -345,52 +358,3 @@ def _with_model_references(policy_states: Mapping[str, Any], model: Any) -> dict
         config = {**spec["config"], "model": {**stored, **new}}
         replaced[pid] = {**policy_state, "spec": {**spec, "config": config}}
     return replaced
-
-
-def policy_to_export(policies: Mapping[str, Policy], policy_id: str, call: str) -> Policy:
-    """``policies[policy_id]``, or :class:`~cairn.errors.UnknownPolicyIdError` naming ``call``,
-    the ID and the IDs there are."""
-    if policy_id not in policies:
-        raise UnknownPolicyIdError(
-            f"{call}: this algorithm has no policy {policy_id!r}; its policies are "
-            f"{sorted(policies)}. Pass one of those as policy_id=..."
-        )
-    return policies[policy_id]
-
-
-def export_policy_checkpoint(
-    algo: Algorithm, export_dir: str | os.PathLike[str], policy_id: str, *,
-    export_native_model_files: bool | None,
-) -> None:
-    """Behind :meth:`Algorithm.export_policy_checkpoint
-    <cairn.algorithms.algorithm.Algorithm.export_policy_checkpoint>`: write one policy as a
-    standalone Policy checkpoint (RLlib's name for it), which
-    ``Policy.from_checkpoint(export_dir)`` loads with no algorithm.
-
-    The same as ``algo.get_policy(policy_id).export_checkpoint(export_dir, ...)``.
-    ``export_native_model_files`` (default: ``algo``'s config setting) adds ``model/``.
-    Raises :class:`~cairn.errors.UnknownPolicyIdError` for an ID ``algo`` lacks.
-    """
-    policy = policy_to_export(algo.policies, policy_id, "export_policy_checkpoint")
-    if export_native_model_files is None:
-        export_native_model_files = algo.config.export_native_model_files
-    policy.export_checkpoint(export_dir, export_native_model_files=export_native_model_files)
-
-
-def export_policy_model(
-    algo: Algorithm, export_dir: str | os.PathLike[str], policy_id: str, onnx: int | None,
-    extra_outputs: Sequence[str] = (),
-) -> None:
-    """Behind :meth:`Algorithm.export_policy_model
-    <cairn.algorithms.algorithm.Algorithm.export_policy_model>`: write one policy's model in a
-    native format that loads without cairn (RLlib's name): a ``torch.export`` program
-    (``onnx=None``) or ``model.onnx`` at opset ``onnx``, with ``signature.json``; see
-    :func:`cairn.export.export_model` and ``docs/export.md``.
-
-    The same as ``algo.get_policy(policy_id).export_model(export_dir, onnx=onnx,
-    extra_outputs=extra_outputs)``. Raises
-    :class:`~cairn.errors.UnknownPolicyIdError` for an ID ``algo`` lacks, and
-    :class:`~cairn.errors.ExportError` when the model cannot be exported.
-    """
-    policy_to_export(algo.policies, policy_id, "export_policy_model").export_model(
-        export_dir, onnx=onnx, extra_outputs=extra_outputs)

@@ -3,8 +3,9 @@
 ``algo.restore_from_path(path, component="policies/p1")`` loads policy ``p1``'s whole state
 (weights, optimizer, observation filter, counters, exploration and random generators) from
 the checkpoint; ``component="policies/p1/weights"`` its network parameters alone;
-``component=None`` everything, exactly as ``algo.restore(path)``. Only that policy's files are
-read (:mod:`cairn.checkpoint.components`), and nothing else of ``algo`` changes: its other
+``component=None`` everything, exactly as ``algo.restore(path)`` (the Algorithm's
+:class:`~cairn.algorithms.checkpointer.AlgorithmCheckpointer` sends that there). Only that
+policy's files are read (:mod:`cairn.checkpoint.components`), and nothing else of ``algo`` changes: its other
 policies, its counters, iteration, random generator and env runners keep their state. Remote
 env runners get the restored weights and filter with the next ``sample()``'s broadcast.
 
@@ -18,11 +19,10 @@ own config (``lr`` and the rest).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from cairn.algorithms.checkpointing import restore_algorithm
 from cairn.checkpoint import restoring
 from cairn.checkpoint.components import load_component
 from cairn.checkpoint.manager import resolve_checkpoint
@@ -33,47 +33,41 @@ from cairn.policy.state_check import check_policy_state
 from cairn.registry import resolve_class
 from cairn.spaces import space_from_json
 
-if TYPE_CHECKING:
-    from cairn.algorithms.algorithm import Algorithm
-
-__all__ = ["restore_component"]
+__all__ = ["restore_policy_component"]
 
 
-def restore_component(algo: Algorithm, path: Any, component: str | None, *,
-                      storage_options: Mapping[str, Any] | None = None) -> None:
+def restore_policy_component(policies: Mapping[str, Policy], path: Any, component: str, *,
+                             storage_options: Mapping[str, Any] | None = None) -> None:
     """Behind :meth:`Algorithm.restore_from_path
     <cairn.algorithms.algorithm.Algorithm.restore_from_path>`: load ``component`` of the
     checkpoint ``path`` (a directory, a URL with ``storage_options``, or a
-    :class:`~cairn.CheckpointManager` root, meaning its latest checkpoint) into ``algo`` in place.
+    :class:`~cairn.CheckpointManager` root, meaning its latest checkpoint) into the live
+    policy of its ID among ``policies``, in place.
 
     Args:
-        component: ``"policies/<policy_id>"`` (the policy's whole state),
-            ``"policies/<policy_id>/weights"`` (its network parameters), or None (the whole
-            checkpoint, as :meth:`~cairn.algorithms.algorithm.Algorithm.restore`).
+        component: ``"policies/<policy_id>"`` (the policy's whole state) or
+            ``"policies/<policy_id>/weights"`` (its network parameters).
 
     Raises:
         UnknownComponentError: the checkpoint has no such component (the message lists its
             components).
-        UnknownPolicyIdError: ``algo`` has no policy of that ID.
+        UnknownPolicyIdError: ``policies`` has no policy of that ID.
         CheckpointClassMismatchError: the stored policy's class or spaces differ from the live
             policy's.
         CheckpointFormatError: its network (weight names or shapes) differs.
     """
-    if component is None:
-        restore_algorithm(algo, path, storage_options=storage_options)
-        return
     with loading_checkpoint(path, storage_options):  # references: never code from inside it
         path = resolve_checkpoint(path, storage_options=storage_options)
         ref, state = load_component(path, component, storage_options=storage_options)
         where = f"{path} (component {ref.name!r})"
         check_policy_state(state, where, base=Policy)
-        if ref.policy_id not in algo.policies:
+        if ref.policy_id not in policies:
             raise UnknownPolicyIdError(
                 f"{where}: this algorithm has no policy {ref.policy_id!r} to restore it into; its "
-                f"policies are {sorted(algo.policies)}. Add it first (algo.add_policy), or build the "
+                f"policies are {sorted(policies)}. Add it first (algo.add_policy), or build the "
                 "algorithm from the checkpoint (Algorithm.from_checkpoint(path, policy_ids=[...]))."
             )
-        policy = algo.policies[ref.policy_id]
+        policy = policies[ref.policy_id]
         _check_same_kind(policy, state, where)
         with restoring(where):
             if ref.part == "weights":

@@ -1,11 +1,10 @@
-"""``Algorithm.add_policy`` and ``remove_policy``: the new config, checked before anything
-changes (the policy set, the mapping and the learning policies), then applied to the
-algorithm's policies and runners."""
+"""``Algorithm.add_policy`` and ``remove_policy``: the new config (the policy set, the mapping
+and the learning policies) and the new policy set, both checked and built before the algorithm
+takes them and tells its runners."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
 from cairn.algorithms.policy_specs import new_policy, probe_agents, record_specs, resolve_policy_specs
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
@@ -15,16 +14,7 @@ from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import check_policy_ids, validate_policy_id
 
-if TYPE_CHECKING:
-    from cairn.algorithms.algorithm import Algorithm
-
-__all__ = [
-    "add_policy",
-    "apply_policy_change",
-    "config_adding_policy",
-    "config_removing_policy",
-    "remove_policy",
-]
+__all__ = ["config_adding_policy", "config_removing_policy", "policies_after_change"]
 
 
 def _remap(
@@ -69,70 +59,31 @@ def config_removing_policy(
     return _remap(new_config, policy_mapping_fn, policies_to_train)
 
 
-def add_policy(
-    algo: Algorithm, policy_id: str, spec_or_policy: PolicySpec | Policy, *,
-    policy_mapping_fn: PolicyMapping | None, policies_to_train: Sequence[str] | None,
-) -> Policy:
-    """Behind :meth:`Algorithm.add_policy <cairn.algorithms.algorithm.Algorithm.add_policy>`:
-    add ``spec_or_policy`` (a PolicySpec to build, or a Policy object) as ``policy_id``, and
-    replace the mapping and the learning policies where given.
-
-    The ID is validated (safe directory name, unique ignoring case), and the new mapping
-    against the environment's agents, before anything changes. The episodes in flight keep
-    their mapping; the new one applies from each env's next episode (docs/multi-agent.md).
-    """
-    new_config = config_adding_policy(algo.config, policy_id, spec_or_policy,
-                                      policy_mapping_fn=policy_mapping_fn,
-                                      policies_to_train=policies_to_train)
-    apply_policy_change(algo, new_config, add=(policy_id, spec_or_policy))
-    return algo.policies[policy_id]
-
-
-def remove_policy(
-    algo: Algorithm, policy_id: str, *,
-    policy_mapping_fn: PolicyMapping | None, policies_to_train: Sequence[str] | None,
-) -> None:
-    """Behind :meth:`Algorithm.remove_policy
-    <cairn.algorithms.algorithm.Algorithm.remove_policy>`: drop ``policy_id`` (``KeyError`` for
-    an unknown ID); agents mapped to it need a new ``policy_mapping_fn``."""
-    algo.get_policy(policy_id)  # KeyError for an unknown ID, before anything changes
-    new_config = config_removing_policy(algo.config, policy_id,
-                                        policy_mapping_fn=policy_mapping_fn,
-                                        policies_to_train=policies_to_train)
-    apply_policy_change(algo, new_config, remove=policy_id)
-
-
-def apply_policy_change(
-    algo: Algorithm, new_config: AlgorithmConfig, *,
+def policies_after_change(
+    policies: Mapping[str, Policy], new_config: AlgorithmConfig, *, default_class: type[Policy],
     add: tuple[str, PolicySpec | Policy] | None = None, remove: str | None = None,
-) -> None:
-    """Give ``algo`` the checked ``new_config`` and its policy set: ``add`` (an ID with a spec
-    to build, or a Policy object), ``remove`` (an ID); then tell the runners.
+) -> dict[str, Policy]:
+    """The policy set the checked ``new_config`` describes: ``policies`` without ``remove`` (an
+    ID) and with ``add`` (an ID with a spec to build, or a Policy object) last; the resolved
+    specs are recorded in ``new_config``. Behind :meth:`Algorithm.add_policy
+    <cairn.algorithms.algorithm.Algorithm.add_policy>` and ``remove_policy``, which then give
+    the algorithm ``new_config`` and this set and tell its runners.
 
-    The mapping is checked against the environment's agents first; if that fails, ``algo``
-    keeps its old config and nothing has changed.
+    The mapping is checked against the environment's agents and the new policy is built
+    before anything is returned; if either fails, ``policies`` is as it was.
     """
-    old_config = algo.config
-    algo.config = new_config
-    known = {pid: p.spec for pid, p in algo.policies.items()}
+    known = {pid: p.spec for pid, p in policies.items()}
     if add is not None and isinstance(add[1], Policy):
         known[add[0]] = add[1].spec
     env = None
     try:
         env, agents = probe_agents(new_config)
-        resolved = resolve_policy_specs(new_config, agents, known,
-                                        default_class=algo.default_policy_class)
-    except Exception:
-        algo.config = old_config
-        raise
+        resolved = resolve_policy_specs(new_config, agents, known, default_class=default_class)
     finally:
         close_env(env)
-    if remove is not None:
-        algo.policies.pop(remove)
+    changed = {pid: policy for pid, policy in policies.items() if pid != remove}
     if add is not None:
         pid, obj = add
-        algo.policies[pid] = obj if isinstance(obj, Policy) else new_policy(new_config, pid, resolved[pid])
+        changed[pid] = obj if isinstance(obj, Policy) else new_policy(new_config, pid, resolved[pid])
     record_specs(new_config, resolved)
-    algo.env_runner_group.update_policies(new_config, algo.policies)
-    if algo.evaluation_runner is not None:
-        algo.evaluation_runner.update_policies(new_config, algo.policies)
+    return changed

@@ -201,7 +201,7 @@ class PolicyReplayBuffers:
                 "config.checkpointing(store_replay_buffer=True) (on the command line: --config "
                 "store_replay_buffer=true) to keep them.",
                 ReplayBufferNotRestoredWarning,
-                stacklevel=5,  # restore <- set_components <- set_algorithm_state <- set_state <- caller
+                stacklevel=4,  # restore <- set_components <- set_state <- caller
             )
             return
         for pid, buffer_state in stored["policies"].items():
