@@ -36,7 +36,6 @@ file (deleting the earlier checkpoint leaves it), and a server-side copy is a ne
 from __future__ import annotations
 
 import os
-import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -90,7 +89,7 @@ class PreviousCheckpoint:
         try:
             with located(source) as where, where.open_reader() as root:
                 data = bytes(read_manifest_bytes(root))
-                manifest = _parsed_root_manifest(data, root.path)
+                manifest = parse_manifest(data, root.path, expected_type="Algorithm")
                 entries = {pid: dict(manifest["files"][_manifest_name(pid)])
                            for pid in manifest["policy_ids"]}
                 wanted = [pid for pid in read if pid in entries]
@@ -181,28 +180,6 @@ def link_policies(target: WriteTarget, previous: PreviousCheckpoint,
             f"and this checkpoint is whole. Run `cairn checkpoint verify {url}` to see what else is "
             "damaged there, and restore it from a good copy or delete it.", stacklevel=4)
     return {wrong.directory.rpartition("/")[2] for wrong in not_taken}
-
-
-#: The last few root manifests read, by their bytes: a manager's saves all read their latest.
-_PARSED: dict[bytes, dict[str, Any]] = {}
-_PARSED_MAX_BYTES = 1 << 20  # a manifest of ~4000 policies; larger ones are parsed each time
-_PARSED_LOCK = threading.Lock()
-
-
-def _parsed_root_manifest(data: bytes, directory: Any) -> dict[str, Any]:
-    """The Algorithm manifest held in ``data``, checked (:func:`parse_manifest`); callers do not
-    change it (it may be shared with other saves)."""
-    with _PARSED_LOCK:
-        manifest = _PARSED.get(data)
-    if manifest is None:
-        manifest = parse_manifest(data, directory, expected_type="Algorithm")
-        if len(data) > _PARSED_MAX_BYTES:
-            return manifest
-        with _PARSED_LOCK:
-            _PARSED[data] = manifest
-            while len(_PARSED) > 4:
-                del _PARSED[next(iter(_PARSED))]
-    return manifest
 
 
 def _manifest_name(pid: str) -> str:
