@@ -106,3 +106,27 @@ def test_remove_policy_without_new_mapping_fails_before_anything_changes(ma_algo
         ma_algo.remove_policy("p1")
     assert set(ma_algo.policies) == {"p0", "p1", "p2"}
     assert set(ma_algo.train()["learners"]) == {"p0", "p1", "p2"}
+
+
+class _PolicyThatFailsToBuild(cairn.Policy):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("this policy cannot be built")
+
+
+def test_add_policy_whose_policy_fails_to_build_changes_nothing():
+    """Issue 38 item 3: the new policy is built before the algorithm takes the new config. On
+    main the config already named the new policy (and kept it) when building it raised."""
+    algo = small_ppo().build()
+    try:
+        spec = algo.get_policy().spec
+        failing = cairn.PolicySpec(_PolicyThatFailsToBuild, spec.observation_space, spec.action_space,
+                                   spec.config)
+        config_before, weights_before = algo.config.to_dict(), algo.get_policy().get_weights()
+        with pytest.raises(RuntimeError, match="cannot be built"):
+            algo.add_policy("new", failing, policy_mapping_fn=lambda aid, **kw: "new")
+        assert set(algo.policies) == {"default_policy"} and set(algo.config.policies) == {"default_policy"}
+        assert algo.config.to_dict() == config_before
+        assert _same(algo.get_policy().get_weights(), weights_before)
+        assert set(algo.train()["learners"]) == {"default_policy"}  # the old mapping still holds
+    finally:
+        algo.stop()
