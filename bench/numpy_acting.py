@@ -31,7 +31,7 @@ rng = np.random.default_rng(0)
 one, eight, batch = (rng.standard_normal((n, 4)).astype(np.float32) for n in (1, 8, 32))
 mlp_d = cairn.Policy(box, gym.spaces.Discrete(2), seed=0).model
 mlp_b = cairn.Policy(box, gym.spaces.Box(-1, 1, (2,)), seed=0).model
-lstm_config = {"model": {"use_lstm": True, "lstm_cell_size": 256, "vf_share_layers": True}}  # one LSTM in both trees
+lstm_config = {"model": {"use_lstm": True, "lstm_cell_size": 256, "vf_share_layers": True}}
 lstm = cairn.Policy(box, gym.spaces.Discrete(2), lstm_config, seed=0).model
 state = [np.zeros((8, 256), np.float32)] * 2
 q = DQNPolicy(box, gym.spaces.Discrete(2), {"dueling": True}, seed=0).model
