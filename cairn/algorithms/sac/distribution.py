@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import torch
 
 from cairn.algorithms.sac.loss import squashed_gaussian_log_prob, squashed_gaussian_sample
+from cairn.errors import ConfigError
 from cairn.policy.distributions import ActionDistribution
 
-__all__ = ["SquashedGaussian"]
+__all__ = ["SquashedGaussian", "check_bounded_box_actions"]
+
+
+def check_bounded_box_actions(algorithm: str, action_space: gym.Space[Any]) -> None:
+    """Raise ConfigError unless ``action_space`` is a Box with finite bounds: what an actor that
+    squashes its output into the bounds (SAC's, TD3's) needs."""
+    if not isinstance(action_space, gym.spaces.Box):
+        raise ConfigError(
+            f"{algorithm} needs a Box action space, got {action_space}. Use DQN for Discrete actions, "
+            "or PPO for Discrete, MultiDiscrete and other action spaces."
+        )
+    if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+        raise ConfigError(
+            f"{algorithm} squashes actions into the Box bounds, but {action_space} has infinite bounds. "
+            "Wrap the environment so that its action space is bounded (e.g. gymnasium.wrappers."
+            "RescaleAction), or use PPO."
+        )
 
 #: Raw actions are clipped this far inside (-1, 1) before ``atanh`` in :meth:`logp`.
 _ATANH_LIMIT = 1.0 - 1e-6

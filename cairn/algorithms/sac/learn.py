@@ -18,7 +18,7 @@ from cairn.algorithms.sac.loss import (
 )
 from cairn.algorithms.sac.sac_policy import SACPolicy
 from cairn.learners import GradientSync, LearnOutput
-from cairn.policy.torch_utils import clip_grad_norm
+from cairn.policy.torch_utils import clear_grads, clip_grad_norm
 
 __all__ = ["sac_learn"]
 
@@ -68,7 +68,7 @@ def sac_learn(config: Any, policy: SACPolicy, sync: GradientSync, *,
         loss_critic, td_errors = critic_loss(q_values, targets, weights)
 
     # Alpha and the critics have disjoint parameters: one backward, one optimizer step.
-    _clear_grads(groups)
+    clear_grads(groups)
     if not empty:
         ((loss_critic + loss_alpha) * share).backward()
     sync.all_reduce_grads([*groups["critic"], *groups["alpha"]])
@@ -78,7 +78,7 @@ def sac_learn(config: Any, policy: SACPolicy, sync: GradientSync, *,
 
     # The actor against the updated critics; their weights are detached, so gradients
     # reach only the actor (and the critics' stale gradients are cleared first).
-    _clear_grads(groups)
+    clear_grads(groups)
     if not empty:
         loss_actor = actor_loss(log_prob, model.critic(obs, actions_pi, detach=True), alpha)
         (loss_actor * share).backward()
@@ -95,10 +95,3 @@ def sac_learn(config: Any, policy: SACPolicy, sync: GradientSync, *,
              float(q_values.detach().mean()), float(targets.mean()), float(log_prob.detach().mean())]
     return LearnOutput(stats, td_errors.cpu().numpy())
 
-
-def _clear_grads(groups: dict[str, list[torch.nn.Parameter]]) -> None:
-    # The optimizer's groups hold every parameter with a gradient (the target critics have
-    # none): walking them is cheaper than walking the model's modules.
-    for params in groups.values():
-        for param in params:
-            param.grad = None

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from cairn.algorithms.sac.custom_model import CustomSACModel
-from cairn.algorithms.sac.distribution import SquashedGaussian
+from cairn.algorithms.sac.distribution import SquashedGaussian, check_bounded_box_actions
 from cairn.algorithms.sac.keras_model import keras_sac_model
 from cairn.algorithms.sac.model import LOG_STD_MAX, LOG_STD_MIN, SACModel
 from cairn.algorithms.sac.output_shapes import check_sac_outputs
@@ -82,17 +82,7 @@ class SACPolicy(Policy):
     }
 
     def check_setup(self, action_space: gym.Space[Any], config: Mapping[str, Any]) -> None:
-        if not isinstance(action_space, gym.spaces.Box):
-            raise ConfigError(
-                f"SAC needs a Box action space, got {action_space}. Use DQN for Discrete actions, "
-                "or PPO for Discrete, MultiDiscrete and other action spaces."
-            )
-        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise ConfigError(
-                f"SAC squashes actions into the Box bounds, but {action_space} has infinite bounds. "
-                "Wrap the environment so that its action space is bounded (e.g. gymnasium.wrappers."
-                "RescaleAction), or use PPO."
-            )
+        check_bounded_box_actions("SAC", action_space)
         check_target_entropy("target_entropy", config["target_entropy"])
         alpha = config["initial_alpha"]
         if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha < float("inf"):

@@ -18,7 +18,7 @@ from cairn.algorithms.td3.loss import (
 )
 from cairn.algorithms.td3.td3_policy import TD3Policy
 from cairn.learners import GradientSync, LearnOutput
-from cairn.policy.torch_utils import clip_grad_norm
+from cairn.policy.torch_utils import clear_grads, clip_grad_norm
 
 __all__ = ["td3_learn", "actor_update_due"]
 
@@ -68,7 +68,7 @@ def td3_learn(config: Any, policy: TD3Policy, sync: GradientSync, *,
         q_values = model.critic(obs, rows("actions"))
         loss_critic, td_errors = critic_loss(q_values, targets, weights)
 
-    _clear_grads(groups)
+    clear_grads(groups)
     if not empty:
         (loss_critic * share).backward()
     sync.all_reduce_grads(groups["critic"])
@@ -80,7 +80,7 @@ def td3_learn(config: Any, policy: TD3Policy, sync: GradientSync, *,
     if actor_update_due(policy.num_grad_updates, config.policy_delay):
         # The actor against the updated critics; their weights are detached, so gradients
         # reach only the actor (and the critics' stale gradients are cleared first).
-        _clear_grads(groups)
+        clear_grads(groups)
         if not empty:
             loss_actor = actor_loss(model.critic(obs, model.actor(obs), detach=True)[0])
             (loss_actor * share).backward()
@@ -96,9 +96,3 @@ def td3_learn(config: Any, policy: TD3Policy, sync: GradientSync, *,
              float(q_values.detach().mean()), float(targets.mean())]
     return LearnOutput(stats, td_errors.cpu().numpy())
 
-
-def _clear_grads(groups: dict[str, list[torch.nn.Parameter]]) -> None:
-    # The optimizer's groups hold every parameter with a gradient (the targets have none).
-    for params in groups.values():
-        for param in params:
-            param.grad = None

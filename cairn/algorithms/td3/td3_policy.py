@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from cairn.algorithms.sac.distribution import check_bounded_box_actions
 from cairn.algorithms.td3.distribution import GaussianActionNoise
 from cairn.algorithms.td3.model import TD3Model
 from cairn.errors import ConfigError
@@ -70,17 +71,7 @@ class TD3Policy(Policy):
     }
 
     def check_setup(self, action_space: gym.Space[Any], config: Mapping[str, Any]) -> None:
-        if not isinstance(action_space, gym.spaces.Box):
-            raise ConfigError(
-                f"TD3 needs a Box action space, got {action_space}. Use DQN for Discrete actions, "
-                "or PPO for Discrete, MultiDiscrete and other action spaces."
-            )
-        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise ConfigError(
-                f"TD3 squashes actions into the Box bounds, but {action_space} has infinite bounds. "
-                "Wrap the environment so that its action space is bounded (e.g. gymnasium.wrappers."
-                "RescaleAction), or use PPO."
-            )
+        check_bounded_box_actions("TD3", action_space)
         _check_number("exploration_noise", config["exploration_noise"], low=0.0, high=10.0, example="0.1")
         model = config["model"]
         if uses_custom_model(model) or uses_custom_model(model, "custom_q_model"):
