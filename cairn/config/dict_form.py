@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol
 
 from cairn.config.checks import (
     decode_callable,
@@ -24,13 +24,20 @@ from cairn.errors import ConfigError
 from cairn.policy.model import check_model_config
 from cairn.policy.spec import PolicySpec
 
-if TYPE_CHECKING:
-    from cairn.config.algorithm_config import AlgorithmConfig
-
-__all__ = ["owned_value", "config_to_dict", "load_dict"]
+__all__ = ["FieldConfig", "owned_value", "config_to_dict", "load_dict"]
 
 #: Keys that ``load_dict`` leaves to ``validate()``: their checks need the other settings.
 _CHECKED_IN_VALIDATE = ("env", "policies", "policy_mapping_fn", "policies_to_train")
+
+
+class FieldConfig(Protocol):
+    """What this module reads and sets of an ``AlgorithmConfig`` (which imports it): its fields,
+    each an attribute, and the algorithm it builds."""
+
+    FIELDS: ClassVar[dict[str, Field]]
+    algo_class_name: ClassVar[str | None]
+
+    def callable_fields(self) -> frozenset[str]: ...
 
 
 def owned_value(field: Field, value: Any) -> Any:
@@ -38,7 +45,7 @@ def owned_value(field: Field, value: Any) -> Any:
     return value if field.holds_callable and callable(value) else copy.deepcopy(value)
 
 
-def config_to_dict(config: AlgorithmConfig) -> dict[str, Any]:
+def config_to_dict(config: FieldConfig) -> dict[str, Any]:
     """Every setting of ``config`` as a flat, JSON-safe dict (``AlgorithmConfig.to_dict()``)."""
     out: dict[str, Any] = {"algo_class": config.algo_class_name}
     for key, field in config.FIELDS.items():
@@ -56,7 +63,7 @@ def config_to_dict(config: AlgorithmConfig) -> dict[str, Any]:
 
 
 def load_dict(
-    config: AlgorithmConfig, data: Mapping[str, Any], callables: Mapping[str, Any] | None
+    config: FieldConfig, data: Mapping[str, Any], callables: Mapping[str, Any] | None
 ) -> None:
     """Set ``config`` (a fresh one of the right class) from :func:`config_to_dict` output;
     ``callables`` supplies values for keys whose callable was not storable."""

@@ -4,19 +4,37 @@ share (:class:`AgentSampler`), and as saved in an env runner's state."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
 
 from cairn.core import ScriptedOpponent
+from cairn.env_runner.recurrent_state import RecurrentStates
 from cairn.env_runner.scripted_opponents import resolve_opponent
 from cairn.policy_ids import check_mapped_policy_id
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
-    from cairn.env_runner.env_runner import EnvRunner
     from cairn.env_runner.episode import EpisodeBook
     from cairn.policy.policy import Policy
 
-__all__ = ["AgentSampler", "agent_ids_by_name", "keep_in_flight_policies", "restore_agent_pids"]
+__all__ = ["SampledRunner", "AgentSampler", "agent_ids_by_name", "keep_in_flight_policies",
+           "restore_agent_pids"]
+
+
+class SampledRunner(Protocol):
+    """What a multi-agent sampler reads of the :class:`~cairn.env_runner.env_runner.EnvRunner`
+    that owns it (and imports the samplers): named here, not imported back."""
+
+    envs: list[Any]
+    config: AlgorithmConfig
+    policies: dict[str, Policy]
+    evaluation: bool
+    worker_index: int
+    recurrent_states: RecurrentStates
+
+    @property
+    def rng(self) -> np.random.Generator: ...
 
 
 class AgentSampler:
@@ -32,7 +50,7 @@ class AgentSampler:
     """
 
     def __init__(
-        self, runner: EnvRunner, *, episodes: EpisodeBook, draw_seed: Callable[[], int | None]
+        self, runner: SampledRunner, *, episodes: EpisodeBook, draw_seed: Callable[[], int | None]
     ) -> None:
         self.runner = runner
         self.envs: list[Any] = runner.envs

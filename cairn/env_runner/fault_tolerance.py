@@ -24,9 +24,10 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cairn.env_runner.remote import SampleResult, ensure_ray, start_actor
+from cairn.env_runner.remote import SampleResult, start_actor
 from cairn.env_runner.repeated_failures import ErrorSignature, RepeatedFailures, error_signature
 from cairn.errors import CairnError, EnvRunnerFailedError
+from cairn.ray_cluster import ensure_ray
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.fault_tolerance import RemoteRunners
 from cairn.env_runner.make_env import close_env
-from cairn.env_runner.remote import ensure_ray
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
+from cairn.ray_cluster import ensure_ray
 
 if TYPE_CHECKING:
     from cairn.callbacks.base import Callbacks

@@ -1,4 +1,4 @@
-"""What runs inside a remote env runner's Ray actor, and how cairn starts Ray and the actors.
+"""What runs inside a remote env runner's Ray actor, and how cairn starts the actors.
 
 Ray is imported only inside the functions that need it (the ``ray`` extra): ``import cairn``
 stays fast and works without it.
@@ -6,7 +6,6 @@ stays fast and works without it.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,15 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.sample_batch import SampleBatch
-from cairn.errors import ConfigError
+from cairn.ray_cluster import ensure_ray
 from cairn.rng import runner_actions_rng
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
 
-__all__ = ["RemoteEnvRunner", "SampleResult", "ensure_ray", "start_actor"]
-
-logger = logging.getLogger("cairn.env_runner")
+__all__ = ["RemoteEnvRunner", "SampleResult", "start_actor"]
 
 
 @dataclass
@@ -103,27 +100,6 @@ class RemoteEnvRunner:
 
     def stop(self) -> None:
         self.runner.stop()
-
-
-def ensure_ray() -> Any:
-    """The ``ray`` module, with Ray initialised: the user's cluster when ``ray.init`` ran
-    (or ``RAY_ADDRESS`` names one), else a local one that cairn starts and says so."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(
-            "num_env_runners > 0 needs Ray: pip install 'cairn-rl[ray]', or set "
-            "num_env_runners=0 to sample in this process."
-        ) from None
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        logger.info(
-            "cairn: Ray is not initialised; starting %s for the remote env runners (call "
-            "ray.init(...) first to choose the cluster).",
-            f"a connection to RAY_ADDRESS={address}" if address else "a local Ray instance",
-        )
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-    return ray
 
 
 def start_actor(config: AlgorithmConfig, policy_states: Any, worker_index: int) -> Any:

@@ -23,11 +23,10 @@ from cairn.league.games import play_games
 from cairn.league.matchmaking import LeagueMapping, copy_plans
 from cairn.league.payoff import Payoff, game_score
 from cairn.league.ratings import Ratings
-from cairn.league.snapshots import add_snapshot, remove_snapshot, snapshot_due, snapshot_id
+from cairn.league.snapshots import PolicyPool, add_snapshot, remove_snapshot, snapshot_due, snapshot_id
 from cairn.rng import LEAGUE_STREAM, derive_seed, make_rng, rng_state, seeded_rng, set_rng_state
 
 if TYPE_CHECKING:
-    from cairn.algorithms.algorithm import Algorithm
     from cairn.config.algorithm_config import AlgorithmConfig
 
 __all__ = ["League", "attach_league"]
@@ -124,7 +123,7 @@ class League:
             self.payoff.record(opponent, score, is_snapshot=opponent in self.pool)
             self.ratings.rate(self.main, opponent, score)
 
-    def end_iteration(self, algo: Algorithm) -> dict[str, Any]:
+    def end_iteration(self, algo: PolicyPool) -> dict[str, Any]:
         """Take a snapshot when one is due (dropping the oldest beyond ``max_snapshots``), then
         return the metrics of ``result["league"]``."""
         if snapshot_due(self.settings, algo.iteration, has_snapshot=bool(self.pool),

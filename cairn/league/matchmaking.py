@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from cairn.config.league_settings import DrawnMapping
 from cairn.rng import seeded_rng
 
-if TYPE_CHECKING:
-    from cairn.league.league import League
-
-__all__ = ["LeagueMapping", "opponent_weights", "pfsp_weight"]
+__all__ = ["LeagueState", "LeagueMapping", "opponent_weights", "pfsp_weight"]
 
 #: Stream key of the generators of mappings copied into remote env runners (cairn.rng).
 REMOTE_MAPPING_STREAM = "league-remote-mapping"
@@ -49,6 +46,25 @@ def opponent_weights(kind: str, pool: Sequence[str], win_rates: Mapping[str, flo
     return np.array([pfsp_weight(win_rates.get(pid, 0.0)) for pid in everyone])
 
 
+class LeagueState(Protocol):
+    """What the mapping reads of the :class:`cairn.league.league.League` that owns it (which
+    imports this module, so it is named by what it offers, not imported back)."""
+
+    main: str
+    agents: list[Any]
+    settings: dict[str, Any]
+    plans: dict[str, dict[str, Any]]
+    rng: np.random.Generator
+    seed: int | None
+    snapshots_taken: int
+
+    def opponents(self) -> list[str]: ...
+
+    def fixed_in_training(self) -> list[str]: ...
+
+    def win_rates(self) -> dict[str, float]: ...
+
+
 class LeagueMapping(DrawnMapping):
     """The ``policy_mapping_fn`` a league installs: ``fn(agent_id, episode=..., worker=...)``.
 
@@ -64,7 +80,7 @@ class LeagueMapping(DrawnMapping):
     draws are the league generator's (exact resume with ``num_env_runners=0``).
     """
 
-    def __init__(self, league: League) -> None:
+    def __init__(self, league: LeagueState) -> None:
         self.league = league
         self._remote = False
         self._remote_rngs: dict[int, np.random.Generator] = {}

@@ -3,15 +3,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from cairn.policy.policy import Policy
 
-if TYPE_CHECKING:
-    from cairn.algorithms.algorithm import Algorithm
+__all__ = ["PolicyPool", "snapshot_due", "snapshot_id", "add_snapshot", "remove_snapshot"]
 
-__all__ = ["snapshot_due", "snapshot_id", "add_snapshot", "remove_snapshot"]
+
+class PolicyPool(Protocol):
+    """What a league needs of the Algorithm that owns it (the league layer sits below the
+    algorithms and never imports them): its iteration count and its policies, to add and
+    remove snapshots."""
+
+    iteration: int
+
+    @property
+    def policies_to_train(self) -> list[str]: ...
+
+    def get_policy(self, policy_id: str) -> Policy: ...
+
+    def add_policy(self, policy_id: str, spec_or_policy: Policy, *,
+                   policies_to_train: Sequence[str] | None = None) -> Policy: ...
+
+    def remove_policy(self, policy_id: str) -> None: ...
 
 
 def snapshot_id(main: str, n: int) -> str:
@@ -40,7 +55,7 @@ def snapshot_due(settings: Mapping[str, Any], iteration: int, *, has_snapshot: b
     return len(recent_scores) >= window and sum(recent_scores) / len(recent_scores) >= rate
 
 
-def add_snapshot(algo: Algorithm, main: str, policy_id: str) -> None:
+def add_snapshot(algo: PolicyPool, main: str, policy_id: str) -> None:
     """Add a frozen copy of ``main`` as ``policy_id``: its state copied once (weights, filter,
     optimizer), built without random init, and kept out of ``policies_to_train``."""
     trained = [pid for pid in algo.policies_to_train if pid != policy_id]
@@ -48,6 +63,6 @@ def add_snapshot(algo: Algorithm, main: str, policy_id: str) -> None:
     algo.add_policy(policy_id, copy, policies_to_train=trained)
 
 
-def remove_snapshot(algo: Algorithm, policy_id: str) -> None:
+def remove_snapshot(algo: PolicyPool, policy_id: str) -> None:
     """Remove a snapshot from the algorithm (its episodes in flight start again)."""
     algo.remove_policy(policy_id)

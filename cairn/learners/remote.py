@@ -19,25 +19,12 @@ import numpy as np
 from cairn.errors import CairnError, ConfigError, LearnerFailedError
 from cairn.learners.actor import LearnerActor, LearnFunction
 from cairn.learners.sync import LearnOutput
+from cairn.ray_cluster import ensure_ray
 
 __all__ = ["RemoteLearners", "STARTUP_TIMEOUT_S"]
 
 #: How long to wait for the learner actors to start and form their group.
 STARTUP_TIMEOUT_S = 120.0
-
-
-def _ray() -> Any:
-    """The ``ray`` module, initialised (cairn starts a local Ray when none runs)."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise ConfigError(
-            "num_learners >= 1 needs Ray: pip install 'cairn-rl[ray]', or set "
-            "config.learners(num_learners=0) to learn in this process."
-        ) from None
-    from cairn.env_runner.remote import ensure_ray
-
-    return ensure_ray()
 
 
 class RemoteLearners:
@@ -56,7 +43,8 @@ class RemoteLearners:
 
     def start(self) -> None:
         """Start the actors and form the process group (rank 0's address is the rendezvous)."""
-        ray = _ray()
+        ray = ensure_ray("num_learners >= 1",
+                         "set config.learners(num_learners=0) to learn in this process")
         cfg = self.config
         if cfg.num_gpus_per_learner:
             # The GPUs are the cluster's, not necessarily this process's: ask Ray, not torch.
