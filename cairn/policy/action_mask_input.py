@@ -10,8 +10,6 @@ keep their single ``obs`` input: every function here gives them nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
@@ -22,10 +20,7 @@ from cairn.policy.action_masking import (
     MaskedQModel,
     action_sizes,
 )
-from cairn.policy.export_hook import BATCH, TensorSpec
-
-if TYPE_CHECKING:
-    from cairn.policy.policy import Policy
+from cairn.policy.export_hook import BATCH, ExportedPolicy, TensorSpec
 
 __all__ = ["ACTION_MASK_INPUT", "action_mask_inputs", "action_mask_examples", "network_name"]
 
@@ -33,7 +28,7 @@ ACTION_MASK_INPUT = "action_mask"
 """The name of a masked policy's second model input."""
 
 
-def action_mask_inputs(policy: Policy) -> tuple[TensorSpec, ...]:
+def action_mask_inputs(policy: ExportedPolicy) -> tuple[TensorSpec, ...]:
     """``(action_mask spec,)`` for a masked policy, ``()`` for any other."""
     size = int(policy.action_mask_size)
     if not size:
@@ -48,7 +43,7 @@ def action_mask_inputs(policy: Policy) -> tuple[TensorSpec, ...]:
     ),)
 
 
-def action_mask_examples(policy: Policy, batch: int = 2) -> tuple[torch.Tensor, ...]:
+def action_mask_examples(policy: ExportedPolicy, batch: int = 2) -> tuple[torch.Tensor, ...]:
     """A valid ``action_mask`` input of ``batch`` rows (every action legal), or ``()``."""
     size = int(policy.action_mask_size)
     return (torch.ones((batch, size), dtype=torch.float32),) if size else ()

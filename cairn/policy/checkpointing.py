@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cairn.policy.config_overrides import with_config_overrides
 from cairn.policy.keras_config import uses_keras
@@ -21,9 +21,10 @@ from cairn.registry import model_exporter, native_model_writer
 if TYPE_CHECKING:
     from cairn.checkpoint.paths import CheckpointLike
     from cairn.checkpoint.writer import NativeFiles
-    from cairn.policy.policy import Policy
 
 __all__ = [
+    "SavedPolicy",
+    "RestorablePolicy",
     "write_policy_checkpoint_dir",
     "native_files_writer",
     "export_native_model",
@@ -34,8 +35,29 @@ __all__ = [
 ]
 
 
+class SavedPolicy(Protocol):
+    """What the writing functions read of a :class:`~cairn.policy.policy.Policy`, which imports
+    this module (so it is named here, not imported back)."""
+
+    @property
+    def config(self) -> dict[str, Any]: ...
+
+    def get_state(self, *, copy: bool = True) -> dict[str, Any]: ...
+
+
+#: The policy class a reading function was given, and so the type it returns.
+P = TypeVar("P", bound="RestorablePolicy")
+
+
+class RestorablePolicy(Protocol):
+    """A policy class, as the reading functions build from it (``Policy`` passes itself)."""
+
+    @classmethod
+    def from_state(cls: type[P], state: Mapping[str, Any], *, copy: bool = True) -> P: ...
+
+
 def write_policy_checkpoint_dir(
-    policy: Policy, export_dir: str | os.PathLike[str], *, export_native_model_files: bool,
+    policy: SavedPolicy, export_dir: str | os.PathLike[str], *, export_native_model_files: bool,
     storage_options: Mapping[str, Any] | None = None,
 ) -> None:
     """Write ``policy`` alone as a Policy checkpoint directory (atomically), or under an
@@ -50,7 +72,7 @@ def write_policy_checkpoint_dir(
     write_policy_checkpoint(target, policy.get_state(copy=False), native_files=native_files)
 
 
-def native_files_writer(policy: Policy, *, full: bool = True) -> NativeFiles:
+def native_files_writer(policy: SavedPolicy, *, full: bool = True) -> NativeFiles:
     """The callback that writes ``policy``'s ``model/`` into a checkpoint directory (``full=False``:
     only what every checkpoint of the policy holds, a Keras policy's ``model.keras``).
 
@@ -61,7 +83,7 @@ def native_files_writer(policy: Policy, *, full: bool = True) -> NativeFiles:
     return functools.partial(native_model_writer(), policy, full=full)
 
 
-def export_native_model(policy: Policy, export_dir: str | os.PathLike[str], *, onnx: int | None,
+def export_native_model(policy: SavedPolicy, export_dir: str | os.PathLike[str], *, onnx: int | None,
                         extra_outputs: Sequence[str] = ()) -> None:
     """Write ``policy``'s observation-to-action path with ``cairn.export.export_model`` (named in
     :data:`cairn.registry.MODEL_EXPORTER`): a torch program, or ONNX with ``onnx=<opset>``, plus
@@ -78,9 +100,9 @@ def is_policy_checkpoint(checkpoint: CheckpointLike, *,
 
 
 def policies_from_checkpoint(
-    checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None, base: type[Policy],
+    checkpoint: CheckpointLike, *, policy_ids: str | Sequence[str] | None, base: type[P],
     storage_options: Mapping[str, Any] | None = None, config_overrides: Mapping[str, Any] | None = None,
-) -> dict[str, Policy]:
+) -> dict[str, P]:
     """``{policy_id: Policy}`` of an Algorithm checkpoint: all its policies, or only
     ``policy_ids``, reading only their files; each stored class must subclass ``base``;
     ``config_overrides`` set in each policy's config (:mod:`cairn.policy.config_overrides`)."""
@@ -94,9 +116,9 @@ def policies_from_checkpoint(
                 for pid, state in states.items()}
 
 
-def policy_from_policy_checkpoint(checkpoint: CheckpointLike, *, base: type[Policy],
+def policy_from_policy_checkpoint(checkpoint: CheckpointLike, *, base: type[P],
                                   storage_options: Mapping[str, Any] | None = None,
-                                  config_overrides: Mapping[str, Any] | None = None) -> Policy:
+                                  config_overrides: Mapping[str, Any] | None = None) -> P:
     """The policy of a Policy checkpoint; an Algorithm checkpoint is refused with
     ``CheckpointFormatError``. The stored class must subclass ``base``; ``config_overrides`` as
     in :func:`policies_from_checkpoint`."""
@@ -108,8 +130,8 @@ def policy_from_policy_checkpoint(checkpoint: CheckpointLike, *, base: type[Poli
         return policy_from_checkpoint_state(state, checkpoint, base=base, config_overrides=config_overrides)
 
 
-def policy_from_checkpoint_state(state: Mapping[str, Any], where: Any, *, base: type[Policy],
-                                 config_overrides: Mapping[str, Any] | None = None) -> Policy:
+def policy_from_checkpoint_state(state: Mapping[str, Any], where: Any, *, base: type[P],
+                                 config_overrides: Mapping[str, Any] | None = None) -> P:
     """Set ``config_overrides`` in a state tree the checkpoint reader returned, check it, and
     build its policy from it."""
     from cairn.checkpoint import restoring

@@ -5,7 +5,7 @@ the graph; :mod:`cairn.policy.export_recurrent` extends the module with a state)
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -13,11 +13,8 @@ import torch
 from torch import nn
 
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
-from cairn.policy.export_hook import BATCH, TensorSpec
+from cairn.policy.export_hook import BATCH, ExportedPolicy, TensorSpec
 from cairn.policy.observation_path import ObservationPath
-
-if TYPE_CHECKING:
-    from cairn.policy.policy import Policy
 
 __all__ = ["ActorCriticModule", "actor_critic_outputs"]
 
@@ -34,7 +31,7 @@ class ActorCriticModule(nn.Module):
     action_low: torch.Tensor
     action_high: torch.Tensor
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: ExportedPolicy) -> None:
         super().__init__()
         self.observations = ObservationPath(policy)
         self.model = copy.deepcopy(policy.model).eval()

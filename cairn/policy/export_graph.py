@@ -26,7 +26,7 @@ nothing (a reshape of an already flat input, a cast to the dtype a tensor has, a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,15 +37,12 @@ from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategoric
 from cairn.policy.export_actor_critic import ActorCriticModule, actor_critic_outputs
 from cairn.policy.export_hook import (
     BATCH,
+    ExportedPolicy,
     ExportGraph,
     TensorSpec,
 )
 from cairn.policy.export_recurrent import recurrent_export_graph
 from cairn.policy.observation_path import ObservationPath, example_input, filter_description, input_spec
-from cairn.policy.recurrent import is_recurrent
-
-if TYPE_CHECKING:
-    from cairn.policy.policy import Policy
 
 # The data types and the observation path live in their own modules (export_hook,
 # observation_path); they are re-exported here, where the export hook's users look for them.
@@ -63,7 +60,7 @@ __all__ = [
 ]
 
 
-def actor_critic_export_graph(policy: Policy) -> ExportGraph:
+def actor_critic_export_graph(policy: ExportedPolicy) -> ExportGraph:
     """The export graph of an actor-critic :class:`~cairn.Policy`.
 
     Outputs: ``action`` (as ``compute_actions(obs, explore=False)`` returns it), the action
@@ -75,7 +72,7 @@ def actor_critic_export_graph(policy: Policy) -> ExportGraph:
     ExportError when the model lacks ``action_inputs(obs)``/``value(obs)`` or the
     distribution is not Categorical, MultiCategorical or DiagGaussian.
     """
-    if is_recurrent(policy):  # state inputs and outputs (docs/export.md, "Recurrent policies")
+    if policy.recurrent is not None:  # state inputs and outputs (docs/export.md, "Recurrent policies")
         return recurrent_export_graph(policy)
     model = policy.model
     if not (callable(getattr(model, "action_inputs", None)) and callable(getattr(model, "value", None))):

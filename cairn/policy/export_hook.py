@@ -11,24 +11,58 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
 from cairn.errors import ExportError
+from cairn.policy.distributions import ActionDistribution
+from cairn.policy.filters import MeanStdFilter, NoFilter
 
 __all__ = [
     "BATCH",
     "TensorSpec",
     "ExportGraph",
+    "ExportedPolicy",
 ]
 
 BATCH = "batch"
 """Name of the dynamic first dimension of every input and output."""
 
 Dim = int | str
+
+
+class ExportedPolicy(Protocol):
+    """What the export graph reads of a policy: :class:`cairn.policy.policy.Policy` offers it,
+    and the export modules, which it imports, name it here rather than import it back."""
+
+    @property
+    def model(self) -> Any: ...
+    @property
+    def dist(self) -> ActionDistribution: ...
+    @property
+    def action_space(self) -> gym.Space[Any]: ...
+    @property
+    def network_observation_space(self) -> gym.Space[Any]: ...
+    @property
+    def action_mask_size(self) -> int: ...
+    @property
+    def preprocessor(self) -> Any: ...
+    @property
+    def observation_filter(self) -> NoFilter | MeanStdFilter: ...
+    @property
+    def recurrent(self) -> object | None: ...
+
+    def compute_actions(self, obs_batch: Sequence[Any] | np.ndarray, *, explore: bool = True,
+                        state: Sequence[Any] | None = None) -> Any: ...
+
+    def process_observations(self, obs_batch: Sequence[Any] | np.ndarray, *,
+                             update: bool) -> np.ndarray: ...
+
+    def get_initial_state(self) -> list[np.ndarray]: ...
 
 
 @dataclass(frozen=True)

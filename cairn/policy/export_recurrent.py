@@ -12,7 +12,7 @@ docs/export.md shows the loop in plain onnxruntime.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,11 +21,8 @@ from cairn.errors import ExportError
 from cairn.policy.action_mask_input import network_name
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
 from cairn.policy.export_actor_critic import ActorCriticModule, actor_critic_outputs
-from cairn.policy.export_hook import BATCH, ExportGraph, TensorSpec
+from cairn.policy.export_hook import BATCH, ExportedPolicy, ExportGraph, TensorSpec
 from cairn.policy.observation_path import example_input, filter_description, input_spec
-
-if TYPE_CHECKING:
-    from cairn.policy.policy import Policy
 
 __all__ = ["recurrent_export_graph", "STATE_NAMES"]
 
@@ -37,7 +34,7 @@ class RecurrentActorCriticModule(ActorCriticModule):
     """``forward(obs, state_in_h, state_in_c=None) -> (action, *distribution inputs,
     state_out_h[, state_out_c], value)``, or the outputs at ``keep``."""
 
-    def __init__(self, policy: Policy, keep: Sequence[int] | None = None) -> None:
+    def __init__(self, policy: ExportedPolicy, keep: Sequence[int] | None = None) -> None:
         super().__init__(policy)
         self.keep = None if keep is None else tuple(keep)
 
@@ -61,7 +58,7 @@ class RecurrentActorCriticModule(ActorCriticModule):
         return outputs if self.keep is None else tuple(outputs[i] for i in self.keep)
 
 
-def recurrent_export_graph(policy: Policy) -> ExportGraph:
+def recurrent_export_graph(policy: ExportedPolicy) -> ExportGraph:
     """The export graph of a recurrent actor-critic policy (see the module doc); raises
     ExportError for a state of more than two components or an unsupported distribution."""
     init = policy.get_initial_state()

@@ -10,17 +10,14 @@ reads ``policy.network_observation_space`` (the observation without its action m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import torch
 from torch import nn
 
-from cairn.policy.export_hook import BATCH, TensorSpec
+from cairn.policy.export_hook import BATCH, ExportedPolicy, TensorSpec
 from cairn.policy.filters import MeanStdFilter
-
-if TYPE_CHECKING:
-    from cairn.policy.policy import Policy
 
 __all__ = ["input_spec", "example_input", "filter_description", "ObservationPath"]
 
@@ -52,7 +49,7 @@ def input_spec(observation_space: gym.Space[Any]) -> TensorSpec:
     )
 
 
-def example_input(policy: Policy, batch: int = 2) -> torch.Tensor:
+def example_input(policy: ExportedPolicy, batch: int = 2) -> torch.Tensor:
     """A valid ``obs`` input of ``batch`` rows (2+ rows keeps the batch dynamic when traced)."""
     space = policy.network_observation_space
     if isinstance(space, gym.spaces.Discrete):
@@ -62,7 +59,7 @@ def example_input(policy: Policy, batch: int = 2) -> torch.Tensor:
     return torch.zeros((batch, int(policy.preprocessor.size)), dtype=torch.float32)
 
 
-def filter_description(policy: Policy) -> dict[str, Any]:
+def filter_description(policy: ExportedPolicy) -> dict[str, Any]:
     """The observation filter as ``signature.json`` describes it."""
     obs_filter = policy.observation_filter
     if isinstance(obs_filter, MeanStdFilter):
@@ -88,7 +85,7 @@ class ObservationPath(nn.Module):
     obs_mean: torch.Tensor
     obs_inv_std: torch.Tensor
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: ExportedPolicy) -> None:
         super().__init__()
         space = policy.network_observation_space
         self.obs_size = int(policy.preprocessor.size)

@@ -235,7 +235,16 @@ class Policy:
     @classmethod
     def from_spec(cls, spec: PolicySpec, *, seed: int | None = None) -> Policy:
         """Build a new policy from a complete spec (class, both spaces and config)."""
-        return spec.build(default_class=cls, base=Policy, seed=seed)
+        chosen = spec.policy_class or cls  # a class reference must resolve to a Policy subclass
+        policy_class = resolve_class(chosen, Policy) if isinstance(chosen, str) else chosen
+        if not issubclass(policy_class, Policy):
+            raise ConfigError(f"PolicySpec's policy_class is {policy_class!r}, which is not a subclass of "
+                              "cairn.Policy. Fix: give a Policy subclass, or its 'module:QualName'.")
+        if spec.observation_space is None or spec.action_space is None:
+            raise ConfigError(
+                "PolicySpec needs observation_space and action_space to build a policy on its own."
+            )
+        return policy_class(spec.observation_space, spec.action_space, spec.config, seed=seed)
 
     # ------------------------------------------------------------------------------------- act
     def process_observations(self, obs_batch: Sequence[Any] | np.ndarray, *,

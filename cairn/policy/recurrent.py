@@ -12,7 +12,7 @@ other recurrent models in torch.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -23,16 +23,20 @@ from cairn.policy.acting import raw_actions
 from cairn.policy.distributions import ActionDistribution
 from cairn.policy.recurrent_config import recurrent_settings
 
-if TYPE_CHECKING:
-    from cairn.policy.policy import Policy
-
-__all__ = ["RecurrentActing", "RecurrentState", "is_recurrent", "recurrent_acting"]
+__all__ = ["MaybeRecurrent", "RecurrentActing", "RecurrentState", "is_recurrent", "recurrent_acting"]
 
 #: A recurrent state: one array per component (``[h, c]``), batched (``[B, *shape]``) or not.
 RecurrentState = list[np.ndarray]
 
 
-def is_recurrent(policy: Policy) -> bool:
+class MaybeRecurrent(Protocol):
+    """A policy, as :func:`is_recurrent` sees it (a Policy's ``recurrent`` part)."""
+
+    @property
+    def recurrent(self) -> RecurrentActing | None: ...
+
+
+def is_recurrent(policy: MaybeRecurrent) -> bool:
     """Whether ``policy``'s network has memory (acts with a state)."""
     return policy.recurrent is not None
 

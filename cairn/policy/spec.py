@@ -1,21 +1,18 @@
-"""PolicySpec: what a policy is, as data (class, spaces, config)."""
+"""PolicySpec: what a policy is, as data (class, spaces, config); ``Policy.from_spec`` builds it."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 
-from cairn.errors import ConfigError
+from cairn.core import PolicyLike
 from cairn.policy.custom_model import model_references
-from cairn.registry import class_reference, resolve_class
+from cairn.registry import class_reference
 from cairn.spaces import space_from_json, space_to_json
-
-if TYPE_CHECKING:
-    from cairn.policy.policy import Policy
 
 __all__ = ["PolicySpec"]
 
@@ -33,7 +30,7 @@ class PolicySpec:
             ``{"lr": 1e-4, "model": {"hidden": [256, 256]}}``.
     """
 
-    policy_class: type[Policy] | str | None = None
+    policy_class: type[PolicyLike] | str | None = None
     observation_space: gym.Space[Any] | None = None
     action_space: gym.Space[Any] | None = None
     config: dict[str, Any] | None = field(default=None)
@@ -54,18 +51,6 @@ class PolicySpec:
             "action_space": None if self.action_space is None else space_to_json(self.action_space),
             "config": copy.deepcopy(self.config),
         }
-
-    def build(self, *, default_class: type[Policy], base: type[Policy], seed: int | None = None) -> Policy:
-        """A new policy of this spec (``Policy.from_spec``): its class, else ``default_class``; a
-        class reference must resolve to a subclass of ``base``. Both spaces must be given."""
-        policy_class = self.policy_class or default_class
-        if isinstance(policy_class, str):
-            policy_class = resolve_class(policy_class, base)
-        if self.observation_space is None or self.action_space is None:
-            raise ConfigError(
-                "PolicySpec needs observation_space and action_space to build a policy on its own."
-            )
-        return policy_class(self.observation_space, self.action_space, self.config, seed=seed)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PolicySpec:

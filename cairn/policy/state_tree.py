@@ -12,17 +12,35 @@ module lays out and restores the rest, and seeds the two random generators whose
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from cairn.policy.filters import MeanStdFilter, NoFilter
+from cairn.policy.spec import PolicySpec
 from cairn.rng import make_rng
 
-if TYPE_CHECKING:
-    from cairn.policy.policy import Policy
+__all__ = ["PolicyTrainingState", "make_generators", "policy_state_tree", "restore_policy_state_tree"]
 
-__all__ = ["make_generators", "policy_state_tree", "restore_policy_state_tree"]
+
+class PolicyTrainingState(Protocol):
+    """What this module lays out and restores of a :class:`~cairn.policy.policy.Policy` (which
+    imports it): the spec, filter, counters, exploration and the two generators."""
+
+    global_timestep: int
+    num_grad_updates: int
+    generator: torch.Generator
+    np_random: np.random.Generator
+
+    @property
+    def spec(self) -> PolicySpec: ...
+    @property
+    def observation_filter(self) -> NoFilter | MeanStdFilter: ...
+
+    def get_exploration_state(self) -> dict[str, Any]: ...
+
+    def set_exploration_state(self, state: Mapping[str, Any]) -> None: ...
 
 
 def make_generators(seed: int | None) -> tuple[torch.Generator, np.random.Generator]:
@@ -40,7 +58,7 @@ def make_generators(seed: int | None) -> tuple[torch.Generator, np.random.Genera
 
 
 def policy_state_tree(
-    policy: Policy, *, weights: dict[str, np.ndarray], optimizer: dict[str, Any]
+    policy: PolicyTrainingState, *, weights: dict[str, np.ndarray], optimizer: dict[str, Any]
 ) -> dict[str, Any]:
     """The state tree of ``policy``, given its ``weights`` and ``optimizer`` trees."""
     return {
@@ -60,7 +78,7 @@ def policy_state_tree(
     }
 
 
-def restore_policy_state_tree(policy: Policy, state: Mapping[str, Any]) -> None:
+def restore_policy_state_tree(policy: PolicyTrainingState, state: Mapping[str, Any]) -> None:
     """Restore everything in ``state`` but its weights and optimizer into ``policy``."""
     filter_state = state["observation_filter"]
     if filter_state.get("name") != policy.observation_filter.name:

@@ -117,3 +117,17 @@ def test_clip_grad_norm_matches_torch():
         torch.testing.assert_close(ours, theirs)
         for p, t in zip(params, twins):
             torch.testing.assert_close(p.grad, t.grad)
+
+
+def test_from_spec_refuses_a_policy_class_that_is_not_a_policy():
+    """PolicySpec is data; Policy.from_spec builds it and checks its class at that boundary (a
+    class given as an object, like one given by reference, must subclass cairn.Policy)."""
+
+    class NotAPolicy:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("built without a check")
+
+    spec = cairn.PolicySpec(policy_class=NotAPolicy, observation_space=gym.spaces.Box(-1, 1, (2,)),
+                            action_space=gym.spaces.Discrete(2))
+    with pytest.raises(ConfigError, match="NotAPolicy.*not a subclass of cairn.Policy"):
+        cairn.Policy.from_spec(spec)
