@@ -93,8 +93,6 @@ def test_no_import_cycles_between_modules():
 #: circle that reaches outside its package is refused everywhere; an entry leaves this list
 #: when its last circle is broken (the test below fails while it stays without one).
 TYPE_CHECKING_CIRCLES_LEFT = {
-    "cairn.checkpoint.storage": "objects.py <-> the object-store helpers typed with "
-                                "ObjectStorage (object_cleanup, _commit, _dir, _stage, reuse_check)",
     "cairn.algorithms.sac": "sac_policy <-> export (issue 40's SAC/TD3 base is being reshaped)",
     "cairn.algorithms.td3": "td3_policy <-> export (as SAC)",
 }

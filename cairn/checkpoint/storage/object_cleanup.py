@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import TYPE_CHECKING
 
 from cairn.checkpoint.atomic import first_names
 from cairn.checkpoint.format import MANIFEST_FILE
+from cairn.checkpoint.storage.object_prefix import ObjectPrefix
 from cairn.errors import CheckpointError, StorageCleanupWarning
-
-if TYPE_CHECKING:
-    from cairn.checkpoint.storage.objects import ObjectStorage
 
 __all__ = ["delete_stale", "delete_stage", "discard", "has_manifest"]
 
 
-def _warn(storage: ObjectStorage, what: str, error: CheckpointError, why: str, *, stage: bool) -> None:
+def _warn(storage: ObjectPrefix, what: str, error: CheckpointError, why: str, *, stage: bool) -> None:
     who = (f"The next save to {storage.url}, or a CheckpointManager started on its root, deletes it."
            if stage else f"The next save to {storage.url} (or deleting that checkpoint) deletes them.")
     warnings.warn(StorageCleanupWarning(
@@ -36,7 +33,7 @@ def _warn(storage: ObjectStorage, what: str, error: CheckpointError, why: str, *
     ), stacklevel=3)
 
 
-def delete_stale(storage: ObjectStorage, *, keep: set[str], listed: list[str] | None = None) -> None:
+def delete_stale(storage: ObjectPrefix, *, keep: set[str], listed: list[str] | None = None) -> None:
     """Delete the objects under the committed checkpoint at ``storage`` that are not in
     ``keep`` (its files): of ``listed`` (names relative to it), or of a listing made now. A
     failure is a warning naming those still there."""
@@ -67,7 +64,7 @@ def delete_stale(storage: ObjectStorage, *, keep: set[str], listed: list[str] | 
               f"{first_names(left)},", exc, why, stage=False)
 
 
-def has_manifest(stage: ObjectStorage) -> bool | None:
+def has_manifest(stage: ObjectPrefix) -> bool | None:
     """Whether ``stage`` holds a manifest, read back after a failure left it open; None when
     looking it up fails too (the message must then cover both answers)."""
     with contextlib.suppress(CheckpointError):
@@ -75,7 +72,7 @@ def has_manifest(stage: ObjectStorage) -> bool | None:
     return None
 
 
-def delete_stage(storage: ObjectStorage, stage: ObjectStorage, *, rolled_forward: bool) -> None:
+def delete_stage(storage: ObjectPrefix, stage: ObjectPrefix, *, rolled_forward: bool) -> None:
     """Delete ``stage``, beside the committed checkpoint at ``storage``: its manifest first when
     ``rolled_forward`` (the stage of this checkpoint's replacement, whose content is committed at
     ``storage``), else a stage without a manifest (an earlier save's, killed before it committed),
@@ -99,7 +96,7 @@ def delete_stage(storage: ObjectStorage, stage: ObjectStorage, *, rolled_forward
         _warn(storage, f"{what}, {stage.url},", exc, state, stage=True)
 
 
-def discard(stage: ObjectStorage) -> None:
+def discard(stage: ObjectPrefix) -> None:
     """Delete ``stage``: its manifest first, so that it is whole or uncommitted at every instant."""
     stage.delete(MANIFEST_FILE)
     stage.delete_prefix()

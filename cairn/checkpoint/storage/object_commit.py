@@ -20,9 +20,9 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from cairn.checkpoint.atomic import first_names
 from cairn.checkpoint.format import (
@@ -36,6 +36,7 @@ from cairn.checkpoint.format import (
 )
 from cairn.checkpoint.storage.base import WriteTarget
 from cairn.checkpoint.storage.object_cleanup import delete_stage, delete_stale, discard, has_manifest
+from cairn.checkpoint.storage.object_prefix import ObjectPrefix
 from cairn.checkpoint.storage.object_stage import (
     committed_stage,
     holds_manifest,
@@ -53,9 +54,6 @@ from cairn.errors import (
     StoragePermissionError,
 )
 
-if TYPE_CHECKING:
-    from cairn.checkpoint.storage.objects import ObjectStorage
-
 __all__ = ["CHECKPOINT_ENTRIES", "check_prefix", "object_writing"]
 
 #: The top-level names a cairn checkpoint may hold (files, and directories with a "/").
@@ -65,7 +63,7 @@ CHECKPOINT_ENTRIES = frozenset({
 })
 
 
-def check_prefix(storage: ObjectStorage, names: list[str]) -> None:
+def check_prefix(storage: ObjectPrefix, names: list[str]) -> None:
     """Refuse a save to ``storage`` whose prefix holds ``names`` that no checkpoint has."""
     foreign = sorted({name.split("/", 1)[0] + ("/" if "/" in name else "") for name in names}
                      - CHECKPOINT_ENTRIES)
@@ -79,19 +77,20 @@ def check_prefix(storage: ObjectStorage, names: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def object_writing(storage: ObjectStorage) -> Iterator[WriteTarget]:
-    """The write target of a save to ``storage``, committed on normal exit (module docstring)."""
+def object_writing(storage: ObjectPrefix, target: Callable[[Path], WriteTarget]) -> Iterator[WriteTarget]:
+    """The write target of a save to ``storage`` (``target(local directory)``, made by the
+    storage, which knows itself as a Storage), committed on normal exit (module docstring)."""
     directory = Path(tempfile.mkdtemp(prefix="cairn-upload-"))
     try:
-        target = WriteTarget(directory, storage)
+        writing = target(directory)
         with staging():  # staged files are uploaded at once: no fsync
-            yield target
-        _commit(target, storage)
+            yield writing
+        _commit(writing, storage)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _commit(target: WriteTarget, storage: ObjectStorage) -> None:
+def _commit(target: WriteTarget, storage: ObjectPrefix) -> None:
     """Upload the staged checkpoint under ``storage``'s prefix, the manifest last. (The prefix
     is checked here, listed once; ``check_writable`` checks it before the state is gathered
     too.)
@@ -144,8 +143,8 @@ def _commit(target: WriteTarget, storage: ObjectStorage) -> None:
         delete_stage(storage, storage.sibling(name), rolled_forward=False)
 
 
-def _write_in_place(target: WriteTarget, storage: ObjectStorage, now: list[str], written: list[str],
-                    copies: list[tuple[ObjectStorage, str, str]]) -> None:
+def _write_in_place(target: WriteTarget, storage: ObjectPrefix, now: list[str], written: list[str],
+                    copies: list[tuple[ObjectPrefix, str, str]]) -> None:
     """Write the staged checkpoint under ``storage``'s prefix itself, the manifest last: a
     prefix holding no committed checkpoint (``now`` lists its objects: none, or an interrupted
     save's), or a bucket's root, which has no prefix beside it to stage in, and whose old
@@ -197,7 +196,7 @@ _PREVIOUS_REMOVED = (
 )
 
 
-def _uncommit(storage: ObjectStorage) -> None:
+def _uncommit(storage: ObjectPrefix) -> None:
     """Delete the manifest of the checkpoint at a bucket's root, before any of its files is
     overwritten. A DELETE that fails is read back: if the manifest is still there nothing was
     changed, and the error says that the previous checkpoint is intact; if it is gone (the
@@ -225,8 +224,8 @@ def _uncommit(storage: ObjectStorage) -> None:
             ) from None
 
 
-def _replace(target: WriteTarget, storage: ObjectStorage, written: list[str],
-             copies: list[tuple[ObjectStorage, str, str]]) -> None:
+def _replace(target: WriteTarget, storage: ObjectPrefix, written: list[str],
+             copies: list[tuple[ObjectPrefix, str, str]]) -> None:
     """Replace the committed checkpoint at ``storage`` with the staged one.
 
     1. The new checkpoint is written whole to a stage, ``.<name>.cairn-tmp-<pid>-<hex>/``
@@ -263,7 +262,7 @@ def _replace(target: WriteTarget, storage: ObjectStorage, written: list[str],
         ) from None
 
 
-def _abandon(storage: ObjectStorage, stage: ObjectStorage, exc: CheckpointStorageError) -> NoReturn:
+def _abandon(storage: ObjectPrefix, stage: ObjectPrefix, exc: CheckpointStorageError) -> NoReturn:
     """Delete ``stage``, whose upload failed with ``exc``, and raise saying what ``storage``
     holds: the previous checkpoint, intact; where the stage cannot be deleted, what it was
     read back to hold."""

@@ -20,18 +20,16 @@ directory's, so one reader serves both. On an object store:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cairn.checkpoint.format import MANIFEST_FILE, MAX_MANIFEST_BYTES
+from cairn.checkpoint.storage.object_prefix import ObjectPrefix
 from cairn.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
     CheckpointStorageError,
     UncommittedCheckpointError,
 )
-
-if TYPE_CHECKING:
-    from cairn.checkpoint.storage.objects import ObjectStorage
 
 __all__ = ["ObjectStoreDir", "UrlPath"]
 
@@ -61,7 +59,7 @@ class ObjectStoreDir:
 
     fd = None  # as CheckpointDir on platforms without dir_fd: nothing to close
 
-    def __init__(self, storage: ObjectStorage, cache: dict[str, memoryview] | None = None,
+    def __init__(self, storage: ObjectPrefix, cache: dict[str, memoryview] | None = None,
                  root: ObjectStoreDir | None = None) -> None:
         self.storage = storage
         self.path = UrlPath(storage.url)
@@ -70,11 +68,11 @@ class ObjectStoreDir:
         self._manifest: bytes | None = None
         #: The location asked for, and how to find where its checkpoint is read (the root's).
         self._asked = storage
-        self._locate: Callable[[ObjectStorage], ObjectStorage] | None = None
+        self._locate: Callable[[ObjectPrefix], ObjectPrefix] | None = None
 
     @classmethod
-    def open(cls, storage: ObjectStorage,
-             locate: Callable[[ObjectStorage], ObjectStorage] | None = None) -> ObjectStoreDir:
+    def open(cls, storage: ObjectPrefix,
+             locate: Callable[[ObjectPrefix], ObjectPrefix] | None = None) -> ObjectStoreDir:
         """Open ``storage``'s prefix, or the prefix ``locate(storage)`` names where a load of
         it reads (a replacement's committed stage); nothing else is read until a file is."""
         opened = cls(locate(storage) if locate else storage)

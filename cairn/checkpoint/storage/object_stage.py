@@ -25,25 +25,22 @@ from __future__ import annotations
 
 import os
 import secrets
-from typing import TYPE_CHECKING
 
 from cairn.checkpoint.atomic import TMP_MARKER
 from cairn.checkpoint.format import MANIFEST_FILE, MAX_MANIFEST_BYTES, POLICIES_DIR
 from cairn.checkpoint.storage.object_cleanup import delete_stage, delete_stale
+from cairn.checkpoint.storage.object_prefix import ObjectPrefix
 from cairn.errors import (
     CheckpointNotFoundError,
     CheckpointStorageError,
     StoragePermissionError,
 )
 
-if TYPE_CHECKING:
-    from cairn.checkpoint.storage.objects import ObjectStorage
-
 __all__ = ["committed_stage", "holds_manifest", "manifest_at", "new_stage",
            "reading_location", "roll_forward", "stage_start", "staged_name"]
 
 
-def stage_start(storage: ObjectStorage) -> str:
+def stage_start(storage: ObjectPrefix) -> str:
     """How the stages of ``storage`` begin: ``.<name>.cairn-tmp-``, as a local save's temporary
     directory (docs/checkpoint-format.md, section 12)."""
     return f".{storage.name}{TMP_MARKER}"
@@ -57,12 +54,12 @@ def staged_name(entry: str) -> str | None:
     return entry[1:entry.index(TMP_MARKER)] or None
 
 
-def new_stage(storage: ObjectStorage) -> ObjectStorage:
+def new_stage(storage: ObjectPrefix) -> ObjectPrefix:
     """A fresh stage beside ``storage`` (which :attr:`~ObjectStorage.has_parent`)."""
     return storage.sibling(f"{stage_start(storage)}{os.getpid()}-{secrets.token_hex(4)}")
 
 
-def committed_stage(storage: ObjectStorage) -> ObjectStorage | None:
+def committed_stage(storage: ObjectPrefix) -> ObjectPrefix | None:
     """The committed stage of ``storage``, or None (also for a prefix with nothing beside it).
 
     Raises:
@@ -83,7 +80,7 @@ def committed_stage(storage: ObjectStorage) -> ObjectStorage | None:
     return committed[0] if committed else None
 
 
-def reading_location(storage: ObjectStorage) -> ObjectStorage:
+def reading_location(storage: ObjectPrefix) -> ObjectPrefix:
     """Where a load of ``storage`` reads: the committed stage of ``storage``, or of the
     checkpoint ``storage`` is a policy of (``<ckpt>/policies/<id>``), else ``storage`` itself.
 
@@ -105,7 +102,7 @@ def reading_location(storage: ObjectStorage) -> ObjectStorage:
     return storage
 
 
-def roll_forward(storage: ObjectStorage, stage: ObjectStorage) -> None:
+def roll_forward(storage: ObjectPrefix, stage: ObjectPrefix) -> None:
     """Make the checkpoint at ``storage`` the one committed at ``stage``, then delete ``stage``.
 
     Every file of the stage is copied over the prefix server-side, then its manifest: the
@@ -141,7 +138,7 @@ def roll_forward(storage: ObjectStorage, stage: ObjectStorage) -> None:
     delete_stage(storage, stage, rolled_forward=True)
 
 
-def manifest_at(storage: ObjectStorage) -> bytes | None:
+def manifest_at(storage: ObjectPrefix) -> bytes | None:
     """The manifest committed at ``storage`` (None: none), read from the store, not a cache."""
     try:
         return storage.read_bytes(MANIFEST_FILE, limit=MAX_MANIFEST_BYTES)
@@ -149,7 +146,7 @@ def manifest_at(storage: ObjectStorage) -> bytes | None:
         return None
 
 
-def holds_manifest(storage: ObjectStorage, manifest: bytes) -> bool:
+def holds_manifest(storage: ObjectPrefix, manifest: bytes) -> bool:
     """Whether the manifest committed at ``storage`` is ``manifest`` (byte for byte: a manifest
     names its creation time, so it is one save's)."""
     return manifest_at(storage) == manifest

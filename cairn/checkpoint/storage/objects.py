@@ -33,6 +33,7 @@ from cairn.checkpoint.storage.base import Listed, NotTaken, Storage, WriteTarget
 from cairn.checkpoint.storage.object_cleanup import discard
 from cairn.checkpoint.storage.object_commit import check_prefix, object_writing
 from cairn.checkpoint.storage.object_dir import ObjectStoreDir
+from cairn.checkpoint.storage.object_prefix import ObjectPrefix
 from cairn.checkpoint.storage.object_stage import (
     committed_stage,
     reading_location,
@@ -320,10 +321,10 @@ class ObjectStorage(Storage):
 
         _parallel(put, pairs)
 
-    def copy_files(self, pairs: Sequence[tuple[ObjectStorage, str, str]]) -> None:
+    def copy_files(self, pairs: Sequence[tuple[ObjectPrefix, str, str]]) -> None:
         """Server-side copies ``[(source storage, source name, relative name)]``, in parallel
         (no byte passes through this process on S3 or GCS)."""
-        def copy(item: tuple[ObjectStorage, str, str]) -> None:
+        def copy(item: tuple[ObjectPrefix, str, str]) -> None:
             source, name, relative = item
             with self.errors(relative, "copy into"):
                 # cp_file, not copy: copy lists the destination first (a request per file)
@@ -360,7 +361,7 @@ class ObjectStorage(Storage):
             self.put_files([(Path(local) / name, name) for name in names])
 
     def writing(self) -> contextlib.AbstractContextManager[WriteTarget]:
-        return object_writing(self)
+        return object_writing(self, lambda directory: WriteTarget(directory, self))
 
     def can_reuse_from(self, source: Storage) -> bool:
         # the same bucket connection (server-side copies), but not this prefix itself: it is

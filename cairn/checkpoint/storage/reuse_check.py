@@ -18,14 +18,12 @@ import errno
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cairn.checkpoint.safetensors_io import new_hasher
 from cairn.checkpoint.storage.base import Listed, NotTaken
+from cairn.checkpoint.storage.object_prefix import ObjectPrefix
 from cairn.errors import CheckpointCorruptedError, CheckpointNotFoundError
-
-if TYPE_CHECKING:
-    from cairn.checkpoint.storage.objects import ObjectStorage
 
 __all__ = ["file_problem", "not_taken", "hash_problem", "object_problem"]
 
@@ -85,7 +83,7 @@ def _chunks(f: Any, size: int) -> Iterable[memoryview]:
         yield view[:n]
 
 
-def object_problem(storage: ObjectStorage, relative: str, entry: Mapping[str, Any]) -> str | None:
+def object_problem(storage: ObjectPrefix, relative: str, entry: Mapping[str, Any]) -> str | None:
     """:func:`hash_problem` of the object ``relative`` of ``storage``, read whole (its size
     asked first where it is read in ranges). A failure of the store itself is raised."""
     try:
