@@ -12,7 +12,7 @@ state, so that a run saved mid-episode resumes exactly.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,13 +20,16 @@ from cairn.env_runner.inference import RowOrigin, compute_raw_actions
 from cairn.errors import CheckpointFormatError, ConfigError
 from cairn.policy.recurrent import is_recurrent
 
+if TYPE_CHECKING:
+    from cairn.policy.policy import Policy
+
 __all__ = ["RecurrentStates", "refuse_recurrent_policies"]
 
 #: ``(env_index, agent_id)``: one trajectory of a runner.
 Key = tuple[int, Any]
 
 
-def refuse_recurrent_policies(policies: Mapping[str, Any], where: str) -> None:
+def refuse_recurrent_policies(policies: Mapping[str, Policy], where: str) -> None:
     """Raise :class:`~cairn.errors.ConfigError` when one of ``policies`` is recurrent: ``where``
     (e.g. turn-based environments) carries no recurrent state."""
     recurrent = sorted(pid for pid, policy in policies.items() if is_recurrent(policy))
@@ -44,13 +47,13 @@ class RecurrentStates:
         self.states: dict[Key, list[np.ndarray]] = {}
         self._initial: dict[int, list[np.ndarray]] = {}  # per policy object (id): its initial state
 
-    def _initial_state(self, policy: Any) -> list[np.ndarray]:
+    def _initial_state(self, policy: Policy) -> list[np.ndarray]:
         cached = self._initial.get(id(policy))
         if cached is None:
             cached = self._initial[id(policy)] = policy.get_initial_state()
         return cached
 
-    def act(self, policy: Any, obs: np.ndarray, keys: Sequence[Key], *, explore: bool, policy_id: str,
+    def act(self, policy: Policy, obs: np.ndarray, keys: Sequence[Key], *, explore: bool, policy_id: str,
             origin: Callable[[int], RowOrigin]) -> tuple[np.ndarray, list[np.ndarray] | None]:
         """Raw actions for ``obs`` (row ``r`` belongs to ``keys[r]``) and, for a recurrent
         policy, the stacked states the rows acted from (``[B, *shape]`` per component; the
@@ -82,7 +85,7 @@ class RecurrentStates:
 
     def set_state(self, entries: Iterable[Mapping[str, Any]],
                   agent_ids: Callable[[int], Mapping[str, Any]],
-                  policy_of: Callable[[int, Any], Any], *, num_envs: int) -> None:
+                  policy_of: Callable[[int, Any], Policy], *, num_envs: int) -> None:
         """Restore :meth:`get_state`; ``agent_ids(env_index)`` maps an agent's name back to its
         ID, ``policy_of(env_index, agent)`` gives the policy it acts with, ``num_envs`` is the
         runner's number of env copies. Every entry is checked before anything changes: an env

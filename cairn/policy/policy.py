@@ -150,7 +150,7 @@ class Policy:
             self.model.to_empty(device="cpu")
         # The default optimizer is built on first use (see the optimizer property); an
         # overridden make_optimizer is built now, as its parameter grouping is its own.
-        self._optimizers = self.optimizer_holder = LazyOptimizer()  # the holder, for learners' sync
+        self._optimizers = LazyOptimizer()
         if type(self).make_optimizer is not Policy.make_optimizer:
             self._optimizers.set(self.make_optimizer())
         self.global_timestep = 0
