@@ -47,8 +47,8 @@ from cairn.errors import (
     ConfigError,
     UnsafeCheckpointError,
 )
-from cairn.policy.checkpointing import native_files_writer
 from cairn.policy.custom_model import MODEL_CLASS_KEYS, model_references
+from cairn.policy.files import native_files_writer
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
 from cairn.policy_ids import check_policy_ids

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from cairn.errors import ConfigError
-from cairn.policy import checkpointing
+from cairn.policy import files as policy_files
 from cairn.policy.acting import ObservationInput, action_inputs, raw_actions, single_action
 from cairn.policy.action_masking import (
     MaskedActorCritic,
@@ -400,7 +400,7 @@ class Policy:
         program, and ONNX when the ``onnx`` extra is installed), as Algorithm checkpoints do with
         ``config.checkpointing(export_native_model_files=True)``.
         """
-        checkpointing.write_policy_checkpoint_dir(
+        policy_files.write_policy_checkpoint_dir(
             self, export_dir, export_native_model_files=export_native_model_files,
             storage_options=storage_options)
 
@@ -426,7 +426,7 @@ class Policy:
         adds optional outputs by name (``["value"]``). Raises
         :class:`~cairn.errors.ExportError` when the model cannot be exported.
         """
-        checkpointing.export_native_model(  # cairn.export's, named by cairn.registry.MODEL_EXPORTER
+        policy_files.export_native_model(  # cairn.export's, named by cairn.registry.MODEL_EXPORTER
             self, export_dir, onnx=onnx, extra_outputs=extra_outputs)
 
     @overload
@@ -464,12 +464,12 @@ class Policy:
         (:func:`cairn.policy.state_check.check_policy_state`) before a policy is built from it.
         The class stored in the checkpoint is built (it must subclass :class:`Policy`).
         """
-        if policy_ids is None and checkpointing.is_policy_checkpoint(
+        if policy_ids is None and policy_files.is_policy_checkpoint(
             checkpoint, storage_options=storage_options
         ):
             return cls.from_policy_checkpoint(checkpoint, storage_options=storage_options,
                                               config_overrides=config_overrides)
-        return checkpointing.policies_from_checkpoint(
+        return policy_files.policies_from_checkpoint(
             checkpoint, policy_ids=policy_ids, base=Policy, storage_options=storage_options,
             config_overrides=config_overrides)
 
@@ -479,7 +479,7 @@ class Policy:
         """Load a Policy checkpoint (written by :meth:`export_checkpoint`; a directory or a URL);
         an Algorithm checkpoint is refused with ``CheckpointFormatError`` (use
         :meth:`from_checkpoint`). ``config_overrides`` as in :meth:`from_checkpoint`."""
-        return checkpointing.policy_from_policy_checkpoint(
+        return policy_files.policy_from_policy_checkpoint(
             checkpoint, base=Policy, storage_options=storage_options, config_overrides=config_overrides)
 
     def __repr__(self) -> str:
