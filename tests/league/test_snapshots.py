@@ -1,12 +1,16 @@
 """When snapshots are due: snapshot n at the end of iteration n*K; by win rate over a full
 window against the snapshots (the first one at once, when there is none)."""
 
+from typing import Any
+
 import pytest
+import torch
 
 from cairn.config.league_settings import league_settings
 from cairn.errors import ConfigError
 from cairn.league import League
 from cairn.league.snapshots import snapshot_due
+from tests.league.games import small_league
 
 
 def test_every_k_iterations():
@@ -30,3 +34,28 @@ def test_fixed_opponents_are_resolved_at_build():
     assert callable(league.fixed_opponents["rnd"])
     with pytest.raises(ConfigError, match="no_such_module"):
         League(league_settings(opponents={"bad": "no_such_module:fn"}), seed=0)
+
+
+def test_the_league_step_runs_under_the_configured_torch_threads():
+    """``end_iteration`` (a snapshot builds a policy and checks its outputs in small forwards)
+    runs with ``config.torch_num_threads``, as sampling and learning do; under torch's default
+    threads each snapshot cost ~0.3 s on a busy 2-core machine (bench/league_speed.py)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    algo = small_league().resources(torch_num_threads=1).build()
+    seen: list[int] = []
+    end_iteration = algo.league.end_iteration
+
+    def spy(algorithm: Any) -> dict[str, Any]:
+        seen.append(torch.get_num_threads())
+        return end_iteration(algorithm)
+
+    algo.league.end_iteration = spy  # type: ignore[method-assign]
+    try:
+        algo.train()
+        after = torch.get_num_threads()
+    finally:
+        algo.stop()
+        torch.set_num_threads(previous)
+    assert seen == [1] and algo.league.pool == ["main_v1"]
+    assert after == 2  # the caller's setting comes back
