@@ -4,8 +4,8 @@
 A learn function (PPO's, DQN's, SAC's) computes everything that is not per-row (advantages,
 targets, the minibatch's advantage statistics) over the whole minibatch, takes the rows of
 ``sync.shard(n)``, scales its loss by ``shard_rows / n`` (the losses are means over rows, so the
-ranks' scaled gradients sum to the full minibatch's gradient), calls
-:meth:`GradientSync.all_reduce_grads` after ``backward()`` and clips after that. Alone, the
+ranks' scaled gradients sum to the full minibatch's gradient), steps each
+optimizer group with :meth:`GradientSync.optimizer_step` (backward, all-reduce, clip, step). Alone, the
 shard is the whole minibatch, the scale is exactly 1 and the all-reduce does nothing: the
 same lines run in the driver and in every learner actor.
 """
@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from cairn.policy.torch_utils import clip_grad_norm
 
 __all__ = ["GradientSync", "DistributedGradientSync", "LOCAL_SYNC", "LearnOutput", "shard_bounds"]
 
@@ -54,6 +56,29 @@ class GradientSync:
 
     def all_reduce_grads(self, params: Sequence[torch.nn.Parameter]) -> None:
         """Sum the gradients of ``params`` over the learners (alone: nothing to do)."""
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor | None,
+                       params: Sequence[torch.nn.Parameter], *, grad_clip: float | None,
+                       also_reduce: Sequence[torch.nn.Parameter] = ()) -> None:
+        """One step of ``optimizer`` on ``params`` (one optimizer group, or a whole model).
+
+        Clears the gradients of every parameter ``optimizer`` holds (its step would apply
+        another group's stale ones) and of ``params``, backpropagates ``loss`` (this learner's
+        share of the minibatch's loss; None when its shard is empty, which still joins the
+        all-reduce), sums the gradients of ``params`` and ``also_reduce`` over the learners,
+        clips those of ``params`` to the global norm ``grad_clip`` (None: no clipping), steps.
+        """
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                param.grad = None
+        for param in params:
+            param.grad = None
+        if loss is not None:
+            loss.backward()
+        self.all_reduce_grads([*params, *also_reduce])
+        if grad_clip is not None:
+            clip_grad_norm(params, grad_clip)
+        optimizer.step()
 
 
 #: The sync of a learner that is alone (``num_learners=0``).

@@ -14,7 +14,6 @@ from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.dqn.loss import dqn_loss, q_targets
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.action_masking import legal_action_table
-from cairn.policy.torch_utils import clip_grad_norm
 
 __all__ = ["dqn_targets", "dqn_learn"]
 
@@ -58,11 +57,9 @@ def dqn_learn(config: Any, policy: DQNPolicy, sync: GradientSync, *,
     def rows(name: str) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(sample[name][shard])).to(device)
 
-    params = list(policy.model.parameters())
-    for param in params:
-        param.grad = None
     stats: list[float] = []
     td_errors = np.zeros(0, dtype=np.float32)
+    loss: torch.Tensor | None = None
     if shard.stop > shard.start:
         weights = sample.get("weights")
         loss, td, loss_stats = dqn_loss(
@@ -72,11 +69,8 @@ def dqn_learn(config: Any, policy: DQNPolicy, sync: GradientSync, *,
         )
         # A mean over rows: weighted by the shard's share, the learners' gradients sum to the
         # minibatch's (alone the weight is exactly 1).
-        (loss * ((shard.stop - shard.start) / n)).backward()
+        loss = loss * ((shard.stop - shard.start) / n)
         stats, td_errors = list(loss_stats.values()), td.numpy()
-    sync.all_reduce_grads(params)
-    if config.grad_clip is not None:
-        clip_grad_norm(params, config.grad_clip)
-    policy.optimizer.step()
+    sync.optimizer_step(policy.optimizer, loss, list(policy.model.parameters()), grad_clip=config.grad_clip)
     policy.num_grad_updates += 1
     return LearnOutput(stats, td_errors)

@@ -18,7 +18,6 @@ from cairn.algorithms.sac.loss import (
 )
 from cairn.algorithms.sac.sac_policy import SACPolicy
 from cairn.learners import GradientSync, LearnOutput
-from cairn.policy.torch_utils import clear_grads, clip_grad_norm
 
 __all__ = ["sac_learn"]
 
@@ -68,28 +67,17 @@ def sac_learn(config: Any, policy: SACPolicy, sync: GradientSync, *,
         loss_critic, td_errors = critic_loss(q_values, targets, weights)
 
     # Alpha and the critics have disjoint parameters: one backward, one optimizer step.
-    clear_grads(groups)
-    if not empty:
-        ((loss_critic + loss_alpha) * share).backward()
-    sync.all_reduce_grads([*groups["critic"], *groups["alpha"]])
-    if config.grad_clip is not None:
-        clip_grad_norm(groups["critic"], config.grad_clip)
-    optimizer.step()
-
+    sync.optimizer_step(optimizer, None if empty else (loss_critic + loss_alpha) * share, groups["critic"],
+                        grad_clip=config.grad_clip, also_reduce=groups["alpha"])
     # The actor against the updated critics; their weights are detached, so gradients
-    # reach only the actor (and the critics' stale gradients are cleared first).
-    clear_grads(groups)
-    if not empty:
-        loss_actor = actor_loss(log_prob, model.critic(obs, actions_pi, detach=True), alpha)
-        (loss_actor * share).backward()
-    sync.all_reduce_grads(groups["actor"])
-    if config.grad_clip is not None:
-        clip_grad_norm(groups["actor"], config.grad_clip)
-    optimizer.step()
+    # reach only the actor.
+    loss_actor = None if empty else actor_loss(log_prob, model.critic(obs, actions_pi, detach=True), alpha)
+    sync.optimizer_step(optimizer, None if loss_actor is None else loss_actor * share, groups["actor"],
+                        grad_clip=config.grad_clip)
 
     model.update_targets(config.tau)
     policy.num_grad_updates += 1
-    if empty:
+    if loss_actor is None:
         return LearnOutput([], np.zeros(0, dtype=np.float32))
     stats = [float(loss_critic.detach()), float(loss_actor.detach()), float(loss_alpha.detach()),
              float(q_values.detach().mean()), float(targets.mean()), float(log_prob.detach().mean())]

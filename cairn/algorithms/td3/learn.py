@@ -18,7 +18,6 @@ from cairn.algorithms.td3.loss import (
 )
 from cairn.algorithms.td3.td3_policy import TD3Policy
 from cairn.learners import GradientSync, LearnOutput
-from cairn.policy.torch_utils import clear_grads, clip_grad_norm
 
 __all__ = ["td3_learn", "actor_update_due"]
 
@@ -68,26 +67,16 @@ def td3_learn(config: Any, policy: TD3Policy, sync: GradientSync, *,
         q_values = model.critic(obs, rows("actions"))
         loss_critic, td_errors = critic_loss(q_values, targets, weights)
 
-    clear_grads(groups)
-    if not empty:
-        (loss_critic * share).backward()
-    sync.all_reduce_grads(groups["critic"])
-    if config.grad_clip is not None:
-        clip_grad_norm(groups["critic"], config.grad_clip)
-    optimizer.step()
-
+    sync.optimizer_step(optimizer, None if empty else loss_critic * share, groups["critic"],
+                        grad_clip=config.grad_clip)
     loss_actor: torch.Tensor | None = None
     if actor_update_due(policy.num_grad_updates, config.policy_delay):
         # The actor against the updated critics; their weights are detached, so gradients
-        # reach only the actor (and the critics' stale gradients are cleared first).
-        clear_grads(groups)
+        # reach only the actor.
         if not empty:
             loss_actor = actor_loss(model.critic(obs, model.actor(obs), detach=True)[0])
-            (loss_actor * share).backward()
-        sync.all_reduce_grads(groups["actor"])
-        if config.grad_clip is not None:
-            clip_grad_norm(groups["actor"], config.grad_clip)
-        optimizer.step()
+        sync.optimizer_step(optimizer, None if loss_actor is None else loss_actor * share, groups["actor"],
+                            grad_clip=config.grad_clip)
         model.update_targets(config.tau)
     policy.num_grad_updates += 1
     if empty:

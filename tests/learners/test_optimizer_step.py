@@ -1,0 +1,74 @@
+"""GradientSync.optimizer_step, the one "clear, backward, all-reduce, clip, step" of every
+optimizer group in SAC's, TD3's and DQN's learn functions: checked against the same sequence
+written out with torch's own clip_grad_norm_, and for what must not happen (another group's
+stale gradients stepped, an empty shard stepping anything)."""
+
+from __future__ import annotations
+
+import torch
+
+from cairn.learners import LOCAL_SYNC, GradientSync
+from cairn.policy.torch_utils import clip_grad_norm
+
+
+def two_groups() -> tuple[torch.nn.Linear, torch.nn.Linear, torch.optim.Adam]:
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(2, 1)
+    optimizer = torch.optim.Adam([{"params": list(a.parameters()), "name": "a"},
+                                  {"params": list(b.parameters()), "name": "b"}], lr=0.1)
+    return a, b, optimizer
+
+
+def loss_of(a: torch.nn.Linear, b: torch.nn.Linear) -> torch.Tensor:
+    return b(torch.tanh(a(torch.ones(4, 3) * 5.0))).square().mean()
+
+
+class RecordingSync(GradientSync):
+    def __init__(self) -> None:
+        self.reduced: list[list[torch.nn.Parameter]] = []
+
+    def all_reduce_grads(self, params):
+        self.reduced.append(list(params))
+
+
+def test_equals_the_sequence_written_out():
+    a, b, optimizer = two_groups()
+    ref_a, ref_b, ref_optimizer = two_groups()
+    sync = RecordingSync()
+    sync.optimizer_step(optimizer, loss_of(a, b), list(a.parameters()), grad_clip=0.01,
+                        also_reduce=list(b.parameters()))
+
+    ref_optimizer.zero_grad(set_to_none=True)
+    loss_of(ref_a, ref_b).backward()
+    assert float(clip_grad_norm(list(ref_a.parameters()), 0.01)) > 0.01  # the clip bites
+    ref_optimizer.step()
+
+    assert [id(p) for p in sync.reduced[0]] == [id(p) for p in [*a.parameters(), *b.parameters()]]
+    moved, reference = [*a.parameters(), *b.parameters()], [*ref_a.parameters(), *ref_b.parameters()]
+    initial = [p for net in two_groups()[:2] for p in net.parameters()]
+    assert all(torch.equal(p, q) for p, q in zip(moved, reference, strict=True))
+    assert not any(torch.equal(p, q) for p, q in zip(moved, initial, strict=True))
+
+
+def test_another_groups_stale_gradients_are_not_stepped():
+    a, b, optimizer = two_groups()
+    for p in b.parameters():
+        p.grad = torch.ones_like(p)  # left by an earlier phase's backward
+    b_before = [p.detach().clone() for p in b.parameters()]
+    a_before = [p.detach().clone() for p in a.parameters()]
+    LOCAL_SYNC.optimizer_step(optimizer, a(torch.ones(4, 3)).square().mean(), list(a.parameters()),
+                              grad_clip=None)
+    assert all(torch.equal(p, q) for p, q in zip(b.parameters(), b_before, strict=True))
+    assert not any(torch.equal(p, q) for p, q in zip(a.parameters(), a_before, strict=True))
+
+
+def test_without_a_loss_nothing_moves_but_the_all_reduce_still_runs():
+    a, b, optimizer = two_groups()
+    for p in [*a.parameters(), *b.parameters()]:
+        p.grad = torch.ones_like(p)
+    before = [p.detach().clone() for p in [*a.parameters(), *b.parameters()]]
+    sync = RecordingSync()
+    sync.optimizer_step(optimizer, None, list(a.parameters()), grad_clip=None)
+    assert len(sync.reduced) == 1  # an empty shard still joins the other learners' sum
+    assert all(torch.equal(p, q) for p, q in zip([*a.parameters(), *b.parameters()], before, strict=True))
+    assert all(p.grad is None for p in [*a.parameters(), *b.parameters()])
