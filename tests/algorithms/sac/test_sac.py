@@ -33,23 +33,14 @@ def small_sac(**training: object) -> cairn.SACConfig:
     return config.training(**{**SMALL, **training})  # type: ignore[return-value]
 
 
+# The settings SAC shares with TD3: tests/algorithms/test_actor_critic_config.py.
 @pytest.mark.parametrize(("key", "value", "needle"), [
-    ("tau", 0.0, "'tau'=0.0"), ("tau", 1.5, "'tau'=1.5"), ("gradient_steps", 0, "'gradient_steps'=0"),
-    ("train_freq", 0, "'train_freq'=0"), ("target_entropy", "high", "'target_entropy'='high'"),
-    ("initial_alpha", 0.0, "'initial_alpha'=0.0"), ("actor_lr", -1.0, "'actor_lr'=-1.0"),
-    ("n_step", 0, "'n_step'=0"), ("replay_buffer_config", {"type": "ring"}, "ring"),
-    ("replay_buffer_config", {"size": 10}, "size"),
+    ("target_entropy", "high", "'target_entropy'='high'"), ("initial_alpha", 0.0, "'initial_alpha'=0.0"),
+    ("actor_lr", -1.0, "'actor_lr'=-1.0"),
 ])
 def test_invalid_settings_raise_config_error_naming_them(key, value, needle):
     with pytest.raises(ConfigError, match=needle.replace("[", r"\[")):
         cairn.SACConfig().training(**{key: value})
-
-
-def test_rollout_fragment_length_must_agree_with_train_freq():
-    config = small_sac(train_freq=2).env_runners(rollout_fragment_length=3)
-    with pytest.raises(ConfigError, match="contradicts 'train_freq'=2"):
-        config.build()
-    assert small_sac(train_freq=4).get_rollout_fragment_length() == 4
 
 
 def test_discrete_action_space_is_refused_with_the_alternatives():
@@ -248,10 +239,3 @@ def test_training_intensity_sets_the_replay_ratio_with_fractions_carried_over():
         assert algo.counters["num_env_steps_trained_lifetime"] == 75 * 32
     finally:
         algo.stop()
-
-
-def test_training_intensity_and_gradient_steps_together_are_refused():
-    with pytest.raises(ConfigError, match=r"'training_intensity'=256.0 and 'gradient_steps'=4 .*Set one"):
-        small_sac(training_intensity=256.0, gradient_steps=4).build()
-    with pytest.raises(ConfigError, match="'training_intensity'=-1"):
-        cairn.SACConfig().training(training_intensity=-1)

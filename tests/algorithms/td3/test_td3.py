@@ -27,19 +27,10 @@ def small_td3(**training: object) -> cairn.TD3Config:
     ("target_policy_noise", -0.1, "'target_policy_noise'=-0.1"),
     ("target_noise_clip", -1, "'target_noise_clip'=-1"),
     ("exploration_noise", -0.5, "'exploration_noise'=-0.5"),
-    ("tau", 0.0, "'tau'=0.0"), ("gradient_steps", 0, "'gradient_steps'=0"), ("n_step", 0, "'n_step'=0"),
-    ("replay_buffer_config", {"type": "ring"}, "ring"),
-])
+])  # and the settings TD3 shares with SAC: tests/algorithms/test_actor_critic_config.py
 def test_invalid_settings_raise_config_error_naming_them(key, value, needle):
     with pytest.raises(ConfigError, match=needle):
         cairn.TD3Config().training(**{key: value})
-
-
-def test_rollout_fragment_length_and_training_intensity_checks():
-    with pytest.raises(ConfigError, match="contradicts 'train_freq'=2: TD3"):
-        small_td3(train_freq=2).env_runners(rollout_fragment_length=3).build()
-    with pytest.raises(ConfigError, match="gradient steps TD3 takes"):
-        small_td3(training_intensity=2.0, gradient_steps=3).build()
 
 
 def test_defaults_follow_sb3():
