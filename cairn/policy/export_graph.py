@@ -16,8 +16,8 @@ actor-critic policies: ``(action, logits | mean + log_std, value)`` through
 ``model.action_inputs`` and ``model.value`` and the distribution's deterministic action (the
 module is :class:`~cairn.policy.export_actor_critic.ActorCriticModule`); recurrent ones take
 and return their state (:mod:`cairn.policy.export_recurrent`).
-DQN's and SAC's own builders live with them (``cairn.algorithms.dqn.export``,
-``cairn.algorithms.sac.export``).
+DQN's own builder lives with it (``cairn.algorithms.dqn.export``); SAC's and TD3's is
+``cairn.algorithms.box_actor_export``.
 
 Graphs are built for small single-observation latency in onnxruntime: no node that computes
 nothing (a reshape of an already flat input, a cast to the dtype a tensor has, a ``+ 0``).

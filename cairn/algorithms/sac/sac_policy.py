@@ -185,6 +185,6 @@ class SACPolicy(Policy):
         """The export hook: outputs ``action`` (``tanh(mean)`` rescaled to the Box bounds, as
         :meth:`compute_actions` with ``explore=False``), ``mean`` and ``log_std`` (the
         pre-squash Gaussian's). The critics are not exported."""
-        from cairn.algorithms.sac.export import squashed_gaussian_export_graph
+        from cairn.algorithms.box_actor_export import box_actor_export_graph
 
-        return squashed_gaussian_export_graph(self)
+        return box_actor_export_graph(self, SquashedGaussian)

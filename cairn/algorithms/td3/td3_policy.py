@@ -128,6 +128,6 @@ class TD3Policy(Policy):
     def export_graph(self) -> ExportGraph:
         """The export hook: outputs ``action`` (``pi(s)`` rescaled to the Box bounds, as
         :meth:`compute_actions` with ``explore=False``). The critics and targets are not exported."""
-        from cairn.algorithms.td3.export import deterministic_actor_export_graph
+        from cairn.algorithms.box_actor_export import box_actor_export_graph
 
-        return deterministic_actor_export_graph(self)
+        return box_actor_export_graph(self, GaussianActionNoise)
