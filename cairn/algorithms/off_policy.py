@@ -1,4 +1,4 @@
-"""What DQN and SAC share as off-policy algorithms: the training step (sample, store in
+"""What DQN, SAC and TD3 share as off-policy algorithms: the training step (sample, store in
 replay, learn from replayed minibatches), per-policy replay buffers fed with n-step
 transitions, the replay ratio's carried-over credit, and the replay checkpoint component."""
 
@@ -10,20 +10,22 @@ from typing import Any
 from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.replay_buffers import PolicyReplayBuffers, ReplayRatio
 from cairn.config.algorithm_config import AlgorithmConfig
-from cairn.replay import ReplayBuffer
+from cairn.learners import LearnFunction
+from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer
 
 __all__ = ["OffPolicyAlgorithm"]
 
 
 class OffPolicyAlgorithm(Algorithm):
-    """An :class:`Algorithm` that learns from replay (the base of DQN and SAC).
+    """An :class:`Algorithm` that learns from replay (the base of DQN, SAC and TD3).
 
     :meth:`training_step` repeats, until ``train_batch_size`` env steps are sampled: sample
     one fragment per environment, add each policy's transitions to its replay buffer, then,
     once ``num_steps_sampled_before_learning_starts`` env steps were sampled, take the
     gradient updates :meth:`gradient_updates_due` calls for (each one :meth:`learn_on_replay`)
-    and :meth:`sync_target`. A subclass brings only what differs: those three hooks and
-    :meth:`learner_stats`.
+    and :meth:`sync_target`. A subclass brings only what differs: :meth:`learn_on_replay`
+    (usually :meth:`learn_minibatch` with its learn function), :meth:`learner_stats`, and
+    where it differs from SAC's and TD3's, :meth:`gradient_updates_due` and :meth:`sync_target`.
 
     Its config has ``replay_buffer_config``, ``gamma``, ``n_step``, ``training_intensity``
     (None or a replay ratio), ``minibatch_size``, ``num_steps_sampled_before_learning_starts``
@@ -84,11 +86,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     def gradient_updates_due(self, pid: str, rows: int) -> int:
         """Gradient updates owed to ``pid`` after a round that added ``rows`` of its
-        transitions (``rows`` may be 0)."""
-        raise NotImplementedError
-
-    def gradient_steps_due(self, pid: str, rows: int) -> int:
-        """SAC's and TD3's :meth:`gradient_updates_due`: none without new transitions, else
+        transitions (``rows`` may be 0). SAC's and TD3's: none without new transitions, else
         ``training_intensity``'s share of ``rows`` or ``gradient_steps`` (-1: ``rows``)."""
         cfg: Any = self.config
         if not rows:
@@ -101,6 +99,17 @@ class OffPolicyAlgorithm(Algorithm):
         """One gradient update of policy ``pid`` on a minibatch from ``buffer``; returns the
         learner statistics :meth:`learner_stats` averages."""
         raise NotImplementedError
+
+    def learn_minibatch(self, learn: LearnFunction, pid: str, buffer: ReplayBuffer) -> list[float]:
+        """:meth:`learn_on_replay` by the learn function ``learn`` (wherever the learners run)
+        on a minibatch from ``buffer``; a prioritized buffer takes the TD errors it returns as
+        ``rows`` as the new priorities. Returns its statistics."""
+        sample = buffer.sample(self.config.minibatch_size)
+        output = self.learn(learn, pid, sample=sample)
+        if isinstance(buffer, PrioritizedReplayBuffer) and output.rows is not None:
+            buffer.update_priorities(sample["batch_indexes"], output.rows)
+        stats: list[float] = output.stats
+        return stats
 
     def sync_target(self, pid: str) -> None:
         """After a round's updates of ``pid``: update its target network if one is due."""

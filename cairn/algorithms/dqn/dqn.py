@@ -119,21 +119,17 @@ class DQN(OffPolicyAlgorithm):
         return "torch"
 
     def _learn(self, pid: str, policy: DQNPolicy, buffer: ReplayBuffer, *, backend: str) -> list[float]:
+        if backend != "numpy":  # here, on the learner's device, or on the DDP learners
+            return self.learn_minibatch(dqn_learn, pid, buffer)
+        # The same step as dqn_learn's, written over numpy views (see numpy_update.py).
         cfg = self.config
         sample = buffer.sample(cfg.minibatch_size)
-        td_errors: np.ndarray | None
-        if backend == "numpy":
-            # The same step as dqn_learn's, written over numpy views (see numpy_update.py).
-            result = numpy_dqn_update(
-                policy.model, policy.optimizer, sample["obs"], sample["actions"],
-                dqn_targets(cfg, policy, sample), loss_fn=cfg.td_error_loss_fn,
-                grad_clip=cfg.grad_clip, weights=sample.get("weights"),
-            )
-            stats, td_errors = result.stats, result.td_errors
-            policy.num_grad_updates += 1
-        else:  # here, on the learner's device, or on the DDP learners
-            output = self.learn(dqn_learn, pid, sample=sample)
-            stats, td_errors = output.stats, output.rows
-        if isinstance(buffer, PrioritizedReplayBuffer) and td_errors is not None:
-            buffer.update_priorities(sample["batch_indexes"], td_errors)
-        return stats
+        result = numpy_dqn_update(
+            policy.model, policy.optimizer, sample["obs"], sample["actions"],
+            dqn_targets(cfg, policy, sample), loss_fn=cfg.td_error_loss_fn,
+            grad_clip=cfg.grad_clip, weights=sample.get("weights"),
+        )
+        policy.num_grad_updates += 1
+        if isinstance(buffer, PrioritizedReplayBuffer):
+            buffer.update_priorities(sample["batch_indexes"], result.td_errors)
+        return result.stats

@@ -15,7 +15,7 @@ from cairn.algorithms.sac.sac_policy import SACPolicy
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.policy.policy import Policy
 from cairn.registry import register_class
-from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer
+from cairn.replay import ReplayBuffer
 
 __all__ = ["SAC", "REPLAY_BUFFER_COMPONENT", "LEARNER_STATS"]
 
@@ -59,28 +59,13 @@ class SAC(OffPolicyAlgorithm):
         return policy
 
     # ---------------------------------------------------------------------------- training
-    def gradient_updates_due(self, pid: str, rows: int) -> int:
-        """Gradient steps for ``pid`` after a round that sampled ``rows`` of its transitions:
-        none without new ones, else ``training_intensity``'s share or ``gradient_steps``."""
-        return self.gradient_steps_due(pid, rows)
-
     def learn_on_replay(self, pid: str, buffer: ReplayBuffer) -> list[float]:
         self._sac_policy(pid)  # a SACPolicy, or a TypeError saying what to do
-        return self._learn(pid, buffer)
+        return self.learn_minibatch(sac_learn, pid, buffer)
 
     def learner_stats(self, pid: str, history: Sequence[Sequence[float]]) -> dict[str, Any]:
         policy = self._sac_policy(pid)
         stats: dict[str, Any] = dict(zip(LEARNER_STATS, np.mean(history, axis=0).tolist(), strict=True))
         stats.update(alpha=policy.alpha, num_grad_updates=float(policy.num_grad_updates),
                      replay_buffer_size=float(len(self.replay_buffers[pid])))
-        return stats
-
-    def _learn(self, pid: str, buffer: ReplayBuffer) -> list[float]:
-        """One gradient step of policy ``pid`` on a minibatch from ``buffer``
-        (:func:`~cairn.algorithms.sac.learn.sac_learn`, wherever the learners run)."""
-        sample = buffer.sample(self.config.minibatch_size)
-        output = self.learn(sac_learn, pid, sample=sample)
-        if isinstance(buffer, PrioritizedReplayBuffer) and output.rows is not None:
-            buffer.update_priorities(sample["batch_indexes"], output.rows)
-        stats: list[float] = output.stats
         return stats

@@ -14,7 +14,7 @@ from cairn.algorithms.td3.td3_policy import TD3Policy
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.policy.policy import Policy
 from cairn.registry import register_class
-from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer
+from cairn.replay import ReplayBuffer
 
 __all__ = ["TD3", "LEARNER_STATS"]
 
@@ -58,17 +58,9 @@ class TD3(OffPolicyAlgorithm):
         policy: TD3Policy = self.trained_policy(pid)
         return policy
 
-    def gradient_updates_due(self, pid: str, rows: int) -> int:
-        return self.gradient_steps_due(pid, rows)
-
     def learn_on_replay(self, pid: str, buffer: ReplayBuffer) -> list[float]:
         self._td3_policy(pid)  # a TD3Policy, or a TypeError saying what to do
-        sample = buffer.sample(self.config.minibatch_size)
-        output = self.learn(td3_learn, pid, sample=sample)
-        if isinstance(buffer, PrioritizedReplayBuffer) and output.rows is not None:
-            buffer.update_priorities(sample["batch_indexes"], output.rows)
-        stats: list[float] = output.stats
-        return stats
+        return self.learn_minibatch(td3_learn, pid, buffer)
 
     def learner_stats(self, pid: str, history: Sequence[Sequence[float]]) -> dict[str, Any]:
         policy = self._td3_policy(pid)
