@@ -1,27 +1,36 @@
-"""Small torch helpers shared by the learners."""
+"""Small torch helpers shared by the networks and the learners."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch import nn
+from torch.nn import functional as F
 
 from cairn._compat.torch_internals import foreach_mul_, foreach_norm
 
-__all__ = ["clear_grads", "clip_grad_norm", "torch_threads", "SMALL_NETWORK_PARAMETERS"]
+__all__ = ["TORCH_ACTIVATIONS", "uniform_fan_in_", "clip_grad_norm", "torch_threads",
+           "SMALL_NETWORK_PARAMETERS"]
 
 #: Below this many parameters per policy, ``torch_num_threads="auto"`` means one thread.
 SMALL_NETWORK_PARAMETERS = 1_000_000
 
 
-def clear_grads(groups: Mapping[str, Sequence[torch.nn.Parameter]]) -> None:
-    """Drop the gradients of every parameter in an optimizer's named groups (the parameters that
-    have gradients: cheaper to walk than a model's modules, whose target networks have none)."""
-    for params in groups.values():
-        for param in params:
-            param.grad = None
+#: The activations of the built-in networks by config name, as functions (their ``forward``
+#: calls them between functional matrix products).
+TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "tanh": torch.tanh, "relu": torch.relu, "elu": F.elu, "silu": F.silu}
+
+
+def uniform_fan_in_(tensor: torch.Tensor, fan_in: int, generator: torch.Generator) -> None:
+    """PyTorch's default ``nn.Linear`` initialisation of a weight or bias (what SB3's networks
+    start from): uniform in ``±1/sqrt(fan_in)``, drawn from ``generator``."""
+    bound = 1.0 / math.sqrt(fan_in)
+    nn.init.uniform_(tensor, -bound, bound, generator=generator)
 
 
 def clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float) -> torch.Tensor:

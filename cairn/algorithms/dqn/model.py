@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +15,9 @@ from torch.nn import functional as F
 from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch, linear
 from cairn.policy.encoders import ObservationEncoder
 from cairn.policy.model import ACTIVATIONS
+from cairn.policy.torch_utils import TORCH_ACTIVATIONS, uniform_fan_in_
 
 __all__ = ["QNetwork", "NumpyQLayers", "numpy_q_forward"]
-
-_TORCH_ACTIVATIONS: dict[str, Any] = {"tanh": torch.tanh, "relu": torch.relu, "elu": F.elu, "silu": F.silu}
-
 
 @dataclass(frozen=True, slots=True)
 class NumpyQLayers:
@@ -80,9 +77,8 @@ class QNetwork(nn.Module):
             self.encoder.reset_parameters(generator, orthogonal=False)
         for module in self.modules():
             if isinstance(module, nn.Linear) and not any(module is m for m in encoder):
-                bound = 1.0 / math.sqrt(module.in_features)
-                nn.init.uniform_(module.weight, -bound, bound, generator=generator)
-                nn.init.uniform_(module.bias, -bound, bound, generator=generator)
+                uniform_fan_in_(module.weight, module.in_features, generator)
+                uniform_fan_in_(module.bias, module.in_features, generator)
 
     def linear_layers(self) -> tuple[list[nn.Linear], nn.Linear, nn.Linear | None]:
         """The hidden layers (each followed by the activation), the advantage head (the Q head
@@ -93,7 +89,7 @@ class QNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # Functional calls instead of module calls: the learner runs this hundreds of times
         # per iteration on small batches, where nn.Module.__call__ costs more than the maths.
-        act = _TORCH_ACTIVATIONS[self.activation]
+        act = TORCH_ACTIVATIONS[self.activation]
         hidden, advantage_head, value_head = self.linear_layers()
         x = obs if self.encoder is None else self.encoder(obs)
         for layer in hidden:

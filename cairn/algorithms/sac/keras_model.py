@@ -41,6 +41,7 @@ from cairn.numpy_acting import Dense, LiveViews, View, in_torch
 from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module, keras_dense, torch_linear_init
+from cairn.policy.torch_utils import uniform_fan_in_
 
 __all__ = ["KerasSACModel", "KerasSquashedGaussianActor", "KerasTwinQ", "keras_sac_model"]
 
@@ -181,9 +182,9 @@ class KerasTwinQ(nn.Module):
         with torch.no_grad():
             for pair in zip(*self.critics, strict=True):
                 for layer in pair:
-                    bound = 1.0 / math.sqrt(_variable(layer, "kernel").shape[0])
-                    nn.init.uniform_(_variable(layer, "kernel"), -bound, bound, generator=generator)
-                    nn.init.uniform_(_variable(layer, "bias"), -bound, bound, generator=generator)
+                    fan_in = _variable(layer, "kernel").shape[0]
+                    uniform_fan_in_(_variable(layer, "kernel"), fan_in, generator)
+                    uniform_fan_in_(_variable(layer, "bias"), fan_in, generator)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> KerasTwinQ:
         copied: KerasTwinQ = deepcopy_keras_module(self, memo)

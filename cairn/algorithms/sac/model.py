@@ -22,25 +22,18 @@ from torch.nn import functional as F
 from cairn.algorithms.sac.model_base import SACModelBase, numpy_actor_inputs
 from cairn.numpy_acting import Dense, LiveViews, View, in_torch, linear
 from cairn.policy.encoders import ObservationEncoder
+from cairn.policy.torch_utils import TORCH_ACTIVATIONS, uniform_fan_in_
 
 __all__ = ["SACModel", "SquashedGaussianActor", "TwinQ", "LOG_STD_MIN", "LOG_STD_MAX"]
 
 #: The actor's log-std is clamped to this range, as in Haarnoja et al.'s code and SB3.
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
-_TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "tanh": torch.tanh, "relu": torch.relu, "elu": F.elu, "silu": F.silu}
 #: In-place forms of the activations whose gradient reads only their output, applied to a
 #: matrix product's fresh result in the critics (no extra tensor; autograd keeps what it
 #: needs). The actor keeps the out-of-place forms: it is what exports trace.
 _ACTIVATIONS_IN_PLACE: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "tanh": torch.tanh_, "relu": torch.relu_}
-
-
-def _uniform_init(tensor: torch.Tensor, fan_in: int, generator: torch.Generator) -> None:
-    # PyTorch's default nn.Linear initialisation (what SB3's SAC networks start from).
-    bound = 1.0 / math.sqrt(fan_in)
-    nn.init.uniform_(tensor, -bound, bound, generator=generator)
 
 
 class SquashedGaussianActor(nn.Module):
@@ -67,8 +60,8 @@ class SquashedGaussianActor(nn.Module):
         if self.encoder is not None:
             self.encoder.reset_parameters(generator, orthogonal=False)
         for layer in [*self.hidden_layers(), self.mean_head, self.log_std_head]:
-            _uniform_init(layer.weight.data, layer.in_features, generator)
-            _uniform_init(layer.bias.data, layer.in_features, generator)
+            uniform_fan_in_(layer.weight.data, layer.in_features, generator)
+            uniform_fan_in_(layer.bias.data, layer.in_features, generator)
 
     def hidden_layers(self) -> list[nn.Linear]:
         """The trunk's layers, each followed by the activation."""
@@ -77,7 +70,7 @@ class SquashedGaussianActor(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # Functional calls: the learner runs this twice per update on small batches, where
         # nn.Module.__call__ costs more than the maths.
-        act = _TORCH_ACTIVATIONS[self.activation]
+        act = TORCH_ACTIVATIONS[self.activation]
         x = obs if self.encoder is None else self.encoder(obs)
         for layer in self.hidden_layers():
             x = act(F.linear(x, layer.weight, layer.bias))
@@ -127,13 +120,13 @@ class TwinQ(nn.Module):
             fan_in = weight.shape[1]
             with torch.no_grad():
                 for i in range(2):  # one critic after the other, as two nn.Linear stacks would
-                    _uniform_init(weight[i], fan_in, generator)
-                    _uniform_init(bias[i], fan_in, generator)
+                    uniform_fan_in_(weight[i], fan_in, generator)
+                    uniform_fan_in_(bias[i], fan_in, generator)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
         """``[2, batch]``: both critics' ``Q(obs, action)``. ``detach``: gradients reach the
         actions but not the critics' weights (the actor loss)."""
-        act = _ACTIVATIONS_IN_PLACE.get(self.activation) or _TORCH_ACTIVATIONS[self.activation]
+        act = _ACTIVATIONS_IN_PLACE.get(self.activation) or TORCH_ACTIVATIONS[self.activation]
         if self.encoder is not None:
             with torch.no_grad() if detach else contextlib.nullcontext():
                 obs = self.encoder(obs)

@@ -11,29 +11,19 @@ TD3 applies only on its delayed steps. The critics are SAC's twin-Q ensemble
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from cairn._compat.torch_internals import foreach_lerp_
 from cairn.algorithms.sac.model import TwinQ
 from cairn.errors import ConfigError
 from cairn.policy.encoders import ObservationEncoder
+from cairn.policy.torch_utils import TORCH_ACTIVATIONS, uniform_fan_in_
 
 __all__ = ["DeterministicActor", "TD3Model"]
-
-_TORCH_ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "elu": F.elu, "silu": F.silu}
-
-
-def _uniform_init(tensor: torch.Tensor, fan_in: int, generator: torch.Generator) -> None:
-    # PyTorch's default nn.Linear initialisation (what SB3's TD3 networks start from).
-    bound = 1.0 / math.sqrt(fan_in)
-    nn.init.uniform_(tensor, -bound, bound, generator=generator)
-
 
 class DeterministicActor(nn.Module):
     """``pi(s) = tanh(W h(s) + b)``: the deterministic action in [-1, 1] (Fujimoto et al.'s
@@ -42,9 +32,9 @@ class DeterministicActor(nn.Module):
     def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
                  encoder: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        if activation not in _TORCH_ACTIVATIONS:
+        if activation not in TORCH_ACTIVATIONS:
             raise ConfigError(f"Config 'model.activation'={activation!r} is not one TD3's networks have: "
-                              f"expected one of {sorted(_TORCH_ACTIVATIONS)}.")
+                              f"expected one of {sorted(TORCH_ACTIVATIONS)}.")
         # Image observations: a CNN encoder in front (cairn.policy.encoders), the actor's own.
         self.encoder = None if encoder is None else ObservationEncoder(encoder)
         sizes = [obs_size if encoder is None else int(encoder["output_size"]), *hidden]
@@ -58,11 +48,11 @@ class DeterministicActor(nn.Module):
             self.encoder.reset_parameters(generator, orthogonal=False)
         for layer in [*self.trunk, self.action_head]:
             assert isinstance(layer, nn.Linear)  # the trunk holds only Linear layers
-            _uniform_init(layer.weight.data, layer.in_features, generator)
-            _uniform_init(layer.bias.data, layer.in_features, generator)
+            uniform_fan_in_(layer.weight.data, layer.in_features, generator)
+            uniform_fan_in_(layer.bias.data, layer.in_features, generator)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        act = _TORCH_ACTIVATIONS[self.activation]
+        act = TORCH_ACTIVATIONS[self.activation]
         x = obs if self.encoder is None else self.encoder(obs)
         for layer in self.trunk:
             x = act(layer(x))
