@@ -10,7 +10,7 @@ import numpy as np
 
 from cairn.core import ScriptedOpponent
 from cairn.env_runner.recurrent_state import RecurrentStates
-from cairn.env_runner.scripted_opponents import resolve_opponent
+from cairn.env_runner.scripted_opponents import resolve_opponent, split_observation
 from cairn.policy_ids import check_mapped_policy_id
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class AgentSampler:
         self._resolved: dict[str, ScriptedOpponent] = {}
         self.init_slots()
 
-    #: Whether this sampler can seat a scripted opponent (the turn-based one can).
+    #: Whether this sampler can seat a scripted opponent (the turn-based and parallel ones can).
     seats_scripted_opponents = False
 
     def init_slots(self) -> None:
@@ -97,6 +97,15 @@ class AgentSampler:
         if spec not in self._resolved:
             self._resolved[spec] = resolve_opponent(spec)
         return self._resolved[spec]
+
+    def scripted_action(self, pid: str, env: Any, agent: Any, observation: Any, info: Any) -> Any:
+        """The action of ``agent``, seated by the scripted opponent named ``pid``, on its raw
+        ``observation`` and ``info`` (:func:`~cairn.env_runner.scripted_opponents.split_observation`),
+        drawn from the runner's generator (saved with the runner: a resumed run draws the same)."""
+        opponent = self.scripted(pid)
+        assert opponent is not None, pid  # callers ask for the actions of scripted seats only
+        observation, mask = split_observation(observation, info, env.action_space(agent))
+        return opponent(observation, mask, self.runner.rng)
 
     def seat_ids(self, policies: Mapping[str, Any] | None = None) -> list[str]:
         """The IDs an agent may be mapped to: the policies', then the scripted opponents'."""

@@ -6,6 +6,11 @@ copies are grouped by the policy they map to, each policy computes their actions
 and every env steps with its agents' actions. One trajectory per (env index, agent); a row's
 reward, terminated and truncated flags come with the step, its next observation with the
 agent's following observation (or its final one).
+
+An agent mapped to a scripted opponent (a league's fixed opponent: the mapping returned its
+name) leaves no row: its next action is drawn as soon as its observation arrives, by
+``opponent(observation, action_mask, runner.rng)`` on the raw observation, and kept (and saved)
+until the env steps with it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import gymnasium as gym
 import numpy as np
 
 from cairn.env_runner.agent_mapping import (
@@ -27,6 +33,7 @@ from cairn.env_runner.episode_history import EpisodeHistory
 from cairn.env_runner.inference import RowOrigin
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.env_runner.trajectories import AgentTrajectories
+from cairn.errors import CheckpointFormatError
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -52,12 +59,17 @@ class ParallelSampler(AgentSampler):
     """Samples parallel multi-agent envs (each a PettingZoo ``ParallelEnv``) for an env runner
     (the runner owns envs, episodes, seeds; the arguments are :class:`AgentSampler`'s)."""
 
+    seats_scripted_opponents = True
+
     def init_slots(self) -> None:
         #: Per env: each live agent's processed observation, which its next action is computed from.
         self.obs: list[dict[Any, np.ndarray]] = [{} for _ in self.envs]
         #: Per env: the agents that joined its episode after the reset and have not acted yet
         #: (their next step is their first in it; at the reset, every agent's is).
         self.joined: list[set[Any]] = [set() for _ in self.envs]
+        #: Per env: the next action of each live agent seated by a scripted opponent, drawn when
+        #: its observation arrived (nothing of its observation is processed or kept).
+        self.scripted_actions: list[dict[Any, Any]] = [{} for _ in self.envs]
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
         """True when an agent in flight acts with a policy no longer in ``policies``, so that
@@ -65,7 +77,8 @@ class ParallelSampler(AgentSampler):
         (:func:`~cairn.env_runner.agent_mapping.keep_in_flight_policies`). The runner takes
         ``config`` and ``policies`` afterwards; a :class:`~cairn.errors.ConfigError` changes
         nothing."""
-        return keep_in_flight_policies(self.agent_pids, [list(obs) for obs in self.obs], config, policies)
+        in_flight = [[*obs, *scripted] for obs, scripted in zip(self.obs, self.scripted_actions)]
+        return keep_in_flight_policies(self.agent_pids, in_flight, config, self.seat_ids(policies))
 
     # ------------------------------------------------------------------------------ stepping
     def reset_all(self, *, update_filter: bool) -> None:
@@ -73,25 +86,38 @@ class ParallelSampler(AgentSampler):
         episode totals."""
         raw_by_pid: dict[str, list[tuple[int, Any, Any]]] = defaultdict(list)
         for i in range(len(self.envs)):
-            for agent, obs in self._reset_env(i).items():
-                raw_by_pid[self.policy_of(i, agent)].append((i, agent, obs))
+            first, infos = self._reset_env(i)
+            for agent, obs in first.items():
+                self._receive(i, agent, obs, infos, raw_by_pid)
         for (i, agent), row in self._process(raw_by_pid, update_filter=update_filter).items():
             self.obs[i][agent] = row
 
-    def _reset_env(self, i: int) -> dict[Any, Any]:
-        """Reset env ``i``; its live agents' first observations. Its episode records them (with
-        their infos), then ``on_episode_start`` runs."""
+    def _reset_env(self, i: int) -> tuple[dict[Any, Any], Mapping[Any, Any]]:
+        """Reset env ``i``; its live agents' first observations and the infos. Its episode
+        records them (with their infos), then ``on_episode_start`` runs."""
         obs, infos = self.envs[i].reset(seed=self.draw_seed())
         self.agent_pids[i] = {}
         self.obs[i] = {}
         self.joined[i] = set()
+        self.scripted_actions[i] = {}
         first = {a: o for a, o in obs.items() if a in self.envs[i].agents}
         history = self.episodes.current[i].history
         if history is not None:
             for agent, o in first.items():
                 history.observe(agent, o, (infos or {}).get(agent, {}))
         self.episodes.start(i)
-        return first
+        return first, infos or {}
+
+    def _receive(self, i: int, agent: Any, obs: Any, infos: Mapping[Any, Any] | None,
+                 incoming: dict[str, list[tuple[int, Any, Any]]]) -> None:
+        """``agent`` of env ``i`` observed ``obs`` and is to act next: a scripted opponent draws
+        its action now; a policy's observation joins ``incoming`` (processed per policy)."""
+        pid = self.policy_of(i, agent)
+        if self.scripted(pid) is None:
+            incoming[pid].append((i, agent, obs))
+        else:
+            self.scripted_actions[i][agent] = self.scripted_action(
+                pid, self.envs[i], agent, obs, (infos or {}).get(agent, {}))
 
     def _process(
         self, raw_by_pid: Mapping[str, list[tuple[int, Any, Any]]], *, update_filter: bool
@@ -128,7 +154,8 @@ class ParallelSampler(AgentSampler):
             for i in range(len(self.envs)):
                 for agent in self.obs[i]:
                     by_pid[self.policy_of(i, agent)].append((i, agent))
-            actions: list[dict[Any, Any]] = [{} for _ in self.envs]
+            # Scripted opponents' actions were drawn when their observations arrived.
+            actions: list[dict[Any, Any]] = [dict(scripted) for scripted in self.scripted_actions]
             acted: dict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = {}
             states_in: dict[tuple[int, Any], list[np.ndarray]] = {}  # recurrent policies' rows
             for pid, slots in by_pid.items():
@@ -151,6 +178,8 @@ class ParallelSampler(AgentSampler):
             for i, env in enumerate(self.envs):
                 if not actions[i]:
                     continue
+                scripted = self.scripted_actions[i]
+                self.scripted_actions[i] = {}
                 obs_d, rew_d, term_d, trunc_d, infos_d = env.step(actions[i])
                 ep = self.episodes.current[i]
                 opening = ep.length == 0  # the episode's first step: every agent's first in it
@@ -162,7 +191,7 @@ class ParallelSampler(AgentSampler):
                     ep.agent_returns[agent] += r
                     first = opening or agent in self.joined[i]
                     self.joined[i].discard(agent)
-                    if record:
+                    if record and agent not in scripted:
                         trajs.add((i, agent), self.agent_pids[i][agent], *acted[(i, agent)], r,
                                   bool(term_d.get(agent, False)), bool(trunc_d.get(agent, False)),
                                   first=first, state_in=states_in.get((i, agent)))
@@ -171,23 +200,23 @@ class ParallelSampler(AgentSampler):
                 self.episodes.step(i)  # on_episode_step, when the user's callbacks have one
                 episode_over = not alive
                 for agent in actions[i]:
-                    if agent not in alive or episode_over:
+                    if (agent not in alive or episode_over) and agent not in scripted:
                         ended.add((i, agent))
                         if agent in obs_d:
                             incoming[self.policy_of(i, agent)].append((i, ("final", agent), obs_d[agent]))
                 if episode_over:
                     self._finish_episode(i)
                     self.runner.recurrent_states.end_episode(i)
-                    reset_obs = self._reset_env(i)
+                    reset_obs, reset_infos = self._reset_env(i)
                     for agent, o in reset_obs.items():
-                        incoming[self.policy_of(i, agent)].append((i, agent, o))
+                        self._receive(i, agent, o, reset_infos, incoming)
                 else:
                     self.obs[i] = {}
                     for agent in env.agents:  # not the set: its order varies with the hash seed
                         if agent in obs_d:
                             if agent not in self.agent_pids[i]:  # joined now: its first observation
                                 self.joined[i].add(agent)
-                            incoming[self.policy_of(i, agent)].append((i, agent, obs_d[agent]))
+                            self._receive(i, agent, obs_d[agent], infos_d, incoming)
             processed = self._process(incoming, update_filter=update_filter)
             for (i, tag), processed_row in processed.items():
                 if isinstance(tag, tuple):  # ("final", agent): next obs of a finished agent
@@ -201,28 +230,79 @@ class ParallelSampler(AgentSampler):
 
     # --------------------------------------------------------------------------------- state
     def get_state(self, *, copy: bool = True) -> list[dict[str, Any]]:
-        """Per env: the live agents, their processed observations (``copy=False``: views) and
-        their policy IDs."""
+        """Per env: the live agents, their processed observations (``copy=False``: views),
+        their policy IDs and the scripted opponents' next actions (JSON numbers or arrays)."""
         return [
             {"agents": [str(a) for a in obs],
              "obs": {str(a): row.copy() if copy else row for a, row in obs.items()},
-             "agent_pids": {str(a): p for a, p in self.agent_pids[i].items()}}
+             "agent_pids": {str(a): p for a, p in self.agent_pids[i].items()},
+             "scripted_actions": {str(a): plain_action(act) for a, act in self.scripted_actions[i].items()}}
             for i, obs in enumerate(self.obs)
         ]
 
     def set_state(self, states: list[Mapping[str, Any]]) -> bool:
         """Restore :meth:`get_state` (after the envs' own states), the episodes' mapping
-        included; False when the agents changed or a saved policy is gone: the observations in
-        flight belong to other agents or were processed by other policies' filters, so the
-        envs start over."""
+        included; False, with nothing changed, when the agents changed or a saved policy is
+        gone: the observations in flight belong to other agents or were processed by other
+        policies' filters, so the envs start over. Scripted opponents' actions that do not fit
+        the restored env are a :class:`~cairn.errors.CheckpointFormatError` (nothing changed)."""
+        restored = []
         for i, entry in enumerate(states):
-            saved = restore_agent_pids(self.envs[i], entry["agent_pids"], self.policies)
+            saved = restore_agent_pids(self.envs[i], entry["agent_pids"], self.seat_ids())
             if saved is None:
                 return False
             ids = agent_ids_by_name(self.envs[i])
-            self.agent_pids[i] = saved
-            self.obs[i] = {ids.get(k, k): np.asarray(v, dtype=np.float32) for k, v in entry["obs"].items()}
+            obs = {ids.get(k, k): np.asarray(v, dtype=np.float32) for k, v in entry["obs"].items()}
+            scripted = self._restore_scripted_actions(i, saved, entry.get("scripted_actions") or {})
+            restored.append((saved, obs, scripted))
+        for i, (saved, obs, scripted) in enumerate(restored):
+            self.agent_pids[i], self.obs[i], self.scripted_actions[i] = saved, obs, scripted
             # Not saved: an agent that joined at the last step before the save counts as having
             # acted (docs/fault-tolerance.md, n-step).
             self.joined[i] = set()
         return True
+
+    def _restore_scripted_actions(self, i: int, pids: Mapping[Any, str],
+                                  saved: Mapping[str, Any]) -> dict[Any, Any]:
+        """Env ``i``'s saved scripted actions keyed by agent, checked: one for each live agent
+        that a scripted opponent seats and for no other, each an action of its space."""
+        env = self.envs[i]
+        where = f"The saved env runner state's current_obs[{i}]['scripted_actions']"
+        ids = agent_ids_by_name(env)
+        seated = [str(a) for a in env.agents if self.scripted(pids.get(a, "")) is not None]
+        if sorted(saved) != sorted(seated):
+            raise CheckpointFormatError(f"{where} has actions for {sorted(saved)!r:.100}; env {i}'s live "
+                                        f"agents seated by scripted opponents are {sorted(seated)!r:.100}. "
+                                        "Restore from an unedited checkpoint.")
+        actions = {}
+        for name, value in saved.items():
+            space = env.action_space(ids[name])
+            action = restore_action(space, value)
+            if action is None:
+                raise CheckpointFormatError(f"{where}[{name!r:.60}] is {value!r:.60}, not an action of "
+                                            f"{space}. Restore from an unedited checkpoint.")
+            actions[ids[name]] = action
+        return actions
+
+
+def plain_action(action: Any) -> Any:
+    """A scripted opponent's action as state data: a numpy scalar as a Python number, an array
+    copied, anything else as it is."""
+    if isinstance(action, np.generic):
+        return action.item()
+    return np.array(action) if isinstance(action, np.ndarray) else action
+
+
+def restore_action(space: Any, value: Any) -> Any:
+    """``value`` (a saved :func:`plain_action`) as an action of ``space``: an int for a
+    Discrete space, else an array of its dtype; None when it is not one of its actions."""
+    if isinstance(space, gym.spaces.Discrete):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            return None
+        action: Any = int(value)
+    else:
+        try:
+            action = np.asarray(value, dtype=space.dtype)
+        except (TypeError, ValueError):
+            return None
+    return action if space.contains(action) else None

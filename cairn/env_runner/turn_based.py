@@ -41,7 +41,6 @@ from cairn.env_runner.agent_mapping import (
 )
 from cairn.env_runner.inference import compute_raw_actions
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
-from cairn.env_runner.scripted_opponents import split_observation
 from cairn.env_runner.trajectories import AgentTrajectories
 from cairn.env_runner.turn_based_check import check_moves_in_flight
 from cairn.errors import EnvError
@@ -136,10 +135,9 @@ class TurnBasedSampler(AgentSampler):
             by_pid[self.policy_of(i, entry[0])].append(i)
         actions: list[Any] = [None] * len(self.envs)
         for pid, indices in by_pid.items():
-            opponent = self.scripted(pid)
-            if opponent is not None:
+            if self.scripted(pid) is not None:
                 for i in indices:
-                    actions[i] = self._scripted_move(i, opponent)
+                    actions[i] = self._scripted_move(i, pid)
                 continue
             policy = self.policies[pid]
             movers = [self.to_move[i] for i in indices]
@@ -167,16 +165,14 @@ class TurnBasedSampler(AgentSampler):
             self.episodes.current[i].length += 1
             self.episodes.step(i)  # on_episode_step (the move's rewards are read at the next selection)
 
-    def _scripted_move(self, i: int, opponent: Any) -> Any:
-        """The move of env ``i``'s scripted opponent to move, on its raw observation and mask
-        (:func:`~cairn.env_runner.scripted_opponents.split_observation`), from the runner's
-        generator (saved with the runner: a resumed run draws the same moves)."""
+    def _scripted_move(self, i: int, pid: str) -> Any:
+        """The move of env ``i``'s agent to move, seated by the scripted opponent ``pid``, on
+        its observation now (``env.observe``: :meth:`AgentSampler.scripted_action`)."""
         env, entry = self.envs[i], self.to_move[i]
         assert entry is not None
         agent = entry[0]
         info = (getattr(env, "infos", None) or {}).get(agent)
-        observation, mask = split_observation(env.observe(agent), info, env.action_space(agent))
-        action = opponent(observation, mask, self.runner.rng)
+        action = self.scripted_action(pid, env, agent, env.observe(agent), info)
         history = self.episodes.current[i].history
         if history is not None:
             history.act(agent, action)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cairn.core import PolicyLike
-from cairn.env_runner.make_env import is_turn_based_env, make_env
+from cairn.env_runner.make_env import make_env
 from cairn.env_runner.scripted_opponents import resolve_opponent
 from cairn.errors import CheckpointFormatError, ConfigError
 from cairn.league.games import play_games
@@ -71,8 +71,6 @@ class League:
                                   f"main's policy ID or a snapshot's ({self.main!r}, '{self.main}_v<n>'). "
                                   "Fix: give the opponent another name.")
             self.ratings.ensure(name)
-        #: Whether training seats the fixed opponents (turn-based games; set by set_agents).
-        self.seats_fixed = False
 
     def set_agents(self, env: Any) -> None:
         """Read the seats from the built env (a PettingZoo env of two or more players)."""
@@ -82,7 +80,6 @@ class League:
                               f"environment {type(env).__name__} has agents {agents}. Use a two-player "
                               "env such as pettingzoo.classic.connect_four_v3, or drop config.league().")
         self.agents = agents
-        self.seats_fixed = is_turn_based_env(env)
 
     def __getstate__(self) -> dict[str, Any]:
         # Copies sent to remote env runners carry the opponents' specs (in the config), not code.
@@ -92,11 +89,6 @@ class League:
     def opponents(self) -> list[str]:
         """The policies main may be drawn against (the snapshots, oldest first)."""
         return list(self.pool)
-
-    def fixed_in_training(self) -> list[str]:
-        """The fixed opponents training draws (all of them in turn-based games; none in
-        parallel ones, whose env runners cannot seat a scripted player yet)."""
-        return list(self.fixed_names) if self.seats_fixed else []
 
     def win_rates(self) -> dict[str, float]:
         """Main's mean score over the window against each opponent of the pool and each fixed

@@ -108,7 +108,7 @@ class LeagueMapping(DrawnMapping):
         league, settings = self.league, self.league.settings
         opponent = None
         if rng.random() >= settings["self_play_fraction"]:
-            fixed = league.fixed_in_training()
+            fixed = league.fixed_names
             weights = opponent_weights(settings["matchmaking"], league.opponents(), league.win_rates(), fixed)
             pool = [*league.opponents(), *fixed]
             if weights.sum() > 0:

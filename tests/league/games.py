@@ -34,3 +34,67 @@ class CountingRandomLegal:
 
         CountingRandomLegal.moves += 1
         return random_legal(observation, action_mask, rng)
+
+
+class RoundsOfRockPaperScissors:
+    """A simultaneous (PettingZoo parallel) two-player zero-sum game: ``rounds`` rounds of
+    rock-paper-scissors as ``pettingzoo.classic.rps_v2`` plays them (each player observes the
+    other's last move, 3 before the first; +1 for a round won, -1 for one lost), with cairn's
+    environment state protocol (``get_state``/``set_state``), so that a league on it resumes
+    exactly."""
+
+    metadata = {"name": "rounds_of_rock_paper_scissors_v0", "render_modes": []}
+    possible_agents = ["player_0", "player_1"]
+
+    def __init__(self, rounds: int = 5) -> None:
+        import gymnasium as gym
+
+        self.rounds = rounds
+        self.agents: list[str] = []
+        self.round = 0
+        self.last = {"player_0": 3, "player_1": 3}
+        self._observation_space, self._action_space = gym.spaces.Discrete(4), gym.spaces.Discrete(3)
+
+    def observation_space(self, agent: str) -> Any:
+        return self._observation_space
+
+    def action_space(self, agent: str) -> Any:
+        return self._action_space
+
+    def _observations(self) -> dict[str, int]:
+        return {"player_0": self.last["player_1"], "player_1": self.last["player_0"]}
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict[str, int], dict[str, Any]]:
+        self.agents, self.round = list(self.possible_agents), 0
+        self.last = {"player_0": 3, "player_1": 3}
+        return self._observations(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        first, second = int(actions["player_0"]), int(actions["player_1"])
+        won = 0 if first == second else (1 if (first - second) % 3 == 1 else -1)  # paper beats rock...
+        self.last = {"player_0": first, "player_1": second}
+        self.round += 1
+        over = self.round >= self.rounds
+        agents, self.agents = self.agents, [] if over else self.agents
+        return (self._observations(), {"player_0": float(won), "player_1": float(-won)},
+                dict.fromkeys(agents, False), dict.fromkeys(agents, over), {a: {} for a in agents})
+
+    def close(self) -> None:
+        pass
+
+    def get_state(self) -> dict[str, Any]:
+        return {"agents": list(self.agents), "round": self.round, "last": dict(self.last)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.agents, self.round = list(state["agents"]), int(state["round"])
+        self.last = {str(a): int(m) for a, m in state["last"].items()}
+
+
+def make_rounds_of_rock_paper_scissors(env_config: dict) -> Any:
+    """Env creator of :class:`RoundsOfRockPaperScissors` (``env_config``: its ``rounds``)."""
+    return RoundsOfRockPaperScissors(**env_config)
+
+
+def small_parallel_league(**league: Any) -> cairn.AlgorithmConfig:
+    """:func:`small_league` on :class:`RoundsOfRockPaperScissors` (five rounds), a parallel game."""
+    return small_league(**league).environment(make_rounds_of_rock_paper_scissors, env_config={"rounds": 5})

@@ -1,6 +1,7 @@
-"""Fixed opponents in training: matchmaking draws them like pool members, the turn-based env
-runner seats them (their moves from the runner's generator, no rows of theirs in the batches),
-their games update ratings and payoff, and a run with one resumes bit for bit."""
+"""Fixed opponents in training: matchmaking draws them like pool members in turn-based and
+parallel games, the turn-based env runner seats them (their moves from the runner's generator,
+no rows of theirs in the batches), their games update ratings and payoff, and a run with one
+resumes bit for bit (the parallel runner's: test_league_parallel_opponents.py)."""
 
 import copy
 import json
@@ -10,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from pettingzoo.classic import connect_four_v3
+from pettingzoo.classic import connect_four_v3, rps_v2
 
 from cairn.config.league_settings import league_settings
 from cairn.errors import CheckpointFormatError, ConfigError
@@ -23,16 +24,20 @@ from tests.league.test_league_resume import _CONTINUE
 FIXED = {"random_legal": "random_legal", "heuristic": "cairn.envs.connect_four:connect_four_heuristic"}
 
 
-def _league(**kwargs) -> League:
+def _league(env=None, **kwargs) -> League:
     league = League(league_settings(opponents=FIXED, **kwargs), seed=0)
-    league.set_agents(connect_four_v3.env())
+    league.set_agents(connect_four_v3.env() if env is None else env)
     league.pool = ["main_v1", "main_v2"]
     return league
 
 
+@pytest.mark.parametrize("game", ["turn-based", "parallel"])
 @pytest.mark.parametrize("matchmaking", ["uniform", "pfsp", "latest"])
-def test_draws_include_fixed_opponents_in_proportion(matchmaking):
-    league = _league(matchmaking=matchmaking, self_play_fraction=0.0)
+def test_draws_include_fixed_opponents_in_proportion(matchmaking, game):
+    # Turn-based connect four and simultaneous rock-paper-scissors alike: the env runners of both
+    # seat scripted opponents in training.
+    env = connect_four_v3.env() if game == "turn-based" else rps_v2.parallel_env()
+    league = _league(env, matchmaking=matchmaking, self_play_fraction=0.0)
     # PFSP: main always beats main_v2 (weight 0) and scores 0.5 against random_legal (weight 0.25).
     for _ in range(10):
         league.payoff.record("main_v2", 1.0, is_snapshot=True)
