@@ -120,23 +120,43 @@ class League:
         return the metrics of ``result["league"]``."""
         if snapshot_due(self.settings, algo.iteration, has_snapshot=bool(self.pool),
                         recent_scores=list(self.payoff.recent_against_snapshots)):
-            pid = snapshot_id(self.main, self.snapshots_taken + 1)
-            # In the pool before add_policy sends the config (and this league with its mapping)
-            # to remote runners, so that their copies can draw it; taken out if the add fails.
-            self.pool.append(pid)
-            try:
-                add_snapshot(algo, self.main, pid)
-            except BaseException:
-                self.pool.pop()
-                raise
-            self.snapshots_taken += 1
-            self.ratings.ensure(pid, like=self.main)
-            self.payoff.recent_against_snapshots.clear()
+            self._take_snapshot(algo)
             limit = self.settings["max_snapshots"]
             while limit is not None and len(self.pool) > limit:
-                self.forget(self.pool[0])
-                remove_snapshot(algo, self.pool.pop(0))
+                self._remove_oldest(algo)
         return self.metrics()
+
+    def _take_snapshot(self, algo: Algorithm) -> None:
+        """Add main's next snapshot to the algorithm and the pool. The pool ends up holding it
+        exactly when the algorithm does, whether ``add_policy`` succeeds or raises."""
+        pid = snapshot_id(self.main, self.snapshots_taken + 1)
+        # In the pool before add_policy sends the config (and this league with its mapping) to
+        # remote runners, so that their copies can draw it.
+        self.pool.append(pid)
+        try:
+            add_snapshot(algo, self.main, pid)
+        finally:
+            if pid in algo.policies:  # also when add_policy raised after the algorithm took it
+                self.snapshots_taken += 1
+                self.ratings.ensure(pid, like=self.main)
+                self.payoff.recent_against_snapshots.clear()
+            else:
+                self.pool.remove(pid)
+
+    def _remove_oldest(self, algo: Algorithm) -> None:
+        """Remove the oldest snapshot from the pool and the algorithm. Out of the pool and
+        forgotten before ``remove_policy`` sends the config (and this league) to remote runners,
+        so that their copies no longer draw it; when the removal raises, the league comes back
+        to its state before, keeping exactly the snapshots the algorithm still has (the oldest
+        stays when the algorithm kept it and goes when it was removed before the error)."""
+        before = self.get_state()
+        pid = self.pool.pop(0)
+        self.forget(pid)
+        try:
+            remove_snapshot(algo, pid)
+        except BaseException:
+            self.set_state(before, algo.policies)
+            raise
 
     def forget(self, pid: str) -> None:
         """Forget ``pid``'s rating, payoff and planned games (those become self-play): a
