@@ -63,9 +63,6 @@ class AgentSampler:
         self._resolved: dict[str, ScriptedOpponent] = {}
         self.init_slots()
 
-    #: Whether this sampler can seat a scripted opponent (the turn-based and parallel ones can).
-    seats_scripted_opponents = False
-
     def init_slots(self) -> None:
         """Create the sampler's own per-env slots (observations in flight, moves pending)."""
 
@@ -81,9 +78,9 @@ class AgentSampler:
 
     def scripted_opponents(self) -> dict[str, str]:
         """``{name: spec}`` of the league's fixed opponents (``config.league(opponents=...)``),
-        which the mapping may return in place of a policy ID when this sampler seats them."""
+        which the mapping may return in place of a policy ID (both samplers seat them)."""
         league = self.config.league_config
-        if not self.seats_scripted_opponents or not league:
+        if not league:
             return {}
         return dict(league.get("opponents") or {})
 

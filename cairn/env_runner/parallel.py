@@ -59,8 +59,6 @@ class ParallelSampler(AgentSampler):
     """Samples parallel multi-agent envs (each a PettingZoo ``ParallelEnv``) for an env runner
     (the runner owns envs, episodes, seeds; the arguments are :class:`AgentSampler`'s)."""
 
-    seats_scripted_opponents = True
-
     def init_slots(self) -> None:
         #: Per env: each live agent's processed observation, which its next action is computed from.
         self.obs: list[dict[Any, np.ndarray]] = [{} for _ in self.envs]

@@ -72,8 +72,6 @@ class TurnBasedSampler(AgentSampler):
     name) moves by ``opponent(observation, action_mask, runner.rng)`` on its raw observation and
     leaves no row: the batches hold only the policies' moves."""
 
-    seats_scripted_opponents = True
-
     def init_slots(self) -> None:
         #: Per env: the agent to move and its processed observation (None before a reset).
         self.to_move: list[tuple[Any, np.ndarray] | None] = [None for _ in self.envs]
