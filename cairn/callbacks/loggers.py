@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from cairn.callbacks.base import Callbacks
 from cairn.errors import FrameworkUnavailableError, LoggerWarning
+from cairn.result_names import flat_metrics
 
 __all__ = ["MLflowLogger", "WandbLogger", "flat_metrics", "flat_params"]
 
@@ -60,16 +60,6 @@ def _warns(hook: _Hook) -> _Hook:
                 "training goes on without this entry. Fix the logger's store or service (set "
                 "strict = True on a subclass of the logger to stop training instead)."), stacklevel=3)
     return guarded
-
-
-def flat_metrics(result: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
-    """``(name, value)`` for every finite number in a result, nested keys joined with ``/``."""
-    for key, value in result.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            yield from flat_metrics(value, f"{name}/")
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            yield name, float(value)
 
 
 def flat_params(config: Mapping[str, Any]) -> dict[str, str]:

@@ -137,9 +137,13 @@ class CheckpointManager:
         keep_last: How many of the newest checkpoints to keep (at least 1); None keeps all.
         keep_best: ``(metric, "max" | "min")`` or ``(metric, "max" | "min", n)``: also keep
             the ``n`` checkpoints (1 for a 2-tuple) whose results had the best value of
-            ``metric``, a key of the result dict or a dotted path into it
-            (``"evaluation.episode_return_mean"``). Results without a finite value of it
-            never count as best; among equal values the newest wins.
+            ``metric``: a key of the result dict, or a nested value named as progress.csv and
+            the loggers name it (keys joined with ``/``: ``"league/win_rate/random_legal"``,
+            :mod:`cairn.result_names`) or with ``.`` (``"evaluation.episode_return_mean"``).
+            Results without a finite value of it never count as best (nor those without
+            ``evaluation``, for an evaluation metric); among equal values the newest wins. A
+            result that lacks the metric otherwise makes :meth:`save` raise a
+            :class:`~cairn.errors.ConfigError` naming it and the result's metrics.
         keep_every_iterations: Also keep, forever, the checkpoints of iterations that are
             multiples of this (``iteration % k == 0``); None: no such rule.
         save_every_iterations: :meth:`save` is due at iterations that are multiples of this;

@@ -5,12 +5,12 @@ any rule says so, and never twice for one iteration.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from cairn.errors import ConfigError
+from cairn.result_names import flat_result, is_finite_number
 
 __all__ = ["SaveSchedule", "TIMESTEPS_KEY", "result_metric", "result_timesteps"]
 
@@ -66,22 +66,48 @@ class SaveSchedule:
 
 
 def result_metric(result: Mapping[str, Any] | None, key: str) -> float | None:
-    """``result[key]``, where a dotted key reaches into nested dicts
-    (``"evaluation.episode_return_mean"``); None when absent or not a finite number."""
+    """The value of metric ``key`` in ``result``: a key of the result, or a name of
+    :func:`cairn.result_names.flat_result` (nested keys joined with ``/``, as progress.csv,
+    TensorBoard and the loggers name them: ``"league/win_rate/random_legal"``), or a dotted path
+    into it (``"evaluation.episode_return_mean"``). None when ``result`` is None, the value is not
+    a finite number, or the metric is one that comes and goes (under ``evaluation`` in a result
+    without an evaluation; main's win rate against an opponent with no game in the window).
+
+    Raises :class:`~cairn.errors.ConfigError` naming the metric and the result's numeric names
+    when the result lacks it otherwise (a misspelt ``keep_best`` metric would keep no best
+    checkpoint, silently).
+    """
     if result is None:
         return None
-    node: Any = result
+    names = flat_result(result)
     if key in result:
-        node = result[key]
+        value = result[key]
     else:
-        for part in key.split("."):
-            if not isinstance(node, Mapping) or part not in node:
+        name = key if key in names else key.replace(".", "/")
+        if name not in names:
+            if _comes_and_goes(result, name):
                 return None
-            node = node[part]
-    if isinstance(node, bool) or not isinstance(node, (int, float)):
-        return None
-    value = float(node)
-    return value if math.isfinite(value) else None
+            numeric = [n for n, v in names.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            more = f", ... ({len(numeric) - 80} more)" if len(numeric) > 80 else ""
+            shown = ", ".join(numeric[:80]) + more
+            raise ConfigError(
+                f"CheckpointManager(keep_best=({key!r}, ...)): the result has no metric {key!r}. Its metrics "
+                f"are: {shown}. Fix: name one of them (nested keys joined with '/', as in progress.csv, "
+                "or with '.').")
+        value = names[name]
+    return float(value) if is_finite_number(value) else None
+
+
+def _comes_and_goes(result: Mapping[str, Any], name: str) -> bool:
+    """Whether metric ``name``, missing from ``result``, is one that results have in some
+    iterations only: the evaluation's (``evaluation/...`` in a result without an evaluation:
+    not an evaluation iteration) and main's win rate per opponent (``league/win_rate/<opponent>``:
+    only against opponents with a game in the league's window)."""
+    if name.startswith("evaluation/"):
+        return "evaluation" not in result
+    league = result.get("league")
+    return name.startswith("league/win_rate/") and isinstance(league, Mapping) \
+        and isinstance(league.get("win_rate"), Mapping)
 
 
 def result_timesteps(result: Mapping[str, Any] | None) -> int | None:

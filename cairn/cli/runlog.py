@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.cli.common import json_safe
+from cairn.result_names import flat_result
 
 __all__ = ["CONFIG_FILE", "RUN_FILE", "PROGRESS_FILE", "RESULT_FILE", "TENSORBOARD_DIR", "PROGRESS_COLUMNS",
            "RunLog", "league_columns", "progress_row", "read_progress", "write_json_atomic", "RUN_FILES"]
@@ -68,23 +69,26 @@ def progress_row(result: Mapping[str, Any]) -> dict[str, Any]:
         for key, value in stats.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 row[f"{pid}/{key}" if several else key] = value
+    # The evaluation's, cairn.Callbacks' and the league's columns are named as every metric is
+    # (cairn.result_names: nested keys joined with "/"), so keep_best and the loggers name them alike.
     if "evaluation" in result:
         row[_EVALUATION_COLUMN] = result["evaluation"].get("episode_return_mean")
-    for key, value in (result.get("custom_metrics") or {}).items():  # cairn.Callbacks' metrics
-        row[f"custom_metrics/{key}"] = value
+    row.update(flat_result({"custom_metrics": result.get("custom_metrics") or {}}))
     row.update(league_columns(result.get("league")))
     return row
 
 
+#: The parts of a league's ``result["league"]`` that progress.csv shows.
+_LEAGUE_COLUMNS = ("rating", "win_rate", "games", "pool_size")
+
+
 def league_columns(league: Mapping[str, Any] | None) -> dict[str, float]:
     """The progress columns of a league's ``result["league"]`` (docs/league.md): every rating
-    and main's win rate against each opponent, the games and the pool's size."""
+    (``league/rating/<participant>``) and main's win rate against each opponent
+    (``league/win_rate/<opponent>``), the games and the pool's size."""
     if not league:
         return {}
-    row: dict[str, float] = {f"league/rating/{p}": mu for p, mu in league["rating"].items()}
-    row.update({f"league/win_rate/{o}": rate for o, rate in league["win_rate"].items()})
-    row.update({"league/games": league["games"], "league/pool_size": league["pool_size"]})
-    return row
+    return flat_result({"league": {key: league[key] for key in _LEAGUE_COLUMNS}})
 
 
 def _cell(value: Any) -> str:

@@ -61,6 +61,35 @@ def test_keep_best_keeps_the_best_by_a_dotted_metric_as_well(algo, tmp_path, mod
     assert kept[1].metric is None
 
 
+def _league_result(iteration: int, win_rate: dict) -> dict:
+    return {"training_iteration": iteration, "episode_return_mean": 0.0,
+            "league": {"rating": {"main": 25.0, "random_legal": 25.0}, "win_rate": win_rate, "games": 4}}
+
+
+@pytest.mark.parametrize("metric", ["league/win_rate/random_legal", "league.win_rate.random_legal"])
+def test_keep_best_by_a_slash_joined_name_as_progress_csv_names_it(algo, tmp_path, metric):
+    manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=(metric, "max"))
+    # Iteration 1: no game against random_legal in the window yet (no win rate: never the best).
+    for i, rate in [(1, None), (2, 0.5), (3, 0.75), (4, 0.25)]:
+        _save_at(manager, algo, i, _league_result(i, {} if rate is None else {"random_legal": rate}))
+    assert manager.best() == str(tmp_path / checkpoint_name(3))
+    assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(3, 0.75), (4, 0.25)]
+
+
+@pytest.mark.parametrize("metric", ["league/winrate/random_legal", "league.rating.random",
+                                    "episode_return_meen", "evaluation/league/random_legal/win_rate"])
+def test_a_missing_keep_best_metric_is_an_error_naming_it_and_the_metrics(algo, tmp_path, metric):
+    manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=(metric, "max"))
+    result = {**_league_result(1, {"random_legal": 0.5}), "evaluation": {"episode_return_mean": 1.0}}
+    with pytest.raises(ConfigError) as err:
+        _save_at(manager, algo, 1, result)
+    message = str(err.value)
+    assert f"no metric {metric!r}" in message
+    for name in ("league/win_rate/random_legal", "league/rating/main", "evaluation/episode_return_mean"):
+        assert name in message
+    assert manager.checkpoints() == [] and _names(tmp_path) == []  # nothing written
+
+
 def test_a_top_level_key_and_ties(algo, tmp_path):
     manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=("episode_return_mean", "max"))
     for i in (1, 2, 3):

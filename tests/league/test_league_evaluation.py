@@ -41,20 +41,42 @@ def test_no_fixed_opponents_no_league_evaluation():
         algo.stop()
 
 
+#: keep_best metrics as the issue and docs name them: the slash-joined names of progress.csv (the
+#: training win rate against the fixed opponent drawn in training, and the evaluation's), and the
+#: older dotted path into the result.
+def _evaluation_win_rate(result: dict) -> float:
+    return result["evaluation"]["league"]["random_legal"]["win_rate"]
+
+
+KEEP_BEST = {
+    "league/win_rate/random_legal": lambda result: result["league"]["win_rate"]["random_legal"],
+    "evaluation/league/random_legal/win_rate": _evaluation_win_rate,
+    "evaluation.league.random_legal.win_rate": _evaluation_win_rate,
+}
+
+
 def test_checkpoint_manager_keeps_the_best_by_win_rate_against_a_fixed_opponent(tmp_path):
     import cairn
+    from cairn.cli.runlog import progress_row
 
-    metric = "evaluation.league.random_legal.win_rate"
-    config = small_league(opponents={"random_legal": "random_legal"}, evaluation_games=4)
+    config = small_league(opponents={"random_legal": "random_legal"}, evaluation_games=4, max_snapshots=1)
     algo = config.evaluation(evaluation_interval=1, evaluation_duration=1).build()
-    manager = cairn.CheckpointManager(tmp_path / "ckpts", keep_last=1, keep_best=(metric, "max", 1))
+    managers = {metric: cairn.CheckpointManager(tmp_path / str(k), keep_last=1, keep_best=(metric, "max", 1))
+                for k, metric in enumerate(KEEP_BEST)}
+    rates: dict[str, dict[str, float]] = {metric: {} for metric in KEEP_BEST}
     try:
-        rates = {}
         for _ in range(3):
-            result = algo.train()
-            rates[manager.save(algo, result)] = result["evaluation"]["league"]["random_legal"]["win_rate"]
+            result = {**algo.train(), "time_total_s": 1.0}
+            # The training win rate is the progress.csv column of that name (one naming).
+            training_rate = KEEP_BEST["league/win_rate/random_legal"](result)
+            assert progress_row(result)["league/win_rate/random_legal"] == training_rate
+            for metric, manager in managers.items():
+                rates[metric][manager.save(algo, result)] = KEEP_BEST[metric](result)
     finally:
         algo.stop()
-    best = max(rates.values())
-    newest_best = [path for path, rate in rates.items() if rate == best][-1]
-    assert manager.best() == newest_best
+    assert len(set(rates["league/win_rate/random_legal"].values())) > 1  # the best is a real choice
+    for metric, manager in managers.items():
+        best = max(rates[metric].values())
+        newest_best = [path for path, rate in rates[metric].items() if rate == best][-1]
+        assert manager.best() == newest_best, metric
+        assert [c.metric for c in manager.checkpoints() if c.path == newest_best] == [best]
