@@ -3,6 +3,10 @@
 Each run is a line. Runs whose config.json agree except for the seed are one experiment
 over seeds: drawn as their mean with a band from their min to their max (each run's curve is
 interpolated onto the x values where all of them have data).
+
+``cairn plot RUN --league --out league.png`` draws a league run's ratings and win rates instead
+(docs/league.md): every ``league/rating/<participant>`` column in one panel, every
+``league/win_rate/<opponent>`` column in another, one line per column and run.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ import numpy as np
 
 from cairn.cli.common import UsageError
 
-__all__ = ["add_parser", "run", "group_by_seed", "plot_runs"]
+__all__ = ["add_parser", "run", "group_by_seed", "league_figure", "plot_league", "plot_runs"]
 
 _X_LABELS = {"timesteps": "env steps", "time": "training time (s)", "training_iteration": "iteration"}
 _IGNORED_KEYS = ("seed", "log_dir")
+_DEFAULT_Y = "episode_return_mean"
+#: The panels of ``--league``: the progress.csv columns each draws (by prefix) and its y label.
+LEAGUE_PANELS = (("league/rating/", "rating (mu)"), ("league/win_rate/", "win rate of main"))
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -31,29 +38,45 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directories of cairn train")
     p.add_argument("--out", required=True, help="image to write (.png; .svg and .pdf work too)")
     p.add_argument("--x", default="timesteps", choices=sorted(_X_LABELS), help="x axis (default timesteps)")
-    p.add_argument("--y", default="episode_return_mean", metavar="METRIC",
-                   help="a progress.csv column (default episode_return_mean)")
+    p.add_argument("--y", default=None, metavar="METRIC",
+                   help=f"a progress.csv column (default {_DEFAULT_Y})")
+    p.add_argument("--league", action="store_true",
+                   help="a league run's ratings and win rates: every league/rating/* column in one panel, "
+                        "every league/win_rate/* column in another (instead of --y)")
     p.add_argument("--size", default="960x540", metavar="WxH", help="image size in pixels (default 960x540)")
     p.add_argument("--title", default=None, help="title (default: the metric and the environment)")
     p.set_defaults(run=run)
 
 
-def _read_run(run_dir: str, x: str, y: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+def _read_table(run_dir: str, x: str) -> tuple[dict[str, Any], list[str], list[dict[str, float]]]:
+    """A run's config.json (empty without one), progress.csv columns and rows, which have ``x``."""
     from cairn.cli.runlog import CONFIG_FILE, PROGRESS_FILE, read_progress
 
     path = os.path.join(run_dir, PROGRESS_FILE)
     if not os.path.isfile(path):
         raise UsageError(f"{run_dir} has no {PROGRESS_FILE}; pass run directories written by cairn train.")
     columns, rows = read_progress(path)
-    for column in (x, y):
-        if column not in columns:
-            raise UsageError(f"{path} has no column {column!r}; it has {', '.join(columns)}.")
+    if x not in columns:
+        raise UsageError(f"{path} has no column {x!r}; it has {', '.join(columns)}.")
     config_path = os.path.join(run_dir, CONFIG_FILE)
     config = json.loads(open(config_path).read()) if os.path.isfile(config_path) else {}
+    return config, columns, rows
+
+
+def _series(rows: Sequence[dict[str, float]], x: str, y: str) -> tuple[np.ndarray, np.ndarray]:
+    """Column ``y`` against ``x``, without the rows where either is empty (NaN)."""
     xs = np.array([row[x] for row in rows], dtype=float)
-    ys = np.array([row[y] for row in rows], dtype=float)
+    ys = np.array([row.get(y, np.nan) for row in rows], dtype=float)
     keep = ~(np.isnan(xs) | np.isnan(ys))
-    return config, xs[keep], ys[keep]
+    return xs[keep], ys[keep]
+
+
+def _read_run(run_dir: str, x: str, y: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    config, columns, rows = _read_table(run_dir, x)
+    if y not in columns:
+        raise UsageError(f"{os.path.join(run_dir, 'progress.csv')} has no column {y!r}; it has "
+                         f"{', '.join(columns)}.")
+    return (config, *_series(rows, x, y))
 
 
 def group_by_seed(configs: Sequence[dict[str, Any]]) -> list[list[int]]:
@@ -127,13 +150,74 @@ def plot_runs(run_dirs: Sequence[str], out: str, *, x: str = "timesteps", y: str
         plt.close(fig)
 
 
+def league_figure(run_dirs: Sequence[str], *, x: str = "timesteps", size: tuple[int, int] = (960, 540),
+                  title: str | None = None) -> Any:
+    """A matplotlib figure of the runs' leagues against ``x``: one panel per entry of
+    :data:`LEAGUE_PANELS` (the ratings, then main's win rates), a line per progress.csv column of
+    the panel's prefix (labelled by participant; by run and participant for several runs), drawn
+    where the column has values (a snapshot's, while it is in the pool). The caller closes it
+    (``matplotlib.pyplot.close``). A run without a ``league/rating/`` column is a usage error."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tables = [_read_table(d, x) for d in run_dirs]
+    ratings = LEAGUE_PANELS[0][0]
+    for run_dir, (_, columns, _) in zip(run_dirs, tables):
+        if not any(c.startswith(ratings) for c in columns):
+            raise UsageError(f"{run_dir}/progress.csv has no {ratings}* column: it is not a league run. "
+                             "Train with cairn train --league (docs/league.md), or plot a column with --y.")
+    names = [os.path.basename(os.path.normpath(d)) or d for d in run_dirs]
+    dpi = 100
+    fig, axes = plt.subplots(len(LEAGUE_PANELS), 1, sharex=True, figsize=(size[0] / dpi, size[1] / dpi),
+                             dpi=dpi)
+    colors: dict[str, str] = {}  # one colour per participant in both panels
+    for ax, (prefix, label) in zip(axes, LEAGUE_PANELS):
+        for name, (_, columns, rows) in zip(names, tables):
+            for column in (c for c in columns if c.startswith(prefix)):
+                participant = column[len(prefix):]
+                line_label = participant if len(names) == 1 else f"{name}: {participant}"
+                # Markers: a snapshot that played one iteration's games is a single point.
+                color = colors.setdefault(line_label, f"C{len(colors) % 10}")
+                ax.plot(*_series(rows, x, column), label=line_label, color=color, linewidth=1.5, marker="o",
+                        markersize=3)
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        if ax.get_lines():
+            ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small", frameon=False)
+    axes[-1].set_ylim(-0.03, 1.03)  # a mean score
+    axes[-1].set_xlabel(_X_LABELS[x])
+    axes[-1].ticklabel_format(axis="x", style="plain")
+    axes[0].set_title(title or f"league of {', '.join(names)}: ratings and main's win rates")
+    fig.tight_layout()
+    return fig
+
+
+def plot_league(run_dirs: Sequence[str], out: str, *, x: str = "timesteps",
+                size: tuple[int, int] = (960, 540), title: str | None = None) -> None:
+    """Draw :func:`league_figure` of the runs into the image ``out`` of ``size`` pixels."""
+    fig = league_figure(run_dirs, x=x, size=size, title=title)  # selects the Agg backend first
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(out, dpi=fig.dpi)
+    finally:
+        plt.close(fig)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``cairn plot``."""
     size = _parse_size(args.size)
+    if args.league and args.y is not None:
+        raise UsageError(f"--league draws the league's columns; it takes no --y (got --y {args.y}).")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UsageError("cairn plot needs matplotlib: pip install 'cairn-rl[cli]'.") from None
-    plot_runs(args.runs, args.out, x=args.x, y=args.y, size=size, title=args.title)
+    if args.league:
+        plot_league(args.runs, args.out, x=args.x, size=size, title=args.title)
+    else:
+        plot_runs(args.runs, args.out, x=args.x, y=args.y or _DEFAULT_Y, size=size, title=args.title)
     print(f"plotted {len(args.runs)} run{'s' if len(args.runs) > 1 else ''} to {args.out}")
     return 0

@@ -44,3 +44,58 @@ def test_plot_usage_errors(trained_run, tmp_path, capsys, argv, message):
     assert main(["plot", str(trained_run), "--out", str(tmp_path / "c.png"), *argv]) == 2
     error = capsys.readouterr().err
     assert message in error and len(error.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def league_run(tmp_path_factory):
+    """A connect-four league run of cairn train: a snapshot each iteration, at most two in the
+    pool (main_v1 leaves at iteration 3: its columns have empty cells after), random_legal fixed."""
+    from cairn.config.league_settings import league_settings
+
+    settings = json.dumps(league_settings(snapshot_every_iterations=1, max_snapshots=2, self_play_fraction=0.0,
+                                          opponents={"random_legal": "random_legal"}))
+    run = tmp_path_factory.mktemp("plot") / "league"
+    assert main(["train", "--algo", "PPO", "--env", "pettingzoo.classic.connect_four_v3", "--config",
+                 "train_batch_size=64", "minibatch_size=32", "num_epochs=1", 'model={"hidden": [8]}',
+                 f"league_config={settings}", "--seed", "0", "--stop-iters", "4", "--out", str(run), "-q"]) == 0
+    return run
+
+
+def test_plot_league_draws_every_rating_and_win_rate_column(league_run, tmp_path, capsys):
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from PIL import Image
+
+    from cairn.cli.plot import LEAGUE_PANELS, league_figure
+    from cairn.cli.runlog import read_progress
+
+    out = tmp_path / "league.png"
+    assert main(["plot", str(league_run), "--league", "--out", str(out), "--size", "800x600"]) == 0
+    assert capsys.readouterr().out.strip() == f"plotted 1 run to {out}"
+    with Image.open(out) as image:
+        assert image.size == (800, 600) and image.format == "PNG"
+
+    columns, rows = read_progress(league_run / "progress.csv")
+    fig = league_figure([str(league_run)])
+    try:
+        assert [ax.get_ylabel() for ax in fig.axes] == [label for _, label in LEAGUE_PANELS]
+        for ax, (prefix, _) in zip(fig.axes, LEAGUE_PANELS):
+            expected = [c for c in columns if c.startswith(prefix)]
+            assert [line.get_label() for line in ax.get_lines()] == [c[len(prefix):] for c in expected]
+            for line, column in zip(ax.get_lines(), expected):  # each line is its column, empty cells left out
+                drawn = [(row["timesteps"], row[column]) for row in rows if not np.isnan(row[column])]
+                assert list(zip(line.get_xdata(), line.get_ydata())) == drawn
+        ratings, win_rates = ({c[len(p):] for c in columns if c.startswith(p)} for p, _ in LEAGUE_PANELS)
+        assert {"main", "random_legal", "main_v1", "main_v4"} <= ratings and "random_legal" in win_rates
+        assert sum(np.isnan(row["league/rating/main_v1"]) for row in rows) == 2  # left the pool
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--league", "--y", "policy_loss"], "takes no --y"),
+    (["--league"], "no league/rating/* column: it is not a league run"),
+])
+def test_plot_league_usage_errors(trained_run, tmp_path, capsys, argv, message):
+    assert main(["plot", str(trained_run), "--out", str(tmp_path / "c.png"), *argv]) == 2
+    assert message in capsys.readouterr().err
