@@ -52,12 +52,13 @@ def league_run(tmp_path_factory):
     pool (main_v1 leaves at iteration 3: its columns have empty cells after), random_legal fixed."""
     from cairn.config.league_settings import league_settings
 
-    settings = json.dumps(league_settings(snapshot_every_iterations=1, max_snapshots=2, self_play_fraction=0.0,
-                                          opponents={"random_legal": "random_legal"}))
+    settings = json.dumps(league_settings(snapshot_every_iterations=1, max_snapshots=2,
+                                          self_play_fraction=0.0, opponents={"random_legal": "random_legal"}))
     run = tmp_path_factory.mktemp("plot") / "league"
     assert main(["train", "--algo", "PPO", "--env", "pettingzoo.classic.connect_four_v3", "--config",
                  "train_batch_size=64", "minibatch_size=32", "num_epochs=1", 'model={"hidden": [8]}',
-                 f"league_config={settings}", "--seed", "0", "--stop-iters", "4", "--out", str(run), "-q"]) == 0
+                 f"league_config={settings}", "--seed", "0", "--stop-iters", "4", "--out", str(run),
+                 "-q"]) == 0
     return run
 
 
@@ -82,7 +83,8 @@ def test_plot_league_draws_every_rating_and_win_rate_column(league_run, tmp_path
         for ax, (prefix, _) in zip(fig.axes, LEAGUE_PANELS):
             expected = [c for c in columns if c.startswith(prefix)]
             assert [line.get_label() for line in ax.get_lines()] == [c[len(prefix):] for c in expected]
-            for line, column in zip(ax.get_lines(), expected):  # each line is its column, empty cells left out
+            # Each line is its column, without the empty cells.
+            for line, column in zip(ax.get_lines(), expected):
                 drawn = [(row["timesteps"], row[column]) for row in rows if not np.isnan(row[column])]
                 assert list(zip(line.get_xdata(), line.get_ydata())) == drawn
         ratings, win_rates = ({c[len(p):] for c in columns if c.startswith(p)} for p, _ in LEAGUE_PANELS)
