@@ -126,7 +126,7 @@ class League:
                 self._remove_oldest(algo)
         return self.metrics()
 
-    def _take_snapshot(self, algo: Algorithm) -> None:
+    def _take_snapshot(self, algo: PolicyPool) -> None:
         """Add main's next snapshot to the algorithm and the pool. The pool ends up holding it
         exactly when the algorithm does, whether ``add_policy`` succeeds or raises."""
         pid = snapshot_id(self.main, self.snapshots_taken + 1)
@@ -143,7 +143,7 @@ class League:
             else:
                 self.pool.remove(pid)
 
-    def _remove_oldest(self, algo: Algorithm) -> None:
+    def _remove_oldest(self, algo: PolicyPool) -> None:
         """Remove the oldest snapshot from the pool and the algorithm. Out of the pool and
         forgotten before ``remove_policy`` sends the config (and this league) to remote runners,
         so that their copies no longer draw it; when the removal raises, the league comes back

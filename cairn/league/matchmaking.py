@@ -57,10 +57,10 @@ class LeagueState(Protocol):
     rng: np.random.Generator
     seed: int | None
     snapshots_taken: int
+    #: The fixed opponents' names (config order), drawn with the snapshots in every game kind.
+    fixed_names: list[str]
 
     def opponents(self) -> list[str]: ...
-
-    def fixed_in_training(self) -> list[str]: ...
 
     def win_rates(self) -> dict[str, float]: ...
 

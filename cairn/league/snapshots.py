@@ -14,9 +14,12 @@ __all__ = ["PolicyPool", "snapshot_due", "snapshot_id", "add_snapshot", "remove_
 class PolicyPool(Protocol):
     """What a league needs of the Algorithm that owns it (the league layer sits below the
     algorithms and never imports them): its iteration count and its policies, to add and
-    remove snapshots."""
+    remove snapshots (and to tell, after an add or removal that raised, which it holds)."""
 
     iteration: int
+
+    @property
+    def policies(self) -> Mapping[str, Policy]: ...
 
     @property
     def policies_to_train(self) -> list[str]: ...
