@@ -132,11 +132,12 @@ class League:
         pid = snapshot_id(self.main, self.snapshots_taken + 1)
         # In the pool before add_policy sends the config (and this league with its mapping) to
         # remote runners, so that their copies can draw it.
+        existed = pid in algo.policies  # someone else's policy of that name: add_policy refuses it
         self.pool.append(pid)
         try:
             add_snapshot(algo, self.main, pid)
         finally:
-            if pid in algo.policies:  # also when add_policy raised after the algorithm took it
+            if pid in algo.policies and not existed:  # also when add_policy raised after taking it
                 self.snapshots_taken += 1
                 self.ratings.ensure(pid, like=self.main)
                 self.payoff.recent_against_snapshots.clear()
