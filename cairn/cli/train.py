@@ -101,7 +101,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
     p.add_argument("--league", action="store_true",
                    help="league self-play for a two-player game (docs/league.md): policy 'main', a frozen "
-                        "snapshot every 10 iterations, PFSP opponents; the progress shows main's win rate "
+                        "snapshot every 10 iterations, PFSP opponents, a random legal player as fixed "
+                        "opponent; the progress shows main's win rate "
                         "against the pool and its rating (config key league_config for other settings)")
     add_logger_options(p)
     add_import_option(p)
@@ -203,10 +204,14 @@ def _build_config(args: argparse.Namespace) -> Any:
     if args.seed is not None:
         data["seed"] = args.seed
     config = algo_cls.config_class().from_dict(data, callables={"env": env} if callable(env) else None)
-    if getattr(args, "league", False) or config.league_config is not None:
-        # --league: the defaults (main, snapshots every 10 iterations, PFSP); league_config from
-        # --config: those settings, and the one default policy named main as config.league() does.
-        config.league(**(config.league_config or {}))
+    if config.league_config is not None:
+        # league_config from --config (or a resumed run's config.json): those settings, and the
+        # one default policy named main as config.league() does.
+        config.league(**config.league_config)
+    elif getattr(args, "league", False):
+        # --league: the defaults (main, snapshots every 10 iterations, PFSP) and a random legal
+        # player as fixed opponent, drawn in training and played by evaluations.
+        config.league(opponents={"random_legal": "random_legal"})
     return config
 
 
