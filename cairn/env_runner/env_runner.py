@@ -251,11 +251,11 @@ class EnvRunner:
             for pid, rows in group_by_policy(env_pids):  # one group (rows None) unless per-episode draws
                 policy = self.policies[pid]
                 group_keys = keys if rows is None else [keys[i] for i in rows]
-                raw, state_in = self.recurrent_states.act(
+                raw, logp, state_in = self.recurrent_states.act(
                     policy, obs if rows is None else obs[rows], group_keys, explore=explore,
-                    policy_id=pid, origin=partial(self._row_origin, rows))
-                if record:  # the actions and the state each row acted from
-                    acted.record(t, pid, policy, rows, raw, state_in)
+                    policy_id=pid, origin=partial(self._row_origin, rows), record=record)
+                if record:  # the actions, their logps and the state each row acted from
+                    acted.record(t, pid, policy, rows, raw, logp, state_in)
                 actions = policy.dist.to_env(raw)
                 if rows is None:
                     env_actions = actions

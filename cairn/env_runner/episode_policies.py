@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cairn.env_runner.sample_batch import SampleBatch, state_columns
+from cairn.env_runner.sample_batch import ACTION_LOGP, SampleBatch, state_columns
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -55,7 +55,8 @@ def process_by_policy(
 
 
 class ActedRows:
-    """Per policy, the raw actions and recurrent states of the rows it acted in one fragment of
+    """Per policy, the raw actions, behaviour log-probabilities (for a policy that wants them)
+    and recurrent states of the rows it acted in one fragment of
     ``steps`` steps of ``num_envs`` environments, and which policy acted each row; the rest of a
     row (observations, rewards, flags) is the same whoever acted it and is buffered by the caller.
     """
@@ -64,13 +65,15 @@ class ActedRows:
         self.steps, self.num_envs = steps, num_envs
         self._actions: dict[str, np.ndarray] = {}
         self._states: dict[str, list[np.ndarray]] = {}
+        self._logps: dict[str, np.ndarray] = {}
         #: ``[steps, envs]``: index (in order of first appearance) of the policy of each row.
         self._owner = np.zeros((steps, num_envs), dtype=np.int32)
 
     def record(self, t: int, policy_id: str, policy: Policy, rows: list[int] | None, raw: np.ndarray,
-               state_in: list[np.ndarray] | None) -> None:
+               logp: np.ndarray | None, state_in: list[np.ndarray] | None) -> None:
         """``policy`` (``policy_id``) acted ``raw`` at step ``t`` for env ``rows`` (None: all),
-        from ``state_in`` when it is recurrent."""
+        with behaviour log-probabilities ``logp`` (None: not wanted), from ``state_in`` when it
+        is recurrent."""
         pid = policy_id
         actions = self._actions.get(pid)
         if actions is None:
@@ -81,6 +84,11 @@ class ActedRows:
         actions[t, where] = raw
         if len(self._actions) > 1:
             self._owner[t, where] = list(self._actions).index(pid)
+        if logp is not None:
+            logps = self._logps.get(pid)
+            if logps is None:
+                logps = self._logps[pid] = np.empty((self.steps, self.num_envs), np.float32)
+            logps[t, where] = logp
         if state_in is not None:
             states = self._states.get(pid)
             if states is None:
@@ -101,8 +109,10 @@ class ActedRows:
         there) or at the fragment's end, so ``ends`` cuts it as for any trajectory."""
         out = {}
         for k, (pid, actions) in enumerate(self._actions.items()):
-            batch = SampleBatch.from_time_major(actions=actions, **columns,
-                                                **state_columns(self._states.get(pid, [])))
+            own = state_columns(self._states.get(pid, []))
+            if pid in self._logps:
+                own[ACTION_LOGP] = self._logps[pid]
+            batch = SampleBatch.from_time_major(actions=actions, **columns, **own)
             if len(self._actions) > 1:  # env-major rows, as the batch's
                 mine = np.ascontiguousarray(self._owner.T).reshape(-1) == k
                 batch = SampleBatch({c: v[mine] for c, v in batch.items()})

@@ -28,13 +28,18 @@ RowOrigin = tuple[Any, int, int]
 
 def compute_raw_actions(
     policy: Policy, obs: np.ndarray, *, explore: bool, policy_id: str,
-    origin: Callable[[int], RowOrigin],
-) -> np.ndarray:
-    """``policy.compute_raw_actions(obs, explore=explore)``; an :class:`ActionMaskError` is
-    re-raised (chained) naming, for each row at fault, ``origin(row)``: its agent, env index
-    and episode step. The new error keeps the rows (all rows when the policy named none)."""
+    origin: Callable[[int], RowOrigin], record: bool = False,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(raw actions, behaviour log-probabilities)`` of ``policy`` for processed ``obs``; the
+    log-probabilities (the ``action_logp`` column) only when the rows are ``record``-ed for a
+    policy that :attr:`~cairn.policy.policy.Policy.wants_action_logp`, else None. An
+    :class:`ActionMaskError` is re-raised (chained) naming, for each row at fault,
+    ``origin(row)``: its agent, env index and episode step. The new error keeps the rows (all
+    rows when the policy named none)."""
     try:
-        return policy.compute_raw_actions(obs, explore=explore)
+        if record and policy.wants_action_logp:
+            return policy.compute_raw_actions_and_logp(obs, explore=explore)
+        return policy.compute_raw_actions(obs, explore=explore), None
     except ActionMaskError as exc:
         rows = exc.rows or tuple(range(len(obs)))
         where = "; ".join(_describe(origin(row)) for row in rows)

@@ -156,12 +156,13 @@ class ParallelSampler(AgentSampler):
             actions: list[dict[Any, Any]] = [dict(scripted) for scripted in self.scripted_actions]
             acted: dict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = {}
             states_in: dict[tuple[int, Any], list[np.ndarray]] = {}  # recurrent policies' rows
+            logps: dict[tuple[int, Any], np.ndarray] = {}  # of policies that want them
             for pid, slots in by_pid.items():
                 policy = self.policies[pid]
                 obs = np.stack([self.obs[i][a] for i, a in slots])
                 origin = partial(self._slot_origin, slots)
-                raw, state_in = self.runner.recurrent_states.act(policy, obs, slots, explore=explore,
-                                                                 policy_id=pid, origin=origin)
+                raw, logp, state_in = self.runner.recurrent_states.act(
+                    policy, obs, slots, explore=explore, policy_id=pid, origin=origin, record=record)
                 env_actions = policy.dist.to_env(raw)
                 if record:  # counted as they act: a DQN policy's epsilon follows at once
                     count_sampled_steps(self.policies, {pid: len(slots)})
@@ -170,6 +171,8 @@ class ParallelSampler(AgentSampler):
                     acted[(i, agent)] = (obs[k], raw[k])
                     if state_in is not None:
                         states_in[(i, agent)] = [s[k] for s in state_in]
+                    if logp is not None:
+                        logps[(i, agent)] = logp[k]
             # Step every env; gather the raw observations to process, per policy.
             incoming: dict[str, list[tuple[int, Any, Any]]] = defaultdict(list)
             ended: set[tuple[int, Any]] = set()
@@ -192,7 +195,8 @@ class ParallelSampler(AgentSampler):
                     if record and agent not in scripted:
                         trajs.add((i, agent), self.agent_pids[i][agent], *acted[(i, agent)], r,
                                   bool(term_d.get(agent, False)), bool(trunc_d.get(agent, False)),
-                                  first=first, state_in=states_in.get((i, agent)))
+                                  first=first, state_in=states_in.get((i, agent)),
+                                  action_logp=logps.get((i, agent)))
                 if ep.history is not None:
                     _record_step(ep.history, actions[i], rew_d, obs_d, infos_d, alive)
                 self.episodes.step(i)  # on_episode_step, when the user's callbacks have one

@@ -54,19 +54,29 @@ class RecurrentStates:
         return cached
 
     def act(self, policy: Policy, obs: np.ndarray, keys: Sequence[Key], *, explore: bool, policy_id: str,
-            origin: Callable[[int], RowOrigin]) -> tuple[np.ndarray, list[np.ndarray] | None]:
-        """Raw actions for ``obs`` (row ``r`` belongs to ``keys[r]``) and, for a recurrent
+            origin: Callable[[int], RowOrigin], record: bool = False,
+            ) -> tuple[np.ndarray, np.ndarray | None, list[np.ndarray] | None]:
+        """``(raw actions, logps, states_in)`` for ``obs`` (row ``r`` belongs to ``keys[r]``): the
+        behaviour log-probabilities of rows to ``record`` for a policy that wants them
+        (:func:`~cairn.env_runner.inference.compute_raw_actions`; else None) and, for a recurrent
         policy, the stacked states the rows acted from (``[B, *shape]`` per component; the
-        states after the step are kept). A feed-forward policy acts as usual (None)."""
+        states after the step are kept). A feed-forward policy acts as usual (states None)."""
         if not is_recurrent(policy):
-            return compute_raw_actions(policy, obs, explore=explore, policy_id=policy_id, origin=origin), None
+            raw, logp = compute_raw_actions(policy, obs, explore=explore, policy_id=policy_id, origin=origin,
+                                            record=record)
+            return raw, logp, None
         init = self._initial_state(policy)
         rows = [self.states.get(key, init) for key in keys]
         state_in = [np.stack([row[k] for row in rows]) for k in range(len(init))]
-        raw, state_out = policy.recurrent_acting.raw_actions(obs, state_in, policy.np_random, explore=explore)
+        acting = policy.recurrent_acting
+        logp = None
+        if record and policy.wants_action_logp:
+            raw, logp, state_out = acting.raw_actions_and_logp(obs, state_in, policy.np_random, explore=explore)
+        else:
+            raw, state_out = acting.raw_actions(obs, state_in, policy.np_random, explore=explore)
         for r, key in enumerate(keys):
             self.states[key] = [s[r] for s in state_out]
-        return raw, state_in
+        return raw, logp, state_in
 
     def end_episode(self, env_index: int) -> None:
         """Forget env ``env_index``'s states: its next episode starts from the initial state."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SampleBatch", "COLUMNS", "STATE_COLUMN", "count_sampled_steps", "state_columns", "batch_states",
+__all__ = ["SampleBatch", "COLUMNS", "ACTION_LOGP", "STATE_COLUMN", "count_sampled_steps", "state_columns", "batch_states",
            "stream_ids"]
 
 #: obs and next_obs are processed (flattened, filtered) float32 rows; actions are raw policy
@@ -20,7 +20,13 @@ __all__ = ["SampleBatch", "COLUMNS", "STATE_COLUMN", "count_sampled_steps", "sta
 #: from fragment to fragment, so that a piece cut by a fragment end can be joined to its sequel.
 #: A recurrent policy's batches also have ``state_in_0``, ``state_in_1``, ... (float32
 #: ``[rows, *shape]``): the state each row acted from (:mod:`cairn.env_runner.recurrent_state`).
+#: A policy that ``wants_action_logp`` (PPO's) also gets :data:`ACTION_LOGP`.
 COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "ends", "firsts", "next_obs", "streams")
+#: The behaviour policy's log-probability of each row's raw action (float32 ``[rows]``), taken
+#: when the row was acted, from the distribution the action was drawn from (masked, for a masked
+#: policy) under the weights that acted it (RLlib's ``SampleBatch.ACTION_LOGP``). Only for a
+#: policy whose class sets ``wants_action_logp`` (:class:`~cairn.policy.policy.Policy`).
+ACTION_LOGP = "action_logp"
 #: The prefix of a recurrent state's columns (``state_in_<component>``).
 STATE_COLUMN = "state_in_"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from cairn.env_runner.sample_batch import STATE_COLUMN, SampleBatch, state_columns, stream_ids
+from cairn.env_runner.sample_batch import ACTION_LOGP, STATE_COLUMN, SampleBatch, state_columns, stream_ids
 
 __all__ = ["AgentTrajectories"]
 
@@ -42,10 +42,11 @@ class AgentTrajectories:
 
     def add(self, key: AgentKey, policy_id: str, obs: np.ndarray, action: np.ndarray, reward: float,
             terminated: bool, truncated: bool, *, first: bool,
-            state_in: list[np.ndarray] | None = None) -> None:
+            state_in: list[np.ndarray] | None = None, action_logp: Any = None) -> None:
         """Append the step ``key``'s agent just took with policy ``policy_id`` (its next
         observation still unknown); ``first``: the agent's first step in its episode;
-        ``state_in``: a recurrent policy's state the agent acted from (one array per component)."""
+        ``state_in``: a recurrent policy's state the agent acted from (one array per component);
+        ``action_logp``: the action's behaviour log-probability, for a policy that wants it."""
         self._last_policy[key] = policy_id
         row = self._rows.get((*key, policy_id))
         if row is None:
@@ -53,6 +54,8 @@ class AgentTrajectories:
         if state_in is not None:
             for column, s in state_columns(state_in).items():
                 row.setdefault(column, []).append(s)
+        if action_logp is not None:
+            row.setdefault(ACTION_LOGP, []).append(action_logp)
         row["obs"].append(obs)
         row["actions"].append(action)
         row["rewards"].append(reward)
@@ -88,5 +91,6 @@ class AgentTrajectories:
                 "streams": np.repeat(stream_ids(worker_index, [(env_index, agent)]), len(term)),
                 **{c: np.stack(v).astype(np.float32, copy=False) for c, v in row.items()
                    if c.startswith(STATE_COLUMN)},
+                **({ACTION_LOGP: np.array(row[ACTION_LOGP], dtype=np.float32)} if ACTION_LOGP in row else {}),
             })
         return {pid: SampleBatch.concat(parts) for pid, parts in per_pid.items()}

@@ -51,8 +51,11 @@ if TYPE_CHECKING:
 
 __all__ = ["TurnBasedSampler"]
 
-#: A move waiting for its agent's next observation: (processed obs, raw action).
-Pending = tuple[np.ndarray, np.ndarray]
+#: A move waiting for its agent's next observation: (processed obs, raw action, the action's
+#: behaviour log-probability under the weights that acted it, or None for a policy that does not
+#: want it). The logp is kept with the move: the move may complete in a later fragment, after the
+#: policy has learned, and its learner must still see the probability it was acted with.
+Pending = tuple[np.ndarray, np.ndarray, "np.floating[Any] | None"]
 
 #: One selection of an agent: (env index, agent, raw obs, reward, terminated, truncated,
 #: pending move it completes or None, whether the agent is to move now).
@@ -146,13 +149,14 @@ class TurnBasedSampler(AgentSampler):
                 entry = self.to_move[i]
                 return (None if entry is None else entry[0]), i, self.episodes.current[i].length
 
-            raw = compute_raw_actions(policy, obs, explore=explore, policy_id=pid, origin=origin)
+            raw, logp = compute_raw_actions(policy, obs, explore=explore, policy_id=pid, origin=origin,
+                                            record=record)
             env_actions = policy.dist.to_env(raw)
             if record:  # counted as they act: a DQN policy's epsilon follows at once
                 count_sampled_steps(self.policies, {pid: len(indices)})
             for k, (i, mover) in enumerate(zip(indices, movers)):
                 assert mover is not None
-                self.pending[i][mover[0]] = (obs[k], raw[k])
+                self.pending[i][mover[0]] = (obs[k], raw[k], None if logp is None else logp[k])
                 self._count_move(i, mover[0])
                 actions[i] = env_actions[k]
                 history = self.episodes.current[i].history
@@ -236,7 +240,8 @@ class TurnBasedSampler(AgentSampler):
                 first = agent in self.first_moves[i]
                 self.first_moves[i].discard(agent)
                 if pending is not None and trajs is not None:
-                    trajs.add((i, agent), pid, *pending, reward, terminated, truncated, first=first)
+                    trajs.add((i, agent), pid, pending[0], pending[1], reward, terminated, truncated,
+                              first=first, action_logp=pending[2])
                     if row is not None:
                         trajs.set_next_obs((i, agent), row)
                 if moves and row is not None:
@@ -246,8 +251,8 @@ class TurnBasedSampler(AgentSampler):
         # Agents that left without being selected again: their moves end here, truncated.
         for agent, pending in self.pending[i].items():
             if trajs is not None:
-                trajs.add((i, agent), self.agent_pids[i][agent], *pending, 0.0, False, True,
-                          first=agent in self.first_moves[i])
+                trajs.add((i, agent), self.agent_pids[i][agent], pending[0], pending[1], 0.0, False, True,
+                          first=agent in self.first_moves[i], action_logp=pending[2])
         self.pending[i] = {}
         pids = self.agent_pids[i]
         self.episodes.finish(i, lambda agent: pids.get(agent, str(agent)))
@@ -255,7 +260,8 @@ class TurnBasedSampler(AgentSampler):
     # --------------------------------------------------------------------------------- state
     def get_state(self, *, copy: bool = True) -> list[dict[str, Any]]:
         """Per env: the agent to move and its processed observation, the pending moves
-        (processed observations and raw actions, stacked) and the agents' policy IDs."""
+        (processed observations, raw actions and, where the policies want them, behaviour
+        log-probabilities; stacked) and the agents' policy IDs."""
         def arr(a: np.ndarray) -> np.ndarray:
             return a.copy() if copy else a
 
@@ -266,8 +272,11 @@ class TurnBasedSampler(AgentSampler):
                 "agent_pids": {str(a): p for a, p in self.agent_pids[i].items()},
                 "to_move": None if entry is None else {"agent": str(entry[0]), "obs": arr(entry[1])},
                 "pending_agents": [str(a) for a in pending],
-                "pending_obs": np.stack([o for o, _ in pending.values()]) if pending else None,
-                "pending_actions": np.stack([r for _, r in pending.values()]) if pending else None,
+                "pending_obs": np.stack([p[0] for p in pending.values()]) if pending else None,
+                "pending_actions": np.stack([p[1] for p in pending.values()]) if pending else None,
+                # NaN for a move whose policy does not want its logp (None in memory).
+                "pending_action_logp": np.array(
+                    [np.nan if p[2] is None else p[2] for p in pending.values()], np.float32) if pending else None,
             })
         return states
 
@@ -295,8 +304,10 @@ class TurnBasedSampler(AgentSampler):
 
             check_moves_in_flight(self.envs[i], i, state, to_move, policy_of)
             pending = {a: (np.asarray(state["pending_obs"][k], dtype=np.float32).copy(),
-                           np.asarray(state["pending_actions"][k]).copy())
+                           np.asarray(state["pending_actions"][k]).copy(), None)
                        for k, a in enumerate(agents)}
+            pending = self._restored_logps(pending, state.get("pending_action_logp"),
+                                           {a: policy_of(name) for a, name in zip(agents, state["pending_agents"])})
             restored.append((pids, to_move, pending))
         for i, (pids, to_move, pending) in enumerate(restored):
             self.agent_pids[i], self.to_move[i], self.pending[i] = pids, to_move, pending
@@ -305,3 +316,24 @@ class TurnBasedSampler(AgentSampler):
             # agent's first (taken as not; docs/fault-tolerance.md, n-step).
             self.moved[i], self.first_moves[i] = None, set()
         return True
+
+    @staticmethod
+    def _restored_logps(pending: dict[Any, Pending], saved: Any,
+                        policies: Mapping[Any, Policy | None]) -> dict[Any, Pending]:
+        """The pending moves with their behaviour log-probabilities: the saved ones (checked by
+        :func:`~cairn.env_runner.turn_based_check.check_moves_in_flight`) for a policy that
+        wants them. A state saved before ``pending_action_logp`` existed has none: they are taken
+        from the restored weights, which are the weights that learn from these moves next, so
+        such a move counts as on-policy, as it did when that checkpoint was written."""
+        out: dict[Any, Pending] = {}
+        for k, (agent, (obs, action, _)) in enumerate(pending.items()):
+            policy = policies[agent]
+            logp = None
+            if policy is not None and policy.wants_action_logp:
+                if saved is not None:
+                    logp = np.float32(np.asarray(saved, dtype=np.float32)[k])
+                else:
+                    inputs = policy.compute_action_inputs(obs[None])
+                    logp = policy.dist.logp_numpy(inputs, action[None])[0]
+            out[agent] = (obs, action, logp)
+        return out

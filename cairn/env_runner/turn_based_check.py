@@ -31,7 +31,9 @@ def check_moves_in_flight(env: Any, i: int, state: Mapping[str, Any], to_move: t
     acts with) unless: an agent is to move, and it is ``env``'s ``agent_selection``; its
     observation has the shape the policy makes of ``env``'s observation now, and is finite; the
     pending agents are distinct, not the one to move, with one finite observation row of that
-    shape and one action of its policy's shape each."""
+    shape and one action of its policy's shape each, and ``pending_action_logp`` (when saved;
+    older states lack it) one entry per pending agent, finite for an agent whose policy wants
+    behaviour log-probabilities (a NaN would poison its next update)."""
     where = f"The saved env runner state's current_obs[{i}]"
     selection = env.agent_selection
     if to_move is None or to_move[0] != selection:
@@ -71,3 +73,14 @@ def check_moves_in_flight(env: Any, i: int, state: Mapping[str, Any], to_move: t
         if actions[k].shape != raw_shape or not np.isfinite(actions[k].astype(np.float64)).all():
             raise _refuse(where, f"['pending_actions'][{k}] (agent {name!r:.60}) is {actions[k]!r:.60}; "
                                  f"its policy's actions are finite, of shape {raw_shape}.")
+    saved = state.get("pending_action_logp")
+    if saved is None:
+        return
+    logps = np.asarray(saved, dtype=np.float32)
+    if logps.shape != (len(names),):
+        raise _refuse(where, f"['pending_action_logp'] has shape {logps.shape}; expected ({len(names)},): one "
+                             f"per ['pending_agents'] {names!r:.100}.")
+    for k, name in enumerate(names):
+        if policy_of(name).wants_action_logp and not np.isfinite(logps[k]):
+            raise _refuse(where, f"['pending_action_logp'][{k}] (agent {name!r:.60}) is {logps[k]!r}; the "
+                                 "behaviour log-probability of its move must be finite.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 import gymnasium as gym
 import numpy as np
@@ -75,6 +75,27 @@ class Policy:
 
     #: Arrays that ``from_state(copy=False)`` hands to ``_setup``/``set_state`` as storage.
     _adopted_weights: Mapping[str, np.ndarray] | None = None
+
+    #: Whether this policy's learner reads the behaviour log-probability of each sampled action:
+    #: env runners then act through :meth:`compute_raw_actions_and_logp` and record it as the
+    #: batch column ``action_logp`` (PPO's ratio, V-trace's importance weights). Off-policy
+    #: classes that never read it (DQN, SAC, TD3) set it False and pay nothing.
+    wants_action_logp: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass that draws its actions its own way but would still have its rows' logps
+        # taken by the base class's sampling would record the log-probability of an action it
+        # did not draw: a wrong ratio that raises nothing. Refuse it where it is written.
+        own = cls.__dict__
+        if cls.wants_action_logp and "compute_raw_actions" in own and "compute_raw_actions_and_logp" not in own:
+            raise ConfigError(
+                f"{cls.__qualname__} overrides compute_raw_actions but not compute_raw_actions_and_logp, "
+                "while wants_action_logp is True: env runners act through compute_raw_actions_and_logp "
+                "for such a policy, so the override would never act. Fix: override "
+                "compute_raw_actions_and_logp too (returning the actions and their log-probabilities "
+                "under the distribution they were drawn from), or set wants_action_logp = False for "
+                "a policy whose learner does not read action_logp.")
 
     DEFAULT_CONFIG: dict[str, Any] = {
         "model": DEFAULT_MODEL_CONFIG,
@@ -271,10 +292,23 @@ class Policy:
 
     def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
         """Processed observations -> raw actions (category indices / unclipped samples)."""
+        return self._raw_actions_and_inputs(processed_obs, explore=explore)[0]
+
+    def compute_raw_actions_and_logp(self, processed_obs: np.ndarray, *,
+                                     explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`compute_raw_actions` and each action's log-probability (float32 ``[B]``) under
+        the distribution it was drawn from (masked, for a masked policy), from the same forward
+        pass: what env runners record as the ``action_logp`` column of a policy that
+        :attr:`wants_action_logp` (docs/ppo.md, "Behaviour log-probabilities")."""
+        raw, inputs = self._raw_actions_and_inputs(processed_obs, explore=explore)
+        return raw, self.dist.logp_numpy(inputs, raw)
+
+    def _raw_actions_and_inputs(self, processed_obs: np.ndarray, *,
+                                explore: bool) -> tuple[np.ndarray, np.ndarray]:
         mask = self.action_masks(processed_obs)
         inputs = self.compute_action_inputs(processed_obs)
         raw = raw_actions(self.dist, inputs, self.np_random, explore=explore)
-        return raw if mask is None else legal_actions(raw, inputs, mask, action_sizes(self.action_space))
+        return (raw if mask is None else legal_actions(raw, inputs, mask, action_sizes(self.action_space))), inputs
 
     def action_masks(self, processed_obs: np.ndarray) -> np.ndarray | None:
         """The action masks of processed observations (None for an unmasked policy); raises

@@ -81,15 +81,28 @@ class RecurrentActing:
         """Raw actions and the next state for processed observations ``[B, d]`` and a batched
         ``state`` (``[B, *shape]`` per component): through the model's ``numpy_step`` where it has
         one (the built-in LSTM), else its torch ``forward`` under ``inference_mode``."""
+        inputs, out = self._step(processed_obs, state)
+        return raw_actions(self.dist, inputs, rng, explore=explore), out
+
+    def raw_actions_and_logp(self, processed_obs: np.ndarray, state: Sequence[np.ndarray],
+                             rng: np.random.Generator, *,
+                             explore: bool) -> tuple[np.ndarray, np.ndarray, RecurrentState]:
+        """:meth:`raw_actions` with each action's log-probability (float32 ``[B]``) under the
+        distribution it was drawn from: ``(raw, logp, state_out)``."""
+        inputs, out = self._step(processed_obs, state)
+        raw = raw_actions(self.dist, inputs, rng, explore=explore)
+        return raw, self.dist.logp_numpy(inputs, raw), out
+
+    def _step(self, processed_obs: np.ndarray, state: Sequence[np.ndarray]) -> tuple[np.ndarray, RecurrentState]:
+        """``(action inputs [B, num_inputs], state_out)`` of one step."""
         numpy_step = getattr(self.model, "numpy_step", None)
         if numpy_step is not None:
             inputs, out = numpy_step(processed_obs, [np.asarray(s, dtype=np.float32) for s in state])
-            return raw_actions(self.dist, inputs, rng, explore=explore), out
+            return inputs, out
         with torch.inference_mode():
             tensors = [torch.as_tensor(np.asarray(s, dtype=np.float32)) for s in state]
-            inputs, _, out = self.model(torch.from_numpy(processed_obs).unsqueeze(1), tensors)
-            raw = raw_actions(self.dist, inputs[:, 0].numpy(), rng, explore=explore)
-            return raw, [o.numpy().copy() for o in out]
+            inputs_t, _, out_t = self.model(torch.from_numpy(processed_obs).unsqueeze(1), tensors)
+            return inputs_t[:, 0].numpy(), [o.numpy().copy() for o in out_t]
 
     def actions(self, processed_obs: np.ndarray, state: Sequence[Any] | None, rng: np.random.Generator, *,
                 explore: bool) -> tuple[np.ndarray, RecurrentState]:

@@ -359,10 +359,14 @@ class NoLegalActionPolicy(cairn.Policy):
     would raise)."""
 
     def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
+        return self.compute_raw_actions_and_logp(processed_obs, explore=explore)[0]
+
+    def compute_raw_actions_and_logp(self, processed_obs: np.ndarray, *,
+                                     explore: bool) -> tuple[np.ndarray, np.ndarray]:
         self.calls = getattr(self, "calls", 0) + 1
         if self.calls == 2:
             raise ActionMaskError("action_mask of row 0 has no legal action", rows=(0,))
-        return super().compute_raw_actions(processed_obs, explore=explore)
+        return super().compute_raw_actions_and_logp(processed_obs, explore=explore)
 
 
 @pytest.mark.parametrize("kind", ["turn_based", "parallel", "single_agent"])

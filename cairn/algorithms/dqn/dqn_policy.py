@@ -86,6 +86,9 @@ class DQNPolicy(Policy):
     True
     """
 
+    #: Off-policy: its learner never reads the behaviour log-probability of a row.
+    wants_action_logp = False
+
     DEFAULT_CONFIG: dict[str, Any] = {
         "model": {**DEFAULT_MODEL_CONFIG, "hidden": [256, 256], "activation": "relu"},
         "lr": 2.3e-3,

@@ -10,12 +10,13 @@ import numpy as np
 import torch
 
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
-from cairn.env_runner.sample_batch import SampleBatch
+from cairn.env_runner.sample_batch import ACTION_LOGP, SampleBatch
+from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.policy import Policy
 from cairn.policy.torch_utils import clip_grad_norm
 
-__all__ = ["ppo_learn", "next_values", "update_stats"]
+__all__ = ["ppo_learn", "behaviour_logp", "next_values", "update_stats"]
 
 
 def ppo_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleBatch, rewards: np.ndarray,
@@ -23,7 +24,9 @@ def ppo_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleB
     """One PPO update of ``policy`` on ``batch``: one epoch per array of ``permutations``
     (the row order of that epoch, drawn by the algorithm), minibatches of ``minibatch_size``.
 
-    Each learner computes values, log-probabilities and GAE over the whole batch and the
+    The ratio's denominator is the batch's ``action_logp`` column (:func:`behaviour_logp`): the
+    log-probability each action had under the weights that acted it. Each learner computes
+    values and GAE over the whole batch and the
     advantage statistics over the whole minibatch, then takes the loss of its shard only,
     scaled by its share of the minibatch's rows, so that the all-reduced gradients are the
     whole minibatch's (exact alone; up to float reassociation across learners). The batch
@@ -33,9 +36,9 @@ def ppo_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleB
     device = next(model.parameters()).device
     obs = torch.from_numpy(batch["obs"]).to(device)
     actions = torch.from_numpy(batch["actions"]).to(device)
+    old_logp = behaviour_logp(batch, policy, device)
     with torch.no_grad():
-        inputs, values = model(obs)
-        old_logp = dist.logp(inputs, actions)
+        _, values = model(obs)
         values_np = values.cpu().numpy()
         next_vals = next_values(model, batch, values_np)
     advantages = compute_gae(
@@ -80,6 +83,23 @@ def ppo_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleB
             if len(rows):
                 history.append(torch.stack(list(stats.values())))
     return LearnOutput(update_stats(list(stats), history, returns, values_np, policy))
+
+
+def behaviour_logp(batch: Any, policy: Policy, device: torch.device) -> torch.Tensor:
+    """The batch's ``action_logp`` column on ``device``: each action's log-probability under the
+    weights that acted it, recorded by the env runner (docs/ppo.md, "Behaviour log-probabilities").
+
+    Not recomputed here: a row acted by older weights (a turn-based move carried over from the
+    previous iteration) must keep the probability it was drawn with. A batch without the
+    column (a policy class whose ``wants_action_logp`` is False) is refused rather than
+    treated as on-policy."""
+    if ACTION_LOGP not in batch:
+        raise ConfigError(
+            f"PPO's batch for a {type(policy).__name__} has no {ACTION_LOGP!r} column (columns: "
+            f"{sorted(batch)}): PPO's ratio needs each action's behaviour log-probability. Fix: train "
+            f"PPO with a policy class whose wants_action_logp is True (cairn.Policy's default), so "
+            "that env runners record it.")
+    return torch.from_numpy(np.asarray(batch[ACTION_LOGP], dtype=np.float32)).to(device)
 
 
 def update_stats(names: Sequence[str], history: Sequence[torch.Tensor], returns: torch.Tensor,

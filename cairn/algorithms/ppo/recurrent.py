@@ -6,7 +6,8 @@ state the policy acted from (``state_in_<k>``). The learner
 1. cuts the batch's trajectory pieces (``ends``: episode and fragment ends) into sequences of at
    most ``model.max_seq_len`` steps, each starting from the recorded state of its first row;
 2. runs the network over the padded sequences (padding at the end of a sequence: steps are
-   causal, so it never reaches a real step) to get the old log-probabilities and values, and
+   causal, so it never reaches a real step) to get the values (the old log-probabilities are
+   the batch's ``action_logp``, recorded as the rows were acted), and
    the value of each bootstrapped piece end from the state after its last step;
 3. computes GAE over the whole trajectory pieces, as the feed-forward learner does;
 4. shuffles whole sequences each epoch and groups them into minibatches of about
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cairn.algorithms.ppo.learn import update_stats
+from cairn.algorithms.ppo.learn import behaviour_logp, update_stats
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
 from cairn.env_runner.sample_batch import batch_states
 from cairn.errors import ConfigError
@@ -115,10 +116,10 @@ def learn_recurrent(config: Any, policy: Policy, sync: GradientSync, *, batch: A
     states = [torch.from_numpy(s).to(device) for s in batch_states(batch)]
     rows, mask = padded_rows(starts, lengths, int(lengths.max()))
     rows_t, mask_t = torch.from_numpy(rows).to(device), torch.from_numpy(mask).to(device)
+    old_logp = behaviour_logp(batch, policy, device)  # as the rows were acted (docs/ppo.md)
     with torch.no_grad():
-        inputs, values_p, _ = model(obs[rows_t], [s[torch.from_numpy(starts).to(device)] for s in states])
+        _, values_p, _ = model(obs[rows_t], [s[torch.from_numpy(starts).to(device)] for s in states])
         # Sequences cover the rows in order, so the real steps, read row-major, are rows 0..n-1.
-        old_logp = dist.logp(inputs[mask_t], actions)
         values = values_p[mask_t]
         values_np = values.cpu().numpy()
         next_values = _bootstrap_values(model, batch, obs, states, starts, lengths, values_np)

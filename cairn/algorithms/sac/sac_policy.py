@@ -69,6 +69,9 @@ class SACPolicy(Policy):
     ((1,), True)
     """
 
+    #: Off-policy: its learner never reads the behaviour log-probability of a row.
+    wants_action_logp = False
+
     DEFAULT_CONFIG: dict[str, Any] = {
         "model": {**DEFAULT_MODEL_CONFIG, "hidden": [256, 256], "activation": "relu"},
         "lr": 3e-4,

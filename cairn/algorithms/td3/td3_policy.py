@@ -62,6 +62,9 @@ class TD3Policy(Policy):
     ((1,), True)
     """
 
+    #: Off-policy: its learner never reads the behaviour log-probability of a row.
+    wants_action_logp = False
+
     DEFAULT_CONFIG: dict[str, Any] = {
         "model": {**DEFAULT_MODEL_CONFIG, "hidden": [400, 300], "activation": "relu"},
         "lr": 1e-3,
