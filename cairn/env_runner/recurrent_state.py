@@ -71,7 +71,8 @@ class RecurrentStates:
         acting = policy.recurrent_acting
         logp = None
         if record and policy.wants_action_logp:
-            raw, logp, state_out = acting.raw_actions_and_logp(obs, state_in, policy.np_random, explore=explore)
+            raw, logp, state_out = acting.raw_actions_and_logp(obs, state_in, policy.np_random,
+                                                               explore=explore)
         else:
             raw, state_out = acting.raw_actions(obs, state_in, policy.np_random, explore=explore)
         for r, key in enumerate(keys):

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SampleBatch", "COLUMNS", "ACTION_LOGP", "STATE_COLUMN", "count_sampled_steps", "state_columns", "batch_states",
+__all__ = ["SampleBatch", "COLUMNS", "ACTION_LOGP", "STATE_COLUMN", "count_sampled_steps", "state_columns",
+           "batch_states",
            "stream_ids"]
 
 #: obs and next_obs are processed (flattened, filtered) float32 rows; actions are raw policy

@@ -275,8 +275,8 @@ class TurnBasedSampler(AgentSampler):
                 "pending_obs": np.stack([p[0] for p in pending.values()]) if pending else None,
                 "pending_actions": np.stack([p[1] for p in pending.values()]) if pending else None,
                 # NaN for a move whose policy does not want its logp (None in memory).
-                "pending_action_logp": np.array(
-                    [np.nan if p[2] is None else p[2] for p in pending.values()], np.float32) if pending else None,
+                "pending_action_logp": np.array([np.nan if p[2] is None else p[2] for p in pending.values()],
+                                                np.float32) if pending else None,
             })
         return states
 
@@ -303,11 +303,10 @@ class TurnBasedSampler(AgentSampler):
                 return None if self.scripted(pid) is not None else self.policies[pid]
 
             check_moves_in_flight(self.envs[i], i, state, to_move, policy_of)
-            pending = {a: (np.asarray(state["pending_obs"][k], dtype=np.float32).copy(),
-                           np.asarray(state["pending_actions"][k]).copy(), None)
-                       for k, a in enumerate(agents)}
-            pending = self._restored_logps(pending, state.get("pending_action_logp"),
-                                           {a: policy_of(name) for a, name in zip(agents, state["pending_agents"])})
+            moves = {a: (np.asarray(state["pending_obs"][k], dtype=np.float32).copy(),
+                         np.asarray(state["pending_actions"][k]).copy()) for k, a in enumerate(agents)}
+            movers = {a: policy_of(name) for a, name in zip(agents, state["pending_agents"])}
+            pending = self._restored_logps(moves, state.get("pending_action_logp"), movers)
             restored.append((pids, to_move, pending))
         for i, (pids, to_move, pending) in enumerate(restored):
             self.agent_pids[i], self.to_move[i], self.pending[i] = pids, to_move, pending
@@ -318,7 +317,7 @@ class TurnBasedSampler(AgentSampler):
         return True
 
     @staticmethod
-    def _restored_logps(pending: dict[Any, Pending], saved: Any,
+    def _restored_logps(moves: Mapping[Any, tuple[np.ndarray, np.ndarray]], saved: Any,
                         policies: Mapping[Any, Policy | None]) -> dict[Any, Pending]:
         """The pending moves with their behaviour log-probabilities: the saved ones (checked by
         :func:`~cairn.env_runner.turn_based_check.check_moves_in_flight`) for a policy that
@@ -326,7 +325,7 @@ class TurnBasedSampler(AgentSampler):
         from the restored weights, which are the weights that learn from these moves next, so
         such a move counts as on-policy, as it did when that checkpoint was written."""
         out: dict[Any, Pending] = {}
-        for k, (agent, (obs, action, _)) in enumerate(pending.items()):
+        for k, (agent, (obs, action)) in enumerate(moves.items()):
             policy = policies[agent]
             logp = None
             if policy is not None and policy.wants_action_logp:

@@ -78,8 +78,8 @@ def check_moves_in_flight(env: Any, i: int, state: Mapping[str, Any], to_move: t
         return
     logps = np.asarray(saved, dtype=np.float32)
     if logps.shape != (len(names),):
-        raise _refuse(where, f"['pending_action_logp'] has shape {logps.shape}; expected ({len(names)},): one "
-                             f"per ['pending_agents'] {names!r:.100}.")
+        raise _refuse(where, f"['pending_action_logp'] has shape {logps.shape}; expected ({len(names)},): "
+                             f"one per ['pending_agents'] {names!r:.100}.")
     for k, name in enumerate(names):
         if policy_of(name).wants_action_logp and not np.isfinite(logps[k]):
             raise _refuse(where, f"['pending_action_logp'][{k}] (agent {name!r:.60}) is {logps[k]!r}; the "

@@ -20,7 +20,7 @@ from cairn.policy.distributions import ActionDistribution
 from cairn.policy.filters import MeanStdFilter, NoFilter
 from cairn.spaces import ObservationPreprocessor
 
-__all__ = ["ObservationInput", "action_inputs", "raw_actions", "single_action"]
+__all__ = ["ObservationInput", "action_inputs", "raw_actions", "raw_actions_and_logp", "single_action"]
 
 
 class ObservationInput:
@@ -61,6 +61,16 @@ def raw_actions(
     if explore:
         return dist.sample_numpy(inputs, rng)
     return dist.deterministic_numpy(inputs)
+
+
+def raw_actions_and_logp(
+    dist: ActionDistribution, inputs: np.ndarray, rng: np.random.Generator, *, explore: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`raw_actions` (the same draws) and their log-probabilities under ``inputs``' distribution."""
+    if explore:
+        return dist.sample_numpy_and_logp(inputs, rng)
+    raw = dist.deterministic_numpy(inputs)
+    return raw, dist.logp_numpy(inputs, raw)
 
 
 def single_action(action_space: gym.Space[Any], action: Any) -> Any:

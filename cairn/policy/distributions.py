@@ -66,6 +66,14 @@ class ActionDistribution(ABC):
                             torch.from_numpy(np.ascontiguousarray(actions)))
         return out.numpy().astype(np.float32, copy=False)
 
+    def sample_numpy_and_logp(self, inputs: np.ndarray,
+                              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`sample_numpy` (the same draws from ``rng``, the same actions) and the samples'
+        :meth:`logp_numpy`; the built-in distributions reuse the sampling's intermediate values,
+        so that recording the behaviour logp costs the acting path a few numpy operations."""
+        raw = self.sample_numpy(inputs, rng)
+        return raw, self.logp_numpy(inputs, raw)
+
     @abstractmethod
     def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
         """Entropy per row."""
@@ -83,20 +91,38 @@ def _sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> tor
     return (cdf < u).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
 
 
+def _categorical_cdf(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(max [B, 1], unnormalised CDF [B, n])`` of each row's softmax."""
+    top = logits.max(axis=-1, keepdims=True)
+    return top, np.cumsum(np.exp(logits - top), axis=-1)
+
+
+def _draw_from_cdf(cdf: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    u = rng.random((cdf.shape[0], 1), dtype=np.float32) * cdf[:, -1:]
+    return np.minimum((cdf < u).sum(axis=-1), cdf.shape[-1] - 1).astype(np.int64)
+
+
 def _sample_categorical_numpy(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    cdf = np.cumsum(shifted, axis=-1)
-    u = rng.random((logits.shape[0], 1), dtype=np.float32) * cdf[:, -1:]
-    return np.minimum((cdf < u).sum(axis=-1), logits.shape[-1] - 1).astype(np.int64)
+    return _draw_from_cdf(_categorical_cdf(logits)[1], rng)
+
+
+def _sample_categorical_numpy_and_logp(logits: np.ndarray,
+                                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    # The same draw as _sample_categorical_numpy; the CDF's last entry is the softmax's
+    # normaliser, so the sample's log-probability costs a gather and a log more.
+    top, cdf = _categorical_cdf(logits)
+    raw = _draw_from_cdf(cdf, rng)
+    logp = logits[np.arange(len(raw)), raw] - top[:, 0] - np.log(cdf[:, -1])
+    return raw, logp.astype(np.float32, copy=False)
 
 
 def _categorical_logp_numpy(logits: np.ndarray, actions: np.ndarray) -> np.ndarray:
     # log_softmax as torch computes it (x - max - log(sum(exp(x - max)))), in float32: a masked
     # action's score (MASKED_SCORE) underflows to exactly 0 probability, as in the loss.
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    log_norm = np.log(np.exp(shifted).sum(axis=-1))
-    chosen = np.take_along_axis(shifted, actions.astype(np.int64, copy=False)[:, None], axis=-1)[:, 0]
-    return (chosen - log_norm).astype(np.float32, copy=False)
+    top = logits.max(axis=-1, keepdims=True)
+    log_norm = np.log(np.exp(logits - top).sum(axis=-1))
+    chosen = logits[np.arange(len(actions)), actions.astype(np.int64, copy=False)]
+    return (chosen - top[:, 0] - log_norm).astype(np.float32, copy=False)
 
 
 def _categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -130,6 +156,10 @@ class Categorical(ActionDistribution):
 
     def logp_numpy(self, inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         return _categorical_logp_numpy(inputs, actions)
+
+    def sample_numpy_and_logp(self, inputs: np.ndarray,
+                              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return _sample_categorical_numpy_and_logp(inputs, rng)
 
     def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
         return _categorical_entropy(inputs)
@@ -178,6 +208,12 @@ class MultiCategorical(ActionDistribution):
     def logp_numpy(self, inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         parts = [_categorical_logp_numpy(x, actions[:, i]) for i, x in enumerate(self._split_numpy(inputs))]
         return np.stack(parts, axis=-1).sum(axis=-1, dtype=np.float32)
+
+    def sample_numpy_and_logp(self, inputs: np.ndarray,
+                              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        parts = [_sample_categorical_numpy_and_logp(x, rng) for x in self._split_numpy(inputs)]
+        return (np.stack([raw for raw, _ in parts], -1),
+                np.stack([lp for _, lp in parts], axis=-1).sum(axis=-1, dtype=np.float32))
 
     def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
         return torch.stack([_categorical_entropy(x) for x in self._split(inputs)], -1).sum(-1)
@@ -228,7 +264,12 @@ class DiagGaussian(ActionDistribution):
     def logp_numpy(self, inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         mean, log_std = inputs[:, : self.size], inputs[:, self.size :]
         z = (actions - mean) * np.exp(-log_std)
-        return (-0.5 * z * z - log_std - np.float32(_LOG_SQRT_2PI)).sum(axis=-1, dtype=np.float32)
+        logp = (-0.5 * z * z - log_std - np.float32(_LOG_SQRT_2PI)).sum(axis=-1, dtype=np.float32)
+        return logp  # type: ignore[no-any-return]
+
+    # sample_numpy_and_logp: the base class's. The logp is taken of the stored float32 sample, as
+    # the learner takes it; the noise itself differs from (raw - mean) / std by float32 rounding,
+    # which a large std makes visible.
 
     def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
         log_std = inputs[..., self.size :]

@@ -13,7 +13,13 @@ import torch
 
 from cairn.errors import ConfigError
 from cairn.policy import files as policy_files
-from cairn.policy.acting import ObservationInput, action_inputs, raw_actions, single_action
+from cairn.policy.acting import (
+    ObservationInput,
+    action_inputs,
+    raw_actions,
+    raw_actions_and_logp,
+    single_action,
+)
 from cairn.policy.action_masking import (
     MaskedActorCritic,
     MaskedObservationPreprocessor,
@@ -88,7 +94,8 @@ class Policy:
         # taken by the base class's sampling would record the log-probability of an action it
         # did not draw: a wrong ratio that raises nothing. Refuse it where it is written.
         own = cls.__dict__
-        if cls.wants_action_logp and "compute_raw_actions" in own and "compute_raw_actions_and_logp" not in own:
+        draws_own_actions = "compute_raw_actions" in own and "compute_raw_actions_and_logp" not in own
+        if cls.wants_action_logp and draws_own_actions:
             raise ConfigError(
                 f"{cls.__qualname__} overrides compute_raw_actions but not compute_raw_actions_and_logp, "
                 "while wants_action_logp is True: env runners act through compute_raw_actions_and_logp "
@@ -292,23 +299,26 @@ class Policy:
 
     def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
         """Processed observations -> raw actions (category indices / unclipped samples)."""
-        return self._raw_actions_and_inputs(processed_obs, explore=explore)[0]
-
-    def compute_raw_actions_and_logp(self, processed_obs: np.ndarray, *,
-                                     explore: bool) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`compute_raw_actions` and each action's log-probability (float32 ``[B]``) under
-        the distribution it was drawn from (masked, for a masked policy), from the same forward
-        pass: what env runners record as the ``action_logp`` column of a policy that
-        :attr:`wants_action_logp` (docs/ppo.md, "Behaviour log-probabilities")."""
-        raw, inputs = self._raw_actions_and_inputs(processed_obs, explore=explore)
-        return raw, self.dist.logp_numpy(inputs, raw)
-
-    def _raw_actions_and_inputs(self, processed_obs: np.ndarray, *,
-                                explore: bool) -> tuple[np.ndarray, np.ndarray]:
         mask = self.action_masks(processed_obs)
         inputs = self.compute_action_inputs(processed_obs)
         raw = raw_actions(self.dist, inputs, self.np_random, explore=explore)
-        return (raw if mask is None else legal_actions(raw, inputs, mask, action_sizes(self.action_space))), inputs
+        return raw if mask is None else legal_actions(raw, inputs, mask, action_sizes(self.action_space))
+
+    def compute_raw_actions_and_logp(self, processed_obs: np.ndarray, *,
+                                     explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`compute_raw_actions` (the same draws, the same actions) and each action's
+        log-probability (float32 ``[B]``) under the distribution it was drawn from (masked, for a
+        masked policy), from the same forward pass: what env runners record as the
+        ``action_logp`` column of a policy that :attr:`wants_action_logp` (docs/ppo.md,
+        "Behaviour log-probabilities")."""
+        mask = self.action_masks(processed_obs)
+        inputs = self.compute_action_inputs(processed_obs)
+        raw, logp = raw_actions_and_logp(self.dist, inputs, self.np_random, explore=explore)
+        if mask is not None:
+            legal = legal_actions(raw, inputs, mask, action_sizes(self.action_space))
+            if legal is not raw:  # a draw replaced by the best legal action (a zero-probability draw)
+                raw, logp = legal, self.dist.logp_numpy(inputs, legal)
+        return raw, logp
 
     def action_masks(self, processed_obs: np.ndarray) -> np.ndarray | None:
         """The action masks of processed observations (None for an unmasked policy); raises

@@ -19,7 +19,7 @@ import torch
 
 from cairn.errors import ConfigError, ObservationSpaceError
 from cairn.models import RecurrentActorCriticModel
-from cairn.policy.acting import raw_actions
+from cairn.policy.acting import raw_actions, raw_actions_and_logp
 from cairn.policy.distributions import ActionDistribution
 from cairn.policy.recurrent_config import recurrent_settings
 
@@ -90,10 +90,11 @@ class RecurrentActing:
         """:meth:`raw_actions` with each action's log-probability (float32 ``[B]``) under the
         distribution it was drawn from: ``(raw, logp, state_out)``."""
         inputs, out = self._step(processed_obs, state)
-        raw = raw_actions(self.dist, inputs, rng, explore=explore)
-        return raw, self.dist.logp_numpy(inputs, raw), out
+        raw, logp = raw_actions_and_logp(self.dist, inputs, rng, explore=explore)
+        return raw, logp, out
 
-    def _step(self, processed_obs: np.ndarray, state: Sequence[np.ndarray]) -> tuple[np.ndarray, RecurrentState]:
+    def _step(self, processed_obs: np.ndarray,
+              state: Sequence[np.ndarray]) -> tuple[np.ndarray, RecurrentState]:
         """``(action inputs [B, num_inputs], state_out)`` of one step."""
         numpy_step = getattr(self.model, "numpy_step", None)
         if numpy_step is not None:

@@ -110,11 +110,17 @@ def test_numpy_logp_equals_torch_logp(space: gym.Space[Any]) -> None:
     if isinstance(space, gym.spaces.Discrete):
         inputs[rng.random(inputs.shape) < 0.4] = MASKED_SCORE  # masked scores, as a masked model gives
         inputs[np.arange(50), rng.integers(space.n, size=50)] = rng.normal(size=50)
-    actions = dist.sample_numpy(inputs, rng)
+    actions = dist.sample_numpy(inputs, np.random.default_rng(1))
     expected = dist.logp(torch.from_numpy(inputs), torch.from_numpy(actions)).numpy()
     got = dist.logp_numpy(inputs, actions)
     assert got.dtype == np.float32 and got.shape == (50,)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-5)
+    # Sampling with the logp draws the same actions from the same generator (bit for bit: the
+    # same operations), and its logp is the same up to rounding.
+    fused_actions, fused = dist.sample_numpy_and_logp(inputs, np.random.default_rng(1))
+    np.testing.assert_array_equal(fused_actions, actions)
+    assert fused.dtype == np.float32 and fused.shape == (50,)
+    np.testing.assert_allclose(fused, expected, rtol=1e-6, atol=1e-5)
 
 
 def test_parallel_multi_agent_rows_carry_their_logp() -> None:
@@ -141,7 +147,8 @@ def test_off_policy_batches_have_no_logp_column() -> None:
 
 
 def test_ppo_refuses_a_batch_without_behaviour_logps() -> None:
-    algo = cairn.PPOConfig().environment("CartPole-v1").training(train_batch_size=64, minibatch_size=32).build()
+    algo = (cairn.PPOConfig().environment("CartPole-v1")
+            .training(train_batch_size=64, minibatch_size=32).build())
     try:
         batch = algo.env_runner_group.local.sample(8)["default_policy"]
         del batch["action_logp"]
@@ -154,7 +161,7 @@ def test_ppo_refuses_a_batch_without_behaviour_logps() -> None:
 
 def test_a_policy_that_draws_its_own_actions_must_say_their_logp() -> None:
     with pytest.raises(ConfigError, match="compute_raw_actions_and_logp"):
-        class OwnActions(cairn.Policy):  # noqa: F841
+        class OwnActions(cairn.Policy):
             def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
                 return np.zeros(len(processed_obs), np.int64)
 

@@ -47,23 +47,30 @@ def test_env_gets_clipped_actions_and_the_log_prob_the_unclipped_sample() -> Non
             .debugging(seed=0).build())
     policy = algo.get_policy()
     logp_actions: list[np.ndarray] = []
-    real_logp = policy.dist.logp
+    behaviour_actions: list[np.ndarray] = []
+    real_logp, real_logp_numpy = policy.dist.logp, policy.dist.logp_numpy
 
     def spy(inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         logp_actions.append(actions.numpy().copy())
         return real_logp(inputs, actions)
 
+    def spy_numpy(inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        behaviour_actions.append(actions.copy())
+        return real_logp_numpy(inputs, actions)
+
     policy.dist.logp = spy  # type: ignore[method-assign]
+    policy.dist.logp_numpy = spy_numpy  # type: ignore[method-assign]
     algo.train()
     env = algo.env_runner_group.local.envs[0]
     received = np.stack(env.received)  # one env: the batch's rows are its steps in order
-    old_logp_actions = logp_actions[0]  # the first call: the whole batch, before any update
+    # The old log-prob (the batch's action_logp) is taken as each step is acted, one row a step.
+    old_logp_actions = np.concatenate(behaviour_actions)
     assert old_logp_actions.shape == received.shape == (128, 1)
     assert np.abs(received).max() <= 2.0
     assert (np.abs(old_logp_actions) > 2.0).mean() > 0.3  # the samples, not their clipped values
     np.testing.assert_array_equal(np.clip(old_logp_actions, -2.0, 2.0), received)
     # And every minibatch's new log-prob reads the same unclipped rows.
-    assert all(np.isin(a, old_logp_actions).all() for a in logp_actions[1:])
+    assert logp_actions and all(np.isin(a, old_logp_actions).all() for a in logp_actions)
 
 
 def test_log_std_is_one_free_vector_per_action_dimension() -> None:
