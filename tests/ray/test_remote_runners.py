@@ -52,6 +52,10 @@ def test_two_remote_runners_sample_what_two_in_process_runners_sample(ray_cluste
         np.testing.assert_array_equal(
             batches["default_policy"]["actions"],
             np.concatenate([r.batches["default_policy"]["actions"] for r in local]))
+        # The behaviour logps are taken in the runner that acted, and travel with the rows.
+        np.testing.assert_array_equal(
+            batches["default_policy"]["action_logp"],
+            np.concatenate([r.batches["default_policy"]["action_logp"] for r in local]))
         assert episodes == [e for r in local for e in r.episodes]
 
         # The learner's filter: its own state, with each runner's statistics merged in order.
