@@ -22,7 +22,7 @@ from cairn.checkpoint.format import (
     POLICIES_DIR,
 )
 from cairn.checkpoint.migrations import parse_version
-from cairn.checkpoint.safetensors_io import new_hasher
+from cairn.checkpoint.safetensors_io import file_entry
 from cairn.checkpoint.storage.base import ReadHandle
 from cairn.errors import (
     CheckpointCorruptedError,
@@ -296,9 +296,7 @@ def read_verified(directory: Directory, name: str, manifest: Mapping[str, Any], 
         safe_relative_path(name)
         buffer = handle.read_file(name, f"checkpoint file {name}", expected_size=entry["size"],
                                   limit=limit)
-        digest = new_hasher()
-        digest.update(buffer)
-        if digest.hexdigest() != entry["hash"]:
+        if file_entry([buffer])["hash"] != entry["hash"]:
             raise CheckpointCorruptedError(
                 f"{handle.path / name} does not match its hash in the manifest; the file is "
                 "corrupted or was modified. Restore it from a good copy."

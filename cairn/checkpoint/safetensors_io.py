@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
 import numpy as np
@@ -139,3 +139,12 @@ def parse_safetensors(buffer: bytearray | bytes | memoryview) -> dict[str, np.nd
 def new_hasher() -> Any:
     """The hasher used for every checkpoint file."""
     return xxhash.xxh3_128()
+
+
+def file_entry(chunks: Iterable[Any]) -> dict[str, Any]:
+    """The ``{"size", "hash"}`` a manifest lists for a file holding the bytes of ``chunks``."""
+    hasher, size = new_hasher(), 0
+    for chunk in chunks:
+        hasher.update(chunk)
+        size += len(chunk)
+    return {"size": size, "hash": hasher.hexdigest()}

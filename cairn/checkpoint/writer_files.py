@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cairn.checkpoint.safetensors_io import new_hasher, write_safetensors
+from cairn.checkpoint.safetensors_io import file_entry, new_hasher, write_safetensors
 from cairn.checkpoint.tree import TreeError, split_arrays
 from cairn.errors import CheckpointError
 
@@ -105,9 +105,7 @@ def state_file_entries(state: Any, json_name: str, arrays_name: str,
     so a changed state rarely costs hashing its arrays."""
     tree, arrays = split_state(state)
     text = _json_bytes(tree, compact=True)
-    hasher = new_hasher()
-    hasher.update(text)
-    entries: Files = {json_name: {"size": len(text), "hash": hasher.hexdigest()}}
+    entries: Files = {json_name: file_entry([text])}
     if known is not None and known.get(json_name) != entries[json_name]:
         return None
     hasher = new_hasher()

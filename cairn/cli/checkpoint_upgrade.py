@@ -42,8 +42,8 @@ def _native_copier(policy_dir: str) -> Any:
     """A ``native_files`` callback that copies the native model files of the Policy checkpoint
     in ``policy_dir`` (verified against its manifest) into the checkpoint being written."""
     from cairn.checkpoint import get_checkpoint_info
-    from cairn.checkpoint.safetensors_io import new_hasher
     from cairn.checkpoint.storage import resolve_storage
+    from cairn.checkpoint.storage.reuse_check import hash_problem
 
     info = get_checkpoint_info(policy_dir)
     source = resolve_storage(info["checkpoint_dir"])
@@ -56,9 +56,7 @@ def _native_copier(policy_dir: str) -> Any:
         for name in names:
             entry = info["files"][name]
             data = source.read_bytes(name, limit=entry["size"])
-            hasher = new_hasher()
-            hasher.update(data)
-            if len(data) != entry["size"] or hasher.hexdigest() != entry["hash"]:
+            if hash_problem([data], entry) is not None:
                 raise CommandError(f"{info['checkpoint_dir']}/{name} does not match its manifest; run "
                                    "cairn checkpoint verify on it. Nothing was written.")
             target = directory / name

@@ -38,7 +38,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _check_file(storage: Any, where: str, name: str, entry: Mapping[str, Any]) -> str | None:
     """The problem of the listed file ``name`` of ``storage`` (shown under ``where``), or None."""
-    from cairn.checkpoint.safetensors_io import new_hasher
+    from cairn.checkpoint.safetensors_io import file_entry
     from cairn.errors import CheckpointError
 
     path = f"{where}/{name}"
@@ -56,10 +56,9 @@ def _check_file(storage: Any, where: str, name: str, entry: Mapping[str, Any]) -
         return f"{path}: {message}"
     if len(data) != entry["size"]:
         return f"{path}: size {len(data)} bytes, the manifest says {entry['size']}"
-    hasher = new_hasher()
-    hasher.update(data)
-    if hasher.hexdigest() != entry["hash"]:
-        return f"{path}: content hash {hasher.hexdigest()} does not match the manifest's {entry['hash']}"
+    found = file_entry([data])["hash"]
+    if found != entry["hash"]:
+        return f"{path}: content hash {found} does not match the manifest's {entry['hash']}"
     return None
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn.checkpoint.atomic import fsync_dir
-from cairn.checkpoint.safetensors_io import new_hasher
+from cairn.checkpoint.safetensors_io import file_entry
 from cairn.errors import ExportError
 from cairn.export.keras_files import write_keras_native_files
 from cairn.export.model_export import trace_policy, write_onnx_file, write_torch_files
@@ -34,14 +34,10 @@ _CHUNK = 1 << 20
 def _record(model_dir: Path, root: Path, files: dict[str, dict[str, Any]]) -> None:
     """fsync every file under ``model_dir`` and add its size and hash to ``files``."""
     for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
-        hasher = new_hasher()
-        size = 0
         with open(path, "rb") as f:
-            while chunk := f.read(_CHUNK):
-                hasher.update(chunk)
-                size += len(chunk)
+            entry = file_entry(iter(lambda: f.read(_CHUNK), b""))
             os.fsync(f.fileno())
-        files[path.relative_to(root).as_posix()] = {"size": size, "hash": hasher.hexdigest()}
+        files[path.relative_to(root).as_posix()] = entry
     fsync_dir(model_dir)
 
 

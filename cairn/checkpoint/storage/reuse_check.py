@@ -20,7 +20,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from cairn.checkpoint.safetensors_io import new_hasher
+from cairn.checkpoint.safetensors_io import file_entry
 from cairn.checkpoint.storage.base import Listed, NotTaken
 from cairn.checkpoint.storage.object_prefix import ObjectPrefix
 from cairn.errors import CheckpointCorruptedError, CheckpointNotFoundError
@@ -37,14 +37,11 @@ _CHUNK = 1 << 20
 def hash_problem(chunks: Iterable[Any], entry: Mapping[str, Any]) -> str | None:
     """Why the bytes in ``chunks`` are not the file ``entry`` (``{"size", "hash"}``) lists, as a
     phrase that follows the file's name, or None when they are."""
-    hasher, size = new_hasher(), 0
-    for chunk in chunks:
-        hasher.update(chunk)
-        size += len(chunk)
-    if size != entry["size"]:
-        return f"has {size} bytes where its manifest lists {entry['size']}"
-    if hasher.hexdigest() != entry["hash"]:
-        return (f"does not match its hash in the manifest (xxh3-128 {hasher.hexdigest()}, "
+    found = file_entry(chunks)
+    if found["size"] != entry["size"]:
+        return f"has {found['size']} bytes where its manifest lists {entry['size']}"
+    if found["hash"] != entry["hash"]:
+        return (f"does not match its hash in the manifest (xxh3-128 {found['hash']}, "
                 f"listed {entry['hash']})")
     return None
 
