@@ -16,7 +16,7 @@ from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategoric
 from cairn.policy.export_hook import BATCH, ExportedPolicy, TensorSpec
 from cairn.policy.observation_path import ObservationPath
 
-__all__ = ["ActorCriticModule", "actor_critic_outputs"]
+__all__ = ["ActorCriticModule", "actor_critic_outputs", "discrete_sizes"]
 
 
 def _torch_dtype(dtype: Any) -> torch.dtype:
@@ -68,6 +68,15 @@ class ActorCriticModule(nn.Module):
         if isinstance(self.dist, DiagGaussian):
             return action, inputs[:, : self.size], inputs[:, self.size :], value
         return action, inputs, value
+
+
+def discrete_sizes(dist: Any) -> tuple[int, ...] | None:
+    """``ExportGraph.discrete_sizes`` of ``dist``: its choices per component, None if continuous."""
+    if isinstance(dist, Categorical):
+        return (int(dist.num_inputs),)
+    if isinstance(dist, MultiCategorical):
+        return tuple(int(n) for n in dist.nvec)
+    return None
 
 
 def actor_critic_outputs(action_space: gym.Space[Any]) -> tuple[TensorSpec, ...]:

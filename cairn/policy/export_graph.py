@@ -34,7 +34,7 @@ import torch
 from cairn.errors import ExportError
 from cairn.policy.action_mask_input import action_mask_examples, action_mask_inputs, network_name
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
-from cairn.policy.export_actor_critic import ActorCriticModule, actor_critic_outputs
+from cairn.policy.export_actor_critic import ActorCriticModule, actor_critic_outputs, discrete_sizes
 from cairn.policy.export_hook import (
     BATCH,
     ExportedPolicy,
@@ -98,18 +98,13 @@ def actor_critic_export_graph(policy: ExportedPolicy) -> ExportGraph:
             return [action, inputs[:, : dist.size], inputs[:, dist.size :], value]
         return [action, inputs, value]
 
-    sizes: tuple[int, ...] | None = None
-    if isinstance(dist, Categorical):
-        sizes = (int(dist.num_inputs),)
-    elif isinstance(dist, MultiCategorical):
-        sizes = tuple(int(n) for n in dist.nvec)
     return ExportGraph(
         module=ActorCriticModule(policy),
         input=input_spec(policy.network_observation_space),
         outputs=actor_critic_outputs(policy.action_space),
         example=example_input(policy),
         reference=reference,
-        discrete_sizes=sizes,
+        discrete_sizes=discrete_sizes(dist),
         network_name=network_name(model),
         metadata={"observation_filter": filter_description(policy)},
         extra_inputs=action_mask_inputs(policy),

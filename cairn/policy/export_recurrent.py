@@ -20,7 +20,7 @@ import torch
 from cairn.errors import ExportError
 from cairn.policy.action_mask_input import network_name
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
-from cairn.policy.export_actor_critic import ActorCriticModule, actor_critic_outputs
+from cairn.policy.export_actor_critic import ActorCriticModule, actor_critic_outputs, discrete_sizes
 from cairn.policy.export_hook import BATCH, ExportedPolicy, ExportGraph, TensorSpec
 from cairn.policy.observation_path import example_input, filter_description, input_spec
 
@@ -99,11 +99,6 @@ def recurrent_export_graph(policy: ExportedPolicy) -> ExportGraph:
         rng = np.random.default_rng(seed)
         return tuple((0.5 * rng.standard_normal((n, *shape))).astype(np.float32) for shape in shapes)
 
-    sizes: tuple[int, ...] | None = None
-    if isinstance(dist, Categorical):
-        sizes = (int(dist.num_inputs),)
-    elif isinstance(dist, MultiCategorical):
-        sizes = tuple(int(n) for n in dist.nvec)
     example = example_input(policy)
     rows = int(example.shape[0])
     return ExportGraph(
@@ -112,7 +107,7 @@ def recurrent_export_graph(policy: ExportedPolicy) -> ExportGraph:
         outputs=(*action_outputs, *state_outputs, value),
         example=example,
         reference=reference,
-        discrete_sizes=sizes,
+        discrete_sizes=discrete_sizes(dist),
         network_name=network_name(policy.model),
         metadata={"observation_filter": filter_description(policy),
                   "recurrent": {"state_inputs": [s.name for s in state_inputs],
