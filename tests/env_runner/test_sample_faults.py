@@ -98,16 +98,16 @@ def test_answers_left_unread_by_an_interrupted_reader_are_dropped(tmp_path: Path
 def test_a_model_raising_while_acting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     algo = step_record_ppo(tmp_path).build()
     policy = algo.get_policy()
-    act = policy.compute_raw_actions
+    forward = policy.compute_action_inputs  # the model's forward, whichever acting method runs it
     calls = {"n": 0}
 
     def flaky(obs: np.ndarray, **kwargs: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 32 + 10:  # in the second iteration, mid-episode
             raise InjectedError("injected failure in the model's forward")
-        return act(obs, **kwargs)
+        return forward(obs, **kwargs)
 
-    monkeypatch.setattr(policy, "compute_raw_actions", flaky)
+    monkeypatch.setattr(policy, "compute_action_inputs", flaky)
     try:
         check_recovers(algo, tmp_path, InjectedError)
     finally:
