@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def report(args: argparse.Namespace) -> None:
-    lines_in = [json.loads(x) for x in args.jsonl.read_text().splitlines() if x.strip()]
+    lines_in = [json.loads(x) for path in args.jsonl for x in path.read_text().splitlines() if x.strip()]
     rows = []
     for r in lines_in:
         h, rl = r["eval"]["heuristic"], r["eval"]["random_legal"]
@@ -141,13 +141,28 @@ def report(args: argparse.Namespace) -> None:
                        f"vs random legal {rl:.3f} (goal {GOALS['random_legal']}: "
                        f"{'met' if rl >= GOALS['random_legal'] else 'missed'}), illegal moves {illegal}, "
                        f"{r['steps'] / r['train_s']:,.0f} env steps/s of training")
+    speed = []
+    for (variant, seed), r in sorted(finals.items()):
+        plain = finals.get(("selfplay", seed))
+        if variant.startswith("league") and plain and plain["budget"] == r["budget"] and (
+                abs(plain["train_s"] - r["train_s"]) < 0.25 * plain["train_s"]):
+            speed.append(f"- seed {seed}, {variant} / selfplay (run side by side, {r['steps']:,} steps): "
+                         f"{(r['steps'] / r['train_s']) / (plain['steps'] / plain['train_s']):.2f}x")
     lines = [
         "# League PPO vs plain self-play on connect_four_v3",
         "",
-        f"Command: `{command_line()}` over the JSON lines of `{args.jsonl.relative_to(REPO)}` "
+        f"Command: `{command_line()}` over the JSON lines of "
+        f"{', '.join(f'`{p.resolve().relative_to(REPO)}`' for p in args.jsonl)} "
         "(each run's command and code are in its lines).",
         "",
         *machine_lines([]),
+        "",
+        f"Settings: PPO with `connect_four_selfplay.py`'s settings ({SETTINGS}); league: "
+        "`config.league(snapshot_every_iterations=10, max_snapshots=20, matchmaking=\"pfsp\", "
+        "self_play_fraction=0.2, opponents=...)` with the fixed opponents the variant names (the "
+        "variant with the heuristic trains against the opponent it is then measured against); "
+        "selfplay: one policy in both seats. Runs of one budget started together and shared the "
+        "machine.",
         "",
         "Each row: one evaluation, greedy games of main (first in half, second in half) against "
         "the shipped heuristic and a random legal player, as wins-draws-losses; steps/s is env "
@@ -159,6 +174,9 @@ def report(args: argparse.Namespace) -> None:
         "",
         "Final evaluations:",
         *summary,
+        "",
+        "League env steps/s over plain self-play's (final lines of runs that shared the machine):",
+        *speed,
         "",
     ]
     print("\n".join(lines))
@@ -181,7 +199,7 @@ def main() -> None:
     r.add_argument("--quick", action="store_true")
     r.add_argument("--jsonl", type=Path, default=JSONL)
     p = sub.add_parser("report")
-    p.add_argument("--jsonl", type=Path, default=JSONL)
+    p.add_argument("--jsonl", type=Path, nargs="+", default=[JSONL])
     p.add_argument("--out", type=Path, default=REPO / "bench/results/league_connect_four.md")
     args = parser.parse_args()
     run(args) if args.cmd == "run" else report(args)
