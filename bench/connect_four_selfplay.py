@@ -54,22 +54,29 @@ def make_connect_four(env_config: dict[str, Any]) -> Any:
     return connect_four_v3.env()
 
 
-def build(seed: int, s: dict[str, Any]) -> Any:
+def ppo_config(seed: int, s: dict[str, Any], env: Any, env_config: dict[str, Any] | None = None) -> Any:
+    """The PPO config of these settings on ``env`` (no multi-agent section: the caller's)."""
     import cairn
 
     return (
         cairn.PPOConfig()
-        .environment(make_connect_four)
+        .environment(env, env_config=env_config or {})
         .env_runners(num_envs_per_env_runner=s["num_envs_per_env_runner"])
         .training(train_batch_size=s["train_batch_size"], minibatch_size=s["minibatch_size"],
                   num_epochs=s["num_epochs"], lr=s["lr"], gamma=s["gamma"], lambda_=s["lambda_"],
                   clip_param=s["clip_param"], entropy_coeff=s["entropy_coeff"],
                   vf_coeff=s["vf_coeff"], grad_clip=s["grad_clip"],
                   model={"hidden": s["hidden"], "activation": s["activation"]})
-        .multi_agent(policies={"shared"},
-                     policy_mapping_fn={"player_0": "shared", "player_1": "shared"})
         .resources(torch_num_threads=s["torch_num_threads"])
         .debugging(seed=seed)
+    )
+
+
+def build(seed: int, s: dict[str, Any]) -> Any:
+    return (
+        ppo_config(seed, s, make_connect_four)
+        .multi_agent(policies={"shared"},
+                     policy_mapping_fn={"player_0": "shared", "player_1": "shared"})
         .build()
     )
 

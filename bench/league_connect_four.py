@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _util import REPO, cairn_code_line, command_line, fmt, load_average, machine_lines, table, write_report
-from connect_four_selfplay import SETTINGS
+from connect_four_selfplay import SETTINGS, ppo_config
 
 HEURISTIC = "cairn.envs.connect_four:connect_four_heuristic"
 ENV_CONFIG = {"env_module": "pettingzoo.classic.connect_four_v3"}
@@ -43,22 +43,9 @@ JSONL = REPO / "bench/results/league_connect_four.jsonl"
 
 
 def build(variant: str, seed: int, args: argparse.Namespace) -> Any:
-    import cairn
     from cairn.envs.pettingzoo_env import make_pettingzoo_env
 
-    s = SETTINGS
-    config = (
-        cairn.PPOConfig()
-        .environment(make_pettingzoo_env, env_config=ENV_CONFIG)
-        .env_runners(num_envs_per_env_runner=s["num_envs_per_env_runner"])
-        .training(train_batch_size=s["train_batch_size"], minibatch_size=s["minibatch_size"],
-                  num_epochs=s["num_epochs"], lr=s["lr"], gamma=s["gamma"], lambda_=s["lambda_"],
-                  clip_param=s["clip_param"], entropy_coeff=s["entropy_coeff"],
-                  vf_coeff=s["vf_coeff"], grad_clip=s["grad_clip"],
-                  model={"hidden": s["hidden"], "activation": s["activation"]})
-        .resources(torch_num_threads=s["torch_num_threads"])
-        .debugging(seed=seed)
-    )
+    config = ppo_config(seed, SETTINGS, make_pettingzoo_env, ENV_CONFIG)
     if variant == "selfplay":
         config = config.multi_agent(policies={"main"},
                                     policy_mapping_fn={"player_0": "main", "player_1": "main"})
