@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -12,7 +12,10 @@ from cairn.algorithms.sac.loss import squashed_gaussian_log_prob, squashed_gauss
 from cairn.errors import ConfigError
 from cairn.policy.distributions import ActionDistribution
 
-__all__ = ["SquashedGaussian", "check_bounded_box_actions"]
+if TYPE_CHECKING:
+    from cairn.policy.policy import Policy
+
+__all__ = ["SquashedGaussian", "check_bounded_box_actions", "box_raw_actions"]
 
 
 def check_bounded_box_actions(algorithm: str, action_space: gym.Space[Any]) -> None:
@@ -29,6 +32,20 @@ def check_bounded_box_actions(algorithm: str, action_space: gym.Space[Any]) -> N
             "Wrap the environment so that its action space is bounded (e.g. gymnasium.wrappers."
             "RescaleAction), or use PPO."
         )
+
+
+def box_raw_actions(policy: Policy, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
+    """SAC's and TD3's ``compute_raw_actions``: actions in [-1, 1], drawn from the policy's
+    distribution (``explore``) or its deterministic ones, except that while an exploring
+    policy's sampled timesteps are below ``initial_random_steps`` they are uniform at random
+    instead, as SB3's SAC and TD3 act before ``learning_starts``."""
+    if explore and policy.global_timestep < int(policy.config["initial_random_steps"]):
+        shape = (processed_obs.shape[0], *policy.dist.raw_action_shape)
+        return policy.np_random.uniform(-1.0, 1.0, shape).astype(np.float32)
+    inputs = policy.compute_action_inputs(processed_obs)
+    if explore:
+        return policy.dist.sample_numpy(inputs, policy.np_random)
+    return policy.dist.deterministic_numpy(inputs)
 
 #: Raw actions are clipped this far inside (-1, 1) before ``atanh`` in :meth:`logp`.
 _ATANH_LIMIT = 1.0 - 1e-6

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from cairn.algorithms.sac.custom_model import CustomSACModel
-from cairn.algorithms.sac.distribution import SquashedGaussian, check_bounded_box_actions
+from cairn.algorithms.sac.distribution import SquashedGaussian, box_raw_actions, check_bounded_box_actions
 from cairn.algorithms.sac.keras_model import keras_sac_model
 from cairn.algorithms.sac.model import LOG_STD_MAX, LOG_STD_MIN, SACModel
 from cairn.algorithms.sac.output_shapes import check_sac_outputs
@@ -173,16 +173,7 @@ class SACPolicy(Policy):
         return float(self.model.log_alpha.detach().exp()[0])
 
     # ------------------------------------------------------------------------------- act
-    def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
-        """Squashed actions in [-1, 1]: sampled (``explore``; uniform during the initial
-        random steps) or ``tanh(mean)``."""
-        if explore and self.global_timestep < int(self.config["initial_random_steps"]):
-            shape = (processed_obs.shape[0], self.action_size)
-            return self.np_random.uniform(-1.0, 1.0, shape).astype(np.float32)
-        inputs = self.compute_action_inputs(processed_obs)
-        if explore:
-            return self.dist.sample_numpy(inputs, self.np_random)
-        return self.dist.deterministic_numpy(inputs)
+    compute_raw_actions = box_raw_actions  # uniform during the initial random steps
 
     def export_graph(self) -> ExportGraph:
         """The export hook: outputs ``action`` (``tanh(mean)`` rescaled to the Box bounds, as

@@ -7,10 +7,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 
-from cairn.algorithms.sac.distribution import check_bounded_box_actions
+from cairn.algorithms.sac.distribution import box_raw_actions, check_bounded_box_actions
 from cairn.algorithms.td3.distribution import GaussianActionNoise
 from cairn.algorithms.td3.model import TD3Model
 from cairn.errors import ConfigError
@@ -117,16 +116,7 @@ class TD3Policy(Policy):
         self.noisy_actions.noise_std = float(noise_std)
 
     # ------------------------------------------------------------------------------- act
-    def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
-        """Actions in [-1, 1]: ``pi(s)`` plus clipped noise (``explore``; uniform during the
-        initial random steps) or ``pi(s)``."""
-        if explore and self.global_timestep < int(self.config["initial_random_steps"]):
-            shape = (processed_obs.shape[0], self.action_size)
-            return self.np_random.uniform(-1.0, 1.0, shape).astype(np.float32)
-        inputs = self.compute_action_inputs(processed_obs)
-        if explore:
-            return self.dist.sample_numpy(inputs, self.np_random)
-        return self.dist.deterministic_numpy(inputs)
+    compute_raw_actions = box_raw_actions  # uniform during the initial random steps
 
     def export_graph(self) -> ExportGraph:
         """The export hook: outputs ``action`` (``pi(s)`` rescaled to the Box bounds, as
