@@ -10,6 +10,7 @@ import torch
 
 from cairn.algorithms.sac.loss import squashed_gaussian_log_prob, squashed_gaussian_sample
 from cairn.errors import ConfigError
+from cairn.policy.acting import raw_actions
 from cairn.policy.distributions import ActionDistribution
 
 if TYPE_CHECKING:
@@ -43,9 +44,7 @@ def box_raw_actions(policy: Policy, processed_obs: np.ndarray, *, explore: bool)
         shape = (processed_obs.shape[0], *policy.dist.raw_action_shape)
         return policy.np_random.uniform(-1.0, 1.0, shape).astype(np.float32)
     inputs = policy.compute_action_inputs(processed_obs)
-    if explore:
-        return policy.dist.sample_numpy(inputs, policy.np_random)
-    return policy.dist.deterministic_numpy(inputs)
+    return raw_actions(policy.dist, inputs, policy.np_random, explore=explore)
 
 #: Raw actions are clipped this far inside (-1, 1) before ``atanh`` in :meth:`logp`.
 _ATANH_LIMIT = 1.0 - 1e-6
