@@ -93,13 +93,9 @@ class WriteTarget:
         #: ``[(source storage, source name, relative)]`` for the medium to copy at commit.
         self.copies: list[tuple[Any, str, str]] = []
 
-    def can_reuse(self, source: Storage) -> bool:
-        """Whether files of ``source`` (an earlier checkpoint) can be reused in this one."""
-        return self.storage.can_reuse_from(source)
-
     def reuse_dirs(self, source: Storage, dirs: Listed) -> list[NotTaken]:
-        """Take the files of several directories of ``source`` (which :meth:`can_reuse`) under
-        the same names here, each directory only if the bytes taken are those listed
+        """Take the files of several directories of ``source`` (which :meth:`Storage.can_reuse_from`)
+        under the same names here, each directory only if the bytes taken are those listed
         (:meth:`Storage.reuse_dirs_into`); the directories not taken."""
         return self.storage.reuse_dirs_into(self, source, dirs)
 
