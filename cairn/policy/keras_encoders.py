@@ -32,10 +32,11 @@ from torch import nn
 
 from cairn.policy.keras_backend import import_keras
 
-__all__ = ["KerasEncoder", "KerasImageCNN", "build_keras_encoder"]
+__all__ = ["KerasEncoder", "KerasImageCNN", "build_keras_encoder", "keras_variable"]
 
 
-def _variable(layer: Any, name: str) -> torch.Tensor:
+def keras_variable(layer: Any, name: str) -> torch.Tensor:
+    """The torch tensor of a Keras layer's variable ``name`` (``"kernel"``, ``"bias"``)."""
     return getattr(layer, name).value  # type: ignore[no-any-return]
 
 
@@ -115,7 +116,7 @@ class KerasEncoder:
         default uniform initialisation."""
         with torch.no_grad():
             for layer in self.weight_layers:
-                kernel, bias = _variable(layer, "kernel"), _variable(layer, "bias")
+                kernel, bias = keras_variable(layer, "kernel"), keras_variable(layer, "bias")
                 # Keras: [kh, kw, in, out] or [in, out]; torch: [out, in, kh, kw] or [out, in].
                 order = (3, 2, 0, 1) if kernel.dim() == 4 else (1, 0)
                 weight = torch.empty(kernel.permute(*order).shape)

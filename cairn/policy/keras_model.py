@@ -37,13 +37,13 @@ from cairn.errors import ConfigError
 from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch
 from cairn.policy.keras_backend import import_keras, import_tensorflow_quietly
 from cairn.policy.keras_config import model_framework
-from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
+from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder, keras_variable
 from cairn.policy.model import ActorCriticMLP
 from cairn.registry import resolve_callable
 
 __all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp",
            "build_user_keras_model", "deepcopy_keras_module", "keras_dense", "load_keras_builder",
-           "make_keras_actor_critic", "orthogonal_init", "torch_linear_init"]
+           "make_keras_actor_critic", "orthogonal_init", "register_keras_variables", "torch_linear_init"]
 
 #: cairn's activation names -> Keras' (the same functions).
 KERAS_ACTIVATIONS = {"tanh": "tanh", "relu": "relu", "elu": "elu", "silu": "silu"}
@@ -157,11 +157,27 @@ def torch_linear_init(layer: Any, generator: torch.Generator) -> None:
     """PyTorch's default ``nn.Linear`` initialisation of a Keras ``Dense`` layer, drawn in
     torch's ``[out, in]`` order (``uniform_`` fills memory in order) and stored transposed in
     Keras' ``[in, out]`` kernel, so that the same generator gives the torch layer's weights."""
-    kernel, bias = _variable(layer, "kernel"), _variable(layer, "bias")
+    kernel, bias = keras_variable(layer, "kernel"), keras_variable(layer, "bias")
     bound = 1.0 / math.sqrt(kernel.shape[0])
     weight = torch.empty(kernel.shape[1], kernel.shape[0]).uniform_(-bound, bound, generator=generator)
     kernel.copy_(weight.T)
     nn.init.uniform_(bias, -bound, bound, generator=generator)
+
+
+def register_keras_variables(module: nn.Module, network: Any, *, by_layer: bool) -> None:
+    """Attach the Keras model ``network`` to ``module`` as ``network`` and register its variables'
+    tensors as the ParameterDict ``variables`` (their names, in the model's order, as
+    ``variable_names``). The Keras model is not a submodule: its own parameter names follow
+    Keras' layer names, which for unnamed layers count up per process ("dense_3"), so a restore
+    would not find them. The variables are registered instead under the layer names cairn gave
+    them (``by_layer``, cairn's networks: ``<layer>_<variable>``) or by position (a user's model:
+    ``variable_<i>``)."""
+    object.__setattr__(module, "network", network)
+    variables = list(network.variables)
+    names = ([v.path.replace("/", "_") for v in variables] if by_layer
+             else [f"variable_{i}" for i in range(len(variables))])
+    object.__setattr__(module, "variable_names", names)  # plain data, nothing torch tracks
+    module.variables = nn.ParameterDict({name: v.value for name, v in zip(names, variables, strict=True)})
 
 
 def deepcopy_keras_module(module: nn.Module, memo: dict[int, Any]) -> Any:
@@ -182,10 +198,6 @@ def deepcopy_keras_module(module: nn.Module, memo: dict[int, Any]) -> Any:
     return new
 
 
-def _variable(layer: Any, name: str) -> torch.Tensor:
-    return getattr(layer, name).value  # type: ignore[no-any-return]
-
-
 class KerasActorCritic(nn.Module):
     """``forward(obs) -> (action_inputs, value)`` over a Keras model, whose variables are this
     module's parameters (``variables.<layer>_<variable>``, e.g. ``variables.actor_0_kernel``).
@@ -198,16 +210,7 @@ class KerasActorCritic(nn.Module):
 
     def __init__(self, network: Any, layers: MLPLayers | None = None) -> None:
         super().__init__()
-        # The Keras model is not a submodule: its own parameter names follow Keras' layer
-        # names, which for unnamed layers count up per process ("dense_3"), so a restore
-        # would not find them. Its variables are registered here instead, under the layer
-        # names cairn gave them (its MLP) or by position (a user's model).
-        object.__setattr__(self, "network", network)
-        variables = list(network.variables)
-        names = ([v.path.replace("/", "_") for v in variables] if layers is not None
-                 else [f"variable_{i}" for i in range(len(variables))])
-        self.variable_names = names
-        self.variables = nn.ParameterDict({name: v.value for name, v in zip(names, variables, strict=True)})
+        register_keras_variables(self, network, by_layer=layers is not None)
         self.activation = layers.activation if layers is not None else None
         # A plain attribute (not a submodule): the layers' variables are the network's.
         object.__setattr__(self, "mlp_layers", layers)
@@ -230,8 +233,8 @@ class KerasActorCritic(nn.Module):
                  *((layer, 2**0.5) for layer in layers.critic or ()), (layers.value_head, 1.0)]
         with torch.no_grad():
             for layer, gain in order:
-                orthogonal_init(_variable(layer, "kernel"), gain, generator)
-                _variable(layer, "bias").zero_()
+                orthogonal_init(keras_variable(layer, "kernel"), gain, generator)
+                keras_variable(layer, "bias").zero_()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> KerasActorCritic:
         copied: KerasActorCritic = deepcopy_keras_module(self, memo)
@@ -262,7 +265,7 @@ class KerasActorCritic(nn.Module):
         return self._run(layers.critic, obs, layers.critic_encoder)
 
     def _log_std(self, layers: MLPLayers, out: torch.Tensor) -> torch.Tensor:
-        log_std = _variable(layers.log_std, "bias")
+        log_std = keras_variable(layers.log_std, "bias")
         return torch.cat([out, log_std.expand_as(out)], dim=-1)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -306,13 +309,13 @@ class KerasActorCritic(nn.Module):
 
 def keras_dense(layer: Any, view: View) -> Dense:
     """A Keras ``Dense`` layer's ``(kernel [in, out], bias)`` as numpy views."""
-    return view(_variable(layer, "kernel")), view(_variable(layer, "bias"))
+    return view(keras_variable(layer, "kernel")), view(keras_variable(layer, "bias"))
 
 
 def _acting_views(model: KerasActorCritic, view: View) -> tuple[list[Dense], Dense, np.ndarray | None]:
     layers: MLPLayers = model.mlp_layers  # type: ignore[assignment]
     return ([keras_dense(layer, view) for layer in layers.actor], keras_dense(layers.action_head, view),
-            None if layers.log_std is None else view(_variable(layers.log_std, "bias")))
+            None if layers.log_std is None else view(keras_variable(layers.log_std, "bias")))
 
 
 def make_keras_actor_critic(obs_size: int, num_outputs: int, model_config: Mapping[str, Any], *,

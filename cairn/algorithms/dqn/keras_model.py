@@ -29,6 +29,7 @@ from cairn.policy.keras_model import (
     KERAS_ACTIVATIONS,
     build_user_keras_model,
     deepcopy_keras_module,
+    register_keras_variables,
     torch_linear_init,
 )
 
@@ -86,13 +87,8 @@ class KerasQNetwork(nn.Module):
 
     def __init__(self, network: Any, layers: QLayers | None = None) -> None:
         super().__init__()
-        object.__setattr__(self, "network", network)  # not a submodule: its variables are below
+        register_keras_variables(self, network, by_layer=layers is not None)
         object.__setattr__(self, "q_layers", layers)  # Keras layers: no torch submodules
-        variables = list(network.variables)
-        self.variable_names = ([v.path.replace("/", "_") for v in variables] if layers is not None
-                               else [f"variable_{i}" for i in range(len(variables))])
-        self.variables = nn.ParameterDict(
-            {name: v.value for name, v in zip(self.variable_names, variables, strict=True)})
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """QNetwork's initialisation (PyTorch's default Linear init) from the same generator,

@@ -39,24 +39,17 @@ from cairn.algorithms.sac.model_base import SACModelBase, numpy_actor_inputs
 from cairn.errors import ConfigError
 from cairn.numpy_acting import Dense, LiveViews, View, in_torch
 from cairn.policy.keras_backend import import_keras
-from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
-from cairn.policy.keras_model import KERAS_ACTIVATIONS, deepcopy_keras_module, keras_dense, torch_linear_init
+from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder, keras_variable
+from cairn.policy.keras_model import (
+    KERAS_ACTIVATIONS,
+    deepcopy_keras_module,
+    keras_dense,
+    register_keras_variables,
+    torch_linear_init,
+)
 from cairn.policy.torch_utils import uniform_fan_in_
 
 __all__ = ["KerasSACModel", "KerasSquashedGaussianActor", "KerasTwinQ", "keras_sac_model"]
-
-
-def _variable(layer: Any, name: str) -> torch.Tensor:
-    return getattr(layer, name).value  # type: ignore[no-any-return]
-
-
-def _keras_variables(module: nn.Module, network: Any) -> tuple[list[str], nn.ParameterDict]:
-    """Attach the Keras model as a plain attribute (its own parameter names follow per-process
-    layer counters) and return its variables' names and tensors, to register as
-    ``module.variables.<layer>_<variable>``."""
-    object.__setattr__(module, "network", network)
-    names = [v.path.replace("/", "_") for v in network.variables]
-    return names, nn.ParameterDict({name: v.value for name, v in zip(names, network.variables, strict=True)})
 
 
 class KerasSquashedGaussianActor(nn.Module):
@@ -87,7 +80,7 @@ class KerasSquashedGaussianActor(nn.Module):
         low, high = (float(b) for b in log_std_bounds)
         log_std = keras.ops.clip(log_std_head(x), low, high)
         network = keras.Model(obs, [mean_head(x), log_std], name="cairn_sac_actor")
-        self.variable_names, self.variables = _keras_variables(self, network)
+        register_keras_variables(self, network, by_layer=True)
         self.trunk, self.mean_head, self.log_std_head = trunk, mean_head, log_std_head
         self.encoder = keras_encoder
         self.activation = activation
@@ -170,7 +163,7 @@ class KerasTwinQ(nn.Module):
             critics.append(layers)
             outputs.append(x)
         network = keras.Model([obs, action], outputs, name="cairn_sac_critic")
-        self.variable_names, self.variables = _keras_variables(self, network)
+        register_keras_variables(self, network, by_layer=True)
         object.__setattr__(self, "critics", tuple(tuple(layers) for layers in critics))
         object.__setattr__(self, "encoder", keras_encoder)
 
@@ -182,9 +175,9 @@ class KerasTwinQ(nn.Module):
         with torch.no_grad():
             for pair in zip(*self.critics, strict=True):
                 for layer in pair:
-                    fan_in = _variable(layer, "kernel").shape[0]
-                    uniform_fan_in_(_variable(layer, "kernel"), fan_in, generator)
-                    uniform_fan_in_(_variable(layer, "bias"), fan_in, generator)
+                    fan_in = keras_variable(layer, "kernel").shape[0]
+                    uniform_fan_in_(keras_variable(layer, "kernel"), fan_in, generator)
+                    uniform_fan_in_(keras_variable(layer, "bias"), fan_in, generator)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> KerasTwinQ:
         copied: KerasTwinQ = deepcopy_keras_module(self, memo)
@@ -206,7 +199,7 @@ class KerasTwinQ(nn.Module):
         for layers in self.critics:
             h = x
             for layer in layers:
-                kernel, bias = _variable(layer, "kernel"), _variable(layer, "bias")
+                kernel, bias = keras_variable(layer, "kernel"), keras_variable(layer, "bias")
                 if detach:
                     kernel, bias = kernel.detach(), bias.detach()
                 h = layer.activation(torch.addmm(bias, h, kernel))  # Keras' own activation (linear last)
