@@ -7,7 +7,21 @@
 import logging as _logging
 
 from cairn._version import __version__
-from cairn.algorithms import DQN, PPO, SAC, TD3, Algorithm, DQNConfig, PPOConfig, SACConfig, TD3Config
+from cairn.algorithms import (
+    APPO,
+    DQN,
+    IMPALA,
+    PPO,
+    SAC,
+    TD3,
+    Algorithm,
+    APPOConfig,
+    DQNConfig,
+    IMPALAConfig,
+    PPOConfig,
+    SACConfig,
+    TD3Config,
+)
 from cairn.callbacks import Callbacks
 from cairn.checkpoint import get_checkpoint_info
 from cairn.checkpoint.manager import CheckpointManager
@@ -30,12 +44,16 @@ _logging.getLogger("cairn").addHandler(_logging.NullHandler())
 
 __all__ = [
     "__version__",
+    "APPO",
+    "APPOConfig",
     "Algorithm",
     "AlgorithmConfig",
     "Callbacks",
     "CheckpointManager",
     "DQN",
     "DQNConfig",
+    "IMPALA",
+    "IMPALAConfig",
     "PPO",
     "PPOConfig",
     "Policy",

@@ -348,7 +348,7 @@ class AlgorithmConfig:
         check_env(self.env)
         if not isinstance(self.env_config, Mapping):
             raise ConfigError(f"Config 'env_config' must be a dict, got {self.env_config!r}.")
-        if self.minibatch_size > self.train_batch_size:
+        if self.minibatch_size is not None and self.minibatch_size > self.train_batch_size:
             raise ConfigError(
                 f"Config 'minibatch_size'={self.minibatch_size} is larger than "
                 f"'train_batch_size'={self.train_batch_size}; lower minibatch_size or raise "

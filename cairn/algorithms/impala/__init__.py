@@ -1,9 +1,16 @@
-"""IMPALA and APPO building blocks (Espeholt et al. 2018; Luo et al. 2020): V-trace
-(:mod:`cairn.algorithms.impala.vtrace`) and the losses over it
-(:mod:`cairn.algorithms.impala.loss`), pure functions on cairn's batch layout.
+"""IMPALA and APPO (Espeholt et al. 2018; Luo et al. 2020): actor-critic learning from
+fragments of experience with V-trace's off-policy correction (docs/impala.md).
 
-Nothing here is public API yet: there is no IMPALA or APPO algorithm or config; the modules are
-imported by their full names.
+The pieces: :mod:`~cairn.algorithms.impala.vtrace` (V-trace, pure), :mod:`~cairn.algorithms.impala.loss`
+(the losses, pure), :mod:`~cairn.algorithms.impala.learn` (the learn function),
+:mod:`~cairn.algorithms.impala.fragments` (fragments tagged with a weights version),
+:mod:`~cairn.algorithms.impala.appo_policy` (APPO's target network) and
+:mod:`~cairn.algorithms.impala.impala` (the algorithms).
 """
 
-__all__: list[str] = []
+from cairn.algorithms.impala.appo_policy import APPOPolicy
+from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
+from cairn.algorithms.impala.fragments import Fragment
+from cairn.algorithms.impala.impala import APPO, IMPALA
+
+__all__ = ["APPO", "APPOConfig", "APPOPolicy", "Fragment", "IMPALA", "IMPALAConfig"]

@@ -1,0 +1,120 @@
+"""IMPALA and APPO: learning from fragments of experience with V-trace's off-policy correction.
+
+The training iteration is two named steps: :meth:`IMPALA.sample_fragments` (where the fragments
+come from: here, synchronously from the env runner group) and :meth:`IMPALA.learn_on_fragments`
+(one learner update on fragments tagged with the weights version that acted them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from cairn.algorithms.algorithm import Algorithm
+from cairn.algorithms.impala.appo_policy import APPOPolicy
+from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
+from cairn.algorithms.impala.fragments import Fragment, join_fragments, policy_lags
+from cairn.algorithms.impala.learn import vtrace_learn
+from cairn.config.algorithm_config import AlgorithmConfig
+from cairn.errors import ConfigError
+from cairn.policy.policy import Policy
+from cairn.policy.recurrent import is_recurrent
+from cairn.registry import register_class
+
+__all__ = ["IMPALA", "APPO"]
+
+
+@register_class
+class IMPALA(Algorithm):
+    """IMPALA (Espeholt et al. 2018): an actor-critic learning from fragments of experience
+    acted by possibly older weights, corrected by V-trace (docs/impala.md).
+
+    Each ``train()`` samples fragments until ``train_batch_size`` env steps are in hand
+    (:meth:`sample_fragments`), then learns once on them (:meth:`learn_on_fragments`).
+    Policies are cairn's actor-critic :class:`~cairn.policy.Policy` (PPO's networks, action
+    masks, custom models); recurrent policies are refused.
+
+    >>> from cairn import IMPALAConfig
+    >>> algo = IMPALAConfig().environment("CartPole-v1").training(train_batch_size=100).build()
+    >>> algo.train()["training_iteration"]
+    1
+    """
+
+    config_class: ClassVar[type[AlgorithmConfig]] = IMPALAConfig
+    config: IMPALAConfig
+    #: Whether the loss is APPO's (surrogate against a target network) rather than IMPALA's.
+    uses_target_network: ClassVar[bool] = False
+
+    def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
+        #: Learner updates so far: the version of the current weights, which fragments carry.
+        self.weights_version = 0
+        super().__init__(config, **kwargs)
+        recurrent = sorted(pid for pid, p in self.policies.items() if is_recurrent(p))
+        if recurrent:
+            self.stop()
+            raise ConfigError(
+                f"{type(self).__name__} got recurrent policies {recurrent}: V-trace here runs on "
+                "feed-forward policies (the learner has no sequence layout for a recurrent state). "
+                "Use a feed-forward model, or cairn.PPOConfig for recurrent policies.")
+
+    def training_step(self) -> dict[str, dict[str, float]]:
+        return self.learn_on_fragments(self.sample_fragments())
+
+    def sample_fragments(self) -> list[Fragment]:
+        """Fragments for one learner update: the synchronous path samples rounds from the env
+        runner group (every runner acts with the current weights: ``weights_version`` now)
+        until at least ``train_batch_size`` env steps are in hand."""
+        fragments: list[Fragment] = []
+        steps = 0
+        while steps < self.config.train_batch_size:
+            before = self.counters["num_env_steps_sampled_lifetime"]
+            fragments.append(Fragment(self._sample(), self.weights_version))
+            steps += self.counters["num_env_steps_sampled_lifetime"] - before
+        return fragments
+
+    def learn_on_fragments(self, fragments: Sequence[Fragment]) -> dict[str, dict[str, float]]:
+        """One learner update of every policy that trains, on its rows of ``fragments`` (each
+        tagged with the ``weights_version`` that acted it); then ``weights_version`` counts it.
+        Returns the learner stats per policy ID, with ``policy_lag_mean`` and ``policy_lag_max``
+        (updates between the acting weights and these, over the rows)."""
+        stats: dict[str, dict[str, float]] = {}
+        for pid in self.policies_to_train:
+            batch = join_fragments(fragments, pid)
+            if batch is None:
+                continue
+            lags = policy_lags(fragments, pid, self.weights_version)
+            # The epochs' row orders come from the algorithm's generator, here, so that every
+            # learner (one, or each DDP rank) walks the same minibatches.
+            permutations = [self._rng.permutation(len(batch)) for _ in range(self.config.num_epochs)]
+            output = self.learn(vtrace_learn, pid, batch=batch, permutations=permutations,
+                                appo=self.uses_target_network)
+            stats[pid] = {**output.stats, "policy_lag_mean": float(lags.mean()),
+                          "policy_lag_max": float(lags.max())}
+            self.counters["num_env_steps_trained_lifetime"] += len(batch)
+        self.weights_version += 1
+        return stats
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """``weights_version``: the learner updates so far."""
+        return {"weights_version": self.weights_version}
+
+    def set_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.weights_version = int(state.get("weights_version", 0))
+
+
+@register_class
+class APPO(IMPALA):
+    """APPO (RLlib's name for IMPACT, Luo et al. 2020): IMPALA's sampling and V-trace with PPO's
+    clipped surrogate, taken against a target network (:class:`APPOPolicy`), and an optional
+    adaptive KL penalty (docs/impala.md).
+
+    >>> from cairn import APPOConfig
+    >>> algo = APPOConfig().environment("CartPole-v1").training(train_batch_size=100).build()
+    >>> algo.train()["training_iteration"]
+    1
+    """
+
+    config_class: ClassVar[type[AlgorithmConfig]] = APPOConfig
+    config: APPOConfig
+    default_policy_class: ClassVar[type[Policy]] = APPOPolicy
+    uses_target_network: ClassVar[bool] = True

@@ -1,0 +1,159 @@
+"""IMPALA's and APPO's learn function: V-trace targets over one train batch of time-ordered
+fragments, then the loss over minibatches, run by a learner alone or as one rank of the DDP
+learners (:mod:`cairn.learners.sync` says how the work is shared)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from cairn.algorithms.impala.appo_policy import APPOPolicy
+from cairn.algorithms.impala.loss import appo_loss, impala_loss, update_kl_coeff
+from cairn.algorithms.impala.vtrace import VTraceReturns, vtrace
+from cairn.algorithms.ppo.learn import behaviour_logp, next_values, update_stats
+from cairn.env_runner.sample_batch import SampleBatch
+from cairn.errors import ConfigError
+from cairn.learners import GradientSync, LearnOutput
+from cairn.policy.policy import Policy
+
+__all__ = ["vtrace_learn", "batch_vtrace", "BatchTensors"]
+
+
+class BatchTensors:
+    """A train batch's columns as tensors on the learner's device, made once per learn call."""
+
+    def __init__(self, batch: SampleBatch, policy: Policy, device: torch.device) -> None:
+        self.batch = batch
+        self.obs = torch.from_numpy(batch["obs"]).to(device)
+        self.actions = torch.from_numpy(batch["actions"]).to(device)
+        self.behaviour_logp = behaviour_logp(batch, policy, device)
+        self.rewards = torch.from_numpy(np.asarray(batch["rewards"], dtype=np.float32)).to(device)
+        self.terminateds = torch.from_numpy(np.asarray(batch["terminateds"], dtype=bool)).to(device)
+        self.ends = torch.from_numpy(np.asarray(batch["ends"], dtype=bool)).to(device)
+
+
+def batch_vtrace(config: Any, policy: Policy, data: BatchTensors, *,
+                 appo: bool) -> tuple[VTraceReturns, np.ndarray]:
+    """V-trace's targets and advantages of the whole batch under the policy's current weights,
+    and the values ``V(x_s)`` they were computed from (numpy).
+
+    The values ``V(x_s)`` are the network's; ``V(x_{s+1})`` at a piece's end is the value of
+    the row's ``next_obs`` (a truncation or a fragment end bootstraps, as PPO's GAE does; a
+    termination gets 0). The target policy is the network itself (IMPALA) or the target
+    network (``appo``: APPO's ``pi_target``)."""
+    model, dist = policy.model, policy.dist
+    with torch.no_grad():
+        inputs, values = model(data.obs)
+        if appo:  # APPO's target policy: the target network
+            assert isinstance(policy, APPOPolicy)  # vtrace_learn checks it
+            inputs = policy.target_model(data.obs)[0]
+        target_logp = dist.logp(inputs, data.actions)
+        values_np = values.cpu().numpy()
+        next_vals = torch.from_numpy(next_values(model, data.batch, values_np)).to(values.device)
+    returns = vtrace(behaviour_logp=data.behaviour_logp, target_logp=target_logp, rewards=data.rewards,
+                     values=values, next_values=next_vals, terminateds=data.terminateds, ends=data.ends,
+                     gamma=config.gamma, clip_rho_threshold=config.vtrace_clip_rho_threshold,
+                     clip_pg_rho_threshold=config.vtrace_clip_pg_rho_threshold)
+    return returns, values_np
+
+
+def vtrace_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleBatch,
+                 permutations: Sequence[np.ndarray], appo: bool) -> LearnOutput:
+    """One IMPALA (``appo`` False) or APPO (``appo`` True, on an :class:`APPOPolicy`) update of ``policy`` on ``batch``: per
+    array of ``permutations`` (the row order of an epoch, drawn by the algorithm) V-trace over the
+    whole batch, then minibatches of ``minibatch_size`` rows (None: the whole batch).
+
+    Each learner computes V-trace over the whole batch, then the loss of its shard of each
+    minibatch only, scaled by its share of the minibatch's rows, so that the all-reduced
+    gradients are the whole minibatch's (as PPO's learner). APPO, after the epochs: every
+    ``target_network_update_freq`` train batches, adapts ``kl_coeff`` to the KL measured over
+    the whole batch (``use_kl_loss``) and copies the network into the target network."""
+    model = policy.model
+    device = next(model.parameters()).device
+    data = BatchTensors(batch, policy, device)
+    if appo and not isinstance(policy, APPOPolicy):
+        raise ConfigError(
+            f"APPO trains a {type(policy).__name__}, which has no target network: APPO's ratio is "
+            "taken against one. Fix: leave the PolicySpec's policy_class unset (APPO's default is "
+            "cairn.algorithms.impala.APPOPolicy) or name a subclass of APPOPolicy.")
+    n = len(batch)
+    size = n if config.minibatch_size is None else min(config.minibatch_size, n)
+    params = list(model.parameters())
+    history: list[torch.Tensor] = []
+    stats: dict[str, torch.Tensor] = {}
+    returns: torch.Tensor | None = None
+    values_np: np.ndarray | None = None
+    for perm_np in permutations:
+        targets, values_now = batch_vtrace(config, policy, data, appo=appo)
+        if returns is None:  # the first epoch's: the value function before this update
+            returns, values_np = targets.vs, values_now
+        perm = torch.from_numpy(perm_np).to(device)
+        for start in range(0, n, size):
+            idx = perm[start:start + size]
+            rows = idx[sync.shard(len(idx))]
+            loss = None
+            if len(rows):
+                loss, stats = _loss(config, policy, data, targets, rows, appo=appo)
+                # The loss is a mean over rows: weighted by this shard's share, the learners'
+                # gradients sum to the minibatch's (alone the weight is exactly 1).
+                loss = loss * (len(rows) / len(idx))
+            sync.optimizer_step(policy.optimizer, loss, params, grad_clip=config.grad_clip)
+            policy.num_grad_updates += 1
+            if len(rows):
+                history.append(torch.stack(list(stats.values())))
+    assert returns is not None and values_np is not None  # num_epochs >= 1 (a positive_int field)
+    out = update_stats(list(stats), history, returns, values_np, policy)
+    if appo:
+        assert isinstance(policy, APPOPolicy)  # checked above
+        out.update(_after_train_batch(config, policy, data))
+    return LearnOutput(out)
+
+
+def _loss(config: Any, policy: Policy, data: BatchTensors, targets: VTraceReturns, rows: torch.Tensor, *,
+          appo: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss (a mean over ``rows``) and its statistics."""
+    inputs, values = policy.model(data.obs[rows])
+    logp = policy.dist.logp(inputs, data.actions[rows])
+    entropy = policy.dist.entropy(inputs)
+    vs, pg_adv = targets.vs[rows], targets.pg_advantages[rows]
+    if not appo:
+        return impala_loss(logp, values, entropy, vs, pg_adv, vf_loss_coeff=config.vf_loss_coeff,
+                           entropy_coeff=config.entropy_coeff)
+    assert isinstance(policy, APPOPolicy)
+    behaviour = data.behaviour_logp[rows]
+    with torch.no_grad():
+        old_logp = policy.dist.logp(policy.target_model(data.obs[rows])[0], data.actions[rows])
+    kl = kl_estimate(old_logp, logp, behaviour) if config.use_kl_loss else None
+    loss, stats = appo_loss(logp, behaviour, old_logp, values, entropy, vs, pg_adv, kl,
+                            clip_param=config.clip_param, vf_loss_coeff=config.vf_loss_coeff,
+                            entropy_coeff=config.entropy_coeff, kl_coeff=policy.kl_coeff,
+                            target_worker_clipping=config.target_worker_clipping)
+    return loss, dict(stats)
+
+
+def kl_estimate(old_logp: torch.Tensor, logp: torch.Tensor, behaviour_logp: torch.Tensor) -> torch.Tensor:
+    """Each row's estimate of ``KL(pi_target || pi)`` from the action the behaviour policy took:
+    ``(pi_target / mu) (log pi_target - log pi)``, whose mean over actions drawn from ``mu`` is
+    the KL itself (importance weighting; exact in expectation, for every action space, with no
+    closed form per distribution). The weight carries no gradient."""
+    weight = torch.exp(old_logp - behaviour_logp).detach()
+    return weight * (old_logp.detach() - logp)
+
+
+def _after_train_batch(config: Any, policy: APPOPolicy, data: BatchTensors) -> dict[str, float]:
+    """APPO's step after each train batch: the target update and the KL weight's adaptation."""
+    policy.num_train_batches += 1
+    if policy.num_train_batches % config.target_network_update_freq == 0:
+        if config.use_kl_loss:
+            # Over the whole batch, so that every DDP rank measures the same KL (its shard's
+            # would differ) and adapts the weight alike.
+            with torch.no_grad():
+                logp = policy.dist.logp(policy.model(data.obs)[0], data.actions)
+                old_logp = policy.dist.logp(policy.target_model(data.obs)[0], data.actions)
+                kl = float(kl_estimate(old_logp, logp, data.behaviour_logp).mean())
+            policy.kl_coeff = update_kl_coeff(policy.kl_coeff, kl, kl_target=config.kl_target)
+        policy.update_target()
+    return {"curr_kl_coeff": policy.kl_coeff, "num_train_batches": float(policy.num_train_batches)}
