@@ -136,11 +136,14 @@ def _loss(config: Any, policy: Policy, data: BatchTensors, targets: VTraceReturn
 
 def kl_estimate(old_logp: torch.Tensor, logp: torch.Tensor, behaviour_logp: torch.Tensor) -> torch.Tensor:
     """Each row's estimate of ``KL(pi_target || pi)`` from the action the behaviour policy took:
-    ``(pi_target / mu) (log pi_target - log pi)``, whose mean over actions drawn from ``mu`` is
-    the KL itself (importance weighting; exact in expectation, for every action space, with no
-    closed form per distribution). The weight carries no gradient."""
+    ``(pi_target / mu) ((r - 1) - log r)`` with ``r = pi / pi_target`` (Schulman's "k3"
+    estimator, importance-weighted from ``mu``'s actions to ``pi_target``'s). Never negative,
+    and its mean over actions drawn from ``mu`` is the KL itself, as is its gradient's: exact
+    in expectation for every action space, with no closed form per distribution. The weight
+    carries no gradient."""
     weight = torch.exp(old_logp - behaviour_logp).detach()
-    return weight * (old_logp.detach() - logp)
+    log_r = logp - old_logp.detach()
+    return weight * (torch.exp(log_r) - 1.0 - log_r)
 
 
 def _after_train_batch(config: Any, policy: APPOPolicy, data: BatchTensors) -> dict[str, float]:

@@ -1,0 +1,154 @@
+"""The learner's V-trace on a real sampled batch equals a direct call of
+:func:`cairn.algorithms.impala.vtrace.vtrace` on tensors this test builds from the batch itself:
+behaviour log-probs from the ``action_logp`` column, values from the network, bootstrap values
+of the final observations at truncations and fragment ends, none after terminations, and (APPO)
+the target network as V-trace's target policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import cairn
+from cairn.algorithms.impala.fragments import join_fragments
+from cairn.algorithms.impala.learn import BatchTensors, batch_vtrace, kl_estimate, vtrace_learn
+from cairn.algorithms.impala.vtrace import vtrace
+from cairn.errors import ConfigError
+from cairn.learners import LOCAL_SYNC
+from tests.algorithms.impala.small import small
+
+
+def _sampled(algo_name: str):
+    # Episodes cut at 15 steps: the batch has truncations, fragment ends and terminations.
+    algo = small(algo_name, train_batch_size=120).environment(
+        "CartPole-v1", env_config={"max_episode_steps": 15}).build()
+    batch = join_fragments(algo.sample_fragments(), "default_policy")
+    return algo, batch
+
+
+def _direct(policy, batch, target_model, gamma, rho, pg_rho):
+    obs = torch.from_numpy(batch["obs"])
+    actions = torch.from_numpy(batch["actions"])
+    with torch.no_grad():
+        values = policy.model(obs)[1]
+        target_logp = policy.dist.logp(target_model(obs)[0], actions)
+        next_obs_values = policy.model.value(torch.from_numpy(batch["next_obs"]))
+    ends, terminateds = batch["ends"], batch["terminateds"]
+    next_values = torch.zeros_like(values)
+    for s in range(len(batch)):  # the next row's value inside a piece, else the final observation's
+        next_values[s] = next_obs_values[s] if ends[s] else values[s + 1]
+    return vtrace(behaviour_logp=torch.from_numpy(batch["action_logp"]), target_logp=target_logp,
+                  rewards=torch.from_numpy(batch["rewards"].astype(np.float32)), values=values,
+                  next_values=next_values, terminateds=torch.from_numpy(terminateds),
+                  ends=torch.from_numpy(ends), gamma=gamma, clip_rho_threshold=rho,
+                  clip_pg_rho_threshold=pg_rho)
+
+
+@pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
+def test_learner_vtrace_equals_a_direct_call_on_the_sampled_batch(algo_name):
+    algo, batch = _sampled(algo_name)
+    try:
+        assert batch["truncateds"].any() and batch["terminateds"].any()
+        assert (batch["ends"] & ~batch["terminateds"] & ~batch["truncateds"]).any()  # fragment ends
+        policy = algo.get_policy()
+        # One update first, so that the network is no longer the one that acted (ratios != 1)
+        # and, for APPO, the target network differs from the network.
+        algo.learn_on_fragments(algo.sample_fragments())
+        if algo_name == "APPO":
+            with torch.no_grad():
+                for p in policy.model.parameters():
+                    p.add_(0.05)
+            target = policy.target_model
+        else:
+            target = policy.model
+        config = algo.config.copy().training(vtrace_clip_rho_threshold=1.5, vtrace_clip_pg_rho_threshold=None)
+        got, values = batch_vtrace(config, policy, BatchTensors(batch, policy, torch.device("cpu")),
+                                   appo=algo_name == "APPO")
+        want = _direct(policy, batch, target, config.gamma, 1.5, None)
+        ratios = torch.exp(policy.dist.logp(target(torch.from_numpy(batch["obs"]))[0],
+                                            torch.from_numpy(batch["actions"])) - torch.from_numpy(batch["action_logp"]))
+        assert (ratios - 1).abs().max() > 1e-3  # the correction is exercised
+        torch.testing.assert_close(got.vs, want.vs, rtol=0, atol=0)
+        torch.testing.assert_close(got.pg_advantages, want.pg_advantages, rtol=0, atol=0)
+        np.testing.assert_array_equal(values, policy.model(torch.from_numpy(batch["obs"]))[1].detach().numpy())
+    finally:
+        algo.stop()
+
+
+def test_learner_reads_the_behaviour_column():
+    algo, batch = _sampled("IMPALA")
+    try:
+        policy = algo.get_policy()
+        tensors = BatchTensors(batch, policy, torch.device("cpu"))
+        before = batch_vtrace(algo.config, policy, tensors, appo=False)[0]
+        batch["action_logp"] = batch["action_logp"] - 0.5  # the behaviour was less likely
+        after = batch_vtrace(algo.config, policy, BatchTensors(batch, policy, torch.device("cpu")), appo=False)[0]
+        assert not torch.equal(before.vs, after.vs)
+        del batch["action_logp"]
+        with pytest.raises(ConfigError, match="action_logp"):
+            BatchTensors(batch, policy, torch.device("cpu"))
+    finally:
+        algo.stop()
+
+
+def test_appo_learn_refuses_a_policy_without_target_network():
+    algo, batch = _sampled("IMPALA")
+    try:
+        with pytest.raises(ConfigError, match="target network"):
+            vtrace_learn(algo.config, algo.get_policy(), LOCAL_SYNC, batch=batch,
+                         permutations=[np.arange(len(batch))], appo=True)
+    finally:
+        algo.stop()
+
+
+def test_kl_estimate_is_the_kl_in_expectation():
+    # Categorical pi_old, pi, mu over 3 actions: the mean over mu's actions of the estimate,
+    # weighted by mu, is KL(pi_old || pi) exactly.
+    old = torch.log(torch.tensor([0.2, 0.5, 0.3]))
+    new = torch.log(torch.tensor([0.4, 0.4, 0.2]))
+    mu = torch.log(torch.tensor([0.6, 0.1, 0.3]))
+    estimate = (torch.exp(mu) * kl_estimate(old, new, mu)).sum()
+    exact = (torch.exp(old) * (old - new)).sum()
+    torch.testing.assert_close(estimate, exact)
+
+
+def test_appo_target_network_follows_the_update_frequency():
+    algo = small("APPO", target_network_update_freq=2, use_kl_loss=True, kl_target=1e-6).build()
+    try:
+        policy = algo.get_policy()
+        algo.train()  # 1 train batch: the target network has not moved
+        assert policy.num_train_batches == 1 and policy.kl_coeff == 1.0
+        assert not all(torch.equal(a, b) for a, b in zip(policy.model.parameters(),
+                                                         policy.target_model.parameters()))
+        algo.train()  # 2: copied, and the KL (far over its tiny target) raised the weight
+        assert all(torch.equal(a, b) for a, b in zip(policy.model.parameters(), policy.target_model.parameters()))
+        assert policy.kl_coeff == 1.5
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
+def test_a_recurrent_policy_spec_is_refused_at_build(algo_name):
+    config = small(algo_name).multi_agent(policies={
+        "default_policy": cairn.PolicySpec(config={"model": {"use_lstm": True}})})
+    with pytest.raises(ConfigError, match="recurrent|use_lstm"):
+        config.build()
+
+
+def test_sync_fragments_carry_the_current_weights_version():
+    algo = small("IMPALA").build()
+    try:
+        algo.train()
+        fragments = algo.sample_fragments()
+        assert {f.weights_version for f in fragments} == {1}
+        assert sum(len(f.batches["default_policy"]) for f in fragments) >= algo.config.train_batch_size
+        stats = algo.learn_on_fragments(fragments)["default_policy"]
+        assert (stats["policy_lag_mean"], stats["policy_lag_max"]) == (0.0, 0.0)
+        assert algo.weights_version == 2
+        # A fragment acted two updates ago is reported as lagging by 2.
+        old = type(fragments[0])(fragments[0].batches, 0)
+        stats = algo.learn_on_fragments([old, *fragments[1:]])["default_policy"]
+        assert stats["policy_lag_max"] == 2.0 and 0 < stats["policy_lag_mean"] < 2.0
+    finally:
+        algo.stop()
