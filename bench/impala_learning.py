@@ -1,8 +1,8 @@
 """IMPALA and APPO learning check over several seeds on CartPole-v1 (synchronous path,
 ``num_env_runners=0``): greedy mean return (``algo.evaluate()``, 10 episodes) every
 ``--eval-every`` env steps, until the first return >= ``--bar`` or ``--budget`` env steps.
-docs/impala.md, section Learning, has the figures and the settings (:func:`learning_config`,
-which the slow learning tests use too).
+docs/impala.md, section Learning, has the figures; the settings are
+``tests/algorithms/impala/small.py``'s ``learning_config``, which the slow learning test uses too.
 
     .venv/bin/python bench/impala_learning.py [--algos IMPALA APPO] [--seeds 0 1 2] \\
         [--bar 475] [--budget 100000] [--eval-every 5000]
@@ -11,46 +11,13 @@ which the slow learning tests use too).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
-from typing import Any
+from pathlib import Path
 
-from cairn import APPOConfig, IMPALAConfig
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests/
 
-#: The settings of the learning runs, beside RLlib's defaults (docs/impala.md, Learning).
-LEARNING_SETTINGS: dict[str, Any] = {
-    "lr": 0.001, "num_epochs": 4, "minibatch_size": 128, "entropy_coeff": 0.0,
-    "model": {"hidden": [64, 64]},
-}
-#: Environments stepped by the local runner (fragments of 50 steps each).
-NUM_ENVS = 4
-
-
-def learning_config(algo: str, seed: int) -> Any:
-    """The config of a learning run of ``algo`` (``"IMPALA"`` or ``"APPO"``) on CartPole-v1."""
-    config_cls = {"IMPALA": IMPALAConfig, "APPO": APPOConfig}[algo]
-    return (config_cls().environment("CartPole-v1").env_runners(num_envs_per_env_runner=NUM_ENVS)
-            .training(**LEARNING_SETTINGS).resources(torch_num_threads=1).debugging(seed=seed))
-
-
-def steps_to_bar(algo: str, seed: int, *, bar: float, budget: int, eval_every: int) -> tuple[int | None, list]:
-    """The env steps at the first greedy evaluation >= ``bar`` (None: not within ``budget``),
-    and every evaluation as ``(steps, return)``."""
-    built = learning_config(algo, seed).build()
-    points: list[tuple[int, float]] = []
-    next_eval = eval_every
-    try:
-        while built.counters["num_env_steps_sampled_lifetime"] < budget:
-            steps = built.train()["num_env_steps_sampled_lifetime"]
-            if steps < next_eval:
-                continue
-            next_eval += eval_every
-            ret = built.evaluate()["episode_return_mean"]
-            points.append((steps, round(ret, 1)))
-            if ret >= bar:
-                return steps, points
-    finally:
-        built.stop()
-    return None, points
+from tests.algorithms.impala.small import steps_to_bar  # noqa: E402
 
 
 def main() -> None:

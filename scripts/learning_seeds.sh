@@ -12,6 +12,7 @@ TESTS=(
   tests/algorithms/dqn/test_dqn_learning.py
   tests/algorithms/sac/test_sac_learning.py
   tests/algorithms/td3/test_td3_learning.py
+  tests/algorithms/impala/test_impala_learning.py
   tests/algorithms/test_cnn_learning.py::test_ppo_cnn_learns_pixel_cue
   tests/models/test_action_masking.py::test_masked_ppo_learns_to_pick_the_paying_action
 )
