@@ -3,8 +3,10 @@
     python scripts/make_fixture_checkpoints.py
 
 Writes tests/fixtures/checkpoints/<FORMAT_VERSION>/{ppo_single,ppo_multi,policy,sac_single,td3_single,
-ppo_lstm}/ (and {sac,td3}_single.expected.json, the greedy actions those fixtures must keep computing,
-and ppo_lstm.expected.json: the LSTM's greedy actions, logits and values). Run it
+ppo_lstm,impala_single,appo_single}/ (and {sac,td3}_single.expected.json, the greedy actions those
+fixtures must keep computing, ppo_lstm.expected.json: the LSTM's greedy actions, logits and values,
+and {impala,appo}_single.expected.json: the greedy actions, logits and values, and APPO's target
+network logits, KL weight and train batch count). Run it
 once per format version, commit the output, and never regenerate an existing fixture: the
 fixtures prove that checkpoints written by earlier releases keep loading. The script writes
 only the fixtures missing from the version folder and never overwrites one.
@@ -37,6 +39,9 @@ def main() -> int:
         write_td3(out)
     if not (out / "ppo_lstm").exists():
         write_lstm(out)
+    for algo_name in ("IMPALA", "APPO"):
+        if not (out / f"{algo_name.lower()}_single").exists():
+            write_vtrace(out, algo_name)
     if (out / "ppo_single").exists():
         print(f"{out}/ppo_* exist; fixtures of a released format version are never regenerated.")
         return 0
@@ -129,6 +134,45 @@ def write_lstm(out: Path) -> None:
     expected = {"obs": LSTM_OBS, "actions": actions, "action_inputs": inputs[0].tolist(),
                 "values": values[0].tolist()}
     (out / "ppo_lstm.expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+    algo.stop()
+
+
+#: CartPole observations whose greedy actions, logits and values the IMPALA and APPO fixtures record.
+CARTPOLE_OBS = [[0.01, -0.02, 0.03, 0.0], [0.1, 0.5, -0.05, -0.8], [-0.3, -1.0, 0.12, 1.5]]
+
+
+def write_vtrace(out: Path, algo_name: str) -> None:
+    """An IMPALA or APPO CartPole checkpoint (MeanStdFilter; APPO with the KL loss, saved between
+    two target updates, so that the target network differs from the network), and what it
+    computes for :data:`CARTPOLE_OBS`."""
+    import torch
+
+    config_cls = cairn.IMPALAConfig if algo_name == "IMPALA" else cairn.APPOConfig
+    config = (config_cls().environment("CartPole-v1").env_runners(num_envs_per_env_runner=2, rollout_fragment_length=16,
+                                                                  observation_filter="MeanStdFilter")
+              .training(train_batch_size=64, minibatch_size=32, num_epochs=2, model={"hidden": [16, 16]})
+              .debugging(seed=0))
+    if algo_name == "APPO":
+        config.training(use_kl_loss=True, kl_target=1e-4, target_network_update_freq=2)
+    algo = config.build()
+    for _ in range(3):
+        algo.train()
+    name = f"{algo_name.lower()}_single"
+    algo.save(out / name)
+    policy = algo.get_policy()
+    obs = torch.from_numpy(policy.process_observations(np.array(CARTPOLE_OBS, dtype=np.float32), update=False))
+    with torch.inference_mode():
+        inputs, values = policy.model(obs)
+    expected = {"obs": CARTPOLE_OBS, "actions": [int(algo.compute_single_action(np.array(o, dtype=np.float32)))
+                                                 for o in CARTPOLE_OBS],
+                "action_inputs": inputs.tolist(), "values": values.tolist()}
+    if algo_name == "APPO":
+        if policy.num_train_batches % 2 != 1:  # the fixture's point: a target network to keep
+            raise RuntimeError("the APPO fixture must be saved between two target updates")
+        with torch.inference_mode():
+            expected["target_action_inputs"] = policy.target_model(obs)[0].tolist()
+        expected.update(kl_coeff=policy.kl_coeff, num_train_batches=policy.num_train_batches)
+    (out / f"{name}.expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     algo.stop()
 
 

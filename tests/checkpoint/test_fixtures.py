@@ -18,6 +18,8 @@ EXPECTED = {
     "sac_single": ("Algorithm", ["default_policy"]),
     "td3_single": ("Algorithm", ["default_policy"]),
     "ppo_lstm": ("Algorithm", ["default_policy"]),
+    "impala_single": ("Algorithm", ["default_policy"]),
+    "appo_single": ("Algorithm", ["default_policy"]),
 }
 #: The fixtures each version has (a fixture added later, such as td3_single and ppo_lstm in
 #: version 2, is absent from the versions before it).
@@ -59,6 +61,8 @@ def test_fixture_loads_acts_and_trains(tmp_path, version, name):
             assert algo.get_policy().num_grad_updates % 2 == 1
     elif name == "ppo_lstm":
         check_lstm_fixture(algo, FIXTURES / version / f"{name}.expected.json")
+    elif name in ("impala_single", "appo_single"):
+        check_vtrace_fixture(algo, FIXTURES / version / f"{name}.expected.json")
     else:
         for pid in policy_ids:
             assert algo.compute_single_action(obs, policy_id=pid) in (0, 1)
@@ -85,6 +89,28 @@ def check_lstm_fixture(algo, expected_path):
         inputs, values, _ = policy.model(obs[None], initial)
     np.testing.assert_allclose(inputs[0].numpy(), expected["action_inputs"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(values[0].numpy(), expected["values"], rtol=0, atol=1e-6)
+
+
+def check_vtrace_fixture(algo, expected_path):
+    """An IMPALA or APPO fixture computes the greedy actions, logits and values it computed when
+    written (to float32 rounding); APPO's also keeps its target network (which differs from the
+    network), KL weight and train batch count."""
+    expected = json.loads(expected_path.read_text())
+    assert type(algo).__name__ == ("APPO" if "target_action_inputs" in expected else "IMPALA")
+    policy = algo.get_policy()
+    for obs_row, action in zip(expected["obs"], expected["actions"], strict=True):
+        assert int(algo.compute_single_action(np.array(obs_row, dtype=np.float32))) == action
+    obs = torch.from_numpy(policy.process_observations(np.array(expected["obs"], np.float32), update=False))
+    with torch.inference_mode():
+        inputs, values = policy.model(obs)
+        np.testing.assert_allclose(inputs.numpy(), expected["action_inputs"], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(values.numpy(), expected["values"], rtol=0, atol=1e-6)
+        if "target_action_inputs" in expected:
+            target = policy.target_model(obs)[0].numpy()
+            np.testing.assert_allclose(target, expected["target_action_inputs"], rtol=0, atol=1e-6)
+            assert not np.allclose(target, inputs.numpy(), rtol=0, atol=1e-6)
+            assert (policy.kl_coeff, policy.num_train_batches) == \
+                (expected["kl_coeff"], expected["num_train_batches"])
 
 
 def test_format_2_lstm_restores_and_upgrades_to_the_gradient_stopped_shared_lstm(tmp_path):
