@@ -5,7 +5,7 @@ docs/impala.md, section Learning, has the figures; the settings are
 ``tests/algorithms/impala/small.py``'s ``learning_config``, which the slow learning test uses too.
 
     .venv/bin/python bench/impala_learning.py [--algos IMPALA APPO] [--seeds 0 1 2] \\
-        [--bar 475] [--budget 100000] [--eval-every 5000]
+        [--bar 475] [--budget 30000] [--eval-every 2000]
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def main() -> None:
     parser.add_argument("--algos", nargs="+", default=["IMPALA", "APPO"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--bar", type=float, default=475.0)
-    parser.add_argument("--budget", type=int, default=100_000)
-    parser.add_argument("--eval-every", type=int, default=5_000)
+    parser.add_argument("--budget", type=int, default=30_000)
+    parser.add_argument("--eval-every", type=int, default=2_000)
     args = parser.parse_args()
     for algo in args.algos:
         for seed in args.seeds:

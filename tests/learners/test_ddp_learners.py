@@ -1,4 +1,4 @@
-"""DDP learners on Ray (num_learners=2, gloo on CPU): PPO, DQN, SAC and TD3 train, match a single
+"""DDP learners on Ray (num_learners=2, gloo on CPU): PPO, IMPALA, APPO, DQN, SAC and TD3 train, match a single
 learner after one iteration within rtol=1e-4, atol=1e-5, a checkpoint of 2 learners restores
 with num_learners=0 and continues, a killed learner is a LearnerFailedError, and stop()
 releases the learners' CPUs. One Ray session (tests/conftest.py's ray_cluster), 2 CPUs."""
@@ -54,6 +54,18 @@ def td3_config() -> cairn.TD3Config:
     return config  # type: ignore[return-value]
 
 
+def vtrace_config(algo: str) -> cairn.AlgorithmConfig:
+    # V-trace over the whole 130 rows on each rank, minibatches of 50, 50 and 30: shards of
+    # 25/25 and 15/15; APPO with the KL loss and a target update after the train batch.
+    config_cls = cairn.APPOConfig if algo == "APPO" else cairn.IMPALAConfig
+    config = (config_cls().environment("CartPole-v1")
+              .training(train_batch_size=130, minibatch_size=50, num_epochs=2, model={"hidden": [16, 16]})
+              .env_runners(rollout_fragment_length=130).debugging(seed=3))
+    if algo == "APPO":
+        config.training(use_kl_loss=True, kl_target=1e-4)
+    return config
+
+
 def assert_same_policy(got: cairn.Policy, want: cairn.Policy) -> None:
     got_state, want_state = got.get_state(), want.get_state()
     for name, value in want_state["weights"].items():
@@ -93,6 +105,27 @@ def test_ppo_two_learners_match_one_and_checkpoint_restores_with_zero(ray_cluste
     finally:
         restored.stop()
         single.stop()
+
+
+@pytest.mark.parametrize("algo", ["IMPALA", "APPO"])
+def test_vtrace_two_learners_match_one(ray_cluster, algo) -> None:
+    single = vtrace_config(algo).build()
+    ddp = vtrace_config(algo).learners(num_learners=2).build()
+    try:
+        single.train()
+        stats = ddp.train()["learners"]["default_policy"]
+        assert np.isfinite(stats["total_loss"])
+        assert_same_policy(ddp.get_policy(), single.get_policy())
+        if algo == "APPO":  # the target network and the KL weight travelled back too
+            got, want = ddp.get_policy(), single.get_policy()
+            assert got.kl_coeff == want.kl_coeff and got.num_train_batches == want.num_train_batches == 1
+            for name, value in want.get_state()["target"]["weights"].items():
+                np.testing.assert_allclose(got.get_state()["target"]["weights"][name], value,
+                                           rtol=RTOL, atol=ATOL, err_msg=name)
+    finally:
+        ddp.stop()
+        single.stop()
+    assert free_cpus_become(ray_cluster, 2.0)
 
 
 @pytest.mark.parametrize("make_config", [dqn_config, sac_config, td3_config], ids=["dqn", "sac", "td3"])

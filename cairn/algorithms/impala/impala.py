@@ -14,7 +14,8 @@ from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.fragments import Fragment, join_fragments, policy_lags
-from cairn.algorithms.impala.learn import vtrace_learn
+from cairn.algorithms.impala.learn import after_train_batch, vtrace_learn
+from cairn.env_runner.sample_batch import SampleBatch
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
@@ -88,11 +89,16 @@ class IMPALA(Algorithm):
             permutations = [self._rng.permutation(len(batch)) for _ in range(self.config.num_epochs)]
             output = self.learn(vtrace_learn, pid, batch=batch, permutations=permutations,
                                 appo=self.uses_target_network)
-            stats[pid] = {**output.stats, "policy_lag_mean": float(lags.mean()),
-                          "policy_lag_max": float(lags.max())}
+            stats[pid] = {**output.stats, **self.after_learn(pid, batch),
+                          "policy_lag_mean": float(lags.mean()), "policy_lag_max": float(lags.max())}
             self.counters["num_env_steps_trained_lifetime"] += len(batch)
         self.weights_version += 1
         return stats
+
+    def after_learn(self, policy_id: str, batch: SampleBatch) -> dict[str, float]:
+        """Hook: the algorithm's step once policy ``policy_id`` learnt from ``batch``; returns
+        stats to report with the learner's (IMPALA: none)."""
+        return {}
 
     def get_extra_state(self) -> dict[str, Any]:
         """``weights_version``: the learner updates so far."""
@@ -118,3 +124,13 @@ class APPO(IMPALA):
     config: APPOConfig
     default_policy_class: ClassVar[type[Policy]] = APPOPolicy
     uses_target_network: ClassVar[bool] = True
+
+    def after_learn(self, policy_id: str, batch: SampleBatch) -> dict[str, float]:
+        """The target network's update and the KL weight's adaptation
+        (:func:`~cairn.algorithms.impala.learn.after_train_batch`), on the driver's policy once
+        the learners' loan of it ended (with ``num_learners >= 1`` they hold its training state
+        until then)."""
+        self.sync_learners([policy_id])
+        policy = self.policies[policy_id]
+        assert isinstance(policy, APPOPolicy)  # vtrace_learn refused any other
+        return after_train_batch(self.config, policy, batch)

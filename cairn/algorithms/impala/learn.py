@@ -19,7 +19,7 @@ from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.policy import Policy
 
-__all__ = ["vtrace_learn", "batch_vtrace", "BatchTensors"]
+__all__ = ["vtrace_learn", "batch_vtrace", "BatchTensors", "kl_estimate", "after_train_batch"]
 
 
 class BatchTensors:
@@ -68,9 +68,8 @@ def vtrace_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: Samp
 
     Each learner computes V-trace over the whole batch, then the loss of its shard of each
     minibatch only, scaled by its share of the minibatch's rows, so that the all-reduced
-    gradients are the whole minibatch's (as PPO's learner). APPO, after the epochs: every
-    ``target_network_update_freq`` train batches, adapts ``kl_coeff`` to the KL measured over
-    the whole batch (``use_kl_loss``) and copies the network into the target network."""
+    gradients are the whole minibatch's (as PPO's learner). APPO's target network and KL weight
+    are read here and written by the algorithm afterwards (:func:`after_train_batch`)."""
     model = policy.model
     device = next(model.parameters()).device
     data = BatchTensors(batch, policy, device)
@@ -105,11 +104,7 @@ def vtrace_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: Samp
             if len(rows):
                 history.append(torch.stack(list(stats.values())))
     assert returns is not None and values_np is not None  # num_epochs >= 1 (a positive_int field)
-    out = update_stats(list(stats), history, returns, values_np, policy)
-    if appo:
-        assert isinstance(policy, APPOPolicy)  # checked above
-        out.update(_after_train_batch(config, policy, data))
-    return LearnOutput(out)
+    return LearnOutput(update_stats(list(stats), history, returns, values_np, policy))
 
 
 def _loss(config: Any, policy: Policy, data: BatchTensors, targets: VTraceReturns, rows: torch.Tensor, *,
@@ -146,13 +141,16 @@ def kl_estimate(old_logp: torch.Tensor, logp: torch.Tensor, behaviour_logp: torc
     return weight * (torch.exp(log_r) - 1.0 - log_r)
 
 
-def _after_train_batch(config: Any, policy: APPOPolicy, data: BatchTensors) -> dict[str, float]:
-    """APPO's step after each train batch: the target update and the KL weight's adaptation."""
+def after_train_batch(config: Any, policy: APPOPolicy, batch: SampleBatch) -> dict[str, float]:
+    """APPO's step after each train batch ``batch`` was learnt: count it, and every
+    ``target_network_update_freq`` of them adapt ``kl_coeff`` to the KL measured over the whole
+    batch (``use_kl_loss``) and copy the network into the target network. Run by the algorithm
+    on the policy it owns (after the learners' loan ended, as DQN's target sync), so that it
+    is the same with any number of learners."""
+    data = BatchTensors(batch, policy, next(policy.model.parameters()).device)
     policy.num_train_batches += 1
     if policy.num_train_batches % config.target_network_update_freq == 0:
         if config.use_kl_loss:
-            # Over the whole batch, so that every DDP rank measures the same KL (its shard's
-            # would differ) and adapts the weight alike.
             with torch.no_grad():
                 logp = policy.dist.logp(policy.model(data.obs)[0], data.actions)
                 old_logp = policy.dist.logp(policy.target_model(data.obs)[0], data.actions)

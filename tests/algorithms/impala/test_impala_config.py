@@ -75,3 +75,18 @@ def test_minibatch_larger_than_train_batch_is_refused():
 def test_recurrent_policies_are_refused(config_cls):
     with pytest.raises(ConfigError, match="use_lstm"):
         config_cls().environment("CartPole-v1").training(model={"use_lstm": True}).validate()
+
+
+@pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
+def test_cli_trains_and_saves(tmp_path, algo_name):
+    from cairn.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--algo", algo_name, "--env", "CartPole-v1", "--stop-iters", "1", "--config",
+                 "train_batch_size=64", "rollout_fragment_length=32", "minibatch_size=null",
+                 "--out", str(out)]) == 0
+    restored = cairn.Algorithm.from_checkpoint(out / "checkpoints" / "checkpoint_000001")
+    try:
+        assert type(restored).__name__ == algo_name and restored.config.minibatch_size is None
+    finally:
+        restored.stop()
