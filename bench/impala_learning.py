@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests/
 
-from tests.algorithms.impala.small import steps_to_bar  # noqa: E402
+from tests.algorithms.impala.small import steps_to_bar
 
 
 def main() -> None:

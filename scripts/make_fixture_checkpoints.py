@@ -148,8 +148,9 @@ def write_vtrace(out: Path, algo_name: str) -> None:
     import torch
 
     config_cls = cairn.IMPALAConfig if algo_name == "IMPALA" else cairn.APPOConfig
-    config = (config_cls().environment("CartPole-v1").env_runners(num_envs_per_env_runner=2, rollout_fragment_length=16,
-                                                                  observation_filter="MeanStdFilter")
+    config = (config_cls().environment("CartPole-v1")
+              .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=16,
+                           observation_filter="MeanStdFilter")
               .training(train_batch_size=64, minibatch_size=32, num_epochs=2, model={"hidden": [16, 16]})
               .debugging(seed=0))
     if algo_name == "APPO":
@@ -160,11 +161,11 @@ def write_vtrace(out: Path, algo_name: str) -> None:
     name = f"{algo_name.lower()}_single"
     algo.save(out / name)
     policy = algo.get_policy()
-    obs = torch.from_numpy(policy.process_observations(np.array(CARTPOLE_OBS, dtype=np.float32), update=False))
+    rows = np.array(CARTPOLE_OBS, dtype=np.float32)
+    obs = torch.from_numpy(policy.process_observations(rows, update=False))
     with torch.inference_mode():
         inputs, values = policy.model(obs)
-    expected = {"obs": CARTPOLE_OBS, "actions": [int(algo.compute_single_action(np.array(o, dtype=np.float32)))
-                                                 for o in CARTPOLE_OBS],
+    expected = {"obs": CARTPOLE_OBS, "actions": [int(algo.compute_single_action(o)) for o in rows],
                 "action_inputs": inputs.tolist(), "values": values.tolist()}
     if algo_name == "APPO":
         if policy.num_train_batches % 2 != 1:  # the fixture's point: a target network to keep

@@ -7,4 +7,5 @@ from cairn.algorithms.ppo import PPO, PPOConfig
 from cairn.algorithms.sac import SAC, SACConfig
 from cairn.algorithms.td3 import TD3, TD3Config
 
-__all__ = ["APPO", "APPOConfig", "Algorithm", "DQN", "DQNConfig", "IMPALA", "IMPALAConfig", "PPO", "PPOConfig", "SAC", "SACConfig", "TD3", "TD3Config"]
+__all__ = ["APPO", "APPOConfig", "Algorithm", "DQN", "DQNConfig", "IMPALA", "IMPALAConfig", "PPO",
+           "PPOConfig", "SAC", "SACConfig", "TD3", "TD3Config"]

@@ -76,7 +76,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("train", parents=[common], help="train an algorithm into a run directory",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algo", default=None,
-                   help="algorithm: a registered name (PPO, IMPALA, APPO, DQN, SAC, TD3) or package.module:ClassName")
+                   help="algorithm: a registered name (PPO, IMPALA, APPO, DQN, SAC, TD3) or "
+                        "package.module:ClassName")
     p.add_argument("--env", default=None, help=ENV_HELP)
     p.add_argument("--config", nargs="+", default=[], metavar="FILE|KEY=VALUE",
                    help="config files (YAML/JSON) and KEY=VALUE settings; see below")

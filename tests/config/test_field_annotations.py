@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cairn import DQNConfig, PPOConfig, SACConfig, TD3Config
+from cairn import APPOConfig, DQNConfig, IMPALAConfig, PPOConfig, SACConfig, TD3Config
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.policy.policy import Policy
 
@@ -20,7 +20,8 @@ def _annotated_fields(cls: type) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("config_cls", [AlgorithmConfig, PPOConfig, DQNConfig, SACConfig, TD3Config])
+@pytest.mark.parametrize("config_cls", [AlgorithmConfig, PPOConfig, IMPALAConfig, APPOConfig, DQNConfig, SACConfig,
+                                        TD3Config])
 def test_every_field_has_one_annotation_and_every_annotation_a_field(config_cls):
     assert _annotated_fields(config_cls) == set(config_cls.FIELDS)
 

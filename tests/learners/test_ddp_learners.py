@@ -1,5 +1,5 @@
-"""DDP learners on Ray (num_learners=2, gloo on CPU): PPO, IMPALA, APPO, DQN, SAC and TD3 train, match a single
-learner after one iteration within rtol=1e-4, atol=1e-5, a checkpoint of 2 learners restores
+"""DDP learners on Ray (num_learners=2, gloo on CPU): PPO, IMPALA, APPO, DQN, SAC and TD3 train,
+match a single learner after one iteration within rtol=1e-4, atol=1e-5, a checkpoint of 2 learners restores
 with num_learners=0 and continues, a killed learner is a LearnerFailedError, and stop()
 releases the learners' CPUs. One Ray session (tests/conftest.py's ray_cluster), 2 CPUs."""
 

@@ -106,7 +106,8 @@ class APPOConfig(IMPALAConfig):
         "use_kl_loss": Field("training", False, boolean, "add the KL(target || policy) penalty"),
         "kl_coeff": Field("training", 1.0, number(0.0, 1e6), "initial KL penalty weight"),
         "kl_target": Field("training", 0.01, number(0.0, 1e6, low_open=True), "KL the weight adapts to"),
-        "target_network_update_freq": Field("training", 1, positive_int, "train batches between target syncs"),
+        "target_network_update_freq": Field("training", 1, positive_int,
+                                            "train batches between target syncs"),
         "target_worker_clipping": Field("training", 2.0, number(0.0, 1e12, low_open=True),
                                         "clip of mu / pi_target"),
     }

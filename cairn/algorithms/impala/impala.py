@@ -15,8 +15,8 @@ from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.fragments import Fragment, join_fragments, policy_lags
 from cairn.algorithms.impala.learn import after_train_batch, vtrace_learn
-from cairn.env_runner.sample_batch import SampleBatch
 from cairn.config.algorithm_config import AlgorithmConfig
+from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
 from cairn.policy.recurrent import is_recurrent

@@ -62,7 +62,8 @@ def batch_vtrace(config: Any, policy: Policy, data: BatchTensors, *,
 
 def vtrace_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleBatch,
                  permutations: Sequence[np.ndarray], appo: bool) -> LearnOutput:
-    """One IMPALA (``appo`` False) or APPO (``appo`` True, on an :class:`APPOPolicy`) update of ``policy`` on ``batch``: per
+    """One IMPALA (``appo`` False) or APPO (``appo`` True, on an :class:`APPOPolicy`) update of
+    ``policy`` on ``batch``: per
     array of ``permutations`` (the row order of an epoch, drawn by the algorithm) V-trace over the
     whole batch, then minibatches of ``minibatch_size`` rows (None: the whole batch).
 

@@ -41,7 +41,8 @@ def learning_config(algo: str, seed: int) -> Any:
             .training(**LEARNING_SETTINGS).resources(torch_num_threads=1).debugging(seed=seed))
 
 
-def steps_to_bar(algo: str, seed: int, *, bar: float, budget: int, eval_every: int) -> tuple[int | None, list]:
+def steps_to_bar(algo: str, seed: int, *, bar: float, budget: int,
+                 eval_every: int) -> tuple[int | None, list]:
     """Train :func:`learning_config` and evaluate greedily (10 episodes) every ``eval_every``
     env steps: the env steps at the first return >= ``bar`` (None: not within ``budget``), and
     every evaluation as ``(steps, return)``."""

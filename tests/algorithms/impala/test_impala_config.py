@@ -12,12 +12,14 @@ from cairn.errors import ConfigError
 
 def test_defaults_are_rllibs():
     config = cairn.APPOConfig()
-    assert (config.vtrace, config.vtrace_clip_rho_threshold, config.vtrace_clip_pg_rho_threshold) == (True, 1.0, 1.0)
+    assert (config.vtrace, config.vtrace_clip_rho_threshold, config.vtrace_clip_pg_rho_threshold) == \
+        (True, 1.0, 1.0)
     assert (config.rollout_fragment_length, config.train_batch_size, config.lr, config.grad_clip) == \
         (50, 500, 0.0005, 40.0)
     assert (config.vf_loss_coeff, config.entropy_coeff, config.broadcast_interval) == (0.5, 0.01, 1)
     assert (config.num_epochs, config.minibatch_size) == (1, None)
-    assert (config.clip_param, config.use_kl_loss, config.kl_coeff, config.kl_target) == (0.4, False, 1.0, 0.01)
+    assert (config.clip_param, config.use_kl_loss, config.kl_coeff, config.kl_target) == \
+        (0.4, False, 1.0, 0.01)
     assert (config.target_network_update_freq, config.target_worker_clipping) == (1, 2.0)
     assert not hasattr(cairn.IMPALAConfig(), "clip_param")
 
@@ -66,7 +68,8 @@ def test_stored_bad_value_is_refused_on_validate():
 
 
 def test_minibatch_larger_than_train_batch_is_refused():
-    config = cairn.IMPALAConfig().environment("CartPole-v1").training(train_batch_size=100, minibatch_size=200)
+    config = cairn.IMPALAConfig().environment("CartPole-v1").training(train_batch_size=100,
+                                                                      minibatch_size=200)
     with pytest.raises(ConfigError, match="minibatch_size"):
         config.validate()
 

@@ -66,12 +66,12 @@ def test_learner_vtrace_equals_a_direct_call_on_the_sampled_batch(algo_name):
         got, values = batch_vtrace(config, policy, BatchTensors(batch, policy, torch.device("cpu")),
                                    appo=algo_name == "APPO")
         want = _direct(policy, batch, target, config.gamma, 1.5, None)
-        ratios = torch.exp(policy.dist.logp(target(torch.from_numpy(batch["obs"]))[0],
-                                            torch.from_numpy(batch["actions"])) - torch.from_numpy(batch["action_logp"]))
+        obs, actions = torch.from_numpy(batch["obs"]), torch.from_numpy(batch["actions"])
+        ratios = torch.exp(policy.dist.logp(target(obs)[0], actions) - torch.from_numpy(batch["action_logp"]))
         assert (ratios - 1).abs().max() > 1e-3  # the correction is exercised
         torch.testing.assert_close(got.vs, want.vs, rtol=0, atol=0)
         torch.testing.assert_close(got.pg_advantages, want.pg_advantages, rtol=0, atol=0)
-        np.testing.assert_array_equal(values, policy.model(torch.from_numpy(batch["obs"]))[1].detach().numpy())
+        np.testing.assert_array_equal(values, policy.model(obs)[1].detach().numpy())
     finally:
         algo.stop()
 
@@ -83,7 +83,8 @@ def test_learner_reads_the_behaviour_column():
         tensors = BatchTensors(batch, policy, torch.device("cpu"))
         before = batch_vtrace(algo.config, policy, tensors, appo=False)[0]
         batch["action_logp"] = batch["action_logp"] - 0.5  # the behaviour was less likely
-        after = batch_vtrace(algo.config, policy, BatchTensors(batch, policy, torch.device("cpu")), appo=False)[0]
+        tensors = BatchTensors(batch, policy, torch.device("cpu"))
+        after = batch_vtrace(algo.config, policy, tensors, appo=False)[0]
         assert not torch.equal(before.vs, after.vs)
         del batch["action_logp"]
         with pytest.raises(ConfigError, match="action_logp"):
@@ -122,7 +123,8 @@ def test_appo_target_network_follows_the_update_frequency():
         assert not all(torch.equal(a, b) for a, b in zip(policy.model.parameters(),
                                                          policy.target_model.parameters()))
         algo.train()  # 2: copied, and the KL (far over its tiny target) raised the weight
-        assert all(torch.equal(a, b) for a, b in zip(policy.model.parameters(), policy.target_model.parameters()))
+        assert all(torch.equal(a, b) for a, b in zip(policy.model.parameters(),
+                                                     policy.target_model.parameters()))
         assert policy.kl_coeff == 1.5
     finally:
         algo.stop()
