@@ -57,3 +57,40 @@ def test_custom_model_trains_and_resumes_exactly(algo_name, tmp_path):
         restored.stop()
     finally:
         algo.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo_name", ALGOS)
+def test_keras_policy_trains_and_resumes_exactly(algo_name, tmp_path):
+    training = {"target_network_update_freq": 2} if algo_name == "APPO" else {}
+    algo = small(algo_name, **training).framework("keras").build()
+    try:
+        algo.train()
+        if algo_name == "APPO":  # the target network is a copy, not the same variables
+            policy = algo.get_policy()
+            target = policy.get_state()["target"]["weights"]
+            assert any(not np.array_equal(w, target[k]) for k, w in policy.get_weights().items())
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+        assert_trains_identically(algo, restored)
+        restored.stop()
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("algo_name", ALGOS)
+def test_turn_based_self_play_trains_and_resumes_exactly(algo_name, tmp_path):
+    # PettingZoo's tic-tac-toe (AEC, masked actions), both players on one policy: a player's
+    # move is learnt once its next turn (or the game's end) closes it, possibly an iteration
+    # later, with the log-probability of the weights that made it.
+    from tests.env_runner.test_turn_based import make_tictactoe, shared_policy
+
+    algo = (small(algo_name).environment(make_tictactoe)
+            .multi_agent(policies={"shared"}, policy_mapping_fn=shared_policy).build())
+    try:
+        for _ in range(2):
+            assert _finite(algo.train()["learners"]["shared"])
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+        assert_trains_identically(algo, restored)
+        restored.stop()
+    finally:
+        algo.stop()
