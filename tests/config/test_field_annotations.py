@@ -20,8 +20,8 @@ def _annotated_fields(cls: type) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("config_cls", [AlgorithmConfig, PPOConfig, IMPALAConfig, APPOConfig, DQNConfig, SACConfig,
-                                        TD3Config])
+@pytest.mark.parametrize("config_cls", [AlgorithmConfig, PPOConfig, IMPALAConfig, APPOConfig, DQNConfig,
+                                        SACConfig, TD3Config])
 def test_every_field_has_one_annotation_and_every_annotation_a_field(config_cls):
     assert _annotated_fields(config_cls) == set(config_cls.FIELDS)
 

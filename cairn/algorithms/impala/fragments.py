@@ -17,9 +17,10 @@ __all__ = ["Fragment", "join_fragments", "policy_lags"]
 class Fragment:
     """Rows sampled in one ``sample()`` call of an env runner (``rollout_fragment_length``
     steps of each of its environments; on the synchronous path, one round of the runner group:
-    every runner's fragment, all acted by the same weights), by policy ID, time-ordered within each trajectory piece
-    (``ends`` marks the pieces' last rows), and ``weights_version``: the learner update count
-    (:attr:`cairn.algorithms.impala.IMPALA.weights_version`) of the weights that acted them."""
+    every runner's fragment, all acted by the same weights), by policy ID, time-ordered within
+    each trajectory piece (``ends`` marks the pieces' last rows), and ``weights_version``: the
+    learner update count (:attr:`cairn.algorithms.impala.IMPALA.weights_version`) of the
+    weights that acted them."""
 
     batches: Mapping[str, SampleBatch]
     weights_version: int

@@ -50,13 +50,30 @@ class IMPALA(Algorithm):
         #: Learner updates so far: the version of the current weights, which fragments carry.
         self.weights_version = 0
         super().__init__(config, **kwargs)
-        recurrent = sorted(pid for pid, p in self.policies.items() if is_recurrent(p))
-        if recurrent:
+        try:
+            self.check_policies(self.policies)
+        except ConfigError:
             self.stop()
+            raise
+
+    def check_policies(self, policies: Mapping[str, Policy]) -> None:
+        """ConfigError for a policy this algorithm cannot train: a recurrent one (V-trace here
+        has no sequence layout), or for APPO one without a target network. Checked when built
+        and before each learner update (a policy may be added meanwhile), before anything
+        learns."""
+        recurrent = sorted(pid for pid, p in policies.items() if is_recurrent(p))
+        if recurrent:
             raise ConfigError(
                 f"{type(self).__name__} got recurrent policies {recurrent}: V-trace here runs on "
                 "feed-forward policies (the learner has no sequence layout for a recurrent state). "
                 "Use a feed-forward model, or cairn.PPOConfig for recurrent policies.")
+        if self.uses_target_network:
+            plain = {pid: type(p).__name__ for pid, p in policies.items() if not isinstance(p, APPOPolicy)}
+            if plain:
+                raise ConfigError(
+                    f"APPO got policies without a target network {plain}: APPO's ratio is taken "
+                    "against one. Fix: leave the PolicySpec's policy_class unset (APPO's default is "
+                    "cairn.algorithms.impala.APPOPolicy) or name a subclass of APPOPolicy.")
 
     def training_step(self) -> dict[str, dict[str, float]]:
         return self.learn_on_fragments(self.sample_fragments())
@@ -78,6 +95,7 @@ class IMPALA(Algorithm):
         tagged with the ``weights_version`` that acted it); then ``weights_version`` counts it.
         Returns the learner stats per policy ID, with ``policy_lag_mean`` and ``policy_lag_max``
         (updates between the acting weights and these, over the rows)."""
+        self.check_policies({pid: self.policies[pid] for pid in self.policies_to_train})
         stats: dict[str, dict[str, float]] = {}
         for pid in self.policies_to_train:
             batch = join_fragments(fragments, pid)

@@ -23,7 +23,8 @@ def _finite(stats: dict) -> bool:
 def test_box_actions(algo_name):
     algo = (CONFIGS[algo_name]().environment("Pendulum-v1")
             .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=20)
-            .training(train_batch_size=80, minibatch_size=40, model={"hidden": [16]}).debugging(seed=0).build())
+            .training(train_batch_size=80, minibatch_size=40, model={"hidden": [16]})
+            .debugging(seed=0).build())
     try:
         stats = algo.train()["learners"]["default_policy"]
         assert _finite(stats) and stats["num_grad_updates"] == 2

@@ -154,3 +154,27 @@ def test_sync_fragments_carry_the_current_weights_version():
         assert stats["policy_lag_max"] == 2.0 and 0 < stats["policy_lag_mean"] < 2.0
     finally:
         algo.stop()
+
+
+def _to_default(agent_id: str, **kwargs: object) -> str:
+    return "default_policy"
+
+
+def test_appo_refuses_a_policy_without_target_network_before_learning():
+    config = small("APPO").multi_agent(
+        policies={"default_policy": cairn.PolicySpec(policy_class=cairn.Policy)})
+    with pytest.raises(ConfigError, match="without a target network"):
+        config.build()
+    algo = small("APPO").build()
+    try:
+        policy = algo.get_policy()
+        spec = cairn.PolicySpec(cairn.Policy, policy.observation_space, policy.action_space)
+        algo.add_policy("plain", spec, policy_mapping_fn=_to_default)
+        before = algo.get_policy().get_weights()
+        with pytest.raises(ConfigError, match="plain"):
+            algo.train()
+        after = algo.get_policy().get_weights()
+        assert all(np.array_equal(before[k], after[k]) for k in before)  # nothing learnt
+        assert algo.weights_version == 0
+    finally:
+        algo.stop()
