@@ -33,8 +33,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from cairn.cli.common import UsageError
+from cairn.registry import CALLABLE_KEY, callable_reference
 
-__all__ = ["add_import_option", "import_user_modules", "resolve_env", "ENV_HELP", "ENV_FORMS", "ENV_HINT"]
+__all__ = ["add_import_option", "import_user_modules", "resolve_env", "env_label", "ENV_HELP", "ENV_FORMS",
+           "ENV_HINT"]
 
 ENV_HELP = ("a Gymnasium ID (ALE/Breakout-v5), a name registered with cairn.register_env (see --import), "
             "package.module:make_env (a creator(env_config) -> env), "
@@ -54,6 +56,28 @@ ENV_HINT = ("--env also takes a name registered with cairn.register_env by a mod
             "--import MODULE names, package.module:make_env (a function make_env(env_config) -> env), "
             "package.module:EnvId-v0, and PettingZoo env modules (pettingzoo.classic.rps_v2); "
             "cairn train --help lists the forms.")
+
+#: The creator behind ``--env pettingzoo.<family>.<env>`` (its env_config names the module).
+_PETTINGZOO_CREATOR = "cairn.envs.pettingzoo_env:make_pettingzoo_env"
+
+
+def env_label(env: Any, env_config: Any = None) -> str:
+    """The environment as a user names it, for titles and progress lines: a Gymnasium ID or
+    registered name as it is; a PettingZoo env module (``pettingzoo.classic.connect_four_v3``)
+    for :func:`~cairn.envs.pettingzoo_env.make_pettingzoo_env`; another creator by its
+    ``module:function`` reference (or its name when it has none). ``env`` is the config's value
+    or its JSON form in config.json (a creator stored as ``{"__callable__": ..., "name": ...}``)."""
+    if isinstance(env, str):
+        return env
+    if isinstance(env, dict):  # config.json's form of a creator
+        reference, name = env.get(CALLABLE_KEY), env.get("name")
+    else:
+        reference = callable_reference(env) if callable(env) else None
+        name = getattr(env, "__qualname__", None)
+    module = env_config.get("env_module") if isinstance(env_config, dict) else None
+    if reference == _PETTINGZOO_CREATOR and isinstance(module, str) and module:
+        return module
+    return str(reference or name or "env")
 
 
 def add_import_option(parser: argparse.ArgumentParser) -> None:

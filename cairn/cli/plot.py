@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from cairn.cli.common import UsageError
+from cairn.cli.env_names import env_label
 
 __all__ = ["add_parser", "run", "group_by_seed", "league_figure", "plot_league", "plot_runs"]
 
@@ -137,7 +138,8 @@ def plot_runs(run_dirs: Sequence[str], out: str, *, x: str = "timesteps", y: str
             curves = np.stack([np.interp(grid, xs, ys) for xs, ys in series])
             ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), color=color, alpha=0.2, linewidth=0)
             ax.plot(grid, curves.mean(axis=0), color=color, label=label, linewidth=1.8)
-        envs = sorted({str(config.get("env")) for config, _, _ in runs if config.get("env")})
+        envs = sorted({env_label(config["env"], config.get("env_config"))
+                       for config, _, _ in runs if config.get("env")})
         ax.set_title(title or (y if len(envs) != 1 else f"{y} on {envs[0]}"))
         ax.set_xlabel(_X_LABELS[x])
         ax.set_ylabel(y)

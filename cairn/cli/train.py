@@ -22,7 +22,7 @@ from cairn.cli.common import (
     is_assignment,
     parse_assignment,
 )
-from cairn.cli.env_names import ENV_FORMS, ENV_HELP, add_import_option, resolve_env
+from cairn.cli.env_names import ENV_FORMS, ENV_HELP, add_import_option, env_label, resolve_env
 from cairn.cli.interrupt import InterruptRequest
 from cairn.cli.loggers import add_logger_options, attach_loggers
 from cairn.cli.progress import Reporter, make_reporter
@@ -266,7 +266,7 @@ def _train_run(algo: Any, run_dir: Path, args: argparse.Namespace, settings: dic
     manager = run_manager(str(run_dir / CHECKPOINTS_DIR), keep=settings["keep"] or None,
                           every=settings["checkpoint_every"],
                           every_timesteps=settings.get("checkpoint_every_timesteps"))
-    title = f"{type(algo).__name__} {algo.config.env if isinstance(algo.config.env, str) else 'env'}"
+    title = f"{type(algo).__name__} {env_label(algo.config.env, algo.config.env_config)}"
     reporter = make_reporter(quiet=bool(getattr(args, "quiet", False)), title=title, stop=settings["stop"])
     last: list[dict[str, Any]] = []
     with InterruptRequest() as interrupt:

@@ -101,3 +101,33 @@ def test_plot_league_draws_every_rating_and_win_rate_column(league_run, tmp_path
 def test_plot_league_usage_errors(trained_run, tmp_path, capsys, argv, message):
     assert main(["plot", str(trained_run), "--out", str(tmp_path / "c.png"), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_pettingzoo_run_is_named_by_its_env_module_in_the_plot_title(tmp_path, monkeypatch):
+    """--env pettingzoo.classic.rps_v2 is stored in config.json as a creator reference (a dict):
+    cairn plot's default title names the env as the user gave it (it showed the raw dict)."""
+    from matplotlib.axes import Axes
+
+    titles = []
+    set_title = Axes.set_title
+    monkeypatch.setattr(Axes, "set_title", lambda ax, label, *a, **k: (titles.append(label),
+                                                                      set_title(ax, label, *a, **k))[1])
+    run = tmp_path / "rps"
+    assert main(["train", "--algo", "PPO", "--env", "pettingzoo.classic.rps_v2", "--config",
+                 "train_batch_size=32", "minibatch_size=16", "num_epochs=1", 'model={"hidden": [8]}',
+                 "--seed", "0", "--stop-iters", "1", "--out", str(run), "-q"]) == 0
+    assert isinstance(json.loads((run / "config.json").read_text())["env"], dict)
+    out = tmp_path / "c.png"
+    assert main(["plot", str(run), "--out", str(out)]) == 0 and out.is_file()
+    assert titles == ["episode_return_mean on pettingzoo.classic.rps_v2"]
+
+
+def test_env_label_names_each_form_of_env():
+    from cairn.cli.env_names import env_label
+    from cairn.envs.pettingzoo_env import make_pettingzoo_env
+
+    assert env_label("CartPole-v1") == "CartPole-v1"
+    assert env_label(make_pettingzoo_env, {"env_module": "pettingzoo.classic.rps_v2"}) == "pettingzoo.classic.rps_v2"
+    assert env_label({"__callable__": "pkg.envs:make", "name": "make"}, {"env_module": "x"}) == "pkg.envs:make"
+    assert env_label({"__callable__": None, "name": "<lambda>"}) == "<lambda>"
+    assert env_label(lambda cfg: None).endswith("<lambda>")
