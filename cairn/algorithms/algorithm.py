@@ -263,15 +263,27 @@ class Algorithm:
     def _change_policies(self, new_config: AlgorithmConfig, *, remove: str | None = None,
                          add: tuple[str, PolicySpec | Policy] | None = None) -> None:
         """Take the checked ``new_config`` and its policy set (built first: a failure changes
-        nothing), then tell the runners."""
+        nothing), then tell the runners; when they refuse it (a mapping they cannot follow, a
+        remote runner that fails), the algorithm and its runners go back to the old config and
+        policies, and the error goes on. The evaluation runner follows the policies each time
+        it evaluates (:func:`~cairn.algorithms.evaluation.evaluate_episodes`), not here."""
         policies = policies_after_change(self.policies, new_config, default_class=self.default_policy_class,
                                          add=add, remove=remove)
+        old_config, old_policies = self.config, dict(self.policies)
         self.config = new_config
         self.policies.clear()  # in place: the runner group holds this dict
         self.policies.update(policies)
-        self.env_runner_group.update_policies(new_config, self.policies)
-        if self._eval_runner is not None:
-            self._eval_runner.update_policies(new_config, self.policies)
+        try:
+            self.env_runner_group.update_policies(new_config, self.policies)
+        except BaseException:
+            self.config = old_config
+            self.policies.clear()
+            self.policies.update(old_policies)
+            # A local runner checks before it changes anything; remote ones may hold the new
+            # set (and are recreated from the group's): give them the old one back.
+            with contextlib.suppress(Exception):  # the first error is the one to report
+                self.env_runner_group.update_policies(old_config, self.policies)
+            raise
 
     # ------------------------------------------------------------------------------- state
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:

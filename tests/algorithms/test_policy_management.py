@@ -130,3 +130,46 @@ def test_add_policy_whose_policy_fails_to_build_changes_nothing():
         assert set(algo.train()["learners"]) == {"default_policy"}  # the old mapping still holds
     finally:
         algo.stop()
+
+
+def _map_to_p0(agent_id, **kwargs):
+    return "p0"
+
+
+@pytest.mark.parametrize("change", ["add", "remove"])
+def test_a_policy_change_the_env_runner_refuses_leaves_the_algorithm_as_before(change, monkeypatch):
+    """An add or removal whose env runner update raises (after the new policy was built) leaves
+    the algorithm exactly as an untouched twin: same policies in the algorithm, its config and
+    its runner, and the next train() learns the same weights. On main the algorithm kept the
+    new policy set and config while its runner kept the old ones."""
+    from tests.fault_injection import InjectedError
+    from tests.helpers import weights_digest
+
+    algo, twin = small_ma_ppo(3).build(), small_ma_ppo(3).build()
+    try:
+        algo.train()
+        twin.train()
+        runner = algo.env_runner_group.local
+        real = runner.update_policies
+        calls = []
+
+        def refuse_once(config, policies):
+            calls.append(sorted(policies))
+            if len(calls) == 1:
+                raise InjectedError("the env runner refused the new policy set")
+            real(config, policies)
+
+        monkeypatch.setattr(runner, "update_policies", refuse_once)
+        with pytest.raises(InjectedError):
+            if change == "add":
+                algo.add_policy("p3", algo.get_policy("p0").spec, policy_mapping_fn=_map_to_p0)
+            else:
+                algo.remove_policy("p2", policy_mapping_fn=_map_to_p0)
+        assert set(algo.policies) == set(algo.config.policies) == set(runner.policies) == {"p0", "p1", "p2"}
+        assert algo.env_runner_group.policies is algo.policies  # still shared, in place
+        assert algo.config.to_dict() == twin.config.to_dict()
+        assert set(algo.train()["learners"]) == set(twin.train()["learners"]) == {"p0", "p1", "p2"}
+        assert weights_digest(algo) == weights_digest(twin)
+    finally:
+        algo.stop()
+        twin.stop()

@@ -70,3 +70,34 @@ def test_an_add_that_raises_leaves_the_pool_equal_to_the_policies(after):
         assert result["league"]["pool"] == (["main_v2", "main_v3"] if after else ["main_v1", "main_v2"])
     finally:
         algo.stop()
+
+
+def test_a_snapshot_the_env_runner_refuses_is_in_neither_the_pool_nor_the_algorithm(monkeypatch):
+    """The env runner's update raises while a snapshot is added: the algorithm, its runner and
+    the league all keep the old policy set (on main the algorithm and the pool kept main_v2,
+    which the runner never got), and the next train() snapshots main_v2 for real."""
+    algo = small_league(max_snapshots=2, matchmaking="uniform").build()
+    try:
+        algo.train()
+        runner = algo.env_runner_group.local
+        real, calls = runner.update_policies, []
+
+        def refuse_once(config, policies):
+            calls.append(sorted(policies))
+            if len(calls) == 1:
+                raise InjectedError("the env runner refused the snapshot")
+            real(config, policies)
+
+        monkeypatch.setattr(runner, "update_policies", refuse_once)
+        with pytest.raises(InjectedError):
+            algo.train()
+        assert calls[0] == ["main", "main_v1", "main_v2"]
+        _assert_consistent(algo)
+        assert algo.league.pool == ["main_v1"] and algo.league.snapshots_taken == 1
+        assert set(runner.policies) == set(algo.policies) == set(algo.config.policies) == {"main", "main_v1"}
+        result = algo.train()
+        _assert_consistent(algo)
+        assert result["league"]["pool"] == ["main_v1", "main_v2"]
+        assert set(runner.policies) == set(algo.policies)
+    finally:
+        algo.stop()
