@@ -127,7 +127,10 @@ def test_env_label_names_each_form_of_env():
     from cairn.envs.pettingzoo_env import make_pettingzoo_env
 
     assert env_label("CartPole-v1") == "CartPole-v1"
-    assert env_label(make_pettingzoo_env, {"env_module": "pettingzoo.classic.rps_v2"}) == "pettingzoo.classic.rps_v2"
-    assert env_label({"__callable__": "pkg.envs:make", "name": "make"}, {"env_module": "x"}) == "pkg.envs:make"
+    rps = "pettingzoo.classic.rps_v2"
+    assert env_label(make_pettingzoo_env, {"env_module": rps}) == rps
+    # env_module names the env only for the PettingZoo creator; another creator is named itself.
+    stored = {"__callable__": "pkg.envs:make", "name": "make"}
+    assert env_label(stored, {"env_module": rps}) == "pkg.envs:make"
     assert env_label({"__callable__": None, "name": "<lambda>"}) == "<lambda>"
     assert env_label(lambda cfg: None).endswith("<lambda>")
