@@ -253,8 +253,21 @@ class Algorithm:
         policies_to_train: Sequence[str] | None = None,
     ) -> None:
         """Remove a policy (``KeyError`` for an unknown ID); agents mapped to it need a new
-        ``policy_mapping_fn``."""
+        ``policy_mapping_fn``. With a league, removing one of its snapshots takes it out of the
+        pool as well (the league keeps the mapping); its ``main`` cannot be removed."""
         self.get_policy(policy_id)  # KeyError for an unknown ID, before anything changes
+        if self.league is not None and policy_id == self.league.main:
+            raise ConfigError(f"Cannot remove policy {policy_id!r}: it is the league's main policy "
+                              f"(config.league(main={policy_id!r})). Remove a snapshot instead, or "
+                              "build the algorithm without config.league(...).")
+        if self.league is not None and policy_id in self.league.pool:
+            if policy_mapping_fn is not None or policies_to_train is not None:
+                raise ConfigError(
+                    f"remove_policy({policy_id!r}, policy_mapping_fn=..., policies_to_train=...): "
+                    f"{policy_id!r} is a snapshot in the league's pool, whose mapping and trained "
+                    "policies the league keeps. Call remove_policy(policy_id) alone.")
+            self.league.remove_snapshot(self, policy_id)  # calls back here once out of the pool
+            return
         self._change_policies(config_removing_policy(self.config, policy_id,
                                                      policy_mapping_fn=policy_mapping_fn,
                                                      policies_to_train=policies_to_train),

@@ -145,13 +145,19 @@ class League:
                 self.pool.remove(pid)
 
     def _remove_oldest(self, algo: PolicyPool) -> None:
-        """Remove the oldest snapshot from the pool and the algorithm. Out of the pool and
-        forgotten before ``remove_policy`` sends the config (and this league) to remote runners,
-        so that their copies no longer draw it; when the removal raises, the league comes back
-        to its state before, keeping exactly the snapshots the algorithm still has (the oldest
-        stays when the algorithm kept it and goes when it was removed before the error)."""
+        """Remove the oldest snapshot (``max_snapshots`` reached): :meth:`remove_snapshot`."""
+        self.remove_snapshot(algo, self.pool[0])
+
+    def remove_snapshot(self, algo: PolicyPool, pid: str) -> None:
+        """Remove the pool's snapshot ``pid`` from the pool and the algorithm (the oldest when
+        ``max_snapshots`` is reached; any of them through ``algo.remove_policy(pid)``). Out of
+        the pool and forgotten before ``remove_policy`` sends the config (and this league) to
+        remote runners, so that their copies no longer draw it; when the removal raises, the
+        league comes back to its state before, keeping exactly the snapshots the algorithm still
+        has (``pid`` stays when the algorithm kept it and goes when it was removed before the
+        error)."""
         before = self.get_state()
-        pid = self.pool.pop(0)
+        self.pool.remove(pid)
         self.forget(pid)
         try:
             remove_snapshot(algo, pid)

@@ -59,3 +59,27 @@ def test_the_league_step_runs_under_the_configured_torch_threads():
         torch.set_num_threads(previous)
     assert seen == [1] and algo.league.pool == ["main_v1"]
     assert after == 2  # the caller's setting comes back
+
+
+def test_a_snapshot_the_user_removes_leaves_the_pool_and_training_goes_on():
+    # Before, remove_policy took the snapshot out of the algorithm only: the pool kept it and
+    # the next train() failed drawing it ("maps agent 'player_0' to 'main_v1', which is not one
+    # of the policies").
+    algo = small_league(max_snapshots=3, matchmaking="uniform", self_play_fraction=0.0).build()
+    try:
+        for _ in range(2):
+            algo.train()
+        assert algo.league.pool == ["main_v1", "main_v2"]
+        with pytest.raises(ConfigError, match="policy_mapping_fn"):
+            algo.remove_policy("main_v1", policy_mapping_fn=lambda agent_id, episode, **kw: "main")
+        with pytest.raises(ConfigError, match="league's main"):
+            algo.remove_policy("main")
+        assert algo.league.pool == ["main_v1", "main_v2"] and "main_v1" in algo.policies
+        algo.remove_policy("main_v1")
+        assert algo.league.pool == ["main_v2"] and sorted(algo.policies) == ["main", "main_v2"]
+        assert "main_v1" not in algo.league.ratings.table
+        result = algo.train()
+        assert algo.league.pool == ["main_v2", "main_v3"]
+        assert set(result["league"]["pool"]) == {"main_v2", "main_v3"}
+    finally:
+        algo.stop()
