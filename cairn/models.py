@@ -18,8 +18,10 @@ base class                algorithm, key                  ``forward``
                                                           value [B, T], state_out)``
 :class:`QModel`           DQN, ``custom_model``           ``obs -> q_values [B, n]``
 :class:`SACActorModel`    SAC, ``custom_model``           ``obs -> (mean [B, A], log_std [B, A])``
-:class:`SACCriticModel`   SAC, ``custom_q_model``         ``(obs, actions) -> q [B]`` (SAC builds
-                                                          two, and a target copy of each)
+:class:`SACCriticModel`   SAC, TD3, ``custom_q_model``    ``(obs, actions) -> q [B]`` (SAC and TD3
+                                                          build two, and a target copy of each)
+:class:`TD3ActorModel`    TD3, ``custom_model``           ``obs -> u [B, A]``, the deterministic
+                                                          action before TD3's ``tanh``
 ========================  ==============================  ========================================
 
 ``obs`` is the float32 tensor ``[B, observation_size]`` the built-in networks read: the
@@ -58,6 +60,7 @@ __all__ = [
     "QModel",
     "SACActorModel",
     "SACCriticModel",
+    "TD3ActorModel",
     "register_model",
     "registered_models",
     "split_observation",
@@ -194,6 +197,16 @@ class SACCriticModel(ModelBase):
         raise NotImplementedError(f"{type(self).__qualname__} must define forward(obs, actions) -> q.")
 
 
+class TD3ActorModel(ModelBase):
+    """TD3's actor: ``forward(obs) -> u [B, A]`` (``A = num_outputs`` numbers per action), the
+    deterministic action before squashing: TD3 acts with ``pi(s) = tanh(u)`` rescaled to the
+    Box bounds, as its built-in actor does, so do not end with a ``tanh`` of your own (it would
+    keep actions inside 76% of the range). TD3 builds one and a target copy of it."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__qualname__} must define forward(obs) -> u [B, A].")
+
+
 def split_observation(obs: torch.Tensor, observation_space: gym.Space[Any]) -> Any:
     """The flat ``obs`` rows ``[B, flatdim]`` of ``observation_space`` cut back into its
     structure, as views: a dict for a ``Dict`` (keys in the space's order), a tuple for a
@@ -241,7 +254,7 @@ def register_model(name: str, model_class: type[ModelBase]) -> None:
     if not (isinstance(model_class, type) and issubclass(model_class, ModelBase)):
         raise ConfigError(
             f"register_model({name!r}, {model_class!r:.100}): the model must be a subclass of "
-            "cairn.models.ActorCriticModel, QModel, SACActorModel or SACCriticModel."
+            "cairn.models.ActorCriticModel, QModel, SACActorModel, SACCriticModel or TD3ActorModel."
         )
     register_model_class(name, model_class)
 

@@ -47,7 +47,10 @@ def keras_file_runner(path: str | Path) -> Any:
 
     def run(*inputs: Any) -> list[Any]:
         feed = inputs[0] if len(inputs) == 1 else list(inputs)  # a masked policy's [obs, action_mask]
-        return [keras.ops.convert_to_numpy(out) for out in model(feed, training=False)]
+        outputs = model(feed, training=False)
+        if not isinstance(outputs, (list, tuple)):  # a model of one output (TD3's action) returns it alone
+            outputs = [outputs]
+        return [keras.ops.convert_to_numpy(out) for out in outputs]
 
     return run
 

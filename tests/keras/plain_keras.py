@@ -19,7 +19,9 @@ obs = np.load(sys.argv[1])
 outputs = {}
 for path in sys.argv[2:]:
     model = keras.saving.load_model(path)  # safe_mode=True is the default
-    outputs[path] = [keras.ops.convert_to_numpy(o).tolist() for o in model(obs)]
+    out = model(obs)
+    out = out if isinstance(out, (list, tuple)) else [out]  # a model of one output returns it alone
+    outputs[path] = [keras.ops.convert_to_numpy(o).tolist() for o in out]
 print(json.dumps({"cairn": [m for m in sys.modules if m.startswith("cairn")], "outputs": outputs}))
 """
 

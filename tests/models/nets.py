@@ -5,7 +5,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cairn.models import ActorCriticModel, QModel, SACActorModel, SACCriticModel, split_observation
+from cairn.models import (
+    ActorCriticModel,
+    QModel,
+    SACActorModel,
+    SACCriticModel,
+    TD3ActorModel,
+    split_observation,
+)
 
 
 class TwoHeads(ActorCriticModel):
@@ -69,6 +76,18 @@ class SmallCritic(SACCriticModel):
 
     def forward(self, obs, actions):
         return self.net(torch.cat([obs, actions], dim=-1)).squeeze(-1)
+
+
+class SmallTD3Actor(TD3ActorModel):
+    """TD3's actor: the action before TD3's tanh, ``[B, num_outputs]``."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        width = int(model_config.get("width", 32))
+        self.net = nn.Sequential(nn.Linear(self.obs_size, width), nn.ReLU(), nn.Linear(width, num_outputs))
+
+    def forward(self, obs):
+        return self.net(obs)
 
 
 class NotAModel(nn.Module):

@@ -23,7 +23,7 @@ from cairn.algorithms.sac.model_base import SACModelBase
 from cairn.models import SACActorModel, SACCriticModel
 from cairn.policy.custom_model import build_custom_model, uses_custom_model
 
-__all__ = ["CustomSACModel", "TwinCritic"]
+__all__ = ["CustomSACModel", "TwinCritic", "twin_critics"]
 
 
 class TwinCritic(nn.Module):
@@ -45,6 +45,23 @@ class TwinCritic(nn.Module):
         return torch.stack(values)
 
 
+def twin_critics(model: Mapping[str, Any], obs_size: int, action_size: int, *,
+                 observation_space: gym.Space[Any], action_space: gym.Space[Any], generator: torch.Generator,
+                 encoder: Mapping[str, Any] | None) -> nn.Module:
+    """The twin critics of SAC and TD3 (``critic(obs, actions, detach=False) -> [2, B]``): two of
+    the user's ``custom_q_model`` (a :class:`cairn.models.SACCriticModel`, each built from
+    ``generator``) as :class:`TwinCritic`, else the built-in :class:`TwinQ` (``hidden``,
+    ``activation``, ``encoder``)."""
+    if not uses_custom_model(model, "custom_q_model"):
+        return TwinQ(obs_size, action_size, hidden=list(model["hidden"]), activation=model["activation"],
+                     encoder=encoder)
+    first, second = (build_custom_model(model, SACCriticModel, num_outputs=1, key="custom_q_model",
+                                        observation_space=observation_space, action_space=action_space,
+                                        generator=generator)
+                     for _ in range(2))
+    return TwinCritic(first, second)
+
+
 class CustomSACModel(SACModelBase):
     """SAC's model with a user's actor (``custom_model``) and/or critics (``custom_q_model``);
     the built-in ones (``hidden``, ``activation``) for a part not given."""
@@ -61,13 +78,7 @@ class CustomSACModel(SACModelBase):
         self.actor: nn.Module = (
             build_custom_model(model, SACActorModel, num_outputs=action_size, **spaces)
             if uses_custom_model(model) else SquashedGaussianActor(obs_size, action_size, **builtin))
-        if uses_custom_model(model, "custom_q_model"):
-            first, second = (
-                build_custom_model(model, SACCriticModel, num_outputs=1, key="custom_q_model", **spaces)
-                for _ in range(2))
-            self.critic: nn.Module = TwinCritic(first, second)
-        else:
-            self.critic = TwinQ(obs_size, action_size, **builtin)
+        self.critic: nn.Module = twin_critics(model, obs_size, action_size, encoder=encoder, **spaces)
         self.target_critic: nn.Module = copy.deepcopy(self.critic)
         self.target_critic.requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)]))

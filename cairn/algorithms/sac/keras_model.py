@@ -49,7 +49,8 @@ from cairn.policy.keras_model import (
 )
 from cairn.policy.torch_utils import uniform_fan_in_
 
-__all__ = ["KerasSACModel", "KerasSquashedGaussianActor", "KerasTwinQ", "keras_sac_model"]
+__all__ = ["KerasSACModel", "KerasSquashedGaussianActor", "KerasTwinQ", "keras_box_action", "keras_sac_model",
+           "refuse_keras_model"]
 
 
 class KerasSquashedGaussianActor(nn.Module):
@@ -257,14 +258,33 @@ class KerasSACModel(SACModelBase):
         policy's squashed Gaussian (``low``, ``high``, ``half_range``, ``shape``, ``env_dtype``)."""
         ops = import_keras("Keras export").ops
         mean, log_std = self.network(processed_obs)
-        low, high = (np.asarray(b, np.float32) for b in (dist.low, dist.high))
-        half_range = np.asarray(dist.half_range, np.float32)
-        scaled = ops.add(low, ops.multiply(ops.add(ops.tanh(mean), 1.0), half_range))
-        action = ops.minimum(ops.maximum(scaled, low), high)
-        if tuple(dist.shape) != (int(low.size),):
-            action = ops.reshape(action, (-1, *dist.shape))
-        return {"action": ops.cast(action, np.dtype(dist.env_dtype).name), "mean": mean, "log_std": log_std}
+        return {"action": keras_box_action(ops.tanh(mean), dist), "mean": mean, "log_std": log_std}
 
+
+def keras_box_action(raw: Any, bounds: Any) -> Any:
+    """A raw action in [-1, 1] (a KerasTensor: SAC's ``tanh(mean)``, TD3's ``pi(s)``) as
+    ``bounds.to_env`` makes it, in Keras ops: ``low + (raw + 1) * half_range``, clipped to the
+    bounds, reshaped to the Box and cast to its dtype. ``bounds`` is a
+    :class:`~cairn.algorithms.sac.distribution.SquashedGaussian` (``low``, ``high``,
+    ``half_range``, ``shape``, ``env_dtype``)."""
+    ops = import_keras("Keras export").ops
+    low, high = (np.asarray(b, np.float32) for b in (bounds.low, bounds.high))
+    half_range = np.asarray(bounds.half_range, np.float32)
+    scaled = ops.add(low, ops.multiply(ops.add(raw, 1.0), half_range))
+    action = ops.minimum(ops.maximum(scaled, low), high)
+    if tuple(bounds.shape) != (int(low.size),):
+        action = ops.reshape(action, (-1, *bounds.shape))
+    return ops.cast(action, np.dtype(bounds.env_dtype).name)
+
+
+def refuse_keras_model(algorithm: str, model_config: Mapping[str, Any]) -> None:
+    """ConfigError when ``model_config`` names a user's Keras model (``keras_model``): SAC's and
+    TD3's Keras networks are built from ``hidden``/``activation`` only."""
+    if model_config.get("keras_model"):
+        raise ConfigError(
+            f"Config 'model.keras_model'={model_config['keras_model']!r} is not supported by {algorithm}: "
+            "its Keras actor and critics are built from model.hidden/activation only. Remove keras_model "
+            "(the user-model builder is PPO's actor-critic), or use framework='torch'.")
 
 
 def keras_sac_model(obs_size: int, action_size: int, model_config: Mapping[str, Any], *,
@@ -282,11 +302,7 @@ def keras_sac_model(obs_size: int, action_size: int, model_config: Mapping[str, 
     >>> model.action_inputs(torch.zeros(2, 3)).shape
     torch.Size([2, 2])
     """
-    if model_config.get("keras_model"):
-        raise ConfigError(
-            f"Config 'model.keras_model'={model_config['keras_model']!r} is not supported by SAC: its Keras "
-            "actor and critics are built from model.hidden/activation only. Remove keras_model (the "
-            "user-model builder is PPO's actor-critic), or use framework='torch'.")
+    refuse_keras_model("SAC", model_config)
     return KerasSACModel(obs_size, action_size, hidden=list(model_config["hidden"]),
                          activation=model_config["activation"], initial_alpha=initial_alpha,
                          log_std_bounds=log_std_bounds, encoder=encoder)

@@ -1,6 +1,7 @@
 """The shapes SAC reads from its model, checked once when a SACPolicy is built or restored
 (:mod:`cairn.policy.output_shapes`): the actor's ``(mean, log_std)``, ``[B, A]`` each, and each
-critic's Q-values, ``[B]`` for one of a user's critics and ``[2, B]`` for a twin-Q module."""
+critic's Q-values, ``[B]`` for one of a user's critics and ``[2, B]`` for a twin-Q module
+(:func:`check_twin_q_outputs`, which TD3's check shares)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+from torch import nn
 
 from cairn.algorithms.sac.custom_model import TwinCritic
 from cairn.algorithms.sac.model_base import SACModelBase
@@ -21,7 +23,7 @@ from cairn.policy.output_shapes import (
     unpack_outputs,
 )
 
-__all__ = ["check_sac_outputs"]
+__all__ = ["check_sac_outputs", "check_twin_q_outputs"]
 
 
 def check_sac_outputs(model: SACModelBase, *, feature_size: int, action_size: int,
@@ -41,13 +43,22 @@ def check_sac_outputs(model: SACModelBase, *, feature_size: int, action_size: in
             require_shape(value, (batch, action_size), network=actor, output=output, reads=reads,
                           fix=f"return {output} of shape [batch, num_outputs] (num_outputs={action_size}, "
                               "the constructor's third argument: one per action dimension).")
-        if isinstance(model.critic, TwinCritic):  # a user's critics, each Q(s, a) -> [B]
-            for critic in (model.critic.q1, model.critic.q2):
-                require_shape(critic(features, actions), (batch,),
-                              network=network_name(critic, model_config, "custom_q_model"), output="q",
-                              reads="[batch], one Q-value per (observation, action)",
-                              fix="return Q-values of shape [batch] (a [batch, 1] head needs .squeeze(-1)).")
-        else:
-            require_shape(model.critic(features, actions), (2, batch), network=network_name(model.critic, {}),
-                          output="twin q", reads="[2, batch], both critics' Q-values",
-                          fix="stack both critics' [batch] Q-values.")
+        check_twin_q_outputs(model.critic, features, actions, model_config)
+
+
+def check_twin_q_outputs(critic: nn.Module, features: torch.Tensor, actions: torch.Tensor,
+                         model_config: Mapping[str, Any]) -> None:
+    """SAC's and TD3's critics on sample ``features`` and ``actions`` (run inside
+    :func:`~cairn.policy.output_shapes.quiet_forward`): each of a user's critics gives ``Q(s, a)``
+    of ``[B]``, a built-in twin Q ``[2, B]``; else ConfigError naming the network."""
+    batch = features.shape[0]
+    if isinstance(critic, TwinCritic):  # a user's critics, each Q(s, a) -> [B]
+        for one in (critic.q1, critic.q2):
+            require_shape(one(features, actions), (batch,),
+                          network=network_name(one, model_config, "custom_q_model"), output="q",
+                          reads="[batch], one Q-value per (observation, action)",
+                          fix="return Q-values of shape [batch] (a [batch, 1] head needs .squeeze(-1)).")
+    else:
+        require_shape(critic(features, actions), (2, batch), network=network_name(critic, {}),
+                      output="twin q", reads="[2, batch], both critics' Q-values",
+                      fix="stack both critics' [batch] Q-values.")

@@ -6,6 +6,13 @@ checkpoint) has all of it: ``actor.*``, ``critic.*``, ``target_actor.*`` and
 follow the actor and the critics by Polyak averaging (:meth:`TD3Model.update_targets`), which
 TD3 applies only on its delayed steps. The critics are SAC's twin-Q ensemble
 (:class:`~cairn.algorithms.sac.model.TwinQ`): same layout, same initialisation.
+
+:class:`TD3ModelBase` is what TD3's learner, acting and export read from any TD3 model:
+``actor(obs) -> pi(s)`` in [-1, 1], ``critic(obs, actions, detach=False) -> [2, B]``, their
+targets, the optimizer groups and the Polyak step. Three classes build the parts: this
+:class:`TD3Model` (torch), :class:`~cairn.algorithms.td3.keras_model.KerasTD3Model`
+(``framework="keras"``) and :class:`~cairn.algorithms.td3.custom_model.CustomTD3Model` (a
+user's ``custom_model`` / ``custom_q_model``).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from cairn.errors import ConfigError
 from cairn.policy.encoders import ObservationEncoder
 from cairn.policy.torch_utils import TORCH_ACTIVATIONS, uniform_fan_in_
 
-__all__ = ["DeterministicActor", "TD3Model"]
+__all__ = ["DeterministicActor", "TD3Model", "TD3ModelBase"]
 
 class DeterministicActor(nn.Module):
     """``pi(s) = tanh(W h(s) + b)``: the deterministic action in [-1, 1] (Fujimoto et al.'s
@@ -59,25 +66,23 @@ class DeterministicActor(nn.Module):
         return torch.tanh(self.action_head(x))
 
 
-class TD3Model(nn.Module):
-    """Everything TD3 learns: ``actor``, ``critic`` (twin Q, ``[2, B]``), ``target_actor``,
-    ``target_critic``."""
+class TD3ModelBase(nn.Module):
+    """The optimizer groups, acting input, initialisation and target update shared by TD3's
+    models; a subclass builds ``actor``, ``critic``, ``target_actor`` and ``target_critic``
+    (the targets with ``requires_grad`` off)."""
 
-    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
-                 encoder: Mapping[str, Any] | None = None) -> None:
-        super().__init__()
-        nets: dict[str, Any] = {"hidden": hidden, "activation": activation, "encoder": encoder}
-        self.actor = DeterministicActor(obs_size, action_size, **nets)
-        self.critic = TwinQ(obs_size, action_size, **nets)
-        self.target_actor = DeterministicActor(obs_size, action_size, **nets)
-        self.target_critic = TwinQ(obs_size, action_size, **nets)
-        self.target_actor.requires_grad_(False)
-        self.target_critic.requires_grad_(False)
+    actor: nn.Module
+    critic: nn.Module
+    target_actor: nn.Module
+    target_critic: nn.Module
 
     def reset_parameters(self, generator: torch.Generator) -> None:
-        """Default Linear initialisation from the policy's generator; the targets copy."""
-        self.actor.reset_parameters(generator)
-        self.critic.reset_parameters(generator)
+        """Each built-in part's initialisation from the policy's generator, actor first (a
+        user's part initialised itself when built); the targets copy."""
+        for part in (self.actor, self.critic):
+            reset = getattr(part, "reset_parameters", None)
+            if reset is not None:
+                reset(generator)
         self.target_actor.load_state_dict(self.actor.state_dict())
         self.target_critic.load_state_dict(self.critic.state_dict())
 
@@ -95,3 +100,19 @@ class TD3Model(nn.Module):
         targets: list[torch.Tensor] = [*self.target_actor.parameters(), *self.target_critic.parameters()]
         sources: list[torch.Tensor] = [*self.actor.parameters(), *self.critic.parameters()]
         foreach_lerp_(targets, sources, tau)
+
+
+class TD3Model(TD3ModelBase):
+    """Everything TD3 learns: ``actor``, ``critic`` (twin Q, ``[2, B]``), ``target_actor``,
+    ``target_critic``."""
+
+    def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
+                 encoder: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        nets: dict[str, Any] = {"hidden": hidden, "activation": activation, "encoder": encoder}
+        self.actor = DeterministicActor(obs_size, action_size, **nets)
+        self.critic = TwinQ(obs_size, action_size, **nets)
+        self.target_actor = DeterministicActor(obs_size, action_size, **nets)
+        self.target_critic = TwinQ(obs_size, action_size, **nets)
+        self.target_actor.requires_grad_(False)
+        self.target_critic.requires_grad_(False)

@@ -10,8 +10,11 @@ import gymnasium as gym
 import torch
 
 from cairn.algorithms.sac.distribution import box_raw_actions, check_bounded_box_actions
+from cairn.algorithms.td3.custom_model import CustomTD3Model
 from cairn.algorithms.td3.distribution import GaussianActionNoise
+from cairn.algorithms.td3.keras_model import keras_td3_model
 from cairn.algorithms.td3.model import TD3Model
+from cairn.algorithms.td3.output_shapes import check_td3_outputs
 from cairn.errors import ConfigError
 from cairn.policy.custom_model import uses_custom_model
 from cairn.policy.keras_config import model_framework
@@ -45,15 +48,19 @@ class TD3Policy(Policy):
     timesteps are below ``initial_random_steps`` an exploring policy acts uniformly at random
     instead, as SB3's TD3 does before ``learning_starts``.
 
-    Its model (:class:`~cairn.algorithms.td3.model.TD3Model`) holds the actor, both critics
+    Its model (:class:`~cairn.algorithms.td3.model.TD3Model`, or another
+    :class:`~cairn.algorithms.td3.model.TD3ModelBase`) holds the actor, both critics
     and both targets; its optimizer is one Adam with a parameter group per TD3 optimizer
     (``actor``, ``critic``, :data:`OPTIMIZER_GROUPS`), both at ``lr`` (SB3's TD3 has one
     learning rate). Adam's state is per parameter and a group steps only when its parameters
     have gradients, so this is exactly two Adams, saved as one state tree.
 
     Config (merged over :attr:`DEFAULT_CONFIG`): ``model`` (``hidden``, ``activation``: both
-    actor and critics), ``lr``, ``exploration_noise``, ``initial_random_steps``,
-    ``observation_filter``.
+    actor and critics; ``framework="keras"``: Keras networks,
+    :class:`~cairn.algorithms.td3.keras_model.KerasTD3Model`; ``custom_model`` /
+    ``custom_q_model``: a user's :class:`cairn.models.TD3ActorModel` /
+    :class:`cairn.models.SACCriticModel`, :class:`~cairn.algorithms.td3.custom_model.CustomTD3Model`),
+    ``lr``, ``exploration_noise``, ``initial_random_steps``, ``observation_filter``.
 
     >>> policy = TD3Policy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)), seed=0)
     >>> action = policy.compute_single_action([0.1, 0.2, 0.3], explore=False)
@@ -75,15 +82,6 @@ class TD3Policy(Policy):
     def check_setup(self, action_space: gym.Space[Any], config: Mapping[str, Any]) -> None:
         check_bounded_box_actions("TD3", action_space)
         _check_number("exploration_noise", config["exploration_noise"], low=0.0, high=10.0, example="0.1")
-        model = config["model"]
-        if uses_custom_model(model) or uses_custom_model(model, "custom_q_model"):
-            raise ConfigError("TD3 builds its own actor and critics; a model config with 'custom_model' or "
-                              "'custom_q_model' is not supported yet. Remove them, or use SAC or PPO for a "
-                              "custom network.")
-        if model_framework(model) != "torch":
-            raise ConfigError(f"TD3's networks are torch only, got model.framework="
-                              f"{model_framework(model)!r}. Remove 'framework' from the model config, "
-                              "or use SAC, DQN or PPO for Keras.")
 
     def make_distribution(self, action_space: gym.Space[Any]) -> GaussianActionNoise:
         box: gym.spaces.Box = action_space  # type: ignore[assignment]  # a Box: check_setup
@@ -96,11 +94,20 @@ class TD3Policy(Policy):
     def make_model(self) -> torch.nn.Module:
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
         encoder = policy_encoder_description(self.network_observation_space, self.config)
+        if uses_custom_model(model_cfg) or uses_custom_model(model_cfg, "custom_q_model"):
+            return CustomTD3Model(  # the user's cairn.models.TD3ActorModel / SACCriticModel
+                model_cfg, self.network_observation_space, self.action_space, self.preprocessor.size,
+                generator=self.generator, encoder=encoder)
+        if model_framework(model_cfg) == "keras":  # Keras networks on the torch backend (docs/keras.md)
+            return keras_td3_model(self.preprocessor.size, self.action_size, model_cfg, encoder=encoder)
         return TD3Model(self.preprocessor.size, self.action_size, hidden=list(model_cfg["hidden"]),
                         activation=model_cfg["activation"], encoder=encoder)
 
     def check_model_outputs(self) -> None:
-        """The networks are TD3's own (no user model), whose shapes hold by construction."""
+        """TD3 reads the actor's action, ``[B, A]``, and each critic's ``Q(s, a)``, ``[B]``
+        (:mod:`cairn.algorithms.td3.output_shapes`)."""
+        check_td3_outputs(self.model, feature_size=self.preprocessor.size, action_size=self.action_size,
+                          action_space=self.action_space, model_config=self.config["model"])
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """One Adam (torch's default eps, as SB3) with the ``actor`` and ``critic`` groups;
