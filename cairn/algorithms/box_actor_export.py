@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from cairn.algorithms.sac.distribution import SquashedGaussian
+from cairn.algorithms.td3.custom_model import TanhActor
 from cairn.algorithms.td3.distribution import GaussianActionNoise
 from cairn.errors import ExportError
 from cairn.policy.export_graph import (
@@ -68,6 +69,11 @@ class _DeterministicBoxActor(nn.Module):
         return (action, *extras)  # the export writers read a tuple of outputs
 
 
+def _named_actor(actor: nn.Module) -> nn.Module:
+    """The network an export error names: a user's TD3 actor rather than the ``tanh`` around it."""
+    return actor.net if isinstance(actor, TanhActor) else actor  # type: ignore[return-value]
+
+
 def box_actor_export_graph(policy: Policy,
                            expected: type[SquashedGaussian | GaussianActionNoise]) -> ExportGraph:
     """The export graph of a policy that acts with ``expected`` (SAC's
@@ -104,6 +110,6 @@ def box_actor_export_graph(policy: Policy,
         example=example_input(policy),
         reference=reference,
         discrete_sizes=None,
-        network_name=type(policy.model.actor).__name__,  # the user's class for a custom actor
+        network_name=type(_named_actor(policy.model.actor)).__name__,  # the user's class for a custom actor
         metadata={"observation_filter": filter_description(policy)},
     )

@@ -14,9 +14,10 @@ import torch
 import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.sac.sac_policy import SACPolicy
+from cairn.algorithms.td3.td3_policy import TD3Policy
 from cairn.errors import ExportError
 from cairn.export import export_model, model_inputs
-from tests.models.nets import SmallActor, SmallCritic, SmallQ, TwoHeads
+from tests.models.nets import SmallActor, SmallCritic, SmallQ, SmallTD3Actor, TwoHeads
 
 BOX = gym.spaces.Box(-2.0, 2.0, (4,))
 
@@ -57,6 +58,12 @@ class BranchyActor(SmallActor):
         return mean, log_std
 
 
+class BranchyTD3Actor(SmallTD3Actor):
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        u = super().forward(obs)
+        return u + 1 if u.sum() > 0 else u
+
+
 def custom_ppo(action_space: gym.Space[Any], model: type = TwoHeads, obs_space: gym.Space[Any] = BOX,
                **config: Any) -> cairn.Policy:
     return cairn.Policy(obs_space, action_space, {"model": {"custom_model": model}, **config}, seed=0)
@@ -71,6 +78,12 @@ def custom_sac(actor: type = SmallActor) -> SACPolicy:
                      {"model": {"custom_model": actor, "custom_q_model": SmallCritic}}, seed=0)
 
 
+def custom_td3(actor: type = SmallTD3Actor) -> TD3Policy:
+    return TD3Policy(BOX, gym.spaces.Box(-1.0, 3.0, (2,)),
+                     {"model": {"custom_model": actor, "custom_q_model": SmallCritic},
+                      "observation_filter": "MeanStdFilter"}, seed=0)
+
+
 POLICIES = {
     "ppo-discrete": lambda: custom_ppo(gym.spaces.Discrete(3)),
     "ppo-box-filtered": lambda: custom_ppo(gym.spaces.Box(-1.0, 1.0, (2,)),
@@ -79,6 +92,7 @@ POLICIES = {
         {"x": BOX, "k": gym.spaces.Discrete(4)})),
     "dqn": custom_dqn,
     "sac": custom_sac,
+    "td3-filtered": custom_td3,
 }
 
 
@@ -120,6 +134,8 @@ def test_custom_models_export_with_parity(name: str, onnx: int | None, tmp_path:
     processed = policy.process_observations(observations, update=False)
     if isinstance(policy, DQNPolicy):
         np.testing.assert_allclose(outputs[1], policy.compute_q_values(observations), rtol=1e-5, atol=1e-5)
+    elif isinstance(policy, TD3Policy):
+        assert len(outputs) == 1  # the deterministic action alone
     else:
         inputs = policy.compute_action_inputs(processed)
         np.testing.assert_allclose(np.concatenate(outputs[1:], axis=1), inputs, rtol=1e-5, atol=1e-5)
@@ -131,6 +147,7 @@ UNTRACEABLE = {
     "CallsNumpy": lambda: custom_ppo(gym.spaces.Discrete(3), CallsNumpy),
     "BranchyQ": lambda: custom_dqn(BranchyQ),
     "BranchyActor": lambda: custom_sac(BranchyActor),
+    "BranchyTD3Actor": lambda: custom_td3(BranchyTD3Actor),
     # A masked policy wraps the user's network: the error still names the user's class.
     "Branchy-masked": lambda: custom_ppo(gym.spaces.Discrete(3), Branchy, obs_space=gym.spaces.Dict(
         {"observation": BOX, "action_mask": gym.spaces.MultiBinary(3)})),

@@ -22,7 +22,7 @@ from cairn.errors import CheckpointConfigError, CheckpointError, ConfigError, Un
 from cairn.models import ActorCriticModel, register_model, registered_models
 from tests.checkpoint.attacks import edit_json
 from tests.helpers import small_ma_ppo, small_ppo
-from tests.models.nets import SmallActor, SmallCritic, SmallQ, TwoHeads
+from tests.models.nets import SmallActor, SmallCritic, SmallQ, SmallTD3Actor, TwoHeads
 
 ROOT = Path(__file__).resolve().parents[2]
 BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
@@ -42,6 +42,13 @@ def _dqn(**model: Any) -> cairn.DQNConfig:
 
 def _sac(**model: Any) -> cairn.SACConfig:
     return (cairn.SACConfig().environment("Pendulum-v1")
+            .training(model=model, train_batch_size=32, minibatch_size=32,
+                      num_steps_sampled_before_learning_starts=64)
+            .checkpointing(store_replay_buffer=True).debugging(seed=0))
+
+
+def _td3(**model: Any) -> cairn.TD3Config:
+    return (cairn.TD3Config().environment("Pendulum-v1")
             .training(model=model, train_batch_size=32, minibatch_size=32,
                       num_steps_sampled_before_learning_starts=64)
             .checkpointing(store_replay_buffer=True).debugging(seed=0))
@@ -72,7 +79,9 @@ def test_a_seeded_policy_always_builds_the_same_weights() -> None:
     lambda: _dqn(custom_model="tests.models.nets:SmallQ"),
     lambda: _sac(custom_model=SmallActor, custom_q_model=SmallCritic, custom_model_config={"width": 16}),
     lambda: _sac(custom_q_model=SmallCritic),
-], ids=["ppo", "dqn", "sac-actor-and-critics", "sac-critics-only"])
+    lambda: _td3(custom_model=SmallTD3Actor, custom_q_model=SmallCritic, custom_model_config={"width": 16}),
+    lambda: _td3(custom_model=SmallTD3Actor),
+], ids=["ppo", "dqn", "sac-actor-and-critics", "sac-critics-only", "td3-actor-and-critics", "td3-actor-only"])
 def test_training_resumes_exactly_from_a_checkpoint(make: Any, tmp_path: Path) -> None:
     algo = make().build()
     for _ in range(2):
@@ -87,7 +96,7 @@ def test_training_resumes_exactly_from_a_checkpoint(make: Any, tmp_path: Path) -
             json.dumps(second.get(key), sort_keys=True, default=str)
 
 
-def test_dqn_and_sac_build_the_users_classes() -> None:
+def test_dqn_sac_and_td3_build_the_users_classes() -> None:
     dqn = _dqn(custom_model=SmallQ).build().get_policy()
     assert isinstance(dqn.model, SmallQ) and isinstance(dqn.target_model, SmallQ)
     sac = _sac(custom_model=SmallActor, custom_q_model=SmallCritic).build().get_policy()
@@ -98,6 +107,17 @@ def test_dqn_and_sac_build_the_users_classes() -> None:
     assert not any(p.requires_grad for p in sac.model.target_critic.parameters())
     critics, targets = sac.model.critic.parameters(), sac.model.target_critic.parameters()
     assert all(torch.equal(a, b) for a, b in zip(critics, targets))
+    td3 = _td3(custom_model=SmallTD3Actor, custom_q_model=SmallCritic).build().get_policy()
+    # TD3 squashes the user's actor with tanh: its action is tanh(forward(obs)), in [-1, 1].
+    model = td3.model
+    assert isinstance(model.actor.net, SmallTD3Actor) and isinstance(model.target_actor.net, SmallTD3Actor)
+    assert isinstance(model.critic.q1, SmallCritic) and isinstance(model.target_critic.q2, SmallCritic)
+    obs = torch.linspace(-30.0, 30.0, 9).repeat(3, 1).T
+    with torch.no_grad():
+        assert torch.equal(model.actor(obs), torch.tanh(model.actor.net(obs)))
+    for source, target in ((model.actor, model.target_actor), (model.critic, model.target_critic)):
+        assert not any(p.requires_grad for p in target.parameters())
+        assert all(torch.equal(a, b) for a, b in zip(source.parameters(), target.parameters(), strict=True))
 
 
 @pytest.mark.parametrize("make", [lambda: small_ppo(model={"custom_model": TwoHeads}),

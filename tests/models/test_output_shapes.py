@@ -17,10 +17,11 @@ from torch import nn
 import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.sac.sac_policy import SACPolicy
+from cairn.algorithms.td3.td3_policy import TD3Policy
 from cairn.errors import ConfigError
 from cairn.models import ActorCriticModel, QModel, RecurrentActorCriticModel
 from cairn.policy.output_shapes import SAMPLE_BATCH
-from tests.models.nets import SmallActor, SmallCritic, SmallQ, TwoHeads
+from tests.models.nets import SmallActor, SmallCritic, SmallQ, SmallTD3Actor, TwoHeads
 from tests.recurrent.nets import TinyGRU
 
 BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
@@ -71,6 +72,21 @@ class OneMeanActor(SmallActor):
     def forward(self, obs):
         mean, log_std = super().forward(obs)
         return mean[:, :1], log_std
+
+
+class OneActionTD3Actor(SmallTD3Actor):
+    """Drops an action dimension: TD3 would act and learn on a broadcast action."""
+
+    def forward(self, obs):
+        return super().forward(obs)[:, :1]
+
+
+class PairTD3Actor(SmallTD3Actor):
+    """Returns ``(action, action)``, SAC's pair, where TD3 reads one tensor."""
+
+    def forward(self, obs):
+        u = super().forward(obs)
+        return u, u
 
 
 class StateLosingGRU(TinyGRU):
@@ -159,6 +175,19 @@ def test_sac_refuses_wrong_actor_and_critic_shapes_at_build(model: dict, names: 
     _refused(lambda: SACPolicy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": model}), *names)
 
 
+@pytest.mark.parametrize(("model", "names"), [
+    ({"custom_model": OneActionTD3Actor},
+     ("OneActionTD3Actor (model.custom_model)", "returned action of shape", f"[{B}, 1], expected [{B}, 2]",
+      "Box(-1.0, 1.0, (2,), float32)", "Fix:")),
+    ({"custom_model": PairTD3Actor},
+     ("PairTD3Actor (model.custom_model)", "returned action of a tuple, not a tensor", f"expected [{B}, 2]")),
+    ({"custom_q_model": ColumnCritic},
+     ("ColumnCritic (model.custom_q_model)", "returned q of shape", f"[{B}, 1], expected [{B}]")),
+], ids=["narrow-actor", "pair-actor", "column-critic"])
+def test_td3_refuses_wrong_actor_and_critic_shapes_at_build(model: dict, names: tuple[str, ...]) -> None:
+    _refused(lambda: TD3Policy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": model}), *names)
+
+
 @pytest.mark.parametrize(("model_class", "names"), [
     (StateLosingGRU, ("StateLosingGRU", "state_out[0]", f"[{B * 16}], expected [{B}, 16]")),
     (ColumnValueGRU, ("ColumnValueGRU", "returned value of shape", "[batch, T]")),
@@ -180,6 +209,8 @@ def test_correct_models_of_every_algorithm_build() -> None:
     SACPolicy(BOX, gym.spaces.Box(-1, 1, (2,)),
               {"model": {"custom_model": SmallActor, "custom_q_model": SmallCritic}})
     SACPolicy(BOX, gym.spaces.Box(-1, 1, (2,)))
+    TD3Policy(BOX, gym.spaces.Box(-1, 1, (2,)),
+              {"model": {"custom_model": SmallTD3Actor, "custom_q_model": SmallCritic}})
     assert issubclass(TinyGRU, RecurrentActorCriticModel) and issubclass(SmallQ, QModel)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import cairn
 from cairn.algorithms.td3 import TD3Policy
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, UnsafeCheckpointError
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 ACT = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 10.0], np.float32))
@@ -56,12 +56,16 @@ def test_unusable_action_spaces_are_refused(space, needle):
         TD3Policy(OBS, space)
 
 
-@pytest.mark.parametrize(("model", "needle"), [
-    ({"custom_model": "tests.models:Anything"}, "custom_model"), ({"framework": "keras"}, "torch only"),
-    ({"activation": "swish"}, "activation"),
+@pytest.mark.parametrize(("model", "error", "needle"), [
+    ({"activation": "swish"}, ConfigError, "activation"),
+    # SAC's actor (mean, log_std) is not a deterministic actor: refused by its base class.
+    ({"custom_model": "tests.models.nets:SmallActor"}, UnsafeCheckpointError,
+     "not a subclass of cairn.models.TD3ActorModel"),
+    ({"framework": "keras", "keras_model": "tests.keras.builders:small_actor_critic"}, ConfigError,
+     "not supported by TD3"),
 ])
-def test_unsupported_models_are_refused(model, needle):
-    with pytest.raises(ConfigError, match=needle):
+def test_unsupported_models_are_refused(model, error, needle):
+    with pytest.raises(error, match=needle):
         TD3Policy(OBS, ACT, {"model": model})
 
 
