@@ -14,6 +14,7 @@ import torch
 import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.sac import SACPolicy
+from cairn.algorithms.td3 import TD3Policy
 from cairn.export.verify import onnx_runner
 from cairn.policy.encoders import encoder_description, encoder_parameter_count
 from cairn.rng import make_rng, rng_state
@@ -228,11 +229,12 @@ def test_sac_with_a_keras_cnn_resumes_exactly(tmp_path):
                                num_steps_sampled_before_learning_starts=16, model=CNN), tmp_path)
 
 
+@pytest.mark.parametrize("policy_class", [SACPolicy, TD3Policy], ids=["sac", "td3"])
 @pytest.mark.parametrize("name", ["stack", "dict"])
-def test_keras_sac_with_encoders_starts_from_the_torch_policys_weights(name):
+def test_keras_sac_and_td3_with_encoders_start_from_the_torch_policys_weights(name, policy_class):
     space, actions = SPACES[name], gym.spaces.Box(-1.0, 1.0, (2,))
-    keras_policy = SACPolicy(space, actions, {"model": KERAS}, seed=2)
-    torch_policy = SACPolicy(space, actions, {"model": SMALL}, seed=2)
+    keras_policy = policy_class(space, actions, {"model": KERAS}, seed=2)
+    torch_policy = policy_class(space, actions, {"model": SMALL}, seed=2)
     obs, x = _rows(torch_policy)
     a = torch.from_numpy(np.random.default_rng(1).uniform(-1, 1, (len(obs), 2)).astype(np.float32))
     model, reference = keras_policy.model, torch_policy.model
@@ -240,17 +242,21 @@ def test_keras_sac_with_encoders_starts_from_the_torch_policys_weights(name):
         np.testing.assert_allclose(model.action_inputs(x), reference.action_inputs(x), atol=1e-5)
         np.testing.assert_allclose(model.critic(x, a), reference.critic(x, a), atol=1e-5)
         np.testing.assert_allclose(model.target_critic(x, a), reference.critic(x, a), atol=1e-5)
+        sac = policy_class is SACPolicy
+        if not sac:
+            np.testing.assert_allclose(model.target_actor(x), reference.actor(x), atol=1e-5)
         # the per-layer paths are the Keras models' own outputs
-        np.testing.assert_allclose(torch.cat(model.actor.network(x), dim=-1), model.action_inputs(x),
-                                   atol=1e-6)
+        actor_outputs = model.actor.network(x)
+        np.testing.assert_allclose(torch.cat(actor_outputs, dim=-1) if sac else actor_outputs,
+                                   model.action_inputs(x), atol=1e-6)
         np.testing.assert_allclose(torch.stack(model.critic.network([x, a]))[..., 0], model.critic(x, a),
                                    atol=1e-6)
     np.testing.assert_allclose(keras_policy.compute_actions(obs, explore=False),
                                torch_policy.compute_actions(obs, explore=False), atol=1e-5)
-    # the actor's own CNN, one the critics share, and the targets' copy (own variables)
+    # the actor's own CNN, one the critics share, and the targets' copies (own variables)
     weights = keras_policy.get_weights()
     count = encoder_parameter_count(encoder_description(space, SMALL))
-    for net in ("actor", "critic", "target_critic"):
+    for net in ("actor", "critic", "target_critic", *(() if sac else ("target_actor",))):
         assert sum(w.size for k, w in weights.items() if k.startswith(f"{net}.variables.encoder_")) == count
     assert {id(p) for p in model.target_critic.parameters()}.isdisjoint(
         id(p) for p in model.critic.parameters())
@@ -285,11 +291,12 @@ def test_model_keras_of_a_cnn_policy_loads_with_plain_keras_and_gives_its_action
         policy.process_observations(list(images), update=False)), atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["ppo", "dqn", "sac"])
+@pytest.mark.parametrize("kind", ["ppo", "dqn", "sac", "td3"])
 def test_onnx_of_a_keras_encoder_policy_matches_the_policy(tmp_path, kind):
     make, actions = {"ppo": (cairn.Policy, gym.spaces.Discrete(3)),
                      "dqn": (DQNPolicy, gym.spaces.Discrete(3)),
-                     "sac": (SACPolicy, gym.spaces.Box(-2.0, 2.0, (2,)))}[kind]
+                     "sac": (SACPolicy, gym.spaces.Box(-2.0, 2.0, (2,))),
+                     "td3": (TD3Policy, gym.spaces.Box(-2.0, 2.0, (2,)))}[kind]
     policy = make(DICT, actions, {"model": KERAS, "observation_filter": "MeanStdFilter"}, seed=0)
     obs = [DICT.sample() for _ in range(16)]
     policy.process_observations(obs, update=True)  # filter statistics that are not the identity
@@ -297,6 +304,9 @@ def test_onnx_of_a_keras_encoder_policy_matches_the_policy(tmp_path, kind):
     assert signature["files"] == {"onnx": "model.onnx"}
     action, *values = onnx_runner(str(tmp_path / "m/model.onnx"))(cairn.export.model_inputs(DICT, obs))
     np.testing.assert_allclose(action, policy.compute_actions(obs, explore=False), rtol=0, atol=1e-5)
+    if kind == "td3":
+        assert values == []  # the action alone
+        return
     expected = (policy.compute_q_values(obs) if kind == "dqn"
                 else policy.compute_action_inputs(policy.process_observations(obs, update=False)))
     np.testing.assert_allclose(np.concatenate(values, axis=-1), expected, atol=1e-5)  # SAC: mean, log_std
