@@ -3,15 +3,16 @@
 ``--algo ppo`` (default): CartPole-v1, 1 env, rollout 2048, minibatch 64, 10 epochs, 64x64 tanh
 actor and critic (cairn's defaults). ``--algo sac``: Pendulum-v1, 1 env, SAC's defaults (actor
 and twin critics 256x256 ReLU, batch 256, one gradient step per env step), learning from step
-100, 500 env steps per iteration. Both: 1 torch thread, seed 0; the only difference is
+100, 500 env steps per iteration. ``--algo td3``: the same with TD3's defaults (actor and twin
+critics 400x300 ReLU, actor every 2nd gradient step). All: 1 torch thread, seed 0; the only difference is
 ``config.framework("keras")``: Keras 3 Dense layers on Keras' torch backend, trained by cairn's
 torch losses and Adam (docs/keras.md). Goal: the Keras policy at >= 0.8x the torch policy.
 Runs alternate (torch first on even repetitions) in one process; each repetition builds a new
-algorithm, trains one warm-up iteration (for SAC: past the start of learning), then times
+algorithm, trains one warm-up iteration (SAC, TD3: past the start of learning), then times
 ``--iters`` iterations, in wall time and in the process's CPU time (the steadier of the two on
 a machine shared with other jobs); medians and the median of the per-repetition ratios.
 
-    .venv/bin/python bench/keras_throughput.py [--algo ppo|sac] [--iters 3] [--reps 3] \\
+    .venv/bin/python bench/keras_throughput.py [--algo ppo|sac|td3] [--iters 3] [--reps 3] \\
         [--out bench/results/keras_throughput.md]
 """
 
@@ -32,14 +33,15 @@ from _util import command_line, load_average, machine_lines, median, ratio
 
 import cairn
 
-TITLES = {"ppo": "PPO CartPole", "sac": "SAC Pendulum"}
+TITLES = {"ppo": "PPO CartPole", "sac": "SAC Pendulum", "td3": "TD3 Pendulum"}
 
 
 def build(algo: str, framework: str) -> Any:
     if algo == "ppo":
         config = cairn.PPOConfig().environment("CartPole-v1")
     else:
-        config = (cairn.SACConfig().environment("Pendulum-v1")
+        config_class = cairn.SACConfig if algo == "sac" else cairn.TD3Config
+        config = (config_class().environment("Pendulum-v1")
                   .training(train_batch_size=500, num_steps_sampled_before_learning_starts=100))
     return config.resources(torch_num_threads=1).debugging(seed=0).framework(framework).build()
 
