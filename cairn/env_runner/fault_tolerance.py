@@ -126,7 +126,7 @@ class RemoteRunners:
                     raise GetTimeoutError
                 results[key] = ray.get(ref, timeout=timeout_s)
             except GetTimeoutError:
-                self._fail(index, Failure(f"no answer within {timeout_s:g} s", timed_out=True))
+                self.time_out(index, timeout_s)
             except RayActorError as exc:
                 self._fail(index, _actor_failure(exc))
             except RayTaskError as exc:
@@ -146,6 +146,16 @@ class RemoteRunners:
         actor = self.actors.pop(index, None)
         if actor is not None:
             ensure_ray().kill(actor)  # a runner that timed out may still be alive: end it
+
+    def time_out(self, index: int, timeout_s: float) -> None:
+        """Fail runner ``index``, which has not answered within ``timeout_s`` (it is ended)."""
+        self._fail(index, Failure(f"no answer within {timeout_s:g} s", timed_out=True))
+
+    def completed(self, index: int, result: SampleResult) -> None:
+        """Runner ``index`` delivered ``result``: a recreated runner continues from there, and
+        its failures so far are no streak."""
+        self.positions[index] = result.position
+        self.repeats.progressed(index)
 
     def call(self, method: str, args: Mapping[int, tuple[Any, ...]], *, timeout_s: float) -> dict[int, Any]:
         """Call ``method`` on each healthy runner named in ``args`` (worker_index -> arguments)."""
@@ -276,8 +286,7 @@ class RemoteRunners:
             got = self.wait(calls, timeout_s=self.config.sample_timeout_s, runner_errors_fail=True)
             for share, result in got.items():
                 results[share] = result
-                self.positions[shares[share]] = result.position
-                self.repeats.progressed(shares[share])
+                self.completed(shares[share], result)
             self.recover("sample()")
             healthy = itertools.cycle(sorted(self.actors))
             for share, index in shares.items():  # the shares of runners left out move

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import warnings
-from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from cairn.env_runner.async_sampler import AsyncSampler, Fragment
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.fault_tolerance import RemoteRunners
 from cairn.env_runner.make_env import close_env
-from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
+from cairn.env_runner.remote import join_batches
+from cairn.env_runner.sample_batch import SampleBatch
+from cairn.errors import CairnError, ConfigError
 from cairn.ray_cluster import ensure_ray
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ class EnvRunnerGroup:
         self.policies = policies
         self.local: EnvRunner | None = None
         self._remote: RemoteRunners | None = None
+        self._async: AsyncSampler | None = None
         if config.num_env_runners == 0:
             self.local = EnvRunner(config, policies, worker_index=0, first_env=first_env, callbacks=callbacks)
             return
@@ -77,24 +80,65 @@ class EnvRunnerGroup:
             before = self.local.num_env_steps_sampled
             batches = self.local.sample()
             return batches, self.local.get_metrics(), self.local.num_env_steps_sampled - before
+        if self._async is not None and self._async.num_requests_in_flight:
+            raise CairnError(
+                "EnvRunnerGroup.sample() while asynchronous sampling has requests in flight: the "
+                "runners would sample both at once. Take them with sample_async() or drop them with "
+                "stop_async_sampling() first.")
         weights = ensure_ray().put(self._broadcast())
-        parts: dict[str, list[SampleBatch]] = defaultdict(list)
+        results = self._remote.sample(weights)
         episodes: list[dict[str, Any]] = []
-        env_steps = 0
-        for result in self._remote.sample(weights):
-            count_sampled_steps(self.policies, {pid: len(batch) for pid, batch in result.batches.items()})
-            for pid, batch in result.batches.items():
-                parts[pid].append(batch)
-            for pid, delta in result.filter_deltas.items():
-                if delta is not None and pid in self.policies:
-                    self.policies[pid].observation_filter.merge_delta(delta)
+        for result in results:
+            result.merge_into(self.policies)
             episodes.extend(result.episodes)
-            env_steps += result.env_steps
-        # One part alone is a read-only view of Ray's object store: the learner gets its own copy.
-        joined = {pid: SampleBatch.concat(b) if len(b) > 1
-                  else SampleBatch({k: v.copy() for k, v in b[0].items()})
-                  for pid, b in parts.items()}
-        return joined, episodes, env_steps
+        return join_batches(results), episodes, sum(r.env_steps for r in results)
+
+    # ------------------------------------------------------------------ asynchronous sampling
+    def broadcast_weights(self, version: int) -> None:
+        """Asynchronous sampling (IMPALA/APPO, remote runners only): put the learner's weights,
+        filter states and timesteps into Ray's object store once, as weights ``version``;
+        every sample request sent from now on acts with them. The first call starts the
+        :class:`~cairn.env_runner.async_sampler.AsyncSampler`."""
+        if self._remote is None:
+            raise ConfigError("Asynchronous sampling needs remote env runners, but num_env_runners=0: "
+                              "set config.env_runners(num_env_runners=1) or more, or sample with sample().")
+        if self._async is None:
+            self._async = AsyncSampler(self._remote)
+        self._async.set_weights(self._broadcast(), version)
+
+    def sample_async(self, *, min_fragments: int = 1, max_fragments: int | None = None) -> list[Fragment]:
+        """The fragments the runners finished (at least ``min_fragments``, at most
+        ``max_fragments``), each tagged with its weights version, their statistics merged into
+        the learner's policies as :meth:`sample` merges them; the runners keep sampling
+        meanwhile (:mod:`cairn.env_runner.async_sampler`). Join them with
+        :func:`~cairn.env_runner.remote.join_batches`."""
+        if self._async is None:
+            raise CairnError("sample_async() before broadcast_weights(version): the runners have no "
+                             "weights version to sample with. Call broadcast_weights(version) first.")
+        fragments = self._async.get(min_fragments=min_fragments, max_fragments=max_fragments)
+        for fragment in fragments:
+            fragment.result.merge_into(self.policies)
+        return fragments
+
+    def stop_async_sampling(self, *, wait: bool = False) -> list[Fragment]:
+        """End asynchronous sampling; the next :meth:`broadcast_weights` starts it again. With
+        ``wait``, wait for the requests in flight and return every fragment not yet taken
+        (merged as :meth:`sample_async` merges them); else drop them and return none."""
+        sampler, self._async = self._async, None
+        if sampler is None:
+            return []
+        if not wait:
+            sampler.discard()
+            return []
+        fragments = sampler.drain()
+        for fragment in fragments:
+            fragment.result.merge_into(self.policies)
+        return fragments
+
+    @property
+    def num_fragments_dropped(self) -> int:
+        """Asynchronous fragments lost with a runner that failed while sampling them."""
+        return 0 if self._async is None else self._async.num_fragments_dropped
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:
         """Follow an added or removed policy (and a new mapping): every runner checks the new
@@ -105,6 +149,8 @@ class EnvRunnerGroup:
             self.local.update_policies(config, policies)
         else:
             remote = self._remote
+            if self._async is not None:  # fragments of the old policies and mapping
+                self._async.discard()
             self.policies, remote.config = policies, config  # what a recreated runner is built from
             remote.recover("update_policies()")
             states = ensure_ray().put({pid: p.get_state() for pid, p in policies.items()})
@@ -158,6 +204,8 @@ class EnvRunnerGroup:
                 self.local.set_state(chosen[0])
             return
         remote = self._remote
+        if self._async is not None:  # fragments of the state being replaced
+            self._async.discard()
         remote.recover("set_state()")
         remote.positions.update(chosen)  # a runner recreated later comes back to its state
         remote.call("set_state", {i: (s,) for i, s in chosen.items()},
@@ -167,6 +215,7 @@ class EnvRunnerGroup:
     def stop(self) -> None:
         if self.local is not None:
             self.local.stop()
+        self.stop_async_sampling()
         if self._remote is not None:
             self._remote.stop()
             self._remote = None

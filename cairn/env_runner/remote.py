@@ -7,19 +7,21 @@ stays fast and works without it.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cairn.env_runner.env_runner import EnvRunner
-from cairn.env_runner.sample_batch import SampleBatch
+from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.ray_cluster import ensure_ray
 from cairn.rng import runner_actions_rng
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
+    from cairn.policy.policy import Policy
 
-__all__ = ["RemoteEnvRunner", "SampleResult", "start_actor"]
+__all__ = ["RemoteEnvRunner", "SampleResult", "join_batches", "start_actor"]
 
 
 @dataclass
@@ -37,6 +39,25 @@ class SampleResult:
     filter_deltas: dict[str, Any]
     env_steps: int
     position: dict[str, Any]
+
+    def merge_into(self, policies: Mapping[str, Policy]) -> None:
+        """Count this sample's agent steps into the learner's ``policies`` and merge its filter
+        statistics into theirs (policies this learner lacks are skipped)."""
+        count_sampled_steps(policies, {pid: len(batch) for pid, batch in self.batches.items()})
+        for pid, delta in self.filter_deltas.items():
+            if delta is not None and pid in policies:
+                policies[pid].observation_filter.merge_delta(delta)
+
+
+def join_batches(results: Sequence[SampleResult]) -> dict[str, SampleBatch]:
+    """The batches of ``results`` joined per policy, in the given order, as arrays the learner
+    owns (one part alone is a read-only view of Ray's object store: it is copied)."""
+    parts: dict[str, list[SampleBatch]] = defaultdict(list)
+    for result in results:
+        for pid, batch in result.batches.items():
+            parts[pid].append(batch)
+    return {pid: SampleBatch.concat(b) if len(b) > 1 else SampleBatch({k: v.copy() for k, v in b[0].items()})
+            for pid, b in parts.items()}
 
 
 class RemoteEnvRunner:

@@ -1,0 +1,154 @@
+"""Asynchronous sampling (cairn.env_runner.async_sampler) on a real local Ray: the runners
+sample while the learner works, every fragment carries the weights version it was sampled
+with, the queue delivers each fragment of a live runner exactly once, and a runner killed
+mid-run is handled by the one fault-tolerance mechanism."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import ray
+
+import cairn
+from cairn.env_runner.async_sampler import Fragment, policy_lag
+from tests.helpers import small_ppo
+from tests.ray.envs import make_flaky_cartpole
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def always(policy: cairn.Policy, action: int) -> None:
+    """Weights under which ``policy`` picks ``action`` with probability 1 - e^-100."""
+    weights = policy.get_weights()
+    weights["action_head.weight"] = np.zeros_like(weights["action_head.weight"])
+    bias = np.full_like(weights["action_head.bias"], -50.0)
+    bias[action] = 50.0
+    weights["action_head.bias"] = bias
+    policy.set_weights(weights)
+
+
+def steps_sampled(actor) -> int:
+    return int(ray.get(actor.get_state.remote())["counters"]["num_env_steps_sampled"])
+
+
+def assert_each_fragment_once(fragments: list[Fragment], actors: dict) -> None:
+    """Per runner (``actors``: worker_index -> actor), the fragments' steps add up to what the
+    runner's own counter says it sampled (a lost fragment makes the sum smaller, one delivered
+    twice makes it larger), and each fragment starts where the previous one ended."""
+    by_runner: dict[int, list[Fragment]] = defaultdict(list)
+    for fragment in fragments:
+        by_runner[fragment.worker_index].append(fragment)
+    assert sorted(by_runner) == sorted(actors)
+    for index, own in by_runner.items():
+        ends = [int(f.result.position["counters"]["num_env_steps_sampled"]) for f in own]
+        assert ends == list(np.cumsum([f.result.env_steps for f in own]))
+        assert ends[-1] == steps_sampled(actors[index])
+
+
+def test_fragments_carry_the_version_they_were_sampled_with_each_delivered_once(ray_cluster, monkeypatch):
+    algo = small_ppo(train_batch_size=64).env_runners(num_env_runners=2).build()
+    try:
+        group, policy = algo.env_runner_group, algo.get_policy()
+        puts = []
+        real_put = ray.put
+        monkeypatch.setattr(ray, "put", lambda value, **kw: puts.append(1) or real_put(value, **kw))
+        group.broadcast_weights(0)
+        seen = group.sample_async(min_fragments=2)
+        lags = []
+        for version in range(1, 7):
+            # Each version acts one way only: a fragment tagged with the wrong version shows it.
+            always(policy, version % 2)
+            group.broadcast_weights(version)
+            fragments = group.sample_async()
+            assert policy_lag(fragments, version) == {
+                "policy_lag_mean": np.mean([version - f.weights_version for f in fragments]),
+                "policy_lag_max": max(version - f.weights_version for f in fragments)}
+            lags += [version - f.weights_version for f in fragments]
+            seen += fragments
+        assert len(puts) == 7  # one object per broadcast, read by both runners
+        assert group.num_fragments_dropped == 0
+        seen += group.stop_async_sampling(wait=True)
+        for fragment in seen:
+            actions = fragment.result.batches["default_policy"]["actions"]
+            if fragment.weights_version:
+                assert (actions == fragment.weights_version % 2).all(), fragment.weights_version
+        # Both runners had a request in flight at every broadcast: their next fragments lag.
+        assert max(lags) >= 1 and {f.weights_version for f in seen} >= set(range(6))
+        assert_each_fragment_once(seen, dict(enumerate(group.remote_actors(), start=1)))
+        # Every fragment's steps were counted into the learner's policy, once.
+        assert policy.global_timestep == sum(f.result.env_steps for f in seen)
+    finally:
+        algo.stop()
+
+
+def test_a_runner_killed_mid_run_is_recreated_and_sampling_continues(ray_cluster):
+    # 20 ms a step: a 32-step fragment takes over 0.6 s, so the runner dies mid-fragment.
+    config = (cairn.PPOConfig().environment(make_flaky_cartpole, env_config={"step_sleep_s": 0.02})
+              .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
+              .env_runners(num_env_runners=2).debugging(seed=0))
+    algo = config.build()
+    try:
+        group = algo.env_runner_group
+        group.broadcast_weights(0)
+        seen = group.sample_async()
+        victim = seen[0].worker_index  # just sent its next request
+        old_actor = dict(enumerate(group.remote_actors(), start=1))[victim]
+        ray.kill(old_actor)
+        while not any(f.worker_index == victim for f in seen[1:]):
+            seen += group.sample_async()
+        assert group.num_fragments_dropped == 1  # the killed runner's request in flight
+        assert group.health_metrics() == {"num_healthy_env_runners": 2, "num_env_runner_restarts": 1}
+        assert dict(enumerate(group.remote_actors(), start=1))[victim] is not old_actor
+        seen += group.stop_async_sampling(wait=True)
+        # The recreated runner went on from its last delivered fragment: nothing twice, no gap.
+        assert_each_fragment_once(seen, dict(enumerate(group.remote_actors(), start=1)))
+    finally:
+        algo.stop()
+
+
+@pytest.fixture
+def two_nodes(request):
+    """A Ray cluster of two nodes on this machine (``ray.cluster_utils.Cluster``), 1 CPU each,
+    so that each of two runners sits on its own node; the session's Ray is brought back after."""
+    from ray.cluster_utils import Cluster
+
+    session_ray = ray.is_initialized()
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        worker = cluster.add_node(num_cpus=1)
+        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+        yield cluster, worker
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if session_ray:  # as tests/conftest.py's ray_cluster started it
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+
+
+def test_losing_the_node_of_a_runner_mid_run_does_not_stop_sampling(two_nodes):
+    cluster, worker = two_nodes
+    config = (cairn.PPOConfig().environment(make_flaky_cartpole, env_config={"step_sleep_s": 0.01})
+              .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
+              .env_runners(num_env_runners=2).debugging(seed=0)
+              # No CPU is left for a new runner: the group goes on with the other one.
+              .fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=True))
+    algo = config.build()
+    try:
+        group = algo.env_runner_group
+        group.broadcast_weights(0)
+        seen = group.sample_async(min_fragments=2)
+        cluster.remove_node(worker)
+        while group.health_metrics()["num_healthy_env_runners"] == 2:
+            seen += group.sample_async()
+        after = group.sample_async(min_fragments=3)
+        (survivor,) = {f.worker_index for f in after}
+        assert group.health_metrics() == {"num_healthy_env_runners": 1, "num_env_runner_restarts": 0}
+        assert group.num_fragments_dropped >= 1
+        seen += after + group.stop_async_sampling(wait=True)
+        live = [f for f in seen if f.worker_index == survivor]
+        assert_each_fragment_once(live, {survivor: group.remote_actors()[0]})
+    finally:
+        algo.stop()
