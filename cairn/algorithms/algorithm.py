@@ -136,13 +136,20 @@ class Algorithm:
     def _sample(self) -> dict[str, SampleBatch]:
         """Collect one round of experience and update the sampling counters and metrics."""
         batches, episodes, env_steps = self.env_runner_group.sample()
+        self.record_sample(batches, episodes, env_steps)
+        return batches
+
+    def record_sample(self, batches: Mapping[str, SampleBatch], episodes: Sequence[dict[str, Any]],
+                      env_steps: int) -> None:
+        """Count a sample (``env_steps``, its batches' agent steps, its finished ``episodes``) into
+        the counters, the recent episodes and the league: for samples taken other than by
+        :meth:`_sample` (IMPALA's asynchronous fragments)."""
         self.counters["num_env_steps_sampled_lifetime"] += env_steps
         self.counters["num_agent_steps_sampled_lifetime"] += sum(len(b) for b in batches.values())
         self.counters["num_episodes_lifetime"] += len(episodes)
         self._recent_episodes.extend(episodes)
         if self.league is not None:
             self.league.record_episodes(episodes)
-        return batches
 
     def learn(self, fn: LearnFunction, policy_id: str, **inputs: Any) -> LearnOutput:
         """Run learn function ``fn(config, policy, sync, **inputs)`` on policy ``policy_id``

@@ -6,9 +6,9 @@ finished fragments wait in a queue until the learner takes them with :meth:`Asyn
 which sends the runners that delivered their next request at once. The learner's weights go into
 Ray's object store once per :meth:`AsyncSampler.set_weights` (every ``broadcast_interval`` learner
 updates, as the algorithm decides), tagged with the learner's weights version; each request
-carries the weights object current when it was sent, so every :class:`Fragment` records the
-version its actions were sampled with and :func:`policy_lag` measures how far the learner has
-moved on since.
+carries the weights object current when it was sent, so every :class:`RemoteFragment` records the
+version its actions were sampled with, and the learner can report how far it has moved on since
+(the policy lag: IMPALA's ``policy_lag_mean`` / ``policy_lag_max``).
 
 Faults are :class:`~cairn.env_runner.fault_tolerance.RemoteRunners`' one mechanism: a runner
 whose actor died (``ray.kill``, its node lost), whose ``sample()`` raised, or whose oldest request
@@ -38,11 +38,11 @@ if TYPE_CHECKING:
     from cairn.env_runner.fault_tolerance import RemoteRunners
     from cairn.env_runner.remote import SampleResult
 
-__all__ = ["AsyncSampler", "Fragment", "policy_lag"]
+__all__ = ["AsyncSampler", "RemoteFragment"]
 
 
 @dataclass(frozen=True)
-class Fragment:
+class RemoteFragment:
     """One remote ``sample()``: ``result`` (batches, episodes, filter statistics), the
     ``worker_index`` of the runner that sampled it, and ``weights_version``, the version given to
     :meth:`AsyncSampler.set_weights` for the weights its runner loaded before sampling it."""
@@ -64,21 +64,6 @@ class _Request:
     started: float
 
 
-def policy_lag(fragments: list[Fragment], learner_version: int) -> dict[str, float]:
-    """``policy_lag_mean`` / ``policy_lag_max``: the learner's weights version minus each
-    fragment's (0: sampled with the weights being trained), over ``fragments``.
-
-    >>> from cairn.env_runner.remote import SampleResult
-    >>> empty = SampleResult({}, [], {}, 0, {})
-    >>> policy_lag([Fragment(1, 3, empty), Fragment(2, 5, empty)], learner_version=6)
-    {'policy_lag_mean': 2.0, 'policy_lag_max': 3.0}
-    """
-    if not fragments:
-        return {"policy_lag_mean": float("nan"), "policy_lag_max": float("nan")}
-    lags = [learner_version - f.weights_version for f in fragments]
-    return {"policy_lag_mean": sum(lags) / len(lags), "policy_lag_max": float(max(lags))}
-
-
 class AsyncSampler:
     """Keeps ``requests_in_flight`` ``sample()`` requests queued on every healthy runner of
     ``runners``, and a queue of the fragments they delivered.
@@ -97,7 +82,7 @@ class AsyncSampler:
         self.num_fragments_dropped = 0
         self._weights_ref: Any = None
         self._requests: dict[int, deque[_Request]] = {}  # by worker_index, oldest first
-        self._queue: deque[Fragment] = deque()
+        self._queue: deque[RemoteFragment] = deque()
 
     def set_weights(self, broadcast: Mapping[str, Any], version: int) -> None:
         """Put ``broadcast`` (the learner's weights, filters and timesteps by policy ID, as
@@ -117,7 +102,7 @@ class AsyncSampler:
         """Fragments collected and not yet taken by :meth:`get`."""
         return len(self._queue)
 
-    def get(self, *, min_fragments: int = 1, max_fragments: int | None = None) -> list[Fragment]:
+    def get(self, *, min_fragments: int = 1, max_fragments: int | None = None) -> list[RemoteFragment]:
         """At least ``min_fragments`` (at most ``max_fragments``; None: all queued) finished
         fragments, oldest first, waiting for them if the queue holds fewer. Every healthy
         runner is first topped up to ``requests_in_flight`` requests. Raises
@@ -135,7 +120,7 @@ class AsyncSampler:
         count = len(self._queue) if max_fragments is None else min(max_fragments, len(self._queue))
         return [self._queue.popleft() for _ in range(count)]
 
-    def drain(self) -> list[Fragment]:
+    def drain(self) -> list[RemoteFragment]:
         """Send nothing more; wait for every request in flight and return all queued
         fragments. Afterwards the runners are idle until the next :meth:`get`."""
         while self._requests:
@@ -193,7 +178,7 @@ class AsyncSampler:
                     self.num_fragments_dropped += 1
                     break  # failed: its later requests die with its actor (below)
                 runners.completed(index, result[0])
-                self._queue.append(Fragment(index, request.weights_version, result[0]))
+                self._queue.append(RemoteFragment(index, request.weights_version, result[0]))
             if index not in runners.actors:
                 continue
             if reqs and done:

@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from cairn.env_runner.async_sampler import AsyncSampler, Fragment
+from cairn.env_runner.async_sampler import AsyncSampler, RemoteFragment
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.fault_tolerance import RemoteRunners
 from cairn.env_runner.make_env import close_env
@@ -43,6 +43,8 @@ class EnvRunnerGroup:
         self.local: EnvRunner | None = None
         self._remote: RemoteRunners | None = None
         self._async: AsyncSampler | None = None
+        self._fragments_dropped = 0  # by samplers ended before the current one
+        self._async_used = False
         if config.num_env_runners == 0:
             self.local = EnvRunner(config, policies, worker_index=0, first_env=first_env, callbacks=callbacks)
             return
@@ -60,11 +62,13 @@ class EnvRunnerGroup:
     def health_metrics(self) -> dict[str, int]:
         """``num_healthy_env_runners`` (remote runners that answer; 0 when sampling locally) and
         ``num_env_runner_restarts`` (remote runners recreated since this group was built), as
-        ``Algorithm.train()`` reports them."""
+        ``Algorithm.train()`` reports them; once asynchronous sampling ran, also
+        ``num_env_runner_fragments_dropped`` (:attr:`num_fragments_dropped`)."""
         if self._remote is None:
             return {"num_healthy_env_runners": 0, "num_env_runner_restarts": 0}
+        dropped = {"num_env_runner_fragments_dropped": self.num_fragments_dropped} if self._async_used else {}
         return {"num_healthy_env_runners": len(self._remote.actors),
-                "num_env_runner_restarts": self._remote.num_restarts}
+                "num_env_runner_restarts": self._remote.num_restarts, **dropped}
 
     def _broadcast(self) -> dict[str, Any]:
         return {
@@ -104,9 +108,18 @@ class EnvRunnerGroup:
                               "set config.env_runners(num_env_runners=1) or more, or sample with sample().")
         if self._async is None:
             self._async = AsyncSampler(self._remote)
+            self._async_used = True
         self._async.set_weights(self._broadcast(), version)
 
-    def sample_async(self, *, min_fragments: int = 1, max_fragments: int | None = None) -> list[Fragment]:
+    @property
+    def broadcast_version(self) -> int | None:
+        """The weights version of the last :meth:`broadcast_weights`; None when asynchronous
+        sampling is not running (never started, or ended: by :meth:`stop_async_sampling`, a
+        restore or a policy change, after which the runners need the learner's weights anew)."""
+        return None if self._async is None else self._async.weights_version
+
+    def sample_async(self, *, min_fragments: int = 1,
+                     max_fragments: int | None = None) -> list[RemoteFragment]:
         """The fragments the runners finished (at least ``min_fragments``, at most
         ``max_fragments``), each tagged with its weights version, their statistics merged into
         the learner's policies as :meth:`sample` merges them; the runners keep sampling
@@ -120,25 +133,25 @@ class EnvRunnerGroup:
             fragment.result.merge_into(self.policies)
         return fragments
 
-    def stop_async_sampling(self, *, wait: bool = False) -> list[Fragment]:
+    def stop_async_sampling(self, *, wait: bool = False) -> list[RemoteFragment]:
         """End asynchronous sampling; the next :meth:`broadcast_weights` starts it again. With
         ``wait``, wait for the requests in flight and return every fragment not yet taken
         (merged as :meth:`sample_async` merges them); else drop them and return none."""
         sampler, self._async = self._async, None
         if sampler is None:
             return []
-        if not wait:
-            sampler.discard()
-            return []
-        fragments = sampler.drain()
+        fragments = sampler.drain() if wait else []
+        sampler.discard()
+        self._fragments_dropped += sampler.num_fragments_dropped
         for fragment in fragments:
             fragment.result.merge_into(self.policies)
         return fragments
 
     @property
     def num_fragments_dropped(self) -> int:
-        """Asynchronous fragments lost with a runner that failed while sampling them."""
-        return 0 if self._async is None else self._async.num_fragments_dropped
+        """Asynchronous fragments lost with a runner that failed while sampling them, since
+        this group was built."""
+        return self._fragments_dropped + (0 if self._async is None else self._async.num_fragments_dropped)
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> None:
         """Follow an added or removed policy (and a new mapping): every runner checks the new
@@ -149,8 +162,7 @@ class EnvRunnerGroup:
             self.local.update_policies(config, policies)
         else:
             remote = self._remote
-            if self._async is not None:  # fragments of the old policies and mapping
-                self._async.discard()
+            self.stop_async_sampling()  # its fragments and weights are of the old policies
             self.policies, remote.config = policies, config  # what a recreated runner is built from
             remote.recover("update_policies()")
             states = ensure_ray().put({pid: p.get_state() for pid, p in policies.items()})
@@ -204,8 +216,7 @@ class EnvRunnerGroup:
                 self.local.set_state(chosen[0])
             return
         remote = self._remote
-        if self._async is not None:  # fragments of the state being replaced
-            self._async.discard()
+        self.stop_async_sampling()  # its fragments and weights are of the state being replaced
         remote.recover("set_state()")
         remote.positions.update(chosen)  # a runner recreated later comes back to its state
         remote.call("set_state", {i: (s,) for i, s in chosen.items()},

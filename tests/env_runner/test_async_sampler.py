@@ -1,23 +1,10 @@
-"""The parts of asynchronous sampling that need no Ray: the policy lag, refused arguments, and
-the group refusing asynchronous sampling without remote runners."""
-
-import math
+"""The parts of asynchronous sampling that need no Ray: refused arguments, and the group
+refusing asynchronous sampling without remote runners."""
 
 import pytest
 
-from cairn.env_runner.async_sampler import AsyncSampler, Fragment, policy_lag
-from cairn.env_runner.remote import SampleResult
+from cairn.env_runner.async_sampler import AsyncSampler
 from cairn.errors import CairnError, ConfigError
-
-
-def fragment(version: int) -> Fragment:
-    return Fragment(worker_index=1, weights_version=version, result=SampleResult({}, [], {}, 0, {}))
-
-
-def test_policy_lag_is_the_learner_version_minus_each_fragments():
-    lag = policy_lag([fragment(3), fragment(5), fragment(5)], learner_version=7)
-    assert lag == {"policy_lag_mean": pytest.approx((4 + 2 + 2) / 3), "policy_lag_max": 4.0}
-    assert all(math.isnan(v) for v in policy_lag([], learner_version=7).values())
 
 
 def test_the_sampler_refuses_no_requests_and_a_get_before_any_weights():

@@ -12,7 +12,7 @@ import pytest
 import ray
 
 import cairn
-from cairn.env_runner.async_sampler import Fragment, policy_lag
+from cairn.env_runner.async_sampler import RemoteFragment
 from tests.helpers import small_ppo
 from tests.ray.envs import make_flaky_cartpole
 
@@ -33,11 +33,11 @@ def steps_sampled(actor) -> int:
     return int(ray.get(actor.get_state.remote())["counters"]["num_env_steps_sampled"])
 
 
-def assert_each_fragment_once(fragments: list[Fragment], actors: dict) -> None:
+def assert_each_fragment_once(fragments: list[RemoteFragment], actors: dict) -> None:
     """Per runner (``actors``: worker_index -> actor), the fragments' steps add up to what the
     runner's own counter says it sampled (a lost fragment makes the sum smaller, one delivered
     twice makes it larger), and each fragment starts where the previous one ended."""
-    by_runner: dict[int, list[Fragment]] = defaultdict(list)
+    by_runner: dict[int, list[RemoteFragment]] = defaultdict(list)
     for fragment in fragments:
         by_runner[fragment.worker_index].append(fragment)
     assert sorted(by_runner) == sorted(actors)
@@ -61,10 +61,8 @@ def test_fragments_carry_the_version_they_were_sampled_with_each_delivered_once(
             # Each version acts one way only: a fragment tagged with the wrong version shows it.
             always(policy, version % 2)
             group.broadcast_weights(version)
+            assert group.broadcast_version == version
             fragments = group.sample_async()
-            assert policy_lag(fragments, version) == {
-                "policy_lag_mean": np.mean([version - f.weights_version for f in fragments]),
-                "policy_lag_max": max(version - f.weights_version for f in fragments)}
             lags += [version - f.weights_version for f in fragments]
             seen += fragments
         assert len(puts) == 7  # one object per broadcast, read by both runners
@@ -99,9 +97,11 @@ def test_a_runner_killed_mid_run_is_recreated_and_sampling_continues(ray_cluster
         while not any(f.worker_index == victim for f in seen[1:]):
             seen += group.sample_async()
         assert group.num_fragments_dropped == 1  # the killed runner's request in flight
-        assert group.health_metrics() == {"num_healthy_env_runners": 2, "num_env_runner_restarts": 1}
+        assert group.health_metrics() == {"num_healthy_env_runners": 2, "num_env_runner_restarts": 1,
+                                          "num_env_runner_fragments_dropped": 1}
         assert dict(enumerate(group.remote_actors(), start=1))[victim] is not old_actor
         seen += group.stop_async_sampling(wait=True)
+        assert group.num_fragments_dropped == 1 and group.broadcast_version is None
         # The recreated runner went on from its last delivered fragment: nothing twice, no gap.
         assert_each_fragment_once(seen, dict(enumerate(group.remote_actors(), start=1)))
     finally:
@@ -145,7 +145,8 @@ def test_losing_the_node_of_a_runner_mid_run_does_not_stop_sampling(two_nodes):
             seen += group.sample_async()
         after = group.sample_async(min_fragments=3)
         (survivor,) = {f.worker_index for f in after}
-        assert group.health_metrics() == {"num_healthy_env_runners": 1, "num_env_runner_restarts": 0}
+        assert group.health_metrics()["num_healthy_env_runners"] == 1
+        assert group.health_metrics()["num_env_runner_restarts"] == 0
         assert group.num_fragments_dropped >= 1
         seen += after + group.stop_async_sampling(wait=True)
         live = [f for f in seen if f.worker_index == survivor]

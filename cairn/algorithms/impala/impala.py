@@ -1,8 +1,9 @@
 """IMPALA and APPO: learning from fragments of experience with V-trace's off-policy correction.
 
 The training iteration is two named steps: :meth:`IMPALA.sample_fragments` (where the fragments
-come from: here, synchronously from the env runner group) and :meth:`IMPALA.learn_on_fragments`
-(one learner update on fragments tagged with the weights version that acted them).
+come from: the local runner, or remote runners sampling continuously while the learner learns)
+and :meth:`IMPALA.learn_on_fragments` (one learner update on fragments tagged with the weights
+version that acted them).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.fragments import Fragment, join_fragments, policy_lags
 from cairn.algorithms.impala.learn import after_train_batch, vtrace_learn
 from cairn.config.algorithm_config import AlgorithmConfig
+from cairn.env_runner.remote import join_batches
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
@@ -79,15 +81,34 @@ class IMPALA(Algorithm):
         return self.learn_on_fragments(self.sample_fragments())
 
     def sample_fragments(self) -> list[Fragment]:
-        """Fragments for one learner update: the synchronous path samples rounds from the env
-        runner group (every runner acts with the current weights: ``weights_version`` now)
-        until at least ``train_batch_size`` env steps are in hand."""
+        """Fragments for one learner update, until at least ``train_batch_size`` env steps are
+        in hand. With ``num_env_runners=0`` the local runner samples rounds with the current
+        weights (``weights_version`` now). With remote runners they sample continuously
+        (:mod:`cairn.env_runner.async_sampler`): the weights go out every ``broadcast_interval``
+        learner updates, and each fragment carries the version that acted it."""
+        if self.config.num_env_runners > 0:
+            return self._sample_fragments_async()
         fragments: list[Fragment] = []
         steps = 0
         while steps < self.config.train_batch_size:
             before = self.counters["num_env_steps_sampled_lifetime"]
             fragments.append(Fragment(self._sample(), self.weights_version))
             steps += self.counters["num_env_steps_sampled_lifetime"] - before
+        return fragments
+
+    def _sample_fragments_async(self) -> list[Fragment]:
+        group = self.env_runner_group
+        last = group.broadcast_version  # None after a restore or a policy change: send anew
+        if last is None or not 0 <= self.weights_version - last < self.config.broadcast_interval:
+            group.broadcast_weights(self.weights_version)
+        fragments: list[Fragment] = []
+        steps = 0
+        while steps < self.config.train_batch_size:
+            for sampled in group.sample_async():
+                batches = join_batches([sampled.result])
+                self.record_sample(batches, sampled.result.episodes, sampled.result.env_steps)
+                fragments.append(Fragment(batches, sampled.weights_version))
+                steps += sampled.result.env_steps
         return fragments
 
     def learn_on_fragments(self, fragments: Sequence[Fragment]) -> dict[str, dict[str, float]]:
