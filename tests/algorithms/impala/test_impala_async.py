@@ -16,7 +16,7 @@ from tests.ray.envs import make_flaky_cartpole
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-def test_fragments_lag_and_a_runner_killed_mid_train_is_recreated(ray_cluster):
+def test_fragments_lag_and_a_runner_killed_mid_train_is_recreated(ray_cluster, tmp_path):
     # 10 ms a step: a fragment (20 steps of 2 envs) takes over 0.4 s; a train batch is 2 of them.
     algo = (small("APPO", train_batch_size=80).environment(make_flaky_cartpole, env_config={"step_sleep_s": 0.01})
             .env_runners(num_env_runners=2).build())
@@ -40,6 +40,13 @@ def test_fragments_lag_and_a_runner_killed_mid_train_is_recreated(ray_cluster):
         assert fourth["training_iteration"] == 4 and algo.weights_version == 4
         # Every step the learner counted came in a fragment it received, once.
         assert algo.get_policy().global_timestep == fourth["num_env_steps_sampled_lifetime"]
+
+        # A restore in place drops the fragments in flight (acted by version 3, before the
+        # restore) and sends the restored weights anew: the next batch is all of version 4.
+        algo.restore(algo.save(str(tmp_path / "ckpt")))
+        assert algo.env_runner_group.broadcast_version is None
+        fifth = algo.train()
+        assert fifth["learners"]["default_policy"]["policy_lag_max"] == 0 and algo.weights_version == 5
     finally:
         algo.stop()
 
