@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 def test_fragments_lag_and_a_runner_killed_mid_train_is_recreated(ray_cluster, tmp_path):
     # 10 ms a step: a fragment (20 steps of 2 envs) takes over 0.4 s; a train batch is 2 of them.
-    algo = (small("APPO", train_batch_size=80).environment(make_flaky_cartpole, env_config={"step_sleep_s": 0.01})
+    algo = (small("APPO", train_batch_size=80)
+            .environment(make_flaky_cartpole, env_config={"step_sleep_s": 0.01})
             .env_runners(num_env_runners=2).build())
     try:
         first = algo.train()
@@ -54,4 +55,4 @@ def test_fragments_lag_and_a_runner_killed_mid_train_is_recreated(ray_cluster, t
 def test_appo_learns_cartpole_with_two_remote_runners(ray_cluster):
     first, points = steps_to_bar("APPO", learning_seed(0), bar=475.0, budget=40_000, eval_every=2_000,
                                  num_env_runners=2)
-    assert first is not None, f"APPO, 2 remote runners: greedy returns {points} never reached 475 in 40k steps"
+    assert first is not None, f"APPO, 2 remote runners: greedy returns {points} never reached 475 in 40k"
