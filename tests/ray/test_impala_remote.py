@@ -1,8 +1,6 @@
-"""IMPALA and APPO with two remote env runners on the synchronous path (each sample round
-from both runners with the current weights, as PPO's): they train, fragments carry no lag, and
-a checkpoint resumes exactly with the same number of runners."""
-
-import math
+"""IMPALA and APPO with two remote env runners, which sample asynchronously: they train, and a
+checkpoint restores and continues from the saved learner (not bit for bit: the fragments in
+flight at the save are not in it, docs/impala.md)."""
 
 import pytest
 
@@ -13,29 +11,29 @@ from tests.helpers import weights_digest
 pytestmark = pytest.mark.ray
 
 
-def comparable(result):
-    return {k: v for k, v in result.items()
-            if k not in ("time_this_iter_s", "env_steps_per_s")
-            and not (isinstance(v, float) and math.isnan(v))}
-
-
 @pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
-def test_two_remote_runners_train_and_resume_exactly(ray_cluster, tmp_path, algo_name):
+def test_two_remote_runners_train_save_and_continue_from_the_checkpoint(ray_cluster, tmp_path, algo_name):
     algo = small(algo_name).env_runners(num_env_runners=2).build()
     try:
         result = algo.train()
-        assert result["num_healthy_env_runners"] == 2
-        # One round: 2 runners x 2 envs x 20 steps = the 80 env steps of a train batch.
-        assert result["num_env_steps_sampled_lifetime"] == 80
-        assert result["learners"]["default_policy"]["policy_lag_max"] == 0.0
+        assert result["num_healthy_env_runners"] == 2 and result["num_env_runner_fragments_dropped"] == 0
+        # Fragments of 2 envs x 20 steps, until the 80 env steps of a train batch are in hand.
+        assert result["num_env_steps_sampled_lifetime"] >= 80
+        assert result["learners"]["default_policy"]["policy_lag_max"] == 0.0  # all acted by version 0
         path = algo.save(tmp_path / "c")
-        expected = algo.train()
-        expected_weights = weights_digest(algo)
+        saved = {"weights": weights_digest(algo), "counters": dict(algo.counters),
+                 "version": algo.weights_version}
     finally:
         algo.stop()
     restored = cairn.Algorithm.from_checkpoint(path)
     try:
-        assert comparable(restored.train()) == comparable(expected)
-        assert weights_digest(restored) == expected_weights
+        assert weights_digest(restored) == saved["weights"] and dict(restored.counters) == saved["counters"]
+        assert restored.weights_version == saved["version"] == 1
+        result = restored.train()
+        assert result["training_iteration"] == 2 and restored.weights_version == 2
+        # The restored runners act with the restored weights, version 1, from the start.
+        assert result["learners"]["default_policy"]["policy_lag_max"] == 0.0
+        before = saved["counters"]["num_env_steps_sampled_lifetime"]
+        assert result["num_env_steps_sampled_lifetime"] >= before + 80
     finally:
         restored.stop()
