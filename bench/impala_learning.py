@@ -5,7 +5,7 @@ docs/impala.md, section Learning, has the figures; the settings are
 ``tests/algorithms/impala/small.py``'s ``learning_config``, which the slow learning test uses too.
 
     .venv/bin/python bench/impala_learning.py [--algos IMPALA APPO] [--seeds 0 1 2] \\
-        [--bar 475] [--budget 30000] [--eval-every 2000]
+        [--bar 475] [--budget 30000] [--eval-every 2000] [--num-env-runners 0]
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ def main() -> None:
     parser.add_argument("--bar", type=float, default=475.0)
     parser.add_argument("--budget", type=int, default=30_000)
     parser.add_argument("--eval-every", type=int, default=2_000)
+    parser.add_argument("--num-env-runners", type=int, default=0,
+                        help="remote runners sampling asynchronously (2 envs each); 0: 4 envs in-process")
     args = parser.parse_args()
     for algo in args.algos:
         for seed in args.seeds:
             start = time.perf_counter()
             first, points = steps_to_bar(algo, seed, bar=args.bar, budget=args.budget,
-                                         eval_every=args.eval_every)
+                                         eval_every=args.eval_every, num_env_runners=args.num_env_runners)
             print(f"{algo} seed {seed}: first greedy >= {args.bar} at {first} steps; {points}; "
                   f"wall {time.perf_counter() - start:.0f}s", flush=True)
 
