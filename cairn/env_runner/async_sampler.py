@@ -114,6 +114,10 @@ class AsyncSampler:
         if max_fragments is not None and max_fragments < min_fragments:
             raise ConfigError(f"max_fragments={max_fragments} is below min_fragments={min_fragments}.")
         while len(self._queue) < min_fragments:
+            # As the synchronous sample() does: a runner that failed in another call (a save's
+            # get_state) is restarted or left out first, and no runner left is an error, not a
+            # wait without end.
+            self.runners.recover("sample()")
             self._top_up()
             self._collect(block=True)
         self._top_up()  # the runners that just delivered get their next request at once

@@ -13,6 +13,7 @@ import ray
 
 import cairn
 from cairn.env_runner.async_sampler import RemoteFragment
+from cairn.errors import EnvRunnerFailedError
 from tests.helpers import small_ppo
 from tests.ray.envs import make_flaky_cartpole
 
@@ -151,5 +152,23 @@ def test_losing_the_node_of_a_runner_mid_run_does_not_stop_sampling(two_nodes):
         seen += after + group.stop_async_sampling(wait=True)
         live = [f for f in seen if f.worker_index == survivor]
         assert_each_fragment_once(live, {survivor: group.remote_actors()[0]})
+    finally:
+        algo.stop()
+
+
+def test_with_every_runner_gone_outside_sampling_get_raises_instead_of_waiting(ray_cluster):
+    config = (small_ppo(train_batch_size=64).env_runners(num_env_runners=2)
+              .fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=True))
+    algo = config.build()
+    try:
+        group = algo.env_runner_group
+        group.broadcast_weights(0)
+        group.sample_async(min_fragments=2)
+        for actor in group.remote_actors():
+            ray.kill(actor)
+        with pytest.warns(RuntimeWarning, match="gave no state"):
+            group.get_state()  # both fail here, outside the sampler, and are left out there
+        with pytest.raises(EnvRunnerFailedError, match="no healthy remote env runner left"):
+            group.sample_async()
     finally:
         algo.stop()
