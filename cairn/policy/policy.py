@@ -31,7 +31,6 @@ from cairn.policy.action_masking import (
 from cairn.policy.custom_model import model_references, uses_custom_model
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
-from cairn.policy.lazy_optimizer import LazyOptimizer
 from cairn.policy.merge import deep_merge
 from cairn.policy.model import (
     DEFAULT_MODEL_CONFIG,
@@ -44,7 +43,7 @@ from cairn.policy.output_shapes import check_actor_critic_outputs
 from cairn.policy.recurrent import RecurrentActing, RecurrentState, recurrent_acting
 from cairn.policy.recurrent_config import recurrent_settings
 from cairn.policy.spec import PolicySpec
-from cairn.policy.state_tree import make_generators, policy_state_tree, restore_policy_state_tree
+from cairn.policy.training_state import PolicyTrainingState, TrainingStateField
 from cairn.policy.weights import adopt_weights, load_weights, weights_to_numpy
 from cairn.registry import class_reference, register_class, resolve_class
 from cairn.spaces import ObservationPreprocessor, check_action_space, space_from_json
@@ -61,8 +60,8 @@ class Policy:
     """A PyTorch actor-critic policy for one observation space and one action space.
 
     A Policy is enough to act (``compute_actions``) and enough to continue training: it owns its
-    network, optimizer, observation filter, random generator and counters, and describes itself
-    as data through :attr:`spec`.
+    network and its :attr:`training` state (optimizer, observation filter, random generators and
+    counters), and describes itself as data through :attr:`spec`.
 
     Args:
         observation_space: Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple.
@@ -87,6 +86,12 @@ class Policy:
     #: batch column ``action_logp`` (PPO's ratio, V-trace's importance weights). Off-policy
     #: classes that never read it (DQN, SAC, TD3) set it False and pay nothing.
     wants_action_logp: ClassVar[bool] = True
+
+    #: Kept by :attr:`training`, the one owner of the policy's training state.
+    generator = TrainingStateField[torch.Generator]()
+    np_random = TrainingStateField[np.random.Generator]()
+    global_timestep = TrainingStateField[int]()
+    num_grad_updates = TrainingStateField[int]()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -143,6 +148,8 @@ class Policy:
         #: Raw observations -> network rows: the preprocessor and the observation filter.
         self.observation_input = ObservationInput(
             preprocessor, make_filter(self.config["observation_filter"], preprocessor.size))
+        #: The optimizer, the observation filter's statistics, the generators and the counters.
+        self.training = PolicyTrainingState(self.observation_input.observation_filter, seed=seed)
         #: Entries of the observation's action mask (0: no masking; docs/models.md, "Action
         #: masking") and the observation space the network reads (without the mask).
         self.action_mask_size = preprocessor.mask_size
@@ -155,7 +162,6 @@ class Policy:
                 not uses_custom_model(self.config["model"]):
             warn_if_image_observations(self.network_observation_space, self.config["model"], stacklevel=3)
         self.dist: ActionDistribution = self.make_distribution(action_space)
-        self.generator, self.np_random = make_generators(seed)
         # Restoring skips random initialisation: parameters are created uninitialised (meta
         # device, then empty CPU storage) and filled from the saved state right after.
         with torch.device("meta") if not init_weights else contextlib.nullcontext():
@@ -178,11 +184,8 @@ class Policy:
             self.model.to_empty(device="cpu")
         # The default optimizer is built on first use (see the optimizer property); an
         # overridden make_optimizer is built now, as its parameter grouping is its own.
-        self._optimizers = LazyOptimizer()
         if type(self).make_optimizer is not Policy.make_optimizer:
-            self._optimizers.set(self.make_optimizer())
-        self.global_timestep = 0
-        self.num_grad_updates = 0
+            self.training.set_optimizer(self.make_optimizer())
         self.finish_setup()
         self.check_model_outputs()
 
@@ -242,18 +245,18 @@ class Policy:
         Built on first use: constructing a torch optimizer imports ``torch._dynamo`` (about a
         second), which a policy restored only to act never needs. A restored optimizer state
         is checked against the network when it is restored, and loaded here
-        (:class:`~cairn.policy.lazy_optimizer.LazyOptimizer`).
+        (:class:`~cairn.policy.training_state.PolicyTrainingState`).
         """
-        return self._optimizers.get(self.make_optimizer, lr=float(self.config["lr"]))
+        return self.training.optimizer(self.make_optimizer, lr=float(self.config["lr"]))
 
     @optimizer.setter
     def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        self._optimizers.set(optimizer)
+        self.training.set_optimizer(optimizer)
 
     def set_learning_rate(self, lr: float) -> None:
         """Set ``config["lr"]`` and the optimizer's learning rate (now, or when it is built)."""
         self.config["lr"] = float(lr)
-        self._optimizers.set_learning_rate(float(lr))
+        self.training.set_learning_rate(float(lr))
 
     @property
     def spec(self) -> PolicySpec:
@@ -290,8 +293,8 @@ class Policy:
 
     @property
     def observation_filter(self) -> NoFilter | MeanStdFilter:
-        """The observation filter (its statistics are part of the policy's state)."""
-        return self.observation_input.observation_filter
+        """The observation filter (its statistics are part of the policy's training state)."""
+        return self.training.observation_filter
 
     def compute_action_inputs(self, processed_obs: np.ndarray) -> np.ndarray:
         """The action distribution's inputs (logits, or mean and log-std) for processed obs."""
@@ -383,21 +386,19 @@ class Policy:
         may return views of the live weight and optimizer arrays, for a caller that writes them
         at once (a checkpoint save). Subclasses extend it (``super().get_state(copy=copy)``).
         """
-        lr = float(self.config["lr"])
-        optimizer = self._optimizers.state_tree(self.make_optimizer, lr=lr, copy=copy)
-        weights = weights_to_numpy(self.model, copy=copy)
-        return policy_state_tree(self, weights=weights, optimizer=optimizer)
+        return {"spec": self.spec.to_dict(), "weights": weights_to_numpy(self.model, copy=copy),
+                **self.training.get_state(self.make_optimizer, lr=float(self.config["lr"]), copy=copy,
+                                          exploration=self.get_exploration_state())}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`get_state` into this policy (same spaces and model)."""
         adopted = self._adopted_weights
         if adopted is not state["weights"]:
             self.set_weights(state["weights"])
-        params = list(self.model.parameters())
-        self._optimizers.restore(state["optimizer"], params, adopt=adopted is not None)
-        if self._optimizers.built is not None:
+        self.training.set_state(state, list(self.model.parameters()), adopt=adopted is not None)
+        if self.training.built_optimizer is not None:
             self.set_learning_rate(float(self.config["lr"]))  # the config's lr wins
-        restore_policy_state_tree(self, state)  # filter, counters, exploration, generators
+        self.set_exploration_state(state.get("exploration") or {})
 
     def get_exploration_state(self) -> dict[str, Any]:
         """Exploration state beyond the random generator (e.g. an epsilon schedule)."""

@@ -1,0 +1,148 @@
+"""A policy's training state: what it keeps beside its network to go on learning exactly.
+
+:class:`PolicyTrainingState` owns the optimizer, the observation filter's statistics, the two
+random generators and the counters, with one ``get_state`` / ``set_state`` for their part of the
+policy's state tree (docs/checkpoint-format.md, section 5); the policy adds ``spec``, ``weights``
+and ``exploration``. ``policy.generator``, ``np_random``, ``global_timestep`` and
+``num_grad_updates`` are this state's (:class:`TrainingStateField`).
+
+The optimizer is built on first use: constructing a torch optimizer imports ``torch._dynamo``
+(about a second), which a policy restored only to act never needs. A restored optimizer state is
+checked against the network at once and loaded when the optimizer is built; saving before then
+writes it back. The policy passes its ``make_optimizer`` and learning rate to each call that may
+build, so that this state keeps no reference back to the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+import torch
+
+from cairn.policy.filters import MeanStdFilter, NoFilter
+from cairn.policy.optimizer_state import (
+    check_optimizer_tree,
+    copy_optimizer_tree,
+    optimizer_state_from_tree,
+    optimizer_state_to_tree,
+)
+from cairn.rng import make_rng
+
+__all__ = ["PolicyTrainingState", "TrainingStateField"]
+
+MakeOptimizer = Callable[[], torch.optim.Optimizer]
+T = TypeVar("T")
+
+
+class PolicyTrainingState:
+    """The optimizer, observation filter, generators and counters of one policy.
+
+    ``observation_filter`` is the filter the policy's acting path applies (the same object);
+    ``seed`` seeds both generators (None: fresh entropy): torch's initialises weights and draws
+    SAC's and TD3's noise, numpy's samples actions in the sampling loop.
+    """
+
+    def __init__(self, observation_filter: NoFilter | MeanStdFilter, *, seed: int | None) -> None:
+        self.observation_filter = observation_filter
+        self.generator = torch.Generator()
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(int(seed) % (2**63))
+        self.np_random = np.random.default_rng(None if seed is None else [int(seed) % (2**63), 7])
+        #: Env steps acted with this policy, and optimizer steps taken on it.
+        self.global_timestep = 0
+        self.num_grad_updates = 0
+        #: The optimizer once built, and until then any restored state waiting for it.
+        self.built_optimizer: torch.optim.Optimizer | None = None
+        self.pending_optimizer_state: Mapping[str, Any] | None = None
+
+    # ------------------------------------------------------------------------------ optimizer
+    def optimizer(self, make_optimizer: MakeOptimizer, *, lr: float) -> torch.optim.Optimizer:
+        """The optimizer, built with ``make_optimizer`` and any pending state on first use."""
+        if self.built_optimizer is None:
+            optimizer = make_optimizer()
+            pending, self.pending_optimizer_state = self.pending_optimizer_state, None
+            if pending is not None:  # owned by the policy: its arrays become the state
+                optimizer_state_from_tree(optimizer, pending, copy=False)
+            self.built_optimizer = optimizer
+            self.set_learning_rate(lr)  # the config's lr wins (it may be overridden)
+        return self.built_optimizer
+
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Use ``optimizer`` from now on, dropping any pending state."""
+        self.built_optimizer, self.pending_optimizer_state = optimizer, None
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Set a built optimizer's learning rate (one built later takes it from :meth:`optimizer`)."""
+        if self.built_optimizer is not None:
+            for group in self.built_optimizer.param_groups:
+                group["lr"] = lr
+
+    # ---------------------------------------------------------------------------------- state
+    def get_state(self, make_optimizer: MakeOptimizer, *, lr: float, copy: bool,
+                  exploration: dict[str, Any]) -> dict[str, Any]:
+        """The state tree's ``optimizer``, ``observation_filter``, ``counters``, ``exploration``
+        (the policy's, given) and ``rng`` entries, in that order; ``copy=False`` may give views
+        of the live optimizer arrays. An optimizer never built is not built for it."""
+        pending = self.pending_optimizer_state
+        if self.built_optimizer is None and pending is not None:
+            optimizer = copy_optimizer_tree(pending) if copy else dict(pending)
+        else:
+            optimizer = optimizer_state_to_tree(self.optimizer(make_optimizer, lr=lr), copy=copy)
+        return {
+            "optimizer": optimizer,
+            "observation_filter": self.observation_filter.get_state(),
+            "counters": {"global_timestep": self.global_timestep, "num_grad_updates": self.num_grad_updates},
+            "exploration": exploration,
+            "rng": {"torch": self.generator.get_state().numpy().copy(),
+                    "numpy": self.np_random.bit_generator.state},
+        }
+
+    def set_state(self, state: Mapping[str, Any], params: Sequence[torch.Tensor], *, adopt: bool) -> None:
+        """Restore :meth:`get_state`'s entries but ``exploration`` (the policy's own).
+
+        The optimizer state is checked against ``params`` (the network's, in order) now and
+        loaded when the optimizer is built; ``adopt=True``: its arrays are the policy's own
+        (``from_state(copy=False)``) and become the optimizer's storage, otherwise they are
+        copied. A built optimizer gets the saved learning rate: the policy then sets its
+        configured one. A filter of another kind than this policy's is a ValueError.
+        """
+        tree = state["optimizer"]
+        if self.built_optimizer is None:
+            check_optimizer_tree(tree, params, num_groups=1)
+            self.pending_optimizer_state = tree if adopt else copy_optimizer_tree(tree)
+        else:
+            optimizer_state_from_tree(self.built_optimizer, tree, copy=not adopt)
+        filter_state = state["observation_filter"]
+        if filter_state.get("name") != self.observation_filter.name:
+            raise ValueError(f"State has observation filter {filter_state.get('name')!r}, this policy uses "
+                             f"{self.observation_filter.name!r}.")
+        self.observation_filter.set_state(filter_state)
+        counters = state["counters"]
+        self.global_timestep = int(counters["global_timestep"])
+        self.num_grad_updates = int(counters["num_grad_updates"])
+        self.generator.set_state(torch.from_numpy(np.asarray(state["rng"]["torch"], dtype=np.uint8).copy()))
+        self.np_random = make_rng(state["rng"]["numpy"])
+
+
+class _HasTrainingState(Protocol):
+    training: PolicyTrainingState
+
+
+class TrainingStateField(Generic[T]):
+    """A policy attribute whose value its :class:`PolicyTrainingState` keeps: ``policy.x`` reads
+    and writes ``policy.training.x`` (``policy.num_grad_updates += 1`` counts in the one owner)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, policy: _HasTrainingState | None, owner: type | None = None) -> T:
+        if policy is None:  # read on the class (help(), inspect): the field itself
+            return self  # type: ignore[return-value]
+        return getattr(policy.training, self.name)  # type: ignore[no-any-return]
+
+    def __set__(self, policy: _HasTrainingState, value: T) -> None:
+        setattr(policy.training, self.name, value)
