@@ -38,7 +38,7 @@ from cairn.policy.model import (
     check_model_config,
     warn_if_image_observations,
 )
-from cairn.policy.networks import actor_critic_model
+from cairn.policy.network_choice import actor_critic_model
 from cairn.policy.output_shapes import check_actor_critic_outputs
 from cairn.policy.recurrent import RecurrentActing, RecurrentState, recurrent_acting
 from cairn.policy.recurrent_config import recurrent_settings
@@ -218,7 +218,7 @@ class Policy:
     def make_model(self) -> torch.nn.Module:
         """Build the network (override in subclasses for other architectures): the user's
         ``model.custom_model`` (:class:`cairn.models.ActorCriticModel`), else the built-in MLP
-        (with a CNN encoder for images) or its Keras twin (:mod:`cairn.policy.networks`)."""
+        (with a CNN encoder for images) or its Keras twin (:mod:`cairn.policy.network_choice`)."""
         return actor_critic_model(self.config, network_observation_space=self.network_observation_space,
                                   action_space=self.action_space, obs_size=self.preprocessor.size,
                                   num_outputs=self.dist.num_inputs, generator=self.generator)
