@@ -393,6 +393,7 @@ class Policy:
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`get_state` into this policy (same spaces and model)."""
         adopted = self._adopted_weights
+        self.training.check_state(state, list(self.model.parameters()))  # before anything changes
         if adopted is not state["weights"]:
             self.set_weights(state["weights"])
         self.training.set_state(state, list(self.model.parameters()), adopt=adopted is not None)

@@ -101,6 +101,20 @@ class PolicyTrainingState:
                     "numpy": self.np_random.bit_generator.state},
         }
 
+    def check_state(self, state: Mapping[str, Any], params: Sequence[torch.Tensor]) -> None:
+        """Raise ValueError when ``state`` cannot be restored here (an optimizer tree that does
+        not fit ``params``, a filter of another kind), so that a policy checks it before it
+        changes anything (weights included) and a refused state leaves it as it was."""
+        if self.built_optimizer is None:
+            check_optimizer_tree(state["optimizer"], params, num_groups=1)
+        else:
+            own = [p for group in self.built_optimizer.param_groups for p in group["params"]]
+            check_optimizer_tree(state["optimizer"], own, num_groups=len(self.built_optimizer.param_groups))
+        filter_name = state["observation_filter"].get("name")
+        if filter_name != self.observation_filter.name:
+            raise ValueError(f"State has observation filter {filter_name!r}, this policy uses "
+                             f"{self.observation_filter.name!r}.")
+
     def set_state(self, state: Mapping[str, Any], params: Sequence[torch.Tensor], *, adopt: bool) -> None:
         """Restore :meth:`get_state`'s entries but ``exploration`` (the policy's own).
 
@@ -110,16 +124,13 @@ class PolicyTrainingState:
         copied. A built optimizer gets the saved learning rate: the policy then sets its
         configured one. A filter of another kind than this policy's is a ValueError.
         """
+        self.check_state(state, params)
         tree = state["optimizer"]
         if self.built_optimizer is None:
-            check_optimizer_tree(tree, params, num_groups=1)
             self.pending_optimizer_state = tree if adopt else copy_optimizer_tree(tree)
         else:
             optimizer_state_from_tree(self.built_optimizer, tree, copy=not adopt)
         filter_state = state["observation_filter"]
-        if filter_state.get("name") != self.observation_filter.name:
-            raise ValueError(f"State has observation filter {filter_state.get('name')!r}, this policy uses "
-                             f"{self.observation_filter.name!r}.")
         self.observation_filter.set_state(filter_state)
         counters = state["counters"]
         self.global_timestep = int(counters["global_timestep"])

@@ -63,3 +63,18 @@ def test_a_state_with_another_filter_is_refused():
     state = cairn.Policy(OBS, gym.spaces.Discrete(2), seed=0).get_state()
     with pytest.raises(ValueError, match="observation filter 'NoFilter'"):
         policy.training.set_state(state, list(policy.model.parameters()), adopt=False)
+
+
+def test_a_refused_state_leaves_the_policy_as_it_was():
+    # Before, Policy.set_state loaded the weights and only then refused the filter: the policy
+    # was left half-restored (another policy's weights, its own filter and optimizer).
+    policy, other = _trained(0), _trained(1)
+    state = other.get_state()
+    unfiltered = cairn.Policy(OBS, gym.spaces.Discrete(2), seed=0)
+    state["observation_filter"] = unfiltered.get_state()["observation_filter"]
+    before = policy.get_state()
+    with pytest.raises(ValueError, match="observation filter 'NoFilter'"):
+        policy.set_state(state)
+    after = policy.get_state()
+    assert all(np.array_equal(after["weights"][k], before["weights"][k]) for k in before["weights"])
+    assert after["counters"] == before["counters"]
