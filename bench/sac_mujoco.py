@@ -1,10 +1,16 @@
-"""SAC on MuJoCo: cairn against Stable-Baselines3 with the same config and seeds.
+"""SAC and TD3: cairn against Stable-Baselines3 with the same config and seeds (``--algo``).
 
-Config (both sides): SB3's SAC defaults as rl-zoo runs them on MuJoCo (hyperparams/sac.yml,
-``mujoco-defaults``: the defaults plus ``learning_starts: 10000``): 1 env, actor and twin
-critics 256x256 ReLU, Adam lr 3e-4 for actor, critics and alpha, replay 1e6, batch 256, one
-gradient step per env step, tau 0.005, gamma 0.99, alpha tuned from 1.0 towards -dim(A),
-uniformly random actions before learning starts. One torch thread on both sides.
+Config (both sides; ``--algo sac``, the default): SB3's SAC defaults as rl-zoo runs them on
+MuJoCo (hyperparams/sac.yml, ``mujoco-defaults``: the defaults plus ``learning_starts: 10000``):
+1 env, actor and twin critics 256x256 ReLU, Adam lr 3e-4 for actor, critics and alpha, replay
+1e6, batch 256, one gradient step per env step, tau 0.005, gamma 0.99, alpha tuned from 1.0
+towards -dim(A), uniformly random actions before learning starts. One torch thread on both sides.
+
+``--algo td3``: SB3's TD3 defaults with rl-zoo's MuJoCo action noise (hyperparams/td3.yml,
+``mujoco-defaults``): actor and twin critics 400x300 ReLU, Adam lr 1e-3, replay 1e6, batch 256,
+one gradient step per env step, tau 0.005, gamma 0.99, policy_delay 2, target policy noise 0.2
+clipped at 0.5, Gaussian action noise N(0, 0.1) in the [-1, 1] action scale (SB3's
+``NormalActionNoise``), uniformly random actions before learning starts.
 
 Two measurements:
 
@@ -27,12 +33,12 @@ still reports how far it got. ``report`` turns the log(s) into the markdown tabl
 Needs Stable-Baselines3 and MuJoCo (``pip install -c constraints.txt "gymnasium[mujoco]"``);
 run it in the bench virtualenv:
 
-    .bench-venv/bin/python bench/sac_mujoco.py throughput [--envs HalfCheetah-v5 Hopper-v5] \\
+    .bench-venv/bin/python bench/sac_mujoco.py throughput [--algo td3] [--envs HalfCheetah-v5 Hopper-v5] \\
         [--steps 1000] [--reps 3] [--out bench/results/sac_mujoco_throughput.md]
-    .bench-venv/bin/python bench/sac_mujoco.py paired [--chunk 256] [--rounds 8] \\
+    .bench-venv/bin/python bench/sac_mujoco.py paired [--algo td3] [--chunk 256] [--rounds 8] \\
         [--out bench/results/sac_mujoco_paired.md]
-    nice -n 10 .bench-venv/bin/python bench/sac_mujoco.py learn --env HalfCheetah-v5 --seed 0 \\
-        [--steps 100000] [--chunk 10000] --log bench/results/sac_mujoco_learn.jsonl
+    nice -n 10 .bench-venv/bin/python bench/sac_mujoco.py learn [--algo td3] --env HalfCheetah-v5 --seed 0 \\
+        [--steps 100000] [--chunk 10000] [--learning-starts 10000] --log bench/results/sac_mujoco_learn.jsonl
     .bench-venv/bin/python bench/sac_mujoco.py report --log bench/results/sac_mujoco_learn.jsonl
 """
 
@@ -53,33 +59,49 @@ import torch
 
 import cairn
 
-LR, BUFFER, BATCH, TAU, GAMMA, HIDDEN = 3e-4, 1_000_000, 256, 0.005, 0.99, [256, 256]
-MUJOCO_STARTS = 10_000  # rl-zoo's mujoco-defaults
+BUFFER, BATCH, TAU, GAMMA = 1_000_000, 256, 0.005, 0.99
+# Per algorithm: learning rate and hidden layers (SB3's defaults for each).
+LR = {"sac": 3e-4, "td3": 1e-3}
+HIDDEN = {"sac": [256, 256], "td3": [400, 300]}
+# TD3's own settings: SB3's TD3 defaults, and rl-zoo's action noise (SB3 adds none by default).
+POLICY_DELAY, TARGET_NOISE, TARGET_CLIP, ACTION_NOISE = 2, 0.2, 0.5, 0.1
+MUJOCO_STARTS = 10_000  # rl-zoo's mujoco-defaults (SAC and TD3)
 
 
-def make_cairn(env: str, seed: int, starts: int, train_batch_size: int = 1000) -> Any:
+def make_cairn(algo: str, env: str, seed: int, starts: int, train_batch_size: int = 1000) -> Any:
+    config = cairn.SACConfig() if algo == "sac" else cairn.TD3Config().training(
+        policy_delay=POLICY_DELAY, target_policy_noise=TARGET_NOISE, target_noise_clip=TARGET_CLIP,
+        exploration_noise=ACTION_NOISE)
     config = (
-        cairn.SACConfig()
+        config
         .environment(env)
         .env_runners(num_env_runners=0, num_envs_per_env_runner=1)
-        .training(lr=LR, minibatch_size=BATCH, train_batch_size=train_batch_size, tau=TAU, gamma=GAMMA,
+        .training(lr=LR[algo], minibatch_size=BATCH, train_batch_size=train_batch_size, tau=TAU, gamma=GAMMA,
                   train_freq=1, gradient_steps=1, num_steps_sampled_before_learning_starts=starts,
                   replay_buffer_config={"type": "uniform", "capacity": BUFFER},
-                  model={"hidden": HIDDEN, "activation": "relu"})
+                  model={"hidden": HIDDEN[algo], "activation": "relu"})
         .resources(torch_num_threads=1)
         .debugging(seed=seed)
     )
     return config.build()
 
 
-def make_sb3(env: str, seed: int, starts: int) -> Any:
-    from stable_baselines3 import SAC
+def make_sb3(algo: str, env: str, seed: int, starts: int) -> Any:
+    common = dict(learning_rate=LR[algo], buffer_size=BUFFER, learning_starts=starts, batch_size=BATCH,
+                  tau=TAU, gamma=GAMMA, train_freq=1, gradient_steps=1,
+                  policy_kwargs={"net_arch": HIDDEN[algo]}, seed=seed, device="cpu", verbose=0)
+    if algo == "sac":
+        from stable_baselines3 import SAC
 
-    return SAC(
-        "MlpPolicy", gym.make(env), learning_rate=LR, buffer_size=BUFFER, learning_starts=starts,
-        batch_size=BATCH, tau=TAU, gamma=GAMMA, train_freq=1, gradient_steps=1,
-        ent_coef="auto", policy_kwargs={"net_arch": HIDDEN}, seed=seed, device="cpu", verbose=0,
-    )
+        return SAC("MlpPolicy", gym.make(env), ent_coef="auto", **common)
+    from stable_baselines3 import TD3
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    train_env = gym.make(env)
+    size = train_env.action_space.shape[0]
+    noise = NormalActionNoise(mean=np.zeros(size), sigma=ACTION_NOISE * np.ones(size))
+    return TD3("MlpPolicy", train_env, action_noise=noise, policy_delay=POLICY_DELAY,
+               target_policy_noise=TARGET_NOISE, target_noise_clip=TARGET_CLIP, **common)
 
 
 def advance_cairn(algo: Any, until: int) -> None:
@@ -122,21 +144,22 @@ def throughput(args: argparse.Namespace) -> None:
                 if lib == "cairn":
                     # One train() call of exactly --steps env steps: SB3 runs --steps too, so
                     # both take the same number of (cheap) random and (costly) learning steps.
-                    algo = make_cairn(env, rep, 100, train_batch_size=args.steps)
+                    algo = make_cairn(args.algo, env, rep, 100, train_batch_size=args.steps)
                     try:
                         steps, wall, cpu = advance_timed(lib, algo, args.steps)
                     finally:
                         algo.stop()
                 else:
-                    model = make_sb3(env, rep, 100)
+                    model = make_sb3(args.algo, env, rep, 100)
                     steps, wall, cpu = advance_timed(lib, model, args.steps)
                     model.get_env().close()
                 results.setdefault((env, lib), []).append(steps / wall)
                 cpu_results.setdefault((env, lib), []).append(steps / cpu)
-                print(f"rep {rep} {env} {lib}: {steps / wall:.1f} env steps/s, {steps / cpu:.1f} per CPU s",
-                      flush=True)
+                log_line(args.log, {"mode": "throughput", "algo": args.algo, "env": env, "lib": lib,
+                                    "rep": rep, "steps": steps, "wall_s": wall, "cpu_s": cpu,
+                                    "load_avg_1m": os.getloadavg()[0]})
     lines = [
-        "## Throughput (`bench/sac_mujoco.py throughput`)",
+        f"## Throughput (`bench/sac_mujoco.py throughput --algo {args.algo}`)",
         "",
         machine_line(),
         "",
@@ -147,10 +170,11 @@ def throughput(args: argparse.Namespace) -> None:
         "| all runs | vs SB3 |",
         "|---|---|---:|---|---:|---:|---|---:|",
     ]
+    name = args.algo.upper()
     for env in args.envs:
         base = statistics.median(results[(env, "sb3")])
         cpu_base = statistics.median(cpu_results[(env, "sb3")])
-        for lib, label in (("sb3", "Stable-Baselines3 SAC"), ("cairn", "cairn SAC")):
+        for lib, label in (("sb3", f"Stable-Baselines3 {name}"), ("cairn", f"cairn {name}")):
             runs, cpu_runs = results[(env, lib)], cpu_results[(env, lib)]
             med, cpu_med = statistics.median(runs), statistics.median(cpu_runs)
             lines.append(f"| {env} | {label} | {med:,.1f} | {', '.join(f'{x:,.1f}' for x in runs)} "
@@ -167,7 +191,7 @@ def paired(args: argparse.Namespace) -> None:
     a warm-up past learning_starts; each round's ratio compares two chunks that ran back to back
     under the same machine load."""
     lines = [
-        "## Paired throughput (`bench/sac_mujoco.py paired`)",
+        f"## Paired throughput (`bench/sac_mujoco.py paired --algo {args.algo}`)",
         "",
         machine_line(),
         "",
@@ -180,8 +204,8 @@ def paired(args: argparse.Namespace) -> None:
         "|---|---:|---:|---:|---|---:|",
     ]
     for env in args.envs:
-        learners = {"cairn": make_cairn(env, 0, 100, train_batch_size=args.chunk),
-                    "sb3": make_sb3(env, 0, 100)}
+        learners = {"cairn": make_cairn(args.algo, env, 0, 100, train_batch_size=args.chunk),
+                    "sb3": make_sb3(args.algo, env, 0, 100)}
         try:
             for lib, learner in learners.items():
                 advance_timed(lib, learner, args.warmup)
@@ -191,6 +215,9 @@ def paired(args: argparse.Namespace) -> None:
                     learner = learners[lib]
                     steps, wall, cpu = advance_timed(lib, learner, sampled(lib, learner) + args.chunk)
                     per_step[lib].append((wall / steps, cpu / steps))
+                    log_line(args.log, {"mode": "paired", "algo": args.algo, "env": env, "lib": lib,
+                                        "round": rnd, "steps": steps, "wall_s": wall, "cpu_s": cpu,
+                                        "load_avg_1m": os.getloadavg()[0]})
             cpu_ratios = [s[1] / c[1] for c, s in zip(per_step["cairn"], per_step["sb3"], strict=True)]
             wall_ratios = [s[0] / c[0] for c, s in zip(per_step["cairn"], per_step["sb3"], strict=True)]
             line = (f"| {env} | {statistics.median(c[1] for c in per_step['cairn']) * 1e3:.2f} "
@@ -210,17 +237,17 @@ def paired(args: argparse.Namespace) -> None:
 
 # -------------------------------------------------------------------------------- learning
 def learn(args: argparse.Namespace) -> None:
-    algo = make_cairn(args.env, args.seed, MUJOCO_STARTS)
-    model = make_sb3(args.env, args.seed, MUJOCO_STARTS)
+    algo = make_cairn(args.algo, args.env, args.seed, args.learning_starts)
+    model = make_sb3(args.algo, args.env, args.seed, args.learning_starts)
     eval_env = gym.make(args.env)
     eval_env.reset(seed=10_000 + args.seed)
-    log = Path(args.log)
     clocks = {"cairn": [0.0, 0.0], "sb3": [0.0, 0.0]}  # wall s, process CPU s
     try:
         mark = 0
         while mark < args.steps:
             mark = min(mark + args.chunk, args.steps)
-            row: dict[str, Any] = {"env": args.env, "seed": args.seed, "steps": mark}
+            row: dict[str, Any] = {"algo": args.algo, "env": args.env, "seed": args.seed, "steps": mark,
+                                   "learning_starts": args.learning_starts}
             for lib in (("sb3", "cairn") if (mark // args.chunk) % 2 else ("cairn", "sb3")):
                 _, wall, cpu = advance_timed(lib, algo if lib == "cairn" else model, mark)
                 clocks[lib][0] += wall
@@ -230,22 +257,32 @@ def learn(args: argparse.Namespace) -> None:
                 else:
                     ret = eval_sb3(model, eval_env, args.eval_episodes)
                 row[lib] = {"return": ret, "train_wall_s": clocks[lib][0], "train_cpu_s": clocks[lib][1]}
-            with log.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
-            print(json.dumps(row), flush=True)
+            row["load_avg_1m"] = os.getloadavg()[0]
+            log_line(args.log, row)
     finally:
         algo.stop()
         eval_env.close()
 
 
+def log_line(path: str | None, row: dict[str, Any]) -> None:
+    """Print ``row`` as one JSON line and append it to ``path`` (if given) at once, so that a
+    run stopped early still has every point it reached."""
+    text = json.dumps(row)
+    print(text, flush=True)
+    if path:
+        with Path(path).open("a") as fh:
+            fh.write(text + "\n")
+
+
 def report(args: argparse.Namespace) -> None:
-    last: dict[tuple[str, int], dict[str, Any]] = {}
-    rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    rows: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for path in args.log:
         for line in Path(path).read_text().splitlines():
             row = json.loads(line)
-            rows.setdefault((row["env"], row["seed"]), []).append(row)
-            last[(row["env"], row["seed"])] = row
+            if row.get("mode", "learn") != "learn":
+                continue
+            # Logs written before --algo existed are SAC's.
+            rows.setdefault((row.get("algo", "sac"), row["env"], row["seed"]), []).append(row)
     lines = [
         "## Learning (`bench/sac_mujoco.py learn`)",
         "",
@@ -253,25 +290,25 @@ def report(args: argparse.Namespace) -> None:
         "steps since the first point (the random warm-up) over the training time they took "
         "(wall and process CPU, evaluation excluded).",
         "",
-        "| env | seed | env steps | cairn return | SB3 return | cairn steps/s (wall, CPU) "
+        "| algo | env | seed | env steps | cairn return | SB3 return | cairn steps/s (wall, CPU) "
         "| SB3 steps/s (wall, CPU) | vs SB3 (wall, CPU) |",
-        "|---|---:|---:|---:|---:|---|---|---|",
+        "|---|---|---:|---:|---:|---:|---|---|---|",
     ]
-    for (env, seed), history in sorted(rows.items()):
+    for (algo, env, seed), history in sorted(rows.items()):
         first = history[0]
         for row in history:
             c, s = row["cairn"], row["sb3"]
+            head = f"| {algo} | {env} | {seed} | {row['steps']:,} | {c['return']:.1f} | {s['return']:.1f} "
             if row is first:
-                lines.append(f"| {env} | {seed} | {row['steps']:,} | {c['return']:.1f} | {s['return']:.1f} "
-                             "| (warm-up) | (warm-up) | |")
+                lines.append(head + "| (warm-up) | (warm-up) | |")
                 continue
             n = row["steps"] - first["steps"]
             cw = n / (c["train_wall_s"] - first["cairn"]["train_wall_s"])
             cc = n / (c["train_cpu_s"] - first["cairn"]["train_cpu_s"])
             sw = n / (s["train_wall_s"] - first["sb3"]["train_wall_s"])
             sc = n / (s["train_cpu_s"] - first["sb3"]["train_cpu_s"])
-            lines.append(f"| {env} | {seed} | {row['steps']:,} | {c['return']:.1f} | {s['return']:.1f} "
-                         f"| {cw:.1f}, {cc:.1f} | {sw:.1f}, {sc:.1f} | {cw / sw:.2f}x, {cc / sc:.2f}x |")
+            lines.append(head + f"| {cw:.1f}, {cc:.1f} | {sw:.1f}, {sc:.1f} "
+                         f"| {cw / sw:.2f}x, {cc / sc:.2f}x |")
     print("\n".join(lines))
 
 
@@ -282,18 +319,22 @@ def machine_line() -> str:
     return (f"Machine: {os.cpu_count()} cores, shared with other jobs (timings vary run to run); "
             f"Python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
             f"gymnasium {gym.__version__}, mujoco {mujoco.__version__}, Stable-Baselines3 "
-            f"{stable_baselines3.__version__}, cairn {cairn.__version__}; 1 torch thread.")
+            f"{stable_baselines3.__version__}, cairn {cairn.__version__}; 1 torch thread; "
+            f"load average at the end {', '.join(f'{x:.2f}' for x in os.getloadavg())}.")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)
-    p = sub.add_parser("throughput")
+    algo = argparse.ArgumentParser(add_help=False)
+    algo.add_argument("--algo", choices=sorted(LR), default="sac")
+    p = sub.add_parser("throughput", parents=[algo])
     p.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--out", default=None)
-    p = sub.add_parser("paired")
+    p.add_argument("--log", default=None, help="append every run as one JSON line")
+    p = sub.add_parser("paired", parents=[algo])
     p.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
     p.add_argument("--warmup", type=int, default=300)
     p.add_argument("--chunk", type=int, default=BATCH,
@@ -301,12 +342,15 @@ def main() -> None:
                         "at least the minibatch size (cairn's train_batch_size)")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--out", default=None)
-    p = sub.add_parser("learn")
+    p.add_argument("--log", default=None, help="append every round as one JSON line")
+    p = sub.add_parser("learn", parents=[algo])
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=100_000)
     p.add_argument("--chunk", type=int, default=10_000)
     p.add_argument("--eval-episodes", type=int, default=5)
+    p.add_argument("--learning-starts", type=int, default=MUJOCO_STARTS,
+                   help="random-action steps before learning (both libraries)")
     p.add_argument("--log", required=True)
     p = sub.add_parser("report")
     p.add_argument("--log", nargs="+", required=True)
