@@ -126,6 +126,19 @@ class TwinQ(nn.Module):
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
         """``[2, batch]``: both critics' ``Q(obs, action)``. ``detach``: gradients reach the
         actions but not the critics' weights (the actor loss)."""
+        return torch.stack(self._q_values(obs, actions, detach=detach, critics=2))
+
+    def q1(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
+        """``[batch]``: the first critic's ``Q_1(obs, action)`` alone, the numbers of
+        ``forward(obs, actions)[0]`` without the second critic's forward and backward passes
+        (TD3's actor loss reads only ``Q_1``, as SB3's ``q1_forward``). ``detach`` as in
+        :meth:`forward`."""
+        return self._q_values(obs, actions, detach=detach, critics=1)[0]
+
+    def _q_values(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool,
+                  critics: int) -> list[torch.Tensor]:
+        """``[batch]`` per critic for the first ``critics``; each critic's layers are its own
+        chain of products, so the first critic's numbers do not depend on ``critics``."""
         act = _ACTIVATIONS_IN_PLACE.get(self.activation) or TORCH_ACTIVATIONS[self.activation]
         if self.encoder is not None:
             with torch.no_grad() if detach else contextlib.nullcontext():
@@ -139,14 +152,14 @@ class TwinQ(nn.Module):
         layer_biases = [b.unbind(0) for b in biases]
         last = len(weights) - 1
         q_values = []
-        for i in range(2):
+        for i in range(critics):
             h = x
             for k in range(len(weights)):
                 h = torch.addmm(layer_biases[k][i], h, layer_weights[k][i])
                 if k < last:
                     h = act(h)  # in place where the backward reads the output (relu, tanh)
             q_values.append(h.squeeze(-1))
-        return torch.stack(q_values)
+        return q_values
 
 
 class SACModel(SACModelBase):

@@ -71,10 +71,10 @@ def td3_learn(config: Any, policy: TD3Policy, sync: GradientSync, *,
                         grad_clip=config.grad_clip)
     loss_actor: torch.Tensor | None = None
     if actor_update_due(policy.num_grad_updates, config.policy_delay):
-        # The actor against the updated critics; their weights are detached, so gradients
-        # reach only the actor.
+        # The actor against the updated first critic; its weights are detached, so gradients
+        # reach only the actor. Q_2 is not computed: it would add only zeros to the gradient.
         if not empty:
-            loss_actor = actor_loss(model.critic(obs, model.actor(obs), detach=True)[0])
+            loss_actor = actor_loss(model.critic.q1(obs, model.actor(obs), detach=True))
         sync.optimizer_step(optimizer, None if loss_actor is None else loss_actor * share, groups["actor"],
                             grad_clip=config.grad_clip)
         model.update_targets(config.tau)
