@@ -124,3 +124,54 @@ def test_gradient_steps_equal_sb3s_order_with_two_adams_and_delayed_actor():
             assert any(k.startswith("critic.") for k in moved)
     finally:
         algo.stop()
+
+
+def _trained_state(monkeypatch: pytest.MonkeyPatch | None) -> dict[str, torch.Tensor]:
+    from cairn.algorithms.sac.model import TwinQ
+
+    if monkeypatch is not None:
+        # The slow path: both critics computed, the first one's row taken.
+        monkeypatch.setattr(TwinQ, "q1", lambda self, obs, actions, *, detach=False:
+                            self(obs, actions, detach=detach)[0])
+    algo = (cairn.TD3Config().environment("Pendulum-v1")
+            .training(train_batch_size=160, minibatch_size=32, model={"hidden": [16, 16]},
+                      num_steps_sampled_before_learning_starts=60)
+            .debugging(seed=0).build())
+    try:
+        algo.train()
+        policy = algo.get_policy()
+        state = {f"model.{k}": v.clone() for k, v in policy.model.state_dict().items()}
+        for i, per_param in policy.optimizer.state_dict()["state"].items():
+            state.update({f"adam.{i}.{k}": torch.as_tensor(v).clone() for k, v in per_param.items()})
+        return state
+    finally:
+        algo.stop()
+
+
+def test_actor_loss_on_the_first_critic_alone_trains_byte_identically(monkeypatch):
+    # The actor loss computes only Q_1 (TwinQ.q1); computing both critics and taking the first
+    # row must give the same weights and Adam moments, bit for bit, after 100 gradient steps
+    # (50 of them with the actor).
+    fast = _trained_state(None)
+    slow = _trained_state(monkeypatch)
+    assert fast.keys() == slow.keys()
+    for name in fast:
+        assert torch.equal(fast[name], slow[name]), name
+
+
+def test_twin_q_first_critic_alone_equals_forward_first_row():
+    from cairn.algorithms.sac.model import TwinQ
+
+    twin = TwinQ(5, 2, hidden=[16, 8], activation="relu")
+    twin.reset_parameters(torch.Generator().manual_seed(0))
+    obs = torch.randn(64, 5)
+    both_actions = (torch.rand(64, 2) * 2 - 1).requires_grad_()
+    first_actions = both_actions.detach().clone().requires_grad_()
+    both = twin(obs, both_actions, detach=True)
+    first = twin.q1(obs, first_actions, detach=True)
+    assert torch.equal(first, both[0])
+    assert not torch.equal(first, both[1])  # the first critic, not the second
+    both[0].sum().backward()
+    first.sum().backward()
+    assert torch.equal(first_actions.grad, both_actions.grad)
+    assert all(p.grad is None for p in twin.parameters())
