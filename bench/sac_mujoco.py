@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -237,7 +238,10 @@ def paired(args: argparse.Namespace) -> None:
 
 # -------------------------------------------------------------------------------- learning
 def learn(args: argparse.Namespace) -> None:
-    algo = make_cairn(args.algo, args.env, args.seed, args.learning_starts)
+    # train() samples train_batch_size env steps: a divisor of the chunk, so that cairn stops at
+    # each mark exactly as SB3 does (a chunk of 2500 with 1000-step iterations would overshoot).
+    algo = make_cairn(args.algo, args.env, args.seed, args.learning_starts,
+                      train_batch_size=math.gcd(args.chunk, 1000))
     model = make_sb3(args.algo, args.env, args.seed, args.learning_starts)
     eval_env = gym.make(args.env)
     eval_env.reset(seed=10_000 + args.seed)
@@ -256,7 +260,8 @@ def learn(args: argparse.Namespace) -> None:
                     ret = float(algo.evaluate(args.eval_episodes)["episode_return_mean"])
                 else:
                     ret = eval_sb3(model, eval_env, args.eval_episodes)
-                row[lib] = {"return": ret, "train_wall_s": clocks[lib][0], "train_cpu_s": clocks[lib][1]}
+                row[lib] = {"return": ret, "train_wall_s": clocks[lib][0], "train_cpu_s": clocks[lib][1],
+                            "env_steps": sampled(lib, algo if lib == "cairn" else model)}
             row["load_avg_1m"] = os.getloadavg()[0]
             log_line(args.log, row)
     finally:
@@ -302,11 +307,13 @@ def report(args: argparse.Namespace) -> None:
             if row is first:
                 lines.append(head + "| (warm-up) | (warm-up) | |")
                 continue
-            n = row["steps"] - first["steps"]
-            cw = n / (c["train_wall_s"] - first["cairn"]["train_wall_s"])
-            cc = n / (c["train_cpu_s"] - first["cairn"]["train_cpu_s"])
-            sw = n / (s["train_wall_s"] - first["sb3"]["train_wall_s"])
-            sc = n / (s["train_cpu_s"] - first["sb3"]["train_cpu_s"])
+            # Each side's own count where the log has it (older logs: the mark).
+            nc, ns = (side.get("env_steps", row["steps"]) - start.get("env_steps", first["steps"])
+                      for side, start in ((c, first["cairn"]), (s, first["sb3"])))
+            cw = nc / (c["train_wall_s"] - first["cairn"]["train_wall_s"])
+            cc = nc / (c["train_cpu_s"] - first["cairn"]["train_cpu_s"])
+            sw = ns / (s["train_wall_s"] - first["sb3"]["train_wall_s"])
+            sc = ns / (s["train_cpu_s"] - first["sb3"]["train_cpu_s"])
             lines.append(head + f"| {cw:.1f}, {cc:.1f} | {sw:.1f}, {sc:.1f} "
                          f"| {cw / sw:.2f}x, {cc / sc:.2f}x |")
     print("\n".join(lines))
