@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -238,10 +237,9 @@ def paired(args: argparse.Namespace) -> None:
 
 # -------------------------------------------------------------------------------- learning
 def learn(args: argparse.Namespace) -> None:
-    # train() samples train_batch_size env steps: a divisor of the chunk, so that cairn stops at
-    # each mark exactly as SB3 does (a chunk of 2500 with 1000-step iterations would overshoot).
-    algo = make_cairn(args.algo, args.env, args.seed, args.learning_starts,
-                      train_batch_size=math.gcd(args.chunk, 1000))
+    # train() samples train_batch_size env steps: one chunk, so that cairn stops at each mark
+    # exactly as SB3 does (a chunk of 2500 with 1000-step iterations overshot by 500 steps).
+    algo = make_cairn(args.algo, args.env, args.seed, args.learning_starts, train_batch_size=args.chunk)
     model = make_sb3(args.algo, args.env, args.seed, args.learning_starts)
     eval_env = gym.make(args.env)
     eval_env.reset(seed=10_000 + args.seed)
@@ -354,7 +352,8 @@ def main() -> None:
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=100_000)
-    p.add_argument("--chunk", type=int, default=10_000)
+    p.add_argument("--chunk", type=int, default=10_000,
+                   help="env steps between evaluations; at least the minibatch size")
     p.add_argument("--eval-episodes", type=int, default=5)
     p.add_argument("--learning-starts", type=int, default=MUJOCO_STARTS,
                    help="random-action steps before learning (both libraries)")
