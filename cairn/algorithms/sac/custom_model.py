@@ -44,6 +44,11 @@ class TwinCritic(nn.Module):
                 values.append(critic(obs, actions))
         return torch.stack(values)
 
+    def first_q(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
+        """``[batch]``: ``Q_1(obs, action)``, what TD3's actor loss reads (here both critics run
+        and the first row is taken; the built-in ``TwinQ`` computes ``Q_1`` alone)."""
+        return self(obs, actions, detach=detach)[0]  # type: ignore[no-any-return]
+
 
 def twin_critics(model: Mapping[str, Any], obs_size: int, action_size: int, *,
                  observation_space: gym.Space[Any], action_space: gym.Space[Any], generator: torch.Generator,

@@ -207,6 +207,11 @@ class KerasTwinQ(nn.Module):
             q_values.append(h.squeeze(-1))
         return torch.stack(q_values)
 
+    def first_q(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
+        """``[batch]``: ``Q_1(obs, action)``, what TD3's actor loss reads (here both critics run
+        and the first row is taken; the built-in ``TwinQ`` computes ``Q_1`` alone)."""
+        return self(obs, actions, detach=detach)[0]  # type: ignore[no-any-return]
+
 
 class KerasSACModel(SACModelBase):
     """Everything SAC learns, with Keras actor and critics: ``actor``, ``critic``,

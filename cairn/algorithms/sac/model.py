@@ -128,7 +128,7 @@ class TwinQ(nn.Module):
         actions but not the critics' weights (the actor loss)."""
         return torch.stack(self._q_values(obs, actions, detach=detach, critics=2))
 
-    def q1(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
+    def first_q(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
         """``[batch]``: the first critic's ``Q_1(obs, action)`` alone, the numbers of
         ``forward(obs, actions)[0]`` without the second critic's forward and backward passes
         (TD3's actor loss reads only ``Q_1``, as SB3's ``q1_forward``). ``detach`` as in

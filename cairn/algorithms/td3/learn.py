@@ -74,7 +74,7 @@ def td3_learn(config: Any, policy: TD3Policy, sync: GradientSync, *,
         # The actor against the updated first critic; its weights are detached, so gradients
         # reach only the actor. Q_2 is not computed: it would add only zeros to the gradient.
         if not empty:
-            loss_actor = actor_loss(model.critic.q1(obs, model.actor(obs), detach=True))
+            loss_actor = actor_loss(model.critic.first_q(obs, model.actor(obs), detach=True))
         sync.optimizer_step(optimizer, None if loss_actor is None else loss_actor * share, groups["actor"],
                             grad_clip=config.grad_clip)
         model.update_targets(config.tau)

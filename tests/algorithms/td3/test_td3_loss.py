@@ -131,7 +131,7 @@ def _trained_state(monkeypatch: pytest.MonkeyPatch | None) -> dict[str, torch.Te
 
     if monkeypatch is not None:
         # The slow path: both critics computed, the first one's row taken.
-        monkeypatch.setattr(TwinQ, "q1", lambda self, obs, actions, *, detach=False:
+        monkeypatch.setattr(TwinQ, "first_q", lambda self, obs, actions, *, detach=False:
                             self(obs, actions, detach=detach)[0])
     algo = (cairn.TD3Config().environment("Pendulum-v1")
             .training(train_batch_size=160, minibatch_size=32, model={"hidden": [16, 16]},
@@ -149,7 +149,7 @@ def _trained_state(monkeypatch: pytest.MonkeyPatch | None) -> dict[str, torch.Te
 
 
 def test_actor_loss_on_the_first_critic_alone_trains_byte_identically(monkeypatch):
-    # The actor loss computes only Q_1 (TwinQ.q1); computing both critics and taking the first
+    # The actor loss computes only Q_1 (TwinQ.first_q); computing both critics and taking the first
     # row must give the same weights and Adam moments, bit for bit, after 100 gradient steps
     # (50 of them with the actor).
     fast = _trained_state(None)
@@ -159,7 +159,7 @@ def test_actor_loss_on_the_first_critic_alone_trains_byte_identically(monkeypatc
         assert torch.equal(fast[name], slow[name]), name
 
 
-def test_twin_q_first_critic_alone_equals_forward_first_row():
+def test_twin_q_first_q_equals_forward_first_row():
     from cairn.algorithms.sac.model import TwinQ
 
     twin = TwinQ(5, 2, hidden=[16, 8], activation="relu")
@@ -168,7 +168,7 @@ def test_twin_q_first_critic_alone_equals_forward_first_row():
     both_actions = (torch.rand(64, 2) * 2 - 1).requires_grad_()
     first_actions = both_actions.detach().clone().requires_grad_()
     both = twin(obs, both_actions, detach=True)
-    first = twin.q1(obs, first_actions, detach=True)
+    first = twin.first_q(obs, first_actions, detach=True)
     assert torch.equal(first, both[0])
     assert not torch.equal(first, both[1])  # the first critic, not the second
     both[0].sum().backward()
