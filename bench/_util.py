@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "BURN_US",
     "REPO",
     "command_line",
     "dir_size",
@@ -22,14 +23,46 @@ __all__ = [
     "fsync_tree",
     "load_average",
     "machine_lines",
+    "make_burning_cartpole",
     "median",
     "ratio",
     "sb3_ppo_kwargs",
+    "start_ray",
     "table",
     "timed",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+#: Microseconds of CPU each step of :func:`make_burning_cartpole` burns by default.
+BURN_US = 200.0
+
+
+def make_burning_cartpole(env_config: dict[str, Any]) -> Any:
+    """CartPole-v1 whose step burns ``env_config["burn_us"]`` microseconds of CPU (an env with a
+    real per-step cost, for the Ray benches; :func:`start_ray` makes Ray pickle it by value)."""
+    import gymnasium as gym
+
+    class Burning(gym.Wrapper):
+        def step(self, action: Any) -> Any:
+            end = time.perf_counter() + env_config.get("burn_us", BURN_US) * 1e-6
+            while time.perf_counter() < end:
+                pass
+            return self.env.step(action)
+
+    return Burning(gym.make("CartPole-v1"))
+
+
+def start_ray(num_cpus: int = 2) -> Any:
+    """``ray.init`` for a bench (``num_cpus`` CPUs, no dashboard, quiet), with this module pickled
+    by value so that Ray workers, which cannot import ``_util`` by name, get its env creators."""
+    import ray
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    return ray
 
 
 def median(values: Iterable[float]) -> float:

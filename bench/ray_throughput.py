@@ -19,23 +19,19 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import REPO, command_line, fmt, load_average, machine_lines, median, ratio, table
-
-BURN_US = 200.0
-
-
-def make_burning_cartpole(env_config: dict[str, Any]) -> Any:
-    """CartPole-v1 whose step burns ``burn_us`` microseconds of CPU (pickled by value)."""
-    import gymnasium as gym
-
-    class Burning(gym.Wrapper):
-        def step(self, action: Any) -> Any:
-            end = time.perf_counter() + env_config.get("burn_us", BURN_US) * 1e-6
-            while time.perf_counter() < end:
-                pass
-            return self.env.step(action)
-
-    return Burning(gym.make("CartPole-v1"))
+from _util import (
+    BURN_US,
+    REPO,
+    command_line,
+    fmt,
+    load_average,
+    machine_lines,
+    make_burning_cartpole,
+    median,
+    ratio,
+    start_ray,
+    table,
+)
 
 
 def build_cairn(n: int, batch: int, burn_us: float) -> Any:
@@ -98,9 +94,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "ray_throughput.md")
     args = parser.parse_args()
 
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray = start_ray(num_cpus=2)
     runs: dict[tuple[str, int], list[dict[str, float]]] = {}
     loads = []
     for rep in range(args.reps):
