@@ -61,7 +61,9 @@ def start_ray(num_cpus: int = 2) -> Any:
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    # address="local": a cluster of its own, never one another job on the machine started.
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")
     return ray
 
 

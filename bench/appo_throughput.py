@@ -94,13 +94,14 @@ def build(kind: str, args: Any) -> Any:
             .debugging(seed=0, log_level="ERROR").build_algo())
 
 
-def counts(kind: str, result: dict[str, Any]) -> tuple[int, int]:
-    """(env steps sampled, env steps trained) so far, from one ``train()`` result."""
+def counts(kind: str, result: dict[str, Any], epochs: int) -> tuple[float, float]:
+    """(env steps sampled, env steps trained) so far, from one ``train()`` result. RLlib counts a
+    step once per epoch that learnt on it; divided by ``epochs`` here, to count it once as cairn."""
     if kind.startswith("cairn"):
-        return int(result["num_env_steps_sampled_lifetime"]), int(result["num_env_steps_trained_lifetime"])
+        return result["num_env_steps_sampled_lifetime"], result["num_env_steps_trained_lifetime"]
     learners = result.get("learners", {}).get("__all_modules__", {})
-    return (int(result["env_runners"]["num_env_steps_sampled_lifetime"]),
-            int(learners.get("num_env_steps_trained_lifetime", 0)))
+    return (result["env_runners"]["num_env_steps_sampled_lifetime"],
+            learners.get("num_env_steps_trained_lifetime", 0) / epochs)
 
 
 def measure(kind: str, args: Any) -> dict[str, float]:
@@ -111,7 +112,7 @@ def measure(kind: str, args: Any) -> dict[str, float]:
     algo = build(kind, args)
     for _ in range(args.warmup):
         result = algo.train()
-    sampled0, trained0 = counts(kind, result)
+    sampled0, trained0 = counts(kind, result, args.epochs)
     lags = []
     cpu0, start = time.process_time(), time.perf_counter()
     for _ in range(args.iters):
@@ -120,7 +121,7 @@ def measure(kind: str, args: Any) -> dict[str, float]:
         if lag is not None and kind == "cairn APPO":
             lags.append(float(lag))
     elapsed, driver_cpu = time.perf_counter() - start, time.process_time() - cpu0
-    sampled, trained = counts(kind, result)
+    sampled, trained = counts(kind, result, args.epochs)
     algo.stop()
     return {"sampled_per_s": (sampled - sampled0) / elapsed, "trained_per_s": (trained - trained0) / elapsed,
             "lag": sum(lags) / len(lags) if lags else float("nan"), "driver_cpu_share": driver_cpu / elapsed,
