@@ -66,7 +66,7 @@ def test_unknown_algo_names_every_registered_algorithm(capsys):
     assert main(["train", "--algo", "PP0", "--env", "CartPole-v1"]) == 2
     err = capsys.readouterr().err
     # The list comes from the registry: SAC too (it once said "try PPO or DQN").
-    assert ("unknown --algo 'PP0'; the registered algorithms are DQN, PPO, SAC, TD3. "
+    assert ("unknown --algo 'PP0'; the registered algorithms are APPO, DQN, IMPALA, PPO, SAC, TD3. "
             "Did you mean 'PPO'?") in err
 
 
