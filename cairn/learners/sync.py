@@ -59,7 +59,7 @@ class GradientSync:
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor | None,
                        params: Sequence[torch.nn.Parameter], *, grad_clip: float | None,
-                       also_reduce: Sequence[torch.nn.Parameter] = ()) -> None:
+                       also_reduce: Sequence[torch.nn.Parameter] = ()) -> torch.Tensor | None:
         """One step of ``optimizer`` on ``params`` (one optimizer group, or a whole model).
 
         Clears the gradients of every parameter ``optimizer`` holds (its step would apply
@@ -67,6 +67,7 @@ class GradientSync:
         share of the minibatch's loss; None when its shard is empty, which still joins the
         all-reduce), sums the gradients of ``params`` and ``also_reduce`` over the learners,
         clips those of ``params`` to the global norm ``grad_clip`` (None: no clipping), steps.
+        Returns the norm before clipping (None without ``grad_clip``).
         """
         for group in optimizer.param_groups:
             for param in group["params"]:
@@ -76,9 +77,9 @@ class GradientSync:
         if loss is not None:
             loss.backward()
         self.all_reduce_grads([*params, *also_reduce])
-        if grad_clip is not None:
-            clip_grad_norm(params, grad_clip)
+        grad_norm = None if grad_clip is None else clip_grad_norm(params, grad_clip)
         optimizer.step()
+        return grad_norm
 
 
 #: The sync of a learner that is alone (``num_learners=0``).

@@ -14,7 +14,6 @@ from cairn.env_runner.sample_batch import ACTION_LOGP, SampleBatch
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.policy import Policy
-from cairn.policy.torch_utils import clip_grad_norm
 
 __all__ = ["ppo_learn", "behaviour_logp", "next_values", "update_stats"]
 
@@ -61,7 +60,7 @@ def ppo_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleB
                 mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
             shard = sync.shard(len(idx))
             rows, mb_adv = idx[shard], mb_adv[shard]
-            policy.optimizer.zero_grad(set_to_none=True)
+            loss = None
             if len(rows):
                 mb_inputs, mb_values = model(obs[rows])
                 loss, stats = ppo_loss(
@@ -72,13 +71,10 @@ def ppo_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleB
                 )
                 # The loss is a mean over rows: weighted by this shard's share, the learners'
                 # gradients sum to the minibatch's (alone the weight is exactly 1).
-                (loss * (len(rows) / len(idx))).backward()
-            sync.all_reduce_grads(params)
-            if config.grad_clip is not None:
-                grad_norm = clip_grad_norm(params, config.grad_clip)
-                if stats:
-                    stats["grad_norm"] = grad_norm
-            policy.optimizer.step()
+                loss = loss * (len(rows) / len(idx))
+            grad_norm = sync.optimizer_step(policy.optimizer, loss, params, grad_clip=config.grad_clip)
+            if grad_norm is not None and stats:
+                stats["grad_norm"] = grad_norm
             policy.num_grad_updates += 1
             if len(rows):
                 history.append(torch.stack(list(stats.values())))
