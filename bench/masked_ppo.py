@@ -15,7 +15,7 @@ env steps/s = steps / wall time of the training loop alone (also per CPU second 
 process); then 20 greedy episodes. cairn and MaskablePPO alternate seed by seed (the order
 swaps every seed) after one warm-up iteration of each.
 
-Run with a venv that has sb3-contrib (see bench/README.md, section "Masked PPO"):
+Run with a venv that has sb3-contrib (see bench/results/history.md, section "Masked PPO"):
 
     /tmp/benchvenv27/bin/python bench/masked_ppo.py            # 3 seeds x 20,480 steps
     /tmp/benchvenv27/bin/python bench/masked_ppo.py --quick
