@@ -1,7 +1,8 @@
 """The architecture as tests: no import cycles, no module using another's private names (a
 third-party library's only in the modules allowed to), no module past STYLE's ~400 lines without
-a stated reason. The layer order itself is import-linter's contract in pyproject.toml
-(``lint-imports`` runs in ``make test``); this file checks what a layers contract cannot."""
+a stated reason, docs/architecture.md's data flow and layer table as the imports run. The layer
+order itself is import-linter's contracts in pyproject.toml (``lint-imports`` runs in ``make test``);
+this file checks what a layers contract cannot."""
 
 from __future__ import annotations
 
@@ -156,6 +157,38 @@ def test_the_layer_table_of_docs_architecture_is_the_contract():
     assert drawn == contract["layers"]
 
 
+#: The two forms a row of docs/architecture.md's arrow table states the imports in.
+_ONE_WAY = re.compile(r"`(cairn[\w.]*)` -> `(cairn[\w.]*)`, never back")
+_NEITHER = re.compile(r"`(cairn[\w.]*)` and `(cairn[\w.]*)`: neither imports the other")
+#: Issue 38's "Done when": the data flow docs/architecture.md draws, piece by piece.
+DATA_FLOW = ("config", "algorithm", "learners", "env runners", "policy", "checkpoint")
+
+
+def test_the_data_flow_of_docs_architecture_matches_the_imports():
+    """docs/architecture.md draws config -> algorithm -> learners -> env runners -> policy ->
+    checkpoint, and its table says how each arrow runs in the imports: one package imports the
+    other and never the reverse, or neither imports the other. Each row holds in the import graph
+    (function-level and ``TYPE_CHECKING`` imports included, chains through other packages too)."""
+    page = (ROOT / "docs" / "architecture.md").read_text().split("## Layers", 1)[0]
+    rows = [line.split("|")[1:-1] for line in page.splitlines() if line.startswith("| ")]
+    arrows = {cells[0].strip(): cells[-1].strip() for cells in rows if " -> " in cells[0]}
+    assert {f"{a} -> {b}" for a, b in zip(DATA_FLOW, DATA_FLOW[1:])} <= set(arrows)
+    graph = _graph(type_checking=True)
+
+    def imports(importer: str, imported: str) -> bool:
+        return graph.chain_exists(importer=importer, imported=imported, as_packages=True)
+
+    for arrow, claim in arrows.items():
+        if one_way := _ONE_WAY.fullmatch(claim):
+            upper, lower = one_way.groups()
+            assert imports(upper, lower) and not imports(lower, upper), (arrow, claim)
+        elif neither := _NEITHER.fullmatch(claim):
+            first, second = neither.groups()
+            assert not imports(first, second) and not imports(second, first), (arrow, claim)
+        else:
+            pytest.fail(f"docs/architecture.md, arrow {arrow}: {claim!r} is in neither form")
+
+
 def _private_names_defined(tree: ast.AST, *, variables: bool = True) -> set[str]:
     """The private names a module defines: its functions, classes and (``variables``) variables,
     and the attributes it stores on ``self`` or ``cls`` (an attribute stored on another object is
@@ -227,6 +260,38 @@ def test_private_access_workarounds_are_refused(source):
     """Each way around the rule that cairn used (a getter made from a string, a private name
     written where it is read, a third-party module's private function) is caught."""
     assert _private_uses(source, "m.py")
+
+
+def _names_private(node: ast.expr) -> bool:
+    """A string constant naming a private attribute, or a dotted path through one."""
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and any(part.startswith("_") for part in node.value.split(".")))
+
+
+def _private_attrgetters(source: str, where: str) -> list[str]:
+    """``attrgetter`` calls naming a private attribute (``attrgetter("_version")``,
+    ``attrgetter("a._b")``): the workaround issue 38 item 5 removed."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "id", getattr(node.func, "attr", None))
+        if name == "attrgetter" and any(_names_private(arg) for arg in node.args):
+            found.append(f"{where}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_no_attrgetter_reads_a_private_attribute_anywhere():
+    """Not in cairn/ (where the test above refuses it too), nor in the tests, benchmarks and
+    scripts: a third-party internal is read in its ``cairn/_compat`` module, by name."""
+    paths = [path for folder in ("cairn", "tests", "bench", "scripts")
+             for path in sorted((ROOT / folder).rglob("*.py"))]
+    found = [use for path in paths
+             for use in _private_attrgetters(path.read_text(), path.relative_to(ROOT).as_posix())]
+    assert not found, "attrgetter of a private attribute:\n" + "\n".join(found)
+    assert _private_attrgetters('from operator import attrgetter\nv = attrgetter("_version")\n', "m.py")
+    assert _private_attrgetters('import operator\nv = operator.attrgetter("weight._version")\n', "m.py")
+    assert not _private_attrgetters('import operator\nv = operator.attrgetter("weight.grad")\n', "m.py")
 
 
 def test_private_names_of_the_module_itself_are_allowed():
