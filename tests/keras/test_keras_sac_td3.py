@@ -231,20 +231,22 @@ def check_extra_outputs(policy: SACPolicy | TD3Policy, obs: np.ndarray, extras: 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_model_keras_is_the_greedy_action_path_and_loads_with_plain_keras(tmp_path, algorithm):
+def test_model_keras_is_the_greedy_action_path_and_loads_with_plain_keras(tmp_path):
+    # SAC's and TD3's files, both action spaces, loaded by one plain-Keras process (one Keras
+    # start-up instead of one per algorithm: each file is still loaded and checked on its own).
     policies, paths = [], []
-    for i, action_space in enumerate(ACT_SPACES):
-        policy = box_policy(algorithm, action_space, "keras", observation_filter="MeanStdFilter")
-        head = policy.model.actor.mean_head if algorithm == "SAC" else policy.model.actor.action_head
-        with torch.no_grad():  # actions that reach the tanh's flat ends: the bounds clip some
-            head.kernel.value.mul_(30.0)
-        policy.process_observations(OBS, update=True)
-        policy.export_checkpoint(tmp_path / f"p{i}")
-        signature = json.loads((tmp_path / f"p{i}/model/signature.json").read_text())
-        assert [o["name"] for o in signature["outputs"]] == EXPORT_OUTPUTS[algorithm]
-        policies.append(policy)
-        paths.append(str(tmp_path / f"p{i}/model/model.keras"))
+    for algorithm in ALGORITHMS:
+        for i, action_space in enumerate(ACT_SPACES):
+            policy = box_policy(algorithm, action_space, "keras", observation_filter="MeanStdFilter")
+            head = policy.model.actor.mean_head if algorithm == "SAC" else policy.model.actor.action_head
+            with torch.no_grad():  # actions that reach the tanh's flat ends: the bounds clip some
+                head.kernel.value.mul_(30.0)
+            policy.process_observations(OBS, update=True)
+            policy.export_checkpoint(tmp_path / f"{algorithm}_p{i}")
+            signature = json.loads((tmp_path / f"{algorithm}_p{i}/model/signature.json").read_text())
+            assert [o["name"] for o in signature["outputs"]] == EXPORT_OUTPUTS[algorithm]
+            policies.append(policy)
+            paths.append(str(tmp_path / f"{algorithm}_p{i}/model/model.keras"))
     obs = OBS * 1.5
     outputs = plain_keras_outputs(paths, obs, tmp_path)
     for policy, (action, *extras) in zip(policies, outputs, strict=True):
@@ -289,28 +291,38 @@ import json, os
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np
 import tensorflow as tf
-served = tf.saved_model.load({path!r})  # held: a temporary's variables are freed before serve() runs
-outputs = served.serve(tf.constant(np.asarray({obs!r}, dtype=np.float32)))
-action = outputs[0] if isinstance(outputs, (list, tuple)) else outputs  # TD3's one output comes alone
-print(json.dumps(action.numpy().tolist()))
+report = {{}}
+for name, path in {paths!r}.items():
+    served = tf.saved_model.load(path)  # held: a temporary's variables are freed before serve() runs
+    outputs = served.serve(tf.constant(np.asarray({obs!r}, dtype=np.float32)))
+    action = outputs[0] if isinstance(outputs, (list, tuple)) else outputs  # TD3's one output comes alone
+    report[name] = action.numpy().tolist()
+print(json.dumps(report))
 """
 
 
 @pytest.mark.tf
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_saved_model_export_of_a_keras_policy_serves_its_greedy_actions(tmp_path, algorithm):
+def test_saved_model_export_of_a_keras_policy_serves_its_greedy_actions(tmp_path):
+    # SAC's and TD3's SavedModels, served by one TensorFlow process (one TensorFlow start-up, of
+    # several seconds, instead of one per algorithm; each model is loaded and served on its own).
     from cairn.export.keras_saved_model import export_saved_model
 
-    policy = box_policy(algorithm, ACT_SPACES[1], "keras", observation_filter="MeanStdFilter")
-    policy.process_observations(OBS, update=True)
-    signature = export_saved_model(policy, tmp_path / "tf")  # the SavedModel's outputs checked inside
-    assert signature["files"] == {"saved_model": "saved_model", "keras": "model.keras"}
-    report = subprocess.run([sys.executable, "-c",
-                             _SERVE.format(path=str(tmp_path / "tf/saved_model"), obs=OBS.tolist())],
+    policies, paths = {}, {}
+    for algorithm in ALGORITHMS:
+        policy = box_policy(algorithm, ACT_SPACES[1], "keras", observation_filter="MeanStdFilter")
+        policy.process_observations(OBS, update=True)
+        signature = export_saved_model(policy, tmp_path / algorithm)  # its outputs checked inside
+        assert signature["files"] == {"saved_model": "saved_model", "keras": "model.keras"}
+        policies[algorithm], paths[algorithm] = policy, str(tmp_path / algorithm / "saved_model")
+    report = subprocess.run([sys.executable, "-c", _SERVE.format(paths=paths, obs=OBS.tolist())],
                             check=True, capture_output=True, text=True, cwd=tmp_path).stdout
-    served = np.asarray(json.loads(report.strip().splitlines()[-1]), np.float32)
-    np.testing.assert_allclose(served, policy.compute_actions(OBS, explore=False), rtol=0, atol=1e-5)
+    served = json.loads(report.strip().splitlines()[-1])
+    assert sorted(served) == sorted(ALGORITHMS)
+    for algorithm, policy in policies.items():
+        np.testing.assert_allclose(np.asarray(served[algorithm], np.float32),
+                                   policy.compute_actions(OBS, explore=False), rtol=0, atol=1e-5,
+                                   err_msg=algorithm)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
