@@ -24,7 +24,7 @@ own ``call`` on torch tensors, in the same order, for cairn's training and actin
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any
 
 import torch
@@ -32,7 +32,7 @@ from torch import nn
 
 from cairn.policy.keras_backend import import_keras
 
-__all__ = ["KerasEncoder", "KerasImageCNN", "build_keras_encoder", "keras_variable"]
+__all__ = ["KerasEncoder", "KerasImageCNN", "build_keras_encoder", "keras_variable", "layers_in"]
 
 
 def keras_variable(layer: Any, name: str) -> torch.Tensor:
@@ -130,18 +130,21 @@ class KerasEncoder:
                     kernel.copy_(_to_keras(weight))
                     bias.uniform_(-bound, bound, generator=generator)
 
-    def in_network(self, network: Any) -> KerasEncoder:
-        """This encoder with the layers of the same names in ``network`` (a copy of the model
-        this encoder was built into: ``copy.deepcopy`` copies Keras models by config)."""
-        get = network.get_layer
 
-        def find(cnn: KerasImageCNN) -> KerasImageCNN:
-            return KerasImageCNN(tuple(get(layer.name) for layer in cnn.prepare),
-                                 tuple(get(layer.name) for layer in cnn.convs), get(cnn.flatten.name),
-                                 None if cnn.dense is None else get(cnn.dense.name))
-
-        return KerasEncoder(self.slices, {i: find(cnn) for i, cnn in self.images.items()},
-                            None if self.concat is None else get(self.concat.name), self.output_size)
+def layers_in(value: Any, network: Any) -> Any:
+    """``value`` (a Keras layer, or a tuple, mapping or dataclass holding layers beside other
+    values, e.g. a :class:`KerasEncoder`) with each layer replaced by the layer of the same name
+    in ``network``: a copy of the model the layers were built into (``copy.deepcopy`` copies
+    Keras models by config, so the copy's layers are new objects)."""
+    if isinstance(value, import_keras().layers.Layer):
+        return network.get_layer(value.name)
+    if isinstance(value, tuple):
+        return tuple(layers_in(item, network) for item in value)
+    if isinstance(value, Mapping):
+        return {key: layers_in(item, network) for key, item in value.items()}
+    if is_dataclass(value) and not isinstance(value, type):
+        return replace(value, **{f.name: layers_in(getattr(value, f.name), network) for f in fields(value)})
+    return value
 
 
 def _to_keras(weight: torch.Tensor) -> torch.Tensor:

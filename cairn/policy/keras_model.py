@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -37,12 +37,12 @@ from cairn.errors import ConfigError
 from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch
 from cairn.policy.keras_backend import import_keras, import_tensorflow_quietly
 from cairn.policy.keras_config import model_framework
-from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder, keras_variable
+from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder, keras_variable, layers_in
 from cairn.policy.model import ActorCriticMLP
 from cairn.registry import resolve_callable
 
-__all__ = ["KerasActorCritic", "MLPLayers", "actor_critic_network", "build_actor_critic_mlp",
-           "build_user_keras_model", "deepcopy_keras_module", "keras_dense", "load_keras_builder",
+__all__ = ["KerasActorCritic", "KerasNetwork", "KerasVariablesModule", "MLPLayers", "actor_critic_network",
+           "build_actor_critic_mlp", "build_user_keras_model", "keras_dense", "load_keras_builder",
            "make_keras_actor_critic", "orthogonal_init", "register_keras_variables", "torch_linear_init"]
 
 #: cairn's activation names -> Keras' (the same functions).
@@ -68,17 +68,6 @@ class MLPLayers:
     activation: str
     encoder: KerasEncoder | None = None
     critic_encoder: KerasEncoder | None = None
-
-    def in_network(self, network: Any) -> MLPLayers:
-        """These layers, found by name in ``network`` (a copy of the model they were built into)."""
-        get = network.get_layer
-        return MLPLayers(
-            tuple(get(layer.name) for layer in self.actor), get(self.action_head.name),
-            None if self.critic is None else tuple(get(layer.name) for layer in self.critic),
-            get(self.value_head.name), None if self.log_std is None else get(self.log_std.name),
-            self.activation,
-            None if self.encoder is None else self.encoder.in_network(network),
-            None if self.critic_encoder is None else self.critic_encoder.in_network(network))
 
 
 def build_actor_critic_mlp(obs_size: int, num_outputs: int, *, hidden: Sequence[int], activation: str,
@@ -153,15 +142,21 @@ def orthogonal_init(kernel: torch.Tensor, gain: float, generator: torch.Generato
     nn.init.orthogonal_(kernel.T, gain=gain, generator=generator)
 
 
-def torch_linear_init(layer: Any, generator: torch.Generator) -> None:
-    """PyTorch's default ``nn.Linear`` initialisation of a Keras ``Dense`` layer, drawn in
-    torch's ``[out, in]`` order (``uniform_`` fills memory in order) and stored transposed in
-    Keras' ``[in, out]`` kernel, so that the same generator gives the torch layer's weights."""
-    kernel, bias = keras_variable(layer, "kernel"), keras_variable(layer, "bias")
-    bound = 1.0 / math.sqrt(kernel.shape[0])
-    weight = torch.empty(kernel.shape[1], kernel.shape[0]).uniform_(-bound, bound, generator=generator)
-    kernel.copy_(weight.T)
-    nn.init.uniform_(bias, -bound, bound, generator=generator)
+def torch_linear_init(layers: Iterable[Any], generator: torch.Generator,
+                      encoder: KerasEncoder | None = None) -> None:
+    """PyTorch's default initialisation of ``encoder`` (None: none), then of each Keras ``Dense``
+    layer of ``layers`` as of an ``nn.Linear``: drawn in torch's ``[out, in]`` order (``uniform_``
+    fills memory in order) and stored transposed in Keras' ``[in, out]`` kernel, so that the same
+    generator gives the torch network's weights."""
+    if encoder is not None:
+        encoder.reset_parameters(generator, orthogonal=False)
+    with torch.no_grad():
+        for layer in layers:
+            kernel, bias = keras_variable(layer, "kernel"), keras_variable(layer, "bias")
+            bound = 1.0 / math.sqrt(kernel.shape[0])
+            weight = torch.empty(kernel.shape[1], kernel.shape[0])  # torch's [out, in]
+            kernel.copy_(weight.uniform_(-bound, bound, generator=generator).T)
+            nn.init.uniform_(bias, -bound, bound, generator=generator)
 
 
 def register_keras_variables(module: nn.Module, network: Any, *, by_layer: bool) -> None:
@@ -180,25 +175,54 @@ def register_keras_variables(module: nn.Module, network: Any, *, by_layer: bool)
     module.variables = nn.ParameterDict({name: v.value for name, v in zip(names, variables, strict=True)})
 
 
-def deepcopy_keras_module(module: nn.Module, memo: dict[int, Any]) -> Any:
-    """``copy.deepcopy`` of a module holding a Keras model as ``network`` and its variables'
-    tensors as the ParameterDict ``variables``: Keras copies a variable's tensor without the
-    memo, so the copy's ``variables`` are re-pointed at the copied Keras variables (else a
-    target network would train, save and load tensors its Keras layers never read)."""
-    import_tensorflow_quietly()  # Keras copies a model through its saving code, which imports it
-    cls = type(module)
-    new = cls.__new__(cls)
-    memo[id(module)] = new
-    for key, value in module.__dict__.items():
-        object.__setattr__(new, key, copy.deepcopy(value, memo))
-    names: list[str] = getattr(module, "variable_names")  # noqa: B009 - aligned with network.variables (ParameterDict keeps its own order)
-    network: Any = new.__dict__["network"]  # set with object.__setattr__: no submodule
-    tensors = [v.value for v in network.variables]
-    new.variables = nn.ParameterDict(dict(zip(names, tensors, strict=True)))
-    return new
+class KerasVariablesModule(nn.Module):
+    """A module whose parameters are Keras variables' tensors (a Keras network, or a model of
+    several): :meth:`load_state_dict` copies into those tensors, never replaces them."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
+                        assign: bool = False) -> Any:
+        """Copy into the Keras variables' tensors, never replace them (``assign`` is ignored):
+        a Keras variable keeps the ``Parameter`` it was created with, so a replaced one would no
+        longer be the variable Keras computes with and saves (a restore adopts arrays this way)."""
+        return super().load_state_dict(state_dict, strict=strict, assign=False)
 
 
-class KerasActorCritic(nn.Module):
+class KerasNetwork(KerasVariablesModule):
+    """A module over a Keras model ``network`` whose variables are its parameters (registered by
+    :func:`register_keras_variables`). ``keras_layers`` names the attributes that hold its Keras
+    layers (plain attributes, no torch submodules: a layer, or a tuple, mapping or dataclass of
+    them), which a copy finds again by name in its own Keras model."""
+
+    network: Any  # the keras.Model
+    keras_layers: ClassVar[tuple[str, ...]] = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.keras_layers:  # Keras layers: the network's, no torch submodules
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """``copy.deepcopy``: Keras copies a variable's tensor without the memo, and its layers by
+        config, so the copy's ``variables`` and ``keras_layers`` are re-pointed at the copied
+        Keras variables and layers (else a target network would train, save and load tensors its
+        Keras layers never read)."""
+        import_tensorflow_quietly()  # Keras copies a model through its saving code, which imports it
+        cls = type(self)
+        new = cls.__new__(cls)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            object.__setattr__(new, key, copy.deepcopy(value, memo))
+        names: list[str] = getattr(self, "variable_names")  # noqa: B009 - aligned with network.variables (ParameterDict keeps its own order)
+        network: Any = new.__dict__["network"]  # set with object.__setattr__: no submodule
+        tensors = [v.value for v in network.variables]
+        new.variables = nn.ParameterDict(dict(zip(names, tensors, strict=True)))
+        for name in self.keras_layers:
+            setattr(new, name, layers_in(getattr(self, name), network))
+        return new
+
+
+class KerasActorCritic(KerasNetwork):
     """``forward(obs) -> (action_inputs, value)`` over a Keras model, whose variables are this
     module's parameters (``variables.<layer>_<variable>``, e.g. ``variables.actor_0_kernel``).
 
@@ -206,14 +230,13 @@ class KerasActorCritic(nn.Module):
     and the numpy acting path; without it the Keras model is called as a whole.
     """
 
-    network: Any  # the keras.Model
+    keras_layers = ("mlp_layers",)
 
     def __init__(self, network: Any, layers: MLPLayers | None = None) -> None:
         super().__init__()
         register_keras_variables(self, network, by_layer=layers is not None)
         self.activation = layers.activation if layers is not None else None
-        # A plain attribute (not a submodule): the layers' variables are the network's.
-        object.__setattr__(self, "mlp_layers", layers)
+        self.mlp_layers = layers
         self._numpy_views = LiveViews(_acting_views)
 
     # ------------------------------------------------------------------------------- init
@@ -235,20 +258,6 @@ class KerasActorCritic(nn.Module):
             for layer, gain in order:
                 orthogonal_init(keras_variable(layer, "kernel"), gain, generator)
                 keras_variable(layer, "bias").zero_()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> KerasActorCritic:
-        copied: KerasActorCritic = deepcopy_keras_module(self, memo)
-        layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
-        if layers is not None:  # the copy's own Keras layers, found by name
-            object.__setattr__(copied, "mlp_layers", layers.in_network(copied.network))
-        return copied
-
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
-                        assign: bool = False) -> Any:
-        """Copy into the Keras variables' tensors, never replace them (``assign`` is ignored):
-        a Keras variable keeps the ``Parameter`` it was created with, so a replaced one would
-        no longer be the variable Keras computes with and saves."""
-        return super().load_state_dict(state_dict, strict=strict, assign=False)
 
     # ---------------------------------------------------------------------------- compute
     def _run(self, layers: Sequence[Any], x: torch.Tensor,

@@ -20,15 +20,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from cairn.numpy_acting import in_torch
 from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.keras_model import (
     KERAS_ACTIVATIONS,
+    KerasNetwork,
     build_user_keras_model,
-    deepcopy_keras_module,
     register_keras_variables,
     torch_linear_init,
 )
@@ -74,7 +73,7 @@ def build_q_mlp(obs_size: int, num_actions: int, *, hidden: Sequence[int], activ
     return keras.Model(obs, q, name="cairn_q_network"), q_layers
 
 
-class KerasQNetwork(nn.Module):
+class KerasQNetwork(KerasNetwork):
     """``forward(obs) -> Q(obs, .)`` over a Keras model whose variables are this module's
     parameters (``variables.<layer>_<variable>`` for cairn's MLP, ``variables.variable_<i>``
     for a user's model, as in :class:`~cairn.policy.keras_model.KerasActorCritic`).
@@ -83,12 +82,12 @@ class KerasQNetwork(nn.Module):
     QNetwork's initialisation; without it the Keras model is called as a whole.
     """
 
-    network: Any
+    keras_layers = ("q_layers",)
 
     def __init__(self, network: Any, layers: QLayers | None = None) -> None:
         super().__init__()
         register_keras_variables(self, network, by_layer=layers is not None)
-        object.__setattr__(self, "q_layers", layers)  # Keras layers: no torch submodules
+        self.q_layers = layers
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """QNetwork's initialisation (PyTorch's default Linear init) from the same generator,
@@ -97,26 +96,7 @@ class KerasQNetwork(nn.Module):
         layers: QLayers | None = self.q_layers  # type: ignore[assignment]
         if layers is None:
             return
-        if layers.encoder is not None:
-            layers.encoder.reset_parameters(generator, orthogonal=False)
-        with torch.no_grad():
-            for layer in layers.dense:
-                torch_linear_init(layer, generator)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> KerasQNetwork:
-        copied: KerasQNetwork = deepcopy_keras_module(self, memo)
-        layers: QLayers | None = self.q_layers  # type: ignore[assignment]
-        if layers is not None:  # the copy's own Keras layers (Keras copies models by config), by name
-            get = copied.network.get_layer
-            object.__setattr__(copied, "q_layers", QLayers(
-                tuple(get(layer.name) for layer in layers.trunk), get(layers.advantage_head.name),
-                None if layers.value_head is None else get(layers.value_head.name),
-                None if layers.encoder is None else layers.encoder.in_network(copied.network)))
-        return copied
-
-    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
-        """Copy into the Keras variables' tensors (``assign`` ignored, see KerasActorCritic)."""
-        return super().load_state_dict(state_dict, strict=strict, assign=False)
+        torch_linear_init(layers.dense, generator, layers.encoder)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         layers: QLayers | None = self.q_layers  # type: ignore[assignment]

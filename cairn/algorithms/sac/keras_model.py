@@ -42,7 +42,8 @@ from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder, keras_variable
 from cairn.policy.keras_model import (
     KERAS_ACTIVATIONS,
-    deepcopy_keras_module,
+    KerasNetwork,
+    KerasVariablesModule,
     keras_dense,
     register_keras_variables,
     torch_linear_init,
@@ -53,12 +54,12 @@ __all__ = ["KerasSACModel", "KerasSquashedGaussianActor", "KerasTwinQ", "keras_b
            "refuse_keras_model"]
 
 
-class KerasSquashedGaussianActor(nn.Module):
+class KerasSquashedGaussianActor(KerasNetwork):
     """``forward(obs) -> (mean, log_std)`` over a Keras model whose log-std is clipped to
     ``log_std_bounds`` (SACModel's ``[LOG_STD_MIN, LOG_STD_MAX]``); ``encoder`` (an
     :func:`~cairn.policy.encoders.encoder_description`) puts the actor's own CNN in front."""
 
-    network: Any  # the keras.Model
+    keras_layers = ("trunk", "mean_head", "log_std_head", "encoder")
     trunk: tuple[Any, ...]  # Keras layers (not torch submodules), in call order
     mean_head: Any
     log_std_head: Any
@@ -88,32 +89,10 @@ class KerasSquashedGaussianActor(nn.Module):
         self.log_std_bounds = (low, high)
         self._numpy_views = LiveViews(_acting_views)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("trunk", "mean_head", "log_std_head", "encoder"):  # Keras layers: no torch submodules
-            object.__setattr__(self, name, value)
-        else:
-            super().__setattr__(name, value)
-
-    def dense_layers(self) -> list[Any]:
-        """The Keras Dense layers in SACModel's initialisation order."""
-        return [*self.trunk, self.mean_head, self.log_std_head]
-
     def reset_parameters(self, generator: torch.Generator) -> None:
         """SquashedGaussianActor's initialisation (as SACModel draws it: the encoder first),
         layer by layer, from ``generator``."""
-        if self.encoder is not None:
-            self.encoder.reset_parameters(generator, orthogonal=False)
-        with torch.no_grad():
-            for layer in self.dense_layers():
-                torch_linear_init(layer, generator)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> KerasSquashedGaussianActor:
-        copied: KerasSquashedGaussianActor = deepcopy_keras_module(self, memo)
-        get = copied.network.get_layer  # the copy's own Keras layers (Keras copies models by config)
-        copied.trunk = tuple(get(layer.name) for layer in self.trunk)
-        copied.mean_head, copied.log_std_head = get(self.mean_head.name), get(self.log_std_head.name)
-        copied.encoder = None if self.encoder is None else self.encoder.in_network(copied.network)
-        return copied
+        torch_linear_init((*self.trunk, self.mean_head, self.log_std_head), generator, self.encoder)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = obs if self.encoder is None else self.encoder.call(obs)
@@ -135,12 +114,13 @@ def _acting_views(actor: KerasSquashedGaussianActor, view: View) -> tuple[list[D
             keras_dense(actor.log_std_head, view))
 
 
-class KerasTwinQ(nn.Module):
+class KerasTwinQ(KerasNetwork):
     """``forward(obs, actions) -> [2, batch]``: two Keras Q-networks, evaluated as one ensemble;
     ``encoder`` (an :func:`~cairn.policy.encoders.encoder_description`) puts one CNN in front
     that both critics read, as SB3's critic has."""
 
     network: Any  # the keras.Model [obs, action] -> [q_0, q_1]
+    keras_layers = ("critics", "encoder")
     critics: tuple[tuple[Any, ...], ...]  # each critic's Dense layers, in call order
     encoder: KerasEncoder | None
 
@@ -165,8 +145,7 @@ class KerasTwinQ(nn.Module):
             outputs.append(x)
         network = keras.Model([obs, action], outputs, name="cairn_sac_critic")
         register_keras_variables(self, network, by_layer=True)
-        object.__setattr__(self, "critics", tuple(tuple(layers) for layers in critics))
-        object.__setattr__(self, "encoder", keras_encoder)
+        self.critics, self.encoder = tuple(tuple(layers) for layers in critics), keras_encoder
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """TwinQ's initialisation: the encoder, then per layer critic 0's kernel and bias, then
@@ -179,15 +158,6 @@ class KerasTwinQ(nn.Module):
                     fan_in = keras_variable(layer, "kernel").shape[0]
                     uniform_fan_in_(keras_variable(layer, "kernel"), fan_in, generator)
                     uniform_fan_in_(keras_variable(layer, "bias"), fan_in, generator)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> KerasTwinQ:
-        copied: KerasTwinQ = deepcopy_keras_module(self, memo)
-        get = copied.network.get_layer
-        critics = tuple(tuple(get(layer.name) for layer in layers) for layers in self.critics)
-        object.__setattr__(copied, "critics", critics)
-        encoder: KerasEncoder | None = self.encoder
-        object.__setattr__(copied, "encoder", None if encoder is None else encoder.in_network(copied.network))
-        return copied
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
         """``[2, batch]``: both critics' ``Q(obs, action)``, the Keras model's outputs.
@@ -213,7 +183,7 @@ class KerasTwinQ(nn.Module):
         return self(obs, actions, detach=detach)[0]  # type: ignore[no-any-return]
 
 
-class KerasSACModel(SACModelBase):
+class KerasSACModel(KerasVariablesModule, SACModelBase):
     """Everything SAC learns, with Keras actor and critics: ``actor``, ``critic``,
     ``target_critic`` and ``log_alpha``. ``network`` is the actor's Keras model (what exports
     serve); :meth:`keras_serving_outputs` adds the deterministic action to it."""
@@ -248,13 +218,6 @@ class KerasSACModel(SACModelBase):
             for target, source in zip(self.target_critic.parameters(), self.critic.parameters(), strict=True):
                 target.copy_(source)
             self.log_alpha.fill_(math.log(self.initial_alpha))
-
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
-                        assign: bool = False) -> Any:
-        """Copy into the Keras variables' tensors, never replace them (``assign`` is ignored):
-        a Keras variable keeps the ``Parameter`` it was created with, so a replaced one would no
-        longer be what Keras computes with and saves (a restore adopts arrays this way)."""
-        return super().load_state_dict(state_dict, strict=strict, assign=False)
 
     def keras_serving_outputs(self, processed_obs: Any, dist: Any) -> dict[str, Any]:
         """The export outputs in Keras ops on the processed observations (a KerasTensor):

@@ -30,7 +30,8 @@ from cairn.policy.keras_backend import import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.keras_model import (
     KERAS_ACTIVATIONS,
-    deepcopy_keras_module,
+    KerasNetwork,
+    KerasVariablesModule,
     register_keras_variables,
     torch_linear_init,
 )
@@ -38,11 +39,11 @@ from cairn.policy.keras_model import (
 __all__ = ["KerasDeterministicActor", "KerasTD3Model", "keras_td3_model"]
 
 
-class KerasDeterministicActor(torch.nn.Module):
+class KerasDeterministicActor(KerasNetwork):
     """``forward(obs) -> pi(s) = tanh(...)`` in [-1, 1] over a Keras model; ``encoder`` (an
     :func:`~cairn.policy.encoders.encoder_description`) puts the actor's own CNN in front."""
 
-    network: Any  # the keras.Model
+    keras_layers = ("trunk", "action_head", "encoder")
     trunk: tuple[Any, ...]  # Keras layers (not torch submodules), in call order
     action_head: Any
     encoder: KerasEncoder | None
@@ -62,26 +63,12 @@ class KerasDeterministicActor(torch.nn.Module):
             x = layer(x)
         network = keras.Model(obs, action_head(x), name="cairn_td3_actor")
         register_keras_variables(self, network, by_layer=True)
-        for name, value in (("trunk", trunk), ("action_head", action_head), ("encoder", keras_encoder)):
-            object.__setattr__(self, name, value)  # Keras layers: no torch submodules
+        self.trunk, self.action_head, self.encoder = trunk, action_head, keras_encoder
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """DeterministicActor's initialisation (the encoder first, then each Dense layer as
         PyTorch's default Linear), from ``generator``."""
-        if self.encoder is not None:
-            self.encoder.reset_parameters(generator, orthogonal=False)
-        with torch.no_grad():
-            for layer in (*self.trunk, self.action_head):
-                torch_linear_init(layer, generator)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> KerasDeterministicActor:
-        copied: KerasDeterministicActor = deepcopy_keras_module(self, memo)
-        get = copied.network.get_layer  # the copy's own Keras layers (Keras copies models by config)
-        object.__setattr__(copied, "trunk", tuple(get(layer.name) for layer in self.trunk))
-        object.__setattr__(copied, "action_head", get(self.action_head.name))
-        encoder: KerasEncoder | None = self.encoder
-        object.__setattr__(copied, "encoder", None if encoder is None else encoder.in_network(copied.network))
-        return copied
+        torch_linear_init((*self.trunk, self.action_head), generator, self.encoder)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs if self.encoder is None else self.encoder.call(obs)
@@ -90,7 +77,7 @@ class KerasDeterministicActor(torch.nn.Module):
         return self.action_head.call(x)  # type: ignore[no-any-return]
 
 
-class KerasTD3Model(TD3ModelBase):
+class KerasTD3Model(KerasVariablesModule, TD3ModelBase):
     """Everything TD3 learns, with Keras networks: ``actor``, ``critic``, ``target_actor``,
     ``target_critic``. ``network`` is the actor's Keras model (what exports serve)."""
 
@@ -114,12 +101,6 @@ class KerasTD3Model(TD3ModelBase):
     def network(self) -> Any:
         """The actor's Keras model ``processed obs -> pi(s)``."""
         return self.actor.network
-
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
-                        assign: bool = False) -> Any:
-        """Copy into the Keras variables' tensors, never replace them (``assign`` is ignored),
-        as :meth:`cairn.algorithms.sac.keras_model.KerasSACModel.load_state_dict` does."""
-        return super().load_state_dict(state_dict, strict=strict, assign=False)
 
     def keras_serving_outputs(self, processed_obs: Any, dist: Any) -> dict[str, Any]:
         """The export's one output in Keras ops on the processed observations (a KerasTensor):
