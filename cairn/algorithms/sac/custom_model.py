@@ -89,17 +89,7 @@ class CustomSACModel(SACModelBase):
         self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)]))
         self.initial_alpha = initial_alpha
 
-    def reset_parameters(self, generator: torch.Generator) -> None:
-        """The built-in parts' initialisation (a user's parts initialised themselves when
-        built); the targets copy the critics."""
-        for part in self._builtin_parts():
-            reset = getattr(part, "reset_parameters", None)
-            if reset is not None:
-                reset(generator)
-        self.target_critic.load_state_dict(self.critic.state_dict())
-        with torch.no_grad():
-            self.log_alpha.fill_(math.log(self.initial_alpha))
-
-    def _builtin_parts(self) -> Sequence[nn.Module]:
+    def builtin_parts(self) -> Sequence[nn.Module]:
+        """The parts cairn built (a user's actor or critics initialised themselves)."""
         builtin = (SquashedGaussianActor, TwinQ)
         return [part for part in (self.actor, self.critic) if isinstance(part, builtin)]

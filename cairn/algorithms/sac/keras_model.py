@@ -210,15 +210,6 @@ class KerasSACModel(KerasVariablesModule, SACModelBase):
         """The actor's Keras model ``processed obs -> [mean, log_std]``."""
         return self.actor.network
 
-    def reset_parameters(self, generator: torch.Generator) -> None:
-        """SACModel's initialisation from the same generator; the targets copy the critics."""
-        self.actor.reset_parameters(generator)
-        self.critic.reset_parameters(generator)
-        with torch.no_grad():
-            for target, source in zip(self.target_critic.parameters(), self.critic.parameters(), strict=True):
-                target.copy_(source)
-            self.log_alpha.fill_(math.log(self.initial_alpha))
-
     def keras_serving_outputs(self, processed_obs: Any, dist: Any) -> dict[str, Any]:
         """The export outputs in Keras ops on the processed observations (a KerasTensor):
         ``action`` (``low + (tanh(mean) + 1) * half_range``, clipped to the bounds, as

@@ -180,11 +180,4 @@ class SACModel(SACModelBase):
         self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)]))
         self.initial_alpha = initial_alpha
 
-    def reset_parameters(self, generator: torch.Generator) -> None:
-        """Default Linear initialisation from the policy's generator; targets copy the critics."""
-        self.actor.reset_parameters(generator)
-        self.critic.reset_parameters(generator)
-        self.target_critic.load_state_dict(self.critic.state_dict())
-        with torch.no_grad():
-            self.log_alpha.fill_(math.log(self.initial_alpha))
 

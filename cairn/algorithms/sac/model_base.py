@@ -11,6 +11,9 @@ checkpoint) has all of it: ``actor`` (``actor(obs) -> (mean, log_std)`` and
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from torch import nn
@@ -31,6 +34,20 @@ class SACModelBase(nn.Module):
     target_critic: nn.Module
     log_alpha: nn.Parameter
     initial_alpha: float
+
+    def builtin_parts(self) -> Sequence[nn.Module]:
+        """The parts :meth:`reset_parameters` initialises: the actor and the critics (a user's
+        part initialised itself when built, see ``CustomSACModel``)."""
+        return self.actor, self.critic
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """SACModel's initialisation of the built-in parts from the policy's generator, actor
+        first; the targets copy the critics and ``log_alpha`` starts at ``log(initial_alpha)``."""
+        for part in self.builtin_parts():
+            part.reset_parameters(generator)  # type: ignore[operator]
+        self.target_critic.load_state_dict(self.critic.state_dict())
+        with torch.no_grad():
+            self.log_alpha.fill_(math.log(self.initial_alpha))
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         """The parameters each of SAC's three optimizers trains."""
