@@ -16,15 +16,8 @@ from cairn.algorithms.sac.distribution import SquashedGaussian
 from cairn.algorithms.td3.custom_model import TanhActor
 from cairn.algorithms.td3.distribution import GaussianActionNoise
 from cairn.errors import ExportError
-from cairn.policy.export_graph import (
-    BATCH,
-    ExportGraph,
-    ObservationPath,
-    TensorSpec,
-    example_input,
-    filter_description,
-    input_spec,
-)
+from cairn.policy.export_graph import BATCH, ExportGraph, ObservationPath, TensorSpec
+from cairn.policy.observation_path import policy_export_graph
 from cairn.policy.policy import Policy
 
 __all__ = ["box_actor_export_graph"]
@@ -103,13 +96,8 @@ def box_actor_export_graph(policy: Policy,
         inputs = policy.compute_action_inputs(policy.process_observations(observations, update=False))
         return [actions, inputs[:, :size], inputs[:, size:]]
 
-    return ExportGraph(
-        module=_DeterministicBoxActor(policy, bounds, squashed=squashed),
-        input=input_spec(policy.network_observation_space),
-        outputs=tuple(outputs),
-        example=example_input(policy),
-        reference=reference,
-        discrete_sizes=None,
+    return policy_export_graph(
+        policy, _DeterministicBoxActor(policy, bounds, squashed=squashed), outputs=tuple(outputs),
+        reference=reference, discrete_sizes=None,
         network_name=type(_named_actor(policy.model.actor)).__name__,  # the user's class for a custom actor
-        metadata={"observation_filter": filter_description(policy)},
     )

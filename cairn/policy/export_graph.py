@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from cairn.errors import ExportError
-from cairn.policy.action_mask_input import action_mask_examples, action_mask_inputs, network_name
+from cairn.policy.action_mask_input import network_name
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
 from cairn.policy.export_actor_critic import ActorCriticModule, actor_critic_outputs, discrete_sizes
 from cairn.policy.export_hook import (
@@ -42,7 +42,13 @@ from cairn.policy.export_hook import (
     TensorSpec,
 )
 from cairn.policy.export_recurrent import recurrent_export_graph
-from cairn.policy.observation_path import ObservationPath, example_input, filter_description, input_spec
+from cairn.policy.observation_path import (
+    ObservationPath,
+    example_input,
+    filter_description,
+    input_spec,
+    policy_export_graph,
+)
 
 # The data types and the observation path live in their own modules (export_hook,
 # observation_path); they are re-exported here, where the export hook's users look for them.
@@ -98,15 +104,6 @@ def actor_critic_export_graph(policy: ExportedPolicy) -> ExportGraph:
             return [action, inputs[:, : dist.size], inputs[:, dist.size :], value]
         return [action, inputs, value]
 
-    return ExportGraph(
-        module=ActorCriticModule(policy),
-        input=input_spec(policy.network_observation_space),
-        outputs=actor_critic_outputs(policy.action_space),
-        example=example_input(policy),
-        reference=reference,
-        discrete_sizes=discrete_sizes(dist),
-        network_name=network_name(model),
-        metadata={"observation_filter": filter_description(policy)},
-        extra_inputs=action_mask_inputs(policy),
-        extra_examples=action_mask_examples(policy),
-    )
+    return policy_export_graph(policy, ActorCriticModule(policy),
+                               outputs=actor_critic_outputs(policy.action_space), reference=reference,
+                               discrete_sizes=discrete_sizes(dist), network_name=network_name(model))

@@ -16,10 +16,11 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from cairn.policy.export_hook import BATCH, ExportedPolicy, TensorSpec
+from cairn.policy.action_mask_input import action_mask_examples, action_mask_inputs
+from cairn.policy.export_hook import BATCH, ExportedPolicy, ExportGraph, TensorSpec
 from cairn.policy.filters import MeanStdFilter
 
-__all__ = ["input_spec", "example_input", "filter_description", "ObservationPath"]
+__all__ = ["input_spec", "example_input", "filter_description", "ObservationPath", "policy_export_graph"]
 
 
 def input_spec(observation_space: gym.Space[Any]) -> TensorSpec:
@@ -57,6 +58,17 @@ def example_input(policy: ExportedPolicy, batch: int = 2) -> torch.Tensor:
     if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
         return torch.zeros((batch, *space.shape), dtype=torch.float32)
     return torch.zeros((batch, int(policy.preprocessor.size)), dtype=torch.float32)
+
+
+def policy_export_graph(policy: ExportedPolicy, module: nn.Module, **fields: Any) -> ExportGraph:
+    """The :class:`ExportGraph` of ``module`` (and ``fields``: outputs, reference, ...) whose
+    inputs are ``policy``'s raw observations (spec, example, the filter in the metadata) and,
+    for a masked policy, its action mask."""
+    return ExportGraph(module=module, input=input_spec(policy.network_observation_space),
+                       example=example_input(policy),
+                       metadata={"observation_filter": filter_description(policy)},
+                       extra_inputs=action_mask_inputs(policy), extra_examples=action_mask_examples(policy),
+                       **fields)
 
 
 def filter_description(policy: ExportedPolicy) -> dict[str, Any]:

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from cairn.errors import ExportError
-from cairn.policy.action_mask_input import action_mask_examples, action_mask_inputs, network_name
+from cairn.policy.action_mask_input import network_name
 from cairn.policy.export_hook import BATCH, ExportGraph, TensorSpec
-from cairn.policy.observation_path import ObservationPath, example_input, filter_description, input_spec
+from cairn.policy.observation_path import ObservationPath, policy_export_graph
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -58,19 +58,12 @@ def q_value_export_graph(
     def reference(observations: Sequence[Any]) -> list[np.ndarray]:
         return [policy.compute_actions(observations, explore=False), q_values(observations)]
 
-    return ExportGraph(
-        module=_GreedyQModule(policy, q_network, start),
-        input=input_spec(policy.network_observation_space),
+    return policy_export_graph(
+        policy, _GreedyQModule(policy, q_network, start),
         outputs=(
             TensorSpec("action", "int64", (BATCH,),
                        f"Greedy action: argmax(q_values) + start ({start})."),
             TensorSpec("q_values", "float32", (BATCH, n), "Q(obs, a) for every action a."),
         ),
-        example=example_input(policy),
-        reference=reference,
-        discrete_sizes=(n,),
-        network_name=network_name(q_network),
-        metadata={"observation_filter": filter_description(policy)},
-        extra_inputs=action_mask_inputs(policy),
-        extra_examples=action_mask_examples(policy),
+        reference=reference, discrete_sizes=(n,), network_name=network_name(q_network),
     )
