@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from cairn.checkpoint.atomic import fsync_dir
 from cairn.checkpoint.safetensors_io import file_entry
 from cairn.errors import ExportError
-from cairn.export.keras_files import write_keras_native_files
+from cairn.export.keras_files import KERAS_FILE, keras_onnx_bytes, save_keras_file
 from cairn.export.model_export import trace_policy, write_onnx_file, write_torch_files
-from cairn.export.onnx_model import DEFAULT_OPSET, missing_onnx_packages
+from cairn.export.onnx_model import DEFAULT_OPSET, ONNX_FILE, missing_onnx_packages
 from cairn.export.signature import build_signature, write_signature
 from cairn.policy.keras_config import uses_keras
 
@@ -46,8 +46,8 @@ def write_native_model_files(policy: Policy, root: Path, files: dict[str, dict[s
     """Export ``policy`` into ``root / "model"`` and record each file in ``files``.
 
     A Keras policy (``model.framework="keras"``) gets ``model.keras`` and, with ``full``,
-    ``model.onnx`` from Keras' exporter (:func:`cairn.export.keras_files.write_keras_native_files`);
-    its checkpoints call this with ``full=False`` even without ``export_native_model_files``.
+    ``model.onnx`` from Keras' exporter (:mod:`cairn.export.keras_files`); its checkpoints call
+    this with ``full=False`` (``model.keras`` alone) even without ``export_native_model_files``.
 
     Writes the torch program and weights, ``model.onnx`` (opset 18) when onnx, onnxscript and
     onnxruntime can be imported, and ``signature.json``.
@@ -58,34 +58,36 @@ def write_native_model_files(policy: Policy, root: Path, files: dict[str, dict[s
         written), or ``{"status": "failed", "reason": ...}`` when nothing could be exported.
     """
     model_dir = root / MODEL_DIR
-    if uses_keras(policy.config):
-        graph, written, keras_record = write_keras_native_files(policy, model_dir, full=full)
-        if graph is not None:
-            write_signature(model_dir, build_signature(policy, graph, written, opset=keras_record["opset"]))
-            _record(model_dir, root, files)
-        return keras_record
+    keras = uses_keras(policy.config)
     try:
-        traced = trace_policy(policy)
-        written = write_torch_files(traced, model_dir)
+        if keras:
+            graph = policy.export_graph().with_outputs()  # the default outputs, as torch checkpoints
+            written = save_keras_file(policy, graph, model_dir)
+        else:
+            traced = trace_policy(policy)
+            graph, written = traced.graph, write_torch_files(traced, model_dir)
     except ExportError as exc:
         shutil.rmtree(model_dir, ignore_errors=True)
-        warnings.warn(
-            f"The checkpoint of {policy!r} is written without native model files: {exc}",
-            stacklevel=2,
-        )
+        without = KERAS_FILE if keras else "native model files"
+        warnings.warn(f"The checkpoint of {policy!r} is written without {without}: {exc}", stacklevel=2)
         return {"status": "failed", "reason": str(exc)}
-    record: dict[str, Any] = {"status": "ok", "formats": ["torch"], "opset": None}
-    missing = missing_onnx_packages()
+    record: dict[str, Any] = {"status": "ok", "formats": ["keras" if keras else "torch"], "opset": None}
+    with_onnx = full or not keras  # full=False: a Keras policy's model.keras alone
+    missing = missing_onnx_packages() if with_onnx else []
     if missing:
         record["skipped"] = {"onnx": f"not installed: {', '.join(missing)}"}
-    else:
+    elif with_onnx:
         try:
-            written.update(write_onnx_file(traced, model_dir, DEFAULT_OPSET))
+            if keras:
+                (model_dir / ONNX_FILE).write_bytes(keras_onnx_bytes(policy, graph, DEFAULT_OPSET))
+                written["onnx"] = ONNX_FILE
+            else:
+                written.update(write_onnx_file(traced, model_dir, DEFAULT_OPSET))
             record["formats"].append("onnx")
             record["opset"] = DEFAULT_OPSET
         except ExportError as exc:
             record["skipped"] = {"onnx": str(exc)}
             warnings.warn(f"The checkpoint of {policy!r} has no model.onnx: {exc}", stacklevel=2)
-    write_signature(model_dir, build_signature(policy, traced.graph, written, opset=record["opset"]))
+    write_signature(model_dir, build_signature(policy, graph, written, opset=record["opset"]))
     _record(model_dir, root, files)
     return record

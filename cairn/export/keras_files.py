@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
     from cairn.policy.policy import Policy
 
 __all__ = ["KERAS_FILE", "KERAS_ONNX_OPSETS", "save_keras_file", "keras_file_runner", "keras_onnx_bytes",
-           "write_keras_export", "write_keras_native_files"]
+           "write_keras_export"]
 
 KERAS_FILE = "model.keras"
 #: Opsets Keras' exporter (torch's TorchScript-based ONNX exporter, used for a dynamic batch)
@@ -143,37 +142,3 @@ def write_keras_export(policy: Policy, directory: Path, *, opset: int | None,
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ONNX_FILE).write_bytes(data)
     return graph, {"onnx": ONNX_FILE}
-
-
-def write_keras_native_files(policy: Policy, model_dir: Path, *,
-                             full: bool) -> tuple[ExportGraph | None, dict[str, str], dict[str, Any]]:
-    """A Keras policy's ``model/`` in a checkpoint: ``model.keras`` always, and with ``full``
-    (``export_native_model_files=True``) ``model.onnx`` at opset 18 when the ONNX packages
-    are installed. Returns the graph (None on failure), the files written and the manifest's
-    ``native_model`` record; a failure is recorded and warned about, never raised, so that
-    the checkpoint is still written (it restores from its safetensors weights)."""
-    from cairn.export.onnx_model import DEFAULT_OPSET, missing_onnx_packages
-
-    try:
-        graph = policy.export_graph().with_outputs()  # the default outputs, as torch checkpoints
-        written = save_keras_file(policy, graph, model_dir)
-    except ExportError as exc:
-        shutil.rmtree(model_dir, ignore_errors=True)
-        warnings.warn(f"The checkpoint of {policy!r} is written without {KERAS_FILE}: {exc}", stacklevel=3)
-        return None, {}, {"status": "failed", "reason": str(exc)}
-    record: dict[str, Any] = {"status": "ok", "formats": ["keras"], "opset": None}
-    if not full:
-        return graph, written, record
-    missing = missing_onnx_packages()
-    if missing:
-        record["skipped"] = {"onnx": f"not installed: {', '.join(missing)}"}
-        return graph, written, record
-    try:
-        (model_dir / ONNX_FILE).write_bytes(keras_onnx_bytes(policy, graph, DEFAULT_OPSET))
-        written["onnx"] = ONNX_FILE
-        record["formats"].append("onnx")
-        record["opset"] = DEFAULT_OPSET
-    except ExportError as exc:
-        record["skipped"] = {"onnx": str(exc)}
-        warnings.warn(f"The checkpoint of {policy!r} has no model.onnx: {exc}", stacklevel=3)
-    return graph, written, record
