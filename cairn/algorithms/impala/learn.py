@@ -19,7 +19,7 @@ from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.policy import Policy
 
-__all__ = ["vtrace_learn", "batch_vtrace", "BatchTensors", "kl_estimate", "after_train_batch"]
+__all__ = ["vtrace_learn", "batch_vtrace", "target_logp", "BatchTensors", "kl_estimate", "after_train_batch"]
 
 
 class BatchTensors:
@@ -35,22 +35,38 @@ class BatchTensors:
         self.ends = torch.from_numpy(np.asarray(batch["ends"], dtype=bool)).to(device)
 
 
+def target_logp(policy: APPOPolicy, data: BatchTensors) -> torch.Tensor:
+    """``log pi_target(a_s|x_s)`` of every row of ``data``: APPO's target network on the whole
+    batch, in one forward pass.
+
+    :func:`vtrace_learn` computes it once per call: the target network is frozen during a learn
+    call (no optimizer holds its parameters, ``requires_grad`` is off, and only
+    :func:`after_train_batch`, after the call, copies the network into it), so every epoch's
+    V-trace and every minibatch's ratio read these rows instead of running the target again.
+    A row's value is the target's on that row; a forward pass over fewer rows (a minibatch) may
+    round differently in the last bits (tests/algorithms/impala/test_impala_learner.py measures
+    it)."""
+    with torch.no_grad():
+        return policy.dist.logp(policy.target_model(data.obs)[0], data.actions)
+
+
 def batch_vtrace(config: Any, policy: Policy, data: BatchTensors, *,
-                 appo: bool) -> tuple[VTraceReturns, np.ndarray]:
+                 target_logp: torch.Tensor | None) -> tuple[VTraceReturns, np.ndarray]:
     """V-trace's targets and advantages of the whole batch under the policy's current weights,
     and the values ``V(x_s)`` they were computed from (numpy).
 
     The values ``V(x_s)`` are the network's; ``V(x_{s+1})`` at a piece's end is the value of
     the row's ``next_obs`` (a truncation or a fragment end bootstraps, as PPO's GAE does; a
-    termination gets 0). The target policy is the network itself (IMPALA) or the target
-    network (``appo``: APPO's ``pi_target``)."""
+    termination gets 0). The target policy is the network itself (``target_logp`` None:
+    IMPALA) or the one whose log-probabilities of the batch's actions ``target_logp`` holds
+    (APPO's ``pi_target``: :func:`target_logp`)."""
     model, dist = policy.model, policy.dist
     with torch.no_grad():
-        inputs, values = model(data.obs)
-        if appo:  # APPO's target policy: the target network
-            assert isinstance(policy, APPOPolicy)  # vtrace_learn checks it
-            inputs = policy.target_model(data.obs)[0]
-        target_logp = dist.logp(inputs, data.actions)
+        if target_logp is None:  # IMPALA: the network is its own target policy
+            inputs, values = model(data.obs)
+            target_logp = dist.logp(inputs, data.actions)
+        else:  # only the values: the model contract makes value(obs) forward's value
+            values = model.value(data.obs)
         values_np = values.cpu().numpy()
         next_vals = torch.from_numpy(next_values(model, data.batch, values_np)).to(values.device)
     returns = vtrace(behaviour_logp=data.behaviour_logp, target_logp=target_logp, rewards=data.rewards,
@@ -74,11 +90,16 @@ def vtrace_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: Samp
     model = policy.model
     device = next(model.parameters()).device
     data = BatchTensors(batch, policy, device)
-    if appo and not isinstance(policy, APPOPolicy):
-        raise ConfigError(
-            f"APPO trains a {type(policy).__name__}, which has no target network: APPO's ratio is "
-            "taken against one. Fix: leave the PolicySpec's policy_class unset (APPO's default is "
-            "cairn.algorithms.impala.APPOPolicy) or name a subclass of APPOPolicy.")
+    old_logp = None
+    if appo:
+        if not isinstance(policy, APPOPolicy):
+            raise ConfigError(
+                f"APPO trains a {type(policy).__name__}, which has no target network: APPO's ratio is "
+                "taken against one. Fix: leave the PolicySpec's policy_class unset (APPO's default is "
+                "cairn.algorithms.impala.APPOPolicy) or name a subclass of APPOPolicy.")
+        # Once per call, not per epoch and minibatch: the target network does not change until
+        # the call returns (target_logp says why).
+        old_logp = target_logp(policy, data)
     n = len(batch)
     size = n if config.minibatch_size is None else min(config.minibatch_size, n)
     params = list(model.parameters())
@@ -87,7 +108,7 @@ def vtrace_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: Samp
     returns: torch.Tensor | None = None
     values_np: np.ndarray | None = None
     for perm_np in permutations:
-        targets, values_now = batch_vtrace(config, policy, data, appo=appo)
+        targets, values_now = batch_vtrace(config, policy, data, target_logp=old_logp)
         if returns is None:  # the first epoch's: the value function before this update
             returns, values_np = targets.vs, values_now
         perm = torch.from_numpy(perm_np).to(device)
@@ -96,7 +117,7 @@ def vtrace_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: Samp
             rows = idx[sync.shard(len(idx))]
             loss = None
             if len(rows):
-                loss, stats = _loss(config, policy, data, targets, rows, appo=appo)
+                loss, stats = _loss(config, policy, data, targets, rows, old_logp)
                 # The loss is a mean over rows: weighted by this shard's share, the learners'
                 # gradients sum to the minibatch's (alone the weight is exactly 1).
                 loss = loss * (len(rows) / len(idx))
@@ -108,22 +129,21 @@ def vtrace_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: Samp
     return LearnOutput(update_stats(list(stats), history, returns, values_np, policy))
 
 
-def _loss(config: Any, policy: Policy, data: BatchTensors, targets: VTraceReturns, rows: torch.Tensor, *,
-          appo: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The loss (a mean over ``rows``) and its statistics."""
+def _loss(config: Any, policy: Policy, data: BatchTensors, targets: VTraceReturns, rows: torch.Tensor,
+          old_logp: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss (a mean over ``rows``) and its statistics: IMPALA's, or APPO's when
+    ``old_logp`` holds the target network's log-probabilities of the whole batch."""
     inputs, values = policy.model(data.obs[rows])
     logp = policy.dist.logp(inputs, data.actions[rows])
     entropy = policy.dist.entropy(inputs)
     vs, pg_adv = targets.vs[rows], targets.pg_advantages[rows]
-    if not appo:
+    if old_logp is None:
         return impala_loss(logp, values, entropy, vs, pg_adv, vf_loss_coeff=config.vf_loss_coeff,
                            entropy_coeff=config.entropy_coeff)
-    assert isinstance(policy, APPOPolicy)
-    behaviour = data.behaviour_logp[rows]
-    with torch.no_grad():
-        old_logp = policy.dist.logp(policy.target_model(data.obs[rows])[0], data.actions[rows])
-    kl = kl_estimate(old_logp, logp, behaviour) if config.use_kl_loss else None
-    loss, stats = appo_loss(logp, behaviour, old_logp, values, entropy, vs, pg_adv, kl,
+    assert isinstance(policy, APPOPolicy)  # vtrace_learn checked it
+    behaviour, old = data.behaviour_logp[rows], old_logp[rows]
+    kl = kl_estimate(old, logp, behaviour) if config.use_kl_loss else None
+    loss, stats = appo_loss(logp, behaviour, old, values, entropy, vs, pg_adv, kl,
                             clip_param=config.clip_param, vf_loss_coeff=config.vf_loss_coeff,
                             entropy_coeff=config.entropy_coeff, kl_coeff=policy.kl_coeff,
                             target_worker_clipping=config.target_worker_clipping)
@@ -147,15 +167,15 @@ def after_train_batch(config: Any, policy: APPOPolicy, batch: SampleBatch) -> di
     ``target_network_update_freq`` of them adapt ``kl_coeff`` to the KL measured over the whole
     batch (``use_kl_loss``) and copy the network into the target network. Run by the algorithm
     on the policy it owns (after the learners' loan ended, as DQN's target sync), so that it
-    is the same with any number of learners."""
-    data = BatchTensors(batch, policy, next(policy.model.parameters()).device)
+    is the same with any number of learners. The batch becomes tensors only when the KL is
+    measured (one forward pass of the network and one of the target network)."""
     policy.num_train_batches += 1
     if policy.num_train_batches % config.target_network_update_freq == 0:
         if config.use_kl_loss:
+            data = BatchTensors(batch, policy, next(policy.model.parameters()).device)
             with torch.no_grad():
                 logp = policy.dist.logp(policy.model(data.obs)[0], data.actions)
-                old_logp = policy.dist.logp(policy.target_model(data.obs)[0], data.actions)
-                kl = float(kl_estimate(old_logp, logp, data.behaviour_logp).mean())
+                kl = float(kl_estimate(target_logp(policy, data), logp, data.behaviour_logp).mean())
             policy.kl_coeff = update_kl_coeff(policy.kl_coeff, kl, kl_target=config.kl_target)
         policy.update_target()
     return {"curr_kl_coeff": policy.kl_coeff, "num_train_batches": float(policy.num_train_batches)}
