@@ -134,6 +134,7 @@ class AlgorithmConfig:
         self, *, num_env_runners: int = _NOT_PROVIDED, num_envs_per_env_runner: int = _NOT_PROVIDED,
         rollout_fragment_length: int | str = _NOT_PROVIDED, observation_filter: str = _NOT_PROVIDED,
         gym_env_vectorize_mode: str = _NOT_PROVIDED,
+        max_requests_in_flight_per_env_runner: int = _NOT_PROVIDED,
     ) -> AlgorithmConfig:
         """Set how experience is collected.
 
@@ -148,6 +149,9 @@ class AlgorithmConfig:
                 another in its process; ``"async"`` runs each in its own child process, all
                 stepped at once (for slow single-agent environments; same results for the same
                 seed; docs/ppo.md "Environments in child processes").
+            max_requests_in_flight_per_env_runner: IMPALA and APPO only (RLlib's name; other
+                algorithms refuse it): ``sample()`` requests kept queued on each remote runner
+                while the learner learns (docs/impala.md, "Settings").
         """
         return self._set("env_runners", {
             "num_env_runners": num_env_runners,
@@ -155,6 +159,7 @@ class AlgorithmConfig:
             "rollout_fragment_length": rollout_fragment_length,
             "observation_filter": observation_filter,
             "gym_env_vectorize_mode": gym_env_vectorize_mode,
+            "max_requests_in_flight_per_env_runner": max_requests_in_flight_per_env_runner,
         })
 
     def fault_tolerance(

@@ -98,16 +98,18 @@ class EnvRunnerGroup:
         return join_batches(results), episodes, sum(r.env_steps for r in results)
 
     # ------------------------------------------------------------------ asynchronous sampling
-    def broadcast_weights(self, version: int) -> None:
+    def broadcast_weights(self, version: int, *, requests_in_flight: int = 1) -> None:
         """Asynchronous sampling (IMPALA/APPO, remote runners only): put the learner's weights,
         filter states and timesteps into Ray's object store once, as weights ``version``;
         every sample request sent from now on acts with them. The first call starts the
-        :class:`~cairn.env_runner.async_sampler.AsyncSampler`."""
+        :class:`~cairn.env_runner.async_sampler.AsyncSampler`, which keeps
+        ``requests_in_flight`` requests queued on each runner (IMPALA's
+        ``max_requests_in_flight_per_env_runner``) until :meth:`stop_async_sampling`."""
         if self._remote is None:
             raise ConfigError("Asynchronous sampling needs remote env runners, but num_env_runners=0: "
                               "set config.env_runners(num_env_runners=1) or more, or sample with sample().")
         if self._async is None:
-            self._async = AsyncSampler(self._remote)
+            self._async = AsyncSampler(self._remote, requests_in_flight=requests_in_flight)
             self._async_used = True
         self._async.set_weights(self._broadcast(), version)
 
@@ -117,6 +119,12 @@ class EnvRunnerGroup:
         sampling is not running (never started, or ended: by :meth:`stop_async_sampling`, a
         restore or a policy change, after which the runners need the learner's weights anew)."""
         return None if self._async is None else self._async.weights_version
+
+    @property
+    def num_requests_in_flight(self) -> int:
+        """Asynchronous ``sample()`` requests sent to the runners and not yet collected (0 when
+        asynchronous sampling is not running)."""
+        return 0 if self._async is None else self._async.num_requests_in_flight
 
     def sample_async(self, *, min_fragments: int = 1,
                      max_fragments: int | None = None) -> list[RemoteFragment]:

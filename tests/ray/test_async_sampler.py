@@ -6,6 +6,7 @@ mid-run is handled by the one fault-tolerance mechanism."""
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import ray
 import cairn
 from cairn.env_runner.async_sampler import RemoteFragment
 from cairn.errors import EnvRunnerFailedError
+from tests.algorithms.impala.small import small
 from tests.helpers import small_ppo
 from tests.ray.envs import make_flaky_cartpole
 
@@ -105,6 +107,42 @@ def test_a_runner_killed_mid_run_is_recreated_and_sampling_continues(ray_cluster
         assert group.num_fragments_dropped == 1 and group.broadcast_version is None
         # The recreated runner went on from its last delivered fragment: nothing twice, no gap.
         assert_each_fragment_once(seen, dict(enumerate(group.remote_actors(), start=1)))
+    finally:
+        algo.stop()
+
+
+def test_two_requests_in_flight_deliver_each_fragment_once_and_report_the_lag(ray_cluster, monkeypatch):
+    # APPO with max_requests_in_flight_per_env_runner=2 and one runner: while the learner learns,
+    # two requests wait on the runner (each acting with the weights current when it was sent).
+    algo = (small("APPO", train_batch_size=80)
+            .environment(make_flaky_cartpole, env_config={"step_sleep_s": 0.002})
+            .env_runners(num_env_runners=1, max_requests_in_flight_per_env_runner=2).build())
+    try:
+        group = algo.env_runner_group
+        taken: list[RemoteFragment] = []
+        real_sample_async = group.sample_async
+
+        def recording(**kwargs: Any) -> list[RemoteFragment]:
+            fragments = real_sample_async(**kwargs)
+            taken.extend(fragments)
+            return fragments
+
+        monkeypatch.setattr(group, "sample_async", recording)
+        lags = []
+        for _ in range(4):
+            result = algo.train()
+            assert group.num_requests_in_flight == 2  # topped up again after the last take
+            learner = result["learners"]["default_policy"]
+            lags.append((learner["policy_lag_mean"], learner["policy_lag_max"]))
+        # The lag is reported from the fragments' versions: the requests queued before an update
+        # act with older weights; two requests of one runner are at most a train batch ahead.
+        assert lags[0] == (0.0, 0.0) and max(lag_max for _, lag_max in lags[1:]) >= 1
+        assert all(0 <= mean <= lag_max <= 2 for mean, lag_max in lags)
+        sampled = algo.counters["num_env_steps_sampled_lifetime"]
+        assert sampled == sum(f.result.env_steps for f in taken)
+        rest = group.stop_async_sampling(wait=True)
+        assert len(rest) == 2 and group.num_fragments_dropped == 0  # the two in flight
+        assert_each_fragment_once(taken + rest, dict(enumerate(group.remote_actors(), start=1)))
     finally:
         algo.stop()
 

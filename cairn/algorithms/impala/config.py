@@ -30,6 +30,8 @@ IMPALA_FIELDS: dict[str, Field] = {
     **BASE_FIELDS,
     "rollout_fragment_length": Field("env_runners", 50, BASE_FIELDS["rollout_fragment_length"].check,
                                      "steps per env per fragment"),
+    "max_requests_in_flight_per_env_runner": Field("env_runners", 1, positive_int,
+                                                   "sample() requests queued on each remote runner"),
     "lr": Field("training", 0.0005, number(0.0, 10.0, low_open=True), "learning rate"),
     "train_batch_size": Field("training", 500, positive_int, "env steps per learner update"),
     "minibatch_size": Field("training", None, optional(positive_int), "rows per SGD step (None: all)"),
@@ -63,6 +65,14 @@ class IMPALAConfig(AlgorithmConfig):
     - ``minibatch_size``: None (one gradient step per epoch over the whole batch) or rows per
       step, drawn in a shuffled order from the algorithm's generator.
 
+    ``env_runners(max_requests_in_flight_per_env_runner=...)`` (RLlib's name and default, 1):
+    ``sample()`` requests kept queued on each remote runner. cairn's learner learns in the
+    driver's thread, which sends a runner its next request only between learner updates, so a
+    runner samples at most this many fragments while the learner learns one batch; raising it
+    lets sampling overlap a longer learn step, at the price of older weights in the fragments
+    (each request acts with the weights current when it was sent, so the policy lag grows) and
+    fragments held in Ray's object store (docs/impala.md, "Settings").
+
     >>> config = IMPALAConfig().environment("CartPole-v1").training(vf_loss_coeff=0.25)
     """
 
@@ -76,6 +86,7 @@ class IMPALAConfig(AlgorithmConfig):
     vf_loss_coeff: float
     entropy_coeff: float
     broadcast_interval: int
+    max_requests_in_flight_per_env_runner: int
 
     def validate(self) -> None:
         super().validate()

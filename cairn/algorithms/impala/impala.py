@@ -100,7 +100,8 @@ class IMPALA(Algorithm):
         group = self.env_runner_group
         last = group.broadcast_version  # None after a restore or a policy change: send anew
         if last is None or not 0 <= self.weights_version - last < self.config.broadcast_interval:
-            group.broadcast_weights(self.weights_version)
+            group.broadcast_weights(self.weights_version,
+                                    requests_in_flight=self.config.max_requests_in_flight_per_env_runner)
         fragments: list[Fragment] = []
         steps = 0
         while steps < self.config.train_batch_size:

@@ -21,6 +21,7 @@ def test_defaults_are_rllibs():
     assert (config.clip_param, config.use_kl_loss, config.kl_coeff, config.kl_target) == \
         (0.4, False, 1.0, 0.01)
     assert (config.target_network_update_freq, config.target_worker_clipping) == (1, 2.0)
+    assert config.max_requests_in_flight_per_env_runner == 1
     assert not hasattr(cairn.IMPALAConfig(), "clip_param")
 
 
@@ -28,7 +29,8 @@ def test_defaults_are_rllibs():
 def test_to_dict_from_dict_round_trip(config_cls):
     config = config_cls().environment("CartPole-v1").training(
         vtrace_clip_rho_threshold=2.0, vtrace_clip_pg_rho_threshold=None, vf_loss_coeff=0.25,
-        entropy_coeff=0.001, broadcast_interval=3, minibatch_size=64)
+        entropy_coeff=0.001, broadcast_interval=3, minibatch_size=64).env_runners(
+        max_requests_in_flight_per_env_runner=3)
     if config_cls is cairn.APPOConfig:
         config.training(clip_param=0.3, use_kl_loss=True, kl_coeff=0.5, kl_target=0.02,
                         target_network_update_freq=4, target_worker_clipping=1.5)
@@ -37,6 +39,23 @@ def test_to_dict_from_dict_round_trip(config_cls):
     assert type(again) is config_cls
     assert again.to_dict() == config.to_dict()
     assert data["algo_class"] == config_cls.algo_class_name
+    assert again.max_requests_in_flight_per_env_runner == data["max_requests_in_flight_per_env_runner"] == 3
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, None, "2"])
+def test_requests_in_flight_must_be_a_positive_int(value):
+    with pytest.raises(ConfigError, match="max_requests_in_flight_per_env_runner"):
+        cairn.APPOConfig().env_runners(max_requests_in_flight_per_env_runner=value)
+    data = cairn.IMPALAConfig().environment("CartPole-v1").to_dict()
+    data["max_requests_in_flight_per_env_runner"] = value
+    with pytest.raises(ConfigError, match="max_requests_in_flight_per_env_runner"):
+        cairn.AlgorithmConfig.from_dict(data).validate()
+
+
+def test_requests_in_flight_is_impala_and_appos_only():
+    # PPO samples synchronously: the setting would do nothing, so it is refused by name.
+    with pytest.raises(ConfigError, match="max_requests_in_flight_per_env_runner"):
+        cairn.PPOConfig().env_runners(max_requests_in_flight_per_env_runner=2)
 
 
 @pytest.mark.parametrize(("key", "value", "match"), [
