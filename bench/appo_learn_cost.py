@@ -3,7 +3,8 @@ cairn PPO's (GAE), on batches of the same size learnt in the same passes.
 
 Both sample one batch of ``--batch`` CartPole-v1 steps (1 env in this process; APPO in fragments
 of ``--fragment`` steps), then learn on it ``--reps`` times, ``--epochs`` passes of one gradient
-step on the whole batch each (PPO: ``minibatch_size=batch``; APPO: ``minibatch_size=None``),
+step on the whole batch each (PPO: ``minibatch_size=batch``; APPO: ``minibatch_size=None``), or
+of minibatches of ``--minibatch`` rows,
 64x64 tanh actor and critic, 1 torch thread. Timed: ``time.process_time()`` around APPO's
 ``learn_on_fragments`` (learn call and the target network's step) and PPO's ``learn(ppo_learn,
 ...)``, medians over repetitions in alternating order after ``--warmup`` untimed calls each.
@@ -30,10 +31,10 @@ def build(kind: str, args: Any, epochs: int) -> Any:
     import cairn
 
     if kind == "PPO":
-        config: Any = cairn.PPOConfig().training(minibatch_size=args.batch)
+        config: Any = cairn.PPOConfig().training(minibatch_size=args.minibatch or args.batch)
     else:
         config = (cairn.APPOConfig().env_runners(rollout_fragment_length=args.fragment)
-                  .training(minibatch_size=None, use_kl_loss=args.kl))
+                  .training(minibatch_size=args.minibatch, use_kl_loss=args.kl))
     return (config.environment("CartPole-v1").env_runners(num_env_runners=0, num_envs_per_env_runner=1)
             .training(train_batch_size=args.batch, num_epochs=epochs, model={"hidden": [64, 64]})
             .resources(torch_num_threads=1).debugging(seed=0).build())
@@ -67,6 +68,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--minibatch", type=int, default=None,
+                        help="rows per gradient step (None: the whole batch)")
     parser.add_argument("--kl", action="store_true", help="APPO with use_kl_loss=True")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -94,8 +97,8 @@ def main() -> None:
         print(rows[-1], flush=True)
     lines = ["# Learn call CPU time: cairn APPO vs cairn PPO", "", f"Command: `{command_line()}`", "",
              *machine_lines([cairn_code_line(), f"- Load average (1 min) after: {load_average()}"]), "",
-             f"CartPole-v1, batch {args.batch} (APPO fragments of {args.fragment}), one gradient step "
-             f"on the whole batch per epoch, 64x64 tanh, 1 torch thread, use_kl_loss={args.kl}; "
+             f"CartPole-v1, batch {args.batch} (APPO fragments of {args.fragment}), minibatches of "
+             f"{args.minibatch or args.batch} rows, 64x64 tanh, 1 torch thread, use_kl_loss={args.kl}; "
              f"medians of {args.reps} calls after {args.warmup} warm-up calls each.", "",
              *table(["epochs", "PPO ms CPU", "APPO ms CPU", "APPO / PPO"], rows), ""]
     write_report(args.out, lines)

@@ -5,13 +5,16 @@ The env is ``ray_throughput.py``'s (CartPole-v1 burning ``--burn-us`` microsecon
 step, from ``_util``). The three run the same settings as far as the algorithms allow: 1 remote
 env runner with 1 env, 64x64 tanh actor and critic (no shared layers), 1 torch thread, an
 iteration of ``--batch`` env steps, learnt in ``--epochs`` passes (1 by default) of one gradient
-step on the whole batch each (the same SGD passes per sampled step in all three):
+step on the whole batch each, or of minibatches of ``--minibatch`` rows (the same SGD steps per
+sampled step in all three):
 
 - cairn PPO: ``train_batch_size=batch``, ``minibatch_size=batch``, ``num_epochs=epochs`` (after
   the runner sampled the whole batch);
 - cairn APPO: ``rollout_fragment_length=--fragment``, ``train_batch_size=batch``,
-  ``minibatch_size=None`` (the whole batch), ``num_epochs=epochs``, ``broadcast_interval=1``;
-- RLlib APPO: the same fragment, ``train_batch_size_per_learner=batch``, ``minibatch_size=None``,
+  ``minibatch_size=None`` (the whole batch), ``num_epochs=epochs``, ``broadcast_interval=1``,
+  ``max_requests_in_flight_per_env_runner=--requests-in-flight``;
+- RLlib APPO: the same fragment and requests in flight, ``train_batch_size_per_learner=batch``,
+  ``minibatch_size=None``,
   ``num_epochs=epochs``, ``broadcast_interval=1``, ``circular_buffer_iterations_per_batch=1`` (its
   default 2 would learn each batch twice), ``num_learners=0`` (the learner in the driver, as
   cairn's), and ``min_time_s_per_iteration=0`` with ``min_sample_timesteps_per_iteration=batch``
@@ -66,13 +69,14 @@ def build(kind: str, args: Any) -> Any:
         if kind == "cairn PPO":
             config: Any = (cairn.PPOConfig()
                            .env_runners(num_env_runners=1, num_envs_per_env_runner=1)
-                           .training(train_batch_size=args.batch, minibatch_size=args.batch,
+                           .training(train_batch_size=args.batch, minibatch_size=args.minibatch or args.batch,
                                      num_epochs=args.epochs, model={"hidden": [64, 64]}))
         else:
             config = (cairn.APPOConfig()
                       .env_runners(num_env_runners=1, num_envs_per_env_runner=1,
-                                   rollout_fragment_length=args.fragment)
-                      .training(train_batch_size=args.batch, minibatch_size=None,
+                                   rollout_fragment_length=args.fragment,
+                                   max_requests_in_flight_per_env_runner=args.requests_in_flight)
+                      .training(train_batch_size=args.batch, minibatch_size=args.minibatch,
                                 num_epochs=args.epochs, broadcast_interval=1, model={"hidden": [64, 64]}))
         return (config.environment(make_burning_cartpole, env_config=env_config)
                 .resources(torch_num_threads=1).debugging(seed=0).build())
@@ -84,9 +88,10 @@ def build(kind: str, args: Any) -> Any:
     register_env("burning_cartpole", lambda cfg: make_burning_cartpole(env_config))
     return (APPOConfig().environment("burning_cartpole")
             .env_runners(num_env_runners=1, num_envs_per_env_runner=1,
-                         rollout_fragment_length=args.fragment)
+                         rollout_fragment_length=args.fragment,
+                         max_requests_in_flight_per_env_runner=args.requests_in_flight)
             .learners(num_learners=0)
-            .training(train_batch_size_per_learner=args.batch, minibatch_size=None,
+            .training(train_batch_size_per_learner=args.batch, minibatch_size=args.minibatch,
                       num_epochs=args.epochs, broadcast_interval=1, circular_buffer_iterations_per_batch=1)
             .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=args.batch)
             .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="tanh",
@@ -132,6 +137,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--fragment", type=int, default=50)
+    parser.add_argument("--minibatch", type=int, default=None,
+                        help="rows per gradient step in all three (None: the whole batch)")
+    parser.add_argument("--requests-in-flight", type=int, default=1,
+                        help="APPO's max_requests_in_flight_per_env_runner (cairn and RLlib)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--reps", type=int, default=3)
@@ -172,9 +181,10 @@ def main() -> None:
                              f"- Load average (1 min) before: {loads_before[0]}; after each measurement: "
                              f"{', '.join(loads)}"]), "",
              f"CartPole-v1 burning {args.burn_us:g} us of CPU per step; 1 remote env runner, 1 env; "
-             f"iteration = {args.batch} env steps, {args.epochs} epoch(s) of one gradient step on the whole "
-             f"batch; APPO fragments of "
-             f"{args.fragment} steps, broadcast_interval=1; 64x64 tanh, 1 torch thread; {args.warmup} "
+             f"iteration = {args.batch} env steps, {args.epochs} epoch(s) of minibatches of "
+             f"{args.minibatch or args.batch} rows; APPO fragments of "
+             f"{args.fragment} steps, {args.requests_in_flight} request(s) in flight per runner, "
+             f"broadcast_interval=1; 64x64 tanh, 1 torch thread; {args.warmup} "
              f"warm-up and {args.iters} timed iterations, {args.reps} repetitions in rotating order. "
              "Settings per library: the script's docstring.", "",
              "## Env steps/s (medians)", "",
