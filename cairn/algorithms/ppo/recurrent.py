@@ -34,7 +34,6 @@ from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.policy import Policy
 from cairn.policy.recurrent_config import recurrent_settings
-from cairn.policy.torch_utils import clip_grad_norm
 
 __all__ = ["learn_recurrent", "sequence_count", "sequence_starts", "padded_rows"]
 
@@ -152,11 +151,9 @@ def learn_recurrent(config: Any, policy: Policy, sync: GradientSync, *, batch: A
                 clip_param=cfg.clip_param, vf_coeff=cfg.vf_coeff,
                 entropy_coeff=cfg.entropy_coeff, vf_clip_param=cfg.vf_clip_param,
             )
-            policy.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip is not None:
-                stats["grad_norm"] = clip_grad_norm(params, cfg.grad_clip)
-            policy.optimizer.step()
+            grad_norm = sync.optimizer_step(policy.optimizer, loss, params, grad_clip=cfg.grad_clip)
+            if grad_norm is not None:
+                stats["grad_norm"] = grad_norm
             policy.num_grad_updates += 1
             history.append(torch.stack(list(stats.values())))
     out = update_stats(list(stats), history, returns, values_np, policy)
