@@ -9,15 +9,15 @@ import numpy as np
 
 from cairn.algorithms.dqn.config import DQNConfig
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
-from cairn.algorithms.dqn.learn import dqn_learn, dqn_targets
-from cairn.algorithms.dqn.numpy_update import numpy_dqn_update, numpy_update_unsupported
+from cairn.algorithms.dqn.learn import dqn_learn, numpy_dqn_learn
+from cairn.algorithms.dqn.numpy_update import numpy_update_unsupported
 from cairn.algorithms.off_policy import OffPolicyAlgorithm
 from cairn.algorithms.replay_buffers import REPLAY_BUFFER_COMPONENT
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
 from cairn.registry import register_class
-from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer
+from cairn.replay import ReplayBuffer
 
 __all__ = ["DQN", "REPLAY_BUFFER_COMPONENT"]
 
@@ -69,7 +69,9 @@ class DQN(OffPolicyAlgorithm):
         policy = self._dqn_policy(pid)
         if pid not in self._backends:  # once per iteration: a few microseconds
             self._backends[pid] = self._update_backend(pid, policy)
-        return self._learn(pid, policy, buffer, backend=self._backends[pid])
+        # torch: here, on the learner's device, or on the DDP learners; numpy: only here.
+        return self.learn_minibatch(numpy_dqn_learn if self._backends[pid] == "numpy" else dqn_learn,
+                                    pid, buffer)
 
     def sync_target(self, pid: str) -> None:
         """Copy the Q-network into the target network once ``target_network_update_freq``
@@ -89,10 +91,6 @@ class DQN(OffPolicyAlgorithm):
                      update_backend=self._backends[pid])
         return stats
 
-    def _learns_elsewhere(self) -> bool:
-        """Whether updates run on DDP learners or an accelerator, where only torch's run."""
-        return self.learner_group is not None and self.learner_group.learner is not None
-
     def _dqn_policy(self, pid: str) -> DQNPolicy:
         policy: DQNPolicy = self.trained_policy(pid)
         return policy
@@ -104,7 +102,8 @@ class DQN(OffPolicyAlgorithm):
         ``train()`` calls is seen.
         """
         chosen = self.config.update_backend
-        if chosen == "torch" or self._learns_elsewhere():
+        group = self.learner_group  # learning on DDP learners or an accelerator: only torch's runs
+        if chosen == "torch" or (group is not None and group.learner is not None):
             return "torch"
         reason = numpy_update_unsupported(policy.model, policy.optimizer)
         if reason is None:
@@ -117,19 +116,3 @@ class DQN(OffPolicyAlgorithm):
                 "parameters. Use update_backend='auto' (numpy where it applies, else torch) or 'torch'."
             )
         return "torch"
-
-    def _learn(self, pid: str, policy: DQNPolicy, buffer: ReplayBuffer, *, backend: str) -> list[float]:
-        if backend != "numpy":  # here, on the learner's device, or on the DDP learners
-            return self.learn_minibatch(dqn_learn, pid, buffer)
-        # The same step as dqn_learn's, written over numpy views (see numpy_update.py).
-        cfg = self.config
-        sample = buffer.sample(cfg.minibatch_size)
-        result = numpy_dqn_update(
-            policy.model, policy.optimizer, sample["obs"], sample["actions"],
-            dqn_targets(cfg, policy, sample), loss_fn=cfg.td_error_loss_fn,
-            grad_clip=cfg.grad_clip, weights=sample.get("weights"),
-        )
-        policy.num_grad_updates += 1
-        if isinstance(buffer, PrioritizedReplayBuffer):
-            buffer.update_priorities(sample["batch_indexes"], result.td_errors)
-        return result.stats

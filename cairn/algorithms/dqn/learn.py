@@ -12,10 +12,11 @@ import torch
 
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.dqn.loss import dqn_loss, q_targets
+from cairn.algorithms.dqn.numpy_update import numpy_dqn_update
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.action_masking import legal_action_table
 
-__all__ = ["dqn_targets", "dqn_learn"]
+__all__ = ["dqn_targets", "dqn_learn", "numpy_dqn_learn"]
 
 
 def _q_values(model: Any, obs: np.ndarray) -> np.ndarray:
@@ -74,3 +75,16 @@ def dqn_learn(config: Any, policy: DQNPolicy, sync: GradientSync, *,
     sync.optimizer_step(policy.optimizer, loss, list(policy.model.parameters()), grad_clip=config.grad_clip)
     policy.num_grad_updates += 1
     return LearnOutput(stats, td_errors)
+
+
+def numpy_dqn_learn(config: Any, policy: DQNPolicy, sync: GradientSync, *,
+                    sample: Mapping[str, np.ndarray]) -> LearnOutput:
+    """:func:`dqn_learn`'s step written over numpy views (numpy_update.py), by a learner alone
+    in this process (``update_backend``): the same statistics and TD errors as ``rows``."""
+    result = numpy_dqn_update(
+        policy.model, policy.optimizer, sample["obs"], sample["actions"],
+        dqn_targets(config, policy, sample), loss_fn=config.td_error_loss_fn,
+        grad_clip=config.grad_clip, weights=sample.get("weights"),
+    )
+    policy.num_grad_updates += 1
+    return LearnOutput(result.stats, result.td_errors)

@@ -212,7 +212,7 @@ def test_update_backend_defaults_to_auto_and_round_trips_through_dict() -> None:
 def test_update_backend_choice_is_honoured_and_reported(
     backend: str, activation: str, ran: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import cairn.algorithms.dqn.dqn as dqn_module
+    import cairn.algorithms.dqn.learn as dqn_module  # where the numpy learn function calls it
 
     calls = []
     real_update = dqn_module.numpy_dqn_update
