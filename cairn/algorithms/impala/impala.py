@@ -86,30 +86,21 @@ class IMPALA(Algorithm):
         weights (``weights_version`` now). With remote runners they sample continuously
         (:mod:`cairn.env_runner.async_sampler`): the weights go out every ``broadcast_interval``
         learner updates, and each fragment carries the version that acted it."""
-        if self.config.num_env_runners > 0:
-            return self._sample_fragments_async()
-        fragments: list[Fragment] = []
-        steps = 0
-        while steps < self.config.train_batch_size:
-            before = self.counters["num_env_steps_sampled_lifetime"]
-            fragments.append(Fragment(self._sample(), self.weights_version))
-            steps += self.counters["num_env_steps_sampled_lifetime"] - before
-        return fragments
-
-    def _sample_fragments_async(self) -> list[Fragment]:
-        group = self.env_runner_group
+        group, remote = self.env_runner_group, self.config.num_env_runners > 0
         last = group.broadcast_version  # None after a restore or a policy change: send anew
-        if last is None or not 0 <= self.weights_version - last < self.config.broadcast_interval:
+        if remote and (last is None or not 0 <= self.weights_version - last < self.config.broadcast_interval):
             group.broadcast_weights(self.weights_version,
                                     requests_in_flight=self.config.max_requests_in_flight_per_env_runner)
         fragments: list[Fragment] = []
-        steps = 0
-        while steps < self.config.train_batch_size:
+        start = self.counters["num_env_steps_sampled_lifetime"]  # each sample counts its env steps
+        while self.counters["num_env_steps_sampled_lifetime"] - start < self.config.train_batch_size:
+            if not remote:
+                fragments.append(Fragment(self._sample(), self.weights_version))
+                continue
             for sampled in group.sample_async():
                 batches = join_batches([sampled.result])
                 self.record_sample(batches, sampled.result.episodes, sampled.result.env_steps)
                 fragments.append(Fragment(batches, sampled.weights_version))
-                steps += sampled.result.env_steps
         return fragments
 
     def learn_on_fragments(self, fragments: Sequence[Fragment]) -> dict[str, dict[str, float]]:
