@@ -21,7 +21,7 @@ from cairn.policy.model import check_model_config
 from cairn.policy.policy import Policy
 from cairn.registry import check_class_reference_form
 
-__all__ = ["BASE_FIELDS", "GYM_ENV_VECTORIZE_MODES", "MAX_TORCH_NUM_THREADS"]
+__all__ = ["BASE_FIELDS", "GYM_ENV_VECTORIZE_MODES", "MAX_TORCH_NUM_THREADS", "check_fragment_length"]
 
 #: ``gym_env_vectorize_mode`` values (RLlib's): environments stepped in the runner's process, or
 #: each in its own child process (cairn.env_runner.vector_envs).
@@ -33,7 +33,8 @@ GYM_ENV_VECTORIZE_MODES = ("sync", "async")
 MAX_TORCH_NUM_THREADS = 1024
 
 
-def _check_fragment(key: str, value: Any) -> None:
+def check_fragment_length(key: str, value: Any) -> None:
+    """``"auto"`` or a positive ``rollout_fragment_length``."""
     if value != "auto":
         positive_int(key, value)
 
@@ -82,7 +83,7 @@ BASE_FIELDS: dict[str, Field] = {
     # env_runners
     "num_env_runners": Field("env_runners", 0, non_negative_int, "remote Ray env runners"),
     "num_envs_per_env_runner": Field("env_runners", 1, positive_int, "vectorised envs each"),
-    "rollout_fragment_length": Field("env_runners", "auto", _check_fragment, "steps per env"),
+    "rollout_fragment_length": Field("env_runners", "auto", check_fragment_length, "steps per env"),
     "gym_env_vectorize_mode": Field("env_runners", "sync", choice(*GYM_ENV_VECTORIZE_MODES),
                                     "envs in this process or in children"),
     "observation_filter": Field("env_runners", _POLICY_DEFAULTS["observation_filter"],

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from cairn.algorithms.dqn.dqn_policy import DEFAULT_EPSILON, DQNPolicy, check_epsilon_schedule
 from cairn.algorithms.dqn.loss import TD_ERROR_LOSS_FNS
 from cairn.config.algorithm_config import BASE_FIELDS, AlgorithmConfig
+from cairn.config.base_fields import check_fragment_length
 from cairn.config.fields import (
     Field,
     boolean,
@@ -38,12 +39,6 @@ def check_replay_buffer_config(key: str, value: Any) -> None:
     number(0.0, 1e6)(f"{key}.alpha", merged["alpha"])
     number(0.0, 1e6)(f"{key}.beta", merged["beta"])
     number(0.0, 1e6)(f"{key}.epsilon", merged["epsilon"])
-
-
-def check_fragment_length(key: str, value: Any) -> None:
-    """``"auto"`` or a positive ``rollout_fragment_length``."""
-    if value != "auto":
-        positive_int(key, value)
 
 
 class DQNConfig(AlgorithmConfig):
