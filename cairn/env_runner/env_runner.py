@@ -156,7 +156,9 @@ class EnvRunner:
         """Step every environment ``num_steps`` times (default: the rollout fragment length)
         and return the experience keyed by policy ID."""
         steps = num_steps or self.config.get_rollout_fragment_length()
-        before = self._undo_point()
+        # What _discard_fragment puts back should this sample raise.
+        before = (self.num_env_steps_sampled, self._episodes.mark(),
+                  {pid: p.global_timestep for pid, p in self.policies.items()})
         try:
             with single_threaded_blas():  # acting on a few rows at a time: one BLAS thread
                 if self._needs_reset:
@@ -169,10 +171,6 @@ class EnvRunner:
             self._discard_fragment(before, error)
             raise
         return batches
-
-    def _undo_point(self) -> tuple[int, tuple[int, int], dict[str, int]]:
-        return (self.num_env_steps_sampled, self._episodes.mark(),
-                {pid: p.global_timestep for pid, p in self.policies.items()})
 
     def _discard_fragment(self, before: tuple[int, tuple[int, int], dict[str, int]],
                           error: BaseException) -> None:

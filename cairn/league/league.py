@@ -123,7 +123,7 @@ class League:
             self._take_snapshot(algo)
             limit = self.settings["max_snapshots"]
             while limit is not None and len(self.pool) > limit:
-                self._remove_oldest(algo)
+                self.remove_snapshot(algo, self.pool[0])  # the oldest
         return self.metrics()
 
     def _take_snapshot(self, algo: PolicyPool) -> None:
@@ -143,10 +143,6 @@ class League:
                 self.payoff.recent_against_snapshots.clear()
             else:
                 self.pool.remove(pid)
-
-    def _remove_oldest(self, algo: PolicyPool) -> None:
-        """Remove the oldest snapshot (``max_snapshots`` reached): :meth:`remove_snapshot`."""
-        self.remove_snapshot(algo, self.pool[0])
 
     def remove_snapshot(self, algo: PolicyPool, pid: str) -> None:
         """Remove the pool's snapshot ``pid`` from the pool and the algorithm (the oldest when
