@@ -111,17 +111,8 @@ class ActorCriticConfig(AlgorithmConfig):
         """``train_freq``: the steps per env between two rounds of gradient steps."""
         return self.train_freq
 
-    def own_policy_settings(self) -> dict[str, Any]:
-        """The algorithm's settings that each policy's config takes unless it sets them itself."""
-        return {}
-
     def policy_config(self, policy_id: str) -> dict[str, Any]:
         """The shared policy settings plus :meth:`own_policy_settings` and the random warm-up."""
         base = super().policy_config(policy_id)
-        overrides: Mapping[str, Any] = self.policies[policy_id].config or {}
-        own = {**self.own_policy_settings(),
-               "initial_random_steps": self.num_steps_sampled_before_learning_starts}
-        for key, value in own.items():
-            if key not in overrides:
-                base[key] = value
+        base.setdefault("initial_random_steps", self.num_steps_sampled_before_learning_starts)
         return base

@@ -418,8 +418,14 @@ class AlgorithmConfig:
         per_env = self.train_batch_size / (runners * self.num_envs_per_env_runner)
         return max(1, int(-(-per_env // 1)))
 
+    def own_policy_settings(self) -> dict[str, Any]:
+        """The algorithm's settings that each policy's config takes unless its PolicySpec.config
+        sets them itself (DQN's ``epsilon``, SAC's learning rates); none here."""
+        return {}
+
     def policy_config(self, policy_id: str) -> dict[str, Any]:
-        """The settings a policy gets: shared ones, overridden by its PolicySpec.config."""
+        """The settings a policy gets: shared ones, overridden by its PolicySpec.config, then
+        :meth:`own_policy_settings` where the spec does not set them."""
         base: dict[str, Any] = {
             "model": copy.deepcopy(self.model),
             "lr": self.lr,
@@ -430,6 +436,8 @@ class AlgorithmConfig:
         if "model" in overrides:
             base["model"] = merge_setting(base["model"], overrides.pop("model"))
         base.update(overrides)
+        for key, value in self.own_policy_settings().items():
+            base.setdefault(key, value)  # the shared keys are set: only a spec's own keys stay
         return base
 
     def map_agent(self, agent_id: Any, *, episode: Mapping[str, Any] | None = None,

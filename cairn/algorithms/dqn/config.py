@@ -128,11 +128,6 @@ class DQNConfig(AlgorithmConfig):
                 "wherever the learners run), or num_learners=0 and num_gpus_per_learner=0."
             )
 
-    def policy_config(self, policy_id: str) -> dict[str, Any]:
-        """The shared policy settings plus DQN's ``dueling`` and ``epsilon``."""
-        base = super().policy_config(policy_id)
-        overrides = self.policies[policy_id].config or {}
-        for key in ("dueling", "epsilon"):
-            if key not in overrides:
-                base[key] = copy.deepcopy(getattr(self, key))
-        return base
+    def own_policy_settings(self) -> dict[str, Any]:
+        """DQN's ``dueling`` and ``epsilon``."""
+        return {key: copy.deepcopy(getattr(self, key)) for key in ("dueling", "epsilon")}

@@ -131,9 +131,6 @@ class APPOConfig(IMPALAConfig):
     target_network_update_freq: int
     target_worker_clipping: float
 
-    def policy_config(self, policy_id: str) -> dict[str, Any]:
-        """The shared policy settings plus ``kl_coeff`` (the initial KL weight of an
-        :class:`~cairn.algorithms.impala.APPOPolicy`), unless the policy's spec sets it."""
-        base = super().policy_config(policy_id)
-        base.setdefault("kl_coeff", self.kl_coeff)
-        return base
+    def own_policy_settings(self) -> dict[str, Any]:
+        """``kl_coeff``: the initial KL weight of an :class:`~cairn.algorithms.impala.APPOPolicy`."""
+        return {"kl_coeff": self.kl_coeff}
