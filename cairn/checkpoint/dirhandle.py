@@ -32,7 +32,7 @@ from cairn.errors import (
     UnsafeCheckpointError,
 )
 
-__all__ = ["CheckpointDir"]
+__all__ = ["CheckpointDir", "O_CLOEXEC", "O_DIRECTORY", "O_NOFOLLOW", "O_NONBLOCK"]
 
 _DIR_FD = (
     os.open in os.supports_dir_fd
@@ -40,10 +40,11 @@ _DIR_FD = (
     and hasattr(os, "O_NOFOLLOW")
     and hasattr(os, "O_DIRECTORY")
 )
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+#: ``os.open`` flags where this platform has them, else 0 (the checkpoint layer's one copy).
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 #: Files at least this large are memory-mapped (copy-on-write) rather than read.
@@ -66,7 +67,7 @@ class CheckpointDir:
                 raise CheckpointNotFoundError(f"Checkpoint {path} not found: not a directory.")
             return cls(path, None)
         try:
-            fd = os.open(path, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         except OSError as exc:
             raise CheckpointNotFoundError(
                 f"Checkpoint {path} cannot be opened as a directory: {exc.strerror}."
@@ -110,7 +111,7 @@ class CheckpointDir:
         except OSError as exc:
             raise CheckpointNotFoundError(f"{shown} cannot be read: {exc.strerror}.") from None
         _check_kind(info, shown, directory=directory)
-        flags = os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC | (_DIRECTORY if directory else 0)
+        flags = os.O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (O_DIRECTORY if directory else 0)
         try:
             fd = os.open(name, flags, dir_fd=parent_fd)
         except OSError as exc:
@@ -168,7 +169,7 @@ class CheckpointDir:
             if parent.fd is None:
                 info = _lstat(shown)
                 _check_kind(info, shown, directory=False, what=what)
-                fd = os.open(shown, os.O_RDONLY | _NONBLOCK | _CLOEXEC)
+                fd = os.open(shown, os.O_RDONLY | O_NONBLOCK | O_CLOEXEC)
             else:
                 fd = parent._open_component(parent.fd, name, shown, directory=False)
         finally:

@@ -29,7 +29,7 @@ from cairn.checkpoint.atomic import (
     owner_pid,
     pid_alive,
 )
-from cairn.checkpoint.dirhandle import CheckpointDir
+from cairn.checkpoint.dirhandle import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK, CheckpointDir
 from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.storage.base import Listed, NotTaken, Storage, WriteTarget, relative_parts
 from cairn.checkpoint.storage.reuse_check import file_problem
@@ -37,10 +37,6 @@ from cairn.errors import CheckpointCorruptedError, CheckpointNotFoundError, Unsa
 
 __all__ = ["LocalStorage", "link_or_copy"]
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 #: Whether files can be linked relative to directory descriptors (not on Windows).
 _LINK_AT = all(f in os.supports_dir_fd for f in (os.link, os.mkdir, os.stat)) and hasattr(os, "O_DIRECTORY")
 #: Why a hard link may be impossible where a copy is not (another device, no hard links here).
@@ -95,7 +91,7 @@ class LocalStorage(Storage):
     def read_bytes(self, relative: str, *, limit: int) -> bytes:
         path = self._at(relative)
         try:
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         except FileNotFoundError:
             raise CheckpointNotFoundError(f"{path} does not exist.") from None
         except OSError as exc:
@@ -256,13 +252,13 @@ def _link_children(src_root: str, dst_root: str,
     (:func:`~cairn.checkpoint.storage.reuse_check.file_problem`); else remove that directory.
     Return those removed, with why (relative to ``src_root``)."""
     try:
-        src = os.open(src_root, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        src = os.open(src_root, os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
     except FileNotFoundError:
         return [NotTaken(name, next(iter(files)), "is missing (its directory is gone)")
                 for name, files in children]
     not_taken = []
     try:
-        dst = os.open(dst_root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+        dst = os.open(dst_root, os.O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         try:
             for name, files in children:
                 with contextlib.suppress(FileExistsError):

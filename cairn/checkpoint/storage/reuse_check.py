@@ -20,6 +20,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from cairn.checkpoint.dirhandle import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK
 from cairn.checkpoint.safetensors_io import file_entry
 from cairn.checkpoint.storage.base import Listed, NotTaken
 from cairn.checkpoint.storage.object_prefix import ObjectPrefix
@@ -27,9 +28,6 @@ from cairn.errors import CheckpointCorruptedError, CheckpointNotFoundError
 
 __all__ = ["file_problem", "not_taken", "hash_problem", "object_problem"]
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 #: Read in pieces of this size: a large arrays file is hashed without holding it in memory.
 _CHUNK = 1 << 20
 
@@ -51,7 +49,7 @@ def file_problem(dir_fd: int | None, relative: str, entry: Mapping[str, Any]) ->
     the working directory for None), read through one descriptor opened without following a
     symbolic link: what is hashed is the inode that name holds."""
     try:
-        fd = os.open(relative, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC, dir_fd=dir_fd)
+        fd = os.open(relative, os.O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, dir_fd=dir_fd)
     except FileNotFoundError:
         return "is missing"
     except OSError as exc:
