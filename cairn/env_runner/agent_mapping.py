@@ -18,8 +18,7 @@ if TYPE_CHECKING:
     from cairn.env_runner.episode import EpisodeBook
     from cairn.policy.policy import Policy
 
-__all__ = ["SampledRunner", "AgentSampler", "agent_ids_by_name", "keep_in_flight_policies",
-           "restore_agent_pids"]
+__all__ = ["SampledRunner", "AgentSampler", "agent_ids_by_name", "restore_agent_pids"]
 
 
 class SampledRunner(Protocol):
@@ -104,6 +103,26 @@ class AgentSampler:
         observation, mask = split_observation(observation, info, env.action_space(agent))
         return opponent(observation, mask, self.runner.rng)
 
+    def agents_in_flight(self) -> list[list[Any]]:
+        """Per env: the agents of its episode in flight (with an observation to act on, or a
+        move waiting for its outcome)."""
+        raise NotImplementedError
+
+    def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
+        """After a policy change (``Algorithm.add_policy``/``remove_policy``, a new mapping):
+        True when an agent in flight acts with a policy no longer in ``policies``, so that the
+        envs must start new episodes. An episode in flight keeps the mapping drawn at its start
+        (RLlib's rule: a new ``policy_mapping_fn`` applies from each env's next episode);
+        ``agent_pids`` is not changed. ``config``'s mapping is checked first: an agent in flight
+        that it maps to a policy not in ``policies`` raises :class:`~cairn.errors.ConfigError`
+        (and nothing changes). The runner takes ``config`` and ``policies`` afterwards."""
+        in_flight, seats = self.agents_in_flight(), self.seat_ids(policies)
+        for agents in in_flight:
+            for agent in agents:
+                check_mapped_policy_id(agent, config.map_agent(agent), seats)
+        return any(self.agent_pids[i].get(agent, "") not in seats
+                   for i, agents in enumerate(in_flight) for agent in agents)
+
     def seat_ids(self, policies: Mapping[str, Any] | None = None) -> list[str]:
         """The IDs an agent may be mapped to: the policies', then the scripted opponents'."""
         return [*(self.policies if policies is None else policies), *self.scripted_opponents()]
@@ -146,21 +165,3 @@ def restore_agent_pids(
         return None
     return pids
 
-
-def keep_in_flight_policies(
-    agent_pids: list[dict[Any, str]], in_flight: list[list[Any]], config: AlgorithmConfig,
-    policies: Collection[str],
-) -> bool:
-    """After a policy change (``Algorithm.add_policy``/``remove_policy``, a new mapping):
-    whether an agent in flight (``in_flight[i]``: env ``i``'s) acts with a policy no longer in
-    ``policies``, so that the envs must start new episodes.
-
-    An episode in flight keeps the mapping drawn at its start (RLlib's rule: a new
-    ``policy_mapping_fn`` applies from each env's next episode); ``agent_pids`` is not changed.
-    ``config``'s mapping is checked first: an agent in flight that it maps to a policy not in
-    ``policies`` raises :class:`~cairn.errors.ConfigError` (and nothing changes)."""
-    for agents in in_flight:
-        for agent in agents:
-            check_mapped_policy_id(agent, config.map_agent(agent), policies)
-    return any(agent_pids[i].get(agent, "") not in policies
-               for i, agents in enumerate(in_flight) for agent in agents)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +26,6 @@ import numpy as np
 from cairn.env_runner.agent_mapping import (
     AgentSampler,
     agent_ids_by_name,
-    keep_in_flight_policies,
     restore_agent_pids,
 )
 from cairn.env_runner.episode_history import EpisodeHistory
@@ -34,10 +33,6 @@ from cairn.env_runner.inference import RowOrigin
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.env_runner.trajectories import AgentTrajectories
 from cairn.errors import CheckpointFormatError
-
-if TYPE_CHECKING:
-    from cairn.config.algorithm_config import AlgorithmConfig
-    from cairn.policy.policy import Policy
 
 __all__ = ["ParallelSampler"]
 
@@ -69,14 +64,8 @@ class ParallelSampler(AgentSampler):
         #: its observation arrived (nothing of its observation is processed or kept).
         self.scripted_actions: list[dict[Any, Any]] = [{} for _ in self.envs]
 
-    def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
-        """True when an agent in flight acts with a policy no longer in ``policies``, so that
-        the envs must start new episodes; the episodes in flight otherwise keep their mapping
-        (:func:`~cairn.env_runner.agent_mapping.keep_in_flight_policies`). The runner takes
-        ``config`` and ``policies`` afterwards; a :class:`~cairn.errors.ConfigError` changes
-        nothing."""
-        in_flight = [[*obs, *scripted] for obs, scripted in zip(self.obs, self.scripted_actions)]
-        return keep_in_flight_policies(self.agent_pids, in_flight, config, self.seat_ids(policies))
+    def agents_in_flight(self) -> list[list[Any]]:
+        return [[*obs, *scripted] for obs, scripted in zip(self.obs, self.scripted_actions)]
 
     # ------------------------------------------------------------------------------ stepping
     def reset_all(self, *, update_filter: bool) -> None:

@@ -36,7 +36,6 @@ import numpy as np
 from cairn.env_runner.agent_mapping import (
     AgentSampler,
     agent_ids_by_name,
-    keep_in_flight_policies,
     restore_agent_pids,
 )
 from cairn.env_runner.inference import compute_raw_actions
@@ -46,7 +45,6 @@ from cairn.env_runner.turn_based_check import check_moves_in_flight
 from cairn.errors import EnvError
 
 if TYPE_CHECKING:
-    from cairn.config.algorithm_config import AlgorithmConfig
     from cairn.policy.policy import Policy
 
 __all__ = ["TurnBasedSampler"]
@@ -88,16 +86,10 @@ class TurnBasedSampler(AgentSampler):
         self.first_moves: list[set[Any]] = [set() for _ in self.envs]
 
     # ------------------------------------------------------------------------------ mapping
-    def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
-        """True when an agent in flight (to move, or with a pending move) acts with a policy
-        no longer in ``policies``, so that the envs must start new episodes; the games in
-        flight otherwise keep their mapping
-        (:func:`~cairn.env_runner.agent_mapping.keep_in_flight_policies`). The runner takes
-        ``config`` and ``policies`` afterwards; a :class:`~cairn.errors.ConfigError` changes
-        nothing."""
-        in_flight = [list(self.pending[i]) + ([entry[0]] if entry is not None else [])
-                     for i, entry in enumerate(self.to_move)]
-        return keep_in_flight_policies(self.agent_pids, in_flight, config, self.seat_ids(policies))
+    def agents_in_flight(self) -> list[list[Any]]:
+        """Per env: the agents with a pending move, then the agent to move."""
+        return [list(self.pending[i]) + ([entry[0]] if entry is not None else [])
+                for i, entry in enumerate(self.to_move)]
 
     # ------------------------------------------------------------------------------ stepping
     def reset_all(self, *, update_filter: bool) -> None:
