@@ -233,11 +233,6 @@ def _should_stop(stop: dict[str, Any], result: dict[str, Any]) -> bool:
             or bool(result.get("done")))  # a callback's on_train_result asked to stop
 
 
-def _with_run_metrics(result: dict[str, Any], time_offset: float) -> dict[str, Any]:
-    """The result plus what the run log reports beyond ``train()``: ``time_total_s``."""
-    return {**result, "time_total_s": time_offset + result["time_this_iter_s"]}
-
-
 def _loop(algo: Any, log: RunLog, reporter: Reporter, stop: dict[str, Any], manager: Any,
           interrupt: InterruptRequest, last: list[dict[str, Any]]) -> tuple[str | None, bool]:
     """Train until a stop criterion or Ctrl-C, saving when the manager says a save is due;
@@ -246,9 +241,10 @@ def _loop(algo: Any, log: RunLog, reporter: Reporter, stop: dict[str, Any], mana
     saved_at: tuple[int, str] | None = None
     time_total = log.time_offset
     while not interrupt.requested:
-        result = _with_run_metrics(algo.train(), time_total)
+        result = algo.train()
+        time_total += result["time_this_iter_s"]
+        result = {**result, "time_total_s": time_total}  # what the run log reports beyond train()
         last[:] = [result]
-        time_total = result["time_total_s"]
         log.append(result)
         reporter.update(result)
         saved = manager.save(algo, result)
