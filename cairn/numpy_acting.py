@@ -37,7 +37,7 @@ _Layout = tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype]
 _TensorSlot = tuple[dict[str, Any], str, torch.Tensor, _Layout]
 _ModuleSlot = tuple[dict[str, Any], str, nn.Module]
 
-#: Activations by name, in numpy (the names of :data:`cairn.policy.model.ACTIVATIONS`).
+#: Activations by name, in numpy (the names of :data:`cairn.policy.mlp_actor_critic.ACTIVATIONS`).
 NUMPY_ACTIVATIONS: dict[str, NumpyFn] = {
     "tanh": np.tanh,
     "relu": lambda x: np.maximum(x, 0.0),

@@ -27,7 +27,7 @@ from cairn.config.league_settings import DrawnMapping, league_settings
 from cairn.core import AlgorithmLike
 from cairn.errors import ConfigError
 from cairn.policy.custom_model import model_references
-from cairn.policy.model import check_model_config
+from cairn.policy.mlp_actor_critic import check_model_config
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_mapped_policy_id
 from cairn.registry import CALLABLE_KEY, warn_main_module_references

@@ -17,7 +17,7 @@ from cairn.config.fields import (
 from cairn.config.league_settings import check_league
 from cairn.errors import ConfigError
 from cairn.policy.filters import FILTER_NAMES
-from cairn.policy.model import check_model_config
+from cairn.policy.mlp_actor_critic import check_model_config
 from cairn.policy.policy import Policy
 from cairn.registry import check_class_reference_form
 

@@ -21,7 +21,7 @@ from cairn.config.checks import (
 from cairn.config.fields import Field
 from cairn.config.league_settings import DrawnMapping
 from cairn.errors import ConfigError
-from cairn.policy.model import check_model_config
+from cairn.policy.mlp_actor_critic import check_model_config
 from cairn.policy.spec import PolicySpec
 
 __all__ = ["FieldConfig", "owned_value", "config_to_dict", "load_dict"]

@@ -19,7 +19,7 @@ from typing import Any
 from cairn.errors import ConfigError
 from cairn.policy.custom_model import model_references
 from cairn.policy.merge import deep_merge
-from cairn.policy.model import check_model_config
+from cairn.policy.mlp_actor_critic import check_model_config
 
 __all__ = ["with_config_overrides"]
 

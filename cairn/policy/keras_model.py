@@ -7,7 +7,7 @@ train a torch network. :class:`KerasActorCritic` gives a Keras model (``processe
 ``action_inputs``, ``value``, ``reset_parameters``, ``numpy_action_inputs``).
 
 The network is either built from the model config (:func:`build_actor_critic_mlp`: the same
-layers, sizes and initialisation as :class:`~cairn.policy.model.ActorCriticMLP`, with Keras
+layers, sizes and initialisation as :class:`~cairn.policy.mlp_actor_critic.ActorCriticMLP`, with Keras
 ``Dense`` layers, behind the CNN/per-part encoder of :mod:`cairn.policy.keras_encoders` for
 image observations), or by the user's builder named in ``model["keras_model"]``
 (``"package.module:builder"``, called as ``builder(obs_size, num_outputs, model_config)``
@@ -38,7 +38,7 @@ from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_t
 from cairn.policy.keras_backend import import_keras, import_tensorflow_quietly
 from cairn.policy.keras_config import model_framework
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder, keras_variable, layers_in
-from cairn.policy.model import ActorCriticMLP
+from cairn.policy.mlp_actor_critic import ActorCriticMLP
 from cairn.registry import resolve_callable
 
 __all__ = ["KerasActorCritic", "KerasNetwork", "KerasVariablesModule", "MLPLayers", "actor_critic_network",
@@ -74,7 +74,7 @@ def build_actor_critic_mlp(obs_size: int, num_outputs: int, *, hidden: Sequence[
                            vf_share_layers: bool, free_log_std: bool, log_std_init: float,
                            encoder: Mapping[str, Any] | None = None) -> tuple[Any, MLPLayers]:
     """A Keras functional model ``obs -> [action_inputs, value [batch, 1]]`` and its layers,
-    with :class:`~cairn.policy.model.ActorCriticMLP`'s layout (names ``actor_<i>``,
+    with :class:`~cairn.policy.mlp_actor_critic.ActorCriticMLP`'s layout (names ``actor_<i>``,
     ``action_head``, ``critic_<i>``, ``value_head``, ``log_std``; with an ``encoder``
     description, :mod:`cairn.policy.keras_encoders`' ``encoder_*`` layers in front, and
     ``critic_encoder_*`` for the critic unless ``vf_share_layers``)."""
@@ -241,7 +241,8 @@ class KerasActorCritic(KerasNetwork):
 
     # ------------------------------------------------------------------------------- init
     def reset_parameters(self, generator: torch.Generator) -> None:
-        """:meth:`ActorCriticMLP.reset_parameters <cairn.policy.model.ActorCriticMLP.reset_parameters>`
+        """:meth:`ActorCriticMLP.reset_parameters
+        <cairn.policy.mlp_actor_critic.ActorCriticMLP.reset_parameters>`
         on the Keras layers, in the same order from the same generator: a Keras policy starts
         from the weights a torch policy with the same seed starts from (the encoders first, as
         ActorCriticMLP registers them first). A user's model keeps the initialisation its

@@ -32,7 +32,7 @@ from cairn.policy.custom_model import model_references, uses_custom_model
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
 from cairn.policy.merge import deep_merge
-from cairn.policy.model import (
+from cairn.policy.mlp_actor_critic import (
     DEFAULT_MODEL_CONFIG,
     builds_config_mlp,
     check_model_config,

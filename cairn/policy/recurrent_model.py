@@ -26,7 +26,7 @@ from cairn.errors import ConfigError
 from cairn.models import RecurrentActorCriticModel
 from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch, linear, lstm_cell
 from cairn.policy.encoders import ObservationEncoder
-from cairn.policy.model import VF_STOP_GRADIENT_NEEDS_SHARING, mlp
+from cairn.policy.mlp_actor_critic import VF_STOP_GRADIENT_NEEDS_SHARING, mlp
 
 __all__ = ["LSTMActorCritic"]
 

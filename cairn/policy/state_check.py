@@ -21,7 +21,7 @@ from cairn.policy.action_masking import action_mask_size, network_observation_sp
 from cairn.policy.custom_model import MODEL_CLASS_KEYS
 from cairn.policy.encoders import encoder_description, encoder_parameter_count
 from cairn.policy.merge import deep_merge
-from cairn.policy.model import DEFAULT_MODEL_CONFIG
+from cairn.policy.mlp_actor_critic import DEFAULT_MODEL_CONFIG
 from cairn.registry import check_reference_form, resolve_class
 from cairn.spaces import space_from_json
 

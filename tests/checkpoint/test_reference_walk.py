@@ -26,7 +26,7 @@ from cairn.algorithms.algorithm import Algorithm
 from cairn.errors import CheckpointError
 from cairn.policy.custom_model import CUSTOM_MODEL_KEYS
 from cairn.policy.keras_config import FRAMEWORK_MODEL_KEYS
-from cairn.policy.model import DEFAULT_MODEL_CONFIG
+from cairn.policy.mlp_actor_critic import DEFAULT_MODEL_CONFIG
 from cairn.policy.policy import Policy
 from tests.checkpoint.attacks import POLICY_DIR, base_checkpoints, copy_base, edit_json, read_json
 

@@ -18,7 +18,7 @@ from cairn.policy.action_masking import MaskedQModel, random_legal_actions
 from cairn.policy.custom_model import build_custom_model, uses_custom_model
 from cairn.policy.keras_config import model_framework
 from cairn.policy.merge import deep_merge
-from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
+from cairn.policy.mlp_actor_critic import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
 from cairn.policy.output_shapes import check_q_value_outputs
 from cairn.policy.policy import Policy
 from cairn.policy.weights import load_weights, weights_to_numpy

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch, linear
 from cairn.policy.encoders import ObservationEncoder
-from cairn.policy.model import ACTIVATIONS
+from cairn.policy.mlp_actor_critic import ACTIVATIONS
 from cairn.policy.torch_utils import TORCH_ACTIVATIONS, uniform_fan_in_
 
 __all__ = ["QNetwork", "NumpyQLayers", "numpy_q_forward"]

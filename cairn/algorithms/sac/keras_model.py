@@ -251,7 +251,7 @@ def keras_sac_model(obs_size: int, action_size: int, model_config: Mapping[str, 
                     encoder: Mapping[str, Any] | None = None) -> KerasSACModel:
     """SACPolicy.make_model's Keras model for a merged ``model_config``: MLP actor and critics,
     behind CNN/per-part encoders when ``encoder`` (observations holding images,
-    :func:`~cairn.policy.model.policy_encoder_description`) is given.
+    :func:`~cairn.policy.mlp_actor_critic.policy_encoder_description`) is given.
 
     Raises ConfigError when the config names a user's model (``keras_model``), which Keras SAC
     does not take.

@@ -18,7 +18,7 @@ from cairn.errors import ConfigError
 from cairn.policy.custom_model import uses_custom_model
 from cairn.policy.keras_config import model_framework
 from cairn.policy.merge import deep_merge
-from cairn.policy.model import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
+from cairn.policy.mlp_actor_critic import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
 from cairn.policy.policy import Policy
 from cairn.registry import register_class
 
