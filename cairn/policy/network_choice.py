@@ -1,7 +1,7 @@
 """Which network an actor-critic policy builds: the user's (``model.custom_model``, a
 :class:`cairn.models.ActorCriticModel`), the Keras twin (``framework="keras"``, docs/keras.md) or
 the built-in :class:`~cairn.policy.mlp_actor_critic.ActorCriticMLP` (with a CNN encoder for images), or with
-``use_lstm`` the built-in :class:`~cairn.policy.recurrent_model.LSTMActorCritic`."""
+``use_lstm`` the built-in :class:`~cairn.policy.lstm_actor_critic.LSTMActorCritic`."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from torch import nn
 from cairn.models import ActorCriticModel
 from cairn.policy.custom_model import build_custom_model, uses_custom_model
 from cairn.policy.keras_model import actor_critic_network
+from cairn.policy.lstm_actor_critic import LSTMActorCritic
 from cairn.policy.merge import deep_merge
 from cairn.policy.mlp_actor_critic import DEFAULT_MODEL_CONFIG, policy_encoder_description
 from cairn.policy.recurrent_config import recurrent_settings
-from cairn.policy.recurrent_model import LSTMActorCritic
 
 __all__ = ["actor_critic_model"]
 
