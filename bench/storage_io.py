@@ -77,7 +77,7 @@ def alternate(calls: dict[str, Callable[[int], Any]], repeats: int) -> dict[str,
 
 # ------------------------------------------------------------------------------ 1: local
 def bench_local(hidden: list[int], repeats: int, work: Path) -> dict[str, Any]:
-    from cairn.algorithms.checkpointing import save_algorithm
+    from cairn.algorithms.save_restore import save_algorithm
 
     print(f"== local save {len(hidden)}x{hidden[0]}", flush=True)
     algo = build_cairn(hidden)
@@ -104,7 +104,7 @@ def bench_s3(hidden: list[int], repeats: int) -> dict[str, Any]:
     import boto3.s3.transfer
 
     import cairn
-    from cairn.algorithms.checkpointing import save_algorithm
+    from cairn.algorithms.save_restore import save_algorithm
     from tests.s3_server import S3Server
 
     print(f"== S3 (moto on 127.0.0.1) {len(hidden)}x{hidden[0]}", flush=True)
@@ -171,7 +171,7 @@ def _link_floor(base: str, files: dict[str, list[str]], into: Path) -> None:
 
 
 def bench_incremental(n: int, hidden: list[int], repeats: int, work: Path) -> dict[str, Any]:
-    from cairn.algorithms.checkpointing import save_algorithm
+    from cairn.algorithms.save_restore import save_algorithm
     from cairn.checkpoint.safetensors_io import new_hasher
     from cairn.checkpoint.writer_files import state_file_entries
 

@@ -118,7 +118,7 @@ def test_no_import_cycles_even_through_type_checking_imports():
 
 
 #: The modules the Algorithm's checkpointing and state are built from (issue 38 item 3).
-ALGORITHM_CHECKPOINT_PARTS = ("checkpointer", "checkpointing", "state", "component_restore",
+ALGORITHM_CHECKPOINT_PARTS = ("checkpointer", "save_restore", "state", "component_restore",
                               "policy_changes", "async_save")
 
 
@@ -128,7 +128,7 @@ def test_the_algorithm_and_its_checkpointing_parts_form_no_import_circle_even_fo
     ``algo: Algorithm`` and imported the class back under TYPE_CHECKING: a circle of five
     modules (algorithm -> checkpointing, component_restore, policy_changes, state -> algorithm)
     that the test above, which skips TYPE_CHECKING imports, does not see. They take small typed
-    inputs instead (:class:`cairn.algorithms.checkpointing.CheckpointedAlgorithm`)."""
+    inputs instead (:class:`cairn.algorithms.save_restore.CheckpointedAlgorithm`)."""
     graph = grimp.build_graph("cairn", exclude_type_checking_imports=False, cache_dir=None)
     module = f"cairn.algorithms.{part}"
     assert module in graph.modules

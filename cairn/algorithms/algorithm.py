@@ -19,7 +19,6 @@ from typing import Any, ClassVar, Literal, overload
 import numpy as np
 
 from cairn.algorithms.checkpointer import AlgorithmCheckpointer
-from cairn.algorithms.checkpointing import algorithm_from_checkpoint, from_state_inputs
 from cairn.algorithms.evaluation import evaluate_episodes, evaluation_runner
 from cairn.algorithms.metrics import episode_metrics
 from cairn.algorithms.policy_changes import (
@@ -28,6 +27,7 @@ from cairn.algorithms.policy_changes import (
     policies_after_change,
 )
 from cairn.algorithms.policy_specs import build_policies, probe_agents, record_specs, resolve_policy_specs
+from cairn.algorithms.save_restore import algorithm_from_checkpoint, from_state_inputs
 from cairn.callbacks.base import make_callbacks, report_checkpoint_saved
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
 from cairn.env_runner.env_runner import EnvRunner
@@ -405,7 +405,7 @@ class Algorithm:
     ) -> Algorithm:
         """Rebuild an algorithm from :meth:`get_state` alone (no config or class needed; a
         subclass builds only its own kind); the arguments are in
-        :func:`cairn.algorithms.checkpointing.from_state_inputs`, and ``copy=False`` lets the
+        :func:`cairn.algorithms.save_restore.from_state_inputs`, and ``copy=False`` lets the
         policies take the state's weight and optimizer arrays as their storage instead of
         copying them (the state must not be used afterwards)."""
         algo_cls, config, policy_states = from_state_inputs(

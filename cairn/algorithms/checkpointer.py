@@ -3,7 +3,7 @@ that saves it (blocking, or in the background), restores it in place, and restor
 component of a checkpoint into it.
 
 It talks to its algorithm through
-:class:`~cairn.algorithms.checkpointing.CheckpointedAlgorithm` alone (the state protocol,
+:class:`~cairn.algorithms.save_restore.CheckpointedAlgorithm` alone (the state protocol,
 the policies and the config), so it neither imports the Algorithm class nor
 reaches into the rest of its surface; the layout of the state is the Algorithm's own
 (``get_state``, checked by :mod:`cairn.algorithms.state`). All it holds is per algorithm:
@@ -20,8 +20,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from cairn.algorithms.async_save import BackgroundSaver
-from cairn.algorithms.checkpointing import CheckpointedAlgorithm, prepare_algorithm_save, restore_algorithm
 from cairn.algorithms.component_restore import restore_policy_component
+from cairn.algorithms.save_restore import CheckpointedAlgorithm, prepare_algorithm_save, restore_algorithm
 
 __all__ = ["AlgorithmCheckpointer"]
 
@@ -59,7 +59,7 @@ class AlgorithmCheckpointer:
 
     def restore(self, checkpoint: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
         """Load a checkpoint of this algorithm into it, in place
-        (:func:`~cairn.algorithms.checkpointing.restore_algorithm`)."""
+        (:func:`~cairn.algorithms.save_restore.restore_algorithm`)."""
         restore_algorithm(self._algorithm, checkpoint, storage_options=storage_options)
 
     def restore_component(self, path: Any, component: str | None, *,

@@ -2,7 +2,7 @@
 
 A state that passed its hash check is still untrusted data: whoever can edit the files can edit
 the manifest. The layers that build objects from a tree check what their objects need
-(:mod:`cairn.policy.state_check`, :mod:`cairn.algorithms.checkpointing`) with these helpers,
+(:mod:`cairn.policy.state_check`, :mod:`cairn.algorithms.save_restore`) with these helpers,
 which turn a tree of the wrong shape into a clear ``CheckpointFormatError``.
 """
 

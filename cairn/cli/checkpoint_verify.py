@@ -66,7 +66,7 @@ def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None
     """Problems of ``checkpoint`` (one line each; empty when it is sound) and its root
     manifest summary (``get_checkpoint_info``; None when the manifest itself is unreadable).
     ``checkpoint`` is any location cairn reads (a path, a ``file://`` or object-store URL)."""
-    from cairn.algorithms.checkpointing import check_algorithm_state, check_env_reference
+    from cairn.algorithms.save_restore import check_algorithm_state, check_env_reference
     from cairn.checkpoint import get_checkpoint_info, load_algorithm_state, load_policy_state
     from cairn.checkpoint.storage import resolve_storage
     from cairn.errors import CheckpointError

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import cairn
-from cairn.algorithms import checkpointing
+from cairn.algorithms import save_restore
 from cairn.errors import BackgroundSaveError
 from tests.helpers import assert_trees_equal, small_ppo, weights_digest
 
@@ -31,8 +31,8 @@ class GatedWriter:
         self.active = 0
         self.max_active = 0
         self._lock = threading.Lock()
-        self._write = checkpointing.write_algorithm_checkpoint
-        monkeypatch.setattr(checkpointing, "write_algorithm_checkpoint", self)
+        self._write = save_restore.write_algorithm_checkpoint
+        monkeypatch.setattr(save_restore, "write_algorithm_checkpoint", self)
 
     def __call__(self, path: Any, state: Any, **kwargs: Any) -> str:
         with self._lock:

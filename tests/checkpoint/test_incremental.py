@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cairn
-from cairn.algorithms.checkpointing import save_algorithm
+from cairn.algorithms.save_restore import save_algorithm
 from cairn.checkpoint import get_checkpoint_info, resolve_storage
 from tests.helpers import assert_trees_equal, small_ma_ppo
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import cairn
-from cairn.algorithms.checkpointing import save_algorithm
+from cairn.algorithms.save_restore import save_algorithm
 from cairn.checkpoint import load_algorithm_state
 from cairn.checkpoint.storage import local
 from cairn.cli.checkpoint_verify import verify_checkpoint

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import cairn
-from cairn.algorithms.checkpointing import prepare_algorithm_save, save_algorithm
+from cairn.algorithms.save_restore import prepare_algorithm_save, save_algorithm
 from cairn.checkpoint import load_algorithm_state
 from cairn.checkpoint.storage import local
 from cairn.errors import CheckpointError

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import cairn
-from cairn.algorithms.checkpointing import save_algorithm
+from cairn.algorithms.save_restore import save_algorithm
 from cairn.checkpoint import load_algorithm_state
 from cairn.policy.recurrent import is_recurrent
 from tests.algorithms.sac.multi_agent_pendulum import MultiAgentPendulum

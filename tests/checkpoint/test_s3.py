@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cairn
-from cairn.algorithms.checkpointing import save_algorithm
+from cairn.algorithms.save_restore import save_algorithm
 from cairn.checkpoint import resolve_storage
 from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.errors import (

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import cairn.checkpoint.atomic as atomic
-from cairn.algorithms.checkpointing import save_algorithm
+from cairn.algorithms.save_restore import save_algorithm
 from tests.helpers import small_ma_ppo
 
 pytestmark = pytest.mark.skipif(not atomic.syncs_whole_file_system(10**6), reason="no syncfs(2) here")

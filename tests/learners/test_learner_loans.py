@@ -165,7 +165,7 @@ def test_a_save_right_after_train_holds_the_learners_optimizer_state(tmp_path) -
 def test_a_save_inside_an_iteration_takes_what_the_learners_learned(tmp_path) -> None:
     # training_step() without train()'s closing sync (a callback or an interrupted iteration):
     # a save still holds the learners' optimizer state, through the one save path.
-    from cairn.algorithms.checkpointing import save_algorithm
+    from cairn.algorithms.save_restore import save_algorithm
 
     direct, lent = sac().build(), sac().build()
     try:
