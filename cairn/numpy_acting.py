@@ -33,9 +33,12 @@ V = TypeVar("V")
 #: A layout is where a viewed tensor's elements are: its address, shape, strides and dtype. The same object
 #: at the same address can still be a different array (``param.data = param.data.t()`` keeps the
 #: address of a square weight and swaps its strides), so the whole layout is compared.
-_Layout = tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype]
-_TensorSlot = tuple[dict[str, Any], str, torch.Tensor, _Layout]
-_ModuleSlot = tuple[dict[str, Any], str, nn.Module]
+#: Each entry holds its table's ``get`` and the tensor's ``data_ptr`` and ``stride`` bound once, and
+#: the check compares one tuple: the acting call runs it every step (bench/numpy_acting.py).
+_Layout = tuple[int, torch.Size, tuple[int, ...], torch.dtype]
+_Get = Callable[[str], Any]
+_TensorSlot = tuple[_Get, str, torch.Tensor, Callable[[], int], Callable[[], tuple[int, ...]], _Layout]
+_ModuleSlot = tuple[_Get, str, nn.Module]
 
 #: Activations by name, in numpy (the names of :data:`cairn.policy.mlp_actor_critic.ACTIVATIONS`).
 NUMPY_ACTIVATIONS: dict[str, NumpyFn] = {
@@ -78,11 +81,11 @@ class LiveViews(Generic[V]):
 
     def stale(self) -> bool:
         """Whether a watched tensor or submodule was replaced or removed, or a tensor moved."""
-        for table, key, tensor, layout in self._tensors:
-            if table.get(key) is not tensor or _layout(tensor) != layout:
+        for get, key, tensor, data_ptr, stride, layout in self._tensors:
+            if get(key) is not tensor or (data_ptr(), tensor.shape, stride(), tensor.dtype) != layout:
                 return True
-        for table, key, module in self._modules:
-            if table.get(key) is not module:
+        for get, key, module in self._modules:
+            if get(key) is not module:
                 return True
         return False
 
@@ -104,22 +107,19 @@ class LiveViews(Generic[V]):
         return views
 
 
-def _layout(tensor: torch.Tensor) -> _Layout:
-    return tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype
-
-
 def _watch(root: nn.Module, tensors: Sequence[torch.Tensor]) -> tuple[list[_TensorSlot], list[_ModuleSlot]]:
     """The table entries ``root`` reads ``tensors`` from, and the submodule entries on the way."""
     wanted = {id(t) for t in tensors}
     found: list[_TensorSlot] = []
-    on_path: dict[tuple[int, str], _ModuleSlot] = {}
+    on_path: dict[tuple[int, str], tuple[dict[str, Any], str, nn.Module]] = {}
 
-    def visit(module: nn.Module, path: list[_ModuleSlot]) -> None:
+    def visit(module: nn.Module, path: list[tuple[dict[str, Any], str, nn.Module]]) -> None:
         parameters, buffers, submodules = own_tables(module)
         for table in (parameters, buffers):
             for key, tensor in table.items():
                 if tensor is not None and id(tensor) in wanted:
-                    found.append((table, key, tensor, _layout(tensor)))
+                    layout = tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype
+                    found.append((table.get, key, tensor, tensor.data_ptr, tensor.stride, layout))
                     on_path.update(((id(entry[0]), entry[1]), entry) for entry in path)
         for key, child in submodules.items():
             if child is not None:
@@ -129,7 +129,7 @@ def _watch(root: nn.Module, tensors: Sequence[torch.Tensor]) -> tuple[list[_Tens
     if {id(entry[2]) for entry in found} != wanted:
         raise TypeError(f"{type(root).__qualname__}'s numpy acting path reads a tensor that is not one of "
                         "its parameters or buffers, so it cannot be watched: view registered tensors only.")
-    return found, list(on_path.values())
+    return found, [(table.get, key, child) for table, key, child in on_path.values()]
 
 
 def in_torch(fn: Callable[[torch.Tensor], Any], obs: np.ndarray) -> np.ndarray:
