@@ -47,6 +47,9 @@ NUMPY_ACTIVATIONS: dict[str, NumpyFn] = {
     "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
     "silu": lambda x: x / (1.0 + np.exp(-x)),
 }
+#: The same ones writing into their argument, for :func:`dense_stack`'s fresh arrays: one allocation
+#: less per layer on the acting path, the same ufunc and so the same bits.
+_IN_PLACE: dict[str, NumpyFn] = {"tanh": lambda x: np.tanh(x, out=x), "relu": lambda x: np.maximum(x, 0.0, out=x)}
 
 
 class LiveViews(Generic[V]):
@@ -143,9 +146,11 @@ def dense_stack(x: np.ndarray, layers: Sequence[Dense], activation: str,
                 outputs: list[np.ndarray] | None = None) -> np.ndarray:
     """``x`` through dense layers, each followed by the activation named ``activation``;
     ``outputs`` (if given) collects each layer's activated output (what a backward pass needs)."""
-    act = NUMPY_ACTIVATIONS[activation]
+    act = _IN_PLACE.get(activation) or NUMPY_ACTIVATIONS[activation]
     for w, b in layers:
-        x = act(x @ w + b)
+        x = x @ w
+        x += b  # in place: x is the product's fresh array
+        x = act(x)
         if outputs is not None:
             outputs.append(x)
     return x
@@ -155,7 +160,8 @@ def affine(x: np.ndarray, layer: Dense, log_std: np.ndarray | None = None) -> np
     """A head: one dense layer without activation, and a state-independent ``log_std`` vector
     appended to each row when given."""
     w, b = layer
-    out = x @ w + b
+    out = x @ w
+    out += b
     return out if log_std is None else np.concatenate([out, np.broadcast_to(log_std, out.shape)], axis=-1)
 
 

@@ -37,7 +37,10 @@ def numpy_q_forward(layers: NumpyQLayers, obs: np.ndarray, outputs: list[np.ndar
     advantages = affine(x, layers.advantage)
     if layers.value is None:
         return advantages
-    return affine(x, layers.value) + advantages - advantages.mean(axis=1, keepdims=True)
+    mean = advantages.mean(axis=1, keepdims=True)
+    advantages += affine(x, layers.value)  # V + A - mean A, in place (a + v is v + a bit for bit)
+    advantages -= mean
+    return advantages
 
 
 class QNetwork(nn.Module):
