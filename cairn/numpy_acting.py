@@ -49,7 +49,8 @@ NUMPY_ACTIVATIONS: dict[str, NumpyFn] = {
 }
 #: The same ones writing into their argument, for :func:`dense_stack`'s fresh arrays: one allocation
 #: less per layer on the acting path, the same ufunc and so the same bits.
-_IN_PLACE: dict[str, NumpyFn] = {"tanh": lambda x: np.tanh(x, out=x), "relu": lambda x: np.maximum(x, 0.0, out=x)}
+_IN_PLACE: dict[str, NumpyFn] = {"tanh": lambda x: np.tanh(x, out=x),
+                                 "relu": lambda x: np.maximum(x, 0.0, out=x)}
 
 
 class LiveViews(Generic[V]):
