@@ -283,10 +283,14 @@ class Algorithm:
     def _change_policies(self, new_config: AlgorithmConfig, *, remove: str | None = None,
                          add: tuple[str, PolicySpec | Policy] | None = None) -> None:
         """Take the checked ``new_config`` and its policy set (built first: a failure changes
-        nothing), then tell the runners; when they refuse it (a mapping they cannot follow, a
-        remote runner that fails), the algorithm and its runners go back to the old config and
-        policies, and the error goes on. The evaluation runner follows the policies each time
-        it evaluates (:func:`~cairn.algorithms.evaluation.evaluate_episodes`), not here."""
+        nothing), then tell the runners and, for a removed policy, the learners (which end its
+        loan and drop their copy of it: :meth:`LearnerGroup.sync_to_driver
+        <cairn.learners.LearnerGroup.sync_to_driver>`); when either refuses it (a mapping the
+        runners cannot follow, a remote runner or learner that fails), the algorithm and its
+        runners go back to the old config and policies, and the error goes on. Once all took
+        it, :meth:`drop_policy_state` forgets what the algorithm kept for a removed policy. The
+        evaluation runner follows the policies each time it evaluates
+        (:func:`~cairn.algorithms.evaluation.evaluate_episodes`), not here."""
         policies = policies_after_change(self.policies, new_config, default_class=self.default_policy_class,
                                          add=add, remove=remove)
         old_config, old_policies = self.config, dict(self.policies)
@@ -295,6 +299,8 @@ class Algorithm:
         self.policies.update(policies)
         try:
             self.env_runner_group.update_policies(new_config, self.policies)
+            if remove is not None and self.learner_group is not None:
+                self.learner_group.sync_to_driver([remove], release=True)
         except BaseException:
             self.config = old_config
             self.policies.clear()
@@ -304,6 +310,13 @@ class Algorithm:
             with contextlib.suppress(Exception):  # the first error is the one to report
                 self.env_runner_group.update_policies(old_config, self.policies)
             raise
+        if remove is not None:
+            self.drop_policy_state(remove)
+
+    def drop_policy_state(self, policy_id: str) -> None:
+        """Hook: forget what this algorithm keeps for policy ``policy_id`` beside the policy
+        (PPO's reward normaliser, a replay buffer), once it was removed: a policy added later
+        under the same ID starts as a new one would, and checkpoints hold nothing of it."""
 
     # ------------------------------------------------------------------------------- state
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:

@@ -137,6 +137,12 @@ class OffPolicyAlgorithm(Algorithm):
     def set_extra_state(self, state: Mapping[str, Any]) -> None:
         self.replay_ratio.set_state(state.get("update_credit"))
 
+    def drop_policy_state(self, policy_id: str) -> None:
+        """A removed policy's replay buffer, held-back n-step rows and replay credit go with it."""
+        self.replay.buffers.pop(policy_id, None)
+        self.replay.n_step.pop(policy_id, None)
+        self.replay_ratio.credit.pop(policy_id, None)
+
     def get_components(self, *, copy: bool) -> dict[str, Any]:
         """The replay buffers, when ``store_replay_buffer`` is set: in checkpoints as the
         ``replay_buffer`` component, and in :meth:`get_state` (as a copy) likewise."""

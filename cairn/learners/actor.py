@@ -102,6 +102,12 @@ class LearnerActor:
         learned_parts`."""
         return learned_parts(self._policy(policy_id).get_state())
 
+    def release(self, policy_ids: list[str]) -> None:
+        """Drop this learner's copies of ``policy_ids`` (removed from the algorithm); the next
+        loan of such an ID builds a new copy from the driver's state."""
+        for policy_id in policy_ids:
+            self.policies.pop(policy_id, None)
+
     def _policy(self, policy_id: str) -> Policy:
         if policy_id not in self.policies:
             raise RuntimeError(f"Learner rank {self.sync.rank} holds no policy {policy_id!r}; the "

@@ -99,11 +99,16 @@ class LearnerGroup:
         policy.num_grad_updates = int(returned["num_grad_updates"])
         return output
 
-    def sync_to_driver(self, policy_ids: Iterable[str] | None = None) -> None:
+    def sync_to_driver(self, policy_ids: Iterable[str] | None = None, *, release: bool = False) -> None:
         """End the loans (of ``policy_ids``; None: all): bring what the learners learned beyond
         the weights (optimizer state, torch generator, ``num_grad_updates``) into the driver's
         policies, which own all of it again; their next update sends it out whole. A no-op
-        when nothing is lent."""
+        when nothing is lent.
+
+        ``release=True`` with ``policy_ids`` (policies removed from the algorithm): the
+        learners then also drop their copies of them, which they otherwise keep between loans
+        only to load the next loan into (memory that a removed policy would hold for good)."""
+        policy_ids = None if policy_ids is None else list(policy_ids)
         wanted = list(self.lent) if policy_ids is None else [p for p in policy_ids if p in self.lent]
         learner = self.learner
         for policy_id in wanted:
@@ -115,6 +120,12 @@ class LearnerGroup:
                 self.lent.clear()
                 raise
             policy.set_state(with_learned_parts(policy.get_state(), parts))
+        if release and learner is not None and policy_ids:
+            try:
+                learner.release(policy_ids)
+            except BaseException:  # the group was shut down: the loans' learned parts are lost
+                self.lent.clear()
+                raise
 
     def stop(self) -> None:
         """Bring the learned parts to the driver's policies, then kill remote learners

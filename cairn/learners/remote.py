@@ -103,6 +103,11 @@ class RemoteLearners:
                                               "reading its policy state")[0]
         return result
 
+    def release(self, policy_ids: list[str]) -> None:
+        """Every rank drops its copies of ``policy_ids`` (:meth:`LearnerActor.release`)."""
+        if self.actors:  # none: a failed group held nothing, the next one starts empty
+            self._gather([a.release.remote(policy_ids) for a in self.actors], "releasing policies")
+
     def _gather(self, refs: list[Any], during: str) -> list[Any]:
         import ray
         from ray.exceptions import RayActorError

@@ -9,7 +9,7 @@ import cairn
 from cairn.env_runner import EnvRunner
 from cairn.env_runner.remote import RemoteEnvRunner
 from cairn.errors import ConfigError
-from tests.helpers import small_ma_ppo, small_ppo
+from tests.helpers import readd_after_removal_matches_restore, small_ma_dqn, small_ma_ppo, small_ppo
 
 
 def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
@@ -173,3 +173,16 @@ def test_a_policy_change_the_env_runner_refuses_leaves_the_algorithm_as_before(c
     finally:
         algo.stop()
         twin.stop()
+
+
+@pytest.mark.parametrize("make_config", [
+    lambda: small_ma_ppo(2, normalize_rewards=True, model={"hidden": [16]}).env_runners(
+        observation_filter="MeanStdFilter"),
+    small_ma_dqn,
+], ids=["PPO", "DQN"])
+def test_a_policy_removed_and_added_again_starts_new(make_config, tmp_path):
+    """What the algorithm keeps for a policy beside it (PPO's reward normaliser; DQN's replay
+    buffer, held-back n-step rows and replay credit, as SAC's and TD3's) goes with the policy:
+    a new policy under a removed one's ID learns as in an algorithm restored from a checkpoint
+    taken after the removal, which never saw the old one, and the state holds nothing of it."""
+    readd_after_removal_matches_restore(make_config(), str(tmp_path / "removed"))

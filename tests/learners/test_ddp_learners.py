@@ -12,6 +12,7 @@ import torch
 import cairn
 from cairn.errors import ConfigError, LearnerFailedError
 from cairn.learners import LearnOutput
+from tests.helpers import readd_after_removal_matches_restore, small_ma_ppo
 
 pytestmark = pytest.mark.slow
 
@@ -211,3 +212,54 @@ def test_learner_gpus_the_ray_cluster_lacks_are_a_config_error_at_build(ray_clus
     with pytest.raises(ConfigError, match="needs 2 GPUs, but the Ray cluster has 0"):
         config.build()
     assert free_cpus_become(ray_cluster, 2.0)  # no actor was left holding a CPU
+
+
+def _ranks_holding(algo: cairn.Algorithm, policy_id: str) -> list[int]:
+    """The learner ranks that still hold a copy of ``policy_id`` (asked for its learned parts)."""
+    import ray
+
+    holding = []
+    for rank, actor in enumerate(algo.learner_group.remote_actors()):
+        try:
+            ray.get(actor.learned.remote(policy_id))
+            holding.append(rank)
+        except ray.exceptions.RayTaskError as error:
+            assert "holds no policy" in str(error)
+    return holding
+
+
+def test_a_removed_policy_leaves_the_learners_and_comes_back_new(ray_cluster, tmp_path) -> None:
+    """remove_policy reaches the learners: every rank drops its copy of the policy, and a new
+    policy under the same ID learns (on 2 learners) as in an algorithm restored from a checkpoint
+    taken after the removal, reward normaliser and observation filter included."""
+    config = (small_ma_ppo(2, normalize_rewards=True, model={"hidden": [16]})
+              .env_runners(observation_filter="MeanStdFilter").learners(num_learners=2))
+
+    def learners_dropped_p1(algo: cairn.Algorithm) -> None:
+        assert _ranks_holding(algo, "p0") == [0, 1]  # the question tells held from dropped
+        assert _ranks_holding(algo, "p1") == []
+
+    readd_after_removal_matches_restore(config, str(tmp_path / "removed"), learners_dropped_p1)
+    assert free_cpus_become(ray_cluster, 2.0)
+
+
+def test_a_removal_a_learner_refuses_changes_nothing(ray_cluster) -> None:
+    """A learner that dies as a removal reaches it: LearnerFailedError, and the algorithm keeps
+    the policy (its training state included) and its config; once the failed group is gone the
+    removal goes through."""
+    algo = small_ma_ppo(2, model={"hidden": [16]}).learners(num_learners=2).build()
+    try:
+        algo.train()
+        config, before = algo.config, algo.get_policy("p1").get_state()
+        ray_cluster.kill(algo.learner_group.remote_actors()[1])
+        with pytest.raises(LearnerFailedError, match="releasing policies"):
+            algo.remove_policy("p1", policy_mapping_fn={"agent_0": "p0", "agent_1": "p0"})
+        assert algo.config is config and set(algo.policies) == {"p0", "p1"}
+        after = algo.get_policy("p1").get_state()
+        for index, slots in before["optimizer"]["state"].items():
+            np.testing.assert_array_equal(after["optimizer"]["state"][index]["exp_avg"], slots["exp_avg"])
+        algo.remove_policy("p1", policy_mapping_fn={"agent_0": "p0", "agent_1": "p0"})
+        assert set(algo.policies) == set(algo.config.policies) == {"p0"}
+    finally:
+        algo.stop()
+    assert free_cpus_become(ray_cluster, 2.0)

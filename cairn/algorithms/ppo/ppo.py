@@ -110,7 +110,11 @@ class PPO(Algorithm):
         if not self.reward_normalizers:
             return {}
         return {"reward_normalizers": {pid: n.get_state() for pid, n in self.reward_normalizers.items()
-                                       if pid in self.policies}}  # not those of removed policies
+                                       if pid in self.policies}}  # a subset restore reads all
+
+    def drop_policy_state(self, policy_id: str) -> None:
+        """A removed policy's reward normaliser goes with it."""
+        self.reward_normalizers.pop(policy_id, None)
 
     def set_extra_state(self, state: Mapping[str, Any]) -> None:
         cfg = self.config
