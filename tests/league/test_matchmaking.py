@@ -168,3 +168,40 @@ def test_copies_sent_to_remote_runners_draw_from_their_own_generators():
 
     assert games(1) == games(1) != games(2)  # seeded per worker, independent across workers
     assert rng_state(league.rng) == before  # the driver's generator is the local runner's alone
+
+
+def _summed_again(league: League) -> dict[str, float]:
+    """Main's win rates from the payoff's windows, summed afresh: the slow path."""
+    rates = {o: sum(s) / len(s) for o, s in league.payoff.recent.items() if s}
+    return {pid: rates[pid] for pid in league.opponents() if pid in rates}
+
+
+def _drawn(league: League, games: int = 300) -> set[str]:
+    return {pid for game in _play(league, games) for pid in game.values()} - {"main"}
+
+
+def test_pfsp_draw_weights_follow_the_payoff_as_it_changes():
+    """The win rates PFSP reads at each draw come from sums kept as games come and leave each
+    window: equal, bit for bit, to the windows summed afresh after every game (windows that
+    fill and roll over, opponents forgotten, a restored state), and the draws follow them."""
+    league = _league(matchmaking="pfsp", self_play_fraction=0.0, win_rate_window=7)
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        league.payoff.record(POOL[int(rng.integers(3))], float(rng.choice([0.0, 0.5, 1.0])),
+                             is_snapshot=True)
+        assert league.win_rates() == _summed_again(league)
+    for _ in range(7):  # main beats main_v1 over a whole window: its weight drops to 0
+        league.payoff.record("main_v1", 1.0, is_snapshot=True)
+    assert league.win_rates()["main_v1"] == 1.0 and "main_v1" not in _drawn(league)
+    for score in [0.0] * 6 + [0.5]:  # and then loses it: drawn again
+        league.payoff.record("main_v1", score, is_snapshot=True)
+    assert league.win_rates()["main_v1"] == 0.5 / 7 == _summed_again(league)["main_v1"]
+    assert "main_v1" in _drawn(league)
+    league.forget("main_v2")
+    league.payoff.record("main_v2", 0.0, is_snapshot=False)  # a game finished after its removal
+    assert league.payoff.win_rates()["main_v2"] == 0.0 and league.win_rates() == _summed_again(league)
+    restored = _league(matchmaking="pfsp", self_play_fraction=0.0, win_rate_window=7)
+    restored.set_state(league.get_state(), ["main", *POOL])
+    assert restored.win_rates() == _summed_again(restored) == league.win_rates()
+    with pytest.raises(ValueError, match="one of"):  # only game scores: the sums stay exact
+        league.payoff.record("main_v1", 0.3, is_snapshot=True)
