@@ -135,8 +135,10 @@ def assert_same_tree(got: object, want: object, path: str = "") -> None:
         assert got == want or (got != got and want != want), (path, got, want)  # NaN equals NaN
 
 
-def readd_after_removal_matches_restore(config: cairn.AlgorithmConfig, checkpoint: str,
-                                        after_removal: Callable[[cairn.Algorithm], None] | None = None) -> None:
+def readd_after_removal_matches_restore(
+    config: cairn.AlgorithmConfig, checkpoint: str,
+    after_removal: Callable[[cairn.Algorithm], None] | None = None,
+) -> None:
     """Train ``config`` (policies p0 and p1) twice, remove p1, save to ``checkpoint``, add a new
     p1 under the same ID and train once; then do the same from the checkpoint in a new
     algorithm, and check that both hold the same state: a policy removed and added again

@@ -79,7 +79,8 @@ class Payoff:
         """Restore :meth:`get_state`; ValueError (nothing changed) for a score not in
         :data:`SCORES`."""
         table = {str(o): [int(x) for x in r] for o, r in state["table"].items()}
-        recent = {str(o): deque((float(x) for x in s), maxlen=self.window) for o, s in state["recent"].items()}
+        recent = {str(o): deque((float(x) for x in s), maxlen=self.window)
+                  for o, s in state["recent"].items()}
         found = {x for s in recent.values() for x in s} - set(SCORES)
         if found:
             raise ValueError(f"stored game scores are each one of {SCORES}, found {sorted(found)}")
