@@ -176,10 +176,10 @@ def test_a_policy_change_the_env_runner_refuses_leaves_the_algorithm_as_before(c
 
 
 @pytest.mark.parametrize("make_config", [
-    lambda: small_ma_ppo(2, normalize_rewards=True, model={"hidden": [16]}).env_runners(
-        observation_filter="MeanStdFilter"),
-    small_ma_dqn,
-], ids=["PPO", "DQN"])
+    pytest.param(lambda: small_ma_ppo(2, normalize_rewards=True, model={"hidden": [16]}).env_runners(
+        observation_filter="MeanStdFilter"), id="PPO", marks=pytest.mark.slow),
+    pytest.param(small_ma_dqn, id="DQN"),
+])
 def test_a_policy_removed_and_added_again_starts_new(make_config, tmp_path):
     """What the algorithm keeps for a policy beside it (PPO's reward normaliser; DQN's replay
     buffer, held-back n-step rows and replay credit, as SAC's and TD3's) goes with the policy:
