@@ -11,6 +11,7 @@ import ray
 
 import cairn
 from cairn.errors import EnvRunnerFailedError
+from tests.ray.actors import kill_and_wait
 from tests.ray.envs import make_flaky_cartpole
 
 pytestmark = pytest.mark.ray
@@ -82,11 +83,11 @@ def test_ignored_failures_leave_the_runner_out_and_keep_the_batch_size(ray_clust
     algo = flaky_ppo().fault_tolerance(
         restart_failed_env_runners=False, ignore_env_runner_failures=True).build()
     try:
-        ray.kill(algo.env_runner_group.remote_actors()[0])
+        kill_and_wait(algo.env_runner_group.remote_actors()[0])
         result = algo.train()
         assert result["num_healthy_env_runners"] == 1 and result["num_env_runner_restarts"] == 0
         assert result["num_env_steps_sampled_lifetime"] == 128  # runner 2 sampled both shares
-        ray.kill(algo.env_runner_group.remote_actors()[0])
+        kill_and_wait(algo.env_runner_group.remote_actors()[0])
         with pytest.raises(EnvRunnerFailedError, match=r"no healthy remote env runner left"):
             algo.train()
     finally:

@@ -44,32 +44,32 @@ def target_logp(policy: APPOPolicy, data: BatchTensors) -> torch.Tensor:
     :func:`after_train_batch`, after the call, copies the network into it), so every epoch's
     V-trace and every minibatch's ratio read these rows instead of running the target again.
     A row's value is the target's on that row; a forward pass over fewer rows (a minibatch) may
-    round differently in the last bits (tests/algorithms/impala/test_impala_learner.py measures
+    round differently in the last bits (tests/algorithms/impala/test_appo_target_once.py measures
     it)."""
     with torch.no_grad():
         return policy.dist.logp(policy.target_model(data.obs)[0], data.actions)
 
 
 def batch_vtrace(config: Any, policy: Policy, data: BatchTensors, *,
-                 target_logp: torch.Tensor | None) -> tuple[VTraceReturns, np.ndarray]:
+                 target_logp_rows: torch.Tensor | None) -> tuple[VTraceReturns, np.ndarray]:
     """V-trace's targets and advantages of the whole batch under the policy's current weights,
     and the values ``V(x_s)`` they were computed from (numpy).
 
     The values ``V(x_s)`` are the network's; ``V(x_{s+1})`` at a piece's end is the value of
     the row's ``next_obs`` (a truncation or a fragment end bootstraps, as PPO's GAE does; a
-    termination gets 0). The target policy is the network itself (``target_logp`` None:
-    IMPALA) or the one whose log-probabilities of the batch's actions ``target_logp`` holds
-    (APPO's ``pi_target``: :func:`target_logp`)."""
+    termination gets 0). The target policy is the network itself (``target_logp_rows`` None:
+    IMPALA) or the one whose log-probabilities of the batch's actions ``target_logp_rows``
+    holds (APPO's ``pi_target``: :func:`target_logp`)."""
     model, dist = policy.model, policy.dist
     with torch.no_grad():
-        if target_logp is None:  # IMPALA: the network is its own target policy
+        if target_logp_rows is None:  # IMPALA: the network is its own target policy
             inputs, values = model(data.obs)
-            target_logp = dist.logp(inputs, data.actions)
+            target_logp_rows = dist.logp(inputs, data.actions)
         else:  # only the values: the model contract makes value(obs) forward's value
             values = model.value(data.obs)
         values_np = values.cpu().numpy()
         next_vals = torch.from_numpy(next_values(model, data.batch, values_np)).to(values.device)
-    returns = vtrace(behaviour_logp=data.behaviour_logp, target_logp=target_logp, rewards=data.rewards,
+    returns = vtrace(behaviour_logp=data.behaviour_logp, target_logp=target_logp_rows, rewards=data.rewards,
                      values=values, next_values=next_vals, terminateds=data.terminateds, ends=data.ends,
                      gamma=config.gamma, clip_rho_threshold=config.vtrace_clip_rho_threshold,
                      clip_pg_rho_threshold=config.vtrace_clip_pg_rho_threshold)
@@ -108,7 +108,7 @@ def vtrace_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: Samp
     returns: torch.Tensor | None = None
     values_np: np.ndarray | None = None
     for perm_np in permutations:
-        targets, values_now = batch_vtrace(config, policy, data, target_logp=old_logp)
+        targets, values_now = batch_vtrace(config, policy, data, target_logp_rows=old_logp)
         if returns is None:  # the first epoch's: the value function before this update
             returns, values_np = targets.vs, values_now
         perm = torch.from_numpy(perm_np).to(device)

@@ -96,7 +96,9 @@ class PPO(Algorithm):
         if not self.config.normalize_rewards:
             return batch["rewards"]
         cfg = self.config
-        norm = self.reward_normalizers.setdefault(pid, RewardNormalizer(gamma=cfg.gamma))
+        norm = self.reward_normalizers.get(pid)
+        if norm is None:
+            norm = self.reward_normalizers[pid] = RewardNormalizer(gamma=cfg.gamma)
         norm.gamma, norm.clip = cfg.gamma, cfg.reward_clip  # the config's, also after a restore
         dones = batch["terminateds"] | batch["truncateds"]
         streams = batch.get("streams")

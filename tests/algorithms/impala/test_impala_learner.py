@@ -64,8 +64,8 @@ def test_learner_vtrace_equals_a_direct_call_on_the_sampled_batch(algo_name):
             target = policy.model
         config = algo.config.copy().training(vtrace_clip_rho_threshold=1.5, vtrace_clip_pg_rho_threshold=None)
         tensors = BatchTensors(batch, policy, torch.device("cpu"))
-        got, values = batch_vtrace(config, policy, tensors,
-                                   target_logp=target_logp(policy, tensors) if algo_name == "APPO" else None)
+        rows = target_logp(policy, tensors) if algo_name == "APPO" else None
+        got, values = batch_vtrace(config, policy, tensors, target_logp_rows=rows)
         want = _direct(policy, batch, target, config.gamma, 1.5, None)
         obs, actions = torch.from_numpy(batch["obs"]), torch.from_numpy(batch["actions"])
         ratios = torch.exp(policy.dist.logp(target(obs)[0], actions) - torch.from_numpy(batch["action_logp"]))
@@ -82,10 +82,10 @@ def test_learner_reads_the_behaviour_column():
     try:
         policy = algo.get_policy()
         tensors = BatchTensors(batch, policy, torch.device("cpu"))
-        before = batch_vtrace(algo.config, policy, tensors, target_logp=None)[0]
+        before = batch_vtrace(algo.config, policy, tensors, target_logp_rows=None)[0]
         batch["action_logp"] = batch["action_logp"] - 0.5  # the behaviour was less likely
         tensors = BatchTensors(batch, policy, torch.device("cpu"))
-        after = batch_vtrace(algo.config, policy, tensors, target_logp=None)[0]
+        after = batch_vtrace(algo.config, policy, tensors, target_logp_rows=None)[0]
         assert not torch.equal(before.vs, after.vs)
         del batch["action_logp"]
         with pytest.raises(ConfigError, match="action_logp"):
