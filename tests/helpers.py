@@ -117,6 +117,33 @@ def small_ma_dqn() -> cairn.DQNConfig:
     return config  # type: ignore[return-value]
 
 
+def small_ma_sac() -> cairn.SACConfig:
+    """Two independent Pendulums, SAC policies p0 and p1, that learn from the first round and
+    hold n-step rows back across fragments (n_step=2), keeping replay in checkpoints."""
+    return _small_ma_box(cairn.SACConfig())  # type: ignore[return-value]
+
+
+def small_ma_td3() -> cairn.TD3Config:
+    """As :func:`small_ma_sac` for TD3, with a replay ratio (``training_intensity``) whose
+    fractional credit carries over between rounds, and the actor updated every 2nd step."""
+    config = _small_ma_box(cairn.TD3Config()).training(training_intensity=5.0, policy_delay=2)
+    return config  # type: ignore[return-value]
+
+
+def _small_ma_box(config: cairn.AlgorithmConfig) -> cairn.AlgorithmConfig:
+    # Imported here: it pulls in PettingZoo, which most users of these helpers never need.
+    from tests.algorithms.sac.multi_agent_pendulum import make_ma_pendulum
+
+    return (
+        config.environment(make_ma_pendulum, env_config={"num_agents": 2})
+        .training(train_batch_size=24, minibatch_size=8, num_steps_sampled_before_learning_starts=8,
+                  train_freq=3, n_step=2, model={"hidden": [8]}, replay_buffer_config={"capacity": 200})
+        .checkpointing(store_replay_buffer=True)
+        .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index)
+        .debugging(seed=0)
+    )
+
+
 def assert_same_tree(got: object, want: object, path: str = "") -> None:
     """Two state trees (dicts, lists, numpy arrays, JSON values) are equal, bit for bit."""
     import numpy as np
@@ -141,9 +168,12 @@ def readd_after_removal_matches_restore(
 ) -> None:
     """Train ``config`` (policies p0 and p1) twice, remove p1, save to ``checkpoint``, add a new
     p1 under the same ID and train once; then do the same from the checkpoint in a new
-    algorithm, and check that both hold the same state: a policy removed and added again
-    starts as in an algorithm that never held it (the checkpoint holds nothing of the old p1,
-    which the first half also checks). ``after_removal(algo)`` checks more once p1 is gone."""
+    algorithm, and check that both hold the same state (policies, algorithm extras,
+    components, counters, env runners, recent episodes): a policy removed and added again
+    starts as in an algorithm that never held it. The comparison alone cannot see what the
+    checkpoint itself carries over (a replay credit is restored for any ID), so the first half
+    also checks that the state after the removal names p1 nowhere in its extras and
+    components. ``after_removal(algo)`` checks more once p1 is gone."""
     algo = config.build()
     try:
         algo.train()
@@ -168,5 +198,5 @@ def readd_after_removal_matches_restore(
         again = restored.get_state()
     finally:
         restored.stop()
-    for part in ("policies", "extra", "components", "counters"):
+    for part in ("policies", "extra", "components", "counters", "env_runners", "recent_episodes"):
         assert_same_tree(again[part], continued[part], part)

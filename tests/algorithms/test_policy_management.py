@@ -9,7 +9,14 @@ import cairn
 from cairn.env_runner import EnvRunner
 from cairn.env_runner.remote import RemoteEnvRunner
 from cairn.errors import ConfigError
-from tests.helpers import readd_after_removal_matches_restore, small_ma_dqn, small_ma_ppo, small_ppo
+from tests.helpers import (
+    readd_after_removal_matches_restore,
+    small_ma_dqn,
+    small_ma_ppo,
+    small_ma_sac,
+    small_ma_td3,
+    small_ppo,
+)
 
 
 def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
@@ -179,10 +186,17 @@ def test_a_policy_change_the_env_runner_refuses_leaves_the_algorithm_as_before(c
     pytest.param(lambda: small_ma_ppo(2, normalize_rewards=True, model={"hidden": [16]}).env_runners(
         observation_filter="MeanStdFilter"), id="PPO", marks=pytest.mark.slow),
     pytest.param(small_ma_dqn, id="DQN"),
+    pytest.param(small_ma_sac, id="SAC"),
+    pytest.param(small_ma_td3, id="TD3"),
 ])
 def test_a_policy_removed_and_added_again_starts_new(make_config, tmp_path):
-    """What the algorithm keeps for a policy beside it (PPO's reward normaliser; DQN's replay
-    buffer, held-back n-step rows and replay credit, as SAC's and TD3's) goes with the policy:
+    """What the algorithm keeps for a policy beside it (PPO's reward normaliser; the off-policy
+    algorithms' replay buffer, held-back n-step rows and replay credit) goes with the policy:
     a new policy under a removed one's ID learns as in an algorithm restored from a checkpoint
-    taken after the removal, which never saw the old one, and the state holds nothing of it."""
+    taken after the removal, which never saw the old one, and the state holds nothing of it.
+    SAC and TD3 run it with n-step rows held back across fragments (n_step=2), TD3 also with a
+    fractional replay credit (training_intensity); DQN with a 1-step buffer. Everything else
+    SAC and TD3 keep per policy (alpha and its optimizer, target networks, the noise
+    generator, TD3's delay counter ``num_grad_updates``) lives in the policy's own state,
+    which a re-added policy brings new."""
     readd_after_removal_matches_restore(make_config(), str(tmp_path / "removed"))
