@@ -439,8 +439,8 @@ class Algorithm:
              storage_options: Mapping[str, Any] | None = None,
              previous: str | os.PathLike[str] | None = None,
              metadata: Mapping[str, Any] | None = None) -> Future[str]: ...
-    @overload
-    def save(self, path: str | os.PathLike[str] | None = None, *, blocking: bool,
+    @overload  # a default here too: core.Checkpointable and AlgorithmLike promise blocking: bool = True
+    def save(self, path: str | os.PathLike[str] | None = None, *, blocking: bool = True,
              storage_options: Mapping[str, Any] | None = None,
              previous: str | os.PathLike[str] | None = None,
              metadata: Mapping[str, Any] | None = None) -> str | Future[str]: ...

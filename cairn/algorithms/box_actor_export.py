@@ -33,10 +33,10 @@ class _DeterministicBoxActor(nn.Module):
     action_high: torch.Tensor
     half_range: torch.Tensor
 
-    def __init__(self, policy: Policy, bounds: SquashedGaussian, *, squashed: bool) -> None:
+    def __init__(self, policy: Policy, actor: nn.Module, bounds: SquashedGaussian, *, squashed: bool) -> None:
         super().__init__()
         self.observations = ObservationPath(policy)
-        self.actor = copy.deepcopy(policy.model.actor).eval()
+        self.actor = copy.deepcopy(actor).eval()
         self.squashed = squashed
         self.shape = bounds.shape
         self.action_dtype = torch.from_numpy(np.zeros(0, dtype=bounds.env_dtype)).dtype
@@ -67,9 +67,9 @@ def _named_actor(actor: nn.Module) -> nn.Module:
     return actor.net if isinstance(actor, TanhActor) else actor  # type: ignore[return-value]
 
 
-def box_actor_export_graph(policy: Policy,
-                           expected: type[SquashedGaussian | GaussianActionNoise]) -> ExportGraph:
-    """The export graph of a policy that acts with ``expected`` (SAC's
+def box_actor_export_graph(policy: Policy, expected: type[SquashedGaussian | GaussianActionNoise], *,
+                           actor: nn.Module) -> ExportGraph:
+    """The export graph of a policy that acts with ``expected`` through its model's ``actor`` (SAC's
     :class:`SquashedGaussian`: outputs ``action``, ``mean``, ``log_std``; TD3's
     :class:`GaussianActionNoise`: ``action``). The reference is the policy's own acting path,
     ``compute_actions(obs, explore=False)`` (and the actor's outputs)."""
@@ -97,7 +97,7 @@ def box_actor_export_graph(policy: Policy,
         return [actions, inputs[:, :size], inputs[:, size:]]
 
     return policy_export_graph(
-        policy, _DeterministicBoxActor(policy, bounds, squashed=squashed), outputs=tuple(outputs),
+        policy, _DeterministicBoxActor(policy, actor, bounds, squashed=squashed), outputs=tuple(outputs),
         reference=reference, discrete_sizes=None,
-        network_name=type(_named_actor(policy.model.actor)).__name__,  # the user's class for a custom actor
+        network_name=type(_named_actor(actor)).__name__,  # the user's class for a custom actor
     )

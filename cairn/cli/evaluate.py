@@ -14,13 +14,16 @@ import argparse
 import json
 import os
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.cli.common import CommandError, UsageError, json_safe
 from cairn.cli.env_names import ENV_HELP, add_import_option, resolve_env
 from cairn.cli.episode_watch import EpisodeWatch, stderr_unless
 from cairn.cli.evaluate_games import DEFAULT_GAMES, DEFAULT_MAIN, check_arguments, run_games
 from cairn.errors import ReplayBufferNotRestoredWarning
+
+if TYPE_CHECKING:
+    from cairn.algorithms.algorithm import Algorithm
 
 __all__ = ["add_parser", "run", "render_episode", "first_episode_seed", "write_frames"]
 
@@ -91,7 +94,8 @@ def first_episode_seed(seed: int | None) -> int | None:
     return evaluation_first_seed(seed)
 
 
-def render_episode(algo: Any, seed: int | None, max_steps: int | None = None) -> tuple[list[Any], float, int]:
+def render_episode(algo: Algorithm, seed: int | None,
+                   max_steps: int | None = None) -> tuple[list[Any], float, int]:
     """Play one greedy episode on a fresh ``render_mode="rgb_array"`` copy of the algorithm's
     environment, reset with ``seed`` (and ended after ``max_steps`` steps); returns (frames: the
     reset one and one per step, return, length)."""
@@ -156,7 +160,7 @@ def _env_label(config: Any) -> str:
     return f"{named[0]} ({name})" if named else name
 
 
-def _record(algo: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _record(algo: Algorithm, args: argparse.Namespace) -> dict[str, Any]:
     """``--render``: record one greedy episode into ``args.render``; what the report says of it."""
     with warnings.catch_warnings():
         # glfw warns (two lines each) before MuJoCo fails without a display; the failure says it.
@@ -166,7 +170,7 @@ def _record(algo: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {"path": args.render, "frames": len(frames), "episode_return": total, "episode_len": length}
 
 
-def _evaluate(algo: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _evaluate(algo: Algorithm, args: argparse.Namespace) -> dict[str, Any]:
     """``algo.evaluate(args.episodes, seed=args.seed)``, played on envs wrapped by an
     :class:`EpisodeWatch` (``--max-episode-steps``, a line per episode on stderr): through the
     same evaluation functions, runner state and torch threads as ``Algorithm.evaluate``, so that

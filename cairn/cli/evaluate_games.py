@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.cli.common import ArgumentsError, UsageError, json_safe
+
+if TYPE_CHECKING:
+    from cairn.algorithms.algorithm import Algorithm
 
 __all__ = ["DEFAULT_GAMES", "DEFAULT_MAIN", "check_arguments", "run_games"]
 
@@ -45,7 +48,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--seed {args.seed}: expected at least 0 with --opponent.")
 
 
-def _main_policy_id(algo: Any, requested: str | None) -> str:
+def _main_policy_id(algo: Algorithm, requested: str | None) -> str:
     """The policy that plays: ``--policy-id``, else the only one, else ``"main"``."""
     policies = sorted(algo.policies)
     if requested is not None:
@@ -61,7 +64,7 @@ def _main_policy_id(algo: Any, requested: str | None) -> str:
                      "one that plays with --policy-id.")
 
 
-def _opponent(algo: Any, spec: str) -> Any:
+def _opponent(algo: Algorithm, spec: str) -> Any:
     """A policy of the checkpoint named ``spec``, else the scripted opponent it names."""
     from cairn.env_runner.scripted_opponents import resolve_opponent
     from cairn.errors import ConfigError
@@ -75,7 +78,7 @@ def _opponent(algo: Any, spec: str) -> Any:
                          f"{exc}") from exc
 
 
-def run_games(algo: Any, args: argparse.Namespace, env_label: str) -> int:
+def run_games(algo: Algorithm, args: argparse.Namespace, env_label: str) -> int:
     """Play the games of ``cairn evaluate --opponent`` with the restored ``algo`` and report them."""
     from cairn.env_runner.make_env import close_env, make_env
     from cairn.errors import ConfigError

@@ -5,10 +5,13 @@ them is stored in the config or the checkpoints)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.callbacks import Callbacks, MLflowLogger, WandbLogger
 from cairn.callbacks.base import report_checkpoint_saved
+
+if TYPE_CHECKING:
+    from cairn.algorithms.algorithm import Algorithm
 
 __all__ = ["add_logger_options", "attach_loggers", "LoggedCallbacks"]
 
@@ -48,7 +51,7 @@ class LoggedCallbacks(Callbacks):
         self._each("on_algorithm_stop", algorithm=algorithm)
 
 
-def attach_loggers(algo: Any, args: argparse.Namespace) -> None:
+def attach_loggers(algo: Algorithm, args: argparse.Namespace) -> None:
     """Start the loggers ``--mlflow``/``--wandb`` ask for on ``algo`` (their runs begin at the first
     ``train()`` result)."""
     loggers: list[Callbacks] = []

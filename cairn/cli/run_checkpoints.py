@@ -13,7 +13,10 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cairn.checkpoint.manager import CheckpointManager
 
 __all__ = ["CHECKPOINTS_DIR", "BEST_METRIC", "StoredCheckpoint", "run_manager", "list_checkpoints",
            "latest_checkpoint", "checkpoint_or_latest_of_run"]
@@ -41,7 +44,7 @@ class StoredCheckpoint:
 
 
 def run_manager(root: str, *, keep: int | None, every: int | None,
-                every_timesteps: int | None = None) -> Any:
+                every_timesteps: int | None = None) -> CheckpointManager:
     """The :class:`cairn.CheckpointManager` of a run: ``keep`` newest (None: all) plus the best
     by :data:`BEST_METRIC`; due every ``every`` iterations and/or each time the env steps pass a
     multiple of ``every_timesteps`` (both None: only forced saves)."""

@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.cli.common import (
     EXIT_INTERRUPTED,
@@ -29,6 +29,10 @@ from cairn.cli.progress import Reporter, make_reporter
 from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_checkpoint, run_manager
 from cairn.cli.run_dir import check_new_run_dir, local_dir
 from cairn.cli.runlog import RUN_FILE, RunLog
+
+if TYPE_CHECKING:
+    from cairn.algorithms.algorithm import Algorithm
+    from cairn.checkpoint.manager import CheckpointManager
 
 __all__ = ["add_parser", "run", "DEFAULT_RUN_DIR", "DEFAULT_STOP_ITERS", "DEFAULT_KEEP"]
 
@@ -233,7 +237,7 @@ def _should_stop(stop: dict[str, Any], result: dict[str, Any]) -> bool:
             or bool(result.get("done")))  # a callback's on_train_result asked to stop
 
 
-def _loop(algo: Any, log: RunLog, reporter: Reporter, stop: dict[str, Any], manager: Any,
+def _loop(algo: Algorithm, log: RunLog, reporter: Reporter, stop: dict[str, Any], manager: CheckpointManager,
           interrupt: InterruptRequest, last: list[dict[str, Any]]) -> tuple[str | None, bool]:
     """Train until a stop criterion or Ctrl-C, saving when the manager says a save is due;
     returns (the checkpoint saved at the last iteration, or None; whether Ctrl-C stopped it).
@@ -257,7 +261,7 @@ def _loop(algo: Any, log: RunLog, reporter: Reporter, stop: dict[str, Any], mana
     return latest, interrupt.requested
 
 
-def _train_run(algo: Any, run_dir: Path, args: argparse.Namespace, settings: dict[str, Any],
+def _train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, settings: dict[str, Any],
                log: RunLog, resumed: dict[str, Any] | None) -> int:
     manager = run_manager(str(run_dir / CHECKPOINTS_DIR), keep=settings["keep"] or None,
                           every=settings["checkpoint_every"],

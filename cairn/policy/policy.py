@@ -87,6 +87,13 @@ class Policy:
     #: classes that never read it (DQN, SAC, TD3) set it False and pay nothing.
     wants_action_logp: ClassVar[bool] = True
 
+    #: The network, built by :meth:`make_model` (and wrapped by :meth:`mask_model` for a masked
+    #: policy): a torch module for every policy, Keras networks included (they run as torch
+    #: modules, docs/keras.md). A subclass whose ``make_model`` builds a narrower type says so
+    #: (``SACPolicy.model: SACModelBase``); this class's own is an actor-critic
+    #: (:class:`cairn.models.ActorCriticModel`'s ``forward``, ``action_inputs``, ``value``).
+    model: torch.nn.Module
+
     #: Kept by :attr:`training`, the one owner of the policy's training state.
     generator = TrainingStateField[torch.Generator]()
     np_random = TrainingStateField[np.random.Generator]()
@@ -165,8 +172,7 @@ class Policy:
         # Restoring skips random initialisation: parameters are created uninitialised (meta
         # device, then empty CPU storage) and filled from the saved state right after.
         with torch.device("meta") if not init_weights else contextlib.nullcontext():
-            # Any: subclasses bring their own module types with their own methods.
-            self.model: Any = self.make_model()
+            self.model = self.make_model()
             if self.action_mask_size:
                 self.model = self.mask_model(self.model)
         #: The acting path with a state (None: feed-forward); use_lstm is PPO's, without a mask.

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cairn.algorithms.dqn.keras_model import keras_q_network
+from cairn.algorithms.dqn.keras_model import KerasQNetwork, keras_q_network
 from cairn.algorithms.dqn.model import QNetwork
 from cairn.errors import ConfigError
 from cairn.models import QModel
@@ -27,7 +27,11 @@ from cairn.registry import register_class
 if TYPE_CHECKING:
     from cairn.policy.export_hook import ExportGraph
 
-__all__ = ["DQNPolicy", "epsilon_at", "check_epsilon_schedule", "DEFAULT_EPSILON"]
+__all__ = ["DQNPolicy", "QValueModel", "epsilon_at", "check_epsilon_schedule", "DEFAULT_EPSILON"]
+
+#: A DQNPolicy's network: what its ``make_model`` builds (the built-in Q-network, its Keras twin or
+#: a user's :class:`cairn.models.QModel`), or that wrapped by ``mask_model`` for a masked policy.
+QValueModel = QNetwork | KerasQNetwork | QModel | MaskedQModel
 
 #: ``[[timestep, epsilon], ...]``: linear from 1.0 to 0.04 over the first 8k steps.
 DEFAULT_EPSILON: list[list[float]] = [[0, 1.0], [8_000, 0.04]]
@@ -86,6 +90,11 @@ class DQNPolicy(Policy):
     True
     """
 
+    #: The Q-network (:data:`QValueModel`).
+    model: QValueModel
+    #: A frozen copy of :attr:`model`, synchronised by the algorithm.
+    target_model: QValueModel
+
     #: Off-policy: its learner never reads the behaviour log-probability of a row.
     wants_action_logp = False
 
@@ -115,7 +124,7 @@ class DQNPolicy(Policy):
         self.epsilon = epsilon_at(self.config["epsilon"], 0)
 
     @builds_config_mlp
-    def make_model(self) -> torch.nn.Module:
+    def make_model(self) -> QNetwork | KerasQNetwork | QModel:
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
         if uses_custom_model(model_cfg):  # the user's cairn.models.QModel
             return build_custom_model(
@@ -138,7 +147,7 @@ class DQNPolicy(Policy):
                               mask_size=self.action_mask_size, num_actions=self.num_actions,
                               action_space=self.action_space, model_config=self.config["model"])
 
-    def mask_model(self, model: torch.nn.Module) -> torch.nn.Module:
+    def mask_model(self, model: torch.nn.Module) -> MaskedQModel:
         """Masked Q-values: an illegal action's is :data:`~cairn.policy.action_masking.MASKED_SCORE`,
         so greedy actions, ``max`` and double-Q's ``argmax`` in the targets pick legal ones."""
         return MaskedQModel(model, self.preprocessor.size)
@@ -162,7 +171,7 @@ class DQNPolicy(Policy):
 
     def compute_action_inputs(self, processed_obs: np.ndarray) -> np.ndarray:
         """Q-values of processed observations (the action distribution's logits)."""
-        return self.model.numpy_q_values(processed_obs)  # type: ignore[no-any-return,operator]
+        return self.model.numpy_q_values(processed_obs)
 
     def compute_q_values(self, obs_batch: Sequence[Any] | np.ndarray) -> np.ndarray:
         """``Q(s, .)`` for a batch of raw observations, ``[batch, num_actions]``."""

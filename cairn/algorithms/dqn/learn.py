@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+from cairn.algorithms.dqn.dqn_policy import DQNPolicy, QValueModel
 from cairn.algorithms.dqn.loss import dqn_loss, q_targets
+from cairn.algorithms.dqn.model import QNetwork
 from cairn.algorithms.dqn.numpy_update import numpy_dqn_update
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.action_masking import legal_action_table
@@ -19,12 +20,12 @@ from cairn.policy.action_masking import legal_action_table
 __all__ = ["dqn_targets", "dqn_learn", "numpy_dqn_learn"]
 
 
-def _q_values(model: Any, obs: np.ndarray) -> np.ndarray:
+def _q_values(model: QValueModel, obs: np.ndarray) -> np.ndarray:
     device = next(model.parameters()).device
     if device.type == "cpu":
         # In numpy on views of the live parameters: for a minibatch of 64 that skips dozens
         # of torch operator dispatches, which cost more than the arithmetic on a CPU.
-        return model.numpy_q_values(obs)  # type: ignore[no-any-return]
+        return model.numpy_q_values(obs)
     with torch.no_grad():
         return model(torch.from_numpy(obs).to(device)).cpu().numpy()  # type: ignore[no-any-return]
 
@@ -81,8 +82,13 @@ def numpy_dqn_learn(config: Any, policy: DQNPolicy, sync: GradientSync, *,
                     sample: Mapping[str, np.ndarray]) -> LearnOutput:
     """:func:`dqn_learn`'s step written over numpy views (numpy_update.py), by a learner alone
     in this process (``update_backend``): the same statistics and TD errors as ``rows``."""
+    model = policy.model
+    if type(model) is not QNetwork:  # DQN chose this backend for a QNetwork (numpy_update_unsupported)
+        raise TypeError(f"The numpy update trains a QNetwork, but the policy's network is now a "
+                        f"{type(model).__name__}: it was replaced after update_backend was chosen for this "
+                        "iteration. Replace networks between train() calls, or use update_backend='torch'.")
     result = numpy_dqn_update(
-        policy.model, policy.optimizer, sample["obs"], sample["actions"],
+        model, policy.optimizer, sample["obs"], sample["actions"],
         dqn_targets(config, policy, sample), loss_fn=config.td_error_loss_fn,
         grad_clip=config.grad_clip, weights=sample.get("weights"),
     )

@@ -66,7 +66,8 @@ def batch_vtrace(config: Any, policy: Policy, data: BatchTensors, *,
             inputs, values = model(data.obs)
             target_logp_rows = dist.logp(inputs, data.actions)
         else:  # only the values: the model contract makes value(obs) forward's value
-            values = model.value(data.obs)
+            # An actor-critic's method (cairn.models.ActorCriticModel), unseen on torch.nn.Module.
+            values = model.value(data.obs)  # type: ignore[operator]
         values_np = values.cpu().numpy()
         next_vals = torch.from_numpy(next_values(model, data.batch, values_np)).to(values.device)
     returns = vtrace(behaviour_logp=data.behaviour_logp, target_logp=target_logp_rows, rewards=data.rewards,

@@ -52,7 +52,7 @@ class TwinCritic(nn.Module):
 
 def twin_critics(model: Mapping[str, Any], obs_size: int, action_size: int, *,
                  observation_space: gym.Space[Any], action_space: gym.Space[Any], generator: torch.Generator,
-                 encoder: Mapping[str, Any] | None) -> nn.Module:
+                 encoder: Mapping[str, Any] | None) -> TwinQ | TwinCritic:
     """The twin critics of SAC and TD3 (``critic(obs, actions, detach=False) -> [2, B]``): two of
     the user's ``custom_q_model`` (a :class:`cairn.models.SACCriticModel`, each built from
     ``generator``) as :class:`TwinCritic`, else the built-in :class:`TwinQ` (``hidden``,

@@ -13,6 +13,7 @@ from cairn.algorithms.sac.custom_model import CustomSACModel
 from cairn.algorithms.sac.distribution import SquashedGaussian, box_raw_actions, check_bounded_box_actions
 from cairn.algorithms.sac.keras_model import keras_sac_model
 from cairn.algorithms.sac.model import LOG_STD_MAX, LOG_STD_MIN, SACModel
+from cairn.algorithms.sac.model_base import SACModelBase
 from cairn.algorithms.sac.output_shapes import check_sac_outputs
 from cairn.errors import ConfigError
 from cairn.policy.custom_model import uses_custom_model
@@ -69,6 +70,9 @@ class SACPolicy(Policy):
     ((1,), True)
     """
 
+    #: Box actions are never masked, so :meth:`make_model`'s network is the model as it is.
+    model: SACModelBase
+
     #: Off-policy: its learner never reads the behaviour log-probability of a row.
     wants_action_logp = False
 
@@ -98,7 +102,7 @@ class SACPolicy(Policy):
         return squashed
 
     @builds_config_mlp
-    def make_model(self) -> torch.nn.Module:
+    def make_model(self) -> SACModelBase:
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
         encoder = policy_encoder_description(self.network_observation_space, self.config)
         if uses_custom_model(model_cfg) or uses_custom_model(model_cfg, "custom_q_model"):
@@ -181,4 +185,4 @@ class SACPolicy(Policy):
         pre-squash Gaussian's). The critics are not exported."""
         from cairn.algorithms.box_actor_export import box_actor_export_graph
 
-        return box_actor_export_graph(self, SquashedGaussian)
+        return box_actor_export_graph(self, SquashedGaussian, actor=self.model.actor)

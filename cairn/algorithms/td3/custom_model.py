@@ -55,8 +55,8 @@ class CustomTD3Model(TD3ModelBase):
             if uses_custom_model(model) else
             DeterministicActor(obs_size, action_size, hidden=list(model["hidden"]),
                                activation=model["activation"], encoder=encoder))
-        self.critic: nn.Module = twin_critics(model, obs_size, action_size, encoder=encoder, **spaces)
+        self.critic = twin_critics(model, obs_size, action_size, encoder=encoder, **spaces)
         self.target_actor: nn.Module = copy.deepcopy(self.actor)
-        self.target_critic: nn.Module = copy.deepcopy(self.critic)
+        self.target_critic = copy.deepcopy(self.critic)
         self.target_actor.requires_grad_(False)
         self.target_critic.requires_grad_(False)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -29,6 +29,10 @@ from cairn.algorithms.sac.model import TwinQ
 from cairn.errors import ConfigError
 from cairn.policy.encoders import ObservationEncoder
 from cairn.policy.torch_utils import TORCH_ACTIVATIONS, uniform_fan_in_
+
+if TYPE_CHECKING:
+    from cairn.algorithms.sac.custom_model import TwinCritic
+    from cairn.algorithms.sac.keras_model import KerasTwinQ
 
 __all__ = ["DeterministicActor", "TD3Model", "TD3ModelBase"]
 
@@ -72,9 +76,10 @@ class TD3ModelBase(nn.Module):
     (the targets with ``requires_grad`` off)."""
 
     actor: nn.Module
-    critic: nn.Module
+    #: Twin Q (``critic(obs, actions, detach=False) -> [2, B]``, ``first_q``): built-in, a user's, or Keras.
+    critic: TwinQ | TwinCritic | KerasTwinQ
     target_actor: nn.Module
-    target_critic: nn.Module
+    target_critic: TwinQ | TwinCritic | KerasTwinQ
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """Each built-in part's initialisation from the policy's generator, actor first (a

@@ -13,7 +13,7 @@ from cairn.algorithms.sac.distribution import box_raw_actions, check_bounded_box
 from cairn.algorithms.td3.custom_model import CustomTD3Model
 from cairn.algorithms.td3.distribution import GaussianActionNoise
 from cairn.algorithms.td3.keras_model import keras_td3_model
-from cairn.algorithms.td3.model import TD3Model
+from cairn.algorithms.td3.model import TD3Model, TD3ModelBase
 from cairn.algorithms.td3.output_shapes import check_td3_outputs
 from cairn.errors import ConfigError
 from cairn.policy.custom_model import uses_custom_model
@@ -68,6 +68,9 @@ class TD3Policy(Policy):
     ((1,), True)
     """
 
+    #: Box actions are never masked, so :meth:`make_model`'s network is the model as it is.
+    model: TD3ModelBase
+
     #: Off-policy: its learner never reads the behaviour log-probability of a row.
     wants_action_logp = False
 
@@ -91,7 +94,7 @@ class TD3Policy(Policy):
         return noisy
 
     @builds_config_mlp
-    def make_model(self) -> torch.nn.Module:
+    def make_model(self) -> TD3ModelBase:
         model_cfg = deep_merge(self.DEFAULT_CONFIG["model"], self.config["model"])
         encoder = policy_encoder_description(self.network_observation_space, self.config)
         if uses_custom_model(model_cfg) or uses_custom_model(model_cfg, "custom_q_model"):
@@ -130,4 +133,4 @@ class TD3Policy(Policy):
         :meth:`compute_actions` with ``explore=False``). The critics and targets are not exported."""
         from cairn.algorithms.box_actor_export import box_actor_export_graph
 
-        return box_actor_export_graph(self, GaussianActionNoise)
+        return box_actor_export_graph(self, GaussianActionNoise, actor=self.model.actor)

@@ -195,3 +195,26 @@ def test_numpy_and_torch_backends_train_to_the_same_weights(variant: dict[str, A
     finally:
         for algo in runs.values():
             algo.stop()
+
+
+def test_a_network_replaced_after_the_backend_was_chosen_is_refused_not_updated_as_a_qnetwork() -> None:
+    """numpy_dqn_learn runs QNetwork maths; DQN chose it for this iteration's QNetwork. A network
+    swapped in since (here a subclass, which may change the forward pass) is refused before anything moves,
+    where the numpy update would have trained it as a plain QNetwork without a word."""
+    from cairn.algorithms.dqn.learn import numpy_dqn_learn
+    from cairn.learners.sync import LOCAL_SYNC
+
+    policy = _policy("relu", True)
+    replacement = _SubclassedQNetwork(4, 3, hidden=[16, 8], activation="relu", dueling=True)
+    replacement.load_state_dict(policy.model.state_dict())
+    policy.model = replacement
+    before = {name: p.detach().clone() for name, p in policy.model.named_parameters()}
+    rng = np.random.default_rng(0)
+    sample = {"obs": rng.standard_normal((8, 4)).astype(np.float32), "actions": rng.integers(3, size=8),
+              "rewards": np.ones(8, np.float32), "next_obs": rng.standard_normal((8, 4)).astype(np.float32),
+              "terminateds": np.zeros(8, bool), "n_steps": np.ones(8, np.int64)}
+    config = DQNConfig().training(double_q=True)
+    with pytest.raises(TypeError, match="_SubclassedQNetwork"):
+        numpy_dqn_learn(config, policy, LOCAL_SYNC, sample=sample)
+    assert all(torch.equal(p, before[name]) for name, p in policy.model.named_parameters())
+    assert policy.num_grad_updates == 0
