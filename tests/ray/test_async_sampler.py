@@ -5,6 +5,7 @@ mid-run is handled by the one fault-tolerance mechanism."""
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from typing import Any
 
@@ -18,7 +19,7 @@ from cairn.errors import EnvRunnerFailedError
 from tests.algorithms.impala.small import small
 from tests.helpers import small_ppo
 from tests.ray.actors import kill_and_wait
-from tests.ray.envs import make_flaky_cartpole
+from tests.ray.envs import held_marker, hold, make_flaky_cartpole
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -85,20 +86,32 @@ def test_fragments_carry_the_version_they_were_sampled_with_each_delivered_once(
         algo.stop()
 
 
-def test_a_runner_killed_mid_run_is_recreated_and_sampling_continues(ray_cluster):
-    # 20 ms a step: a 32-step fragment takes over 0.6 s, so the runner dies mid-fragment.
-    config = (cairn.PPOConfig().environment(make_flaky_cartpole, env_config={"step_sleep_s": 0.02})
+def test_a_runner_killed_mid_run_is_recreated_and_sampling_continues(ray_cluster, tmp_path):
+    # Runner 1 delivers its first 32-step fragment, then blocks at its 41st step, inside its
+    # second fragment, until it is killed: the kill lands mid-fragment however slow the
+    # machine (ray.kill only sends it, and a fragment finished first would be delivered).
+    hold_file = tmp_path / "hold"
+    env_config = {"step_sleep_s": 0.005, "hold_file": str(hold_file), "hold_after_steps": 40}
+    config = (cairn.PPOConfig().environment(make_flaky_cartpole, env_config=env_config)
               .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
               .env_runners(num_env_runners=2).debugging(seed=0))
     algo = config.build()
     try:
         group = algo.env_runner_group
+        victim = 1
+        old_actor = dict(enumerate(group.remote_actors(), start=1))[victim]
+        pid = ray.get(old_actor.pid.remote())
+        hold(hold_file, pid)
         group.broadcast_weights(0)
         seen = group.sample_async()
-        victim = seen[0].worker_index  # just sent its next request
-        old_actor = dict(enumerate(group.remote_actors(), start=1))[victim]
-        ray.kill(old_actor)
-        while not any(f.worker_index == victim for f in seen[1:]):
+        # Its second request is sent once its first fragment is taken, and that call returns it:
+        # once it is held, every fragment it finished is in `seen`.
+        while not os.path.exists(held_marker(hold_file, pid)):
+            seen += group.sample_async()
+        assert any(f.worker_index == victim for f in seen)
+        before = len(seen)
+        kill_and_wait(old_actor)
+        while not any(f.worker_index == victim for f in seen[before:]):
             seen += group.sample_async()
         assert group.num_fragments_dropped == 1  # the killed runner's request in flight
         assert group.health_metrics() == {"num_healthy_env_runners": 2, "num_env_runner_restarts": 1,

@@ -11,6 +11,7 @@ from cairn.checkpoint.reader import load_algorithm_state
 from cairn.env_runner import fault_tolerance
 from cairn.errors import CairnError
 from tests.helpers import assert_trees_equal, small_ppo, weights_digest
+from tests.ray.actors import kill_and_wait
 
 pytestmark = pytest.mark.ray
 
@@ -65,8 +66,7 @@ def test_a_dead_runner_neither_blocks_save_nor_hangs_a_restore(ray_cluster, tmp_
     algo = two_runner_ppo().build()
     algo.train()
     earlier = algo.save(tmp_path / "earlier")
-    ray_cluster.kill(algo.env_runner_group.remote_actors()[0])
-    time.sleep(0.5)
+    kill_and_wait(algo.env_runner_group.remote_actors()[0])  # dead before the save asks it
 
     # The driver holds policies, optimizers, counters and filters: the save goes through,
     # leaving out only the dead runner's state, and says so.

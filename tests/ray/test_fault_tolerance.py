@@ -12,7 +12,7 @@ import ray
 import cairn
 from cairn.errors import EnvRunnerFailedError
 from tests.ray.actors import kill_and_wait
-from tests.ray.envs import make_flaky_cartpole
+from tests.ray.envs import hold, make_flaky_cartpole, wait_until_held
 
 pytestmark = pytest.mark.ray
 
@@ -23,20 +23,33 @@ def flaky_ppo(**env_config):
             .env_runners(num_env_runners=2, observation_filter="MeanStdFilter").debugging(seed=0))
 
 
-def test_a_killed_and_a_sigkilled_runner_are_recreated_mid_iteration(ray_cluster):
-    # 10 ms per step: each runner's 64 steps take over 0.6 s, and both die 0.25 s in.
-    algo = flaky_ppo(step_sleep_s=0.01).build()
+def test_a_killed_and_a_sigkilled_runner_are_recreated_mid_iteration(ray_cluster, tmp_path):
+    # Each runner samples 64 steps an iteration; both block at their 81st step (mid-fragment
+    # in the second iteration) until they are killed: ordered by files, not by a timer, whose
+    # kill could land before sampling began or, on a slow machine, after it ended. Their
+    # replacements have new pids and step freely.
+    hold_file = tmp_path / "hold"
+    algo = flaky_ppo(hold_file=str(hold_file), hold_after_steps=80).build()
     try:
         algo.train()
         first, second = algo.env_runner_group.remote_actors()
-        pid = ray.get(second.pid.remote())
+        pids = ray.get(first.pid.remote()), ray.get(second.pid.remote())
+        hold(hold_file, *pids)
+        failed: list[BaseException] = []
 
-        def kill():
-            ray.kill(first)
-            os.kill(pid, signal.SIGKILL)
+        def kill() -> None:
+            try:
+                wait_until_held(hold_file, *pids)  # both mid-fragment, inside train()
+                ray.kill(first)
+                os.kill(pids[1], signal.SIGKILL)
+            except BaseException as exc:  # shown below; train() then fails on the held runners
+                failed.append(exc)
 
-        threading.Timer(0.25, kill).start()
+        killer = threading.Thread(target=kill)
+        killer.start()
         result = algo.train()
+        killer.join()
+        assert not failed, failed
         assert result["num_env_runner_restarts"] == 2
         assert result["num_healthy_env_runners"] == 2
         # The iteration kept its batch size, and every counter agrees: nothing was lost.
@@ -44,7 +57,7 @@ def test_a_killed_and_a_sigkilled_runner_are_recreated_mid_iteration(ray_cluster
         assert algo.get_policy().global_timestep == 256
         assert algo.get_policy().observation_filter.count >= 256
         new_pids = {ray.get(a.pid.remote()) for a in algo.env_runner_group.remote_actors()}
-        assert pid not in new_pids and len(new_pids) == 2
+        assert not new_pids & set(pids) and len(new_pids) == 2
         result = algo.train()
         assert result["num_env_runner_restarts"] == 2 and result["num_env_steps_sampled_lifetime"] == 384
     finally:

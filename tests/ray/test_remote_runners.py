@@ -7,6 +7,7 @@ import pytest
 from cairn.env_runner.remote import RemoteEnvRunner
 from cairn.policy.filters import MeanStdFilter
 from tests.helpers import small_ma_ppo, small_ppo
+from tests.ray.actors import kill_and_wait
 
 pytestmark = pytest.mark.ray
 
@@ -108,7 +109,7 @@ def test_remote_runners_follow_an_added_policy(ray_cluster):
         after = algo.get_policy("p2").get_weights()
         assert any(not np.array_equal(before[k], after[k]) for k in before)
         # A runner killed before the change is recreated with the new policies and mapping.
-        ray_cluster.kill(algo.env_runner_group.remote_actors()[1])
+        kill_and_wait(algo.env_runner_group.remote_actors()[1])
         algo.remove_policy("p0", policy_mapping_fn={"agent_0": "p2", "agent_1": "p1"})
         result = algo.train()
         assert result["num_env_runner_restarts"] == 1 and result["num_healthy_env_runners"] == 2

@@ -14,6 +14,7 @@ import pytest
 import cairn
 from cairn.errors import EnvRunnerFailedError
 from tests.callbacks.hooks import RaiseEveryStep
+from tests.ray.actors import kill_and_wait
 from tests.ray.envs import make_flaky_cartpole
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -91,7 +92,7 @@ def test_a_runner_whose_constructor_raises_on_every_restart_is_not_rebuilt_forev
             .fault_tolerance(max_num_env_runner_restarts=5).build())  # 5: the old loop ends too
     try:
         refuse.touch()
-        ray_cluster.kill(algo.env_runner_group.remote_actors()[0])
+        kill_and_wait(algo.env_runner_group.remote_actors()[0])
         with pytest.raises(EnvRunnerFailedError, match=(
                 r"worker_index 1 failed in sample\(\): it raised while being built: RuntimeError: "
                 r"FlakyCartPole: told not to build\. It was not recreated \(it raised this same error 3 "

@@ -4,25 +4,35 @@ mid-train() is recreated and the run goes on, and APPO learns CartPole so."""
 
 from __future__ import annotations
 
-import threading
+from typing import Any
 
 import pytest
 import ray
 
+from cairn.env_runner.async_sampler import RemoteFragment
 from tests.algorithms.impala.small import small, steps_to_bar
 from tests.helpers import learning_seed
-from tests.ray.envs import make_flaky_cartpole
+from tests.ray.actors import kill_and_wait
+from tests.ray.envs import hold, make_flaky_cartpole, wait_until_held
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-def test_fragments_lag_and_a_runner_killed_mid_train_is_recreated(ray_cluster, tmp_path):
+def test_fragments_lag_and_a_runner_killed_mid_train_is_recreated(ray_cluster, tmp_path, monkeypatch):
     # 10 ms a step: a fragment (20 steps of 2 envs) takes over 0.4 s; a train batch is 2 of them.
+    hold_file = tmp_path / "hold"
     algo = (small("APPO", train_batch_size=80)
-            .environment(make_flaky_cartpole, env_config={"step_sleep_s": 0.01})
+            .environment(make_flaky_cartpole, env_config={"step_sleep_s": 0.01, "hold_file": str(hold_file)})
             .env_runners(num_env_runners=2).build())
     try:
+        victim = algo.env_runner_group.remote_actors()[0]
+        victim_pid = ray.get(victim.pid.remote())
         first = algo.train()
+        # From here on the victim blocks in its next step until it is killed (the other runner
+        # samples the next batch): whatever the timing, it has a request in flight that cannot
+        # finish, so exactly that fragment is lost when it dies. (A timer's kill, as before,
+        # could land after a fragment finished, or after train() had taken its batch.)
+        hold(hold_file, victim_pid)
         assert first["learners"]["default_policy"]["policy_lag_max"] == 0  # all acted by version 0
         # The runners sampled on while the learner learnt: the next iteration starts with their
         # fragments of version 0, while the learner is at version 1.
@@ -30,8 +40,16 @@ def test_fragments_lag_and_a_runner_killed_mid_train_is_recreated(ray_cluster, t
         assert second["learners"]["default_policy"]["policy_lag_max"] == 1
         assert algo.weights_version == 2
 
-        victim = algo.env_runner_group.remote_actors()[0]
-        threading.Timer(0.1, lambda: ray.kill(victim)).start()  # mid-fragment, inside train()
+        group = algo.env_runner_group
+        real_sample_async = group.sample_async
+
+        def kill_first(**kwargs: Any) -> list[RemoteFragment]:
+            monkeypatch.setattr(group, "sample_async", real_sample_async)
+            wait_until_held(hold_file, victim_pid)
+            kill_and_wait(victim)  # mid-fragment, inside train(), before it takes a fragment
+            return real_sample_async(**kwargs)
+
+        monkeypatch.setattr(group, "sample_async", kill_first)
         third = algo.train()
         assert third["num_env_runner_restarts"] == 1 and third["num_healthy_env_runners"] == 2
         assert third["num_env_runner_fragments_dropped"] == 1  # the fragment it was sampling
