@@ -8,10 +8,12 @@ import json
 import os
 import socket
 import time
+import types
 
 import pytest
 
 import cairn
+from cairn.checkpoint import save_schedule
 from cairn.checkpoint.manager import ManagedCheckpoint, checkpoint_name, resolve_checkpoint
 from cairn.checkpoint.reader import load_algorithm_state
 from cairn.errors import BackgroundSaveError, CheckpointError, ConfigError
@@ -98,18 +100,26 @@ def test_a_top_level_key_and_ties(algo, tmp_path):
     assert [c.iteration for c in manager.checkpoints()] == [2, 3]
 
 
-def test_due_by_iterations_and_by_seconds(algo, tmp_path):
+def test_due_by_iterations_and_by_seconds(algo, tmp_path, monkeypatch):
     manager = cairn.CheckpointManager(tmp_path / "it", save_every_iterations=3, keep_last=None)
     saved = [i for i in range(1, 8) if _save_at(manager, algo, i) is not None]
     assert saved == [3, 6]
     assert _save_at(manager, algo, 7, force=True) == str(tmp_path / "it" / "checkpoint_000007")
     assert _save_at(manager, algo, 7) is None  # already saved
 
-    timed = cairn.CheckpointManager(tmp_path / "t", save_every_iterations=None, save_every_seconds=0.2)
+    # The schedule's clock is the test's: on a loaded machine 0.2 s of real time can pass
+    # inside a save or between two calls, which made saves due that the test said were not.
+    clock = types.SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(save_schedule, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    timed = cairn.CheckpointManager(tmp_path / "t", save_every_iterations=None, save_every_seconds=0.5)
+    clock.now += 0.375  # binary fractions: the sums are exact
     assert _save_at(timed, algo, 1) is None
-    time.sleep(0.25)
+    clock.now += 0.125
     assert _save_at(timed, algo, 2) is not None
+    clock.now += 0.375
     assert _save_at(timed, algo, 3) is None  # the clock restarts at each save
+    clock.now += 0.125
+    assert _save_at(timed, algo, 4) is not None
 
 
 def test_a_new_manager_on_the_same_root_knows_the_checkpoints_and_their_metrics(algo, tmp_path):

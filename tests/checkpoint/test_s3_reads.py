@@ -77,7 +77,8 @@ def test_a_declared_size_larger_than_the_object_fails_fast_with_few_requests(ppo
     message = str(error)
     assert f"{url}/{ALGORITHM_ARRAYS_FILE}" in message
     assert str(_CLAIMED) in message and str(real) in message
-    assert seconds < 5.0, f"{seconds:.2f} s"
+    # "Fast" is proven by the requests below, not by a clock (a first restore in a process
+    # imports torch._dynamo, ~1.6 s quiet, so a 5 s bound can fail on a loaded machine)
     # the manifest, the state JSON downloaded beside it, and the manifest again (the reader
     # checks whether a writer replaced the checkpoint before it gives up), each opening and that
     # check with one listing beside the prefix (a replacement's committed stage would be read
