@@ -195,8 +195,14 @@ def mask_scores(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask > 0.5, scores, torch.full_like(scores, MASKED_SCORE))
 
 
+_MASKED_SCORE32 = np.float32(MASKED_SCORE)
+#: ``ndarray.any`` without its Python wrapper (numpy/_core/_methods.py runs this reduction): the
+#: acting path checks masks on a few rows per call, where that wrapper is a good part of the cost.
+_any = np.logical_or.reduce
+
+
 def _mask_scores_numpy(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    return np.where(mask > 0.5, scores, np.float32(MASKED_SCORE)).astype(np.float32, copy=False)
+    return np.where(mask > 0.5, scores, _MASKED_SCORE32).astype(np.float32, copy=False)
 
 
 class _MaskedModel(nn.Module):
@@ -271,11 +277,12 @@ def _segments(mask: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
 def check_masks(mask: np.ndarray, sizes: Sequence[int]) -> None:
     """Raise :class:`~cairn.errors.ActionMaskError` when a row of ``mask`` (``[B, sum(sizes)]``)
     leaves some (sub-)action without a legal choice."""
-    empty = np.zeros(mask.shape[0], dtype=bool)
-    for segment in _segments(mask, sizes):
-        empty |= ~(segment > 0.5).any(axis=1)
-    if empty.any():
-        rows = tuple(int(i) for i in np.flatnonzero(empty))
+    segments = _segments(mask, sizes)
+    legal = _any(segments[0] > 0.5, axis=1)  # per row: whether each (sub-)action has a legal choice
+    for segment in segments[1:]:
+        legal &= _any(segment > 0.5, axis=1)
+    if not np.logical_and.reduce(legal):
+        rows = tuple(int(i) for i in np.flatnonzero(~legal))
         raise ActionMaskError(
             f"The action_mask of observation row(s) {list(rows)} allows no action (all zeros"
             f"{' in a sub-action' if len(sizes) > 1 else ''}): a policy cannot act there. Fix the "
@@ -288,11 +295,11 @@ def legal_actions(raw: np.ndarray, inputs: np.ndarray, mask: np.ndarray, sizes: 
     only when its uniform draw is exactly 0) replaced by the best legal action of ``inputs``
     (masked scores)."""
     columns = raw.reshape(raw.shape[0], -1)
+    rows = np.arange(columns.shape[0])
     fixed = None
     for k, (segment, scores) in enumerate(zip(_segments(mask, sizes), _segments(inputs, sizes))):
-        chosen = columns[:, k]
-        illegal = segment[np.arange(chosen.shape[0]), chosen] <= 0.5
-        if illegal.any():
+        illegal = segment[rows, columns[:, k]] <= 0.5
+        if _any(illegal):
             fixed = columns.copy() if fixed is None else fixed
             fixed[illegal, k] = scores[illegal].argmax(axis=1)
     return raw if fixed is None else fixed.reshape(raw.shape)

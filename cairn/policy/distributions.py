@@ -91,15 +91,23 @@ def _sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> tor
     return (cdf < u).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
 
 
+# The acting path runs these on a few rows per call, where numpy's fixed cost per operation is
+# most of the time: reductions call the ufuncs' ``reduce`` directly (what ``ndarray.max`` /
+# ``.sum`` / ``.any`` run after a Python wrapper, numpy/_core/_methods.py: the same reduction,
+# the same bits), and the count of CDF entries below the draw is taken as int64 at once.
+_max = np.maximum.reduce
+_count = np.add.reduce
+
+
 def _categorical_cdf(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(max [B, 1], unnormalised CDF [B, n])`` of each row's softmax."""
-    top = logits.max(axis=-1, keepdims=True)
+    top = _max(logits, axis=-1, keepdims=True)
     return top, np.cumsum(np.exp(logits - top), axis=-1)
 
 
 def _draw_from_cdf(cdf: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     u = rng.random((cdf.shape[0], 1), dtype=np.float32) * cdf[:, -1:]
-    return np.minimum((cdf < u).sum(axis=-1), cdf.shape[-1] - 1).astype(np.int64)
+    return np.minimum(_count(cdf < u, axis=-1, dtype=np.int64), cdf.shape[-1] - 1)
 
 
 def _sample_categorical_numpy(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
