@@ -122,7 +122,7 @@ class SubprocessEnv:
         return value
 
     def _died(self, command: str) -> EnvError:
-        self.process.join(1.0)
+        self.process.join(_JOIN_TIMEOUT_S)  # its pipe closed: it is exiting; wait for the code
         hint = (" A script that builds the algorithm must do so under `if __name__ == "
                 "\"__main__\":`: the child imports the main module (" + repr(START_METHOD)
                 + " start method), see its traceback above." if command == "create" else "")
@@ -154,6 +154,9 @@ def _end(conn: Connection, process: Any) -> None:
     process.join(_JOIN_TIMEOUT_S)
     if process.is_alive():
         process.terminate()
+        process.join(_JOIN_TIMEOUT_S)
+    if process.is_alive():  # an environment that ignores SIGTERM (a simulator's own handler)
+        process.kill()
         process.join(_JOIN_TIMEOUT_S)
     conn.close()
 

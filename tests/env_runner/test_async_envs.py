@@ -32,6 +32,20 @@ def child_only_failing_creator(env_config: dict) -> gym.Env:
     return gym.make("CartPole-v1")
 
 
+class _StubbornEnv(gym.Wrapper):
+    """CartPole whose process ignores SIGTERM and whose ``close`` never returns."""
+
+    def close(self) -> None:
+        time.sleep(3600)
+
+
+def stubborn_creator(env_config: dict) -> gym.Env:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return _StubbornEnv(gym.make("CartPole-v1"))
+
+
 def _async(config: cairn.PPOConfig, num_envs: int = 2) -> cairn.PPOConfig:
     return config.env_runners(num_envs_per_env_runner=num_envs, gym_env_vectorize_mode="async")
 
@@ -189,3 +203,13 @@ def test_children_exit_when_the_parent_dies(tmp_path):
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(p) for p in pids), f"children {pids} outlived their parent {os.getpid()}"
+
+
+@pytest.mark.slow  # two join timeouts (close, then SIGTERM) before the kill: ~10 s
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_close_kills_a_child_that_neither_closes_nor_takes_sigterm():
+    envs = AsyncEnvs(stubborn_creator, {}, 1)
+    (process,) = envs.processes()
+    envs.close()
+    assert not process.is_alive() and not _alive(process.pid)
+    assert process.exitcode == -9  # SIGKILL: close() hung and SIGTERM was ignored
