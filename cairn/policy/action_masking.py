@@ -294,7 +294,7 @@ def legal_actions(raw: np.ndarray, inputs: np.ndarray, mask: np.ndarray, sizes: 
     """``raw`` actions, with any illegal one (sampling can land on an action of probability 0
     only when its uniform draw is exactly 0) replaced by the best legal action of ``inputs``
     (masked scores)."""
-    columns = raw.reshape(raw.shape[0], -1)
+    columns = raw.reshape(raw.shape[0], len(sizes))  # one column per (sub-)action, also for 0 rows
     rows = np.arange(columns.shape[0])
     fixed = None
     for k, (segment, scores) in enumerate(zip(_segments(mask, sizes), _segments(inputs, sizes))):

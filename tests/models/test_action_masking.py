@@ -56,6 +56,16 @@ def test_every_acting_path_gives_legal_actions(policy_class: type[cairn.Policy])
     assert all(policy.compute_single_action(o)in np.flatnonzero(o["action_mask"]) for o in observations[:20])
 
 
+@pytest.mark.parametrize("policy_class", [cairn.Policy, DQNPolicy])
+def test_an_empty_batch_gives_no_actions_as_without_a_mask(policy_class: type[cairn.Policy]) -> None:
+    policy = policy_class(SPACE, gym.spaces.Discrete(N), seed=0)
+    plain = policy_class(SPACE["observation"], gym.spaces.Discrete(N), seed=0)
+    for explore in (True, False):
+        actions = policy.compute_actions([], explore=explore)
+        assert actions.shape == (0,) and actions.dtype == plain.compute_actions(
+            np.zeros((0, N), np.float32), explore=explore).dtype
+
+
 def test_the_network_reads_the_observation_without_the_mask() -> None:
     policy = cairn.Policy(SPACE, gym.spaces.Discrete(N), seed=0)
     assert policy.network_observation_space == SPACE["observation"]
