@@ -12,7 +12,6 @@ import torch
 
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy, QValueModel
 from cairn.algorithms.dqn.loss import dqn_loss, q_targets
-from cairn.algorithms.dqn.model import QNetwork
 from cairn.algorithms.dqn.numpy_update import numpy_dqn_update
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.action_masking import legal_action_table
@@ -82,13 +81,8 @@ def numpy_dqn_learn(config: Any, policy: DQNPolicy, sync: GradientSync, *,
                     sample: Mapping[str, np.ndarray]) -> LearnOutput:
     """:func:`dqn_learn`'s step written over numpy views (numpy_update.py), by a learner alone
     in this process (``update_backend``): the same statistics and TD errors as ``rows``."""
-    model = policy.model
-    if type(model) is not QNetwork:  # DQN chose this backend for a QNetwork (numpy_update_unsupported)
-        raise TypeError(f"The numpy update trains a QNetwork, but the policy's network is now a "
-                        f"{type(model).__name__}: it was replaced after update_backend was chosen for this "
-                        "iteration. Replace networks between train() calls, or use update_backend='torch'.")
-    result = numpy_dqn_update(
-        model, policy.optimizer, sample["obs"], sample["actions"],
+    result = numpy_dqn_update(  # refuses a network that is not exactly a QNetwork (replaced since)
+        policy.model, policy.optimizer, sample["obs"], sample["actions"],
         dqn_targets(config, policy, sample), loss_fn=config.td_error_loss_fn,
         grad_clip=config.grad_clip, weights=sample.get("weights"),
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -60,12 +60,9 @@ def numpy_update_unsupported(model: Any, optimizer: Any) -> str | None:
     >>> numpy_update_unsupported(net, torch.optim.Adam(net.parameters()))
     "activation 'elu' (the numpy update covers ['relu', 'tanh'])"
     """
-    if type(model) is not QNetwork:
-        return f"the network is a {type(model).__name__}, not a QNetwork"
-    if model.encoder is not None:
-        return "the QNetwork has a CNN encoder (image observations)"
-    if model.activation not in _ACTIVATION_GRADS:
-        return f"activation {model.activation!r} (the numpy update covers {list(NUMPY_UPDATE_ACTIVATIONS)})"
+    reason = _network_unsupported(model)
+    if reason is not None:
+        return reason
     if type(optimizer) is not torch.optim.Adam:
         return (f"the optimizer is {type(optimizer).__module__}.{type(optimizer).__name__}, "
                 "not torch.optim.Adam")
@@ -87,13 +84,25 @@ def numpy_update_unsupported(model: Any, optimizer: Any) -> str | None:
     return None
 
 
+def _network_unsupported(model: object) -> str | None:
+    """The network half of :func:`numpy_update_unsupported`: the one check of which networks
+    this module's maths describes, also made by :func:`numpy_dqn_update` before it moves anything."""
+    if type(model) is not QNetwork:
+        return f"the network is a {type(model).__name__}, not a QNetwork"
+    if model.encoder is not None:
+        return "the QNetwork has a CNN encoder (image observations)"
+    if model.activation not in _ACTIVATION_GRADS:
+        return f"activation {model.activation!r} (the numpy update covers {list(NUMPY_UPDATE_ACTIVATIONS)})"
+    return None
+
+
 def supports_numpy_update(model: Any, optimizer: Any) -> bool:
     """Whether :func:`numpy_dqn_update` can stand in for the torch update of this pair."""
     return numpy_update_unsupported(model, optimizer) is None
 
 
 def numpy_dqn_update(
-    model: QNetwork,
+    model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     obs: np.ndarray,
     actions: np.ndarray,
@@ -108,10 +117,18 @@ def numpy_dqn_update(
     ``l`` is the Huber loss (delta 1) or the squared error. The gradient's global norm is
     clipped to ``grad_clip`` first. Parameters and the Adam state (``step``, ``exp_avg``,
     ``exp_avg_sq``, created as torch creates them) are updated through numpy views. Only for
-    pairs that :func:`numpy_update_unsupported` accepts.
+    pairs that :func:`numpy_update_unsupported` accepts; a network it does not describe (for
+    example one replaced after DQN chose this backend for the iteration) is a TypeError, raised
+    before any parameter moves, never trained as if it were a plain QNetwork.
     """
-    hidden, adv_head, value_head = model.linear_layers()
-    layers = model.numpy_layers()
+    reason = _network_unsupported(model)
+    if reason is not None:
+        raise TypeError(f"The numpy update cannot train this network: {reason}. DQN chooses "
+                        "update_backend per iteration from the policy's network: replace networks between "
+                        "train() calls, or use update_backend='torch'.")
+    network = cast(QNetwork, model)  # exactly a QNetwork: _network_unsupported checks type(model)
+    hidden, adv_head, value_head = network.linear_layers()
+    layers = network.numpy_layers()
     activation_grad = _ACTIVATION_GRADS[layers.activation]
     outputs = [obs]  # the trunk's input, then each hidden layer's output (the last: the features)
     q_values = numpy_q_forward(layers, obs, outputs)

@@ -139,6 +139,26 @@ def test_unsupported_pairs_say_why(make: Any, why: str) -> None:
     assert not supports_numpy_update(model, optimizer)
 
 
+@pytest.mark.parametrize(("make_net", "why"), [
+    (lambda: _net(activation="elu"), "activation 'elu'"),
+    (lambda: _SubclassedQNetwork(4, 2), "_SubclassedQNetwork, not a QNetwork"),
+    (lambda: torch.nn.Linear(4, 2), "Linear, not a QNetwork"),
+], ids=["elu", "subclass", "not-qnetwork"])
+def test_the_update_itself_refuses_a_network_its_maths_does_not_describe(make_net: Any, why: str) -> None:
+    """numpy_dqn_update makes the network half of numpy_update_unsupported's check itself, so no
+    caller can have a network it does not describe trained as a plain QNetwork (or fail on a
+    KeyError half-way); nothing moves before the refusal."""
+    net = make_net()
+    optimizer = _adam(net)
+    before = {name: p.detach().clone() for name, p in net.named_parameters()}
+    rng = np.random.default_rng(0)
+    with pytest.raises(TypeError, match=why):
+        numpy_dqn_update(net, optimizer, rng.standard_normal((8, 4)).astype(np.float32),
+                         np.zeros(8, np.int64), np.zeros(8, np.float32), loss_fn="huber", grad_clip=None)
+    assert all(torch.equal(p, before[name]) for name, p in net.named_parameters())
+    assert not optimizer.state
+
+
 def test_supported_pairs_and_a_frozen_parameter() -> None:
     for activation in ("relu", "tanh"):
         for dueling in (True, False):
@@ -198,7 +218,8 @@ def test_numpy_and_torch_backends_train_to_the_same_weights(variant: dict[str, A
 
 
 def test_a_network_replaced_after_the_backend_was_chosen_is_refused_not_updated_as_a_qnetwork() -> None:
-    """numpy_dqn_learn runs QNetwork maths; DQN chose it for this iteration's QNetwork. A network
+    """numpy_dqn_learn runs QNetwork maths (numpy_dqn_update refuses anything else); DQN chose it
+    for this iteration's QNetwork. A network
     swapped in since (here a subclass, which may change the forward pass) is refused before anything moves,
     where the numpy update would have trained it as a plain QNetwork without a word."""
     from cairn.algorithms.dqn.learn import numpy_dqn_learn
