@@ -21,9 +21,17 @@ from torch import nn
 from cairn._compat.torch_internals import own_tables
 
 __all__ = ["NUMPY_ACTIVATIONS", "Dense", "LiveViews", "View", "affine", "dense_stack", "in_torch", "linear",
-           "lstm_cell"]
+           "lstm_cell", "reduce_any", "reduce_max", "reduce_sum"]
 
 NumpyFn = Callable[[np.ndarray], np.ndarray]
+
+# The acting path reduces a few rows per call (mask checks, sampling), where numpy's fixed cost
+# per operation is most of the time. These are the ufuncs' own ``reduce``: what ``ndarray.any`` /
+# ``.max`` / ``.sum`` run after a Python wrapper (numpy/_core/_methods.py), the same reduction and
+# the same bits without the wrapper (tests/policy/test_acting_reductions.py).
+reduce_any = np.logical_or.reduce
+reduce_max = np.maximum.reduce
+reduce_sum = np.add.reduce
 #: A dense layer as numpy views: ``(weight [in, out], bias [out])``.
 Dense = tuple[np.ndarray, np.ndarray]
 #: What :class:`LiveViews` hands a network's ``take``: a tensor's numpy view, recorded for the watch.

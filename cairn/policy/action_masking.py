@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ActionMaskError, ConfigError, ObservationSpaceError
-from cairn.numpy_acting import in_torch
+from cairn.numpy_acting import in_torch, reduce_any
 from cairn.spaces import ObservationPreprocessor
 
 __all__ = [
@@ -196,9 +196,6 @@ def mask_scores(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 _MASKED_SCORE32 = np.float32(MASKED_SCORE)
-#: ``ndarray.any`` without its Python wrapper (numpy/_core/_methods.py runs this reduction): the
-#: acting path checks masks on a few rows per call, where that wrapper is a good part of the cost.
-_any = np.logical_or.reduce
 
 
 def _mask_scores_numpy(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -278,9 +275,9 @@ def check_masks(mask: np.ndarray, sizes: Sequence[int]) -> None:
     """Raise :class:`~cairn.errors.ActionMaskError` when a row of ``mask`` (``[B, sum(sizes)]``)
     leaves some (sub-)action without a legal choice."""
     segments = _segments(mask, sizes)
-    legal = _any(segments[0] > 0.5, axis=1)  # per row: whether each (sub-)action has a legal choice
+    legal = reduce_any(segments[0] > 0.5, axis=1)  # per row: whether each (sub-)action has a legal choice
     for segment in segments[1:]:
-        legal &= _any(segment > 0.5, axis=1)
+        legal &= reduce_any(segment > 0.5, axis=1)
     if not np.logical_and.reduce(legal):
         rows = tuple(int(i) for i in np.flatnonzero(~legal))
         raise ActionMaskError(
@@ -299,7 +296,7 @@ def legal_actions(raw: np.ndarray, inputs: np.ndarray, mask: np.ndarray, sizes: 
     fixed = None
     for k, (segment, scores) in enumerate(zip(_segments(mask, sizes), _segments(inputs, sizes))):
         illegal = segment[rows, columns[:, k]] <= 0.5
-        if _any(illegal):
+        if reduce_any(illegal):
             fixed = columns.copy() if fixed is None else fixed
             fixed[illegal, k] = scores[illegal].argmax(axis=1)
     return raw if fixed is None else fixed.reshape(raw.shape)

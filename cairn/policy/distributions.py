@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from cairn.numpy_acting import reduce_max, reduce_sum
+
 __all__ = [
     "ActionDistribution",
     "Categorical",
@@ -91,23 +93,17 @@ def _sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> tor
     return (cdf < u).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
 
 
-# The acting path runs these on a few rows per call, where numpy's fixed cost per operation is
-# most of the time: reductions call the ufuncs' ``reduce`` directly (what ``ndarray.max`` /
-# ``.sum`` / ``.any`` run after a Python wrapper, numpy/_core/_methods.py: the same reduction,
-# the same bits), and the count of CDF entries below the draw is taken as int64 at once.
-_max = np.maximum.reduce
-_count = np.add.reduce
-
 
 def _categorical_cdf(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(max [B, 1], unnormalised CDF [B, n])`` of each row's softmax."""
-    top = _max(logits, axis=-1, keepdims=True)
+    top = reduce_max(logits, axis=-1, keepdims=True)
     return top, np.cumsum(np.exp(logits - top), axis=-1)
 
 
 def _draw_from_cdf(cdf: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     u = rng.random((cdf.shape[0], 1), dtype=np.float32) * cdf[:, -1:]
-    return np.minimum(_count(cdf < u, axis=-1, dtype=np.int64), cdf.shape[-1] - 1)
+    # The count of CDF entries below the draw, taken as int64 at once (no cast after the sum).
+    return np.minimum(reduce_sum(cdf < u, axis=-1, dtype=np.int64), cdf.shape[-1] - 1)
 
 
 def _sample_categorical_numpy(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
