@@ -25,7 +25,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         capacity: The number of transitions kept.
         alpha: How much prioritisation is used (0: uniform).
         beta: Importance-sampling correction (1: full correction).
-        epsilon: Added to every priority so that no transition becomes unsampleable.
+        epsilon: Added to every priority so that no transition becomes unsampleable. With 0, a
+            transition whose TD error is exactly 0 is not drawn again until it is replaced, and
+            the importance weights are normalised over the transitions that can be drawn.
         seed: Seeds the sampling generator.
     """
 
@@ -54,6 +56,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if self.size == 0:
             raise ValueError("Cannot sample from an empty replay buffer; add transitions first.")
         total = self.tree.total
+        if not total > 0:
+            raise ValueError(f"Every priority in the replay buffer is 0 (sum {total}): with epsilon=0, "
+                             "TD errors of exactly 0 leave nothing to draw. Use epsilon > 0 (the default "
+                             "is 1e-6).")
         targets = (np.arange(batch_size) + self.rng.random(batch_size)) * (total / batch_size)
         # Rounding can carry a target past the last filled leaf; keep it inside.
         indexes = np.minimum(self.tree.find(np.minimum(targets, np.nextafter(total, 0))), self.size - 1)
@@ -67,6 +73,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def update_priorities(self, indexes: np.ndarray, td_errors: np.ndarray) -> None:
         """Set the priorities of sampled slots from their absolute TD errors."""
         priorities = (np.abs(np.asarray(td_errors, dtype=np.float64)) + self.epsilon) ** self.alpha
+        if not np.isfinite(priorities).all():
+            # A NaN or infinite priority would make every later draw land on one slot without a word.
+            bad = np.asarray(td_errors)[~np.isfinite(priorities)]
+            raise ValueError(f"{len(bad)} TD errors give non-finite priorities (first: {bad[0]!r}); the "
+                             "priorities were left unchanged. The Q-network's outputs or targets diverged: "
+                             "lower the learning rate, clip rewards or gradients (grad_clip).")
         self.tree.update(np.asarray(indexes), priorities)
         self.max_priority = max(self.max_priority, float(priorities.max(initial=0.0)))
 

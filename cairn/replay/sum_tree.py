@@ -8,7 +8,9 @@ __all__ = ["SumTree"]
 
 
 class SumTree:
-    """Sums and minima of ``capacity`` non-negative priorities, kept in two implicit trees.
+    """Sums and smallest positive values of ``capacity`` non-negative priorities, kept in two
+    implicit trees (a priority of 0 can never be drawn, so it has no place in the minimum that
+    normalises importance weights: the minimum tree holds it as ``inf``).
 
     Node ``i`` has children ``2i`` and ``2i+1``; the leaves are ``[size, 2 * size)`` where
     ``size`` is ``capacity`` rounded up to a power of two. Every inner node is recomputed from
@@ -33,8 +35,8 @@ class SumTree:
         return float(self.sums[1])
 
     def min(self, count: int) -> float:
-        """The smallest priority among the first ``count`` leaves (the tree's minimum when all
-        other leaves are unset)."""
+        """The smallest positive priority among the first ``count`` leaves (the tree's minimum
+        when all other leaves are unset); ``inf`` when none is positive."""
         return float(self.mins[1]) if count else float("inf")
 
     def leaves(self, count: int) -> np.ndarray:
@@ -45,7 +47,7 @@ class SumTree:
         """Set the priorities of leaves ``indexes`` (later duplicates win) and fix the sums."""
         nodes = np.asarray(indexes, dtype=np.int64) + self.size
         self.sums[nodes] = priorities
-        self.mins[nodes] = priorities
+        self.mins[nodes] = _positive_or_inf(np.asarray(priorities, dtype=np.float64))
         self._propagate(np.unique(nodes // 2))
 
     def _propagate(self, nodes: np.ndarray) -> None:
@@ -62,7 +64,7 @@ class SumTree:
         self.sums[:] = 0.0
         self.mins[:] = np.inf
         self.sums[self.size : self.size + len(priorities)] = priorities
-        self.mins[self.size : self.size + len(priorities)] = priorities
+        self.mins[self.size : self.size + len(priorities)] = _positive_or_inf(priorities)
         level = self.size // 2
         while level >= 1:
             nodes = np.arange(level, 2 * level)
@@ -80,3 +82,7 @@ class SumTree:
             targets -= np.where(go_right, left, 0.0)
             nodes = 2 * nodes + go_right
         return nodes - self.size  # type: ignore[no-any-return]
+
+
+def _positive_or_inf(priorities: np.ndarray) -> np.ndarray:
+    return np.where(priorities > 0, priorities, np.inf)

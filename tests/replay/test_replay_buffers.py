@@ -152,7 +152,7 @@ def test_sum_tree_find_matches_cumulative_sum(priorities: list[float], data: st.
     tree = SumTree(len(p))
     tree.update(np.arange(len(p)), p)
     assert tree.total == pytest.approx(p.sum())
-    assert tree.min(len(p)) == p.min()
+    assert tree.min(len(p)) == p[p > 0].min()  # the smallest drawable priority (0 cannot be drawn)
     targets = np.array(data.draw(st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=20)))
     targets = targets * tree.total
     found = tree.find(targets)
@@ -194,6 +194,56 @@ def test_new_transitions_get_the_largest_priority() -> None:
     buffer.update_priorities(np.array([0, 1]), np.array([9.0, 1.0]))
     buffer.add(rows(2, 1))
     assert buffer.tree.leaves(3).tolist() == [3.0, 1.0, 3.0]
+
+
+def test_a_zero_priority_is_never_drawn_and_does_not_zero_the_weights() -> None:
+    """With epsilon=0 a TD error of exactly 0 gives priority 0. Such a transition cannot be drawn,
+    so the weights are normalised by the smallest *drawable* probability: before, the minimum was
+    0 and every weight came out 0 (the learner then learned nothing, with only a RuntimeWarning)."""
+    buffer = PrioritizedReplayBuffer(8, alpha=1.0, beta=1.0, epsilon=0.0, seed=0)
+    buffer.add(rows(0, 4))
+    buffer.update_priorities(np.arange(4), np.array([0.0, 1.0, 2.0, 4.0]))
+    sample = buffer.sample(20_000)
+    assert 0 not in sample["batch_indexes"]
+    probs = np.array([0.0, 1.0, 2.0, 4.0]) / 7.0
+    expected = (probs[1] / probs)[sample["batch_indexes"]]  # P_min / P(i) with beta=1, P_min over 1..3
+    np.testing.assert_allclose(sample["weights"], expected, rtol=1e-6)
+    assert sample["weights"].max() == 1.0
+
+
+def test_a_buffer_whose_priorities_are_all_zero_refuses_to_sample_and_names_epsilon() -> None:
+    buffer = PrioritizedReplayBuffer(8, alpha=0.6, epsilon=0.0, seed=0)
+    buffer.add(rows(0, 3))
+    buffer.update_priorities(np.arange(3), np.zeros(3))
+    with pytest.raises(ValueError, match="epsilon > 0"):
+        buffer.sample(4)
+    buffer.update_priorities(np.array([1]), np.array([0.5]))  # the buffer still works afterwards
+    assert set(buffer.sample(16)["batch_indexes"].tolist()) == {1}
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_td_errors_are_refused_and_leave_the_priorities_unchanged(bad: float) -> None:
+    """A NaN priority turns the tree's sums into NaN, after which every draw walks to one slot."""
+    buffer = PrioritizedReplayBuffer(8, alpha=0.6, seed=0)
+    buffer.add(rows(0, 4))
+    buffer.update_priorities(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+    sums, mins = buffer.tree.sums.copy(), buffer.tree.mins.copy()
+    with pytest.raises(ValueError, match="non-finite priorities"):
+        buffer.update_priorities(np.array([0, 2]), np.array([0.5, bad]))
+    np.testing.assert_array_equal(buffer.tree.sums, sums)
+    np.testing.assert_array_equal(buffer.tree.mins, mins)
+    assert buffer.max_priority == (4.0 + 1e-6) ** 0.6
+
+
+def test_a_rebuilt_tree_with_zero_priorities_equals_the_updated_one() -> None:
+    tree = SumTree(10)
+    tree.update(np.arange(10), np.array([0.0, 3.0, 0.0, 1.0, 2.0, 0.0, 5.0, 0.5, 0.0, 4.0]))
+    tree.update(np.array([3, 7]), np.array([0.0, 0.25]))
+    assert tree.min(10) == 0.25
+    rebuilt = SumTree(10)
+    rebuilt.rebuild(tree.leaves(10).copy())
+    np.testing.assert_array_equal(tree.sums, rebuilt.sums)
+    np.testing.assert_array_equal(tree.mins, rebuilt.mins)
 
 
 def test_prioritized_state_round_trip_is_exact() -> None:
