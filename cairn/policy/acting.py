@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from torch import nn
 
 from cairn.numpy_acting import in_torch
 from cairn.policy.action_masking import MaskedObservationPreprocessor, filter_features
@@ -45,12 +46,15 @@ class ObservationInput:
         return self.observation_filter.apply(processed)  # type: ignore[no-any-return]
 
 
-def action_inputs(model: Any, processed_obs: np.ndarray) -> np.ndarray:
-    """The distribution inputs (logits, or mean and log-std) ``model`` gives for processed
-    observations: through its ``numpy_action_inputs`` where it has one, else through
+def action_inputs(model: nn.Module, processed_obs: np.ndarray) -> np.ndarray:
+    """The distribution inputs (logits, or mean and log-std) ``model`` (a policy's network) gives
+    for processed observations: through its ``numpy_action_inputs`` where it has one, else through
     ``model.action_inputs`` under ``torch.inference_mode()``."""
     fast = getattr(model, "numpy_action_inputs", None)
-    return fast(processed_obs) if fast is not None else in_torch(model.action_inputs, processed_obs)  # type: ignore[no-any-return]
+    if fast is not None:
+        return fast(processed_obs)  # type: ignore[no-any-return]
+    # The network's own method (cairn.models.ActorCriticModel's contract), unseen on nn.Module.
+    return in_torch(model.action_inputs, processed_obs)  # type: ignore[arg-type]
 
 
 def raw_actions(

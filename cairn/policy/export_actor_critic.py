@@ -62,8 +62,10 @@ class ActorCriticModule(nn.Module):
 
     def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         x = self.observations(obs, action_mask)
-        inputs = self.model.action_inputs(x)
-        value = self.model.value(x)
+        # An actor-critic's methods (cairn.models.ActorCriticModel; checked by
+        # actor_critic_export_graph before this module is built), unseen on torch.nn.Module.
+        inputs = self.model.action_inputs(x)  # type: ignore[operator]
+        value = self.model.value(x)  # type: ignore[operator]
         action = self.to_env(self.dist.deterministic(inputs))
         if isinstance(self.dist, DiagGaussian):
             return action, inputs[:, : self.size], inputs[:, self.size :], value

@@ -98,8 +98,9 @@ def actor_critic_export_graph(policy: ExportedPolicy) -> ExportGraph:
         action = policy.compute_actions(observations, explore=False)
         x = torch.from_numpy(policy.process_observations(observations, update=False))
         with torch.inference_mode():
-            inputs = model.action_inputs(x).numpy()
-            value = model.value(x).numpy()
+            # The methods checked above (cairn.models.ActorCriticModel's), unseen on torch.nn.Module.
+            inputs = model.action_inputs(x).numpy()  # type: ignore[operator]
+            value = model.value(x).numpy()  # type: ignore[operator]
         if isinstance(dist, DiagGaussian):
             return [action, inputs[:, : dist.size], inputs[:, dist.size :], value]
         return [action, inputs, value]

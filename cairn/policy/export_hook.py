@@ -19,8 +19,10 @@ import torch
 from torch import nn
 
 from cairn.errors import ExportError
+from cairn.policy.action_masking import MaskedObservationPreprocessor
 from cairn.policy.distributions import ActionDistribution
 from cairn.policy.filters import MeanStdFilter, NoFilter
+from cairn.spaces import ObservationPreprocessor
 
 __all__ = [
     "BATCH",
@@ -40,7 +42,7 @@ class ExportedPolicy(Protocol):
     and the export modules, which it imports, name it here rather than import it back."""
 
     @property
-    def model(self) -> Any: ...
+    def model(self) -> nn.Module: ...
     @property
     def dist(self) -> ActionDistribution: ...
     @property
@@ -50,7 +52,7 @@ class ExportedPolicy(Protocol):
     @property
     def action_mask_size(self) -> int: ...
     @property
-    def preprocessor(self) -> Any: ...
+    def preprocessor(self) -> ObservationPreprocessor | MaskedObservationPreprocessor: ...
     @property
     def observation_filter(self) -> NoFilter | MeanStdFilter: ...
     @property

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
 from cairn.env_runner.sample_batch import ACTION_LOGP, SampleBatch
@@ -81,7 +82,7 @@ def ppo_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleB
     return LearnOutput(update_stats(list(stats), history, returns, values_np, policy))
 
 
-def behaviour_logp(batch: Any, policy: Policy, device: torch.device) -> torch.Tensor:
+def behaviour_logp(batch: SampleBatch, policy: Policy, device: torch.device) -> torch.Tensor:
     """The batch's ``action_logp`` column on ``device``: each action's log-probability under the
     weights that acted it, recorded by the env runner (docs/ppo.md, "Behaviour log-probabilities").
 
@@ -114,7 +115,7 @@ def update_stats(names: Sequence[str], history: Sequence[torch.Tensor], returns:
     return out
 
 
-def next_values(model: Any, batch: SampleBatch, values: np.ndarray) -> np.ndarray:
+def next_values(model: nn.Module, batch: SampleBatch, values: np.ndarray) -> np.ndarray:
     """``V(next_obs)`` of each row, for GAE.
 
     Inside a piece of a trajectory a row's next observation is the next row's observation, so
@@ -130,5 +131,6 @@ def next_values(model: Any, batch: SampleBatch, values: np.ndarray) -> np.ndarra
     if bootstrap.size:
         device = next(model.parameters()).device
         next_obs = torch.from_numpy(batch["next_obs"][bootstrap]).to(device)
-        next_vals[bootstrap] = model.value(next_obs).cpu().numpy()
+        # An actor-critic's method (cairn.models.ActorCriticModel), unseen on torch.nn.Module.
+        next_vals[bootstrap] = model.value(next_obs).cpu().numpy()  # type: ignore[operator]
     return next_vals

@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from cairn.algorithms.ppo.learn import behaviour_logp, update_stats
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
-from cairn.env_runner.sample_batch import batch_states
+from cairn.env_runner.sample_batch import SampleBatch, batch_states
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.policy import Policy
@@ -65,7 +66,7 @@ def padded_rows(starts: np.ndarray, lengths: np.ndarray, steps: int) -> tuple[np
     return rows, mask
 
 
-def _bootstrap_values(model: Any, batch: Any, obs: torch.Tensor, states: list[torch.Tensor],
+def _bootstrap_values(model: nn.Module, batch: SampleBatch, obs: torch.Tensor, states: list[torch.Tensor],
                       starts: np.ndarray, lengths: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``V(next_obs)`` of each row for GAE: the next row's value inside a piece, 0 at terminal
     steps, and at a truncated episode or fragment end the value of ``next_obs`` from the state
@@ -88,15 +89,15 @@ def _bootstrap_values(model: Any, batch: Any, obs: torch.Tensor, states: list[to
     return next_values
 
 
-def sequence_count(batch: Any, policy: Policy) -> int:
+def sequence_count(batch: SampleBatch, policy: Policy) -> int:
     """How many sequences :func:`learn_recurrent` cuts ``batch`` of ``policy`` into (the
     algorithm draws a permutation of them per epoch)."""
     max_seq_len = int(recurrent_settings(policy.config["model"])["max_seq_len"])
     return len(sequence_starts(batch["ends"], max_seq_len)[0])
 
 
-def learn_recurrent(config: Any, policy: Policy, sync: GradientSync, *, batch: Any, rewards: np.ndarray,
-                    permutations: Sequence[np.ndarray]) -> LearnOutput:
+def learn_recurrent(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleBatch,
+                    rewards: np.ndarray, permutations: Sequence[np.ndarray]) -> LearnOutput:
     """One PPO update of a recurrent ``policy`` on ``batch`` (``rewards``: the learner's, maybe
     normalised) with PPO's ``config``: one epoch per array of ``permutations`` (the order of
     the sequences in that epoch, drawn by the algorithm). Runs wherever the policy's learner
