@@ -21,7 +21,7 @@ def check_gradient_steps(key: str, value: Any) -> None:
         positive_int(key, value)
 
 
-def check_update_rounds(config: Any, algorithm: str) -> None:
+def check_update_rounds(config: ActorCriticConfig, algorithm: str) -> None:
     """ConfigError unless ``rollout_fragment_length`` is ``"auto"`` (or ``train_freq``) and at
     most one of ``training_intensity`` and ``gradient_steps`` is set (SAC's and TD3's rounds)."""
     fragment = config.rollout_fragment_length

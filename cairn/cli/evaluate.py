@@ -24,6 +24,7 @@ from cairn.errors import ReplayBufferNotRestoredWarning
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
+    from cairn.config.algorithm_config import AlgorithmConfig
 
 __all__ = ["add_parser", "run", "render_episode", "first_episode_seed", "write_frames"]
 
@@ -149,7 +150,7 @@ def _restore(checkpoint: str, overrides: dict[str, Any]) -> Any:
         raise CommandError(problem) from exc
 
 
-def _env_label(config: Any) -> str:
+def _env_label(config: AlgorithmConfig) -> str:
     """The environment as the report names it: its ID or registered name; for a creator, its
     name, after the game or module its env_config names (``ALE/Pong-v5 (make_atari_env)``)."""
     if isinstance(config.env, str):

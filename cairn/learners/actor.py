@@ -10,7 +10,7 @@ import datetime
 import os
 import socket
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,6 +19,9 @@ from cairn.learners.device import accelerator_report
 from cairn.learners.policy_sync import learned_parts
 from cairn.learners.sync import LOCAL_SYNC, DistributedGradientSync, GradientSync, LearnOutput
 from cairn.policy.policy import Policy
+
+if TYPE_CHECKING:
+    from cairn.config.algorithm_config import AlgorithmConfig
 
 __all__ = ["LearnerActor", "LearnFunction", "PROCESS_GROUP_TIMEOUT_S", "move_policy"]
 
@@ -46,7 +49,7 @@ class LearnerActor:
     an accelerator (``num_learners=0``, ``num_gpus_per_learner=1``), lent the driver's CPU
     policies' state on the device for each iteration."""
 
-    def __init__(self, config: Any, rank: int = 0, world_size: int = 1, *, device: str,
+    def __init__(self, config: AlgorithmConfig, rank: int = 0, world_size: int = 1, *, device: str,
                  num_threads: int | None = None) -> None:
         self.config = config
         self.device = torch.device(device)

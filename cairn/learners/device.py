@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from cairn.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cairn.config.algorithm_config import AlgorithmConfig
 
 __all__ = ["learner_device", "accelerator_report"]
 
@@ -20,7 +23,7 @@ def accelerator_report() -> str:
             f"and torch.backends.mps.is_available()={mps_available}")
 
 
-def learner_device(config: Any) -> torch.device:
+def learner_device(config: AlgorithmConfig) -> torch.device:
     """The device of the learner that ``config`` asks for (``build()`` checks it).
 
     ``num_gpus_per_learner=0``: the CPU. Otherwise ``cuda:0`` where torch sees a CUDA device,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,6 +35,9 @@ from cairn.learners.remote import RemoteLearners
 from cairn.learners.sync import LOCAL_SYNC, LearnOutput
 from cairn.policy.policy import Policy
 
+if TYPE_CHECKING:
+    from cairn.config.algorithm_config import AlgorithmConfig
+
 __all__ = ["LearnerGroup"]
 
 
@@ -44,7 +47,7 @@ class LearnerGroup:
     Build it once the policies exist; :meth:`stop` releases remote learners' resources.
     """
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: AlgorithmConfig) -> None:
         #: The in-process learner's device (the CPU with remote learners, whose GPUs are the
         #: Ray cluster's: RemoteLearners checks them).
         self.device = learner_device(config) if not config.num_learners else torch.device("cpu")

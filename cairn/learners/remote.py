@@ -12,7 +12,7 @@ N learners restores with any other number (docs/learners.md).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from cairn.errors import CairnError, ConfigError, LearnerFailedError
 from cairn.learners.actor import LearnerActor, LearnFunction
 from cairn.learners.sync import LearnOutput
 from cairn.ray_cluster import ensure_ray
+
+if TYPE_CHECKING:
+    from cairn.config.algorithm_config import AlgorithmConfig
 
 __all__ = ["RemoteLearners", "STARTUP_TIMEOUT_S"]
 
@@ -32,7 +35,7 @@ class RemoteLearners:
     and ``num_gpus_per_learner`` GPUs. Started when built; :meth:`update` starts a new group
     when an earlier one failed."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: AlgorithmConfig) -> None:
         self.config = config
         self.actors: list[Any] = []
         self.start()

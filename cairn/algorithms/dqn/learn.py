@@ -5,11 +5,11 @@ in-process CPU fast path of the same step."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import torch
 
+from cairn.algorithms.dqn.config import DQNConfig
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy, QValueModel
 from cairn.algorithms.dqn.loss import dqn_loss, q_targets
 from cairn.algorithms.dqn.numpy_update import numpy_dqn_update
@@ -29,7 +29,7 @@ def _q_values(model: QValueModel, obs: np.ndarray) -> np.ndarray:
         return model(torch.from_numpy(obs).to(device)).cpu().numpy()  # type: ignore[no-any-return]
 
 
-def dqn_targets(config: Any, policy: DQNPolicy, sample: Mapping[str, np.ndarray]) -> np.ndarray:
+def dqn_targets(config: DQNConfig, policy: DQNPolicy, sample: Mapping[str, np.ndarray]) -> np.ndarray:
     """The bootstrapped targets of a replayed minibatch (double-Q when configured); they need
     no gradient. A masked policy's targets read the next observations' masks: the maximum runs
     over legal actions, and a next state without one bootstraps nothing (:func:`q_targets`)."""
@@ -44,7 +44,7 @@ def dqn_targets(config: Any, policy: DQNPolicy, sample: Mapping[str, np.ndarray]
     )
 
 
-def dqn_learn(config: Any, policy: DQNPolicy, sync: GradientSync, *,
+def dqn_learn(config: DQNConfig, policy: DQNPolicy, sync: GradientSync, *,
               sample: Mapping[str, np.ndarray]) -> LearnOutput:
     """One gradient update of a DQN ``policy`` on a replayed ``sample`` in torch: targets
     over the whole minibatch, the TD loss of this learner's shard weighted by its share of the
@@ -77,7 +77,7 @@ def dqn_learn(config: Any, policy: DQNPolicy, sync: GradientSync, *,
     return LearnOutput(stats, td_errors)
 
 
-def numpy_dqn_learn(config: Any, policy: DQNPolicy, sync: GradientSync, *,
+def numpy_dqn_learn(config: DQNConfig, policy: DQNPolicy, sync: GradientSync, *,
                     sample: Mapping[str, np.ndarray]) -> LearnOutput:
     """:func:`dqn_learn`'s step written over numpy views (numpy_update.py), by a learner alone
     in this process (``update_backend``): the same statistics and TD errors as ``rows``."""

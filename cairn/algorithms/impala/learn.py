@@ -5,12 +5,12 @@ learners (:mod:`cairn.learners.sync` says how the work is shared)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
 
 from cairn.algorithms.impala.appo_policy import APPOPolicy
+from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.loss import appo_loss, impala_loss, update_kl_coeff
 from cairn.algorithms.impala.vtrace import VTraceReturns, vtrace
 from cairn.algorithms.ppo.learn import behaviour_logp, next_values, update_stats
@@ -50,7 +50,7 @@ def target_logp(policy: APPOPolicy, data: BatchTensors) -> torch.Tensor:
         return policy.dist.logp(policy.target_model(data.obs)[0], data.actions)
 
 
-def batch_vtrace(config: Any, policy: Policy, data: BatchTensors, *,
+def batch_vtrace(config: IMPALAConfig, policy: Policy, data: BatchTensors, *,
                  target_logp_rows: torch.Tensor | None) -> tuple[VTraceReturns, np.ndarray]:
     """V-trace's targets and advantages of the whole batch under the policy's current weights,
     and the values ``V(x_s)`` they were computed from (numpy).
@@ -77,7 +77,7 @@ def batch_vtrace(config: Any, policy: Policy, data: BatchTensors, *,
     return returns, values_np
 
 
-def vtrace_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleBatch,
+def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, batch: SampleBatch,
                  permutations: Sequence[np.ndarray], appo: bool) -> LearnOutput:
     """One IMPALA (``appo`` False) or APPO (``appo`` True, on an :class:`APPOPolicy`) update of
     ``policy`` on ``batch``: per
@@ -130,8 +130,8 @@ def vtrace_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: Samp
     return LearnOutput(update_stats(list(stats), history, returns, values_np, policy))
 
 
-def _loss(config: Any, policy: Policy, data: BatchTensors, targets: VTraceReturns, rows: torch.Tensor,
-          old_logp: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def _loss(config: IMPALAConfig, policy: Policy, data: BatchTensors, targets: VTraceReturns,
+          rows: torch.Tensor, old_logp: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss (a mean over ``rows``) and its statistics: IMPALA's, or APPO's when
     ``old_logp`` holds the target network's log-probabilities of the whole batch."""
     inputs, values = policy.model(data.obs[rows])
@@ -142,6 +142,7 @@ def _loss(config: Any, policy: Policy, data: BatchTensors, targets: VTraceReturn
         return impala_loss(logp, values, entropy, vs, pg_adv, vf_loss_coeff=config.vf_loss_coeff,
                            entropy_coeff=config.entropy_coeff)
     assert isinstance(policy, APPOPolicy)  # vtrace_learn checked it
+    assert isinstance(config, APPOConfig)  # APPO's own (Algorithm.__init__ checks config_class)
     behaviour, old = data.behaviour_logp[rows], old_logp[rows]
     kl = kl_estimate(old, logp, behaviour) if config.use_kl_loss else None
     loss, stats = appo_loss(logp, behaviour, old, values, entropy, vs, pg_adv, kl,
@@ -163,7 +164,7 @@ def kl_estimate(old_logp: torch.Tensor, logp: torch.Tensor, behaviour_logp: torc
     return weight * (torch.exp(log_r) - 1.0 - log_r)
 
 
-def after_train_batch(config: Any, policy: APPOPolicy, batch: SampleBatch) -> dict[str, float]:
+def after_train_batch(config: APPOConfig, policy: APPOPolicy, batch: SampleBatch) -> dict[str, float]:
     """APPO's step after each train batch ``batch`` was learnt: count it, and every
     ``target_network_update_freq`` of them adapt ``kl_coeff`` to the KL measured over the whole
     batch (``use_kl_loss``) and copy the network into the target network. Run by the algorithm

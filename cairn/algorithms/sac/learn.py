@@ -4,11 +4,11 @@ by a learner alone or as one rank of the DDP learners (:mod:`cairn.learners.sync
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import torch
 
+from cairn.algorithms.sac.config import SACConfig
 from cairn.algorithms.sac.loss import (
     actor_loss,
     alpha_loss,
@@ -22,7 +22,7 @@ from cairn.learners import GradientSync, LearnOutput
 __all__ = ["sac_learn"]
 
 
-def sac_learn(config: Any, policy: SACPolicy, sync: GradientSync, *,
+def sac_learn(config: SACConfig, policy: SACPolicy, sync: GradientSync, *,
               sample: Mapping[str, np.ndarray]) -> LearnOutput:
     """One gradient step of a SAC ``policy`` on a replayed ``sample``, in Stable-Baselines3's
     order: the temperature and the critics (one backward, disjoint parameters), the actor

@@ -5,11 +5,11 @@ and the targets' Polyak step; run by a learner alone or as one rank of the DDP l
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import torch
 
+from cairn.algorithms.td3.config import TD3Config
 from cairn.algorithms.td3.loss import (
     actor_loss,
     clipped_double_q_targets,
@@ -28,7 +28,7 @@ def actor_update_due(num_grad_updates: int, policy_delay: int) -> bool:
     return (num_grad_updates + 1) % policy_delay == 0
 
 
-def td3_learn(config: Any, policy: TD3Policy, sync: GradientSync, *,
+def td3_learn(config: TD3Config, policy: TD3Policy, sync: GradientSync, *,
               sample: Mapping[str, np.ndarray]) -> LearnOutput:
     """One gradient step of a TD3 ``policy`` on a replayed ``sample`` (Algorithm 1 of
     Fujimoto et al. 2018, in SB3's order): the critics towards the clipped double-Q target of
