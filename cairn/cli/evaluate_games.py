@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cairn.cli.common import ArgumentsError, UsageError, json_safe
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
+    from cairn.core import ScriptedOpponent
+    from cairn.policy.policy import Policy
 
 __all__ = ["DEFAULT_GAMES", "DEFAULT_MAIN", "check_arguments", "run_games"]
 
@@ -64,7 +66,7 @@ def _main_policy_id(algo: Algorithm, requested: str | None) -> str:
                      "one that plays with --policy-id.")
 
 
-def _opponent(algo: Algorithm, spec: str) -> Any:
+def _opponent(algo: Algorithm, spec: str) -> Policy | ScriptedOpponent:
     """A policy of the checkpoint named ``spec``, else the scripted opponent it names."""
     from cairn.env_runner.scripted_opponents import resolve_opponent
     from cairn.errors import ConfigError

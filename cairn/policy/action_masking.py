@@ -23,7 +23,7 @@ With a ``Box`` action space the key is an ordinary part of the observation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -33,6 +33,7 @@ from torch import nn
 
 from cairn.errors import ActionMaskError, ConfigError, ObservationSpaceError
 from cairn.numpy_acting import in_torch, reduce_any
+from cairn.policy.filters import MeanStdFilter, NoFilter
 from cairn.spaces import ObservationPreprocessor
 
 __all__ = [
@@ -165,7 +166,8 @@ def make_preprocessor(observation_space: gym.Space[Any], action_space: gym.Space
     return ObservationPreprocessor(observation_space)
 
 
-def filter_features(rows: np.ndarray, obs_filter: Any, size: int, *, update: bool) -> np.ndarray:
+def filter_features(rows: np.ndarray, obs_filter: NoFilter | MeanStdFilter, size: int, *,
+                    update: bool) -> np.ndarray:
     """Masked rows with ``obs_filter`` applied to (and, with ``update``, fed) their first
     ``size`` columns only; the mask is left as it is. Changes ``rows`` in place."""
     features = rows[:, :size]
@@ -222,7 +224,8 @@ class _MaskedModel(nn.Module):
     def extra(self, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (mask,) if self.passes_mask else ()
 
-    def numpy_outputs(self, net: Any, method: str, masked_torch: Any, rows: np.ndarray) -> np.ndarray:
+    def numpy_outputs(self, net: nn.Module, method: str, masked_torch: Callable[[torch.Tensor], torch.Tensor],
+                      rows: np.ndarray) -> np.ndarray:
         """Masked outputs for ``rows``: ``net``'s numpy ``method``, else ``masked_torch`` in torch."""
         fast = getattr(net, method, None)
         if fast is None or self.passes_mask:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from cairn._compat.torch_internals import foreach_mul_, foreach_norm
+
+if TYPE_CHECKING:
+    from cairn.policy.policy import Policy
 
 __all__ = ["TORCH_ACTIVATIONS", "uniform_fan_in_", "clip_grad_norm", "torch_threads",
            "SMALL_NETWORK_PARAMETERS"]
@@ -52,7 +55,7 @@ def clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float) -> tor
 
 
 @contextlib.contextmanager
-def torch_threads(setting: int | str, policies: Iterable[Any]) -> Iterator[None]:
+def torch_threads(setting: int | str, policies: Iterable[Policy]) -> Iterator[None]:
     """Run the block with torch's intra-op threads set per ``config.torch_num_threads``.
 
     ``"auto"``: one thread when every policy has fewer than ``SMALL_NETWORK_PARAMETERS``

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -48,7 +48,7 @@ class UpdateResult:
     td_errors: np.ndarray
 
 
-def numpy_update_unsupported(model: Any, optimizer: Any) -> str | None:
+def numpy_update_unsupported(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> str | None:
     """Why :func:`numpy_dqn_update` cannot stand in for the torch update of this pair, or None
     when it can: a :class:`QNetwork` (exactly that class, since a subclass may change the
     forward pass) with a ``relu`` or ``tanh`` activation, all of whose float32 CPU parameters,
@@ -96,7 +96,7 @@ def _network_unsupported(model: object) -> str | None:
     return None
 
 
-def supports_numpy_update(model: Any, optimizer: Any) -> bool:
+def supports_numpy_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> bool:
     """Whether :func:`numpy_dqn_update` can stand in for the torch update of this pair."""
     return numpy_update_unsupported(model, optimizer) is None
 
