@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cairn.algorithms.actor_critic_config import ActorCriticConfig
 from cairn.algorithms.algorithm import Algorithm
+from cairn.algorithms.dqn.config import DQNConfig
 from cairn.algorithms.replay_buffers import PolicyReplayBuffers, ReplayRatio
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.learners import LearnFunction
@@ -36,9 +38,12 @@ class OffPolicyAlgorithm(Algorithm):
     component of its state and checkpoints.
     """
 
+    #: DQN's config, or SAC's and TD3's (subclasses narrow it to their own).
+    config: DQNConfig | ActorCriticConfig
+
     def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
-        cfg: Any = self.config
+        cfg = self.config
         self.replay = PolicyReplayBuffers(cfg.replay_buffer_config, cfg.seed,
                                           gamma=cfg.gamma, n_step=cfg.n_step)
         self.replay_ratio = ReplayRatio(cfg.training_intensity or 1.0, cfg.minibatch_size)
@@ -59,7 +64,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     # ---------------------------------------------------------------------------- training
     def training_step(self) -> dict[str, dict[str, Any]]:
-        cfg: Any = self.config
+        cfg = self.config
         counters = self.counters
         history: dict[str, list[Sequence[float]]] = {}
         start = counters["num_env_steps_sampled_lifetime"]
@@ -88,7 +93,8 @@ class OffPolicyAlgorithm(Algorithm):
         """Gradient updates owed to ``pid`` after a round that added ``rows`` of its
         transitions (``rows`` may be 0). SAC's and TD3's: none without new transitions, else
         ``training_intensity``'s share of ``rows`` or ``gradient_steps`` (-1: ``rows``)."""
-        cfg: Any = self.config
+        cfg = self.config
+        assert isinstance(cfg, ActorCriticConfig)  # DQN (no gradient_steps) overrides this method
         if not rows:
             return 0
         if cfg.training_intensity is not None:
