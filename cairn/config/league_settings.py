@@ -41,6 +41,9 @@ class DrawnMapping:
 DEFAULT_SNAPSHOT_EVERY = 10
 
 
+_OPPONENTS_EXPECTED = '{name: "random_legal" | "module:function"} (a dict of strings)'
+
+
 def _fail(key: str, value: Any, expected: str) -> None:
     raise ConfigError(f"Config league {key}={value!r} is invalid: expected {expected}.")
 
@@ -65,7 +68,10 @@ def league_settings(**given: Any) -> dict[str, Any]:
     settings = {**LEAGUE_DEFAULTS, **given}
     if settings["snapshot_every_iterations"] is None and settings["snapshot_win_rate"] is None:
         settings["snapshot_every_iterations"] = DEFAULT_SNAPSHOT_EVERY
-    settings["opponents"] = dict(settings["opponents"] or {})
+    opponents = settings["opponents"]
+    if opponents is not None and not isinstance(opponents, Mapping):
+        _fail("opponents", opponents, _OPPONENTS_EXPECTED)  # dict() would take a list of pairs
+    settings["opponents"] = dict(opponents or {})
     fraction = settings["self_play_fraction"]
     if isinstance(fraction, int) and not isinstance(fraction, bool):
         settings["self_play_fraction"] = float(fraction)
@@ -96,7 +102,7 @@ def check_league(key: str, value: Any) -> None:
     opponents = value["opponents"]
     if not isinstance(opponents, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in opponents.items()):
-        _fail("opponents", opponents, '{name: "random_legal" | "module:function"} (strings)')
+        _fail("opponents", opponents, _OPPONENTS_EXPECTED)
     for name in opponents:
         if not validate_policy_id(name) or name == main:
             _fail("opponents", opponents, f"names that are valid policy IDs other than main {main!r}")

@@ -41,6 +41,8 @@ def test_win_rate_rule_alone_takes_no_iteration_rule():
     ({"max_snapshots": -1}, ["max_snapshots", "-1"]),
     ({"main": "../evil"}, ["main", "../evil"]),
     ({"opponents": {"rnd": 3}}, ["opponents", "strings"]),
+    ({"opponents": ["random_legal"]}, ["opponents", "['random_legal']", "{name:"]),  # a list, not a dict
+    ({"opponents": "random_legal"}, ["opponents", "'random_legal'", "{name:"]),
     ({"opponents": {"main": "random_legal"}}, ["opponents", "other than main"]),
     ({"evaluation_games": 0}, ["evaluation_games", "0"]),
 ])
