@@ -58,8 +58,8 @@ A run directory (--out; default {DEFAULT_RUN_DIR}) holds
   tensorboard/    TensorBoard event files (--tensorboard)
 
 --config takes files (YAML or JSON holding a config's to_dict() form) and KEY=VALUE settings
-(values are JSON: lr=0.001 model='{{"hidden": [32, 32]}}'); later ones win, and --env, --seed and
---algo override them. Without a stop criterion training stops after {DEFAULT_STOP_ITERS} iterations;
+(values are JSON: lr=0.001 model='{{"hidden": [32, 32]}}'), after one --config or several; later
+ones win, and --env, --seed and --algo override them. Without a stop criterion training stops after {DEFAULT_STOP_ITERS} iterations;
 stop criteria count from the start of the run, also after --resume.
 
 --resume RUN continues RUN from its latest checkpoint: iteration and step counters, random
@@ -83,7 +83,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="algorithm: a registered name (PPO, IMPALA, APPO, DQN, SAC, TD3) or "
                         "package.module:ClassName")
     p.add_argument("--env", default=None, help=ENV_HELP)
-    p.add_argument("--config", nargs="+", default=[], metavar="FILE|KEY=VALUE",
+    p.add_argument("--config", nargs="+", action="extend", default=[], metavar="FILE|KEY=VALUE",
                    help="config files (YAML/JSON) and KEY=VALUE settings; see below")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="seed of the run (config key 'seed')")
     p.add_argument("--stop-iters", type=int, default=None, metavar="N", help="stop after N iterations")

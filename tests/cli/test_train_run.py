@@ -232,3 +232,13 @@ def test_cairn_train_saves_every_n_timesteps(tmp_path: Path) -> None:
     # 128 env steps an iteration: 256 is passed at iterations 2 and 4 (the final save is 4 too).
     assert names == ["checkpoint_000002", "checkpoint_000004"]
     assert json.loads((tmp_path / "run" / "run.json").read_text())["checkpoint_every_timesteps"] == 256
+
+
+def test_repeated_config_options_all_apply():
+    """``--config a=1 --config b=2`` keeps both, in order (argparse's default "store" silently
+    kept only the last one, so a run trained with settings its user never saw dropped)."""
+    from cairn.cli.app import build_parser
+
+    args = build_parser().parse_args(["train", "--config", "train_batch_size=128", "lr=0.01",
+                                      "--config", "num_epochs=1", "--config", "lr=0.02"])
+    assert args.config == ["train_batch_size=128", "lr=0.01", "num_epochs=1", "lr=0.02"]
