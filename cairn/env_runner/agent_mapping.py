@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+import gymnasium as gym
 import numpy as np
 
 from cairn.core import ScriptedOpponent
 from cairn.env_runner.recurrent_state import RecurrentStates
-from cairn.env_runner.scripted_opponents import resolve_opponent, split_observation
+from cairn.env_runner.scripted_opponents import check_discrete_action, resolve_opponent, split_observation
 from cairn.policy_ids import check_mapped_policy_id
 
 if TYPE_CHECKING:
@@ -100,8 +101,13 @@ class AgentSampler:
         drawn from the runner's generator (saved with the runner: a resumed run draws the same)."""
         opponent = self.scripted(pid)
         assert opponent is not None, pid  # callers ask for the actions of scripted seats only
-        observation, mask = split_observation(observation, info, env.action_space(agent))
-        return opponent(observation, mask, self.runner.rng)
+        space = env.action_space(agent)
+        observation, mask = split_observation(observation, info, space)
+        action = opponent(observation, mask, self.runner.rng)
+        if isinstance(space, gym.spaces.Discrete):
+            spec = self.scripted_opponents()[pid]
+            check_discrete_action(action, space, f"scripted opponent {pid!r} ({spec!r})")
+        return action
 
     def agents_in_flight(self) -> list[list[Any]]:
         """Per env: the agents of its episode in flight (with an observation to act on, or a

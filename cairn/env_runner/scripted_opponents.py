@@ -24,7 +24,8 @@ from cairn.core import ScriptedOpponent
 from cairn.errors import CheckpointConfigError, ConfigError, EnvError
 from cairn.registry import resolve_reference
 
-__all__ = ["ScriptedOpponent", "RANDOM_LEGAL", "random_legal", "resolve_opponent", "split_observation"]
+__all__ = ["ScriptedOpponent", "RANDOM_LEGAL", "check_discrete_action", "random_legal", "resolve_opponent",
+           "split_observation"]
 
 #: The name of the built-in opponent that plays a uniformly random legal action.
 RANDOM_LEGAL = "random_legal"
@@ -96,3 +97,15 @@ def split_observation(observation: Any, info: Any, action_space: Any) -> tuple[A
     if isinstance(action_space, gym.spaces.Discrete):
         return observation, np.ones(int(action_space.n), np.int8)
     return observation, None
+
+
+def check_discrete_action(action: Any, action_space: gym.spaces.Discrete, who: str) -> int:
+    """The index (from 0) of ``action`` in ``action_space``, or :class:`~cairn.errors.EnvError`
+    naming ``who`` (a player: "the opponent", "scripted opponent 'x' (...)") for anything that
+    is not one of its actions (gymnasium's ``contains``: an integer in range, not a float or a
+    string), checked before the env sees it (PettingZoo's own check is a bare AssertionError, and
+    a game without one would play it)."""
+    if not action_space.contains(action):
+        raise EnvError(f"{who} played {action!r}, outside the action space {action_space}; a player must "
+                       "return an action of the space (a scripted opponent: one the mask allows, an int).")
+    return int(action) - int(action_space.start)

@@ -31,8 +31,8 @@ import numpy as np
 
 from cairn.core import PolicyLike, ScriptedOpponent
 from cairn.env_runner.make_env import close_env, is_multi_agent_env, is_turn_based_env
-from cairn.env_runner.scripted_opponents import split_observation
-from cairn.errors import ConfigError, EnvError
+from cairn.env_runner.scripted_opponents import check_discrete_action, split_observation
+from cairn.errors import ConfigError
 
 __all__ = ["GameResults", "play_games", "two_player_agents"]
 
@@ -111,11 +111,7 @@ class _Player:
             action, self.state = self.actor.compute_single_action(observation, explore=False,
                                                                   state=self.state)
         if isinstance(self.action_space, gym.spaces.Discrete):
-            index = int(action) - int(self.action_space.start)
-            if not 0 <= index < int(self.action_space.n):
-                raise EnvError(f"{self.who} played {action!r}, outside the action space {self.action_space}; "
-                               "a player must return an action of the space (a scripted opponent: "
-                               "one the mask allows).")
+            index = check_discrete_action(action, self.action_space, self.who)
             if mask is not None and not mask[index]:
                 self.illegal_moves += 1
         return action

@@ -98,3 +98,13 @@ def make_rounds_of_rock_paper_scissors(env_config: dict) -> Any:
 def small_parallel_league(**league: Any) -> cairn.AlgorithmConfig:
     """:func:`small_league` on :class:`RoundsOfRockPaperScissors` (five rounds), a parallel game."""
     return small_league(**league).environment(make_rounds_of_rock_paper_scissors, env_config={"rounds": 5})
+
+
+def out_of_space(observation: Any, action_mask: Any, rng: Any) -> int:
+    """A broken scripted opponent (``"tests.league.games:out_of_space"``): column 9 of seven."""
+    return 9
+
+
+def not_an_action(observation: Any, action_mask: Any, rng: Any) -> str:
+    """A broken scripted opponent (``"tests.league.games:not_an_action"``): a name, not an index."""
+    return "left"

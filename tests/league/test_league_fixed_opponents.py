@@ -14,11 +14,11 @@ import pytest
 from pettingzoo.classic import connect_four_v3, rps_v2
 
 from cairn.config.league_settings import league_settings
-from cairn.errors import CheckpointFormatError, ConfigError
+from cairn.errors import CheckpointFormatError, ConfigError, EnvError
 from cairn.league import League
 from tests.conftest import ROOT
 from tests.helpers import weights_digest
-from tests.league.games import CountingRandomLegal, small_league
+from tests.league.games import CountingRandomLegal, make_rounds_of_rock_paper_scissors, small_league
 from tests.league.test_league_resume import _CONTINUE
 
 FIXED = {"random_legal": "random_legal", "heuristic": "cairn.envs.connect_four:connect_four_heuristic"}
@@ -138,5 +138,25 @@ def test_an_edited_scripted_move_in_flight_is_refused():
             json.dumps(state["current_obs"][scripted[0]]["agent_pids"])
         runner.set_state(state)  # the unedited state restores
         assert runner.sample(4)
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("game", ["turn-based", "parallel"])
+@pytest.mark.parametrize("name, played", [("out_of_space", "9"), ("not_an_action", "'left'")])
+def test_a_scripted_move_outside_the_space_is_an_error_naming_the_opponent(game, name, played):
+    # Before, the turn-based runner let PettingZoo's bare "AssertionError: action is not in action
+    # space" through, and a parallel game without its own check played the bad action.
+    config = small_league(opponents={"broken": f"tests.league.games:{name}"}, self_play_fraction=0.0)
+    if game == "parallel":
+        config = config.environment(make_rounds_of_rock_paper_scissors, env_config={"rounds": 5})
+    algo = config.build()
+    try:
+        space = r"Discrete\(7\)" if game == "turn-based" else r"Discrete\(3\)"
+        words = rf"scripted opponent 'broken' \('tests.league.games:{name}'\) played {played}, outside the action space {space}"
+        with pytest.raises(EnvError, match=words):
+            algo.train()
+        with pytest.raises(EnvError, match=words):  # the same clear error again, not a broken runner
+            algo.train()
     finally:
         algo.stop()
