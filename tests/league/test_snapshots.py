@@ -83,3 +83,38 @@ def test_a_snapshot_the_user_removes_leaves_the_pool_and_training_goes_on():
         assert set(result["league"]["pool"]) == {"main_v2", "main_v3"}
     finally:
         algo.stop()
+
+
+def test_incremental_saves_of_a_league_rewrite_only_main(tmp_path):
+    """Issue 39: with incremental saves a league checkpoint rewrites only what changed. The
+    snapshots (frozen, acting as opponents) keep the weights file of the previous checkpoint
+    (a hard link), main's is written anew, and the checkpoint restores the live state."""
+    import os
+
+    import cairn
+    from cairn.checkpoint import load_algorithm_state
+    from tests.helpers import assert_trees_equal
+
+    arrays = "policy_state.safetensors"
+    algo = small_league(max_snapshots=None, self_play_fraction=0.0).build()
+    manager = cairn.CheckpointManager(tmp_path / "run", keep_last=None)
+    try:
+        paths = []
+        for _ in range(3):
+            paths.append(manager.save(algo, algo.train()))
+        first, second, third = (str(p) for p in paths)
+        assert algo.league.pool == ["main_v1", "main_v2", "main_v3"]
+        assert algo.league.get_state()["payoff"]["table"]["main_v1"]  # the snapshots played
+
+        def inode(path: str, pid: str) -> int:
+            return os.stat(f"{path}/policies/{pid}/{arrays}").st_ino
+
+        assert inode(first, "main_v1") == inode(second, "main_v1") == inode(third, "main_v1")
+        assert inode(second, "main_v2") == inode(third, "main_v2")
+        assert inode(second, "main") != inode(third, "main")
+        stored = load_algorithm_state(third)["policies"]
+        assert sorted(stored) == sorted(algo.policies)
+        for pid, policy in algo.policies.items():
+            assert_trees_equal(stored[pid], policy.get_state(), pid)
+    finally:
+        algo.stop()
