@@ -12,6 +12,7 @@ import numpy as np
 from cairn.core import ScriptedOpponent
 from cairn.env_runner.recurrent_state import RecurrentStates
 from cairn.env_runner.scripted_opponents import check_discrete_action, resolve_opponent, split_observation
+from cairn.errors import EnvError
 from cairn.policy_ids import check_mapped_policy_id
 
 if TYPE_CHECKING:
@@ -98,15 +99,24 @@ class AgentSampler:
     def scripted_action(self, pid: str, env: Any, agent: Any, observation: Any, info: Any) -> Any:
         """The action of ``agent``, seated by the scripted opponent named ``pid``, on its raw
         ``observation`` and ``info`` (:func:`~cairn.env_runner.scripted_opponents.split_observation`),
-        drawn from the runner's generator (saved with the runner: a resumed run draws the same)."""
+        drawn from the runner's generator (saved with the runner: a resumed run draws the same).
+        An action outside a Discrete space, or one its action mask forbids, is an EnvError naming
+        the opponent (games in training have no illegal-move count: a forfeit would pass for
+        main's win)."""
         opponent = self.scripted(pid)
         assert opponent is not None, pid  # callers ask for the actions of scripted seats only
         space = env.action_space(agent)
         observation, mask = split_observation(observation, info, space)
         action = opponent(observation, mask, self.runner.rng)
         if isinstance(space, gym.spaces.Discrete):
-            spec = self.scripted_opponents()[pid]
-            check_discrete_action(action, space, f"scripted opponent {pid!r} ({spec!r})")
+            who = f"scripted opponent {pid!r} ({self.scripted_opponents()[pid]!r})"
+            index = check_discrete_action(action, space, who)
+            if mask is not None and not mask[index]:
+                # Played, the env would end the game as the opponent's forfeit, and main's win rate,
+                # rating and payoff against it would silently count a broken opponent's moves.
+                raise EnvError(f"{who} played {action!r}, which its action mask forbids (legal: "
+                               f"{(np.flatnonzero(mask) + int(space.start)).tolist()}). Fix the opponent: it "
+                               "must play an action its action_mask allows.")
         return action
 
     def agents_in_flight(self) -> list[list[Any]]:

@@ -108,3 +108,12 @@ def out_of_space(observation: Any, action_mask: Any, rng: Any) -> int:
 def not_an_action(observation: Any, action_mask: Any, rng: Any) -> str:
     """A broken scripted opponent (``"tests.league.games:not_an_action"``): a name, not an index."""
     return "left"
+
+
+def first_forbidden(observation: Any, action_mask: Any, rng: Any) -> int:
+    """A broken scripted opponent (``"tests.league.games:first_forbidden"``): the first action its
+    mask forbids (in tic-tac-toe, a taken square from its second move on), else the first."""
+    import numpy as np
+
+    forbidden = np.flatnonzero(np.asarray(action_mask) == 0)
+    return int(forbidden[0]) if forbidden.size else 0

@@ -14,6 +14,7 @@ import pytest
 from pettingzoo.classic import connect_four_v3, rps_v2
 
 from cairn.config.league_settings import league_settings
+from cairn.envs.pettingzoo_env import make_pettingzoo_env
 from cairn.errors import CheckpointFormatError, ConfigError, EnvError
 from cairn.league import League
 from tests.conftest import ROOT
@@ -157,6 +158,19 @@ def test_a_scripted_move_outside_the_space_is_an_error_naming_the_opponent(game,
         with pytest.raises(EnvError, match=words):
             algo.train()
         with pytest.raises(EnvError, match=words):  # the same clear error again, not a broken runner
+            algo.train()
+    finally:
+        algo.stop()
+
+
+def test_a_scripted_move_its_mask_forbids_is_an_error_in_training():
+    # Played, the env would end the game as the opponent's forfeit: main's win rate, rating and
+    # payoff against it (what keep_best and PFSP read) would count the broken opponent's losses.
+    config = small_league(opponents={"broken": "tests.league.games:first_forbidden"}, self_play_fraction=0.0)
+    algo = config.environment(make_pettingzoo_env, env_config={"env_module": "pettingzoo.classic.tictactoe_v3"}).build()
+    try:
+        with pytest.raises(EnvError, match=r"scripted opponent 'broken' \('tests.league.games:first_forbidden'\) "
+                                           r"played \d, which its action mask forbids"):
             algo.train()
     finally:
         algo.stop()
