@@ -248,7 +248,10 @@ class Algorithm:
         replace the mapping and the learning policies where given. The ID (a safe directory
         name, unique ignoring case) and the new mapping (against the environment's agents) are
         checked before anything changes. A new ``policy_mapping_fn`` applies from each env's
-        next episode: the episodes in flight keep their mapping (docs/multi-agent.md)."""
+        next episode: the episodes in flight keep their mapping (docs/multi-agent.md). With a
+        league, the IDs ``"<main>_v<n>"`` are its snapshots' (a ConfigError here)."""
+        if self.league is not None:
+            self.league.check_added_policy(policy_id)
         self._change_policies(config_adding_policy(self.config, policy_id, spec_or_policy,
                                                    policy_mapping_fn=policy_mapping_fn,
                                                    policies_to_train=policies_to_train),

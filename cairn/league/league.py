@@ -10,6 +10,7 @@ become ``result["league"]``). Its state is JSON numbers plus the generator's sta
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,8 @@ class League:
         #: for each env copy's current episode (its later agents are mapped from it).
         self.plans: dict[str, dict[str, Any]] = {}
         self.mapping = LeagueMapping(self)
+        #: The snapshot ID the league is adding now (Algorithm.add_policy takes that one only).
+        self.adding: str | None = None
         #: The fixed opponents of ``settings["opponents"]``, resolved now through the one resolver
         #: (a bad spec fails the build, not a later evaluation).
         self.fixed_opponents = {name: resolve_opponent(spec)
@@ -128,21 +131,41 @@ class League:
 
     def _take_snapshot(self, algo: PolicyPool) -> None:
         """Add main's next snapshot to the algorithm and the pool. The pool ends up holding it
-        exactly when the algorithm does, whether ``add_policy`` succeeds or raises."""
+        exactly when the algorithm does, whether ``add_policy`` succeeds or raises; a policy
+        of its name that the league did not take (configured so) is a ConfigError, never
+        replaced (``add_policy`` replaces a policy of the same ID)."""
         pid = snapshot_id(self.main, self.snapshots_taken + 1)
+        if pid in algo.policies:
+            raise ConfigError(
+                f"The league's next snapshot is {pid!r}, but the algorithm has a policy {pid!r} that is not "
+                f"one of its snapshots (configured with that name?); the snapshot would replace it. IDs "
+                f"'{self.main}_v<n>' are the league's snapshots. Fix: rename that policy, or remove it "
+                f"(algo.remove_policy({pid!r})).")
         # In the pool before add_policy sends the config (and this league with its mapping) to
         # remote runners, so that their copies can draw it.
-        existed = pid in algo.policies  # someone else's policy of that name: add_policy refuses it
         self.pool.append(pid)
+        self.adding = pid
         try:
             add_snapshot(algo, self.main, pid)
         finally:
-            if pid in algo.policies and not existed:  # also when add_policy raised after taking it
+            self.adding = None
+            if pid in algo.policies:  # also when add_policy raised after taking it
                 self.snapshots_taken += 1
                 self.ratings.ensure(pid, like=self.main)
                 self.payoff.recent_against_snapshots.clear()
             else:
                 self.pool.remove(pid)
+
+    def check_added_policy(self, policy_id: str) -> None:
+        """ConfigError for a policy that someone other than the league adds under a snapshot's
+        ID (``"<main>_v<n>"``): the league would replace it with its own snapshot of that
+        number, or it would sit outside the pool under a snapshot's name (Algorithm.add_policy
+        asks first)."""
+        if policy_id != self.adding and re.fullmatch(rf"{re.escape(self.main)}_v[0-9]+", policy_id):
+            raise ConfigError(
+                f"add_policy({policy_id!r}): IDs '{self.main}_v<n>' are the league's snapshots, which it takes "
+                "and numbers itself (config.league(snapshot_every_iterations=..., snapshot_win_rate=...)). "
+                "Fix: add the policy under another ID.")
 
     def remove_snapshot(self, algo: PolicyPool, pid: str) -> None:
         """Remove the pool's snapshot ``pid`` from the pool and the algorithm (the oldest when

@@ -118,3 +118,51 @@ def test_incremental_saves_of_a_league_rewrite_only_main(tmp_path):
             assert_trees_equal(stored[pid], policy.get_state(), pid)
     finally:
         algo.stop()
+
+
+def test_a_policy_added_under_a_snapshot_name_is_refused():
+    # Before, add_policy("main_v2", ...) was taken; at the end of the next iteration the league's
+    # snapshot main_v2 silently replaced it, was left out of the pool, and so at every iteration
+    # after: the pool never grew again and no error said why.
+    from cairn.policy.policy import Policy
+
+    algo = small_league(max_snapshots=1).build()
+    try:
+        algo.train()
+        algo.train()  # main_v2 in, main_v1 out (max_snapshots=1)
+        assert algo.league.pool == ["main_v2"]
+        other = Policy.from_state(algo.get_policy("main").get_state(copy=True))
+        for pid in ("main_v3", "main_v1", "main_v2"):  # the next snapshot's, a removed one's, a pool member's
+            with pytest.raises(ConfigError, match=rf"add_policy\('{pid}'\).*'main_v<n>' are the league's snapshots"):
+                algo.add_policy(pid, other)
+        assert sorted(algo.policies) == ["main", "main_v2"]
+        algo.add_policy("sparring", other, policies_to_train=["main"])  # any other name is a user's
+        assert algo.train()["league"]["pool"] == ["main_v3"]
+        assert sorted(algo.policies) == ["main", "main_v3", "sparring"]
+    finally:
+        algo.stop()
+
+
+def test_a_configured_policy_named_like_the_next_snapshot_is_an_error_not_replaced():
+    import numpy as np
+    from pettingzoo.classic import connect_four_v3
+
+    import cairn
+
+    env = connect_four_v3.env()
+    spaces = cairn.PolicySpec(observation_space=env.observation_space("player_0"),
+                              action_space=env.action_space("player_0"))
+    algo = (small_league().multi_agent(policies={"main": cairn.PolicySpec(), "main_v1": spaces},
+                                       policies_to_train=["main"]).build())
+    try:
+        before = algo.get_policy("main_v1").get_weights()
+        assert any(not np.array_equal(w, algo.get_policy("main").get_weights()[k]) for k, w in before.items())
+        for _ in range(2):  # the same clear error each time, the user's policy kept
+            with pytest.raises(ConfigError, match=r"next snapshot is 'main_v1'.*has a policy 'main_v1'"):
+                algo.train()
+            after = algo.get_policy("main_v1").get_weights()
+            assert all(np.array_equal(after[k], w) for k, w in before.items()) and algo.league.pool == []
+        algo.remove_policy("main_v1")
+        assert algo.train()["league"]["pool"] == ["main_v1"]
+    finally:
+        algo.stop()
