@@ -80,6 +80,7 @@ def test_cairn_train_league_shows_win_rate_and_rating(tmp_path, capsys):
     assert "return_mean" not in lines[0]
     saved = json.loads((run / "config.json").read_text())
     assert saved["league_config"]["matchmaking"] == "pfsp" and list(saved["policies"]) == ["main"]
+    assert saved["league_config"]["snapshot_every_iterations"] == 10  # the issue's --league default
     assert saved["league_config"]["opponents"] == {"random_legal": "random_legal"}
     header = (run / "progress.csv").read_text().splitlines()[0]
     assert "league/rating/main" in header and "league/games" in header
