@@ -59,8 +59,8 @@ A run directory (--out; default {DEFAULT_RUN_DIR}) holds
 
 --config takes files (YAML or JSON holding a config's to_dict() form) and KEY=VALUE settings
 (values are JSON: lr=0.001 model='{{"hidden": [32, 32]}}'), after one --config or several; later
-ones win, and --env, --seed and --algo override them. Without a stop criterion training stops after {DEFAULT_STOP_ITERS} iterations;
-stop criteria count from the start of the run, also after --resume.
+ones win, and --env, --seed and --algo override them. Without a stop criterion training stops
+after {DEFAULT_STOP_ITERS} iterations; stop criteria count from the start of the run, also after --resume.
 
 --resume RUN continues RUN from its latest checkpoint: iteration and step counters, random
 generators, optimizer state and the metrics window go on, and the log files are appended. Its stop

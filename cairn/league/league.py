@@ -163,9 +163,9 @@ class League:
         asks first)."""
         if policy_id != self.adding and re.fullmatch(rf"{re.escape(self.main)}_v[0-9]+", policy_id):
             raise ConfigError(
-                f"add_policy({policy_id!r}): IDs '{self.main}_v<n>' are the league's snapshots, which it takes "
-                "and numbers itself (config.league(snapshot_every_iterations=..., snapshot_win_rate=...)). "
-                "Fix: add the policy under another ID.")
+                f"add_policy({policy_id!r}): IDs '{self.main}_v<n>' are the league's snapshots, which it "
+                "takes and numbers itself (config.league(snapshot_every_iterations=..., "
+                "snapshot_win_rate=...)). Fix: add the policy under another ID.")
 
     def remove_snapshot(self, algo: PolicyPool, pid: str) -> None:
         """Remove the pool's snapshot ``pid`` from the pool and the algorithm (the oldest when

@@ -154,7 +154,8 @@ def test_a_scripted_move_outside_the_space_is_an_error_naming_the_opponent(game,
     algo = config.build()
     try:
         space = r"Discrete\(7\)" if game == "turn-based" else r"Discrete\(3\)"
-        words = rf"scripted opponent 'broken' \('tests.league.games:{name}'\) played {played}, outside the action space {space}"
+        words = (rf"scripted opponent 'broken' \('tests.league.games:{name}'\) played {played}, "
+                 rf"outside the action space {space}")
         with pytest.raises(EnvError, match=words):
             algo.train()
         with pytest.raises(EnvError, match=words):  # the same clear error again, not a broken runner
@@ -167,10 +168,12 @@ def test_a_scripted_move_its_mask_forbids_is_an_error_in_training():
     # Played, the env would end the game as the opponent's forfeit: main's win rate, rating and
     # payoff against it (what keep_best and PFSP read) would count the broken opponent's losses.
     config = small_league(opponents={"broken": "tests.league.games:first_forbidden"}, self_play_fraction=0.0)
-    algo = config.environment(make_pettingzoo_env, env_config={"env_module": "pettingzoo.classic.tictactoe_v3"}).build()
+    tictactoe = {"env_module": "pettingzoo.classic.tictactoe_v3"}
+    algo = config.environment(make_pettingzoo_env, env_config=tictactoe).build()
     try:
-        with pytest.raises(EnvError, match=r"scripted opponent 'broken' \('tests.league.games:first_forbidden'\) "
-                                           r"played \d, which its action mask forbids"):
+        words = (r"scripted opponent 'broken' \('tests.league.games:first_forbidden'\) played \d, "
+                 "which its action mask forbids")
+        with pytest.raises(EnvError, match=words):
             algo.train()
     finally:
         algo.stop()

@@ -133,7 +133,7 @@ def test_a_policy_added_under_a_snapshot_name_is_refused():
         assert algo.league.pool == ["main_v2"]
         other = Policy.from_state(algo.get_policy("main").get_state(copy=True))
         for pid in ("main_v3", "main_v1", "main_v2"):  # the next snapshot's, a removed one's, a pool member's
-            with pytest.raises(ConfigError, match=rf"add_policy\('{pid}'\).*'main_v<n>' are the league's snapshots"):
+            with pytest.raises(ConfigError, match=rf"add_policy\('{pid}'\).*'main_v<n>' are the league's"):
                 algo.add_policy(pid, other)
         assert sorted(algo.policies) == ["main", "main_v2"]
         algo.add_policy("sparring", other, policies_to_train=["main"])  # any other name is a user's
