@@ -291,10 +291,19 @@ class AlgorithmConfig:
         and ``evaluation_games`` are stored for evaluation against them.
 
         The league draws the policy mapping itself: a ``policy_mapping_fn`` as well is a
-        ConfigError. Without ``multi_agent(policies=...)`` the one policy is ``main``.
+        ConfigError. Without ``multi_agent(policies=...)`` the one policy is ``main``. As with
+        every section, a later call sets what it names and keeps what earlier calls set (the
+        default snapshot rule holds while no call named one).
         """
         given = {k: v for k, v in locals().items() if k != "self" and v is not _NOT_PROVIDED}
+        # What earlier calls named: remembered while league_config is still what they made
+        # (else, set by from_dict or by hand, all of it counts as named).
+        made, named = getattr(self, "_league_named", (None, {}))
+        earlier = {} if self.league_config is None else (
+            named if made == self.league_config else dict(self.league_config))
+        given = {**earlier, **given}
         settings = league_settings(**given)
+        self._league_named = (copy.deepcopy(settings), copy.deepcopy(given))
         if set(self.policies) == {DEFAULT_POLICY_ID} and self.policies[DEFAULT_POLICY_ID] == PolicySpec():
             self.policies = {settings["main"]: PolicySpec()}
         self.league_config = settings

@@ -75,3 +75,27 @@ def test_stored_league_dict_is_checked_on_load():
     data["league_config"] = {"main": "main"}
     with pytest.raises(ConfigError, match="league_config"):
         cairn.AlgorithmConfig.from_dict(data)
+
+
+def test_a_later_league_call_keeps_what_earlier_ones_set():
+    # As every other section (training(lr=...).training(gamma=...) keeps lr); before, a second
+    # call started again from the defaults and silently dropped max_snapshots and the opponents.
+    config = _config().league(max_snapshots=3, opponents={"rnd": "random_legal"})
+    config.league(matchmaking="uniform")
+    settings = config.league_config
+    assert settings["max_snapshots"] == 3 and settings["opponents"] == {"rnd": "random_legal"}
+    assert settings["matchmaking"] == "uniform" and settings["snapshot_every_iterations"] == 10
+    # The default snapshot rule holds while no call named one: a later win-rate rule replaces it.
+    later = _config().league(max_snapshots=3).league(snapshot_win_rate=0.6).league_config
+    assert later["snapshot_every_iterations"] is None and later["snapshot_win_rate"] == 0.6
+    both = _config().league(snapshot_every_iterations=10).league(snapshot_win_rate=0.6).league_config
+    assert both["snapshot_every_iterations"] == 10 and both["snapshot_win_rate"] == 0.6
+    # Settings stored otherwise (from_dict, a direct assignment) count as set.
+    stored = cairn.AlgorithmConfig.from_dict(_config().league(max_snapshots=2).to_dict())
+    assert stored.league(matchmaking="latest").league_config["max_snapshots"] == 2
+    replaced = _config().league(max_snapshots=3)
+    replaced.league_config = None
+    assert replaced.league(matchmaking="latest").league_config["max_snapshots"] is None
+    with pytest.raises(ConfigError, match="max_snapshots=0"):  # a bad later call changes nothing
+        config.league(max_snapshots=0)
+    assert config.league_config == settings
