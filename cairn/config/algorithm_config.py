@@ -287,8 +287,10 @@ class AlgorithmConfig:
         each game's opponent drawn by ``matchmaking`` (``"pfsp"``: weight ``(1 - p)^2``,
         ``"uniform"``, ``"latest"``), or main itself with probability ``self_play_fraction``
         (default 0.2), main's seat drawn per game; ``win_rate_window`` (default 100) games per
-        opponent behind the win rates. ``opponents`` (fixed scripted opponents by import path)
-        and ``evaluation_games`` are stored for evaluation against them.
+        opponent behind the win rates. ``opponents`` (``{name: "random_legal" |
+        "module:function_or_class"}``: fixed scripted opponents, stored by import path) are drawn
+        in training with the snapshots (not by ``"latest"``), and ``algo.evaluate()`` plays
+        ``evaluation_games`` greedy games against each.
 
         The league draws the policy mapping itself: a ``policy_mapping_fn`` as well is a
         ConfigError. Without ``multi_agent(policies=...)`` the one policy is ``main``. As with
