@@ -394,6 +394,12 @@ class AlgorithmConfig:
             raise ConfigError(
                 f"config.league(main={main!r}) names no configured policy; the policies are "
                 f"{sorted(policies)}. Pass multi_agent(policies={{{main!r}}}) or league(main=...).")
+        taken = sorted(set(self.league_config["opponents"]) & set(policies)) if self.league_config else []
+        if taken:
+            raise ConfigError(
+                f"config.league(opponents=...) names the fixed opponent {taken[0]!r}, which is also a policy "
+                f"ID (the policies are {sorted(policies)}); the policy would play the games drawn against "
+                "the opponent. Fix: give the opponent or the policy another name.")
         fn = self.policy_mapping_fn
         if fn is not None and not isinstance(fn, DrawnMapping):
             raise ConfigError(

@@ -160,7 +160,12 @@ class League:
         """ConfigError for a policy that someone other than the league adds under a snapshot's
         ID (``"<main>_v<n>"``): the league would replace it with its own snapshot of that
         number, or it would sit outside the pool under a snapshot's name (Algorithm.add_policy
-        asks first)."""
+        asks first), and one under a fixed opponent's name (the policy would play its games)."""
+        if policy_id in self.fixed_names:
+            raise ConfigError(
+                f"add_policy({policy_id!r}): that is the name of a fixed opponent of the league "
+                "(config.league(opponents=...)), whose games the policy would play. Fix: add the policy "
+                "under another ID.")
         if policy_id != self.adding and re.fullmatch(rf"{re.escape(self.main)}_v[0-9]+", policy_id):
             raise ConfigError(
                 f"add_policy({policy_id!r}): IDs '{self.main}_v<n>' are the league's snapshots, which it "

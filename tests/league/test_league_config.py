@@ -99,3 +99,30 @@ def test_a_later_league_call_keeps_what_earlier_ones_set():
     with pytest.raises(ConfigError, match="max_snapshots=0"):  # a bad later call changes nothing
         config.league(max_snapshots=0)
     assert config.league_config == settings
+
+
+def test_a_fixed_opponent_named_like_a_policy_is_refused():
+    # Before, the policy played every game drawn against the fixed opponent of that name (the
+    # runner seats a policy first), its games rated and logged under the opponent's name.
+    from pettingzoo.classic import connect_four_v3
+
+    env = connect_four_v3.env()
+    spec = cairn.PolicySpec(observation_space=env.observation_space("player_0"),
+                            action_space=env.action_space("player_0"))
+    config = _config().league(opponents={"rnd": "random_legal"}).multi_agent(
+        policies={"main": cairn.PolicySpec(), "rnd": spec}, policies_to_train=["main"])
+    with pytest.raises(ConfigError, match=r"opponents=.*'rnd'.*also a policy ID"):
+        config.validate()
+
+
+def test_a_policy_added_under_a_fixed_opponent_s_name_is_refused():
+    from tests.league.games import small_league
+
+    algo = small_league(opponents={"rnd": "random_legal"}).build()
+    try:
+        other = cairn.Policy.from_state(algo.get_policy("main").get_state(copy=True))
+        with pytest.raises(ConfigError, match=r"add_policy\('rnd'\).*fixed opponent"):
+            algo.add_policy("rnd", other)
+        assert sorted(algo.policies) == ["main"]
+    finally:
+        algo.stop()
