@@ -249,7 +249,8 @@ class Algorithm:
         name, unique ignoring case) and the new mapping (against the environment's agents) are
         checked before anything changes. A new ``policy_mapping_fn`` applies from each env's
         next episode: the episodes in flight keep their mapping (docs/multi-agent.md). With a
-        league, the IDs ``"<main>_v<n>"`` are its snapshots' (a ConfigError here)."""
+        league, the IDs ``"<main>_v<n>"`` (its snapshots') and its fixed opponents' names are a
+        ConfigError here."""
         if self.league is not None:
             self.league.check_added_policy(policy_id)
         self._change_policies(config_adding_policy(self.config, policy_id, spec_or_policy,
