@@ -246,11 +246,11 @@ class Algorithm:
     ) -> Policy:
         """Add a policy (built from a spec, or an existing Policy object) while training, and
         replace the mapping and the learning policies where given. The ID (a safe directory
-        name, unique ignoring case) and the new mapping (against the environment's agents) are
-        checked before anything changes. A new ``policy_mapping_fn`` applies from each env's
-        next episode: the episodes in flight keep their mapping (docs/multi-agent.md). With a
-        league, the IDs ``"<main>_v<n>"`` (its snapshots') and its fixed opponents' names are a
-        ConfigError here."""
+        name, not yet in use, unique ignoring case: to replace a policy, remove it first) and
+        the new mapping (against the environment's agents) are checked before anything changes.
+        A new ``policy_mapping_fn`` applies from each env's next episode: the episodes in flight
+        keep their mapping (docs/multi-agent.md). With a league, the IDs ``"<main>_v<n>"`` (its
+        snapshots') and its fixed opponents' names are a ConfigError here."""
         if self.league is not None:
             self.league.check_added_policy(policy_id)
         self._change_policies(config_adding_policy(self.config, policy_id, spec_or_policy,

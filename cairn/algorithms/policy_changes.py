@@ -33,9 +33,12 @@ def config_adding_policy(
     config: AlgorithmConfig, policy_id: str, spec_or_policy: PolicySpec | Policy, *,
     policy_mapping_fn: PolicyMapping | None, policies_to_train: Sequence[str] | None,
 ) -> AlgorithmConfig:
-    """A copy of ``config`` with ``policy_id`` added (its ID a safe directory name, unique
-    ignoring case) and the mapping and learning policies replaced where given."""
+    """A copy of ``config`` with ``policy_id`` added (its ID a safe directory name, new, and
+    unique ignoring case) and the mapping and learning policies replaced where given."""
     validate_policy_id(policy_id, error=True)
+    if policy_id in config.policies:  # replacing it would drop its weights and training state silently
+        raise ConfigError(f"add_policy({policy_id!r}, ...): a policy with that ID already exists. Choose "
+                          f"another ID, or call remove_policy({policy_id!r}) first to replace it.")
     check_policy_ids([*config.policies, policy_id])
     spec = spec_or_policy.spec if isinstance(spec_or_policy, Policy) else spec_or_policy
     if not isinstance(spec, PolicySpec):

@@ -139,6 +139,24 @@ def test_add_policy_whose_policy_fails_to_build_changes_nothing():
         algo.stop()
 
 
+def test_add_policy_under_an_id_in_use_is_refused_and_the_trained_policy_kept():
+    """add_policy used to replace a policy of the same ID without a word, dropping its trained
+    weights and optimizer state (RLlib refuses too). Replacing takes remove_policy first."""
+    algo = small_ppo().build()
+    try:
+        algo.train()
+        trained = algo.get_policy()
+        weights_before, config_before = trained.get_weights(), algo.config.to_dict()
+        with pytest.raises(ConfigError, match=r"already exists.*remove_policy\('default_policy'\)"):
+            algo.add_policy("default_policy", trained.spec)
+        assert algo.get_policy() is trained and _same(trained.get_weights(), weights_before)
+        assert algo.config.to_dict() == config_before
+        algo.train()  # still trains the same policy
+        assert algo.get_policy() is trained
+    finally:
+        algo.stop()
+
+
 def _map_to_p0(agent_id, **kwargs):
     return "p0"
 
