@@ -75,11 +75,13 @@ class OffPolicyAlgorithm(Algorithm):
                 break  # nothing was sampled (no envs stepped); avoid spinning
             learning = (counters["num_env_steps_sampled_lifetime"]
                         >= cfg.num_steps_sampled_before_learning_starts)
-            for pid in self.policies_to_train:
-                batch = batches.get(pid)
-                rows = 0 if batch is None else len(batch)
-                if batch is not None and rows:
-                    self.replay.add(pid, batch)
+            added = {pid: len(batches[pid]) if pid in batches else 0 for pid in self.policies_to_train}
+            # Every policy's rows are stored before any policy learns: the round is counted
+            # already, so a learner that raises must not cost a later policy its transitions.
+            for pid, rows in added.items():
+                if rows:
+                    self.replay.add(pid, batches[pid])
+            for pid, rows in added.items():
                 buffer = self.replay_buffers.get(pid)
                 if not learning or buffer is None or not len(buffer):
                     continue

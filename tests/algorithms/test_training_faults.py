@@ -21,7 +21,7 @@ from tests.fault_injection import (
     raise_in,
     step_record_env_config,
 )
-from tests.helpers import small_ppo
+from tests.helpers import assert_trains_identically, small_ma_dqn, small_ma_sac, small_ppo
 
 
 @pytest.mark.slow
@@ -103,5 +103,42 @@ def test_ppo_learning_that_raises_does_not_count_the_iteration(tmp_path: Path,
     try:
         check_recovers(algo, tmp_path, InjectedError, whole_iteration=False,
                        arm=lambda: monkeypatch.setattr(algo, "learn", failing_once))
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("make_config", [small_ma_dqn, small_ma_sac], ids=["dqn", "sac"])
+def test_multi_agent_learning_that_raises_keeps_every_policys_transitions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_config: Any) -> None:
+    """p0's learning raises in a round: the round is counted (each policy's sampled steps), so
+    p1's transitions of it are in p1's buffer too, though p1 comes after p0 in the round; and a
+    checkpoint saved then resumes exactly."""
+    algo = make_config().training(n_step=1).build()
+    learn = algo.learn
+
+    def failing_once(fn: Any, policy_id: str, **inputs: Any) -> Any:
+        if policy_id == "p0":
+            monkeypatch.setattr(algo, "learn", learn)
+            raise InjectedError("injected failure in p0's loss")
+        return learn(fn, policy_id, **inputs)
+
+    def assert_each_buffer_holds_its_policys_steps() -> None:
+        for pid in ("p0", "p1"):
+            stored = len(algo.replay_buffers[pid])
+            assert stored == algo.policies[pid].global_timestep, f"{pid}: a sampled transition is not stored"
+
+    try:
+        algo.train()
+        assert_each_buffer_holds_its_policys_steps()
+        monkeypatch.setattr(algo, "learn", failing_once)
+        with pytest.raises(InjectedError):
+            algo.train()
+        assert_each_buffer_holds_its_policys_steps()
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "at_fault"))
+        try:
+            assert_trains_identically(algo, restored)
+        finally:
+            restored.stop()
+        assert_each_buffer_holds_its_policys_steps()
     finally:
         algo.stop()
