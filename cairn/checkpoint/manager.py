@@ -311,7 +311,8 @@ class CheckpointManager:
         # The record goes first: a checkpoint is committed with its metric already stored. It
         # names this process, which renews it until the save is over (manager_records).
         lease = RecordLease(self._store, name, iteration=iteration, metric=metric,
-                            metric_name=best.metric if best else None, timesteps=timesteps)
+                            metric_name=best.metric if best else None, timesteps=timesteps,
+                            replacing=iteration in committed)
         location = self._store.location(name)
         previous = self._store.location(checkpoint_name(committed[-1])) if committed else None
         extra: dict[str, Any] = {} if metadata is None else {"metadata": metadata}

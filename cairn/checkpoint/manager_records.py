@@ -109,11 +109,19 @@ class RecordLease:
     or :meth:`abandon` (it failed)."""
 
     def __init__(self, store: ManagerStore, name: str, *, iteration: int, metric_name: str | None,
-                 metric: float | None, timesteps: int | None) -> None:
+                 metric: float | None, timesteps: int | None, replacing: bool = False) -> None:
         self._store, self._checkpoint, self._name = store, name, name + RECORD_SUFFIX
         self._record = {"format": _RECORD_FORMAT, "version": 1, "iteration": iteration,
                         "metric_name": metric_name, "metric": metric, "timesteps": timesteps,
                         "time": time.time()}
+        # ``replacing``: this save replaces the committed checkpoint ``name`` (``save(force=True)``
+        # of its iteration), and writes over its record; keep what that said, and of which
+        # checkpoint (its manifest), so that a replacement that fails gives the record back.
+        self._replaced: tuple[bytes, Any] | None = None
+        if replacing:
+            manifest = store.manifest_bytes(name)
+            if manifest is not None:
+                self._replaced = (manifest, store.read_json(self._name))
         self._renew()
         self._renewal = LeaseRenewal(self._renew).start()
 
@@ -138,12 +146,21 @@ class RecordLease:
 
     def abandon(self) -> None:
         """After a save that failed: stop renewing, and remove the record unless a checkpoint
-        it describes is committed (an earlier save of the iteration, which a failed
-        replacement keeps)."""
+        it describes is committed. A failed replacement that left the earlier checkpoint of the
+        iteration in place (its manifest unchanged) gets that checkpoint's record back (or none,
+        when it had none): its metric is not the failed save's."""
         self._renewal.stop()
         with contextlib.suppress(CheckpointError, OSError):
             if not self._store.is_committed(self._checkpoint):
                 self._store.remove_file(self._name)
+            elif self._replaced is not None:
+                manifest, earlier = self._replaced
+                if self._store.manifest_bytes(self._checkpoint) != manifest:
+                    return  # the replacement went through: the record is the new checkpoint's
+                if earlier is None:
+                    self._store.remove_file(self._name)
+                else:
+                    self._store.write_json(self._name, earlier)
 
 
 def read_record(store: ManagerStore, name: str) -> dict[str, Any] | None:

@@ -50,6 +50,20 @@ class ManagerStore:
         except (CheckpointError, OSError, ValueError):
             return None
 
+    def manifest_bytes(self, name: str) -> bytes | None:
+        """The bytes of the manifest that a load of the checkpoint ``name`` reads (on an object
+        store, a replacement's committed stage: the checkpoint the prefix is becoming), which
+        name every file of it by its hash and when it was made; None when it cannot be read."""
+        try:
+            reader = self.storage.child(name).open_reader()
+            try:
+                return bytes(reader.read_file(MANIFEST_FILE, "manifest", expected_size=None,
+                                              limit=_MANIFEST_LIMIT))
+            finally:
+                reader.close()
+        except (CheckpointError, OSError):
+            return None
+
     def write_json(self, name: str, data: Any) -> None:
         """Write ``data`` as the file ``name``: readers see the old file or the whole new one."""
         self.storage.write_record(name, json.dumps(data, indent=1, allow_nan=False).encode())

@@ -250,3 +250,42 @@ def test_a_failed_background_save_is_reported_once_whoever_reports_it(algo, tmp_
     assert _save_at(manager, algo, 16) == str(root / checkpoint_name(16))
     assert [c.iteration for c in manager.checkpoints()] == [2, 6, 12, 16]
     manager.wait()  # nothing is owed
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "background"])
+def test_a_replacement_that_fails_keeps_the_replaced_checkpoints_metric(algo, tmp_path, monkeypatch,
+                                                                        blocking):
+    """save(force=True) of an iteration already saved writes its record first; when the save
+    then fails, the checkpoint it was to replace is still there and keeps its own metric, so
+    that best() and keep_best still rank it by its own result."""
+    manager = cairn.CheckpointManager(tmp_path / "run", keep_last=1, keep_best=("score", "max"))
+    best = _save_at(manager, algo, 1, {"score": 5.0})
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("injected failure in the policy's state")
+
+    monkeypatch.setattr(algo.get_policy(), "get_state", failing)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        _save_at(manager, algo, 1, {"score": 0.5}, force=True, blocking=blocking)
+    monkeypatch.undo()
+    assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(1, 5.0)]
+    assert manager.best() == best
+    _save_at(manager, algo, 2, {"score": 1.0})  # keep_last=1 keeps 2, keep_best keeps 1 (5.0)
+    assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(1, 5.0), (2, 1.0)]
+    assert manager.best() == best
+
+
+def test_a_failed_replacement_of_a_checkpoint_without_a_record_leaves_it_without_one(algo, tmp_path,
+                                                                                    monkeypatch):
+    """A committed checkpoint copied in by hand has no record (no metric); a replacement of it
+    that fails does not give it the failed save's metric."""
+    root = tmp_path / "run"
+    algo.iteration = 3
+    algo.save(root / checkpoint_name(3))
+    manager = cairn.CheckpointManager(root, keep_best=("score", "max"))
+    monkeypatch.setattr(algo.get_policy(), "get_state", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        _save_at(manager, algo, 3, {"score": 9.0}, force=True)
+    monkeypatch.undo()
+    assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(3, None)]
+    assert _names(root) == [checkpoint_name(3)]

@@ -241,18 +241,24 @@ def test_a_manager_saving_an_iteration_again_keeps_a_loadable_checkpoint(s3, mon
     """Issue 37, item 3: ``save(force=True)`` of an iteration already saved replaces that
     checkpoint (its record is written first: one request more); a failure at any request left
     nothing loadable (``latest() = None``). Now the latest checkpoint loads, old or new, and a
-    manager started on the root completes a committed stage."""
+    manager started on the root completes a committed stage. Its record's metric is that of the
+    checkpoint that loads: a replacement that failed leaves the old one's."""
     options = s3.storage_options
-    manager = cairn.CheckpointManager(s3.url("runs/tree"), keep_last=1, storage_options=options)
-    manager.save(TreeAlgo(1.0))
+    manager = cairn.CheckpointManager(s3.url("runs/tree"), keep_last=1, keep_best=("score", "max"),
+                                      storage_options=options)
+    manager.save(TreeAlgo(1.0), {"score": 1.0})
     fail_request(monkeypatch, fail_at)
     with contextlib.suppress(CheckpointStorageError):
-        manager.save(TreeAlgo(2.0), force=True)
+        manager.save(TreeAlgo(2.0), {"score": 2.0}, force=True)
     monkeypatch.undo()
     assert manager.latest() == s3.url("runs/tree/checkpoint_000001")
-    assert loaded_value(manager.latest(), options) in (1.0, 2.0)
-    reopened = cairn.CheckpointManager(s3.url("runs/tree"), keep_last=1, storage_options=options)
-    assert stages(s3, "runs/") == [] and loaded_value(reopened.latest(), options) in (1.0, 2.0)
+    value = loaded_value(manager.latest(), options)
+    assert value in (1.0, 2.0) and [c.metric for c in manager.checkpoints()] == [value]
+    reopened = cairn.CheckpointManager(s3.url("runs/tree"), keep_last=1, keep_best=("score", "max"),
+                                       storage_options=options)
+    value = loaded_value(reopened.latest(), options)
+    assert stages(s3, "runs/") == [] and value in (1.0, 2.0)
+    assert [c.metric for c in reopened.checkpoints()] == [value]
 
 
 def test_the_next_save_removes_what_a_killed_replacement_left_beside_the_checkpoint(algo, s3):
