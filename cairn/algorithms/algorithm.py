@@ -348,18 +348,36 @@ class Algorithm:
         """Restore a state from :meth:`get_state` in place. Policies in the state replace those
         with the same ID; new IDs are added (with their spec in the config, and known to the env
         runners) but no agent is mapped to them unless the current ``policy_mapping_fn`` does
-        so. The rest of the config is kept."""
-        added = []
-        for pid, policy_state in state.get("policies", {}).items():
+        so. The rest of the config is kept.
+
+        What may refuse its part of the state (a policy whose network the stored weights do not
+        fit, a replay buffer of another kind than the config's) is checked or restored first:
+        then nothing has changed (``restore()`` of a checkpoint that does not fit keeps the
+        algorithm as it was)."""
+        policy_states = state.get("policies", {})
+        for pid, policy_state in policy_states.items():
             if pid in self.policies:
+                self.policies[pid].check_state(policy_state)
+        added: dict[str, Policy] = {}
+        for pid, policy_state in policy_states.items():
+            if pid not in self.policies:
+                check_policy_ids([*self.policies, *added, pid])
+                added[pid] = Policy.from_state(policy_state)
+        # The components know the new policies (a replay buffer is restored for each policy).
+        self.policies.update(added)
+        try:
+            self.set_components(state.get("components") or {})
+        except BaseException:
+            for pid in added:
+                del self.policies[pid]
+            raise
+        for pid, policy_state in policy_states.items():
+            if pid not in added:
                 self.policies[pid].set_state(policy_state)
-            else:
-                check_policy_ids([*self.policies, pid])
-                policy = self.policies[pid] = Policy.from_state(policy_state)
-                self.config.policies[pid] = PolicySpec(
-                    type(policy), policy.observation_space, policy.action_space,
-                    policy_state["spec"].get("config"))
-                added.append(pid)
+        for pid, policy in added.items():
+            self.config.policies[pid] = PolicySpec(
+                type(policy), policy.observation_space, policy.action_space,
+                policy_states[pid]["spec"].get("config"))
         if added:
             self.env_runner_group.update_policies(self.config, self.policies)
         self.iteration = int(state["iteration"])
@@ -372,7 +390,6 @@ class Algorithm:
         if self.league is not None and state.get("league") is not None:
             self.league.set_state(state["league"], self.policies)
         self.set_extra_state(state.get("extra") or {})
-        self.set_components(state.get("components") or {})
 
     def get_extra_state(self) -> dict[str, Any]:
         """Hook: algorithm-specific state (subclasses: e.g. target-network timers)."""
@@ -386,7 +403,9 @@ class Algorithm:
         return {}
 
     def set_components(self, components: Mapping[str, Any]) -> None:
-        """Hook: restore :meth:`get_components` (called with ``{}`` when none were stored)."""
+        """Hook: restore :meth:`get_components` (called with ``{}`` when none were stored).
+        :meth:`set_state` calls it before it changes anything else, with the restored policies
+        in :attr:`policies`: when it raises, it must leave the components as they were."""
 
     @property
     def rng(self) -> np.random.Generator:

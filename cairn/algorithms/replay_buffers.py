@@ -191,10 +191,12 @@ class PolicyReplayBuffers:
 
     def restore(self, components: Mapping[str, Any], policy_ids: Any, *, algorithm: str) -> None:
         """Replace the buffers by those stored in ``components`` (for the policies in
-        ``policy_ids``); none stored: empty buffers, with a warning that says how to keep them."""
+        ``policy_ids``); none stored: empty buffers, with a warning that says how to keep them.
+        A stored buffer that this config's buffers refuse (another kind) raises ValueError and
+        leaves the buffers as they were."""
         stored = components.get(REPLAY_BUFFER_COMPONENT)
-        self.buffers, self.n_step = {}, {}
         if stored is None:
+            self.buffers, self.n_step = {}, {}
             warnings.warn(
                 f"This {algorithm} state has no replay buffer, so training continues with empty "
                 "buffers (and does not repeat the original run exactly). Save with "
@@ -204,13 +206,16 @@ class PolicyReplayBuffers:
                 stacklevel=4,  # restore <- set_components <- set_state <- caller
             )
             return
+        restored = PolicyReplayBuffers(self.replay_buffer_config, self.seed, gamma=self.gamma,
+                                       n_step=self.n_step_length)
         for pid, buffer_state in stored["policies"].items():
             if pid in policy_ids:
-                self.buffer(pid).set_state(buffer_state)
+                restored.buffer(pid).set_state(buffer_state)
         for pid, held in (stored.get("n_step_pending") or {}).items():
             if pid in policy_ids:
-                self.n_step[pid] = NStepTransitions(self.gamma, self.n_step_length)
-                self.n_step[pid].set_state(held)
+                restored.n_step[pid] = NStepTransitions(self.gamma, self.n_step_length)
+                restored.n_step[pid].set_state(held)
+        self.buffers, self.n_step = restored.buffers, restored.n_step
 
 
 class ReplayRatio:

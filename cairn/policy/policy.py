@@ -44,7 +44,7 @@ from cairn.policy.recurrent import RecurrentActing, RecurrentState, recurrent_ac
 from cairn.policy.recurrent_config import recurrent_settings
 from cairn.policy.spec import PolicySpec
 from cairn.policy.training_state import PolicyTrainingState, TrainingStateField
-from cairn.policy.weights import adopt_weights, load_weights, weights_to_numpy
+from cairn.policy.weights import adopt_weights, check_weights, load_weights, weights_to_numpy
 from cairn.registry import class_reference, register_class, resolve_class
 from cairn.spaces import ObservationPreprocessor, check_action_space, space_from_json
 
@@ -396,10 +396,19 @@ class Policy:
                 **self.training.get_state(self.make_optimizer, lr=float(self.config["lr"]), copy=copy,
                                           exploration=self.get_exploration_state())}
 
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """Raise ValueError when :meth:`set_state` would refuse ``state`` (weights or optimizer
+        state that do not fit this network, a filter of another kind), without changing
+        anything: so that a caller restoring several objects can check them all first.
+        Subclasses with more arrays of their own (a target network) extend it."""
+        check_weights(self.model, state["weights"])
+        self.training.check_state(state, list(self.model.parameters()))
+
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Restore a state from :meth:`get_state` into this policy (same spaces and model)."""
+        """Restore a state from :meth:`get_state` into this policy (same spaces and model); a
+        state that :meth:`check_state` refuses changes nothing."""
         adopted = self._adopted_weights
-        self.training.check_state(state, list(self.model.parameters()))  # before anything changes
+        self.check_state(state)  # before anything changes
         if adopted is not state["weights"]:
             self.set_weights(state["weights"])
         self.training.set_state(state, list(self.model.parameters()), adopt=adopted is not None)

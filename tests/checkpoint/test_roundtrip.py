@@ -9,6 +9,7 @@ import pytest
 
 import cairn
 from cairn.checkpoint.format import FORMAT_VERSION, MANIFEST_FILE
+from cairn.errors import CheckpointError
 from tests.helpers import small_ppo
 
 
@@ -197,3 +198,57 @@ def test_restore_in_place_adds_policies_the_object_lacks(tmp_path):
     assert _weights_equal(two.get_policy("p2"), three.get_policy("p2"))
     assert two.train()["learners"].keys() == {"p0", "p1"}  # p2 has no agent in this env
     assert "p2" in two.config.to_dict()["policies"]
+
+
+def _assert_restore_refused_and_unchanged(algo: cairn.Algorithm, path: str, match: str) -> None:
+    """``algo.restore(path)`` raises (``match``) and leaves ``algo`` exactly as it was: its whole
+    state, replay buffers included; then it trains on."""
+    from tests.helpers import assert_trees_equal
+
+    before = algo.get_state()
+    with pytest.raises(CheckpointError, match=match):
+        algo.restore(path)
+    assert_trees_equal(algo.get_state(), before)
+    algo.train()
+
+
+def test_a_restore_that_one_policy_refuses_changes_no_policy(tmp_path):
+    """p1's network does not fit the stored p1: the restore is refused before p0, which does
+    fit, is overwritten, and before the counters, the runners and the config change or the
+    stored policy p2 is added."""
+    from cairn.policy.spec import PolicySpec
+    from tests.helpers import small_ma_ppo
+
+    saved = small_ma_ppo(3).build()
+    saved.train()
+    path = saved.save(tmp_path / "c")
+    saved.stop()
+    live = small_ma_ppo(2).multi_agent(policies={"p0": PolicySpec(), "p1": PolicySpec(
+        config={"model": {"hidden": [8]}})}).build()
+    try:
+        for _ in range(2):
+            live.train()
+        _assert_restore_refused_and_unchanged(live, path, "does not fit|has shape")
+        assert set(live.policies) == set(live.config.policies) == {"p0", "p1"}
+    finally:
+        live.stop()
+
+
+def test_a_restore_that_the_replay_buffers_refuse_changes_nothing(tmp_path):
+    """A checkpoint of uniform replay buffers restored into a DQN configured for prioritized
+    ones: refused with everything as it was, the live buffers kept."""
+    from tests.helpers import small_ma_dqn
+
+    saved = small_ma_dqn().build()
+    saved.train()
+    path = saved.save(tmp_path / "c")
+    saved.stop()
+    live = small_ma_dqn().training(replay_buffer_config={"type": "prioritized"}).build()
+    try:
+        for _ in range(2):
+            live.train()
+        sizes = {pid: len(buffer) for pid, buffer in live.replay_buffers.items()}
+        assert sizes and all(sizes.values())
+        _assert_restore_refused_and_unchanged(live, path, "replay buffer")
+    finally:
+        live.stop()
