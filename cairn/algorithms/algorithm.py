@@ -83,7 +83,8 @@ class Algorithm:
                                        "num_env_steps_trained_lifetime", "num_episodes_lifetime"), 0)
         self._rng = algorithm_rng(self.config.seed)
         #: The result of the last iteration that completed (None before the first): what
-        #: ``train()`` returned, or would have, had evaluation or ``on_train_result`` not raised.
+        #: ``train()`` returned, or would have, had a league snapshot, evaluation or
+        #: ``on_train_result`` not raised.
         self.last_result: dict[str, Any] | None = None
         self._recent_episodes: deque[dict[str, Any]] = deque(maxlen=_METRICS_WINDOW)
         self.policies: dict[str, Policy] = {}
@@ -182,8 +183,9 @@ class Algorithm:
         An exception from an environment, a model or a callback propagates unchanged and
         leaves the algorithm usable (docs/fault-tolerance.md): a sample that raised is
         discarded and its envs start new episodes; :attr:`iteration` counts only iterations
-        whose learning completed. Once it did, the iteration counts even if evaluation or
-        ``on_train_result`` raises afterwards, and its result stays in :attr:`last_result`."""
+        whose learning completed. Once it did, the iteration counts even if a league snapshot,
+        evaluation or ``on_train_result`` raises afterwards, and its result stays in
+        :attr:`last_result`."""
         start, steps_before = time.perf_counter(), self.counters["num_env_steps_sampled_lifetime"]
         with self._torch_threads():
             try:
@@ -191,17 +193,16 @@ class Algorithm:
             finally:  # also after a failure: the policies keep what the learners learned
                 self.sync_learners()
         self.iteration += 1
-        league = {}
-        if self.league is not None:
+        result = self.last_result = {
+            "training_iteration": self.iteration, **self.counters,
+            **episode_metrics(list(self._recent_episodes), policy_ids=self.policies),
+            **self.env_runner_group.health_metrics(), "learners": learner_stats}
+        if self.league is not None:  # a snapshot that raises leaves last_result this iteration's
             # Under the same torch threads as training: a snapshot builds a policy and checks its
             # outputs in small forwards, which torch's default threads slow down (~0.3 s a
             # snapshot on a busy 2-core machine instead of milliseconds).
             with self._torch_threads():
-                league = {"league": self.league.end_iteration(self)}
-        result = self.last_result = {
-            "training_iteration": self.iteration, **self.counters,
-            **episode_metrics(list(self._recent_episodes), policy_ids=self.policies),
-            **self.env_runner_group.health_metrics(), "learners": learner_stats, **league}
+                result["league"] = self.league.end_iteration(self)
         interval = self.config.evaluation_interval
         if interval and self.iteration % interval == 0:
             result["evaluation"] = self.evaluate()

@@ -63,6 +63,8 @@ def test_an_add_that_raises_leaves_the_pool_equal_to_the_policies(after):
             algo.train()
         assert calls == ["main_v2"]
         _assert_consistent(algo)
+        # The iteration learned before its snapshot: it counts, and its result is kept.
+        assert algo.iteration == 2 and algo.last_result["training_iteration"] == 2
         assert algo.league.pool == (["main_v1", "main_v2"] if after else ["main_v1"])
         assert algo.league.snapshots_taken == (2 if after else 1)  # no name is taken twice
         result = algo.train()
