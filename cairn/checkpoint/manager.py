@@ -413,7 +413,7 @@ class CheckpointManager:
                 if checkpoint.iteration not in keep:
                     try:
                         self._remove(checkpoint.iteration)
-                    except CheckpointError as exc:  # the save committed: never say it failed
+                    except (CheckpointError, OSError) as exc:  # the save committed: never say it failed
                         warnings.warn(retention_failure_warning(
                             self._store, checkpoint_name(checkpoint.iteration), exc,
                             saved=self._store.location(checkpoint_name(whole))),

@@ -155,13 +155,13 @@ def incomplete_save_error(location: str, problems: list[str], *, latest: str | N
         f"was deleted (retention did not run): latest() is {latest!r}. Save again.")
 
 
-def retention_failure_warning(store: ManagerStore, name: str, error: CheckpointError, *,
+def retention_failure_warning(store: ManagerStore, name: str, error: CheckpointError | OSError, *,
                               saved: str) -> StorageCleanupWarning:
     """The warning of a retention that could not delete the checkpoint ``name`` after the save
     to ``saved`` committed: the save stands, and what ``name`` holds now is read back (its
     manifest goes first, so it is either still whole or no longer committed)."""
     committed: bool | None = None
-    with contextlib.suppress(CheckpointError):
+    with contextlib.suppress(CheckpointError, OSError):
         committed = store.is_committed(name)
     location = store.location(name)
     held = {

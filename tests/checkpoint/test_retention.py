@@ -72,6 +72,36 @@ def test_a_two_tuple_keeps_one_best_and_min_mode(algo, tmp_path):
     assert _kept(manager) == [4, 5]  # the newest of the equal best
 
 
+@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "background"])
+def test_a_local_deletion_that_fails_warns_and_the_save_stands(algo, tmp_path, monkeypatch, blocking):
+    """Retention on a local root cannot rename an old checkpoint away (EACCES, as on a
+    directory another user owns): the save committed, so it returns (its Future succeeds) with
+    a StorageCleanupWarning saying the old checkpoint is still whole; the next save deletes it."""
+    from cairn.errors import StorageCleanupWarning
+
+    root = tmp_path / "run"
+    manager = cairn.CheckpointManager(root, keep_last=1)
+    first = _save_at(manager, algo, 1)
+    rename = os.rename
+
+    def refusing(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if os.fspath(src) == first:
+            raise PermissionError(13, "Permission denied", os.fspath(src))
+        rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", refusing)
+    with pytest.warns(StorageCleanupWarning, match=f"could not delete {first}.*still whole"):
+        saved = _save_at(manager, algo, 2, blocking=blocking)
+        if not blocking:
+            saved = saved.result(timeout=60)
+    monkeypatch.undo()
+    assert saved == str(root / checkpoint_name(2))
+    manager.wait()  # nothing owed: the background save did not fail
+    assert _kept(manager) == [1, 2] and manager.latest() == saved
+    _save_at(manager, algo, 3)
+    assert _kept(manager) == [3]
+
+
 def test_keep_every_iterations_alone_keeps_multiples_forever(algo, tmp_path):
     manager = cairn.CheckpointManager(tmp_path, keep_last=2, keep_every_iterations=4)
     for iteration in range(1, 11):
