@@ -106,10 +106,10 @@ class Algorithm:
         self.learner_group: LearnerGroup | None = None
         try:
             self.learner_group = LearnerGroup(self.config)
+            self.callbacks.on_algorithm_init(algorithm=self)
         except Exception:
-            self.stop()
+            self.stop()  # nobody gets this object: release its envs, runners and learners
             raise
-        self.callbacks.on_algorithm_init(algorithm=self)
 
     # ---------------------------------------------------------------------------- building
     def _build_policies(self, states: Mapping[str, Any], *, copy: bool) -> Any:
@@ -449,7 +449,11 @@ class Algorithm:
             cls, state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
             policies_to_train=policies_to_train, config_overrides=config_overrides)
         algo: Algorithm = algo_cls(config, policy_states=policy_states, copy_policy_states=copy)
-        algo.set_state({**state, "policies": {}})
+        try:  # a state the config refuses (a replay buffer of another kind than an override's)
+            algo.set_state({**state, "policies": {}})
+        except Exception:
+            algo.stop()  # nobody gets this object: release its envs, runners and learners
+            raise
         return algo
 
     # -------------------------------------------------------------------------- checkpoints
@@ -550,7 +554,11 @@ class Algorithm:
             build=lambda state: cls.from_state(
                 state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
                 policies_to_train=policies_to_train, config_overrides=config_overrides, copy=False))
-        algo.callbacks.on_checkpoint_loaded(algorithm=algo)
+        try:
+            algo.callbacks.on_checkpoint_loaded(algorithm=algo)
+        except Exception:
+            algo.stop()  # nobody gets this object: release its envs, runners and learners
+            raise
         return algo
 
     def export_policy_checkpoint(

@@ -100,3 +100,26 @@ class RaiseEveryStep(Callbacks):
     def on_episode_step(self, *, episode: Any, env_runner: Any) -> None:
         CALLS["on_episode_step"] += 1
         raise RuntimeError("RaiseEveryStep: this callback fails on every step")
+
+
+class RaiseOnLoad(CountingCallbacks):
+    """Counts every hook, and raises once in each of ``on_algorithm_init`` and
+    ``on_checkpoint_loaded`` that :data:`RAISE_ON_LOAD` names."""
+
+    def on_algorithm_init(self, *, algorithm: Any) -> None:
+        super().on_algorithm_init(algorithm=algorithm)
+        _raise_if_named("on_algorithm_init")
+
+    def on_checkpoint_loaded(self, *, algorithm: Any) -> None:
+        super().on_checkpoint_loaded(algorithm=algorithm)
+        _raise_if_named("on_checkpoint_loaded")
+
+
+#: The hooks in which :class:`RaiseOnLoad` raises next (each once).
+RAISE_ON_LOAD: set[str] = set()
+
+
+def _raise_if_named(hook: str) -> None:
+    if hook in RAISE_ON_LOAD:
+        RAISE_ON_LOAD.discard(hook)
+        raise RuntimeError(f"RaiseOnLoad: injected failure in {hook}")

@@ -112,3 +112,24 @@ def test_a_hook_raising_on_every_step_ends_train_at_once_in_this_process(tmp_pat
         assert algo.iteration == 0 and algo.get_policy().global_timestep == 0
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("hook", ["on_algorithm_init", "on_checkpoint_loaded"])
+def test_an_algorithm_whose_build_or_load_hook_raises_is_stopped(tmp_path: Path, hook: str) -> None:
+    """``build()`` or ``from_checkpoint()`` raises from the hook and hands no object back: the
+    algorithm it built is stopped (its envs and runners released, ``on_algorithm_stop``
+    called), not left for the garbage collector."""
+    from tests.callbacks.hooks import RAISE_ON_LOAD, RaiseOnLoad
+
+    config = small_ppo(train_batch_size=64, minibatch_size=32).callbacks(RaiseOnLoad)
+    algo = config.build()
+    path = algo.save(tmp_path / "c")
+    algo.stop()
+    CALLS.clear()
+    RAISE_ON_LOAD.add(hook)
+    try:
+        with pytest.raises(RuntimeError, match=f"injected failure in {hook}"):
+            config.build() if hook == "on_algorithm_init" else cairn.Algorithm.from_checkpoint(path)
+    finally:
+        RAISE_ON_LOAD.clear()
+    assert CALLS["on_algorithm_init"] == CALLS["on_algorithm_stop"] == 1

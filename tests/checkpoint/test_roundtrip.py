@@ -252,3 +252,20 @@ def test_a_restore_that_the_replay_buffers_refuse_changes_nothing(tmp_path):
         _assert_restore_refused_and_unchanged(live, path, "replay buffer")
     finally:
         live.stop()
+
+
+def test_from_checkpoint_whose_state_the_config_refuses_stops_what_it_built(tmp_path):
+    """An override makes the replay buffers prioritized, the checkpoint's are uniform: the
+    algorithm built for the state is stopped before the error reaches the caller."""
+    from tests.callbacks.hooks import CALLS, CountingCallbacks
+    from tests.helpers import small_ma_dqn
+
+    saved = small_ma_dqn().callbacks(CountingCallbacks).build()
+    saved.train()
+    path = saved.save(tmp_path / "c")
+    saved.stop()
+    CALLS.clear()
+    prioritized = {"replay_buffer_config": {"type": "prioritized"}}
+    with pytest.raises(CheckpointError, match="replay buffer"):
+        cairn.Algorithm.from_checkpoint(path, config_overrides=prioritized)
+    assert CALLS["on_algorithm_init"] == CALLS["on_algorithm_stop"] == 1
