@@ -327,14 +327,15 @@ class CheckpointManager:
             self._schedule.saved(iteration, timesteps)
             self._retain(whole=iteration)
             return str(saved)
-        self._schedule.saved(iteration, timesteps)
+        # Saved as far as due() is concerned while the write runs; forgotten if it fails.
+        before = self._schedule.saved(iteration, timesteps)
         # The manager's Future passes the write's error on: once it has delivered it, the
         # algorithm does not raise it again (cairn.checkpoint.save_future).
         done = SaveFuture(lambda _: saved.delivered() if isinstance(saved, SaveFuture) else None)
         with self._lock:
             self._unwaited.append((done, saved))
         saved.add_done_callback(
-            lambda written: self._committed_in_background(written, done, iteration, lease))
+            lambda written: self._committed_in_background(written, done, iteration, lease, before))
         return done
 
     def _wait_in_flight(self) -> None:
@@ -370,20 +371,28 @@ class CheckpointManager:
         self._store.remove_file(name + RECORD_SUFFIX)
 
     def _committed_in_background(self, written: Future[Any], done: Future[str], iteration: int,
-                                 lease: RecordLease) -> None:
+                                 lease: RecordLease, before: tuple[int | None, float, int]) -> None:
         """After a background write (in the writer's thread): the check that its files are
-        there, retention, then ``done``."""
+        there, retention, then ``done``. A write that failed, or whose checkpoint was removed
+        as broken, is forgotten by the schedule (``before``: its state before that save), as a
+        blocking save that raises never enters it: the next call is due again."""
         failed = (written.undelivered_exception() if isinstance(written, SaveFuture)
                   else written.exception())
         if failed is not None:  # the saved object raises it again itself, unless done delivers it
             lease.abandon()
+            self._schedule.unsaved(before)
             done.set_exception(failed)
             return
         location = str(written.result())
         try:
             self._check_whole(iteration, lease)
-            self._retain(whole=iteration)
         except BaseException as exc:  # to the future, else to the next save() or wait()
+            self._schedule.unsaved(before)
+            done.set_exception(exc)
+            return
+        try:
+            self._retain(whole=iteration)
+        except BaseException as exc:
             done.set_exception(exc)
         else:
             done.set_result(location)

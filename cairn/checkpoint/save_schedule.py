@@ -58,11 +58,20 @@ class SaveSchedule:
                     and timesteps // self.every_timesteps > self.last_timesteps // self.every_timesteps)
         return by_iteration or by_time or by_steps
 
-    def saved(self, iteration: int, timesteps: int | None) -> None:
-        """Note a save at ``iteration`` (``timesteps`` env steps; None: not known)."""
+    def saved(self, iteration: int, timesteps: int | None) -> tuple[int | None, float, int]:
+        """Note a save at ``iteration`` (``timesteps`` env steps; None: not known); returns what
+        the schedule held before, for :meth:`unsaved` should that save fail later (a background
+        write)."""
+        before = (self.last_iteration, self.last_time, self.last_timesteps)
         self.last_iteration, self.last_time = iteration, time.monotonic()
         if timesteps is not None:
             self.last_timesteps = timesteps
+        return before
+
+    def unsaved(self, before: tuple[int | None, float, int]) -> None:
+        """Forget the save that :meth:`saved` returned ``before`` for: it failed, so no
+        checkpoint holds it and the next call is due again as if it had not been made."""
+        self.last_iteration, self.last_time, self.last_timesteps = before
 
 
 def result_metric(result: Mapping[str, Any] | None, key: str) -> float | None:

@@ -16,7 +16,7 @@ import pytest
 import cairn
 from cairn.checkpoint.manager import checkpoint_name
 from cairn.checkpoint.reader import load_algorithm_state
-from cairn.errors import CheckpointError, ConfigError
+from cairn.errors import BackgroundSaveError, CheckpointError, ConfigError
 from tests.checkpoint.crash_child import run_in_child
 from tests.helpers import small_ppo
 
@@ -99,6 +99,29 @@ def test_a_local_deletion_that_fails_warns_and_the_save_stands(algo, tmp_path, m
     manager.wait()  # nothing owed: the background save did not fail
     assert _kept(manager) == [1, 2] and manager.latest() == saved
     _save_at(manager, algo, 3)
+    assert _kept(manager) == [3]
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "background"])
+def test_a_save_that_failed_is_due_again_at_the_next_call(algo, tmp_path, blocking):
+    """The save due at 100 env steps fails (a file is in the way of its checkpoint): no
+    checkpoint holds those steps, so the next call saves, in the background as when blocking,
+    instead of waiting for the next multiple (200)."""
+    root = tmp_path / "run"
+    manager = cairn.CheckpointManager(root, save_every_timesteps=100, keep_last=None)
+    assert _save_at(manager, algo, 1, {"num_env_steps_sampled_lifetime": 60}) is None
+    root.mkdir(exist_ok=True)
+    (root / checkpoint_name(2)).write_text("in the way")
+    if blocking:
+        with pytest.raises(OSError):
+            _save_at(manager, algo, 2, {"num_env_steps_sampled_lifetime": 120})
+    else:
+        _save_at(manager, algo, 2, {"num_env_steps_sampled_lifetime": 120}, blocking=False)
+        with pytest.raises(BackgroundSaveError):
+            manager.wait()
+    saved = _save_at(manager, algo, 3, {"num_env_steps_sampled_lifetime": 180}, blocking=blocking)
+    assert saved is not None, "the env steps that the failed save was for are in no checkpoint"
+    manager.wait()
     assert _kept(manager) == [3]
 
 
