@@ -110,19 +110,27 @@ class IMPALA(Algorithm):
         (updates between the acting weights and these, over the rows)."""
         self.check_policies({pid: self.policies[pid] for pid in self.policies_to_train})
         stats: dict[str, dict[str, float]] = {}
-        for pid in self.policies_to_train:
-            batch = join_fragments(fragments, pid)
-            if batch is None:
-                continue
-            lags = policy_lags(fragments, pid, self.weights_version)
-            # The epochs' row orders come from the algorithm's generator, here, so that every
-            # learner (one, or each DDP rank) walks the same minibatches.
-            permutations = [self._rng.permutation(len(batch)) for _ in range(self.config.num_epochs)]
-            output = self.learn(vtrace_learn, pid, batch=batch, permutations=permutations,
-                                appo=self.uses_target_network)
-            stats[pid] = {**output.stats, **self.after_learn(pid, batch),
-                          "policy_lag_mean": float(lags.mean()), "policy_lag_max": float(lags.max())}
-            self.counters["num_env_steps_trained_lifetime"] += len(batch)
+        steps = {pid: self.policies[pid].num_grad_updates for pid in self.policies_to_train}
+        try:
+            for pid in self.policies_to_train:
+                batch = join_fragments(fragments, pid)
+                if batch is None:
+                    continue
+                lags = policy_lags(fragments, pid, self.weights_version)
+                # The epochs' row orders come from the algorithm's generator, here, so that every
+                # learner (one, or each DDP rank) walks the same minibatches.
+                permutations = [self._rng.permutation(len(batch)) for _ in range(self.config.num_epochs)]
+                output = self.learn(vtrace_learn, pid, batch=batch, permutations=permutations,
+                                    appo=self.uses_target_network)
+                stats[pid] = {**output.stats, **self.after_learn(pid, batch),
+                              "policy_lag_mean": float(lags.mean()), "policy_lag_max": float(lags.max())}
+                self.counters["num_env_steps_trained_lifetime"] += len(batch)
+        except BaseException:
+            # Weights that changed before the error (another policy's update, or steps of this
+            # one) are new weights: they must not share the version of the weights before.
+            if any(self.policies[pid].num_grad_updates != n for pid, n in steps.items()):
+                self.weights_version += 1
+            raise
         self.weights_version += 1
         return stats
 

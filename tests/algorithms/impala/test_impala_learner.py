@@ -179,3 +179,43 @@ def test_appo_refuses_a_policy_without_target_network_before_learning():
         assert algo.weights_version == 0
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
+def test_an_update_that_raises_after_another_policy_learned_counts_a_new_weights_version(
+        algo_name, tmp_path, monkeypatch):
+    """p0 learns, then p1's update raises: p0's weights are new, so they get a new
+    ``weights_version`` (remote runners are sent weights when the version moved, and fragments
+    carry it for the policy lag): one version never names two sets of weights. A checkpoint
+    saved then resumes exactly."""
+    from tests.algorithms.impala.small import small_ma
+    from tests.fault_injection import InjectedError
+    from tests.helpers import assert_trains_identically
+
+    algo = small_ma(algo_name).build()
+    learn = algo.learn
+
+    def p1_fails_once(fn, policy_id, **inputs):
+        if policy_id == "p1":
+            monkeypatch.setattr(algo, "learn", learn)
+            raise InjectedError("injected failure in p1's update")
+        return learn(fn, policy_id, **inputs)
+
+    try:
+        algo.train()
+        version, before = algo.weights_version, algo.get_policy("p0").get_weights()
+        monkeypatch.setattr(algo, "learn", p1_fails_once)
+        with pytest.raises(InjectedError):
+            algo.train()
+        after = algo.get_policy("p0").get_weights()
+        assert not all(np.array_equal(before[k], after[k]) for k in before), "p0 did not learn"
+        assert algo.weights_version == version + 1 and algo.iteration == 1
+        fragments = algo.sample_fragments()
+        assert {f.weights_version for f in fragments} == {version + 1}
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "after_fault"))
+        try:
+            assert_trains_identically(algo, restored)
+        finally:
+            restored.stop()
+    finally:
+        algo.stop()
