@@ -45,9 +45,10 @@ class StepRecordEnv(gym.Env):  # type: ignore[type-arg]
     never reset, raises AssertionError: the env runner must reset an env before stepping it.
 
     ``env_config``: ``length`` (default 5), ``continuous`` (Box actions, for SAC),
-    ``fail_in`` (``"step"`` or ``"reset"``), ``fail_at`` (that call's number, counted per
-    env copy, from 1) and ``fail_file``: the one env copy that creates this file first raises
-    :class:`InjectedError` there, once (the file then exists).
+    ``fail_in`` (``"step"``, ``"reset"`` or ``"close"``), ``fail_at`` (that call's number,
+    counted per env copy, from 1) and ``fail_file``: the one env copy that creates this file
+    first raises :class:`InjectedError` there, once (the file then exists). Each ``close()``
+    call is recorded in :data:`CLOSED` (in the process of the env copy) before it may raise.
     """
 
     def __init__(self, env_config: dict[str, Any] | None = None) -> None:
@@ -62,7 +63,7 @@ class StepRecordEnv(gym.Env):  # type: ignore[type-arg]
         self.t = 0
         self.episode = -1
         self.done = True
-        self.calls = {"step": 0, "reset": 0}
+        self.calls = {"step": 0, "reset": 0, "close": 0}
 
     def _maybe_fail(self, call: str) -> None:
         self.calls[call] += 1
@@ -87,6 +88,10 @@ class StepRecordEnv(gym.Env):  # type: ignore[type-arg]
         self.done = self.t >= self.length
         return self._obs(), 1.0, self.done, False, {}
 
+    def close(self) -> None:
+        CLOSED.append(self)
+        self._maybe_fail("close")
+
     # The env state protocol (cairn.env_runner.env_state): runners save and restore it exactly.
     def get_state(self) -> dict[str, Any]:
         return {"t": self.t, "episode": self.episode, "done": self.done, "calls": dict(self.calls),
@@ -94,8 +99,12 @@ class StepRecordEnv(gym.Env):  # type: ignore[type-arg]
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.t, self.episode, self.done = int(state["t"]), int(state["episode"]), bool(state["done"])
-        self.calls = dict(state["calls"])
+        self.calls = {"close": 0, **state["calls"]}
         self.np_random.bit_generator.state = state["rng"]
+
+
+#: The StepRecordEnv copies whose ``close()`` was called in this process, in order.
+CLOSED: list[StepRecordEnv] = []
 
 
 def make_step_record_env(env_config: dict[str, Any]) -> StepRecordEnv:

@@ -41,6 +41,7 @@ from cairn.policy.spec import PolicySpec
 from cairn.policy.torch_utils import torch_threads
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
 from cairn.registry import class_reference
+from cairn.release import release_all
 from cairn.rng import algorithm_rng, rng_state, set_rng_state
 
 __all__ = ["Algorithm"]
@@ -597,17 +598,15 @@ class Algorithm:
 
     def stop(self) -> None:
         """Wait for a background save in flight (``save(blocking=False)``), then release
-        environments and remote runners; raises a background save's failure that no ``save()``
-        raised yet (after releasing them)."""
-        try:
-            self._checkpointer.flush()
-        finally:
-            if self.learner_group is not None:
-                self.learner_group.stop()
-            self.env_runner_group.stop()
-            if self._eval_runner is not None:
-                self._eval_runner.stop()
-            self.callbacks.on_algorithm_stop(algorithm=self)
+        learners, environments and remote runners and call ``on_algorithm_stop``; raises a
+        background save's failure that no ``save()`` raised yet, or the first error of a
+        release (an env's ``close()``), after every other step ran."""
+        learners, evaluation = self.learner_group, self._eval_runner
+        release_all(self._checkpointer.flush,
+                    learners.stop if learners is not None else lambda: None,
+                    self.env_runner_group.stop,
+                    evaluation.stop if evaluation is not None else lambda: None,
+                    lambda: self.callbacks.on_algorithm_stop(algorithm=self))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(env={self.config.env!r}, policies={sorted(self.policies)})"

@@ -14,6 +14,7 @@ from cairn.env_runner.remote import join_batches
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import CairnError, ConfigError
 from cairn.ray_cluster import ensure_ray
+from cairn.release import release_all
 
 if TYPE_CHECKING:
     from cairn.callbacks.base import Callbacks
@@ -232,9 +233,14 @@ class EnvRunnerGroup:
         remote.recover("set_state()")  # a recreated runner is brought to its state
 
     def stop(self) -> None:
-        if self.local is not None:
-            self.local.stop()
-        self.stop_async_sampling()
-        if self._remote is not None:
-            self._remote.stop()
-            self._remote = None
+        """Stop the local runner, asynchronous sampling and the remote runners, each also when
+        an earlier one raised (the first error is raised after)."""
+        local = self.local
+
+        def stop_remote() -> None:
+            if self._remote is not None:
+                self._remote.stop()
+                self._remote = None
+
+        release_all(local.stop if local is not None else lambda: None, self.stop_async_sampling,
+                    stop_remote)

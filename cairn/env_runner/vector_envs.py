@@ -24,6 +24,7 @@ from cairn.env_runner.env_worker import StepResult
 from cairn.env_runner.make_env import close_env, make_env
 from cairn.env_runner.subprocess_envs import AsyncEnvs
 from cairn.errors import ConfigError
+from cairn.release import release_all
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -85,8 +86,7 @@ class SyncEnvs:
         return all(set_env_state(env, s) for env, s in zip(self.envs, states))
 
     def close(self) -> None:
-        for env in self.envs:
-            close_env(env)
+        release_all(*(lambda env=env: close_env(env) for env in self.envs))
 
 
 def make_vector_envs(config: AlgorithmConfig, num_envs: int, first_env: Any = None) -> VectorEnvs:

@@ -163,3 +163,25 @@ def test_multi_agent_runners_discard_the_fragment(tmp_path: Path, kind: str, hoo
             restored.stop()
     finally:
         algo.stop()
+
+
+def test_an_env_whose_close_raises_does_not_keep_stop_from_releasing_the_rest(tmp_path: Path) -> None:
+    """The first env copy's ``close()`` raises: ``stop()`` raises that error, after it closed
+    every other env (the second training env, the evaluation env) and called
+    ``on_algorithm_stop``; a runner left half-stopped would keep its envs (child processes,
+    remote actors) for good, since a second ``stop()`` meets the same error first."""
+    from tests.callbacks.hooks import CALLS, CountingCallbacks
+    from tests.fault_injection import CLOSED
+
+    algo = step_record_ppo(tmp_path, fail_in="close", fail_at=1).callbacks(CountingCallbacks).build()
+    algo.train()
+    algo.evaluate(num_episodes=1)
+    runner, evaluation = algo.env_runner_group.local, algo.evaluation_runner
+    assert runner is not None and evaluation is not None
+    envs = [*runner.vector_envs.envs, *evaluation.vector_envs.envs]
+    CLOSED.clear()
+    CALLS.clear()
+    with pytest.raises(InjectedError, match="in close"):
+        algo.stop()
+    assert sorted(map(id, CLOSED)) == sorted(map(id, envs)) and len(envs) == 3
+    assert CALLS["on_algorithm_stop"] == 1
