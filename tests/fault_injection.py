@@ -148,6 +148,9 @@ class RaiseOnce(Callbacks):
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         self._maybe("on_train_result")
 
+    def on_evaluate_end(self, *, algorithm: Any, evaluation_metrics: dict[str, Any]) -> None:
+        self._maybe("on_evaluate_end")
+
 
 #: The hooks in which :class:`RaiseOnce` raises next (each once).
 RAISE_IN: set[str] = set()

@@ -24,7 +24,7 @@ from tests.fault_injection import (
     raise_in,
     step_record_env_config,
 )
-from tests.helpers import small_ppo
+from tests.helpers import assert_trains_identically, small_ppo
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +75,33 @@ def test_on_train_result_raising_keeps_the_completed_iteration(tmp_path: Path) -
     try:
         check_recovers(algo, tmp_path, InjectedError, match="in on_train_result", completes=True,
                        arm=lambda: raise_in(["on_train_result"]))
+    finally:
+        algo.stop()
+
+
+def test_evaluation_inside_train_raising_keeps_the_completed_iteration(tmp_path: Path) -> None:
+    """docs/fault-tolerance.md: the evaluation that ``train()`` runs comes after the iteration
+    learned; when it raises (``on_evaluate_end``), the iteration counts, its result is kept, and
+    a checkpoint saved then (its evaluation runner's state included) resumes exactly.
+    (CartPole: a StepRecordEnv counts its episodes across resets, which a restore of a runner
+    between episodes starts afresh, as documented.)"""
+    algo = (small_ppo(train_batch_size=64, minibatch_size=32).callbacks(RaiseOnce)
+            .evaluation(evaluation_interval=1, evaluation_duration=2).build())
+    try:
+        algo.train()
+        counters = dict(algo.counters)
+        raise_in(["on_evaluate_end"])
+        with pytest.raises(InjectedError, match="in on_evaluate_end"):
+            algo.train()
+        assert algo.iteration == 2 and algo.counters != counters
+        assert algo.last_result is not None and algo.last_result["training_iteration"] == 2
+        assert "evaluation" not in algo.last_result
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "after_fault"))
+        try:
+            assert_trains_identically(algo, restored)
+        finally:
+            restored.stop()
+        assert "evaluation" in algo.last_result and algo.last_result["training_iteration"] == 4
     finally:
         algo.stop()
 
