@@ -107,10 +107,17 @@ class Algorithm:
         self.learner_group: LearnerGroup | None = None
         try:
             self.learner_group = LearnerGroup(self.config)
-            self.callbacks.on_algorithm_init(algorithm=self)
+            self.setup()
+            self.callbacks.on_algorithm_init(algorithm=self)  # on the whole algorithm, once checked
         except Exception:
             self.stop()  # nobody gets this object: release its envs, runners and learners
             raise
+
+    def setup(self) -> None:
+        """Build what a subclass adds (replay buffers, ...) and check the built or restored
+        policies, raising what a user must fix. Runs once, in ``__init__``, after the policies,
+        env runners and learners and before ``on_algorithm_init`` (which so sees the whole
+        algorithm); an exception stops what was built. The base class adds nothing."""
 
     # ---------------------------------------------------------------------------- building
     def _build_policies(self, states: Mapping[str, Any], *, copy: bool) -> Any:

@@ -11,7 +11,6 @@ from cairn.algorithms.actor_critic_config import ActorCriticConfig
 from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.dqn.config import DQNConfig
 from cairn.algorithms.replay_buffers import PolicyReplayBuffers, ReplayRatio
-from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.learners import LearnFunction
 from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer
 
@@ -41,17 +40,17 @@ class OffPolicyAlgorithm(Algorithm):
     #: DQN's config, or SAC's and TD3's (subclasses narrow it to their own).
     config: DQNConfig | ActorCriticConfig
 
-    def __init__(self, config: AlgorithmConfig, **kwargs: Any) -> None:
-        super().__init__(config, **kwargs)
+    #: Each policy's replay buffer and n-step builder.
+    replay: PolicyReplayBuffers
+    #: The replay ratio and its carried-over credit.
+    replay_ratio: ReplayRatio
+
+    def setup(self) -> None:
         cfg = self.config
         self.replay = PolicyReplayBuffers(cfg.replay_buffer_config, cfg.seed,
                                           gamma=cfg.gamma, n_step=cfg.n_step)
         self.replay_ratio = ReplayRatio(cfg.training_intensity or 1.0, cfg.minibatch_size)
-        try:
-            self.check_policies()
-        except Exception:
-            self.stop()
-            raise
+        self.check_policies()
 
     def check_policies(self) -> None:
         """Check (and adjust) the built or restored policies once, before any training;

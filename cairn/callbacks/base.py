@@ -44,8 +44,9 @@ class Callbacks:
     episode_history_steps: int | None = 1000
 
     def on_algorithm_init(self, *, algorithm: Any) -> None:
-        """The algorithm is built (also when it is rebuilt from a checkpoint, before the state
-        is loaded: :meth:`on_checkpoint_loaded` follows)."""
+        """The algorithm is built, all of it (an off-policy algorithm's replay buffers too), and
+        its policies passed its checks (also when it is rebuilt from a checkpoint, before the
+        state is loaded: :meth:`on_checkpoint_loaded` follows)."""
 
     def on_episode_start(self, *, episode: Any, env_runner: Any) -> None:
         """An episode begins in one of the runner's environments."""

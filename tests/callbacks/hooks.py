@@ -123,3 +123,11 @@ def _raise_if_named(hook: str) -> None:
     if hook in RAISE_ON_LOAD:
         RAISE_ON_LOAD.discard(hook)
         raise RuntimeError(f"RaiseOnLoad: injected failure in {hook}")
+
+
+class SeesReplay(CountingCallbacks):
+    """Records, in ``on_algorithm_init``, the replay buffers an off-policy algorithm holds."""
+
+    def on_algorithm_init(self, *, algorithm: Any) -> None:
+        super().on_algorithm_init(algorithm=algorithm)
+        CALLS["replay_buffers_at_init"] = len(algorithm.replay_buffers)

@@ -20,6 +20,7 @@ from tests.callbacks.hooks import (
     EpisodeLength,
     LateReport,
     NotCallbacks,
+    SeesReplay,
     StopAtTwo,
 )
 from tests.checkpoint.attacks import edit_json
@@ -31,6 +32,25 @@ def _fresh_counts() -> None:
     CALLS.clear()
     LateReport.seen.clear()
     LateReport.release.clear()
+
+
+def test_on_algorithm_init_sees_the_whole_checked_algorithm() -> None:
+    """The hook runs after a subclass's own parts are built and its policies checked: an
+    off-policy algorithm's replay buffers exist (they were made after the hook, which got an
+    AttributeError reading them), and a policy the algorithm refuses never reaches the hook."""
+    algo = (cairn.DQNConfig().environment("CartPole-v1").training(train_batch_size=32, minibatch_size=16)
+            .callbacks(SeesReplay).build())
+    try:
+        # Readable (each policy's buffer is made with its first transitions).
+        assert CALLS["on_algorithm_init"] == 1 and CALLS["replay_buffers_at_init"] == 0
+    finally:
+        algo.stop()
+    CALLS.clear()
+    plain = cairn.PolicySpec(cairn.Policy)  # APPO needs a policy with a target network
+    with pytest.raises(ConfigError, match="without a target network"):
+        (cairn.APPOConfig().environment("CartPole-v1").multi_agent(policies={"default_policy": plain})
+         .callbacks(CountingCallbacks).build())
+    assert CALLS["on_algorithm_init"] == 0
 
 
 def test_every_hook_is_called_with_its_documented_arguments(tmp_path: Path) -> None:

@@ -52,11 +52,9 @@ class IMPALA(Algorithm):
         #: Learner updates so far: the version of the current weights, which fragments carry.
         self.weights_version = 0
         super().__init__(config, **kwargs)
-        try:
-            self.check_policies(self.policies)
-        except ConfigError:
-            self.stop()
-            raise
+
+    def setup(self) -> None:
+        self.check_policies(self.policies)
 
     def check_policies(self, policies: Mapping[str, Policy]) -> None:
         """ConfigError for a policy this algorithm cannot train: a recurrent one (V-trace here
