@@ -20,7 +20,8 @@ print(weights_digest(algo), algo.counters["num_env_steps_sampled_lifetime"])
 """
 
 _TD3 = ("cairn.TD3Config().environment('Pendulum-v1').training(train_batch_size=64, minibatch_size=16, "
-        "num_steps_sampled_before_learning_starts=32, model={model}).checkpointing(store_replay_buffer=True)"
+        "num_steps_sampled_before_learning_starts={starts}, model={model})"
+        ".checkpointing(store_replay_buffer=True)"
         ".env_runners(observation_filter='MeanStdFilter').debugging(seed=0)")
 
 
@@ -35,13 +36,17 @@ _TD3 = ("cairn.TD3Config().environment('Pendulum-v1').training(train_batch_size=
      "'MeanStdFilter').training(train_batch_size=128, minibatch_size=64, num_epochs=2, "
      "normalize_rewards=True)"
      ".debugging(seed=0)",
-     # TD3 with Keras networks (slow: the fresh process imports Keras), and with a user's actor
-     # and critics; its replay buffer stored.
-     pytest.param(_TD3.format(model="{'hidden': [16, 16], 'framework': 'keras'}"), marks=pytest.mark.slow),
+     # TD3 with its own networks, with Keras networks (slow: the fresh process imports Keras),
+     # and with a user's actor and critics; its replay buffer stored.
+     # Its own networks learn from step 34: 95 gradient steps by the save, which falls between
+     # two delayed actor updates.
+     _TD3.format(model="{'hidden': [16, 16]}", starts=34),
+     pytest.param(_TD3.format(model="{'hidden': [16, 16], 'framework': 'keras'}", starts=32),
+                  marks=pytest.mark.slow),
      _TD3.format(model="{'custom_model': 'tests.models.nets:SmallTD3Actor', 'custom_q_model': "
-                       "'tests.models.nets:SmallCritic', 'custom_model_config': {'width': 16}}")],
-    ids=["ppo", "ppo-MeanStdFilter", "ma-ppo", "ma-ppo-MeanStdFilter", "ppo-box-normalizers", "td3-keras",
-         "td3-custom-models"],
+                       "'tests.models.nets:SmallCritic', 'custom_model_config': {'width': 16}}", starts=32)],
+    ids=["ppo", "ppo-MeanStdFilter", "ma-ppo", "ma-ppo-MeanStdFilter", "ppo-box-normalizers", "td3",
+         "td3-keras", "td3-custom-models"],
 )
 def test_resume_in_new_process_is_bit_identical(tmp_path, factory):
     from tests import helpers
