@@ -106,6 +106,8 @@ class APPOConfig(IMPALAConfig):
       penalty ``kl_coeff * KL(pi_target || pi)``, whose weight adapts at each target update.
     - ``target_network_update_freq`` (1): train batches learnt between two copies of the
       policy's weights into its target network (the policy the ratio is taken against).
+      RLlib 2.60's default, 2, counts units of its circular buffer (8 x 2 train-batch updates
+      each), which cairn does not have; docs/impala.md, "Settings", says how the two compare.
     - ``target_worker_clipping`` (2.0): IMPACT's clip of ``mu / pi_target``.
 
     >>> config = APPOConfig().environment("CartPole-v1").training(clip_param=0.3, use_kl_loss=True)

@@ -11,6 +11,9 @@ from cairn.errors import ConfigError
 
 
 def test_defaults_are_rllibs():
+    # RLlib 2.60's values (ray/rllib/algorithms/impala/impala.py, appo/appo.py; RLlib itself
+    # does not import here, it needs dm-tree). target_network_update_freq is the exception that
+    # docs/impala.md explains: RLlib's 2 counts circular-buffer units, cairn's 1 train batches.
     config = cairn.APPOConfig()
     assert (config.vtrace, config.vtrace_clip_rho_threshold, config.vtrace_clip_pg_rho_threshold) == \
         (True, 1.0, 1.0)
