@@ -208,6 +208,40 @@ def test_losing_the_node_of_a_runner_mid_run_does_not_stop_sampling(two_nodes):
         algo.stop()
 
 
+@pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
+def test_losing_the_node_of_a_runner_inside_train_does_not_stop_training(two_nodes, monkeypatch, algo_name):
+    """The node hosting one of two runners goes away inside ``train()``, while both sample
+    asynchronously: that iteration finishes on the other runner's fragments, and so do the
+    next ones (no CPU is left for a replacement, so the group goes on with one runner)."""
+    cluster, worker = two_nodes
+    algo = (small(algo_name, train_batch_size=80)
+            .environment(make_flaky_cartpole, env_config={"step_sleep_s": 0.005})
+            .env_runners(num_env_runners=2)
+            .fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=True).build())
+    try:
+        group = algo.env_runner_group  # 1 CPU a node: one runner on each
+        assert algo.train()["num_healthy_env_runners"] == 2
+        real_sample_async = group.sample_async
+
+        def remove_first(**kwargs: Any) -> list[RemoteFragment]:
+            monkeypatch.setattr(group, "sample_async", real_sample_async)
+            cluster.remove_node(worker)  # both runners have a request in flight now
+            return real_sample_async(**kwargs)
+
+        monkeypatch.setattr(group, "sample_async", remove_first)
+        results = [algo.train() for _ in range(3)]
+        assert [r["training_iteration"] for r in results] == [2, 3, 4] and algo.weights_version == 4
+        assert results[-1]["num_healthy_env_runners"] == 1
+        assert results[-1]["num_env_runner_restarts"] == 0
+        assert results[-1]["num_env_steps_sampled_lifetime"] >= 4 * 80
+        for result in results:
+            assert np.isfinite(result["learners"]["default_policy"]["total_loss"])
+        # Every step the learner counted came in a fragment it received, once.
+        assert algo.get_policy().global_timestep == results[-1]["num_env_steps_sampled_lifetime"]
+    finally:
+        algo.stop()
+
+
 def test_with_every_runner_gone_outside_sampling_get_raises_instead_of_waiting(ray_cluster):
     config = (small_ppo(train_batch_size=64).env_runners(num_env_runners=2)
               .fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=True))
