@@ -55,8 +55,9 @@ def recurrent_acting(model: torch.nn.Module, dist: ActionDistribution, model_con
             "mask from the observation space, or use_lstm.")
     if use_lstm and not isinstance(model, RecurrentActorCriticModel):
         raise ConfigError(
-            f"Config 'model.use_lstm'=True is not supported by {policy_class}: only PPO "
-            "(cairn.Policy's actor-critic) has recurrent policies. Drop use_lstm, or use PPO.")
+            f"Config 'model.use_lstm'=True is not supported by {policy_class}: only PPO, IMPALA "
+            "and APPO (cairn.Policy's actor-critic) have recurrent policies. Drop use_lstm, or "
+            "use one of them.")
     return RecurrentActing(model, dist) if isinstance(model, RecurrentActorCriticModel) else None
 
 

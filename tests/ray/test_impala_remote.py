@@ -2,6 +2,8 @@
 checkpoint restores and continues from the saved learner (not bit for bit: the fragments in
 flight at the save are not in it, docs/impala.md)."""
 
+import math
+
 import pytest
 
 import cairn
@@ -37,3 +39,21 @@ def test_two_remote_runners_train_save_and_continue_from_the_checkpoint(ray_clus
         assert result["num_env_steps_sampled_lifetime"] >= before + 80
     finally:
         restored.stop()
+
+
+@pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
+def test_a_recurrent_policy_trains_on_fragments_of_remote_runners(ray_cluster, algo_name):
+    # The runners record the state each row was acted from; the learner cuts the joined fragments
+    # into sequences at their ends (each fragment's end is a piece end).
+    model = {"hidden": [16], "use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 7}
+    algo = small(algo_name, model=model).env_runners(num_env_runners=2).build()
+    try:
+        results = [algo.train() for _ in range(3)]
+        assert results[-1]["num_healthy_env_runners"] == 2 and algo.weights_version == 3
+        for result in results:
+            stats = result["learners"]["default_policy"]
+            assert stats["num_sequences"] >= 80 / 7 and math.isfinite(stats["total_loss"])
+        # Every step the learner counted came in a fragment it received, once.
+        assert algo.get_policy().global_timestep == results[-1]["num_env_steps_sampled_lifetime"]
+    finally:
+        algo.stop()

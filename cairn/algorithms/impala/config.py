@@ -88,14 +88,6 @@ class IMPALAConfig(AlgorithmConfig):
     broadcast_interval: int
     max_requests_in_flight_per_env_runner: int
 
-    def validate(self) -> None:
-        super().validate()
-        if self.model.get("use_lstm"):
-            raise ConfigError(
-                f"Config 'model.use_lstm'=True is not supported by {self.algo_class_name} yet: V-trace "
-                "here runs on feed-forward policies (the learner has no sequence layout for a "
-                "recurrent state). Drop use_lstm, or use cairn.PPOConfig for a recurrent policy.")
-
 
 class APPOConfig(IMPALAConfig):
     """Config for :class:`~cairn.algorithms.impala.APPO` (RLlib's name for IMPACT, Luo et al.

@@ -16,6 +16,8 @@ from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.fragments import Fragment, join_fragments, policy_lags
 from cairn.algorithms.impala.learn import after_train_batch, vtrace_learn
+from cairn.algorithms.impala.recurrent import vtrace_learn_recurrent
+from cairn.algorithms.ppo.recurrent import sequence_count
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.remote import join_batches
 from cairn.env_runner.sample_batch import SampleBatch
@@ -35,7 +37,7 @@ class IMPALA(Algorithm):
     Each ``train()`` samples fragments until ``train_batch_size`` env steps are in hand
     (:meth:`sample_fragments`), then learns once on them (:meth:`learn_on_fragments`).
     Policies are cairn's actor-critic :class:`~cairn.policy.Policy` (PPO's networks, action
-    masks, custom models); recurrent policies are refused.
+    masks, custom models, LSTMs learnt over sequences as PPO's).
 
     >>> from cairn import IMPALAConfig
     >>> algo = IMPALAConfig().environment("CartPole-v1").training(train_batch_size=100).build()
@@ -57,16 +59,9 @@ class IMPALA(Algorithm):
         self.check_policies(self.policies)
 
     def check_policies(self, policies: Mapping[str, Policy]) -> None:
-        """ConfigError for a policy this algorithm cannot train: a recurrent one (V-trace here
-        has no sequence layout), or for APPO one without a target network. Checked when built
-        and before each learner update (a policy may be added meanwhile), before anything
-        learns."""
-        recurrent = sorted(pid for pid, p in policies.items() if is_recurrent(p))
-        if recurrent:
-            raise ConfigError(
-                f"{type(self).__name__} got recurrent policies {recurrent}: V-trace here runs on "
-                "feed-forward policies (the learner has no sequence layout for a recurrent state). "
-                "Use a feed-forward model, or cairn.PPOConfig for recurrent policies.")
+        """ConfigError for a policy this algorithm cannot train: for APPO one without a target
+        network. Checked when built and before each learner update (a policy may be added
+        meanwhile), before anything learns."""
         if self.uses_target_network:
             plain = {pid: type(p).__name__ for pid, p in policies.items() if not isinstance(p, APPOPolicy)}
             if plain:
@@ -115,11 +110,14 @@ class IMPALA(Algorithm):
                 if batch is None:
                     continue
                 lags = policy_lags(fragments, pid, self.weights_version)
-                # The epochs' row orders come from the algorithm's generator, here, so that every
-                # learner (one, or each DDP rank) walks the same minibatches.
-                permutations = [self._rng.permutation(len(batch)) for _ in range(self.config.num_epochs)]
-                output = self.learn(vtrace_learn, pid, batch=batch, permutations=permutations,
-                                    appo=self.uses_target_network)
+                # The epochs' orders (of rows; of a recurrent policy's sequences) come from the
+                # algorithm's generator, here, so that every learner (one, or each DDP rank) walks
+                # the same minibatches.
+                recurrent = is_recurrent(self.policies[pid])
+                n = sequence_count(batch, self.policies[pid]) if recurrent else len(batch)
+                permutations = [self._rng.permutation(n) for _ in range(self.config.num_epochs)]
+                output = self.learn(vtrace_learn_recurrent if recurrent else vtrace_learn, pid, batch=batch,
+                                    permutations=permutations, appo=self.uses_target_network)
                 stats[pid] = {**output.stats, **self.after_learn(pid, batch),
                               "policy_lag_mean": float(lags.mean()), "policy_lag_max": float(lags.max())}
                 self.counters["num_env_steps_trained_lifetime"] += len(batch)

@@ -12,14 +12,17 @@ import torch
 from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.loss import appo_loss, impala_loss, update_kl_coeff
+from cairn.algorithms.impala.sequences import Sequences
 from cairn.algorithms.impala.vtrace import VTraceReturns, vtrace
 from cairn.algorithms.ppo.learn import behaviour_logp, next_values, update_stats
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.policy import Policy
+from cairn.policy.recurrent import is_recurrent
 
-__all__ = ["vtrace_learn", "batch_vtrace", "target_logp", "BatchTensors", "kl_estimate", "after_train_batch"]
+__all__ = ["vtrace_learn", "batch_vtrace", "target_logp", "BatchTensors", "kl_estimate", "after_train_batch",
+           "require_target_network", "rows_loss"]
 
 
 class BatchTensors:
@@ -93,14 +96,9 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
     data = BatchTensors(batch, policy, device)
     old_logp = None
     if appo:
-        if not isinstance(policy, APPOPolicy):
-            raise ConfigError(
-                f"APPO trains a {type(policy).__name__}, which has no target network: APPO's ratio is "
-                "taken against one. Fix: leave the PolicySpec's policy_class unset (APPO's default is "
-                "cairn.algorithms.impala.APPOPolicy) or name a subclass of APPOPolicy.")
         # Once per call, not per epoch and minibatch: the target network does not change until
         # the call returns (target_logp says why).
-        old_logp = target_logp(policy, data)
+        old_logp = target_logp(require_target_network(policy), data)
     n = len(batch)
     size = n if config.minibatch_size is None else min(config.minibatch_size, n)
     params = list(model.parameters())
@@ -130,18 +128,36 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
     return LearnOutput(update_stats(list(stats), history, returns, values_np, policy))
 
 
+def require_target_network(policy: Policy) -> APPOPolicy:
+    """``policy``, which APPO trains: ConfigError unless it is an :class:`APPOPolicy`."""
+    if not isinstance(policy, APPOPolicy):
+        raise ConfigError(
+            f"APPO trains a {type(policy).__name__}, which has no target network: APPO's ratio is "
+            "taken against one. Fix: leave the PolicySpec's policy_class unset (APPO's default is "
+            "cairn.algorithms.impala.APPOPolicy) or name a subclass of APPOPolicy.")
+    return policy
+
+
 def _loss(config: IMPALAConfig, policy: Policy, data: BatchTensors, targets: VTraceReturns,
           rows: torch.Tensor, old_logp: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss (a mean over ``rows``) and its statistics: IMPALA's, or APPO's when
     ``old_logp`` holds the target network's log-probabilities of the whole batch."""
     inputs, values = policy.model(data.obs[rows])
+    return rows_loss(config, policy, data, targets, rows, old_logp, inputs, values)
+
+
+def rows_loss(config: IMPALAConfig, policy: Policy, data: BatchTensors, targets: VTraceReturns,
+              rows: torch.Tensor, old_logp: torch.Tensor | None, inputs: torch.Tensor,
+              values: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`_loss` given the network's action inputs and values of ``rows`` (in that order),
+    however they were computed (a feed-forward pass, or sequences of a recurrent network)."""
     logp = policy.dist.logp(inputs, data.actions[rows])
     entropy = policy.dist.entropy(inputs)
     vs, pg_adv = targets.vs[rows], targets.pg_advantages[rows]
     if old_logp is None:
         return impala_loss(logp, values, entropy, vs, pg_adv, vf_loss_coeff=config.vf_loss_coeff,
                            entropy_coeff=config.entropy_coeff)
-    assert isinstance(policy, APPOPolicy)  # vtrace_learn checked it
+    assert isinstance(policy, APPOPolicy)  # the learn functions checked it
     assert isinstance(config, APPOConfig)  # APPO's own (Algorithm.__init__ checks config_class)
     behaviour, old = data.behaviour_logp[rows], old_logp[rows]
     kl = kl_estimate(old, logp, behaviour) if config.use_kl_loss else None
@@ -176,8 +192,14 @@ def after_train_batch(config: APPOConfig, policy: APPOPolicy, batch: SampleBatch
         if config.use_kl_loss:
             data = BatchTensors(batch, policy, next(policy.model.parameters()).device)
             with torch.no_grad():
-                logp = policy.dist.logp(policy.model(data.obs)[0], data.actions)
-                kl = float(kl_estimate(target_logp(policy, data), logp, data.behaviour_logp).mean())
+                if is_recurrent(policy):  # both networks over the batch's sequences
+                    seqs = Sequences(batch, policy, data.obs)
+                    logp = seqs.logp(policy.model, policy.dist, data.actions)
+                    old = seqs.logp(policy.target_model, policy.dist, data.actions)
+                else:
+                    logp = policy.dist.logp(policy.model(data.obs)[0], data.actions)
+                    old = target_logp(policy, data)
+                kl = float(kl_estimate(old, logp, data.behaviour_logp).mean())
             policy.kl_coeff = update_kl_coeff(policy.kl_coeff, kl, kl_target=config.kl_target)
         policy.update_target()
     return {"curr_kl_coeff": policy.kl_coeff, "num_train_batches": float(policy.num_train_batches)}

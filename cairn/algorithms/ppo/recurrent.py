@@ -36,7 +36,7 @@ from cairn.learners import GradientSync, LearnOutput
 from cairn.policy.policy import Policy
 from cairn.policy.recurrent_config import recurrent_settings
 
-__all__ = ["learn_recurrent", "sequence_count", "sequence_starts", "padded_rows"]
+__all__ = ["learn_recurrent", "sequence_count", "sequence_starts", "padded_rows", "bootstrap_values"]
 
 
 def sequence_starts(ends: np.ndarray, max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -66,7 +66,7 @@ def padded_rows(starts: np.ndarray, lengths: np.ndarray, steps: int) -> tuple[np
     return rows, mask
 
 
-def _bootstrap_values(model: nn.Module, batch: SampleBatch, obs: torch.Tensor, states: list[torch.Tensor],
+def bootstrap_values(model: nn.Module, batch: SampleBatch, obs: torch.Tensor, states: list[torch.Tensor],
                       starts: np.ndarray, lengths: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``V(next_obs)`` of each row for GAE: the next row's value inside a piece, 0 at terminal
     steps, and at a truncated episode or fragment end the value of ``next_obs`` from the state
@@ -122,7 +122,7 @@ def learn_recurrent(config: Any, policy: Policy, sync: GradientSync, *, batch: S
         # Sequences cover the rows in order, so the real steps, read row-major, are rows 0..n-1.
         values = values_p[mask_t]
         values_np = values.cpu().numpy()
-        next_values = _bootstrap_values(model, batch, obs, states, starts, lengths, values_np)
+        next_values = bootstrap_values(model, batch, obs, states, starts, lengths, values_np)
     advantages = compute_gae(rewards, values_np, next_values, batch["terminateds"], batch["ends"],
                              gamma=cfg.gamma, lambda_=cfg.lambda_)
     adv_t = torch.from_numpy(advantages).to(device)

@@ -97,9 +97,12 @@ def test_minibatch_larger_than_train_batch_is_refused():
 
 
 @pytest.mark.parametrize("config_cls", [cairn.IMPALAConfig, cairn.APPOConfig])
-def test_recurrent_policies_are_refused(config_cls):
-    with pytest.raises(ConfigError, match="use_lstm"):
-        config_cls().environment("CartPole-v1").training(model={"use_lstm": True}).validate()
+def test_recurrent_policies_are_accepted_and_bad_lstm_settings_refused(config_cls):
+    # LSTMs learn over sequences as PPO's (tests/algorithms/impala/test_impala_recurrent.py).
+    config_cls().environment("CartPole-v1").training(model={"use_lstm": True}).validate()
+    with pytest.raises(ConfigError, match="max_seq_len"):
+        config_cls().environment("CartPole-v1").training(
+            model={"use_lstm": True, "max_seq_len": 0}).validate()
 
 
 @pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])

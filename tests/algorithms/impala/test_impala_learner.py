@@ -16,7 +16,7 @@ from cairn.algorithms.impala.learn import BatchTensors, batch_vtrace, kl_estimat
 from cairn.algorithms.impala.vtrace import vtrace
 from cairn.errors import ConfigError
 from cairn.learners import LOCAL_SYNC
-from tests.algorithms.impala.small import small
+from tests.algorithms.impala.small import small, small_ma
 
 
 def _sampled(algo_name: str):
@@ -132,11 +132,18 @@ def test_appo_target_network_follows_the_update_frequency():
 
 
 @pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
-def test_a_recurrent_policy_spec_is_refused_at_build(algo_name):
-    config = small(algo_name).multi_agent(policies={
-        "default_policy": cairn.PolicySpec(config={"model": {"use_lstm": True}})})
-    with pytest.raises(ConfigError, match="recurrent|use_lstm"):
-        config.build()
+def test_a_recurrent_policy_spec_beside_a_feed_forward_one_trains(algo_name):
+    config = small_ma(algo_name).multi_agent(policies={
+        "p0": cairn.PolicySpec(config={"model": {"hidden": [8], "use_lstm": True, "lstm_cell_size": 4,
+                                                  "max_seq_len": 5}}),
+        "p1": cairn.PolicySpec()})
+    algo = config.build()
+    try:
+        learners = algo.train()["learners"]
+        assert "num_sequences" in learners["p0"] and "num_sequences" not in learners["p1"]
+        assert all(np.isfinite(stats["total_loss"]) for stats in learners.values())
+    finally:
+        algo.stop()
 
 
 def test_sync_fragments_carry_the_current_weights_version():
