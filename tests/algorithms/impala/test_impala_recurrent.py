@@ -170,3 +170,18 @@ def test_minibatches_cover_every_sequence_once_per_epoch(algo_name):
 def test_ddp_learners_are_refused_for_recurrent_policies():
     with pytest.raises(ConfigError, match="recurrent"):
         _lstm("APPO").learners(num_learners=2).validate()
+
+
+@pytest.mark.parametrize("algo_name", ALGOS)
+def test_a_users_recurrent_model_trains_and_resumes_exactly(algo_name, tmp_path):
+    from tests.recurrent.nets import TinyGRU
+
+    algo = small(algo_name, model={"custom_model": TinyGRU, "max_seq_len": 5}).build()
+    try:
+        stats = algo.train()["learners"]["default_policy"]
+        assert stats["num_sequences"] >= 80 / 5 and np.isfinite(stats["total_loss"])
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+        assert_trains_identically(algo, restored)
+        restored.stop()
+    finally:
+        algo.stop()
