@@ -5,7 +5,7 @@ docs/impala.md, section Learning, has the figures; the settings are
 ``tests/algorithms/impala/small.py``'s ``learning_config``, which the slow learning test uses too.
 
     .venv/bin/python bench/impala_learning.py [--algos IMPALA APPO] [--seeds 0 1 2] \\
-        [--bar 475] [--budget 30000] [--eval-every 2000] [--num-env-runners 0]
+        [--bar 475] [--budget 30000] [--eval-every 2000] [--num-env-runners 0] [--entropy-coeff 0.01]
 """
 
 from __future__ import annotations
@@ -29,12 +29,16 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=2_000)
     parser.add_argument("--num-env-runners", type=int, default=0,
                         help="remote runners sampling asynchronously (2 envs each); 0: 4 envs in-process")
+    parser.add_argument("--entropy-coeff", type=float, default=None,
+                        help="instead of the learning settings' 0.0 (RLlib's default: 0.01)")
     args = parser.parse_args()
     for algo in args.algos:
         for seed in args.seeds:
             start = time.perf_counter()
+            training = {} if args.entropy_coeff is None else {"entropy_coeff": args.entropy_coeff}
             first, points = steps_to_bar(algo, seed, bar=args.bar, budget=args.budget,
-                                         eval_every=args.eval_every, num_env_runners=args.num_env_runners)
+                                         eval_every=args.eval_every, num_env_runners=args.num_env_runners,
+                                         **training)
             print(f"{algo} seed {seed}: first greedy >= {args.bar} at {first} steps; {points}; "
                   f"wall {time.perf_counter() - start:.0f}s", flush=True)
 

@@ -34,22 +34,24 @@ LEARNING_SETTINGS: dict[str, Any] = {
 }
 
 
-def learning_config(algo: str, seed: int, num_env_runners: int = 0) -> Any:
+def learning_config(algo: str, seed: int, num_env_runners: int = 0, **training: Any) -> Any:
     """A CartPole-v1 learning run of ``algo``: 4 envs (fragments of 50 steps) in this process,
     or 2 in each of ``num_env_runners`` remote runners sampling asynchronously; train batches of
-    500 env steps, :data:`LEARNING_SETTINGS`."""
+    500 env steps, :data:`LEARNING_SETTINGS` updated by ``training``."""
     envs = 4 if num_env_runners == 0 else 2
     return (CONFIGS[algo]().environment("CartPole-v1")
             .env_runners(num_env_runners=num_env_runners, num_envs_per_env_runner=envs)
-            .training(**LEARNING_SETTINGS).resources(torch_num_threads=1).debugging(seed=seed))
+            .training(**{**LEARNING_SETTINGS, **training}).resources(torch_num_threads=1)
+            .debugging(seed=seed))
 
 
 def steps_to_bar(algo: str, seed: int, *, bar: float, budget: int,
-                 eval_every: int, num_env_runners: int = 0) -> tuple[int | None, list]:
-    """Train :func:`learning_config` and evaluate greedily (10 episodes) every ``eval_every``
-    env steps: the env steps at the first return >= ``bar`` (None: not within ``budget``), and
-    every evaluation as ``(steps, return)``."""
-    built = learning_config(algo, seed, num_env_runners).build()
+                 eval_every: int, num_env_runners: int = 0, **training: Any) -> tuple[int | None, list]:
+    """Train :func:`learning_config` (``training``: settings beside :data:`LEARNING_SETTINGS`)
+    and evaluate greedily (10 episodes) every ``eval_every`` env steps: the env steps at the
+    first return >= ``bar`` (None: not within ``budget``), and every evaluation as
+    ``(steps, return)``."""
+    built = learning_config(algo, seed, num_env_runners, **training).build()
     points: list[tuple[int, float]] = []
     next_eval = eval_every
     try:

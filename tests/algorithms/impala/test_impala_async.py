@@ -1,6 +1,6 @@
 """IMPALA/APPO with remote env runners sample asynchronously (cairn.env_runner.async_sampler):
 the learner learns from fragments acted by older weights and reports the lag, a runner killed
-mid-train() is recreated and the run goes on, and APPO learns CartPole so."""
+mid-train() is recreated and the run goes on, and IMPALA and APPO learn CartPole so."""
 
 from __future__ import annotations
 
@@ -70,7 +70,13 @@ def test_fragments_lag_and_a_runner_killed_mid_train_is_recreated(ray_cluster, t
         algo.stop()
 
 
-def test_appo_learns_cartpole_with_two_remote_runners(ray_cluster):
-    first, points = steps_to_bar("APPO", learning_seed(0), bar=475.0, budget=100_000, eval_every=2_000,
-                                 num_env_runners=2)
-    assert first is not None, f"APPO, 2 remote runners: greedy returns {points} never reached 475 in 100k"
+@pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
+def test_learns_cartpole_with_two_remote_runners(ray_cluster, algo_name):
+    # docs/impala.md, "Learning": the slowest of the measured runs needed 46,400 env steps.
+    # IMPALA keeps RLlib's entropy bonus (0.01): without it, 2 of 7 runs of seed 0 collapsed to
+    # one action (greedy return 9) within 100,000 env steps.
+    training = {"entropy_coeff": 0.01} if algo_name == "IMPALA" else {}
+    first, points = steps_to_bar(algo_name, learning_seed(0), bar=475.0, budget=100_000, eval_every=2_000,
+                                 num_env_runners=2, **training)
+    assert first is not None, \
+        f"{algo_name}, 2 remote runners: greedy returns {points} never reached 475 in 100k"
