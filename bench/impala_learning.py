@@ -5,7 +5,7 @@ docs/impala.md, section Learning, has the figures; the settings are
 ``tests/algorithms/impala/small.py``'s ``learning_config``, which the slow learning test uses too.
 
     .venv/bin/python bench/impala_learning.py [--algos IMPALA APPO] [--seeds 0 1 2] \\
-        [--bar 475] [--budget 30000] [--eval-every 2000] [--num-env-runners 0] [--entropy-coeff 0.01]
+        [--bar 475] [--budget 30000] [--eval-every 2000] [--num-env-runners 0] [--entropy-coeff 0.01] [--lstm]
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 
 from tests.algorithms.impala.small import steps_to_bar
 
+#: The recurrent policy of ``--lstm``: one 64-unit layer, then a 64-cell LSTM, sequences of 20.
+LSTM_MODEL = {"hidden": [64], "use_lstm": True, "lstm_cell_size": 64, "max_seq_len": 20}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -31,11 +34,15 @@ def main() -> None:
                         help="remote runners sampling asynchronously (2 envs each); 0: 4 envs in-process")
     parser.add_argument("--entropy-coeff", type=float, default=None,
                         help="instead of the learning settings' 0.0 (RLlib's default: 0.01)")
+    parser.add_argument("--lstm", action="store_true",
+                        help=f"a recurrent policy: model={LSTM_MODEL} instead of the 64x64 MLP")
     args = parser.parse_args()
     for algo in args.algos:
         for seed in args.seeds:
             start = time.perf_counter()
-            training = {} if args.entropy_coeff is None else {"entropy_coeff": args.entropy_coeff}
+            training: dict = {} if args.entropy_coeff is None else {"entropy_coeff": args.entropy_coeff}
+            if args.lstm:
+                training["model"] = LSTM_MODEL
             first, points = steps_to_bar(algo, seed, bar=args.bar, budget=args.budget,
                                          eval_every=args.eval_every, num_env_runners=args.num_env_runners,
                                          **training)
