@@ -4,8 +4,8 @@ fragments of experience with V-trace's off-policy correction (docs/impala.md).
 The pieces: :mod:`~cairn.algorithms.impala.vtrace` (V-trace, pure), :mod:`~cairn.algorithms.impala.loss`
 (the losses, pure), :mod:`~cairn.algorithms.impala.learn` (the learn function),
 :mod:`~cairn.algorithms.impala.fragments` (fragments tagged with a weights version),
-:mod:`~cairn.algorithms.impala.recurrent` and :mod:`~cairn.algorithms.impala.sequences` (recurrent
-policies, learnt over sequences as PPO's), :mod:`~cairn.algorithms.impala.appo_policy` (APPO's
+:mod:`~cairn.algorithms.impala.recurrent` (recurrent policies, learnt over PPO's
+:class:`~cairn.algorithms.ppo.recurrent.Sequences`), :mod:`~cairn.algorithms.impala.appo_policy` (APPO's
 target network) and
 :mod:`~cairn.algorithms.impala.impala` (the algorithms).
 """

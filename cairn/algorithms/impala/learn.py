@@ -12,9 +12,9 @@ import torch
 from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.loss import appo_loss, impala_loss, update_kl_coeff
-from cairn.algorithms.impala.sequences import Sequences
 from cairn.algorithms.impala.vtrace import VTraceReturns, vtrace
 from cairn.algorithms.ppo.learn import behaviour_logp, next_values, update_stats
+from cairn.algorithms.ppo.recurrent import Sequences
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput

@@ -26,9 +26,9 @@ import torch
 
 from cairn.algorithms.impala.config import IMPALAConfig
 from cairn.algorithms.impala.learn import BatchTensors, require_target_network, rows_loss
-from cairn.algorithms.impala.sequences import Sequences
 from cairn.algorithms.impala.vtrace import VTraceReturns, vtrace
 from cairn.algorithms.ppo.learn import update_stats
+from cairn.algorithms.ppo.recurrent import Sequences
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
@@ -79,12 +79,7 @@ def vtrace_learn_recurrent(config: IMPALAConfig, policy: Policy, sync: GradientS
         targets, values_now = sequences_vtrace(config, policy, data, seqs, target_logp_rows=old_logp)
         if returns is None:  # the first epoch's: the value function before this update
             returns, values_np = targets.vs, values_now
-        # A sequence joins the minibatch in which its first step falls.
-        group = (np.cumsum(seqs.lengths[perm]) - seqs.lengths[perm]) // size
-        for g in range(int(group[-1]) + 1):
-            mb_seqs = perm[group == g]
-            if not len(mb_seqs):  # a sequence longer than minibatch_size fills more than one group
-                continue
+        for mb_seqs in seqs.minibatches(perm, size):
             inputs, values, rows = seqs.forward(model, mb_seqs)
             loss, stats = rows_loss(config, policy, data, targets, rows, old_logp, inputs, values)
             sync.optimizer_step(policy.optimizer, loss, params, grad_clip=config.grad_clip)

@@ -21,7 +21,7 @@ state at sampling time (R2D2's "stored state"), stale by at most one iteration o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,10 +33,12 @@ from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
 from cairn.env_runner.sample_batch import SampleBatch, batch_states
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
+from cairn.policy.distributions import ActionDistribution
 from cairn.policy.policy import Policy
 from cairn.policy.recurrent_config import recurrent_settings
 
-__all__ = ["learn_recurrent", "sequence_count", "sequence_starts", "padded_rows", "bootstrap_values"]
+__all__ = ["learn_recurrent", "sequence_count", "sequence_starts", "padded_rows", "bootstrap_values",
+           "Sequences"]
 
 
 def sequence_starts(ends: np.ndarray, max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -89,6 +91,70 @@ def bootstrap_values(model: nn.Module, batch: SampleBatch, obs: torch.Tensor, st
     return next_values
 
 
+class Sequences:
+    """``batch`` (of recurrent ``policy``; ``obs``: its observations as a tensor on the
+    learner's device) cut into sequences of at most ``max_seq_len`` steps at every piece end
+    (episode and fragment ends), each starting from the recorded state of its first row; padded
+    steps sit at the end of a sequence and are never read back. PPO's learner and IMPALA's and
+    APPO's (:mod:`cairn.algorithms.impala.recurrent`) run their networks through it."""
+
+    def __init__(self, batch: SampleBatch, policy: Policy, obs: torch.Tensor) -> None:
+        device = obs.device
+        max_seq_len = int(recurrent_settings(policy.config["model"])["max_seq_len"])
+        self.batch, self.obs = batch, obs
+        self.starts, self.lengths = sequence_starts(batch["ends"], max_seq_len)
+        rows, mask = padded_rows(self.starts, self.lengths, int(self.lengths.max()))
+        self.rows = torch.from_numpy(rows).to(device)
+        self.mask = torch.from_numpy(mask).to(device)
+        self.states = [torch.from_numpy(s).to(device) for s in batch_states(batch)]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def forward(self, model: nn.Module,
+                seqs: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(action inputs, values, rows)`` of ``model`` over sequences ``seqs`` (None: all, in
+        order): one entry per real step, flattened sequence by sequence, and the batch row of
+        each (for all sequences in order, rows 0..n-1)."""
+        if seqs is None:
+            seqs = np.arange(len(self.starts))
+        steps = int(self.lengths[seqs].max())
+        index = torch.from_numpy(seqs).to(self.obs.device)
+        mask = self.mask[index, :steps]
+        rows = self.rows[index, :steps]
+        first = torch.from_numpy(self.starts[seqs]).to(self.obs.device)
+        inputs, values, _ = model(self.obs[rows], [s[first] for s in self.states])
+        return inputs[mask], values[mask], rows[mask]
+
+    def logp(self, model: nn.Module, dist: ActionDistribution, actions: torch.Tensor) -> torch.Tensor:
+        """``log pi(a_s|x_s)`` of every row's action (``actions``) under ``model`` (the policy's
+        network or APPO's target network) and the policy's distribution ``dist``, no gradient."""
+        with torch.no_grad():
+            inputs, _, _ = self.forward(model)
+            return dist.logp(inputs, actions)
+
+    def values_and_next(self, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(action inputs, V(x_s), V(x_(s+1)))`` of every row under ``model``, no gradient:
+        the next value inside a piece is the next row's, at a bootstrapped piece end the value
+        of ``next_obs`` from the state after the piece's last step, 0 past a termination."""
+        with torch.no_grad():
+            inputs, values, _ = self.forward(model)
+            values_np = values.cpu().numpy()
+            next_values = bootstrap_values(model, self.batch, self.obs, self.states, self.starts,
+                                           self.lengths, values_np)
+        return inputs, values, torch.from_numpy(next_values).to(values.device)
+
+    def minibatches(self, perm: np.ndarray, size: int) -> Iterator[np.ndarray]:
+        """The sequences of each minibatch of an epoch whose sequence order is ``perm``: about
+        ``size`` env steps each, a sequence joining the minibatch its first step falls in (so
+        ``size`` need not be a multiple of ``max_seq_len``)."""
+        group = (np.cumsum(self.lengths[perm]) - self.lengths[perm]) // size
+        for g in range(int(group[-1]) + 1):
+            seqs = perm[group == g]
+            if len(seqs):  # a sequence longer than size fills more than one group
+                yield seqs
+
+
 def sequence_count(batch: SampleBatch, policy: Policy) -> int:
     """How many sequences :func:`learn_recurrent` cuts ``batch`` of ``policy`` into (the
     algorithm draws a permutation of them per epoch)."""
@@ -109,43 +175,24 @@ def learn_recurrent(config: Any, policy: Policy, sync: GradientSync, *, batch: S
         raise ConfigError("recurrent policies learn in one learner: config.learners(num_learners=0).")
     model, dist = policy.model, policy.dist
     device = next(model.parameters()).device
-    max_seq_len = int(recurrent_settings(policy.config["model"])["max_seq_len"])
-    starts, lengths = sequence_starts(batch["ends"], max_seq_len)
     obs = torch.from_numpy(batch["obs"]).to(device)
     actions = torch.from_numpy(batch["actions"]).to(device)
-    states = [torch.from_numpy(s).to(device) for s in batch_states(batch)]
-    rows, mask = padded_rows(starts, lengths, int(lengths.max()))
-    rows_t, mask_t = torch.from_numpy(rows).to(device), torch.from_numpy(mask).to(device)
+    seqs = Sequences(batch, policy, obs)
     old_logp = behaviour_logp(batch, policy, device)  # as the rows were acted (docs/ppo.md)
-    with torch.no_grad():
-        _, values_p, _ = model(obs[rows_t], [s[torch.from_numpy(starts).to(device)] for s in states])
-        # Sequences cover the rows in order, so the real steps, read row-major, are rows 0..n-1.
-        values = values_p[mask_t]
-        values_np = values.cpu().numpy()
-        next_values = bootstrap_values(model, batch, obs, states, starts, lengths, values_np)
-    advantages = compute_gae(rewards, values_np, next_values, batch["terminateds"], batch["ends"],
-                             gamma=cfg.gamma, lambda_=cfg.lambda_)
+    _, values, next_values_t = seqs.values_and_next(model)
+    values_np = values.cpu().numpy()
+    advantages = compute_gae(rewards, values_np, next_values_t.cpu().numpy(), batch["terminateds"],
+                             batch["ends"], gamma=cfg.gamma, lambda_=cfg.lambda_)
     adv_t = torch.from_numpy(advantages).to(device)
     returns = adv_t + values
     params = list(model.parameters())
     history: list[torch.Tensor] = []
     for perm in permutations:
-        # A sequence joins the minibatch in which its first step falls.
-        group = (np.cumsum(lengths[perm]) - lengths[perm]) // cfg.minibatch_size
-        for g in range(int(group[-1]) + 1):
-            seqs_np = perm[group == g]
-            if not len(seqs_np):  # a sequence longer than minibatch_size fills more than one group
-                continue
-            steps = int(lengths[seqs_np].max())
-            seqs = torch.from_numpy(seqs_np).to(device)
-            mb_mask = mask_t[seqs, :steps]
-            mb_rows = rows_t[seqs, :steps][mb_mask]
+        for mb_seqs in seqs.minibatches(perm, cfg.minibatch_size):
+            mb_inputs, mb_values, mb_rows = seqs.forward(model, mb_seqs)
             mb_adv = adv_t[mb_rows]
             if cfg.normalize_advantages and len(mb_rows) > 1:
                 mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-            seq_starts = torch.from_numpy(starts[seqs_np]).to(device)
-            mb_inputs, mb_values, _ = model(obs[rows_t[seqs, :steps]], [s[seq_starts] for s in states])
-            mb_inputs, mb_values = mb_inputs[mb_mask], mb_values[mb_mask]
             loss, stats = ppo_loss(
                 dist.logp(mb_inputs, actions[mb_rows]), old_logp[mb_rows], mb_adv, mb_values,
                 values[mb_rows], returns[mb_rows], dist.entropy(mb_inputs),
@@ -158,5 +205,5 @@ def learn_recurrent(config: Any, policy: Policy, sync: GradientSync, *, batch: S
             policy.num_grad_updates += 1
             history.append(torch.stack(list(stats.values())))
     out = update_stats(list(stats), history, returns, values_np, policy)
-    out["num_sequences"] = float(len(starts))
+    out["num_sequences"] = float(len(seqs))
     return LearnOutput(out)

@@ -13,8 +13,8 @@ import cairn
 from cairn.algorithms.impala.fragments import join_fragments
 from cairn.algorithms.impala.learn import BatchTensors
 from cairn.algorithms.impala.recurrent import sequences_vtrace
-from cairn.algorithms.impala.sequences import Sequences
 from cairn.algorithms.impala.vtrace import vtrace
+from cairn.algorithms.ppo.recurrent import Sequences
 from cairn.errors import ConfigError
 from tests.algorithms.impala.small import small
 from tests.helpers import assert_trains_identically
