@@ -185,3 +185,45 @@ def test_a_users_recurrent_model_trains_and_resumes_exactly(algo_name, tmp_path)
         restored.stop()
     finally:
         algo.stop()
+
+
+def test_appos_kl_adaptation_measures_the_kl_over_sequences(monkeypatch):
+    """After a train batch, APPO's KL weight adapts to the KL between the network and the target
+    network over the batch, both run over its sequences: equal to the networks run one step at a
+    time from each sequence's recorded state."""
+    from cairn.algorithms.impala import learn
+    from cairn.algorithms.impala.learn import after_train_batch, kl_estimate
+
+    algo = _lstm("APPO", use_kl_loss=True, target_network_update_freq=3, lr=0.01).build()
+    try:
+        for _ in range(2):  # the network moves away from its target (no copy before 3 batches)
+            algo.train()
+        policy = algo.get_policy()
+        batch = join_fragments(algo.sample_fragments(), "default_policy")
+        assert batch is not None
+        logps = {}
+        for name, net in (("model", policy.model), ("target", policy.target_model)):
+            inputs = [None] * len(batch)
+            for rows in _reference_sequences(batch["ends"], LSTM["max_seq_len"]):
+                for row, x in zip(rows, _step_by_step(net, batch, rows)[0], strict=True):
+                    inputs[row] = x
+            logps[name] = policy.dist.logp(torch.stack(inputs), torch.from_numpy(batch["actions"]))
+        behaviour = torch.from_numpy(batch["action_logp"])
+        expected = float(kl_estimate(logps["target"], logps["model"], behaviour).mean())
+        assert expected > 1e-4  # the two networks differ
+        seen: list[float] = []
+        real = learn.update_kl_coeff
+
+        def recording(coeff: float, kl: float, **kwargs: float) -> float:
+            seen.append(kl)
+            return real(coeff, kl, **kwargs)
+
+        monkeypatch.setattr(learn, "update_kl_coeff", recording)
+        assert policy.num_train_batches == 2  # the next batch is the third: adapt, then copy
+        after_train_batch(algo.config, policy, batch)
+        assert len(seen) == 1
+        np.testing.assert_allclose(seen[0], expected, rtol=1e-4, atol=1e-7)
+        assert all(torch.equal(a, b) for a, b in zip(policy.model.state_dict().values(),
+                                                      policy.target_model.state_dict().values()))
+    finally:
+        algo.stop()
