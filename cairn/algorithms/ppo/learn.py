@@ -4,12 +4,12 @@ one rank of the DDP learners (:mod:`cairn.learners.sync` says how the work is sh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from cairn.algorithms.ppo.config import PPOConfig
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
 from cairn.env_runner.sample_batch import ACTION_LOGP, SampleBatch
 from cairn.errors import ConfigError
@@ -19,8 +19,8 @@ from cairn.policy.policy import Policy
 __all__ = ["ppo_learn", "behaviour_logp", "next_values", "update_stats"]
 
 
-def ppo_learn(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleBatch, rewards: np.ndarray,
-              permutations: Sequence[np.ndarray]) -> LearnOutput:
+def ppo_learn(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: SampleBatch,
+              rewards: np.ndarray, permutations: Sequence[np.ndarray]) -> LearnOutput:
     """One PPO update of ``policy`` on ``batch``: one epoch per array of ``permutations``
     (the row order of that epoch, drawn by the algorithm), minibatches of ``minibatch_size``.
 

@@ -22,12 +22,12 @@ state at sampling time (R2D2's "stored state"), stale by at most one iteration o
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from cairn.algorithms.ppo.config import PPOConfig
 from cairn.algorithms.ppo.learn import behaviour_logp, update_stats
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
 from cairn.env_runner.sample_batch import SampleBatch, batch_states
@@ -162,7 +162,7 @@ def sequence_count(batch: SampleBatch, policy: Policy) -> int:
     return len(sequence_starts(batch["ends"], max_seq_len)[0])
 
 
-def learn_recurrent(config: Any, policy: Policy, sync: GradientSync, *, batch: SampleBatch,
+def learn_recurrent(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: SampleBatch,
                     rewards: np.ndarray, permutations: Sequence[np.ndarray]) -> LearnOutput:
     """One PPO update of a recurrent ``policy`` on ``batch`` (``rewards``: the learner's, maybe
     normalised) with PPO's ``config``: one epoch per array of ``permutations`` (the order of
