@@ -87,13 +87,17 @@ class OffPolicyAlgorithm(Algorithm):
                 for _ in range(self.gradient_updates_due(pid, rows)):
                     history.setdefault(pid, []).append(self.learn_on_replay(pid, buffer))
                     counters["num_env_steps_trained_lifetime"] += cfg.minibatch_size
+                    if cfg.training_intensity is not None:  # the ratio's credit: only once made
+                        self.replay_ratio.made(pid)
                 self.sync_target(pid)
         return {pid: self.learner_stats(pid, rows_) for pid, rows_ in history.items()}
 
     def gradient_updates_due(self, pid: str, rows: int) -> int:
         """Gradient updates owed to ``pid`` after a round that added ``rows`` of its
         transitions (``rows`` may be 0). SAC's and TD3's: none without new transitions, else
-        ``training_intensity``'s share of ``rows`` or ``gradient_steps`` (-1: ``rows``)."""
+        ``training_intensity``'s share of ``rows`` or ``gradient_steps`` (-1: ``rows``). With a
+        ``training_intensity`` it must be :attr:`replay_ratio`'s ``due``: the training step
+        takes each update from the ratio's credit once it completed (``ReplayRatio.made``)."""
         cfg = self.config
         assert isinstance(cfg, ActorCriticConfig)  # DQN (no gradient_steps) overrides this method
         if not rows:

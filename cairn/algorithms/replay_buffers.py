@@ -222,9 +222,11 @@ class ReplayRatio:
     """Gradient updates owed to each policy by a replay ratio, ``training_intensity``: the
     transitions replayed per transition sampled, in minibatches of ``minibatch_size``.
 
-    ``due(pid, rows)`` after ``rows`` new transitions is ``rows * intensity / minibatch_size``
-    updates, whole ones now and the fraction carried over to the next call (its ``credit``,
-    part of the algorithm's state).
+    ``due(pid, rows)`` after ``rows`` new transitions adds ``rows * intensity / minibatch_size``
+    updates to ``pid``'s ``credit`` (part of the algorithm's state) and returns the whole ones
+    it holds; :meth:`made` takes one off for each update that completed. So an update that
+    raises, and those a round owed after it, stay owed and are made in the next round; the
+    fraction carries over.
     """
 
     def __init__(self, intensity: float, minibatch_size: int) -> None:
@@ -232,11 +234,17 @@ class ReplayRatio:
         self.credit: dict[str, float] = {}
 
     def due(self, pid: str, rows: int) -> int:
-        """Gradient updates owed to ``pid`` after ``rows`` new transitions."""
-        credit = self.credit.get(pid, 0.0) + rows * self.intensity / self.minibatch_size
-        due = int(credit)
-        self.credit[pid] = credit - due
-        return due
+        """Gradient updates owed to ``pid`` after ``rows`` new transitions (its credit's whole
+        updates, those owed from earlier rounds included); the credit keeps them until
+        :meth:`made` takes each."""
+        credit = self.credit[pid] = self.credit.get(pid, 0.0) + rows * self.intensity / self.minibatch_size
+        return int(credit)
+
+    def made(self, pid: str) -> None:
+        """One update of ``pid`` that :meth:`due` called for completed: take it from the credit
+        (exactly: subtracting 1 from a float below 2**53 rounds nothing, so the credit left is
+        bit for bit the one of taking a round's updates at once)."""
+        self.credit[pid] -= 1.0
 
     def get_state(self, *, copy: bool = True) -> dict[str, float]:
         return dict(self.credit)

@@ -142,3 +142,52 @@ def test_multi_agent_learning_that_raises_keeps_every_policys_transitions(
         assert_each_buffer_holds_its_policys_steps()
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("kind", ["dqn", "sac"])
+def test_replay_ratio_makes_the_updates_owed_after_one_that_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """A round of 16 rows owes 3 updates (training_intensity 3, minibatches of 16); its second
+    update raises, before it changes anything: the round's third update and the one that raised
+    stay owed and are made in the next round, so that over the run the updates made are exactly
+    the ratio's share of the rows sampled (the credit was taken for all 3 before any ran, so
+    both were lost for good)."""
+    config: Any = (cairn.DQNConfig().env_runners(rollout_fragment_length=8) if kind == "dqn"
+                   else cairn.SACConfig().training(train_freq=8))
+    env_config = {"length": LENGTH, "continuous": kind == "sac"}
+    model = {"hidden": [16]} if kind == "dqn" else {"hidden": [16, 16]}
+    algo = (config.environment(make_step_record_env, env_config=env_config)
+            .training(train_batch_size=64, minibatch_size=16, num_steps_sampled_before_learning_starts=0,
+                      training_intensity=3.0, model=model)
+            .env_runners(num_envs_per_env_runner=2).checkpointing(store_replay_buffer=True)
+            .debugging(seed=1)).build()
+    learn, calls = algo.learn, []
+
+    def failing_second_of_a_round(fn: Any, policy_id: str, **inputs: Any) -> Any:
+        calls.append(policy_id)
+        if len(calls) == 8:  # round 3 (updates 7, 8, 9): the second
+            raise InjectedError("injected failure in the model's loss")
+        return learn(fn, policy_id, **inputs)
+
+    def assert_updates_are_the_ratios() -> None:
+        owed = algo.counters["num_env_steps_sampled_lifetime"] * 3 // 16
+        assert algo.get_policy().num_grad_updates == owed
+        assert algo.counters["num_env_steps_trained_lifetime"] == 16 * owed
+
+    monkeypatch.setattr(algo, "learn", failing_second_of_a_round)
+    try:
+        with pytest.raises(InjectedError):
+            algo.train()
+        assert algo.counters["num_env_steps_sampled_lifetime"] == 48  # round 3 was counted
+        assert algo.get_policy().num_grad_updates == 7
+        for _ in range(2):
+            algo.train()
+            assert_updates_are_the_ratios()
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+        try:
+            assert_trains_identically(algo, restored)
+        finally:
+            restored.stop()
+        assert_updates_are_the_ratios()
+    finally:
+        algo.stop()
