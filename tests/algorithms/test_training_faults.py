@@ -191,3 +191,62 @@ def test_replay_ratio_makes_the_updates_owed_after_one_that_raised(
         assert_updates_are_the_ratios()
     finally:
         algo.stop()
+
+
+def _adam_steps(policy: Any, group: str) -> int:
+    """How many optimizer steps the parameters of ``group`` ("critic", "actor") took."""
+    (steps,) = {int(policy.optimizer.state[p]["step"]) if p in policy.optimizer.state else 0
+                for g in policy.optimizer.param_groups if g["name"] == group for p in g["params"]}
+    return steps
+
+
+@pytest.mark.parametrize("kind", ["sac", "td3"])
+def test_an_actor_update_that_raises_counts_the_critic_step_it_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """The critic, called for the actor's loss (after the critics' optimizer step), raises once:
+    ``num_grad_updates`` counts that step, as the critic's parameters took it (it was not
+    counted: the counter and TD3's ``policy_delay`` schedule, which reads it, lagged the critic
+    by a step for good); the actor took every update but that one (TD3: every ``policy_delay``-th
+    but that one), and a checkpoint saved then resumes exactly."""
+    from cairn.algorithms.td3.learn import actor_update_due
+
+    config: Any = cairn.SACConfig() if kind == "sac" else cairn.TD3Config().training(policy_delay=2)
+    algo = (config.environment(make_step_record_env, env_config={"length": LENGTH, "continuous": True})
+            .training(train_freq=8, train_batch_size=32, minibatch_size=16,
+                      num_steps_sampled_before_learning_starts=16, model={"hidden": [16, 16]})
+            .env_runners(num_envs_per_env_runner=2).checkpointing(store_replay_buffer=True)
+            .debugging(seed=1)).build()
+    policy = algo.get_policy()
+    critic = policy.model.critic
+    name = "forward" if kind == "sac" else "first_q"  # the critic as the actor's loss calls it
+    original = getattr(critic, name)
+
+    def raising_once(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("detach"):
+            monkeypatch.delattr(critic, name)
+            raise InjectedError("injected failure in the critic, for the actor's loss")
+        return original(*args, **kwargs)
+
+    def actor_updates(steps: int) -> int:
+        return steps if kind == "sac" else sum(actor_update_due(k, 2) for k in range(steps))
+
+    def assert_counts_match_the_parameters(failed: int) -> None:
+        steps = policy.num_grad_updates
+        assert _adam_steps(policy, "critic") == steps
+        assert _adam_steps(policy, "actor") == actor_updates(steps) - failed
+
+    try:
+        algo.train()
+        assert_counts_match_the_parameters(failed=0)
+        monkeypatch.setattr(critic, name, raising_once)
+        with pytest.raises(InjectedError):
+            algo.train()
+        assert_counts_match_the_parameters(failed=1)
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+        try:
+            assert_trains_identically(algo, restored)
+        finally:
+            restored.stop()
+        assert_counts_match_the_parameters(failed=1)
+    finally:
+        algo.stop()

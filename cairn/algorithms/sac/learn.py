@@ -32,6 +32,10 @@ def sac_learn(config: SACConfig, policy: SACPolicy, sync: GradientSync, *,
     generator moves as it would alone) and uses its shard's rows; each loss is a mean over rows,
     weighted by the shard's share, and each phase's gradients are all-reduced before clipping.
     Returns the shard's statistics and its TD errors as ``rows``.
+
+    ``policy.num_grad_updates`` counts the step once the critics stepped: an exception from the
+    actor's phase (a model raising) leaves it equal to the critics' optimizer steps, with the
+    actor's and the targets' update of that step not made (docs/fault-tolerance.md).
     """
     model, optimizer = policy.model, policy.optimizer
     groups: dict[str, list[torch.nn.Parameter]] = {g["name"]: g["params"] for g in optimizer.param_groups}
@@ -69,6 +73,9 @@ def sac_learn(config: SACConfig, policy: SACPolicy, sync: GradientSync, *,
     # Alpha and the critics have disjoint parameters: one backward, one optimizer step.
     sync.optimizer_step(optimizer, None if empty else (loss_critic + loss_alpha) * share, groups["critic"],
                         grad_clip=config.grad_clip, also_reduce=groups["alpha"])
+    # Counted once the critics stepped: a model raising in the actor's phase leaves the counter
+    # equal to the critics' steps (the actor and the targets then miss this step's update).
+    policy.num_grad_updates += 1
     # The actor against the updated critics; their weights are detached, so gradients
     # reach only the actor.
     loss_actor = None if empty else actor_loss(log_prob, model.critic(obs, actions_pi, detach=True), alpha)
@@ -76,7 +83,6 @@ def sac_learn(config: SACConfig, policy: SACPolicy, sync: GradientSync, *,
                         grad_clip=config.grad_clip)
 
     model.update_targets(config.tau)
-    policy.num_grad_updates += 1
     if loss_actor is None:
         return LearnOutput([], np.zeros(0, dtype=np.float32))
     stats = [float(loss_critic.detach()), float(loss_actor.detach()), float(loss_alpha.detach()),

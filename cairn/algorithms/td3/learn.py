@@ -40,6 +40,10 @@ def td3_learn(config: TD3Config, policy: TD3Policy, sync: GradientSync, *,
     over rows, weighted by the shard's share, and each phase's gradients are all-reduced before
     clipping. Returns ``[critic_loss, actor_loss (nan on a step without one), q_mean,
     target_mean]`` of the shard and its TD errors as ``rows``.
+
+    ``policy.num_grad_updates`` counts the step once the critics stepped: an exception from the
+    actor's phase (a model raising) leaves it equal to the critics' optimizer steps; that step's
+    actor and target update is not made, and the next one is due by the schedule as usual.
     """
     model, optimizer = policy.model, policy.optimizer
     groups: dict[str, list[torch.nn.Parameter]] = {g["name"]: g["params"] for g in optimizer.param_groups}
@@ -67,10 +71,15 @@ def td3_learn(config: TD3Config, policy: TD3Policy, sync: GradientSync, *,
         q_values = model.critic(obs, rows("actions"))
         loss_critic, td_errors = critic_loss(q_values, targets, weights)
 
+    actor_due = actor_update_due(policy.num_grad_updates, config.policy_delay)
     sync.optimizer_step(optimizer, None if empty else loss_critic * share, groups["critic"],
                         grad_clip=config.grad_clip)
+    # Counted once the critics stepped: a model raising in the actor's phase leaves the counter
+    # equal to the critics' steps, and the policy_delay schedule (which reads it) goes on from
+    # the next step, live and after a restore alike.
+    policy.num_grad_updates += 1
     loss_actor: torch.Tensor | None = None
-    if actor_update_due(policy.num_grad_updates, config.policy_delay):
+    if actor_due:
         # The actor against the updated first critic; its weights are detached, so gradients
         # reach only the actor. Q_2 is not computed: it would add only zeros to the gradient.
         if not empty:
@@ -78,7 +87,6 @@ def td3_learn(config: TD3Config, policy: TD3Policy, sync: GradientSync, *,
         sync.optimizer_step(optimizer, None if loss_actor is None else loss_actor * share, groups["actor"],
                             grad_clip=config.grad_clip)
         model.update_targets(config.tau)
-    policy.num_grad_updates += 1
     if empty:
         return LearnOutput([], np.zeros(0, dtype=np.float32))
     stats = [float(loss_critic.detach()), float("nan") if loss_actor is None else float(loss_actor.detach()),
