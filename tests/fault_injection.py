@@ -45,9 +45,11 @@ class StepRecordEnv(gym.Env):  # type: ignore[type-arg]
     never reset, raises AssertionError: the env runner must reset an env before stepping it.
 
     ``env_config``: ``length`` (default 5), ``continuous`` (Box actions, for SAC),
-    ``fail_in`` (``"step"``, ``"reset"`` or ``"close"``), ``fail_at`` (that call's number,
-    counted per env copy, from 1) and ``fail_file``: the one env copy that creates this file
-    first raises :class:`InjectedError` there, once (the file then exists). Each ``close()``
+    ``fail_in`` (``"step"``, ``"reset"``, ``"close"`` or ``"set_state"``), ``fail_at`` (that
+    call's number, counted per env copy, from 1; ``"set_state"``: the first call) and
+    ``fail_file``: the one env copy that creates this file first raises :class:`InjectedError`
+    there, once (the file then exists; create it beforehand to arm the fault later by deleting
+    it). ``set_state`` raises before it changes anything. Each ``close()``
     call is recorded in :data:`CLOSED` (in the process of the env copy) before it may raise.
     """
 
@@ -98,6 +100,8 @@ class StepRecordEnv(gym.Env):  # type: ignore[type-arg]
                 "rng": self.np_random.bit_generator.state}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        if self.fail_in == "set_state" and _claim(self.fail_file):
+            raise InjectedError("injected failure in set_state()")
         self.t, self.episode, self.done = int(state["t"]), int(state["episode"]), bool(state["done"])
         self.calls = {"close": 0, **state["calls"]}
         self.np_random.bit_generator.state = state["rng"]

@@ -26,11 +26,17 @@ def evaluation_runner(
     config: AlgorithmConfig, policies: Mapping[str, Policy], state: Mapping[str, Any] | None
 ) -> EnvRunner:
     """The runner that plays evaluation episodes: one environment, its own seed stream, and
-    the saved state of an earlier one (from a checkpoint) when there is one."""
+    the saved state of an earlier one (from a checkpoint) when there is one. A state whose
+    restore raises (an env's ``set_state``) stops the runner (its env is closed) before the
+    exception propagates: nobody else holds it."""
     runner = EnvRunner(config, policies, worker_index=0, num_envs=1,
                        seed_offset=EVALUATION_SEED_OFFSET, evaluation=True)
     if state is not None:
-        runner.set_state(state)
+        try:
+            runner.set_state(state)
+        except BaseException:
+            runner.stop()  # nobody gets this runner: close its env
+            raise
     return runner
 
 

@@ -250,3 +250,40 @@ def test_an_actor_update_that_raises_counts_the_critic_step_it_made(
         assert_counts_match_the_parameters(failed=1)
     finally:
         algo.stop()
+
+
+def test_evaluate_releases_a_runner_whose_stored_state_raises(tmp_path: Path) -> None:
+    """evaluate() of a restored algorithm builds its evaluation runner and restores the stored
+    state into it; an env's ``set_state`` raising there closes that runner's env (it was
+    dropped unclosed: nothing referred to it any more), and the stored state is kept: the next
+    evaluate() restores it and plays on, as a restore that did not fail does."""
+    from tests.fault_injection import CLOSED
+    from tests.helpers import assert_trees_equal
+
+    faults = step_record_env_config(tmp_path, fail_in="set_state")
+    Path(faults["fail_file"]).touch()  # disarmed until the evaluation runner is built
+    saved = small_ppo().environment(make_step_record_env, env_config=faults).build()
+    saved.evaluate(num_episodes=1)
+    path = saved.save(tmp_path / "c")
+    saved.stop()
+    algo, clean = cairn.Algorithm.from_checkpoint(path), cairn.Algorithm.from_checkpoint(path)
+    try:
+        # A runner state after evaluate() says "start new episodes", so its envs' states are not
+        # set; this one says they are exact (as a runner between episodes would store them).
+        stored = algo.get_evaluation_runner_state()
+        assert stored is not None and stored["needs_reset"]
+        for each in (algo, clean):
+            each.set_evaluation_runner_state({**stored, "needs_reset": False})
+        closed = len(CLOSED)
+        Path(faults["fail_file"]).unlink()
+        with pytest.raises(InjectedError, match="set_state"):
+            algo.evaluate(num_episodes=1)
+        assert algo.evaluation_runner is None
+        assert len(CLOSED) == closed + 1, "the evaluation runner's env was not closed"
+        assert CLOSED[-1].fail_in == "set_state"
+        assert_trees_equal(algo.get_evaluation_runner_state(), clean.get_evaluation_runner_state())
+        assert algo.evaluate(num_episodes=2) == clean.evaluate(num_episodes=2)
+        assert_trees_equal(algo.get_evaluation_runner_state(), clean.get_evaluation_runner_state())
+    finally:
+        algo.stop()
+        clean.stop()
