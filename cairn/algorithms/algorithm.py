@@ -359,10 +359,21 @@ class Algorithm:
         runners) but no agent is mapped to them unless the current ``policy_mapping_fn`` does
         so. The rest of the config is kept.
 
-        What may refuse its part of the state (a policy whose network the stored weights do not
-        fit, a replay buffer of another kind than the config's) is checked or restored first:
-        then nothing has changed (``restore()`` of a checkpoint that does not fit keeps the
-        algorithm as it was)."""
+        What may refuse its part of the state is checked, or restored aside, first: a policy
+        whose network the stored weights do not fit, the iteration, counters and generator, the
+        league's state, the extra state (:meth:`set_extra_state`, undone by setting the previous
+        :meth:`get_extra_state` again when it or the components raise) and the components (a
+        replay buffer of another kind than the config's). When one refuses, nothing has changed
+        (``restore()`` of a checkpoint that does not fit keeps the algorithm as it was).
+
+        An environment's own ``set_state`` cannot be checked before it runs, so the env runners
+        are restored last, then the evaluation runner's stored state (also when a runner
+        raised). When an env's ``set_state`` raises, everything else is the state's (policies,
+        iteration, counters, generator, recent episodes, league, extra state, components,
+        evaluation runner state), and the local runner of that env has the state's generator
+        and counters and starts new episodes in all its envs at its next ``sample()``, seeded
+        from that generator, as after a sample that raised (docs/fault-tolerance.md): the next
+        ``train()`` works."""
         policy_states = state.get("policies", {})
         for pid, policy_state in policy_states.items():
             if pid in self.policies:
@@ -372,13 +383,23 @@ class Algorithm:
             if pid not in self.policies:
                 check_policy_ids([*self.policies, *added, pid])
                 added[pid] = Policy.from_state(policy_state)
+        iteration = int(state["iteration"])
+        counters = {k: int(v) for k, v in state["counters"].items()}
+        set_rng_state(np.random.Generator(type(self._rng.bit_generator)()), state["rng"])  # checked aside
+        recent_episodes = list(state.get("recent_episodes") or [])
+        league_state = state.get("league") if self.league is not None else None
+        if self.league is not None and league_state is not None:
+            self.league.check_state(league_state, [*self.policies, *added])
+        previous_extra = self.get_extra_state()
         # The components know the new policies (a replay buffer is restored for each policy).
         self.policies.update(added)
         try:
+            self.set_extra_state(state.get("extra") or {})
             self.set_components(state.get("components") or {})
         except BaseException:
             for pid in added:
                 del self.policies[pid]
+            self.set_extra_state(previous_extra)
             raise
         for pid, policy_state in policy_states.items():
             if pid not in added:
@@ -389,23 +410,27 @@ class Algorithm:
                 policy_states[pid]["spec"].get("config"))
         if added:
             self.env_runner_group.update_policies(self.config, self.policies)
-        self.iteration = int(state["iteration"])
-        self.counters.update({k: int(v) for k, v in state["counters"].items()})
+        self.iteration = iteration
+        self.counters.update(counters)
         set_rng_state(self._rng, state["rng"])
-        self.env_runner_group.set_state(list(state.get("env_runners") or []))
-        self.set_evaluation_runner_state(state.get("evaluation_runner"))
         self._recent_episodes.clear()  # in place: the window's length stays
-        self._recent_episodes.extend(state.get("recent_episodes") or [])
-        if self.league is not None and state.get("league") is not None:
-            self.league.set_state(state["league"], self.policies)
-        self.set_extra_state(state.get("extra") or {})
+        self._recent_episodes.extend(recent_episodes)
+        if self.league is not None and league_state is not None:
+            self.league.set_state(league_state, self.policies)
+        try:  # last: a user env's set_state may raise
+            self.env_runner_group.set_state(list(state.get("env_runners") or []))
+        finally:
+            self.set_evaluation_runner_state(state.get("evaluation_runner"))
 
     def get_extra_state(self) -> dict[str, Any]:
         """Hook: algorithm-specific state (subclasses: e.g. target-network timers)."""
         return {}
 
     def set_extra_state(self, state: Mapping[str, Any]) -> None:
-        """Hook: restore :meth:`get_extra_state`."""
+        """Hook: restore :meth:`get_extra_state`. :meth:`set_state` calls it before the
+        components, the policies and the rest change (the policies it adds are in
+        :attr:`policies`); when it (or the components) raise, it is called again with the
+        :meth:`get_extra_state` of before, so it need not be atomic itself."""
 
     def get_components(self, *, copy: bool) -> dict[str, Any]:
         """Hook: large parts of the state, each its own checkpoint component (a replay buffer)."""
@@ -413,8 +438,9 @@ class Algorithm:
 
     def set_components(self, components: Mapping[str, Any]) -> None:
         """Hook: restore :meth:`get_components` (called with ``{}`` when none were stored).
-        :meth:`set_state` calls it before it changes anything else, with the restored policies
-        in :attr:`policies`: when it raises, it must leave the components as they were."""
+        :meth:`set_state` calls it after :meth:`set_extra_state` and before it changes anything
+        else, with the restored policies in :attr:`policies`: when it raises, it must leave the
+        components as they were (the extra state is set back)."""
 
     @property
     def rng(self) -> np.random.Generator:

@@ -236,13 +236,19 @@ class League:
                 "self_play_games": self.self_play_games, "ratings": self.ratings.get_state(),
                 "payoff": self.payoff.get_state(), "plans": copy_plans(self.plans)}
 
-    def set_state(self, state: Mapping[str, Any], policies: Iterable[str]) -> None:
-        """Restore :meth:`get_state`, keeping only the snapshots among ``policies`` (a restore
-        of a subset such as ``policy_ids=["main"]`` drops the rest of the pool, their ratings,
-        payoff rows and planned games; the snapshot numbering goes on)."""
+    def check_state(self, state: Mapping[str, Any], policies: Iterable[str]) -> None:
+        """Raise :class:`~cairn.errors.CheckpointFormatError` when :meth:`set_state` would
+        refuse ``state``, without changing anything: so that a caller restoring several objects
+        can check them all first."""
+        self._parsed(state, policies)
+
+    def _parsed(self, state: Mapping[str, Any], policies: Iterable[str]) -> tuple[Any, ...]:
         present = set(policies)
         try:
-            make_rng(dict(state["rng"]))  # checked here, set in place below
+            make_rng(dict(state["rng"]))  # checked here, set in place by set_state
+            if state["rng"]["bit_generator"] != type(self.rng.bit_generator).__name__:
+                raise ValueError(f"its generator is a {state['rng']['bit_generator']!r}, this "
+                                 f"league's a {type(self.rng.bit_generator).__name__!r}")
             pool = [str(p) for p in state["pool"] if p in present]
             snapshots_taken, games = int(state["snapshots_taken"]), int(state["games"])
             self_play_games = int(state["self_play_games"])
@@ -254,6 +260,14 @@ class League:
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise CheckpointFormatError(f"The stored league state is malformed ({type(exc).__name__}: "
                                         f"{exc}); expected League.get_state()'s layout.") from exc
+        return pool, snapshots_taken, games, self_play_games, ratings, payoff, plans
+
+    def set_state(self, state: Mapping[str, Any], policies: Iterable[str]) -> None:
+        """Restore :meth:`get_state`, keeping only the snapshots among ``policies`` (a restore
+        of a subset such as ``policy_ids=["main"]`` drops the rest of the pool, their ratings,
+        payoff rows and planned games; the snapshot numbering goes on). A state that
+        :meth:`check_state` refuses changes nothing."""
+        pool, snapshots_taken, games, self_play_games, ratings, payoff, plans = self._parsed(state, policies)
         set_rng_state(self.rng, dict(state["rng"]))
         self.pool, self.snapshots_taken, self.games = pool, snapshots_taken, games
         self.self_play_games, self.ratings, self.payoff, self.plans = self_play_games, ratings, payoff, plans

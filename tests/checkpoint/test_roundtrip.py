@@ -269,3 +269,144 @@ def test_from_checkpoint_whose_state_the_config_refuses_stops_what_it_built(tmp_
     with pytest.raises(CheckpointError, match="replay buffer"):
         cairn.Algorithm.from_checkpoint(path, config_overrides=prioritized)
     assert CALLS["on_algorithm_init"] == CALLS["on_algorithm_stop"] == 1
+
+
+def _small_league() -> cairn.AlgorithmConfig:
+    from tests.league.games import small_league
+
+    return small_league()
+
+
+def _small_impala() -> cairn.AlgorithmConfig:
+    from tests.algorithms.impala.small import small
+
+    config: cairn.AlgorithmConfig = small("IMPALA")
+    return config
+
+
+def _dqn_with_credit() -> cairn.AlgorithmConfig:
+    from tests.helpers import small_ma_dqn
+
+    return small_ma_dqn().training(training_intensity=5.0)  # 8 rows: 2.5 updates, credit 0.5
+
+
+#: A part of the state that its owner refuses: the config, the path to a value, the bad value.
+_REFUSED_PARTS = {
+    "ppo_reward_normalizer": (lambda: small_ppo(normalize_rewards=True),
+                              ("extra", "reward_normalizers", "default_policy", "epsilon"), "x"),
+    "off_policy_update_credit": (_dqn_with_credit, ("extra", "update_credit", "p1"), "x"),
+    "impala_weights_version": (_small_impala, ("extra", "weights_version"), "x"),
+    "league": (_small_league, ("league", "games"), "x"),
+    "counters": (small_ppo, ("counters", "num_episodes_lifetime"), "x"),
+    "generator": (small_ppo, ("rng", "bit_generator"), "NoSuchGenerator"),
+}
+
+
+@pytest.mark.parametrize("part", list(_REFUSED_PARTS))
+def test_a_state_that_any_part_refuses_changes_nothing(part):
+    """set_state of a state whose extra state (PPO's reward normalisers, the replay ratio's
+    credit, IMPALA's weights_version), league, counters or generator is refused leaves the whole
+    algorithm as it was (the policies, counters, runners and the rest were already replaced
+    when the extra state and the league were set last); then it trains on."""
+    import copy
+
+    from tests.helpers import assert_trees_equal
+
+    make_config, path, bad = _REFUSED_PARTS[part]
+    saved = make_config().build()
+    try:
+        saved.train()
+        state = copy.deepcopy(saved.get_state())
+    finally:
+        saved.stop()
+    node = state
+    for key in path[:-1]:
+        node = node[key]
+    assert path[-1] in node
+    node[path[-1]] = bad
+    live = make_config().build()
+    try:
+        for _ in range(2):
+            live.train()
+        before = live.get_state()
+        with pytest.raises((ValueError, CheckpointError)):
+            live.set_state(state)
+        assert_trees_equal(live.get_state(), before)
+        live.train()
+    finally:
+        live.stop()
+
+
+def test_an_env_that_refuses_its_state_leaves_the_rest_restored(tmp_path):
+    """A user env's set_state cannot be checked before it runs: when it raises, everything but
+    the env runners is the checkpoint's (the evaluation runner's state too), the runner has the
+    checkpoint's counters and starts new episodes, and the next train() works, in step."""
+    from tests.fault_injection import (
+        InjectedError,
+        assert_counters_agree,
+        assert_rows_in_step,
+        assert_runner_in_step,
+        make_step_record_env,
+        step_record_env_config,
+    )
+    from tests.helpers import assert_trees_equal
+
+    faults = step_record_env_config(tmp_path, fail_in="set_state")
+    Path(faults["fail_file"]).touch()  # disarmed until the restore
+    config = (small_ppo(train_batch_size=64, minibatch_size=32)
+              .environment(make_step_record_env, env_config=faults).env_runners(num_envs_per_env_runner=2))
+    saved = config.build()
+    try:
+        saved.train()
+        saved.evaluate(num_episodes=1)
+        path = saved.save(tmp_path / "c")
+        stored = saved.get_state()
+    finally:
+        saved.stop()
+    live = config.build()
+    try:
+        for _ in range(2):
+            live.train()
+        Path(faults["fail_file"]).unlink()
+        with pytest.raises(CheckpointError, match=InjectedError.__name__):
+            live.restore(path)
+        assert_trees_equal({k: v for k, v in live.get_state().items() if k != "env_runners"},
+                           {k: v for k, v in stored.items() if k != "env_runners"})
+        runner_state = live.env_runner_group.get_state()[0]
+        assert runner_state["needs_reset"]
+        assert runner_state["counters"] == stored["env_runners"][0]["counters"]
+        assert_counters_agree(live)
+        live.train()
+        assert_counters_agree(live)
+        assert_runner_in_step(live)
+        runner = live.env_runner_group.local
+        assert runner is not None
+        assert_rows_in_step(runner.sample()["default_policy"], faults["length"])
+    finally:
+        live.stop()
+
+
+def test_extra_state_set_before_refused_replay_buffers_is_set_back():
+    """set_state sets the extra state before the components: when the replay buffers then refuse
+    theirs (uniform into a prioritized DQN), the replay ratio's credit, already replaced by the
+    state's, is set back to the live one (a guard for the undo, which nothing else reaches)."""
+    from tests.helpers import assert_trees_equal
+
+    saved = _dqn_with_credit().build()
+    try:
+        saved.train()
+        state = saved.get_state()
+    finally:
+        saved.stop()
+    state["extra"]["update_credit"] = {"p0": 0.25, "p1": 0.75}
+    live = _dqn_with_credit().training(replay_buffer_config={"type": "prioritized"}).build()
+    try:
+        live.train()
+        before = live.get_state()
+        assert before["extra"]["update_credit"] != state["extra"]["update_credit"]
+        with pytest.raises(ValueError, match="replay buffer"):
+            live.set_state(state)
+        assert_trees_equal(live.get_state(), before)
+        live.train()
+    finally:
+        live.stop()

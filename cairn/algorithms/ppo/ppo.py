@@ -82,10 +82,11 @@ class PPO(Algorithm):
 
     def set_extra_state(self, state: Mapping[str, Any]) -> None:
         cfg = self.config
-        self.reward_normalizers = {}
+        normalizers = {}  # built aside: a state refused half-way keeps the live normalisers
         for pid, norm_state in (state.get("reward_normalizers") or {}).items():
-            norm = self.reward_normalizers[pid] = RewardNormalizer(gamma=cfg.gamma, clip=cfg.reward_clip)
+            norm = normalizers[pid] = RewardNormalizer(gamma=cfg.gamma, clip=cfg.reward_clip)
             norm.set_state(norm_state)
+        self.reward_normalizers = normalizers
 
     def _learn(self, policy: Policy, batch: SampleBatch, rewards: np.ndarray, *,
                policy_id: str = DEFAULT_POLICY_ID) -> dict[str, float]:
