@@ -183,10 +183,10 @@ def _gymnasium_id(value: str, flag: str) -> str:
 
 def restore_hint(exc: BaseException, *, env_option: bool = True) -> str | None:
     """How the command line gives a checkpoint back what its restore lacked: the module that
-    registers its environment or defines a class or creator it names (``--import``), or, where
-    the command has ``--env`` (``env_option``), the environment itself, as
-    ``config_overrides={'env': ...}`` would (a creator that was not stored). None for other
-    failures."""
+    registers its environment or defines a class, creator or scripted opponent it names
+    (``--import``), or, where the command has ``--env`` (``env_option``), the environment
+    itself, as ``config_overrides={'env': ...}`` would (a creator that was not stored). None
+    for other failures."""
     import re
 
     from cairn.errors import CheckpointEnvError, MissingCallableError
@@ -204,7 +204,7 @@ def restore_hint(exc: BaseException, *, env_option: bool = True) -> str | None:
             return ("From the command line: --import MODULE runs the module that registers it "
                     "(from the working directory or the installed packages)"
                     f"{', or ' + name_env if env_option else ''}.")
-    reference = re.search(r"Could not resolve '([\w.]+):", str(exc))
+    reference = re.search(r"Could not resolve (?:opponent )?'([\w.]+):", str(exc))
     if reference and any(isinstance(error, ModuleNotFoundError) for error in chain):
         module = reference.group(1)
         holder = _checkpoint_holding_module(module)

@@ -29,6 +29,7 @@ from cairn.rng import LEAGUE_STREAM, derive_seed, make_rng, rng_state, seeded_rn
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
+    from cairn.core import ScriptedOpponent
 
 __all__ = ["League", "attach_league"]
 
@@ -63,8 +64,8 @@ class League:
         self.adding: str | None = None
         #: The fixed opponents of ``settings["opponents"]``, resolved now through the one resolver
         #: (a bad spec fails the build, not a later evaluation).
-        self.fixed_opponents = {name: resolve_opponent(spec)
-                                for name, spec in self.settings["opponents"].items()}
+        self.fixed_opponents = {name: _resolve_fixed(self.settings, name)
+                                for name in self.settings["opponents"]}
         #: Their names, in the config's order: rating IDs, and what the mapping returns to seat
         #: one (the env runner resolves the spec itself; the code never travels).
         self.fixed_names: list[str] = list(self.settings["opponents"])
@@ -280,6 +281,31 @@ class League:
         for plan in self.plans.values():
             if plan["opponent"] is not None and plan["opponent"] not in members:
                 plan["opponent"] = None
+
+
+def _resolve_fixed(settings: Mapping[str, Any], name: str) -> ScriptedOpponent:
+    """The fixed opponent ``name`` of the league ``settings``, or a :class:`ConfigError` naming
+    it, its spec and every fix: training and ``algo.evaluate()`` play it, so a league without it
+    (an algorithm built, or restored from a checkpoint, in a process where its module is not
+    importable) is refused rather than played without it. The fixes: make the module importable
+    (the command line adds ``--import MODULE``: :func:`cairn.cli.env_names.restore_hint`), or drop
+    or replace the opponent with the whole ``league_config`` as ``config_overrides`` (written out
+    here, ready to paste), or load what needs no opponent: main's policy alone, the ratings."""
+    spec = settings["opponents"][name]
+    try:
+        return resolve_opponent(spec)
+    except ConfigError as exc:
+        others = {k: v for k, v in settings["opponents"].items() if k != name}
+        dropped = {**settings, "opponents": others}
+        main = settings["main"]
+        raise ConfigError(
+            f"config.league(opponents=...) has the fixed opponent {name!r} = {spec!r}, which the league "
+            f"plays in training and algo.evaluate(); {exc} Restoring a checkpoint, you can instead drop "
+            f"it (or replace its spec) with Algorithm.from_checkpoint(..., config_overrides="
+            f"{{'league_config': {dropped!r}}}) (its games are then left out of the ratings and "
+            f"payoff); without any opponent's code, Policy.from_checkpoint('<checkpoint>/policies/{main}') "
+            f"loads {main!r} alone, 'cairn league CHECKPOINT' prints the ratings and payoff, and "
+            f"'cairn evaluate CHECKPOINT --opponent random_legal' plays {main!r}.") from exc
 
 
 def attach_league(config: AlgorithmConfig) -> League | None:

@@ -6,6 +6,7 @@ Each case runs in a fresh process in which the module does not exist."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -105,3 +106,75 @@ def test_evaluate_against_random_legal_plays_main_without_the_fixed_opponents(ch
         sys.modules.pop(MODULE, None)
     assert {k: report[k] for k in expected} == expected
     assert report["policy_id"] == "main" and report["opponent"] == "random_legal"
+
+
+def test_a_restore_that_would_play_the_opponent_names_it_and_the_fixes(checkpoint):
+    code = f"""
+import json
+import os
+import shutil
+from cairn import Algorithm, Policy
+from cairn.errors import CheckpointConfigError
+messages = []
+for kwargs in ({{}}, {{"policy_ids": ["main"]}}):
+    try:
+        Algorithm.from_checkpoint({checkpoint!r}, **kwargs)
+    except CheckpointConfigError as exc:
+        messages.append(str(exc))
+# The fix the message spells out, after the refused restores: the league without "f".
+fix = messages[0].split("config_overrides=", 1)[1].split(") (its games", 1)[0]
+import ast
+algo = Algorithm.from_checkpoint({checkpoint!r}, config_overrides=ast.literal_eval(fix))
+algo.train()
+league = algo.league
+print(json.dumps({{"messages": messages, "fixed": league.fixed_names,
+                  "rated": sorted(league.ratings.get_state()), "payoff": sorted(league.payoff.win_rates())}}))
+"""
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(result["messages"]) == 2  # the whole algorithm, and main's subset: both play the league
+    for message in result["messages"]:
+        assert "fixed opponent 'f'" in message and repr(SPEC) in message
+        assert f"No module named {MODULE!r}" in message
+        assert "config_overrides=" in message and "Policy.from_checkpoint(" in message
+    assert result["fixed"] == ["random_legal"]
+    assert "f" not in result["rated"] and "f" not in result["payoff"] and "main" in result["rated"]
+
+
+def test_cli_restore_that_needs_the_opponent_suggests_import(checkpoint):
+    out = _cli("evaluate", checkpoint, "--episodes", "1")
+    assert out.returncode != 0
+    assert "fixed opponent 'f'" in out.stderr and f"--import {MODULE}" in out.stderr
+
+
+def test_an_opponent_inside_the_checkpoint_is_never_imported_nor_suggested(checkpoint, tmp_path, monkeypatch):
+    """A checkpoint whose fixed opponent names a module shipped inside it: games against
+    random_legal never import it, a restore that needs it is refused, and the command line's
+    fix is never ``--import`` of it (run as the ``cairn`` script: the working directory, which
+    holds the checkpoint, is not on sys.path)."""
+    from cairn.cli.app import main
+    from cairn.cli.env_names import restore_hint
+    from cairn.errors import CheckpointError
+    from tests.checkpoint.attacks import edit_json
+    from tests.checkpoint.attacks.inside import ASTATE, write_payload
+
+    canary = tmp_path / "canary"
+    monkeypatch.setenv("CAIRN_CANARY", str(canary))
+    name = "victimleague"
+    root = tmp_path / name
+    shutil.copytree(checkpoint, root)
+    write_payload(root)
+
+    def point_at_payload(state):
+        state["config"]["league_config"]["opponents"]["f"] = f"{name}.payload:leftmost"
+
+    edit_json(root, ASTATE, point_at_payload)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError) as info:
+        Algorithm.from_checkpoint(root)
+    hint = restore_hint(info.value) or ""
+    assert f"--import {name}" not in hint and "hostile" in hint, hint
+    assert main(["evaluate", str(root), "--opponent", "random_legal", "--games", "2", "--json"]) == 0
+    assert not canary.exists() and f"{name}.payload" not in sys.modules
