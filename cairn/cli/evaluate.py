@@ -152,12 +152,13 @@ def _restore(checkpoint: str, overrides: dict[str, Any]) -> Any:
 
 def without_fixed_opponents(checkpoint: str) -> dict[str, Any]:
     """The ``config_overrides`` that restore ``checkpoint``'s league, if it has one with fixed
-    opponents, without them (``{}`` otherwise): games against ``--opponent`` play the checkpoint's
-    policies and that opponent only, never the league (its matchmaking, ratings or fixed opponents),
-    so a fixed opponent whose module this process cannot import (a script's, a project not
-    installed here) must not stop them. Read from the algorithm state's JSON alone; no opponent
-    is resolved. (Read before the restore, which reads the state again: a checkpoint replaced in
-    between gets the other's league settings, which these games do not use either.)"""
+    opponents, without them (``{}`` otherwise). ``cairn evaluate`` never plays them: games
+    against ``--opponent`` play the checkpoint's policies and that opponent only, and evaluation
+    episodes map main to every seat (docs/league.md), so a fixed opponent whose module this
+    process cannot import (a script's, a project not installed here) must not stop it. Read from
+    the algorithm state's JSON alone; no opponent is resolved. (Read before the restore, which
+    reads the state again: a checkpoint replaced in between gets the other's league settings,
+    which cairn evaluate does not use either.)"""
     from cairn.checkpoint import load_algorithm_state
 
     settings = (load_algorithm_state(checkpoint, policy_ids=[]).get("config") or {}).get("league_config")
@@ -246,8 +247,7 @@ def run(args: argparse.Namespace) -> int:
         overrides["env"], env_config = resolve_env(args.env)
         if env_config:
             overrides["env_config"] = env_config
-    if args.opponent is not None:
-        overrides.update(without_fixed_opponents(args.checkpoint))
+    overrides.update(without_fixed_opponents(args.checkpoint))
     with warnings.catch_warnings():  # evaluation never reads the replay buffers
         warnings.simplefilter("ignore", ReplayBufferNotRestoredWarning)
         algo = _restore(args.checkpoint, overrides)

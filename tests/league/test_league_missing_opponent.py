@@ -142,10 +142,40 @@ print(json.dumps({{"messages": messages, "fixed": league.fixed_names,
     assert "f" not in result["rated"] and "f" not in result["payoff"] and "main" in result["rated"]
 
 
-def test_cli_restore_that_needs_the_opponent_suggests_import(checkpoint):
-    out = _cli("evaluate", checkpoint, "--episodes", "1")
-    assert out.returncode != 0
-    assert "fixed opponent 'f'" in out.stderr and f"--import {MODULE}" in out.stderr
+def test_evaluation_episodes_need_no_fixed_opponent(checkpoint, tmp_path):
+    out = _cli("evaluate", checkpoint, "--episodes", "2", "--seed", "5", "--json", "-q")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    # Algorithm.evaluate's episodes, here, where the module exists and the whole league is restored.
+    sys.path.insert(0, str(tmp_path))
+    (tmp_path / f"{MODULE}.py").write_text("def leftmost(observation, action_mask, rng):\n    return 0\n")
+    try:
+        algo = Algorithm.from_checkpoint(checkpoint, config_overrides={"num_env_runners": 0,
+                                                                       "num_envs_per_env_runner": 1})
+        assert algo.league.fixed_names == ["f", "random_legal"]
+        expected = algo.evaluate(2, seed=5)
+        algo.stop()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(MODULE, None)
+    assert report["episode_returns"] == expected["episode_returns"]
+    assert report["episode_lens"] == expected["episode_lens"]
+
+
+def test_the_command_lines_fix_for_a_restore_that_needs_the_opponent_is_import(checkpoint):
+    code = f"""
+from cairn import Algorithm
+from cairn.cli.env_names import restore_hint
+try:
+    Algorithm.from_checkpoint({checkpoint!r})
+except Exception as exc:
+    print(type(exc).__name__, restore_hint(exc))
+"""
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == (
+        f"CheckpointConfigError From the command line: --import {MODULE} (run in the directory that holds "
+        f"{MODULE}, or install it).")
 
 
 def test_an_opponent_inside_the_checkpoint_is_never_imported_nor_suggested(checkpoint, tmp_path, monkeypatch):
