@@ -101,7 +101,7 @@ def run_games(algo: Algorithm, args: argparse.Namespace, env_label: str) -> int:
     seed = args.seed or 0
     with torch_threads(algo.config.torch_num_threads, algo.policies.values()):
         results = play_games(lambda: make_env(algo.config), algo.get_policy(main_id), opponent,
-                             games=games, seed=seed)
+                             games=games, seed=seed, opponent_name=f"--opponent {args.opponent}")
     report = {"checkpoint": args.checkpoint, "env": env_label, "policy_id": main_id,
               "opponent": args.opponent, "seed": seed, **results.to_dict()}
     if args.json:

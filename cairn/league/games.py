@@ -118,10 +118,14 @@ class _Player:
 
 
 def play_games(env_creator: Callable[[], Any], main: PolicyLike, opponent: ScriptedOpponent | PolicyLike, *,
-               games: int, seed: int) -> GameResults:
+               games: int, seed: int, opponent_name: str = "the opponent") -> GameResults:
     """Play ``games`` greedy games of ``main`` against ``opponent`` (a scripted opponent, e.g.
     :func:`cairn.env_runner.scripted_opponents.resolve_opponent`'s, or another policy) on envs from
     ``env_creator()`` (one env, reset per game); the rules are this module's docstring.
+
+    ``opponent_name`` names the opponent in errors (a move outside the action space is an
+    :class:`~cairn.errors.EnvError` naming the player that played it): e.g. the spec it was
+    resolved from, ``"scripted opponent 'my_project.opponents:leftmost'"``.
 
     Raises :class:`~cairn.errors.ConfigError` for ``games < 1`` or an env that is not a
     two-player PettingZoo game.
@@ -145,7 +149,7 @@ def play_games(env_creator: Callable[[], Any], main: PolicyLike, opponent: Scrip
             seat = agents[game % 2]
             rng = np.random.default_rng([seed, game])
             players = {agent: _Player(main if agent == seat else opponent, env.action_space(agent), rng,
-                                      "main" if agent == seat else "the opponent")
+                                      "main" if agent == seat else opponent_name)
                        for agent in agents}
             total = play(env, players, seed + game)[seat]
             key = "wins" if total > 0 else "losses" if total < 0 else "draws"

@@ -219,8 +219,10 @@ class League:
         ``main`` against each fixed opponent (main seated first in even games, second in odd
         ones; :func:`cairn.league.games.play_games`), on envs made from ``config``, seeded by the
         config seed (the same games at every evaluation, so numbers compare across iterations)."""
+        specs = self.settings["opponents"]
         return {name: play_games(lambda: make_env(config), main, opponent,
-                                 games=self.settings["evaluation_games"], seed=self.evaluation_seed).to_dict()
+                                 games=self.settings["evaluation_games"], seed=self.evaluation_seed,
+                                 opponent_name=f"fixed opponent {name!r} ({specs[name]!r})").to_dict()
                 for name, opponent in self.fixed_opponents.items()}
 
     @property

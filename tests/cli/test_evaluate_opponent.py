@@ -105,6 +105,13 @@ def test_bad_arguments_are_refused_with_the_fix(league_checkpoint, capsys, argv,
     assert message in err, err
 
 
+def test_a_scripted_move_outside_the_space_names_the_opponents_spec(league_checkpoint, capsys):
+    spec = "tests.league.games:plays_outside_the_space"
+    assert main(["evaluate", league_checkpoint, "--opponent", spec, "--games", "2"]) != 0
+    err = capsys.readouterr().err
+    assert f"--opponent {spec} played 99, outside the action space Discrete(7)" in err, err
+
+
 def test_a_one_player_env_is_refused(trained_run, capsys):
     ckpt = str(trained_run / "checkpoints" / "checkpoint_000003")
     assert main(["evaluate", ckpt, "--opponent", "random_legal", "--games", "2"]) == 2

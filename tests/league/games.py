@@ -23,6 +23,12 @@ def small_league(**league: Any) -> cairn.AlgorithmConfig:
             .debugging(seed=0))
 
 
+def plays_outside_the_space(observation: Any, action_mask: Any, rng: Any) -> int:
+    """A broken scripted opponent (``"tests.league.games:plays_outside_the_space"``): it plays
+    99, an action no game of these tests has."""
+    return 99
+
+
 class CountingRandomLegal:
     """A scripted opponent (``"tests.league.games:CountingRandomLegal"``) that plays random legal
     moves and counts them in :attr:`moves` (class-wide: the env runner builds its own instance)."""

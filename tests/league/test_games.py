@@ -173,6 +173,10 @@ def test_an_action_outside_the_space_is_an_error_naming_the_player_and_the_env_i
     with pytest.raises(EnvError, match=r"the opponent played 'left', outside the action space Discrete\(7\)"):
         play_games(creator, connect_four_policy(seed=0), lambda obs, mask, rng: "left", games=2, seed=0)
     assert creator.closed == 2
+    with pytest.raises(EnvError, match=r"^scripted opponent 'mine:bad' played 9, outside the action space"):
+        play_games(creator, connect_four_policy(seed=0), lambda obs, mask, rng: 9, games=2, seed=0,
+                   opponent_name="scripted opponent 'mine:bad'")
+    assert creator.closed == 3
 
 
 def test_a_one_player_env_and_bad_counts_are_refused():

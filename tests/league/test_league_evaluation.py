@@ -1,10 +1,14 @@
 """algo.evaluate() with fixed opponents: evaluation["league"] holds main's greedy games against
 each, equal to play_games over the same games; evaluation episodes draw nothing from the league."""
 
+import re
 import warnings
+
+import pytest
 
 from cairn.env_runner.make_env import make_env
 from cairn.env_runner.scripted_opponents import resolve_opponent
+from cairn.errors import EnvError
 from cairn.league.games import play_games
 from cairn.rng import rng_state
 from tests.league.games import small_league
@@ -80,3 +84,13 @@ def test_checkpoint_manager_keeps_the_best_by_win_rate_against_a_fixed_opponent(
         newest_best = [path for path, rate in rates[metric].items() if rate == best][-1]
         assert manager.best() == newest_best, metric
         assert [c.metric for c in manager.checkpoints() if c.path == newest_best] == [best]
+
+
+def test_a_fixed_opponents_move_outside_the_space_in_evaluation_names_it_and_its_spec():
+    spec = "tests.league.games:plays_outside_the_space"
+    algo = small_league(opponents={"bad": spec}, evaluation_games=2).build()
+    try:
+        with pytest.raises(EnvError, match=re.escape(f"fixed opponent 'bad' ({spec!r}) played 99, outside")):
+            algo.league.evaluate(algo.config, algo.get_policy("main"))
+    finally:
+        algo.stop()
