@@ -79,13 +79,37 @@ def league_settings(**given: Any) -> dict[str, Any]:
     return settings
 
 
+def _incomplete(value: Any) -> str:
+    """The end of :func:`check_league`'s message for a dict without every key (or with others):
+    which keys, that only ``config.league(...)`` fills in defaults, and the whole dict to give
+    (its keys over the defaults) when that dict is valid."""
+    if not isinstance(value, Mapping):
+        return "."
+    missing = sorted(set(LEAGUE_DEFAULTS) - set(value))
+    unknown = sorted(map(str, set(value) - set(LEAGUE_DEFAULTS)))
+    said = "; ".join(part for part in (f"missing {missing}" if missing else "",
+                                       f"unknown {unknown}" if unknown else "") if part)
+    try:
+        whole = league_settings(**{str(k): v for k, v in value.items()})
+    except ConfigError:
+        whole = None
+    fix = (f" Fix: give the whole dict: with the defaults for the settings left out, {whole!r}"
+           if whole is not None else f" Fix: give every key of {sorted(LEAGUE_DEFAULTS)} and no other")
+    fix += ("; overriding a checkpoint's, start from its own (the league_config of the config in "
+            "its algorithm_state.json)")
+    return (f" ({said}). A dict given as a whole (--config league_config=..., config_overrides, "
+            "from_dict) is taken as it is: only config.league(...) fills in the defaults of the "
+            f"settings left out.{fix}.")
+
+
 def check_league(key: str, value: Any) -> None:
     """The Field check of ``"league"``: None (no league) or a complete settings dict."""
     if value is None:
         return
     if not isinstance(value, Mapping) or set(value) != set(LEAGUE_DEFAULTS):
         raise ConfigError(f"Config {key!r}={value!r:.200} is invalid: expected None or the dict "
-                          f"config.league(...) makes, with the keys {sorted(LEAGUE_DEFAULTS)}.")
+                          f"config.league(...) makes, with the keys {sorted(LEAGUE_DEFAULTS)}"
+                          f"{_incomplete(value)}")
     main = value["main"]
     if not isinstance(main, str) or not validate_policy_id(main):
         _fail("main", main, "a policy ID (letters, digits, '_', '-', '.')")

@@ -1,5 +1,7 @@
 """config.league(...): defaults, storage in to_dict/from_dict, and clear ConfigErrors."""
 
+import ast
+
 import pytest
 
 import cairn
@@ -75,6 +77,35 @@ def test_stored_league_dict_is_checked_on_load():
     data["league_config"] = {"main": "main"}
     with pytest.raises(ConfigError, match="league_config"):
         cairn.AlgorithmConfig.from_dict(data)
+
+
+def test_a_partial_league_dict_is_refused_with_the_missing_keys_and_the_whole_dict_to_give():
+    data = _config().league().to_dict()
+    data["league_config"] = {"opponents": {"random_legal": "random_legal"}, "max_snapshots": 3}
+    with pytest.raises(ConfigError) as info:
+        cairn.AlgorithmConfig.from_dict(data)
+    message = str(info.value)
+    assert "missing ['evaluation_games', 'main', 'matchmaking', 'self_play_fraction'" in message
+    assert "only config.league(...) fills in the defaults" in message
+    whole = ast.literal_eval(message.split("settings left out, ", 1)[1].split("; overriding", 1)[0])
+    assert whole == cairn.PPOConfig().league(opponents={"random_legal": "random_legal"},
+                                             max_snapshots=3).league_config
+    data["league_config"] = whole  # the dict the message gives is accepted
+    assert cairn.AlgorithmConfig.from_dict(data).league_config == whole
+    data["league_config"] = {"main": "main", "bogus": 1}
+    with pytest.raises(ConfigError, match=r"unknown \['bogus'\]\).*give every key of \['evaluation_games'"):
+        cairn.AlgorithmConfig.from_dict(data)
+
+
+def test_the_command_lines_partial_league_config_gets_the_same_message(capsys, tmp_path):
+    from cairn.cli import main
+
+    argv = ["train", "--algo", "PPO", "--env", "pettingzoo.classic.connect_four_v3", "--league",
+            "--config", 'league_config={"opponents": {}}', "--stop-iters", "1",
+            "--out", str(tmp_path / "run")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "(missing ['evaluation_games', 'main'" in err and "Fix: give the whole dict" in err, err
 
 
 def test_a_later_league_call_keeps_what_earlier_ones_set():
