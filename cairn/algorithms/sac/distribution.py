@@ -11,7 +11,7 @@ import torch
 from cairn.algorithms.sac.loss import squashed_gaussian_log_prob, squashed_gaussian_sample
 from cairn.errors import ConfigError
 from cairn.policy.acting import raw_actions
-from cairn.policy.distributions import ActionDistribution
+from cairn.policy.distributions import ActionDistribution, float32_bounds
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -61,8 +61,7 @@ class SquashedGaussian(ActionDistribution):
     def __init__(self, space: gym.spaces.Box) -> None:
         self.size = int(np.prod(space.shape))
         self.shape = tuple(space.shape)
-        self.low = space.low.reshape(-1).astype(np.float32)
-        self.high = space.high.reshape(-1).astype(np.float32)
+        self.low, self.high = float32_bounds(space)  # inside the Box once cast to its dtype
         self.half_range = (0.5 * (self.high - self.low)).astype(np.float32)
         self.env_dtype = space.dtype
         self.num_inputs = 2 * self.size
