@@ -32,6 +32,8 @@ __all__ = ["Runner", "sample_observations", "sample_policy_observations", "with_
 Runner = Callable[..., Sequence[np.ndarray]]
 """``run(obs, *more inputs) -> outputs``: the model's inputs positionally, in signature order."""
 RTOL, ATOL = 1e-5, 1e-5
+"""Float outputs agree when ``|got - expected| <= ATOL + RTOL * |expected|`` (docs/export.md):
+float32 results of order 1000 differ between runtimes by more than 1e-5 in float rounding."""
 # A discrete action may legitimately differ where the two best scores are this close: float
 # rounding in another runtime's matrix products can swap them.
 TIE_MARGIN = 1e-4
@@ -93,8 +95,8 @@ def check_against_policy(
     ``compute_actions(obs, explore=False)``, then e.g. its action inputs and value, or its
     Q-values); ``graph`` defaults to ``policy.export_graph()``; a recurrent policy's model and
     reference also get the random states of ``graph.check_inputs``. Discrete actions must be equal
-    (except at near-ties of their scores), everything else equal within ``1e-5`` (absolute
-    and relative).
+    (except at near-ties of their scores), everything else (Box actions included) within
+    ``|got - expected| <= 1e-5 + 1e-5 * |expected|`` (``numpy.allclose``).
     """
     graph = policy.export_graph() if graph is None else graph
     observations = sample_policy_observations(policy, n, seed=seed)
@@ -128,8 +130,8 @@ def check_against_policy(
             error = float(np.nanmax(np.abs(np.asarray(got[index], np.float64) - expected[index])))
             raise ExportError(
                 f"The {what}'s output {index} ({graph.outputs[index].name}) differs from the "
-                f"policy's by up to {error:.3g} (tolerance {ATOL}); the exported model is not "
-                "faithful."
+                f"policy's by up to {error:.3g} (tolerance: |got - expected| <= {ATOL} + {RTOL} * "
+                "|expected|); the exported model is not faithful."
             )
 
 

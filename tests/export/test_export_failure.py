@@ -144,3 +144,31 @@ def test_unfaithful_models_are_refused(helpers: Any) -> None:
         check_against_policy(policy, wrong_value, "model")
     with pytest.raises(ExportError, match="dtype int32"):
         check_against_policy(policy, wrong_dtype, "model")
+
+
+def test_the_check_tolerance_is_the_documented_one() -> None:
+    """Box actions and the other float outputs must agree within ``1e-5 + 1e-5 * |expected|``
+    (docs/export.md): an error just inside passes, one just outside is refused, and the error
+    message states the bound it applied."""
+    policy = cairn.Policy(OBS, gym.spaces.Box(-np.inf, np.inf, (2,)), seed=0)
+    with torch.no_grad():  # actions of magnitude ~100: the relative part of the bound matters
+        policy.model.action_head.bias[:2] = torch.tensor([300.0, -200.0])
+
+    def faithful(obs: np.ndarray) -> list[np.ndarray]:
+        processed = torch.from_numpy(policy.process_observations(obs, update=False))
+        with torch.no_grad():
+            inputs = policy.model.action_inputs(processed).numpy()
+            value = policy.model.value(processed).numpy()
+        return [policy.compute_actions(obs, explore=False), inputs[:, :2], inputs[:, 2:], value]
+
+    def off_by(scale: float) -> Any:
+        def run(obs: np.ndarray) -> list[np.ndarray]:
+            action, *others = faithful(obs)
+            bound = 1e-5 + 1e-5 * np.abs(action)
+            return [(action + scale * bound).astype(action.dtype), *others]
+        return run
+
+    check_against_policy(policy, off_by(0.5), "model")
+    with pytest.raises(ExportError, match=r"output 0 \(action\) differs .* \(tolerance: "
+                                          r"\|got - expected\| <= 1e-05 \+ 1e-05 \* \|expected\|\)"):
+        check_against_policy(policy, off_by(2.0), "model")
