@@ -102,18 +102,28 @@ def _masked(scores: Any, mask: Any, keras: Any) -> Any:
     return ops.where(ops.greater(mask, 0.5), scores, ops.full_like(scores, MASKED_SCORE))
 
 
+def _legal_scores(scores: Any, mask: Any, keras: Any) -> Any:
+    """``scores`` with illegal entries at ``-inf``, for the argmax only (the policy's
+    ``legal_argmax``: a legal score below MASKED_SCORE still beats every illegal one)."""
+    if mask is None:
+        return scores
+    ops = keras.ops
+    return ops.where(ops.greater(mask, 0.5), scores, ops.full_like(scores, -np.inf))
+
+
 def _actor_critic_outputs(policy: Policy, network: Any, x: Any, keras: Any, mask: Any) -> dict[str, Any]:
     ops = keras.ops
     inputs, value = network(x)
     inputs = _masked(inputs, mask, keras)
+    scores = _legal_scores(inputs, mask, keras)
     outputs = {"value": ops.reshape(value, (-1,))}
     dist = policy.dist
     if isinstance(dist, Categorical):
-        action = ops.cast(ops.argmax(inputs, axis=-1), "int64")
+        action = ops.cast(ops.argmax(scores, axis=-1), "int64")
         outputs.update(action=ops.add(action, dist.start) if dist.start else action, logits=inputs)
     elif isinstance(dist, MultiCategorical):
         bounds = np.cumsum([0, *dist.nvec])
-        parts = [ops.cast(ops.argmax(inputs[:, int(a):int(b)], axis=-1), "int64")
+        parts = [ops.cast(ops.argmax(scores[:, int(a):int(b)], axis=-1), "int64")
                  for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         action = ops.add(ops.stack(parts, axis=1), dist.start)
         action = ops.cast(ops.reshape(action, (-1, *dist.shape)), np.dtype(dist.env_dtype).name)
@@ -133,7 +143,7 @@ def _q_value_outputs(policy: Policy, network: Any, x: Any, keras: Any, mask: Any
     ops = keras.ops
     q_values = _masked(network(x), mask, keras)
     start = int(policy.action_space.start)  # type: ignore[attr-defined]
-    action = ops.cast(ops.argmax(q_values, axis=-1), "int64")
+    action = ops.cast(ops.argmax(_legal_scores(q_values, mask, keras), axis=-1), "int64")
     return {"action": ops.add(action, start) if start else action, "q_values": q_values}
 
 

@@ -37,6 +37,7 @@ from cairn.policy.filters import MeanStdFilter, NoFilter
 from cairn.spaces import ObservationPreprocessor
 
 __all__ = [
+    "legal_argmax",
     "ACTION_MASK_KEY",
     "MASKED_SCORE",
     "action_mask_size",
@@ -292,8 +293,9 @@ def check_masks(mask: np.ndarray, sizes: Sequence[int]) -> None:
 
 def legal_actions(raw: np.ndarray, inputs: np.ndarray, mask: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
     """``raw`` actions, with any illegal one (sampling can land on an action of probability 0
-    only when its uniform draw is exactly 0) replaced by the best legal action of ``inputs``
-    (masked scores)."""
+    only when its uniform draw is exactly 0; the argmax does when every legal score is below
+    MASKED_SCORE) replaced by the best legal action of ``inputs`` (masked scores), chosen among
+    the legal ones alone."""
     columns = raw.reshape(raw.shape[0], len(sizes))  # one column per (sub-)action, also for 0 rows
     rows = np.arange(columns.shape[0])
     fixed = None
@@ -301,8 +303,14 @@ def legal_actions(raw: np.ndarray, inputs: np.ndarray, mask: np.ndarray, sizes: 
         illegal = segment[rows, columns[:, k]] <= 0.5
         if reduce_any(illegal):
             fixed = columns.copy() if fixed is None else fixed
-            fixed[illegal, k] = scores[illegal].argmax(axis=1)
+            fixed[illegal, k] = legal_argmax(scores[illegal], segment[illegal])
     return raw if fixed is None else fixed.reshape(raw.shape)
+
+
+def legal_argmax(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per row, the index of the best score among the legal entries of ``mask`` (``> 0.5``):
+    a legal score below MASKED_SCORE still beats every illegal one."""
+    return np.where(mask > 0.5, scores, -np.inf).argmax(axis=1)  # type: ignore[no-any-return]
 
 
 def random_legal_actions(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -16,7 +16,7 @@ from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategoric
 from cairn.policy.export_hook import BATCH, ExportedPolicy, TensorSpec
 from cairn.policy.observation_path import ObservationPath
 
-__all__ = ["ActorCriticModule", "actor_critic_outputs", "discrete_sizes"]
+__all__ = ["ActorCriticModule", "actor_critic_outputs", "discrete_sizes", "legal_scores"]
 
 
 def _torch_dtype(dtype: Any) -> torch.dtype:
@@ -66,10 +66,18 @@ class ActorCriticModule(nn.Module):
         # actor_critic_export_graph before this module is built), unseen on torch.nn.Module.
         inputs = self.model.action_inputs(x)  # type: ignore[operator]
         value = self.model.value(x)  # type: ignore[operator]
-        action = self.to_env(self.dist.deterministic(inputs))
+        action = self.to_env(self.dist.deterministic(inputs if action_mask is None
+                                                     else legal_scores(inputs, action_mask)))
         if isinstance(self.dist, DiagGaussian):
             return action, inputs[:, : self.size], inputs[:, self.size :], value
         return action, inputs, value
+
+
+def legal_scores(scores: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+    """``scores`` with the illegal entries (mask ``<= 0.5``) at ``-inf``, for the argmax only: a
+    legal score below MASKED_SCORE still beats every illegal one, as the policy's
+    ``legal_argmax`` decides."""
+    return torch.where(action_mask > 0.5, scores, torch.full_like(scores, -torch.inf))
 
 
 def discrete_sizes(dist: Any) -> tuple[int, ...] | None:

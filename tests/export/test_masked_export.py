@@ -181,3 +181,68 @@ def test_native_model_files_of_a_masked_policy(tmp_path: Path) -> None:
     feeds = model_feeds(policy.observation_space, policy.action_space, observations)
     np.testing.assert_array_equal(run_export(checkpoint / "model", feeds)[0],
                                   policy.compute_actions(observations, explore=False))
+
+
+HUGE = gym.spaces.Dict({"observation": gym.spaces.Box(-1.0, 1.0, (4,)),
+                        "action_mask": gym.spaces.MultiBinary(5)})
+HUGE_POLICIES = {  # ReLU networks: observations of magnitude 1e12 give scores far below MASKED_SCORE
+    "ppo-discrete": lambda: cairn.Policy(HUGE, gym.spaces.Discrete(5), {"model": {"activation": "relu"}},
+                                         seed=0),
+    "ppo-multidiscrete": lambda: cairn.Policy(HUGE, gym.spaces.MultiDiscrete([2, 3]),
+                                              {"model": {"activation": "relu"}}, seed=0),
+    "dqn": lambda: DQNPolicy(HUGE, gym.spaces.Discrete(5), {"model": {"activation": "relu", "hidden": [16]}},
+                             seed=0),
+}
+
+
+def _huge_observations(policy: cairn.Policy, n: int) -> list[Any]:
+    """Observations of magnitude 1e12 whose masks leave one legal action per (sub-)action."""
+    rng = np.random.default_rng(0)
+    sizes = action_sizes(policy.action_space)
+    observations = []
+    for _ in range(n):
+        mask = np.zeros(sum(sizes), np.int8)
+        for start, size in zip(np.cumsum([0, *sizes[:-1]]), sizes, strict=True):
+            mask[start + rng.integers(size)] = 1
+        observations.append({"observation": (rng.standard_normal(4) * 1e12).astype(np.float32),
+                             "action_mask": mask})
+    return observations
+
+
+def _legal(policy: cairn.Policy, observations: list[Any], actions: np.ndarray) -> np.ndarray:
+    sizes = action_sizes(policy.action_space)
+    starts = np.cumsum([0, *sizes[:-1]])
+    columns = np.asarray(actions).reshape(len(observations), len(sizes))
+    return np.array([[obs["action_mask"][start + a] == 1 for start, a in zip(starts, row, strict=True)]
+                     for obs, row in zip(observations, columns, strict=True)]).all(axis=1)
+
+
+@pytest.mark.parametrize("name", list(HUGE_POLICIES))
+def test_scores_below_the_masked_score_still_give_legal_actions(name: str, tmp_path: Path) -> None:
+    """A legal action's logit or Q-value below MASKED_SCORE (-1e9) must not let an illegal
+    action win: greedy and sampled actions of the policy, and the exported models' actions,
+    are legal (and the exports equal the policy)."""
+    pytest.importorskip("onnxruntime")
+    import onnxruntime
+
+    policy = HUGE_POLICIES[name]()
+    observations = _huge_observations(policy, 200)
+    processed = policy.process_observations(observations, update=False)
+    scores = policy.compute_action_inputs(processed)
+    legal_scores = np.where(processed[:, policy.preprocessor.size:] > 0.5, scores, np.inf)
+    assert (legal_scores < MASKED_SCORE).any()  # the case is real
+    greedy = policy.compute_actions(observations, explore=False)
+    assert _legal(policy, observations, greedy).all()
+    assert _legal(policy, observations, policy.compute_actions(observations, explore=True)).all()
+    feeds = model_feeds(policy.observation_space, policy.action_space, observations)
+    export_model(policy, tmp_path / "torch")
+    program = torch.export.load(str(tmp_path / "torch" / "model.pt2")).module()
+    with torch.inference_mode():
+        program_action = program(*(torch.from_numpy(x) for x in feeds.values()))[0].numpy()
+    export_model(policy, tmp_path / "onnx", onnx=18)
+    session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"),
+                                           providers=["CPUExecutionProvider"])
+    onnx_action = session.run(None, feeds)[0]
+    for action in (program_action, onnx_action):
+        assert _legal(policy, observations, action).all()
+        np.testing.assert_array_equal(action, greedy)

@@ -64,3 +64,31 @@ def test_saved_model_of_a_masked_keras_policy(tmp_path):
     assert signature["files"] == {"saved_model": "saved_model", "keras": "model.keras"}
     assert [spec["name"] for spec in signature["inputs"]] == ["obs", "action_mask"]
     assert json.loads((tmp_path / "tf" / "signature.json").read_text()) == signature
+
+
+@pytest.mark.parametrize("name", ["ppo-multidiscrete", "dqn"])
+def test_model_keras_acts_legally_when_legal_scores_are_below_the_masked_score(name, tmp_path):
+    """ReLU networks on observations of magnitude 1e12: legal logits or Q-values below
+    MASKED_SCORE (-1e9) must not let an illegal action win, in the policy or in model.keras."""
+    config = {"model": {"framework": "keras", "activation": "relu", "hidden": [16]}}
+    policy = (cairn.Policy(MASKED, gym.spaces.MultiDiscrete([3, 4]), config, seed=0) if name != "dqn"
+              else DQNPolicy(MASKED, gym.spaces.Discrete(7), config, seed=0))
+    rng = np.random.default_rng(0)
+    observations = []
+    for _ in range(100):
+        mask = np.zeros(7, np.int8)
+        mask[rng.integers(3)] = 1
+        mask[3 + rng.integers(4)] = 1
+        if name == "dqn":
+            mask[:] = 0
+            mask[rng.integers(7)] = 1
+        observations.append({"observation": (rng.standard_normal(5) * 1e12).astype(np.float32),
+                             "action_mask": mask})
+    masks = np.stack([o["action_mask"] for o in observations]).astype(np.float32)
+    greedy = policy.compute_actions(observations, explore=False)
+    assert legal(greedy, masks)
+    export_model(policy, tmp_path)
+    feeds = model_feeds(policy.observation_space, policy.action_space, observations)
+    action = keras_file_runner(tmp_path / "model.keras")(*feeds.values())[0]
+    assert legal(action, masks)
+    np.testing.assert_array_equal(action, greedy)

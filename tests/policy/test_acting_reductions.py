@@ -42,7 +42,12 @@ def slow_legal_actions(raw: np.ndarray, inputs: np.ndarray, mask: np.ndarray,
         illegal = segment[np.arange(chosen.shape[0]), chosen] <= 0.5
         if illegal.any():
             fixed = columns.copy() if fixed is None else fixed
-            fixed[illegal, k] = scores[illegal].argmax(axis=1)
+            for row in np.flatnonzero(illegal):  # the best legal score (a NaN first, as argmax)
+                legal = [j for j in range(segment.shape[1]) if segment[row, j] > 0.5]
+                values = [float(scores[row, j]) for j in legal]
+                nans = [j for j, v in zip(legal, values, strict=True) if np.isnan(v)]
+                fixed[row, k] = (nans[0] if nans else legal[int(np.argmax(values))] if legal
+                                 else 0)  # no legal action (check_masks raises first): index 0
     return raw if fixed is None else fixed.reshape(raw.shape)
 
 

@@ -14,7 +14,7 @@ from cairn.algorithms.dqn.keras_model import KerasQNetwork, keras_q_network
 from cairn.algorithms.dqn.model import QNetwork
 from cairn.errors import ConfigError
 from cairn.models import QModel
-from cairn.policy.action_masking import MaskedQModel, random_legal_actions
+from cairn.policy.action_masking import MaskedQModel, legal_argmax, random_legal_actions
 from cairn.policy.custom_model import build_custom_model, uses_custom_model
 from cairn.policy.keras_config import model_framework
 from cairn.policy.merge import deep_merge
@@ -155,7 +155,7 @@ class DQNPolicy(Policy):
     # ------------------------------------------------------------------------------------- act
     def compute_raw_actions(self, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:
         """Greedy actions, each replaced by a uniform random one with probability epsilon."""
-        mask = self.action_masks(processed_obs)  # masked Q-values make the greedy action legal
+        mask = self.action_masks(processed_obs)
         if explore:
             self.epsilon = epsilon_at(self.config["epsilon"], self.global_timestep)
             n = processed_obs.shape[0]
@@ -164,7 +164,9 @@ class DQNPolicy(Policy):
                               else random_legal_actions(mask, self.np_random))
             if explore_mask.all():  # nothing greedy to compute
                 return random_actions
-        greedy = self.compute_action_inputs(processed_obs).argmax(axis=1)
+        q_values = self.compute_action_inputs(processed_obs)
+        # Among the legal actions only: a legal Q-value may lie below the masked score.
+        greedy = q_values.argmax(axis=1) if mask is None else legal_argmax(q_values, mask)
         if explore:
             return np.where(explore_mask, random_actions, greedy)
         return greedy  # type: ignore[no-any-return]

@@ -13,6 +13,7 @@ from torch import nn
 
 from cairn.errors import ExportError
 from cairn.policy.action_mask_input import network_name
+from cairn.policy.export_actor_critic import legal_scores
 from cairn.policy.export_hook import BATCH, ExportGraph, TensorSpec
 from cairn.policy.observation_path import ObservationPath, policy_export_graph
 
@@ -35,7 +36,7 @@ class _GreedyQModule(nn.Module):
     def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None,
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         q_values = self.model(self.observations(obs, action_mask))
-        action = q_values.argmax(dim=1)
+        action = (q_values if action_mask is None else legal_scores(q_values, action_mask)).argmax(dim=1)
         return (action + self.start if self.start else action), q_values
 
 
