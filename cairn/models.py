@@ -117,7 +117,7 @@ class ActorCriticModel(ModelBase):
 
     def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
         """:meth:`action_inputs` of a numpy batch, for acting (in torch, under inference mode)."""
-        return in_torch(self.action_inputs, obs)
+        return in_torch(self.action_inputs, obs, self)
 
 
 class RecurrentActorCriticModel(ActorCriticModel):
@@ -171,7 +171,7 @@ class QModel(ModelBase):
 
     def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q-values of a numpy batch (acting and targets), through :meth:`forward` in torch."""
-        return in_torch(self.forward, obs)
+        return in_torch(self.forward, obs, self)
 
 
 class SACActorModel(ModelBase):
@@ -185,7 +185,7 @@ class SACActorModel(ModelBase):
     def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
         """``[mean, log_std]`` concatenated for a numpy batch (acting), through :meth:`forward`
         in torch."""
-        return in_torch(lambda x: torch.cat(self(x), dim=-1), obs)
+        return in_torch(lambda x: torch.cat(self(x), dim=-1), obs, self)
 
 
 class SACCriticModel(ModelBase):

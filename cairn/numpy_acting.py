@@ -11,7 +11,8 @@ prove a translation of arbitrary Python still equals it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -21,7 +22,7 @@ from torch import nn
 from cairn._compat.torch_internals import own_tables
 
 __all__ = ["NUMPY_ACTIVATIONS", "Dense", "LiveViews", "View", "affine", "dense_stack", "in_torch", "linear",
-           "lstm_cell", "reduce_any", "reduce_max", "reduce_sum"]
+           "evaluating", "lstm_cell", "reduce_any", "reduce_max", "reduce_sum"]
 
 NumpyFn = Callable[[np.ndarray], np.ndarray]
 
@@ -144,11 +145,32 @@ def _watch(root: nn.Module, tensors: Sequence[torch.Tensor]) -> tuple[list[_Tens
     return found, [(table.get, key, child) for table, key, child in on_path.values()]
 
 
-def in_torch(fn: Callable[[torch.Tensor], Any], obs: np.ndarray) -> np.ndarray:
+def in_torch(fn: Callable[[torch.Tensor], Any], obs: np.ndarray, module: nn.Module) -> np.ndarray:
     """``fn(obs)`` in torch under ``inference_mode``, as numpy: the slow path the numpy one equals,
-    and how users' models (their code as it is now, never a translation) and CNN encoders act."""
-    with torch.inference_mode():
+    and how users' models (their code as it is now, never a translation) and CNN encoders act.
+
+    ``module`` (the network ``fn`` runs) acts in eval mode, as an exported model does: a user's
+    ``Dropout`` or ``BatchNorm`` would otherwise make greedy actions random or batch-dependent and
+    move running statistics while acting. A module in training mode (the learners train it so) is
+    put back in it afterwards; for one without mode-dependent layers both modes compute the same.
+    """
+    with torch.inference_mode(), evaluating(module):
         return fn(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
+
+
+@contextmanager
+def evaluating(module: nn.Module) -> Iterator[None]:
+    """``module`` in eval mode for the block, and back in training mode after it if it was in
+    it: acting, and the learners' no-gradient targets (PPO's values for GAE, as SB3 takes them
+    while collecting), run a user's Dropout and BatchNorm as a deployed model does."""
+    if not module.training:
+        yield
+        return
+    module.train(False)
+    try:
+        yield
+    finally:
+        module.train(True)
 
 
 def dense_stack(x: np.ndarray, layers: Sequence[Dense], activation: str,

@@ -54,7 +54,7 @@ def action_inputs(model: nn.Module, processed_obs: np.ndarray) -> np.ndarray:
     if fast is not None:
         return fast(processed_obs)  # type: ignore[no-any-return]
     # The network's own method (cairn.models.ActorCriticModel's contract), unseen on nn.Module.
-    return in_torch(model.action_inputs, processed_obs)  # type: ignore[arg-type]
+    return in_torch(model.action_inputs, processed_obs, model)  # type: ignore[arg-type]
 
 
 def raw_actions(

@@ -230,7 +230,7 @@ class _MaskedModel(nn.Module):
         """Masked outputs for ``rows``: ``net``'s numpy ``method``, else ``masked_torch`` in torch."""
         fast = getattr(net, method, None)
         if fast is None or self.passes_mask:
-            return in_torch(masked_torch, rows)
+            return in_torch(masked_torch, rows, net)
         features = np.ascontiguousarray(rows[:, : self.feature_size])
         return _mask_scores_numpy(fast(features), rows[:, self.feature_size:])
 

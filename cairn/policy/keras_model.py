@@ -312,7 +312,7 @@ class KerasActorCritic(KerasNetwork):
         torch, where its convolutions, not the dispatch, dominate)."""
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
         if layers is None or layers.encoder is not None:
-            return in_torch(self.action_inputs, obs)
+            return in_torch(self.action_inputs, obs, self)
         hidden, head, log_std = self._numpy_views.get(self)
         return affine(dense_stack(obs, hidden, layers.activation), head, log_std)
 

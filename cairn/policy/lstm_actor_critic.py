@@ -107,13 +107,13 @@ class LSTMActorCritic(RecurrentActorCriticModel):
         """
         n = self.cell_size
         trunk, lstm, head, log_std, critic = self._numpy_views.get(self)
-        x = obs if self.encoder is None else in_torch(self.encoder, obs)
+        x = obs if self.encoder is None else in_torch(self.encoder, obs, self.encoder)
         h, c = lstm_cell(dense_stack(x, trunk, self.activation), [state[0][:, :n], state[1][:, :n]], *lstm)
         out = affine(h, head, log_std)
         if critic is None:
             return out, [h, c]
         critic_trunk, critic_lstm = critic
-        x = obs if self.critic_encoder is None else in_torch(self.critic_encoder, obs)
+        x = obs if self.critic_encoder is None else in_torch(self.critic_encoder, obs, self.critic_encoder)
         h_v, c_v = lstm_cell(dense_stack(x, critic_trunk, self.activation),
                              [state[0][:, n:], state[1][:, n:]], *critic_lstm)
         return out, [np.concatenate([h, h_v], axis=-1), np.concatenate([c, c_v], axis=-1)]

@@ -242,7 +242,7 @@ class ActorCriticMLP(nn.Module):
         (:mod:`cairn.numpy_acting`); a CNN encoder runs in torch (its convolutions dominate,
         not the dispatch)."""
         if self.encoder is not None:
-            return in_torch(self.action_inputs, obs)
+            return in_torch(self.action_inputs, obs, self)
         hidden, head, log_std = self._numpy_views.get(self)
         return affine(dense_stack(obs, hidden, self.activation), head, log_std)
 

@@ -111,3 +111,30 @@ class DictParts(ActorCriticModel):
         parts = split_observation(obs, self.observation_space)
         h = torch.tanh(torch.cat([self.pos(parts["pos"]), self.mode(parts["mode"])], dim=-1))
         return self.pi(h), self.vf(h).squeeze(-1)
+
+
+class NoisyHeads(TwoHeads):
+    """TwoHeads with Dropout and BatchNorm in the trunk: layers whose output depends on the
+    training mode (random in training, batch statistics that move)."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        width = int(model_config.get("width", 32))
+        self.trunk = nn.Sequential(nn.Linear(self.obs_size, width), nn.BatchNorm1d(width), nn.Tanh(),
+                                   nn.Dropout(0.5))
+
+
+class NoisyQ(SmallQ):
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        width = int(model_config.get("width", 32))
+        self.net = nn.Sequential(nn.Linear(self.obs_size, width), nn.ReLU(), nn.Dropout(0.5),
+                                 nn.Linear(width, num_outputs))
+
+
+class NoisyActor(SmallActor):
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        width = int(model_config.get("width", 32))
+        self.net = nn.Sequential(nn.Linear(self.obs_size, width), nn.ReLU(), nn.Dropout(0.5),
+                                 nn.Linear(width, 2 * num_outputs))

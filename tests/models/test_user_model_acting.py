@@ -15,7 +15,7 @@ import torch
 
 import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
-from tests.models.nets import DictParts, SmallActor, SmallQ, TwoHeads
+from tests.models.nets import DictParts, NoisyActor, NoisyHeads, NoisyQ, SmallActor, SmallQ, TwoHeads
 
 BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 OBS = np.random.default_rng(0).standard_normal((7, 4)).astype(np.float32)
@@ -103,3 +103,55 @@ def test_sac_actors_and_dict_readers_act_as_their_forward(action_space: Any) -> 
     model = DictParts(space, action_space, 2, {})
     rows = np.random.default_rng(1).standard_normal((5, 5)).astype(np.float32)
     np.testing.assert_array_equal(model.numpy_action_inputs(rows), _forward_now(model, rows))
+
+
+def _in_eval_mode(model: torch.nn.Module, fn: Any) -> Any:
+    model.train(False)
+    try:
+        with torch.no_grad():
+            return fn()
+    finally:
+        model.train(True)
+
+
+def test_a_model_with_dropout_and_batchnorm_acts_in_eval_mode_and_learns_in_training_mode() -> None:
+    """Acting is what an exported model does (eval mode): before, a user's Dropout made greedy
+    actions random (two calls on the same observations differed) and BatchNorm's statistics moved
+    with every act. The learner still trains the model in training mode."""
+    policy = cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": NoisyHeads}}, seed=0)
+    model = policy.model
+    stats = {k: v.clone() for k, v in model.state_dict().items() if "running" in k or "num_batches" in k}
+    first = policy.compute_action_inputs(OBS)
+    np.testing.assert_array_equal(policy.compute_action_inputs(OBS), first)
+    expected = _in_eval_mode(model, lambda: model(torch.from_numpy(OBS))[0].numpy())
+    np.testing.assert_array_equal(first, expected)
+    actions = [policy.compute_actions(OBS, explore=False)[0] for _ in range(3)]
+    assert all(np.array_equal(actions[0], a) for a in actions[1:])
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in stats.items())  # statistics unmoved
+    assert model.training  # handed back in training mode, for the learner
+
+    algo = (cairn.PPOConfig().environment("CartPole-v1").debugging(seed=0)
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1,
+                      model={"custom_model": NoisyHeads}).build())
+    try:
+        model = algo.get_policy().model
+        before = {k: v.clone() for k, v in model.state_dict().items() if "running_mean" in k}
+        algo.train()
+        assert model.training
+        # The minibatches ran in training mode: BatchNorm's statistics moved.
+        assert any(not torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    finally:
+        algo.stop()
+
+
+def test_q_models_and_sac_actors_with_dropout_act_deterministically_when_greedy() -> None:
+    dqn = DQNPolicy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": NoisyQ}}, seed=0)
+    q = dqn.model.numpy_q_values(OBS)
+    np.testing.assert_array_equal(dqn.model.numpy_q_values(OBS), q)
+    expected = _in_eval_mode(dqn.model, lambda: dqn.model(torch.from_numpy(OBS)).numpy())
+    np.testing.assert_array_equal(q, expected)
+    assert dqn.model.training
+    actor = NoisyActor(BOX, gym.spaces.Box(-1, 1, (2,)), 2, {})
+    out = actor.numpy_forward(OBS)
+    np.testing.assert_array_equal(actor.numpy_forward(OBS), out)
+    assert actor.training

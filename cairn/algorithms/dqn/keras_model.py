@@ -116,7 +116,7 @@ class KerasQNetwork(KerasNetwork):
 
     def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
         """:meth:`forward` for numpy observations (acting and the learner's targets)."""
-        return in_torch(self, np.ascontiguousarray(obs, dtype=np.float32))
+        return in_torch(self, np.ascontiguousarray(obs, dtype=np.float32), self)
 
 
 def keras_q_network(obs_size: int, num_actions: int, model_config: Mapping[str, Any], *, dueling: bool,

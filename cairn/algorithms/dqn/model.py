@@ -116,7 +116,7 @@ class QNetwork(nn.Module):
         (a few observations per call, where torch's per-operator dispatch dominates) and
         the learner's targets."""
         if self.encoder is not None:  # convolutions: torch's kernels, not dispatch, dominate
-            return in_torch(self, obs)
+            return in_torch(self, obs, self)
         return numpy_q_forward(self.numpy_layers(), obs)
 
 

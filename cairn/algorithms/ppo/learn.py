@@ -14,6 +14,7 @@ from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
 from cairn.env_runner.sample_batch import ACTION_LOGP, SampleBatch
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
+from cairn.numpy_acting import evaluating
 from cairn.policy.policy import Policy
 
 __all__ = ["ppo_learn", "behaviour_logp", "next_values", "update_stats"]
@@ -37,7 +38,7 @@ def ppo_learn(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: S
     obs = torch.from_numpy(batch["obs"]).to(device)
     actions = torch.from_numpy(batch["actions"]).to(device)
     old_logp = behaviour_logp(batch, policy, device)
-    with torch.no_grad():
+    with torch.no_grad(), evaluating(model):  # GAE's values: targets, as a deployed model gives them
         _, values = model(obs)
         values_np = values.cpu().numpy()
         next_vals = next_values(model, batch, values_np)

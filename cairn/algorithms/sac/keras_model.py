@@ -105,7 +105,7 @@ class KerasSquashedGaussianActor(KerasNetwork):
         """``[mean, log_std]`` concatenated, in numpy on views of the Keras variables
         (:mod:`cairn.numpy_acting`; an encoder's convolutions in torch)."""
         if self.encoder is not None:
-            return in_torch(lambda x: torch.cat(self(x), dim=-1), obs)
+            return in_torch(lambda x: torch.cat(self(x), dim=-1), obs, self)
         return numpy_actor_inputs(self._numpy_views.get(self), obs, self.activation, self.log_std_bounds)
 
 

@@ -82,7 +82,7 @@ class SquashedGaussianActor(nn.Module):
         """``[mean, log_std]`` concatenated, in numpy on views of the live parameters
         (:mod:`cairn.numpy_acting`)."""
         if self.encoder is not None:  # convolutions run in torch
-            return in_torch(lambda x: torch.cat(self(x), dim=-1), obs)
+            return in_torch(lambda x: torch.cat(self(x), dim=-1), obs, self)
         bounds = (LOG_STD_MIN, LOG_STD_MAX)
         return numpy_actor_inputs(self._numpy_views.get(self), obs, self.activation, bounds)
 
