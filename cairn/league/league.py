@@ -10,7 +10,6 @@ become ``result["league"]``). Its state is JSON numbers plus the generator's sta
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,14 @@ from cairn.league.games import play_games
 from cairn.league.matchmaking import LeagueMapping, copy_plans
 from cairn.league.payoff import Payoff, game_score
 from cairn.league.ratings import Ratings
-from cairn.league.snapshots import PolicyPool, add_snapshot, remove_snapshot, snapshot_due, snapshot_id
+from cairn.league.snapshots import (
+    PolicyPool,
+    add_snapshot,
+    is_snapshot_id,
+    remove_snapshot,
+    snapshot_due,
+    snapshot_id,
+)
 from cairn.rng import LEAGUE_STREAM, derive_seed, make_rng, rng_state, seeded_rng, set_rng_state
 
 if TYPE_CHECKING:
@@ -133,8 +139,9 @@ class League:
     def _take_snapshot(self, algo: PolicyPool) -> None:
         """Add main's next snapshot to the algorithm and the pool. The pool ends up holding it
         exactly when the algorithm does, whether ``add_policy`` succeeds or raises; a policy
-        of its name that the league did not take (configured so) is a ConfigError, never
-        replaced (``add_policy`` replaces a policy of the same ID)."""
+        of its name that the league did not take (configured so) is a ConfigError raised
+        before the pool changes (``add_policy`` would refuse the ID in use, and the pool must
+        not count that policy as its snapshot)."""
         pid = snapshot_id(self.main, self.snapshots_taken + 1)
         if pid in algo.policies:
             raise ConfigError(
@@ -167,7 +174,7 @@ class League:
                 f"add_policy({policy_id!r}): that is the name of a fixed opponent of the league "
                 "(config.league(opponents=...)), whose games the policy would play. Fix: add the policy "
                 "under another ID.")
-        if policy_id != self.adding and re.fullmatch(rf"{re.escape(self.main)}_v[0-9]+", policy_id):
+        if policy_id != self.adding and is_snapshot_id(self.main, policy_id):
             raise ConfigError(
                 f"add_policy({policy_id!r}): IDs '{self.main}_v<n>' are the league's snapshots, which it "
                 "takes and numbers itself (config.league(snapshot_every_iterations=..., "

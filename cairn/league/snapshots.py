@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from cairn.policy.policy import Policy
 
-__all__ = ["PolicyPool", "snapshot_due", "snapshot_id", "add_snapshot", "remove_snapshot"]
+__all__ = ["PolicyPool", "snapshot_due", "is_snapshot_id", "snapshot_id", "add_snapshot", "remove_snapshot"]
 
 
 class PolicyPool(Protocol):
@@ -35,6 +36,15 @@ class PolicyPool(Protocol):
 def snapshot_id(main: str, n: int) -> str:
     """The policy ID of main's ``n``-th snapshot: ``"<main>_v<n>"``."""
     return f"{main}_v{n}"
+
+
+def is_snapshot_id(main: str, policy_id: str) -> bool:
+    """Whether ``policy_id`` has the form of a :func:`snapshot_id` of ``main``.
+
+    >>> is_snapshot_id("main", "main_v12"), is_snapshot_id("main", "main_vx")
+    (True, False)
+    """
+    return re.fullmatch(rf"{re.escape(main)}_v[0-9]+", policy_id) is not None
 
 
 def snapshot_due(settings: Mapping[str, Any], iteration: int, *, has_snapshot: bool,
