@@ -11,7 +11,7 @@ import os
 import time
 import warnings
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, ClassVar, Literal, overload
@@ -105,12 +105,20 @@ class Algorithm:
         self._checkpointer = AlgorithmCheckpointer(self)
         #: Who runs the learn functions: this process, or DDP learner actors (docs/learners.md).
         self.learner_group: LearnerGroup | None = None
-        try:
+        with self._stopped_on_error():
             self.learner_group = LearnerGroup(self.config)
             self.setup()
             self.callbacks.on_algorithm_init(algorithm=self)  # on the whole algorithm, once checked
+
+    @contextlib.contextmanager
+    def _stopped_on_error(self) -> Iterator[None]:
+        """Stop this algorithm when the block raises, then let the error go on: while it is
+        being built or loaded nobody holds it yet, so nobody else could release its envs,
+        runners and learners."""
+        try:
+            yield
         except Exception:
-            self.stop()  # nobody gets this object: release its envs, runners and learners
+            self.stop()
             raise
 
     def setup(self) -> None:
@@ -483,11 +491,8 @@ class Algorithm:
             cls, state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
             policies_to_train=policies_to_train, config_overrides=config_overrides)
         algo: Algorithm = algo_cls(config, policy_states=policy_states, copy_policy_states=copy)
-        try:  # a state the config refuses (a replay buffer of another kind than an override's)
+        with algo._stopped_on_error():  # a state the config refuses (a replay buffer of another kind)
             algo.set_state({**state, "policies": {}})
-        except Exception:
-            algo.stop()  # nobody gets this object: release its envs, runners and learners
-            raise
         return algo
 
     # -------------------------------------------------------------------------- checkpoints
@@ -588,11 +593,8 @@ class Algorithm:
             build=lambda state: cls.from_state(
                 state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
                 policies_to_train=policies_to_train, config_overrides=config_overrides, copy=False))
-        try:
+        with algo._stopped_on_error():
             algo.callbacks.on_checkpoint_loaded(algorithm=algo)
-        except Exception:
-            algo.stop()  # nobody gets this object: release its envs, runners and learners
-            raise
         return algo
 
     def export_policy_checkpoint(
