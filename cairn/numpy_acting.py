@@ -151,8 +151,10 @@ def in_torch(fn: Callable[[torch.Tensor], Any], obs: np.ndarray, module: nn.Modu
 
     ``module`` (the network ``fn`` runs) acts in eval mode, as an exported model does: a user's
     ``Dropout`` or ``BatchNorm`` would otherwise make greedy actions random or batch-dependent and
-    move running statistics while acting. A module in training mode (the learners train it so) is
-    put back in it afterwards; for one without mode-dependent layers both modes compute the same.
+    move running statistics while acting. A user's network rests in eval mode (a learner switches it
+    to training mode for its learn function only: :attr:`cairn.policy.policy.Policy.switches_modes`),
+    so acting switches nothing; a module found in training mode is put back in it afterwards. For
+    one without mode-dependent layers both modes compute the same.
     """
     with torch.inference_mode(), evaluating(module):
         return fn(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]

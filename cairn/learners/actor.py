@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,7 +24,9 @@ from cairn.policy.policy import Policy
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
 
-__all__ = ["LearnerActor", "LearnFunction", "PROCESS_GROUP_TIMEOUT_S", "move_policy"]
+__all__ = [
+    "LearnerActor", "LearnFunction", "PROCESS_GROUP_TIMEOUT_S", "learning", "move_policy", "run_learn",
+]
 
 #: A learn function: ``fn(config, policy, sync, **inputs) -> LearnOutput``.
 LearnFunction = Callable[..., LearnOutput]
@@ -33,14 +36,37 @@ PROCESS_GROUP_TIMEOUT_S = 120.0
 
 
 def move_policy(policy: Policy, device: torch.device) -> None:
-    """Put a policy's networks (its model, and a DQN's target network) on ``device``; its
+    """Put a policy's networks (:meth:`~cairn.policy.policy.Policy.networks`) on ``device``; its
     optimizer state follows its parameters when it is loaded (torch casts it there)."""
     if device.type == "cpu":
         return
-    for name in ("model", "target_model"):
-        module = getattr(policy, name, None)
-        if isinstance(module, torch.nn.Module):
-            module.to(device)
+    for network in policy.networks():
+        network.to(device)
+
+
+def run_learn(fn: LearnFunction, config: AlgorithmConfig, policy: Policy, sync: GradientSync,
+              inputs: Mapping[str, Any]) -> LearnOutput:
+    """``fn(config, policy, sync, **inputs)``, a user's network in training mode for it
+    (:func:`learning`): every place a learn function runs calls it so."""
+    with learning(policy):
+        return fn(config, policy, sync, **inputs)
+
+
+@contextmanager
+def learning(policy: Policy) -> Iterator[None]:
+    """A user's network (:attr:`~cairn.policy.policy.Policy.switches_modes`) in training mode for
+    the block (its ``Dropout`` on, ``BatchNorm`` normalising by the batch and moving its
+    statistics, as torch trains them), and back in eval mode, where it rests and acts, after it,
+    also when it raises. A no-gradient target inside it that should see the deployed network
+    switches to eval mode itself (PPO's values for GAE: :func:`cairn.numpy_acting.evaluating`)."""
+    if not policy.switches_modes:
+        yield
+        return
+    policy.model.train(True)
+    try:
+        yield
+    finally:
+        policy.model.train(False)
 
 
 class LearnerActor:
@@ -94,7 +120,7 @@ class LearnerActor:
             else:
                 policy.set_state(state)
         policy = self._policy(policy_id)
-        output = fn(self.config, policy, self.sync, **inputs)
+        output = run_learn(fn, self.config, policy, self.sync, inputs)
         if self.sync.rank != 0:
             return output, None
         return output, {"weights": policy.get_weights(), "num_grad_updates": policy.num_grad_updates}

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cairn.errors import LearnerFailedError
-from cairn.learners.actor import LearnerActor, LearnFunction
+from cairn.learners.actor import LearnerActor, LearnFunction, run_learn
 from cairn.learners.device import learner_device
 from cairn.learners.policy_sync import with_learned_parts
 from cairn.learners.remote import RemoteLearners
@@ -84,7 +84,7 @@ class LearnerGroup:
         learners learned once :meth:`sync_to_driver` ran)."""
         learner = self.learner
         if learner is None:
-            return fn(self.config, policy, LOCAL_SYNC, **inputs)
+            return run_learn(fn, self.config, policy, LOCAL_SYNC, inputs)
         # The loan starts with the driver's whole state; another object under the ID (a policy
         # replaced mid-iteration) starts a new one.
         state = None if self.lent.get(policy_id) is policy else policy.get_state()

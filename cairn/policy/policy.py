@@ -194,6 +194,8 @@ class Policy:
             self.training.set_optimizer(self.make_optimizer())
         self.finish_setup()
         self.check_model_outputs()
+        if self.switches_modes:  # a user's network rests in eval mode
+            self.model.train(False)
 
     def check_setup(self, action_space: gym.Space[Any], config: Mapping[str, Any]) -> None:
         """Refuse (ConfigError) an action space or merged ``config`` this class cannot use;
@@ -211,6 +213,24 @@ class Policy:
     def finish_setup(self) -> None:
         """The last step of building a policy, once its model, optimizer and filter exist
         (DQN: its target network and epsilon)."""
+
+    def networks(self) -> list[torch.nn.Module]:
+        """The torch networks this policy holds: :attr:`model`, and what a subclass adds (DQN's
+        and APPO's target networks); a learner on an accelerator moves them there."""
+        return [self.model]
+
+    @property
+    def switches_modes(self) -> bool:
+        """Whether :attr:`model` is a user's network (``model.custom_model``, or SAC's and TD3's
+        ``custom_q_model``), which may hold layers whose output depends on the mode (``Dropout``,
+        ``BatchNorm``). Such a model rests in eval mode, as it acts and as an export runs it, and a
+        learner runs it in training mode for the length of one learn function
+        (:func:`cairn.learners.actor.learning`), putting it back in eval mode after, also when the
+        function raises. cairn's own networks hold no such layer (tests/models/test_user_model_acting.py
+        walks every one), so both modes compute the same for them and theirs is never switched.
+        A target network keeps the mode it was copied in, as before this was added."""
+        model = self.config["model"]
+        return uses_custom_model(model) or uses_custom_model(model, "custom_q_model")
 
     def check_model_outputs(self) -> None:
         """Refuse (ConfigError) a network whose outputs lack the shapes this policy reads, seen in

@@ -48,6 +48,7 @@ def test_unknown_extra_output_is_refused(tmp_path: Path, helpers: Any) -> None:
 def test_torch_export_files_and_signature(tmp_path: Path, helpers: Any) -> None:
     policy = helpers.make_policy(BOX_OBS, gym.spaces.Box(-1.0, 1.0, (2,)), filtered=True)
     weights_before = {k: v.copy() for k, v in policy.get_weights().items()}
+    policy.model.train()  # a mode the export must not change (policies rest in eval mode)
     signature = export_model(policy, tmp_path / "out")
 
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
@@ -68,7 +69,7 @@ def test_torch_export_files_and_signature(tmp_path: Path, helpers: Any) -> None:
     # Exporting leaves the policy alone.
     for name, value in policy.get_weights().items():
         np.testing.assert_array_equal(value, weights_before[name])
-    assert policy.model.training
+    assert policy.model.training  # the mode it had
 
     # The weights file holds the program's state under the same names; loading it into the
     # program's module (here: after zeroing it) restores the outputs.

@@ -125,11 +125,19 @@ class NoisyHeads(TwoHeads):
 
 
 class NoisyQ(SmallQ):
+    """SmallQ with Dropout; records ``(gradients enabled, training mode)`` at each forward."""
+
+    seen: list[tuple[bool, bool]] = []
+
     def __init__(self, observation_space, action_space, num_outputs, model_config):
         super().__init__(observation_space, action_space, num_outputs, model_config)
         width = int(model_config.get("width", 32))
         self.net = nn.Sequential(nn.Linear(self.obs_size, width), nn.ReLU(), nn.Dropout(0.5),
                                  nn.Linear(width, num_outputs))
+
+    def forward(self, obs):
+        type(self).seen.append((torch.is_grad_enabled(), self.training))
+        return super().forward(obs)
 
 
 class NoisyActor(SmallActor):
@@ -138,3 +146,18 @@ class NoisyActor(SmallActor):
         width = int(model_config.get("width", 32))
         self.net = nn.Sequential(nn.Linear(self.obs_size, width), nn.ReLU(), nn.Dropout(0.5),
                                  nn.Linear(width, 2 * num_outputs))
+
+
+class ModeRecorder(NoisyHeads):
+    """NoisyHeads that records ``(gradients enabled, training mode)`` at each forward, and raises
+    in a forward with gradients (a learner's) while :attr:`fail_learning` is set."""
+
+    seen: list[tuple[bool, bool]] = []
+    fail_learning = False
+
+    def forward(self, obs):
+        grad = torch.is_grad_enabled()
+        type(self).seen.append((grad, self.training))
+        if grad and type(self).fail_learning:
+            raise RuntimeError("a loss that fails")
+        return super().forward(obs)

@@ -219,6 +219,10 @@ def test_the_check_changes_nothing() -> None:
     the mode it was in: a seeded policy is the same with or without the check."""
     policy = cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": NormAndNoise}}, seed=0)
     net = policy.model
+    assert not (net.training or net.norm.training or net.drop.training)  # at rest: eval mode
+    policy.check_model_outputs()
+    assert not (net.training or net.norm.training or net.drop.training)
+    net.train()  # and a mode the user set is left as it is too
     state = {k: v.clone() for k, v in net.state_dict().items()}
     torch.manual_seed(1)
     before = torch.random.get_rng_state()

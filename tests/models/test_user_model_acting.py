@@ -6,18 +6,34 @@ attributes in as constants: a temperature changed after the first act was ignore
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
-from tests.models.nets import DictParts, NoisyActor, NoisyHeads, NoisyQ, SmallActor, SmallQ, TwoHeads
+from cairn.algorithms.impala.appo_policy import APPOPolicy
+from cairn.algorithms.sac.sac_policy import SACPolicy
+from cairn.algorithms.td3.td3_policy import TD3Policy
+from tests.models.nets import (
+    DictParts,
+    ModeRecorder,
+    NoisyActor,
+    NoisyHeads,
+    NoisyQ,
+    SmallActor,
+    SmallQ,
+    TwoHeads,
+)
 
 BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+IMAGE = gym.spaces.Box(0, 255, (3, 36, 36), np.uint8)
+MASKED = gym.spaces.Dict({"observation": BOX, "action_mask": gym.spaces.MultiBinary(3)})
 OBS = np.random.default_rng(0).standard_normal((7, 4)).astype(np.float32)
 
 
@@ -106,12 +122,13 @@ def test_sac_actors_and_dict_readers_act_as_their_forward(action_space: Any) -> 
 
 
 def _in_eval_mode(model: torch.nn.Module, fn: Any) -> Any:
+    mode = model.training
     model.train(False)
     try:
         with torch.no_grad():
             return fn()
     finally:
-        model.train(True)
+        model.train(mode)
 
 
 def test_a_model_with_dropout_and_batchnorm_acts_in_eval_mode_and_learns_in_training_mode() -> None:
@@ -120,6 +137,7 @@ def test_a_model_with_dropout_and_batchnorm_acts_in_eval_mode_and_learns_in_trai
     with every act. The learner still trains the model in training mode."""
     policy = cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": NoisyHeads}}, seed=0)
     model = policy.model
+    assert not model.training  # a policy's networks rest in eval mode
     stats = {k: v.clone() for k, v in model.state_dict().items() if "running" in k or "num_batches" in k}
     first = policy.compute_action_inputs(OBS)
     np.testing.assert_array_equal(policy.compute_action_inputs(OBS), first)
@@ -128,7 +146,12 @@ def test_a_model_with_dropout_and_batchnorm_acts_in_eval_mode_and_learns_in_trai
     actions = [policy.compute_actions(OBS, explore=False)[0] for _ in range(3)]
     assert all(np.array_equal(actions[0], a) for a in actions[1:])
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in stats.items())  # statistics unmoved
-    assert model.training  # handed back in training mode, for the learner
+    assert not model.training
+    # A model the user put in training mode acts in eval mode all the same, and is handed back so.
+    model.train()
+    np.testing.assert_array_equal(policy.compute_action_inputs(OBS), first)
+    assert model.training
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in stats.items())
 
     algo = (cairn.PPOConfig().environment("CartPole-v1").debugging(seed=0)
             .training(train_batch_size=64, minibatch_size=32, num_epochs=1,
@@ -137,11 +160,89 @@ def test_a_model_with_dropout_and_batchnorm_acts_in_eval_mode_and_learns_in_trai
         model = algo.get_policy().model
         before = {k: v.clone() for k, v in model.state_dict().items() if "running_mean" in k}
         algo.train()
-        assert model.training
+        assert not model.training  # back at rest after the learn function
         # The minibatches ran in training mode: BatchNorm's statistics moved.
         assert any(not torch.equal(v, model.state_dict()[k]) for k, v in before.items())
     finally:
         algo.stop()
+
+
+def test_learn_functions_run_in_training_mode_and_leave_eval_mode_also_when_they_raise() -> None:
+    """Every forward with gradients (the losses) runs in training mode, every forward without
+    (acting, GAE's values) in eval mode; a learn function that raises leaves the networks at rest
+    in eval mode, and the next iteration learns in training mode again."""
+    ModeRecorder.seen = []
+    ModeRecorder.fail_learning = False
+    algo = (cairn.PPOConfig().environment("CartPole-v1").debugging(seed=0)
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1,
+                      model={"custom_model": ModeRecorder}).build())
+    try:
+        model = algo.get_policy().model
+        algo.train()
+        seen = set(ModeRecorder.seen)
+        assert seen == {(True, True), (False, False)}, seen
+        ModeRecorder.fail_learning = True
+        with pytest.raises(RuntimeError, match="a loss that fails"):
+            algo.train()
+        assert not model.training
+        ModeRecorder.fail_learning = False
+        ModeRecorder.seen = []
+        algo.train()
+        assert set(ModeRecorder.seen) == {(True, True), (False, False)}
+        assert not model.training
+    finally:
+        ModeRecorder.fail_learning = False
+        algo.stop()
+
+
+def test_a_users_q_model_rests_in_eval_mode_and_learns_in_training_mode() -> None:
+    NoisyQ.seen = []
+    algo = (cairn.DQNConfig().environment("CartPole-v1").debugging(seed=0)
+            .training(num_steps_sampled_before_learning_starts=32, train_batch_size=16, minibatch_size=16,
+                      model={"custom_model": NoisyQ}).env_runners(rollout_fragment_length=64).build())
+    try:
+        policy = algo.get_policy()
+        assert policy.switches_modes and not policy.model.training
+        assert policy.target_model.training  # a target keeps the mode it was copied in, as before
+        algo.train()
+        assert not policy.model.training
+        assert {training for grad, training in NoisyQ.seen if grad} == {True}  # the losses
+        assert {training for grad, training in NoisyQ.seen if not grad} == {False}  # acting
+    finally:
+        algo.stop()
+
+
+MODE_FREE = (nn.Linear, nn.Conv2d, nn.ReLU, nn.Tanh, nn.ELU, nn.SiLU, nn.Identity, nn.Flatten, nn.Sequential,
+             nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"vf_share_layers": False}}),
+    lambda: cairn.Policy(BOX, gym.spaces.Box(-1, 1, (2,)), {}),
+    lambda: cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"use_lstm": True}}),
+    lambda: cairn.Policy(IMAGE, gym.spaces.Discrete(3), {}),
+    lambda: cairn.Policy(gym.spaces.Dict({"image": IMAGE, "vec": BOX}), gym.spaces.Discrete(3), {}),
+    lambda: cairn.Policy(MASKED, gym.spaces.Discrete(3), {}),
+    lambda: DQNPolicy(BOX, gym.spaces.Discrete(3), {"dueling": True}),
+    lambda: DQNPolicy(IMAGE, gym.spaces.Discrete(3), {}),
+    lambda: SACPolicy(BOX, gym.spaces.Box(-1, 1, (2,)), {}),
+    lambda: TD3Policy(BOX, gym.spaces.Box(-1, 1, (2,)), {}),
+    lambda: APPOPolicy(BOX, gym.spaces.Discrete(3), {}),
+], ids=["mlp", "box", "lstm", "cnn", "dict", "masked", "dqn", "dqn_cnn", "sac", "td3", "appo"])
+def test_cairns_own_networks_hold_no_mode_dependent_layer(make: Any) -> None:
+    """Why a built-in network's mode is never switched: both modes compute the same. Every
+    module is a torch layer without mode-dependent output (an LSTM without dropout) or cairn's
+    own, whose code never reads the mode."""
+    policy = make()
+    assert not policy.switches_modes
+    for network in policy.networks():
+        for module in network.modules():
+            if isinstance(module, nn.LSTM):
+                assert module.dropout == 0.0
+            elif type(module).__module__.startswith("cairn."):
+                assert ".training" not in inspect.getsource(type(module)), type(module)
+            else:
+                assert type(module) in MODE_FREE, type(module)
 
 
 def test_q_models_and_sac_actors_with_dropout_act_deterministically_when_greedy() -> None:
@@ -150,8 +251,8 @@ def test_q_models_and_sac_actors_with_dropout_act_deterministically_when_greedy(
     np.testing.assert_array_equal(dqn.model.numpy_q_values(OBS), q)
     expected = _in_eval_mode(dqn.model, lambda: dqn.model(torch.from_numpy(OBS)).numpy())
     np.testing.assert_array_equal(q, expected)
-    assert dqn.model.training
+    assert not dqn.model.training  # a user's network rests in eval mode
     actor = NoisyActor(BOX, gym.spaces.Box(-1, 1, (2,)), 2, {})
     out = actor.numpy_forward(OBS)
     np.testing.assert_array_equal(actor.numpy_forward(OBS), out)
-    assert actor.training
+    assert actor.training  # a module outside a policy is handed back in its own mode

@@ -190,6 +190,10 @@ class DQNPolicy(Policy):
         return q_value_export_graph(self, self.model, self.compute_q_values)
 
     # ------------------------------------------------------------------------- target network
+
+    def networks(self) -> list[torch.nn.Module]:
+        return [self.model, self.target_model]
+
     def update_target(self) -> None:
         """Copy the Q-network's weights into the target network."""
         self.target_model.load_state_dict(self.model.state_dict())

@@ -6,6 +6,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from cairn.config.fields import number
 from cairn.policy.policy import Policy
 from cairn.policy.weights import load_weights, weights_to_numpy
@@ -42,6 +44,9 @@ class APPOPolicy(Policy):
         self.target_model.requires_grad_(False)
         self.kl_coeff = float(self.config["kl_coeff"])
         self.num_train_batches = 0
+
+    def networks(self) -> list[torch.nn.Module]:
+        return [self.model, self.target_model]
 
     def update_target(self) -> None:
         """Copy the network's weights into the target network."""
