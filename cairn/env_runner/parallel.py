@@ -5,7 +5,8 @@ envs hands its sampling to a :class:`ParallelSampler`: at each step, the agents 
 copies are grouped by the policy they map to, each policy computes their actions in one batch,
 and every env steps with its agents' actions. One trajectory per (env index, agent); a row's
 reward, terminated and truncated flags come with the step, its next observation with the
-agent's following observation (or its final one).
+agent's following observation (or its final one). An agent that leaves the game (or whose
+episode ends) with neither flag ends its trajectory there as truncated.
 
 An agent mapped to a scripted opponent (a league's fixed opponent: the mapping returned its
 name) leaves no row: its next action is drawn as soon as its observation arrives, by
@@ -182,9 +183,14 @@ class ParallelSampler(AgentSampler):
                     first = opening or agent in self.joined[i]
                     self.joined[i].discard(agent)
                     if record and agent not in scripted:
+                        terminated = bool(term_d.get(agent, False))
+                        # An agent that left (or whose episode is over) with neither flag ends
+                        # here truncated, as in turn-based games: else its trajectory would run
+                        # on into its next episode in this fragment.
+                        truncated = bool(trunc_d.get(agent, False)) or (
+                            not terminated and agent not in alive)
                         trajs.add((i, agent), self.agent_pids[i][agent], *acted[(i, agent)], r,
-                                  bool(term_d.get(agent, False)), bool(trunc_d.get(agent, False)),
-                                  first=first, state_in=states_in.get((i, agent)),
+                                  terminated, truncated, first=first, state_in=states_in.get((i, agent)),
                                   action_logp=logps.get((i, agent)))
                 if ep.history is not None:
                     _record_step(ep.history, actions[i], rew_d, obs_d, infos_d, alive)

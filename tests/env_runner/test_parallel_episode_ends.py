@@ -1,0 +1,127 @@
+"""Where a parallel (PettingZoo ParallelEnv) agent's trajectory ends: the row of its last action
+carries the env's terminated/truncated flag, and an agent that leaves the game without either
+flag ends there as truncated (as in turn-based games), so that no return runs on into the next
+episode of the same agent within one fragment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from pettingzoo import ParallelEnv
+
+import cairn
+from cairn.algorithms.ppo.learn import next_values
+from cairn.algorithms.ppo.loss import compute_gae
+from cairn.env_runner import EnvRunner
+from tests.helpers import map_by_index
+
+_SPACE = gym.spaces.Box(-100.0, 100.0, (2,), np.float32)
+
+
+class _Leaving(ParallelEnv):  # type: ignore[misc]
+    """agent_0 leaves after 2 steps, agent_1 after 4 (the episode's end); observations are
+    ``[t, agent index]``. With ``flags``, agent_0 leaves terminated and agent_1 truncated; without,
+    the env drops them from ``agents`` and flags nothing."""
+
+    metadata = {"name": "leaving_v0", "render_modes": []}
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.possible_agents = ["agent_0", "agent_1"]
+        self.agents: list[str] = []
+        self.flags = bool(config["flags"])
+        self.t = 0
+
+    def observation_space(self, agent: str) -> gym.Space[Any]:
+        return _SPACE
+
+    def action_space(self, agent: str) -> gym.Space[Any]:
+        return gym.spaces.Discrete(2)
+
+    def _obs(self, agent: str) -> np.ndarray:
+        return np.array([self.t, int(agent[-1])], np.float32)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        self.agents, self.t = list(self.possible_agents), 0
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        self.t += 1
+        leaving = {a for a in self.agents if self.t >= (2 if a == "agent_0" else 4)}
+        obs = {a: self._obs(a) for a in self.agents}
+        rewards = {a: 1.0 for a in self.agents}
+        terminated = {a: self.flags and a in leaving and a == "agent_0" for a in self.agents}
+        truncated = {a: self.flags and a in leaving and a == "agent_1" for a in self.agents}
+        self.agents = [a for a in self.agents if a not in leaving]
+        return obs, rewards, terminated, truncated, {a: {} for a in obs}
+
+
+def _make_leaving(config: dict[str, Any]) -> _Leaving:
+    return _Leaving(config)
+
+
+def _batches(flags: bool, steps: int = 10) -> dict[str, Any]:
+    config = (cairn.PPOConfig().environment(_make_leaving, env_config={"flags": flags})
+              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index).debugging(seed=0))
+    algo = config.build()
+    try:
+        return EnvRunner(algo.config, algo.policies).sample(steps)
+    finally:
+        algo.stop()
+
+
+def _episode_ends(batch: Any) -> list[int]:
+    return np.flatnonzero(batch["terminateds"] | batch["truncateds"]).tolist()
+
+
+def test_flags_are_on_the_row_of_the_agents_last_action():
+    batches = _batches(flags=True)
+    p0, p1 = batches["p0"], batches["p1"]
+    # Episodes of 4 steps: 10 steps begin 3 of them; agent_0 acts at t = 0, 1 of each.
+    assert p0["obs"][:, 0].tolist() == [0, 1, 0, 1, 0, 1]
+    assert np.flatnonzero(p0["terminateds"]).tolist() == [1, 3, 5]
+    assert not p0["truncateds"].any()
+    assert p1["obs"][:, 0].tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+    assert np.flatnonzero(p1["truncateds"]).tolist() == [3, 7]
+    assert not p1["terminateds"].any()
+    # The final observation (t = 2, t = 4) is each last row's next observation.
+    assert p0["next_obs"][[1, 3, 5], 0].tolist() == [2, 2, 2]
+    assert p1["next_obs"][[3, 7], 0].tolist() == [4, 4]
+
+
+def test_an_agent_that_leaves_without_a_flag_ends_its_trajectory_as_truncated():
+    p0, p1 = (batch for _, batch in sorted(_batches(flags=False).items()))
+    assert _episode_ends(p0) == [1, 3, 5]
+    assert _episode_ends(p1) == [3, 7]
+    assert not p0["terminateds"].any() and not p1["terminateds"].any()
+    for batch in (p0, p1):
+        ends = batch["ends"]
+        assert (ends >= (batch["terminateds"] | batch["truncateds"])).all()
+    # GAE with V(s) = 0 and gamma = lambda = 1 gives the reward-to-go of each episode piece:
+    # it must not run on into the agent's next episode.
+    zeros = np.zeros(len(p1), np.float32)  # V(s) and V(next_obs): only the cuts matter
+    advantages = compute_gae(p1["rewards"], zeros, zeros, p1["terminateds"], p1["ends"],
+                             gamma=1.0, lambda_=1.0)
+    assert advantages.tolist() == [4, 3, 2, 1, 4, 3, 2, 1, 2, 1]
+
+
+@pytest.mark.parametrize("flags", [True, False])
+def test_ppo_bootstraps_a_truncated_agent_from_its_final_observation(flags: bool):
+    p1 = _batches(flags=flags)["p1"]
+
+    class _ObsValue:  # V(s) = 10 * t, enough of a model for next_values
+        def parameters(self) -> Any:
+            import torch
+
+            return iter([torch.zeros(1)])
+
+        def value(self, obs: Any) -> Any:
+            return obs[:, 0] * 10
+
+    values = p1["obs"][:, 0] * 10
+    nv = next_values(_ObsValue(), p1, values)  # type: ignore[arg-type]
+    # The truncated rows (t = 3) bootstrap from V(t = 4) = 40; the fragment's last row (t = 1)
+    # from V(t = 2) = 20; inside a piece, from the next row.
+    assert nv.tolist() == [10, 20, 30, 40, 10, 20, 30, 40, 10, 20]
