@@ -32,7 +32,8 @@ def make_env(config: AlgorithmConfig) -> Any:
 def create_env(env: Any, env_config: dict[str, Any] | None) -> Any:
     """Create one environment from ``env`` (a Gymnasium ID, a name given to
     :func:`cairn.register_env`, or a creator ``creator(env_config) -> env``) and ``env_config``,
-    as :func:`make_env` does for a config."""
+    as :func:`make_env` does for a config. A Gymnasium ``VectorEnv`` is refused (EnvError):
+    env runners vectorise environments themselves."""
     env_config = dict(env_config or {})
     try:
         if callable(env):
@@ -56,6 +57,17 @@ def create_env(env: Any, env_config: dict[str, Any] | None) -> Any:
         if problem is None:
             raise
         raise MujocoGLError(f"Could not create environment {env!r}: {problem}") from exc
+    if isinstance(created, gym.vector.VectorEnv):
+        # Its batched spaces and autoreset steps are not one environment's: the algorithm
+        # built on them, then sampling failed deep inside (numpy's "setting an array element
+        # with a sequence"), even for num_envs=1.
+        close_env(created)
+        raise EnvError(
+            f"Environment {env!r} created a Gymnasium VectorEnv ({type(created).__name__}, "
+            f"num_envs={getattr(created, 'num_envs', '?')}); cairn vectorises environments itself. "
+            "Fix: create one environment (gym.make, not gym.make_vec) and set "
+            "config.env_runners(num_envs_per_env_runner=N, gym_env_vectorize_mode='sync' or "
+            "'async') for N copies.")
     return _as_parallel_env(created)
 
 

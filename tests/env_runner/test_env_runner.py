@@ -5,6 +5,7 @@ import pytest
 from cairn.env_runner import EnvRunner
 from cairn.env_runner.env_state import get_env_state, set_env_state
 from cairn.envs import MultiAgentCartPole
+from cairn.errors import EnvError
 from tests.helpers import small_ma_ppo, small_ppo
 
 
@@ -102,3 +103,24 @@ def test_multi_agent_cartpole_passes_pettingzoos_api_test():
     from pettingzoo.test import parallel_api_test
 
     parallel_api_test(MultiAgentCartPole(num_agents=3), num_cycles=100)
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_gymnasium_vector_env_is_refused_with_the_fix(num_envs, mode):
+    # cairn vectorises environments itself (it resets each one as its episode ends, keeping the
+    # final observation): a Gymnasium VectorEnv's batched spaces and autoreset steps are not one
+    # environment's. It used to build, then fail deep in sampling with a numpy error.
+    closed = []
+
+    def creator(env_config):
+        env = gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="sync")
+        close = env.close
+        env.close = lambda **kwargs: (closed.append(True), close(**kwargs))
+        return env
+
+    config = small_ppo().environment(creator).env_runners(gym_env_vectorize_mode=mode)
+    with pytest.raises(EnvError, match=r"VectorEnv.*num_envs_per_env_runner"):
+        config.build()
+    if mode == "sync":  # the refused env is closed (in "async" it lives in the child)
+        assert closed
