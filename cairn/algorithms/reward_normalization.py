@@ -84,14 +84,18 @@ class RewardNormalizer:
         scaled = rewards / np.sqrt(self.stats.var + self.epsilon)
         return np.clip(scaled, -self.clip, self.clip)
 
-    def normalize(self, rewards: np.ndarray, dones: np.ndarray, streams: np.ndarray) -> np.ndarray:
+    def normalize(self, rewards: np.ndarray, dones: np.ndarray, streams: np.ndarray,
+                  firsts: np.ndarray | None = None) -> np.ndarray:
         """The scaled rewards of one batch (float32); updates the statistics.
 
         ``dones`` marks the steps that end an episode (terminated or truncated); ``streams``
         names the trajectory of each row (the batch's ``streams`` column: the same ID from one
         batch to the next for one environment, or one agent in one environment), each
         trajectory's rows contiguous and in time order. A trajectory's running return carries
-        over from the previous batch. When every trajectory of the batch has the same number
+        over from the previous batch, unless ``firsts`` (the batch's column: the rows that are
+        an episode's first step) says that its first row opens a new episode: the envs were
+        reset meanwhile (after an error, or a restore that started them afresh), and the cut
+        episode's return is not the new one's. When every trajectory of the batch has the same number
         of rows (single-agent sampling: one block per environment), the statistics are updated
         step by step with every environment's return, as VecNormalize does; otherwise (agents
         that acted unequally often) once with all of the batch's returns.
@@ -103,6 +107,8 @@ class RewardNormalizer:
         lengths = np.diff(np.concatenate([starts, [n]]))
         ids = [int(streams[i]) for i in starts] if n else []
         g = np.array([self.returns.get(i, 0.0) for i in ids], dtype=np.float64)
+        if firsts is not None and n:
+            g[np.asarray(firsts, dtype=bool)[starts]] = 0.0
         if n and (lengths == lengths[0]).all() and len(set(ids)) == len(ids):
             steps = int(lengths[0])
             r2, d2 = r.reshape(len(ids), steps), dones.reshape(len(ids), steps)

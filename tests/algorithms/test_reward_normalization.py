@@ -114,3 +114,42 @@ def test_reward_clip_must_be_positive(value: float) -> None:
         PPOConfig().training(reward_clip=value)
     with pytest.raises(ConfigError, match="normalize_rewards"):
         PPOConfig().training(normalize_rewards="yes")
+
+
+def test_a_batch_that_opens_an_episode_starts_its_running_return_at_zero() -> None:
+    """A stream's first row may open a new episode though the last batch ended mid-episode
+    (the envs were reset after an error, or restored afresh): ``firsts`` marks it, and the
+    cut episode's return does not carry into the new one."""
+    norm = RewardNormalizer(gamma=0.5, clip=1e9)
+    streams = np.array([1, 1, 2, 2])
+    norm.normalize(np.ones(4, np.float32), np.zeros(4, bool), streams)
+    assert norm.returns == {1: 1.5, 2: 1.5}
+    firsts = np.array([True, False, False, False])  # stream 1 was reset, stream 2 goes on
+    norm.normalize(np.full(4, 2.0, np.float32), np.zeros(4, bool), streams, firsts)
+    assert norm.returns == {1: 2.0 * 0.5 + 2.0, 2: (1.5 * 0.5 + 2.0) * 0.5 + 2.0}
+    ragged = RewardNormalizer(gamma=0.5, clip=1e9)  # the once-per-batch path reads them too
+    ragged.returns = {1: 1.5, 2: 1.5}
+    ragged.normalize(np.full(3, 2.0, np.float32), np.zeros(3, bool), np.array([1, 1, 2]),
+                     np.array([True, False, False]))
+    assert ragged.returns == {1: 3.0, 2: 1.5 * 0.5 + 2.0}
+
+
+def test_ppo_starts_the_running_return_afresh_after_a_sample_that_raised() -> None:
+    """After an env error the runner resets its envs: the first batch after it holds a new
+    episode (paying 2 a step where the cut one paid 1), whose running return starts at 0."""
+    import cairn
+    from tests.algorithms.constant_obs_envs import make_flaky_constant_env
+
+    algo = (cairn.PPOConfig().environment(make_flaky_constant_env, env_config={"fail_at": 8})
+            .training(train_batch_size=5, minibatch_size=5, num_epochs=1, gamma=0.5, normalize_rewards=True)
+            .env_runners(rollout_fragment_length=5).debugging(seed=0).build())
+    try:
+        algo.train()
+        norm = algo.reward_normalizers["default_policy"]
+        assert list(norm.returns.values()) == [sum(0.5**k for k in range(5))]
+        with pytest.raises(RuntimeError, match="flaky env"):
+            algo.train()
+        algo.train()
+        assert list(norm.returns.values()) == [sum(2.0 * 0.5**k for k in range(5))]
+    finally:
+        algo.stop()

@@ -67,7 +67,7 @@ class PPO(Algorithm):
         if streams is None:  # no trajectory IDs: the return restarts at each piece of the batch
             streams = np.cumsum(np.concatenate([[0], batch["ends"][:-1]]))
             norm.returns = {}
-        return norm.normalize(batch["rewards"], dones, streams)
+        return norm.normalize(batch["rewards"], dones, streams, batch.get("firsts"))
 
     def get_extra_state(self) -> dict[str, Any]:
         """The reward normalisers' states (``reward_normalizers``), when there are any."""
