@@ -92,10 +92,11 @@ class RewardNormalizer:
         names the trajectory of each row (the batch's ``streams`` column: the same ID from one
         batch to the next for one environment, or one agent in one environment), each
         trajectory's rows contiguous and in time order. A trajectory's running return carries
-        over from the previous batch, unless ``firsts`` (the batch's column: the rows that are
-        an episode's first step) says that its first row opens a new episode: the envs were
-        reset meanwhile (after an error, or a restore that started them afresh), and the cut
-        episode's return is not the new one's. When every trajectory of the batch has the same number
+        over from the last batch that had rows of it, unless ``firsts`` (the batch's column:
+        the rows that are an episode's first step) says that its first row opens a new
+        episode: the envs were reset meanwhile (after an error, or a restore that started them
+        afresh), and the cut episode's return is not the new one's. When every trajectory of
+        the batch has the same number
         of rows (single-agent sampling: one block per environment), the statistics are updated
         step by step with every environment's return, as VecNormalize does; otherwise (agents
         that acted unequally often) once with all of the batch's returns.
@@ -118,7 +119,7 @@ class RewardNormalizer:
                 self.stats.update(g)
                 out[:, t] = self._scale(r2[:, t])
                 g = np.where(d2[:, t], 0.0, g)
-            self.returns = dict(zip(ids, g.tolist()))
+            self._carry(dict(zip(ids, g.tolist())))
             return out.reshape(n).astype(np.float32)
         running = np.empty(n, dtype=np.float64)
         ends: dict[int, float] = {}
@@ -130,9 +131,17 @@ class RewardNormalizer:
                 if dones[i]:
                     acc = 0.0
             ends[ids[k]] = acc
-        self.returns = ends
+        self._carry(ends)
         self.stats.update(running)
         return self._scale(r).astype(np.float32)
+
+    def _carry(self, returns: dict[int, float]) -> None:
+        """Keep ``returns``, the running returns of the batch's streams, and those of streams
+        the batch had no row of whose episode is in flight (not 0): a turn-based player whose
+        move was still pending, say, goes on in a later batch. Ended ones are dropped, so the
+        dict holds no more than the trajectories in flight."""
+        waiting = {k: v for k, v in self.returns.items() if v != 0.0 and k not in returns}
+        self.returns = {**waiting, **returns}
 
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
         """Settings, statistics and the running returns by stream ID (as two arrays)."""

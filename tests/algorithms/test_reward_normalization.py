@@ -153,3 +153,31 @@ def test_ppo_starts_the_running_return_afresh_after_a_sample_that_raised() -> No
         assert list(norm.returns.values()) == [sum(2.0 * 0.5**k for k in range(5))]
     finally:
         algo.stop()
+
+
+def test_a_stream_missing_from_a_batch_keeps_its_running_return() -> None:
+    """A trajectory that has no row in one batch (a turn-based player whose move is still
+    pending) goes on in a later one: its running return waits for it. Ended ones are not kept."""
+    norm = RewardNormalizer(gamma=0.5, clip=1e9)
+    norm.normalize(np.array([1.0, 4.0], np.float32), np.array([False, True]), np.array([1, 3]))
+    norm.normalize(np.array([2.0], np.float32), np.array([False]), np.array([2]))
+    assert norm.returns == {1: 1.0, 2: 2.0}  # stream 3 ended: nothing to carry
+    norm.normalize(np.array([4.0, 1.0], np.float32), np.array([False, False]), np.array([1, 1]))
+    assert norm.returns == {1: (1.0 * 0.5 + 4.0) * 0.5 + 1.0, 2: 2.0}
+
+
+def test_turn_based_self_play_carries_each_players_return_across_batches() -> None:
+    """One move per fragment: each batch holds one player's completed move only (ScriptedGame:
+    player_0's moves pay 1 + 2, then 3 + 4; player_1's first pays 20 + 30)."""
+    import cairn
+    from tests.env_runner.test_turn_based import make_scripted, shared_policy
+
+    algo = (cairn.PPOConfig().environment(make_scripted)
+            .training(train_batch_size=1, minibatch_size=1, num_epochs=1, gamma=0.5, normalize_rewards=True)
+            .multi_agent(policies={"shared"}, policy_mapping_fn=shared_policy).debugging(seed=0).build())
+    try:
+        for _ in range(4):  # moves 1..4: player_0's first and second moves complete, player_1's first
+            algo.train()
+        assert sorted(algo.reward_normalizers["shared"].returns.values()) == [3.0 * 0.5 + 7.0, 50.0]
+    finally:
+        algo.stop()
