@@ -6,7 +6,10 @@ copies are grouped by the policy they map to, each policy computes their actions
 and every env steps with its agents' actions. One trajectory per (env index, agent); a row's
 reward, terminated and truncated flags come with the step, its next observation with the
 agent's following observation (or its final one). An agent that leaves the game (or whose
-episode ends) with neither flag ends its trajectory there as truncated.
+episode ends) with neither flag ends its trajectory there as truncated. An agent that got no
+observation at a step does not act at the next: the rewards and flags the env gives it until
+it observes again (or ends) join the row of its last action while that row is in the fragment
+being sampled (docs/multi-agent.md).
 
 An agent mapped to a scripted opponent (a league's fixed opponent: the mapping returned its
 name) leaves no row: its next action is drawn as soon as its observation arrives, by
@@ -192,6 +195,25 @@ class ParallelSampler(AgentSampler):
                         trajs.add((i, agent), self.agent_pids[i][agent], *acted[(i, agent)], r,
                                   terminated, truncated, first=first, state_in=states_in.get((i, agent)),
                                   action_logp=logps.get((i, agent)))
+                # The other agents of the episode (those that had no observation at the last
+                # step did not act at this one): what the env pays them counts in their return,
+                # and joins, with their flags, the row of their last action while it waits for
+                # its next observation (in this fragment).
+                for agent in self.agent_pids[i]:
+                    if agent in actions[i]:
+                        continue
+                    r = float(rew_d.get(agent, 0.0))
+                    if agent in rew_d:
+                        ep.ret += r
+                        ep.agent_returns[agent] += r
+                    if trajs.waiting((i, agent)):
+                        terminated = bool(term_d.get(agent, False))
+                        truncated = bool(trunc_d.get(agent, False)) or (not terminated and agent not in alive)
+                        trajs.extend_last((i, agent), r, terminated, truncated)
+                        if agent not in alive:
+                            ended.add((i, agent))
+                            if agent in obs_d:
+                                incoming[self.policy_of(i, agent)].append((i, ("final", agent), obs_d[agent]))
                 if ep.history is not None:
                     _record_step(ep.history, actions[i], rew_d, obs_d, infos_d, alive)
                 self.episodes.step(i)  # on_episode_step, when the user's callbacks have one
@@ -217,12 +239,16 @@ class ParallelSampler(AgentSampler):
             processed = self._process(incoming, update_filter=update_filter)
             for (i, tag), processed_row in processed.items():
                 if isinstance(tag, tuple):  # ("final", agent): next obs of a finished agent
-                    if record and (i, tag[1]) in trajs:
+                    if trajs.waiting((i, tag[1])):
                         trajs.set_next_obs((i, tag[1]), processed_row)
                     continue
-                if record and (i, tag) in acted and (i, tag) not in ended:
+                # The row of the agent's last action, at this step or (it did not observe since)
+                # an earlier one.
+                if (i, tag) not in ended and trajs.waiting((i, tag)):
                     trajs.set_next_obs((i, tag), processed_row)
                 self.obs[i][tag] = processed_row
+            for key in ended:  # no later observation is theirs (a reset's is the next episode's)
+                trajs.close(key)
         return trajs.batches(self.runner.worker_index) if record else {}
 
     # --------------------------------------------------------------------------------- state

@@ -36,6 +36,8 @@ class AgentTrajectories:
         self._rows: dict[_TrajectoryKey, dict[str, list[Any]]] = {}
         #: The policy of each agent's last added row (the row waiting for its next observation).
         self._last_policy: dict[AgentKey, str] = {}
+        #: The agents whose last row still waits for its next observation (it did not end).
+        self._open: set[AgentKey] = set()
 
     def __contains__(self, key: AgentKey) -> bool:
         return key in self._last_policy
@@ -48,6 +50,7 @@ class AgentTrajectories:
         ``state_in``: a recurrent policy's state the agent acted from (one array per component);
         ``action_logp``: the action's behaviour log-probability, for a policy that wants it."""
         self._last_policy[key] = policy_id
+        self._open.add(key)
         row = self._rows.get((*key, policy_id))
         if row is None:
             row = self._rows[(*key, policy_id)] = {c: [] for c in _ROW_COLUMNS}
@@ -65,8 +68,26 @@ class AgentTrajectories:
         row["next_obs"].append(None)
 
     def set_next_obs(self, key: AgentKey, processed_obs: np.ndarray) -> None:
-        """The next observation of ``key``'s last step."""
+        """The next observation of ``key``'s last step (which no longer waits for one)."""
         self._rows[(*key, self._last_policy[key])]["next_obs"][-1] = processed_obs
+        self._open.discard(key)
+
+    def waiting(self, key: AgentKey) -> bool:
+        """Whether ``key``'s last row (in this fragment) still waits for its next observation:
+        its agent acted and has neither observed again nor ended since."""
+        return key in self._open
+
+    def extend_last(self, key: AgentKey, reward: float, terminated: bool, truncated: bool) -> None:
+        """A step at which ``key``'s agent, its last row :meth:`waiting`, did not act: its
+        reward joins that row's (the action earned it), as do its flags."""
+        row = self._rows[(*key, self._last_policy[key])]
+        row["rewards"][-1] += reward
+        row["terminateds"][-1] = row["terminateds"][-1] or terminated
+        row["truncateds"][-1] = row["truncateds"][-1] or truncated
+
+    def close(self, key: AgentKey) -> None:
+        """``key``'s last row ended (its agent left or its episode ended): nothing more joins it."""
+        self._open.discard(key)
 
     def batches(self, worker_index: int = 0) -> dict[str, SampleBatch]:
         """One SampleBatch per policy, of the rows it acted; ``streams`` names each trajectory

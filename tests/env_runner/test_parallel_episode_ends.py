@@ -125,3 +125,84 @@ def test_ppo_bootstraps_a_truncated_agent_from_its_final_observation(flags: bool
     # The truncated rows (t = 3) bootstrap from V(t = 4) = 40; the fragment's last row (t = 1)
     # from V(t = 2) = 20; inside a piece, from the next row.
     assert nv.tolist() == [10, 20, 30, 40, 10, 20, 30, 40, 10, 20]
+
+
+class _Silent(ParallelEnv):  # type: ignore[misc]
+    """agent_1 observes, and so acts, only at even t (PettingZoo warns of a live agent without
+    an observation, and allows it); both agents are paid 1 at every step. Episodes end at
+    t = ``end`` (5 unless configured), both agents truncated, with their final observations."""
+
+    metadata = {"name": "silent_v0", "render_modes": []}
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.possible_agents = ["agent_0", "agent_1"]
+        self.agents: list[str] = []
+        self.t, self.end = 0, int(config.get("end", 5))
+
+    def observation_space(self, agent: str) -> gym.Space[Any]:
+        return _SPACE
+
+    def action_space(self, agent: str) -> gym.Space[Any]:
+        return gym.spaces.Discrete(2)
+
+    def _obs(self, agent: str) -> np.ndarray:
+        return np.array([self.t, int(agent[-1])], np.float32)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        self.agents, self.t = list(self.possible_agents), 0
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        self.t += 1
+        end = self.t >= self.end
+        obs = {a: self._obs(a) for a in self.agents if a == "agent_0" or self.t % 2 == 0 or end}
+        rewards = {a: 1.0 for a in self.agents}
+        terminated = {a: False for a in self.agents}
+        truncated = {a: end for a in self.agents}
+        if end:
+            self.agents = []
+        return obs, rewards, terminated, truncated, {a: {} for a in obs}
+
+
+def _make_silent(config: dict[str, Any]) -> _Silent:
+    return _Silent(config)
+
+
+def test_an_agent_that_does_not_act_at_a_step_keeps_its_reward_on_its_last_action():
+    config = (cairn.PPOConfig().environment(_make_silent)
+              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index).debugging(seed=0))
+    algo = config.build()
+    try:
+        runner = EnvRunner(algo.config, algo.policies)
+        p1 = runner.sample(8)["p1"]
+        [episode] = runner.get_metrics()
+    finally:
+        algo.stop()
+    # agent_1 acts at t = 0, 2, 4 of each episode; each action earns the rewards paid until its
+    # next observation (two steps), the last one the step that ends the episode.
+    assert p1["obs"][:, 0].tolist() == [0, 2, 4, 0, 2]
+    assert p1["rewards"].tolist() == [2, 2, 1, 2, 1]
+    assert p1["next_obs"][:3, 0].tolist() == [2, 4, 5]
+    assert p1["next_obs"][3, 0] == 2
+    assert np.flatnonzero(p1["truncateds"]).tolist() == [2]
+    assert episode == {"return": 10.0, "length": 5, "policy_returns": {"p0": [5.0], "p1": [5.0]}}
+
+
+def test_an_agent_that_does_not_act_at_the_last_step_ends_with_the_episode():
+    # Episodes of 4 steps: agent_1 acts at t = 0 and 2 only; the episode ends at a step where it
+    # did not act, and that step's reward, flag and final observation are its last row's.
+    config = (cairn.PPOConfig().environment(_make_silent, env_config={"end": 4})
+              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index).debugging(seed=0))
+    algo = config.build()
+    try:
+        runner = EnvRunner(algo.config, algo.policies)
+        p1 = runner.sample(6)["p1"]
+        [episode] = runner.get_metrics()
+    finally:
+        algo.stop()
+    assert p1["obs"][:, 0].tolist() == [0, 2, 0]
+    assert p1["rewards"].tolist() == [2, 2, 2]
+    assert p1["next_obs"][:, 0].tolist() == [2, 4, 2]
+    assert p1["truncateds"].tolist() == [False, True, False]
+    assert p1["ends"].tolist() == [False, True, True]
+    assert episode == {"return": 8.0, "length": 4, "policy_returns": {"p0": [4.0], "p1": [4.0]}}
