@@ -263,9 +263,11 @@ class EnvRunner:
             next_raw, finals, reset_seeds = [], [], {}
             for i, (o, r, terminated, truncated, info) in enumerate(envs.step(env_actions)):
                 ep = episodes[i]
-                ep.ret += r
+                # As a Python float: an env's numpy float32 rewards would otherwise add up in
+                # float32, which drifts over long episodes (the multi-agent samplers do the same).
+                ep.ret += float(r)
                 ep.length += 1
-                ep.agent_returns[DEFAULT_AGENT_ID] += r
+                ep.agent_returns[DEFAULT_AGENT_ID] += float(r)
                 if recording:  # the raw observation, as the env returned it
                     ep.history.step(DEFAULT_AGENT_ID, env_actions[i], r, o, info)  # type: ignore[union-attr]
                 if step_hook is not None:

@@ -124,3 +124,40 @@ def test_a_gymnasium_vector_env_is_refused_with_the_fix(num_envs, mode):
         config.build()
     if mode == "sync":  # the refused env is closed (in "async" it lives in the child)
         assert closed
+
+
+class _Float32Rewards(gym.Env):
+    """Pays np.float32(0.1) a step; episodes of 1000 steps (then truncated)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, env_config):
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.float32), np.float32(0.1), False, self.t >= 1000, {}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_episode_returns_add_float32_rewards_in_double_precision(mode):
+    # Summed in the rewards' own float32, a return drifted (99.99905 here) and came out as a
+    # numpy float32; the parallel and turn-based samplers already took float(reward).
+    runner, algo = _runner(small_ppo().environment(_Float32Rewards).env_runners(gym_env_vectorize_mode=mode))
+    try:
+        runner.sample(1000)
+        [episode] = runner.get_metrics()
+    finally:
+        runner.stop()
+        algo.stop()
+    expected = 0.0
+    for _ in range(1000):
+        expected += float(np.float32(0.1))
+    assert type(episode["return"]) is float and episode["return"] == expected
+    assert episode["policy_returns"] == {"default_policy": [expected]}
