@@ -1,0 +1,84 @@
+"""Parallel multi-agent envs whose agents leave: each agent's rows end where its part of the
+episode ends, so that neither GAE nor a recurrent policy's sequences run from one episode (or
+one stay of the agent) into the next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from pettingzoo import ParallelEnv
+
+import cairn
+from cairn.algorithms.ppo.recurrent import sequence_starts
+
+LSTM = {"use_lstm": True, "lstm_cell_size": 4, "max_seq_len": 20}
+
+
+class Vanishing(ParallelEnv):  # type: ignore[misc]
+    """Two agents; every episode lasts 3 steps and ends by emptying ``agents``, with no
+    terminated or truncated flag (PettingZoo asks for one; not every env gives it).
+    Observation: [step, agent index]."""
+
+    metadata = {"name": "vanishing_v0", "render_modes": []}
+    possible_agents = ["a0", "a1"]
+
+    def __init__(self) -> None:
+        self.agents: list[str] = []
+        self.t = 0
+
+    def observation_space(self, agent: str) -> gym.Space[Any]:
+        return gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+
+    def action_space(self, agent: str) -> gym.Space[Any]:
+        return gym.spaces.Discrete(2)
+
+    def _obs(self, agent: str) -> np.ndarray:
+        return np.array([self.t, self.possible_agents.index(agent)], np.float32)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        self.t += 1
+        obs = {a: self._obs(a) for a in actions}
+        if self.t >= 3:
+            self.agents = []
+        flags = dict.fromkeys(actions, False)
+        return obs, dict.fromkeys(actions, 1.0), flags, dict(flags), {a: {} for a in actions}
+
+
+def _config(env: Any, model: dict[str, Any]) -> cairn.PPOConfig:
+    return (cairn.PPOConfig().environment(lambda _cfg: env())
+            .training(train_batch_size=40, minibatch_size=20, num_epochs=1, model=model)
+            .multi_agent(policies={"p"}, policy_mapping_fn=lambda agent_id, **kwargs: "p")
+            .debugging(seed=0))
+
+
+@pytest.mark.parametrize("model", [{"hidden": [8]}, LSTM], ids=["mlp", "lstm"])
+def test_an_episode_that_ends_by_emptying_agents_ends_each_agents_rows(model):
+    algo = _config(Vanishing, model).build()
+    try:
+        batch = algo.env_runner_group.local.sample(10)["p"]
+        step = batch["obs"][:, 0]
+        last = step == 2  # each episode's last step (observed at t = 2, acted, then the env ended)
+        assert last.sum() == 2 * 3  # 3 whole episodes of 3 steps for each of the 2 agents
+        # Left without a flag: truncated (bootstrapped from the final observation), and the end
+        # of the agent's piece, so GAE does not run on into the next episode's first row.
+        assert batch["truncateds"][last].all() and batch["ends"][last].all()
+        assert not batch["terminateds"].any()
+        firsts = np.flatnonzero(batch["firsts"])
+        assert (step[firsts] == 0).all() and all(batch["ends"][r - 1] for r in firsts if r > 0)
+        if "use_lstm" in model:
+            # Each episode's first row starts a learner sequence, from the initial state the
+            # runner acted it with; no sequence runs across an episode's end.
+            starts, _ = sequence_starts(batch["ends"], LSTM["max_seq_len"])
+            assert set(firsts) <= set(starts)
+            assert not batch["state_in_0"][firsts].any() and not batch["state_in_1"][firsts].any()
+        algo.train()
+    finally:
+        algo.stop()
