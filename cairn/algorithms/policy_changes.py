@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 
 from cairn.algorithms.policy_specs import new_policy, probe_agents, record_specs, resolve_policy_specs
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
-from cairn.env_runner.make_env import close_env
+from cairn.env_runner.make_env import close_env, is_turn_based_env
+from cairn.env_runner.recurrent_state import refuse_recurrent_policies
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
@@ -73,7 +74,8 @@ def policies_after_change(
     the algorithm ``new_config`` and this set and tell its runners.
 
     The mapping is checked against the environment's agents and the new policy is built
-    before anything is returned; if either fails, ``policies`` is as it was.
+    before anything is returned (a recurrent one is refused for a turn-based environment, as
+    when building); if either fails, ``policies`` is as it was.
     """
     known = {pid: p.spec for pid, p in policies.items()}
     if add is not None and isinstance(add[1], Policy):
@@ -82,11 +84,14 @@ def policies_after_change(
     try:
         env, agents = probe_agents(new_config)
         resolved = resolve_policy_specs(new_config, agents, known, default_class=default_class)
+        turn_based = is_turn_based_env(env)
     finally:
         close_env(env)
     changed = {pid: policy for pid, policy in policies.items() if pid != remove}
     if add is not None:
         pid, obj = add
         changed[pid] = obj if isinstance(obj, Policy) else new_policy(new_config, pid, resolved[pid])
+        if turn_based:  # as building refuses them (the runners carry no state there)
+            refuse_recurrent_policies({pid: changed[pid]}, "turn-based (PettingZoo AEC) environments")
     record_specs(new_config, resolved)
     return changed

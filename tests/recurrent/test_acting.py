@@ -95,6 +95,29 @@ def test_turn_based_environments_refuse_recurrent_policies():
         config.build()
 
 
+def test_a_recurrent_policy_added_to_a_turn_based_run_is_refused_and_nothing_changes():
+    """add_policy checks it as build does: otherwise the policy was added, and the next train()
+    failed inside the runner with "LSTMActorCritic is recurrent: call forward(obs, state)"."""
+    pytest.importorskip("pettingzoo")
+    from cairn.policy.spec import PolicySpec
+    from tests.env_runner.test_aec_envs import TakeTurns
+
+    algo = (cairn.PPOConfig().environment(lambda _cfg: TakeTurns())
+            .training(train_batch_size=32, minibatch_size=16, num_epochs=1)
+            .multi_agent(policies={"shared"}, policy_mapping_fn=lambda agent_id, **kwargs: "shared")
+            .debugging(seed=0).build())
+    try:
+        shared = algo.get_policy("shared")
+        spec = PolicySpec(observation_space=shared.observation_space, action_space=shared.action_space,
+                          config={"model": LSTM})
+        with pytest.raises(ConfigError, match=r"\['mem'\].*turn-based"):
+            algo.add_policy("mem", spec, policy_mapping_fn=lambda agent_id, **kwargs: "mem")
+        assert set(algo.policies) == {"shared"} and set(algo.config.policies) == {"shared"}
+        assert algo.train()["learners"]["shared"]["num_grad_updates"] > 0
+    finally:
+        algo.stop()
+
+
 def test_numpy_acting_step_matches_the_torch_forward_also_after_an_update():
     import torch
 
