@@ -185,13 +185,15 @@ class ParallelSampler(AgentSampler):
                     ep.agent_returns[agent] += r
                     first = opening or agent in self.joined[i]
                     self.joined[i].discard(agent)
+                    terminated = bool(term_d.get(agent, False))
+                    # An agent that left without a flag (an env that ends its episode by emptying
+                    # `agents`): its part ends here, truncated, as in turn-based games; unflagged,
+                    # its rows would run on into its next episode's (GAE, a recurrent policy's
+                    # sequences).
+                    truncated = bool(trunc_d.get(agent, False)) or (not terminated and agent not in alive)
+                    if terminated or truncated:  # its trajectory ends: a later stay starts afresh
+                        self.runner.recurrent_states.end_trajectory((i, agent))
                     if record and agent not in scripted:
-                        terminated = bool(term_d.get(agent, False))
-                        # An agent that left (or whose episode is over) with neither flag ends
-                        # here truncated, as in turn-based games: else its trajectory would run
-                        # on into its next episode in this fragment.
-                        truncated = bool(trunc_d.get(agent, False)) or (
-                            not terminated and agent not in alive)
                         trajs.add((i, agent), self.agent_pids[i][agent], *acted[(i, agent)], r,
                                   terminated, truncated, first=first, state_in=states_in.get((i, agent)),
                                   action_logp=logps.get((i, agent)))
@@ -206,9 +208,11 @@ class ParallelSampler(AgentSampler):
                     if agent in rew_d:
                         ep.ret += r
                         ep.agent_returns[agent] += r
+                    terminated = bool(term_d.get(agent, False))
+                    truncated = bool(trunc_d.get(agent, False)) or (not terminated and agent not in alive)
+                    if terminated or truncated:  # as for an agent that acted: a later stay starts afresh
+                        self.runner.recurrent_states.end_trajectory((i, agent))
                     if trajs.waiting((i, agent)):
-                        terminated = bool(term_d.get(agent, False))
-                        truncated = bool(trunc_d.get(agent, False)) or (not terminated and agent not in alive)
                         trajs.extend_last((i, agent), r, terminated, truncated)
                         if agent not in alive:
                             ended.add((i, agent))

@@ -5,7 +5,8 @@ trajectory: one per env copy (single-agent) or per (env copy, agent). :class:`Re
 keeps them between steps and ``sample()`` calls, hands each policy the stacked states of the rows
 it acts for, records each row's state before its step (the ``state_in_<k>`` columns: the learner
 starts each sequence from the recorded state of its first row), forgets an env's states when its
-episode ends (the next step starts from the policy's initial state), and is part of the runner's
+episode ends, and an agent's when its part of the episode ends (the next step starts from the
+policy's initial state), and is part of the runner's
 state, so that a run saved mid-episode resumes exactly.
 """
 
@@ -78,6 +79,11 @@ class RecurrentStates:
         for r, key in enumerate(keys):
             self.states[key] = [s[r] for s in state_out]
         return raw, logp, state_in
+
+    def end_trajectory(self, key: Key) -> None:
+        """Forget trajectory ``key``'s state (its agent's part of the episode ended: terminated,
+        truncated or left): should the agent come back, it starts from the initial state."""
+        self.states.pop(key, None)
 
     def end_episode(self, env_index: int) -> None:
         """Forget env ``env_index``'s states: its next episode starts from the initial state."""

@@ -82,3 +82,43 @@ def test_an_episode_that_ends_by_emptying_agents_ends_each_agents_rows(model):
         algo.train()
     finally:
         algo.stop()
+
+
+class Respawning(Vanishing):
+    """``a1`` dies at step 2 (terminated) and comes back at step 4 in the same episode, which
+    ends at step 8 (both terminated)."""
+
+    metadata = {"name": "respawning_v0", "render_modes": []}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        self.t += 1
+        obs = {a: self._obs(a) for a in actions}
+        done = dict.fromkeys(actions, self.t >= 8)
+        if self.t == 2:
+            done["a1"] = True
+        self.agents = [a for a in self.agents if not done[a]]
+        if self.t == 4:
+            self.agents, obs["a1"] = ["a0", "a1"], self._obs("a1")
+        return obs, dict.fromkeys(actions, 1.0), done, dict.fromkeys(actions, False), {a: {} for a in actions}
+
+
+def test_an_agent_that_comes_back_after_its_end_starts_from_the_initial_state():
+    """Its termination ended its trajectory (the learner cuts its returns and sequences there):
+    its next stay starts from the policy's initial state, as a new episode would, instead of
+    the memory of the stay that ended."""
+    algo = _config(Respawning, LSTM).build()
+    try:
+        batch = algo.env_runner_group.local.sample(8)["p"]
+        a1 = batch["obs"][:, 1] == 1
+        steps = batch["obs"][a1, 0].tolist()
+        assert steps == [0, 1, 4, 5, 6, 7]  # away at steps 2 and 3
+        back = np.flatnonzero(a1)[2]
+        assert batch["ends"][back - 1] and batch["terminateds"][back - 1]
+        assert not batch["state_in_0"][back].any() and not batch["state_in_1"][back].any()
+        assert batch["state_in_0"][back + 1].any()  # and goes on from there
+        # a0 never left: its state goes on through the whole episode (all zeros after its first
+        # step only: its first observation is zeros, and so are the LSTM's initial biases)
+        a0 = np.flatnonzero(~a1)
+        assert batch["state_in_0"][a0[2:]].any(axis=1).all()
+    finally:
+        algo.stop()

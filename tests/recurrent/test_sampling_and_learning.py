@@ -85,11 +85,18 @@ def test_minibatches_need_not_be_a_multiple_of_max_seq_len_and_the_policy_learns
 
 def test_multi_agent_recurrent_policies_carry_a_state_per_agent():
     algo = small_ma_ppo(2, model=LSTM).build()
-    batches = algo.env_runner_group.local.sample(16)
-    for pid in ("p0", "p1"):
-        assert batches[pid]["state_in_0"].shape == (len(batches[pid]), 16) and len(batches[pid]) >= 8
-    states = algo.env_runner_group.local.recurrent_states.states
+    runner = algo.env_runner_group.local
+    first = runner.sample(5)
+    states = runner.recurrent_states.states
     assert {agent for _, agent in states} == {"agent_0", "agent_1"}
+    then = runner.sample(11)
+    for pid in ("p0", "p1"):
+        rows = len(first[pid]) + len(then[pid])
+        assert then[pid]["state_in_0"].shape == (len(then[pid]), 16) and rows >= 8
+    # agent_0's pole fell at its 11th step: its trajectory ended, and its state with it; the
+    # agent still in the episode keeps its own.
+    assert then["p0"]["terminateds"][-1] and set(runner.envs[0].agents) == {"agent_1"}
+    assert {agent for _, agent in runner.recurrent_states.states} == {"agent_1"}
     algo.train()
     assert algo.get_policy("p0").num_grad_updates > 0
 
