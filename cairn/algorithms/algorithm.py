@@ -251,11 +251,13 @@ class Algorithm:
         return self.policies[policy_id]
 
     def compute_single_action(self, obs: Any, *, policy_id: str = DEFAULT_POLICY_ID,
-                              explore: bool = False) -> Any:
+                              explore: bool = False, state: Sequence[Any] | None = None) -> Any:
         """The action of ``policy_id`` for one raw observation, greedy by default
         (``explore=False``, as ``cairn evaluate`` plays), unlike :meth:`Policy.compute_single_action`,
-        which samples by default (``explore=True``, as the env runners act while training)."""
-        return self.get_policy(policy_id).compute_single_action(obs, explore=explore)
+        which samples by default (``explore=True``, as the env runners act while training). A
+        recurrent policy takes its ``state`` (``policy.get_initial_state()`` at an episode's
+        start) and returns ``(action, state_out)`` (docs/ppo.md, "Recurrent policies")."""
+        return self.get_policy(policy_id).compute_single_action(obs, explore=explore, state=state)
 
     def add_policy(
         self, policy_id: str, spec_or_policy: PolicySpec | Policy, *,

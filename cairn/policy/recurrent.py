@@ -111,8 +111,10 @@ class RecurrentActing:
         """``(actions ready for the environment, state_out)`` for a batch; ``state`` is a list of
         ``[B, *shape]`` arrays, one per component."""
         if state is None:
-            raise TypeError("A recurrent policy acts with a state: pass state=[h, c] (each [B, cell]), "
-                            "starting from policy.get_initial_state() stacked per row (docs/ppo.md).")
+            raise TypeError("A recurrent policy acts with a state: pass it, starting each episode from "
+                            "policy.get_initial_state(): compute_single_action(obs, state=state) takes "
+                            "and returns it as it is, compute_actions(obs_batch, state=[h, c]) stacked per "
+                            "row ([B, size] each) (docs/ppo.md).")
         batch = len(processed_obs)
         shapes = self.state_shapes()
         arrays = [np.asarray(s, dtype=np.float32) for s in state]

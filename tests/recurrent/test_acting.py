@@ -54,6 +54,31 @@ def test_wrong_state_shapes_and_missing_state_are_refused():
         policy.compute_actions(np.zeros((2, 4), np.float32))
 
 
+
+def test_algorithm_compute_single_action_takes_and_returns_the_state():
+    """As RLlib's: ``algo.compute_single_action(obs, state=...)`` -> ``(action, state_out)``,
+    greedy by default; without ``state`` the error says how to pass it there."""
+    from cairn.envs import make_cue_recall
+
+    algo = (cairn.PPOConfig().environment(make_cue_recall, env_config={"delay": 2})
+            .training(train_batch_size=32, minibatch_size=16, num_epochs=1, model=LSTM)
+            .debugging(seed=0).build())
+    try:
+        policy = algo.get_policy()
+        state = expected = policy.get_initial_state()
+        for obs in ([1, 0, 0], [0, 0, 1], [0, 0, 1]):
+            action, state = algo.compute_single_action(np.array(obs, np.float32), state=state)
+            want, expected = policy.compute_single_action(np.array(obs, np.float32), state=expected,
+                                                          explore=False)
+            assert action == want
+            for got, wanted in zip(state, expected, strict=True):
+                np.testing.assert_array_equal(got, wanted)
+        fix = r"get_initial_state\(\): compute_single_action\(obs, state=state\)"
+        with pytest.raises(TypeError, match=fix):
+            algo.compute_single_action(np.array([1, 0, 0], np.float32))
+    finally:
+        algo.stop()
+
 def test_feed_forward_policy_is_unchanged_and_has_no_state():
     policy = cairn.Policy(BOX4, gym.spaces.Discrete(2), seed=0)
     actions = policy.compute_actions(np.zeros((2, 4), np.float32))
