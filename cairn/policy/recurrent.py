@@ -19,6 +19,7 @@ import torch
 
 from cairn.errors import ConfigError, ObservationSpaceError
 from cairn.models import RecurrentActorCriticModel
+from cairn.numpy_acting import evaluating
 from cairn.policy.acting import raw_actions, raw_actions_and_logp
 from cairn.policy.distributions import ActionDistribution
 from cairn.policy.recurrent_config import recurrent_settings
@@ -81,7 +82,7 @@ class RecurrentActing:
                     explore: bool) -> tuple[np.ndarray, RecurrentState]:
         """Raw actions and the next state for processed observations ``[B, d]`` and a batched
         ``state`` (``[B, *shape]`` per component): through the model's ``numpy_step`` where it has
-        one (the built-in LSTM), else its torch ``forward`` under ``inference_mode``."""
+        one (the built-in LSTM), else its torch ``forward`` under ``inference_mode``, in eval mode."""
         inputs, out = self._step(processed_obs, state)
         return raw_actions(self.dist, inputs, rng, explore=explore), out
 
@@ -101,7 +102,9 @@ class RecurrentActing:
         if numpy_step is not None:
             inputs, out = numpy_step(processed_obs, [np.asarray(s, dtype=np.float32) for s in state])
             return inputs, out
-        with torch.inference_mode():
+        # In eval mode, as in_torch runs feed-forward users' models (docs/models.md): a Dropout
+        # would make greedy actions and the next state random.
+        with torch.inference_mode(), evaluating(self.model):
             tensors = [torch.as_tensor(np.asarray(s, dtype=np.float32)) for s in state]
             inputs_t, _, out_t = self.model(torch.from_numpy(processed_obs).unsqueeze(1), tensors)
             return inputs_t[:, 0].numpy(), [o.numpy().copy() for o in out_t]

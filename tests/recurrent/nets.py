@@ -23,3 +23,20 @@ class TinyGRU(RecurrentActorCriticModel):
     def forward(self, obs, state):
         out, h = self.gru(obs, state[0].unsqueeze(0))
         return self.pi(out), self.vf(out).squeeze(-1), [h.squeeze(0)]
+
+
+class NoisyGRU(TinyGRU):
+    """TinyGRU with a Dropout after the GRU (random in training mode); records the training
+    mode of every call made without gradient (acting, the learner's targets) in ``no_grad_modes``."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.drop = nn.Dropout(0.5)
+        self.no_grad_modes: list[bool] = []
+
+    def forward(self, obs, state):
+        if not torch.is_grad_enabled():
+            self.no_grad_modes.append(self.training)
+        out, h = self.gru(obs, state[0].unsqueeze(0))
+        out = self.drop(out)
+        return self.pi(out), self.vf(out).squeeze(-1), [h.squeeze(0)]

@@ -30,3 +30,44 @@ def test_custom_recurrent_model_with_one_state_component_trains_and_resumes(tmp_
     restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
     assert isinstance(restored.get_policy().model, TinyGRU)
     assert_trains_identically(algo, restored, iterations=1)
+
+
+def test_a_recurrent_model_with_dropout_acts_and_takes_gae_values_in_eval_mode():
+    """As feed-forward users' models (docs/models.md): acting runs the model in eval mode, so a
+    Dropout leaves greedy actions and the next state unchanged between two calls (before, the
+    recurrent torch path ran it in training mode: random), and PPO's GAE values are taken so
+    too; the losses train in training mode, and the model is handed back in it."""
+    import gymnasium as gym
+    import torch
+
+    from tests.recurrent.nets import NoisyGRU
+
+    box = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    policy = cairn.Policy(box, gym.spaces.Discrete(5), {"model": {"custom_model": NoisyGRU}}, seed=0)
+    obs = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+    state = [np.random.default_rng(1).standard_normal((16, 16)).astype(np.float32)]
+    first, _ = policy.compute_actions(obs, state=state, explore=False)
+    x = policy.process_observations(obs, update=False)
+    inputs, out = policy.recurrent_acting._step(x, state)
+    again, again_out = policy.recurrent_acting._step(x, state)
+    np.testing.assert_array_equal(inputs, again)
+    np.testing.assert_array_equal(out[0], again_out[0])
+    model = policy.model
+    model.train(False)
+    with torch.no_grad():
+        expected, _, _ = model(torch.from_numpy(x).unsqueeze(1), [torch.from_numpy(state[0])])
+    model.train(True)
+    np.testing.assert_array_equal(inputs, expected[:, 0].numpy())
+    np.testing.assert_array_equal(first, policy.compute_actions(obs, state=state, explore=False)[0])
+    assert model.training
+
+    algo = (cairn.PPOConfig().environment(make_cue_recall, env_config={"delay": 2})
+            .training(train_batch_size=32, minibatch_size=16, num_epochs=1,
+                      model={"custom_model": NoisyGRU, "max_seq_len": 3}).debugging(seed=0).build())
+    try:
+        model = algo.get_policy().model
+        algo.train()
+        assert model.no_grad_modes and not any(model.no_grad_modes)  # acting and GAE's values
+        assert model.training
+    finally:
+        algo.stop()

@@ -33,6 +33,7 @@ from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
 from cairn.env_runner.sample_batch import SampleBatch, batch_states
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
+from cairn.numpy_acting import evaluating
 from cairn.policy.distributions import ActionDistribution
 from cairn.policy.policy import Policy
 from cairn.policy.recurrent_config import recurrent_settings
@@ -179,7 +180,8 @@ def learn_recurrent(config: PPOConfig, policy: Policy, sync: GradientSync, *, ba
     actions = torch.from_numpy(batch["actions"]).to(device)
     seqs = Sequences(batch, policy, obs)
     old_logp = behaviour_logp(batch, policy, device)  # as the rows were acted (docs/ppo.md)
-    _, values, next_values_t = seqs.values_and_next(model)
+    with evaluating(model):  # GAE's values: targets, as a deployed model gives them (as ppo_learn)
+        _, values, next_values_t = seqs.values_and_next(model)
     values_np = values.cpu().numpy()
     advantages = compute_gae(rewards, values_np, next_values_t.cpu().numpy(), batch["terminateds"],
                              batch["ends"], gamma=cfg.gamma, lambda_=cfg.lambda_)
