@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from cairn.errors import ExportError
+from cairn.numpy_acting import evaluating
 from cairn.policy.action_mask_input import network_name
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
 from cairn.policy.export_actor_critic import ActorCriticModule, actor_critic_outputs, discrete_sizes
@@ -97,7 +98,7 @@ def actor_critic_export_graph(policy: ExportedPolicy) -> ExportGraph:
     def reference(observations: Sequence[Any]) -> list[np.ndarray]:
         action = policy.compute_actions(observations, explore=False)
         x = torch.from_numpy(policy.process_observations(observations, update=False))
-        with torch.inference_mode():
+        with torch.inference_mode(), evaluating(model):  # as the policy acts, and the export runs
             # The methods checked above (cairn.models.ActorCriticModel's), unseen on torch.nn.Module.
             inputs = model.action_inputs(x).numpy()  # type: ignore[operator]
             value = model.value(x).numpy()  # type: ignore[operator]

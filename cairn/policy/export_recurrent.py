@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from cairn.errors import ExportError
+from cairn.numpy_acting import evaluating
 from cairn.policy.action_mask_input import network_name
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
 from cairn.policy.export_actor_critic import ActorCriticModule, actor_critic_outputs, discrete_sizes
@@ -86,7 +87,7 @@ def recurrent_export_graph(policy: ExportedPolicy) -> ExportGraph:
     def reference(observations: Sequence[Any], *state: np.ndarray) -> list[np.ndarray]:
         action, state_out = policy.compute_actions(observations, state=list(state), explore=False)
         x = torch.from_numpy(policy.process_observations(observations, update=False)).unsqueeze(1)
-        with torch.inference_mode():
+        with torch.inference_mode(), evaluating(policy.model):  # as the policy acts, and the export runs
             inputs, values, _ = policy.model(x, [torch.from_numpy(s) for s in state])
         inputs, values = inputs[:, 0].numpy(), values[:, 0].numpy()
         if isinstance(dist, DiagGaussian):

@@ -17,7 +17,7 @@ from cairn.algorithms.sac.sac_policy import SACPolicy
 from cairn.algorithms.td3.td3_policy import TD3Policy
 from cairn.errors import ExportError
 from cairn.export import export_model, model_inputs
-from tests.models.nets import SmallActor, SmallCritic, SmallQ, SmallTD3Actor, TwoHeads
+from tests.models.nets import NoisyHeads, SmallActor, SmallCritic, SmallQ, SmallTD3Actor, TwoHeads
 
 BOX = gym.spaces.Box(-2.0, 2.0, (4,))
 
@@ -174,3 +174,17 @@ def test_an_untraceable_model_fails_naming_its_class_the_reason_and_the_fix(
     assert "\n" not in message
     assert not (tmp_path / "out").exists()
     assert "def forward" not in capfd.readouterr().err  # torch's partial graph is kept off stderr
+
+
+def test_a_model_with_dropout_and_batchnorm_exports_as_it_acts(tmp_path: Path) -> None:
+    """The parity check's reference runs the model in eval mode, as acting and the export do:
+    in training mode a Dropout made the export fail as "not faithful"."""
+    policy = cairn.Policy(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(3),
+                          {"model": {"custom_model": NoisyHeads}}, seed=0)
+    policy.export_model(tmp_path / "pt", extra_outputs=["value"])
+    program = torch.export.load(str(tmp_path / "pt" / "model.pt2")).module()
+    obs = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    with torch.inference_mode():
+        action = program(torch.from_numpy(obs))[0].numpy()
+    np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))
+    assert policy.model.training

@@ -117,6 +117,26 @@ def test_box_actions_value_output_and_a_one_component_custom_model(tmp_path):
     assert run_episodes(gru, onnx_step, CueRecall(2)) == 9
 
 
+
+def test_a_recurrent_model_with_dropout_exports_and_acts_as_the_policy(tmp_path):
+    """The export's parity check compares the exported model (eval mode) with the policy's
+    outputs, which were taken with the model in training mode: a Dropout made the export fail as
+    "not faithful". Both now run in eval mode, as the policy acts."""
+    from tests.recurrent.nets import NoisyGRU
+
+    policy = cairn.Policy(CueRecall(2).observation_space, CueRecall(2).action_space,
+                          {"model": {"custom_model": NoisyGRU, "custom_model_config": {"width": 5}}}, seed=0)
+    policy.export_model(tmp_path / "pt", extra_outputs=["value"])
+    program = torch.export.load(str(tmp_path / "pt" / "model.pt2")).module()
+
+    def torch_step(obs, state):
+        with torch.inference_mode():
+            action, _logits, h, _value = program(torch.from_numpy(obs), torch.from_numpy(state[0]))
+        return action.numpy(), [h.numpy()]
+
+    assert run_episodes(policy, torch_step, CueRecall(2)) == 9
+    assert policy.model.training
+
 def test_native_model_files_in_checkpoints_and_a_state_of_three_components(tmp_path):
     policy = cairn.Policy(gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2), {"model": LSTM},
                           seed=0)
