@@ -28,27 +28,44 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
+def _same_array(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether two arrays hold the same values (NaN where the other has NaN counts as equal)."""
+    if x.shape != y.shape:
+        return False
+    if np.issubdtype(x.dtype, np.inexact) or np.issubdtype(y.dtype, np.inexact):
+        return bool(np.array_equal(x, y, equal_nan=True))
+    return bool(np.array_equal(x, y))
+
+
 def weight_changes(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """``{"l2": ..., "max_abs": ..., "params": {name: {"l2", "max_abs"} | {"change": ...}}}``
+    """``{"l2": ..., "max_abs": ..., "params": {name: {"changed", "l2", "max_abs"} | {"change": ...}}}``
     between two ``{name: array}`` weight dicts; l2 is the norm over all shared, same-shaped
-    parameters, as if they were one vector."""
+    parameters, as if they were one vector. ``changed`` says whether the values differ at all:
+    a weight that became NaN (or infinite) has an l2 of NaN, which no comparison with 0 sees."""
     params: dict[str, Any] = {}
-    total_sq, total_max = 0.0, 0.0
+    squares, maxima = [0.0], [0.0]
     for name in sorted(set(a) | set(b)):
         if name not in b or name not in a:
             params[name] = {"change": f"only in {'A' if name in a else 'B'}"}
             continue
-        x, y = np.asarray(a[name], dtype=np.float64), np.asarray(b[name], dtype=np.float64)
+        x, y = np.asarray(a[name]), np.asarray(b[name])
         if x.shape != y.shape:
             params[name] = {"change": f"shape {list(x.shape)} -> {list(y.shape)}"}
             continue
-        delta = y - x
+        if x.dtype != y.dtype:
+            params[name] = {"change": f"dtype {x.dtype} -> {y.dtype}"}
+            continue
+        changed = not _same_array(x, y)
+        delta = y.astype(np.float64) - x.astype(np.float64)
+        if not changed:
+            delta = np.zeros_like(delta)  # NaN - NaN at the same place is no change
         l2 = float(np.sqrt(np.sum(delta * delta)))
         max_abs = float(np.max(np.abs(delta))) if delta.size else 0.0
-        params[name] = {"l2": l2, "max_abs": max_abs}
-        total_sq += l2 * l2
-        total_max = max(total_max, max_abs)
-    return {"l2": float(np.sqrt(total_sq)), "max_abs": total_max, "params": params}
+        params[name] = {"changed": changed, "l2": l2, "max_abs": max_abs}
+        squares.append(l2 * l2)
+        maxima.append(max_abs)
+    # np.max, not max(): a NaN among them makes the total NaN instead of being skipped.
+    return {"l2": float(np.sqrt(np.sum(squares))), "max_abs": float(np.max(maxima)), "params": params}
 
 
 def flat_differences(a: Any, b: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
@@ -111,15 +128,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(json_safe(diff), indent=2))
         return 0
-    changed = [pid for pid, change in diff["policies"].items() if change["l2"] > 0 or any(
-        "change" in p for p in change["params"].values())]
+    changed = [pid for pid, change in diff["policies"].items()
+               if any(p.get("changed", True) for p in change["params"].values())]
     print(f"weights ({len(changed)} of {len(diff['policies'])} shared policies changed):")
     for pid, change in diff["policies"].items():
         print(f"  {pid}: L2 {change['l2']:.6g}, max abs {change['max_abs']:.6g}")
         for name, param in change["params"].items():
             if "change" in param:
                 print(f"    {name}: {param['change']}")
-            elif param["l2"] > 0:
+            elif param["changed"]:
                 print(f"    {name}: L2 {param['l2']:.6g}, max abs {param['max_abs']:.6g}")
     for side in ("a", "b"):
         if diff[f"only_in_{side}"]:

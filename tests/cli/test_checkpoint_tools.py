@@ -263,3 +263,27 @@ def test_checkpoint_tools_take_urls_as_given(ppo_algo, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"memory:/{name}: content hash")
     fs.rm("/cli-tools", recursive=True)
+
+
+def test_diff_counts_a_weight_that_became_nan_as_changed(ppo_algo, tmp_path, capsys):
+    """NaN - x is NaN, and NaN > 0 is False: a weight that became NaN was reported as no change
+    ("0 of 1 shared policies changed", "no differences"), the one change a user most needs."""
+    import torch
+
+    ppo_algo.train()
+    ppo_algo.save(tmp_path / "a")
+    with torch.no_grad():
+        next(iter(ppo_algo.get_policy().model.parameters()))[0, 0] = float("nan")
+    ppo_algo.save(tmp_path / "b")
+    assert main(["checkpoint", "diff", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    text = capsys.readouterr().out
+    assert "weights (1 of 1 shared policies changed):" in text and "  actor.0.weight: L2 nan" in text
+    assert text.splitlines()[-1] != "no differences"
+    assert main(["checkpoint", "diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    params = json.loads(capsys.readouterr().out)["policies"]["default_policy"]["params"]
+    assert [name for name, p in params.items() if p["changed"]] == [next(iter(
+        ppo_algo.get_policy().model.state_dict()))]
+    # The same NaN on both sides is no difference.
+    assert main(["checkpoint", "diff", str(tmp_path / "b"), str(tmp_path / "b")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "no differences"
+
