@@ -1,6 +1,7 @@
 """``cairn checkpoint diff A B``: how two checkpoints differ: each policy's weights (L2 norm
 of the difference and largest absolute change, per policy and per parameter), policies only
-in one of them, and config settings, counters and iteration."""
+in one of them, config settings, counters and iteration, and the rest of the state a resume
+continues from (optimizer, observation filters, random generators, env runners, ...)."""
 
 from __future__ import annotations
 
@@ -68,8 +69,35 @@ def weight_changes(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> 
     return {"l2": float(np.sqrt(np.sum(squares))), "max_abs": float(np.max(maxima)), "params": params}
 
 
+def _has_structure(value: Any) -> bool:
+    return isinstance(value, (Mapping, np.ndarray)) or (
+        isinstance(value, (list, tuple)) and any(_has_structure(v) for v in value))
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """``a == b`` for plain values (lists of them too), with NaN equal to NaN."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return bool(a == b)
+
+
+def _shown(value: Any) -> Any:
+    """``value`` with arrays replaced by ``<array [shape] dtype>`` (for the report)."""
+    if isinstance(value, np.ndarray):
+        return f"<array {list(value.shape)} {value.dtype}>"
+    if isinstance(value, Mapping):
+        return {k: _shown(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_shown(v) for v in value]
+    return value
+
+
 def flat_differences(a: Any, b: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
-    """``{"dotted.key": (value in a, value in b)}`` for every leaf that differs."""
+    """``{"dotted.key": (value in a, value in b)}`` for every leaf that differs. Lists of the
+    same length that hold dicts or arrays are compared item by item (``env_runners.0.rng``);
+    arrays are compared by value (NaN equal to NaN) and shown as ``<array [shape] dtype>``."""
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         out: dict[str, tuple[Any, Any]] = {}
         for key in sorted(set(a) | set(b), key=str):
@@ -78,13 +106,23 @@ def flat_differences(a: Any, b: Any, prefix: str = "") -> dict[str, tuple[Any, A
         return out
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         same = (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
-                and a.shape == b.shape and np.array_equal(a, b))
-        return {} if same else {prefix[:-1]: ("<array>", "<array>")}
-    return {} if a == b else {prefix[:-1]: (a, b)}
+                and a.dtype == b.dtype and _same_array(a, b))
+        return {} if same else {prefix[:-1]: (_shown(a), _shown(b))}
+    if (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
+            and (_has_structure(a) or _has_structure(b))):
+        out = {}
+        for index, (x, y) in enumerate(zip(a, b)):
+            out.update(flat_differences(x, y, f"{prefix}{index}."))
+        return out
+    return {} if _equal(a, b) else {prefix[:-1]: (_shown(a), _shown(b))}
 
 
-def _read(checkpoint: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """(type, {policy_id: policy state}, the settings to compare)."""
+#: Parts of an Algorithm state compared as settings or weights; the rest is "state".
+_NOT_STATE = ("config", "iteration", "counters", "policies", "policy_ids", "algorithm_class")
+
+
+def _read(checkpoint: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(type, {policy_id: policy state}, the settings to compare, the rest of the state)."""
     from cairn.checkpoint import get_checkpoint_info, load_algorithm_state, load_policy_state
 
     kind = get_checkpoint_info(checkpoint)["type"]
@@ -92,17 +130,20 @@ def _read(checkpoint: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
         state = load_algorithm_state(checkpoint)
         settings = {"config": state.get("config"), "iteration": state.get("iteration"),
                     "counters": state.get("counters")}
-        return kind, state["policies"], settings
+        return kind, state["policies"], settings, {k: v for k, v in state.items() if k not in _NOT_STATE}
     state = load_policy_state(checkpoint)
-    return kind, {"policy": state}, {"spec": state.get("spec")}
+    return kind, {"policy": state}, {"spec": state.get("spec")}, {}
 
 
 def diff_checkpoints(a: str, b: str) -> dict[str, Any]:
     """The differences of checkpoints ``a`` and ``b``: ``policies`` (``{policy_id:
-    weight_changes}``), ``only_in_a``, ``only_in_b`` (policy IDs) and ``settings``
-    (``{key: [a, b]}``; a Policy checkpoint's policy is called ``"policy"``)."""
-    kind_a, policies_a, settings_a = _read(a)
-    kind_b, policies_b, settings_b = _read(b)
+    weight_changes}``), ``only_in_a``, ``only_in_b`` (policy IDs), ``settings``
+    (``{key: [a, b]}``: config, iteration, counters, policy specs) and ``state`` (the same form,
+    for everything else a resume continues from: each policy's optimizer, observation filter,
+    exploration, counters and generators, and the algorithm's generators, env runners, recent
+    episodes and components). A Policy checkpoint's policy is called ``"policy"``."""
+    kind_a, policies_a, settings_a, state_a = _read(a)
+    kind_b, policies_b, settings_b, state_b = _read(b)
     settings = flat_differences(settings_a, settings_b)
     if kind_a != kind_b:
         settings["type"] = (kind_a, kind_b)
@@ -113,13 +154,26 @@ def diff_checkpoints(a: str, b: str) -> dict[str, Any]:
     for pid in shared:
         for key, values in flat_differences(policies_a[pid].get("spec"), policies_b[pid].get("spec")).items():
             settings[f"policies.{pid}.spec.{key}"] = values
+    state = flat_differences(state_a, state_b) if kind_a == kind_b else {}
+    for pid in shared:
+        rest_a, rest_b = ({k: v for k, v in policy.items() if k not in ("spec", "weights")}
+                          for policy in (policies_a[pid], policies_b[pid]))
+        for key, values in flat_differences(rest_a, rest_b).items():
+            state[f"policies.{pid}.{key}"] = values
     return {
         "policies": {pid: weight_changes(policies_a[pid]["weights"], policies_b[pid]["weights"])
                      for pid in shared},
         "only_in_a": [pid for pid in policies_a if pid not in policies_b],
         "only_in_b": [pid for pid in policies_b if pid not in policies_a],
         "settings": {key: list(values) for key, values in settings.items()},
+        "state": {key: list(values) for key, values in state.items()},
     }
+
+
+def _state_part(key: str) -> str:
+    """The part of the state a differing key belongs to: ``policies.<id>.optimizer``, ``rng``."""
+    parts = key.split(".")
+    return ".".join(parts[:3] if parts[0] == "policies" else parts[:1])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,6 +201,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {key}: {json.dumps(json_safe(x))} -> {json.dumps(json_safe(y))}")
     else:
         print("settings: no differences")
-    if not changed and not diff["settings"] and not diff["only_in_a"] and not diff["only_in_b"]:
+    if diff["state"]:  # many values (generators, env states, optimizer moments): counted per part
+        counts: dict[str, int] = {}
+        for key in diff["state"]:
+            counts[_state_part(key)] = counts.get(_state_part(key), 0) + 1
+        print(f"state ({len(diff['state'])} values differ; --json lists them):")
+        for part, count in counts.items():
+            print(f"  {part}: {count} value{'s differ' if count > 1 else ' differs'}")
+    else:
+        print("state: no differences")
+    if (not changed and not diff["settings"] and not diff["state"] and not diff["only_in_a"]
+            and not diff["only_in_b"]):
         print("no differences")
     return 0

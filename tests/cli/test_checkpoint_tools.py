@@ -287,3 +287,31 @@ def test_diff_counts_a_weight_that_became_nan_as_changed(ppo_algo, tmp_path, cap
     assert main(["checkpoint", "diff", str(tmp_path / "b"), str(tmp_path / "b")]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "no differences"
 
+
+
+def test_diff_reports_optimizer_filter_and_generator_state(ppo_algo, tmp_path, capsys):
+    """Checkpoints with the same weights and settings but another optimizer state (or
+    observation filter, random generators, env runners) were reported as "no differences":
+    a resume from either computes different numbers."""
+    ppo_algo.train()
+    ppo_algo.save(tmp_path / "a")
+    for state in ppo_algo.get_policy().optimizer.state.values():
+        state["exp_avg"].mul_(0.5)
+    ppo_algo.save(tmp_path / "b")
+    assert main(["checkpoint", "diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    diff = json.loads(capsys.readouterr().out)
+    assert diff["settings"] == {} and diff["policies"]["default_policy"]["l2"] == 0.0
+    changed = sorted(diff["state"])
+    assert changed and all(key.startswith("policies.default_policy.optimizer.state.") for key in changed)
+    assert all(key.endswith(".exp_avg") for key in changed)
+    assert main(["checkpoint", "diff", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[-1] != "no differences"
+    assert f"  policies.default_policy.optimizer: {len(changed)} values differ" in text
+    ppo_algo.train()  # generators, env runners, episodes and counters move on
+    ppo_algo.save(tmp_path / "c")
+    assert main(["checkpoint", "diff", str(tmp_path / "b"), str(tmp_path / "c"), "--json"]) == 0
+    parts = {key.split(".")[0] for key in json.loads(capsys.readouterr().out)["state"]}
+    assert {"rng", "env_runners", "recent_episodes", "policies"} <= parts
+    assert main(["checkpoint", "diff", str(tmp_path / "c"), str(tmp_path / "c"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == {}
