@@ -327,8 +327,7 @@ def _resume(args: argparse.Namespace) -> int:
 
     given = [flag for flag, value in (("--algo", args.algo), ("--env", args.env), ("--seed", args.seed),
                                       ("--out", args.out)) if value is not None]
-    if args.overwrite:
-        given.append("--overwrite")
+    given += [flag for flag, on in (("--overwrite", args.overwrite), ("--league", args.league)) if on]
     files = [item for item in args.config if not is_assignment(item)]
     if given or files:
         raise ArgumentsError(f"--resume continues a run as it was configured; "

@@ -242,3 +242,16 @@ def test_repeated_config_options_all_apply():
     args = build_parser().parse_args(["train", "--config", "train_batch_size=128", "lr=0.01",
                                       "--config", "num_epochs=1", "--config", "lr=0.02"])
     assert args.config == ["train_batch_size=128", "lr=0.01", "num_epochs=1", "lr=0.02"]
+
+
+def test_resume_refuses_league_instead_of_ignoring_it(tmp_path, capsys):
+    """--league with --resume trained on without a league and exited 0: the flag was dropped
+    silently (a league is part of the run's config, which --resume continues as it was)."""
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--stop-iters", "1", "--out", str(run), "-q"]) == 0
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--league", "--stop-iters", "2", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "cairn train: error: --resume continues a run as it was configured; leave out --league" in err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
