@@ -342,8 +342,19 @@ def _resume(args: argparse.Namespace) -> int:
     if (run_dir / RUN_FILE).is_file():
         saved = json.loads((run_dir / RUN_FILE).read_text())
     _, overrides = _settings(args)
+    if "seed" in overrides:  # as --seed: the checkpoint's generators go on, whatever the config says
+        raise UsageError(f"--resume {args.resume}: seed={json.dumps(overrides['seed'])} would not apply: the "
+                         "run's random generators go on from its checkpoint (config.json would name a seed "
+                         f"the run does not use). Leave it out, or start a new run with it: --config "
+                         f"{run_dir / 'config.json'} --seed {overrides['seed']} --out NEW_RUN.")
     algo = Algorithm.from_checkpoint(latest, config_overrides=overrides or None)
     try:
+        unapplied = _unapplied_policy_settings(algo, overrides)
+        if unapplied:
+            raise UsageError(f"--resume {args.resume}: {'; '.join(unapplied)}: the run's policies keep the "
+                             "settings they were built with, so this would be written to config.json but not "
+                             "used. Leave it out, or start a new run with it: --config "
+                             f"{run_dir / 'config.json'} KEY=VALUE --out NEW_RUN.")
         attach_loggers(algo, args)
         settings = {**saved, "algo": type(algo).__name__, "stop": _stop_settings(args, saved.get("stop")),
                     "checkpoint_every": args.checkpoint_every or saved.get("checkpoint_every"),
@@ -365,6 +376,32 @@ def _resume(args: argparse.Namespace) -> int:
         return _train_run(algo, run_dir, args, settings, log, state)
     finally:
         algo.stop()
+
+
+def _unapplied_policy_settings(algo: Algorithm, overrides: dict[str, Any]) -> list[str]:
+    """The ``KEY=VALUE`` settings of a resume that the restored policies do not take: a policy
+    is rebuilt from its stored settings (its network, its observation filter, DQN's epsilon
+    schedule, ...) and only some of them (``lr``, SAC's learning rates) follow the restored
+    config. One ``key: this value, the run's policy <id> keeps <value>`` line each; a model
+    class reference (``custom_model``), which a restore does put into the policies, is not
+    listed."""
+    from cairn.policy.custom_model import MODEL_CLASS_KEYS
+
+    found = []
+    for pid, policy in algo.policies.items():
+        wanted, kept = algo.config.policy_config(pid), policy.config
+        for key in overrides:
+            if key not in wanted or key not in kept:
+                continue
+            if key == "model" and isinstance(overrides[key], dict):
+                pairs = [(f"model.{name}", wanted["model"].get(name), kept["model"].get(name))
+                         for name in overrides[key] if name not in (*MODEL_CLASS_KEYS, "keras_model")]
+            else:
+                pairs = [(key, wanted[key], kept[key])]
+            found += [f"{name}={json.dumps(given, default=str)} (policy {pid!r} keeps "
+                      f"{json.dumps(stored, default=str)})"
+                      for name, given, stored in pairs if given != stored]
+    return found
 
 
 def run(args: argparse.Namespace) -> int:

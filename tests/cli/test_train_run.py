@@ -255,3 +255,29 @@ def test_resume_refuses_league_instead_of_ignoring_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cairn train: error: --resume continues a run as it was configured; leave out --league" in err
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+
+def test_resume_refuses_settings_a_restore_does_not_apply(tmp_path, capsys):
+    """KEY=VALUE settings that a restore cannot apply were written to config.json and then not
+    used: seed=5 (the run's generators go on from the checkpoint: the rows equal those of a
+    resume without it) and the settings each stored policy was built with (its network,
+    its observation filter, DQN's epsilon schedule...). config.json then described a run that
+    never happened, and --config RUN/config.json trained another one. Now they are refused;
+    settings that do apply (lr) still go through."""
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--seed", "0", "--stop-iters", "1", "--out", str(run), "-q"]) == 0
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    for setting, shown in (("seed=5", "seed=5"), ("observation_filter=MeanStdFilter", "observation_filter"),
+                           ('model={"hidden": [8]}', "model.hidden")):
+        capsys.readouterr()
+        resume = ["train", "--resume", str(run), "--config", setting, "--stop-iters", "2", "-q"]
+        assert main(resume) == 2, setting
+        err = capsys.readouterr().err
+        assert f"cairn: error: --resume {run}: {shown}" in err, err
+        assert "--out NEW_RUN" in err  # the fix: a new run with the setting
+        assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    assert main(["train", "--resume", str(run), "--config", "lr=0.001", "--stop-iters", "2", "-q"]) == 0
+    assert json.loads((run / "config.json").read_text())["lr"] == 0.001
+    restored = cairn.Algorithm.from_checkpoint(run / "checkpoints" / "checkpoint_000002")
+    assert restored.get_policy().config["lr"] == 0.001
+    restored.stop()
