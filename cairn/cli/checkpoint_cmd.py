@@ -52,15 +52,18 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def info(args: argparse.Namespace) -> int:
     """``cairn checkpoint info``: the manifest summary (without the file list) as JSON, or
-    with ``--component`` the summary of one component
+    with ``--component`` the summary of one component; a run directory (or its
+    ``checkpoints/`` folder) means its newest committed checkpoint, which ``checkpoint_dir`` names
     (:func:`cairn.checkpoint.components.component_info`)."""
     from cairn.checkpoint import get_checkpoint_info
     from cairn.checkpoint.components import component_info
+    from cairn.cli.run_checkpoints import checkpoint_or_latest_of_run
 
+    checkpoint = checkpoint_or_latest_of_run(args.checkpoint)  # a run directory: its newest checkpoint
     if args.component is not None:
-        summary = component_info(args.checkpoint, args.component)
+        summary = component_info(checkpoint, args.component)
     else:
-        summary = get_checkpoint_info(args.checkpoint)
+        summary = get_checkpoint_info(checkpoint)
     summary.pop("files", None)
     print(json.dumps(summary, indent=2))
     return 0

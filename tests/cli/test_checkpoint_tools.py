@@ -315,3 +315,15 @@ def test_diff_reports_optimizer_filter_and_generator_state(ppo_algo, tmp_path, c
     assert {"rng", "env_runners", "recent_episodes", "policies"} <= parts
     assert main(["checkpoint", "diff", str(tmp_path / "c"), str(tmp_path / "c"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == {}
+
+
+def test_info_of_a_run_directory_shows_its_latest_checkpoint(trained_run, capsys):
+    """`cairn info RUN` failed ('has no cairn_checkpoint.json') where evaluate, export and league
+    take a run directory; it now summarises the run's newest checkpoint, named in the output."""
+    for argv in (["info"], ["checkpoint", "info"]):
+        for where in (trained_run, trained_run / "checkpoints"):
+            assert main([*argv, str(where)]) == 0
+            info = json.loads(capsys.readouterr().out)
+            assert Path(info["checkpoint_dir"]).name == "checkpoint_000003" and info["type"] == "Algorithm"
+    assert main(["info", str(trained_run), "--component", "policies/default_policy"]) == 0
+    assert json.loads(capsys.readouterr().out)["type"] == "Policy"
