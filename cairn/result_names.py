@@ -10,6 +10,7 @@ of progress.csv and TensorBoard (:mod:`cairn.cli.runlog`), the metrics MLflow an
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -34,8 +35,15 @@ def flat_result(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def is_finite_number(value: Any) -> bool:
-    """An int or float (not a bool) that is finite."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A real number (not a bool) that is finite: an int or float, and numpy's scalars
+    (``np.float32``, ``np.int64``: registered as :class:`numbers.Real`), which a metric computed
+    with numpy is.
+
+    >>> import numpy as np
+    >>> [is_finite_number(v) for v in (1, 2.5, np.float32(3), np.int64(4), True, float("nan"), "5")]
+    [True, True, True, True, False, False, False]
+    """
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def flat_metrics(result: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:

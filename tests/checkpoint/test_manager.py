@@ -63,6 +63,27 @@ def test_keep_best_keeps_the_best_by_a_dotted_metric_as_well(algo, tmp_path, mod
     assert kept[1].metric is None
 
 
+@pytest.mark.parametrize("kind", ["float32", "float16", "int64"])
+def test_keep_best_takes_a_numpy_number_as_the_metric(algo, tmp_path, kind):
+    """A metric computed with numpy (np.float32(np.mean(...)), an np.int64 count) is a number;
+    it was taken for "not a finite number", never counted as best, and the best checkpoint was
+    deleted as soon as keep_last no longer covered it."""
+    import numpy as np
+
+    number = getattr(np, kind)
+    manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=("score", "max"))
+    for i, value in [(1, 3), (2, 9), (3, 1), (4, 2)]:
+        _save_at(manager, algo, i, {"training_iteration": i, "score": number(value)})
+    assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(2, 9.0), (4, 2.0)]
+    assert manager.best() == str(tmp_path / checkpoint_name(2))
+    _save_at(manager, algo, 5, {"training_iteration": 5, "nested": {"score": number(7)}, "score": None})
+    assert manager.checkpoints()[-1].metric is None  # None stays "no value"
+    manager = cairn.CheckpointManager(tmp_path / "nested", keep_last=1, keep_best=("nested/score", "min"))
+    for i, value in [(1, 3), (2, 1), (3, 5)]:
+        _save_at(manager, algo, i, {"training_iteration": i, "nested": {"score": number(value)}})
+    assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(2, 1.0), (3, 5.0)]
+
+
 def _league_result(iteration: int, win_rate: dict) -> dict:
     return {"training_iteration": iteration, "episode_return_mean": 0.0,
             "league": {"rating": {"main": 25.0, "random_legal": 25.0}, "win_rate": win_rate, "games": 4}}
