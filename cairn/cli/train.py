@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from pathlib import Path
@@ -313,6 +314,9 @@ def _check_counts(args: argparse.Namespace) -> None:
                         ("--stop-iters", args.stop_iters), ("--stop-timesteps", args.stop_timesteps)):
         if value is not None and value < (0 if flag == "--keep" else 1):
             raise UsageError(f"{flag} {value}: expected an int of at least {0 if flag == '--keep' else 1}.")
+    if args.stop_reward is not None and not math.isfinite(args.stop_reward):  # NaN is never reached
+        raise UsageError(f"--stop-reward {args.stop_reward}: expected a finite number (the "
+                         "episode_return_mean at which to stop).")
     if args.tensorboard:
         try:
             import tensorboardX  # noqa: F401

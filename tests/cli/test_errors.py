@@ -96,3 +96,15 @@ def test_a_command_without_stdout_at_all_still_runs():
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120,
                           preexec_fn=lambda: __import__("os").close(1))
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("reward", ["nan", "inf", "-inf"])
+def test_a_stop_reward_that_is_not_finite_is_refused(tmp_path, capsys, reward):
+    """--stop-reward nan was accepted and never met (NaN >= anything is False), so the run
+    trained on as if no reward criterion had been given (alone, for ever); -inf was met by the
+    first episode."""
+    out = tmp_path / "run"
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", f"--stop-reward={reward}",
+                 "--stop-iters", "1", "--out", str(out), "-q"]) == 2
+    assert f"cairn: error: --stop-reward {float(reward)}: expected a finite number" in capsys.readouterr().err
+    assert not out.exists()
