@@ -238,6 +238,17 @@ def _should_stop(stop: dict[str, Any], result: dict[str, Any]) -> bool:
             or bool(result.get("done")))  # a callback's on_train_result asked to stop
 
 
+class _InsideIteration(KeyboardInterrupt):
+    """A KeyboardInterrupt that our SIGINT handler did not turn into a request (raised by code,
+    or where the handler is not installed) inside ``train()`` before the iteration counted:
+    the learners may have updated part of it, and the counters moved on, so the algorithm is
+    in a state that no run computes and that must not be saved (docs/fault-tolerance.md)."""
+
+    def __init__(self, iteration: int) -> None:
+        super().__init__(iteration)
+        self.iteration = iteration
+
+
 def _loop(algo: Algorithm, log: RunLog, reporter: Reporter, stop: dict[str, Any], manager: CheckpointManager,
           interrupt: InterruptRequest, last: list[dict[str, Any]]) -> tuple[str | None, bool]:
     """Train until a stop criterion or Ctrl-C, saving when the manager says a save is due;
@@ -246,7 +257,13 @@ def _loop(algo: Algorithm, log: RunLog, reporter: Reporter, stop: dict[str, Any]
     saved_at: tuple[int, str] | None = None
     time_total = log.time_offset
     while not interrupt.requested:
-        result = algo.train()
+        before = algo.iteration
+        try:
+            result = algo.train()
+        except KeyboardInterrupt:
+            if algo.iteration == before:  # the learners may be part-way: no state to save
+                raise _InsideIteration(before + 1) from None
+            raise
         time_total += result["time_this_iter_s"]
         result = {**result, "time_total_s": time_total}  # what the run log reports beyond train()
         last[:] = [result]
@@ -275,9 +292,14 @@ def _train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, setting
         try:
             try:
                 latest, interrupted = _loop(algo, log, reporter, settings["stop"], manager, interrupt, last)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 if interrupt.requested:  # the second Ctrl-C: the user wants out now
                     return _not_saved()
+                if isinstance(exc, _InsideIteration):  # a save would replace a checkpoint by a part-way state
+                    print(f"cairn train: interrupted inside iteration {exc.iteration}, whose state is "
+                          "part-way: no checkpoint saved; the run's earlier checkpoints are unchanged.",
+                          file=sys.stderr)
+                    return EXIT_INTERRUPTED
                 interrupt.requested = True  # raised outside our handler: save what there is
                 latest, interrupted = None, True
             try:

@@ -281,3 +281,38 @@ def test_resume_refuses_settings_a_restore_does_not_apply(tmp_path, capsys):
     restored = cairn.Algorithm.from_checkpoint(run / "checkpoints" / "checkpoint_000002")
     assert restored.get_policy().config["lr"] == 0.001
     restored.stop()
+
+
+def test_an_interrupt_inside_an_iteration_does_not_replace_a_checkpoint(tmp_path, capsys, monkeypatch):
+    """A KeyboardInterrupt that our SIGINT handler did not catch (raised by code, or where the
+    handler is not installed) in the middle of train() was answered by a forced save of the
+    algorithm as it was: learners part-way through the iteration, its counter not yet moved on.
+    That replaced the iteration's good checkpoint (forced saves of an iteration already saved
+    replace it) with a state no run computes, and --resume went on from it without a word."""
+    from cairn.algorithms.ppo.ppo import PPO
+
+    run = tmp_path / "run"
+    real_step = PPO.training_step
+
+    def interrupted_in_the_second(self):
+        stats = real_step(self)
+        if self.iteration == 1:  # the learners have updated; iteration 2 is not counted yet
+            raise KeyboardInterrupt
+        return stats
+
+    monkeypatch.setattr(PPO, "training_step", interrupted_in_the_second)
+    checkpoint = run / "checkpoints" / "checkpoint_000001"
+    assert main([*TRAIN, "--stop-iters", "3", "--checkpoint-every", "1", "--out", str(run), "-q"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted inside iteration 2" in err and "no checkpoint saved" in err, err
+    weights = cairn.Algorithm.from_checkpoint(checkpoint)
+    try:
+        assert weights.iteration == 1
+        rows = _rows(run)
+        assert [r["training_iteration"] for r in rows] == ["1"]
+        # The checkpoint is the one the first iteration saved: its counters match the row.
+        assert weights.counters["num_env_steps_sampled_lifetime"] == int(rows[0]["timesteps"])
+        # One epoch of 2 minibatches: the second iteration's updates are not in it.
+        assert weights.get_policy().get_state()["counters"]["num_grad_updates"] == 2
+    finally:
+        weights.stop()
