@@ -90,12 +90,19 @@ def _metrics_by_iteration(run_dir: str) -> dict[int, float]:
 
 def ls(args: argparse.Namespace) -> int:
     """``cairn checkpoint ls ROOT``."""
+    from cairn.checkpoint.format import MANIFEST_FILE
     from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, list_checkpoints
 
     root = os.path.expanduser(args.root)
     if not os.path.isdir(root):
         raise UsageError(f"{args.root} is not a directory; pass a run directory of cairn train or the folder "
                          "of its checkpoints.")
+    if os.path.isfile(os.path.join(root, MANIFEST_FILE)):  # not "no checkpoints in CKPT"
+        parent = os.path.dirname(os.path.abspath(root))
+        run_dir = os.path.dirname(parent) if os.path.basename(parent) == CHECKPOINTS_DIR else parent
+        raise UsageError(f"{args.root} is a checkpoint, not a run directory or a folder of checkpoints; "
+                         f"its summary: cairn checkpoint info {args.root}; its run's checkpoints: "
+                         f"cairn checkpoint ls {run_dir}")
     nested = os.path.join(root, CHECKPOINTS_DIR)
     folder, run_dir = ((nested, root) if os.path.isdir(nested)
                        else (root, os.path.dirname(os.path.abspath(root))))

@@ -327,3 +327,13 @@ def test_info_of_a_run_directory_shows_its_latest_checkpoint(trained_run, capsys
             assert Path(info["checkpoint_dir"]).name == "checkpoint_000003" and info["type"] == "Algorithm"
     assert main(["info", str(trained_run), "--component", "policies/default_policy"]) == 0
     assert json.loads(capsys.readouterr().out)["type"] == "Policy"
+
+
+def test_ls_of_a_checkpoint_says_what_to_pass(trained_run, capsys):
+    """`cairn checkpoint ls CKPT` printed "no checkpoints in CKPT" and exited 0, as if the run
+    had none; a checkpoint is not a root of checkpoints, and the error says what is."""
+    ckpt = _ckpt(trained_run, 3)
+    assert main(["checkpoint", "ls", str(ckpt)]) == 2
+    err = capsys.readouterr().err
+    assert f"cairn: error: {ckpt} is a checkpoint, not a run directory" in err
+    assert f"cairn checkpoint info {ckpt}" in err and f"cairn checkpoint ls {trained_run}" in err
