@@ -208,6 +208,22 @@ def plot_league(run_dirs: Sequence[str], out: str, *, x: str = "timesteps",
         plt.close(fig)
 
 
+def _check_out(out: str) -> None:
+    """Refuse an ``--out`` that matplotlib cannot write (an unknown or missing extension, which
+    it would replace by .png: the image would not be where the command says) or whose folder is
+    missing, before any run is read."""
+    from matplotlib.figure import Figure
+
+    suffix = os.path.splitext(out)[1].lower()
+    formats = Figure().canvas.get_supported_filetypes()
+    if suffix[1:] not in formats:
+        raise UsageError(f"--out {out}: matplotlib writes no '{suffix}' image; name a .png, .svg or .pdf "
+                         f"file (it writes {', '.join('.' + f for f in sorted(formats))}).")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--out {out}: the folder {parent} does not exist; create it first.")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``cairn plot``."""
     size = _parse_size(args.size)
@@ -217,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UsageError("cairn plot needs matplotlib: pip install 'cairn-rl[cli]'.") from None
+    _check_out(args.out)
     if args.league:
         plot_league(args.runs, args.out, x=args.x, size=size, title=args.title)
     else:

@@ -46,6 +46,21 @@ def test_plot_usage_errors(trained_run, tmp_path, capsys, argv, message):
     assert message in error and len(error.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("out, message", [
+    ("c.xyz", "--out {out}: matplotlib writes no '.xyz' image; name a .png, .svg or .pdf file"),
+    ("c", "--out {out}: matplotlib writes no '' image; name a .png, .svg or .pdf file"),
+    ("missing/c.png", "--out {out}: the folder {parent} does not exist; create it first"),
+])
+def test_plot_refuses_an_out_it_cannot_write_before_drawing(trained_run, tmp_path, capsys, out, message):
+    """An --out of an unknown format or in a missing folder failed only after every run was read and
+    drawn, with exit status 1 and Python's error ("FileNotFoundError: ..."); it is a bad argument."""
+    path = tmp_path / out
+    assert main(["plot", str(trained_run), "--out", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert message.format(out=path, parent=path.parent) in error and len(error.strip().splitlines()) == 1
+    assert not path.parent.exists() or list(path.parent.iterdir()) == []
+
+
 @pytest.fixture(scope="module")
 def league_run(tmp_path_factory):
     """A connect-four league run of cairn train: a snapshot each iteration, at most two in the
