@@ -202,7 +202,9 @@ def space_from_json(data: Any, _depth: int = 0) -> gym.Space[Any]:
             if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
                 raise ValueError(f"Dict entries must be [key, space] pairs, got {item!r:.200}")
             items.append((item[0], space_from_json(item[1], _depth + 1)))
-        return gym.spaces.Dict(dict(items))
+        # Pairs, not a dict: gymnasium sorts a dict's keys, and the stored order is the order
+        # gymnasium.spaces.flatten (hence the policy's network) reads the parts in.
+        return gym.spaces.Dict(items)
     raise ValueError(f"unknown space type {kind!r}")
 
 

@@ -1,3 +1,5 @@
+from collections import OrderedDict
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -54,3 +56,22 @@ def test_preprocessor_shapes():
 def test_preprocessor_rejects_unsupported():
     with pytest.raises(ValueError, match="Unsupported observation space"):
         ObservationPreprocessor(gym.spaces.Text(5))
+
+
+@pytest.mark.parametrize("build", [
+    lambda parts: gym.spaces.Dict(OrderedDict(parts)),
+    lambda parts: gym.spaces.Dict(dict(parts), sort_keys=False),
+    lambda parts: gym.spaces.Dict(parts),
+], ids=["OrderedDict", "sort_keys=False", "pairs"])
+def test_json_round_trip_keeps_dict_key_order(build):
+    """A Dict's key order is its flattening order (what the network reads where): a restored
+    space with its keys sorted would feed a policy's network its inputs in another order."""
+    parts = [("z", gym.spaces.Box(-1, 1, (2,))),
+             ("a", gym.spaces.Dict(OrderedDict([("y", gym.spaces.Discrete(2)),
+                                                ("b", gym.spaces.MultiBinary(1))])))]
+    space = build(parts)
+    assert list(space.spaces) == ["z", "a"]  # gymnasium keeps this order: so must cairn
+    back = space_from_json(space_to_json(space))
+    assert list(back.spaces) == ["z", "a"] and list(back["a"].spaces) == ["y", "b"]
+    obs = space.sample()
+    np.testing.assert_array_equal(gym.spaces.flatten(back, obs), gym.spaces.flatten(space, obs))

@@ -1,6 +1,7 @@
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 import cairn
 from cairn.errors import ConfigError
@@ -131,3 +132,23 @@ def test_from_spec_refuses_a_policy_class_that_is_not_a_policy():
                             action_space=gym.spaces.Discrete(2))
     with pytest.raises(ConfigError, match="NotAPolicy.*not a subclass of cairn.Policy"):
         cairn.Policy.from_spec(spec)
+
+
+def test_restored_policy_reads_dict_observations_in_their_key_order(tmp_path):
+    """A Dict observation space whose keys are not sorted (an OrderedDict, or sort_keys=False)
+    comes back from a checkpoint in the same order: the restored policy's network reads each
+    key's values where the trained one did, so both choose the same actions."""
+    from collections import OrderedDict
+
+    space = gym.spaces.Dict(OrderedDict([("z", gym.spaces.Box(-1.0, 1.0, (2,))),
+                                         ("a", gym.spaces.Discrete(3))]))
+    policy = cairn.Policy(space, gym.spaces.Discrete(4), seed=0)
+    with torch.no_grad():
+        policy.model.action_head.weight.mul_(100.0)  # logits of order one: no argmax ties
+    policy.export_checkpoint(tmp_path / "ckpt")
+    restored = cairn.Policy.from_checkpoint(tmp_path / "ckpt")
+    assert list(restored.observation_space.spaces) == ["z", "a"]
+    space.seed(0)
+    obs = [space.sample() for _ in range(200)]
+    np.testing.assert_array_equal(restored.compute_actions(obs, explore=False),
+                                  policy.compute_actions(obs, explore=False))
