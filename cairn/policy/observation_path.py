@@ -107,6 +107,8 @@ class ObservationPath(nn.Module):
         shape = (tuple(space.shape or ()) if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary))
                  else None)
         self.obs_flat = shape is None or shape == (self.obs_size,)
+        # A Box of shape () gives obs [batch]: one column, which flatten(1) cannot make.
+        self.obs_scalar = shape == ()
         obs_filter = policy.observation_filter
         self.filtered = isinstance(obs_filter, MeanStdFilter)
         self.clip = 0.0
@@ -130,7 +132,9 @@ class ObservationPath(nn.Module):
             x = (shifted.unsqueeze(-1) == categories).to(torch.float32)
         else:
             x = obs if obs.dtype == torch.float32 else obs.to(torch.float32)
-            if not self.obs_flat:
+            if self.obs_scalar:
+                x = x.unsqueeze(1)
+            elif not self.obs_flat:
                 x = x.flatten(1)
         if self.filtered:
             x = torch.clamp((x - self.obs_mean) * self.obs_inv_std, -self.clip, self.clip)

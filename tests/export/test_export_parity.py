@@ -36,6 +36,8 @@ CASES = {
         gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (2,)), "mode": gym.spaces.Discrete(3)}),
         gym.spaces.MultiDiscrete([3, 4], start=[1, -2]),
     ),
+    # One number per observation (a Box of shape ()), Box actions.
+    "scalar": (gym.spaces.Box(-2.0, 2.0, ()), gym.spaces.Box(-0.5, 0.5, (2,))),
 }
 
 
@@ -119,6 +121,8 @@ DQN_CASES = {
     # Dict observations (flattened input), 2-D Box inside.
     "dict": (gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (2, 2)), "mode": gym.spaces.Discrete(3)}),
              gym.spaces.Discrete(2)),
+    # One number per observation (a Box of shape ()).
+    "scalar": (gym.spaces.Box(-2.0, 2.0, ()), gym.spaces.Discrete(3, start=1)),
 }
 
 
