@@ -20,8 +20,9 @@ __all__ = ["SquashedGaussian", "check_bounded_box_actions", "box_raw_actions"]
 
 
 def check_bounded_box_actions(algorithm: str, action_space: gym.Space[Any]) -> None:
-    """Raise ConfigError unless ``action_space`` is a Box with finite bounds: what an actor that
-    squashes its output into the bounds (SAC's, TD3's) needs."""
+    """Raise ConfigError unless ``action_space`` is a Box with finite bounds whose range
+    ``high - low`` float32 holds: what an actor that squashes its output into the bounds
+    (SAC's, TD3's) needs."""
     if not isinstance(action_space, gym.spaces.Box):
         raise ConfigError(
             f"{algorithm} needs a Box action space, got {action_space}. Use DQN for Discrete actions, "
@@ -31,6 +32,16 @@ def check_bounded_box_actions(algorithm: str, action_space: gym.Space[Any]) -> N
         raise ConfigError(
             f"{algorithm} squashes actions into the Box bounds, but {action_space} has infinite bounds. "
             "Wrap the environment so that its action space is bounded (e.g. gymnasium.wrappers."
+            "RescaleAction), or use PPO."
+        )
+    low, high = float32_bounds(action_space)
+    with np.errstate(over="ignore"):
+        range_overflows = not np.all(np.isfinite(high - low))
+    if range_overflows:  # to_env's (high - low) / 2 would be inf: every action a bound, or NaN
+        raise ConfigError(
+            f"{algorithm} rescales actions from [-1, 1] to the Box bounds in float32, but high - low "
+            f"of {action_space} is beyond the float32 maximum ({np.finfo(np.float32).max:.4g}). "
+            "Wrap the environment so that its action space is a narrower Box (e.g. gymnasium.wrappers."
             "RescaleAction), or use PPO."
         )
 

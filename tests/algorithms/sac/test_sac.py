@@ -20,6 +20,7 @@ from cairn.algorithms.sac.loss import (
     squashed_gaussian_sample,
 )
 from cairn.algorithms.sac.model import TwinQ
+from cairn.algorithms.td3.td3_policy import TD3Policy
 from cairn.errors import ConfigError
 from tests.algorithms.sac.multi_agent_pendulum import make_ma_pendulum
 from tests.helpers import map_by_index
@@ -239,3 +240,27 @@ def test_training_intensity_sets_the_replay_ratio_with_fractions_carried_over():
         assert algo.counters["num_env_steps_trained_lifetime"] == 75 * 32
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("policy_class", [SACPolicy, TD3Policy], ids=["sac", "td3"])
+@pytest.mark.parametrize("bound", [float(np.finfo(np.float32).max), 3e38, 1e300],
+                         ids=["f32max", "3e38", "1e300"])
+def test_box_whose_range_overflows_float32_is_refused(policy_class, bound):
+    """Actions are rescaled from [-1, 1] with (high - low) / 2 in float32: a range beyond the
+    float32 maximum (bounds used as 'practically unbounded') made every action the upper bound,
+    or NaN at raw -1, with no error. Such a Box is refused like an infinite one."""
+    space = gym.spaces.Box(-bound, bound, (2,), np.float64 if bound > 3.5e38 else np.float32)
+    with pytest.raises(ConfigError, match=r"high - low.*float32.*RescaleAction"):
+        policy_class(gym.spaces.Box(-1, 1, (3,), np.float32), space)
+
+
+def test_box_with_the_widest_float32_range_still_acts():
+    """The widest range that float32 still holds keeps its actions inside the Box and spread
+    over it (not all at one bound)."""
+    bound = float(np.finfo(np.float32).max) / 2
+    space = gym.spaces.Box(-bound, bound, (2,), np.float32)
+    policy = SACPolicy(gym.spaces.Box(-1, 1, (3,), np.float32), space, seed=0)
+    raw = np.array([[-1.0, 1.0], [0.0, 0.5]], np.float32)
+    actions = policy.dist.to_env(raw)
+    assert np.isfinite(actions).all() and all(space.contains(a) for a in actions)
+    np.testing.assert_allclose(actions, [[-bound, bound], [0.0, bound / 2]], rtol=1e-6)
