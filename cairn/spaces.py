@@ -55,6 +55,35 @@ def _float_from_json(x: Any) -> float:
     raise ValueError(f"expected a number or 'inf'/'-inf'/'nan', got {x!r}")
 
 
+def _bounds_to_json(values: np.ndarray) -> list[Any]:
+    if values.dtype.kind in "iu":  # exact ints: float64 cannot hold the int64 range (2**63 - 1)
+        ints: list[Any] = values.reshape(-1).tolist()
+        return ints
+    return _floats_to_json(values)
+
+
+def _int_bound_from_json(x: Any, info: np.iinfo[Any]) -> int:
+    """One bound of an integer Box: an int (exact), or the integral float an earlier version
+    wrote, whose float64 rounding of the dtype's limits (``2**63`` for ``2**63 - 1``) is read
+    back as those limits."""
+    value: int | None = None
+    if isinstance(x, int) and not isinstance(x, bool):
+        value = x
+    elif isinstance(x, float) and x.is_integer():
+        value = info.max if x == float(info.max) else info.min if x == float(info.min) else int(x)
+    if value is None or not info.min <= value <= info.max:
+        raise ValueError(f"integer Box bounds must be integers in [{info.min}, {info.max}] "
+                         f"({info.dtype}), got {x!r}")
+    return value
+
+
+def _bounds_from_json(values: list[Any], shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return np.array([_int_bound_from_json(v, info) for v in values], dtype=dtype).reshape(shape)
+    return np.array([_float_from_json(v) for v in values], dtype=np.float64).reshape(shape).astype(dtype)
+
+
 def space_to_json(space: gym.Space[Any]) -> dict[str, Any]:
     """Describe a Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple space as JSON data."""
     if isinstance(space, gym.spaces.Box):
@@ -62,8 +91,8 @@ def space_to_json(space: gym.Space[Any]) -> dict[str, Any]:
             "type": "Box",
             "shape": list(space.shape),
             "dtype": np.dtype(space.dtype).name,
-            "low": _floats_to_json(space.low),
-            "high": _floats_to_json(space.high),
+            "low": _bounds_to_json(space.low),
+            "high": _bounds_to_json(space.high),
         }
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
@@ -167,9 +196,8 @@ def space_from_json(data: Any, _depth: int = 0) -> gym.Space[Any]:
         if len(low) != size or len(high) != size:
             raise ValueError(f"Box bounds must have {size} entries for shape {list(shape)}")
         dtype = _dtype(data.get("dtype"), "fiu")
-        low_a = np.array([_float_from_json(v) for v in low], dtype=np.float64).reshape(shape)
-        high_a = np.array([_float_from_json(v) for v in high], dtype=np.float64).reshape(shape)
-        return gym.spaces.Box(low=low_a.astype(dtype), high=high_a.astype(dtype), dtype=dtype)
+        return gym.spaces.Box(low=_bounds_from_json(low, shape, dtype),
+                              high=_bounds_from_json(high, shape, dtype), dtype=dtype)
     if kind == "Discrete":
         n, start = data.get("n"), data.get("start", 0)
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_SPACE_ELEMENTS:

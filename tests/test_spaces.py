@@ -75,3 +75,37 @@ def test_json_round_trip_keeps_dict_key_order(build):
     assert list(back.spaces) == ["z", "a"] and list(back["a"].spaces) == ["y", "b"]
     obs = space.sample()
     np.testing.assert_array_equal(gym.spaces.flatten(back, obs), gym.spaces.flatten(space, obs))
+
+
+@pytest.mark.parametrize("space", [
+    gym.spaces.Box(-np.inf, np.inf, (2,), np.int64),  # gymnasium: the int64 range, the usual "unbounded"
+    gym.spaces.Box(0, np.iinfo(np.uint64).max, (1,), np.uint64),
+    gym.spaces.Box(np.array([0, -(2**53) - 1]), np.array([2**53 + 1, 0]), dtype=np.int64),
+], ids=["int64-range", "uint64-range", "beyond-2**53"])
+def test_json_round_trip_keeps_integer_box_bounds_exact(space):
+    """Integer bounds went through float64: the int64 maximum came back as the minimum (the
+    restored space differed from the env's, and Algorithm.from_checkpoint refused its own
+    checkpoint), integers beyond 2**53 as their neighbours."""
+    import json
+
+    back = space_from_json(json.loads(json.dumps(space_to_json(space), allow_nan=False)))
+    assert back.dtype == space.dtype
+    np.testing.assert_array_equal(back.low, space.low)
+    np.testing.assert_array_equal(back.high, space.high)
+    assert space_to_json(back) == space_to_json(space)
+
+
+def test_integer_box_bounds_written_as_floats_by_earlier_versions_are_read_exactly():
+    """Checkpoints written before bounds were exact ints hold the int64 range as +-2**63 in
+    float64; reading them gives the range back instead of wrapping around."""
+    data = {"type": "Box", "shape": [2], "dtype": "int64", "low": [-9.223372036854776e18, 0.0],
+            "high": [9.223372036854776e18, 10.0]}
+    back = space_from_json(data)
+    np.testing.assert_array_equal(back.low, [np.iinfo(np.int64).min, 0])
+    np.testing.assert_array_equal(back.high, [np.iinfo(np.int64).max, 10])
+
+
+@pytest.mark.parametrize("bound", [2**63, -(2**63) - 1, 1.5, "inf"])
+def test_integer_box_bounds_outside_the_dtype_are_refused(bound):
+    with pytest.raises(ValueError, match="int64"):
+        space_from_json({"type": "Box", "shape": [1], "dtype": "int64", "low": [0], "high": [bound]})
