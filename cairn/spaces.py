@@ -371,6 +371,8 @@ class ObservationPreprocessor:
             idx = idx - self._start
             out = np.zeros((idx.shape[0], self.size), dtype=np.float32)
             try:
+                if idx.size and idx.min() < 0:  # numpy would index from the end: -1 as n - 1
+                    raise IndexError(f"index {int(idx.min())} is below 0")
                 out[np.arange(idx.shape[0]), idx] = 1.0
             except IndexError as exc:
                 raise self._error(

@@ -93,6 +93,19 @@ def test_discrete_observations_of_the_wrong_shape_or_range():
     assert policy.compute_single_action(2) in (0, 1)
 
 
+@pytest.mark.parametrize("value", [-1, -3], ids=["just-below", "n-below"])
+def test_discrete_observations_below_the_space_are_refused(value):
+    """A value below ``start`` indexed the one-hot row from its end (numpy's negative indices):
+    -1 in Discrete(3) was read as 2, with no error (an exported model reads it as all zeros)."""
+    policy = cairn.Policy(gym.spaces.Discrete(3), gym.spaces.Discrete(2), seed=0)
+    with pytest.raises(ObservationSpaceError, match=r"outside \[0, 2\]"):
+        policy.compute_single_action(value)
+    shifted = cairn.Policy(gym.spaces.Discrete(3, start=-2), gym.spaces.Discrete(2), seed=0)
+    with pytest.raises(ObservationSpaceError, match=r"outside \[-2, 0\]"):
+        shifted.compute_actions([0, value - 2])
+    assert shifted.compute_single_action(-2) in (0, 1)  # the next call works
+
+
 def test_dict_observation_missing_a_key():
     space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,)), "mode": gym.spaces.Discrete(3)})
     policy = cairn.Policy(space, gym.spaces.Discrete(2), seed=0)
