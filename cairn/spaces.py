@@ -325,6 +325,30 @@ def _check_nested_parts(space: Any, path: str, depth: int) -> None:
             )
 
 
+def _has_discrete_parts(space: gym.Space[Any]) -> bool:
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return True
+    if isinstance(space, gym.spaces.Dict):
+        return any(map(_has_discrete_parts, space.spaces.values()))
+    return isinstance(space, gym.spaces.Tuple) and any(map(_has_discrete_parts, space.spaces))
+
+
+def _discrete_parts_fit(space: gym.Space[Any], obs: Any) -> bool:
+    """Whether every Discrete and MultiDiscrete value in ``obs`` (an observation that
+    :func:`gymnasium.spaces.flatten` took) lies in its ``[start, start + n)``; Box and
+    MultiBinary parts are not checked."""
+    if isinstance(space, gym.spaces.Discrete):
+        return bool(space.start <= int(obs) < space.start + space.n)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        values = np.asarray(obs)
+        return bool(np.all(values >= space.start) and np.all(values < space.start + space.nvec))
+    if isinstance(space, gym.spaces.Dict):
+        return all(_discrete_parts_fit(sub, obs[key]) for key, sub in space.spaces.items())
+    if isinstance(space, gym.spaces.Tuple):
+        return all(_discrete_parts_fit(sub, part) for sub, part in zip(space.spaces, obs, strict=True))
+    return True
+
+
 class ObservationPreprocessor:
     """Turns a batch of raw observations into a float32 matrix ``[batch, size]``.
 
@@ -343,6 +367,7 @@ class ObservationPreprocessor:
         # The shape one observation has: what each row of a batch must have (Discrete: ()).
         self._obs_shape: tuple[int, ...] = tuple(space.shape or ()) if self._array_like else ()
         self._start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
+        self._check_discrete_parts = self.kind == "flattened" and _has_discrete_parts(space)
 
     def __call__(self, batch: Sequence[Any] | np.ndarray) -> np.ndarray:
         """``batch`` (a sequence or array of observations) -> ``float32 [len(batch), size]``.
@@ -386,6 +411,10 @@ class ObservationPreprocessor:
             raise self._error(f"could not be flattened ({type(exc).__name__}: {exc})") from exc
         if out.shape != (len(rows), self.size):
             raise self._error(f"flattened to rows of shape {out.shape[1:]}, not ({self.size},)")
+        # gymnasium.spaces.flatten writes a Discrete value's 1 unchecked: one below the range
+        # lands at the end of its entries (a negative index), one above it in the next part's.
+        if self._check_discrete_parts and not all(_discrete_parts_fit(self.space, o) for o in batch):
+            raise self._error("hold Discrete or MultiDiscrete values outside their ranges [start, start + n)")
         return out
 
     def _error(self, problem: str) -> ObservationSpaceError:

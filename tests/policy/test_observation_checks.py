@@ -171,3 +171,24 @@ def test_images_the_cnn_reads_vector_observations_and_own_models_do_not_warn():
         cairn.Policy(COLOUR_STACK, gym.spaces.Discrete(2), {"model": {"hidden": [8], "conv_filters": []}},
                      seed=0)
         OwnModel(COLOUR_STACK, gym.spaces.Discrete(2), {"model": {"hidden": [8]}}, seed=0)
+
+
+@pytest.mark.parametrize(("space", "bad"), [
+    (gym.spaces.MultiDiscrete([3, 2]), np.array([0, -1])),  # read as two values for the first part
+    (gym.spaces.MultiDiscrete([3, 2]), np.array([3, 0])),  # read as the second part's first value
+    (gym.spaces.MultiDiscrete([3, 2], start=[1, 5]), np.array([1, 4])),
+    (gym.spaces.MultiDiscrete([3]), np.array([-1])),  # read as 2
+    (gym.spaces.Dict({"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1, 1, (2,))}),
+     {"a": -1, "b": np.zeros(2, np.float32)}),  # read as 2
+    (gym.spaces.Tuple((gym.spaces.Box(-1, 1, (1,)), gym.spaces.MultiDiscrete([2, 2]))),
+     (np.zeros(1, np.float32), np.array([2, 0]))),
+], ids=["md-below", "md-above", "md-start", "md-one", "dict-discrete", "tuple-md"])
+def test_flattened_observations_with_discrete_values_outside_their_range_are_refused(space, bad):
+    """gymnasium.spaces.flatten writes a one-hot entry without checking the value: one below the
+    range lands at the end of the row (numpy's negative index) and one above it in the next
+    part's entries, a plausible input with no error. Every one-hot group must hold one 1."""
+    policy = cairn.Policy(space, gym.spaces.Discrete(2), seed=0)
+    good = space.sample()
+    with pytest.raises(ObservationSpaceError, match="outside"):
+        policy.compute_actions([good, bad])
+    assert policy.compute_single_action(good) in (0, 1)  # the next call works
