@@ -108,9 +108,10 @@ def build_policies(
                 f"Restored policy {pid!r} has {name} space {policy_space}, but the environment's "
                 f"agents mapped to it have {agents_space}."
             )
-        # The restored config's lr (possibly overridden) wins over the stored one.
+        # The restored config's lr and exploration settings (possibly overridden) win over
+        # the stored ones, before the env runners copy the policy.
         if spec.config:
-            policy.set_learning_rate(float(spec.config["lr"]))
+            policy.follow_config(spec.config)
         policies[pid] = policy
     return policies
 

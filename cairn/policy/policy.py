@@ -284,6 +284,14 @@ class Policy:
         self.config["lr"] = float(lr)
         self.training.set_learning_rate(float(lr))
 
+    def follow_config(self, config: Mapping[str, Any]) -> None:
+        """Take the settings of ``config`` that may change when this policy is restored into an
+        algorithm (its policy config, ``config_overrides`` included) without changing the
+        network: the learning rate here, a subclass's exploration settings in its override.
+        Called before the env runners copy the policy, so that every copy acts with them."""
+        if "lr" in config:
+            self.set_learning_rate(float(config["lr"]))
+
     @property
     def spec(self) -> PolicySpec:
         """This policy as data: class, spaces and config."""

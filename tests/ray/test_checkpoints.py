@@ -93,3 +93,29 @@ def test_a_dead_runner_neither_blocks_save_nor_hangs_a_restore(ray_cluster, tmp_
         assert restored.train()["training_iteration"] == 2
     finally:
         restored.stop()
+
+
+def test_remote_runners_act_with_the_epsilon_schedule_overridden_on_restore(ray_cluster, tmp_path):
+    """The remote runners' copies of a restored DQN policy explore with the schedule of
+    ``config_overrides``, as the driver's policy does (they were built with the stored one)."""
+    import warnings
+
+    import numpy as np
+
+    algo = (cairn.DQNConfig().environment("CartPole-v1")
+            .env_runners(num_env_runners=1, rollout_fragment_length=32)
+            .training(train_batch_size=64, epsilon=[[0, 1.0]], model={"hidden": [8]})
+            .debugging(seed=0).build())
+    try:
+        path = algo.save(tmp_path / "c")
+    finally:
+        algo.stop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no replay buffer in the checkpoint
+        restored = cairn.Algorithm.from_checkpoint(path, config_overrides={"epsilon": [[0, 0.0]]})
+    try:
+        batch = restored.env_runner_group.sample()[0]["default_policy"]
+        greedy = restored.get_policy().compute_q_values(batch["obs"]).argmax(axis=1)
+        np.testing.assert_array_equal(batch["actions"], greedy)  # epsilon 0: every action greedy
+    finally:
+        restored.stop()

@@ -214,6 +214,16 @@ class DQNPolicy(Policy):
         load_weights(self.target_model, target["weights"])
         self.last_target_update = int(target["last_update_timestep"])
 
+    def follow_config(self, config: Mapping[str, Any]) -> None:
+        """The learning rate and the ``epsilon`` schedule of ``config`` (a restore's
+        ``config_overrides={"epsilon": ...}``); epsilon is then the new schedule's at the
+        policy's timestep (the same schedule keeps the restored epsilon: exact resume)."""
+        super().follow_config(config)
+        if "epsilon" in config and config["epsilon"] != self.config["epsilon"]:
+            check_epsilon_schedule("epsilon", config["epsilon"])
+            self.config["epsilon"] = copy.deepcopy(config["epsilon"])
+            self.epsilon = epsilon_at(self.config["epsilon"], self.global_timestep)
+
     def get_exploration_state(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon}
 

@@ -121,6 +121,30 @@ def test_policy_state_carries_target_network_and_epsilon_and_restores_without_in
     assert restored.epsilon == policy.epsilon
 
 
+def test_restore_takes_the_configs_epsilon_schedule(tmp_path: Path) -> None:
+    """``config_overrides={"epsilon": ...}`` on restore is the schedule the policy acts with,
+    not only the one the algorithm's config shows (it was silently the stored one)."""
+    algo = small_config(epsilon=[[0, 1.0]]).build()
+    try:
+        path = algo.save(tmp_path / "c")
+    finally:
+        algo.stop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no replay buffer in the checkpoint
+        restored = Algorithm.from_checkpoint(path, config_overrides={"epsilon": [[0, 0.0]]})
+    try:
+        policy = restored.get_policy()
+        assert restored.config.epsilon == [[0, 0.0]]
+        assert policy.config["epsilon"] == [[0, 0.0]] and policy.epsilon == 0.0
+        obs = np.random.default_rng(0).uniform(-0.5, 0.5, (64, 4)).astype(np.float32)
+        greedy = policy.compute_q_values(obs).argmax(axis=1)
+        np.testing.assert_array_equal(policy.compute_actions(obs, explore=True), greedy)
+        # The schedule goes into the policy's own checkpoint too.
+        assert policy.get_state()["spec"]["config"]["epsilon"] == [[0, 0.0]]
+    finally:
+        restored.stop()
+
+
 # -------------------------------------------------------------------------------- training
 def test_training_intensity_sets_updates_per_sampled_step_and_target_syncs() -> None:
     algo = small_config(training_intensity=8, target_network_update_freq=60).build()
