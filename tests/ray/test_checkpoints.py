@@ -119,3 +119,27 @@ def test_remote_runners_act_with_the_epsilon_schedule_overridden_on_restore(ray_
         np.testing.assert_array_equal(batch["actions"], greedy)  # epsilon 0: every action greedy
     finally:
         restored.stop()
+
+
+def test_remote_runners_act_with_the_exploration_noise_overridden_on_restore(ray_cluster, tmp_path):
+    """TD3's ``config_overrides={"exploration_noise": ...}`` reaches the remote runners' copies
+    of the restored policy, not only the driver's (they were built with the stored noise)."""
+    import numpy as np
+
+    algo = (cairn.TD3Config().environment("Pendulum-v1")
+            .env_runners(num_env_runners=1)
+            .training(train_batch_size=64, minibatch_size=16, exploration_noise=0.5, train_freq=32,
+                      num_steps_sampled_before_learning_starts=0, model={"hidden": [8]})
+            .checkpointing(store_replay_buffer=True).debugging(seed=0).build())
+    try:
+        path = algo.save(tmp_path / "c")
+    finally:
+        algo.stop()
+    restored = cairn.Algorithm.from_checkpoint(path, config_overrides={"exploration_noise": 0.0})
+    try:
+        batch = restored.env_runner_group.sample()[0]["default_policy"]
+        policy = restored.get_policy()
+        deterministic = policy.compute_raw_actions(batch["obs"], explore=False)
+        np.testing.assert_allclose(batch["actions"], deterministic, rtol=0, atol=1e-6)  # no noise
+    finally:
+        restored.stop()

@@ -49,10 +49,10 @@ class TD3(OffPolicyAlgorithm):
 
     def check_policies(self) -> None:
         for pid in self.policies:
-            # A restored policy takes the config's exploration noise (config_overrides on restore).
-            policy = self._td3_policy(pid)
-            noise = float(self.config.policy_config(pid)["exploration_noise"])
-            policy.set_exploration_noise(noise)
+            # A TD3Policy, or a TypeError saying what to do. A restored one took the config's
+            # exploration noise (config_overrides on restore) in TD3Policy.follow_config, before
+            # the env runners copied it.
+            self._td3_policy(pid)
 
     def _td3_policy(self, pid: str) -> TD3Policy:
         policy: TD3Policy = self.trained_policy(pid)

@@ -125,6 +125,13 @@ class TD3Policy(Policy):
         self.config["exploration_noise"] = float(noise_std)
         self.noisy_actions.noise_std = float(noise_std)
 
+    def follow_config(self, config: Mapping[str, Any]) -> None:
+        """The learning rate and the ``exploration_noise`` of ``config`` (a restore's
+        ``config_overrides={"exploration_noise": ...}``)."""
+        super().follow_config(config)
+        if "exploration_noise" in config:
+            self.set_exploration_noise(config["exploration_noise"])
+
     # ------------------------------------------------------------------------------- act
     compute_raw_actions = box_raw_actions  # uniform during the initial random steps
 
