@@ -146,6 +146,15 @@ class SACPolicy(Policy):
         self.config["lr"] = float(lr)
         self.apply_learning_rates()
 
+    def follow_config(self, config: Mapping[str, Any]) -> None:
+        """The learning rate and the ``target_entropy`` of ``config`` (a restore's
+        ``config_overrides={"target_entropy": ...}``: alpha learns towards it from then on).
+        The groups' own rates are taken by the algorithm (:meth:`set_group_learning_rates`)."""
+        super().follow_config(config)
+        if "target_entropy" in config:
+            check_target_entropy("target_entropy", config["target_entropy"])
+            self.config["target_entropy"] = config["target_entropy"]
+
     def set_group_learning_rates(self, rates: Mapping[str, Any]) -> None:
         """Set ``lr``, ``actor_lr``, ``critic_lr``, ``alpha_lr`` from ``rates`` (keys it lacks
         stay), and give the optimizer groups the result; their Adam moments stay."""
