@@ -576,6 +576,10 @@ class Algorithm:
         network parameters) or None (everything, as :meth:`restore`); reads only that
         component's files. See :mod:`cairn.algorithms.component_restore`."""
         self._checkpointer.restore_component(path, component, storage_options=storage_options)
+        # Remote runners take restored weights and filters with the next broadcast: an
+        # asynchronous sampler (IMPALA, APPO) would send none for up to broadcast_interval
+        # updates, and its requests in flight act with the weights before the restore.
+        self.env_runner_group.stop_async_sampling()
         self.callbacks.on_checkpoint_loaded(algorithm=self)
 
     @classmethod

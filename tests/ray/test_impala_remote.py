@@ -57,3 +57,30 @@ def test_a_recurrent_policy_trains_on_fragments_of_remote_runners(ray_cluster, a
         assert algo.get_policy().global_timestep == results[-1]["num_env_steps_sampled_lifetime"]
     finally:
         algo.stop()
+
+
+def test_weights_restored_in_place_reach_the_asynchronous_runners_at_once(ray_cluster, tmp_path):
+    """``restore_from_path`` of a policy's weights: the next fragments are acted with them,
+    also when ``broadcast_interval`` would not broadcast yet (the runners went on with the
+    weights before the restore, although the docs promise the next sample's broadcast)."""
+    import numpy as np
+
+    # Weights that always choose action 0.
+    source = small("IMPALA").build()
+    try:
+        weights = source.get_policy().get_weights()
+        weights["action_head.weight"][:] = 0.0
+        weights["action_head.bias"][:] = [50.0, -50.0]
+        source.get_policy().set_weights(weights)
+        path = source.save(tmp_path / "always_0")
+    finally:
+        source.stop()
+    algo = small("IMPALA", broadcast_interval=2).env_runners(num_env_runners=1).build()
+    try:
+        algo.train()  # broadcast version 0, learnt: version 1, within the interval of 2
+        algo.restore_from_path(path, component="policies/default_policy/weights")
+        fragments = algo.sample_fragments()
+        actions = np.concatenate([f.batches["default_policy"]["actions"] for f in fragments])
+        assert len(actions) >= 80 and (actions == 0).all()
+    finally:
+        algo.stop()
