@@ -39,3 +39,36 @@ def test_rounds_checks_name_the_algorithm(config_class):
     with pytest.raises(ConfigError, match=r"'training_intensity'=256.0 and 'gradient_steps'=4 .*Set one"):
         small(config_class, training_intensity=256.0, gradient_steps=4).build()
     assert small(config_class, train_freq=4).get_rollout_fragment_length() == 4
+
+
+@pytest.mark.parametrize("config_class", CONFIGS)
+def test_a_later_learning_start_on_restore_keeps_the_policy_acting_at_random(config_class, tmp_path):
+    """``config_overrides={"num_steps_sampled_before_learning_starts": n}`` on restore (say, to
+    refill a replay buffer the checkpoint did not store): until ``n`` sampled steps the policy
+    acts uniformly at random, as before the first learning start, while the algorithm waits
+    (the policy acted with its actor from the stored start on)."""
+    import warnings
+
+    import numpy as np
+
+    algo = small(config_class).build()
+    try:
+        algo.train()  # 100 steps sampled, past the stored start of 50
+        path = algo.save(tmp_path / "c")
+    finally:
+        algo.stop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no replay buffer in the checkpoint
+        restored = cairn.Algorithm.from_checkpoint(
+            path, config_overrides={"num_steps_sampled_before_learning_starts": 10_000})
+    try:
+        policy = restored.get_policy()
+        assert policy.global_timestep == 100
+        assert policy.config["initial_random_steps"] == 10_000
+        import copy
+
+        uniform = copy.deepcopy(policy.np_random).uniform(-1.0, 1.0, (4, 1)).astype(np.float32)
+        actions = policy.compute_raw_actions(np.zeros((4, 3), dtype=np.float32), explore=True)
+        np.testing.assert_array_equal(actions, uniform)  # the uniform draws, no actor
+    finally:
+        restored.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -16,7 +17,7 @@ from cairn.policy.distributions import ActionDistribution, float32_bounds
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
 
-__all__ = ["SquashedGaussian", "check_bounded_box_actions", "box_raw_actions"]
+__all__ = ["SquashedGaussian", "check_bounded_box_actions", "box_raw_actions", "follow_initial_random_steps"]
 
 
 def check_bounded_box_actions(algorithm: str, action_space: gym.Space[Any]) -> None:
@@ -44,6 +45,19 @@ def check_bounded_box_actions(algorithm: str, action_space: gym.Space[Any]) -> N
             "Wrap the environment so that its action space is a narrower Box (e.g. gymnasium.wrappers."
             "RescaleAction), or use PPO."
         )
+
+
+def follow_initial_random_steps(policy: Policy, config: Mapping[str, Any]) -> None:
+    """Give a SAC or TD3 ``policy`` the ``initial_random_steps`` of ``config`` (a restore's
+    ``num_steps_sampled_before_learning_starts``), so that it acts at random for as long as the
+    algorithm waits to learn, as :func:`box_raw_actions` does before the first start."""
+    if "initial_random_steps" not in config:
+        return
+    steps = config["initial_random_steps"]
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ConfigError(f"Config 'initial_random_steps'={steps!r} is invalid: expected an int >= 0 "
+                          "(num_steps_sampled_before_learning_starts sets it).")
+    policy.config["initial_random_steps"] = int(steps)
 
 
 def box_raw_actions(policy: Policy, processed_obs: np.ndarray, *, explore: bool) -> np.ndarray:

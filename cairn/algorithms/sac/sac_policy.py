@@ -10,7 +10,12 @@ import numpy as np
 import torch
 
 from cairn.algorithms.sac.custom_model import CustomSACModel
-from cairn.algorithms.sac.distribution import SquashedGaussian, box_raw_actions, check_bounded_box_actions
+from cairn.algorithms.sac.distribution import (
+    SquashedGaussian,
+    box_raw_actions,
+    check_bounded_box_actions,
+    follow_initial_random_steps,
+)
 from cairn.algorithms.sac.keras_model import keras_sac_model
 from cairn.algorithms.sac.model import LOG_STD_MAX, LOG_STD_MIN, SACModel
 from cairn.algorithms.sac.model_base import SACModelBase
@@ -154,6 +159,7 @@ class SACPolicy(Policy):
         if "target_entropy" in config:
             check_target_entropy("target_entropy", config["target_entropy"])
             self.config["target_entropy"] = config["target_entropy"]
+        follow_initial_random_steps(self, config)  # a later learning start acts at random until then
 
     def set_group_learning_rates(self, rates: Mapping[str, Any]) -> None:
         """Set ``lr``, ``actor_lr``, ``critic_lr``, ``alpha_lr`` from ``rates`` (keys it lacks

@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import torch
 
-from cairn.algorithms.sac.distribution import box_raw_actions, check_bounded_box_actions
+from cairn.algorithms.sac.distribution import (
+    box_raw_actions,
+    check_bounded_box_actions,
+    follow_initial_random_steps,
+)
 from cairn.algorithms.td3.custom_model import CustomTD3Model
 from cairn.algorithms.td3.distribution import GaussianActionNoise
 from cairn.algorithms.td3.keras_model import keras_td3_model
@@ -131,6 +135,7 @@ class TD3Policy(Policy):
         super().follow_config(config)
         if "exploration_noise" in config:
             self.set_exploration_noise(config["exploration_noise"])
+        follow_initial_random_steps(self, config)  # a later learning start acts at random until then
 
     # ------------------------------------------------------------------------------- act
     compute_raw_actions = box_raw_actions  # uniform during the initial random steps
