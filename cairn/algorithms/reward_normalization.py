@@ -92,15 +92,17 @@ class RewardNormalizer:
         names the trajectory of each row (the batch's ``streams`` column: the same ID from one
         batch to the next for one environment, or one agent in one environment), each
         trajectory's rows contiguous and in time order. A trajectory's running return carries
-        over from the last batch that had rows of it, unless ``firsts`` (the batch's column:
-        the rows that are an episode's first step) says that its first row opens a new
-        episode: the envs were reset meanwhile (after an error, or a restore that started them
-        afresh), and the cut episode's return is not the new one's. When every trajectory of
-        the batch has the same number
-        of rows (single-agent sampling: one block per environment), the statistics are updated
-        step by step with every environment's return, as VecNormalize does; otherwise (agents
-        that acted unequally often) once with all of the batch's returns.
+        over from the last batch that had rows of it; ``firsts`` (the batch's column, optional:
+        the rows that are an episode's first step) starts it at 0, also where the episode before
+        was cut without a done (its env reset after an error, a restarted runner, a restore that
+        started the envs afresh), as VecNormalize's ``reset()`` zeroes it. When every trajectory
+        of the batch has the same number of rows (single-agent sampling: one block per
+        environment), the statistics are updated step by step with every environment's return,
+        as VecNormalize does; otherwise (agents that acted unequally often) once with all of the
+        batch's returns.
         """
+        starts_episode = (np.zeros(rewards.shape[0], dtype=bool) if firsts is None
+                          else np.asarray(firsts, dtype=bool))
         n = rewards.shape[0]
         r = rewards.astype(np.float64)
         cuts = np.flatnonzero(streams[1:] != streams[:-1]) + 1
@@ -108,14 +110,13 @@ class RewardNormalizer:
         lengths = np.diff(np.concatenate([starts, [n]]))
         ids = [int(streams[i]) for i in starts] if n else []
         g = np.array([self.returns.get(i, 0.0) for i in ids], dtype=np.float64)
-        if firsts is not None and n:
-            g[np.asarray(firsts, dtype=bool)[starts]] = 0.0
         if n and (lengths == lengths[0]).all() and len(set(ids)) == len(ids):
             steps = int(lengths[0])
             r2, d2 = r.reshape(len(ids), steps), dones.reshape(len(ids), steps)
+            f2 = starts_episode.reshape(len(ids), steps)
             out = np.empty_like(r2)
             for t in range(steps):
-                g = g * self.gamma + r2[:, t]
+                g = np.where(f2[:, t], 0.0, g) * self.gamma + r2[:, t]
                 self.stats.update(g)
                 out[:, t] = self._scale(r2[:, t])
                 g = np.where(d2[:, t], 0.0, g)
@@ -126,7 +127,7 @@ class RewardNormalizer:
         for k, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist())):
             acc = float(g[k])
             for i in range(start, start + length):
-                acc = acc * self.gamma + r[i]
+                acc = (0.0 if starts_episode[i] else acc) * self.gamma + r[i]
                 running[i] = acc
                 if dones[i]:
                     acc = 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import cairn
 from cairn.algorithms.reward_normalization import RewardNormalizer, RunningMeanStd
 
 
@@ -181,3 +182,68 @@ def test_turn_based_self_play_carries_each_players_return_across_batches() -> No
         assert sorted(algo.reward_normalizers["shared"].returns.values()) == [3.0 * 0.5 + 7.0, 50.0]
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_an_episode_that_starts_without_a_done_starts_its_return_at_zero(ragged: bool) -> None:
+    """An env reset without a step that ends its episode (after an error, a runner's restart, a
+    restore into another layout) starts a new episode: the batch's ``firsts`` row starts the
+    running return over, as VecNormalize's ``reset()`` zeroes it, instead of adding the new
+    episode's rewards to the old episode's return."""
+    rng = np.random.default_rng(3)
+    r1, r2 = rng.normal(size=8).astype(np.float32), rng.normal(size=8).astype(np.float32)
+    streams = np.repeat([7, 9], 4)
+    if ragged:  # unequal pieces: the once-per-batch path
+        streams = np.array([7, 7, 7, 9, 9, 9, 9, 9])
+    no_dones = np.zeros(8, dtype=bool)
+    ends = np.zeros(8, dtype=bool)
+    ends[[np.flatnonzero(streams == 7)[-1], 7]] = True  # both episodes end with the batch
+    firsts = np.zeros(8, dtype=bool)
+    firsts[[0, np.flatnonzero(streams == 9)[0]]] = True  # both envs were reset: new episodes
+
+    cut = RewardNormalizer(gamma=0.99)  # the episodes of batch 1 were cut without a done
+    cut.normalize(r1, no_dones, streams)
+    out_cut = cut.normalize(r2, no_dones, streams, firsts)
+    ended = RewardNormalizer(gamma=0.99)  # ...the same as episodes that ended
+    ended.normalize(r1, ends, streams)
+    out_ended = ended.normalize(r2, no_dones, streams, firsts)
+    np.testing.assert_array_equal(out_cut, out_ended)
+    assert cut.get_state()["var"] == ended.get_state()["var"]
+    assert cut.returns == ended.returns
+
+
+class RecordSamples(cairn.Callbacks):
+    """Keeps the batches the local runner sampled (module-level: a checkpoint names it)."""
+
+    samples: list = []
+
+    def on_sample_end(self, *, samples, env_runner) -> None:
+        RecordSamples.samples.append(samples)
+
+
+def test_ppo_starts_the_return_over_where_a_restore_starts_new_episodes(tmp_path) -> None:
+    """PPO gives its normaliser the batch's ``firsts``: after a restore with another number of
+    envs (whose episodes start afresh, no done in between) env 0's return starts at 0."""
+    import copy
+
+    from tests.helpers import small_ppo
+
+    algo = small_ppo(normalize_rewards=True).callbacks(RecordSamples).build()
+    try:
+        algo.train()
+        path = algo.save(tmp_path / "c")
+    finally:
+        algo.stop()
+    restored = cairn.Algorithm.from_checkpoint(path, config_overrides={"num_envs_per_env_runner": 2})
+    try:
+        norm = copy.deepcopy(restored.reward_normalizers["default_policy"])
+        assert norm.returns[next(iter(norm.returns))] != 0.0  # env 0's episode was in flight
+        RecordSamples.samples.clear()
+        restored.train()
+        batch = RecordSamples.samples[0]["default_policy"]
+        assert batch["firsts"][0]  # the restored envs started new episodes
+        norm.normalize(batch["rewards"], batch["terminateds"] | batch["truncateds"], batch["streams"],
+                       batch["firsts"])
+        assert restored.reward_normalizers["default_policy"].get_state()["var"] == norm.get_state()["var"]
+    finally:
+        restored.stop()
