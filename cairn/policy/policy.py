@@ -288,7 +288,18 @@ class Policy:
         """Take the settings of ``config`` that may change when this policy is restored into an
         algorithm (its policy config, ``config_overrides`` included) without changing the
         network: the learning rate here, a subclass's exploration settings in its override.
-        Called before the env runners copy the policy, so that every copy acts with them."""
+        Called before the env runners copy the policy, so that every copy acts with them.
+
+        An ``observation_filter`` of another kind than this policy's is a ConfigError (its
+        statistics are this policy's state, which another filter cannot take), raised before
+        anything changes."""
+        wanted = config.get("observation_filter", self.observation_filter.name)
+        if wanted != self.observation_filter.name:
+            raise ConfigError(
+                f"Config 'observation_filter'={wanted!r}, but this restored policy normalises with "
+                f"{self.observation_filter.name!r}, whose statistics are part of its state and "
+                "cannot become another filter's. Fix: restore without that override (the policy "
+                "keeps its filter), or train a new policy with the filter you want.")
         if "lr" in config:
             self.set_learning_rate(float(config["lr"]))
 

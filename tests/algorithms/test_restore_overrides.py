@@ -139,3 +139,20 @@ def make_cartpole(env_config):
     import gymnasium as gym
 
     return gym.make("CartPole-v1")
+
+
+def test_an_observation_filter_override_is_refused_not_ignored(tmp_path):
+    """The filter's kind and statistics are each restored policy's own state: an override to
+    another kind cannot apply to it, and was silently ignored (the config said NoFilter, the
+    policies went on normalising)."""
+    algo = small_ppo().env_runners(observation_filter="MeanStdFilter").build()
+    try:
+        algo.train()
+        path = algo.save(tmp_path / "c")
+    finally:
+        algo.stop()
+    with pytest.raises(ConfigError, match=r"observation_filter.*'NoFilter'.*'MeanStdFilter'"):
+        cairn.Algorithm.from_checkpoint(path, config_overrides={"observation_filter": "NoFilter"})
+    same = cairn.Algorithm.from_checkpoint(path, config_overrides={"observation_filter": "MeanStdFilter"})
+    assert same.get_policy().observation_filter.count > 0
+    same.stop()
