@@ -217,7 +217,14 @@ class DQNPolicy(Policy):
     def follow_config(self, config: Mapping[str, Any]) -> None:
         """The learning rate and the ``epsilon`` schedule of ``config`` (a restore's
         ``config_overrides={"epsilon": ...}``); epsilon is then the new schedule's at the
-        policy's timestep (the same schedule keeps the restored epsilon: exact resume)."""
+        policy's timestep (the same schedule keeps the restored epsilon: exact resume). Another
+        ``dueling`` than the restored network's is a ConfigError, raised before anything changes."""
+        dueling = config.get("dueling", self.config["dueling"])
+        if bool(dueling) != bool(self.config["dueling"]):
+            raise ConfigError(
+                f"Config 'dueling'={dueling!r}, but this restored policy's Q-network was built with "
+                f"dueling={self.config['dueling']!r} and keeps its stored heads. Fix: restore without "
+                "that override, or train a new policy with the heads you want.")
         super().follow_config(config)
         if "epsilon" in config and config["epsilon"] != self.config["epsilon"]:
             check_epsilon_schedule("epsilon", config["epsilon"])

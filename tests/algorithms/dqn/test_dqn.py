@@ -145,6 +145,21 @@ def test_restore_takes_the_configs_epsilon_schedule(tmp_path: Path) -> None:
         restored.stop()
 
 
+def test_a_dueling_override_on_restore_is_refused_not_ignored(tmp_path: Path) -> None:
+    """``dueling`` shapes the restored network, which keeps its stored heads: an override was
+    silently left unapplied (the config said False, the policy kept its dueling heads)."""
+    algo = small_config(dueling=True).build()
+    try:
+        path = algo.save(tmp_path / "c")
+    finally:
+        algo.stop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no replay buffer in the checkpoint
+        with pytest.raises(ConfigError, match=r"'dueling'=False.*dueling=True"):
+            Algorithm.from_checkpoint(path, config_overrides={"dueling": False})
+        Algorithm.from_checkpoint(path, config_overrides={"dueling": True}).stop()
+
+
 # -------------------------------------------------------------------------------- training
 def test_training_intensity_sets_updates_per_sampled_step_and_target_syncs() -> None:
     algo = small_config(training_intensity=8, target_network_update_freq=60).build()
