@@ -46,13 +46,6 @@ class RecurrentStates:
 
     def __init__(self) -> None:
         self.states: dict[Key, list[np.ndarray]] = {}
-        self._initial: dict[int, list[np.ndarray]] = {}  # per policy object (id): its initial state
-
-    def _initial_state(self, policy: Policy) -> list[np.ndarray]:
-        cached = self._initial.get(id(policy))
-        if cached is None:
-            cached = self._initial[id(policy)] = policy.get_initial_state()
-        return cached
 
     def act(self, policy: Policy, obs: np.ndarray, keys: Sequence[Key], *, explore: bool, policy_id: str,
             origin: Callable[[int], RowOrigin], record: bool = False,
@@ -66,9 +59,14 @@ class RecurrentStates:
             raw, logp = compute_raw_actions(policy, obs, explore=explore, policy_id=policy_id, origin=origin,
                                             record=record)
             return raw, logp, None
-        init = self._initial_state(policy)
-        rows = [self.states.get(key, init) for key in keys]
-        state_in = [np.stack([row[k] for row in rows]) for k in range(len(init))]
+        # The initial state is asked of the policy each time a row needs it, never cached: a
+        # model may compute it from its weights (a learned initial state, changed by set_weights),
+        # and a cache keyed by the policy's id() served a freed policy's state to the next
+        # policy given that id. Most steps continue every trajectory and ask nothing.
+        stored = [self.states.get(key) for key in keys]
+        init = policy.get_initial_state() if any(state is None for state in stored) else []
+        rows = [init if state is None else state for state in stored]
+        state_in = [np.stack([row[k] for row in rows]) for k in range(len(rows[0]))]
         acting = policy.recurrent_acting
         logp = None
         if record and policy.wants_action_logp:
@@ -93,7 +91,6 @@ class RecurrentStates:
     def clear(self) -> None:
         """Forget every state (all envs restart)."""
         self.states.clear()
-        self._initial.clear()
 
     def get_state(self, *, copy: bool = True) -> list[dict[str, Any]]:
         """The states in flight as data: ``[{"env", "agent" (str), "state": [arrays]}]``."""
@@ -134,7 +131,7 @@ class RecurrentStates:
                 policy = policy_of(i, agent)
             except (KeyError, IndexError, ConfigError):
                 policy = None
-            expected = None if policy is None or not is_recurrent(policy) else self._initial_state(policy)
+            expected = None if policy is None or not is_recurrent(policy) else policy.get_initial_state()
             if expected is None or [s.shape for s in state] != [s.shape for s in expected]:
                 shapes = "none (not a recurrent policy's agent)" if expected is None else \
                     [s.shape for s in expected]

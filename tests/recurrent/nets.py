@@ -40,3 +40,14 @@ class NoisyGRU(TinyGRU):
         out, h = self.gru(obs, state[0].unsqueeze(0))
         out = self.drop(out)
         return self.pi(out), self.vf(out).squeeze(-1), [h.squeeze(0)]
+
+
+class LearnedStartGRU(TinyGRU):
+    """TinyGRU whose initial state is a weight (``h0``): it changes with ``set_weights``."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.h0 = nn.Parameter(torch.full((self.width,), float(model_config.get("h0", 0.0))))
+
+    def get_initial_state(self):
+        return [self.h0]
