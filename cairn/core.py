@@ -101,8 +101,9 @@ class ScriptedOpponent(Protocol):
     Called once per move with the observation of the player it plays (a dict observation's
     ``"observation"`` entry), the action mask (1 = legal; None when the env gives none and the
     action space is not Discrete) and a random generator seeded per game; returns an action of
-    the action space. A function with this signature qualifies, and so does a class whose
-    instances are such callables (built with no arguments when named by ``"module:Class"``).
+    the action space (for ``Discrete(n, start=s)``, mask entry ``k`` is action ``s + k``). A
+    function with this signature qualifies, and so does a class whose instances are such
+    callables (built with no arguments when named by ``"module:Class"``).
     """
 
     def __call__(self, observation: np.ndarray, action_mask: np.ndarray | None,

@@ -11,7 +11,12 @@ import numpy as np
 
 from cairn.core import ScriptedOpponent
 from cairn.env_runner.recurrent_state import RecurrentStates
-from cairn.env_runner.scripted_opponents import check_discrete_action, resolve_opponent, split_observation
+from cairn.env_runner.scripted_opponents import (
+    check_discrete_action,
+    resolve_opponent,
+    scripted_move,
+    split_observation,
+)
 from cairn.errors import EnvError
 from cairn.policy_ids import check_mapped_policy_id
 
@@ -107,7 +112,7 @@ class AgentSampler:
         assert opponent is not None, pid  # callers ask for the actions of scripted seats only
         space = env.action_space(agent)
         observation, mask = split_observation(observation, info, space)
-        action = opponent(observation, mask, self.runner.rng)
+        action = scripted_move(opponent, observation, mask, self.runner.rng, space)
         if isinstance(space, gym.spaces.Discrete):
             who = f"scripted opponent {pid!r} ({self.scripted_opponents()[pid]!r})"
             index = check_discrete_action(action, space, who)

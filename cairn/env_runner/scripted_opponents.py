@@ -25,7 +25,7 @@ from cairn.errors import CheckpointConfigError, ConfigError, EnvError
 from cairn.registry import resolve_reference
 
 __all__ = ["ScriptedOpponent", "RANDOM_LEGAL", "check_discrete_action", "random_legal", "resolve_opponent",
-           "split_observation"]
+           "scripted_move", "split_observation"]
 
 #: The name of the built-in opponent that plays a uniformly random legal action.
 RANDOM_LEGAL = "random_legal"
@@ -34,8 +34,12 @@ _FORMS = (f"{RANDOM_LEGAL!r} or 'package.module:function_or_class' (e.g. "
           "'cairn.envs.connect_four:connect_four_heuristic')")
 
 
-def random_legal(observation: np.ndarray, action_mask: np.ndarray | None, rng: np.random.Generator) -> int:
-    """A uniformly random legal action (``rng.choice`` over the mask's nonzero entries).
+def random_legal(observation: np.ndarray, action_mask: np.ndarray | None, rng: np.random.Generator, *,
+                 start: int = 0) -> int:
+    """A uniformly random legal action: ``start`` plus a position drawn by ``rng.choice`` among
+    the mask's nonzero entries (entry ``k`` of a ``Discrete(n, start=s)`` space's mask is action
+    ``s + k``). cairn's env runners and :func:`~cairn.league.games.play_games` pass the space's
+    ``start`` (:func:`scripted_move`); called by hand, give it for a space that does not start at 0.
 
     Raises :class:`~cairn.errors.ConfigError` without a mask (a non-Discrete action space) and
     :class:`~cairn.errors.EnvError` when the mask allows nothing.
@@ -47,7 +51,17 @@ def random_legal(observation: np.ndarray, action_mask: np.ndarray | None, rng: n
     if legal.size == 0:
         raise EnvError(f"The {RANDOM_LEGAL!r} opponent was asked to move with an action mask that allows "
                        f"no action ({np.asarray(action_mask).tolist()}).")
-    return int(rng.choice(legal))
+    return int(start) + int(rng.choice(legal))
+
+
+def scripted_move(opponent: ScriptedOpponent, observation: Any, action_mask: np.ndarray | None,
+                  rng: np.random.Generator, action_space: Any) -> Any:
+    """``opponent``'s move, an action of ``action_space``: what it returns, called as
+    ``opponent(observation, action_mask, rng)``; :func:`random_legal` (which sees only the mask)
+    is also given a Discrete space's ``start``, so that its mask positions become actions."""
+    if opponent is random_legal and isinstance(action_space, gym.spaces.Discrete):
+        return random_legal(observation, action_mask, rng, start=int(action_space.start))
+    return opponent(observation, action_mask, rng)
 
 
 def resolve_opponent(spec: str) -> ScriptedOpponent:

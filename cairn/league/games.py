@@ -31,7 +31,7 @@ import numpy as np
 
 from cairn.core import PolicyLike, ScriptedOpponent
 from cairn.env_runner.make_env import close_env, is_multi_agent_env, is_turn_based_env
-from cairn.env_runner.scripted_opponents import check_discrete_action, split_observation
+from cairn.env_runner.scripted_opponents import check_discrete_action, scripted_move, split_observation
 from cairn.errors import ConfigError
 
 __all__ = ["GameResults", "play_games", "two_player_agents"]
@@ -104,7 +104,7 @@ class _Player:
         """This player's move; counts it when its mask forbids it."""
         obs, mask = split_observation(observation, info, self.action_space)
         if not self.is_policy:
-            action = self.actor(obs, mask, self.rng)
+            action = scripted_move(self.actor, obs, mask, self.rng, self.action_space)
         elif self.state is None:
             action = self.actor.compute_single_action(observation, explore=False)
         else:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pettingzoo import AECEnv
+
 import cairn
 
 
@@ -123,3 +125,71 @@ def first_forbidden(observation: Any, action_mask: Any, rng: Any) -> int:
 
     forbidden = np.flatnonzero(np.asarray(action_mask) == 0)
     return int(forbidden[0]) if forbidden.size else 0
+
+
+
+class OneBasedMoves(AECEnv):
+    """A turn-based (PettingZoo AEC) two-player game whose actions start at 1: ``Discrete(3,
+    start=1)``, the observation dict's ``"action_mask"`` allows 2 and 3 (mask entries 1 and 2),
+    never 1. Players alternate for ``moves`` moves: a draw (0 each). A move the mask forbids
+    ends the game as the mover's forfeit (-1; +1 for the other), as PettingZoo's
+    TerminateIllegalWrapper does. Every move played is kept in :attr:`played`."""
+
+    metadata = {"name": "one_based_moves_v0", "render_modes": []}
+
+    def __init__(self, moves: int = 4) -> None:
+        import gymnasium as gym
+        import numpy as np
+
+        super().__init__()
+        self.possible_agents = ["player_0", "player_1"]
+        self.render_mode = None
+        self.moves = moves
+        self.mask = np.array([0, 1, 1], np.int8)
+        self._action_space = gym.spaces.Discrete(3, start=1)
+        self._observation_space = gym.spaces.Dict({
+            "observation": gym.spaces.Box(0.0, float(moves), (1,), np.float32),
+            "action_mask": gym.spaces.MultiBinary(3)})
+        self.played: list[tuple[str, int]] = []
+
+    def observation_space(self, agent: str) -> Any:
+        return self._observation_space
+
+    def action_space(self, agent: str) -> Any:
+        return self._action_space
+
+    def observe(self, agent: str) -> dict[str, Any]:
+        import numpy as np
+
+        return {"observation": np.array([self._count], np.float32), "action_mask": self.mask.copy()}
+
+    def reset(self, seed: int | None = None, options: Any = None) -> None:
+        self.agents = list(self.possible_agents)
+        self._count = 0
+        self.agent_selection = "player_0"
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: {} for a in self.agents}
+
+    def step(self, action: Any) -> None:
+        if self.terminations[self.agent_selection]:
+            self._was_dead_step(action)
+            return
+        mover = self.agent_selection
+        other = self.possible_agents[1 - self.possible_agents.index(mover)]
+        self._cumulative_rewards[mover] = 0.0  # PettingZoo's usual bookkeeping
+        self.played.append((mover, int(action)))
+        self._count += 1
+        legal = self._action_space.contains(action) and bool(self.mask[int(action) - 1])
+        self.rewards = {mover: 0.0 if legal else -1.0, other: 0.0 if legal else 1.0}
+        if not legal or self._count == self.moves:
+            self.terminations = dict.fromkeys(self.agents, True)
+        self.agent_selection = other
+        self._accumulate_rewards()
+
+
+def make_one_based_moves(env_config: dict) -> Any:
+    """Env creator of :class:`OneBasedMoves` (``env_config``: its ``moves``)."""
+    return OneBasedMoves(**env_config)

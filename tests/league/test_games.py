@@ -255,3 +255,21 @@ def test_a_recurrent_policy_carries_its_state_through_each_game():
         out["wins" if total > 0 else "losses" if total < 0 else "draws"] += 1
     assert played.seen == by_hand.seen  # main's moves, as its opponent saw them
     assert results == GameResults(games=6, **out)
+
+
+def test_random_legal_plays_actions_of_a_space_that_starts_at_1():
+    """Before, random_legal played mask positions (0 to n-1) as actions: in Discrete(3, start=1)
+    with actions 2 and 3 legal it played 1 (forbidden: counted as the opponent's illegal move, a
+    forfeit that passed for main's win) or 2, never 3, with no error."""
+    from cairn.env_runner.scripted_opponents import resolve_opponent
+    from tests.league.games import OneBasedMoves
+
+    env = OneBasedMoves(moves=4)  # play_games resets its one env for each game
+    main = cairn.Policy(env.observation_space("player_0"), env.action_space("player_0"), SMALL_NET, seed=0)
+    results = play_games(lambda: env, main, resolve_opponent("random_legal"), games=20, seed=0)
+    assert results == GameResults(games=20, wins=0, draws=20, losses=0, illegal_moves=0,
+                                  opponent_illegal_moves=0)
+    assert len(env.played) == 20 * 4  # every game went its four moves
+    opponent_moves = [action for k, (agent, action) in enumerate(env.played)
+                      if agent != ["player_0", "player_1"][k // 4 % 2]]  # main's seat alternates
+    assert len(opponent_moves) == 40 and set(opponent_moves) == {2, 3}

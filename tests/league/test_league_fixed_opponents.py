@@ -177,3 +177,23 @@ def test_a_scripted_move_its_mask_forbids_is_an_error_in_training():
             algo.train()
     finally:
         algo.stop()
+
+
+def test_random_legal_in_training_plays_actions_of_a_space_that_starts_at_1():
+    # Before, the runner's random_legal played mask positions as actions: in Discrete(3, start=1)
+    # with 2 and 3 legal, position 0 was played as action 1, which the mask forbids (an EnvError
+    # here; a forfeit passing for main's win where unchecked), and action 3 never.
+    from tests.league.games import OneBasedMoves, make_one_based_moves
+
+    config = (small_league(opponents={"random_legal": "random_legal"}, self_play_fraction=0.0)
+              .environment(make_one_based_moves, env_config={"moves": 4}))
+    algo = config.build()
+    try:
+        algo.train()
+        envs = [env for env in algo.env_runner_group.local.envs if isinstance(env, OneBasedMoves)]
+        played = [action for env in envs for _, action in env.played]
+        assert len(envs) == 2 and set(played) == {2, 3}
+        result = algo.train()
+        assert result["league"]["payoff"]["random_legal"]["wins"] == 0  # draws only: no forfeit
+    finally:
+        algo.stop()
