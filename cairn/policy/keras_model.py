@@ -281,7 +281,7 @@ class KerasActorCritic(KerasNetwork):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
         if layers is None:
-            inputs, value = self.network(obs)
+            inputs, value = self.network(obs, training=self.training)
             return inputs, value.reshape(value.shape[0])
         features = self._run(layers.actor, obs, layers.encoder)
         out = layers.action_head.call(features)
@@ -294,7 +294,7 @@ class KerasActorCritic(KerasNetwork):
         """The action distribution's inputs for a batch of processed observations."""
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
         if layers is None:
-            return self.network(obs)[0]  # type: ignore[no-any-return]
+            return self.network(obs, training=self.training)[0]  # type: ignore[no-any-return]
         out = layers.action_head.call(self._run(layers.actor, obs, layers.encoder))
         return out if layers.log_std is None else self._log_std(layers, out)
 
@@ -302,7 +302,7 @@ class KerasActorCritic(KerasNetwork):
         """State-value estimates, shape ``[batch]``."""
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
         if layers is None:
-            value = self.network(obs)[1]
+            value = self.network(obs, training=self.training)[1]
             return value.reshape(value.shape[0])  # type: ignore[no-any-return]
         return layers.value_head.call(self._critic_features(layers, obs)).squeeze(-1)  # type: ignore[no-any-return]
 

@@ -221,16 +221,19 @@ class Policy:
 
     @property
     def switches_modes(self) -> bool:
-        """Whether :attr:`model` is a user's network (``model.custom_model``, or SAC's and TD3's
-        ``custom_q_model``), which may hold layers whose output depends on the mode (``Dropout``,
-        ``BatchNorm``). Such a model rests in eval mode, as it acts and as an export runs it, and a
-        learner runs it in training mode for the length of one learn function
-        (:func:`cairn.learners.actor.learning`), putting it back in eval mode after, also when the
-        function raises. cairn's own networks hold no such layer (tests/models/test_user_model_acting.py
-        walks every one), so both modes compute the same for them and theirs is never switched.
-        A target network keeps the mode it was copied in, as before this was added."""
+        """Whether :attr:`model` is a user's network (``model.custom_model``, SAC's and TD3's
+        ``custom_q_model``, or a Keras ``model.keras_model``, which is called with ``training=``
+        the torch mode: Keras layers read no torch mode), which may hold layers whose output
+        depends on the mode (``Dropout``, ``BatchNorm``). Such a model rests in eval mode, as it
+        acts and as an export runs it, and a learner runs it in training mode for the length of
+        one learn function (:func:`cairn.learners.actor.learning`), putting it back in eval mode
+        after, also when the function raises. cairn's own networks hold no such layer
+        (tests/models/test_user_model_acting.py walks every one), so both modes compute the same
+        for them and theirs is never switched. A target network keeps the mode it was copied in,
+        as before this was added."""
         model = self.config["model"]
-        return uses_custom_model(model) or uses_custom_model(model, "custom_q_model")
+        return (uses_custom_model(model) or uses_custom_model(model, "custom_q_model")
+                or model.get("keras_model") is not None)
 
     def check_model_outputs(self) -> None:
         """Refuse (ConfigError) a network whose outputs lack the shapes this policy reads, seen in

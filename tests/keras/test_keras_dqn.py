@@ -95,6 +95,23 @@ def test_a_users_keras_q_model_trains_restores_and_exports(tmp_path):
     cairn.export.export_model(policy, tmp_path / "m", onnx=18)  # parity checked inside
 
 
+def test_a_users_keras_q_model_with_batchnorm_learns_in_training_mode_and_acts_in_eval_mode(tmp_path):
+    """As for PPO (test_keras_policy.py): before, a user's Keras Q-network was called without
+    ``training``, so its BatchNormalization never moved its statistics while learning."""
+    algo = _dqn().training(model={"keras_model": "tests.keras.builders:noisy_q_network"}).build()
+    policy = algo.get_policy()
+    bn = policy.model.network.get_layer("bn")
+    moving = np.array(bn.moving_mean.numpy())
+    q = policy.compute_q_values(OBS)
+    np.testing.assert_array_equal(policy.compute_q_values(OBS), q)
+    np.testing.assert_array_equal(np.array(bn.moving_mean.numpy()), moving)  # acting moved nothing
+    algo.train()
+    assert not np.array_equal(np.array(bn.moving_mean.numpy()), moving)  # learning did
+    assert policy.switches_modes and not policy.model.training
+    restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+    np.testing.assert_array_equal(restored.get_policy().compute_q_values(OBS), policy.compute_q_values(OBS))
+
+
 def test_a_users_keras_model_with_the_wrong_outputs_is_refused_for_dqn():
     config = {"model": {"framework": "keras", "keras_model": "tests.keras.builders:small_actor_critic"}}
     with pytest.raises(ConfigError, match="expected a keras.Model with one output for DQN"):

@@ -97,6 +97,35 @@ def test_a_users_keras_model_by_import_path_trains_and_restores(tmp_path):
             == policy.get_state()["optimizer"]["state"].keys())
 
 
+def test_a_users_keras_dropout_and_batchnorm_learn_in_training_mode_and_act_in_eval_mode(tmp_path):
+    """Keras layers read their ``training`` argument, not torch's mode: before, a user's Keras
+    model was called without it, so its Dropout never dropped and its BatchNormalization never
+    normalised by the batch nor moved its statistics while learning, with no error. Acting (eval
+    mode) stays deterministic and moves nothing; the restored policy acts as the trained one."""
+    model = {"framework": "keras", "keras_model": "tests.keras.builders:noisy_actor_critic"}
+    algo = small_ppo(model=model, num_epochs=1).build()
+    try:
+        policy = algo.get_policy()
+        bn = policy.model.network.get_layer("bn")
+        moving = np.array(bn.moving_mean.numpy())
+        first = policy.compute_action_inputs(OBS)
+        np.testing.assert_array_equal(policy.compute_action_inputs(OBS), first)
+        np.testing.assert_array_equal(np.array(bn.moving_mean.numpy()), moving)  # acting moved nothing
+        assert policy.switches_modes and not policy.model.training
+        algo.train()
+        assert not np.array_equal(np.array(bn.moving_mean.numpy()), moving)  # learning did
+        assert not policy.model.training  # back at rest
+        policy.model.train(True)
+        with torch.no_grad():  # in training mode the Dropout drops: two calls differ
+            x = torch.from_numpy(OBS)
+            assert not torch.equal(policy.model(x)[0], policy.model(x)[0])
+        policy.model.train(False)
+        restored = cairn.Policy.from_checkpoint(Path(algo.save(tmp_path / "c")) / "policies/default_policy")
+        np.testing.assert_array_equal(restored.compute_action_inputs(OBS), policy.compute_action_inputs(OBS))
+    finally:
+        algo.stop()
+
+
 @pytest.mark.parametrize("model, match", [
     ({"framework": "tensorflow"}, "model.framework"),
     ({"keras_model": "tests.keras.builders:small_actor_critic"}, "needs model.framework='keras'"),

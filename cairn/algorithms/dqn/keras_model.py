@@ -101,7 +101,7 @@ class KerasQNetwork(KerasNetwork):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         layers: QLayers | None = self.q_layers  # type: ignore[assignment]
         if layers is None:
-            return self.network(obs)  # type: ignore[no-any-return]
+            return self.network(obs, training=self.training)  # type: ignore[no-any-return]
         x = obs if layers.encoder is None else layers.encoder.call(obs)
         for layer in layers.trunk:
             x = layer.call(x)
