@@ -161,3 +161,43 @@ class ModeRecorder(NoisyHeads):
         if grad and type(self).fail_learning:
             raise RuntimeError("a loss that fails")
         return super().forward(obs)
+
+
+class RecordingActor(SmallActor):
+    """SAC's SmallActor recording ``(gradients enabled, training mode)`` at each forward."""
+
+    seen: list[tuple[bool, bool]] = []
+
+    def forward(self, obs):
+        type(self).seen.append((torch.is_grad_enabled(), self.training))
+        return super().forward(obs)
+
+
+class RecordingTD3Actor(SmallTD3Actor):
+    """TD3's SmallTD3Actor recording ``(gradients enabled, training mode)`` at each forward."""
+
+    seen: list[tuple[bool, bool]] = []
+
+    def forward(self, obs):
+        type(self).seen.append((torch.is_grad_enabled(), self.training))
+        return super().forward(obs)
+
+
+class RecordingCritic(SmallCritic):
+    """SmallCritic recording ``(gradients enabled, training mode)`` at each forward."""
+
+    seen: list[tuple[bool, bool]] = []
+
+    def forward(self, obs, actions):
+        type(self).seen.append((torch.is_grad_enabled(), self.training))
+        return super().forward(obs, actions)
+
+
+class RecordingMaskAware(MaskAware):
+    """MaskAware recording ``(gradients enabled, training mode)`` at each forward."""
+
+    seen: list[tuple[bool, bool]] = []
+
+    def forward(self, obs, action_mask):
+        type(self).seen.append((torch.is_grad_enabled(), self.training))
+        return super().forward(obs, action_mask)

@@ -51,3 +51,13 @@ class LearnedStartGRU(TinyGRU):
 
     def get_initial_state(self):
         return [self.h0]
+
+
+class RecordingGRU(TinyGRU):
+    """TinyGRU recording ``(gradients enabled, training mode)`` at each forward."""
+
+    seen: list[tuple[bool, bool]] = []
+
+    def forward(self, obs, state):
+        type(self).seen.append((torch.is_grad_enabled(), self.training))
+        return super().forward(obs, state)

@@ -18,6 +18,7 @@ from cairn.algorithms.ppo.recurrent import Sequences
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
+from cairn.numpy_acting import evaluating
 from cairn.policy.policy import Policy
 from cairn.policy.recurrent import is_recurrent
 
@@ -49,7 +50,7 @@ def target_logp(policy: APPOPolicy, data: BatchTensors) -> torch.Tensor:
     A row's value is the target's on that row; a forward pass over fewer rows (a minibatch) may
     round differently in the last bits (tests/algorithms/impala/test_appo_target_once.py measures
     it)."""
-    with torch.no_grad():
+    with torch.no_grad(), evaluating(policy.target_model):  # a target: as a deployed model gives it
         return policy.dist.logp(policy.target_model(data.obs)[0], data.actions)
 
 
@@ -64,7 +65,10 @@ def batch_vtrace(config: IMPALAConfig, policy: Policy, data: BatchTensors, *,
     IMPALA) or the one whose log-probabilities of the batch's actions ``target_logp_rows``
     holds (APPO's ``pi_target``: :func:`target_logp`)."""
     model, dist = policy.model, policy.dist
-    with torch.no_grad():
+    # Targets, as a deployed model gives them (as PPO's GAE values): eval mode, so that a user's
+    # Dropout does not perturb them and a BatchNorm neither moves its statistics nor fails on
+    # the one next_obs row a fragment may bootstrap from.
+    with torch.no_grad(), evaluating(model):
         if target_logp_rows is None:  # IMPALA: the network is its own target policy
             inputs, values = model(data.obs)
             target_logp_rows = dist.logp(inputs, data.actions)
@@ -191,7 +195,7 @@ def after_train_batch(config: APPOConfig, policy: APPOPolicy, batch: SampleBatch
     if policy.num_train_batches % config.target_network_update_freq == 0:
         if config.use_kl_loss:
             data = BatchTensors(batch, policy, next(policy.model.parameters()).device)
-            with torch.no_grad():
+            with torch.no_grad(), evaluating(policy.model), evaluating(policy.target_model):
                 if is_recurrent(policy):  # both networks over the batch's sequences
                     seqs = Sequences(batch, policy, data.obs)
                     logp = seqs.logp(policy.model, policy.dist, data.actions)

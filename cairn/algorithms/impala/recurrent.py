@@ -32,6 +32,7 @@ from cairn.algorithms.ppo.recurrent import Sequences
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
+from cairn.numpy_acting import evaluating
 from cairn.policy.policy import Policy
 
 __all__ = ["vtrace_learn_recurrent", "sequences_vtrace"]
@@ -43,7 +44,8 @@ def sequences_vtrace(config: IMPALAConfig, policy: Policy, data: BatchTensors, s
     targets and advantages of the whole batch under the network's current weights (run over
     ``seqs``), and the values ``V(x_s)`` (numpy). ``target_logp_rows``: APPO's target
     policy's log-probabilities of the batch's actions (None: IMPALA, the network itself)."""
-    inputs, values, next_values = seqs.values_and_next(policy.model)
+    with evaluating(policy.model):  # targets, in eval mode as learn.batch_vtrace's say why
+        inputs, values, next_values = seqs.values_and_next(policy.model)
     if target_logp_rows is None:
         with torch.no_grad():
             target_logp_rows = policy.dist.logp(inputs, data.actions)
@@ -68,7 +70,9 @@ def vtrace_learn_recurrent(config: IMPALAConfig, policy: Policy, sync: GradientS
     seqs = Sequences(batch, policy, data.obs)
     old_logp = None
     if appo:  # frozen until the call returns: once per call (learn.target_logp says why)
-        old_logp = seqs.logp(require_target_network(policy).target_model, policy.dist, data.actions)
+        target_model = require_target_network(policy).target_model
+        with evaluating(target_model):  # a target: as a deployed model gives it
+            old_logp = seqs.logp(target_model, policy.dist, data.actions)
     size = len(batch) if config.minibatch_size is None else config.minibatch_size
     params = list(model.parameters())
     history: list[torch.Tensor] = []

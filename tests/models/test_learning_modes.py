@@ -1,0 +1,95 @@
+"""The mode each of a user's networks runs in, recorded by its forward as ``(gradients enabled,
+training mode)``: every acting path runs it in eval mode, and every forward with gradients (the
+losses) in training mode; the network rests in eval mode between learn calls. One case per
+acting path: feed-forward, recurrent, masked (PPO and DQN), DQN's Q-model, SAC's and TD3's
+actors and critics, IMPALA and APPO (Keras: tests/keras, test_keras_policy.py and
+test_keras_dqn.py).
+
+Forwards without gradients inside a learn function are its targets: PPO's values, IMPALA's and
+APPO's V-trace values and target log-probabilities (APPO's target network too) and DQN's
+targets (on a CPU learner) are taken in eval mode and checked so. SAC's and TD3's targets
+(the actor's next actions, the target critics) run in training mode, as before (not asserted)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import cairn
+from cairn.envs import make_cue_recall
+from tests.models.masked_env import make_pick_legal
+from tests.models.nets import (
+    ModeRecorder,
+    NoisyQ,
+    RecordingActor,
+    RecordingCritic,
+    RecordingMaskAware,
+    RecordingTD3Actor,
+)
+from tests.recurrent.nets import RecordingGRU
+
+SMALL = {"train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1}
+OFF_POLICY = {"num_steps_sampled_before_learning_starts": 32, "train_batch_size": 16, "minibatch_size": 16}
+
+CUE = {"delay": 2}
+FRAGMENT = {"rollout_fragment_length": 64}
+CASES: dict[str, tuple[Any, list[Any], bool]] = {
+    # name: (config, the recording classes, whether the learn function's targets run in eval mode)
+    "ppo": (lambda: cairn.PPOConfig().environment("CartPole-v1").training(
+        **SMALL, model={"custom_model": ModeRecorder}), [ModeRecorder], True),
+    "ppo_recurrent": (lambda: cairn.PPOConfig().environment(make_cue_recall, env_config=CUE).training(
+        **SMALL, model={"custom_model": RecordingGRU, "max_seq_len": 3}), [RecordingGRU], True),
+    "ppo_masked": (lambda: cairn.PPOConfig().environment(make_pick_legal).training(
+        **SMALL, model={"custom_model": RecordingMaskAware}), [RecordingMaskAware], True),
+    "dqn": (lambda: cairn.DQNConfig().environment("CartPole-v1").training(
+        **OFF_POLICY, model={"custom_model": NoisyQ}).env_runners(**FRAGMENT), [NoisyQ], True),
+    "dqn_masked": (lambda: cairn.DQNConfig().environment(make_pick_legal).training(
+        **OFF_POLICY, model={"custom_model": NoisyQ}).env_runners(**FRAGMENT), [NoisyQ], True),
+    "sac": (lambda: cairn.SACConfig().environment("Pendulum-v1").training(
+        **OFF_POLICY, model={"custom_model": RecordingActor, "custom_q_model": RecordingCritic}),
+        [RecordingActor, RecordingCritic], False),
+    "td3": (lambda: cairn.TD3Config().environment("Pendulum-v1").training(
+        **OFF_POLICY, policy_delay=1,
+        model={"custom_model": RecordingTD3Actor, "custom_q_model": RecordingCritic}),
+        [RecordingTD3Actor, RecordingCritic], False),
+    "impala": (lambda: cairn.IMPALAConfig().environment("CartPole-v1").training(
+        train_batch_size=64, model={"custom_model": ModeRecorder}), [ModeRecorder], True),
+    "appo": (lambda: cairn.APPOConfig().environment("CartPole-v1").training(
+        train_batch_size=64, model={"custom_model": ModeRecorder}), [ModeRecorder], True),
+    "appo_recurrent": (lambda: cairn.APPOConfig().environment(make_cue_recall, env_config=CUE).training(
+        train_batch_size=64, model={"custom_model": RecordingGRU, "max_seq_len": 3}), [RecordingGRU], True),
+}
+
+
+def _clear(classes: list[Any]) -> None:
+    for cls in classes:
+        cls.seen = []
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_users_networks_act_in_eval_mode_and_learn_in_training_mode(name: str) -> None:
+    make, classes, eval_targets = CASES[name]
+    _clear(classes)
+    algo = make().debugging(seed=0).build()
+    try:
+        policy = algo.get_policy()
+        assert policy.switches_modes and not policy.model.training
+        algo.train()
+        algo.train()  # past the off-policy algorithms' warm-up: their actors act
+        _clear(classes)
+        runner = algo.env_runner_group.local
+        runner.sample(16, explore=False)  # greedy (DQN's epsilon may still draw every action)
+        runner.sample(16)
+        acting = {(cls.__name__, mode) for cls in classes for mode in cls.seen}
+        assert {mode for _, mode in acting} == {(False, False)}, acting
+        assert {cls for cls, _ in acting} >= {classes[0].__name__}  # the acting network acted
+        _clear(classes)
+        algo.train()
+        learning = {mode for cls in classes for mode in cls.seen}
+        assert {training for grad, training in learning if grad} == {True}, learning  # every loss
+        if eval_targets:
+            assert {training for grad, training in learning if not grad} == {False}, learning
+        assert not policy.model.training  # back at rest
+    finally:
+        algo.stop()
