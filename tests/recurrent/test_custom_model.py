@@ -36,7 +36,8 @@ def test_a_recurrent_model_with_dropout_acts_and_takes_gae_values_in_eval_mode()
     """As feed-forward users' models (docs/models.md): acting runs the model in eval mode, so a
     Dropout leaves greedy actions and the next state unchanged between two calls (before, the
     recurrent torch path ran it in training mode: random), and PPO's GAE values are taken so
-    too; the losses train in training mode, and the model is handed back in it."""
+    too; the losses train in training mode, and the model rests in eval mode between learn
+    calls (docs/models.md)."""
     import gymnasium as gym
     import torch
 
@@ -68,6 +69,6 @@ def test_a_recurrent_model_with_dropout_acts_and_takes_gae_values_in_eval_mode()
         model = algo.get_policy().model
         algo.train()
         assert model.no_grad_modes and not any(model.no_grad_modes)  # acting and GAE's values
-        assert model.training
+        assert not model.training  # back at rest after the learn function
     finally:
         algo.stop()
