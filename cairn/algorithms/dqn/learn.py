@@ -14,6 +14,7 @@ from cairn.algorithms.dqn.dqn_policy import DQNPolicy, QValueModel
 from cairn.algorithms.dqn.loss import dqn_loss, q_targets
 from cairn.algorithms.dqn.numpy_update import numpy_dqn_update
 from cairn.learners import GradientSync, LearnOutput
+from cairn.numpy_acting import evaluating
 from cairn.policy.action_masking import legal_action_table
 
 __all__ = ["dqn_targets", "dqn_learn", "numpy_dqn_learn"]
@@ -25,7 +26,9 @@ def _q_values(model: QValueModel, obs: np.ndarray) -> np.ndarray:
         # In numpy on views of the live parameters: for a minibatch of 64 that skips dozens
         # of torch operator dispatches, which cost more than the arithmetic on a CPU.
         return model.numpy_q_values(obs)
-    with torch.no_grad():
+    # In eval mode, as numpy_q_values runs a user's network on the CPU (cairn.numpy_acting.in_torch):
+    # a target is what the deployed network gives, on every device alike.
+    with torch.no_grad(), evaluating(model):
         return model(torch.from_numpy(obs).to(device)).cpu().numpy()  # type: ignore[no-any-return]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 import cairn
 from cairn import Algorithm, DQNConfig
@@ -385,3 +386,23 @@ def test_cli_trains_dqn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "iter    1" in capsys.readouterr().out
     latest = cairn.CheckpointManager(tmp_path / "run" / "checkpoints").latest()
     assert latest is not None and cairn.get_checkpoint_info(latest)["class"] == "DQN"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
+def test_a_users_q_networks_targets_are_the_same_on_a_gpu_learner_as_on_the_cpu() -> None:
+    """On the CPU the targets run through numpy_q_values (a user's network in eval mode); on a
+    GPU learner in torch: also in eval mode, so a Dropout does not make them differ."""
+    from cairn.algorithms.dqn.learn import dqn_targets
+    from cairn.learners.actor import move_policy
+    from tests.models.nets import NoisyQ
+
+    config = cairn.DQNConfig().training(double_q=True, model={"custom_model": NoisyQ})
+    space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    policy = DQNPolicy(space, gym.spaces.Discrete(3), config.policy_config("default_policy"), seed=0)
+    rng = np.random.default_rng(0)
+    sample = {"next_obs": rng.standard_normal((32, 4)).astype(np.float32),
+              "rewards": rng.standard_normal(32).astype(np.float32),
+              "terminateds": np.zeros(32, bool), "n_steps": np.ones(32, np.int64)}
+    on_cpu = dqn_targets(config, policy, sample)
+    move_policy(policy, torch.device("cuda"))
+    np.testing.assert_allclose(dqn_targets(config, policy, sample), on_cpu, rtol=1e-4, atol=1e-5)
