@@ -91,13 +91,16 @@ class Algorithm:
         self.policies: dict[str, Policy] = {}
         #: The hooks of ``config.callbacks_class`` (``cairn.Callbacks``; docs/callbacks.md).
         self.callbacks = make_callbacks(self.config.callbacks_class)
+        # The instance whose episode hooks the local and evaluation runners run: a wrapper put
+        # in self.callbacks later (cairn train --mlflow) forwards no episode hooks.
+        self._runner_callbacks = self.callbacks
         #: The league of ``config.league(...)`` (None without one; docs/league.md).
         self.league: League | None = attach_league(self.config)
         probe_env = self._build_policies(policy_states or {}, copy=copy_policy_states)
         if self.league is not None:
             self.league.set_agents(probe_env)
         self.env_runner_group = EnvRunnerGroup(self.config, self.policies, first_env=probe_env,
-                                               callbacks=self.callbacks)
+                                               callbacks=self._runner_callbacks)
         self._eval_runner: EnvRunner | None = None
         self._eval_runner_state: Mapping[str, Any] | None = None
         self._log_dir: str | None = self.config.log_dir
@@ -234,10 +237,11 @@ class Algorithm:
         :func:`cairn.algorithms.evaluation.evaluate_episodes`. A league with fixed opponents adds
         ``league``: main's greedy games against each (:meth:`cairn.league.League.evaluate`)."""
         if seed is None and self._eval_runner is None:
-            self._eval_runner = evaluation_runner(self.config, self.policies, self._eval_runner_state)
+            self._eval_runner = evaluation_runner(self.config, self.policies, self._eval_runner_state,
+                                                  callbacks=self._runner_callbacks)
         with self._torch_threads():
             metrics = evaluate_episodes(self._eval_runner, self.config, self.policies, num_episodes,
-                                        seed=seed)
+                                        seed=seed, callbacks=self._runner_callbacks)
             if self.league is not None and self.league.fixed_opponents:
                 metrics["league"] = self.league.evaluate(self.config, self.get_policy(self.league.main))
         self.callbacks.on_evaluate_end(algorithm=self, evaluation_metrics=metrics)

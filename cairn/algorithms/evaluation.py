@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from cairn.algorithms.metrics import episode_metrics
+from cairn.callbacks.base import Callbacks
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.errors import ConfigError
@@ -23,14 +24,19 @@ _log = logging.getLogger(__name__)
 
 
 def evaluation_runner(
-    config: AlgorithmConfig, policies: Mapping[str, Policy], state: Mapping[str, Any] | None
+    config: AlgorithmConfig, policies: Mapping[str, Policy], state: Mapping[str, Any] | None,
+    *, callbacks: Callbacks | None = None,
 ) -> EnvRunner:
     """The runner that plays evaluation episodes: one environment, its own seed stream, and
     the saved state of an earlier one (from a checkpoint) when there is one. A state whose
     restore raises (an env's ``set_state``) stops the runner (its env is closed) before the
-    exception propagates: nobody else holds it."""
+    exception propagates: nobody else holds it.
+
+    ``callbacks``: the instance whose episode hooks run here, the algorithm's (as its local env
+    runner shares it), so that what they keep on it is there in ``on_evaluate_end``; None
+    builds a new one from the config."""
     runner = EnvRunner(config, policies, worker_index=0, num_envs=1,
-                       seed_offset=EVALUATION_SEED_OFFSET, evaluation=True)
+                       seed_offset=EVALUATION_SEED_OFFSET, evaluation=True, callbacks=callbacks)
     if state is not None:
         try:
             runner.set_state(state)
@@ -76,7 +82,7 @@ def episode_statistics(episodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def evaluate_episodes(
     runner: EnvRunner | None, config: AlgorithmConfig, policies: Mapping[str, Policy],
-    num_episodes: int | None = None, *, seed: int | None = None,
+    num_episodes: int | None = None, *, seed: int | None = None, callbacks: Callbacks | None = None,
 ) -> dict[str, Any]:
     """Play ``num_episodes`` (default ``config.evaluation_duration``) episodes with greedy
     actions and return their :func:`episode_metrics` and :func:`episode_statistics`.
@@ -85,13 +91,14 @@ def evaluate_episodes(
     seed stream goes on from call to call and is saved in checkpoints), after it follows the
     current policies and mapping. With an int ``seed`` they are played on a fresh runner seeded
     from it (then closed; ``runner`` is left as it was), so that equal seeds give equal episodes:
-    ``cairn evaluate --seed`` calls this.
+    ``cairn evaluate --seed`` calls this. ``callbacks``: the fresh runner's (see
+    :func:`evaluation_runner`).
     """
     count = check_num_episodes(num_episodes)
     count = config.evaluation_duration if count is None else count
     if seed is not None:
         config = config.copy().debugging(seed=seed)
-        fresh = evaluation_runner(config, policies, None)
+        fresh = evaluation_runner(config, policies, None, callbacks=callbacks)
         try:
             episodes = fresh.run_episodes(count, explore=False)
         finally:

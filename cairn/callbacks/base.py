@@ -3,8 +3,8 @@
 A subclass of :class:`Callbacks` is named in the config, ``config.callbacks(MyCallbacks)``
 (a class, a registered name or ``"package.module:QualName"``), and stored there as a reference:
 a restored algorithm runs the same hooks again. Each algorithm (and each remote env runner, in
-its own process) builds one instance with no arguments; the local env runner shares the
-algorithm's. Every hook takes exactly the keyword arguments its signature lists, except that
+its own process) builds one instance with no arguments; the local env runner and the evaluation
+runner share the algorithm's. Every hook takes exactly the keyword arguments its signature lists, except that
 ``on_checkpoint_saved`` gets ``iteration`` only when the override declares it (or ``**kwargs``):
 overrides written before it existed keep working.
 """

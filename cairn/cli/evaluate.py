@@ -203,11 +203,13 @@ def _evaluate(algo: Algorithm, args: argparse.Namespace) -> dict[str, Any]:
     config = algo.config.copy()
     config.environment(watch.creator(lambda: make_env(algo.config)))
     # The checkpoint's own evaluation runner goes on with its stream unless --seed asks for a fresh one.
-    runner = None if args.seed is not None else evaluation_runner(config, algo.policies,
-                                                                 algo.get_evaluation_runner_state())
+    # The algorithm's callbacks play the episodes, as in Algorithm.evaluate.
+    runner = None if args.seed is not None else evaluation_runner(
+        config, algo.policies, algo.get_evaluation_runner_state(), callbacks=algo.callbacks)
     try:
         with torch_threads(config.torch_num_threads, algo.policies.values()):
-            return evaluate_episodes(runner, config, algo.policies, total, seed=args.seed)
+            return evaluate_episodes(runner, config, algo.policies, total, seed=args.seed,
+                                     callbacks=algo.callbacks)
     finally:
         if runner is not None:
             runner.stop()

@@ -131,3 +131,19 @@ class SeesReplay(CountingCallbacks):
     def on_algorithm_init(self, *, algorithm: Any) -> None:
         super().on_algorithm_init(algorithm=algorithm)
         CALLS["replay_buffers_at_init"] = len(algorithm.replay_buffers)
+
+
+class EvaluationTally(Callbacks):
+    """Counts the evaluation episodes its own ``on_episode_end`` saw and reports the count in
+    ``on_evaluate_end``: state kept on the instance, as a user's callbacks keep it."""
+
+    def __init__(self) -> None:
+        self.evaluation_episodes = 0
+
+    def on_episode_end(self, *, episode: Any, env_runner: Any) -> None:
+        if env_runner.evaluation:
+            self.evaluation_episodes += 1
+
+    def on_evaluate_end(self, *, algorithm: Any, evaluation_metrics: dict[str, Any]) -> None:
+        evaluation_metrics["episodes_seen_by_hooks"] = self.evaluation_episodes
+        self.evaluation_episodes = 0

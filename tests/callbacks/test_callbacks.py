@@ -18,6 +18,7 @@ from tests.callbacks.hooks import (
     CALLS,
     CountingCallbacks,
     EpisodeLength,
+    EvaluationTally,
     LateReport,
     NotCallbacks,
     SeesReplay,
@@ -51,6 +52,25 @@ def test_on_algorithm_init_sees_the_whole_checked_algorithm() -> None:
         (cairn.APPOConfig().environment("CartPole-v1").multi_agent(policies={"default_policy": plain})
          .callbacks(CountingCallbacks).build())
     assert CALLS["on_algorithm_init"] == 0
+
+
+def test_evaluation_episodes_reach_the_algorithms_callbacks_instance() -> None:
+    """The evaluation runner's episode hooks run on the algorithm's callbacks instance (as the
+    local env runner's do), so what they keep on it is there in ``on_evaluate_end``: with a
+    runner of its own, the count was 0 with no error. Also for ``evaluate(seed=...)``'s fresh
+    runner, and after a restore."""
+    algo = small_ppo().callbacks(EvaluationTally).build()
+    try:
+        assert algo.evaluate(3)["episodes_seen_by_hooks"] >= 3
+        assert algo.evaluation_runner is not None and algo.evaluation_runner.callbacks is algo.callbacks
+        assert algo.evaluate(2, seed=5)["episodes_seen_by_hooks"] >= 2
+        restored = cairn.Algorithm.from_state(algo.get_state())
+        try:
+            assert restored.evaluate(2)["episodes_seen_by_hooks"] >= 2
+        finally:
+            restored.stop()
+    finally:
+        algo.stop()
 
 
 def test_every_hook_is_called_with_its_documented_arguments(tmp_path: Path) -> None:
