@@ -26,8 +26,9 @@ __all__ = ["EpisodeWatch", "stderr_unless"]
 
 class EpisodeWatch:
     """Counts the episodes an evaluation finishes and prints a line for each of the first
-    ``total`` (the runner may finish a few more in its last batch of steps; the report keeps
-    the first ``total``, and so do these lines).
+    ``total`` (the runner stops at the step that ends the ``total``-th; should it have several
+    envs that end episodes at that step, the report keeps the first ``total``, and so do these
+    lines).
 
     Args:
         total: Episodes the evaluation reports.

@@ -197,14 +197,20 @@ class EnvRunner:
 
     def run_episodes(self, num_episodes: int, *, explore: bool = False) -> list[dict[str, Any]]:
         """Play ``num_episodes`` fresh episodes without recording or updating filters
-        (used for evaluation) and return their metrics."""
+        (used for evaluation) and return their metrics (the first ``num_episodes`` that end,
+        when several envs end theirs at the same step).
+
+        Stepping stops at the step that ends the last of them: no episode beyond them ends,
+        so the episode hooks see the episodes reported and no others (the next one begins, in
+        the reset that follows an end, and is left unplayed)."""
         self._episodes.take()
         try:
             with single_threaded_blas():
                 self._reset_all(update_filter=False)
                 sample = self._sampler()
                 while len(self._episodes.completed) < num_episodes:
-                    sample(64, explore=explore, record=False, update_filter=False)
+                    sample(64, explore=explore, record=False, update_filter=False,
+                           until_episodes=num_episodes)
         except BaseException:
             self._episodes.take()  # the episodes of a run that raised are not reported
             raise
@@ -223,7 +229,8 @@ class EnvRunner:
         return DEFAULT_AGENT_ID, i, self._episodes.current[i].length
 
     def _sample_single_agent(
-        self, steps: int, *, explore: bool, record: bool, update_filter: bool
+        self, steps: int, *, explore: bool, record: bool, update_filter: bool,
+        until_episodes: int | None = None,
     ) -> dict[str, SampleBatch]:
         n_envs, envs, episodes = self.num_envs, self.vector_envs, self._episodes.current
         env_pids = self._env_pids  # each env's policy for its episode (mapped as one starts)
@@ -295,6 +302,8 @@ class EnvRunner:
                                                    [pid for _, _, pid in finals], update=update_filter)
                     next_buf[t, [i for i, _, _ in finals]] = final_rows
             obs = next_obs
+            if until_episodes is not None and len(self._episodes.completed) >= until_episodes:
+                break  # run_episodes has its episodes (not recording: no buffer is left part-filled)
         self._obs = obs
         if not record:
             return {}

@@ -133,10 +133,12 @@ class ParallelSampler(AgentSampler):
         return agent, i, self.episodes.current[i].length
 
     def sample(
-        self, steps: int, *, explore: bool, record: bool, update_filter: bool
+        self, steps: int, *, explore: bool, record: bool, update_filter: bool,
+        until_episodes: int | None = None,
     ) -> dict[str, SampleBatch]:
         """Step every env ``steps`` times; with ``record``, return the experience as one batch
-        per policy."""
+        per policy. ``until_episodes`` (not recording): stop after the step at which that many
+        episodes are completed (``EnvRunner.run_episodes``)."""
         # One trajectory per (env index, agent); rows are appended as the agent acts, and the
         # next observation of its last row is filled in when the following observation arrives.
         trajs = AgentTrajectories()
@@ -253,6 +255,8 @@ class ParallelSampler(AgentSampler):
                 self.obs[i][tag] = processed_row
             for key in ended:  # no later observation is theirs (a reset's is the next episode's)
                 trajs.close(key)
+            if until_episodes is not None and len(self.episodes.completed) >= until_episodes:
+                break
         return trajs.batches(self.runner.worker_index) if record else {}
 
     # --------------------------------------------------------------------------------- state

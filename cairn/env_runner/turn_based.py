@@ -100,14 +100,18 @@ class TurnBasedSampler(AgentSampler):
         self._advance(update_filter=update_filter, trajs=None)
 
     def sample(
-        self, steps: int, *, explore: bool, record: bool, update_filter: bool
+        self, steps: int, *, explore: bool, record: bool, update_filter: bool,
+        until_episodes: int | None = None,
     ) -> dict[str, SampleBatch]:
         """Move ``steps`` times in every env; with ``record``, return the transitions that
-        completed meanwhile as one batch per policy."""
+        completed meanwhile as one batch per policy. ``until_episodes`` (not recording): stop
+        after the move at which that many episodes are completed (``EnvRunner.run_episodes``)."""
         trajs = AgentTrajectories() if record else None
         for _ in range(steps):
             self._move_all(explore=explore, record=record)
             self._advance(update_filter=update_filter, trajs=trajs)
+            if until_episodes is not None and len(self.episodes.completed) >= until_episodes:
+                break
         return {} if trajs is None else trajs.batches(self.runner.worker_index)
 
     def _reset_env(self, i: int, env: Any) -> None:

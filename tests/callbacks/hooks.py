@@ -6,7 +6,11 @@ import threading
 from collections import Counter
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
+
 from cairn.callbacks import Callbacks, WandbLogger
+from cairn.envs.multi_agent_cartpole import MultiAgentCartPole
 
 #: Calls per hook name, per process (remote runners count in their own process).
 CALLS: Counter[str] = Counter()
@@ -147,3 +151,28 @@ class EvaluationTally(Callbacks):
     def on_evaluate_end(self, *, algorithm: Any, evaluation_metrics: dict[str, Any]) -> None:
         evaluation_metrics["episodes_seen_by_hooks"] = self.evaluation_episodes
         self.evaluation_episodes = 0
+
+
+class FiveStepEnv(gym.Env):  # type: ignore[misc]
+    """Every episode lasts exactly five steps (far fewer than a batch of sampled steps) and pays
+    1 a step."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, self.t >= 5, False, {}
+
+
+def make_five_step_ma_cartpole(env_config: dict[str, Any]) -> MultiAgentCartPole:
+    """Two-agent CartPole (a PettingZoo ParallelEnv) whose episodes last at most five steps."""
+    return MultiAgentCartPole(num_agents=2, max_episode_steps=5)

@@ -19,10 +19,12 @@ from tests.callbacks.hooks import (
     CountingCallbacks,
     EpisodeLength,
     EvaluationTally,
+    FiveStepEnv,
     LateReport,
     NotCallbacks,
     SeesReplay,
     StopAtTwo,
+    make_five_step_ma_cartpole,
 )
 from tests.checkpoint.attacks import edit_json
 from tests.helpers import small_ma_ppo, small_ppo
@@ -61,16 +63,39 @@ def test_evaluation_episodes_reach_the_algorithms_callbacks_instance() -> None:
     runner, and after a restore."""
     algo = small_ppo().callbacks(EvaluationTally).build()
     try:
-        assert algo.evaluate(3)["episodes_seen_by_hooks"] >= 3
+        assert algo.evaluate(3)["episodes_seen_by_hooks"] == 3
         assert algo.evaluation_runner is not None and algo.evaluation_runner.callbacks is algo.callbacks
-        assert algo.evaluate(2, seed=5)["episodes_seen_by_hooks"] >= 2
+        assert algo.evaluate(2, seed=5)["episodes_seen_by_hooks"] == 2
         restored = cairn.Algorithm.from_state(algo.get_state())
         try:
-            assert restored.evaluate(2)["episodes_seen_by_hooks"] >= 2
+            assert restored.evaluate(2)["episodes_seen_by_hooks"] == 2
         finally:
             restored.stop()
     finally:
         algo.stop()
+
+
+def test_evaluation_plays_exactly_the_episodes_it_reports() -> None:
+    """``evaluate(n)`` stops stepping once its n-th episode ends: the episode hooks see the n
+    episodes it reports and no more (it stepped in batches of 64 steps, which with five-step
+    episodes ran and reported to the hooks 12 episodes for ``evaluate(2)``)."""
+    algo = (small_ppo().environment(FiveStepEnv).callbacks(EvaluationTally).build())
+    try:
+        for n in (1, 2, 3):
+            metrics = algo.evaluate(n)
+            assert metrics["num_episodes"] == metrics["episodes_seen_by_hooks"] == n
+            assert metrics["episode_lens"] == [5] * n
+        assert algo.evaluate(2, seed=1)["episodes_seen_by_hooks"] == 2
+    finally:
+        algo.stop()
+    # The parallel (PettingZoo) sampler.
+    multi = small_ma_ppo().environment(make_five_step_ma_cartpole).callbacks(EvaluationTally).build()
+    try:
+        metrics = multi.evaluate(3)
+        assert metrics["num_episodes"] == metrics["episodes_seen_by_hooks"] == 3
+        assert all(length <= 5 for length in metrics["episode_lens"])
+    finally:
+        multi.stop()
 
 
 def test_every_hook_is_called_with_its_documented_arguments(tmp_path: Path) -> None:
