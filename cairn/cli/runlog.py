@@ -24,13 +24,15 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from types import EllipsisType
 from typing import Any
 
 from cairn.cli.common import json_safe
 from cairn.result_names import flat_result
 
 __all__ = ["CONFIG_FILE", "RUN_FILE", "PROGRESS_FILE", "RESULT_FILE", "TENSORBOARD_DIR", "PROGRESS_COLUMNS",
-           "RunLog", "league_columns", "progress_row", "read_progress", "write_json_atomic", "RUN_FILES"]
+           "RunLog", "bare_learner_policy", "league_columns", "progress_row", "read_progress",
+           "write_json_atomic", "RUN_FILES"]
 
 CONFIG_FILE = "config.json"
 RUN_FILE = "run.json"
@@ -40,8 +42,8 @@ TENSORBOARD_DIR = "tensorboard"
 #: What ``cairn train`` writes into a run directory (besides ``checkpoints/``).
 RUN_FILES = (CONFIG_FILE, RUN_FILE, PROGRESS_FILE, RESULT_FILE, TENSORBOARD_DIR)
 
-#: The first columns of progress.csv; the learners' stats follow (``policy_loss`` ..., or
-#: ``<policy_id>/policy_loss`` with several policies).
+#: The first columns of progress.csv; the learners' stats follow (``policy_loss`` ... of the
+#: one policy of the first iteration that learned, ``<policy_id>/policy_loss`` of any other).
 _EVALUATION_COLUMN = "evaluation/episode_return_mean"
 PROGRESS_COLUMNS = (
     "training_iteration", "timesteps", "time", "episode_return_mean", "episode_return_min",
@@ -49,9 +51,22 @@ PROGRESS_COLUMNS = (
 )
 
 
-def progress_row(result: Mapping[str, Any]) -> dict[str, Any]:
+def bare_learner_policy(learners: Mapping[str, Any]) -> str | None:
+    """The policy whose learner stats a run names without its ID (``policy_loss``), decided by
+    the first iteration that learned (``learners``): its one policy, or None when several
+    learned (every policy's stats are then ``<policy_id>/<stat>``)."""
+    return next(iter(learners)) if len(learners) == 1 else None
+
+
+def progress_row(result: Mapping[str, Any], *,
+                 bare_policy: str | EllipsisType | None = ...) -> dict[str, Any]:
     """One progress.csv row from a result dict of ``cairn train`` (``Algorithm.train()``'s,
-    with ``time_total_s`` added)."""
+    with ``time_total_s`` added).
+
+    ``bare_policy``: the policy whose learner stats take the bare names, every other policy's
+    being ``<policy_id>/<stat>`` (:func:`bare_learner_policy` of the run's first iteration that
+    learned, so that a column never holds two policies' stats); ``...``: decided by this
+    result alone."""
     row: dict[str, Any] = {
         "training_iteration": result["training_iteration"],
         "timesteps": result["num_env_steps_sampled_lifetime"],
@@ -64,11 +79,11 @@ def progress_row(result: Mapping[str, Any]) -> dict[str, Any]:
         "env_steps_per_s": result.get("env_steps_per_s"),
     }
     learners: Mapping[str, Mapping[str, Any]] = result.get("learners") or {}
-    several = len(learners) > 1
+    bare = bare_learner_policy(learners) if bare_policy is ... else bare_policy
     for pid, stats in learners.items():
         for key, value in stats.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                row[f"{pid}/{key}" if several else key] = value
+                row[key if pid == bare else f"{pid}/{key}"] = value
     # The evaluation's, cairn.Callbacks' and the league's columns are named as every metric is
     # (cairn.result_names: nested keys joined with "/"), so keep_best and the loggers name them alike.
     if "evaluation" in result:
@@ -153,6 +168,9 @@ class RunLog:
         self.result_path = run_dir / RESULT_FILE
         self.columns: list[str] | None = None
         self.time_offset = 0.0
+        #: :func:`bare_learner_policy` of the run's first iteration that learned (``...``: none
+        #: has yet); read back from result.jsonl on resume.
+        self.bare_policy: str | EllipsisType | None = ...
         if resume_iteration is not None:
             self._resume(resume_iteration)
         self._tb: Any = None
@@ -164,9 +182,14 @@ class RunLog:
     def _resume(self, iteration: int) -> None:
         def result_kept(line: str) -> bool:
             try:
-                return int(json.loads(line)["training_iteration"]) <= iteration
+                result = json.loads(line)
+                kept = int(result["training_iteration"]) <= iteration
             except (ValueError, KeyError, TypeError):
                 return False
+            if kept and self.bare_policy is ... and isinstance(result.get("learners"), dict) \
+                    and result["learners"]:
+                self.bare_policy = bare_learner_policy(result["learners"])
+            return kept
 
         _cut_after(self.result_path, result_kept)
         header: list[str] = []
@@ -196,7 +219,9 @@ class RunLog:
         """Write one iteration; returns its progress row."""
         with open(self.result_path, "a") as f:
             f.write(json.dumps(json_safe(result), allow_nan=False) + "\n")
-        row = progress_row(result)
+        if self.bare_policy is ... and result.get("learners"):
+            self.bare_policy = bare_learner_policy(result["learners"])
+        row = progress_row(result, bare_policy=self.bare_policy)
         new_file = (self.columns is None or not self.progress_path.exists()
                     or self.progress_path.stat().st_size == 0)
         if new_file:

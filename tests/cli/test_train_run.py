@@ -316,3 +316,33 @@ def test_an_interrupt_inside_an_iteration_does_not_replace_a_checkpoint(tmp_path
         assert weights.get_policy().get_state()["counters"]["num_grad_updates"] == 2
     finally:
         weights.stop()
+
+
+def _learned(iteration: int, losses: dict[str, float]) -> dict:
+    """A result of ``train()`` in which the policies of ``losses`` learned (and no other)."""
+    return {"training_iteration": iteration, "num_env_steps_sampled_lifetime": 100 * iteration,
+            "learners": {pid: {"policy_loss": loss} for pid, loss in losses.items()}}
+
+
+def test_a_learner_column_holds_one_policys_stats(tmp_path):
+    """progress.csv names the stats of the one policy of the first iteration that learned
+    ``<stat>``, any other policy's ``<policy_id>/<stat>``: a later iteration in which only
+    another policy learned (a policy drawn per episode got no rows) put that policy's loss
+    into the first one's column, with no error. Also after a resume."""
+    from cairn.cli.runlog import RunLog, read_progress
+
+    log = RunLog(tmp_path)
+    log.append({**_learned(1, {}), "learners": {}})  # nothing learned yet (DQN's learning_starts)
+    log.append(_learned(2, {"p0": 0.5}))
+    log.append(_learned(3, {"p0": 0.25, "p1": 1.5}))
+    log.append(_learned(4, {"p1": 2.5}))
+    log.close()
+    resumed = RunLog(tmp_path, resume_iteration=4)
+    resumed.append(_learned(5, {"p1": 3.5}))
+    resumed.append(_learned(6, {"p0": 0.125}))
+    resumed.close()
+    header, rows = read_progress(tmp_path / "progress.csv")
+    bare = [r["policy_loss"] for r in rows]
+    assert [v for v in bare if not math.isnan(v)] == [0.5, 0.25, 0.125]  # p0's alone
+    assert [r.get("p1/policy_loss", math.nan) for r in rows][3:5] == [2.5, 3.5]
+    assert "p0/policy_loss" not in header
