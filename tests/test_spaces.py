@@ -4,7 +4,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from cairn.spaces import ObservationPreprocessor, space_from_json, space_to_json
+from cairn.space_json import space_from_json, space_to_json
+from cairn.spaces import ObservationPreprocessor
 
 SPACES = [
     gym.spaces.Box(-1.0, 1.0, (3,), np.float32),

@@ -31,7 +31,7 @@ from cairn.errors import CheckpointClassMismatchError, CheckpointFormatError, Un
 from cairn.policy.policy import Policy
 from cairn.policy.state_check import check_policy_state
 from cairn.registry import resolve_class
-from cairn.spaces import space_from_json
+from cairn.space_json import space_from_json
 
 __all__ = ["restore_policy_component"]
 

@@ -14,7 +14,7 @@ from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import check_mapped_policy_id
 from cairn.registry import resolve_class
 from cairn.rng import policy_init_seed
-from cairn.spaces import mismatched_space, spaces_equal
+from cairn.space_json import mismatched_space, spaces_equal
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.checkpoint.manifest import library_versions
 from cairn.policy.export_hook import ExportGraph
-from cairn.spaces import space_to_json
+from cairn.space_json import space_to_json
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy

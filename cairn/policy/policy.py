@@ -46,7 +46,8 @@ from cairn.policy.spec import PolicySpec
 from cairn.policy.training_state import PolicyTrainingState, TrainingStateField
 from cairn.policy.weights import adopt_weights, check_weights, load_weights, weights_to_numpy
 from cairn.registry import class_reference, register_class, resolve_class
-from cairn.spaces import ObservationPreprocessor, check_action_space, space_from_json
+from cairn.space_json import space_from_json
+from cairn.spaces import ObservationPreprocessor, check_action_space
 
 if TYPE_CHECKING:
     from cairn.checkpoint.reader import CheckpointLike, StorageOptions

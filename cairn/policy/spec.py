@@ -12,7 +12,7 @@ import gymnasium as gym
 from cairn.core import PolicyLike
 from cairn.policy.custom_model import model_references
 from cairn.registry import class_reference
-from cairn.spaces import space_from_json, space_to_json
+from cairn.space_json import space_from_json, space_to_json
 
 __all__ = ["PolicySpec"]
 

@@ -23,7 +23,7 @@ from cairn.policy.encoders import encoder_description, encoder_parameter_count
 from cairn.policy.merge import deep_merge
 from cairn.policy.mlp_actor_critic import DEFAULT_MODEL_CONFIG
 from cairn.registry import check_reference_form, resolve_class
-from cairn.spaces import space_from_json
+from cairn.space_json import space_from_json
 
 __all__ = ["check_policy_state"]
 

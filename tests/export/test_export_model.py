@@ -15,7 +15,7 @@ import cairn
 from cairn.errors import ExportError
 from cairn.export import SUPPORTED_OPSETS, export_model, model_inputs
 from cairn.export import onnx_model as onnx_model_module
-from cairn.spaces import space_from_json
+from cairn.space_json import space_from_json
 
 BOX_OBS = gym.spaces.Box(-2.0, 2.0, (4,))
 
