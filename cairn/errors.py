@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "CairnError",
     "ConfigError",
+    "RestoredSettingError",
     "EnvError",
     "EpisodeHistoryError",
     "ObservationSpaceError",
@@ -49,6 +50,21 @@ class CairnError(Exception):
 
 class ConfigError(CairnError, ValueError):
     """An invalid configuration value, raised by ``validate()``/``build()`` before any work."""
+
+
+class RestoredSettingError(ConfigError):
+    """A restore's config (``config_overrides`` included) sets something a restored policy
+    cannot take: a setting it was built with (its network's structure, its observation filter),
+    which its stored state keeps. Raised before anything changes, instead of a config that
+    describes a policy the algorithm does not have.
+
+    ``setting`` is the setting's name (``"model.hidden"``), ``given`` the config's value and
+    ``stored`` the restored policy's.
+    """
+
+    def __init__(self, message: str, *, setting: str, given: object, stored: object) -> None:
+        super().__init__(message)
+        self.setting, self.given, self.stored = setting, given, stored
 
 
 class EnvError(CairnError):

@@ -38,6 +38,7 @@ from cairn.errors import (
     CheckpointNotFoundError,
     ConfigError,
     EnvError,
+    RestoredSettingError,
     UnknownPolicyIdError,
 )
 from cairn.policy_ids import normalize_policy_ids
@@ -251,6 +252,8 @@ def restoring(where: Any) -> Iterator[None]:
     except CairnError as exc:
         if isinstance(exc.__cause__, CheckpointError):  # e.g. ConfigError from a refused reference
             raise type(exc.__cause__)(f"{where}: {exc}") from exc
+        if isinstance(exc, RestoredSettingError):  # the restore's config, not the checkpoint's
+            raise CheckpointConfigError(f"{where}: {exc}") from exc
         if isinstance(exc, ConfigError):
             raise CheckpointConfigError(
                 f"{where}: the checkpoint's config cannot be used: {exc} Fix it with "

@@ -350,6 +350,7 @@ def _check_counts(args: argparse.Namespace) -> None:
 
 def _resume(args: argparse.Namespace) -> int:
     from cairn.algorithms.algorithm import Algorithm
+    from cairn.errors import ConfigError, RestoredSettingError
 
     given = [flag for flag, value in (("--algo", args.algo), ("--env", args.env), ("--seed", args.seed),
                                       ("--out", args.out)) if value is not None]
@@ -373,14 +374,23 @@ def _resume(args: argparse.Namespace) -> int:
                          "run's random generators go on from its checkpoint (config.json would name a seed "
                          f"the run does not use). Leave it out, or start a new run with it: --config "
                          f"{run_dir / 'config.json'} --seed {overrides['seed']} --out NEW_RUN.")
-    algo = Algorithm.from_checkpoint(latest, config_overrides=overrides or None)
+    def refuse(unapplied: list[str]) -> UsageError:
+        return UsageError(f"--resume {args.resume}: {'; '.join(unapplied)}: the run's policies keep the "
+                          "settings they were built with, so this would be written to config.json but not "
+                          "used. Leave it out, or start a new run with it: --config "
+                          f"{run_dir / 'config.json'} KEY=VALUE --out NEW_RUN.")
+    try:
+        algo = Algorithm.from_checkpoint(latest, config_overrides=overrides or None)
+    except ConfigError as exc:  # the library's refusal of a setting a restored policy keeps
+        refused = exc if isinstance(exc, RestoredSettingError) else exc.__cause__
+        if not isinstance(refused, RestoredSettingError):
+            raise
+        raise refuse([f"{refused.setting}={json.dumps(refused.given, default=str)} (the run's policies "
+                      f"keep {json.dumps(refused.stored, default=str)})"]) from exc
     try:
         unapplied = _unapplied_policy_settings(algo, overrides)
         if unapplied:
-            raise UsageError(f"--resume {args.resume}: {'; '.join(unapplied)}: the run's policies keep the "
-                             "settings they were built with, so this would be written to config.json but not "
-                             "used. Leave it out, or start a new run with it: --config "
-                             f"{run_dir / 'config.json'} KEY=VALUE --out NEW_RUN.")
+            raise refuse(unapplied)
         attach_loggers(algo, args)
         settings = {**saved, "algo": type(algo).__name__, "stop": _stop_settings(args, saved.get("stop")),
                     "checkpoint_every": args.checkpoint_every or saved.get("checkpoint_every"),
@@ -408,25 +418,17 @@ def _unapplied_policy_settings(algo: Algorithm, overrides: dict[str, Any]) -> li
     """The ``KEY=VALUE`` settings of a resume that the restored policies do not take: a policy
     is rebuilt from its stored settings (its network, its observation filter, DQN's epsilon
     schedule, ...) and only some of them (``lr``, SAC's learning rates) follow the restored
-    config. One ``key: this value, the run's policy <id> keeps <value>`` line each; a model
-    class reference (``custom_model``), which a restore does put into the policies, is not
-    listed."""
-    from cairn.policy.custom_model import MODEL_CLASS_KEYS
-
+    config. One ``key: this value, the run's policy <id> keeps <value>`` line each. The model and
+    the filter are not compared: the restore refuses them (``RestoredSettingError``)."""
     found = []
     for pid, policy in algo.policies.items():
         wanted, kept = algo.config.policy_config(pid), policy.config
         for key in overrides:
-            if key not in wanted or key not in kept:
+            if key not in wanted or key not in kept or key == "model":
                 continue
-            if key == "model" and isinstance(overrides[key], dict):
-                pairs = [(f"model.{name}", wanted["model"].get(name), kept["model"].get(name))
-                         for name in overrides[key] if name not in (*MODEL_CLASS_KEYS, "keras_model")]
-            else:
-                pairs = [(key, wanted[key], kept[key])]
-            found += [f"{name}={json.dumps(given, default=str)} (policy {pid!r} keeps "
-                      f"{json.dumps(stored, default=str)})"
-                      for name, given, stored in pairs if given != stored]
+            if wanted[key] != kept[key]:
+                found.append(f"{key}={json.dumps(wanted[key], default=str)} (policy {pid!r} keeps "
+                             f"{json.dumps(kept[key], default=str)})")
     return found
 
 

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, RestoredSettingError
 from cairn.policy import files as policy_files
 from cairn.policy.acting import (
     ObservationInput,
@@ -294,18 +294,43 @@ class Policy:
         network: the learning rate here, a subclass's exploration settings in its override.
         Called before the env runners copy the policy, so that every copy acts with them.
 
-        An ``observation_filter`` of another kind than this policy's is a ConfigError (its
-        statistics are this policy's state, which another filter cannot take), raised before
-        anything changes."""
+        An ``observation_filter`` of another kind than this policy's (its statistics are this
+        policy's state, which another filter cannot take) and a ``model`` setting other than the
+        one this policy's network was built with (``hidden``, ``activation``, ...: the restored
+        network keeps its stored structure) are a
+        :class:`~cairn.errors.RestoredSettingError`, raised before anything changes. A model
+        class reference given again (``custom_model``) is already this policy's: it matches."""
         wanted = config.get("observation_filter", self.observation_filter.name)
         if wanted != self.observation_filter.name:
-            raise ConfigError(
+            raise RestoredSettingError(
                 f"Config 'observation_filter'={wanted!r}, but this restored policy normalises with "
                 f"{self.observation_filter.name!r}, whose statistics are part of its state and "
                 "cannot become another filter's. Fix: restore without that override (the policy "
-                "keeps its filter), or train a new policy with the filter you want.")
+                "keeps its filter), or train a new policy with the filter you want.",
+                setting="observation_filter", given=wanted, stored=self.observation_filter.name)
+        self._check_model_follows(config.get("model"))
         if "lr" in config:
             self.set_learning_rate(float(config["lr"]))
+
+    def _check_model_follows(self, model: Any) -> None:
+        """RestoredSettingError for a ``model`` setting of ``model`` (a restore's config) that
+        differs from the one this policy was built with; a key this policy's config lacks
+        counts when it is set (not None, False or empty)."""
+        if not isinstance(model, Mapping):
+            return
+        model, kept = model_references(model), self.config["model"]
+        for name, given in model.items():
+            stored = kept.get(name)
+            if (given == stored) if name in kept else (given is None or given is False or given == {}):
+                continue
+            raise RestoredSettingError(
+                f"Config 'model.{name}'={given!r:.200}, but this restored policy's network was built "
+                f"with model.{name}={stored!r:.200} and keeps its stored structure and weights: the "
+                "config would describe a network the algorithm does not have. Fix: restore without "
+                "that override (the policy keeps its network), or start a new run with the model "
+                "you want; to start it from these weights where their shapes fit, build it and "
+                "load them with algo.restore_from_path(checkpoint, component='policies/<id>/weights').",
+                setting=f"model.{name}", given=given, stored=stored)
 
     @property
     def spec(self) -> PolicySpec:

@@ -26,15 +26,46 @@ def test_training_merges_model_as_before():
 
 
 def test_model_override_merges_into_the_stored_model(tmp_path):
+    """A model dict merges into the stored one (the activation stays), as training(model=...)
+    merges it. A setting the restored network was not built with is refused, not shown: this
+    test used to expect hidden=[8] in the config while the policies kept their [16, 16] network."""
     algo = small_ppo(model={"hidden": [16, 16], "activation": "relu"}).build()
     path = algo.save(tmp_path / "c")
-    restored = cairn.Algorithm.from_checkpoint(path, config_overrides={"model": {"hidden": [8]}})
-    assert restored.config.model == {**algo.config.model, "hidden": [8]}
+    restored = cairn.Algorithm.from_checkpoint(path, config_overrides={"model": {"hidden": [16, 16]}})
+    assert restored.config.model == algo.config.model
     assert restored.config.model["activation"] == "relu"  # kept, as training(model=...) keeps it
     state = algo.get_state()
-    from_state = cairn.Algorithm.from_state(state, config_overrides={"model": {"hidden": [8]}})
+    from_state = cairn.Algorithm.from_state(state, config_overrides={"model": {"hidden": [16, 16]}})
     assert from_state.config.model == restored.config.model
     assert restored.train()["learners"].keys() == {"default_policy"}
+
+
+@pytest.mark.parametrize(("model", "shown"), [
+    ({"hidden": [8]}, r"'model.hidden'=\[8\].*model.hidden=\[16, 16\]"),
+    ({"activation": "tanh"}, r"'model.activation'='tanh'.*model.activation='relu'"),
+    ({"vf_share_layers": True}, r"'model.vf_share_layers'=True.*model.vf_share_layers=False"),
+    ({"custom_model": "some_model"}, r"'model.custom_model'='some_model'.*model.custom_model=None"),
+])
+def test_a_model_override_the_restored_network_was_not_built_with_is_refused(tmp_path, model, shown):
+    """config_overrides={"model": {"hidden": [8]}} changed the restored config while every
+    policy kept its stored [16, 16] network: a config describing a network the algorithm did
+    not have, with no error. It is a RestoredSettingError (a ConfigError) naming the setting,
+    both values and the fix, for Algorithm.from_checkpoint and from_state alike."""
+    from cairn.errors import RestoredSettingError
+
+    algo = small_ppo(model={"hidden": [16, 16], "activation": "relu"}).build()
+    path = algo.save(tmp_path / "c")
+    with pytest.raises(ConfigError, match=shown) as raised:
+        cairn.Algorithm.from_checkpoint(path, config_overrides={"model": model})
+    assert "Fix: restore without that override" in str(raised.value)
+    assert "newer or modified cairn" not in str(raised.value)  # the checkpoint is not at fault
+    assert isinstance(raised.value.__cause__, RestoredSettingError)
+    with pytest.raises(RestoredSettingError, match=shown):
+        cairn.Algorithm.from_state(algo.get_state(), config_overrides={"model": model})
+    fine = cairn.Algorithm.from_checkpoint(path, config_overrides={"lr": 1e-3})  # nothing was left behind
+    assert fine.get_policy().config["model"]["hidden"] == [16, 16]
+    fine.stop()
+    algo.stop()
 
 
 def test_invalid_model_override_is_refused(tmp_path):

@@ -12,7 +12,7 @@ import torch
 
 from cairn.algorithms.dqn.keras_model import KerasQNetwork, keras_q_network
 from cairn.algorithms.dqn.model import QNetwork
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, RestoredSettingError
 from cairn.models import QModel
 from cairn.policy.action_masking import MaskedQModel, legal_argmax, random_legal_actions
 from cairn.policy.custom_model import build_custom_model, uses_custom_model
@@ -221,10 +221,11 @@ class DQNPolicy(Policy):
         ``dueling`` than the restored network's is a ConfigError, raised before anything changes."""
         dueling = config.get("dueling", self.config["dueling"])
         if bool(dueling) != bool(self.config["dueling"]):
-            raise ConfigError(
+            raise RestoredSettingError(
                 f"Config 'dueling'={dueling!r}, but this restored policy's Q-network was built with "
                 f"dueling={self.config['dueling']!r} and keeps its stored heads. Fix: restore without "
-                "that override, or train a new policy with the heads you want.")
+                "that override, or train a new policy with the heads you want.",
+                setting="dueling", given=dueling, stored=self.config["dueling"])
         super().follow_config(config)
         if "epsilon" in config and config["epsilon"] != self.config["epsilon"]:
             check_epsilon_schedule("epsilon", config["epsilon"])
