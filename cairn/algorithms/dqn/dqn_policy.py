@@ -21,7 +21,7 @@ from cairn.policy.merge import deep_merge
 from cairn.policy.mlp_actor_critic import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
 from cairn.policy.output_shapes import check_q_value_outputs
 from cairn.policy.policy import Policy
-from cairn.policy.weights import load_weights, weights_to_numpy
+from cairn.policy.weights import check_target_state, load_weights, weights_to_numpy
 from cairn.registry import register_class
 
 if TYPE_CHECKING:
@@ -207,6 +207,13 @@ class DQNPolicy(Policy):
             "last_update_timestep": self.last_target_update,
         }
         return state
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """:meth:`Policy.check_state`, and the target network's part (``state["target"]``):
+        weights that fit the target network and its update timestep, so that a state
+        refused for its target changes nothing (not the online weights either)."""
+        super().check_state(state)
+        check_target_state(self.target_model, state, ("last_update_timestep",))
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         super().set_state(state)

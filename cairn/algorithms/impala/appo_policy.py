@@ -10,7 +10,7 @@ import torch
 
 from cairn.config.fields import number
 from cairn.policy.policy import Policy
-from cairn.policy.weights import load_weights, weights_to_numpy
+from cairn.policy.weights import check_target_state, load_weights, weights_to_numpy
 from cairn.registry import register_class
 
 __all__ = ["APPOPolicy"]
@@ -57,6 +57,13 @@ class APPOPolicy(Policy):
         state["target"] = {"weights": weights_to_numpy(self.target_model, copy=copy),
                            "kl_coeff": self.kl_coeff, "num_train_batches": self.num_train_batches}
         return state
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """:meth:`Policy.check_state`, and the target part (``state["target"]``): weights that
+        fit the target network, ``kl_coeff`` and ``num_train_batches``, so that a state refused
+        for its target changes nothing (not the online weights either)."""
+        super().check_state(state)
+        check_target_state(self.target_model, state, ("kl_coeff", "num_train_batches"))
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         super().set_state(state)
