@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, RestoredSettingError
 from cairn.policy.custom_model import model_references
 from cairn.policy.merge import deep_merge
 from cairn.policy.mlp_actor_critic import check_model_config
@@ -29,7 +29,9 @@ def with_config_overrides(state: Mapping[str, Any], overrides: Mapping[str, Any]
     """``state`` with ``overrides`` set in its spec's config (``state`` is not changed).
 
     Raises :class:`~cairn.errors.ConfigError` naming ``where`` for a key the policy's config does
-    not have (with the keys it has) or an invalid ``model`` section. A state without a dict spec
+    not have (with the keys it has) or an invalid ``model`` section, and
+    :class:`~cairn.errors.RestoredSettingError` for an ``observation_filter`` of another kind
+    than the stored one (its statistics are the policy's state). A state without a dict spec
     config is returned as it is, for the state check to refuse.
     """
     if not overrides:
@@ -51,6 +53,13 @@ def with_config_overrides(state: Mapping[str, Any], overrides: Mapping[str, Any]
                 raise ConfigError(f"config_overrides 'model' must be a dict, got {value!r:.100}.")
             config["model"] = deep_merge(stored["model"] or {}, model_references(value))
             check_model_config(config["model"])
+        elif key == "observation_filter" and value != stored[key]:
+            raise RestoredSettingError(
+                f"{where}: config_overrides 'observation_filter'={value!r:.100}, but the stored policy "
+                f"normalises with {stored[key]!r}, whose statistics are part of its state and cannot "
+                "become another filter's. Fix: restore without that override (the policy keeps its "
+                "filter), or train a new policy with the filter you want.",
+                setting="observation_filter", given=value, stored=stored[key])
         else:
             config[key] = value
     return {**state, "spec": {**dict(spec), "config": config}}

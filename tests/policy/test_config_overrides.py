@@ -103,3 +103,31 @@ def test_an_override_that_reshapes_the_network_is_refused_not_ignored(tmp_path: 
     cairn.Policy(OBS, ACT, {"model": {"hidden": [8]}}, seed=0).export_checkpoint(tmp_path / "p")
     with pytest.raises(CheckpointFormatError, match="model config"):
         cairn.Policy.from_checkpoint(tmp_path / "p", config_overrides={"model": {"hidden": [16]}})
+
+
+def test_an_observation_filter_override_of_another_kind_is_a_config_error_naming_the_fix(
+        tmp_path: Path) -> None:
+    """Another filter than the stored one was a CheckpointFormatError wrapping the filter check's
+    bare ValueError ("State has observation filter ...") with no fix, as if the checkpoint were
+    damaged: it is a ConfigError (RestoredSettingError) naming the setting, the stored filter and
+    the fix, as Algorithm.from_checkpoint words the same refusal. The same filter still restores."""
+    from cairn.errors import RestoredSettingError
+
+    policy = cairn.Policy(OBS, ACT, {"model": {"hidden": [8]}, "observation_filter": "MeanStdFilter"}, seed=0)
+    policy.process_observations(ROWS, update=True)
+    policy.export_checkpoint(tmp_path / "p")
+    algo = small_ppo(model={"hidden": [8]}).env_runners(observation_filter="MeanStdFilter").build()
+    algo.save(tmp_path / "a")
+    algo.stop()
+    for path in (tmp_path / "p", tmp_path / "a"):
+        with pytest.raises(ConfigError, match=r"'observation_filter'='NoFilter'.*'MeanStdFilter'") as raised:
+            cairn.Policy.from_checkpoint(path, config_overrides={"observation_filter": "NoFilter"})
+        assert isinstance(raised.value, RestoredSettingError)
+        assert not isinstance(raised.value, CheckpointFormatError)  # the checkpoint is fine
+        assert "Fix: restore without that override" in str(raised.value) and str(path) in str(raised.value)
+        same = cairn.Policy.from_checkpoint(path, config_overrides={"observation_filter": "MeanStdFilter"})
+        same = same["default_policy"] if isinstance(same, dict) else same  # an Algorithm checkpoint's
+        assert same.observation_filter.name == "MeanStdFilter"
+        if path == tmp_path / "p":  # the stored statistics, as saved
+            np.testing.assert_array_equal(same.process_observations(ROWS, update=False),
+                                          policy.process_observations(ROWS, update=False))
