@@ -11,29 +11,25 @@ import argparse
 import json
 import logging
 import math
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn.cli.common import (
-    EXIT_INTERRUPTED,
     ArgumentsError,
     UsageError,
     is_assignment,
     parse_assignment,
 )
-from cairn.cli.env_names import ENV_FORMS, ENV_HELP, add_import_option, env_label, resolve_env
-from cairn.cli.interrupt import InterruptRequest
+from cairn.cli.env_names import ENV_FORMS, ENV_HELP, add_import_option, resolve_env
 from cairn.cli.loggers import add_logger_options, attach_loggers
-from cairn.cli.progress import Reporter, make_reporter
-from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_checkpoint, run_manager
+from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_checkpoint
 from cairn.cli.run_dir import check_new_run_dir, local_dir
 from cairn.cli.runlog import RUN_FILE, RunLog
+from cairn.cli.train_loop import should_stop, train_run
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
-    from cairn.checkpoint.manager import CheckpointManager
 
 __all__ = ["add_parser", "run", "DEFAULT_RUN_DIR", "DEFAULT_STOP_ITERS", "DEFAULT_KEEP"]
 
@@ -229,106 +225,6 @@ def _stop_settings(args: argparse.Namespace, saved: dict[str, Any] | None) -> di
     return given
 
 
-def _should_stop(stop: dict[str, Any], result: dict[str, Any]) -> bool:
-    ret = result.get("episode_return_mean")
-    return ((stop["iters"] is not None and result["training_iteration"] >= stop["iters"])
-            or (stop["timesteps"] is not None
-                and result["num_env_steps_sampled_lifetime"] >= stop["timesteps"])
-            or (stop["reward"] is not None and ret is not None and ret == ret and ret >= stop["reward"])
-            or bool(result.get("done")))  # a callback's on_train_result asked to stop
-
-
-class _InsideIteration(KeyboardInterrupt):
-    """A KeyboardInterrupt that our SIGINT handler did not turn into a request (raised by code,
-    or where the handler is not installed) inside ``train()`` before the iteration counted:
-    the learners may have updated part of it, and the counters moved on, so the algorithm is
-    in a state that no run computes and that must not be saved (docs/fault-tolerance.md)."""
-
-    def __init__(self, iteration: int) -> None:
-        super().__init__(iteration)
-        self.iteration = iteration
-
-
-def _loop(algo: Algorithm, log: RunLog, reporter: Reporter, stop: dict[str, Any], manager: CheckpointManager,
-          interrupt: InterruptRequest, last: list[dict[str, Any]]) -> tuple[str | None, bool]:
-    """Train until a stop criterion or Ctrl-C, saving when the manager says a save is due;
-    returns (the checkpoint saved at the last iteration, or None; whether Ctrl-C stopped it).
-    ``last`` receives each iteration's result (the final save records its metric)."""
-    saved_at: tuple[int, str] | None = None
-    time_total = log.time_offset
-    while not interrupt.requested:
-        before = algo.iteration
-        try:
-            result = algo.train()
-        except KeyboardInterrupt:
-            if algo.iteration == before:  # the learners may be part-way: no state to save
-                raise _InsideIteration(before + 1) from None
-            raise
-        time_total += result["time_this_iter_s"]
-        result = {**result, "time_total_s": time_total}  # what the run log reports beyond train()
-        last[:] = [result]
-        log.append(result)
-        reporter.update(result)
-        saved = manager.save(algo, result)
-        if saved is not None:
-            saved_at = (algo.iteration, str(saved))
-            _log.info("checkpoint %s", saved)
-        if _should_stop(stop, result):
-            break
-    latest = saved_at[1] if saved_at and saved_at[0] == algo.iteration else None
-    return latest, interrupt.requested
-
-
-def _train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, settings: dict[str, Any],
-               log: RunLog, resumed: dict[str, Any] | None) -> int:
-    manager = run_manager(str(run_dir / CHECKPOINTS_DIR), keep=settings["keep"] or None,
-                          every=settings["checkpoint_every"],
-                          every_timesteps=settings.get("checkpoint_every_timesteps"))
-    title = f"{type(algo).__name__} {env_label(algo.config.env, algo.config.env_config)}"
-    reporter = make_reporter(quiet=bool(getattr(args, "quiet", False)), title=title, stop=settings["stop"])
-    last: list[dict[str, Any]] = []
-    with InterruptRequest() as interrupt:
-        reporter.start(resumed)
-        try:
-            try:
-                latest, interrupted = _loop(algo, log, reporter, settings["stop"], manager, interrupt, last)
-            except KeyboardInterrupt as exc:
-                if interrupt.requested:  # the second Ctrl-C: the user wants out now
-                    return _not_saved()
-                if isinstance(exc, _InsideIteration):  # a save would replace a checkpoint by a part-way state
-                    print(f"cairn train: interrupted inside iteration {exc.iteration}, whose state is "
-                          "part-way: no checkpoint saved; the run's earlier checkpoints are unchanged.",
-                          file=sys.stderr)
-                    return EXIT_INTERRUPTED
-                interrupt.requested = True  # raised outside our handler: save what there is
-                latest, interrupted = None, True
-            try:
-                path = latest or str(manager.save(algo, last[0] if last else None, force=True))
-            except KeyboardInterrupt:  # saves are atomic: an interrupted one leaves the others
-                return _not_saved()
-        finally:
-            reporter.stop()
-            log.close()
-    if interrupted:
-        lost = ("" if getattr(algo.config, "store_replay_buffer", True) else
-                " (its replay buffer was not stored, as store_replay_buffer=false asked: the resumed run "
-                "starts from an empty buffer)")
-        print(f"interrupted after iteration {algo.iteration}: checkpoint saved to {path}; continue with "
-              f"cairn train --resume {run_dir}{lost}", flush=True)
-        return EXIT_INTERRUPTED
-    if last and last[0].get("done"):  # not one of this command's criteria: say who stopped
-        print(f"stopped after iteration {algo.iteration}: the callbacks' on_train_result set "
-              "result['done']", flush=True)
-    print(f"checkpoint: {path}", flush=True)
-    return 0
-
-
-def _not_saved() -> int:
-    print("cairn train: interrupted again: checkpoint not saved; "
-          "the run's earlier checkpoints are unchanged.", file=sys.stderr)
-    return EXIT_INTERRUPTED
-
-
 def _check_counts(args: argparse.Namespace) -> None:
     for flag, value in (("--checkpoint-every", args.checkpoint_every),
                         ("--checkpoint-every-timesteps", args.checkpoint_every_timesteps),
@@ -400,7 +296,7 @@ def _resume(args: argparse.Namespace) -> int:
         returns = [float(e["return"]) for e in algo.recent_episodes]
         state = {"training_iteration": algo.iteration, **algo.counters,
                  "episode_return_mean": sum(returns) / len(returns) if returns else float("nan")}
-        if _should_stop(settings["stop"], state):  # nothing to do: the files stay as they are
+        if should_stop(settings["stop"], state):  # nothing to do: the files stay as they are
             criteria = ", ".join(f"--stop-{k} {v}" for k, v in settings["stop"].items() if v is not None)
             print(f"{run_dir} already meets its stop criteria ({criteria}) at iteration {algo.iteration}; "
                   "give a later one to train on.")
@@ -409,7 +305,7 @@ def _resume(args: argparse.Namespace) -> int:
                      evaluates=bool(algo.config.evaluation_interval))
         log.write_config(algo.config.to_dict(), settings)
         _log.info("resuming %s from %s (iteration %d)", run_dir, latest, algo.iteration)
-        return _train_run(algo, run_dir, args, settings, log, state)
+        return train_run(algo, run_dir, args, settings, log, state)
     finally:
         algo.stop()
 
@@ -452,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
             run_dir = Path(algo.log_dir)
         log = RunLog(run_dir, tensorboard=args.tensorboard, evaluates=bool(algo.config.evaluation_interval))
         log.write_config(algo.config.to_dict(), settings)
-        return _train_run(algo, run_dir, args, settings, log, None)
+        return train_run(algo, run_dir, args, settings, log, None)
     finally:
         algo.stop()
 

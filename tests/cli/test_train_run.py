@@ -187,7 +187,7 @@ def test_config_file_and_flags(tmp_path):
 def test_plain_lines_quiet_and_bar(tmp_path, capsys, monkeypatch):
     from rich.console import Console
 
-    from cairn.cli import progress, train
+    from cairn.cli import progress, train_loop
 
     assert main([*TRAIN, "--stop-iters", "2", "--out", str(tmp_path / "plain")]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -196,7 +196,7 @@ def test_plain_lines_quiet_and_bar(tmp_path, capsys, monkeypatch):
     assert main([*TRAIN, "--stop-iters", "2", "--out", str(tmp_path / "quiet"), "-q"]) == 0
     assert not any(line.startswith("iter") for line in capsys.readouterr().out.splitlines())
     console = Console(record=True, force_terminal=True, width=120)
-    monkeypatch.setattr(train, "make_reporter",
+    monkeypatch.setattr(train_loop, "make_reporter",
                         lambda **kw: progress.BarReporter(kw["title"], kw["stop"], console))
     assert main([*TRAIN, "--stop-timesteps", "192", "--out", str(tmp_path / "bar")]) == 0
     shown = console.export_text()
