@@ -181,10 +181,11 @@ def test_a_model_with_dropout_and_batchnorm_exports_as_it_acts(tmp_path: Path) -
     in training mode a Dropout made the export fail as "not faithful"."""
     policy = cairn.Policy(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(3),
                           {"model": {"custom_model": NoisyHeads}}, seed=0)
+    policy.model.train()  # a model the user put in training mode (it rests in eval mode)
     policy.export_model(tmp_path / "pt", extra_outputs=["value"])
     program = torch.export.load(str(tmp_path / "pt" / "model.pt2")).module()
     obs = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
     with torch.inference_mode():
         action = program(torch.from_numpy(obs))[0].numpy()
     np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))
-    assert policy.model.training
+    assert policy.model.training  # handed back in the mode it had

@@ -126,6 +126,7 @@ def test_a_recurrent_model_with_dropout_exports_and_acts_as_the_policy(tmp_path)
 
     policy = cairn.Policy(CueRecall(2).observation_space, CueRecall(2).action_space,
                           {"model": {"custom_model": NoisyGRU, "custom_model_config": {"width": 5}}}, seed=0)
+    policy.model.train()  # a model the user put in training mode (it rests in eval mode)
     policy.export_model(tmp_path / "pt", extra_outputs=["value"])
     program = torch.export.load(str(tmp_path / "pt" / "model.pt2")).module()
 
@@ -135,7 +136,7 @@ def test_a_recurrent_model_with_dropout_exports_and_acts_as_the_policy(tmp_path)
         return action.numpy(), [h.numpy()]
 
     assert run_episodes(policy, torch_step, CueRecall(2)) == 9
-    assert policy.model.training
+    assert policy.model.training  # handed back in the mode it had
 
 def test_native_model_files_in_checkpoints_and_a_state_of_three_components(tmp_path):
     policy = cairn.Policy(gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2), {"model": LSTM},
