@@ -12,7 +12,8 @@ A logger that fails (its store becomes unwritable, its service goes down) does n
 training: the failure is a :class:`~cairn.errors.LoggerWarning` naming the logger, the hook and
 the error, and training goes on without that entry. A subclass with ``strict = True`` raises
 instead (but a failure logging a checkpoint is always a warning: the save succeeded). A missing
-client library is still an error at the start.
+client library is still an error at the start. A metric whose name MLflow refuses (``win%``) is
+left out of the MLflow run with one warning per name, and every other metric is logged.
 
 A run starts at the first ``train()`` result (or the first ``save()``), not when the algorithm
 is built: building or restoring an algorithm whose config (or checkpoint) names a logger writes
@@ -94,6 +95,7 @@ class MLflowLogger(Callbacks):
         self.run_id: str | None = None
         self._client: Any = None
         self._stopped = False
+        self._refused: set[str] = set()  # metric names MLflow refuses, warned about once
 
     def _start(self, algorithm: Any) -> bool:
         """Start the run unless it is running (or the algorithm was stopped); True when one is."""
@@ -124,9 +126,34 @@ class MLflowLogger(Callbacks):
 
         step = int(result.get("training_iteration", 0))
         stamp = int(1000 * time.time())
-        metrics = [Metric(name, value, stamp, step) for name, value in flat_metrics(result)]
+        metrics = [Metric(name, value, stamp, step) for name, value in flat_metrics(result)
+                   if self._accepts(name, value, stamp, step)]
         for start in range(0, len(metrics), 1000):
             self._client.log_batch(self.run_id, metrics=metrics[start:start + 1000])
+
+    def _accepts(self, name: str, value: float, stamp: int, step: int) -> bool:
+        """Whether MLflow takes this metric, by MLflow's own check (the one its stores run on a
+        batch). A refused name is one warning, the first time only, and the metric is left out:
+        one bad name would otherwise fail the whole batch, every metric of every iteration."""
+        if name in self._refused:
+            return False
+        try:
+            from mlflow.utils.validation import _validate_metric
+        except ImportError:  # an MLflow without it: its store's check on the batch decides
+            return True
+        try:
+            _validate_metric(name, value, stamp, step)
+        except Exception as exc:
+            if self.strict:
+                raise
+            self._refused.add(name)
+            message = getattr(exc, "message", str(exc))
+            warnings.warn(LoggerWarning(
+                f"MLflowLogger leaves out the metric {name!r}: MLflow refuses it ({message}). The "
+                "other metrics are logged. Fix: rename the metric (e.g. the custom_metrics key "
+                "set in your callbacks) to a name MLflow allows."), stacklevel=4)
+            return False
+        return True
 
     @_warns
     def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str, iteration: int) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from cairn.callbacks import Callbacks, WandbLogger
+from cairn.callbacks import Callbacks, MLflowLogger, WandbLogger
 from cairn.envs.multi_agent_cartpole import MultiAgentCartPole
 
 #: Calls per hook name, per process (remote runners count in their own process).
@@ -176,3 +176,12 @@ class FiveStepEnv(gym.Env):  # type: ignore[misc]
 def make_five_step_ma_cartpole(env_config: dict[str, Any]) -> MultiAgentCartPole:
     """Two-agent CartPole (a PettingZoo ParallelEnv) whose episodes last at most five steps."""
     return MultiAgentCartPole(num_agents=2, max_episode_steps=5)
+
+
+class BadNameMLflowLogger(MLflowLogger):
+    """The MLflow logger with a custom metric whose name MLflow refuses (``%``) beside a good one."""
+
+    def on_episode_end(self, *, episode: Any, env_runner: Any) -> None:
+        episode.custom_metrics["win%"] = 1.0
+        episode.custom_metrics["len"] = episode.length
+

@@ -10,7 +10,8 @@ import pytest
 
 from cairn.callbacks import MLflowLogger, WandbLogger
 from cairn.cli import main
-from tests.callbacks.hooks import LateReport, LateWandbLogger
+from cairn.errors import LoggerWarning
+from tests.callbacks.hooks import BadNameMLflowLogger, LateReport, LateWandbLogger
 from tests.helpers import small_ppo
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra (make test installs it)")
@@ -50,6 +51,42 @@ def test_mlflow_logs_params_metrics_and_the_checkpoint(mlflow_store: str, tmp_pa
     artifacts = [a.path for a in client.list_artifacts(run_id, f"checkpoints/{Path(path).name}")]
     assert f"checkpoints/{Path(path).name}/cairn_checkpoint.json" in artifacts
     assert run.data.tags["cairn.last_checkpoint"] == f"checkpoints/{Path(path).name}"
+
+
+def test_mlflow_leaves_out_only_a_metric_whose_name_it_refuses(mlflow_store: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    algo = small_ppo().callbacks(BadNameMLflowLogger).build()
+    with pytest.warns(LoggerWarning) as caught:
+        results = [algo.train() for _ in range(4)]
+    algo.stop()
+    refused = [str(w.message) for w in caught if issubclass(w.category, LoggerWarning)]
+    # One warning per bad name (win%_mean, _min, _max), not one per iteration: each names
+    # its metric, what MLflow allows and the fix.
+    bad = [f"custom_metrics/win%_{stat}" for stat in ("mean", "min", "max")]
+    assert len(refused) == 3 and all(sum(f"'{n}'" in text for n in bad) == 1 for text in refused), refused
+    assert {n for n in bad for text in refused if f"'{n}'" in text} == set(bad)
+    assert all("alphanumerics" in text and "rename" in text for text in refused), refused
+    client = MlflowClient(mlflow_store)
+    run = client.get_run(algo.callbacks.run_id)
+    assert not any("%" in name for name in run.data.metrics)
+    # Every other metric is there at every step, with the values train() returned.
+    for name in ("custom_metrics/len_mean", "episode_return_mean",
+                 "learners/default_policy/policy_loss", "training_iteration"):
+        history = client.get_metric_history(run.info.run_id, name)
+        assert [m.step for m in history] == [1, 2, 3, 4], name
+    lens = client.get_metric_history(run.info.run_id, "custom_metrics/len_mean")
+    assert [m.value for m in lens] == [pytest.approx(r["custom_metrics"]["len_mean"]) for r in results]
+
+
+def test_a_strict_mlflow_logger_stops_at_a_refused_metric_name(mlflow_store: str) -> None:
+    from mlflow.exceptions import MlflowException
+
+    algo = small_ppo().callbacks(BadNameMLflowLogger).build()
+    algo.callbacks.strict = True
+    with pytest.raises(MlflowException, match="win%"):
+        algo.train()
+    algo.stop()
 
 
 def test_cairn_train_mlflow_flag(mlflow_store: str, tmp_path: Path) -> None:
