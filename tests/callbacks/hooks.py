@@ -185,3 +185,11 @@ class BadNameMLflowLogger(MLflowLogger):
         episode.custom_metrics["win%"] = 1.0
         episode.custom_metrics["len"] = episode.length
 
+
+
+class BadNameWandbLogger(WandbLogger):
+    """The W&B logger with the same custom metrics as :class:`BadNameMLflowLogger`."""
+
+    def on_episode_end(self, *, episode: Any, env_runner: Any) -> None:
+        episode.custom_metrics["win%"] = 1.0
+        episode.custom_metrics["len"] = episode.length

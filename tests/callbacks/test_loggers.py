@@ -4,6 +4,7 @@ with MLflow's own client; Weights & Biases in offline mode, read back from its r
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from cairn.callbacks import MLflowLogger, WandbLogger
 from cairn.cli import main
 from cairn.errors import LoggerWarning
-from tests.callbacks.hooks import BadNameMLflowLogger, LateReport, LateWandbLogger
+from tests.callbacks.hooks import BadNameMLflowLogger, BadNameWandbLogger, LateReport, LateWandbLogger
 from tests.helpers import small_ppo
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra (make test installs it)")
@@ -155,3 +156,21 @@ def test_wandb_logs_a_background_save_under_the_iteration_it_was_taken_at(
         time.sleep(0.2)
     # The checkpoint artifact's metadata, as JSON text inside the run file's records.
     assert b'{"iteration":1,"path":' in run_file.read_bytes()
+
+
+def test_wandb_keeps_a_metric_name_mlflow_refuses_and_every_other_metric(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("wandb", reason="the wandb extra (make test installs it)")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    algo = small_ppo().callbacks(BadNameWandbLogger).build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LoggerWarning)  # W&B takes the name: no failure at all
+        for _ in range(2):
+            result = algo.train()
+    summary = algo.callbacks.run.summary
+    assert summary["custom_metrics/win%_mean"] == 1.0
+    assert summary["custom_metrics/len_mean"] == pytest.approx(result["custom_metrics"]["len_mean"])
+    assert summary["episode_return_mean"] == pytest.approx(result["episode_return_mean"])
+    algo.stop()
