@@ -216,18 +216,20 @@ class Algorithm:
             "training_iteration": self.iteration, **self.counters,
             **episode_metrics(list(self._recent_episodes), policy_ids=self.policies),
             **self.env_runner_group.health_metrics(), "learners": learner_stats}
-        if self.league is not None:  # a snapshot that raises leaves last_result this iteration's
-            # Under the same torch threads as training: a snapshot builds a policy and checks its
-            # outputs in small forwards, which torch's default threads slow down (~0.3 s a
-            # snapshot on a busy 2-core machine instead of milliseconds).
-            with self._torch_threads():
-                result["league"] = self.league.end_iteration(self)
-        interval = self.config.evaluation_interval
-        if interval and self.iteration % interval == 0:
-            result["evaluation"] = self.evaluate()
-        elapsed = result["time_this_iter_s"] = time.perf_counter() - start
-        steps = self.counters["num_env_steps_sampled_lifetime"] - steps_before
-        result["env_steps_per_s"] = steps / elapsed if elapsed > 0 else float("nan")
+        try:
+            if self.league is not None:  # a snapshot that raises leaves last_result this iteration's
+                # Under the same torch threads as training: a snapshot builds a policy and checks
+                # its outputs in small forwards, which torch's default threads slow down (~0.3 s a
+                # snapshot on a busy 2-core machine instead of milliseconds).
+                with self._torch_threads():
+                    result["league"] = self.league.end_iteration(self)
+            interval = self.config.evaluation_interval
+            if interval and self.iteration % interval == 0:
+                result["evaluation"] = self.evaluate()
+        finally:  # also when they raise: last_result is what train() would have returned
+            elapsed = result["time_this_iter_s"] = time.perf_counter() - start
+            steps = self.counters["num_env_steps_sampled_lifetime"] - steps_before
+            result["env_steps_per_s"] = steps / elapsed if elapsed > 0 else float("nan")
         self.callbacks.on_train_result(algorithm=self, result=result)
         return result
 

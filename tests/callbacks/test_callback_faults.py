@@ -96,6 +96,11 @@ def test_evaluation_inside_train_raising_keeps_the_completed_iteration(tmp_path:
         assert algo.iteration == 2 and algo.counters != counters
         assert algo.last_result is not None and algo.last_result["training_iteration"] == 2
         assert "evaluation" not in algo.last_result
+        # The timing train() would have returned is there too (Algorithm.last_result's promise).
+        sampled = "num_env_steps_sampled_lifetime"
+        elapsed = algo.last_result["time_this_iter_s"]
+        assert elapsed > 0 and algo.last_result["env_steps_per_s"] == pytest.approx(
+            (algo.counters[sampled] - counters[sampled]) / elapsed)
         restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "after_fault"))
         try:
             assert_trains_identically(algo, restored)

@@ -65,6 +65,7 @@ def test_an_add_that_raises_leaves_the_pool_equal_to_the_policies(after):
         _assert_consistent(algo)
         # The iteration learned before its snapshot: it counts, and its result is kept.
         assert algo.iteration == 2 and algo.last_result["training_iteration"] == 2
+        assert algo.last_result["time_this_iter_s"] > 0 and algo.last_result["env_steps_per_s"] > 0
         assert algo.league.pool == (["main_v1", "main_v2"] if after else ["main_v1"])
         assert algo.league.snapshots_taken == (2 if after else 1)  # no name is taken twice
         result = algo.train()
