@@ -1,12 +1,13 @@
 """Ready-made callbacks that log a run to MLflow or Weights & Biases (docs/callbacks.md).
 
 Both log the same things: the config's keys as parameters (nested values as JSON text), every
-numeric value of each ``train()`` result as a metric at ``step = training_iteration`` (nested
-keys joined with ``/``: ``learners/default_policy/policy_loss``), and each checkpoint that
-``algorithm.save()`` writes to local disk as an artifact directory (a checkpoint on an object
-store is recorded by its URL). Use them as ``config.callbacks(cairn.callbacks.MLflowLogger)``
-or with ``cairn train --mlflow`` / ``--wandb``. The client libraries are the extras
-``cairn-rl[mlflow]`` and ``cairn-rl[wandb]``, imported when a run starts.
+numeric value of each ``train()`` result as a metric at ``step = training_iteration`` (W&B's
+``step_metric``; nested keys joined with ``/``: ``learners/default_policy/policy_loss``), and
+each checkpoint that ``algorithm.save()`` writes to local disk as an artifact directory (a
+checkpoint on an object store is recorded by its URL). Use them as
+``config.callbacks(cairn.callbacks.MLflowLogger)`` or with ``cairn train --mlflow`` /
+``--wandb``. The client libraries are the extras ``cairn-rl[mlflow]`` and ``cairn-rl[wandb]``,
+imported when a run starts.
 
 A logger that fails (its store becomes unwritable, its service goes down) does not stop
 training: the failure is a :class:`~cairn.errors.LoggerWarning` naming the logger, the hook and
@@ -193,13 +194,17 @@ class WandbLogger(Callbacks):
             self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "cairn"), reinit="create_new",
                                   config=json.loads(json.dumps(algorithm.config.to_dict(), default=str)),
                                   name=type(algorithm).__name__)
+            # training_iteration is the x-axis of every metric, not W&B's own step: W&B drops
+            # a row logged at a step below its last one, which would lose every iteration
+            # trained again after restore() of an earlier checkpoint.
+            self.run.define_metric("training_iteration")
+            self.run.define_metric("*", step_metric="training_iteration")
         return self.run is not None
 
     @_warns
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         if self._start(algorithm):
-            step = int(result.get("training_iteration", 0))
-            self.run.log(dict(flat_metrics(result)), step=step, commit=True)
+            self.run.log(dict(flat_metrics(result)), commit=True)
 
     @_warns
     def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str, iteration: int) -> None:

@@ -174,3 +174,26 @@ def test_wandb_keeps_a_metric_name_mlflow_refuses_and_every_other_metric(
     assert summary["custom_metrics/len_mean"] == pytest.approx(result["custom_metrics"]["len_mean"])
     assert summary["episode_return_mean"] == pytest.approx(result["episode_return_mean"])
     algo.stop()
+
+
+def test_wandb_logs_the_iterations_trained_again_after_restoring_an_earlier_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """W&B drops a row whose ``step`` is below the run's last one; iterations trained again
+    after ``restore()`` of an earlier checkpoint must still reach the run."""
+    pytest.importorskip("wandb", reason="the wandb extra (make test installs it)")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    algo = small_ppo().callbacks(WandbLogger).build()
+    algo.train()
+    first = algo.save(tmp_path / "ckpt")
+    for _ in range(2):
+        algo.train()
+    algo.restore(first)
+    result = algo.train()
+    assert result["training_iteration"] == 2
+    summary = algo.callbacks.run.summary  # the last row logged
+    assert summary["training_iteration"] == 2
+    assert summary["episode_return_mean"] == pytest.approx(result["episode_return_mean"])
+    assert summary["time_this_iter_s"] == pytest.approx(result["time_this_iter_s"])
+    algo.stop()
