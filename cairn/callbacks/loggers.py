@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from cairn._compat.mlflow_internals import validate_metric
 from cairn.callbacks.base import Callbacks
 from cairn.errors import FrameworkUnavailableError, LoggerWarning
 from cairn.result_names import flat_metrics
@@ -139,11 +140,7 @@ class MLflowLogger(Callbacks):
         if name in self._refused:
             return False
         try:
-            from mlflow.utils.validation import _validate_metric
-        except ImportError:  # an MLflow without it: its store's check on the batch decides
-            return True
-        try:
-            _validate_metric(name, value, stamp, step)
+            validate_metric(name, value, stamp, step)
         except Exception as exc:
             if self.strict:
                 raise
