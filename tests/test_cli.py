@@ -168,6 +168,129 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
     assert len(rows) == 1 + restored.iteration  # one row per iteration trained, the last one saved
 
 
+@pytest.mark.slow
+def test_sigterm_saves_the_last_iteration_exits_143_and_resumes(tmp_path):
+    """SIGTERM (kill, a job scheduler, a container runtime) ended the process at once, losing
+    the whole run under the default settings (a checkpoint only at the end). It now does what
+    Ctrl-C does: the iteration finishes, a checkpoint is saved, and the status is 128 + 15."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cairn", "train", "--algo", "PPO", "--env", "CartPole-v1",
+         "--stop-iters", "1000000", *SMALL, "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    try:
+        _wait_for_line(proc, "iter", timeout=120)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr and "Traceback" not in stdout
+    assert "SIGTERM again to quit without saving" in stderr  # the handler said what it does
+    said = [line for line in stdout.splitlines() if str(out) in line]
+    assert len(said) == 1 and said[0].startswith("terminated (SIGTERM) after iteration "), stdout
+    assert f"cairn train --resume {out}" in said[0]
+    saved = Path(said[0].split("checkpoint saved to ")[1].split(";")[0])
+    restored = cairn.Algorithm.from_checkpoint(saved)
+    n = restored.iteration
+    assert n >= 1 and saved == out / "checkpoints" / f"checkpoint_{n:06d}"
+    rows = (out / "progress.csv").read_text().splitlines()
+    assert len(rows) == 1 + n  # one row per iteration trained, the last one saved
+    restored.stop()
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "cairn", "train", "--resume", str(out), "--stop-iters", str(n + 1)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    iters = [line.split()[1] for line in resumed.stdout.splitlines() if line.startswith("iter")]
+    assert iters == [str(n + 1)]
+    rows = (out / "progress.csv").read_text().splitlines()
+    assert len(rows) == 1 + n + 1
+    assert cairn.Algorithm.from_checkpoint(out / "checkpoints" / f"checkpoint_{n + 1:06d}").iteration == n + 1
+
+
+@pytest.fixture
+def _default_sigterm():
+    """Python's own SIGTERM disposition for the test (Ray may have installed its handler)."""
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+def test_second_sigterm_during_the_save_leaves_the_old_checkpoint(tmp_path, capsys, monkeypatch,
+                                                                    _default_sigterm):
+    """A SIGTERM after an iteration asks for a save; a second one while it is written aborts it
+    (exit 143), the earlier checkpoint is untouched and the default disposition is back."""
+    import cairn.checkpoint.atomic
+    from cairn.algorithms.algorithm import Algorithm
+
+    out = tmp_path / "run"
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--stop-iters", "1", *SMALL,
+                 "--out", str(out), "-q"]) == 0
+    first = out / "checkpoints" / "checkpoint_000001"
+    before = (first / "cairn_checkpoint.json").read_bytes()
+    capsys.readouterr()
+    real_train = Algorithm.train
+
+    def sigterm():
+        # Over the default disposition SIGTERM would end pytest itself: fail the test instead.
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, "no SIGTERM handler installed"
+        signal.raise_signal(signal.SIGTERM)
+
+    def train_then_sigterm(self):
+        result = real_train(self)
+        sigterm()
+        return result
+
+    def sigterm_again(*args, **kwargs):
+        sigterm()
+
+    monkeypatch.setattr(Algorithm, "train", train_then_sigterm)
+    monkeypatch.setattr(cairn.checkpoint.atomic, "_fsync_tree", sigterm_again)
+    try:
+        code = main(["train", "--resume", str(out), "--stop-iters", "100"])
+    except KeyboardInterrupt:
+        pytest.fail("cairn train let KeyboardInterrupt escape")
+    assert code == 143
+    captured = capsys.readouterr()
+    assert sum(line.startswith("iter") for line in captured.out.splitlines()) == 1
+    assert "not saved" in captured.err
+    assert (first / "cairn_checkpoint.json").read_bytes() == before
+    assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.is_dir()) == ["checkpoint_000001"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_sigterm_handler_only_replaces_the_default_disposition(_default_sigterm):
+    """SIGTERM ignored by the parent, or handled by the program that calls cairn.cli.main,
+    stays so; over the default one, a SIGTERM becomes a request with status 143."""
+    from cairn.cli.interrupt import InterruptRequest
+
+    seen = []
+
+    def theirs(signum, frame):
+        seen.append(signum)
+
+    for disposition in (signal.SIG_IGN, theirs):
+        signal.signal(signal.SIGTERM, disposition)
+        with InterruptRequest() as interrupt:
+            assert signal.getsignal(signal.SIGTERM) is disposition
+            signal.raise_signal(signal.SIGTERM)
+        assert not interrupt.requested and signal.getsignal(signal.SIGTERM) is disposition
+    assert seen == [signal.SIGTERM]
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with InterruptRequest() as interrupt:
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # else SIGTERM would end pytest
+        signal.raise_signal(signal.SIGTERM)
+        assert interrupt.requested and interrupt.exit_status == 143
+        with pytest.raises(KeyboardInterrupt):  # a second one, SIGINT or SIGTERM: quit
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert interrupt.exit_status == 130  # the signal that ended it
+
+
 def test_second_ctrl_c_during_the_save_leaves_the_old_checkpoint(tmp_path, capsys, monkeypatch):
     """The first Ctrl-C (raised after an iteration) asks for a save; a second one in the middle
     of writing it aborts the save, and the run's earlier checkpoint is untouched."""

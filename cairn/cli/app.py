@@ -2,9 +2,10 @@
 
 Exit status: 0 done; 1 failed (one line ``cairn: error: ...`` on stderr; ``-v``/``--debug``
 add the traceback); 2 bad arguments (argparse's usage message, or one ``cairn: error:``
-line for arguments found wrong before any work); 130 interrupted (Ctrl-C); 141 stdout closed by
-its reader (``cairn ... | head``: nothing more is printed, as with tools that SIGPIPE ends). Warnings from
-cairn's own code show as ``cairn: warning: ...`` lines, as its log records do.
+line for arguments found wrong before any work); 130 interrupted (Ctrl-C); 143 ``cairn train``
+stopped by SIGTERM (after saving); 141 stdout closed by its reader (``cairn ... | head``: nothing
+more is printed, as with tools that SIGPIPE ends). Warnings from cairn's own code show as
+``cairn: warning: ...`` lines, as its log records do.
 """
 
 from __future__ import annotations

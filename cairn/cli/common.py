@@ -8,7 +8,8 @@ import json
 import re
 from typing import Any
 
-__all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_STDOUT_CLOSED",
+__all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
+           "EXIT_STDOUT_CLOSED",
            "CommandError", "UsageError", "ArgumentsError",
            "common_options", "parse_assignment", "is_assignment", "json_safe"]
 
@@ -19,6 +20,9 @@ EXIT_USAGE = 2
 """Bad arguments: argparse's own errors, and arguments found wrong before any work is done."""
 EXIT_INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT, the shell's convention)."""
+EXIT_TERMINATED = 143
+"""Exit status of ``cairn train`` stopped by SIGTERM after saving (128 + SIGTERM, what a shell
+reports for a process that SIGTERM ended)."""
 EXIT_STDOUT_CLOSED = 141
 """Exit status when stdout's reader went away (``cairn checkpoint diff A B | head``): 128 +
 SIGPIPE, what a shell reports for ``yes | head`` (under ``set -o pipefail``, a failed pipeline,

@@ -1,44 +1,71 @@
-"""Ctrl-C during ``cairn train``: finish the iteration, save, exit 130."""
+"""Ctrl-C (SIGINT) and SIGTERM during ``cairn train``: finish the iteration, save, exit
+128 + the signal's number (130, 143)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import threading
+from typing import Any
 
 __all__ = ["InterruptRequest"]
 
 
 class InterruptRequest:
-    """SIGINT during ``cairn train``: the first one asks to stop at the end of the current
-    iteration and save (so the checkpoint resumes exactly); the next raises KeyboardInterrupt.
+    """SIGINT (Ctrl-C) or SIGTERM (``kill``, a job scheduler or container runtime before its
+    SIGKILL) during ``cairn train``: the first one asks to stop at the end of the current
+    iteration and save (so the checkpoint resumes exactly); the next one of either raises
+    KeyboardInterrupt.
 
-    The handler is installed only where Python's own one is (in the main thread, and not where
-    the shell made the process ignore SIGINT).
+    Each handler is installed only where Python's own one is in place (in the main thread;
+    SIGINT not ignored by the shell, SIGTERM neither ignored nor handled by someone else).
     """
 
     def __init__(self) -> None:
         self.requested = False
-        self._installed = False
+        self.signum: int | None = None
+        """The signal that asked to stop (the last one received), or None."""
+        self._installed: list[signal.Signals] = []
+
+    @property
+    def exit_status(self) -> int:
+        """128 + the number of the signal that stopped the run (the shell's convention: 130
+        for SIGINT, 143 for SIGTERM); 130 where no signal came (a KeyboardInterrupt raised by
+        code)."""
+        return 128 + (self.signum if self.signum is not None else signal.SIGINT)
 
     def __enter__(self) -> InterruptRequest:
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-            signal.signal(signal.SIGINT, self._handle)
-            self._installed = True
+        if threading.current_thread() is threading.main_thread():
+            for signum, default in ((signal.SIGINT, signal.default_int_handler),
+                                    (signal.SIGTERM, signal.SIG_DFL)):
+                if signal.getsignal(signum) is default:
+                    signal.signal(signum, self._handle)
+                    self._installed.append(signum)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum in self._installed:
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        self._installed = []
 
-    def _handle(self, signum: int, frame: object) -> None:
+    def _handle(self, signum: int, frame: Any) -> None:
         self.requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.signum = signum
+        for installed in self._installed:  # the next one of either quits without saving
+            signal.signal(installed, self._again)
+        name, how = (("interrupted", "Ctrl-C") if signum == signal.SIGINT
+                     else ("terminated (SIGTERM)", "SIGTERM"))
         # os.write, not print: a signal handler may run in the middle of another write to stderr.
-        message = ("\ncairn train: interrupted; finishing this iteration, then saving a "
-                   "checkpoint (Ctrl-C again to quit without saving)\n")
+        message = (f"\ncairn train: {name}; finishing this iteration, then saving a "
+                   f"checkpoint ({how} again to quit without saving)\n")
         try:
             os.write(2, message.encode())
         except OSError:
             pass
+
+    def _again(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+        for installed in self._installed:
+            signal.signal(installed, signal.default_int_handler if installed == signal.SIGINT
+                          else signal.SIG_DFL)
+        raise KeyboardInterrupt

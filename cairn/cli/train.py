@@ -64,7 +64,9 @@ generators, optimizer state and the metrics window go on, and the log files are 
 criteria are the run's own unless given again; KEY=VALUE settings become config_overrides.
 
 Ctrl-C finishes the current iteration, saves a checkpoint and exits with status 130 (continue
-with --resume RUN); a second Ctrl-C quits at once without saving. DQN, SAC and TD3 runs store their
+with --resume RUN); a second Ctrl-C quits at once without saving. SIGTERM (kill, a job
+scheduler or container runtime) does the same and exits with status 143: a scheduler's grace
+period before SIGKILL must cover one iteration and a save. DQN, SAC and TD3 runs store their
 replay buffers in the run's checkpoints (store_replay_buffer=true unless --config sets it), so
 that --resume continues exactly; store_replay_buffer=false keeps checkpoints small, and a resumed
 run then starts from an empty buffer.

@@ -1,13 +1,15 @@
 """The loop of ``cairn train`` (a new run and ``--resume`` alike): iterations until a stop
 criterion, a checkpoint whenever the run's manager says one is due and at the end, and Ctrl-C
 (finish the iteration, save, exit 130; a second one quits without saving; an interrupt inside an
-iteration saves nothing, as its state is part-way).
+iteration saves nothing, as its state is part-way). SIGTERM, what ``kill``, job schedulers and
+container runtimes send before SIGKILL, does what Ctrl-C does and exits 143.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,8 +55,9 @@ class _InsideIteration(KeyboardInterrupt):
 
 def _loop(algo: Algorithm, log: RunLog, reporter: Reporter, stop: dict[str, Any], manager: CheckpointManager,
           interrupt: InterruptRequest, last: list[dict[str, Any]]) -> tuple[str | None, bool]:
-    """Train until a stop criterion or Ctrl-C, saving when the manager says a save is due;
-    returns (the checkpoint saved at the last iteration, or None; whether Ctrl-C stopped it).
+    """Train until a stop criterion or Ctrl-C/SIGTERM, saving when the manager says a save is
+    due; returns (the checkpoint saved at the last iteration, or None; whether Ctrl-C or SIGTERM
+    stopped it).
     ``last`` receives each iteration's result (the final save records its metric)."""
     saved_at: tuple[int, str] | None = None
     time_total = log.time_offset
@@ -95,8 +98,8 @@ def train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, settings
             try:
                 latest, interrupted = _loop(algo, log, reporter, settings["stop"], manager, interrupt, last)
             except KeyboardInterrupt as exc:
-                if interrupt.requested:  # the second Ctrl-C: the user wants out now
-                    return _not_saved()
+                if interrupt.requested:  # the second Ctrl-C or SIGTERM: the user wants out now
+                    return _not_saved(interrupt)
                 if isinstance(exc, _InsideIteration):  # a save would replace a checkpoint by a part-way state
                     print(f"cairn train: interrupted inside iteration {exc.iteration}, whose state is "
                           "part-way: no checkpoint saved; the run's earlier checkpoints are unchanged.",
@@ -107,7 +110,7 @@ def train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, settings
             try:
                 path = latest or str(manager.save(algo, last[0] if last else None, force=True))
             except KeyboardInterrupt:  # saves are atomic: an interrupted one leaves the others
-                return _not_saved()
+                return _not_saved(interrupt)
         finally:
             reporter.stop()
             log.close()
@@ -115,9 +118,10 @@ def train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, settings
         lost = ("" if getattr(algo.config, "store_replay_buffer", True) else
                 " (its replay buffer was not stored, as store_replay_buffer=false asked: the resumed run "
                 "starts from an empty buffer)")
-        print(f"interrupted after iteration {algo.iteration}: checkpoint saved to {path}; continue with "
+        how = "terminated (SIGTERM)" if interrupt.signum == signal.SIGTERM else "interrupted"
+        print(f"{how} after iteration {algo.iteration}: checkpoint saved to {path}; continue with "
               f"cairn train --resume {run_dir}{lost}", flush=True)
-        return EXIT_INTERRUPTED
+        return interrupt.exit_status
     if last and last[0].get("done"):  # not one of this command's criteria: say who stopped
         print(f"stopped after iteration {algo.iteration}: the callbacks' on_train_result set "
               "result['done']", flush=True)
@@ -125,7 +129,7 @@ def train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, settings
     return 0
 
 
-def _not_saved() -> int:
+def _not_saved(interrupt: InterruptRequest) -> int:
     print("cairn train: interrupted again: checkpoint not saved; "
           "the run's earlier checkpoints are unchanged.", file=sys.stderr)
-    return EXIT_INTERRUPTED
+    return interrupt.exit_status
