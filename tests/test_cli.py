@@ -210,6 +210,35 @@ def test_sigterm_saves_the_last_iteration_exits_143_and_resumes(tmp_path):
     assert cairn.Algorithm.from_checkpoint(out / "checkpoints" / f"checkpoint_{n + 1:06d}").iteration == n + 1
 
 
+@pytest.mark.slow
+def test_sigterm_to_the_process_group_saves_a_run_with_async_envs(tmp_path):
+    """SLURM signals every process of a job, and `kill -TERM -PGID` a whole group: the children
+    of gym_env_vectorize_mode="async" died of it, so the save that reads their states failed
+    (status 1, no checkpoint). They ignore SIGTERM as they ignore Ctrl-C; the parent saves."""
+    import os
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cairn", "train", "--algo", "PPO", "--env", "CartPole-v1",
+         "--stop-iters", "1000000", *SMALL, 'gym_env_vectorize_mode="async"', "num_envs_per_env_runner=2",
+         "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True,
+    )
+    try:
+        _wait_for_line(proc, "iter", timeout=120)
+        os.killpg(proc.pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr
+    said = [line for line in stdout.splitlines() if "checkpoint saved to " in line]
+    assert len(said) == 1, stdout
+    restored = cairn.Algorithm.from_checkpoint(said[0].split("checkpoint saved to ")[1].split(";")[0])
+    assert restored.iteration >= 1
+    assert len((out / "progress.csv").read_text().splitlines()) == 1 + restored.iteration
+    restored.stop()
+
+
 @pytest.fixture
 def _default_sigterm():
     """Python's own SIGTERM disposition for the test (Ray may have installed its handler)."""

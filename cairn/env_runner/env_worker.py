@@ -61,8 +61,12 @@ def run_env_worker(conn: Connection, payload: bytes) -> None:
     """Create the environment of ``payload`` (``(env, env_config)`` pickled with cloudpickle,
     as :func:`create_env` takes them) and serve the parent's commands on ``conn`` (the module
     docstring lists them)."""
-    # Ctrl-C reaches the whole process group: the parent handles it and closes its children.
+    # Ctrl-C reaches the whole process group, and so does SIGTERM from a job scheduler (SLURM
+    # signals every process of the job) or `kill -TERM -PGID`: the parent handles them (cairn
+    # train finishes the iteration and saves, which reads these children's states) and closes
+    # its children; a child whose parent is gone sees its pipe end and exits.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         instance = create_env(*pickle.loads(payload))
         multi_agent = is_multi_agent_env(instance)
