@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from typing import Any
 
 from cairn.errors import ConfigError
 
-__all__ = ["ensure_ray"]
+__all__ = ["ensure_ray", "ray_sigterm_handler"]
 
 logger = logging.getLogger("cairn")
+
+_ray_sigterm_handler: Any = None
+
+
+def ray_sigterm_handler() -> Any:
+    """The SIGTERM handler that ``ray.init`` installed (it exits the process at once) when cairn
+    started Ray over Python's default SIGTERM disposition, else None: it stands for that default,
+    so ``cairn train`` may replace it as it replaces the default one."""
+    return _ray_sigterm_handler
 
 
 def ensure_ray(
@@ -36,5 +46,9 @@ def ensure_ray(
             f"a connection to RAY_ADDRESS={address}" if address else "a local Ray instance",
             needed_by,
         )
+        global _ray_sigterm_handler
+        before = signal.getsignal(signal.SIGTERM)
         ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        after = signal.getsignal(signal.SIGTERM)
+        _ray_sigterm_handler = after if before is signal.SIG_DFL and after is not before else None
     return ray

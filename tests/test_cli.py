@@ -1,3 +1,4 @@
+import json
 import re
 import select
 import signal
@@ -237,6 +238,50 @@ def test_sigterm_to_the_process_group_saves_a_run_with_async_envs(tmp_path):
     assert restored.iteration >= 1
     assert len((out / "progress.csv").read_text().splitlines()) == 1 + restored.iteration
     restored.stop()
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_run_with_remote_runners(tmp_path):
+    """num_env_runners > 0: the ray.init that cairn makes installs Ray's SIGTERM handler (it
+    exits at once), so cairn train left SIGTERM alone and the run was lost (status 15, no
+    checkpoint). That handler stands for the default one: SIGTERM saves and exits 143."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cairn", "train", "--algo", "PPO", "--env", "CartPole-v1",
+         "--stop-iters", "1000000", *SMALL, "num_env_runners=1", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    try:
+        _wait_for_line(proc, "iter", timeout=180)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr
+    said = [line for line in stdout.splitlines() if "checkpoint saved to " in line]
+    assert len(said) == 1, stdout
+    saved = said[0].split("checkpoint saved to ")[1].split(";")[0]
+    # Read without restoring, which would start Ray in this process.
+    iteration = json.loads((Path(saved) / "algorithm_state.json").read_text())["iteration"]
+    rows = (out / "progress.csv").read_text().splitlines()
+    assert iteration >= 1 and len(rows) == 1 + iteration  # the last iteration logged is the one saved
+    assert Path(saved) == out / "checkpoints" / f"checkpoint_{iteration:06d}"
+
+
+def test_the_sigterm_handler_of_cairns_own_ray_init_counts_as_the_default(monkeypatch, _default_sigterm):
+    import cairn.ray_cluster
+    from cairn.cli.interrupt import InterruptRequest
+
+    def rays(signum, frame):
+        raise SystemExit(signum)
+
+    monkeypatch.setattr(cairn.ray_cluster, "_ray_sigterm_handler", rays)
+    signal.signal(signal.SIGTERM, rays)
+    with InterruptRequest() as interrupt:
+        assert signal.getsignal(signal.SIGTERM) is not rays
+        signal.raise_signal(signal.SIGTERM)
+        assert interrupt.requested and interrupt.exit_status == 143
+    assert signal.getsignal(signal.SIGTERM) is rays  # Ray's handler is back
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ import signal
 import threading
 from typing import Any
 
+from cairn.ray_cluster import ray_sigterm_handler
+
 __all__ = ["InterruptRequest"]
 
 
@@ -18,14 +20,16 @@ class InterruptRequest:
     KeyboardInterrupt.
 
     Each handler is installed only where Python's own one is in place (in the main thread;
-    SIGINT not ignored by the shell, SIGTERM neither ignored nor handled by someone else).
+    SIGINT not ignored by the shell, SIGTERM neither ignored nor handled by someone else; the
+    handler that cairn's own ``ray.init`` put over the default SIGTERM one counts as the
+    default), and the one before is back on exit.
     """
 
     def __init__(self) -> None:
         self.requested = False
         self.signum: int | None = None
         """The signal that asked to stop (the last one received), or None."""
-        self._installed: list[signal.Signals] = []
+        self._installed: dict[signal.Signals, Any] = {}  # each replaced signal's handler before
 
     @property
     def exit_status(self) -> int:
@@ -36,17 +40,19 @@ class InterruptRequest:
 
     def __enter__(self) -> InterruptRequest:
         if threading.current_thread() is threading.main_thread():
-            for signum, default in ((signal.SIGINT, signal.default_int_handler),
-                                    (signal.SIGTERM, signal.SIG_DFL)):
-                if signal.getsignal(signum) is default:
+            ray_handler = ray_sigterm_handler()
+            for signum, defaults in ((signal.SIGINT, (signal.default_int_handler,)),
+                                     (signal.SIGTERM, (signal.SIG_DFL, ray_handler))):
+                before = signal.getsignal(signum)
+                if before is not None and any(before is default for default in defaults):
                     signal.signal(signum, self._handle)
-                    self._installed.append(signum)
+                    self._installed[signum] = before
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for signum in self._installed:
-            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-        self._installed = []
+        for signum, before in self._installed.items():
+            signal.signal(signum, before)
+        self._installed = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.requested = True
@@ -65,7 +71,6 @@ class InterruptRequest:
 
     def _again(self, signum: int, frame: Any) -> None:
         self.signum = signum
-        for installed in self._installed:
-            signal.signal(installed, signal.default_int_handler if installed == signal.SIGINT
-                          else signal.SIG_DFL)
+        for installed, before in self._installed.items():
+            signal.signal(installed, before)
         raise KeyboardInterrupt
