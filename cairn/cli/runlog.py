@@ -179,6 +179,12 @@ class RunLog:
 
             self._tb = SummaryWriter(str(run_dir / TENSORBOARD_DIR))
 
+    def _decide_bare_policy(self, learners: Mapping[str, Any]) -> None:
+        """Fix :attr:`bare_policy` at the run's first iteration that learned (``learners`` not
+        empty); later ones leave it."""
+        if self.bare_policy is ... and learners:
+            self.bare_policy = bare_learner_policy(learners)
+
     def _resume(self, iteration: int) -> None:
         def result_kept(line: str) -> bool:
             try:
@@ -186,9 +192,8 @@ class RunLog:
                 kept = int(result["training_iteration"]) <= iteration
             except (ValueError, KeyError, TypeError):
                 return False
-            if kept and self.bare_policy is ... and isinstance(result.get("learners"), dict) \
-                    and result["learners"]:
-                self.bare_policy = bare_learner_policy(result["learners"])
+            if kept and isinstance(result.get("learners"), dict):
+                self._decide_bare_policy(result["learners"])
             return kept
 
         _cut_after(self.result_path, result_kept)
@@ -219,8 +224,7 @@ class RunLog:
         """Write one iteration; returns its progress row."""
         with open(self.result_path, "a") as f:
             f.write(json.dumps(json_safe(result), allow_nan=False) + "\n")
-        if self.bare_policy is ... and result.get("learners"):
-            self.bare_policy = bare_learner_policy(result["learners"])
+        self._decide_bare_policy(result.get("learners") or {})
         row = progress_row(result, bare_policy=self.bare_policy)
         new_file = (self.columns is None or not self.progress_path.exists()
                     or self.progress_path.stat().st_size == 0)

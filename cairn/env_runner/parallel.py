@@ -127,6 +127,19 @@ class ParallelSampler(AgentSampler):
         pids = self.agent_pids[i]
         self.episodes.finish(i, lambda agent: pids.get(agent, str(agent)))
 
+    def _agent_flags(self, i: int, agent: Any, term_d: Mapping[Any, Any], trunc_d: Mapping[Any, Any],
+                     alive: set[Any]) -> tuple[bool, bool]:
+        """``(terminated, truncated)`` of ``agent`` in env ``i`` after a step, whether it acted at
+        it or not. An agent that left without a flag (an env that ends its episode by emptying
+        ``agents``) ends its part truncated, as in turn-based games: unflagged, its rows would run
+        on into its next episode's (GAE, a recurrent policy's sequences). A part that ends forgets
+        its recurrent state: a later stay of the agent starts afresh."""
+        terminated = bool(term_d.get(agent, False))
+        truncated = bool(trunc_d.get(agent, False)) or (not terminated and agent not in alive)
+        if terminated or truncated:
+            self.runner.recurrent_states.end_trajectory((i, agent))
+        return terminated, truncated
+
     def _slot_origin(self, slots: list[tuple[int, Any]], row: int) -> RowOrigin:
         """Agent, env index and episode step of batch row ``row`` (``slots[row]``)."""
         i, agent = slots[row]
@@ -187,14 +200,7 @@ class ParallelSampler(AgentSampler):
                     ep.agent_returns[agent] += r
                     first = opening or agent in self.joined[i]
                     self.joined[i].discard(agent)
-                    terminated = bool(term_d.get(agent, False))
-                    # An agent that left without a flag (an env that ends its episode by emptying
-                    # `agents`): its part ends here, truncated, as in turn-based games; unflagged,
-                    # its rows would run on into its next episode's (GAE, a recurrent policy's
-                    # sequences).
-                    truncated = bool(trunc_d.get(agent, False)) or (not terminated and agent not in alive)
-                    if terminated or truncated:  # its trajectory ends: a later stay starts afresh
-                        self.runner.recurrent_states.end_trajectory((i, agent))
+                    terminated, truncated = self._agent_flags(i, agent, term_d, trunc_d, alive)
                     if record and agent not in scripted:
                         trajs.add((i, agent), self.agent_pids[i][agent], *acted[(i, agent)], r,
                                   terminated, truncated, first=first, state_in=states_in.get((i, agent)),
@@ -210,10 +216,7 @@ class ParallelSampler(AgentSampler):
                     if agent in rew_d:
                         ep.ret += r
                         ep.agent_returns[agent] += r
-                    terminated = bool(term_d.get(agent, False))
-                    truncated = bool(trunc_d.get(agent, False)) or (not terminated and agent not in alive)
-                    if terminated or truncated:  # as for an agent that acted: a later stay starts afresh
-                        self.runner.recurrent_states.end_trajectory((i, agent))
+                    terminated, truncated = self._agent_flags(i, agent, term_d, trunc_d, alive)
                     if trajs.waiting((i, agent)):
                         trajs.extend_last((i, agent), r, terminated, truncated)
                         if agent not in alive:
