@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -142,21 +143,31 @@ def _wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float) -> list[
     raise AssertionError(f"no {prefix!r} line within {timeout}s: {lines} {proc.stderr.read()}")
 
 
+def _signal_training(out: Path, settings: list[str], send: Callable[[subprocess.Popen], None], *,
+                     timeout: float = 120, new_session: bool = False) -> tuple[int, str, str]:
+    """Start ``cairn train`` (PPO on CartPole, SMALL and ``settings``, a million iterations) into
+    ``out``, wait for its first progress line, signal it with ``send(proc)``, and return its
+    ``(returncode, stdout, stderr)``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cairn", "train", "--algo", "PPO", "--env", "CartPole-v1",
+         "--stop-iters", "1000000", *SMALL, *settings, "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=new_session,
+    )
+    try:
+        _wait_for_line(proc, "iter", timeout=timeout)
+        send(proc)
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    return proc.returncode, stdout, stderr
+
+
 @pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cairn", "train", "--algo", "PPO", "--env", "CartPole-v1",
-         "--stop-iters", "1000000", *SMALL, "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-    )
-    try:
-        _wait_for_line(proc, "iter", timeout=120)
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, stderr
+    returncode, stdout, stderr = _signal_training(
+        out, [], lambda proc: proc.send_signal(signal.SIGINT))
+    assert returncode == 130, stderr
     assert "Traceback" not in stderr
     assert "KeyboardInterrupt" not in stderr
     assert "Traceback" not in stdout
@@ -175,18 +186,9 @@ def test_sigterm_saves_the_last_iteration_exits_143_and_resumes(tmp_path):
     the whole run under the default settings (a checkpoint only at the end). It now does what
     Ctrl-C does: the iteration finishes, a checkpoint is saved, and the status is 128 + 15."""
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cairn", "train", "--algo", "PPO", "--env", "CartPole-v1",
-         "--stop-iters", "1000000", *SMALL, "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-    )
-    try:
-        _wait_for_line(proc, "iter", timeout=120)
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 143, stderr
+    returncode, stdout, stderr = _signal_training(
+        out, [], lambda proc: proc.send_signal(signal.SIGTERM))
+    assert returncode == 143, stderr
     assert "Traceback" not in stderr and "Traceback" not in stdout
     assert "SIGTERM again to quit without saving" in stderr  # the handler said what it does
     said = [line for line in stdout.splitlines() if str(out) in line]
@@ -219,19 +221,10 @@ def test_sigterm_to_the_process_group_saves_a_run_with_async_envs(tmp_path):
     import os
 
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cairn", "train", "--algo", "PPO", "--env", "CartPole-v1",
-         "--stop-iters", "1000000", *SMALL, 'gym_env_vectorize_mode="async"', "num_envs_per_env_runner=2",
-         "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True,
-    )
-    try:
-        _wait_for_line(proc, "iter", timeout=120)
-        os.killpg(proc.pid, signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 143, stderr
+    returncode, stdout, stderr = _signal_training(
+        out, ['gym_env_vectorize_mode="async"', "num_envs_per_env_runner=2"],
+        lambda proc: os.killpg(proc.pid, signal.SIGTERM), new_session=True)
+    assert returncode == 143, stderr
     said = [line for line in stdout.splitlines() if "checkpoint saved to " in line]
     assert len(said) == 1, stdout
     restored = cairn.Algorithm.from_checkpoint(said[0].split("checkpoint saved to ")[1].split(";")[0])
@@ -246,18 +239,9 @@ def test_sigterm_saves_a_run_with_remote_runners(tmp_path):
     exits at once), so cairn train left SIGTERM alone and the run was lost (status 15, no
     checkpoint). That handler stands for the default one: SIGTERM saves and exits 143."""
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cairn", "train", "--algo", "PPO", "--env", "CartPole-v1",
-         "--stop-iters", "1000000", *SMALL, "num_env_runners=1", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-    )
-    try:
-        _wait_for_line(proc, "iter", timeout=180)
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=180)
-    finally:
-        proc.kill()
-    assert proc.returncode == 143, stderr
+    returncode, stdout, stderr = _signal_training(
+        out, ["num_env_runners=1"], lambda proc: proc.send_signal(signal.SIGTERM), timeout=180)
+    assert returncode == 143, stderr
     said = [line for line in stdout.splitlines() if "checkpoint saved to " in line]
     assert len(said) == 1, stdout
     saved = said[0].split("checkpoint saved to ")[1].split(";")[0]
