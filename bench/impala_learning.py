@@ -5,7 +5,8 @@ docs/impala.md, section Learning, has the figures; the settings are
 ``tests/algorithms/impala/small.py``'s ``learning_config``, which the slow learning test uses too.
 
     .venv/bin/python bench/impala_learning.py [--algos IMPALA APPO] [--seeds 0 1 2] \\
-        [--bar 475] [--budget 30000] [--eval-every 2000] [--num-env-runners 0] [--entropy-coeff 0.01] [--lstm]
+        [--bar 475] [--budget 30000] [--eval-every 2000] [--num-env-runners 0] [--entropy-coeff 0.01] \\
+        [--num-epochs 1] [--repeats 1] [--lstm]
 """
 
 from __future__ import annotations
@@ -34,15 +35,21 @@ def main() -> None:
                         help="remote runners sampling asynchronously (2 envs each); 0: 4 envs in-process")
     parser.add_argument("--entropy-coeff", type=float, default=None,
                         help="instead of the learning settings' 0.0 (RLlib's default: 0.01)")
+    parser.add_argument("--num-epochs", type=int, default=None,
+                        help="instead of the learning settings' 4 (RLlib's default: 1)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of each seed (asynchronous runs, --num-env-runners >= 1, differ)")
     parser.add_argument("--lstm", action="store_true",
                         help=f"a recurrent policy: model={LSTM_MODEL} instead of the 64x64 MLP")
     args = parser.parse_args()
+    training: dict = {} if args.entropy_coeff is None else {"entropy_coeff": args.entropy_coeff}
+    if args.num_epochs is not None:
+        training["num_epochs"] = args.num_epochs
+    if args.lstm:
+        training["model"] = LSTM_MODEL
     for algo in args.algos:
-        for seed in args.seeds:
+        for seed in [seed for seed in args.seeds for _ in range(args.repeats)]:
             start = time.perf_counter()
-            training: dict = {} if args.entropy_coeff is None else {"entropy_coeff": args.entropy_coeff}
-            if args.lstm:
-                training["model"] = LSTM_MODEL
             first, points = steps_to_bar(algo, seed, bar=args.bar, budget=args.budget,
                                          eval_every=args.eval_every, num_env_runners=args.num_env_runners,
                                          **training)

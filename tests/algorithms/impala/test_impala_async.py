@@ -72,11 +72,13 @@ def test_fragments_lag_and_a_runner_killed_mid_train_is_recreated(ray_cluster, t
 
 @pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
 def test_learns_cartpole_with_two_remote_runners(ray_cluster, algo_name):
-    # docs/impala.md, "Learning": the slowest of the measured runs needed 46,400 env steps.
-    # IMPALA keeps RLlib's entropy bonus (0.01): without it, 2 of 7 runs of seed 0 collapsed to
-    # one action (greedy return 9) within 100,000 env steps.
-    training = {"entropy_coeff": 0.01} if algo_name == "IMPALA" else {}
-    first, points = steps_to_bar(algo_name, learning_seed(0), bar=475.0, budget=100_000, eval_every=2_000,
+    # docs/impala.md, "Learning": the slowest of 25 runs of APPO's seed 0 needed 74,200 env steps,
+    # of 83 runs of IMPALA's 32,200. IMPALA keeps RLlib's entropy bonus (0.01) and its one pass
+    # over each train batch: with the learning runs' 4 epochs it collapsed to one action (greedy
+    # return 9, for good) in 2 of 35 runs of seed 0 (one in CI), with one epoch in none of 104
+    # runs of seeds 0-2.
+    training = {"entropy_coeff": 0.01, "num_epochs": 1} if algo_name == "IMPALA" else {}
+    first, points = steps_to_bar(algo_name, learning_seed(0), bar=475.0, budget=150_000, eval_every=2_000,
                                  num_env_runners=2, **training)
     assert first is not None, \
-        f"{algo_name}, 2 remote runners: greedy returns {points} never reached 475 in 100k"
+        f"{algo_name}, 2 remote runners: greedy returns {points} never reached 475 in 150k"
