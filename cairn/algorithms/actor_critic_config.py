@@ -87,7 +87,9 @@ class ActorCriticConfig(AlgorithmConfig):
     - ``replay_buffer_config``: as DQN's (``{"type": "uniform" | "prioritized", "capacity",
       "alpha", "beta", "epsilon"}``), merged over the current value.
     - ``num_steps_sampled_before_learning_starts`` (SB3's ``learning_starts``): env steps
-      collected, with uniformly random actions, before any gradient step.
+      collected before any gradient step. Until then each policy acts uniformly at random for
+      as many of its own sampled steps (``initial_random_steps``): agent steps, which in
+      multi-agent training are not env steps (docs/sac.md, docs/td3.md).
 
     ``checkpointing(store_replay_buffer=True)`` writes the replay buffers into checkpoints
     (and into ``get_state()``), for exact resume.
