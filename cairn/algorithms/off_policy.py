@@ -80,11 +80,16 @@ class OffPolicyAlgorithm(Algorithm):
             for pid, rows in added.items():
                 if rows:
                     self.replay.add(pid, batches[pid])
+            # Every policy's updates of the round are owed before any policy learns: with a
+            # replay ratio, a learner that raises must not cost a later policy its credit.
+            due: dict[str, int] = {}
             for pid, rows in added.items():
                 buffer = self.replay_buffers.get(pid)
-                if not learning or buffer is None or not len(buffer):
-                    continue
-                for _ in range(self.gradient_updates_due(pid, rows)):
+                if learning and buffer is not None and len(buffer):
+                    due[pid] = self.gradient_updates_due(pid, rows)
+            for pid, updates in due.items():
+                buffer = self.replay_buffers[pid]
+                for _ in range(updates):
                     history.setdefault(pid, []).append(self.learn_on_replay(pid, buffer))
                     counters["num_env_steps_trained_lifetime"] += cfg.minibatch_size
                     if cfg.training_intensity is not None:  # the ratio's credit: only once made

@@ -193,6 +193,36 @@ def test_replay_ratio_makes_the_updates_owed_after_one_that_raised(
         algo.stop()
 
 
+@pytest.mark.parametrize("make_config", [small_ma_dqn, small_ma_sac], ids=["dqn", "sac"])
+def test_replay_ratio_keeps_the_round_owed_to_a_policy_after_one_that_raised(
+        monkeypatch: pytest.MonkeyPatch, make_config: Any) -> None:
+    """p0's update raises in a round, before p1 learned in it: p1's share of that round's rows
+    stays owed too (it was never credited: p1 made 2 updates fewer than the ratio's share for
+    good), so that over the run each policy makes exactly the ratio's share of its rows."""
+    algo = make_config().training(training_intensity=4.0, minibatch_size=16,
+                                  num_steps_sampled_before_learning_starts=0, n_step=1).build()
+    learn = algo.learn
+
+    def failing_once(fn: Any, policy_id: str, **inputs: Any) -> Any:
+        if policy_id == "p0":
+            monkeypatch.setattr(algo, "learn", learn)
+            raise InjectedError("injected failure in p0's loss")
+        return learn(fn, policy_id, **inputs)
+
+    try:
+        algo.train()
+        monkeypatch.setattr(algo, "learn", failing_once)
+        with pytest.raises(InjectedError):
+            algo.train()
+        for _ in range(2):
+            algo.train()
+        for pid in ("p0", "p1"):  # learning from the first row: the credit is rows * 4 / 16
+            policy = algo.policies[pid]
+            assert policy.num_grad_updates == policy.global_timestep * 4 // 16, pid
+    finally:
+        algo.stop()
+
+
 def _adam_steps(policy: Any, group: str) -> int:
     """How many optimizer steps the parameters of ``group`` ("critic", "actor") took."""
     (steps,) = {int(policy.optimizer.state[p]["step"]) if p in policy.optimizer.state else 0
