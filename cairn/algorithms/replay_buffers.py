@@ -54,7 +54,8 @@ class NStepTransitions:
     first step of an episode (``firsts``: its env was not reset meanwhile, e.g. after an error
     or by a restore without this state) and starts from the observation the held rows ended
     with (:func:`_continues`). ``n_step == 1`` holds nothing back. Batches without ``streams``
-    are taken on their own (:func:`replay_transitions`).
+    are taken on their own (:func:`replay_transitions`); rows still held then (restored from a
+    run with a longer ``n_step``) are stored before them, with the windows they have.
     """
 
     def __init__(self, gamma: float, n_step: int) -> None:
@@ -64,7 +65,15 @@ class NStepTransitions:
     def add(self, batch: SampleBatch) -> dict[str, np.ndarray]:
         """The completed transitions of the held rows and ``batch`` (see the class doc)."""
         if self.n_step == 1 or "streams" not in batch:
-            return replay_transitions(batch, gamma=self.gamma, n_step=self.n_step)
+            rows = replay_transitions(batch, gamma=self.gamma, n_step=self.n_step)
+            if not self.pending:
+                return rows
+            # Rows held under a longer n_step (restored with n_step=1 now, say): nothing joins
+            # them any more, so they are stored with the windows they have, before the batch.
+            held = self.get_state()
+            self.pending = {}
+            stored = replay_transitions(SampleBatch(held), gamma=self.gamma, n_step=self.n_step)
+            return {k: np.concatenate([stored[k], rows[k]]) for k in rows}
         joined, waits = self._join(batch)
         returns, last, steps = n_step_returns(joined["rewards"], joined["ends"],
                                               gamma=self.gamma, n=self.n_step)

@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cairn.algorithms.replay_buffers import NStepTransitions
+from cairn.env_runner.sample_batch import SampleBatch
 from cairn.replay import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -269,3 +271,37 @@ def test_prioritized_state_round_trip_is_exact() -> None:
 def test_make_replay_buffer_rejects_unknown_type() -> None:
     with pytest.raises(ValueError, match="Unknown replay buffer type"):
         make_replay_buffer({"type": "reservoir"})
+
+
+def _fragment(first_obs: int, length: int) -> SampleBatch:
+    """``length`` steps of one episode of one stream, going on past the fragment's end:
+    obs ``first_obs, first_obs + 1, ...``, reward 1 each."""
+    obs = np.arange(first_obs, first_obs + length, dtype=np.float32)[:, None]
+    flags = np.zeros(length, dtype=bool)
+    return SampleBatch({
+        "obs": obs, "actions": np.zeros(length, np.int64), "rewards": np.ones(length, np.float32),
+        "terminateds": flags, "truncateds": flags, "ends": np.r_[flags[:-1], True],
+        "firsts": np.r_[first_obs == 0, flags[1:]], "next_obs": obs + 1, "streams": np.full(length, 7),
+    })
+
+
+@pytest.mark.parametrize("streams", [True, False], ids=["streams", "no_streams"])
+def test_rows_held_under_a_longer_n_step_are_stored_when_nothing_can_join_them(streams: bool) -> None:
+    """Rows held back for their sequel (n_step=3), restored where nothing joins them any more
+    (n_step=1 on restore; or a batch without streams) are stored, each with the window it has,
+    before the new rows. They stayed pending for good: lost from replay without a word, and
+    carried in every later checkpoint."""
+    held = NStepTransitions(0.5, 3)
+    stored = held.add(_fragment(0, 4))
+    assert stored["obs"][:, 0].tolist() == [0.0, 1.0]  # obs 2 and 3 wait for the next fragment
+    restored = NStepTransitions(0.5, 1 if streams else 3)
+    restored.set_state(held.get_state())
+    sequel = _fragment(4, 2)
+    if not streams:
+        del sequel["streams"]
+    rows = restored.add(sequel)
+    assert restored.pending == {} and restored.get_state() == {}
+    assert rows["obs"][:, 0].tolist() == [2.0, 3.0, 4.0, 5.0]
+    assert rows["next_obs"][:, 0].tolist() == ([3.0, 4.0, 5.0, 6.0] if streams else [4.0, 4.0, 6.0, 6.0])
+    assert rows["rewards"].tolist() == ([1.0] * 4 if streams else [1.5, 1.0, 1.5, 1.0])
+    assert rows["n_steps"].tolist() == ([1] * 4 if streams else [2, 1, 2, 1])
