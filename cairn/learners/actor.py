@@ -113,12 +113,16 @@ class LearnerActor:
         (:mod:`cairn.learners.policy_sync`)."""
         if state is not None:
             policy, spec = self.policies.get(policy_id, (None, None))
-            if policy is None or spec != state["spec"]:  # new, or replaced under the same ID
-                policy = Policy.from_state(state)
-                move_policy(policy, self.device)
-                self.policies[policy_id] = (policy, state["spec"])
-            else:
-                policy.set_state(state)
+            try:
+                if policy is None or spec != state["spec"]:  # new, or replaced under the same ID
+                    policy = Policy.from_state(state)
+                    move_policy(policy, self.device)
+                    self.policies[policy_id] = (policy, state["spec"])
+                else:
+                    policy.set_state(state)
+            except BaseException:  # a copy that may hold part of the state is no loan's copy
+                self.policies.pop(policy_id, None)
+                raise
         policy = self._policy(policy_id)
         output = run_learn(fn, self.config, policy, self.sync, inputs)
         if self.sync.rank != 0:

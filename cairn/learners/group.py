@@ -93,14 +93,35 @@ class LearnerGroup:
         except BaseException:
             if self.remote is not None:
                 self.lent.clear()  # the group was shut down; a new one holds nothing
-            else:  # this copy may be half-updated: the next update sends the driver's state
+            else:  # the loan ends here: its next update sends the driver's state
                 self.lent.pop(policy_id, None)
+                self._take_back_failed(policy_id, policy)
             raise
         assert returned is not None  # rank 0, which a learner alone is
         self.lent[policy_id] = policy
         policy.set_weights(returned["weights"])
         policy.num_grad_updates = int(returned["num_grad_updates"])
         return output
+
+    def _take_back_failed(self, policy_id: str, policy: Policy) -> None:
+        """After an update of the device learner raised: bring its copy of ``policy_id`` whole
+        into the driver's ``policy`` (weights and learned parts), as learning on ``policy``
+        itself would have left it: the updates that completed, and whatever the failed one
+        changed before it raised. Without this the driver would pair the weights of the last
+        completed update with the optimizer state, generator and ``num_grad_updates`` of the
+        loan's start. A copy whose loading failed was dropped (nothing to take back)."""
+        learner = self.device_learner
+        if learner is None or policy_id not in learner.policies:
+            return
+        try:
+            state = with_learned_parts(policy.get_state(), learner.learned(policy_id))
+            state["weights"] = learner.policies[policy_id][0].get_weights()
+            policy.set_state(state)
+        except Exception as error:  # the learn function's error is the one to raise
+            warnings.warn(f"After a failed update of policy {policy_id!r} on the learner, its "
+                          f"state could not be read back ({type(error).__name__}: {error}): the "
+                          "policy keeps the weights of its last completed update and the optimizer "
+                          "state of the loan's start.", RuntimeWarning, stacklevel=4)
 
     def sync_to_driver(self, policy_ids: Iterable[str] | None = None, *, release: bool = False) -> None:
         """End the loans (of ``policy_ids``; None: all): bring what the learners learned beyond

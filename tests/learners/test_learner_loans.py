@@ -252,3 +252,51 @@ def test_a_failed_update_leaves_the_other_policies_loans_to_be_given_back() -> N
         assert_trees_equal(got["weights"], want["weights"])
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("phase", ["between_updates", "actor_phase"])
+def test_a_learn_call_that_raises_leaves_the_policy_as_learning_in_place_does(monkeypatch, phase) -> None:
+    # SAC's 30th learn call raises (before it starts, or in its actor phase once the critics
+    # stepped) inside the loan of the second iteration. Learning in place keeps the 29 updates
+    # (and the critics' step) in the weights, optimizer state, generator and num_grad_updates;
+    # the device learner's policy must hold the same, not the weights of the last completed
+    # update beside the optimizer state and generator of the loan's start.
+    import cairn.algorithms.sac.learn as sac_learn_module
+    import cairn.algorithms.sac.sac as sac_module
+
+    calls = {"learn": 0, "actor": 0}
+    learn, actor_loss = sac_learn_module.sac_learn, sac_learn_module.actor_loss
+
+    def counted_learn(*args, **kwargs):
+        calls["learn"] += 1
+        if phase == "between_updates" and calls["learn"] == 30:
+            raise RuntimeError("the model failed")
+        return learn(*args, **kwargs)
+
+    def counted_actor_loss(*args, **kwargs):
+        calls["actor"] += 1
+        if phase == "actor_phase" and calls["actor"] == 30:
+            raise RuntimeError("the model failed")
+        return actor_loss(*args, **kwargs)
+
+    monkeypatch.setattr(sac_module, "sac_learn", counted_learn)
+    monkeypatch.setattr(sac_learn_module, "actor_loss", counted_actor_loss)
+    states = []
+    for lend in (False, True):
+        calls.update(learn=0, actor=0)
+        algo = sac().build()
+        try:
+            if lend:
+                with_cpu_learner(algo)
+            algo.train()  # 16 updates
+            with pytest.raises(RuntimeError, match="the model failed"):
+                algo.train()
+            assert calls["learn"] == 30 and not algo.learner_group.lent
+            states.append(algo.get_policy().get_state())
+            assert algo.get_policy().num_grad_updates == (29 if phase == "between_updates" else 30)
+            algo.train()  # and the next iteration learns on from there alike
+            states.append(algo.get_policy().get_state())
+        finally:
+            algo.stop()
+    assert_trees_equal(states[2], states[0])
+    assert_trees_equal(states[3], states[1])
