@@ -390,6 +390,9 @@ class Algorithm:
         and counters and starts new episodes in all its envs at its next ``sample()``, seeded
         from that generator, as after a sample that raised (docs/fault-tolerance.md): the next
         ``train()`` works."""
+        # Loans left open (a direct training_step() call) end first: their next update must
+        # send the restored state, not go on from the learners' copies.
+        self.sync_learners()
         policy_states = state.get("policies", {})
         for pid, policy_state in policy_states.items():
             if pid in self.policies:
@@ -581,6 +584,7 @@ class Algorithm:
         ``"policies/<pid>"`` (that policy's whole state), ``"policies/<pid>/weights"`` (its
         network parameters) or None (everything, as :meth:`restore`); reads only that
         component's files. See :mod:`cairn.algorithms.component_restore`."""
+        self.sync_learners()  # open loans end first: their next update sends the restored state
         self._checkpointer.restore_component(path, component, storage_options=storage_options)
         # Remote runners take restored weights and filters with the next broadcast: an
         # asynchronous sampler (IMPALA, APPO) would send none for up to broadcast_interval

@@ -300,3 +300,29 @@ def test_a_learn_call_that_raises_leaves_the_policy_as_learning_in_place_does(mo
             algo.stop()
     assert_trees_equal(states[2], states[0])
     assert_trees_equal(states[3], states[1])
+
+
+@pytest.mark.filterwarnings("ignore::cairn.errors.ReplayBufferNotRestoredWarning")  # SAC's, in both runs
+@pytest.mark.parametrize("make_config", [ppo, sac], ids=["ppo", "sac"])
+@pytest.mark.parametrize("restore", [_restore, _restore_policy_component],
+                         ids=["restore", "restore_policy_component"])
+def test_a_restore_while_loans_are_open_reaches_the_next_update(make_config, restore, tmp_path) -> None:
+    # A direct training_step() call leaves its loans open; a restore in place afterwards must
+    # hold (a save right after it would otherwise store the learners' optimizer state) and
+    # reach the learners, not be overwritten by their copies at the next update.
+    direct, lent = make_config().build(), make_config().build()
+    try:
+        with_cpu_learner(lent)
+        direct.train()
+        lent.train()
+        checkpoint = direct.save(tmp_path / "ckpt")
+        for algo in (direct, lent):
+            algo.training_step()
+            restore(algo, checkpoint)
+        assert_trees_equal(lent.get_state(), direct.get_state())
+        direct.train()
+        lent.train()
+        assert_trees_equal(lent.get_state(), direct.get_state())
+    finally:
+        direct.stop()
+        lent.stop()
