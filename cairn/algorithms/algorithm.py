@@ -624,8 +624,11 @@ class Algorithm:
         :class:`~cairn.errors.UnknownPolicyIdError` for an ID this algorithm lacks."""
         if export_native_model_files is None:
             export_native_model_files = self.config.export_native_model_files
-        self._policy_to_export(policy_id, "export_policy_checkpoint").export_checkpoint(
-            export_dir, export_native_model_files=export_native_model_files)
+        policy = self._policy_to_export(policy_id, "export_policy_checkpoint")
+        # A save of the policy's whole state: its loan ends first (as get_state()'s), so that
+        # inside an iteration it holds the learners' optimizer state beside their weights.
+        self.sync_learners([policy_id])
+        policy.export_checkpoint(export_dir, export_native_model_files=export_native_model_files)
 
     def export_policy_model(
         self, export_dir: str | os.PathLike[str], policy_id: str = DEFAULT_POLICY_ID,

@@ -326,3 +326,25 @@ def test_a_restore_while_loans_are_open_reaches_the_next_update(make_config, res
     finally:
         direct.stop()
         lent.stop()
+
+
+@pytest.mark.parametrize("make_config", [ppo, sac], ids=["ppo", "sac"])
+def test_a_policy_checkpoint_exported_inside_an_iteration_holds_the_learners_state(make_config,
+                                                                                   tmp_path) -> None:
+    # export_policy_checkpoint writes the policy's whole state: after a direct training_step()
+    # (loans open) it must hold the learners' optimizer state and generator beside their
+    # weights, as learning in place gives, not the optimizer state of the loan's start.
+    exported = []
+    for lend in (False, True):
+        algo = make_config().build()
+        try:
+            if lend:
+                with_cpu_learner(algo)
+            algo.train()
+            algo.training_step()
+            algo.export_policy_checkpoint(tmp_path / f"policy_{lend}")
+            exported.append(cairn.Policy.from_checkpoint(tmp_path / f"policy_{lend}").get_state())
+        finally:
+            algo.stop()
+    assert exported[0]["optimizer"]["state"]  # Adam's moments exist: there is something to lose
+    assert_trees_equal(exported[1], exported[0])
