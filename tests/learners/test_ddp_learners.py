@@ -286,3 +286,26 @@ def test_league_snapshots_leave_nothing_in_the_learners(ray_cluster) -> None:
     finally:
         algo.stop()
     assert free_cpus_become(ray_cluster, 2.0)
+
+
+def test_a_restore_while_loans_are_open_reaches_the_learners(ray_cluster, tmp_path) -> None:
+    """A direct training_step() leaves the learners' loans open; a restore in place then must
+    reach them: the next iteration learns from the checkpoint (as a 0-learner algorithm
+    restored from it), not on from the learners' copies."""
+    ddp = ppo_config().learners(num_learners=2).build()
+    try:
+        ddp.train()
+        path = ddp.save(str(tmp_path / "ckpt"))
+        ddp.training_step()
+        assert ddp.learner_group.lent  # the loans are open
+        ddp.restore(path)
+        ddp.train()
+    finally:
+        ddp.stop()
+    assert free_cpus_become(ray_cluster, 2.0), ray_cluster.available_resources()
+    single = cairn.Algorithm.from_checkpoint(path, config_overrides={"num_learners": 0})
+    try:
+        single.train()
+        assert_same_policy(ddp.get_policy(), single.get_policy())
+    finally:
+        single.stop()
