@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cairn.errors import LearnerFailedError
+from cairn.errors import ConfigError, LearnerFailedError
 from cairn.learners.actor import LearnerActor, LearnFunction, run_learn
 from cairn.learners.device import learner_device
 from cairn.learners.policy_sync import with_learned_parts
@@ -87,7 +87,10 @@ class LearnerGroup:
             return run_learn(fn, self.config, policy, LOCAL_SYNC, inputs)
         # The loan starts with the driver's whole state; another object under the ID (a policy
         # replaced mid-iteration) starts a new one.
-        state = None if self.lent.get(policy_id) is policy else policy.get_state()
+        state = None
+        if self.lent.get(policy_id) is not policy:
+            _check_optimizer_class(policy_id, policy)
+            state = policy.get_state()
         try:
             output, returned = learner.update(fn, policy_id, state, inputs)
         except BaseException:
@@ -164,3 +167,26 @@ class LearnerGroup:
             self.lent.clear()
             if self.remote is not None:
                 self.remote.stop()
+
+
+def _check_optimizer_class(policy_id: str, policy: Policy) -> None:
+    """ConfigError when ``policy``'s optimizer is not of the class its ``make_optimizer()``
+    builds (one assigned to ``policy.optimizer``): a learner builds its copy from the policy's
+    class and state, which holds the optimizer's state but not its class, so it would step
+    the class's own optimizer with the assigned one's matching hyperparameters, silently."""
+    optimizer = policy.training.built_optimizer  # None: never built, so never assigned either
+    if optimizer is None:
+        return
+    own, built = type(optimizer), type(policy.make_optimizer())
+    if own is not built:
+        raise ConfigError(
+            f"Policy {policy_id!r} has a {own.__module__}.{own.__qualname__} assigned to "
+            f"policy.optimizer, but {type(policy).__name__}.make_optimizer() builds a "
+            f"{built.__module__}.{built.__qualname__}. Learners away from this process "
+            "(config.learners(num_learners=N >= 1) or num_gpus_per_learner > 0) build their copy "
+            "of a policy from its class and state, which does not name the optimizer, so they "
+            f"would step {built.__qualname__} instead. Fix: subclass {type(policy).__name__}, override "
+            "make_optimizer() to return the optimizer you want and name the subclass in the "
+            "PolicySpec (checkpoints then restore it too), or learn in this process on the CPU "
+            "(config.learners(num_learners=0, num_gpus_per_learner=0)).")
+

@@ -348,3 +348,50 @@ def test_a_policy_checkpoint_exported_inside_an_iteration_holds_the_learners_sta
             algo.stop()
     assert exported[0]["optimizer"]["state"]  # Adam's moments exist: there is something to lose
     assert_trees_equal(exported[1], exported[0])
+
+
+class SGDPolicy(cairn.Policy):
+    """A policy whose class builds another optimizer: what the refusal below recommends."""
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.model.parameters(), lr=float(self.config["lr"]), momentum=0.9)
+
+
+def test_an_optimizer_assigned_to_a_lent_policy_is_refused_and_a_subclass_learns_as_in_place() -> None:
+    # A learner builds its copy from the policy's class and state, which does not name the
+    # optimizer: an SGD assigned to policy.optimizer would have been stepped as the class's Adam
+    # (taking the SGD's lr), silently unlike learning in place. It is refused before anything
+    # is lent; a class whose make_optimizer() builds it learns as in place, bit for bit.
+    from cairn.errors import ConfigError
+
+    algo = ppo().build()
+    try:
+        with_cpu_learner(algo)
+        algo.train()
+        policy = algo.get_policy()
+        weights = policy.get_weights()
+        policy.optimizer = torch.optim.SGD(policy.model.parameters(), lr=0.1)
+        refused = r"'default_policy' has a torch\.optim\.sgd\.SGD .* builds a torch\.optim\.adam\.Adam"
+        with pytest.raises(ConfigError, match=refused):
+            algo.train()
+        assert not algo.learner_group.lent
+        assert_trees_equal(policy.get_weights(), weights)
+        policy.optimizer = policy.make_optimizer()  # what the class builds: lent again
+        algo.train()
+    finally:
+        algo.stop()
+
+    def sgd_ppo() -> cairn.AlgorithmConfig:
+        return ppo().multi_agent(policies={"default_policy": cairn.PolicySpec(SGDPolicy)})
+
+    direct, lent = sgd_ppo().build(), sgd_ppo().build()
+    try:
+        with_cpu_learner(lent)
+        for _ in range(2):
+            direct.train()
+            lent.train()
+        assert isinstance(lent.get_policy().optimizer, torch.optim.SGD)
+        assert_trees_equal(lent.get_state(), direct.get_state())
+    finally:
+        direct.stop()
+        lent.stop()
