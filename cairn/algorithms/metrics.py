@@ -42,15 +42,19 @@ def episode_metrics(
 
 def custom_metrics(episodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """``{f"{name}_mean" | "_min" | "_max": value}`` over the episodes whose callbacks set
-    ``episode.custom_metrics[name]`` to a number (RLlib's layout); other values are skipped."""
+    ``episode.custom_metrics[name]`` to a number (RLlib's layout); other values are skipped.
+
+    An episode whose value is nan has none (as in RLlib): the others are aggregated, and the
+    three are nan only when no episode of the window has a number. One nan would otherwise make
+    them nan for the window's next 100 episodes."""
     values: dict[str, list[float]] = {}
     for ep in episodes:
         for name, value in (ep.get("custom_metrics") or {}).items():
             if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
                 values.setdefault(str(name), []).append(float(value))
     out: dict[str, float] = {}
-    for name, numbers in sorted(values.items()):
-        out[f"{name}_mean"] = float(np.mean(numbers))
-        out[f"{name}_min"] = float(np.min(numbers))
-        out[f"{name}_max"] = float(np.max(numbers))
+    for name, found in sorted(values.items()):
+        numbers = [v for v in found if not math.isnan(v)]
+        for stat, fn in (("mean", np.mean), ("min", np.min), ("max", np.max)):
+            out[f"{name}_{stat}"] = float(fn(numbers)) if numbers else math.nan
     return out

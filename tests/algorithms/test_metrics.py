@@ -78,3 +78,15 @@ def test_train_reports_env_steps_per_s_as_the_cli_logs_it():
         algo.stop()
     steps = result["num_env_steps_sampled_lifetime"]
     assert result["env_steps_per_s"] == steps / result["time_this_iter_s"] > 0
+
+
+def test_custom_metric_nan_of_one_episode_leaves_the_others_numbers():
+    """A callback that has no value for an episode (``float("nan")``: no goal scored, no
+    success to time) made the metric's mean, min and max nan over the whole window, for the
+    next 100 episodes, which the CSV, TensorBoard and the loggers then leave out. As RLlib
+    does, an episode's nan is no value: the others are aggregated; nan only when none has one."""
+    episodes = [{**_episode(1.0, {}), "custom_metrics": {"t": value, "all_nan": math.nan}}
+                for value in (math.nan, 2.0, 4.0, float("nan"))]
+    metrics = episode_metrics(episodes)["custom_metrics"]
+    assert (metrics["t_mean"], metrics["t_min"], metrics["t_max"]) == (3.0, 2.0, 4.0)
+    assert all(math.isnan(metrics[f"all_nan_{stat}"]) for stat in ("mean", "min", "max"))
