@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 import cairn
 from cairn.algorithms.metrics import episode_metrics
 from tests.helpers import small_ma_ppo
@@ -90,3 +92,26 @@ def test_custom_metric_nan_of_one_episode_leaves_the_others_numbers():
     metrics = episode_metrics(episodes)["custom_metrics"]
     assert (metrics["t_mean"], metrics["t_min"], metrics["t_max"]) == (3.0, 2.0, 4.0)
     assert all(math.isnan(metrics[f"all_nan_{stat}"]) for stat in ("mean", "min", "max"))
+
+
+def _ma_impala() -> cairn.IMPALAConfig:
+    from tests.helpers import make_ma_cartpole, map_by_index
+
+    return (cairn.IMPALAConfig().environment(make_ma_cartpole, env_config={"num_agents": 2})
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
+            .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index).debugging(seed=0))
+
+
+@pytest.mark.parametrize("make", [lambda: small_ma_ppo(2), _ma_impala], ids=["ppo", "impala"])
+def test_multi_agent_env_steps_trained_are_env_steps_not_agent_rows(make):
+    """``num_env_steps_trained_lifetime`` summed the policies' batch rows, which are agent steps:
+    with two agents acting at each step it counted every env step twice, more than were ever
+    sampled. An on-policy learner trains on each sampled env step once."""
+    algo = make().build()
+    try:
+        for _ in range(2):
+            result = algo.train()
+            assert result["num_agent_steps_sampled_lifetime"] > result["num_env_steps_sampled_lifetime"]
+            assert result["num_env_steps_trained_lifetime"] == result["num_env_steps_sampled_lifetime"]
+    finally:
+        algo.stop()

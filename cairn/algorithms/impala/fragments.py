@@ -20,10 +20,17 @@ class Fragment:
     every runner's fragment, all acted by the same weights), by policy ID, time-ordered within
     each trajectory piece (``ends`` marks the pieces' last rows), and ``weights_version``: the
     learner update count (:attr:`cairn.algorithms.impala.IMPALA.weights_version`) of the
-    weights that acted them."""
+    weights that acted them; ``env_steps``: the env steps sampled (with several agents fewer
+    than the rows, which are agent steps; None: taken as the rows)."""
 
     batches: Mapping[str, SampleBatch]
     weights_version: int
+    env_steps: int | None = None
+
+    @property
+    def num_env_steps(self) -> int:
+        """:attr:`env_steps`, or (None) the rows of all policies."""
+        return sum(len(b) for b in self.batches.values()) if self.env_steps is None else self.env_steps
 
 
 def join_fragments(fragments: Sequence[Fragment], policy_id: str) -> SampleBatch | None:

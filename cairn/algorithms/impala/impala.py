@@ -88,12 +88,15 @@ class IMPALA(Algorithm):
         start = self.counters["num_env_steps_sampled_lifetime"]  # each sample counts its env steps
         while self.counters["num_env_steps_sampled_lifetime"] - start < self.config.train_batch_size:
             if not remote:
-                fragments.append(Fragment(self._sample(), self.weights_version))
+                before = self.counters["num_env_steps_sampled_lifetime"]
+                batches = self._sample()
+                fragments.append(Fragment(batches, self.weights_version,
+                                          self.counters["num_env_steps_sampled_lifetime"] - before))
                 continue
             for sampled in group.sample_async():
                 batches = join_batches([sampled.result])
                 self.record_sample(batches, sampled.result.episodes, sampled.result.env_steps)
-                fragments.append(Fragment(batches, sampled.weights_version))
+                fragments.append(Fragment(batches, sampled.weights_version, sampled.result.env_steps))
         return fragments
 
     def learn_on_fragments(self, fragments: Sequence[Fragment]) -> dict[str, dict[str, float]]:
@@ -120,7 +123,8 @@ class IMPALA(Algorithm):
                                     permutations=permutations, appo=self.uses_target_network)
                 stats[pid] = {**output.stats, **self.after_learn(pid, batch),
                               "policy_lag_mean": float(lags.mean()), "policy_lag_max": float(lags.max())}
-                self.counters["num_env_steps_trained_lifetime"] += len(batch)
+                if len(stats) == 1:  # the fragments' env steps, once: a batch's rows are agent steps
+                    self.counters["num_env_steps_trained_lifetime"] += sum(f.num_env_steps for f in fragments)
         except BaseException:
             # Weights that changed before the error (another policy's update, or steps of this
             # one) are new weights: they must not share the version of the weights before.

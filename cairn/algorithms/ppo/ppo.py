@@ -43,14 +43,17 @@ class PPO(Algorithm):
         super().__init__(config, **kwargs)
 
     def training_step(self) -> dict[str, dict[str, float]]:
+        sampled = self.counters["num_env_steps_sampled_lifetime"]
         batches = self._sample()
+        env_steps = self.counters["num_env_steps_sampled_lifetime"] - sampled
         stats = {}
         for pid in self.policies_to_train:
             batch = batches.get(pid)
             if batch is not None and len(batch):
                 stats[pid] = self._learn(self.policies[pid], batch, self._learner_rewards(pid, batch),
                                          policy_id=pid)
-                self.counters["num_env_steps_trained_lifetime"] += len(batch)
+                if len(stats) == 1:  # the sample's env steps, once: a batch's rows are agent steps
+                    self.counters["num_env_steps_trained_lifetime"] += env_steps
         return stats
 
     def _learner_rewards(self, pid: str, batch: SampleBatch) -> np.ndarray:
