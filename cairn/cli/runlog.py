@@ -12,7 +12,8 @@
 
 Rows are flushed as they are written. On resume the files are appended; rows of iterations
 after the checkpoint resumed from (written before a crash) are cut off first, so that every
-iteration appears once.
+iteration appears once (in TensorBoard, the resumed session's events hide those points:
+``purge_step``).
 """
 
 from __future__ import annotations
@@ -168,6 +169,8 @@ class RunLog:
         self.result_path = run_dir / RESULT_FILE
         self.columns: list[str] | None = None
         self.time_offset = 0.0
+        #: Resuming: the env steps (TensorBoard's step) of the last row kept.
+        self._resumed_timesteps = 0
         #: :func:`bare_learner_policy` of the run's first iteration that learned (``...``: none
         #: has yet); read back from result.jsonl on resume.
         self.bare_policy: str | EllipsisType | None = ...
@@ -177,7 +180,16 @@ class RunLog:
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(str(run_dir / TENSORBOARD_DIR))
+            if resume_iteration is None:
+                self._tb = SummaryWriter(str(run_dir / TENSORBOARD_DIR))
+            else:
+                # TensorBoard hides the dead session's points after the kept rows (purge_step:
+                # those of step >= it), as the CSV cuts them. The suffix keeps this file from
+                # taking the name, and so the place, of one started in the same second (the
+                # names hold the start time in seconds) and sorts it after that one.
+                self._tb = SummaryWriter(str(run_dir / TENSORBOARD_DIR),
+                                         purge_step=self._resumed_timesteps + 1,
+                                         filename_suffix=f".resumed-{resume_iteration}")
 
     def _decide_bare_policy(self, learners: Mapping[str, Any]) -> None:
         """Fix :attr:`bare_policy` at the run's first iteration that learned (``learners`` not
@@ -210,6 +222,8 @@ class RunLog:
                 return False
             if kept and cells.get("time"):
                 self.time_offset = float(cells["time"])
+            if kept and cells.get("timesteps"):
+                self._resumed_timesteps = int(float(cells["timesteps"]))
             return kept
 
         _cut_after(self.progress_path, row_kept)
