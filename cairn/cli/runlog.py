@@ -22,6 +22,7 @@ import csv
 import io
 import json
 import math
+import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -83,8 +84,11 @@ def progress_row(result: Mapping[str, Any], *,
     bare = bare_learner_policy(learners) if bare_policy is ... else bare_policy
     for pid, stats in learners.items():
         for key, value in stats.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                row[key if pid == bare else f"{pid}/{key}"] = value
+            # numpy's scalars too (registered as numbers.Real), as Python numbers: a CSV cell is
+            # the value's repr, and the loggers and keep_best read them as well.
+            if isinstance(value, numbers.Real) and not isinstance(value, bool):
+                number = int(value) if isinstance(value, numbers.Integral) else float(value)
+                row[key if pid == bare else f"{pid}/{key}"] = number
     # The evaluation's, cairn.Callbacks' and the league's columns are named as every metric is
     # (cairn.result_names: nested keys joined with "/"), so keep_best and the loggers name them alike.
     if "evaluation" in result:
@@ -110,7 +114,8 @@ def league_columns(league: Mapping[str, Any] | None) -> dict[str, float]:
 def _cell(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    return repr(value) if isinstance(value, float) else str(value)
+    # float(): numpy 2's repr of an np.float64 (a float) is "np.float64(0.5)", not a number.
+    return repr(float(value)) if isinstance(value, float) else str(value)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -59,3 +59,31 @@ def test_resumed_run_shows_each_iteration_once_in_tensorboard(tmp_path):
     assert steps == [64, 128, 192, 256]
     for column in ("episode_return_mean", "policy_loss"):
         assert shown[column] == [(s, r[column]) for s, r in zip(steps, rows)]
+
+
+def test_numpy_learner_stats_reach_progress_csv_and_tensorboard(tmp_path):
+    """A learner stat computed with numpy (``np.float32(loss)``, ``np.int64(count)``, as a
+    custom algorithm's ``training_step`` returns them) was left out of progress.csv and
+    TensorBoard, which took Python ints and floats only, while MLflow, W&B and ``keep_best``
+    read it: the run's files disagreed with its loggers, silently. An ``np.float64`` (a float)
+    was written as its repr, ``np.float64(0.25)`` in numpy 2: text that ``read_progress`` (``cairn
+    plot``) and spreadsheets cannot read as a number."""
+    import numpy as np
+
+    run = tmp_path / "run"
+    log = RunLog(run, tensorboard=True)
+    result = _result(1, 10.0)
+    result["learners"]["default_policy"].update(
+        loss32=np.float32(0.5), loss64=np.float64(0.25), count=np.int64(3), nan32=np.float32("nan"),
+        flag=np.bool_(True))
+    row = log.append(result)
+    log.close()
+    assert (row["loss32"], row["count"]) == (0.5, 3)
+    assert all(type(row[k]) is float for k in ("loss32", "loss64", "nan32"))
+    assert type(row["count"]) is int and "flag" not in row
+    _, rows = read_progress(run / "progress.csv")
+    assert (rows[0]["loss32"], rows[0]["loss64"], rows[0]["count"]) == (0.5, 0.25, 3.0)
+    assert np.isnan(rows[0]["nan32"])
+    shown = _shown_scalars(run / "tensorboard")
+    assert shown["loss32"] == [(64, 0.5)] and shown["loss64"] == [(64, 0.25)]
+    assert shown["count"] == [(64, 3.0)] and "nan32" not in shown
