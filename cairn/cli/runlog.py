@@ -174,7 +174,8 @@ class RunLog:
         self.result_path = run_dir / RESULT_FILE
         self.columns: list[str] | None = None
         self.time_offset = 0.0
-        #: Resuming: the env steps (TensorBoard's step) of the last row kept.
+        #: Resuming: the env steps (TensorBoard's step) of the last row kept (of result.jsonl,
+        #: then of progress.csv).
         self._resumed_timesteps = 0
         #: :func:`bare_learner_policy` of the run's first iteration that learned (``...``: none
         #: has yet); read back from result.jsonl on resume.
@@ -211,6 +212,8 @@ class RunLog:
                 return False
             if kept and isinstance(result.get("learners"), dict):
                 self._decide_bare_policy(result["learners"])
+            if kept and isinstance(result.get("num_env_steps_sampled_lifetime"), int):
+                self._resumed_timesteps = result["num_env_steps_sampled_lifetime"]
             return kept
 
         _cut_after(self.result_path, result_kept)

@@ -87,3 +87,19 @@ def test_numpy_learner_stats_reach_progress_csv_and_tensorboard(tmp_path):
     shown = _shown_scalars(run / "tensorboard")
     assert shown["loss32"] == [(64, 0.5)] and shown["loss64"] == [(64, 0.25)]
     assert shown["count"] == [(64, 3.0)] and "nan32" not in shown
+
+
+def test_resume_without_progress_csv_keeps_the_kept_iterations_tensorboard_points(tmp_path):
+    """The purge starts after the checkpoint's env steps, read from result.jsonl too: with
+    progress.csv gone, TensorBoard still shows iterations 1 and 2 of the first session."""
+    run = tmp_path / "run"
+    log = RunLog(run, tensorboard=True)
+    for iteration in (1, 2, 3):
+        log.append(_result(iteration, 10.0 * iteration))
+    log.close()
+    (run / "progress.csv").unlink()
+    resumed = RunLog(run, resume_iteration=2, tensorboard=True)
+    resumed.append(_result(3, 33.0))
+    resumed.close()
+    shown = _shown_scalars(run / "tensorboard")["episode_return_mean"]
+    assert shown == [(64, 10.0), (128, 20.0), (192, 33.0)]
