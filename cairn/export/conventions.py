@@ -28,25 +28,41 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from cairn.errors import ObservationSpaceError
 from cairn.policy.action_mask_input import ACTION_MASK_INPUT
-from cairn.policy.action_masking import ACTION_MASK_KEY, action_mask_size, network_observation_space
+from cairn.policy.action_masking import (
+    ACTION_MASK_KEY,
+    MaskedObservationPreprocessor,
+    action_mask_size,
+    network_observation_space,
+)
 from cairn.policy.export_hook import BATCH, TensorSpec
 from cairn.policy.observation_path import input_spec
+from cairn.spaces import ObservationPreprocessor
 
 __all__ = ["BATCH", "TensorSpec", "input_spec", "model_inputs", "model_feeds"]
 
 
+def _read(preprocessor: ObservationPreprocessor | MaskedObservationPreprocessor,
+          obs_batch: Sequence[Any] | np.ndarray) -> np.ndarray:
+    """The policy's own reading of ``obs_batch``, so that what it refuses is refused here too:
+    a reshape or :func:`gymnasium.spaces.flatten` alone would read transposed observations, rows
+    of another size or Discrete parts out of their ranges as other, valid-looking inputs."""
+    try:
+        return preprocessor(obs_batch)
+    except ObservationSpaceError as exc:
+        raise ObservationSpaceError(
+            f"cairn.export.model_inputs takes a batch of observations, as compute_actions does: {exc}"
+        ) from exc
+
+
 def _obs_input(observation_space: gym.Space[Any], obs_batch: Sequence[Any] | np.ndarray) -> np.ndarray:
-    spec = input_spec(observation_space)
+    rows = _read(ObservationPreprocessor(observation_space), obs_batch)
     if isinstance(observation_space, (gym.spaces.Box, gym.spaces.MultiBinary)):
-        arr = np.asarray(obs_batch, dtype=np.float32)
-        return arr.reshape((-1, *observation_space.shape))
+        return rows.reshape((-1, *observation_space.shape))
     if isinstance(observation_space, gym.spaces.Discrete):
-        return np.asarray(obs_batch, dtype=np.int64).reshape(-1)
-    rows = [np.asarray(gym.spaces.flatten(observation_space, o), dtype=np.float32) for o in obs_batch]
-    if not rows:
-        return np.zeros((0, *spec.shape[1:]), dtype=np.float32)  # type: ignore[arg-type]
-    return np.stack(rows)
+        return np.asarray(obs_batch, dtype=np.int64).reshape(-1)  # raw values: the model one-hot encodes
+    return rows
 
 
 def _network_parts(observation_space: gym.Space[Any], obs_batch: Sequence[Any] | np.ndarray) -> list[Any]:
@@ -69,7 +85,9 @@ def model_inputs(observation_space: gym.Space[Any], obs_batch: Sequence[Any] | n
     >>> model_inputs(space, [1, 3]).tolist()
     [1, 3]
     """
-    if action_space is not None and action_mask_size(observation_space, action_space):
+    mask_size = 0 if action_space is None else action_mask_size(observation_space, action_space)
+    if mask_size:  # the observations, their masks included, checked as the policy checks them
+        _read(MaskedObservationPreprocessor(observation_space, mask_size), obs_batch)  # type: ignore[arg-type]
         return _obs_input(network_observation_space(observation_space),
                           _network_parts(observation_space, obs_batch))
     return _obs_input(observation_space, obs_batch)
