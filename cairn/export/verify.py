@@ -74,14 +74,15 @@ def sample_policy_observations(policy: Policy, n: int, *, seed: int = 0) -> list
 
 
 def _near_ties(scores: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
-    """Rows whose (per component) two best scores are within TIE_MARGIN."""
-    tied = np.zeros(scores.shape[0], dtype=bool)
+    """``[rows, len(sizes)]``: whether each row's two best scores of each (sub-)action are
+    within TIE_MARGIN (where float rounding may swap that sub-action's choice, and only it)."""
+    tied = np.zeros((scores.shape[0], len(sizes)), dtype=bool)
     offset = 0
-    for size in sizes:
+    for k, size in enumerate(sizes):
         part = np.sort(scores[:, offset : offset + size], axis=1)
         offset += size
         if size > 1:
-            tied |= (part[:, -1] - part[:, -2]) < TIE_MARGIN
+            tied[:, k] = (part[:, -1] - part[:, -2]) < TIE_MARGIN
     return tied
 
 
@@ -116,8 +117,9 @@ def check_against_policy(
     action, ref_action = np.asarray(got[0]), expected[0]
     start = 0
     if graph.discrete_sizes is not None:
-        wrong = (action != ref_action).reshape(len(observations), -1).any(axis=1)
-        wrong &= ~_near_ties(expected[1], graph.discrete_sizes)
+        # Per (sub-)action: a tie in one sub-action excuses that one, not the others.
+        differs = (action != ref_action).reshape(len(observations), len(graph.discrete_sizes))
+        wrong = (differs & ~_near_ties(expected[1], graph.discrete_sizes)).any(axis=1)
         if wrong.any():
             raise ExportError(
                 f"The {what} chose different actions than the policy for {int(wrong.sum())} "

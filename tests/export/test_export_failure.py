@@ -172,3 +172,35 @@ def test_the_check_tolerance_is_the_documented_one() -> None:
     with pytest.raises(ExportError, match=r"output 0 \(action\) differs .* \(tolerance: "
                                           r"\|got - expected\| <= 1e-05 \+ 1e-05 \* \|expected\|\)"):
         check_against_policy(policy, off_by(2.0), "model")
+
+
+def test_a_tie_in_one_sub_action_excuses_that_sub_action_only(helpers: Any) -> None:
+    """A MultiDiscrete action may differ where that sub-action's two best logits tie (another
+    runtime's rounding can swap them), but a tie in one sub-action does not excuse another
+    sub-action that differs: the check once let such a model through, on every row."""
+    policy = helpers.make_policy(OBS, gym.spaces.MultiDiscrete([3, 2]), filtered=False)
+    with torch.no_grad():  # the first sub-action's logits are all 0: tied on every row
+        policy.model.action_head.weight[:3] = 0.0
+        policy.model.action_head.bias[:3] = 0.0
+
+    def faithful(obs: np.ndarray) -> list[np.ndarray]:
+        processed = torch.from_numpy(policy.process_observations(obs, update=False))
+        with torch.no_grad():
+            inputs = policy.model.action_inputs(processed)
+            value = policy.model.value(processed)
+        return [policy.compute_actions(obs, explore=False), inputs.numpy(), value.numpy()]
+
+    def other_tied_choice(obs: np.ndarray) -> list[np.ndarray]:
+        action, inputs, value = faithful(obs)
+        action[:, 0] = (action[:, 0] + 1) % 3  # another of the tied first sub-actions
+        return [action, inputs, value]
+
+    def wrong_second(obs: np.ndarray) -> list[np.ndarray]:
+        action, inputs, value = faithful(obs)
+        action[:, 1] = 1 - action[:, 1]  # the second sub-action has no tie
+        return [action, inputs, value]
+
+    check_against_policy(policy, faithful, "reference")
+    check_against_policy(policy, other_tied_choice, "model")
+    with pytest.raises(ExportError, match="chose different actions than the policy for 64 of 64"):
+        check_against_policy(policy, wrong_second, "model")
