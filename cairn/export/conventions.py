@@ -34,6 +34,8 @@ from cairn.policy.action_masking import (
     ACTION_MASK_KEY,
     MaskedObservationPreprocessor,
     action_mask_size,
+    action_sizes,
+    check_masks,
     network_observation_space,
 )
 from cairn.policy.export_hook import BATCH, TensorSpec
@@ -99,6 +101,10 @@ def model_feeds(observation_space: gym.Space[Any], action_space: gym.Space[Any],
     by name, in the model's input order: ``{"obs": ...}``, plus ``"action_mask"`` (float32
     ``[batch, mask_size]``) for a masked policy.
 
+    Raises :class:`~cairn.errors.ObservationSpaceError` for observations the policy refuses
+    (:func:`model_inputs`), and :class:`~cairn.errors.ActionMaskError` for a mask that allows
+    no action (of some sub-action), as the policy does.
+
     Pass it to onnxruntime as it is (``session.run(None, feeds)``), or to the torch program
     positionally (``program(*map(torch.from_numpy, feeds.values()))``).
 
@@ -114,4 +120,6 @@ def model_feeds(observation_space: gym.Space[Any], action_space: gym.Space[Any],
     if size:
         masks = [np.asarray(o[ACTION_MASK_KEY], dtype=np.float32).reshape(-1) for o in obs_batch]
         feeds[ACTION_MASK_INPUT] = np.stack(masks) if masks else np.zeros((0, size), np.float32)
+        # The model returns some action for a row that allows none; the policy refuses it.
+        check_masks(feeds[ACTION_MASK_INPUT], action_sizes(action_space))
     return feeds

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import cairn
-from cairn.errors import ObservationSpaceError
+from cairn.errors import ActionMaskError, ObservationSpaceError
 from cairn.export import model_feeds, model_inputs
 
 BOX = gym.spaces.Box(-1.0, 1.0, (3, 2))
@@ -87,3 +87,21 @@ def test_valid_observations_give_the_same_inputs_as_before(space: gym.Space[Any]
     np.testing.assert_array_equal(feeds["obs"], expected)
     empty = model_feeds(space, gym.spaces.Discrete(3), [])
     assert empty["obs"].shape == (0, *expected.shape[1:])
+
+
+@pytest.mark.parametrize("action_space", [gym.spaces.Discrete(3), gym.spaces.MultiDiscrete([1, 2])],
+                         ids=["discrete", "multidiscrete"])
+def test_a_mask_without_a_legal_action_is_refused_as_by_the_policy(action_space: gym.Space[Any]) -> None:
+    """The exported model returns some action for a row whose mask (or one sub-action's part of
+    it) allows nothing (docs/export.md); the policy raises ActionMaskError, and so does
+    model_feeds, instead of handing such a row to the model."""
+    legal = {"observation": np.zeros(2, np.float32), "action_mask": np.array([1, 1, 0], np.int8)}
+    none = {"observation": np.zeros(2, np.float32), "action_mask": np.array([0, 1, 1], np.int8)
+            if isinstance(action_space, gym.spaces.MultiDiscrete) else np.zeros(3, np.int8)}
+    policy = cairn.Policy(MASKED, action_space, seed=0)
+    with pytest.raises(ActionMaskError, match=r"row\(s\) \[1\]"):
+        policy.compute_actions([legal, none], explore=False)
+    with pytest.raises(ActionMaskError, match=r"row\(s\) \[1\]"):
+        model_feeds(MASKED, action_space, [legal, none])
+    feeds = model_feeds(MASKED, action_space, [legal])
+    np.testing.assert_array_equal(feeds["action_mask"], [[1.0, 1.0, 0.0]])
