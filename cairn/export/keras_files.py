@@ -14,6 +14,7 @@ kept, as torch exports are. A masked policy's model takes ``[obs, action_mask]``
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -56,28 +57,31 @@ def keras_file_runner(path: str | Path) -> Any:
 
 def save_keras_file(policy: Policy, graph: ExportGraph, directory: Path) -> dict[str, str]:
     """Write ``directory / "model.keras"`` (the serving model of ``graph``), read it back in safe
-    mode and check it against the policy; returns ``{"keras": "model.keras"}``."""
+    mode and check it against the policy; returns ``{"keras": "model.keras"}``. The file is
+    written and checked in a staging folder and moved into place once the check passed: a
+    failed export leaves an earlier ``model.keras`` in ``directory`` as it was."""
     from cairn.export.keras_serving import serving_model
 
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / KERAS_FILE
+    staging = Path(tempfile.mkdtemp(prefix=".cairn-export-", dir=directory))
+    path = staging / KERAS_FILE
     import_tensorflow_quietly()  # Keras' saving imports it, with lines on stderr
     try:
-        # NHWC convolutions: TensorFlow serves this file (SavedModel) on CPUs without oneDNN too.
-        serving_model(policy, graph, channels_last=True).save(str(path))
-        check_against_policy(policy, keras_file_runner(path), f"saved {KERAS_FILE}", graph=graph)
-    except ExportError:
-        path.unlink(missing_ok=True)
-        raise
-    except OSError:
-        raise
-    except Exception as exc:  # Keras reports unserialisable models with many error types
-        path.unlink(missing_ok=True)
-        raise ExportError(
-            f"Could not save or reload the Keras model as {KERAS_FILE}: {short_reason(exc)}. A "
-            "user's Keras model must be serialisable by Keras (built-in layers, or classes "
-            "registered with keras.saving.register_keras_serializable)."
-        ) from exc
+        try:
+            # NHWC convolutions: TensorFlow serves this file (SavedModel) on CPUs without oneDNN too.
+            serving_model(policy, graph, channels_last=True).save(str(path))
+            check_against_policy(policy, keras_file_runner(path), f"saved {KERAS_FILE}", graph=graph)
+        except (ExportError, OSError):
+            raise
+        except Exception as exc:  # Keras reports unserialisable models with many error types
+            raise ExportError(
+                f"Could not save or reload the Keras model as {KERAS_FILE}: {short_reason(exc)}. A "
+                "user's Keras model must be serialisable by Keras (built-in layers, or classes "
+                "registered with keras.saving.register_keras_serializable)."
+            ) from exc
+        os.replace(path, directory / KERAS_FILE)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return {"keras": KERAS_FILE}
 
 

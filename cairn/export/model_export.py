@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,11 +52,6 @@ def trace_policy(policy: Policy, extra_outputs: Sequence[str] = ()) -> Traced:
     return Traced(policy, graph, trace_program(graph))
 
 
-def _remove(directory: Path, names: list[str]) -> None:
-    for name in names:
-        (directory / name).unlink(missing_ok=True)
-
-
 def _missing_dirs(directory: Path) -> list[Path]:
     """``directory`` and those of its parents that do not exist yet, deepest first."""
     missing = []
@@ -76,21 +73,27 @@ def _remove_if_empty(dirs: list[Path]) -> None:
 
 def write_torch_files(traced: Traced, directory: Path) -> dict[str, str]:
     """Write ``model.pt2`` and ``model.safetensors``, then check the program read back from
-    disk against the policy; returns ``{"torch": ..., "torch_weights": ...}``."""
-    names = [PROGRAM_FILE, WEIGHTS_FILE]
+    disk against the policy; returns ``{"torch": ..., "torch_weights": ...}``.
+
+    The files are written and checked in a staging folder inside ``directory`` and moved into
+    place only once the check passed: an export that fails leaves an earlier export's files
+    (the ones its ``signature.json`` describes) as they were."""
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".cairn-export-", dir=directory))
     try:
-        save_program(traced.program, directory)
-        loaded = load_program(directory)
-        check_against_policy(traced.policy, program_runner(loaded), f"saved {PROGRAM_FILE}",
-                             graph=traced.graph)
-    except ExportError:
-        _remove(directory, names)
-        raise
-    except OSError:
-        raise
-    except Exception as exc:  # serialisation of unusual graphs fails with many error types
-        _remove(directory, names)
-        raise ExportError(f"Could not save or reload the torch program: {short_reason(exc)}.") from exc
+        try:
+            save_program(traced.program, staging)
+            loaded = load_program(staging)
+            check_against_policy(traced.policy, program_runner(loaded), f"saved {PROGRAM_FILE}",
+                                 graph=traced.graph)
+        except (ExportError, OSError):
+            raise
+        except Exception as exc:  # serialisation of unusual graphs fails with many error types
+            raise ExportError(f"Could not save or reload the torch program: {short_reason(exc)}.") from exc
+        for name in (PROGRAM_FILE, WEIGHTS_FILE):
+            os.replace(staging / name, directory / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return {"torch": PROGRAM_FILE, "torch_weights": WEIGHTS_FILE}
 
 

@@ -3,6 +3,7 @@ exports raise ExportError; exported models that disagree with the policy are ref
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 from typing import Any
@@ -204,3 +205,33 @@ def test_a_tie_in_one_sub_action_excuses_that_sub_action_only(helpers: Any) -> N
     check_against_policy(policy, other_tied_choice, "model")
     with pytest.raises(ExportError, match="chose different actions than the policy for 64 of 64"):
         check_against_policy(policy, wrong_second, "model")
+
+
+class UnfaithfulPolicy(cairn.Policy):
+    """A policy whose export check fails: its graph's reference says other actions."""
+
+    def export_graph(self) -> Any:
+        graph = super().export_graph()
+        reference = graph.reference
+
+        def other_actions(observations: Any, *more: np.ndarray) -> list[np.ndarray]:
+            action, *rest = reference(observations, *more)
+            return [1 - action, *rest]
+
+        return dataclasses.replace(graph, reference=other_actions)
+
+
+def test_a_failed_export_keeps_the_earlier_export_in_the_directory(tmp_path: Path, helpers: Any) -> None:
+    """An export into a directory that holds an earlier one and fails its check leaves the
+    earlier files as they were (signature.json and the model it describes), in each format."""
+    policy = helpers.make_policy(OBS, gym.spaces.Discrete(2), filtered=True)
+    policy.export_model(tmp_path)
+    policy.export_model(tmp_path, onnx=18)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert sorted(before) == ["model.onnx", "model.pt2", "model.safetensors", "signature.json"]
+    unfaithful = UnfaithfulPolicy(OBS, gym.spaces.Discrete(2), seed=1)
+    for onnx in (None, 18):
+        with pytest.raises(ExportError, match="chose different actions"):
+            unfaithful.export_model(tmp_path, onnx=onnx)
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    helpers.check_model_dir(policy, tmp_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -93,3 +94,29 @@ def test_saved_model_export_serves_the_policy_with_tensorflow(tmp_path):
     np.testing.assert_allclose(
         served["logits"], policy.compute_action_inputs(policy.process_observations(obs, update=False)),
         atol=1e-5)
+
+
+class _UnfaithfulPolicy(cairn.Policy):
+    """A policy whose export check fails: its graph's reference says other actions."""
+
+    def export_graph(self):
+        graph = super().export_graph()
+        reference = graph.reference
+
+        def other_actions(observations, *more):
+            action, *rest = reference(observations, *more)
+            return [1 - action, *rest]
+
+        return dataclasses.replace(graph, reference=other_actions)
+
+
+def test_a_failed_keras_export_keeps_the_earlier_model_keras(tmp_path):
+    """A model.keras export that fails its check leaves the earlier model.keras and the
+    signature.json that describes it as they were."""
+    space, config = gym.spaces.Box(-1, 1, (3,)), {"model": {"framework": "keras"}}
+    cairn.Policy(space, gym.spaces.Discrete(2), config, seed=0).export_model(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert sorted(before) == ["model.keras", "signature.json"]
+    with pytest.raises(ExportError, match="chose different actions"):
+        _UnfaithfulPolicy(space, gym.spaces.Discrete(2), config, seed=1).export_model(tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
