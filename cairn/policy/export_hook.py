@@ -106,8 +106,9 @@ class ExportGraph:
         reference: Raw observations -> what each output must be, computed by the policy's own
             acting path (``compute_actions(obs, explore=False)`` first).
         discrete_sizes: For discrete actions, the number of choices per action component;
-            output 1 then holds their scores (logits, Q-values), and an exported action may
-            differ from the reference only where the two best scores nearly tie. None for
+            output 1 then holds their scores (logits, Q-values), and an exported action (each
+            component) may differ from the reference only by another action whose score nearly
+            ties with the best, as the reference's does. None for
             continuous actions (compared within a tolerance like every other output).
         network_name: The network's class name, for error messages.
         metadata: Extra ``signature.json`` entries (e.g. ``observation_filter``).

@@ -235,3 +235,33 @@ def test_a_failed_export_keeps_the_earlier_export_in_the_directory(tmp_path: Pat
             unfaithful.export_model(tmp_path, onnx=onnx)
         assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
     helpers.check_model_dir(policy, tmp_path)
+
+
+def test_a_tie_excuses_only_another_of_the_tied_best_actions(helpers: Any) -> None:
+    """Where the two best logits tie, the model may choose the other of them (rounding), but not
+    an action well below them, nor one outside the action space."""
+    policy = helpers.make_policy(OBS, gym.spaces.Discrete(3, start=4), filtered=False)
+    with torch.no_grad():  # logits: a, a, a - 10 on every row
+        head = policy.model.action_head
+        head.weight[1:] = head.weight[0]
+        head.bias[1] = head.bias[0]
+        head.bias[2] = head.bias[0] - 10.0
+
+    def faithful(obs: np.ndarray) -> list[np.ndarray]:
+        processed = torch.from_numpy(policy.process_observations(obs, update=False))
+        with torch.no_grad():
+            inputs = policy.model.action_inputs(processed)
+            value = policy.model.value(processed)
+        return [policy.compute_actions(obs, explore=False), inputs.numpy(), value.numpy()]
+
+    def choosing(action: int) -> Any:
+        def run(obs: np.ndarray) -> list[np.ndarray]:
+            reference, inputs, value = faithful(obs)
+            return [np.full_like(reference, action), inputs, value]
+        return run
+
+    assert set(faithful(helpers.sample(OBS, 64, seed=0))[0]) == {4}
+    check_against_policy(policy, choosing(5), "model")  # the other of the two tied best
+    for action in (6, 7, 3):  # the worst action; actions outside the space
+        with pytest.raises(ExportError, match="chose different actions than the policy for 64 of 64"):
+            check_against_policy(policy, choosing(action), "model")
