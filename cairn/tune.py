@@ -28,7 +28,10 @@ __all__ = ["trainable", "apply_param_space"]
 
 def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> AlgorithmConfig:
     """A copy of ``config`` with ``params`` set by field name (``"lr"``), a dotted key going
-    into a dict-valued field (``"model.hidden"``, ``"env_config.num_agents"``).
+    into a dict-valued field (``"model.hidden"``, ``"env_config.num_agents"``). A dict given
+    for a dict-valued training setting (``{"model": {"hidden": [32]}}``, the form Tune gives
+    a nested ``param_space``) is merged into the config's value as ``config.training()``
+    merges it (the activation stays); any other value replaces the field's.
 
     >>> import cairn
     >>> c = apply_param_space(cairn.PPOConfig(), {"lr": 1e-3, "model.hidden": [32]})
@@ -36,6 +39,7 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
     (0.001, [32])
     """
     out = config.copy()
+    merged = out.merged_fields()
     for key, value in params.items():
         name, *path = str(key).split(".")
         if name not in out.FIELDS:
@@ -51,6 +55,11 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
             for part in reversed(path):
                 nested = {part: nested}
             value = merge_setting(copy.deepcopy(dict(current)), nested)
+        elif name in merged and isinstance(value, Mapping):
+            # Tune resolves {"model": {"hidden": tune.grid_search(...)}} into a nested dict:
+            # merged into the base value as training() merges it, so the other keys stay.
+            out.training(**{name: value})
+            continue
         out.FIELDS[name].check(name, value)
         setattr(out, name, value)
     return out

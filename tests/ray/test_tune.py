@@ -28,6 +28,22 @@ def test_param_space_keys_set_config_fields_by_name_and_dotted_path():
         apply_param_space(config, {"gamma": 2})
 
 
+def test_a_nested_param_space_dict_merges_into_model_as_training_does():
+    # Tune resolves {"model": {"hidden": tune.grid_search(...)}} into the trial config
+    # {"model": {"hidden": [16]}}: the base config's other model keys must stay, as
+    # config.training(model=...) and from_checkpoint's config_overrides keep them.
+    config = small_ppo(model={"activation": "relu", "hidden": [8, 8]})
+    tuned = apply_param_space(config, {"model": {"hidden": [16]}})
+    assert tuned.model == {**config.model, "hidden": [16]}
+    assert tuned.model["activation"] == "relu"
+    assert tuned.policy_config("default_policy")["model"]["activation"] == "relu"
+    assert config.model["hidden"] == [8, 8]  # the given config is not changed
+    # The same trial config, whichever form Tune's param_space had.
+    assert apply_param_space(config, {"model.hidden": [16]}).model == tuned.model
+    with pytest.raises(ConfigError, match=r"model"):
+        apply_param_space(config, {"model": {"activation": "nope"}})
+
+
 def test_a_trial_reserves_its_env_runners_and_learners():
     # Tune's placement group holds every actor a trial starts: the driver, one CPU per env
     # runner, and each DDP learner's CPUs and GPUs (a learner that cannot be placed would wait).
