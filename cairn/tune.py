@@ -31,7 +31,8 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
     into a dict-valued field (``"model.hidden"``, ``"env_config.num_agents"``). A dict given
     for a dict-valued training setting (``{"model": {"hidden": [32]}}``, the form Tune gives
     a nested ``param_space``) is merged into the config's value as ``config.training()``
-    merges it (the activation stays); any other value replaces the field's.
+    merges it (the activation stays; a model class, given either way, becomes its
+    reference); any other value replaces the field's.
 
     >>> import cairn
     >>> c = apply_param_space(cairn.PPOConfig(), {"lr": 1e-3, "model.hidden": [32]})
@@ -54,10 +55,11 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
             nested: Any = value
             for part in reversed(path):
                 nested = {part: nested}
-            value = merge_setting(copy.deepcopy(dict(current)), nested)
-        elif name in merged and isinstance(value, Mapping):
-            # Tune resolves {"model": {"hidden": tune.grid_search(...)}} into a nested dict:
-            # merged into the base value as training() merges it, so the other keys stay.
+            value = nested if name in merged else merge_setting(copy.deepcopy(dict(current)), nested)
+        if name in merged and isinstance(value, Mapping):
+            # Merged into the base value as training() merges it, so the other keys stay (Tune
+            # resolves {"model": {"hidden": tune.grid_search(...)}} into a nested dict), and a
+            # model class becomes its reference, as a checkpoint stores it.
             out.training(**{name: value})
             continue
         out.FIELDS[name].check(name, value)

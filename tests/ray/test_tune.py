@@ -44,6 +44,17 @@ def test_a_nested_param_space_dict_merges_into_model_as_training_does():
         apply_param_space(config, {"model": {"activation": "nope"}})
 
 
+def test_a_model_class_in_param_space_is_stored_by_reference_in_either_form():
+    # config.training(model={"custom_model": TwoHeads}) stores the class's reference; a
+    # dotted param_space key held the class itself, so the trial's save_checkpoint failed.
+    from tests.models.nets import TwoHeads
+
+    for params in ({"model.custom_model": TwoHeads}, {"model": {"custom_model": TwoHeads}}):
+        tuned = apply_param_space(small_ppo(), {**params, "model.custom_model_config": {"width": 8}})
+        assert tuned.model["custom_model"] == "tests.models.nets:TwoHeads", params
+        assert tuned.to_dict()["model"] == tuned.model  # JSON-safe, as a checkpoint stores it
+
+
 def test_a_trial_reserves_its_env_runners_and_learners():
     # Tune's placement group holds every actor a trial starts: the driver, one CPU per env
     # runner, and each DDP learner's CPUs and GPUs (a learner that cannot be placed would wait).
