@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = ["trainable", "apply_param_space"]
 
+#: Dict-valued fields outside the merged training settings that a nested param_space dict
+#: merges into (Tune gives {"env_config": {"difficulty": grid_search(...)}} as a nested dict).
+_SETS_ITS_KEYS = frozenset({"env_config"})
+
 
 def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> AlgorithmConfig:
     """A copy of ``config`` with ``params`` set by field name (``"lr"``), a dotted key going
@@ -32,7 +36,8 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
     for a dict-valued training setting (``{"model": {"hidden": [32]}}``, the form Tune gives
     a nested ``param_space``) is merged into the config's value as ``config.training()``
     merges it (the activation stays; a model class, given either way, becomes its
-    reference); any other value replaces the field's.
+    reference); a dict for ``env_config`` sets the keys it names, as dotted keys do. Any
+    other value replaces the field's (``policies`` names the whole set of policies).
 
     >>> import cairn
     >>> c = apply_param_space(cairn.PPOConfig(), {"lr": 1e-3, "model.hidden": [32]})
@@ -56,6 +61,11 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
             for part in reversed(path):
                 nested = {part: nested}
             value = nested if name in merged else merge_setting(copy.deepcopy(dict(current)), nested)
+        elif name in _SETS_ITS_KEYS and isinstance(value, Mapping):
+            # {"env_config": {"difficulty": 2}} varies that key, as "env_config.difficulty" does.
+            current = getattr(out, name)
+            if isinstance(current, Mapping):
+                value = merge_setting(copy.deepcopy(dict(current)), value)
         if name in merged and isinstance(value, Mapping):
             # Merged into the base value as training() merges it, so the other keys stay (Tune
             # resolves {"model": {"hidden": tune.grid_search(...)}} into a nested dict), and a

@@ -44,6 +44,19 @@ def test_a_nested_param_space_dict_merges_into_model_as_training_does():
         apply_param_space(config, {"model": {"activation": "nope"}})
 
 
+def test_a_nested_param_space_dict_sets_only_its_keys_of_env_config():
+    # {"env_config": {"difficulty": tune.grid_search([1, 2])}} varies one key: the base
+    # env_config's others (its size) must reach the trial's env, as with "env_config.difficulty".
+    config = small_ppo().environment("CartPole-v1", env_config={"size": 5, "difficulty": 0})
+    tuned = apply_param_space(config, {"env_config": {"difficulty": 2}})
+    assert tuned.env_config == {"size": 5, "difficulty": 2}
+    assert tuned.env_config == apply_param_space(config, {"env_config.difficulty": 2}).env_config
+    assert config.env_config == {"size": 5, "difficulty": 0}  # the given config is not changed
+    # policies names the whole set of policies: a dict there still replaces it.
+    two = apply_param_space(config, {"policies": {"a": cairn.PolicySpec(), "b": cairn.PolicySpec()}})
+    assert sorted(two.policies) == ["a", "b"]
+
+
 def test_a_model_class_in_param_space_is_stored_by_reference_in_either_form():
     # config.training(model={"custom_model": TwoHeads}) stores the class's reference; a
     # dotted param_space key held the class itself, so the trial's save_checkpoint failed.
