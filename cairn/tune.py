@@ -16,6 +16,7 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from cairn.callbacks.base import callbacks_reference
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.config.checks import merge_setting, suggest
 from cairn.errors import ConfigError
@@ -37,7 +38,8 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
     a nested ``param_space``) is merged into the config's value as ``config.training()``
     merges it (the activation stays; a model class, given either way, becomes its
     reference); a dict for ``env_config`` sets the keys it names, as dotted keys do. Any
-    other value replaces the field's (``policies`` names the whole set of policies).
+    other value replaces the field's (``policies`` names the whole set of policies);
+    ``callbacks_class`` takes a class, as ``config.callbacks()`` does, and stores its reference.
 
     >>> import cairn
     >>> c = apply_param_space(cairn.PPOConfig(), {"lr": 1e-3, "model.hidden": [32]})
@@ -66,6 +68,8 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
             current = getattr(out, name)
             if isinstance(current, Mapping):
                 value = merge_setting(copy.deepcopy(dict(current)), value)
+        if name == "callbacks_class":  # a class, as config.callbacks() takes it, or its reference
+            value = callbacks_reference(value)
         if name in merged and isinstance(value, Mapping):
             # Merged into the base value as training() merges it, so the other keys stay (Tune
             # resolves {"model": {"hidden": tune.grid_search(...)}} into a nested dict), and a

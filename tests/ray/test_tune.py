@@ -68,6 +68,18 @@ def test_a_model_class_in_param_space_is_stored_by_reference_in_either_form():
         assert tuned.to_dict()["model"] == tuned.model  # JSON-safe, as a checkpoint stores it
 
 
+def test_a_callbacks_class_in_param_space_is_stored_by_reference():
+    # As config.callbacks(cls) and from_checkpoint's config_overrides take it: a grid over
+    # callbacks classes needs no reference strings.
+    from tests.callbacks.hooks import CountingCallbacks
+
+    tuned = apply_param_space(small_ppo(), {"callbacks_class": CountingCallbacks})
+    assert tuned.callbacks_class == small_ppo().callbacks(CountingCallbacks).callbacks_class
+    assert tuned.callbacks_class == "tests.callbacks.hooks:CountingCallbacks"
+    with pytest.raises(ConfigError, match="subclass of cairn.Callbacks"):
+        apply_param_space(small_ppo(), {"callbacks_class": dict})
+
+
 def test_a_trial_reserves_its_env_runners_and_learners():
     # Tune's placement group holds every actor a trial starts: the driver, one CPU per env
     # runner, and each DDP learner's CPUs and GPUs (a learner that cannot be placed would wait).
