@@ -29,6 +29,8 @@ __all__ = ["trainable", "apply_param_space"]
 #: Dict-valued fields outside the merged training settings that a nested param_space dict
 #: merges into (Tune gives {"env_config": {"difficulty": grid_search(...)}} as a nested dict).
 _SETS_ITS_KEYS = frozenset({"env_config"})
+#: Fields that config.multi_agent() checks and normalises (a set of IDs becomes a sorted list).
+_MULTI_AGENT = frozenset({"policies", "policies_to_train", "policy_mapping_fn"})
 
 
 def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> AlgorithmConfig:
@@ -39,7 +41,9 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
     merges it (the activation stays; a model class, given either way, becomes its
     reference); a dict for ``env_config`` sets the keys it names, as dotted keys do. Any
     other value replaces the field's (``policies`` names the whole set of policies);
-    ``callbacks_class`` takes a class, as ``config.callbacks()`` does, and stores its reference.
+    ``callbacks_class`` takes a class, as ``config.callbacks()`` does, and stores its reference;
+    ``policies``, ``policies_to_train`` and ``policy_mapping_fn`` go through
+    ``config.multi_agent()``.
 
     >>> import cairn
     >>> c = apply_param_space(cairn.PPOConfig(), {"lr": 1e-3, "model.hidden": [32]})
@@ -70,6 +74,9 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
                 value = merge_setting(copy.deepcopy(dict(current)), value)
         if name == "callbacks_class":  # a class, as config.callbacks() takes it, or its reference
             value = callbacks_reference(value)
+        elif name in _MULTI_AGENT and not path:  # checked and normalised as multi_agent() does
+            out.multi_agent(**{name: value})
+            continue
         if name in merged and isinstance(value, Mapping):
             # Merged into the base value as training() merges it, so the other keys stay (Tune
             # resolves {"model": {"hidden": tune.grid_search(...)}} into a nested dict), and a

@@ -8,7 +8,7 @@ import cairn
 import cairn.tune
 from cairn.errors import ConfigError
 from cairn.tune import apply_param_space
-from tests.helpers import small_ppo
+from tests.helpers import small_ma_ppo, small_ppo
 from tests.ray.envs import make_flaky_cartpole
 
 pytestmark = pytest.mark.ray
@@ -78,6 +78,17 @@ def test_a_callbacks_class_in_param_space_is_stored_by_reference():
     assert tuned.callbacks_class == "tests.callbacks.hooks:CountingCallbacks"
     with pytest.raises(ConfigError, match="subclass of cairn.Callbacks"):
         apply_param_space(small_ppo(), {"callbacks_class": dict})
+
+
+def test_multi_agent_param_space_keys_are_normalised_as_multi_agent_does():
+    # A str for policies_to_train was kept and read letter by letter at build ("names 'p'").
+    config = small_ma_ppo(2)
+    with pytest.raises(ConfigError, match=r"policies_to_train must be a list of policy IDs.*got 'p0'"):
+        apply_param_space(config, {"policies_to_train": "p0"})
+    assert apply_param_space(config, {"policies_to_train": {"p1", "p0"}}).policies_to_train == ["p0", "p1"]
+    for policies in (["p0", "p1"], {"p1", "p0"}):
+        assert (apply_param_space(config, {"policies": policies}).policies
+                == config.copy().multi_agent(policies=policies).policies)
 
 
 def test_a_trial_reserves_its_env_runners_and_learners():
