@@ -42,7 +42,8 @@ def episode_metrics(
 
 def custom_metrics(episodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """``{f"{name}_mean" | "_min" | "_max": value}`` over the episodes whose callbacks set
-    ``episode.custom_metrics[name]`` to a number (RLlib's layout); other values are skipped.
+    ``episode.custom_metrics[name]`` to a number (RLlib's layout; a bool is 0 or 1, so that a
+    ``success`` flag averages to a success rate, as in RLlib); other values are skipped.
 
     An episode whose value is nan has none (as in RLlib): the others are aggregated, and the
     three are nan only when no episode of the window has a number. One nan would otherwise make
@@ -50,7 +51,7 @@ def custom_metrics(episodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     values: dict[str, list[float]] = {}
     for ep in episodes:
         for name, value in (ep.get("custom_metrics") or {}).items():
-            if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+            if isinstance(value, (int, float, np.number, np.bool_)):
                 values.setdefault(str(name), []).append(float(value))
     out: dict[str, float] = {}
     for name, found in sorted(values.items()):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import cairn
@@ -92,6 +93,15 @@ def test_custom_metric_nan_of_one_episode_leaves_the_others_numbers():
     metrics = episode_metrics(episodes)["custom_metrics"]
     assert (metrics["t_mean"], metrics["t_min"], metrics["t_max"]) == (3.0, 2.0, 4.0)
     assert all(math.isnan(metrics[f"all_nan_{stat}"]) for stat in ("mean", "min", "max"))
+
+
+def test_a_bool_custom_metric_averages_to_a_rate():
+    """``episode.custom_metrics["success"] = reached_goal`` (a bool, or numpy's) was dropped
+    without a word; as in RLlib it counts 0 or 1, so its mean is the success rate."""
+    flags = (True, np.bool_(False), False, np.bool_(True))
+    episodes = [{**_episode(1.0, {}), "custom_metrics": {"success": flag}} for flag in flags]
+    metrics = episode_metrics(episodes)["custom_metrics"]
+    assert (metrics["success_mean"], metrics["success_min"], metrics["success_max"]) == (0.5, 0.0, 1.0)
 
 
 def _ma_impala() -> cairn.IMPALAConfig:
