@@ -128,12 +128,44 @@ def build_user_keras_model(reference: str, obs_size: int, num_outputs: int,
     builder = load_keras_builder(reference)  # refused before Keras (seconds) is imported
     keras = import_keras(f"model.keras_model={reference!r}")
     network = builder(obs_size, num_outputs, dict(model_config))
-    if not isinstance(network, keras.Model) or len(network.outputs) != outputs:
+    # A subclassed model, or a Sequential without an Input, has no graph (no inputs/outputs) yet.
+    graph_outputs = getattr(network, "outputs", None) if isinstance(network, keras.Model) else None
+    if graph_outputs is not None and len(graph_outputs) != outputs:
+        graph_outputs = None
+    if graph_outputs is None:
+        built = ("; a subclassed keras.Model or a Sequential without keras.Input has no inputs and outputs "
+                 "cairn can check: build it as a functional model, keras.Model(keras.Input((obs_size,)), "
+                 "outputs), or a Sequential starting with keras.Input((obs_size,))"
+                 if isinstance(network, keras.Model) and not hasattr(network, "outputs") else "")
         raise ConfigError(
             f"Config 'model.keras_model'={reference!r} returned {type(network).__name__}; expected a "
-            f"keras.Model with {expected}, for inputs of shape [batch, {obs_size}]."
+            f"keras.Model with {expected}, for inputs of shape [batch, {obs_size}]{built}."
         )
+    _check_user_keras_inputs(network, reference, obs_size)
     return network
+
+
+def _check_user_keras_inputs(network: Any, reference: str, obs_size: int) -> None:
+    """ConfigError unless the user's model takes what cairn feeds it: one float tensor
+    ``[batch, obs_size]``. Keras would cast float observations to an integer ``Input``
+    without a word (0.7 -> 0), and reports other mismatches in its own terms."""
+    inputs = list(network.inputs)
+    fix = (f"Fix: take one input, keras.Input(({obs_size},)) (float32), and split or reshape it inside "
+           "the model (Dict/Tuple observations arrive flattened, images as flat raw values).")
+    if len(inputs) != 1:
+        raise ConfigError(
+            f"Config 'model.keras_model'={reference!r} returned a model of {len(inputs)} inputs "
+            f"{[tuple(i.shape) for i in inputs]}; cairn calls it on one tensor, the processed "
+            f"observations [batch, {obs_size}]. {fix}")
+    shape, dtype = tuple(inputs[0].shape), str(inputs[0].dtype)
+    if len(shape) != 2 or shape[1] not in (None, obs_size):
+        raise ConfigError(
+            f"Config 'model.keras_model'={reference!r} returned a model whose input has shape {shape}; "
+            f"cairn feeds the processed observations, shape [batch, {obs_size}]. {fix}")
+    if not dtype.startswith(("float", "bfloat")):
+        raise ConfigError(
+            f"Config 'model.keras_model'={reference!r} returned a model whose input has dtype {dtype!r}; "
+            f"cairn feeds float32 observations, which Keras would cast to {dtype} (0.7 -> 0). {fix}")
 
 
 def orthogonal_init(kernel: torch.Tensor, gain: float, generator: torch.Generator) -> None:

@@ -64,3 +64,70 @@ def noisy_q_network(obs_size, num_actions, model_config):
     x = keras.layers.Dropout(0.5, seed=4)(keras.layers.BatchNormalization(name="bn")(x))
     q_values = keras.layers.Dense(num_actions, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
     return keras.Model(obs, q_values)
+
+
+def _heads(keras, x, num_outputs):
+    return [keras.layers.Dense(num_outputs)(x), keras.layers.Dense(1)(x)]
+
+
+def int_input_actor_critic(obs_size, num_outputs, model_config):
+    """An integer Input: Keras casts cairn's float observations to it, 0.7 -> 0, without a word."""
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    obs = keras.Input((obs_size,), dtype="int32")
+    return keras.Model(obs, _heads(keras, keras.layers.Dense(16, activation="tanh")(obs), num_outputs))
+
+
+def int_input_q_network(obs_size, num_actions, model_config):
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    obs = keras.Input((obs_size,), dtype="int32")
+    return keras.Model(obs, keras.layers.Dense(num_actions)(keras.layers.Dense(16, activation="tanh")(obs)))
+
+
+def two_input_actor_critic(obs_size, num_outputs, model_config):
+    """Two inputs (as for a Dict observation's parts): cairn feeds one flattened row."""
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    a, b = keras.Input((2,)), keras.Input((obs_size - 2,))
+    x = keras.layers.Dense(16, activation="tanh")(keras.layers.Concatenate()([a, b]))
+    return keras.Model([a, b], _heads(keras, x, num_outputs))
+
+
+def wrong_width_actor_critic(obs_size, num_outputs, model_config):
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    obs = keras.Input((obs_size + 3,))
+    return keras.Model(obs, _heads(keras, keras.layers.Dense(16, activation="tanh")(obs), num_outputs))
+
+
+def subclassed_actor_critic(obs_size, num_outputs, model_config):
+    """A subclassed keras.Model: no inputs or outputs until it is called."""
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+
+    class ActorCritic(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.trunk = keras.layers.Dense(16, activation="tanh")
+            self.logits = keras.layers.Dense(num_outputs)
+            self.value = keras.layers.Dense(1)
+
+        def call(self, x):
+            h = self.trunk(x)
+            return self.logits(h), self.value(h)
+
+    return ActorCritic()
+
+
+def unbuilt_sequential_q_network(obs_size, num_actions, model_config):
+    """A Sequential without keras.Input: no variables until it is first called."""
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    return keras.Sequential([keras.layers.Dense(16, activation="relu"), keras.layers.Dense(num_actions)])

@@ -148,3 +148,13 @@ def test_cairn_export_and_model_keras_of_a_keras_dqn_checkpoint_load_without_cai
     action, q_values = onnx_runner(str(tmp_path / "onnx/model.onnx"))(obs)
     np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))
     np.testing.assert_allclose(q_values, policy.compute_q_values(obs), atol=1e-5)
+
+
+@pytest.mark.parametrize("builder, match", [
+    ("int_input_q_network", r"input has dtype 'int32'; cairn feeds float32 observations"),
+    ("unbuilt_sequential_q_network", r"returned Sequential; .*Sequential without keras.Input"),
+])
+def test_a_users_keras_q_network_that_cannot_take_the_observations_is_refused_at_build(builder, match):
+    with pytest.raises(ConfigError, match=match):
+        model = {"framework": "keras", "keras_model": f"tests.keras.builders:{builder}"}
+        _dqn().training(model=model).build()

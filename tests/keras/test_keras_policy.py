@@ -232,3 +232,19 @@ def test_a_users_keras_model_with_wrong_output_shapes_is_refused_at_build():
                        match=r"wide_q_network' returned q_values of shape \[5, 3\], expected \[5, 2\]"):
         cairn.DQNConfig().environment("CartPole-v1").training(
             model={"framework": "keras", "keras_model": "tests.keras.builders:wide_q_network"}).build()
+
+
+@pytest.mark.parametrize("builder, match", [
+    # before: Keras cast the float observations to int32 (0.7 -> 0) and the policy acted on that
+    ("int_input_actor_critic", r"input has dtype 'int32'; cairn feeds float32 observations"),
+    ("two_input_actor_critic",
+     r"a model of 2 inputs \[\(None, 2\), \(None, 2\)\]; cairn calls it on one tensor"),
+    ("wrong_width_actor_critic", r"input has shape \(None, 7\); cairn feeds .*shape \[batch, 4\]"),
+    # before: AttributeError: 'ActorCritic' object has no attribute 'outputs'
+    ("subclassed_actor_critic", r"returned ActorCritic; .*a subclassed keras.Model or a Sequential without "
+                                r"keras.Input has no inputs and outputs"),
+])
+def test_a_users_keras_model_that_cannot_take_the_observations_is_refused_at_build(builder, match):
+    model = {"framework": "keras", "keras_model": f"tests.keras.builders:{builder}"}
+    with pytest.raises(ConfigError, match=match):
+        small_ppo(model=model).build()
