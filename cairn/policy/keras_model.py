@@ -314,7 +314,7 @@ class KerasActorCritic(KerasNetwork):
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
         if layers is None:
             inputs, value = self.network(obs, training=self.training)
-            return inputs, value.reshape(value.shape[0])
+            return inputs, _batch_value(value)
         features = self._run(layers.actor, obs, layers.encoder)
         out = layers.action_head.call(features)
         if layers.log_std is not None:
@@ -334,8 +334,7 @@ class KerasActorCritic(KerasNetwork):
         """State-value estimates, shape ``[batch]``."""
         layers: MLPLayers | None = self.mlp_layers  # type: ignore[assignment]
         if layers is None:
-            value = self.network(obs, training=self.training)[1]
-            return value.reshape(value.shape[0])  # type: ignore[no-any-return]
+            return _batch_value(self.network(obs, training=self.training)[1])
         return layers.value_head.call(self._critic_features(layers, obs)).squeeze(-1)  # type: ignore[no-any-return]
 
     def numpy_action_inputs(self, obs: np.ndarray) -> np.ndarray:
@@ -347,6 +346,12 @@ class KerasActorCritic(KerasNetwork):
             return in_torch(self.action_inputs, obs, self)
         hidden, head, log_std = self._numpy_views.get(self)
         return affine(dense_stack(obs, hidden, layers.activation), head, log_std)
+
+
+def _batch_value(value: torch.Tensor) -> torch.Tensor:
+    """A user's value output ``[batch, 1]`` as ``[batch]``; any other shape as it is, for the
+    output check to name (reshaping ``[batch, 2]`` raised torch's own error instead)."""
+    return value.squeeze(-1) if value.dim() == 2 and value.shape[-1] == 1 else value
 
 
 def keras_dense(layer: Any, view: View) -> Dense:

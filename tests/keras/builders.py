@@ -131,3 +131,13 @@ def unbuilt_sequential_q_network(obs_size, num_actions, model_config):
 
     keras = import_keras()
     return keras.Sequential([keras.layers.Dense(16, activation="relu"), keras.layers.Dense(num_actions)])
+
+
+def wide_value_actor_critic(obs_size, num_outputs, model_config):
+    """Two values per row."""
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    obs = keras.Input((obs_size,))
+    x = keras.layers.Dense(16, activation="tanh")(obs)
+    return keras.Model(obs, [keras.layers.Dense(num_outputs)(x), keras.layers.Dense(2)(x)])

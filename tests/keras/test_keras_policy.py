@@ -228,6 +228,11 @@ def test_a_users_keras_model_with_wrong_output_shapes_is_refused_at_build():
     with pytest.raises(ConfigError, match=r"model.keras_model='tests.keras.builders:wide_actor_critic'"
                                           r" returned action_inputs of shape \[5, 4\], expected \[5, 2\]"):
         small_ppo(model=model).build()
+    # before: torch's RuntimeError "shape '[5]' is invalid for input of size 10"
+    model = {"framework": "keras", "keras_model": "tests.keras.builders:wide_value_actor_critic"}
+    with pytest.raises(ConfigError, match=r"wide_value_actor_critic' returned value of shape \[5, 2\], "
+                                          r"expected \[5\]"):
+        small_ppo(model=model).build()
     with pytest.raises(ConfigError,
                        match=r"wide_q_network' returned q_values of shape \[5, 3\], expected \[5, 2\]"):
         cairn.DQNConfig().environment("CartPole-v1").training(
