@@ -24,7 +24,9 @@ A user's model always runs through ``Model.__call__``.
 from __future__ import annotations
 
 import copy
+import gc
 import math
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -142,7 +144,36 @@ def build_user_keras_model(reference: str, obs_size: int, num_outputs: int,
             f"keras.Model with {expected}, for inputs of shape [batch, {obs_size}]{built}."
         )
     _check_user_keras_inputs(network, reference, obs_size)
+    _refuse_registered_variables(network, reference)
     return network
+
+
+#: The cairn network whose ``variables`` holds each Keras variable's tensor, by the tensor's id
+#: (the network holds the tensor, so the id is not reused while the network lives).
+_HOLDERS: weakref.WeakValueDictionary[int, nn.Module] = weakref.WeakValueDictionary()
+
+
+def _holder(tensor: torch.Tensor) -> nn.Module | None:
+    holder = _HOLDERS.get(id(tensor))
+    held = holder is not None and any(t is tensor for t in holder.parameters())
+    return holder if held else None
+
+
+def _refuse_registered_variables(network: Any, reference: str) -> None:
+    """ConfigError when a variable of the user's model is already a live cairn network's (a
+    builder that returns a model, or layers, it built before): two policies would then train,
+    save and load the same tensors, and restoring one policy would overwrite the other."""
+    for variable in network.variables:
+        if _holder(variable.value) is not None:
+            gc.collect()  # a dropped policy in a reference cycle holds nothing any more
+            if _holder(variable.value) is not None:
+                raise ConfigError(
+                    f"Config 'model.keras_model'={reference!r} returned a Keras model whose variable "
+                    f"{variable.path!r} another cairn network already holds (the builder returned a model, "
+                    "or layers, that it had built before): two policies would train, save and restore the "
+                    "same weights, and loading one would overwrite the other. Fix: build new layers and a "
+                    "new keras.Model on every call (no cache, no module-level layers); agents meant to "
+                    "share weights map to one policy.")
 
 
 def _check_user_keras_inputs(network: Any, reference: str, obs_size: int) -> None:
@@ -198,13 +229,16 @@ def register_keras_variables(module: nn.Module, network: Any, *, by_layer: bool)
     Keras' layer names, which for unnamed layers count up per process ("dense_3"), so a restore
     would not find them. The variables are registered instead under the layer names cairn gave
     them (``by_layer``, cairn's networks: ``<layer>_<variable>``) or by position (a user's model:
-    ``variable_<i>``)."""
+    ``variable_<i>``). Each tensor's holder is recorded, for :func:`build_user_keras_model` to refuse
+    a model whose variables a live network already holds."""
     object.__setattr__(module, "network", network)
     variables = list(network.variables)
     names = ([v.path.replace("/", "_") for v in variables] if by_layer
              else [f"variable_{i}" for i in range(len(variables))])
     object.__setattr__(module, "variable_names", names)  # plain data, nothing torch tracks
     module.variables = nn.ParameterDict({name: v.value for name, v in zip(names, variables, strict=True)})
+    for variable in variables:
+        _HOLDERS[id(variable.value)] = module
 
 
 class KerasVariablesModule(nn.Module):

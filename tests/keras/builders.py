@@ -141,3 +141,13 @@ def wide_value_actor_critic(obs_size, num_outputs, model_config):
     obs = keras.Input((obs_size,))
     x = keras.layers.Dense(16, activation="tanh")(obs)
     return keras.Model(obs, [keras.layers.Dense(num_outputs)(x), keras.layers.Dense(2)(x)])
+
+
+_CACHE = {}
+
+
+def cached_actor_critic(obs_size, num_outputs, model_config):
+    """Returns the model it built on its first call again: every policy would hold the same variables."""
+    if "model" not in _CACHE:
+        _CACHE["model"] = small_actor_critic(obs_size, num_outputs, model_config)
+    return _CACHE["model"]

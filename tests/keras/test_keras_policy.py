@@ -253,3 +253,23 @@ def test_a_users_keras_model_that_cannot_take_the_observations_is_refused_at_bui
     model = {"framework": "keras", "keras_model": f"tests.keras.builders:{builder}"}
     with pytest.raises(ConfigError, match=match):
         small_ppo(model=model).build()
+
+
+def test_a_builder_returning_variables_another_policy_holds_is_refused(tmp_path):
+    """Before, a builder that returned its cached model gave every policy the same Keras variables:
+    loading an old checkpoint into a new policy silently rewound the trained one's weights."""
+    model = {"framework": "keras", "keras_model": "tests.keras.builders:cached_actor_critic"}
+    space, actions = gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(2)
+    trained = cairn.Policy(space, actions, {"model": model}, seed=0)
+    path = tmp_path / "p"
+    trained.export_checkpoint(path)
+    with torch.no_grad():
+        for tensor in trained.model.variables.values():
+            tensor.add_(0.5)
+    expected = trained.compute_action_inputs(OBS)
+    with pytest.raises(ConfigError, match=r"cached_actor_critic' returned a Keras model whose variable "
+                                          r"'dense.*/kernel' another cairn network already holds"):
+        cairn.Policy.from_checkpoint(path)
+    np.testing.assert_array_equal(trained.compute_action_inputs(OBS), expected)  # untouched
+    del trained  # once no policy holds them, the variables are free for the next one
+    cairn.Policy.from_checkpoint(path)
