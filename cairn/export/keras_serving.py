@@ -32,7 +32,7 @@ from cairn.policy.action_mask_input import ACTION_MASK_INPUT
 from cairn.policy.action_masking import MASKED_SCORE, MaskedActorCritic, MaskedQModel
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
 from cairn.policy.filters import MeanStdFilter
-from cairn.policy.keras_backend import import_keras
+from cairn.policy.keras_backend import builds_float32, import_keras
 
 if TYPE_CHECKING:
     from cairn.policy.export_hook import ExportGraph
@@ -202,6 +202,7 @@ def channels_last_convolutions(model: Any) -> Any:
                                     recursive=True)
 
 
+@builds_float32
 def serving_model(policy: Policy, graph: ExportGraph, *, channels_last: bool) -> Any:
     """A ``keras.Model`` from raw observations to ``graph``'s outputs, in ``graph.outputs``
     order (the policy's export graph, :meth:`~cairn.Policy.export_graph`, with the optional

@@ -11,16 +11,18 @@ run) on another backend. ``import cairn`` never imports Keras.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
 import tempfile
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from cairn.errors import FrameworkUnavailableError
 
-__all__ = ["KERAS_INSTALL_HINT", "MIN_KERAS_VERSION", "import_keras", "import_tensorflow_quietly",
-           "keras_available"]
+__all__ = ["KERAS_INSTALL_HINT", "MIN_KERAS_VERSION", "builds_float32", "import_keras",
+           "import_tensorflow_quietly", "keras_available"]
 
 KERAS_INSTALL_HINT = "`pip install 'cairn-rl[keras]'` (in a cairn checkout: `pip install -e '.[keras]'`)"
 #: Keras 3.8 added ``model.export(..., format="onnx")``, which cairn's ONNX export uses.
@@ -83,6 +85,34 @@ def import_keras(why: str = "model.framework='keras'") -> Any:
     import keras
 
     return _check_backend(keras, why)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def builds_float32(build: Callable[P, R]) -> Callable[P, R]:
+    """``build`` (a function that makes cairn's own Keras layers) run with Keras' default dtype
+    policy ``"float32"``, the process's policy restored after it (Keras keeps it per thread).
+
+    cairn's networks are float32, as their torch twins: a process-wide policy the user set for
+    their own models (``keras.config.set_dtype_policy("mixed_float16")`` or ``"float64"``) would
+    otherwise reach cairn's layers, which cairn runs through each layer's ``call`` (no casts) but
+    Keras and ``model.keras`` through ``Model.__call__`` (float16: the export no longer equals
+    the policy), and whose float64 variables draw other initial weights than the torch network.
+    A user's own model (``model.keras_model``) keeps the dtypes its builder gave it."""
+
+    @functools.wraps(build)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        keras = import_keras()
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy("float32")
+        try:
+            return build(*args, **kwargs)
+        finally:
+            keras.config.set_dtype_policy(previous)
+
+    return run
 
 
 #: Lines TensorFlow's C++ runtime prints to stderr while it is imported (absl logs them before

@@ -37,7 +37,7 @@ from torch import nn
 
 from cairn.errors import ConfigError
 from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch
-from cairn.policy.keras_backend import import_keras, import_tensorflow_quietly
+from cairn.policy.keras_backend import builds_float32, import_keras, import_tensorflow_quietly
 from cairn.policy.keras_config import model_framework
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder, keras_variable, layers_in
 from cairn.policy.mlp_actor_critic import ActorCriticMLP
@@ -72,6 +72,7 @@ class MLPLayers:
     critic_encoder: KerasEncoder | None = None
 
 
+@builds_float32
 def build_actor_critic_mlp(obs_size: int, num_outputs: int, *, hidden: Sequence[int], activation: str,
                            vf_share_layers: bool, free_log_std: bool, log_std_init: float,
                            encoder: Mapping[str, Any] | None = None) -> tuple[Any, MLPLayers]:

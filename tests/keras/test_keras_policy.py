@@ -273,3 +273,38 @@ def test_a_builder_returning_variables_another_policy_holds_is_refused(tmp_path)
     np.testing.assert_array_equal(trained.compute_action_inputs(OBS), expected)  # untouched
     del trained  # once no policy holds them, the variables are free for the next one
     cairn.Policy.from_checkpoint(path)
+
+
+@pytest.mark.parametrize("dtype_policy", ["mixed_float16", "float64"])
+def test_cairns_keras_networks_stay_float32_under_a_users_dtype_policy(dtype_policy, tmp_path):
+    """Keras' process-wide dtype policy, which a user sets for their own models, reached cairn's
+    layers before: under "float64" the variables were float64 and drawn otherwise (the Keras policy
+    no longer started from the torch policy's weights: 7e-3 apart), under "mixed_float16" the model
+    computed in float16 when called as a Keras model while the policy computed in float32 (so its
+    model.keras export raised ExportError)."""
+    import copy
+
+    from cairn.algorithms.dqn.keras_model import keras_q_network
+    from cairn.algorithms.sac.keras_model import keras_sac_model
+    from cairn.algorithms.td3.keras_model import keras_td3_model
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(dtype_policy)
+    try:
+        space, actions = gym.spaces.Box(-5, 5, (4,)), gym.spaces.Box(-1, 1, (2,))
+        keras_policy = cairn.Policy(space, actions, KERAS, seed=3)
+        expected = cairn.Policy(space, actions, seed=3).compute_action_inputs(OBS)
+        np.testing.assert_allclose(keras_policy.compute_action_inputs(OBS), expected, atol=1e-6)
+        inputs, _ = keras_policy.model.network(OBS)  # the Keras model called as a user calls it
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(inputs), expected, atol=1e-6)
+        keras_policy.export_model(tmp_path / "ppo")  # model.keras, checked against the policy
+        config = {"hidden": [8], "activation": "relu"}
+        q_network = keras_q_network(4, 2, config, dueling=True)
+        networks = [keras_policy.model, q_network, copy.deepcopy(q_network), keras_td3_model(4, 2, config),
+                    keras_sac_model(4, 2, config, initial_alpha=1.0, log_std_bounds=(-20.0, 2.0))]
+        assert {p.dtype for net in networks for p in net.parameters()} == {torch.float32}
+        assert q_network.network(OBS).dtype == torch.float32
+    finally:
+        keras.config.set_dtype_policy(previous)

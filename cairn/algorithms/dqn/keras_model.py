@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from cairn.numpy_acting import in_torch
-from cairn.policy.keras_backend import import_keras
+from cairn.policy.keras_backend import builds_float32, import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.keras_model import (
     KERAS_ACTIVATIONS,
@@ -50,6 +50,7 @@ class QLayers:
         return (*self.trunk, self.advantage_head, *(() if self.value_head is None else (self.value_head,)))
 
 
+@builds_float32
 def build_q_mlp(obs_size: int, num_actions: int, *, hidden: Sequence[int], activation: str,
                 dueling: bool, encoder: Mapping[str, Any] | None = None) -> tuple[Any, QLayers]:
     """A Keras functional model ``obs -> Q [batch, num_actions]`` with QNetwork's layout,

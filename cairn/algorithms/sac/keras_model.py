@@ -38,7 +38,7 @@ from torch import nn
 from cairn.algorithms.sac.model_base import SACModelBase, numpy_actor_inputs
 from cairn.errors import ConfigError
 from cairn.numpy_acting import Dense, LiveViews, View, in_torch
-from cairn.policy.keras_backend import import_keras
+from cairn.policy.keras_backend import builds_float32, import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder, keras_variable
 from cairn.policy.keras_model import (
     KERAS_ACTIVATIONS,
@@ -65,6 +65,7 @@ class KerasSquashedGaussianActor(KerasNetwork):
     log_std_head: Any
     encoder: KerasEncoder | None
 
+    @builds_float32
     def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
                  log_std_bounds: tuple[float, float], encoder: Mapping[str, Any] | None = None) -> None:
         super().__init__()
@@ -124,6 +125,7 @@ class KerasTwinQ(KerasNetwork):
     critics: tuple[tuple[Any, ...], ...]  # each critic's Dense layers, in call order
     encoder: KerasEncoder | None
 
+    @builds_float32
     def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
                  encoder: Mapping[str, Any] | None = None) -> None:
         super().__init__()

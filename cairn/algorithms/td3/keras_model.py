@@ -26,7 +26,7 @@ import torch
 
 from cairn.algorithms.sac.keras_model import KerasTwinQ, keras_box_action, refuse_keras_model
 from cairn.algorithms.td3.model import TD3ModelBase
-from cairn.policy.keras_backend import import_keras
+from cairn.policy.keras_backend import builds_float32, import_keras
 from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.keras_model import (
     KERAS_ACTIVATIONS,
@@ -48,6 +48,7 @@ class KerasDeterministicActor(KerasNetwork):
     action_head: Any
     encoder: KerasEncoder | None
 
+    @builds_float32
     def __init__(self, obs_size: int, action_size: int, *, hidden: Sequence[int], activation: str,
                  encoder: Mapping[str, Any] | None = None) -> None:
         super().__init__()
