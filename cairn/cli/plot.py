@@ -91,12 +91,17 @@ def group_by_seed(configs: Sequence[dict[str, Any]]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _label(names: Sequence[str]) -> str:
+def _label(names: Sequence[str], left_out: Sequence[str] = ()) -> str:
+    """The legend entry of a group of runs drawn from ``names``; ``left_out`` are the group's runs
+    with no value of the metric (no finished episode yet, say), which the mean does not count."""
     if len(names) == 1:
-        return names[0]
-    prefix = os.path.commonprefix(list(names)).rstrip("_-. ")  # noqa: RUF071 (names, not paths)
-    base = prefix or names[0]
-    return f"{base} (mean of {len(names)} seeds; band: min to max)"
+        label = names[0]
+    else:
+        prefix = os.path.commonprefix(list(names)).rstrip("_-. ")  # noqa: RUF071 (names, not paths)
+        label = f"{prefix or names[0]} (mean of {len(names)} seeds; band: min to max)"
+    if left_out:
+        label += f" [left out, no values: {', '.join(left_out)}]"
+    return label
 
 
 def _parse_size(text: str) -> tuple[int, int]:
@@ -124,12 +129,17 @@ def plot_runs(run_dirs: Sequence[str], out: str, *, x: str = "timesteps", y: str
     try:
         for n, group in enumerate(group_by_seed([config for config, _, _ in runs])):
             color = f"C{n % 10}"
-            label = _label([names[i] for i in group])
-            if len(group) == 1:
-                _, xs, ys = runs[group[0]]
+            # A run without a value of y (no finished episode yet) is no seed of the mean.
+            with_values = [i for i in group if len(runs[i][1])]
+            if not with_values:
+                raise UsageError(f"{', '.join(run_dirs[i] for i in group)}: no row has a value of {y!r} "
+                                 "(no finished episode yet?); train longer, or plot another --y.")
+            label = _label([names[i] for i in with_values], [names[i] for i in group if i not in with_values])
+            if len(with_values) == 1:
+                _, xs, ys = runs[with_values[0]]
                 ax.plot(xs, ys, color=color, label=label, linewidth=1.8)
                 continue
-            series = [(runs[i][1], runs[i][2]) for i in group if len(runs[i][1])]
+            series = [(runs[i][1], runs[i][2]) for i in with_values]
             lo = max(xs[0] for xs, _ in series)
             hi = min(xs[-1] for xs, _ in series)
             grid = np.unique(np.concatenate([xs[(xs >= lo) & (xs <= hi)] for xs, _ in series]))

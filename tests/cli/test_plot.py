@@ -149,3 +149,40 @@ def test_env_label_names_each_form_of_env():
     assert env_label(stored, {"env_module": rps}) == "pkg.envs:make"
     assert env_label({"__callable__": None, "name": "<lambda>"}) == "<lambda>"
     assert env_label(lambda cfg: None).endswith("<lambda>")
+
+
+def _write_run(path, seed, returns):
+    """A run directory as cairn train writes it: config.json and progress.csv (empty cells where an
+    iteration finished no episode)."""
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"env": "CartPole-v1", "lr": 0.001, "seed": seed}))
+    rows = "".join(f"{100 * (i + 1)},{'' if r is None else r}\n" for i, r in enumerate(returns))
+    (path / "progress.csv").write_text("timesteps,episode_return_mean\n" + rows)
+    return str(path)
+
+
+def test_plot_counts_only_seeds_with_values_and_refuses_a_group_without_any(tmp_path, monkeypatch, capsys):
+    """A seed whose run finished no episode was counted in "mean of N seeds" although the mean
+    left it out; a group where no run had a value crashed on max() of an empty list."""
+    from matplotlib.axes import Axes
+
+    labels = []
+    plot = Axes.plot
+    monkeypatch.setattr(Axes, "plot",
+                        lambda ax, *a, **k: (labels.append(k.get("label")), plot(ax, *a, **k))[1])
+    runs = [_write_run(tmp_path / f"s{seed}", seed, returns)
+            for seed, returns in ((1, [10, 20, 30]), (2, [12, 22, 32]), (3, [None, None, None]))]
+    out = tmp_path / "c.png"
+    assert main(["plot", *runs, "--out", str(out)]) == 0 and out.is_file()
+    assert labels == ["s (mean of 2 seeds; band: min to max) [left out, no values: s3]"]
+    # One seed with values of two: its own line, the other named as left out.
+    labels.clear()
+    assert main(["plot", runs[0], runs[2], "--out", str(out)]) == 0
+    assert labels == ["s1 [left out, no values: s3]"]
+    capsys.readouterr()
+    empty = _write_run(tmp_path / "e4", 4, [None, None])
+    for argv in ([runs[2], empty], [empty]):
+        assert main(["plot", *argv, "--out", str(tmp_path / "e.png")]) == 2
+        error = capsys.readouterr().err
+        assert f"{', '.join(argv)}: no row has a value of 'episode_return_mean'" in error
+        assert len(error.strip().splitlines()) == 1 and not (tmp_path / "e.png").exists()
