@@ -173,6 +173,21 @@ def algorithm_names() -> list[str]:
     return sorted(names)
 
 
+def _update_settings(data: dict[str, Any], settings: dict[str, Any], defaults: Any) -> None:
+    """Set ``settings`` (a --config file's or the KEY=VALUE ones) over the config dict ``data``:
+    a dict-valued training setting (``model``, ``replay_buffer_config``) is merged into the
+    current value, as ``training()`` and a resume's ``config_overrides`` merge it (replaced, a
+    partial ``replay_buffer_config`` of SAC lost its capacity of 1,000,000 for the buffer's
+    50,000); every other setting replaces it."""
+    from cairn.config.checks import merge_setting
+
+    merged = defaults.merged_fields()
+    for key, value in settings.items():
+        if key in merged and isinstance(value, dict) and isinstance(data.get(key), dict):
+            value = merge_setting(data[key], value)
+        data[key] = value
+
+
 def _build_config(args: argparse.Namespace) -> Any:
     from cairn.algorithms.algorithm import Algorithm
     from cairn.errors import CairnError
@@ -192,8 +207,9 @@ def _build_config(args: argparse.Namespace) -> Any:
                          f"{suggest(algo_name, names)} An algorithm of your own: "
                          "--algo package.module:ClassName, or a "
                          "name that a module registers (cairn.register_class) and --import names.") from None
-    data = algo_cls.config_class().to_dict()
-    data.update(from_files)
+    defaults = algo_cls.config_class()
+    data = defaults.to_dict()
+    _update_settings(data, from_files, defaults)
     data["algo_class"] = algo_cls.config_class().algo_class_name
     env, env_config = (None, {}) if args.env is None else resolve_env(args.env)
     if env is not None:
@@ -202,7 +218,7 @@ def _build_config(args: argparse.Namespace) -> Any:
         raise ArgumentsError("--env is required (or a --config file with 'env').")
     if "store_replay_buffer" in data and "store_replay_buffer" not in {**from_files, **assignments}:
         data["store_replay_buffer"] = True  # a run's checkpoints resume exactly (--resume, Ctrl-C)
-    data.update(assignments)
+    _update_settings(data, assignments, defaults)
     if env_config:  # the PettingZoo module --env named, beside --config env_config=... settings
         data["env_config"] = {**(data.get("env_config") or {}), **env_config}
     if args.seed is not None:

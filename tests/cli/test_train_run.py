@@ -346,3 +346,25 @@ def test_a_learner_column_holds_one_policys_stats(tmp_path):
     assert [v for v in bare if not math.isnan(v)] == [0.5, 0.25, 0.125]  # p0's alone
     assert [r.get("p1/policy_loss", math.nan) for r in rows][3:5] == [2.5, 3.5]
     assert "p0/policy_loss" not in header
+
+
+def test_dict_settings_merge_into_the_defaults_and_the_config_file(tmp_path):
+    """--config replay_buffer_config='{"type": "prioritized"}' replaced SAC's whole buffer
+    setting, so the buffer got the replay factory's capacity (50,000) instead of SAC's
+    1,000,000 with no error, and a KEY=VALUE model dropped a --config file's model keys;
+    training() and a resume's config_overrides merge such settings."""
+    from cairn.algorithms.sac import SACConfig
+
+    file = tmp_path / "sac.yaml"
+    file.write_text(yaml.safe_dump({"model": {"activation": "tanh"}, "replay_buffer_config": {"alpha": 0.5}}))
+    run = tmp_path / "run"
+    assert main(["train", "--algo", "SAC", "--env", "Pendulum-v1", "--config", str(file),
+                 "train_batch_size=8", "minibatch_size=8", 'replay_buffer_config={"type": "prioritized"}',
+                 'model={"hidden": [8]}',
+                 "store_replay_buffer=false", "--stop-iters", "1", "--out", str(run), "-q"]) == 0
+    config = json.loads((run / "config.json").read_text())
+    expected = (SACConfig().training(model={"activation": "tanh"}, replay_buffer_config={"alpha": 0.5})
+                .training(model={"hidden": [8]}, replay_buffer_config={"type": "prioritized"}))
+    assert config["replay_buffer_config"] == expected.replay_buffer_config
+    assert config["replay_buffer_config"]["capacity"] == 1_000_000
+    assert config["model"] == expected.model and config["model"]["activation"] == "tanh"
