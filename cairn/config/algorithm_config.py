@@ -251,12 +251,16 @@ class AlgorithmConfig:
                 (docs/multi-agent.md).
             policies_to_train: IDs of the policies that learn; None means all.
         """
+        # Copies, as every other section keeps: a dict (or a PolicySpec's config) the caller
+        # changes later, say to build another config from it, must not change this one.
         if policies is not _NOT_PROVIDED:
-            policies = normalize_policies(policies)
+            policies = copy.deepcopy(normalize_policies(policies))
         if policies_to_train is not _NOT_PROVIDED:
             policies_to_train = normalize_policies_to_train(policies_to_train)
         if policy_mapping_fn is not _NOT_PROVIDED:
             check_policy_mapping(policy_mapping_fn)
+            if isinstance(policy_mapping_fn, Mapping):
+                policy_mapping_fn = copy.deepcopy(policy_mapping_fn)
         for key, value in (("policies", policies), ("policy_mapping_fn", policy_mapping_fn),
                            ("policies_to_train", policies_to_train)):
             if value is not _NOT_PROVIDED:

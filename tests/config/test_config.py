@@ -175,3 +175,20 @@ def test_max_num_repeated_env_runner_failures_is_checked_round_trips_and_default
     old = json.loads(fixture.read_text())["config"]
     assert "max_num_repeated_env_runner_failures" not in old
     assert cairn.AlgorithmConfig.from_dict(old).max_num_repeated_env_runner_failures == 3
+
+
+def test_multi_agent_keeps_copies_of_the_dicts_it_is_given():
+    """multi_agent() kept the caller's mapping dict and PolicySpecs themselves: a mapping edited to
+    build a second config changed the first one's agents with no error (every other section
+    keeps a copy)."""
+    mapping = {"agent_0": "p0", "agent_1": "p1"}
+    policies = {"p0": cairn.PolicySpec(config={"lr": 0.1}), "p1": cairn.PolicySpec()}
+    first = cairn.PPOConfig().environment("CartPole-v1").multi_agent(policies=policies,
+                                                                     policy_mapping_fn=mapping)
+    mapping["agent_1"] = "p0"
+    policies["p0"].config["lr"] = 0.5
+    second = cairn.PPOConfig().environment("CartPole-v1").multi_agent(policies=policies,
+                                                                      policy_mapping_fn=mapping)
+    assert first.map_agent("agent_1") == "p1" and first.policy_config("p0")["lr"] == 0.1
+    assert second.map_agent("agent_1") == "p0" and second.policy_config("p0")["lr"] == 0.5
+
