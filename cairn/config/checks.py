@@ -185,8 +185,10 @@ def check_policy_mapping(fn: Any) -> None:
 
 
 def check_policies_to_train(policies_to_train: Any, policies: Mapping[str, Any]) -> None:
-    """ConfigError when ``policies_to_train`` (None: all) names a policy not in ``policies``."""
-    for pid in policies_to_train or ():
+    """ConfigError when ``policies_to_train`` (None: all) is no list of policy IDs or names a
+    policy not in ``policies``. A str (from_dict's or ``--config policies_to_train=p0``) is
+    refused: iterated, its letters were taken for policy IDs."""
+    for pid in normalize_policies_to_train(policies_to_train) or ():
         if pid not in policies:
             raise ConfigError(
                 f"policies_to_train names {pid!r}, which is not one of the policies "

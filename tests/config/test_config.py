@@ -192,3 +192,15 @@ def test_multi_agent_keeps_copies_of_the_dicts_it_is_given():
     assert first.map_agent("agent_1") == "p1" and first.policy_config("p0")["lr"] == 0.1
     assert second.map_agent("agent_1") == "p0" and second.policy_config("p0")["lr"] == 0.5
 
+
+def test_policies_to_train_as_a_string_is_refused_by_from_dict():
+    """multi_agent() refuses policies_to_train="ab", but from_dict (a YAML file, --config
+    policies_to_train=ab) took it and iterated its letters: policies "a" and "b" learned and the
+    user's intent (one policy, or a typo) was lost with no error."""
+    data = (cairn.PPOConfig().environment("CartPole-v1")
+            .multi_agent(policies={"a", "b", "c"}, policy_mapping_fn={"agent_0": "a"}).to_dict())
+    data["policies_to_train"] = "ab"
+    with pytest.raises(ConfigError, match="policies_to_train must be a list of policy IDs or None, got 'ab'"):
+        cairn.AlgorithmConfig.from_dict(data).validate()
+    data["policies_to_train"] = ["a", "b"]
+    assert cairn.AlgorithmConfig.from_dict(data).policies_to_train == ["a", "b"]
