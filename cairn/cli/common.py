@@ -82,6 +82,16 @@ def parse_assignment(text: str) -> tuple[str, Any]:
         value = json.loads(raw)
     except json.JSONDecodeError:
         value = raw
+        # Python's spellings of JSON values, kept as strings, were refused later as
+        # "'normalize_advantages'='True' is invalid: expected True or False".
+        json_form = {"True": "true", "False": "false", "None": "null"}.get(raw)
+        if json_form is None and any(c.isdigit() for c in raw):
+            try:
+                json_form = json.dumps(float(raw))  # .001, 1_000
+            except ValueError:
+                pass
+        if json_form is not None:
+            raise UsageError(f"--config {text}: values are JSON; write {key}={json_form}.") from None
     return key, value
 
 

@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import math
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -118,6 +119,14 @@ def _load_config_file(path: str) -> dict[str, Any]:
     try:
         text = Path(path).expanduser().read_text()
     except OSError as exc:
+        nested = re.fullmatch(r"([A-Za-z_]\w*(?:\.\w+)+)=(.*)", path, flags=re.DOTALL)
+        if nested:  # model.hidden=[8]: not a KEY=VALUE setting, so taken for a file name
+            key, *inner = nested.group(1).split(".")
+            value = nested.group(2)
+            for name in reversed(inner):
+                value = f'{{"{name}": {value}}}'
+            raise UsageError(f"--config {path}: nested keys are not supported; give the dict: "
+                             f"{key}='{value}'.") from None
         raise UsageError(f"--config {path}: cannot read it ({exc.strerror or exc}).") from None
     try:
         if path.endswith((".yaml", ".yml")):

@@ -108,3 +108,24 @@ def test_a_stop_reward_that_is_not_finite_is_refused(tmp_path, capsys, reward):
                  "--stop-iters", "1", "--out", str(out), "-q"]) == 2
     assert f"cairn: error: --stop-reward {float(reward)}: expected a finite number" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("setting, message", [
+    # Kept as the strings 'True' and '.001', these were refused later as "'normalize_advantages'=
+    # 'True' is invalid: expected True or False": the value the user gave, named as the fix.
+    ("normalize_advantages=True", "--config normalize_advantages=True: values are JSON; write "
+                                  "normalize_advantages=true."),
+    ("log_dir=None", "--config log_dir=None: values are JSON; write log_dir=null."),
+    ("lr=.001", "--config lr=.001: values are JSON; write lr=0.001."),
+    # Taken for a file name: "cannot read it (No such file or directory)".
+    ("model.hidden=[8]", """--config model.hidden=[8]: nested keys are not supported; give the dict: """
+                         """model='{"hidden": [8]}'."""),
+    ("a.b.c=1", """--config a.b.c=1: nested keys are not supported; give the dict: a='{"b": {"c": 1}}'."""),
+])
+def test_config_settings_in_python_spelling_or_with_nested_keys_name_the_fix(tmp_path, capsys, setting,
+                                                                              message):
+    run = tmp_path / "run"
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--config", setting, "--out", str(run),
+                 "-q"]) == 2
+    error = capsys.readouterr().err
+    assert error == f"cairn: error: {message}\n" and not run.exists()
