@@ -48,8 +48,9 @@ def _check_model(key: str, value: Any) -> None:
 
 
 def _check_seed(key: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise ConfigError(f"Config {key!r}={value!r} is invalid: expected an int or None.")
+    # Negative seeds passed here and failed at build() in numpy ("expected non-negative integer").
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise ConfigError(f"Config {key!r}={value!r} is invalid: expected an int >= 0 or None.")
 
 
 def _check_threads(key: str, value: Any) -> None:

@@ -66,6 +66,8 @@ def test_copy_is_deep():
         (lambda c: c.multi_agent(policies={3}), "must be str"),
         (lambda c: c.multi_agent(policy_mapping_fn=42), "policy_mapping_fn"),
         (lambda c: c.multi_agent(policy_mapping_fn=lambda: "p"), "agent_id, \\*\\*kwargs"),
+        # Passed, then failed at build() in numpy: "expected non-negative integer".
+        (lambda c: c.debugging(seed=-1), "'seed'=-1 is invalid: expected an int >= 0 or None"),
     ],
 )
 def test_bad_values_raise_config_error_naming_them(call, message):
