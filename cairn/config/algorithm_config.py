@@ -107,16 +107,18 @@ class AlgorithmConfig:
 
     # ------------------------------------------------------------------------- fluent methods
     def _set(self, section: str, values: Mapping[str, Any]) -> AlgorithmConfig:
+        """Check every value of ``values``, then set them: a call with one bad value changes
+        nothing (it set the values before the bad one)."""
         allowed = sorted(k for k, f in self.FIELDS.items() if f.section == section)
-        for key, value in values.items():
-            if value is _NOT_PROVIDED:
-                continue
+        given = {key: value for key, value in values.items() if value is not _NOT_PROVIDED}
+        for key, value in given.items():
             if key not in allowed:
                 raise ConfigError(
                     f"Unknown {section}() setting {key!r}; allowed: {allowed}."
                     + suggest(key, allowed)
                 )
             self.FIELDS[key].check(key, value)
+        for key, value in given.items():
             setattr(self, key, owned_value(self.FIELDS[key], value))
         return self
 
@@ -207,14 +209,13 @@ class AlgorithmConfig:
         are merged into the current value, so ``model={"hidden": [32]}`` keeps the activation.
         """
         for key in sorted(self.merged_fields() & kwargs.keys()):
-            given = kwargs.pop(key)
+            given = kwargs[key]
             if key == "model" and isinstance(given, Mapping):  # model classes -> references
                 given = model_references(given)
-            # Checked once merged: a key may need another set earlier (model.keras_model needs
-            # the model.framework of config.framework('keras')).
-            merged = merge_setting(getattr(self, key), require_mapping(given, key))
-            self.FIELDS[key].check(key, merged)
-            setattr(self, key, merged)
+            # Checked once merged (by _set, with the other settings, before any is set): a key
+            # may need another set earlier (model.keras_model needs the model.framework of
+            # config.framework('keras')).
+            kwargs[key] = merge_setting(getattr(self, key), require_mapping(given, key))
         return self._set("training", kwargs)
 
     def framework(self, framework: str = "torch") -> AlgorithmConfig:
@@ -338,8 +339,9 @@ class AlgorithmConfig:
         """Set the :class:`cairn.Callbacks` subclass whose hooks run in training (a class, a
         name registered with ``cairn.registry.register_class``, or ``"package.module:QualName"``;
         None: no callbacks). The config stores its reference (docs/callbacks.md)."""
-        self.callbacks_class = callbacks_reference(callbacks_class)
-        self.FIELDS["callbacks_class"].check("callbacks_class", self.callbacks_class)
+        reference = callbacks_reference(callbacks_class)
+        self.FIELDS["callbacks_class"].check("callbacks_class", reference)
+        self.callbacks_class = reference
         return self
 
     def debugging(

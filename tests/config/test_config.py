@@ -206,3 +206,21 @@ def test_policies_to_train_as_a_string_is_refused_by_from_dict():
         cairn.AlgorithmConfig.from_dict(data).validate()
     data["policies_to_train"] = ["a", "b"]
     assert cairn.AlgorithmConfig.from_dict(data).policies_to_train == ["a", "b"]
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.training(lr=0.1, gamma=2.0),
+    lambda c: c.training(model={"hidden": [8]}, lr=-1.0),
+    lambda c: c.training(lr=0.1, model={"activation": "gelu2"}),
+    lambda c: c.env_runners(num_env_runners=2, observation_filter="x"),
+    lambda c: c.callbacks("a:b:c"),
+])
+def test_a_fluent_call_with_a_bad_value_changes_nothing(call):
+    """training(lr=0.1, gamma=2.0) raised for gamma but had set lr (and a model given with a bad
+    lr stayed set): a caller that caught the error went on with half of the call applied."""
+    config = cairn.PPOConfig().environment("CartPole-v1").callbacks("package.module:Callbacks")
+    before = config.to_dict()
+    with pytest.raises(cairn.errors.CairnError):
+        call(config)
+    assert config.to_dict() == before
+    assert config.training(lr=0.1).lr == 0.1  # the next call works
