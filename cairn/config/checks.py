@@ -165,6 +165,8 @@ def map_agent(fn: Any, policies: Mapping[str, Any], agent_id: Any, *,
 
 
 def check_policy_mapping(fn: Any) -> None:
+    if isinstance(fn, Mapping):
+        _check_mapping_keys(fn)
     if fn is None or isinstance(fn, Mapping):
         return
     if not callable(fn):
@@ -182,6 +184,26 @@ def check_policy_mapping(fn: Any) -> None:
         ) from exc
     except ValueError:
         return  # builtins without signatures: trust them
+
+
+def _check_mapping_keys(mapping: Mapping[Any, Any]) -> None:
+    """ConfigError for a dict ``policy_mapping_fn`` that a checkpoint cannot keep as it is: its
+    keys are stored as JSON strings and looked up again by ``str(agent_id)`` (:func:`map_agent`),
+    which only str and int agent IDs survive, each once. A tuple key failed the save with
+    TypeError; ``{0: "p0", "0": "p1"}`` came back as ``{"0": "p1"}``, agent 0 acting with p1."""
+    seen: dict[str, Any] = {}
+    for key in mapping:
+        if not isinstance(key, (str, int)) or isinstance(key, bool):
+            raise ConfigError(
+                f"policy_mapping_fn (a dict) has the agent ID {key!r} ({type(key).__name__}); a checkpoint "
+                "stores the dict's keys as JSON strings, which only str and int agent IDs survive. Map "
+                "such agents with a function policy_mapping_fn(agent_id, **kwargs) -> policy_id.")
+        if str(key) in seen:
+            raise ConfigError(
+                f"policy_mapping_fn (a dict) has the agent IDs {seen[str(key)]!r} and {key!r}, which a "
+                f"checkpoint stores as the one key {str(key)!r}; keep one of them, or map the agents "
+                "with a function policy_mapping_fn(agent_id, **kwargs) -> policy_id.")
+        seen[str(key)] = key
 
 
 def check_policies_to_train(policies_to_train: Any, policies: Mapping[str, Any]) -> None:

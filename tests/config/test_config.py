@@ -224,3 +224,22 @@ def test_a_fluent_call_with_a_bad_value_changes_nothing(call):
         call(config)
     assert config.to_dict() == before
     assert config.training(lr=0.1).lr == 0.1  # the next call works
+
+
+@pytest.mark.parametrize("mapping, message", [
+    ({0: "p0", "0": "p1"}, "has the agent IDs 0 and '0', which a checkpoint stores as the one key '0'"),
+    ({("team", 1): "p0"}, r"has the agent ID \('team', 1\) \(tuple\)"),
+    ({True: "p0"}, r"has the agent ID True \(bool\)"),
+])
+def test_a_mapping_dict_whose_keys_a_checkpoint_cannot_keep_is_refused(mapping, message):
+    """{0: "p0", "0": "p1"} was stored as {"0": "p1"}: after a restore agent 0 acted with p1, no
+    error. A tuple key failed the save (after training) with TypeError; a bool key was stored
+    as "true" and no longer found."""
+    config = cairn.PPOConfig().environment("CartPole-v1")
+    with pytest.raises(ConfigError, match=message):
+        config.multi_agent(policies={"p0", "p1"}, policy_mapping_fn=mapping)
+    assert config.policy_mapping_fn is None
+    # int keys survive: looked up again by str(agent_id) after the JSON round trip.
+    config.multi_agent(policies={"p0", "p1"}, policy_mapping_fn={0: "p0", 1: "p1"})
+    back = cairn.AlgorithmConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert [back.map_agent(0), back.map_agent(1)] == ["p0", "p1"]
