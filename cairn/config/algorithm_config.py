@@ -354,7 +354,15 @@ class AlgorithmConfig:
     # ------------------------------------------------------------------------------ lifecycle
     def copy(self) -> Self:
         """A deep copy (callables are shared, not copied)."""
-        return copy.deepcopy(self)
+        # deepcopy shares functions but copied callable objects (a policy mapping with state, a
+        # functools.partial): build() copies its config, so a user's later change to the object
+        # never reached the algorithm.
+        memo: dict[int, Any] = {}
+        for key in self.callable_fields():
+            value = getattr(self, key)
+            if callable(value) and not isinstance(value, Mapping):
+                memo[id(value)] = value
+        return copy.deepcopy(self, memo)
 
     def validate(self) -> None:
         """Check every setting; raise ConfigError naming the key, the value and the fix.

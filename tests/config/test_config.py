@@ -243,3 +243,31 @@ def test_a_mapping_dict_whose_keys_a_checkpoint_cannot_keep_is_refused(mapping, 
     config.multi_agent(policies={"p0", "p1"}, policy_mapping_fn={0: "p0", 1: "p1"})
     back = cairn.AlgorithmConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert [back.map_agent(0), back.map_agent(1)] == ["p0", "p1"]
+
+
+def test_copy_and_build_share_callable_objects():
+    """copy() promised to share callables, but deep-copied callable objects: build() copies its
+    config, so the algorithm mapped agents with a copy of a stateful mapping object and the
+    user's later changes to it had no effect, with no error."""
+    class Mapper:
+        def __init__(self):
+            self.target = "p0"
+
+        def __call__(self, agent_id, **kwargs):
+            return self.target
+
+    import gymnasium as gym
+
+    mapper, env = Mapper(), gym.make("CartPole-v1")
+    spec = cairn.PolicySpec(observation_space=env.observation_space, action_space=env.action_space)
+    config = (cairn.PPOConfig().environment("CartPole-v1")
+              .training(train_batch_size=32, minibatch_size=16, num_epochs=1, model={"hidden": [8]})
+              .multi_agent(policies={"p0": spec, "p1": spec}, policy_mapping_fn=mapper))
+    clone = config.copy()
+    assert clone.policy_mapping_fn is mapper and clone.policies is not config.policies
+    algo = config.build()
+    try:
+        mapper.target = "p1"
+        assert algo.config.map_agent("default_agent") == "p1"
+    finally:
+        algo.stop()
