@@ -115,6 +115,24 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 # --------------------------------------------------------------------------- configuration
+#: Numbers with an exponent that YAML 1.2 reads as floats but PyYAML's YAML 1.1 kept as
+#: strings (``1e-3``, ``1.0e3``: 1.1 wants a dot and a signed exponent), so that ``lr: 1e-3``
+#: was refused as "'lr'='1e-3' is invalid: expected a number".
+_YAML_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+
+
+def _load_yaml(text: str) -> Any:
+    """``text`` read by PyYAML's safe loader, with plain (unquoted) numbers such as ``1e-3``
+    read as floats, as YAML 1.2 (and JSON) read them."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML_EXPONENT_FLOAT, list("-+0123456789."))
+    return yaml.load(text, Loader=Loader)  # a SafeLoader subclass: no Python objects
+
+
 def _load_config_file(path: str) -> dict[str, Any]:
     try:
         text = Path(path).expanduser().read_text()
@@ -130,9 +148,7 @@ def _load_config_file(path: str) -> dict[str, Any]:
         raise UsageError(f"--config {path}: cannot read it ({exc.strerror or exc}).") from None
     try:
         if path.endswith((".yaml", ".yml")):
-            import yaml
-
-            data = yaml.safe_load(text)
+            data = _load_yaml(text)
         else:
             data = json.loads(text)
     except ImportError:

@@ -368,3 +368,17 @@ def test_dict_settings_merge_into_the_defaults_and_the_config_file(tmp_path):
     assert config["replay_buffer_config"] == expected.replay_buffer_config
     assert config["replay_buffer_config"]["capacity"] == 1_000_000
     assert config["model"] == expected.model and config["model"]["activation"] == "tanh"
+
+
+def test_a_yaml_config_file_reads_exponent_numbers_as_floats(tmp_path, capsys):
+    """PyYAML (YAML 1.1) kept lr: 1e-3 as the string '1e-3' (it wants a dot and a signed
+    exponent), so the run was refused with "'lr'='1e-3' is invalid: expected a number"; JSON
+    and YAML 1.2 read it as 0.001. A quoted value stays a string."""
+    file = tmp_path / "ppo.yaml"
+    file.write_text("lr: 1e-3\ngamma: 9.9e-1\ntrain_batch_size: 64\nminibatch_size: 32\nnum_epochs: 1\n"
+                    "log_dir: '1e5'\n")
+    run = tmp_path / "run"
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--config", str(file), "--stop-iters", "1",
+                 "--out", str(run), "-q"]) == 0, capsys.readouterr().err
+    config = json.loads((run / "config.json").read_text())
+    assert (config["lr"], config["gamma"], config["log_dir"]) == (0.001, 0.99, "1e5")
