@@ -6,6 +6,8 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
+import numpy as np
+
 from cairn.callbacks.base import callbacks_reference
 from cairn.config import algorithm_classes
 from cairn.config.base_fields import BASE_FIELDS
@@ -110,7 +112,11 @@ class AlgorithmConfig:
         """Check every value of ``values``, then set them: a call with one bad value changes
         nothing (it set the values before the bad one)."""
         allowed = sorted(k for k, f in self.FIELDS.items() if f.section == section)
-        given = {key: value for key, value in values.items() if value is not _NOT_PROVIDED}
+        # numpy scalars (np.arange, a search space's draw) as the Python numbers they hold: an
+        # np.int64(64) was refused as "'train_batch_size'=np.int64(64) is invalid: expected an
+        # int >= 1", an np.float32 lr likewise.
+        given = {key: value.item() if isinstance(value, np.generic) and value.ndim == 0 else value
+                 for key, value in values.items() if value is not _NOT_PROVIDED}
         for key, value in given.items():
             if key not in allowed:
                 raise ConfigError(

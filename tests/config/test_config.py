@@ -271,3 +271,19 @@ def test_copy_and_build_share_callable_objects():
         assert algo.config.map_agent("default_agent") == "p1"
     finally:
         algo.stop()
+
+
+def test_numpy_scalars_are_taken_as_the_python_numbers_they_hold():
+    """np.int64(64) (np.arange, a grid of settings) was refused as "'train_batch_size'=np.int64(64)
+    is invalid: expected an int >= 1", a value in range; np.float32 for lr likewise."""
+    import numpy as np
+
+    config = cairn.PPOConfig().environment("CartPole-v1").training(
+        train_batch_size=np.int64(64), lr=np.float32(0.5), normalize_advantages=np.bool_(False))
+    config.debugging(seed=np.int64(3))
+    keys = ("train_batch_size", "lr", "normalize_advantages", "seed")
+    assert [getattr(config, k) for k in keys] == [64, 0.5, False, 3]
+    assert [type(getattr(config, k)) for k in keys] == [int, float, bool, int]
+    assert json.loads(json.dumps(config.to_dict()))["train_batch_size"] == 64
+    with pytest.raises(ConfigError, match="'train_batch_size'=64.0 is invalid: expected an int"):
+        config.training(train_batch_size=np.float64(64))
