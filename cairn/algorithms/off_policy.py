@@ -90,19 +90,34 @@ class OffPolicyAlgorithm(Algorithm):
             for pid, updates in due.items():
                 buffer = self.replay_buffers[pid]
                 for _ in range(updates):
-                    history.setdefault(pid, []).append(self.learn_on_replay(pid, buffer))
-                    counters["num_env_steps_trained_lifetime"] += cfg.minibatch_size
-                    if cfg.training_intensity is not None:  # the ratio's credit: only once made
-                        self.replay_ratio.made(pid)
+                    steps = self.policies[pid].num_grad_updates
+                    try:
+                        stats = self.learn_on_replay(pid, buffer)
+                    except BaseException:
+                        # An update the policy counts was made (SAC's and TD3's critics stepped
+                        # before their actor's phase raised): the ratio must not owe it again.
+                        if self.policies[pid].num_grad_updates != steps:
+                            self._count_update(pid)
+                        raise
+                    history.setdefault(pid, []).append(stats)
+                    self._count_update(pid)
                 self.sync_target(pid)
         return {pid: self.learner_stats(pid, rows_) for pid, rows_ in history.items()}
+
+    def _count_update(self, pid: str) -> None:
+        """Count one gradient update of ``pid`` that was made: its minibatch's rows as env
+        steps trained and, with a replay ratio, one update taken from ``pid``'s credit."""
+        self.counters["num_env_steps_trained_lifetime"] += self.config.minibatch_size
+        if self.config.training_intensity is not None:  # the ratio's credit: only once made
+            self.replay_ratio.made(pid)
 
     def gradient_updates_due(self, pid: str, rows: int) -> int:
         """Gradient updates owed to ``pid`` after a round that added ``rows`` of its
         transitions (``rows`` may be 0). SAC's and TD3's: none without new transitions, else
         ``training_intensity``'s share of ``rows`` or ``gradient_steps`` (-1: ``rows``). With a
         ``training_intensity`` it must be :attr:`replay_ratio`'s ``due``: the training step
-        takes each update from the ratio's credit once it completed (``ReplayRatio.made``)."""
+        takes each update from the ratio's credit once it was made (``ReplayRatio.made``): it
+        completed, or it raised after the policy's ``num_grad_updates`` counted it."""
         cfg = self.config
         assert isinstance(cfg, ActorCriticConfig)  # DQN (no gradient_steps) overrides this method
         if not rows:

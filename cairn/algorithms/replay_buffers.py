@@ -233,7 +233,7 @@ class ReplayRatio:
 
     ``due(pid, rows)`` after ``rows`` new transitions adds ``rows * intensity / minibatch_size``
     updates to ``pid``'s ``credit`` (part of the algorithm's state) and returns the whole ones
-    it holds; :meth:`made` takes one off for each update that completed. So an update that
+    it holds; :meth:`made` takes one off for each update that was made. So an update that
     raises, and those a round owed after it, stay owed and are made in the next round; the
     fraction carries over.
     """
@@ -250,7 +250,8 @@ class ReplayRatio:
         return int(credit)
 
     def made(self, pid: str) -> None:
-        """One update of ``pid`` that :meth:`due` called for completed: take it from the credit
+        """One update of ``pid`` that :meth:`due` called for was made (it completed, or its
+        policy counted it before raising: SAC's and TD3's critics stepped): take it from the credit
         (exactly: subtracting 1 from a float below 2**53 rounds nothing, so the credit left is
         bit for bit the one of taking a round's updates at once)."""
         self.credit[pid] -= 1.0

@@ -282,6 +282,61 @@ def test_an_actor_update_that_raises_counts_the_critic_step_it_made(
         algo.stop()
 
 
+@pytest.mark.parametrize("kind", ["sac", "td3"])
+def test_replay_ratio_counts_an_update_whose_critic_stepped_before_the_actor_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """With a replay ratio (2 updates a round of 16 rows), the critic, called for the actor's
+    loss (after the critics' optimizer step), raises once: that update was made (the critics
+    took it and ``num_grad_updates`` counts it), so the ratio's credit and
+    ``num_env_steps_trained_lifetime`` count it too. They did not: the next round made it
+    again, one critic step more than the ratio's share of the rows, for good."""
+    config: Any = cairn.SACConfig() if kind == "sac" else cairn.TD3Config().training(policy_delay=2)
+    algo = (config.environment(make_step_record_env, env_config={"length": LENGTH, "continuous": True})
+            .training(train_freq=8, train_batch_size=32, minibatch_size=16, training_intensity=2.0,
+                      num_steps_sampled_before_learning_starts=0, model={"hidden": [16, 16]})
+            .env_runners(num_envs_per_env_runner=2).checkpointing(store_replay_buffer=True)
+            .debugging(seed=1)).build()
+    policy = algo.get_policy()
+    critic = policy.model.critic
+    name = "forward" if kind == "sac" else "first_q"  # the critic as the actor's loss calls it
+    original = getattr(critic, name)
+    actor_calls = []
+
+    def raising_once(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("detach"):
+            actor_calls.append(1)
+            if len(actor_calls) == 2:  # the second actor update of the iteration
+                monkeypatch.delattr(critic, name)
+                raise InjectedError("injected failure in the critic, for the actor's loss")
+        return original(*args, **kwargs)
+
+    def assert_updates_are_the_ratios() -> None:
+        owed = algo.counters["num_env_steps_sampled_lifetime"] * 2 // 16
+        assert policy.num_grad_updates == owed
+        assert _adam_steps(policy, "critic") == owed
+        assert algo.counters["num_env_steps_trained_lifetime"] == 16 * owed
+        assert algo.replay_ratio.credit["default_policy"] == 0.0
+
+    try:
+        algo.train()
+        assert_updates_are_the_ratios()
+        monkeypatch.setattr(critic, name, raising_once)
+        with pytest.raises(InjectedError):
+            algo.train()
+        assert_updates_are_the_ratios()
+        for _ in range(2):
+            algo.train()
+            assert_updates_are_the_ratios()
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+        try:
+            assert_trains_identically(algo, restored)
+        finally:
+            restored.stop()
+        assert_updates_are_the_ratios()
+    finally:
+        algo.stop()
+
+
 def test_evaluate_releases_a_runner_whose_stored_state_raises(tmp_path: Path) -> None:
     """evaluate() of a restored algorithm builds its evaluation runner and restores the stored
     state into it; an env's ``set_state`` raising there closes that runner's env (it was
