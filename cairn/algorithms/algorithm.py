@@ -80,6 +80,10 @@ class Algorithm:
             learner_device(config)  # ConfigError now, before any env is built, where torch sees no GPU
         self.config = config.copy()
         self.iteration = 0
+        #: Lifetime counters: env steps and agent steps (every agent's rows) sampled, episodes
+        #: ended, and ``num_env_steps_trained_lifetime``: the env steps learned from, each once
+        #: however many policies learned from it (off-policy: ``minibatch_size`` per minibatch
+        #: replayed, a round's updates counted once over its policies; docs/multi-agent.md).
         self.counters = dict.fromkeys(("num_env_steps_sampled_lifetime", "num_agent_steps_sampled_lifetime",
                                        "num_env_steps_trained_lifetime", "num_episodes_lifetime"), 0)
         self._rng = algorithm_rng(self.config.seed)

@@ -87,6 +87,7 @@ class OffPolicyAlgorithm(Algorithm):
                 buffer = self.replay_buffers.get(pid)
                 if learning and buffer is not None and len(buffer):
                     due[pid] = self.gradient_updates_due(pid, rows)
+            made: dict[str, int] = {}  # the round's updates made, by policy
             for pid, updates in due.items():
                 buffer = self.replay_buffers[pid]
                 for _ in range(updates):
@@ -97,17 +98,25 @@ class OffPolicyAlgorithm(Algorithm):
                         # An update the policy counts was made (SAC's and TD3's critics stepped
                         # before their actor's phase raised): the ratio must not owe it again.
                         if self.policies[pid].num_grad_updates != steps:
-                            self._count_update(pid)
+                            self._count_update(pid, made)
                         raise
                     history.setdefault(pid, []).append(stats)
-                    self._count_update(pid)
+                    self._count_update(pid, made)
                 self.sync_target(pid)
         return {pid: self.learner_stats(pid, rows_) for pid, rows_ in history.items()}
 
-    def _count_update(self, pid: str) -> None:
-        """Count one gradient update of ``pid`` that was made: its minibatch's rows as env
-        steps trained and, with a replay ratio, one update taken from ``pid``'s credit."""
-        self.counters["num_env_steps_trained_lifetime"] += self.config.minibatch_size
+    def _count_update(self, pid: str, made: dict[str, int]) -> None:
+        """Count one gradient update of ``pid`` that was made in a round that made ``made``
+        before it (by policy; counted in too): with a replay ratio, one update taken from
+        ``pid``'s credit; and ``minibatch_size`` env steps trained when ``pid`` has now made
+        more updates in the round than any other policy. So a round counts the minibatch rows
+        of its updates once however many policies replayed them (the most one policy made),
+        as on-policy algorithms count a sample's env steps once: a lone policy's updates
+        each count, and two symmetric policies count as one, not twice. Each policy's own
+        replayed rows are ``minibatch_size * num_grad_updates``."""
+        made[pid] = made.get(pid, 0) + 1
+        if made[pid] > max((n for other, n in made.items() if other != pid), default=0):
+            self.counters["num_env_steps_trained_lifetime"] += self.config.minibatch_size
         if self.config.training_intensity is not None:  # the ratio's credit: only once made
             self.replay_ratio.made(pid)
 

@@ -9,7 +9,7 @@ import pytest
 
 import cairn
 from cairn.algorithms.metrics import episode_metrics
-from tests.helpers import small_ma_ppo
+from tests.helpers import small_ma_dqn, small_ma_ppo, small_ma_sac, small_ma_td3
 
 
 def _episode(ret: float, policy_returns: dict[str, list[float]]) -> dict:
@@ -123,5 +123,53 @@ def test_multi_agent_env_steps_trained_are_env_steps_not_agent_rows(make):
             result = algo.train()
             assert result["num_agent_steps_sampled_lifetime"] > result["num_env_steps_sampled_lifetime"]
             assert result["num_env_steps_trained_lifetime"] == result["num_env_steps_sampled_lifetime"]
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("make", [small_ma_dqn, small_ma_sac, small_ma_td3], ids=["dqn", "sac", "td3"])
+def test_multi_agent_off_policy_env_steps_trained_count_a_rounds_updates_once(make, monkeypatch):
+    """``num_env_steps_trained_lifetime`` added ``minibatch_size`` per update of every policy:
+    two policies learning from the same env steps counted each round's replay twice. A round's
+    updates now count their minibatch rows once: as many minibatches as the policy that made
+    the most updates in it (two symmetric policies count as one; DQN's CartPole agents, whose
+    episodes end apart, make different numbers). An update that raises leaves the counter at
+    the updates made before it."""
+    algo = make().build()
+    learn, rounds = algo.learn, [{}]
+    sample = algo._sample
+    calls, fail_at = [], [0]
+
+    def marking_rounds():
+        rounds.append({})
+        return sample()
+
+    def recording(fn, policy_id, **inputs):
+        calls.append(policy_id)
+        if len(calls) == fail_at[0]:
+            raise RuntimeError("injected failure in a learner")
+        output = learn(fn, policy_id, **inputs)
+        rounds[-1][policy_id] = rounds[-1].get(policy_id, 0) + 1
+        return output
+
+    def assert_counts_each_rounds_minibatches_once():
+        mb = algo.config.minibatch_size
+        updates = {pid: algo.policies[pid].num_grad_updates for pid in ("p0", "p1")}
+        assert updates == {pid: sum(r.get(pid, 0) for r in rounds) for pid in ("p0", "p1")}
+        trained = algo.counters["num_env_steps_trained_lifetime"]
+        assert trained == mb * sum(max(r.values(), default=0) for r in rounds)
+        assert mb * max(updates.values()) <= trained < mb * sum(updates.values())
+
+    monkeypatch.setattr(algo, "_sample", marking_rounds)
+    monkeypatch.setattr(algo, "learn", recording)
+    try:
+        algo.train()
+        assert_counts_each_rounds_minibatches_once()
+        fail_at[0] = len(calls) + 3  # an update of the next iteration's first learning round
+        with pytest.raises(RuntimeError, match="injected"):
+            algo.train()
+        assert_counts_each_rounds_minibatches_once()
+        algo.train()
+        assert_counts_each_rounds_minibatches_once()
     finally:
         algo.stop()
