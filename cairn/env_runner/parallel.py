@@ -9,7 +9,8 @@ agent's following observation (or its final one). An agent that leaves the game 
 episode ends) with neither flag ends its trajectory there as truncated. An agent that got no
 observation at a step does not act at the next: the rewards and flags the env gives it until
 it observes again (or ends) join the row of its last action while that row is in the fragment
-being sampled (docs/multi-agent.md).
+being sampled (docs/multi-agent.md). A step or reset that observes no live agent leaves none to
+act, and the env could never step again: an :class:`~cairn.errors.EnvError` naming the env copy.
 
 An agent mapped to a scripted opponent (a league's fixed opponent: the mapping returned its
 name) leaves no row: its next action is drawn as soon as its observation arrives, by
@@ -36,7 +37,7 @@ from cairn.env_runner.episode_history import EpisodeHistory
 from cairn.env_runner.inference import RowOrigin
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.env_runner.trajectories import AgentTrajectories
-from cairn.errors import CheckpointFormatError
+from cairn.errors import CheckpointFormatError, EnvError
 
 __all__ = ["ParallelSampler"]
 
@@ -92,6 +93,8 @@ class ParallelSampler(AgentSampler):
         self.joined[i] = set()
         self.scripted_actions[i] = {}
         first = {a: o for a, o in obs.items() if a in self.envs[i].agents}
+        if not first:
+            raise self._no_observation_error(i, "reset() returned")
         history = self.episodes.current[i].history
         if history is not None:
             for agent, o in first.items():
@@ -122,6 +125,17 @@ class ParallelSampler(AgentSampler):
             for k, (i, agent, _) in enumerate(items):
                 processed[(i, agent)] = rows[k]
         return processed
+
+    def _no_observation_error(self, i: int, where: str) -> EnvError:
+        """Env ``i`` observed none of its live agents: none can act, so it could never step
+        again (its episode would neither go on nor end)."""
+        env = self.envs[i]
+        return EnvError(
+            f"Env {i} ({type(env).__name__}): {where} no observation for any agent in env.agents "
+            f"({list(env.agents)!r:.200}), so no agent can act and the env can never step again. "
+            "A ParallelEnv must observe at least one agent in env.agents after reset() and each "
+            "step(), or end the episode by emptying env.agents (PettingZoo's parallel API: an "
+            "agent leaves env.agents at the step that terminates or truncates it).")
 
     def _finish_episode(self, i: int) -> None:
         pids = self.agent_pids[i]
@@ -245,6 +259,8 @@ class ParallelSampler(AgentSampler):
                             if agent not in self.agent_pids[i]:  # joined now: its first observation
                                 self.joined[i].add(agent)
                             self._receive(i, agent, obs_d[agent], infos_d, incoming)
+                    if not any(agent in obs_d for agent in env.agents):
+                        raise self._no_observation_error(i, f"step {ep.length} of its episode returned")
             processed = self._process(incoming, update_filter=update_filter)
             for (i, tag), processed_row in processed.items():
                 if isinstance(tag, tuple):  # ("final", agent): next obs of a finished agent

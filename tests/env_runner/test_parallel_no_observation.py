@@ -1,0 +1,138 @@
+"""A parallel (PettingZoo ParallelEnv) env whose live agents all go without an observation: no
+agent can act, so the env could never be stepped again. The runner refuses it with an EnvError
+naming the env copy and the fix, and counts nothing of the fragment (before, it skipped that env
+for good while counting its steps, and ``run_episodes`` waited forever for its episode's end)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from pettingzoo import ParallelEnv
+
+import cairn
+from cairn.env_runner import EnvRunner
+from cairn.errors import EnvError
+from tests.helpers import map_by_index
+
+_SPACE = gym.spaces.Box(-100.0, 100.0, (2,), np.float32)
+
+
+class _Blank(ParallelEnv):  # type: ignore[misc]
+    """Two agents paid 1 per step; episodes end at t = 4 by emptying ``agents`` (both truncated).
+    At t = ``blank`` of the first ``blank_episodes`` episodes the step returns no observation
+    (``mode`` "alive": both agents stay live, unflagged; "terminated": both flagged terminated,
+    yet left in ``agents``). With ``empty_reset``, ``reset()`` observes no agent."""
+
+    metadata = {"name": "blank_v0", "render_modes": []}
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.possible_agents = ["agent_0", "agent_1"]
+        self.agents: list[str] = []
+        self.t, self.episodes = 0, 0
+        self.blank = int(config.get("blank", 2))
+        self.blank_episodes = int(config.get("blank_episodes", 10**9))
+        self.mode = str(config.get("mode", "alive"))
+        self.empty_reset = bool(config.get("empty_reset", False))
+        self.steps = 0  # env steps over all episodes
+
+    def observation_space(self, agent: str) -> gym.Space[Any]:
+        return _SPACE
+
+    def action_space(self, agent: str) -> gym.Space[Any]:
+        return gym.spaces.Discrete(2)
+
+    def _obs(self, agent: str) -> np.ndarray:
+        return np.array([self.t, int(agent[-1])], np.float32)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        self.agents, self.t = list(self.possible_agents), 0
+        self.episodes += 1
+        if self.empty_reset:
+            return {}, {}
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        assert actions, "stepped without actions"
+        self.t += 1
+        self.steps += 1
+        blank = self.t == self.blank and self.episodes <= self.blank_episodes
+        end = self.t >= 4
+        obs = {} if blank else {a: self._obs(a) for a in self.agents}
+        rewards = {a: 1.0 for a in self.agents}
+        terminated = {a: blank and self.mode == "terminated" for a in self.agents}
+        truncated = {a: end for a in self.agents}
+        if end:
+            self.agents = []
+        return obs, rewards, terminated, truncated, {a: {} for a in obs}
+
+
+def _make_blank(config: dict[str, Any]) -> _Blank:
+    return _Blank(config)
+
+
+def _runner(num_envs: int = 1, **env_config: Any) -> tuple[Any, EnvRunner]:
+    config = (cairn.PPOConfig().environment(_make_blank, env_config=env_config)
+              .env_runners(num_envs_per_env_runner=num_envs)
+              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index).debugging(seed=0))
+    algo = config.build()
+    return algo, EnvRunner(algo.config, algo.policies)
+
+
+@pytest.mark.parametrize("mode", ["alive", "terminated"])
+def test_a_step_that_observes_no_live_agent_is_an_env_error(mode: str):
+    algo, runner = _runner(mode=mode)
+    try:
+        with pytest.raises(EnvError, match=r"Env 0 \(_Blank\).*no observation.*agent_0.*env\.agents"):
+            runner.sample(10)
+        # Nothing of the failed fragment is counted, no episode is reported.
+        assert runner.num_env_steps_sampled == 0
+        assert runner.get_metrics() == []
+    finally:
+        algo.stop()
+
+
+def test_the_error_names_the_env_copy_and_the_next_sample_counts_right():
+    # Env copy 1 blanks at t = 2 of its first episode only; copy 0 never does (blank = 99).
+    config = (cairn.PPOConfig().environment(_make_blank, env_config={"blank_episodes": 1})
+              .env_runners(num_envs_per_env_runner=2)
+              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index).debugging(seed=0))
+    algo = config.build()
+    try:
+        runner = EnvRunner(algo.config, algo.policies)
+        runner.envs[0].blank = 99
+        with pytest.raises(EnvError, match=r"Env 1 \(_Blank\)"):
+            runner.sample(8)
+        assert runner.num_env_steps_sampled == 0
+        # The runner reset every env after the error; copy 1 is in its second episode now.
+        before = [env.steps for env in runner.envs]
+        batches = runner.sample(8)
+        assert [env.steps - b for env, b in zip(runner.envs, before)] == [8, 8]
+        assert runner.num_env_steps_sampled == 16
+        assert {pid: len(b) for pid, b in batches.items()} == {"p0": 16, "p1": 16}
+        assert [m["length"] for m in runner.get_metrics()] == [4, 4, 4, 4]
+    finally:
+        algo.stop()
+
+
+def test_a_reset_that_observes_no_live_agent_is_an_env_error():
+    algo, runner = _runner(empty_reset=True)
+    try:
+        with pytest.raises(EnvError, match=r"Env 0 \(_Blank\): reset\(\) returned no observation"):
+            runner.sample(4)
+        assert runner.num_env_steps_sampled == 0
+    finally:
+        algo.stop()
+
+
+def test_run_episodes_raises_rather_than_waiting_forever():
+    # Unfixed, this waited forever: the env was skipped and its episode never ended.
+    algo, runner = _runner()
+    try:
+        with pytest.raises(EnvError, match="no observation"):
+            runner.run_episodes(1)
+        assert runner.get_metrics() == []
+    finally:
+        algo.stop()
