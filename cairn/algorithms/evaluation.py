@@ -86,6 +86,9 @@ def evaluate_episodes(
 ) -> dict[str, Any]:
     """Play ``num_episodes`` (default ``config.evaluation_duration``) episodes with greedy
     actions and return their :func:`episode_metrics` and :func:`episode_statistics`.
+    ``policy_episode_return_mean`` has a row only for ``policies``, as ``train()``'s results do:
+    a scripted opponent (a league's fixed opponent) is no policy of cairn's, and its games are
+    reported in the league section, as wins, draws and losses.
 
     With ``seed=None`` they are played on ``runner`` (the algorithm's evaluation runner, whose
     seed stream goes on from call to call and is saved in checkpoints), after it follows the
@@ -108,7 +111,7 @@ def evaluate_episodes(
     else:
         runner.update_policies(config, policies)
         episodes = runner.run_episodes(count, explore=False)
-    result = {**episode_metrics(episodes), **episode_statistics(episodes)}
+    result = {**episode_metrics(episodes, policy_ids=policies), **episode_statistics(episodes)}
     _log.debug("evaluated %d episodes: episode_return_mean %.3f",
                len(episodes), result["episode_return_mean"])
     return result

@@ -94,3 +94,25 @@ def test_a_fixed_opponents_move_outside_the_space_in_evaluation_names_it_and_its
             algo.league.evaluate(algo.config, algo.get_policy("main"))
     finally:
         algo.stop()
+
+
+def test_evaluation_metrics_leave_out_scripted_opponents_as_training_results_do():
+    """The rule of train() and evaluate() alike: policy_episode_return_mean has a row only for the
+    policies cairn runs; a scripted opponent's games are in the league section (W/D/L). Played
+    here on a runner that seats the fixed opponent (a training runner, as evaluate_episodes takes
+    any runner), so that its returns are in the episodes."""
+    from cairn.algorithms.evaluation import evaluate_episodes
+    from cairn.env_runner.env_runner import EnvRunner
+
+    algo = small_league(opponents={"random_legal": "random_legal"}, self_play_fraction=0.0).build()
+    runner = EnvRunner(algo.config, algo.policies, worker_index=0, num_envs=1)
+    try:
+        episodes = runner.run_episodes(4)
+        seated = {pid for episode in episodes for pid in episode["policy_returns"]}
+        assert seated == {"main", "random_legal"}  # the runner did seat the scripted opponent
+        metrics = evaluate_episodes(runner, algo.config, algo.policies, 4)
+        assert set(metrics["policy_episode_return_mean"]) == {"main"}
+        assert "random_legal" not in algo.train()["policy_episode_return_mean"]
+    finally:
+        runner.stop()
+        algo.stop()
