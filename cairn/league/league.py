@@ -108,7 +108,8 @@ class League:
 
     def record_episodes(self, episodes: Iterable[Mapping[str, Any]]) -> None:
         """Count finished games; a game of main against a pool member updates both ratings and
-        the payoff table (main's score from the two policies' returns)."""
+        the payoff table (main's score from its mean return per seat against the opponent's: in
+        a game of three or more seats main holds every seat but the opponent's one)."""
         for episode in episodes:
             returns = episode.get("policy_returns") or {}
             if self.main not in returns:
@@ -121,7 +122,11 @@ class League:
             if len(others) != 1 or (others[0] not in self.pool and others[0] not in self.fixed_names):
                 continue  # an opponent that left the pool while the game was in flight
             opponent = others[0]
-            score = game_score(sum(returns[self.main]), sum(returns[opponent]))
+            # Per seat: in a game of three or more seats main holds all but the opponent's, and
+            # the sum of its seats' returns would outscore the opponent's one seat in any game
+            # whose seats all tied. (In a zero-sum game: by the sign of main's total, as
+            # play_games scores.)
+            score = game_score(float(np.mean(returns[self.main])), float(np.mean(returns[opponent])))
             self.payoff.record(opponent, score, is_snapshot=opponent in self.pool)
             self.ratings.rate(self.main, opponent, score)
 

@@ -128,3 +128,18 @@ def test_cairn_train_takes_league_settings_from_config(tmp_path, capsys):
     assert main(["league", str(run), "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert table["pool"] == ["main_v2"] and table["iteration"] == 2
+
+
+
+def test_a_game_of_more_than_two_seats_is_scored_per_seat():
+    """With three seats main holds two and the opponent one (the league's mapping): main's score
+    is its mean return per seat against the opponent's, not its seats' sum (which made a game
+    that every seat tied main's win)."""
+    league = League(league_settings(), seed=0)
+    league.pool = ["main_v1"]
+    league.ratings.ensure("main_v1")
+    games = [{"return": 3.0, "length": 5, "policy_returns": {"main": [1.0, 1.0], "main_v1": [1.0]}},
+             {"return": 2.5, "length": 5, "policy_returns": {"main": [1.5, 0.5], "main_v1": [0.5]}},
+             {"return": 0.5, "length": 5, "policy_returns": {"main": [0.5, 0.5], "main_v1": [1.0]}}]
+    league.record_episodes(games)
+    assert league.payoff.table == {"main_v1": [1, 1, 1]}
