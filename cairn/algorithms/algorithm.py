@@ -439,7 +439,10 @@ class Algorithm:
         self._recent_episodes.clear()  # in place: the window's length stays
         self._recent_episodes.extend(recent_episodes)
         if self.league is not None and league_state is not None:
-            self.league.set_state(league_state, self.policies)
+            # The saved league's fixed opponents: one whose spec the config replaced starts anew.
+            stored = (state.get("config") or {}).get("league_config")
+            self.league.set_state(league_state, self.policies,
+                                  stored.get("opponents") if isinstance(stored, Mapping) else None)
         try:  # last: a user env's set_state may raise
             self.env_runner_group.set_state(list(state.get("env_runners") or []))
         finally:

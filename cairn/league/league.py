@@ -277,23 +277,33 @@ class League:
                                         f"{exc}); expected League.get_state()'s layout.") from exc
         return pool, snapshots_taken, games, self_play_games, ratings, payoff, plans
 
-    def set_state(self, state: Mapping[str, Any], policies: Iterable[str]) -> None:
+    def set_state(self, state: Mapping[str, Any], policies: Iterable[str],
+                  stored_opponents: Mapping[str, Any] | None = None) -> None:
         """Restore :meth:`get_state`, keeping only the snapshots among ``policies`` (a restore
         of a subset such as ``policy_ids=["main"]`` drops the rest of the pool, their ratings,
         payoff rows and planned games; the snapshot numbering goes on). A state that
-        :meth:`check_state` refuses changes nothing."""
+        :meth:`check_state` refuses changes nothing.
+
+        ``stored_opponents``: the fixed opponents' specs of the league that saved ``state`` (its
+        config's ``league_config["opponents"]``), when known. A fixed opponent whose spec this
+        league replaced under the same name gets a new rating and payoff row: the stored games
+        were another program's."""
         pool, snapshots_taken, games, self_play_games, ratings, payoff, plans = self._parsed(state, policies)
         set_rng_state(self.rng, dict(state["rng"]))
         self.pool, self.snapshots_taken, self.games = pool, snapshots_taken, games
         self.self_play_games, self.ratings, self.payoff, self.plans = self_play_games, ratings, payoff, plans
-        members = {self.main, *pool, *self.fixed_names}
+        specs = self.settings["opponents"]
+        replaced = {name for name in self.fixed_names
+                    if isinstance(stored_opponents, Mapping)
+                    and stored_opponents.get(name, specs[name]) != specs[name]}
+        members = {self.main, *pool, *(name for name in self.fixed_names if name not in replaced)}
+        self.ratings.keep_only(members)
         self.ratings.ensure(self.main)
         for name in self.fixed_names:
             self.ratings.ensure(name)
-        self.ratings.keep_only(members)
         self.payoff.keep_only(members)
         for plan in self.plans.values():
-            if plan["opponent"] is not None and plan["opponent"] not in members:
+            if plan["opponent"] is not None and plan["opponent"] not in members | replaced:
                 plan["opponent"] = None
 
 

@@ -197,3 +197,38 @@ def test_random_legal_in_training_plays_actions_of_a_space_that_starts_at_1():
         assert result["league"]["payoff"]["random_legal"]["wins"] == 0  # draws only: no forfeit
     finally:
         algo.stop()
+
+
+def test_a_fixed_opponent_whose_spec_a_restore_replaces_starts_a_new_rating_and_payoff_row(tmp_path):
+    """config_overrides that keep a fixed opponent's name but replace its spec (the fix the
+    missing-opponent error offers) leave the old opponent's games out of the ratings and payoff:
+    they were another program's, and PFSP would weigh the new one by the old one's win rate. An
+    opponent whose spec is unchanged keeps its row."""
+    from cairn import Algorithm
+
+    opponents = {"swapped": "random_legal", "kept": "random_legal"}
+    algo = small_league(opponents=opponents, self_play_fraction=0.0, snapshot_every_iterations=100).build()
+    try:
+        while not {"swapped", "kept"} <= set(algo.league.payoff.table):
+            algo.train()
+        kept_row, kept_rating = list(algo.league.payoff.table["kept"]), algo.league.ratings.table["kept"]
+        assert algo.league.ratings.table["swapped"] != League(league_settings(), 0).ratings.table["main"]
+        path = algo.save(str(tmp_path))
+        settings = dict(algo.config.league_config)
+    finally:
+        algo.stop()
+    replaced = {**settings, "opponents": {**opponents, "swapped": "tests.league.games:CountingRandomLegal"}}
+    restored = Algorithm.from_checkpoint(path, config_overrides={"league_config": replaced})
+    try:
+        league = restored.league
+        assert "swapped" not in league.payoff.table and "swapped" not in league.win_rates()
+        default = League(league_settings(), 0).ratings.table["main"]
+        assert league.ratings.table["swapped"] == default
+        assert league.payoff.table["kept"] == kept_row and league.ratings.table["kept"] == kept_rating
+    finally:
+        restored.stop()
+    same = Algorithm.from_checkpoint(path)  # no override: every row comes back
+    try:
+        assert {"swapped", "kept"} <= set(same.league.payoff.table)
+    finally:
+        same.stop()
