@@ -384,7 +384,9 @@ class Algorithm:
         league's state, the extra state (:meth:`set_extra_state`, undone by setting the previous
         :meth:`get_extra_state` again when it or the components raise) and the components (a
         replay buffer of another kind than the config's). When one refuses, nothing has changed
-        (``restore()`` of a checkpoint that does not fit keeps the algorithm as it was).
+        (``restore()`` of a checkpoint that does not fit keeps the algorithm as it was). With a
+        league, its snapshots that the restored pool lacks (taken after an earlier checkpoint
+        was saved) are removed, as snapshots leaving the pool are.
 
         An environment's own ``set_state`` cannot be checked before it runs, so the env runners
         are restored last, then the evaluation runner's stored state (also when a runner
@@ -439,10 +441,16 @@ class Algorithm:
         self._recent_episodes.clear()  # in place: the window's length stays
         self._recent_episodes.extend(recent_episodes)
         if self.league is not None and league_state is not None:
+            pool_before = list(self.league.pool)
             # The saved league's fixed opponents: one whose spec the config replaced starts anew.
             stored = (state.get("config") or {}).get("league_config")
             self.league.set_state(league_state, self.policies,
                                   stored.get("opponents") if isinstance(stored, Mapping) else None)
+            # The league's snapshots that the restored pool lacks (taken after the checkpoint
+            # was saved: an in-place restore of an earlier one) leave, as snapshots leaving the
+            # pool do; kept, the next snapshot would find its ID taken.
+            for pid in [p for p in pool_before if p not in self.league.pool and p in self.policies]:
+                self.remove_policy(pid)
         try:  # last: a user env's set_state may raise
             self.env_runner_group.set_state(list(state.get("env_runners") or []))
         finally:

@@ -106,3 +106,26 @@ def test_a_snapshot_that_cannot_be_added_leaves_the_league_as_it_was():
         assert after["games"] >= before["games"]
     finally:
         algo.stop()
+
+
+def test_an_in_place_restore_of_an_earlier_checkpoint_drops_the_snapshots_taken_after_it(tmp_path):
+    """algo.restore() of a checkpoint saved before the newest snapshots: those snapshots are not
+    in the restored pool, and leave the algorithm with it (snapshot IDs are the league's alone),
+    so that the next snapshots are taken under their numbers again instead of failing on a
+    policy of that name."""
+    algo = small_league().build()  # a snapshot each iteration, two kept
+    try:
+        for iteration in range(1, 6):
+            algo.train()
+            if iteration == 3:
+                checkpoint = algo.save(str(tmp_path / "at3"))
+        assert sorted(algo.policies) == ["main", "main_v4", "main_v5"]
+        algo.restore(checkpoint)
+        assert algo.league.pool == ["main_v2", "main_v3"]
+        assert sorted(algo.policies) == ["main", "main_v2", "main_v3"]
+        algo.train()
+        algo.train()
+        assert algo.league.pool == ["main_v4", "main_v5"]
+        assert sorted(algo.policies) == ["main", "main_v4", "main_v5"]
+    finally:
+        algo.stop()
