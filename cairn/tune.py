@@ -33,13 +33,28 @@ _SETS_ITS_KEYS = frozenset({"env_config"})
 _MULTI_AGENT = frozenset({"policies", "policies_to_train", "policy_mapping_fn"})
 
 
+def _set_path(current: Mapping[str, Any], path: list[str], value: Any) -> dict[str, Any]:
+    """A deep copy of ``current`` with ``value`` at the nested ``path`` (a non-dict on the way
+    becomes a dict)."""
+    out = copy.deepcopy(dict(current))
+    node = out
+    for part in path[:-1]:
+        child = node.get(part)
+        node[part] = copy.deepcopy(dict(child)) if isinstance(child, Mapping) else {}
+        node = node[part]
+    node[path[-1]] = copy.deepcopy(value)
+    return out
+
+
 def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> AlgorithmConfig:
     """A copy of ``config`` with ``params`` set by field name (``"lr"``), a dotted key going
-    into a dict-valued field (``"model.hidden"``, ``"env_config.num_agents"``). A dict given
-    for a dict-valued training setting (``{"model": {"hidden": [32]}}``, the form Tune gives
-    a nested ``param_space``) is merged into the config's value as ``config.training()``
-    merges it (the activation stays; a model class, given either way, becomes its
-    reference); a dict for ``env_config`` sets the keys it names, as dotted keys do. Any
+    into a dict-valued field and setting that one key (``"model.hidden"``,
+    ``"env_config.num_agents"``, ``"model.custom_model_config.width"``). A dict given for a
+    dict-valued training setting (``{"model": {"hidden": [32]}}``, the form Tune gives a
+    nested ``param_space``) is merged into the config's value as ``config.training()`` merges
+    it, one level deep (the activation stays; a dict inside it, ``custom_model_config``,
+    replaces the config's whole; a model class, given either way, becomes its reference); a
+    dict for ``env_config`` sets the keys it names, likewise one level deep. Any
     other value replaces the field's (``policies`` names the whole set of policies);
     ``callbacks_class`` takes a class, as ``config.callbacks()`` does, and stores its reference;
     ``policies``, ``policies_to_train`` and ``policy_mapping_fn`` go through
@@ -63,10 +78,10 @@ def apply_param_space(config: AlgorithmConfig, params: Mapping[str, Any]) -> Alg
             if not isinstance(current, Mapping):
                 raise ConfigError(f"param_space key {key!r} goes into {name!r}, which is "
                                   f"{current!r}, not a dict; use the key {name!r}.")
-            nested: Any = value
-            for part in reversed(path):
-                nested = {part: nested}
-            value = nested if name in merged else merge_setting(copy.deepcopy(dict(current)), nested)
+            # The key at the path is set, the others stay: "model.custom_model_config.width"
+            # keeps the other keys of custom_model_config (a dict at the path replaces the value
+            # there, as {"model": {"custom_model_config": {...}}} does).
+            value = _set_path(current, path, value)
         elif name in _SETS_ITS_KEYS and isinstance(value, Mapping):
             # {"env_config": {"difficulty": 2}} varies that key, as "env_config.difficulty" does.
             current = getattr(out, name)

@@ -212,7 +212,9 @@ class AlgorithmConfig:
         ``num_epochs``, ``grad_clip``, ``model`` and the algorithm's own (see its FIELDS).
 
         Dict-valued settings (:meth:`merged_fields`: ``model``, DQN's ``replay_buffer_config``)
-        are merged into the current value, so ``model={"hidden": [32]}`` keeps the activation.
+        are merged into the current value one level deep, as RLlib updates them
+        (:func:`merge_setting`): ``model={"hidden": [32]}`` keeps the activation, and a
+        ``custom_model_config`` given replaces the current one whole.
         """
         for key in sorted(self.merged_fields() & kwargs.keys()):
             given = kwargs[key]

@@ -11,7 +11,7 @@ import gymnasium as gym
 
 from cairn.errors import ConfigError, MissingCallableError
 from cairn.policy.keras_config import model_framework
-from cairn.policy.merge import deep_merge
+from cairn.policy.merge import merge_setting
 from cairn.policy.spec import PolicySpec
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
 from cairn.registry import CALLABLE_KEY, callable_reference, registered_envs, resolve_callable
@@ -243,13 +243,12 @@ def check_env(env: Any) -> None:
         ) from None
 
 
-#: The one merge rule for dict settings, :func:`cairn.policy.merge.deep_merge` (recursive, as
-#: a copy): a dict-valued setting (:meth:`AlgorithmConfig.merged_fields`) after ``training()``
-#: or a restore's ``config_overrides`` set a dict over it, a PolicySpec's config over the shared
-#: one, and a policy's config over its class's defaults all merge this way. Today's dict
-#: settings (``model``, ``replay_buffer_config``) hold no nested dicts, so a stored
-#: checkpoint's overrides merge exactly as the earlier one-level rule merged them.
-merge_setting = deep_merge
+# The one merge rule for dict settings is cairn.policy.merge.merge_setting (one level deep, as
+# RLlib's training(model=...) updates the model dict): a dict-valued setting
+# (AlgorithmConfig.merged_fields) after training() or a restore's config_overrides set a dict
+# over it, a PolicySpec's model over the shared one, Tune's param_space and `cairn train
+# --config` all merge this way. A nested dict inside a setting (model.custom_model_config) is
+# one value: a new one replaces the old whole, keys it lacks are not carried over.
 
 
 def require_mapping(value: Any, key: str) -> Mapping[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from cairn.errors import ConfigError, RestoredSettingError
 from cairn.policy.custom_model import model_references
-from cairn.policy.merge import deep_merge
+from cairn.policy.merge import merge_setting
 from cairn.policy.mlp_actor_critic import check_model_config
 
 __all__ = ["with_config_overrides"]
@@ -51,7 +51,7 @@ def with_config_overrides(state: Mapping[str, Any], overrides: Mapping[str, Any]
         if key == "model":
             if not isinstance(value, Mapping):
                 raise ConfigError(f"config_overrides 'model' must be a dict, got {value!r:.100}.")
-            config["model"] = deep_merge(stored["model"] or {}, model_references(value))
+            config["model"] = merge_setting(stored["model"] or {}, model_references(value))
             check_model_config(config["model"])
         elif key == "observation_filter" and value != stored[key]:
             raise RestoredSettingError(

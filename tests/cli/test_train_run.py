@@ -370,6 +370,23 @@ def test_dict_settings_merge_into_the_defaults_and_the_config_file(tmp_path):
     assert config["model"] == expected.model and config["model"]["activation"] == "tanh"
 
 
+def test_a_nested_dict_inside_model_replaces_the_config_files_whole(tmp_path):
+    """A KEY=VALUE model='{"custom_model_config": {}}' after a --config file's
+    custom_model_config {"width": 8} kept the width (a recursive merge), so the run trained a
+    model the command line did not describe; the merge is one level deep, as training() does."""
+    file = tmp_path / "ppo.yaml"
+    file.write_text(yaml.safe_dump({"model": {"custom_model": "tests.models.nets:TwoHeads",
+                                              "custom_model_config": {"width": 8}}}))
+    run = tmp_path / "run"
+    assert main(["train", "--algo", "PPO", "--env", "CartPole-v1", "--config", str(file),
+                 "train_batch_size=16", "minibatch_size=16", "num_epochs=1",
+                 'model={"custom_model_config": {"depth": 2}}',
+                 "--stop-iters", "1", "--out", str(run), "-q"]) == 0
+    model = json.loads((run / "config.json").read_text())["model"]
+    assert model["custom_model_config"] == {"depth": 2}
+    assert model["custom_model"] == "tests.models.nets:TwoHeads"  # the key the setting lacks stays
+
+
 def test_a_yaml_config_file_reads_exponent_numbers_as_floats(tmp_path, capsys):
     """PyYAML (YAML 1.1) kept lr: 1e-3 as the string '1e-3' (it wants a dot and a signed
     exponent), so the run was refused with "'lr'='1e-3' is invalid: expected a number"; JSON

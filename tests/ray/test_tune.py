@@ -44,6 +44,29 @@ def test_a_nested_param_space_dict_merges_into_model_as_training_does():
         apply_param_space(config, {"model": {"activation": "nope"}})
 
 
+def test_a_nested_dict_inside_model_in_param_space_replaces_the_configs_whole():
+    """{"model": {"custom_model_config": {"heads": 4}}} gave the trial {"width": 32, "heads": 4}
+    (a recursive merge) where config.training(model=...) and RLlib give {"heads": 4}; a dotted
+    key sets that one key, so "model.custom_model_config.heads" keeps the width."""
+    from tests.models.nets import TwoHeads
+
+    config = small_ppo(model={"custom_model": TwoHeads, "custom_model_config": {"width": 32}})
+    given = {"custom_model_config": {"heads": 4}}
+    assert apply_param_space(config, {"model": given}).model == config.copy().training(model=given).model
+    assert apply_param_space(config, {"model": given}).model["custom_model_config"] == {"heads": 4}
+    assert apply_param_space(config, {"model.custom_model_config": {"heads": 4}}).model == \
+        apply_param_space(config, {"model": given}).model
+    dotted = apply_param_space(config, {"model.custom_model_config.heads": 4})
+    assert dotted.model["custom_model_config"] == {"width": 32, "heads": 4}
+    assert dotted.model["custom_model"] == config.model["custom_model"]
+    env = config.copy().environment("CartPole-v1", env_config={"size": 5, "opts": {"a": 1}})
+    nested = apply_param_space(env, {"env_config": {"opts": {"b": 2}}})
+    assert nested.env_config == {"size": 5, "opts": {"b": 2}}
+    dotted_env = apply_param_space(env, {"env_config.opts.b": 2})
+    assert dotted_env.env_config == {"size": 5, "opts": {"a": 1, "b": 2}}
+    assert config.model["custom_model_config"] == {"width": 32}  # the given config is not changed
+
+
 def test_a_nested_param_space_dict_sets_only_its_keys_of_env_config():
     # {"env_config": {"difficulty": tune.grid_search([1, 2])}} varies one key: the base
     # env_config's others (its size) must reach the trial's env, as with "env_config.difficulty".
