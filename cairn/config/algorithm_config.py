@@ -406,9 +406,10 @@ class AlgorithmConfig:
         if self.league_config is not None:
             self._check_league(policies)
         check_learners(self.num_learners, self.model, policies)
-        for spec in policies.values():
+        for pid, spec in policies.items():
             if spec.config:
-                check_model_config({**self.model, **spec.config.get("model", {})})
+                model = require_mapping(spec.config.get("model", {}), f"policies[{pid!r}].config['model']")
+                check_model_config(merge_setting(self.model, model))  # the model policy_config gives
 
     def _check_league(self, policies: Mapping[str, PolicySpec]) -> None:
         main = self.league_config["main"] if self.league_config else None

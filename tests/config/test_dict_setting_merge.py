@@ -81,3 +81,16 @@ def test_a_policy_restore_override_replaces_a_nested_dict_of_the_stored_model(tm
     assert restored.config["model"]["custom_model_config"] == {"width": 8}
     assert restored.config["model"]["custom_model"] == algo.config.model["custom_model"]
     algo.stop()
+
+
+@pytest.mark.parametrize("model", [5, None, [("hidden", [8])]])
+def test_a_policy_spec_model_that_is_not_a_dict_is_a_config_error_naming_it(model):
+    """PolicySpec(config={"model": 5}) passed multi_agent() and then failed build() with
+    "TypeError: 'int' object is not a mapping", naming neither the policy nor the setting."""
+    config = small_ppo().multi_agent(policies={"a": cairn.PolicySpec(config={"model": model})},
+                                     policy_mapping_fn={"agent_0": "a"})
+    with pytest.raises(cairn.errors.ConfigError, match=r"policies\['a'\]\.config\['model'\].*must be a dict"):
+        config.validate()
+    config.multi_agent(policies={"a": cairn.PolicySpec(config={"model": {"hidden": [8]}})})
+    config.validate()  # the config is usable once the spec is fixed
+    assert config.policy_config("a")["model"]["hidden"] == [8]
