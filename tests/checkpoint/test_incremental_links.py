@@ -142,3 +142,20 @@ def test_a_file_changed_in_a_checkpoint_this_process_did_not_write_is_written_an
         _saved_live_state(second, restored)
     finally:
         restored.stop()
+
+
+@pytest.mark.parametrize("link_at", [True, False], ids=["descriptors", "paths"])
+def test_native_model_files_of_an_unchanged_policy_are_linked(algo, tmp_path, monkeypatch, link_at):
+    """model/ is a subdirectory of the policy's: its files are linked there too, not refused as
+    missing (which warned that the earlier checkpoint was damaged and wrote the policy anew)."""
+    monkeypatch.setattr(local, "_LINK_AT", local._LINK_AT and link_at)
+    algo.config.export_native_model_files = True
+    first = save_algorithm(algo, tmp_path / "c1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = save_algorithm(algo, tmp_path / "c2", previous=first)
+    names = sorted(p.relative_to(Path(first, "policies", "p1")).as_posix()
+                   for p in Path(first, "policies", "p1").rglob("*") if p.is_file())
+    assert "model/signature.json" in names and len(names) > 4  # the state files and model/'s
+    assert all(_linked(first, second, name) for name in names)
+    _saved_live_state(second, algo)

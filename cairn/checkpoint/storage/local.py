@@ -186,6 +186,7 @@ class LocalStorage(Storage):
             os.makedirs(made, exist_ok=True)
             for file, entry in files.items():
                 destination = os.path.join(made, file)
+                os.makedirs(os.path.dirname(destination), exist_ok=True)  # model/ of native files
                 problem = _taken(link_or_copy, source._file(f"{directory}/{file}"), destination)
                 problem = problem or file_problem(None, destination, entry)
                 if problem is not None:
@@ -265,6 +266,8 @@ def _link_children(src_root: str, dst_root: str,
                     os.mkdir(name, dir_fd=dst)
                 for file, entry in files.items():
                     relative = f"{name}/{file}"
+                    if "/" in file:  # a file of a subdirectory (native model files: model/...)
+                        os.makedirs(os.path.join(dst_root, os.path.dirname(relative)), exist_ok=True)
                     problem = _taken(_link_at, src, dst, relative, src_root, dst_root)
                     problem = problem or file_problem(dst, relative, entry)
                     if problem is not None:
