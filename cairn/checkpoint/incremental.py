@@ -13,8 +13,9 @@ a new process links what the run that wrote the earlier checkpoint would have.
 
 For each policy (:func:`plan_reuse`):
 
-* both state files hash as in the earlier checkpoint (a frozen opponent no agent played): every
-  file of the policy, its manifest included, is taken;
+* both state files hash as in the earlier checkpoint (a frozen opponent no agent played) and
+  its native model files are the ones this save would write: every file of the policy, its
+  manifest included, is taken;
 * only ``policy_state.safetensors`` does (a frozen opponent that acted: its generator and
   timestep moved, its weights, optimizer and filter did not): that file is taken, the JSON file
   and the manifest are written;
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,13 +139,17 @@ class Reuse:
         return {**files, MANIFEST_FILE: self.previous.entry}
 
 
-def plan_reuse(state: Any, previous: PreviousPolicy | None, *, native: bool) -> Reuse | None:
+def plan_reuse(state: Any, previous: PreviousPolicy | None, *, native: bool,
+               reuses: Callable[[Mapping[str, Any]], bool] | None = None) -> Reuse | None:
     """What of ``previous`` (the same policy in the earlier checkpoint) a save of ``state`` may
     take: None when its arrays file would be other bytes. The whole policy only when its JSON
     file would be the same bytes too, native model files are wanted exactly when they were
-    stored (they are made from that state), and its manifest is of this format version (a taken
-    manifest must describe the files as this version writes them). With native model files
-    wanted and not all taken, nothing is: they are written with the state."""
+    stored (they are made from that state), they are the ones this save would write
+    (``reuses(record)`` of the earlier ``native_model`` record, where the native files' writer
+    has one: a Keras policy's ``model.keras`` alone is not its full files), and its manifest is
+    of this format version (a taken manifest must describe the files as this version writes
+    them). With native model files wanted and not all taken, nothing is: they are written with
+    the state."""
     if previous is None:
         return None
     files = previous.manifest["files"]
@@ -152,11 +157,20 @@ def plan_reuse(state: Any, previous: PreviousPolicy | None, *, native: bool) -> 
     if entries is None or files.get(POLICY_ARRAYS_FILE) != entries[POLICY_ARRAYS_FILE]:
         return None
     whole = (files.get(POLICY_STATE_FILE) == entries[POLICY_STATE_FILE]
-             and native == (previous.manifest.get("native_model") is not None)
+             and _same_native(native, reuses, previous.manifest.get("native_model"))
              and previous.manifest.get("format_version") == FORMAT_VERSION)
     if native and not whole:
         return None
     return Reuse(previous, whole)
+
+
+def _same_native(native: bool, reuses: Callable[[Mapping[str, Any]], bool] | None,
+                 record: Any) -> bool:
+    """Whether the earlier native model files (described by ``record``, None for none) are what
+    this save would write: none for none, and ``reuses(record)`` where the writer says."""
+    if not native or record is None:
+        return not native and record is None
+    return reuses is None or reuses(record)
 
 
 def link_policies(target: WriteTarget, previous: PreviousCheckpoint,

@@ -44,6 +44,10 @@ __all__ = [
 #: ``native_files(directory, files) -> native_model record | None``: writes opaque native model
 #: files into a Policy checkpoint's ``directory``, records each in ``files`` (path relative to
 #: ``directory`` -> ``{"size", "hash"}``), and returns the manifest's ``native_model`` entry.
+#: A writer whose files depend on more than the policy's state (a Keras policy's ``model.onnx``
+#: only with ``export_native_model_files``) also has ``reuses(record) -> bool``: whether an
+#: earlier checkpoint whose manifest's ``native_model`` is ``record`` holds the files it would
+#: write. An incremental save takes a policy's files whole only then (:func:`plan_reuse`).
 NativeFiles = Callable[[Path, Files], "dict[str, Any] | None"]
 #: Where a checkpoint is written or read: a path, a URL, or a Storage.
 Location = Union[str, "os.PathLike[str]", Storage]
@@ -189,7 +193,8 @@ def write_algorithm_checkpoint(
         reuse: dict[str, Reuse] = {}
         if earlier is not None:
             for pid, policy_state in policy_states.items():
-                plan = plan_reuse(policy_state, earlier.policies.get(pid), native=pid in native)
+                plan = plan_reuse(policy_state, earlier.policies.get(pid), native=pid in native,
+                                  reuses=getattr(native.get(pid), "reuses", None))
                 if plan is not None:
                     reuse[pid] = plan
             for pid in link_policies(target, earlier, reuse):

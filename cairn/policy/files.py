@@ -19,6 +19,8 @@ from cairn.policy.state_check import check_policy_state
 from cairn.registry import model_exporter, native_model_writer
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from cairn.checkpoint.paths import CheckpointLike
     from cairn.checkpoint.writer import NativeFiles
 
@@ -78,9 +80,34 @@ def native_files_writer(policy: SavedPolicy, *, full: bool = True) -> NativeFile
 
     The writer is ``cairn.export``'s (a layer above this one), named in
     :data:`cairn.registry.NATIVE_MODEL_WRITER` and looked up here, when it is needed: the one
-    place where the policy layer calls upward (docs/architecture.md).
+    place where the policy layer calls upward (docs/architecture.md). Its ``reuses(record)``
+    tells an incremental save whether an earlier checkpoint's native files are these
+    (:data:`cairn.checkpoint.writer.NativeFiles`).
     """
-    return functools.partial(native_model_writer(), policy, full=full)
+    return _NativeFilesWriter(functools.partial(native_model_writer(), policy, full=full),
+                              keras=uses_keras(policy.config), full=full)
+
+
+class _NativeFilesWriter:
+    """:func:`native_files_writer`'s callback, with the ``reuses`` an incremental save asks."""
+
+    def __init__(self, write: NativeFiles, *, keras: bool, full: bool) -> None:
+        self._write, self._keras, self._full = write, keras, full
+
+    def __call__(self, directory: Path, files: dict[str, Any]) -> dict[str, Any] | None:
+        return self._write(directory, files)
+
+    def reuses(self, record: Mapping[str, Any]) -> bool:
+        """Whether native files an earlier checkpoint of the same state recorded as ``record``
+        (its manifest's ``native_model``) are what this writer writes. A torch policy's files
+        are the same with or without ``full``. A Keras policy's full record
+        (``export_native_model_files``) names ``model.onnx`` in ``formats`` or says why it was
+        ``skipped``; a record of ``model.keras`` alone does neither. A failed record is the
+        same either way (``model.keras`` could not be written: nothing was)."""
+        if not self._keras or record.get("status") != "ok":
+            return True
+        full = "onnx" in record.get("formats", ()) or "skipped" in record
+        return full == self._full
 
 
 def export_native_model(policy: SavedPolicy, export_dir: str | os.PathLike[str], *, onnx: int | None,

@@ -6,12 +6,15 @@ import dataclasses
 import json
 import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import cairn
+from cairn.cli.checkpoint_verify import verify_checkpoint
 from cairn.errors import ExportError
 from cairn.export.verify import onnx_runner
 from tests.conftest import ROOT
@@ -120,3 +123,36 @@ def test_a_failed_keras_export_keeps_the_earlier_model_keras(tmp_path):
     with pytest.raises(ExportError, match="chose different actions"):
         _UnfaithfulPolicy(space, gym.spaces.Discrete(2), config, seed=1).export_model(tmp_path)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def _model_files(checkpoint: str) -> list[str]:
+    model = Path(checkpoint, "policies", "default_policy", "model")
+    return sorted(p.name for p in model.iterdir())
+
+
+@pytest.mark.parametrize("first, second", [(False, True), (True, False)], ids=["then-full", "then-keras"])
+def test_an_incremental_save_writes_the_native_files_it_is_asked_for(tmp_path, first, second):
+    """A Keras checkpoint always holds model.keras; model.onnx only with
+    export_native_model_files. An incremental save of an unchanged policy takes its files from
+    the earlier checkpoint only where that holds the same native files: else a save asking for
+    model.onnx after one that did not got none (its manifest said so, the file was missing)."""
+    algo = small_ppo().framework("keras").build()
+    algo.config.export_native_model_files = first
+    earlier = algo.save(tmp_path / "a")
+    algo.config.export_native_model_files = second
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no earlier file taken for damaged
+        incremental = algo.save(tmp_path / "b", previous=earlier)
+        again = algo.save(tmp_path / "c", previous=incremental)
+    whole = algo.save(tmp_path / "d")  # what the incremental saves must hold
+    assert _model_files(whole) == (["model.keras", "model.onnx", "signature.json"] if second
+                                   else ["model.keras", "signature.json"])
+    assert _model_files(incremental) == _model_files(again) == _model_files(whole)
+    native = [json.loads(Path(c, "policies/default_policy/cairn_checkpoint.json").read_text())["native_model"]
+              for c in (incremental, again, whole)]
+    assert native[0] == native[1] == native[2]
+    keras_file = "policies/default_policy/model/model.keras"
+    assert (tmp_path / "b" / keras_file).stat().st_ino != (tmp_path / "a" / keras_file).stat().st_ino
+    # The same native files: taken whole, as before.
+    assert (tmp_path / "c" / keras_file).stat().st_ino == (tmp_path / "b" / keras_file).stat().st_ino
+    assert verify_checkpoint(incremental)[0] == verify_checkpoint(again)[0] == []
