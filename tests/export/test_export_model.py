@@ -159,3 +159,26 @@ def test_export_dir_that_is_a_file_is_refused(tmp_path: Path, helpers: Any) -> N
     policy = cairn.Policy(BOX_OBS, gym.spaces.Discrete(2), seed=0)
     with pytest.raises(ExportError, match="not a directory"):
         export_model(policy, target)
+
+
+def test_an_export_replaces_an_earlier_export_of_another_format(tmp_path: Path, helpers: Any) -> None:
+    """Exporting into a directory that holds an earlier export removes the model files that
+    export's signature.json listed and this one does not write (once this one is checked): an
+    earlier model.onnx beside a torch export's signature.json ran the earlier policy for whoever
+    read model.onnx. Files of the user's, and paths outside the directory, are kept."""
+    policy = helpers.make_policy(BOX_OBS, gym.spaces.Discrete(3), filtered=True)
+    (tmp_path / "README.txt").write_text("mine")
+    for onnx, other in ((18, None), (None, 18), (18, 18)):
+        export_model(policy, tmp_path, onnx=other)
+        signature = export_model(policy, tmp_path, onnx=onnx)
+        written = sorted(signature["files"].values())
+        expected = sorted([*written, "README.txt", "signature.json"])
+        assert sorted(p.name for p in tmp_path.iterdir()) == expected
+        helpers.check_model_dir(policy, tmp_path)
+    (tmp_path / "inside" / "sub").mkdir(parents=True)
+    (tmp_path / "outside.bin").write_text("mine")
+    listed = {"torch": "../outside.bin", "onnx": "sub", "x": "README.txt/..", "y": "/etc/hostname", "z": 3}
+    (tmp_path / "inside" / "signature.json").write_text(json.dumps({**signature, "files": listed}))
+    export_model(policy, tmp_path / "inside", onnx=18)
+    assert (tmp_path / "outside.bin").read_text() == (tmp_path / "README.txt").read_text() == "mine"
+    assert (tmp_path / "inside" / "sub").is_dir()
