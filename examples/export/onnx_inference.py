@@ -22,6 +22,10 @@ def load(path: Path) -> tuple[onnxruntime.InferenceSession, dict]:
     model = path / "model.onnx" if path.is_dir() else path
     signature_file = model.with_name("signature.json")
     signature = json.loads(signature_file.read_text()) if signature_file.exists() else {}
+    if signature and signature.get("files", {}).get("onnx") != model.name:
+        # signature.json describes another export (a torch one): this model.onnx is not its model
+        raise SystemExit(f"{signature_file} describes {signature.get('files')}, not {model.name}: "
+                         "export the policy with --format onnx into that directory again.")
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1  # one observation at a time: threads only add overhead
     session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])

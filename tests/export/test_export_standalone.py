@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,9 @@ def test_examples_act_without_cairn(kind: str, tmp_path: Path, helpers: Any) -> 
     assert len(expected) == EPISODES
     assert _returns(onnx_run.stdout) == expected
     assert _returns(torch_run.stdout) == expected
+
+    # A model.onnx beside a signature.json that describes another export is not run.
+    shutil.copy(tmp_path / "onnx_model" / "model.onnx", tmp_path / "torch_model" / "model.onnx")
+    stale = _run([str(EXAMPLES / "onnx_inference.py"), str(tmp_path / "torch_model"), "--episodes", "1"],
+                 blocked)
+    assert stale.returncode != 0 and "not model.onnx" in stale.stderr and "episode" not in stale.stdout
