@@ -182,3 +182,23 @@ def test_an_export_replaces_an_earlier_export_of_another_format(tmp_path: Path, 
     export_model(policy, tmp_path / "inside", onnx=18)
     assert (tmp_path / "outside.bin").read_text() == (tmp_path / "README.txt").read_text() == "mine"
     assert (tmp_path / "inside" / "sub").is_dir()
+
+
+def test_an_export_under_an_object_store_prefix_replaces_an_earlier_one(helpers: Any) -> None:
+    """The same under a URL: the earlier export's files of the other format are deleted there
+    once the new ones are uploaded; other objects under the prefix are kept."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    policy = helpers.make_policy(BOX_OBS, gym.spaces.Discrete(3), filtered=True)
+    fs.pipe("/export-replace/README.txt", b"mine")
+    try:
+        export_model(policy, "memory://export-replace", onnx=18)
+        export_model(policy, "memory://export-replace")
+        assert sorted(p.rpartition("/")[2] for p in fs.find("/export-replace")) == [
+            "README.txt", "model.pt2", "model.safetensors", "signature.json"]
+        export_model(policy, "memory://export-replace", onnx=18)
+        assert sorted(p.rpartition("/")[2] for p in fs.find("/export-replace")) == [
+            "README.txt", "model.onnx", "signature.json"]
+    finally:
+        fs.rm("/export-replace", recursive=True)
