@@ -47,6 +47,8 @@ __all__ = [
     "NativeModelWriter",
     "NATIVE_MODEL_WRITER",
     "native_model_writer",
+    "NATIVE_MODEL_REUSES",
+    "native_model_reuses",
     "ModelExporter",
     "MODEL_EXPORTER",
     "model_exporter",
@@ -74,6 +76,10 @@ ModelExporter = Callable[..., dict[str, Any]]
 #: importing them.
 NATIVE_MODEL_WRITER = "cairn.export.checkpoint_files:write_native_model_files"
 MODEL_EXPORTER = "cairn.export.model_export:export_model"
+#: ``reuses(record) -> bool``: whether the ONNX part of an earlier ``native_model`` record is what
+#: the writer would write in this process (it skipped ``model.onnx`` for packages missing here
+#: too, or skipped nothing), for an incremental save's reuse of a policy's files.
+NATIVE_MODEL_REUSES = "cairn.export.checkpoint_files:onnx_skip_holds"
 
 T = TypeVar("T")
 
@@ -104,6 +110,11 @@ def registered_envs() -> dict[str, Callable[[dict[str, Any]], Any]]:
 def native_model_writer() -> NativeModelWriter:
     """cairn.export's writer of a policy's ``model/`` files (:data:`NATIVE_MODEL_WRITER`)."""
     return resolve_callable(NATIVE_MODEL_WRITER, what="native model writer")  # type: ignore[no-any-return]
+
+
+def native_model_reuses() -> Callable[[Mapping[str, Any]], bool]:
+    """cairn.export's check of an earlier ``native_model`` record (:data:`NATIVE_MODEL_REUSES`)."""
+    return resolve_callable(NATIVE_MODEL_REUSES, what="native model reuse check")  # type: ignore[no-any-return]
 
 
 def model_exporter() -> ModelExporter:

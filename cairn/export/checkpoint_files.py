@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +26,12 @@ from cairn.policy.keras_config import uses_keras
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
 
-__all__ = ["MODEL_DIR", "write_native_model_files"]
+__all__ = ["MODEL_DIR", "write_native_model_files", "onnx_skip_holds"]
 
 MODEL_DIR = "model"
 _CHUNK = 1 << 20
+#: How a ``native_model`` record's ``skipped["onnx"]`` begins where the ONNX packages were missing.
+_NOT_INSTALLED = "not installed: "
 
 
 def _record(model_dir: Path, root: Path, files: dict[str, dict[str, Any]]) -> None:
@@ -75,7 +78,7 @@ def write_native_model_files(policy: Policy, root: Path, files: dict[str, dict[s
     with_onnx = full or not keras  # full=False: a Keras policy's model.keras alone
     missing = missing_onnx_packages() if with_onnx else []
     if missing:
-        record["skipped"] = {"onnx": f"not installed: {', '.join(missing)}"}
+        record["skipped"] = {"onnx": f"{_NOT_INSTALLED}{', '.join(missing)}"}
     elif with_onnx:
         try:
             if keras:
@@ -91,3 +94,18 @@ def write_native_model_files(policy: Policy, root: Path, files: dict[str, dict[s
     write_signature(model_dir, build_signature(policy, graph, written, opset=record["opset"]))
     _record(model_dir, root, files)
     return record
+
+
+def onnx_skip_holds(record: Mapping[str, Any]) -> bool:
+    """Whether this process would leave ``model.onnx`` out as the ``native_model`` record
+    ``record`` of an earlier save of the same state says, for an incremental save's reuse
+    (``cairn.registry.NATIVE_MODEL_REUSES``). A record that skipped ONNX because the packages
+    were missing holds only where one of them is missing here too (with them, this save writes
+    ``model.onnx``); one that skipped it because the export failed for the model (an
+    :class:`~cairn.errors.ExportError`) holds (the same model fails the same way), and so does
+    every record that skipped nothing."""
+    skipped = record.get("skipped")
+    reason = skipped.get("onnx") if isinstance(skipped, Mapping) else None
+    if not isinstance(reason, str) or not reason.startswith(_NOT_INSTALLED):
+        return True
+    return bool(missing_onnx_packages())

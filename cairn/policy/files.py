@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from cairn.policy.config_overrides import with_config_overrides
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.state_check import check_policy_state
-from cairn.registry import model_exporter, native_model_writer
+from cairn.registry import model_exporter, native_model_reuses, native_model_writer
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -103,11 +103,16 @@ class _NativeFilesWriter:
         are the same with or without ``full``. A Keras policy's full record
         (``export_native_model_files``) names ``model.onnx`` in ``formats`` or says why it was
         ``skipped``; a record of ``model.keras`` alone does neither. A failed record is the
-        same either way (``model.keras`` could not be written: nothing was)."""
-        if not self._keras or record.get("status") != "ok":
+        same either way (``model.keras`` could not be written: nothing was). A record that left
+        ``model.onnx`` out because the ONNX packages were missing is these files only where they
+        are missing here too (``cairn.registry.NATIVE_MODEL_REUSES``)."""
+        if record.get("status") != "ok":
             return True
-        full = "onnx" in record.get("formats", ()) or "skipped" in record
-        return full == self._full
+        if self._keras:
+            full = "onnx" in record.get("formats", ()) or "skipped" in record
+            if full != self._full:
+                return False
+        return native_model_reuses()(record)
 
 
 def export_native_model(policy: SavedPolicy, export_dir: str | os.PathLike[str], *, onnx: int | None,

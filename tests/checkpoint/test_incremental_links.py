@@ -17,7 +17,8 @@ import cairn
 from cairn.algorithms.save_restore import prepare_algorithm_save, save_algorithm
 from cairn.checkpoint import load_algorithm_state
 from cairn.checkpoint.storage import local
-from cairn.errors import CheckpointError
+from cairn.errors import CheckpointError, ExportError
+from cairn.export import checkpoint_files, onnx_model
 from tests.helpers import assert_trees_equal, small_ma_ppo
 
 ARRAYS = "policy_state.safetensors"
@@ -36,6 +37,10 @@ def _saved_live_state(path: str, algo: cairn.Algorithm) -> None:
     stored = load_algorithm_state(path)["policies"]
     for pid, policy in algo.policies.items():
         assert_trees_equal(stored[pid], policy.get_state(), pid)
+
+
+def _native_record(path: str, pid: str) -> dict:
+    return cairn.get_checkpoint_info(Path(path, "policies", pid))["native_model"]
 
 
 def _linked(a: str, b: str, name: str) -> bool:
@@ -159,3 +164,49 @@ def test_native_model_files_of_an_unchanged_policy_are_linked(algo, tmp_path, mo
     assert "model/signature.json" in names and len(names) > 4  # the state files and model/'s
     assert all(_linked(first, second, name) for name in names)
     _saved_live_state(second, algo)
+
+
+def test_native_files_saved_without_the_onnx_packages_are_not_reused_where_they_can_be_written(
+        algo, tmp_path, monkeypatch):
+    """An earlier save that lacked the ONNX packages has no model.onnx: a save that has them
+    writes the policy anew with it (as a save without ``previous`` would), and a save that lacks
+    them too takes the earlier files."""
+    algo.config.export_native_model_files = True
+    with monkeypatch.context() as patch:  # as if the onnx extra were not installed
+        patch.setattr(onnx_model, "ONNX_PACKAGES", ("onnx", "no_such_package_for_cairn"))
+        first = save_algorithm(algo, tmp_path / "c1")
+        also_without = save_algorithm(algo, tmp_path / "c2", previous=first)
+    skipped = _native_record(first, "p1")["skipped"]
+    assert skipped == {"onnx": "not installed: no_such_package_for_cairn"}
+    assert _linked(first, also_without, ARRAYS) and _linked(first, also_without, "model/signature.json")
+    second = save_algorithm(algo, tmp_path / "c3", previous=first)
+    full = save_algorithm(algo, tmp_path / "c4")
+    for pid in ("p0", "p1"):
+        model = Path(second, "policies", pid, "model")
+        assert sorted(p.name for p in model.iterdir()) == sorted(
+            p.name for p in Path(full, "policies", pid, "model").iterdir())
+        assert (model / "model.onnx").is_file()
+        assert "onnx" in _native_record(second, pid)["formats"]
+    _saved_live_state(second, algo)
+    # Files with model.onnx are taken by the next save that has the packages.
+    third = save_algorithm(algo, tmp_path / "c5", previous=second)
+    assert _linked(second, third, "model/model.onnx")
+
+
+def test_native_files_whose_onnx_export_failed_for_the_model_are_reused(algo, tmp_path, monkeypatch):
+    """ONNX skipped because the export failed for the model (an ExportError) is what a save of
+    the same state gets again: its files are taken, without the packages' reason to write anew."""
+    algo.config.export_native_model_files = True
+
+    def failing(*args, **kwargs):
+        raise ExportError("the exporter cannot convert this model")
+
+    with monkeypatch.context() as patch, pytest.warns(UserWarning, match="has no model.onnx"):
+        patch.setattr(checkpoint_files, "write_onnx_file", failing)
+        first = save_algorithm(algo, tmp_path / "c1")
+    assert _native_record(first, "p1")["skipped"] == {"onnx": "the exporter cannot convert this model"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = save_algorithm(algo, tmp_path / "c2", previous=first)
+    assert _linked(first, second, ARRAYS) and _linked(first, second, "model/signature.json")
+    assert not Path(second, "policies", "p1", "model", "model.onnx").exists()
