@@ -143,8 +143,12 @@ def plot_runs(run_dirs: Sequence[str], out: str, *, x: str = "timesteps", y: str
             lo = max(xs[0] for xs, _ in series)
             hi = min(xs[-1] for xs, _ in series)
             grid = np.unique(np.concatenate([xs[(xs >= lo) & (xs <= hi)] for xs, _ in series]))
-            if not len(grid):
-                continue
+            if not len(grid):  # one seed's data ends before another's begins: no mean to draw
+                ranges = ", ".join(f"{run_dirs[i]} from {runs[i][1][0]:g} to {runs[i][1][-1]:g}"
+                                   for i in with_values)
+                raise UsageError(f"runs that differ only by seed have no {x!r} range in common ({ranges}), "
+                                 f"so their mean over seeds cannot be drawn; plot them with separate cairn "
+                                 f"plot calls, or train the shorter runs on until the ranges overlap.")
             curves = np.stack([np.interp(grid, xs, ys) for xs, ys in series])
             ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), color=color, alpha=0.2, linewidth=0)
             ax.plot(grid, curves.mean(axis=0), color=color, label=label, linewidth=1.8)

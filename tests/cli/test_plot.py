@@ -151,12 +151,12 @@ def test_env_label_names_each_form_of_env():
     assert env_label(lambda cfg: None).endswith("<lambda>")
 
 
-def _write_run(path, seed, returns):
+def _write_run(path, seed, returns, *, first=100, lr=0.001):
     """A run directory as cairn train writes it: config.json and progress.csv (empty cells where an
-    iteration finished no episode)."""
+    iteration finished no episode), a row every 100 timesteps from ``first``."""
     path.mkdir()
-    (path / "config.json").write_text(json.dumps({"env": "CartPole-v1", "lr": 0.001, "seed": seed}))
-    rows = "".join(f"{100 * (i + 1)},{'' if r is None else r}\n" for i, r in enumerate(returns))
+    (path / "config.json").write_text(json.dumps({"env": "CartPole-v1", "lr": lr, "seed": seed}))
+    rows = "".join(f"{first + 100 * i},{'' if r is None else r}\n" for i, r in enumerate(returns))
     (path / "progress.csv").write_text("timesteps,episode_return_mean\n" + rows)
     return str(path)
 
@@ -186,3 +186,16 @@ def test_plot_counts_only_seeds_with_values_and_refuses_a_group_without_any(tmp_
         error = capsys.readouterr().err
         assert f"{', '.join(argv)}: no row has a value of 'episode_return_mean'" in error
         assert len(error.strip().splitlines()) == 1 and not (tmp_path / "e.png").exists()
+
+
+def test_plot_refuses_seeds_with_no_x_range_in_common(tmp_path, capsys):
+    """A group whose runs have no x value range in common was silently left out of the plot."""
+    early = _write_run(tmp_path / "s1", 1, [10, 20, 30])  # timesteps 100 to 300
+    late = _write_run(tmp_path / "s2", 2, [12, 22], first=400)
+    other = _write_run(tmp_path / "o3", 3, [1, 2, 3], lr=0.01)  # a group of its own, plottable
+    out = tmp_path / "c.png"
+    assert main(["plot", early, late, other, "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert "no 'timesteps' range in common" in error
+    assert f"{early} from 100 to 300, {late} from 400 to 500" in error
+    assert len(error.strip().splitlines()) == 1 and not out.exists()
