@@ -104,6 +104,12 @@ def _label(names: Sequence[str], left_out: Sequence[str] = ()) -> str:
     return label
 
 
+def _marker(xs: np.ndarray) -> str | None:
+    """The marker of a line through ``xs``: a dot where it has one point (a line of one point and
+    no marker draws nothing), none otherwise."""
+    return "o" if len(xs) == 1 else None
+
+
 def _parse_size(text: str) -> tuple[int, int]:
     try:
         width, height = (int(v) for v in text.lower().split("x"))
@@ -137,7 +143,7 @@ def plot_runs(run_dirs: Sequence[str], out: str, *, x: str = "timesteps", y: str
             label = _label([names[i] for i in with_values], [names[i] for i in group if i not in with_values])
             if len(with_values) == 1:
                 _, xs, ys = runs[with_values[0]]
-                ax.plot(xs, ys, color=color, label=label, linewidth=1.8)
+                ax.plot(xs, ys, color=color, label=label, linewidth=1.8, marker=_marker(xs))
                 continue
             series = [(runs[i][1], runs[i][2]) for i in with_values]
             lo = max(xs[0] for xs, _ in series)
@@ -150,8 +156,12 @@ def plot_runs(run_dirs: Sequence[str], out: str, *, x: str = "timesteps", y: str
                                  f"so their mean over seeds cannot be drawn; plot them with separate cairn "
                                  f"plot calls, or train the shorter runs on until the ranges overlap.")
             curves = np.stack([np.interp(grid, xs, ys) for xs, ys in series])
-            ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), color=color, alpha=0.2, linewidth=0)
-            ax.plot(grid, curves.mean(axis=0), color=color, label=label, linewidth=1.8)
+            if len(grid) == 1:  # fill_between draws no area over one x value
+                ax.vlines(grid, curves.min(axis=0), curves.max(axis=0), color=color, alpha=0.4, linewidth=6)
+            else:
+                ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), color=color, alpha=0.2,
+                                linewidth=0)
+            ax.plot(grid, curves.mean(axis=0), color=color, label=label, linewidth=1.8, marker=_marker(grid))
         envs = sorted({env_label(config["env"], config.get("env_config"))
                        for config, _, _ in runs if config.get("env")})
         ax.set_title(title or (y if len(envs) != 1 else f"{y} on {envs[0]}"))

@@ -199,3 +199,28 @@ def test_plot_refuses_seeds_with_no_x_range_in_common(tmp_path, capsys):
     assert "no 'timesteps' range in common" in error
     assert f"{early} from 100 to 300, {late} from 400 to 500" in error
     assert len(error.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_plot_draws_a_curve_of_one_point_as_a_dot(tmp_path, monkeypatch):
+    """A line of one point and no marker draws nothing: a run with one row, or seeds whose x
+    ranges share one value, were in the legend but not in the image."""
+    from matplotlib.axes import Axes
+
+    drawn = []
+    plot = Axes.plot
+
+    def recording(ax, *args, **kwargs):
+        lines = plot(ax, *args, **kwargs)
+        drawn.extend((kwargs.get("label"), len(line.get_xdata()), line.get_marker()) for line in lines)
+        return lines
+
+    monkeypatch.setattr(Axes, "plot", recording)
+    alone = _write_run(tmp_path / "a1", 1, [10], lr=0.1)  # one row
+    early = _write_run(tmp_path / "s1", 1, [10, 20, 30])  # timesteps 100 to 300
+    late = _write_run(tmp_path / "s2", 2, [12, 22], first=300)  # 300 to 400: one x in common
+    longer = _write_run(tmp_path / "o3", 3, [1, 2, 3], lr=0.01)
+    assert main(["plot", alone, early, late, longer, "--out", str(tmp_path / "c.png")]) == 0
+    assert [(label, n) for label, n, _ in drawn] == [
+        ("a1", 1), ("s (mean of 2 seeds; band: min to max)", 1), ("o3", 3)]
+    assert all(marker not in (None, "None", "", " ") for _, n, marker in drawn if n == 1)
+    assert drawn[-1][2] in (None, "None", "", " ")  # lines of several points as before
