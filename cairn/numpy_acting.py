@@ -155,9 +155,13 @@ def in_torch(fn: Callable[[torch.Tensor], Any], obs: np.ndarray, module: nn.Modu
     to training mode for its learn function only: :attr:`cairn.policy.policy.Policy.switches_modes`),
     so acting switches nothing; a module found in training mode is put back in it afterwards. For
     one without mode-dependent layers both modes compute the same.
+
+    ``fn`` gets its own copy of ``obs``: a model may write into its input (``obs *= scale`` is legal
+    torch, and the learner's rows are the model's to change), and a tensor sharing ``obs``' memory
+    would write into the caller's observations, the rows a runner stores for learning.
     """
     with torch.inference_mode(), evaluating(module):
-        return fn(torch.from_numpy(obs)).numpy()  # type: ignore[no-any-return]
+        return fn(torch.from_numpy(obs.copy())).numpy()  # type: ignore[no-any-return]
 
 
 @contextmanager

@@ -201,3 +201,28 @@ class RecordingMaskAware(MaskAware):
     def forward(self, obs, action_mask):
         type(self).seen.append((torch.is_grad_enabled(), self.training))
         return super().forward(obs, action_mask)
+
+
+class ScalesInPlace(TwoHeads):
+    """Normalises its input in place (``obs *= scale``), as legal torch code may: acting must not
+    write into the caller's observations (the rows the runner stores for learning)."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.register_buffer("scale", torch.full((self.obs_size,), 2.0))
+
+    def forward(self, obs):
+        obs *= self.scale
+        return super().forward(obs)
+
+
+class QScalesInPlace(SmallQ):
+    def forward(self, obs):
+        obs.mul_(2.0)
+        return super().forward(obs)
+
+
+class ActorScalesInPlace(SmallActor):
+    def forward(self, obs):
+        obs.mul_(2.0)
+        return super().forward(obs)

@@ -21,11 +21,14 @@ from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.sac.sac_policy import SACPolicy
 from cairn.algorithms.td3.td3_policy import TD3Policy
 from tests.models.nets import (
+    ActorScalesInPlace,
     DictParts,
     ModeRecorder,
     NoisyActor,
     NoisyHeads,
     NoisyQ,
+    QScalesInPlace,
+    ScalesInPlace,
     SmallActor,
     SmallQ,
     TwoHeads,
@@ -256,3 +259,40 @@ def test_q_models_and_sac_actors_with_dropout_act_deterministically_when_greedy(
     out = actor.numpy_forward(OBS)
     np.testing.assert_array_equal(actor.numpy_forward(OBS), out)
     assert actor.training  # a module outside a policy is handed back in its own mode
+
+
+@pytest.mark.parametrize("act", [
+    lambda obs: cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": ScalesInPlace}},
+                             seed=0).compute_actions(obs, explore=False),
+    lambda obs: DQNPolicy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": QScalesInPlace}},
+                          seed=0).compute_actions(obs, explore=False),
+    lambda obs: SACPolicy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": {"custom_model": ActorScalesInPlace}},
+                          seed=0).compute_actions(obs, explore=False),
+], ids=["ppo", "dqn", "sac"])
+def test_a_model_writing_into_its_input_leaves_the_callers_observations_as_they_were(act: Any) -> None:
+    """A model may write into ``obs`` (``obs *= scale``): the learner's rows are its own tensor.
+    Acting handed the model a tensor sharing the caller's array, so every act scaled the user's
+    observations (main: doubled by each call) and the runner stored the scaled rows for learning,
+    which the learner then scaled again: it learned from other observations than it acted on."""
+    obs = OBS.copy()
+    act(obs)
+    np.testing.assert_array_equal(obs, OBS)
+
+
+def test_a_runner_stores_the_observations_a_model_writing_into_its_input_acted_on() -> None:
+    algo = (cairn.PPOConfig().environment("CartPole-v1").debugging(seed=0)
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1,
+                      model={"custom_model": ScalesInPlace}).build())
+    try:
+        batch = algo.env_runner_group.local.sample(32)["default_policy"]
+        model = algo.get_policy().model
+        obs, logp = np.asarray(batch["obs"]), np.asarray(batch["action_logp"])
+        with torch.no_grad():
+            logits = model(torch.from_numpy(obs.copy()))[0]
+        relearned = torch.log_softmax(logits, -1).gather(-1, torch.from_numpy(np.asarray(batch["actions"]))
+                                                         .long().view(-1, 1)).squeeze(-1).numpy()
+        # The learner's log-probabilities of the stored rows are the behaviour ones (main: up to
+        # a factor 2 off in the observations, so the ratio started away from 1).
+        np.testing.assert_allclose(relearned, logp, rtol=1e-5, atol=1e-5)
+    finally:
+        algo.stop()
