@@ -296,3 +296,18 @@ def test_a_runner_stores_the_observations_a_model_writing_into_its_input_acted_o
         np.testing.assert_allclose(relearned, logp, rtol=1e-5, atol=1e-5)
     finally:
         algo.stop()
+
+
+def test_ppo_learns_from_the_rows_a_model_writing_into_its_input_acted_on() -> None:
+    """PPO's value pass for GAE ran the model on the batch's own tensor (on a CPU learner, the
+    sample batch's memory): a model writing into its input scaled every row there, and each
+    minibatch then read the scaled rows and scaled them again. The first minibatch, before any
+    step, must see the policy that acted: a ratio of 1 (main: approx_kl 5.6e-4, TwoHeads ~1e-8)."""
+    algo = (cairn.PPOConfig().environment("CartPole-v1").debugging(seed=0)
+            .training(train_batch_size=64, minibatch_size=64, num_epochs=1, lr=1e-9,
+                      model={"custom_model": ScalesInPlace}).build())
+    try:
+        kl = algo.train()["learners"]["default_policy"]["approx_kl"]
+        assert abs(kl) < 1e-6, kl
+    finally:
+        algo.stop()

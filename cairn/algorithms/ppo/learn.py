@@ -39,7 +39,9 @@ def ppo_learn(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: S
     actions = torch.from_numpy(batch["actions"]).to(device)
     old_logp = behaviour_logp(batch, policy, device)
     with torch.no_grad(), evaluating(model):  # GAE's values: targets, as a deployed model gives them
-        _, values = model(obs)
+        # Its own copy: a model may write into its input (``obs *= scale``), and ``obs`` is the
+        # rows every minibatch reads (on a CPU learner, the sample batch's own memory).
+        _, values = model(obs.clone())
         values_np = values.cpu().numpy()
         next_vals = next_values(model, batch, values_np)
     advantages = compute_gae(
