@@ -226,3 +226,17 @@ class ActorScalesInPlace(SmallActor):
     def forward(self, obs):
         obs.mul_(2.0)
         return super().forward(obs)
+
+
+class RecordingScalesInPlace(ScalesInPlace):
+    """Records the rows it is given: in inference mode (acting) and with gradients (the losses)."""
+
+    acted: list[torch.Tensor] = []
+    learned: list[torch.Tensor] = []
+
+    def forward(self, obs):
+        if torch.is_inference_mode_enabled():
+            type(self).acted.append(obs.clone())
+        elif torch.is_grad_enabled():
+            type(self).learned.append(obs.detach().clone())
+        return super().forward(obs)

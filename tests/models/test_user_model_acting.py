@@ -28,6 +28,7 @@ from tests.models.nets import (
     NoisyHeads,
     NoisyQ,
     QScalesInPlace,
+    RecordingScalesInPlace,
     ScalesInPlace,
     SmallActor,
     SmallQ,
@@ -309,5 +310,25 @@ def test_ppo_learns_from_the_rows_a_model_writing_into_its_input_acted_on() -> N
     try:
         kl = algo.train()["learners"]["default_policy"]["approx_kl"]
         assert abs(kl) < 1e-6, kl
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("config", [cairn.PPOConfig, cairn.IMPALAConfig, cairn.APPOConfig])
+def test_every_loss_reads_the_rows_a_model_writing_into_its_input_acted_on(config: Any) -> None:
+    """The whole-batch passes without gradients (PPO's GAE values; IMPALA's and APPO's V-trace
+    values, APPO's target log-probabilities) ran the model on the batch's own tensor, so a model
+    writing into its input scaled the rows there, and every later pass and minibatch read them
+    scaled again (main, two epochs: IMPALA's losses read the rows 3x as large on average, APPO's
+    6x; PPO's 2x before its fix)."""
+    RecordingScalesInPlace.acted, RecordingScalesInPlace.learned = [], []
+    algo = (config().environment("CartPole-v1").debugging(seed=0)
+            .training(train_batch_size=64, minibatch_size=64, num_epochs=2,
+                      model={"custom_model": RecordingScalesInPlace}).build())
+    try:
+        algo.train()
+        acted, learned = torch.cat(RecordingScalesInPlace.acted), torch.cat(RecordingScalesInPlace.learned)
+        assert len(learned) == 2 * len(acted)  # each acted row, once per epoch
+        np.testing.assert_allclose(learned.sum(0).numpy(), 2 * acted.sum(0).numpy(), rtol=1e-4, atol=1e-3)
     finally:
         algo.stop()

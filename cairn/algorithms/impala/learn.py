@@ -38,6 +38,13 @@ class BatchTensors:
         self.terminateds = torch.from_numpy(np.asarray(batch["terminateds"], dtype=bool)).to(device)
         self.ends = torch.from_numpy(np.asarray(batch["ends"], dtype=bool)).to(device)
 
+    def whole_obs(self) -> torch.Tensor:
+        """A copy of :attr:`obs` for a forward pass over the whole batch: a model may write into
+        its input (``obs *= scale``), and :attr:`obs` is the rows every later pass and minibatch
+        reads (on a CPU learner, the sample batch's own memory). A minibatch's ``obs[rows]`` is
+        a copy already."""
+        return self.obs.clone()
+
 
 def target_logp(policy: APPOPolicy, data: BatchTensors) -> torch.Tensor:
     """``log pi_target(a_s|x_s)`` of every row of ``data``: APPO's target network on the whole
@@ -51,7 +58,7 @@ def target_logp(policy: APPOPolicy, data: BatchTensors) -> torch.Tensor:
     round differently in the last bits (tests/algorithms/impala/test_appo_target_once.py measures
     it)."""
     with torch.no_grad(), evaluating(policy.target_model):  # a target: as a deployed model gives it
-        return policy.dist.logp(policy.target_model(data.obs)[0], data.actions)
+        return policy.dist.logp(policy.target_model(data.whole_obs())[0], data.actions)
 
 
 def batch_vtrace(config: IMPALAConfig, policy: Policy, data: BatchTensors, *,
@@ -70,11 +77,11 @@ def batch_vtrace(config: IMPALAConfig, policy: Policy, data: BatchTensors, *,
     # the one next_obs row a fragment may bootstrap from.
     with torch.no_grad(), evaluating(model):
         if target_logp_rows is None:  # IMPALA: the network is its own target policy
-            inputs, values = model(data.obs)
+            inputs, values = model(data.whole_obs())
             target_logp_rows = dist.logp(inputs, data.actions)
         else:  # only the values: the model contract makes value(obs) forward's value
             # An actor-critic's method (cairn.models.ActorCriticModel), unseen on torch.nn.Module.
-            values = model.value(data.obs)  # type: ignore[operator]
+            values = model.value(data.whole_obs())  # type: ignore[operator]
         values_np = values.cpu().numpy()
         next_vals = torch.from_numpy(next_values(model, data.batch, values_np)).to(values.device)
     returns = vtrace(behaviour_logp=data.behaviour_logp, target_logp=target_logp_rows, rewards=data.rewards,
@@ -201,7 +208,7 @@ def after_train_batch(config: APPOConfig, policy: APPOPolicy, batch: SampleBatch
                     logp = seqs.logp(policy.model, policy.dist, data.actions)
                     old = seqs.logp(policy.target_model, policy.dist, data.actions)
                 else:
-                    logp = policy.dist.logp(policy.model(data.obs)[0], data.actions)
+                    logp = policy.dist.logp(policy.model(data.whole_obs())[0], data.actions)
                     old = target_logp(policy, data)
                 kl = float(kl_estimate(old, logp, data.behaviour_logp).mean())
             policy.kl_coeff = update_kl_coeff(policy.kl_coeff, kl, kl_target=config.kl_target)
