@@ -103,10 +103,12 @@ class RecurrentActing:
             inputs, out = numpy_step(processed_obs, [np.asarray(s, dtype=np.float32) for s in state])
             return inputs, out
         # In eval mode, as in_torch runs feed-forward users' models (docs/models.md): a Dropout
-        # would make greedy actions and the next state random.
+        # would make greedy actions and the next state random. Copies of the observations and the
+        # state, as in_torch gives: a model may write into its inputs, and these are the caller's
+        # arrays (a runner's stored rows and state column).
         with torch.inference_mode(), evaluating(self.model):
-            tensors = [torch.as_tensor(np.asarray(s, dtype=np.float32)) for s in state]
-            inputs_t, _, out_t = self.model(torch.from_numpy(processed_obs).unsqueeze(1), tensors)
+            tensors = [torch.from_numpy(np.array(s, dtype=np.float32)) for s in state]
+            inputs_t, _, out_t = self.model(torch.from_numpy(processed_obs.copy()).unsqueeze(1), tensors)
             return inputs_t[:, 0].numpy(), [o.numpy().copy() for o in out_t]
 
     def actions(self, processed_obs: np.ndarray, state: Sequence[Any] | None, rng: np.random.Generator, *,

@@ -8,6 +8,7 @@ from torch import nn
 from cairn.models import (
     ActorCriticModel,
     QModel,
+    RecurrentActorCriticModel,
     SACActorModel,
     SACCriticModel,
     TD3ActorModel,
@@ -240,3 +241,21 @@ class RecordingScalesInPlace(ScalesInPlace):
         elif torch.is_grad_enabled():
             type(self).learned.append(obs.detach().clone())
         return super().forward(obs)
+
+
+class GRUScalesInPlace(RecurrentActorCriticModel):
+    """A GRU writing into its input and into the state it is given (``obs *= 2``, ``h.mul_(0.5)``)."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.gru = nn.GRU(self.obs_size, 8, batch_first=True)
+        self.pi, self.vf = nn.Linear(8, num_outputs), nn.Linear(8, 1)
+
+    def get_initial_state(self):
+        return [torch.zeros(8)]
+
+    def forward(self, obs, state):
+        obs *= 2.0
+        h = state[0].mul_(0.5)
+        out, h = self.gru(obs, h.unsqueeze(0))
+        return self.pi(out), self.vf(out).squeeze(-1), [h.squeeze(0)]

@@ -23,6 +23,7 @@ from cairn.algorithms.td3.td3_policy import TD3Policy
 from tests.models.nets import (
     ActorScalesInPlace,
     DictParts,
+    GRUScalesInPlace,
     ModeRecorder,
     NoisyActor,
     NoisyHeads,
@@ -332,3 +333,18 @@ def test_every_loss_reads_the_rows_a_model_writing_into_its_input_acted_on(confi
         np.testing.assert_allclose(learned.sum(0).numpy(), 2 * acted.sum(0).numpy(), rtol=1e-4, atol=1e-3)
     finally:
         algo.stop()
+
+
+def test_a_recurrent_model_writing_into_its_input_and_state_leaves_the_callers_arrays_as_they_were() -> None:
+    """A recurrent model acted on tensors sharing the caller's observation and state arrays: one
+    writing into them changed the user's arrays (main: obs doubled, state halved by each act),
+    and a runner's stored rows and state column with them."""
+    policy = cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": GRUScalesInPlace}}, seed=0)
+    obs, state = OBS.copy(), [np.full((len(OBS), 8), 0.25, np.float32)]
+    expected_state = state[0].copy()
+    _, out = policy.compute_actions(obs, state=state, explore=False)
+    np.testing.assert_array_equal(obs, OBS)
+    np.testing.assert_array_equal(state[0], expected_state)
+    with torch.no_grad():
+        _, _, (h,) = policy.model(torch.from_numpy(OBS.copy()).unsqueeze(1), [torch.from_numpy(expected_state.copy())])
+    np.testing.assert_array_equal(out[0], h.numpy())
