@@ -348,3 +348,27 @@ def test_a_recurrent_model_writing_into_its_input_and_state_leaves_the_callers_a
     with torch.no_grad():
         _, _, (h,) = policy.model(torch.from_numpy(OBS.copy()).unsqueeze(1), [torch.from_numpy(expected_state.copy())])
     np.testing.assert_array_equal(out[0], h.numpy())
+
+
+def test_double_q_targets_read_the_replayed_next_observations_once() -> None:
+    """DQN's double-Q targets ran the target network, then the online one, on the replayed
+    ``next_obs`` array itself: a model writing into its input doubled the rows the online
+    network then read (and the replayed sample's), so its argmax chose among Q-values of other
+    states. Each network must see the next observations as replayed."""
+    from cairn.algorithms.dqn.learn import dqn_targets
+
+    config = cairn.DQNConfig().training(double_q=True, gamma=0.9)
+    policy = DQNPolicy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": QScalesInPlace}}, seed=0)
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            p.add_(0.3)  # the online network differs from the target one
+    n = len(OBS)
+    sample = {"next_obs": OBS.copy(), "rewards": np.ones(n, np.float32), "terminateds": np.zeros(n, bool),
+              "n_steps": np.ones(n, np.int64)}
+    targets = dqn_targets(config, policy, sample)
+    np.testing.assert_array_equal(sample["next_obs"], OBS)
+    with torch.no_grad():
+        online = policy.model(torch.from_numpy(OBS.copy())).numpy()
+        target = policy.target_model(torch.from_numpy(OBS.copy())).numpy()
+    expected = 1.0 + 0.9 * target[np.arange(n), online.argmax(1)]
+    np.testing.assert_allclose(targets, expected, rtol=1e-5, atol=1e-5)
