@@ -259,3 +259,15 @@ class GRUScalesInPlace(RecurrentActorCriticModel):
         h = state[0].mul_(0.5)
         out, h = self.gru(obs, h.unsqueeze(0))
         return self.pi(out), self.vf(out).squeeze(-1), [h.squeeze(0)]
+
+
+class CriticScalesInPlace(SmallCritic):
+    def forward(self, obs, actions):
+        obs.mul_(2.0)
+        return super().forward(obs, actions)
+
+
+class TD3ActorScalesInPlace(SmallTD3Actor):
+    def forward(self, obs):
+        obs.mul_(2.0)
+        return super().forward(obs)

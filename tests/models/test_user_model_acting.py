@@ -22,6 +22,7 @@ from cairn.algorithms.sac.sac_policy import SACPolicy
 from cairn.algorithms.td3.td3_policy import TD3Policy
 from tests.models.nets import (
     ActorScalesInPlace,
+    CriticScalesInPlace,
     DictParts,
     GRUScalesInPlace,
     ModeRecorder,
@@ -33,6 +34,7 @@ from tests.models.nets import (
     ScalesInPlace,
     SmallActor,
     SmallQ,
+    TD3ActorScalesInPlace,
     TwoHeads,
 )
 
@@ -372,3 +374,23 @@ def test_double_q_targets_read_the_replayed_next_observations_once() -> None:
         target = policy.target_model(torch.from_numpy(OBS.copy())).numpy()
     expected = 1.0 + 0.9 * target[np.arange(n), online.argmax(1)]
     np.testing.assert_allclose(targets, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SACPolicy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": {"custom_q_model": CriticScalesInPlace}}, seed=0),
+    lambda: TD3Policy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": {"custom_model": TD3ActorScalesInPlace,
+                                                                   "custom_q_model": CriticScalesInPlace}}, seed=0),
+], ids=["sac", "td3"])
+def test_twin_critics_and_td3s_actor_read_the_rows_they_are_given(make: Any) -> None:
+    """The twin critics ran on one obs tensor: a critic writing into its input doubled the rows
+    the second critic then read (Q_2 of other states), and TD3's actor doubled the rows its
+    actor loss's critic read (the critic learnt Q(s, a), the actor climbed Q(2s, pi(s)))."""
+    model = make().model
+    obs, actions = torch.from_numpy(OBS.copy()), torch.zeros(len(OBS), 2)
+    with torch.no_grad():
+        q = model.critic(obs, actions)
+        expected = torch.stack([critic(torch.from_numpy(OBS.copy()), actions)
+                                for critic in (model.critic.q1, model.critic.q2)])
+        torch.testing.assert_close(q, expected, rtol=0, atol=0)
+        model.actor(obs)
+    np.testing.assert_array_equal(obs.numpy(), OBS)

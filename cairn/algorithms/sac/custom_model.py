@@ -37,11 +37,14 @@ class TwinCritic(nn.Module):
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
         values = []
         for critic in (self.q1, self.q2):
+            # Each critic its own copies: a user's critic may write into its inputs (``obs *= s``),
+            # and the second critic and the caller's later passes read the same tensors.
+            inputs = (obs.clone(), actions.clone())
             if detach:
                 params = {name: p.detach() for name, p in critic.named_parameters()}
-                values.append(functional_call(critic, params, (obs, actions)))
+                values.append(functional_call(critic, params, inputs))
             else:
-                values.append(critic(obs, actions))
+                values.append(critic(*inputs))
         return torch.stack(values)
 
     def first_q(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:

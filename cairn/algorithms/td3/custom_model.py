@@ -36,7 +36,9 @@ class TanhActor(nn.Module):
         self.net = net
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(obs))
+        # A copy: the user's actor may write into its input, and TD3's learner hands the critics
+        # the same rows after it (the actor loss reads Q_1(obs, actor(obs))).
+        return torch.tanh(self.net(obs.clone()))
 
 
 class CustomTD3Model(TD3ModelBase):
