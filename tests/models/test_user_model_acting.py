@@ -348,7 +348,8 @@ def test_a_recurrent_model_writing_into_its_input_and_state_leaves_the_callers_a
     np.testing.assert_array_equal(obs, OBS)
     np.testing.assert_array_equal(state[0], expected_state)
     with torch.no_grad():
-        _, _, (h,) = policy.model(torch.from_numpy(OBS.copy()).unsqueeze(1), [torch.from_numpy(expected_state.copy())])
+        _, _, (h,) = policy.model(torch.from_numpy(OBS.copy()).unsqueeze(1),
+                                  [torch.from_numpy(expected_state.copy())])
     np.testing.assert_array_equal(out[0], h.numpy())
 
 
@@ -377,9 +378,11 @@ def test_double_q_targets_read_the_replayed_next_observations_once() -> None:
 
 
 @pytest.mark.parametrize("make", [
-    lambda: SACPolicy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": {"custom_q_model": CriticScalesInPlace}}, seed=0),
-    lambda: TD3Policy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": {"custom_model": TD3ActorScalesInPlace,
-                                                                   "custom_q_model": CriticScalesInPlace}}, seed=0),
+    lambda: SACPolicy(BOX, gym.spaces.Box(-1, 1, (2,)),
+                      {"model": {"custom_q_model": CriticScalesInPlace}}, seed=0),
+    lambda: TD3Policy(BOX, gym.spaces.Box(-1, 1, (2,)),
+                      {"model": {"custom_model": TD3ActorScalesInPlace,
+                                 "custom_q_model": CriticScalesInPlace}}, seed=0),
 ], ids=["sac", "td3"])
 def test_twin_critics_and_td3s_actor_read_the_rows_they_are_given(make: Any) -> None:
     """The twin critics ran on one obs tensor: a critic writing into its input doubled the rows
