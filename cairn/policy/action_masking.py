@@ -223,7 +223,9 @@ class _MaskedModel(nn.Module):
         return rows[:, : self.feature_size].contiguous(), rows[:, self.feature_size:]
 
     def extra(self, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return (mask,) if self.passes_mask else ()
+        # A copy: the network may write into its mask (``mask.sub_(1).mul_(1e4)``, a penalty),
+        # and ``mask`` is what its outputs are masked with after it.
+        return (mask.clone(),) if self.passes_mask else ()
 
     def numpy_outputs(self, net: nn.Module, method: str, masked_torch: Callable[[torch.Tensor], torch.Tensor],
                       rows: np.ndarray) -> np.ndarray:

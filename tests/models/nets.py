@@ -271,3 +271,13 @@ class TD3ActorScalesInPlace(SmallTD3Actor):
     def forward(self, obs):
         obs.mul_(2.0)
         return super().forward(obs)
+
+
+class PenaltyMask(TwoHeads):
+    """Turns its action mask into an additive penalty in place (0 legal, -1e4 illegal)."""
+
+    receives_action_mask = True
+
+    def forward(self, obs, action_mask):
+        logits, value = super().forward(obs)
+        return logits + action_mask.sub_(1.0).mul_(1e4), value

@@ -20,6 +20,7 @@ from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.sac.sac_policy import SACPolicy
 from cairn.algorithms.td3.td3_policy import TD3Policy
+from cairn.policy.action_masking import MASKED_SCORE
 from tests.models.nets import (
     ActorScalesInPlace,
     CriticScalesInPlace,
@@ -29,6 +30,7 @@ from tests.models.nets import (
     NoisyActor,
     NoisyHeads,
     NoisyQ,
+    PenaltyMask,
     QScalesInPlace,
     RecordingScalesInPlace,
     ScalesInPlace,
@@ -397,3 +399,21 @@ def test_twin_critics_and_td3s_actor_read_the_rows_they_are_given(make: Any) -> 
         torch.testing.assert_close(q, expected, rtol=0, atol=0)
         model.actor(obs)
     np.testing.assert_array_equal(obs.numpy(), OBS)
+
+
+def test_a_model_writing_into_its_action_mask_is_masked_by_the_observed_mask() -> None:
+    """A mask-aware model got a view of the rows' mask columns, which cairn then masked its
+    outputs with: a model turning its mask into a penalty in place (``mask.sub_(1).mul_(1e4)``)
+    left no entry above 0.5, so every action's score was MASKED_SCORE (main: uniform logits,
+    in acting and in the learner's forward alike, with no error)."""
+    policy = cairn.Policy(MASKED, gym.spaces.Discrete(3), {"model": {"custom_model": PenaltyMask}}, seed=0)
+    mask = np.array([[1, 0, 1], [0, 1, 1], [1, 1, 1], [0, 0, 1], [1, 0, 0], [0, 1, 0], [1, 1, 0]], np.int8)
+    rows = policy.process_observations([{"observation": o, "action_mask": m} for o, m in zip(OBS, mask)],
+                                       update=False)
+    with torch.no_grad():
+        expected = policy.model.net.pi(policy.model.net.trunk(torch.from_numpy(OBS))).numpy()
+    expected = np.where(mask > 0, expected, MASKED_SCORE)
+    np.testing.assert_allclose(policy.compute_action_inputs(rows), expected, rtol=1e-6, atol=1e-5)
+    with torch.no_grad():
+        learned = policy.model(torch.from_numpy(rows.copy()))[0].numpy()
+    np.testing.assert_allclose(learned, expected, rtol=1e-6, atol=1e-5)
