@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -13,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cairn.checkpoint.storage import Storage, resolve_storage
-from cairn.errors import CheckpointError, ExportError
+from cairn.checkpoint.storage import resolve_storage
+from cairn.errors import ExportError
 from cairn.export.keras_files import write_keras_export
 from cairn.export.onnx_model import ONNX_FILE, check_opset, convert_to_onnx, require_onnx_packages
-from cairn.export.signature import SIGNATURE_FILE, SIGNATURE_FORMAT, build_signature, write_signature
+from cairn.export.signature import build_signature, write_signature
 from cairn.export.summary import short_reason
 from cairn.export.torch_program import (
     PROGRAM_FILE,
@@ -136,10 +135,7 @@ def export_model(
 
     Args:
         policy: The policy to export; it is not changed.
-        export_dir: Directory to write into (created if needed; same-named files replaced,
-            and the model files an earlier export there listed in its ``signature.json`` and
-            this one does not write removed once this one is checked and in place (under a URL
-            too); other files are kept),
+        export_dir: Directory to write into (created if needed; same-named files replaced),
             or an object-store URL (``s3://...``; the files are written locally, checked, then
             uploaded under that prefix).
         onnx: ONNX opset to export, or None for the torch program.
@@ -158,37 +154,9 @@ def export_model(
     opset = None if onnx is None else check_opset(onnx)
     if opset is not None:
         require_onnx_packages()  # before tracing: fail in a second, not after a minute
-    storage = resolve_storage(export_dir, storage_options=storage_options)
-    earlier = _earlier_export_files(storage)
     # In place for a local directory; written locally, checked, then uploaded for a URL.
-    with storage.loose_files() as directory:
-        signature = _export_into(policy, directory, opset=opset, extra_outputs=extra_outputs)
-    # The new export, checked, described and in place, replaces the earlier one as a whole: a
-    # model file of another format left beside it would be read as this one's (an earlier
-    # model.onnx beside a torch export's signature.json).
-    for name in sorted(earlier - set(signature["files"].values())):
-        storage.delete(name)
-    return signature
-
-
-def _earlier_export_files(storage: Storage) -> set[str]:
-    """The model files an earlier cairn export into ``storage`` lists in its ``signature.json``:
-    plain names (no path), locally of regular files. None for a signature.json that is not
-    cairn's, and never another path or file of the user's."""
-    try:
-        earlier = json.loads(storage.read_bytes(SIGNATURE_FILE, limit=1 << 24))
-    except (CheckpointError, OSError, ValueError):  # none, unreadable, not JSON: not cairn's export
-        return set()
-    if not isinstance(earlier, dict) or earlier.get("format") != SIGNATURE_FORMAT:
-        return set()
-    files = earlier.get("files")
-    if not isinstance(files, dict):
-        return set()
-    names = {name for name in files.values()
-             if isinstance(name, str) and name not in ("", ".", "..", SIGNATURE_FILE)
-             and Path(name).name == name and "\\" not in name}
-    return {name for name in names if (path := storage.local_file(name)) is None
-            or (os.path.isfile(path) and not os.path.islink(path))}
+    with resolve_storage(export_dir, storage_options=storage_options).loose_files() as directory:
+        return _export_into(policy, directory, opset=opset, extra_outputs=extra_outputs)
 
 
 def _export_into(policy: Policy, directory: Path, *, opset: int | None,
