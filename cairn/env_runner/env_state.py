@@ -9,7 +9,12 @@ An environment takes part in exact resume when cairn can read and write its stat
    are in their after-reset state.
 2. **Gymnasium classic control** (CartPole, Acrobot, MountainCar, MountainCarContinuous,
    Pendulum) is supported without changes: cairn stores the physics state, the environment's
-   random generator and the ``TimeLimit`` step counter.
+   random generator and the ``TimeLimit`` step counter. Only inside wrappers whose whole state
+   that is (:func:`cairn._compat.gymnasium_internals.wrapper_state_is_captured`: those of
+   ``gym.make``, Gymnasium's per-step transforms such as ``FlattenObservation`` or
+   ``RescaleAction``, and wrappers with no attributes of their own); a wrapper that keeps
+   state (``FrameStackObservation``, ``NormalizeObservation``, ``TimeAwareObservation``, a
+   user's step counter) makes the environment one of the others below.
 3. **PettingZoo classic** ``tictactoe_v3`` and ``connect_four_v3`` (turn-based games, as
    their ``env()`` wraps them) are supported without changes too: cairn stores the board, the
    AEC bookkeeping and the wrappers' state (:mod:`cairn.env_runner.pettingzoo_state`).
@@ -52,6 +57,13 @@ def get_env_state(env: Any) -> dict[str, Any] | None:
     if not _is_classic_control(base):
         board_game = None if isinstance(env, gym.Env) else get_board_game_state(env)
         return None if board_game is None else {"kind": "pettingzoo_board_game", "state": board_game}
+    wrappers = []
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        if not gymnasium_internals.wrapper_state_is_captured(layer):
+            return None  # its state would be the fresh env's: not restored exactly, not at all
+        wrappers.append(gymnasium_internals.wrapper_state(layer))
+        layer = layer.env
     attrs = {}
     for name in _CLASSIC_CONTROL_ATTRS:
         if hasattr(base, name):
@@ -59,11 +71,6 @@ def get_env_state(env: Any) -> dict[str, Any] | None:
             # A numpy scalar (Pendulum's last_u) becomes a Python number, as JSON restores it.
             attrs[name] = (np.array(value) if isinstance(value, (np.ndarray, tuple, list))
                            else value.item() if isinstance(value, np.generic) else value)
-    wrappers = []
-    layer = env
-    while isinstance(layer, gym.Wrapper):
-        wrappers.append(gymnasium_internals.wrapper_state(layer))
-        layer = layer.env
     rng = gymnasium_internals.np_random_or_none(base)
     return {
         "kind": "classic_control",
@@ -90,6 +97,11 @@ def set_env_state(env: Any, state: dict[str, Any] | None) -> bool:
         return not isinstance(env, gym.Env) and set_board_game_state(env, state["state"])
     if state.get("kind") != "classic_control" or not _is_classic_control(base):
         return False
+    layer = env
+    while isinstance(layer, gym.Wrapper):  # a state of its own (an earlier checkpoint's env) is not in it
+        if not gymnasium_internals.wrapper_state_is_captured(layer):
+            return False
+        layer = layer.env
     # A reset first brings every wrapper (order enforcing, env checker) into its after-reset
     # state; the physics, step counters and generator are then overwritten with the saved ones.
     env.reset()

@@ -5,6 +5,7 @@ import pytest
 from cairn.env_runner import EnvRunner
 from cairn.env_runner.env_state import get_env_state, set_env_state
 from cairn.envs import MultiAgentCartPole
+from cairn.envs.memory import StatelessCartPole
 from cairn.errors import EnvError
 from tests.helpers import small_ma_ppo, small_ppo
 
@@ -161,3 +162,71 @@ def test_episode_returns_add_float32_rewards_in_double_precision(mode):
         expected += float(np.float32(0.1))
     assert type(episode["return"]) is float and episode["return"] == expected
     assert episode["policy_returns"] == {"default_policy": [expected]}
+
+
+class _CountingWrapper(gym.Wrapper):
+    """A user wrapper with state of its own (its steps, seen in the observation)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs + self.steps, reward, terminated, truncated, info
+
+
+def _stacked(env):
+    return gym.wrappers.FlattenObservation(gym.wrappers.FrameStackObservation(env, 3))
+
+
+# (wrapper around a classic-control env, whether its state is one cairn restores exactly)
+_WRAPPED_CLASSIC_CONTROL = {
+    "make": (lambda: gym.make("CartPole-v1"), True),
+    "stateless_cartpole": (lambda: StatelessCartPole(), True),
+    "flatten": (lambda: gym.wrappers.FlattenObservation(gym.make("CartPole-v1")), True),
+    "rescale_action": (lambda: gym.wrappers.RescaleAction(gym.make("Pendulum-v1"), -1.0, 1.0), True),
+    "clip_reward": (lambda: gym.wrappers.ClipReward(gym.make("Pendulum-v1"), -1.0, 0.0), True),
+    "frame_stack": (lambda: _stacked(gym.make("CartPole-v1")), False),
+    "normalize_observation": (lambda: gym.wrappers.NormalizeObservation(gym.make("CartPole-v1")), False),
+    "time_aware": (lambda: gym.wrappers.TimeAwareObservation(gym.make("CartPole-v1")), False),
+    "user_wrapper_with_state": (lambda: _CountingWrapper(gym.make("CartPole-v1")), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_WRAPPED_CLASSIC_CONTROL))
+def test_wrapped_classic_control_env_is_restored_exactly_or_not_at_all(name):
+    # Only the physics, the generator and TimeLimit/OrderEnforcing were stored, yet any wrapper
+    # was taken as restored: a frame stack, a running normaliser or a time feature went on from
+    # the fresh env's values (the next observations differed) while the runner resumed as exact.
+    make, exact = _WRAPPED_CLASSIC_CONTROL[name]
+    env, twin = make(), make()
+    env.reset(seed=3)
+    actions = [env.action_space.sample() for _ in range(12)]
+    for action in actions[:6]:
+        env.step(action)
+    for _ in range(3):  # the twin's wrappers have seen other episodes
+        twin.reset(seed=11)
+        twin.step(actions[0])
+    state = get_env_state(env)
+    assert (state is not None) == exact
+    if state is None:  # nor is a state without its wrappers' (an earlier checkpoint's) applied
+        assert not set_env_state(twin, get_env_state(env.unwrapped))
+        return
+    assert set_env_state(twin, state)
+    for action in actions[6:]:
+        out_env, out_twin = env.step(action), twin.step(action)
+        np.testing.assert_array_equal(out_env[0], out_twin[0])
+        assert out_env[1:4] == out_twin[1:4]
+
+
+def test_a_runner_with_stateful_wrappers_restarts_episodes_after_a_restore():
+    config = small_ppo().environment(lambda cfg: _CountingWrapper(gym.make("CartPole-v1")))
+    a, algo = _runner(config)
+    a.sample(20)
+    b = EnvRunner(algo.config, algo.policies)
+    b.sample(3)
+    b.set_state(a.get_state())
+    b.sample(1)
+    assert all(episode.length == 1 for episode in b._episodes.current)  # fresh episodes
