@@ -6,7 +6,12 @@ An environment takes part in exact resume when cairn can read and write its stat
    ``get_state() -> dict`` and ``set_state(state) -> None``; the dict holds JSON values and
    numpy arrays only. :class:`cairn.envs.MultiAgentCartPole` does this. A turn-based PettingZoo
    env is reset before its ``set_state`` runs, so that its wrappers (``OrderEnforcingWrapper``)
-   are in their after-reset state.
+   are in their after-reset state; so is a Gymnasium env whose ``OrderEnforcing`` wrapper has
+   not seen a reset yet (``gym.make``'s, in a new env runner). The protocol's state is the
+   env's alone: behind a wrapper that keeps state (``TimeLimit``'s step counter, which
+   ``gym.make`` adds for ``max_episode_steps``, or one that
+   :func:`cairn._compat.gymnasium_internals.wrapper_state_is_captured` does not know) the env
+   is one of the others below (put the time limit inside the env to keep exact resume).
 2. **Gymnasium classic control** (CartPole, Acrobot, MountainCar, MountainCarContinuous,
    Pendulum) is supported without changes: cairn stores the physics state, the environment's
    random generator and the ``TimeLimit`` step counter. Only inside wrappers whose whole state
@@ -48,12 +53,35 @@ def _is_classic_control(env: Any) -> bool:
     return type(env).__module__.startswith("gymnasium.envs.classic_control")
 
 
+def _wrappers_keep_no_state(env: Any) -> bool:
+    """Whether no Gymnasium wrapper around ``env``'s protocol env keeps state of its own that
+    matters after a reset (OrderEnforcing's flag is set by the reset before ``set_state``)."""
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        if (not gymnasium_internals.wrapper_state_is_captured(layer)
+                or "_elapsed_steps" in gymnasium_internals.wrapper_state(layer)):
+            return False
+        layer = layer.env
+    return True
+
+
+def _awaits_reset(env: Any) -> bool:
+    """Whether a Gymnasium wrapper around ``env`` refuses ``step`` until a reset."""
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        if gymnasium_internals.wrapper_state(layer).get("_has_reset") is False:
+            return True
+        layer = layer.env
+    return False
+
+
 def get_env_state(env: Any) -> dict[str, Any] | None:
     """The state of ``env`` as data, or None when it cannot be captured."""
     base = _base(env)
     getter = getattr(base, "get_state", None)
     if callable(getter) and callable(getattr(base, "set_state", None)):
-        return {"kind": "protocol", "state": getter()}
+        # Restored without its wrappers' state, a TimeLimit truncated at the restoring env's count.
+        return {"kind": "protocol", "state": getter()} if _wrappers_keep_no_state(env) else None
     if not _is_classic_control(base):
         board_game = None if isinstance(env, gym.Env) else get_board_game_state(env)
         return None if board_game is None else {"kind": "pettingzoo_board_game", "state": board_game}
@@ -89,7 +117,11 @@ def set_env_state(env: Any, state: dict[str, Any] | None) -> bool:
         setter = getattr(base, "set_state", None)
         if not callable(setter):
             return False
-        if is_turn_based_env(env):  # PettingZoo's wrappers (order enforcing) expect a reset first
+        if not _wrappers_keep_no_state(env):
+            return False
+        # PettingZoo's wrappers (order enforcing) expect a reset first, as does Gymnasium's
+        # OrderEnforcing (ResetNeeded at the first step of a new runner's restored env).
+        if is_turn_based_env(env) or _awaits_reset(env):
             env.reset()
         setter(state["state"])
         return True

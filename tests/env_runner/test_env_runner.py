@@ -230,3 +230,59 @@ def test_a_runner_with_stateful_wrappers_restarts_episodes_after_a_restore():
     b.set_state(a.get_state())
     b.sample(1)
     assert all(episode.length == 1 for episode in b._episodes.current)  # fresh episodes
+
+
+class _ProtocolCounter(gym.Env):
+    """Observes its step count; exact resume through the state protocol."""
+
+    observation_space = gym.spaces.Box(-1e6, 1e6, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.t], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, False, False, {}
+
+    def get_state(self):
+        return {"t": self.t}
+
+    def set_state(self, state):
+        self.t = state["t"]
+
+
+def _made_counter(max_episode_steps):
+    """_ProtocolCounter behind the wrappers gym.make puts around a registered env."""
+    env = gym.wrappers.OrderEnforcing(gym.wrappers.PassiveEnvChecker(_ProtocolCounter()))
+    return env if max_episode_steps is None else gym.wrappers.TimeLimit(env, max_episode_steps)
+
+
+def test_a_protocol_env_behind_a_time_limit_restarts_its_episodes_after_a_restore():
+    # The protocol stored the env's state, not its TimeLimit's count: the restored episode
+    # was truncated at the restoring runner's count (3 steps on, not 6), with no error.
+    config = small_ppo().environment(lambda cfg: _made_counter(10))
+    a, algo = _runner(config)
+    a.sample(4)
+    assert get_env_state(a.envs[0]) is None
+    b = EnvRunner(algo.config, algo.policies)
+    b.sample(7)
+    b.set_state(a.get_state())
+    batch = b.sample(10)["default_policy"]
+    np.testing.assert_array_equal(batch["obs"][:, 0], np.arange(10))  # a fresh episode
+    assert np.flatnonzero(batch["truncateds"]).tolist() == [9]  # at its 10th step
+
+
+def test_a_protocol_env_made_by_gym_make_resumes_exactly_in_a_new_runner():
+    # A new runner's env had never been reset: its OrderEnforcing raised ResetNeeded at the
+    # first step after the restore.
+    config = small_ppo().environment(lambda cfg: _made_counter(None))
+    a, algo = _runner(config)
+    a.sample(4)
+    b = EnvRunner(algo.config, algo.policies)
+    b.set_state(a.get_state())
+    out_a, out_b = a.sample(10)["default_policy"], b.sample(10)["default_policy"]
+    np.testing.assert_array_equal(out_b["obs"][:, 0], np.arange(4, 14))
+    np.testing.assert_array_equal(out_a["obs"], out_b["obs"])
