@@ -184,6 +184,11 @@ class ObservationPreprocessor:
                 raise self._error(f"could not be read as integers ({exc})") from exc
             if idx.ndim != 1:
                 raise self._shape_error(idx.shape)
+            values = batch if isinstance(batch, np.ndarray) else np.asarray(batch)
+            # The cast to int64 cuts a fraction off: 2.7 was read as 2 (only floats are looked at).
+            if values.dtype.kind == "f" and not np.array_equal(idx, values):
+                raise self._error("hold values that are not whole numbers (a Discrete observation "
+                                  "is an integer)")
             idx = idx - self._start
             out = np.zeros((idx.shape[0], self.size), dtype=np.float32)
             try:

@@ -4,6 +4,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+import cairn
+from cairn.errors import ObservationSpaceError
 from cairn.space_json import space_from_json, space_to_json
 from cairn.spaces import ObservationPreprocessor
 
@@ -110,3 +112,24 @@ def test_integer_box_bounds_written_as_floats_by_earlier_versions_are_read_exact
 def test_integer_box_bounds_outside_the_dtype_are_refused(bound):
     with pytest.raises(ValueError, match="int64"):
         space_from_json({"type": "Box", "shape": [1], "dtype": "int64", "low": [0], "high": [bound]})
+
+
+@pytest.mark.parametrize("observations", [
+    [2.7], np.array([1.0, 0.5]), [np.float32(3.25)], np.array([np.nan])])
+def test_discrete_observations_with_a_fraction_are_refused(observations):
+    # Cast to int64 unchecked, 2.7 was read as 2 (and NaN as a huge negative index).
+    preprocessor = ObservationPreprocessor(gym.spaces.Discrete(5))
+    with pytest.raises(ObservationSpaceError, match="whole numbers|integers"):
+        preprocessor(observations)
+    policy = cairn.Policy(gym.spaces.Discrete(5), gym.spaces.Discrete(2), seed=0)
+    with pytest.raises(ObservationSpaceError):
+        policy.compute_actions(observations, explore=False)
+
+
+def test_discrete_observations_as_whole_floats_or_bools_are_read_as_before():
+    preprocessor = ObservationPreprocessor(gym.spaces.Discrete(3, start=1))
+    expected = preprocessor([1, 3, 2])
+    np.testing.assert_array_equal(preprocessor([1.0, 3.0, np.float32(2.0)]), expected)
+    np.testing.assert_array_equal(preprocessor(np.array([1.0, 3.0, 2.0])), expected)
+    flags = ObservationPreprocessor(gym.spaces.Discrete(2))([True, False])
+    np.testing.assert_array_equal(flags, [[0, 1], [1, 0]])

@@ -38,6 +38,8 @@ BAD: dict[str, tuple[gym.Space[Any], Any]] = {
     # A Discrete observation outside [start, start + n), and a 2-D batch of them.
     "discrete above": (CELL, [1, 4]),
     "discrete 2-D": (CELL, np.array([[1, 2], [3, 1]])),
+    # A fraction: the cast to integers read 2.5 as 2.
+    "discrete fraction": (CELL, [1.0, 2.5]),
 }
 
 
