@@ -51,7 +51,8 @@ class UpdateResult:
 def numpy_update_unsupported(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> str | None:
     """Why :func:`numpy_dqn_update` cannot stand in for the torch update of this pair, or None
     when it can: a :class:`QNetwork` (exactly that class, since a subclass may change the
-    forward pass) with a ``relu`` or ``tanh`` activation, all of whose float32 CPU parameters,
+    forward pass) with a ``relu`` or ``tanh`` activation and no parameter shared between two of
+    its layers, all of whose float32 CPU parameters,
     each requiring grad, are trained by one ``torch.optim.Adam`` param group without
     ``weight_decay``, ``amsgrad``, ``maximize``, ``differentiable`` or ``capturable``.
 
@@ -93,6 +94,13 @@ def _network_unsupported(model: object) -> str | None:
         return "the QNetwork has a CNN encoder (image observations)"
     if model.activation not in _ACTIVATION_GRADS:
         return f"activation {model.activation!r} (the numpy update covers {list(NUMPY_UPDATE_ACTIVATIONS)})"
+    # The backward pass computes one gradient per layer and keys it by the tensor: for a tensor two
+    # layers share (tied weights), one layer's gradient would replace the other's, where autograd sums them.
+    hidden, adv_head, value_head = model.linear_layers()
+    layers = [layer for layer in (*hidden, adv_head, value_head) if layer is not None]
+    tensors = [t for layer in layers for t in (layer.weight, layer.bias)]
+    if len({id(t) for t in tensors}) != len(tensors):
+        return "the QNetwork's linear layers share a parameter (tied weights)"
     return None
 
 

@@ -113,6 +113,15 @@ def _adam(net: torch.nn.Module, **kwargs: Any) -> torch.optim.Optimizer:
     return torch.optim.Adam(net.parameters(), **kwargs)
 
 
+def _tied() -> QNetwork:
+    """Two square hidden layers sharing one weight: torch sums both layers' gradients into it,
+    where a backward pass with one gradient per layer would keep only one of them."""
+    net = QNetwork(4, 2, hidden=[8, 8, 8])
+    hidden, _, _ = net.linear_layers()
+    hidden[2].weight = hidden[1].weight
+    return net
+
+
 def _two_groups() -> tuple[QNetwork, torch.optim.Optimizer]:
     net = _net()
     heads = [p for name, p in net.named_parameters() if not name.startswith("trunk.")]
@@ -130,8 +139,9 @@ def _two_groups() -> tuple[QNetwork, torch.optim.Optimizer]:
     (lambda: (net := _net().double(), _adam(net)), "torch.float64"),
     (_two_groups, "2 param groups"),
     (lambda: (net := _net(), _adam(net.advantage_head)), "not train exactly the network's parameters"),
+    (lambda: (net := _tied(), _adam(net)), "share a parameter"),
 ], ids=["elu", "subclass", "not-qnetwork", "sgd", "weight-decay", "amsgrad", "maximize", "float64",
-        "two-groups", "some-params"])
+        "two-groups", "some-params", "tied-layers"])
 def test_unsupported_pairs_say_why(make: Any, why: str) -> None:
     model, optimizer = make()
     reason = numpy_update_unsupported(model, optimizer)
@@ -143,7 +153,8 @@ def test_unsupported_pairs_say_why(make: Any, why: str) -> None:
     (lambda: _net(activation="elu"), "activation 'elu'"),
     (lambda: _SubclassedQNetwork(4, 2), "_SubclassedQNetwork, not a QNetwork"),
     (lambda: torch.nn.Linear(4, 2), "Linear, not a QNetwork"),
-], ids=["elu", "subclass", "not-qnetwork"])
+    (_tied, "share a parameter"),
+], ids=["elu", "subclass", "not-qnetwork", "tied-layers"])
 def test_the_update_itself_refuses_a_network_its_maths_does_not_describe(make_net: Any, why: str) -> None:
     """numpy_dqn_update makes the network half of numpy_update_unsupported's check itself, so no
     caller can have a network it does not describe trained as a plain QNetwork (or fail on a
