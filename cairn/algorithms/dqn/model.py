@@ -108,8 +108,13 @@ class QNetwork(nn.Module):
         return self(obs)  # type: ignore[no-any-return]
 
     def numpy_layers(self) -> NumpyQLayers:
-        """:meth:`linear_layers` as numpy views of the live parameters (:mod:`cairn.numpy_acting`)."""
-        return self._numpy_views.get(self)
+        """:meth:`linear_layers` as numpy views of the live parameters (:mod:`cairn.numpy_acting`),
+        with the activation :meth:`forward` runs now."""
+        layers = self._numpy_views.get(self)
+        if layers.activation != self.activation:  # an attribute, which the views cannot watch
+            self._numpy_views = LiveViews(_acting_views)
+            layers = self._numpy_views.get(self)
+        return layers
 
     def numpy_q_values(self, obs: np.ndarray) -> np.ndarray:
         """:meth:`forward` in numpy on views of the live parameters, for the sampling loop

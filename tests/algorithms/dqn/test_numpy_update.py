@@ -250,3 +250,25 @@ def test_a_network_replaced_after_the_backend_was_chosen_is_refused_not_updated_
         numpy_dqn_learn(config, policy, LOCAL_SYNC, sample=sample)
     assert all(torch.equal(p, before[name]) for name, p in policy.model.named_parameters())
     assert policy.num_grad_updates == 0
+
+
+def test_acting_and_the_update_follow_an_activation_changed_after_the_views_were_taken() -> None:
+    """QNetwork.forward reads ``activation`` at each call; its numpy views were taken with the
+    activation of that moment and acted (and trained) with it after the attribute changed."""
+    ours = _policy("relu", True)
+    model = ours.model
+    assert isinstance(model, QNetwork)
+    obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
+    model.numpy_q_values(obs)  # the views are taken with relu
+    model.activation = "tanh"
+    with torch.no_grad():
+        np.testing.assert_allclose(model.numpy_q_values(obs), model(torch.from_numpy(obs)).numpy(),
+                                   rtol=0, atol=1e-5)
+    theirs = copy.deepcopy(ours)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        actions, targets = rng.integers(0, 3, size=32), rng.normal(scale=3.0, size=32).astype(np.float32)
+        numpy_dqn_update(model, ours.optimizer, obs, actions, targets, loss_fn="huber", grad_clip=None)
+        _torch_update(theirs, obs, actions, targets, loss_fn="huber", grad_clip=None, weights=None)
+    for a, b in zip(ours.model.parameters(), theirs.model.parameters(), strict=True):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=0, atol=UPDATE_ATOL)
