@@ -48,6 +48,8 @@ _Layout = tuple[int, torch.Size, tuple[int, ...], torch.dtype]
 _Get = Callable[[str], Any]
 _TensorSlot = tuple[_Get, str, torch.Tensor, Callable[[], int], Callable[[], tuple[int, ...]], _Layout]
 _ModuleSlot = tuple[_Get, str, nn.Module]
+#: A submodule table's ``__len__`` and its length when watched: an entry added is a change too.
+_SizeSlot = tuple[Callable[[], int], int]
 
 #: Activations by name, in numpy (the names of :data:`cairn.policy.mlp_actor_critic.ACTIVATIONS`).
 NUMPY_ACTIVATIONS: dict[str, NumpyFn] = {
@@ -71,20 +73,23 @@ class LiveViews(Generic[V]):
     a tensor replaced in its module (``load_state_dict(..., assign=True)``, a new
     ``nn.Parameter``), given other storage or another layout (``param.data = x``, ``.to()``,
     ``param.data = param.data.t()``), or a submodule on the way to it replaced
-    (``model.action_head = nn.Linear(...)``). So :meth:`get` first checks that each table entry a
-    viewed tensor was read from still holds that object with the address, shape, strides and
-    dtype it had, and each submodule entry on the path to it the same module; else it takes the
-    views again. The views keep the old storage alive, so no other tensor can reuse its address.
-    A copy (deep copy, pickle) starts empty: views of the original's memory never serve it.
+    (``model.action_head = nn.Linear(...)``), or a module beside it in a table on that path
+    replaced, added or removed (``model.actor[1] = nn.ReLU()``). So :meth:`get` first checks that
+    each table entry a viewed tensor was read from still holds that object with the address,
+    shape, strides and dtype it had, and each submodule table on the path to it the same modules
+    under the same names; else it takes the views again. The views keep the old storage alive, so
+    no other tensor can reuse its address. A copy (deep copy, pickle) starts empty: views of the
+    original's memory never serve it.
     """
 
-    __slots__ = ("_modules", "_take", "_tensors", "_views")
+    __slots__ = ("_modules", "_sizes", "_take", "_tensors", "_views")
 
     def __init__(self, take: Callable[[Any, View], V]) -> None:
         self._take = take
         self._views: V | None = None
         self._tensors: list[_TensorSlot] = []  # each viewed tensor's entry
-        self._modules: list[_ModuleSlot] = []  # each submodule entry on the way to one
+        self._modules: list[_ModuleSlot] = []  # each entry of a submodule table on the way to one
+        self._sizes: list[_SizeSlot] = []  # those tables' lengths
 
     def __deepcopy__(self, memo: dict[int, Any]) -> LiveViews[V]:
         return LiveViews(self._take)
@@ -100,6 +105,9 @@ class LiveViews(Generic[V]):
         for get, key, module in self._modules:
             if get(key) is not module:
                 return True
+        for size, watched in self._sizes:
+            if size() != watched:
+                return True
         return False
 
     def get(self, module: nn.Module) -> V:
@@ -107,7 +115,8 @@ class LiveViews(Generic[V]):
         views = self._views
         if views is not None and not self.stale():
             return views
-        self._views, self._tensors, self._modules = None, [], []  # a failed take keeps nothing
+        # A failed take keeps nothing.
+        self._views, self._tensors, self._modules, self._sizes = None, [], [], []
         tensors: list[torch.Tensor] = []
 
         def view(tensor: torch.Tensor) -> np.ndarray:
@@ -115,13 +124,16 @@ class LiveViews(Generic[V]):
             return tensor.detach().numpy()  # type: ignore[no-any-return]
 
         views = self._take(module, view)
-        self._tensors, self._modules = _watch(module, tensors)
+        self._tensors, self._modules, self._sizes = _watch(module, tensors)
         self._views = views
         return views
 
 
-def _watch(root: nn.Module, tensors: Sequence[torch.Tensor]) -> tuple[list[_TensorSlot], list[_ModuleSlot]]:
-    """The table entries ``root`` reads ``tensors`` from, and the submodule entries on the way."""
+def _watch(root: nn.Module, tensors: Sequence[torch.Tensor]
+           ) -> tuple[list[_TensorSlot], list[_ModuleSlot], list[_SizeSlot]]:
+    """The table entries ``root`` reads ``tensors`` from, and every entry (and the length) of each
+    submodule table on the way: a module beside a viewed layer (an activation between two layers of
+    an ``nn.Sequential``) replaced, added or removed changes what ``forward`` runs too."""
     wanted = {id(t) for t in tensors}
     found: list[_TensorSlot] = []
     on_path: dict[tuple[int, str], tuple[dict[str, Any], str, nn.Module]] = {}
@@ -142,7 +154,9 @@ def _watch(root: nn.Module, tensors: Sequence[torch.Tensor]) -> tuple[list[_Tens
     if {id(entry[2]) for entry in found} != wanted:
         raise TypeError(f"{type(root).__qualname__}'s numpy acting path reads a tensor that is not one of "
                         "its parameters or buffers, so it cannot be watched: view registered tensors only.")
-    return found, [(table.get, key, child) for table, key, child in on_path.values()]
+    tables = {id(table): table for table, _, _ in on_path.values()}
+    return (found, [(table.get, key, child) for table in tables.values() for key, child in table.items()],
+            [(table.__len__, len(table)) for table in tables.values()])
 
 
 def in_torch(fn: Callable[[torch.Tensor], Any], obs: np.ndarray, module: nn.Module) -> np.ndarray:

@@ -24,9 +24,19 @@ from torch import nn
 
 from cairn.errors import ConfigError
 from cairn.models import RecurrentActorCriticModel
-from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch, linear, lstm_cell
+from cairn.numpy_acting import (
+    Dense,
+    LiveViews,
+    View,
+    affine,
+    dense_stack,
+    evaluating,
+    in_torch,
+    linear,
+    lstm_cell,
+)
 from cairn.policy.encoders import ObservationEncoder
-from cairn.policy.mlp_actor_critic import VF_STOP_GRADIENT_NEEDS_SHARING, mlp
+from cairn.policy.mlp_actor_critic import VF_STOP_GRADIENT_NEEDS_SHARING, mlp, mlp_activation
 
 __all__ = ["LSTMActorCritic"]
 
@@ -103,18 +113,25 @@ class LSTMActorCritic(RecurrentActorCriticModel):
         dispatch costs more than the arithmetic (as for the MLP's numpy path). It equals
         :meth:`forward` with ``T = 1`` up to float rounding; learning runs :meth:`forward`. A CNN
         encoder runs in torch. A critic of its own is stepped too (never its value head): the
-        learner starts each sequence's critic from the state recorded when the policy acted.
+        learner starts each sequence's critic from the state recorded when the policy acted. A
+        trunk changed since it was built (:func:`~cairn.policy.mlp_actor_critic.mlp_activation`)
+        steps through :meth:`forward` in torch.
         """
         n = self.cell_size
-        trunk, lstm, head, log_std, critic = self._numpy_views.get(self)
+        views = self._numpy_views.get(self)
+        if views is None:
+            with torch.inference_mode(), evaluating(self):
+                inputs, _, out = self(torch.from_numpy(obs)[:, None], [torch.from_numpy(s) for s in state])
+            return inputs[:, 0].numpy(), [s.numpy() for s in out]
+        (trunk, activation), lstm, head, log_std, critic = views
         x = obs if self.encoder is None else in_torch(self.encoder, obs, self.encoder)
-        h, c = lstm_cell(dense_stack(x, trunk, self.activation), [state[0][:, :n], state[1][:, :n]], *lstm)
+        h, c = lstm_cell(dense_stack(x, trunk, activation), [state[0][:, :n], state[1][:, :n]], *lstm)
         out = affine(h, head, log_std)
         if critic is None:
             return out, [h, c]
-        critic_trunk, critic_lstm = critic
+        (critic_trunk, critic_activation), critic_lstm = critic
         x = obs if self.critic_encoder is None else in_torch(self.critic_encoder, obs, self.critic_encoder)
-        h_v, c_v = lstm_cell(dense_stack(x, critic_trunk, self.activation),
+        h_v, c_v = lstm_cell(dense_stack(x, critic_trunk, critic_activation),
                              [state[0][:, n:], state[1][:, n:]], *critic_lstm)
         return out, [np.concatenate([h, h_v], axis=-1), np.concatenate([c, c_v], axis=-1)]
 
@@ -163,18 +180,31 @@ def _lstm_views(lstm: nn.LSTM, view: View) -> tuple[np.ndarray, ...]:
     return w_ih.T, w_hh.T, b_ih, b_hh
 
 
-def _dense_views(trunk: nn.Sequential, view: View) -> list[Dense]:
-    return [linear(m, view) for m in trunk if isinstance(m, nn.Linear)]
+_Trunk = tuple[list[Dense], str]  # a trunk's layers and the activation its modules run
+
+
+def _dense_views(trunk: nn.Sequential, view: View, default: str) -> _Trunk | None:
+    activation = mlp_activation(trunk, default)
+    if activation is None:  # not the trunk mlp() built: only torch runs it as it is
+        return None
+    return [linear(m, view) for m in trunk if isinstance(m, nn.Linear)], activation
 
 
 def _acting_views(model: LSTMActorCritic, view: View) -> tuple[
-        list[Dense], tuple[np.ndarray, ...], Dense, np.ndarray | None,
-        tuple[list[Dense], tuple[np.ndarray, ...]] | None]:
+        _Trunk, tuple[np.ndarray, ...], Dense, np.ndarray | None,
+        tuple[_Trunk, tuple[np.ndarray, ...]] | None] | None:
     """The actor's trunk, LSTM, head and log-std, and the critic's own trunk and LSTM if any
-    (stepped while acting: its state is the learner's starting point; its value head is not)."""
+    (stepped while acting: its state is the learner's starting point; its value head is not);
+    None when a trunk is no longer what :func:`mlp` built."""
     critic = None
     if model.critic_lstm is not None:
         assert model.critic_trunk is not None  # built together with critic_lstm
-        critic = (_dense_views(model.critic_trunk, view), _lstm_views(model.critic_lstm, view))
-    return (_dense_views(model.trunk, view), _lstm_views(model.lstm, view), linear(model.action_head, view),
+        critic_trunk = _dense_views(model.critic_trunk, view, model.activation)
+        if critic_trunk is None:
+            return None
+        critic = (critic_trunk, _lstm_views(model.critic_lstm, view))
+    trunk = _dense_views(model.trunk, view, model.activation)
+    if trunk is None:
+        return None
+    return (trunk, _lstm_views(model.lstm, view), linear(model.action_head, view),
             None if model.log_std is None else view(model.log_std), critic)

@@ -24,7 +24,7 @@ from cairn.validation import check_section
 
 __all__ = ["ActorCriticMLP", "ACTIVATIONS", "DEFAULT_MODEL_CONFIG", "check_model_config",
            "VF_STOP_GRADIENT_NEEDS_SHARING", "check_value_sharing", "builds_config_mlp",
-           "warn_if_image_observations", "policy_encoder_description", "mlp"]
+           "warn_if_image_observations", "policy_encoder_description", "mlp", "mlp_activation"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -179,6 +179,26 @@ def mlp(sizes: Sequence[int], activation: str) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def mlp_activation(trunk: nn.Sequential, default: str) -> str | None:
+    """The name of the activation ``trunk`` runs if it still is what :func:`mlp` builds (a
+    ``Linear``, then an activation module of :data:`ACTIVATIONS` with its default settings,
+    repeated), ``default`` for an empty trunk, None for any other: the numpy acting path computes
+    exactly those, and a module replaced, added or removed since the network was built
+    (``model.actor[1] = nn.ReLU()``) leaves a trunk that only torch runs as it is."""
+    modules = list(trunk)
+    if not modules:
+        return default
+    names = {cls: name for name, cls in ACTIVATIONS.items()}
+    name = names.get(type(modules[1])) if len(modules) % 2 == 0 else None
+    if name is None:
+        return None
+    act = ACTIVATIONS[name]
+    settings = act().extra_repr()
+    plain = all(type(m) is nn.Linear if i % 2 == 0 else (type(m) is act and m.extra_repr() == settings)
+                for i, m in enumerate(modules))
+    return name if plain else None
+
+
 class ActorCriticMLP(nn.Module):
     """``forward(obs) -> (action_inputs, value)`` with a state-independent log-std for Box.
 
@@ -243,8 +263,11 @@ class ActorCriticMLP(nn.Module):
         not the dispatch)."""
         if self.encoder is not None:
             return in_torch(self.action_inputs, obs, self)
-        hidden, head, log_std = self._numpy_views.get(self)
-        return affine(dense_stack(obs, hidden, self.activation), head, log_std)
+        views = self._numpy_views.get(self)
+        if views is None:  # an actor changed since it was built (mlp_activation): torch runs it
+            return in_torch(self.action_inputs, obs, self)
+        hidden, head, log_std, activation = views
+        return affine(dense_stack(obs, hidden, activation), head, log_std)
 
     def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
         """The action distribution's inputs for a batch of processed observations."""
@@ -275,6 +298,11 @@ class ActorCriticMLP(nn.Module):
         return self.action_inputs(obs), self.value(obs)
 
 
-def _acting_views(model: ActorCriticMLP, view: View) -> tuple[list[Dense], Dense, np.ndarray | None]:
+def _acting_views(model: ActorCriticMLP, view: View
+                  ) -> tuple[list[Dense], Dense, np.ndarray | None, str] | None:
+    activation = mlp_activation(model.actor, model.activation)  # what the actor's modules run
+    if activation is None:
+        return None
     hidden = [linear(m, view) for m in model.actor if isinstance(m, nn.Linear)]
-    return hidden, linear(model.action_head, view), None if model.log_std is None else view(model.log_std)
+    return (hidden, linear(model.action_head, view), None if model.log_std is None else view(model.log_std),
+            activation)

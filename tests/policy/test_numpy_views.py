@@ -130,6 +130,38 @@ def test_numpy_acting_follows_a_replaced_layer(name: str) -> None:
     assert not np.allclose(_assert_acts_as_torch(outputs, model), before)
 
 
+#: The trunks (``nn.Sequential`` of Linear and activation modules) each network acts through.
+TRUNKS = {"mlp, Box actions (log_std)": ["actor"], "mlp, Discrete actions": ["actor"],
+          "lstm, Box actions": ["trunk", "critic_trunk"], "lstm, shared layers": ["trunk"]}
+#: Changes to a trunk's modules (not to any tensor), each made after the views were taken.
+TRUNK_EDITS: dict[str, Callable[[torch.nn.Sequential], None]] = {
+    "activation replaced": lambda trunk: trunk.__setitem__(1, torch.nn.ReLU()),
+    "every activation replaced": lambda trunk: [trunk.__setitem__(i, torch.nn.ELU())
+                                                         for i in range(1, len(trunk), 2)],
+    "activation with other settings": lambda trunk: trunk.__setitem__(1, torch.nn.ELU(alpha=3.0)),
+    "module appended": lambda trunk: trunk.append(torch.nn.LayerNorm(trunk[0].out_features)),
+    "module inserted": lambda trunk: trunk.insert(1, torch.nn.Hardtanh(-0.1, 0.1)),
+}
+
+
+@pytest.mark.parametrize("edit", list(TRUNK_EDITS))
+@pytest.mark.parametrize("name", list(TRUNKS))
+def test_numpy_acting_follows_the_modules_of_its_trunks(name: str, edit: str) -> None:
+    """The torch forward runs a trunk's modules; numpy acting ran the activation the network was
+    built with through the trunk's Linear layers, and watched only the entries holding those: an
+    activation replaced or a module added acted differently in numpy than in torch."""
+    make, outputs = NETWORKS[name]
+    for trunk_name in TRUNKS[name]:
+        model = _model(make())
+        if getattr(model, trunk_name) is None:
+            continue
+        before = _assert_acts_as_torch(outputs, model)  # the views are taken
+        TRUNK_EDITS[edit](getattr(model, trunk_name))
+        _assert_acts_as_torch(outputs, model)
+        if trunk_name != "critic_trunk":  # the critic's state changes, not the actions
+            assert not np.allclose(_assert_acts_as_torch(outputs, model), before)
+
+
 def _linear_views(views: LiveViews[Any], layer: torch.nn.Module) -> tuple[np.ndarray, np.ndarray]:
     return views.get(layer)  # type: ignore[no-any-return]
 
