@@ -27,10 +27,9 @@ from cairn.policy.keras_encoders import KerasEncoder, build_keras_encoder
 from cairn.policy.keras_model import (
     KERAS_ACTIVATIONS,
     KerasNetwork,
-    build_user_keras_model,
-    register_keras_variables,
     torch_linear_init,
 )
+from cairn.policy.keras_user_model import build_user_keras_model, register_keras_variables
 
 __all__ = ["KerasQNetwork", "QLayers", "build_q_mlp", "keras_q_network"]
 

@@ -45,9 +45,9 @@ from cairn.policy.keras_model import (
     KerasNetwork,
     KerasVariablesModule,
     keras_dense,
-    register_keras_variables,
     torch_linear_init,
 )
+from cairn.policy.keras_user_model import register_keras_variables
 from cairn.policy.torch_utils import uniform_fan_in_
 
 __all__ = ["KerasSACModel", "KerasSquashedGaussianActor", "KerasTwinQ", "keras_box_action", "keras_sac_model",

@@ -32,9 +32,9 @@ from cairn.policy.keras_model import (
     KERAS_ACTIVATIONS,
     KerasNetwork,
     KerasVariablesModule,
-    register_keras_variables,
     torch_linear_init,
 )
+from cairn.policy.keras_user_model import register_keras_variables
 
 __all__ = ["KerasDeterministicActor", "KerasTD3Model", "keras_td3_model"]
 
