@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "WRAPPER_STATE_ATTRS", "np_random_or_none", "set_np_random", "set_wrapper_state", "wrapper_state",
-    "wrapper_state_is_captured",
+    "WRAPPER_STATE_ATTRS", "awaits_reset", "counts_episode_steps", "np_random_or_none", "set_np_random",
+    "set_wrapper_state", "wrapper_state", "wrapper_state_is_captured",
 ]
 
 #: The private attributes of Gymnasium's wrappers that are part of an environment's state.
@@ -69,6 +69,17 @@ def wrapper_state_is_captured(wrapper: Any) -> bool:
 def wrapper_state(wrapper: Any) -> dict[str, Any]:
     """The :data:`WRAPPER_STATE_ATTRS` that ``wrapper`` itself has, by name."""
     return {k: getattr(wrapper, k) for k in WRAPPER_STATE_ATTRS if hasattr(wrapper, k)}
+
+
+def counts_episode_steps(wrapper: Any) -> bool:
+    """Whether ``wrapper`` itself counts the steps of the episode (a ``TimeLimit``)."""
+    return hasattr(wrapper, "_elapsed_steps")
+
+
+def awaits_reset(wrapper: Any) -> bool:
+    """Whether ``wrapper`` itself refuses ``step`` until a reset (an ``OrderEnforcing`` that has
+    not seen one)."""
+    return getattr(wrapper, "_has_reset", None) is False
 
 
 def set_wrapper_state(wrapper: Any, saved: Mapping[str, Any]) -> None:

@@ -59,7 +59,7 @@ def _wrappers_keep_no_state(env: Any) -> bool:
     layer = env
     while isinstance(layer, gym.Wrapper):
         if (not gymnasium_internals.wrapper_state_is_captured(layer)
-                or "_elapsed_steps" in gymnasium_internals.wrapper_state(layer)):
+                or gymnasium_internals.counts_episode_steps(layer)):
             return False
         layer = layer.env
     return True
@@ -69,7 +69,7 @@ def _awaits_reset(env: Any) -> bool:
     """Whether a Gymnasium wrapper around ``env`` refuses ``step`` until a reset."""
     layer = env
     while isinstance(layer, gym.Wrapper):
-        if gymnasium_internals.wrapper_state(layer).get("_has_reset") is False:
+        if gymnasium_internals.awaits_reset(layer):
             return True
         layer = layer.env
     return False
