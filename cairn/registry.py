@@ -76,10 +76,11 @@ ModelExporter = Callable[..., dict[str, Any]]
 #: importing them.
 NATIVE_MODEL_WRITER = "cairn.export.checkpoint_files:write_native_model_files"
 MODEL_EXPORTER = "cairn.export.model_export:export_model"
-#: ``reuses(record) -> bool``: whether the ONNX part of an earlier ``native_model`` record is what
-#: the writer would write in this process (it skipped ``model.onnx`` for packages missing here
-#: too, or skipped nothing), for an incremental save's reuse of a policy's files.
-NATIVE_MODEL_REUSES = "cairn.export.checkpoint_files:onnx_skip_holds"
+#: ``reuses(record, *, keras, full) -> bool``: whether an earlier ``native_model`` record is what
+#: the writer would write in this process for a policy with ``keras`` and ``full`` (the same
+#: files, and ``model.onnx`` skipped only for packages missing here too), for an incremental
+#: save's reuse of a policy's files.
+NATIVE_MODEL_REUSES = "cairn.export.checkpoint_files:native_files_hold"
 
 T = TypeVar("T")
 
@@ -112,7 +113,7 @@ def native_model_writer() -> NativeModelWriter:
     return resolve_callable(NATIVE_MODEL_WRITER, what="native model writer")  # type: ignore[no-any-return]
 
 
-def native_model_reuses() -> Callable[[Mapping[str, Any]], bool]:
+def native_model_reuses() -> Callable[..., bool]:
     """cairn.export's check of an earlier ``native_model`` record (:data:`NATIVE_MODEL_REUSES`)."""
     return resolve_callable(NATIVE_MODEL_REUSES, what="native model reuse check")  # type: ignore[no-any-return]
 

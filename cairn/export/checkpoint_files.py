@@ -26,7 +26,7 @@ from cairn.policy.keras_config import uses_keras
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
 
-__all__ = ["MODEL_DIR", "write_native_model_files", "onnx_skip_holds"]
+__all__ = ["MODEL_DIR", "write_native_model_files", "native_files_hold"]
 
 MODEL_DIR = "model"
 _CHUNK = 1 << 20
@@ -96,14 +96,24 @@ def write_native_model_files(policy: Policy, root: Path, files: dict[str, dict[s
     return record
 
 
-def onnx_skip_holds(record: Mapping[str, Any]) -> bool:
-    """Whether this process would leave ``model.onnx`` out as the ``native_model`` record
-    ``record`` of an earlier save of the same state says, for an incremental save's reuse
-    (``cairn.registry.NATIVE_MODEL_REUSES``). A record that skipped ONNX because the packages
-    were missing holds only where one of them is missing here too (with them, this save writes
-    ``model.onnx``); one that skipped it because the export failed for the model (an
-    :class:`~cairn.errors.ExportError`) holds (the same model fails the same way), and so does
-    every record that skipped nothing."""
+def native_files_hold(record: Mapping[str, Any], *, keras: bool, full: bool) -> bool:
+    """Whether native files an earlier checkpoint of the same state recorded as ``record`` (its
+    manifest's ``native_model``) are what :func:`write_native_model_files` would write here for a
+    policy with ``keras`` (``uses_keras``) and ``full``, for an incremental save's reuse
+    (``cairn.registry.NATIVE_MODEL_REUSES``).
+
+    A failed record holds either way (nothing could be written: nothing was). A torch policy's
+    files are the same with or without ``full``. A Keras policy's full record
+    (``export_native_model_files``) names ``model.onnx`` in ``formats`` or says why it was
+    ``skipped``; a record of ``model.keras`` alone does neither, so it holds only for the same
+    ``full``. A record that skipped ONNX because the packages were missing holds only where one
+    of them is missing here too (with them, this save writes ``model.onnx``); one that skipped it
+    because the export failed for the model (an :class:`~cairn.errors.ExportError`) holds (the
+    same model fails the same way), and so does every record that skipped nothing."""
+    if record.get("status") != "ok":
+        return True
+    if keras and ("onnx" in record.get("formats", ()) or "skipped" in record) != full:
+        return False
     skipped = record.get("skipped")
     reason = skipped.get("onnx") if isinstance(skipped, Mapping) else None
     if not isinstance(reason, str) or not reason.startswith(_NOT_INSTALLED):

@@ -99,20 +99,9 @@ class _NativeFilesWriter:
 
     def reuses(self, record: Mapping[str, Any]) -> bool:
         """Whether native files an earlier checkpoint of the same state recorded as ``record``
-        (its manifest's ``native_model``) are what this writer writes. A torch policy's files
-        are the same with or without ``full``. A Keras policy's full record
-        (``export_native_model_files``) names ``model.onnx`` in ``formats`` or says why it was
-        ``skipped``; a record of ``model.keras`` alone does neither. A failed record is the
-        same either way (``model.keras`` could not be written: nothing was). A record that left
-        ``model.onnx`` out because the ONNX packages were missing is these files only where they
-        are missing here too (``cairn.registry.NATIVE_MODEL_REUSES``)."""
-        if record.get("status") != "ok":
-            return True
-        if self._keras:
-            full = "onnx" in record.get("formats", ()) or "skipped" in record
-            if full != self._full:
-                return False
-        return native_model_reuses()(record)
+        (its manifest's ``native_model``) are what this writer writes: cairn.export's answer
+        (``cairn.registry.NATIVE_MODEL_REUSES``), which writes the record."""
+        return native_model_reuses()(record, keras=self._keras, full=self._full)
 
 
 def export_native_model(policy: SavedPolicy, export_dir: str | os.PathLike[str], *, onnx: int | None,

@@ -11,7 +11,7 @@ from cairn import registry
 def test_the_registry_names_cairn_exports_writers() -> None:
     assert registry.native_model_writer() is cairn.export.write_native_model_files
     assert registry.model_exporter() is cairn.export.export_model
-    assert registry.native_model_reuses() is cairn.export.checkpoint_files.onnx_skip_holds
+    assert registry.native_model_reuses() is cairn.export.checkpoint_files.native_files_hold
 
 
 def test_nothing_is_installed_at_import_time() -> None:
