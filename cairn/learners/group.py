@@ -22,7 +22,7 @@ decides "unchanged, do not send": a lent state always goes out whole.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -117,9 +117,8 @@ class LearnerGroup:
         if learner is None or policy_id not in learner.policies:
             return
         try:
-            state = with_learned_parts(policy.get_state(), learner.learned(policy_id))
-            state["weights"] = learner.policies[policy_id][0].get_weights()
-            policy.set_state(state)
+            copy = learner.policies[policy_id][0]
+            _take_back(policy, learner.learned(policy_id), weights=copy.get_weights())
         except Exception as error:  # the learn function's error is the one to raise
             warnings.warn(f"After a failed update of policy {policy_id!r} on the learner, its "
                           f"state could not be read back ({type(error).__name__}: {error}): the "
@@ -146,7 +145,7 @@ class LearnerGroup:
             except BaseException:
                 self.lent.clear()
                 raise
-            policy.set_state(with_learned_parts(policy.get_state(), parts))
+            _take_back(policy, parts)
         if release and learner is not None and policy_ids:
             try:
                 learner.release(policy_ids)
@@ -167,6 +166,17 @@ class LearnerGroup:
             self.lent.clear()
             if self.remote is not None:
                 self.remote.stop()
+
+
+def _take_back(policy: Policy, parts: Mapping[str, Any], *, weights: Mapping[str, Any] | None = None) -> None:
+    """Take a learner's copy of ``policy`` back into the driver's ``policy``: ``parts`` (what
+    ``learner.learned`` returned: optimizer state, torch generator, ``num_grad_updates``) and,
+    with ``weights`` (the copy's own, after a failed update), its weights too; without them
+    ``policy`` keeps the weights that came back after each update."""
+    state = with_learned_parts(policy.get_state(), parts)
+    if weights is not None:
+        state["weights"] = weights
+    policy.set_state(state)
 
 
 def _check_optimizer_class(policy_id: str, policy: Policy) -> None:

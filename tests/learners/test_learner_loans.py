@@ -395,3 +395,47 @@ def test_an_optimizer_assigned_to_a_lent_policy_is_refused_and_a_subclass_learns
     finally:
         direct.stop()
         lent.stop()
+
+
+class FailingFourthUpdateAndReadBack(FailingFourthUpdate):
+    """As FailingFourthUpdate, and the failed policy's copy cannot be read back afterwards."""
+
+    failed: str | None = None
+
+    def update(self, fn, policy_id, state, inputs):
+        if self.updates == 3:
+            self.failed = policy_id
+        return super().update(fn, policy_id, state, inputs)
+
+    def learned(self, policy_id):
+        if policy_id == self.failed:
+            raise RuntimeError("the copy cannot be read")
+        return super().learned(policy_id)
+
+
+def test_a_failed_update_whose_copy_cannot_be_read_back_warns_and_the_next_iteration_learns() -> None:
+    # The learn function's error is the one raised; the failed policy keeps the driver's
+    # weights and learned parts of the loan's start (its loan ends: the next update sends it
+    # whole); the other policy's loan comes back.
+    from cairn.learners.policy_sync import learned_parts
+    from tests.helpers import small_ma_ppo
+
+    algo = small_ma_ppo(2).build()
+    try:
+        learner = with_cpu_learner(algo, FailingFourthUpdateAndReadBack)
+        algo.train()
+        before = {pid: algo.get_policy(pid).get_state() for pid in algo.policies}
+        with pytest.raises(RuntimeError, match="learn function failed"), \
+                pytest.warns(RuntimeWarning, match="could not be read back"):
+            algo.train()
+        assert learner.failed is not None and not algo.learner_group.lent
+        got, want = algo.get_policy(learner.failed).get_state(), before[learner.failed]
+        assert_trees_equal(learned_parts(got), learned_parts(want))
+        assert_trees_equal(got["weights"], want["weights"])
+        (other,) = set(algo.policies) - {learner.failed}
+        assert algo.get_policy(other).num_grad_updates > before[other]["counters"]["num_grad_updates"]
+        learner.failed = None
+        algo.train()
+        assert not algo.learner_group.lent
+    finally:
+        algo.stop()
