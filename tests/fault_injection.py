@@ -18,7 +18,7 @@ import pytest
 
 import cairn
 from cairn.callbacks import Callbacks
-from tests.helpers import assert_trains_identically
+from tests.helpers import assert_resumes_exactly, assert_trains_identically
 
 #: The episode length of the StepRecordEnv copies in the failure-path tests.
 LENGTH = 5
@@ -234,11 +234,7 @@ def check_recovers(algo: cairn.Algorithm, tmp_path: Path, error: type[BaseExcept
         if whole_iteration:
             assert algo.counters == counters, "a failed iteration was counted"
     # A checkpoint saved right after the failure goes on exactly as the live algorithm does.
-    at_fault = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "at_fault"))
-    try:
-        assert_trains_identically(algo, at_fault, iterations=1)
-    finally:
-        at_fault.stop()
+    assert_resumes_exactly(algo, tmp_path / "at_fault", iterations=1)
     result = algo.last_result
     assert result is not None
     after_fault(algo)

@@ -73,6 +73,16 @@ def assert_trains_identically(algo: cairn.Algorithm, restored: cairn.Algorithm, 
     assert_trees_equal(algo.get_state(), restored.get_state())
 
 
+def assert_resumes_exactly(algo: cairn.Algorithm, path: object, iterations: int = 2) -> None:
+    """A checkpoint of ``algo`` saved at ``path`` now trains on as ``algo`` does
+    (:func:`assert_trains_identically`); the restored copy is stopped afterwards."""
+    restored = cairn.Algorithm.from_checkpoint(algo.save(path))
+    try:
+        assert_trains_identically(algo, restored, iterations=iterations)
+    finally:
+        restored.stop()
+
+
 def assert_trees_equal(a: object, b: object, path: str = "state") -> None:
     """Two state trees are equal: the same keys, types, array dtypes, shapes and values
     (NaN equal to NaN); the message names the first path that differs."""

@@ -21,7 +21,7 @@ from tests.fault_injection import (
     raise_in,
     step_record_env_config,
 )
-from tests.helpers import assert_trains_identically, small_ma_dqn, small_ma_sac, small_ppo
+from tests.helpers import assert_resumes_exactly, small_ma_dqn, small_ma_sac, small_ppo
 
 
 @pytest.mark.slow
@@ -51,17 +51,52 @@ def test_lstm_ppo_restarts_the_recurrent_state_of_reset_envs(tmp_path: Path) -> 
         algo.stop()
 
 
-def _off_policy(kind: str, tmp_path: Path) -> cairn.AlgorithmConfig:
-    # 2 envs x 8 steps a round, 4 rounds an iteration: the fault (each env's step 43) strikes
-    # in round 2 of iteration 2, after round 1 was stored and learned from.
-    faults = step_record_env_config(tmp_path, fail_in="step", fail_at=43, continuous=kind == "sac")
+def _off_policy(kind: str, env_config: dict[str, Any], **training: Any) -> cairn.AlgorithmConfig:
+    """``kind`` ("dqn", "sac", or "td3" with ``policy_delay=2``) on 2 StepRecordEnv copies of
+    ``env_config``, rounds of 8 steps each, minibatches of 16, the replay buffer stored, seed 1;
+    ``training`` (the batch size, when learning starts, a replay ratio) on top."""
     config: Any = (cairn.DQNConfig().env_runners(rollout_fragment_length=8) if kind == "dqn"
-                   else cairn.SACConfig().training(train_freq=8))
-    return (config.environment(make_step_record_env, env_config=faults)
-            .training(train_batch_size=64, minibatch_size=16, num_steps_sampled_before_learning_starts=16,
-                      model={"hidden": [16]} if kind == "dqn" else {"hidden": [16, 16]})
+                   else cairn.SACConfig().training(train_freq=8) if kind == "sac"
+                   else cairn.TD3Config().training(policy_delay=2, train_freq=8))
+    return (config.environment(make_step_record_env, env_config=env_config)
+            .training(minibatch_size=16, model={"hidden": [16]} if kind == "dqn" else {"hidden": [16, 16]},
+                      **training)
             .env_runners(num_envs_per_env_runner=2)
             .checkpointing(store_replay_buffer=True).debugging(seed=1))
+
+
+def _fail_p0_once(monkeypatch: pytest.MonkeyPatch, algo: cairn.Algorithm) -> None:
+    """``algo.learn`` raises at p0's next update, before it starts, and is itself again after."""
+    learn = algo.learn
+
+    def failing_once(fn: Any, policy_id: str, **inputs: Any) -> Any:
+        if policy_id == "p0":
+            monkeypatch.setattr(algo, "learn", learn)
+            raise InjectedError("injected failure in p0's loss")
+        return learn(fn, policy_id, **inputs)
+
+    monkeypatch.setattr(algo, "learn", failing_once)
+
+
+def _fail_the_critic_for_the_actor(monkeypatch: pytest.MonkeyPatch, policy: Any, kind: str, *,
+                                   at: int = 1) -> None:
+    """The critic as the actor's loss calls it (``detach=True``; SAC's ``forward``, TD3's
+    ``first_q``), after the critics' optimizer step, raises at its ``at``-th such call from now
+    on, and is itself again after."""
+    critic = policy.model.critic
+    name = "forward" if kind == "sac" else "first_q"
+    original = getattr(critic, name)
+    actor_calls = []
+
+    def raising_once(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("detach"):
+            actor_calls.append(1)
+            if len(actor_calls) == at:
+                monkeypatch.delattr(critic, name)
+                raise InjectedError("injected failure in the critic, for the actor's loss")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(critic, name, raising_once)
 
 
 def assert_replay_holds_counted_steps(algo: cairn.Algorithm) -> None:
@@ -77,7 +112,10 @@ def assert_replay_holds_counted_steps(algo: cairn.Algorithm) -> None:
 
 @pytest.mark.parametrize("kind", ["dqn", "sac"])
 def test_off_policy_replay_holds_only_whole_rounds(tmp_path: Path, kind: str) -> None:
-    algo = _off_policy(kind, tmp_path).build()
+    # 2 envs x 8 steps a round, 4 rounds an iteration: the fault (each env's step 43) strikes
+    # in round 2 of iteration 2, after round 1 was stored and learned from.
+    faults = step_record_env_config(tmp_path, fail_in="step", fail_at=43, continuous=kind == "sac")
+    algo = _off_policy(kind, faults, train_batch_size=64, num_steps_sampled_before_learning_starts=16).build()
     try:
         check_recovers(algo, tmp_path, InjectedError, whole_iteration=False,
                        after_fault=assert_replay_holds_counted_steps)
@@ -114,13 +152,6 @@ def test_multi_agent_learning_that_raises_keeps_every_policys_transitions(
     p1's transitions of it are in p1's buffer too, though p1 comes after p0 in the round; and a
     checkpoint saved then resumes exactly."""
     algo = make_config().training(n_step=1).build()
-    learn = algo.learn
-
-    def failing_once(fn: Any, policy_id: str, **inputs: Any) -> Any:
-        if policy_id == "p0":
-            monkeypatch.setattr(algo, "learn", learn)
-            raise InjectedError("injected failure in p0's loss")
-        return learn(fn, policy_id, **inputs)
 
     def assert_each_buffer_holds_its_policys_steps() -> None:
         for pid in ("p0", "p1"):
@@ -130,15 +161,11 @@ def test_multi_agent_learning_that_raises_keeps_every_policys_transitions(
     try:
         algo.train()
         assert_each_buffer_holds_its_policys_steps()
-        monkeypatch.setattr(algo, "learn", failing_once)
+        _fail_p0_once(monkeypatch, algo)
         with pytest.raises(InjectedError):
             algo.train()
         assert_each_buffer_holds_its_policys_steps()
-        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "at_fault"))
-        try:
-            assert_trains_identically(algo, restored)
-        finally:
-            restored.stop()
+        assert_resumes_exactly(algo, tmp_path / "at_fault")
         assert_each_buffer_holds_its_policys_steps()
     finally:
         algo.stop()
@@ -152,15 +179,8 @@ def test_replay_ratio_makes_the_updates_owed_after_one_that_raised(
     stay owed and are made in the next round, so that over the run the updates made are exactly
     the ratio's share of the rows sampled (the credit was taken for all 3 before any ran, so
     both were lost for good)."""
-    config: Any = (cairn.DQNConfig().env_runners(rollout_fragment_length=8) if kind == "dqn"
-                   else cairn.SACConfig().training(train_freq=8))
-    env_config = {"length": LENGTH, "continuous": kind == "sac"}
-    model = {"hidden": [16]} if kind == "dqn" else {"hidden": [16, 16]}
-    algo = (config.environment(make_step_record_env, env_config=env_config)
-            .training(train_batch_size=64, minibatch_size=16, num_steps_sampled_before_learning_starts=0,
-                      training_intensity=3.0, model=model)
-            .env_runners(num_envs_per_env_runner=2).checkpointing(store_replay_buffer=True)
-            .debugging(seed=1)).build()
+    algo = _off_policy(kind, {"length": LENGTH, "continuous": kind == "sac"}, train_batch_size=64,
+                       num_steps_sampled_before_learning_starts=0, training_intensity=3.0).build()
     learn, calls = algo.learn, []
 
     def failing_second_of_a_round(fn: Any, policy_id: str, **inputs: Any) -> Any:
@@ -183,11 +203,7 @@ def test_replay_ratio_makes_the_updates_owed_after_one_that_raised(
         for _ in range(2):
             algo.train()
             assert_updates_are_the_ratios()
-        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
-        try:
-            assert_trains_identically(algo, restored)
-        finally:
-            restored.stop()
+        assert_resumes_exactly(algo, tmp_path / "c")
         assert_updates_are_the_ratios()
     finally:
         algo.stop()
@@ -201,17 +217,9 @@ def test_replay_ratio_keeps_the_round_owed_to_a_policy_after_one_that_raised(
     good), so that over the run each policy makes exactly the ratio's share of its rows."""
     algo = make_config().training(training_intensity=4.0, minibatch_size=16,
                                   num_steps_sampled_before_learning_starts=0, n_step=1).build()
-    learn = algo.learn
-
-    def failing_once(fn: Any, policy_id: str, **inputs: Any) -> Any:
-        if policy_id == "p0":
-            monkeypatch.setattr(algo, "learn", learn)
-            raise InjectedError("injected failure in p0's loss")
-        return learn(fn, policy_id, **inputs)
-
     try:
         algo.train()
-        monkeypatch.setattr(algo, "learn", failing_once)
+        _fail_p0_once(monkeypatch, algo)
         with pytest.raises(InjectedError):
             algo.train()
         for _ in range(2):
@@ -240,22 +248,9 @@ def test_an_actor_update_that_raises_counts_the_critic_step_it_made(
     but that one), and a checkpoint saved then resumes exactly."""
     from cairn.algorithms.td3.learn import actor_update_due
 
-    config: Any = cairn.SACConfig() if kind == "sac" else cairn.TD3Config().training(policy_delay=2)
-    algo = (config.environment(make_step_record_env, env_config={"length": LENGTH, "continuous": True})
-            .training(train_freq=8, train_batch_size=32, minibatch_size=16,
-                      num_steps_sampled_before_learning_starts=16, model={"hidden": [16, 16]})
-            .env_runners(num_envs_per_env_runner=2).checkpointing(store_replay_buffer=True)
-            .debugging(seed=1)).build()
+    algo = _off_policy(kind, {"length": LENGTH, "continuous": True}, train_batch_size=32,
+                       num_steps_sampled_before_learning_starts=16).build()
     policy = algo.get_policy()
-    critic = policy.model.critic
-    name = "forward" if kind == "sac" else "first_q"  # the critic as the actor's loss calls it
-    original = getattr(critic, name)
-
-    def raising_once(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("detach"):
-            monkeypatch.delattr(critic, name)
-            raise InjectedError("injected failure in the critic, for the actor's loss")
-        return original(*args, **kwargs)
 
     def actor_updates(steps: int) -> int:
         return steps if kind == "sac" else sum(actor_update_due(k, 2) for k in range(steps))
@@ -268,15 +263,11 @@ def test_an_actor_update_that_raises_counts_the_critic_step_it_made(
     try:
         algo.train()
         assert_counts_match_the_parameters(failed=0)
-        monkeypatch.setattr(critic, name, raising_once)
+        _fail_the_critic_for_the_actor(monkeypatch, policy, kind)
         with pytest.raises(InjectedError):
             algo.train()
         assert_counts_match_the_parameters(failed=1)
-        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
-        try:
-            assert_trains_identically(algo, restored)
-        finally:
-            restored.stop()
+        assert_resumes_exactly(algo, tmp_path / "c")
         assert_counts_match_the_parameters(failed=1)
     finally:
         algo.stop()
@@ -290,25 +281,9 @@ def test_replay_ratio_counts_an_update_whose_critic_stepped_before_the_actor_rai
     took it and ``num_grad_updates`` counts it), so the ratio's credit and
     ``num_env_steps_trained_lifetime`` count it too. They did not: the next round made it
     again, one critic step more than the ratio's share of the rows, for good."""
-    config: Any = cairn.SACConfig() if kind == "sac" else cairn.TD3Config().training(policy_delay=2)
-    algo = (config.environment(make_step_record_env, env_config={"length": LENGTH, "continuous": True})
-            .training(train_freq=8, train_batch_size=32, minibatch_size=16, training_intensity=2.0,
-                      num_steps_sampled_before_learning_starts=0, model={"hidden": [16, 16]})
-            .env_runners(num_envs_per_env_runner=2).checkpointing(store_replay_buffer=True)
-            .debugging(seed=1)).build()
+    algo = _off_policy(kind, {"length": LENGTH, "continuous": True}, train_batch_size=32,
+                       num_steps_sampled_before_learning_starts=0, training_intensity=2.0).build()
     policy = algo.get_policy()
-    critic = policy.model.critic
-    name = "forward" if kind == "sac" else "first_q"  # the critic as the actor's loss calls it
-    original = getattr(critic, name)
-    actor_calls = []
-
-    def raising_once(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("detach"):
-            actor_calls.append(1)
-            if len(actor_calls) == 2:  # the second actor update of the iteration
-                monkeypatch.delattr(critic, name)
-                raise InjectedError("injected failure in the critic, for the actor's loss")
-        return original(*args, **kwargs)
 
     def assert_updates_are_the_ratios() -> None:
         owed = algo.counters["num_env_steps_sampled_lifetime"] * 2 // 16
@@ -320,18 +295,14 @@ def test_replay_ratio_counts_an_update_whose_critic_stepped_before_the_actor_rai
     try:
         algo.train()
         assert_updates_are_the_ratios()
-        monkeypatch.setattr(critic, name, raising_once)
+        _fail_the_critic_for_the_actor(monkeypatch, policy, kind, at=2)  # the iteration's second actor update
         with pytest.raises(InjectedError):
             algo.train()
         assert_updates_are_the_ratios()
         for _ in range(2):
             algo.train()
             assert_updates_are_the_ratios()
-        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
-        try:
-            assert_trains_identically(algo, restored)
-        finally:
-            restored.stop()
+        assert_resumes_exactly(algo, tmp_path / "c")
         assert_updates_are_the_ratios()
     finally:
         algo.stop()

@@ -7,21 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pytest
-from pettingzoo import ParallelEnv
 
-import cairn
 from cairn.algorithms.ppo.learn import next_values
 from cairn.algorithms.ppo.loss import compute_gae
 from cairn.env_runner import EnvRunner
-from tests.helpers import map_by_index
-
-_SPACE = gym.spaces.Box(-100.0, 100.0, (2,), np.float32)
+from tests.env_runner.two_agent_parallel import TwoAgentParallel, two_policy_ppo
 
 
-class _Leaving(ParallelEnv):  # type: ignore[misc]
+class _Leaving(TwoAgentParallel):
     """agent_0 leaves after 2 steps, agent_1 after 4 (the episode's end); observations are
     ``[t, agent index]``. With ``flags``, agent_0 leaves terminated and agent_1 truncated; without,
     the env drops them from ``agents`` and flags nothing."""
@@ -29,23 +24,8 @@ class _Leaving(ParallelEnv):  # type: ignore[misc]
     metadata = {"name": "leaving_v0", "render_modes": []}
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.possible_agents = ["agent_0", "agent_1"]
-        self.agents: list[str] = []
+        super().__init__()
         self.flags = bool(config["flags"])
-        self.t = 0
-
-    def observation_space(self, agent: str) -> gym.Space[Any]:
-        return _SPACE
-
-    def action_space(self, agent: str) -> gym.Space[Any]:
-        return gym.spaces.Discrete(2)
-
-    def _obs(self, agent: str) -> np.ndarray:
-        return np.array([self.t, int(agent[-1])], np.float32)
-
-    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        self.agents, self.t = list(self.possible_agents), 0
-        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         self.t += 1
@@ -63,9 +43,7 @@ def _make_leaving(config: dict[str, Any]) -> _Leaving:
 
 
 def _batches(flags: bool, steps: int = 10) -> dict[str, Any]:
-    config = (cairn.PPOConfig().environment(_make_leaving, env_config={"flags": flags})
-              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index).debugging(seed=0))
-    algo = config.build()
+    algo = two_policy_ppo(_make_leaving, {"flags": flags}).build()
     try:
         return EnvRunner(algo.config, algo.policies).sample(steps)
     finally:
@@ -127,7 +105,7 @@ def test_ppo_bootstraps_a_truncated_agent_from_its_final_observation(flags: bool
     assert nv.tolist() == [10, 20, 30, 40, 10, 20, 30, 40, 10, 20]
 
 
-class _Silent(ParallelEnv):  # type: ignore[misc]
+class _Silent(TwoAgentParallel):
     """agent_1 observes, and so acts, only at even t (PettingZoo warns of a live agent without
     an observation, and allows it); both agents are paid 1 at every step. Episodes end at
     t = ``end`` (5 unless configured), both agents truncated, with their final observations."""
@@ -135,22 +113,8 @@ class _Silent(ParallelEnv):  # type: ignore[misc]
     metadata = {"name": "silent_v0", "render_modes": []}
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.possible_agents = ["agent_0", "agent_1"]
-        self.agents: list[str] = []
-        self.t, self.end = 0, int(config.get("end", 5))
-
-    def observation_space(self, agent: str) -> gym.Space[Any]:
-        return _SPACE
-
-    def action_space(self, agent: str) -> gym.Space[Any]:
-        return gym.spaces.Discrete(2)
-
-    def _obs(self, agent: str) -> np.ndarray:
-        return np.array([self.t, int(agent[-1])], np.float32)
-
-    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        self.agents, self.t = list(self.possible_agents), 0
-        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+        super().__init__()
+        self.end = int(config.get("end", 5))
 
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         self.t += 1
@@ -168,16 +132,21 @@ def _make_silent(config: dict[str, Any]) -> _Silent:
     return _Silent(config)
 
 
-def test_an_agent_that_does_not_act_at_a_step_keeps_its_reward_on_its_last_action():
-    config = (cairn.PPOConfig().environment(_make_silent)
-              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index).debugging(seed=0))
-    algo = config.build()
+def _silent_p1(steps: int, **env_config: Any) -> tuple[Any, dict[str, Any]]:
+    """agent_1's rows (policy p1) of ``steps`` steps of one :class:`_Silent`, and the one
+    episode the runner reports."""
+    algo = two_policy_ppo(_make_silent, env_config).build()
     try:
         runner = EnvRunner(algo.config, algo.policies)
-        p1 = runner.sample(8)["p1"]
+        p1 = runner.sample(steps)["p1"]
         [episode] = runner.get_metrics()
     finally:
         algo.stop()
+    return p1, episode
+
+
+def test_an_agent_that_does_not_act_at_a_step_keeps_its_reward_on_its_last_action():
+    p1, episode = _silent_p1(8)
     # agent_1 acts at t = 0, 2, 4 of each episode; each action earns the rewards paid until its
     # next observation (two steps), the last one the step that ends the episode.
     assert p1["obs"][:, 0].tolist() == [0, 2, 4, 0, 2]
@@ -191,15 +160,7 @@ def test_an_agent_that_does_not_act_at_a_step_keeps_its_reward_on_its_last_actio
 def test_an_agent_that_does_not_act_at_the_last_step_ends_with_the_episode():
     # Episodes of 4 steps: agent_1 acts at t = 0 and 2 only; the episode ends at a step where it
     # did not act, and that step's reward, flag and final observation are its last row's.
-    config = (cairn.PPOConfig().environment(_make_silent, env_config={"end": 4})
-              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index).debugging(seed=0))
-    algo = config.build()
-    try:
-        runner = EnvRunner(algo.config, algo.policies)
-        p1 = runner.sample(6)["p1"]
-        [episode] = runner.get_metrics()
-    finally:
-        algo.stop()
+    p1, episode = _silent_p1(6, end=4)
     assert p1["obs"][:, 0].tolist() == [0, 2, 0]
     assert p1["rewards"].tolist() == [2, 2, 2]
     assert p1["next_obs"][:, 0].tolist() == [2, 4, 2]

@@ -7,20 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import pytest
-from pettingzoo import ParallelEnv
 
-import cairn
 from cairn.env_runner import EnvRunner
 from cairn.errors import EnvError
-from tests.helpers import map_by_index
-
-_SPACE = gym.spaces.Box(-100.0, 100.0, (2,), np.float32)
+from tests.env_runner.two_agent_parallel import TwoAgentParallel, two_policy_ppo
 
 
-class _Blank(ParallelEnv):  # type: ignore[misc]
+class _Blank(TwoAgentParallel):
     """Two agents paid 1 per step; episodes end at t = 4 by emptying ``agents`` (both truncated).
     At t = ``blank`` of the first ``blank_episodes`` episodes the step returns no observation
     (``mode`` "alive": both agents stay live, unflagged; "terminated": both flagged terminated,
@@ -29,30 +23,18 @@ class _Blank(ParallelEnv):  # type: ignore[misc]
     metadata = {"name": "blank_v0", "render_modes": []}
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.possible_agents = ["agent_0", "agent_1"]
-        self.agents: list[str] = []
-        self.t, self.episodes = 0, 0
+        super().__init__()
+        self.episodes = 0
         self.blank = int(config.get("blank", 2))
         self.blank_episodes = int(config.get("blank_episodes", 10**9))
         self.mode = str(config.get("mode", "alive"))
         self.empty_reset = bool(config.get("empty_reset", False))
         self.steps = 0  # env steps over all episodes
 
-    def observation_space(self, agent: str) -> gym.Space[Any]:
-        return _SPACE
-
-    def action_space(self, agent: str) -> gym.Space[Any]:
-        return gym.spaces.Discrete(2)
-
-    def _obs(self, agent: str) -> np.ndarray:
-        return np.array([self.t, int(agent[-1])], np.float32)
-
     def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        self.agents, self.t = list(self.possible_agents), 0
+        observed = super().reset(seed, options)
         self.episodes += 1
-        if self.empty_reset:
-            return {}, {}
-        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+        return ({}, {}) if self.empty_reset else observed
 
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         assert actions, "stepped without actions"
@@ -74,10 +56,7 @@ def _make_blank(config: dict[str, Any]) -> _Blank:
 
 
 def _runner(num_envs: int = 1, **env_config: Any) -> tuple[Any, EnvRunner]:
-    config = (cairn.PPOConfig().environment(_make_blank, env_config=env_config)
-              .env_runners(num_envs_per_env_runner=num_envs)
-              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index).debugging(seed=0))
-    algo = config.build()
+    algo = two_policy_ppo(_make_blank, env_config).env_runners(num_envs_per_env_runner=num_envs).build()
     return algo, EnvRunner(algo.config, algo.policies)
 
 
@@ -96,12 +75,8 @@ def test_a_step_that_observes_no_live_agent_is_an_env_error(mode: str):
 
 def test_the_error_names_the_env_copy_and_the_next_sample_counts_right():
     # Env copy 1 blanks at t = 2 of its first episode only; copy 0 never does (blank = 99).
-    config = (cairn.PPOConfig().environment(_make_blank, env_config={"blank_episodes": 1})
-              .env_runners(num_envs_per_env_runner=2)
-              .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=map_by_index).debugging(seed=0))
-    algo = config.build()
+    algo, runner = _runner(2, blank_episodes=1)
     try:
-        runner = EnvRunner(algo.config, algo.policies)
         runner.envs[0].blank = 99
         with pytest.raises(EnvError, match=r"Env 1 \(_Blank\)"):
             runner.sample(8)

@@ -1,16 +1,38 @@
 """A user's Keras model builder, named by import path in ``model={"keras_model": ...}``."""
 
 
-def small_actor_critic(obs_size, num_outputs, model_config):
+def _seeded_trunk(obs_size, *, noisy):
+    """keras, the ``"obs"`` Input and its seeded 16-unit hidden layer: relu, or with ``noisy``
+    tanh followed by BatchNormalization ("bn") and Dropout, layers whose output depends on
+    Keras' ``training`` argument (Keras reads no torch mode)."""
     from cairn.policy.keras_backend import import_keras
 
     keras = import_keras()
     obs = keras.Input((obs_size,), name="obs")
-    x = keras.layers.Dense(16, activation="relu",
+    x = keras.layers.Dense(16, activation="tanh" if noisy else "relu",
                            kernel_initializer=keras.initializers.GlorotUniform(seed=1))(obs)
-    logits = keras.layers.Dense(num_outputs, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
-    value = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(seed=3))(x)
-    return keras.Model(obs, [logits, value])
+    if noisy:
+        x = keras.layers.Dropout(0.5, seed=4)(keras.layers.BatchNormalization(name="bn")(x))
+    return keras, obs, x
+
+
+def _seeded_dense(keras, x, units, seed):
+    return keras.layers.Dense(units, kernel_initializer=keras.initializers.GlorotUniform(seed=seed))(x)
+
+
+def _seeded_actor_critic(obs_size, num_outputs, *, noisy):
+    keras, obs, x = _seeded_trunk(obs_size, noisy=noisy)
+    logits = _seeded_dense(keras, x, num_outputs, seed=2)
+    return keras.Model(obs, [logits, _seeded_dense(keras, x, 1, seed=3)])
+
+
+def _seeded_q_network(obs_size, num_actions, *, noisy):
+    keras, obs, x = _seeded_trunk(obs_size, noisy=noisy)
+    return keras.Model(obs, _seeded_dense(keras, x, num_actions, seed=2))
+
+
+def small_actor_critic(obs_size, num_outputs, model_config):
+    return _seeded_actor_critic(obs_size, num_outputs, noisy=False)
 
 
 def not_a_model(obs_size, num_outputs, model_config):
@@ -18,14 +40,7 @@ def not_a_model(obs_size, num_outputs, model_config):
 
 
 def small_q_network(obs_size, num_actions, model_config):
-    from cairn.policy.keras_backend import import_keras
-
-    keras = import_keras()
-    obs = keras.Input((obs_size,), name="obs")
-    x = keras.layers.Dense(16, activation="relu",
-                           kernel_initializer=keras.initializers.GlorotUniform(seed=1))(obs)
-    q_values = keras.layers.Dense(num_actions, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
-    return keras.Model(obs, q_values)
+    return _seeded_q_network(obs_size, num_actions, noisy=False)
 
 
 def wide_actor_critic(obs_size, num_outputs, model_config):
@@ -39,31 +54,13 @@ def wide_q_network(obs_size, num_actions, model_config):
 
 
 def noisy_actor_critic(obs_size, num_outputs, model_config):
-    """small_actor_critic with BatchNormalization ("bn") and Dropout: layers whose output
-    depends on Keras' ``training`` argument (Keras reads no torch mode)."""
-    from cairn.policy.keras_backend import import_keras
-
-    keras = import_keras()
-    obs = keras.Input((obs_size,), name="obs")
-    x = keras.layers.Dense(16, activation="tanh",
-                           kernel_initializer=keras.initializers.GlorotUniform(seed=1))(obs)
-    x = keras.layers.Dropout(0.5, seed=4)(keras.layers.BatchNormalization(name="bn")(x))
-    logits = keras.layers.Dense(num_outputs, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
-    value = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(seed=3))(x)
-    return keras.Model(obs, [logits, value])
+    """small_actor_critic with BatchNormalization ("bn") and Dropout, after a tanh layer."""
+    return _seeded_actor_critic(obs_size, num_outputs, noisy=True)
 
 
 def noisy_q_network(obs_size, num_actions, model_config):
-    """small_q_network with BatchNormalization ("bn") and Dropout."""
-    from cairn.policy.keras_backend import import_keras
-
-    keras = import_keras()
-    obs = keras.Input((obs_size,), name="obs")
-    x = keras.layers.Dense(16, activation="tanh",
-                           kernel_initializer=keras.initializers.GlorotUniform(seed=1))(obs)
-    x = keras.layers.Dropout(0.5, seed=4)(keras.layers.BatchNormalization(name="bn")(x))
-    q_values = keras.layers.Dense(num_actions, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(x)
-    return keras.Model(obs, q_values)
+    """small_q_network with BatchNormalization ("bn") and Dropout, after a tanh layer."""
+    return _seeded_q_network(obs_size, num_actions, noisy=True)
 
 
 def _heads(keras, x, num_outputs):

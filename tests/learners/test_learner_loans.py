@@ -7,6 +7,8 @@ sequence learner too), DQN (whose target syncs end the loan mid-iteration) and S
 call per gradient step), also after the driver's state was changed between iterations in any
 way, including ways no version counter sees."""
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 import torch
@@ -60,11 +62,37 @@ def with_cpu_learner(algo: cairn.Algorithm, learner_class: type[LearnerActor] = 
     return learner
 
 
-@pytest.mark.parametrize("make_config", [ppo, lstm_ppo, dqn, sac], ids=["ppo", "lstm-ppo", "dqn", "sac"])
-def test_a_lent_state_equals_learning_in_place_and_goes_out_once_per_loan(make_config) -> None:
+@contextmanager
+def in_place_and_lent(make_config, learner_class: type[LearnerActor] = LearnerActor):
+    """``(direct, lent, learner)``: two algorithms of ``make_config()``, one learning on its own
+    policies, one lending them to ``learner`` (a device learner on the CPU); both stopped after."""
     direct, lent = make_config().build(), make_config().build()
     try:
-        learner = with_cpu_learner(lent, CountingLearner)
+        yield direct, lent, with_cpu_learner(lent, learner_class)
+    finally:
+        direct.stop()
+        lent.stop()
+
+
+def change_alike_and_learn_on(make_config, tmp_path, change) -> None:
+    """An iteration on each of :func:`in_place_and_lent`'s pair and a checkpoint of the direct
+    one, then the same ``change(algo, checkpoint)`` on both: they hold the same state, and the
+    next iteration learns from it alike in both, bit for bit."""
+    with in_place_and_lent(make_config) as (direct, lent, _):
+        direct.train()
+        lent.train()
+        checkpoint = direct.save(tmp_path / "ckpt")
+        for algo in (direct, lent):
+            change(algo, checkpoint)
+        assert_trees_equal(lent.get_state(), direct.get_state())
+        direct.train()
+        lent.train()
+        assert_trees_equal(lent.get_state(), direct.get_state())
+
+
+@pytest.mark.parametrize("make_config", [ppo, lstm_ppo, dqn, sac], ids=["ppo", "lstm-ppo", "dqn", "sac"])
+def test_a_lent_state_equals_learning_in_place_and_goes_out_once_per_loan(make_config) -> None:
+    with in_place_and_lent(make_config, CountingLearner) as (direct, lent, learner):
         for _ in range(2):
             sent = learner.states_received
             direct.train()
@@ -75,9 +103,6 @@ def test_a_lent_state_equals_learning_in_place_and_goes_out_once_per_loan(make_c
         if make_config in (dqn, sac):  # many updates per loan (DQN: a target sync starts a new one)
             target_syncs = int(lent.get_policy().last_target_update // 24) if make_config is dqn else 0
             assert learner.states_received <= 2 + target_syncs < learner.updates
-    finally:
-        direct.stop()
-        lent.stop()
 
 
 def _set_weights(algo: cairn.Algorithm, _: str) -> None:
@@ -126,28 +151,15 @@ MUTATIONS = [_set_weights, _weights_through_data, _optimizer_moments_through_dat
 def test_a_driver_change_between_iterations_reaches_the_next_update(make_config, mutate, tmp_path) -> None:
     # The same change on a policy learning in place and on one lent to a learner: the next
     # iteration must learn from the changed state in both, bit for bit.
-    direct, lent = make_config().build(), make_config().build()
-    try:
-        with_cpu_learner(lent)
-        direct.train()
-        lent.train()
-        checkpoint = direct.save(tmp_path / "ckpt")
-        for algo in (direct, lent):
-            algo.train()
-            mutate(algo, checkpoint)
-        assert_trees_equal(lent.get_state(), direct.get_state())
-        direct.train()
-        lent.train()
-        assert_trees_equal(lent.get_state(), direct.get_state())
-    finally:
-        direct.stop()
-        lent.stop()
+    def train_then_mutate(algo: cairn.Algorithm, checkpoint: str) -> None:
+        algo.train()
+        mutate(algo, checkpoint)
+
+    change_alike_and_learn_on(make_config, tmp_path, train_then_mutate)
 
 
 def test_a_save_right_after_train_holds_the_learners_optimizer_state(tmp_path) -> None:
-    direct, lent = ppo().build(), ppo().build()
-    try:
-        with_cpu_learner(lent)
+    with in_place_and_lent(ppo) as (direct, lent, _):
         direct.train()
         lent.train()
         restored = cairn.Algorithm.from_checkpoint(lent.save(tmp_path / "ckpt"))
@@ -157,9 +169,6 @@ def test_a_save_right_after_train_holds_the_learners_optimizer_state(tmp_path) -
             assert_trees_equal(restored.get_policy().get_state(), want)
         finally:
             restored.stop()
-    finally:
-        direct.stop()
-        lent.stop()
 
 
 def test_a_save_inside_an_iteration_takes_what_the_learners_learned(tmp_path) -> None:
@@ -167,9 +176,7 @@ def test_a_save_inside_an_iteration_takes_what_the_learners_learned(tmp_path) ->
     # a save still holds the learners' optimizer state, through the one save path.
     from cairn.algorithms.save_restore import save_algorithm
 
-    direct, lent = sac().build(), sac().build()
-    try:
-        with_cpu_learner(lent)
+    with in_place_and_lent(sac) as (direct, lent, _):
         for algo in (direct, lent):
             algo.train()
             algo.training_step()
@@ -181,9 +188,6 @@ def test_a_save_inside_an_iteration_takes_what_the_learners_learned(tmp_path) ->
             assert_trees_equal(restored.get_policy().get_state()["optimizer"], want["optimizer"])
         finally:
             restored.stop()
-    finally:
-        direct.stop()
-        lent.stop()
 
 
 class FailingSampleEnd(cairn.Callbacks):
@@ -201,9 +205,10 @@ class FailingSampleEnd(cairn.Callbacks):
 def test_an_iteration_that_fails_after_learning_gives_the_learned_state_back() -> None:
     # train() raises after some of SAC's gradient steps, yet the policy holds the optimizer
     # state of the updates that ran, consistent with its weights, as learning in place does.
-    direct, lent = sac().callbacks(FailingSampleEnd).build(), sac().callbacks(FailingSampleEnd).build()
-    try:
-        learner = with_cpu_learner(lent, CountingLearner)
+    def failing_sac() -> cairn.AlgorithmConfig:
+        return sac().callbacks(FailingSampleEnd)
+
+    with in_place_and_lent(failing_sac, CountingLearner) as (direct, lent, learner):
         for algo in (direct, lent):
             algo.train()
         first = learner.updates
@@ -213,9 +218,6 @@ def test_an_iteration_that_fails_after_learning_gives_the_learned_state_back() -
         assert learner.updates > first  # the failed iteration learned before it failed
         assert not lent.learner_group.lent
         assert_trees_equal(lent.get_policy().get_state(), direct.get_policy().get_state())
-    finally:
-        direct.stop()
-        lent.stop()
 
 
 class FailingFourthUpdate(LearnerActor):
@@ -267,20 +269,17 @@ def test_a_learn_call_that_raises_leaves_the_policy_as_learning_in_place_does(mo
     calls = {"learn": 0, "actor": 0}
     learn, actor_loss = sac_learn_module.sac_learn, sac_learn_module.actor_loss
 
-    def counted_learn(*args, **kwargs):
-        calls["learn"] += 1
-        if phase == "between_updates" and calls["learn"] == 30:
-            raise RuntimeError("the model failed")
-        return learn(*args, **kwargs)
+    def counted(name, fn, fails):  # fn, counting its calls in calls[name]; with fails, the 30th raises
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            if fails and calls[name] == 30:
+                raise RuntimeError("the model failed")
+            return fn(*args, **kwargs)
 
-    def counted_actor_loss(*args, **kwargs):
-        calls["actor"] += 1
-        if phase == "actor_phase" and calls["actor"] == 30:
-            raise RuntimeError("the model failed")
-        return actor_loss(*args, **kwargs)
+        return wrapper
 
-    monkeypatch.setattr(sac_module, "sac_learn", counted_learn)
-    monkeypatch.setattr(sac_learn_module, "actor_loss", counted_actor_loss)
+    monkeypatch.setattr(sac_module, "sac_learn", counted("learn", learn, phase == "between_updates"))
+    monkeypatch.setattr(sac_learn_module, "actor_loss", counted("actor", actor_loss, phase == "actor_phase"))
     states = []
     for lend in (False, True):
         calls.update(learn=0, actor=0)
@@ -310,22 +309,11 @@ def test_a_restore_while_loans_are_open_reaches_the_next_update(make_config, res
     # A direct training_step() call leaves its loans open; a restore in place afterwards must
     # hold (a save right after it would otherwise store the learners' optimizer state) and
     # reach the learners, not be overwritten by their copies at the next update.
-    direct, lent = make_config().build(), make_config().build()
-    try:
-        with_cpu_learner(lent)
-        direct.train()
-        lent.train()
-        checkpoint = direct.save(tmp_path / "ckpt")
-        for algo in (direct, lent):
-            algo.training_step()
-            restore(algo, checkpoint)
-        assert_trees_equal(lent.get_state(), direct.get_state())
-        direct.train()
-        lent.train()
-        assert_trees_equal(lent.get_state(), direct.get_state())
-    finally:
-        direct.stop()
-        lent.stop()
+    def step_then_restore(algo: cairn.Algorithm, checkpoint: str) -> None:
+        algo.training_step()
+        restore(algo, checkpoint)
+
+    change_alike_and_learn_on(make_config, tmp_path, step_then_restore)
 
 
 @pytest.mark.parametrize("make_config", [ppo, sac], ids=["ppo", "sac"])
@@ -384,17 +372,12 @@ def test_an_optimizer_assigned_to_a_lent_policy_is_refused_and_a_subclass_learns
     def sgd_ppo() -> cairn.AlgorithmConfig:
         return ppo().multi_agent(policies={"default_policy": cairn.PolicySpec(SGDPolicy)})
 
-    direct, lent = sgd_ppo().build(), sgd_ppo().build()
-    try:
-        with_cpu_learner(lent)
+    with in_place_and_lent(sgd_ppo) as (direct, lent, _):
         for _ in range(2):
             direct.train()
             lent.train()
         assert isinstance(lent.get_policy().optimizer, torch.optim.SGD)
         assert_trees_equal(lent.get_state(), direct.get_state())
-    finally:
-        direct.stop()
-        lent.stop()
 
 
 class FailingFourthUpdateAndReadBack(FailingFourthUpdate):
