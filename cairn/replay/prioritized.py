@@ -109,6 +109,26 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             size, cursor = int(state["size"]), int(state["cursor"])
             order = np.arange(size) if size < int(state["capacity"]) else (cursor + np.arange(size)) % size
             priorities = priorities[order][max(0, size - self.capacity) :]
+        max_priority = np.array([float(state["max_priority"])])
+        stored = {name: state.get(name, getattr(self, name)) for name in ("alpha", "epsilon")}
+        for name, value in stored.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < np.inf:
+                raise ValueError(f"Prioritized buffer state has {name}={value!r}; expected a number >= 0.")
+        if (stored["alpha"], stored["epsilon"]) != (self.alpha, self.epsilon):
+            # Restored under another alpha or epsilon (config_overrides): the stored priorities are
+            # (|td| + epsilon)^alpha of the saved run; mixed with this buffer's own, the rows would
+            # be drawn by two different rules without a word. Re-express them in this buffer's.
+            priorities = self._reprioritised(priorities, float(stored["alpha"]), float(stored["epsilon"]))
+            max_priority = self._reprioritised(max_priority, float(stored["alpha"]), float(stored["epsilon"]))
         super().set_state(state)
-        self.max_priority = float(state["max_priority"])
+        self.max_priority = float(max_priority[0])
         self.tree.rebuild(priorities)
+
+    def _reprioritised(self, priorities: np.ndarray, alpha: float, epsilon: float) -> np.ndarray:
+        """``(|td| + epsilon)^alpha`` priorities as this buffer's ``(|td| + self.epsilon)^self.alpha``.
+        With ``alpha`` 0 every priority is 1 and holds no TD error: they stay 1, as new rows'
+        would be at a fresh buffer's largest priority."""
+        if alpha == 0:
+            return priorities
+        abs_td = np.maximum(priorities ** (1.0 / alpha) - epsilon, 0.0)
+        return (abs_td + self.epsilon) ** self.alpha  # type: ignore[no-any-return]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import cairn
@@ -101,6 +102,22 @@ def test_partial_replay_buffer_config_override_keeps_the_buffer_type(tmp_path):
     buffer = restored.replay_buffers["default_policy"]
     assert type(buffer).__name__ == "PrioritizedReplayBuffer" and buffer.capacity == 50
     assert len(buffer) == 50
+    restored.train()
+
+
+def test_an_alpha_override_reprioritises_the_restored_buffer(tmp_path):
+    """The stored priorities are (|td| + epsilon)^0.5; restored under alpha 1.0 they become
+    (|td| + epsilon)^1.0, as the rows the restored run replays get (not a mix of both rules)."""
+    algo = _prioritized_dqn()
+    algo.train()
+    saved = algo.replay_buffers["default_policy"]
+    abs_td = saved.tree.leaves(len(saved)) ** 2 - saved.epsilon
+    path = algo.save(tmp_path / "c")
+    restored = cairn.Algorithm.from_checkpoint(
+        path, config_overrides={"replay_buffer_config": {"alpha": 1.0}})
+    buffer = restored.replay_buffers["default_policy"]
+    assert buffer.alpha == 1.0
+    np.testing.assert_allclose(buffer.tree.leaves(len(buffer)), abs_td + buffer.epsilon, rtol=1e-9)
     restored.train()
 
 

@@ -268,6 +268,56 @@ def test_prioritized_state_round_trip_is_exact() -> None:
         restored.update_priorities(b["batch_indexes"], b["obs"][:, 0])
 
 
+def _prioritized_with_td_errors(alpha: float, epsilon: float,
+                                td_errors: np.ndarray) -> PrioritizedReplayBuffer:
+    buffer = PrioritizedReplayBuffer(16, alpha=alpha, epsilon=epsilon, seed=0)
+    buffer.add(rows(0, len(td_errors)))
+    buffer.update_priorities(np.arange(len(td_errors)), td_errors)
+    return buffer
+
+
+@pytest.mark.filterwarnings("ignore:Restoring a replay buffer of capacity")
+@pytest.mark.parametrize("capacity", [16, 6])
+def test_a_state_restored_under_another_alpha_and_epsilon_takes_their_priorities(capacity: int) -> None:
+    """config_overrides={"replay_buffer_config": {"alpha": ...}} on restore: the stored priorities
+    are (|td| + epsilon)^alpha of the saved run. Kept as they were, restored rows were drawn by
+    the old rule and new ones by the new rule, with no error; they are re-expressed instead, as
+    if this buffer had seen the same TD errors."""
+    td_errors = np.array([0.0, 0.3, -2.0, 5.0, 0.01, -0.7, 1.5, 0.2])
+    saved = _prioritized_with_td_errors(0.5, 0.01, td_errors)
+    restored = PrioritizedReplayBuffer(capacity, alpha=1.0, epsilon=0.001, seed=0)
+    restored.set_state(saved.get_state())
+    expected = _prioritized_with_td_errors(1.0, 0.001, td_errors)
+    kept = len(restored)
+    np.testing.assert_allclose(restored.tree.leaves(kept), expected.tree.leaves(8)[8 - kept:], rtol=1e-9)
+    np.testing.assert_allclose(restored.max_priority, expected.max_priority, rtol=1e-9)
+    assert restored.max_priority == pytest.approx((5.0 + 0.001) ** 1.0)
+    # A restore under the same alpha and epsilon stays exact.
+    same = PrioritizedReplayBuffer(16, alpha=0.5, epsilon=0.01, seed=0)
+    same.set_state(saved.get_state())
+    np.testing.assert_array_equal(same.tree.sums, saved.tree.sums)
+
+
+def test_priorities_saved_with_alpha_0_stay_those_of_new_rows() -> None:
+    """With alpha 0 every priority is 1 and holds no TD error: the rows stay at 1, the largest
+    priority of a fresh buffer, until they are replayed."""
+    saved = _prioritized_with_td_errors(0.0, 1e-6, np.array([0.5, 3.0, 0.0]))
+    restored = PrioritizedReplayBuffer(16, alpha=0.6, epsilon=1e-6, seed=0)
+    restored.set_state(saved.get_state())
+    assert restored.tree.leaves(3).tolist() == [1.0, 1.0, 1.0] and restored.max_priority == 1.0
+
+
+@pytest.mark.parametrize("bad", [{"alpha": -1.0}, {"epsilon": float("nan")}, {"alpha": "0.6"}])
+def test_a_state_with_an_invalid_alpha_or_epsilon_is_refused_and_changes_nothing(bad: dict) -> None:
+    buffer = _prioritized_with_td_errors(0.6, 1e-6, np.array([0.5, 3.0]))
+    sums = buffer.tree.sums.copy()
+    state = {**_prioritized_with_td_errors(0.6, 1e-6, np.array([1.0, 2.0, 4.0])).get_state(), **bad}
+    with pytest.raises(ValueError, match=f"{next(iter(bad))}="):
+        buffer.set_state(state)
+    np.testing.assert_array_equal(buffer.tree.sums, sums)
+    assert len(buffer) == 2
+
+
 def test_make_replay_buffer_rejects_unknown_type() -> None:
     with pytest.raises(ValueError, match="Unknown replay buffer type"):
         make_replay_buffer({"type": "reservoir"})
