@@ -78,6 +78,29 @@ def test_numpy_update_matches_autograd_and_torch_adam(activation, dueling, loss_
         np.testing.assert_allclose(sa["exp_avg_sq"].numpy(), sb["exp_avg_sq"].numpy(), rtol=1e-4, atol=1e-8)
 
 
+def test_adams_eps_betas_and_bias_correction_are_torchs_where_they_dominate_the_step() -> None:
+    """numpy_update_unsupported accepts any Adam betas and eps (a DQNPolicy subclass may make its
+    own Adam), and every other test here runs the policy's own Adam (default betas, eps 1e-5):
+    a numpy step that used those defaults instead of the optimizer's passed them all. Here eps is
+    as large as sqrt(v) and the betas are far from their defaults, so reading the wrong ones (or
+    eps inside the square root, or a bias correction dropped) moves the weights by far more
+    than UPDATE_ATOL, while torch.optim.Adam and the numpy step still agree."""
+    ours = _policy("tanh", True)
+    ours.optimizer = torch.optim.Adam(ours.model.parameters(), lr=0.05, betas=(0.5, 0.7), eps=0.3)
+    theirs = copy.deepcopy(ours)
+    assert supports_numpy_update(ours.model, ours.optimizer)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        obs = rng.normal(size=(32, 4)).astype(np.float32)
+        actions = rng.integers(0, 3, size=32)
+        targets = rng.normal(scale=0.5, size=32).astype(np.float32)
+        numpy_dqn_update(ours.model, ours.optimizer, obs, actions, targets, loss_fn="mse", grad_clip=None)
+        _torch_update(theirs, obs, actions, targets, loss_fn="mse", grad_clip=None, weights=None)
+    for (name, a), b in zip(ours.model.named_parameters(), theirs.model.parameters()):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=0, atol=UPDATE_ATOL,
+                                   err_msg=name)
+
+
 def test_the_update_runs_the_networks_own_numpy_forward(monkeypatch: pytest.MonkeyPatch) -> None:
     """One numpy forward serves acting, targets and the update (no private copy to drift)."""
     policy = _policy("relu", True)
