@@ -128,6 +128,13 @@ class ReplayBuffer:
             raise ValueError(f"Replay buffer state has size {size}, but columns have lengths {bad}.")
         if not 0 <= size <= int(state["capacity"]) or not 0 <= cursor < max(1, int(state["capacity"])):
             raise ValueError(f"Replay buffer state has invalid size {size} / cursor {cursor}.")
+        if size < int(state["capacity"]) and cursor != size:
+            # Until the ring is full, rows fill slots [0, size) and the next goes to slot size. Taken
+            # as it is, the next add would overwrite stored rows while sampling drew never-written
+            # (uninitialised) slots, with no error.
+            raise ValueError(f"Replay buffer state has cursor {cursor} but size {size} below its capacity "
+                             f"{state['capacity']}: a buffer that is not full has its cursor at its size. "
+                             "The state is damaged; restore another checkpoint.")
         order = None
         if int(state["capacity"]) != self.capacity:
             warnings.warn(

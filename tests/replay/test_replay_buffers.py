@@ -139,6 +139,25 @@ def test_set_state_rejects_other_type_and_bad_sizes() -> None:
         ReplayBuffer(4).set_state(state)
 
 
+@pytest.mark.parametrize("capacity", [8, 4])
+def test_a_state_whose_cursor_is_not_at_its_size_before_the_ring_is_full_is_refused(capacity: int) -> None:
+    """Before the ring is full the next row goes to slot ``size``. A state with another cursor was
+    taken as it was: the next add overwrote a stored row and sampling drew a never-written slot
+    (uninitialised memory), with no error. Into another capacity, the rows were taken in the
+    wrong order. Refused, and the buffer keeps what it held."""
+    buffer = ReplayBuffer(8, seed=0)
+    buffer.add(rows(0, 3))
+    state = {**buffer.get_state(), "cursor": 5}
+    target = ReplayBuffer(capacity, seed=0)
+    target.add(rows(10, 2))
+    with pytest.raises(ValueError, match="cursor 5 but size 3"):
+        target.set_state(state)
+    assert len(target) == 2 and target.columns["actions"][:2].tolist() == [10, 11]
+    full = ReplayBuffer(4, seed=0)
+    full.add(rows(0, 6))  # a full ring may have its cursor anywhere
+    ReplayBuffer(4).set_state(full.get_state())
+
+
 def test_empty_buffer_state_round_trip() -> None:
     restored = replay_buffer_from_state(ReplayBuffer(4, seed=0).get_state())
     assert len(restored) == 0 and restored.columns == {}
