@@ -104,12 +104,22 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError(
                 f"Prioritized buffer state has size {state['size']} but {len(priorities)} priorities."
             )
+        bad = ~(np.isfinite(priorities) & (priorities >= 0))
+        if bad.any():
+            # A negative priority unbalances the sum tree (draws skip the rows before it) and a NaN one
+            # makes every sum NaN, both without a word about the state.
+            raise ValueError(f"Prioritized buffer state has {int(bad.sum())} priorities that are not finite "
+                             f"numbers >= 0 (first: {priorities[bad][0]!r}, slot {int(np.argmax(bad))}). The "
+                             "state is damaged; restore another checkpoint.")
         if int(state["capacity"]) != self.capacity:
             # The base class reorders rows oldest first; priorities follow the same order.
             size, cursor = int(state["size"]), int(state["cursor"])
             order = np.arange(size) if size < int(state["capacity"]) else (cursor + np.arange(size)) % size
             priorities = priorities[order][max(0, size - self.capacity) :]
         max_priority = np.array([float(state["max_priority"])])
+        if not (np.isfinite(max_priority[0]) and max_priority[0] >= 0):
+            raise ValueError(f"Prioritized buffer state has max_priority={state['max_priority']!r}; expected "
+                             "a finite number >= 0. The state is damaged; restore another checkpoint.")
         stored = {name: state.get(name, getattr(self, name)) for name in ("alpha", "epsilon")}
         for name, value in stored.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < np.inf:

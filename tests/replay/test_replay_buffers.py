@@ -337,6 +337,28 @@ def test_a_state_with_an_invalid_alpha_or_epsilon_is_refused_and_changes_nothing
     assert len(buffer) == 2
 
 
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("priorities", -3.0, "not finite numbers >= 0"), ("priorities", np.nan, "not finite numbers >= 0"),
+    ("max_priority", np.inf, "max_priority=inf"), ("max_priority", -1.0, "max_priority=-1.0")])
+def test_a_state_with_a_negative_or_non_finite_priority_is_refused(key: str, value: float,
+                                                                   match: str) -> None:
+    """A negative stored priority unbalanced the sum tree (the rows before it were never drawn,
+    silently) and a NaN one made sampling fail with advice about epsilon; a damaged
+    max_priority was given to every new row. Refused, and the buffer keeps what it held."""
+    state = _prioritized_with_td_errors(0.6, 1e-6, np.arange(6.0)).get_state()
+    if key == "priorities":
+        state["priorities"] = state["priorities"].copy()
+        state["priorities"][2] = value
+    else:
+        state[key] = value
+    buffer = _prioritized_with_td_errors(0.6, 1e-6, np.array([0.5, 3.0]))
+    sums = buffer.tree.sums.copy()
+    with pytest.raises(ValueError, match=match):
+        buffer.set_state(state)
+    np.testing.assert_array_equal(buffer.tree.sums, sums)
+    assert len(buffer) == 2
+
+
 def test_make_replay_buffer_rejects_unknown_type() -> None:
     with pytest.raises(ValueError, match="Unknown replay buffer type"):
         make_replay_buffer({"type": "reservoir"})
