@@ -71,7 +71,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return out
 
     def update_priorities(self, indexes: np.ndarray, td_errors: np.ndarray) -> None:
-        """Set the priorities of sampled slots from their absolute TD errors."""
+        """Set the priorities of sampled slots from their absolute TD errors (one per slot)."""
+        indexes = np.asarray(indexes)
+        if indexes.ndim != 1 or np.shape(td_errors) != indexes.shape:
+            # One TD error would be broadcast to every slot, and a slot's priority taken from another's.
+            raise ValueError(f"update_priorities needs one TD error per index: got indexes of shape "
+                             f"{indexes.shape} and TD errors of shape {np.shape(td_errors)}.")
+        if indexes.size and not (np.issubdtype(indexes.dtype, np.integer)
+                                 and 0 <= indexes.min() and indexes.max() < self.size):
+            # A slot past the filled ones would become drawable (draws there land on the last row), and a
+            # negative one would overwrite an inner node of the sum tree.
+            raise ValueError(f"update_priorities got indexes {indexes.min()}..{indexes.max()} "
+                             f"({indexes.dtype}); expected the integer slots [0, {self.size}) that "
+                             "sample() returned (its 'batch_indexes').")
         priorities = (np.abs(np.asarray(td_errors, dtype=np.float64)) + self.epsilon) ** self.alpha
         if not np.isfinite(priorities).all():
             # A NaN or infinite priority would make every later draw land on one slot without a word.
@@ -79,7 +91,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError(f"{len(bad)} TD errors give non-finite priorities (first: {bad[0]!r}); the "
                              "priorities were left unchanged. The Q-network's outputs or targets diverged: "
                              "lower the learning rate, clip rewards or gradients (grad_clip).")
-        self.tree.update(np.asarray(indexes), priorities)
+        self.tree.update(indexes, priorities)
         self.max_priority = max(self.max_priority, float(priorities.max(initial=0.0)))
 
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:

@@ -256,6 +256,28 @@ def test_non_finite_td_errors_are_refused_and_leave_the_priorities_unchanged(bad
     assert buffer.max_priority == (4.0 + 1e-6) ** 0.6
 
 
+@pytest.mark.parametrize(("indexes", "td_errors", "match"), [
+    (np.arange(4), np.array([5.0]), "one TD error per index"),
+    (np.arange(2), np.ones((2, 1)), "one TD error per index"),
+    (np.array([1, 6]), np.array([1.0, 100.0]), "slots \\[0, 4\\)"),
+    (np.array([-1]), np.array([1.0]), "slots \\[0, 4\\)"),
+    (np.array([1.0]), np.array([1.0]), "integer slots")])
+def test_priorities_for_other_slots_or_counts_than_sampled_are_refused(
+        indexes: np.ndarray, td_errors: np.ndarray, match: str) -> None:
+    """One TD error was broadcast to every slot; a slot past the filled ones became drawable
+    (its draws landed on the last row, 88% of them here); a negative one overwrote an inner
+    node of the sum tree. All without an error; now refused, and the priorities stay."""
+    buffer = PrioritizedReplayBuffer(8, alpha=1.0, epsilon=0.0, seed=0)
+    buffer.add(rows(0, 4))
+    buffer.update_priorities(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+    sums = buffer.tree.sums.copy()
+    with pytest.raises(ValueError, match=match):
+        buffer.update_priorities(indexes, td_errors)
+    np.testing.assert_array_equal(buffer.tree.sums, sums)
+    assert buffer.max_priority == 4.0
+    buffer.update_priorities(np.array([], dtype=np.int64), np.array([]))  # an empty update is fine
+
+
 def test_a_rebuilt_tree_with_zero_priorities_equals_the_updated_one() -> None:
     tree = SumTree(10)
     tree.update(np.arange(10), np.array([0.0, 3.0, 0.0, 1.0, 2.0, 0.0, 5.0, 0.5, 0.0, 4.0]))
