@@ -69,6 +69,12 @@ class ReplayBuffer:
             raise ValueError(
                 f"Batch columns {sorted(batch)} differ from the buffer's {sorted(self.columns)}."
             )
+        shapes = {name: np.shape(v)[1:] for name, v in batch.items()
+                  if np.shape(v)[1:] != self.columns[name].shape[1:]}
+        if shapes:
+            # numpy would broadcast a row of another shape into the column ([x] into [x, x, x]).
+            raise ValueError(f"Rows of columns {sorted(shapes)} have shapes {shapes}, but the buffer stores "
+                             f"{ {name: self.columns[name].shape[1:] for name in shapes} }.")
         skip = max(0, n - self.capacity)  # only the newest `capacity` rows can be kept
         count = n - skip
         first = (self.cursor + skip) % self.capacity

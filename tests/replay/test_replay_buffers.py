@@ -67,6 +67,19 @@ def test_sample_is_uniform_over_filled_rows_and_seeded() -> None:
         ReplayBuffer(3).sample(1)
 
 
+def test_rows_of_another_shape_than_the_columns_are_refused() -> None:
+    """numpy broadcast them without a word: an observation [7] was stored as [7, 7, 7], and a
+    batch of scalars [7, 8] as rows [7, 7, 7] and [8, 8, 8]."""
+    buffer = ReplayBuffer(4, seed=0)
+    buffer.add(rows(0, 2))
+    for obs in (np.array([[7.0]], np.float32), np.array([7.0, 8.0], np.float32)):
+        with pytest.raises(ValueError, match="obs"):
+            buffer.add({**rows(2, len(obs)), "obs": obs})
+    assert len(buffer) == 2 and buffer.cursor == 2
+    buffer.add(rows(2, 1))
+    assert buffer.columns["obs"][2].tolist() == [2.0, -2.0]
+
+
 def test_state_holds_only_filled_rows_and_restores_exactly() -> None:
     buffer = ReplayBuffer(1000, seed=3)
     buffer.add(rows(0, 30))
