@@ -22,6 +22,7 @@ __all__ = [
     "decode_callable",
     "suggest",
     "ALIASES",
+    "NOT_A_MISSPELLING",
     "normalize_policies",
     "normalize_policies_to_train",
     "check_policy_mapping",
@@ -77,6 +78,8 @@ ALIASES = {
     "ent_coef": "entropy_coeff",
     "vf_coef": "vf_coeff",
     "clip_range": "clip_param",
+    "clip_range_vf": "vf_clip_param",
+    "num_sgd_iter": "num_epochs",
     "max_grad_norm": "grad_clip",
     "buffer_size": "replay_buffer_config",
     "target_update_interval": "target_network_update_freq",
@@ -84,13 +87,33 @@ ALIASES = {
 }
 
 
+_KL_PENALTY = ("a KL penalty's setting (RLlib's PPO and APPO); cairn's APPO has one "
+               "(use_kl_loss, kl_coeff, kl_target), its PPO and IMPALA have no KL penalty")
+
+#: Settings of other algorithms or libraries whose spelling is close to a setting of another
+#: meaning (RLlib's ``kl_coeff`` to ``vf_coeff``): never guessed, explained instead.
+NOT_A_MISSPELLING = {
+    "kl_coeff": _KL_PENALTY,
+    "kl_target": _KL_PENALTY,
+    "use_kl_loss": _KL_PENALTY,
+    "target_kl": "Stable-Baselines3's early stop of PPO's epochs at a KL, which cairn does not have",
+    "vf_clip_param": "value clipping (cairn's PPO has it; IMPALA and APPO clip no value)",
+}
+
+
 def suggest(key: str, allowed: Any) -> str:
     """``" Did you mean 'x'?"`` for the allowed name closest to ``key``: its cairn name when
     ``key`` is another library's (:data:`ALIASES`, e.g. SB3's ``learning_starts``), else the
-    closest spelling; ``""`` when none is close."""
+    closest spelling; ``""`` when none is close. A name of another library, or of another
+    algorithm's setting (:data:`NOT_A_MISSPELLING`), is never guessed by its spelling: the
+    closest name may mean something else (SB3's ``clip_range_vf`` is not ``clip_param``)."""
     allowed = list(allowed)
     if ALIASES.get(key) in allowed:
         return f" Did you mean {ALIASES[key]!r} (cairn's name for {key!r})?"
+    if key in NOT_A_MISSPELLING:
+        return f" {key!r} is {NOT_A_MISSPELLING[key]}."
+    if key in ALIASES:
+        return ""
     close = difflib.get_close_matches(key, allowed, n=1)
     return f" Did you mean {close[0]!r}?" if close else ""
 

@@ -287,3 +287,25 @@ def test_numpy_scalars_are_taken_as_the_python_numbers_they_hold():
     assert json.loads(json.dumps(config.to_dict()))["train_batch_size"] == 64
     with pytest.raises(ConfigError, match="'train_batch_size'=64.0 is invalid: expected an int"):
         config.training(train_batch_size=np.float64(64))
+
+
+@pytest.mark.parametrize(("make", "wanted", "not_wanted"), [
+    # SB3's value clip is PPO's vf_clip_param; its spelling is closest to clip_param, the policy's
+    # surrogate clip, which a user following the hint would have set instead, silently.
+    (lambda: cairn.PPOConfig().training(clip_range_vf=0.2),
+     "Did you mean 'vf_clip_param' (cairn's name for 'clip_range_vf')?", "'clip_param'?"),
+    (lambda: cairn.PPOConfig().training(num_sgd_iter=4),
+     "Did you mean 'num_epochs' (cairn's name for 'num_sgd_iter')?", None),
+    # RLlib's KL penalty weight is not a value-loss weight.
+    (lambda: cairn.PPOConfig().training(kl_coeff=0.2), "no KL penalty", "'vf_coeff'?"),
+    (lambda: cairn.IMPALAConfig().training(kl_coeff=0.2), "no KL penalty", "'vf_loss_coeff'?"),
+    # APPO clips no value prediction: neither name is its surrogate clip.
+    (lambda: cairn.APPOConfig().training(vf_clip_param=10.0), "value clipping", "'clip_param'?"),
+    (lambda: cairn.APPOConfig().training(clip_range_vf=0.2), "Unknown training() setting", "'clip_param'?"),
+])
+def test_other_libraries_names_never_suggest_a_setting_of_another_meaning(make, wanted, not_wanted):
+    with pytest.raises(ConfigError) as info:
+        make()
+    assert wanted in str(info.value)
+    if not_wanted is not None:
+        assert not_wanted not in str(info.value)
