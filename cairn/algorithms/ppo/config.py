@@ -15,7 +15,8 @@ class PPOConfig(AlgorithmConfig):
 
     PPO's own ``training()`` settings: ``lambda_`` (GAE lambda), ``clip_param`` (surrogate
     clip range), ``vf_coeff`` (value-loss weight), ``entropy_coeff`` (entropy bonus weight),
-    ``vf_clip_param`` (None, or the largest change of the value prediction per update), and
+    ``vf_clip_param`` (None, or the largest change of the value prediction per update: SB3's
+    ``clip_range_vf``, not RLlib's clamp of the squared error of the same name), and
     ``normalize_advantages`` (per minibatch), ``normalize_rewards`` (divide the learner's
     rewards by a running std of the discounted return, as SB3's ``VecNormalize(norm_reward=
     True)``; :mod:`cairn.algorithms.reward_normalization`) and ``reward_clip`` (the scaled
