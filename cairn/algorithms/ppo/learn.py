@@ -124,9 +124,11 @@ def next_values(model: nn.Module, batch: SampleBatch, values: np.ndarray) -> np.
     Inside a piece of a trajectory a row's next observation is the next row's observation, so
     its value is already in ``values``; only the piece ends that bootstrap (truncated episodes,
     fragment ends) need a forward pass. For a CNN that saves a pass over the whole batch.
-    Terminal rows get 0 (GAE multiplies their next value by 0).
+    Terminal rows get 0 (GAE multiplies their next value by 0). The done columns are read as
+    bools: a caller's 0/1 integers (IMPALA's ``learn_on_fragments`` takes its fragments from
+    anyone) would otherwise index rows 0 and 1 instead of masking the piece ends.
     """
-    ends, terminateds = batch["ends"], batch["terminateds"]
+    ends, terminateds = np.asarray(batch["ends"], dtype=bool), np.asarray(batch["terminateds"], dtype=bool)
     next_vals = np.zeros_like(values)
     next_vals[:-1] = values[1:]
     next_vals[ends] = 0.0

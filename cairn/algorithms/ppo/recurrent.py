@@ -73,8 +73,9 @@ def bootstrap_values(model: nn.Module, batch: SampleBatch, obs: torch.Tensor, st
                       starts: np.ndarray, lengths: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``V(next_obs)`` of each row for GAE: the next row's value inside a piece, 0 at terminal
     steps, and at a truncated episode or fragment end the value of ``next_obs`` from the state
-    after the piece's last step (its sequence run again with ``next_obs`` appended)."""
-    ends, terminateds = batch["ends"], batch["terminateds"]
+    after the piece's last step (its sequence run again with ``next_obs`` appended). The done
+    columns are read as bools (:func:`cairn.algorithms.ppo.learn.next_values` says why)."""
+    ends, terminateds = np.asarray(batch["ends"], dtype=bool), np.asarray(batch["terminateds"], dtype=bool)
     next_values = np.zeros_like(values)
     next_values[:-1] = values[1:]
     next_values[ends] = 0.0

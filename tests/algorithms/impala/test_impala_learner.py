@@ -226,3 +226,29 @@ def test_an_update_that_raises_after_another_policy_learned_counts_a_new_weights
             restored.stop()
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
+@pytest.mark.parametrize("model", [{"hidden": [16, 16]},
+                                   {"hidden": [16], "use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 4}])
+def test_fragments_whose_done_columns_are_integers_learn_as_with_bools(algo_name, model):
+    """learn_on_fragments takes fragments built by a caller, whose done columns may be 0/1
+    integers (read back from a file, say). V-trace read them as bools, but the next values
+    indexed rows with them, so row 1 lost its next value and each piece end took the next
+    piece's first value instead of its bootstrap: other weights, and no error."""
+    from cairn.algorithms.impala import Fragment
+    from cairn.env_runner.sample_batch import SampleBatch
+
+    algo = small(algo_name, train_batch_size=120, model=model).environment(
+        "CartPole-v1", env_config={"max_episode_steps": 15}).build()
+    batch = join_fragments(algo.sample_fragments(), "default_policy")
+    twin = cairn.Algorithm.from_state(algo.get_state())
+    try:
+        as_ints = SampleBatch({k: v.astype(np.int8) if v.dtype == bool else v for k, v in batch.items()})
+        algo.learn_on_fragments([Fragment({"default_policy": batch}, algo.weights_version)])
+        twin.learn_on_fragments([Fragment({"default_policy": as_ints}, twin.weights_version)])
+        for a, b in zip(algo.get_policy().model.parameters(), twin.get_policy().model.parameters()):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    finally:
+        algo.stop()
+        twin.stop()
