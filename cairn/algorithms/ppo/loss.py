@@ -25,8 +25,22 @@ def compute_gae(
 
     ``next_values`` are the values of each step's next observation (the final observation when
     an episode was truncated, so time limits are bootstrapped); ``ends`` marks the last step of
-    each piece (episode end or fragment end), where the recursion stops.
+    each piece (episode end or fragment end), where the recursion stops; every termination
+    must be one (ValueError otherwise, as :func:`cairn.algorithms.impala.vtrace.vtrace`).
+    All inputs are 1-D, one entry per row.
     """
+    n = len(rewards)
+    for name, x in (("rewards", rewards), ("values", values), ("next_values", next_values),
+                    ("terminateds", terminateds), ("ends", ends)):
+        if np.shape(x) != (n,):
+            raise ValueError(f"compute_gae: {name} has shape {np.shape(x)}, expected ({n},) like rewards; "
+                             "pass one entry per row (a critic's [n, 1] output: .reshape(-1))")
+    stray = np.flatnonzero(np.asarray(terminateds, dtype=bool) & ~np.asarray(ends, dtype=bool))
+    if stray.size:
+        raise ValueError(f"compute_gae: rows {stray[:10].tolist()} are terminated but not marked in ends, "
+                         "so their advantage would run on into the next episode's; a termination ends "
+                         "its piece: set ends = terminateds | truncateds, and the last row of each "
+                         "fragment (as SampleBatch does)")
     not_terminal = 1.0 - terminateds.astype(np.float32)
     deltas = rewards + gamma * next_values * not_terminal - values
     carry = gamma * lambda_ * (1.0 - ends.astype(np.float32))

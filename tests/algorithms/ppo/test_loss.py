@@ -84,3 +84,22 @@ def test_loss_gradient_flows_only_through_unclipped_ratio():
     loss.backward()
     assert logp.grad is not None
     assert logp.grad.tolist() == [0.0, 0.0]  # both samples are clipped
+
+
+def test_gae_refuses_a_termination_that_does_not_end_its_piece():
+    """Passing the truncations as ``ends`` (a natural slip) let the advantage of a terminated
+    row run on into the next episode's: a wrong number and no error. V-trace refuses it."""
+    rewards, values, next_values = np.ones(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32)
+    terminateds = np.array([False, True, False, False])
+    ends = np.array([False, False, False, True])
+    with pytest.raises(ValueError, match=r"rows \[1\] are terminated but not marked in ends"
+                                         r".*terminateds \| truncateds"):
+        compute_gae(rewards, values, next_values, terminateds, ends, gamma=0.9, lambda_=0.9)
+
+
+def test_gae_refuses_columns_of_another_shape():
+    """A critic's [n, 1] values broadcast against [n] rewards into an [n, n] result."""
+    rewards, next_values = np.ones(3, np.float32), np.zeros(3, np.float32)
+    done = np.array([False, False, True])
+    with pytest.raises(ValueError, match=r"values has shape \(3, 1\), expected \(3,\)"):
+        compute_gae(rewards, np.zeros((3, 1), np.float32), next_values, done, done, gamma=0.9, lambda_=0.9)
