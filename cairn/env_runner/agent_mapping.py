@@ -42,6 +42,9 @@ class SampledRunner(Protocol):
     @property
     def rng(self) -> np.random.Generator: ...
 
+    @property
+    def frozen_policies(self) -> frozenset[str]: ...
+
 
 class AgentSampler:
     """What the multi-agent samplers (parallel, turn-based) share: their runner, its envs,

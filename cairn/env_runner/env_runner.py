@@ -115,6 +115,15 @@ class EnvRunner:
         scripted opponents (:mod:`cairn.env_runner.scripted_opponents`)."""
         return self._rng
 
+    @property
+    def frozen_policies(self) -> frozenset[str]:
+        """The policies outside ``config.policies_to_train`` (none when it is None: all learn).
+        They act, but sampling does not feed their observation filters: a frozen policy (a
+        league snapshot, a fixed opponent) keeps normalising as it did when it was frozen, as it
+        keeps its weights."""
+        chosen = self.config.policies_to_train
+        return frozenset() if chosen is None else frozenset(p for p in self.policies if p not in chosen)
+
     # ------------------------------------------------------------------------------- helpers
     def _draw_seed(self) -> int | None:
         return None if self.config.seed is None else draw_reset_seed(self._rng)
@@ -139,7 +148,7 @@ class EnvRunner:
             resets = self.vector_envs.reset(seeds)
             self._env_pids = [self._mapped_policy(DEFAULT_AGENT_ID) for _ in range(self.num_envs)]
             self._obs = process_by_policy(self.policies, [o for o, _ in resets.values()], self._env_pids,
-                                          update=update_filter)
+                                          update=update_filter, frozen=self.frozen_policies)
             for i, (o, info) in resets.items():
                 self._begin_episode(i, o, info)
         self._needs_reset = False
@@ -236,6 +245,7 @@ class EnvRunner:
         env_pids = self._env_pids  # each env's policy for its episode (mapped as one starts)
         step_hook = self._episodes.step if self._episodes.has_step_hook else None
         recording = self._episodes.recording
+        frozen = self.frozen_policies  # their filters act, unfed
         obs = self._obs
         assert obs is not None
         if record:
@@ -293,13 +303,15 @@ class EnvRunner:
                 next_raw[i] = o
                 env_pids[i] = self._mapped_policy(DEFAULT_AGENT_ID)  # its next episode's policy
                 self._begin_episode(i, o, info)
-            next_obs = process_by_policy(self.policies, next_raw, env_pids, update=update_filter)
+            next_obs = process_by_policy(self.policies, next_raw, env_pids, update=update_filter,
+                                         frozen=frozen)
             if record:
                 obs_buf[t] = obs
                 next_buf[t] = next_obs
                 if finals:  # processed by the policy of the episode they end
                     final_rows = process_by_policy(self.policies, [o for _, o, _ in finals],
-                                                   [pid for _, _, pid in finals], update=update_filter)
+                                                   [pid for _, _, pid in finals], update=update_filter,
+                                                   frozen=frozen)
                     next_buf[t, [i for i, _, _ in finals]] = final_rows
             obs = next_obs
             if until_episodes is not None and len(self._episodes.completed) >= until_episodes:

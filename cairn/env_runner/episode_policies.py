@@ -11,7 +11,7 @@ batch are the same single calls as without a mapping.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,17 +36,21 @@ def group_by_policy(pids: Sequence[str]) -> list[tuple[str, list[int] | None]]:
 
 
 def process_by_policy(
-    policies: Mapping[str, Policy], raws: Sequence[Any], pids: Sequence[str], *, update: bool
+    policies: Mapping[str, Policy], raws: Sequence[Any], pids: Sequence[str], *, update: bool,
+    frozen: Container[str] = (),
 ) -> np.ndarray:
     """``raws[i]`` processed by the filter of policy ``pids[i]`` (each policy's rows in one call,
-    which also feeds its filter's statistics with ``update``), stacked in order."""
+    which also feeds its filter's statistics with ``update``, unless the policy is in ``frozen``),
+    stacked in order."""
     groups = group_by_policy(pids)
     if len(groups) == 1:
-        return policies[groups[0][0]].process_observations(raws, update=update)
+        pid = groups[0][0]
+        return policies[pid].process_observations(raws, update=update and pid not in frozen)
     out: np.ndarray | None = None
     for pid, rows in groups:
         assert rows is not None
-        processed = policies[pid].process_observations([raws[i] for i in rows], update=update)
+        processed = policies[pid].process_observations([raws[i] for i in rows],
+                                                       update=update and pid not in frozen)
         if out is None:
             out = np.empty((len(raws), *processed.shape[1:]), dtype=processed.dtype)
         out[rows] = processed

@@ -118,9 +118,10 @@ class ParallelSampler(AgentSampler):
     ) -> dict[tuple[int, Any], np.ndarray]:
         """Process newly received observations per policy in one batch each."""
         processed: dict[tuple[int, Any], np.ndarray] = {}
+        frozen = self.runner.frozen_policies  # their filters act, unfed
         for pid, items in raw_by_pid.items():
             rows = self.policies[pid].process_observations(
-                [o for _, _, o in items], update=update_filter
+                [o for _, _, o in items], update=update_filter and pid not in frozen
             )
             for k, (i, agent, _) in enumerate(items):
                 processed[(i, agent)] = rows[k]

@@ -228,7 +228,8 @@ class TurnBasedSampler(AgentSampler):
             observed = [s for s in items if s[2] is not None or s[7]]
             processed: dict[int, np.ndarray] = {}
             if observed:
-                rows = self.policies[pid].process_observations([s[2] for s in observed], update=update_filter)
+                rows = self.policies[pid].process_observations(
+                    [s[2] for s in observed], update=update_filter and pid not in self.runner.frozen_policies)
                 processed = {id(s): row for s, row in zip(observed, rows)}
             for selection in items:
                 i, agent, _, reward, terminated, truncated, pending, moves = selection
