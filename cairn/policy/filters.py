@@ -6,13 +6,16 @@ exported, normalises observations exactly as it did in training.
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from cairn.errors import ConfigError
 
-__all__ = ["NoFilter", "MeanStdFilter", "make_filter", "FILTER_NAMES"]
+__all__ = ["NoFilter", "MeanStdFilter", "make_filter", "mean_std_state_problem", "FILTER_NAMES"]
 
 FILTER_NAMES = ("NoFilter", "MeanStdFilter")
 
@@ -31,6 +34,9 @@ class NoFilter:
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
         """Only the name: the filter has no state."""
         return {"name": self.name}
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """Nothing to check: the filter has no state."""
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Stateless."""
@@ -115,13 +121,18 @@ class MeanStdFilter:
             "m2": self.m2.copy() if copy else self.m2,
         }
 
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """Raise ValueError naming the entry when :meth:`set_state` would refuse ``state``."""
+        problem = mean_std_state_problem(state, self.size)
+        if problem is not None:
+            raise ValueError(f"MeanStdFilter state: {problem}")
+
     def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state`; a state that would normalise to nonsense (see
+        :func:`mean_std_state_problem`) is a ValueError, and the filter is left as it was."""
+        self.check_state(state)
         mean = np.asarray(state["mean"], dtype=np.float64)
         m2 = np.asarray(state["m2"], dtype=np.float64)
-        if mean.shape != (self.size,) or m2.shape != (self.size,):
-            raise ValueError(
-                f"MeanStdFilter state has shape {mean.shape}, expected ({self.size},)"
-            )
         self.count = int(state["count"])
         self.mean, self.m2 = mean.copy(), m2.copy()
         self.clip, self.epsilon = float(state["clip"]), float(state["epsilon"])
@@ -140,6 +151,38 @@ class MeanStdFilter:
             self.count, self.mean, self.m2, int(delta["count"]), delta["mean"], delta["m2"]
         )
         self._cache = None
+
+
+def _positive_real(value: Any) -> bool:
+    return (isinstance(value, (numbers.Real, np.floating, np.integer)) and not isinstance(value, bool)
+            and math.isfinite(float(value)) and float(value) > 0)
+
+
+def mean_std_state_problem(state: Mapping[str, Any], size: int) -> str | None:
+    """What makes ``state`` unfit to be the state of a MeanStdFilter of ``size`` features, or
+    None: ``mean`` and ``m2`` must be ``size`` finite numbers (``m2``, sums of squared
+    deviations, >= 0), ``count`` a whole number >= 0, ``clip`` and ``epsilon`` finite and > 0.
+    Any other such state would normalise every observation to NaN, to 0 or to one bound
+    without an error (a negative ``m2`` has no square root; ``clip`` 0 maps all to 0)."""
+    try:
+        mean = np.asarray(state["mean"], dtype=np.float64)
+        m2 = np.asarray(state["m2"], dtype=np.float64)
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"'mean' and 'm2' must be arrays of numbers ({type(exc).__name__}: {exc})"
+    if mean.shape != (size,) or m2.shape != (size,):
+        return f"'mean' and 'm2' have shapes {mean.shape} and {m2.shape}, expected ({size},)"
+    count = state.get("count")
+    if (isinstance(count, bool) or not isinstance(count, (numbers.Real, np.floating, np.integer))
+            or not math.isfinite(float(count)) or count < 0 or not float(count).is_integer()):
+        return f"'count'={count!r:.100} must be a whole number >= 0"
+    if not np.isfinite(mean).all():
+        return "'mean' holds NaN or infinity"
+    if not (np.isfinite(m2).all() and (m2 >= 0).all()):
+        return "'m2' (sums of squared deviations) must be finite and >= 0"
+    for key in ("clip", "epsilon"):
+        if not _positive_real(state.get(key)):
+            return f"'{key}'={state.get(key)!r:.100} must be a finite number > 0"
+    return None
 
 
 def make_filter(name: str, size: int) -> NoFilter | MeanStdFilter:

@@ -20,6 +20,7 @@ from cairn.errors import CheckpointFormatError, ConfigError
 from cairn.policy.action_masking import action_mask_size, network_observation_space
 from cairn.policy.custom_model import MODEL_CLASS_KEYS
 from cairn.policy.encoders import encoder_description, encoder_parameter_count
+from cairn.policy.filters import mean_std_state_problem
 from cairn.policy.merge import deep_merge
 from cairn.policy.mlp_actor_critic import DEFAULT_MODEL_CONFIG
 from cairn.registry import check_reference_form, resolve_class
@@ -96,6 +97,10 @@ def _check_network_fits(spec: Mapping[str, Any], obs_space: gym.Space[Any], act_
             f"{where}: the observation filter's statistics do not have the {_short(obs_size)} entries "
             "of the observation space."
         )
+    problem = (mean_std_state_problem(filter_state, int(mean.size))
+               if filter_state.get("name") == "MeanStdFilter" else None)
+    if problem is not None:
+        raise CheckpointFormatError(f"{where}: observation_filter: {problem}.")
     stored = sum(int(w.size) for w in weights.values())
     builtin = getattr(policy_class.make_model, "builds_config_mlp", False)
     model_section: Mapping[str, Any] = config["model"] if isinstance(config.get("model"), Mapping) else {}

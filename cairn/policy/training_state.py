@@ -114,6 +114,7 @@ class PolicyTrainingState:
         if filter_name != self.observation_filter.name:
             raise ValueError(f"State has observation filter {filter_name!r}, this policy uses "
                              f"{self.observation_filter.name!r}.")
+        self.observation_filter.check_state(state["observation_filter"])
 
     def set_state(self, state: Mapping[str, Any], params: Sequence[torch.Tensor], *, adopt: bool) -> None:
         """Restore :meth:`get_state`'s entries but ``exploration`` (the policy's own).

@@ -56,3 +56,71 @@ def test_state_round_trip_is_exact() -> None:
     np.testing.assert_array_equal(g.m2, f.m2)
     with pytest.raises(ValueError, match="expected \\(4,\\)"):
         MeanStdFilter(4).set_state(f.get_state())
+
+
+_BAD_STATES = {
+    "count": -5, "m2": np.array([1.0, -1.0, 1.0]), "mean": np.array([np.nan, 0.0, 0.0]),
+    "clip": 0.0, "epsilon": -1.0,
+}
+
+
+@pytest.mark.parametrize("value", [-5, 2.5, True, float("inf"), "7"], ids=str)
+def test_a_count_that_is_not_a_whole_number_is_refused(value: object) -> None:
+    f = MeanStdFilter(3)
+    f.update(_data())
+    before = f.get_state()
+    with pytest.raises(ValueError, match="'count'"):
+        f.set_state({**before, "count": value})
+    assert f.count == before["count"]
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("m2", np.array([1.0, -1.0, 1.0])), ("m2", np.array([1.0, np.inf, 1.0])),
+    ("mean", np.array([np.nan, 0.0, 0.0])), ("mean", np.array([0.0, -np.inf, 0.0])),
+    ("clip", 0.0), ("clip", -3.0), ("clip", float("nan")), ("epsilon", 0.0), ("epsilon", -1.0),
+], ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_a_state_that_would_normalise_to_nonsense_is_refused_and_changes_nothing(key: str,
+                                                                                 value: object) -> None:
+    # Each of these was restored silently before, and then turned every observation into NaN
+    # (a negative or infinite m2, a NaN mean), into 0 (clip 0, an infinite m2) or into one bound
+    # (a negative clip).
+    f = MeanStdFilter(3)
+    f.update(_data())
+    before = f.get_state()
+    x = _data()[:4].astype(np.float32)
+    expected = f.apply(x.copy())
+    with pytest.raises(ValueError, match=f"MeanStdFilter state: '{key}'"):
+        f.set_state({**before, key: value})
+    np.testing.assert_array_equal(f.apply(x.copy()), expected)
+
+
+@pytest.mark.parametrize("key", sorted(_BAD_STATES))
+def test_a_policy_refuses_a_bad_filter_state_before_changing_anything(key: str) -> None:
+    from cairn.errors import CheckpointFormatError
+    from cairn.policy.policy import Policy
+    from cairn.policy.state_check import check_policy_state
+    from tests.helpers import small_ppo
+
+    algo = small_ppo(train_batch_size=64, minibatch_size=32, num_epochs=1).env_runners(
+        observation_filter="MeanStdFilter").build()
+    try:
+        algo.train()
+        policy = algo.get_policy()
+        state = policy.get_state()
+        bad_filter = {**state["observation_filter"], key: _BAD_STATES[key]}
+        if key in ("m2", "mean"):
+            bad_filter[key] = np.concatenate([_BAD_STATES[key], [0.0]])  # CartPole: 4 features
+        bad = {**state, "observation_filter": bad_filter}
+        weights, filter_state = policy.get_weights(), policy.observation_filter.get_state()
+        with pytest.raises(ValueError, match=f"'{key}'"):
+            policy.set_state(bad)
+        assert all(np.array_equal(v, policy.get_weights()[k]) for k, v in weights.items())
+        assert policy.observation_filter.get_state()["count"] == filter_state["count"]
+        np.testing.assert_array_equal(policy.observation_filter.get_state()["m2"], filter_state["m2"])
+        with pytest.raises(ValueError, match=f"'{key}'"):
+            Policy.from_state(bad)
+        # A checkpoint's reader refuses it as a CheckpointFormatError naming the key.
+        with pytest.raises(CheckpointFormatError, match=f"ckpt: observation_filter: '{key}'"):
+            check_policy_state(bad, "ckpt", base=Policy)
+    finally:
+        algo.stop()
