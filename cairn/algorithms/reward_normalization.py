@@ -15,6 +15,8 @@ runners, and are saved in the algorithm state (``extra``) for exact resume.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,7 +53,25 @@ class RunningMeanStd:
         return {"mean": self.mean, "var": self.var, "count": self.count}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])
+        """Restore :meth:`get_state`: a finite ``mean``, a finite ``var`` >= 0 and a finite
+        ``count`` > 0 (it starts at the prior count), else ValueError naming the entry, with
+        nothing changed."""
+        values = {key: _real(state, key) for key in ("mean", "var", "count")}
+        if values["var"] < 0:
+            raise ValueError(f"Reward normaliser state: 'var'={values['var']!r} must be >= 0.")
+        if values["count"] <= 0:
+            raise ValueError(f"Reward normaliser state: 'count'={values['count']!r} must be > 0.")
+        self.mean, self.var, self.count = values["mean"], values["var"], values["count"]
+
+
+def _real(state: Mapping[str, Any], key: str) -> float:
+    """``state[key]`` as a finite float, else ValueError naming it (a NaN or infinite statistic
+    would scale every later reward to NaN or 0 without an error)."""
+    value = state.get(key)
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)) \
+            or not math.isfinite(float(value)):
+        raise ValueError(f"Reward normaliser state: {key!r}={value!r:.100} must be a finite number.")
+    return float(value)
 
 
 class RewardNormalizer:
@@ -154,8 +174,15 @@ class RewardNormalizer:
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`get_state`; ``gamma`` and ``clip`` stay this normaliser's (the
         config's, which a restore may override)."""
-        self.epsilon = float(state["epsilon"])
-        self.stats.set_state(state)
+        epsilon = _real(state, "epsilon")
+        if epsilon <= 0:
+            raise ValueError(f"Reward normaliser state: 'epsilon'={epsilon!r} must be > 0.")
         ids = np.asarray(state["stream_ids"], dtype=np.int64).reshape(-1)
         values = np.asarray(state["returns"], dtype=np.float64).reshape(-1)
+        if ids.shape != values.shape or not np.isfinite(values).all():
+            raise ValueError(
+                f"Reward normaliser state: 'stream_ids' ({ids.size}) and 'returns' ({values.size}) "
+                "must be as many, and the returns finite.")
+        self.stats.set_state(state)  # checked before it changes anything
+        self.epsilon = epsilon
         self.returns = dict(zip(ids.tolist(), values.tolist()))

@@ -247,3 +247,51 @@ def test_ppo_starts_the_return_over_where_a_restore_starts_new_episodes(tmp_path
         assert restored.reward_normalizers["default_policy"].get_state()["var"] == norm.get_state()["var"]
     finally:
         restored.stop()
+
+
+def _trained_normalizer() -> RewardNormalizer:
+    norm = RewardNormalizer(gamma=0.9, clip=10.0)
+    gen = _batches(2, 20, 2, 2)
+    for rewards, dones in gen:
+        norm.normalize(_env_major(rewards), _env_major(dones), np.repeat(np.array([3, 4]), 20))
+    return norm
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("var", -1.0), ("var", float("nan")), ("mean", float("inf")), ("count", 0.0), ("count", -3.0),
+    ("count", "7"), ("epsilon", 0.0), ("epsilon", -1e-8),
+    ("returns", np.array([np.nan, 1.0])), ("returns", np.array([1.0])),
+], ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_a_state_that_would_scale_rewards_to_nonsense_is_refused_and_changes_nothing(key, value) -> None:
+    # Before, each was restored silently: a NaN or negative var (sqrt of var + eps) or a NaN
+    # running return scaled every later reward to NaN; returns shorter than stream_ids dropped
+    # running returns (zip stops at the shorter).
+    norm = _trained_normalizer()
+    before = norm.get_state()
+    bad = {**before, key: value}
+    if key == "returns" and len(value) == 1:
+        bad["stream_ids"] = before["stream_ids"]  # 2 ids, 1 return
+    with pytest.raises(ValueError, match=f"Reward normaliser state: .*'{key}'"):
+        norm.set_state(bad)
+    after = norm.get_state()
+    assert {k: v for k, v in after.items() if not isinstance(v, np.ndarray)} == \
+        {k: v for k, v in before.items() if not isinstance(v, np.ndarray)}
+    np.testing.assert_array_equal(after["returns"], before["returns"])
+
+
+def test_ppo_refuses_a_bad_reward_normaliser_state_and_keeps_its_own(tmp_path) -> None:
+    algo = (cairn.PPOConfig().environment("CartPole-v1")
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1, normalize_rewards=True)
+            .debugging(seed=0).build())
+    try:
+        algo.train()
+        state = algo.get_state()
+        live = algo.reward_normalizers["default_policy"].get_state()
+        bad_norm = {**state["extra"]["reward_normalizers"]["default_policy"], "var": -4.0}
+        bad = {**state, "extra": {**state["extra"], "reward_normalizers": {"default_policy": bad_norm}}}
+        with pytest.raises(ValueError, match="'var'=-4.0 must be >= 0"):
+            algo.set_state(bad)
+        assert algo.reward_normalizers["default_policy"].get_state()["var"] == live["var"]
+        algo.train()  # still works
+    finally:
+        algo.stop()
