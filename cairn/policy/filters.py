@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, ObservationSpaceError
 
 __all__ = ["NoFilter", "MeanStdFilter", "make_filter", "mean_std_state_problem", "FILTER_NAMES"]
 
@@ -86,11 +86,17 @@ class MeanStdFilter:
         return np.sqrt(self.m2 / self.count)
 
     def update(self, batch: np.ndarray) -> None:
+        """Merge the rows of ``batch`` into the statistics. Rows holding NaN or infinity (or
+        values whose squares overflow) are an :class:`~cairn.errors.ObservationSpaceError`,
+        with nothing changed: merged, one such value would make that feature's mean or variance
+        NaN for the rest of the run, and so every later observation of it."""
         n = batch.shape[0]
         if n == 0:
             return
         b_mean = batch.mean(axis=0, dtype=np.float64)
         b_m2 = ((batch - b_mean) ** 2).sum(axis=0, dtype=np.float64)
+        if not (np.isfinite(b_mean).all() and np.isfinite(b_m2).all()):
+            raise _non_finite_error(batch)
         self.count, self.mean, self.m2 = _merge(self.count, self.mean, self.m2, n, b_mean, b_m2)
         self._delta = _merge(*self._delta, n, b_mean, b_m2)
         self._cache = None
@@ -151,6 +157,17 @@ class MeanStdFilter:
             self.count, self.mean, self.m2, int(delta["count"]), delta["mean"], delta["m2"]
         )
         self._cache = None
+
+
+def _non_finite_error(batch: np.ndarray) -> ObservationSpaceError:
+    bad = np.argwhere(~np.isfinite(batch))
+    where = (f"feature {int(bad[0][1])} (in flatten order) of observation {int(bad[0][0])} of the "
+             f"batch is {float(batch[tuple(bad[0])])}" if len(bad) else "their squares overflow float64")
+    return ObservationSpaceError(
+        f"MeanStdFilter cannot learn from observations holding NaN or infinity: {where}. One such "
+        "value would make that feature's running mean or variance NaN for the rest of the run. "
+        "Fix: make the environment return finite observations (clip or replace them in an "
+        "observation wrapper).")
 
 
 def _positive_real(value: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -122,5 +123,71 @@ def test_a_policy_refuses_a_bad_filter_state_before_changing_anything(key: str) 
         # A checkpoint's reader refuses it as a CheckpointFormatError naming the key.
         with pytest.raises(CheckpointFormatError, match=f"ckpt: observation_filter: '{key}'"):
             check_policy_state(bad, "ckpt", base=Policy)
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf], ids=str)
+def test_a_non_finite_observation_is_refused_before_it_reaches_the_statistics(value: float) -> None:
+    from cairn.errors import ObservationSpaceError
+
+    f = MeanStdFilter(3)
+    f.update(_data())
+    before = f.get_state()
+    batch = _data()[:4].astype(np.float32)
+    batch[2, 1] = value
+    with pytest.raises(ObservationSpaceError, match=f"feature 1 .* of observation 2 of the batch is {value}"):
+        f.update(batch)
+    after = f.get_state()
+    assert after["count"] == before["count"]
+    np.testing.assert_array_equal(after["mean"], before["mean"])
+    np.testing.assert_array_equal(after["m2"], before["m2"])
+    # Acting on it (no update) still clips it, as exported models do.
+    assert np.isnan(f.apply(batch.copy())[2, 1]) if np.isnan(value) else \
+        abs(f.apply(batch.copy())[2, 1]) == f.clip
+
+
+class _OneBadObservation(gym.Env):
+    """A Box(-inf, inf) env whose 30th step (over its life) observes ``bad`` in feature 0."""
+
+    def __init__(self, bad: float) -> None:
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.bad, self.t, self.n = bad, 0, 0
+
+    def reset(self, *, seed: int | None = None, options: object = None) -> tuple[np.ndarray, dict]:
+        self.t = 0
+        return np.ones(3, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t, self.n = self.t + 1, self.n + 1
+        obs = np.random.default_rng(self.n).normal(size=3).astype(np.float32)
+        if self.n == 30:
+            obs[0] = self.bad
+        return obs, 1.0, False, self.t >= 20, {}
+
+
+def _make_one_bad(env_config: dict) -> gym.Env:
+    return _OneBadObservation(float(env_config["bad"]))
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+def test_an_env_that_observes_nan_once_raises_then_training_goes_on_with_finite_statistics(bad: str) -> None:
+    # Before, the NaN entered the statistics: every later observation of that feature was NaN,
+    # and so the losses and weights, with no error.
+    import cairn
+    from cairn.errors import ObservationSpaceError
+
+    algo = (cairn.PPOConfig().environment(_make_one_bad, env_config={"bad": bad})
+            .env_runners(observation_filter="MeanStdFilter")
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1).debugging(seed=0).build())
+    try:
+        with pytest.raises(ObservationSpaceError, match="NaN or infinity"):
+            algo.train()
+        result = algo.train()  # the env observes finite values again: training goes on
+        f = algo.get_policy().observation_filter
+        assert np.isfinite(f.mean).all() and np.isfinite(f.m2).all()
+        assert np.isfinite(result["learners"]["default_policy"]["total_loss"])
+        assert all(np.isfinite(w).all() for w in algo.get_policy().get_weights().values())
     finally:
         algo.stop()
