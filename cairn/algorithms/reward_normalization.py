@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from cairn.errors import EnvError
+
 __all__ = ["RunningMeanStd", "RewardNormalizer"]
 
 
@@ -120,7 +122,18 @@ class RewardNormalizer:
         environment), the statistics are updated step by step with every environment's return,
         as VecNormalize does; otherwise (agents that acted unequally often) once with all of the
         batch's returns.
+
+        A NaN or infinite reward is an :class:`~cairn.errors.EnvError`, raised before anything
+        changes: merged, it would make the variance NaN, and so every later scaled reward.
         """
+        finite = np.isfinite(rewards)
+        if not finite.all():
+            row = int(np.flatnonzero(~finite)[0])
+            raise EnvError(
+                f"Reward normalisation cannot scale a reward of {float(rewards[row])} (row {row} of "
+                "the batch): one NaN or infinite reward would make its running variance NaN, and "
+                "so every later reward of this policy. Fix: make the environment return finite "
+                "rewards (clip or replace them in a reward wrapper).")
         starts_episode = (np.zeros(rewards.shape[0], dtype=bool) if firsts is None
                           else np.asarray(firsts, dtype=bool))
         n = rewards.shape[0]

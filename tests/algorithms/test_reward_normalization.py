@@ -295,3 +295,53 @@ def test_ppo_refuses_a_bad_reward_normaliser_state_and_keeps_its_own(tmp_path) -
         algo.train()  # still works
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf], ids=str)
+def test_a_non_finite_reward_is_refused_before_it_reaches_the_statistics(value: float) -> None:
+    from cairn.errors import EnvError
+
+    norm = _trained_normalizer()
+    before = norm.get_state()
+    rewards = np.ones(40, np.float32)
+    rewards[23] = value
+    with pytest.raises(EnvError, match=f"reward of {value} \\(row 23"):
+        norm.normalize(rewards, np.zeros(40, bool), np.repeat(np.array([3, 4]), 20))
+    after = norm.get_state()
+    assert after["var"] == before["var"] and after["count"] == before["count"]
+    np.testing.assert_array_equal(after["returns"], before["returns"])
+
+
+def _one_nan_reward(env_config: dict) -> object:
+    import gymnasium as gym
+
+    class OneNanReward(gym.Wrapper):
+        """CartPole whose 30th step (over its life) pays NaN."""
+
+        n = 0
+
+        def step(self, action: int) -> tuple:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            self.n += 1
+            return obs, float("nan") if self.n == 30 else reward, terminated, truncated, info
+
+    return OneNanReward(gym.make("CartPole-v1"))
+
+
+def test_ppo_refuses_a_nan_reward_before_it_reaches_the_normaliser_or_the_weights() -> None:
+    # Before, the NaN made the normaliser's variance NaN for good: every later learner reward,
+    # advantage, loss and weight was NaN, with no error.
+    from cairn.errors import EnvError
+
+    algo = (cairn.PPOConfig().environment(_one_nan_reward)
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1, normalize_rewards=True)
+            .debugging(seed=0).build())
+    try:
+        with pytest.raises(EnvError, match="reward of nan"):
+            algo.train()
+        result = algo.train()  # the env pays finite rewards again: training goes on
+        assert np.isfinite(algo.reward_normalizers["default_policy"].stats.var)
+        assert np.isfinite(result["learners"]["default_policy"]["total_loss"])
+        assert all(np.isfinite(w).all() for w in algo.get_policy().get_weights().values())
+    finally:
+        algo.stop()
