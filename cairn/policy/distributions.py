@@ -131,6 +131,10 @@ def _categorical_logp_numpy(logits: np.ndarray, actions: np.ndarray) -> np.ndarr
 
 
 def _categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
+    # A logit of -inf (an impossible action in a user's network) would make 0 * log 0 a NaN, and
+    # NaN the loss and every weight after its backward pass; at the lowest finite float it adds
+    # 0 and gets no gradient, as in torch.distributions.Categorical. Finite logits are unchanged.
+    logits = logits.clamp(min=torch.finfo(logits.dtype).min)
     logp = F.log_softmax(logits, dim=-1)
     return -(logp.exp() * logp).sum(dim=-1)
 
