@@ -14,6 +14,7 @@ __all__ = [
     "EpisodeHistoryError",
     "ObservationSpaceError",
     "ActionMaskError",
+    "PolicyOutputError",
     "ExportError",
     "FrameworkUnavailableError",
     "EnvRunnerFailedError",
@@ -84,6 +85,17 @@ class ObservationSpaceError(CairnError, ValueError):
 class ActionMaskError(CairnError, ValueError):
     """An observation's ``action_mask`` leaves no legal action (all zeros) where a policy must
     act. ``rows`` are the batch rows at fault; env runners re-raise it naming the agent and step."""
+
+    def __init__(self, message: str, rows: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.rows = tuple(rows)
+
+
+class PolicyOutputError(CairnError, ValueError):
+    """A policy's network gave action-distribution inputs (logits, mean and log-std) that
+    define no distribution (NaN, ``+inf``, or every logit of a (sub-)action ``-inf``) for the
+    observations it must act on: typically weights that diverged in training. ``rows`` are the
+    batch rows at fault."""
 
     def __init__(self, message: str, rows: tuple[int, ...] = ()) -> None:
         super().__init__(message)

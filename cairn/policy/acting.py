@@ -9,19 +9,22 @@ as a Python int.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from torch import nn
 
-from cairn.numpy_acting import in_torch
+from cairn.errors import PolicyOutputError
+from cairn.numpy_acting import in_torch, reduce_sum
 from cairn.policy.action_masking import MaskedObservationPreprocessor, filter_features
 from cairn.policy.distributions import ActionDistribution
 from cairn.policy.filters import MeanStdFilter, NoFilter
 from cairn.spaces import ObservationPreprocessor
 
-__all__ = ["ObservationInput", "action_inputs", "raw_actions", "raw_actions_and_logp", "single_action"]
+__all__ = ["ObservationInput", "action_inputs", "check_action_inputs", "raw_actions", "raw_actions_and_logp",
+           "single_action"]
 
 
 class ObservationInput:
@@ -57,11 +60,36 @@ def action_inputs(model: nn.Module, processed_obs: np.ndarray) -> np.ndarray:
     return in_torch(model.action_inputs, processed_obs, model)  # type: ignore[arg-type]
 
 
+def check_action_inputs(dist: ActionDistribution, inputs: np.ndarray) -> None:
+    """Raise :class:`~cairn.errors.PolicyOutputError` unless every row of ``inputs`` defines a
+    distribution to act from (:meth:`ActionDistribution.usable_rows`). Acting on a NaN would give
+    no error and a wrong action: a categorical draw or argmax over NaN logits is action 0 (or
+    the NaN's index), a Gaussian one a NaN outside the Box."""
+    # The sum is finite only when every input is (an inf or NaN anywhere makes it inf or NaN), and
+    # a finite row is usable for every distribution: one scalar reduction on the usual path.
+    if math.isfinite(reduce_sum(inputs, axis=None)):
+        return
+    usable = dist.usable_rows(inputs)  # the exact check: a logit of -inf is usable, a sum may overflow
+    if np.logical_and.reduce(usable):
+        return
+    rows = tuple(int(i) for i in np.flatnonzero(~usable))
+    raise PolicyOutputError(
+        f"The policy's network gave action-distribution inputs (logits, or mean and log-std) that "
+        f"are NaN or infinite for observation row(s) {list(rows)} (row {rows[0]}: "
+        f"{np.array2string(inputs[rows[0]], threshold=8)}), so it cannot act there. Its weights "
+        "have most likely diverged in training (look for NaN or infinite losses): lower the "
+        "learning rate, clip gradients (grad_clip), normalise observations "
+        "(observation_filter='MeanStdFilter') and rewards, check the environment for NaN or huge "
+        "observations and rewards, and go on from a checkpoint saved before it diverged.", rows)
+
+
 def raw_actions(
     dist: ActionDistribution, inputs: np.ndarray, rng: np.random.Generator, *, explore: bool
 ) -> np.ndarray:
     """Raw actions (category indices / unclipped samples) from distribution inputs: sampled
-    with ``rng`` when ``explore``, else the deterministic ones."""
+    with ``rng`` when ``explore``, else the deterministic ones. Raises
+    :class:`~cairn.errors.PolicyOutputError` for inputs that define no distribution (NaN)."""
+    check_action_inputs(dist, inputs)
     if explore:
         return dist.sample_numpy(inputs, rng)
     return dist.deterministic_numpy(inputs)
@@ -70,7 +98,9 @@ def raw_actions(
 def raw_actions_and_logp(
     dist: ActionDistribution, inputs: np.ndarray, rng: np.random.Generator, *, explore: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`raw_actions` (the same draws) and their log-probabilities under ``inputs``' distribution."""
+    """:func:`raw_actions` (the same draws, the same checks) and their log-probabilities under
+    ``inputs``' distribution."""
+    check_action_inputs(dist, inputs)
     if explore:
         return dist.sample_numpy_and_logp(inputs, rng)
     raw = dist.deterministic_numpy(inputs)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from cairn.numpy_acting import reduce_max, reduce_sum
+from cairn.numpy_acting import reduce_any, reduce_max, reduce_sum
 
 __all__ = [
     "ActionDistribution",
@@ -80,6 +80,12 @@ class ActionDistribution(ABC):
     @abstractmethod
     def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
         """Entropy per row."""
+
+    def usable_rows(self, inputs: np.ndarray) -> np.ndarray:
+        """Per row of numpy ``inputs``, whether it defines a distribution to act from (bool
+        ``[B]``): the acting path refuses the others rather than act on them
+        (:class:`~cairn.errors.PolicyOutputError`). This default refuses rows holding a NaN."""
+        return ~reduce_any(np.isnan(inputs), axis=-1)  # type: ignore[no-any-return]
 
     @abstractmethod
     def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
@@ -173,6 +179,11 @@ class Categorical(ActionDistribution):
     def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
         return _categorical_entropy(inputs)
 
+    def usable_rows(self, inputs: np.ndarray) -> np.ndarray:
+        # A row's maximum is NaN if it holds a NaN, +inf if it holds +inf (softmax: NaN) and
+        # -inf if every logit is (no possible action); -inf beside finite logits is usable.
+        return np.isfinite(reduce_max(inputs, axis=-1))  # type: ignore[no-any-return]
+
     def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
         return raw_actions + self.start if self.start else raw_actions
 
@@ -188,6 +199,7 @@ class MultiCategorical(ActionDistribution):
         self.num_inputs = sum(self.nvec)
         self.raw_action_dtype = np.dtype(np.int64)
         self.raw_action_shape = (len(self.nvec),)
+        self._starts = np.cumsum([0, *self.nvec[:-1]])  # each sub-action's first column
 
     def _split(self, inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return torch.split(inputs, self.nvec, dim=-1)
@@ -226,6 +238,11 @@ class MultiCategorical(ActionDistribution):
 
     def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
         return torch.stack([_categorical_entropy(x) for x in self._split(inputs)], -1).sum(-1)
+
+    def usable_rows(self, inputs: np.ndarray) -> np.ndarray:
+        # Categorical.usable_rows for each sub-action's logits (their maxima in one reduction).
+        tops = np.maximum.reduceat(inputs, self._starts, axis=-1) if inputs.shape[0] else inputs[:, :0]
+        return np.logical_and.reduce(np.isfinite(tops), axis=-1)  # type: ignore[no-any-return]
 
     def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
         out = raw_actions + self.start
@@ -282,6 +299,10 @@ class DiagGaussian(ActionDistribution):
     def entropy(self, inputs: torch.Tensor) -> torch.Tensor:
         log_std = inputs[..., self.size :]
         return (log_std + 0.5 * _LOG_2PI_E).sum(dim=-1)
+
+    def usable_rows(self, inputs: np.ndarray) -> np.ndarray:
+        # An infinite mean or log-std makes the sample (or its logp) inf or NaN.
+        return np.logical_and.reduce(np.isfinite(inputs), axis=-1)  # type: ignore[no-any-return]
 
     def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
         clipped = np.clip(raw_actions, self.low, self.high)

@@ -14,6 +14,7 @@ from cairn.algorithms.dqn.keras_model import KerasQNetwork, keras_q_network
 from cairn.algorithms.dqn.model import QNetwork
 from cairn.errors import ConfigError, RestoredSettingError
 from cairn.models import QModel
+from cairn.policy.acting import check_action_inputs
 from cairn.policy.action_masking import MaskedQModel, legal_argmax, random_legal_actions
 from cairn.policy.custom_model import build_custom_model, uses_custom_model
 from cairn.policy.keras_config import model_framework
@@ -165,6 +166,7 @@ class DQNPolicy(Policy):
             if explore_mask.all():  # nothing greedy to compute
                 return random_actions
         q_values = self.compute_action_inputs(processed_obs)
+        check_action_inputs(self.dist, q_values)  # argmax over a NaN is the NaN's index
         # Among the legal actions only: a legal Q-value may lie below the masked score.
         greedy = q_values.argmax(axis=1) if mask is None else legal_argmax(q_values, mask)
         if explore:

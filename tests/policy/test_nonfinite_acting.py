@@ -1,0 +1,132 @@
+"""Acting on distribution inputs that define no distribution (NaN, +inf, a (sub-)action whose
+logits are all -inf) raises PolicyOutputError naming the rows, in every acting path, instead of
+acting: a draw or argmax over NaN logits was action 0 and a Gaussian's a NaN outside the Box,
+with no error (weights that diverged in training went on acting, and training went on)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import cairn
+from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+from cairn.errors import PolicyOutputError
+from cairn.policy.acting import check_action_inputs
+from cairn.policy.distributions import distribution_for
+
+OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+ACTION_SPACES = {
+    "discrete": gym.spaces.Discrete(4, start=-2),
+    "multidiscrete": gym.spaces.MultiDiscrete([3, 2]),
+    "box": gym.spaces.Box(0.0, 10.0, (2,), np.float32),
+}
+ROWS = np.random.default_rng(0).uniform(-1, 1, (4, 3)).astype(np.float32)
+NAN, INF = float("nan"), float("inf")
+
+
+def _nan_row(row: int) -> np.ndarray:
+    obs = ROWS.copy()
+    obs[row, 1] = NAN  # the network's outputs for this row only are NaN
+    return obs
+
+
+@pytest.mark.parametrize("kind", list(ACTION_SPACES))
+@pytest.mark.parametrize("explore", [True, False])
+def test_nan_outputs_are_refused_naming_rows_and_leave_the_policy_usable(kind: str, explore: bool) -> None:
+    policy = cairn.Policy(OBS, ACTION_SPACES[kind], seed=3)
+    twin = cairn.Policy(OBS, ACTION_SPACES[kind], seed=3)
+    with pytest.raises(PolicyOutputError, match="NaN or infinite") as info:
+        policy.compute_actions(_nan_row(2), explore=explore)
+    assert info.value.rows == (2,)
+    processed = policy.process_observations(_nan_row(1), update=False)
+    with pytest.raises(PolicyOutputError) as info:
+        policy.compute_raw_actions_and_logp(processed, explore=explore)
+    assert info.value.rows == (1,)
+    with pytest.raises(PolicyOutputError):
+        policy.compute_single_action(_nan_row(0)[0], explore=explore)
+    # Nothing was drawn: the next call acts as a policy that never saw the bad rows.
+    np.testing.assert_array_equal(policy.compute_actions(ROWS, explore=explore),
+                                  twin.compute_actions(ROWS, explore=explore))
+
+
+@pytest.mark.parametrize("kind", list(ACTION_SPACES))
+def test_diverged_weights_are_refused(kind: str) -> None:
+    policy = cairn.Policy(OBS, ACTION_SPACES[kind], seed=0)
+    with torch.no_grad():
+        for param in policy.model.parameters():
+            param.fill_(NAN)
+    for explore in (True, False):
+        with pytest.raises(PolicyOutputError) as info:
+            policy.compute_actions(ROWS, explore=explore)
+        assert info.value.rows == (0, 1, 2, 3)
+
+
+def test_recurrent_policy_refuses_nan_outputs() -> None:
+    policy = cairn.Policy(OBS, gym.spaces.Discrete(3), {"model": {"use_lstm": True}}, seed=0)
+    state = [np.repeat(s[None], len(ROWS), axis=0) for s in policy.get_initial_state()]
+    with pytest.raises(PolicyOutputError) as info:
+        policy.compute_actions(_nan_row(3), state=state, explore=False)
+    assert info.value.rows == (3,)
+
+
+def test_masked_policy_refuses_nan_in_a_legal_logit_only() -> None:
+    space = gym.spaces.Dict({"observation": OBS, "action_mask": gym.spaces.MultiBinary(3)})
+    policy = cairn.Policy(space, gym.spaces.Discrete(3), seed=0)
+    obs = [{"observation": row, "action_mask": np.array([1, 0, 1], np.int8)} for row in _nan_row(1)]
+    with pytest.raises(PolicyOutputError) as info:
+        policy.compute_actions(obs)
+    assert info.value.rows == (1,)
+
+
+def test_dqn_refuses_nan_q_values() -> None:
+    policy = DQNPolicy(OBS, gym.spaces.Discrete(3), seed=0)
+    with pytest.raises(PolicyOutputError) as info:
+        policy.compute_actions(_nan_row(0), explore=False)
+    assert info.value.rows == (0,)
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_box_actor_policies_refuse_nan_outputs(algo: str) -> None:
+    from cairn.algorithms.sac.sac_policy import SACPolicy
+    from cairn.algorithms.td3.td3_policy import TD3Policy
+
+    cls: Any = SACPolicy if algo == "sac" else TD3Policy
+    policy = cls(OBS, gym.spaces.Box(-2.0, 1.0, (2,), np.float32), seed=0)
+    with pytest.raises(PolicyOutputError) as info:
+        policy.compute_actions(_nan_row(2), explore=False)
+    assert info.value.rows == (2,)
+
+
+def test_usable_rows_of_each_distribution() -> None:
+    """-inf beside finite logits is an impossible action, usable; NaN, +inf, a (sub-)action
+    whose logits are all -inf, and a Gaussian's infinite mean or log-std are not."""
+    categorical = distribution_for(gym.spaces.Discrete(3))
+    logits = np.array([[0.0, -INF, 1.0], [NAN, 0.0, 0.0], [INF, 0.0, 0.0], [-INF, -INF, -INF],
+                       [-1e9, -1e9, 5.0]], np.float32)
+    assert categorical.usable_rows(logits).tolist() == [True, False, False, False, True]
+    multi = distribution_for(gym.spaces.MultiDiscrete([2, 3]))
+    logits = np.array([[0.0, 1.0, -INF, 0.0, 2.0], [-INF, -INF, 0.0, 1.0, 2.0],
+                       [0.0, 1.0, -INF, -INF, -INF], [0.0, 1.0, 0.0, NAN, 2.0]], np.float32)
+    assert multi.usable_rows(logits).tolist() == [True, False, False, False]
+    assert multi.usable_rows(np.zeros((0, 5), np.float32)).shape == (0,)
+    gaussian = distribution_for(gym.spaces.Box(-1.0, 1.0, (2,)))
+    inputs = np.array([[0.0, 1.0, -1.0, 0.0], [INF, 0.0, 0.0, 0.0], [0.0, 0.0, -INF, 0.0],
+                       [0.0, NAN, 0.0, 0.0]], np.float32)
+    assert gaussian.usable_rows(inputs).tolist() == [True, False, False, False]
+
+
+def test_check_passes_usable_rows_whose_sum_is_not_finite() -> None:
+    """The check's shortcut (a finite sum of all inputs) falls back to the exact check when the
+    sum is not finite: a logit of -inf or logits whose sum overflows float32 still act."""
+    categorical = distribution_for(gym.spaces.Discrete(3))
+    for logits in (np.array([[0.0, -INF, 1.0], [2.0, 1.0, -INF]], np.float32),
+                   np.array([[3e38, 3e38, 0.0], [3e38, -1.0, 3e38]], np.float32)):
+        check_action_inputs(categorical, logits)
+    with pytest.raises(PolicyOutputError) as info:
+        check_action_inputs(categorical, np.array([[0.0, -INF, 1.0], [-INF, -INF, -INF]], np.float32))
+    assert info.value.rows == (1,)
+    check_action_inputs(categorical, np.zeros((0, 3), np.float32))  # an empty batch
