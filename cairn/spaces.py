@@ -17,6 +17,7 @@ from cairn.space_json import MAX_SPACE_DEPTH
 __all__ = [
     "ObservationPreprocessor",
     "check_action_space",
+    "float32_bounds",
     "is_image_space",
     "ObservationKind",
     "observation_kind",
@@ -36,6 +37,37 @@ def check_action_space(space: gym.Space[Any]) -> None:
         )
     if isinstance(space, gym.spaces.Box) and not np.issubdtype(space.dtype, np.floating):
         raise ValueError(f"Box action spaces must have a float dtype, got {space!r}.")
+    if isinstance(space, gym.spaces.Box):
+        low, high = float32_bounds(space)
+        if np.any(low > high):  # clipped to [low, high], an action would lie outside the Box
+            i = int(np.flatnonzero(low > high)[0])
+            entry = tuple(int(j) for j in np.unravel_index(i, space.shape))
+            bounds = float(space.low.reshape(-1)[i]), float(space.high.reshape(-1)[i])
+            raise ValueError(
+                f"Box action space {space!r}: its entry {entry} lies in "
+                f"[{bounds[0]!r}, {bounds[1]!r}], which holds no "
+                "float32 number; cairn's policies compute actions in float32 and clip them to the "
+                "bounds, so no action they give would lie in the space. Fix: widen the bounds to "
+                "hold a float32 number (or bounds float32 holds exactly, such as 0.0), or fix the "
+                "entry in a wrapper and leave it out of the action space.")
+
+
+def float32_bounds(space: gym.spaces.Box) -> tuple[np.ndarray, np.ndarray]:
+    """``space``'s bounds as flat float32 arrays, each rounded towards the inside of the Box.
+
+    Actions are float32 and are clipped to these, then cast to the space's dtype: a float64
+    bound that float32 cannot hold (0.1) rounded to the nearest float32 (0.10000000149...)
+    would let a clipped action out of the space. Rounded inwards, every clipped action lies
+    in the space (a float32 space's bounds are kept exactly; a bound beyond the float32 range
+    becomes the largest finite float32).
+    """
+    low64 = space.low.reshape(-1).astype(np.float64)
+    high64 = space.high.reshape(-1).astype(np.float64)
+    with np.errstate(over="ignore"):  # a float64 bound beyond the float32 range: +-inf, then inwards
+        low, high = low64.astype(np.float32), high64.astype(np.float32)
+    low = np.where(low < low64, np.nextafter(low, np.float32(np.inf)), low).astype(np.float32)
+    high = np.where(high > high64, np.nextafter(high, np.float32(-np.inf)), high).astype(np.float32)
+    return low, high
 
 
 def is_image_space(space: gym.Space[Any]) -> bool:

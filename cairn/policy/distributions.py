@@ -18,6 +18,7 @@ import torch
 from torch.nn import functional as F
 
 from cairn.numpy_acting import reduce_any, reduce_max, reduce_sum
+from cairn.spaces import float32_bounds
 
 __all__ = [
     "ActionDistribution",
@@ -307,24 +308,6 @@ class DiagGaussian(ActionDistribution):
     def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
         clipped = np.clip(raw_actions, self.low, self.high)
         return clipped.reshape((raw_actions.shape[0], *self.shape)).astype(self.env_dtype)
-
-
-def float32_bounds(space: gym.spaces.Box) -> tuple[np.ndarray, np.ndarray]:
-    """``space``'s bounds as flat float32 arrays, each rounded towards the inside of the Box.
-
-    Actions are float32 and are clipped to these, then cast to the space's dtype: a float64
-    bound that float32 cannot hold (0.1) rounded to the nearest float32 (0.10000000149...)
-    would let a clipped action out of the space. Rounded inwards, every clipped action lies
-    in the space (a float32 space's bounds are kept exactly; a bound beyond the float32 range
-    becomes the largest finite float32).
-    """
-    low64 = space.low.reshape(-1).astype(np.float64)
-    high64 = space.high.reshape(-1).astype(np.float64)
-    with np.errstate(over="ignore"):  # a float64 bound beyond the float32 range: +-inf, then inwards
-        low, high = low64.astype(np.float32), high64.astype(np.float32)
-    low = np.where(low < low64, np.nextafter(low, np.float32(np.inf)), low).astype(np.float32)
-    high = np.where(high > high64, np.nextafter(high, np.float32(-np.inf)), high).astype(np.float32)
-    return low, high
 
 
 def distribution_for(space: gym.Space[Any]) -> ActionDistribution:

@@ -102,3 +102,21 @@ def test_float32_bounds_round_inwards_and_keep_exact_ones() -> None:
     assert (low[3], high[3]) == (-np.finfo(np.float32).max, np.finfo(np.float32).max)
     float32_space = gym.spaces.Box(-0.1, 0.1, (2,), np.float32)  # float32 bounds: as they are
     assert np.array_equal(float32_bounds(float32_space)[1], float32_space.high)
+
+
+@pytest.mark.parametrize("policy_class", [cairn.Policy, SACPolicy, TD3Policy])
+def test_a_box_entry_that_holds_no_float32_is_refused(policy_class: Any) -> None:
+    """A float64 entry whose bounds hold no float32 number ([0.1, 0.1]: a fixed dimension) has
+    bounds that cross once rounded inwards; clipped to them, every action was 0.099999994, out
+    of the space, with no error. The policy is refused, naming the entry and the fix."""
+    obs = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    for low, high in ((0.1, 0.1), (0.1, 0.1 + 1e-12)):
+        space = gym.spaces.Box(np.array([[-1.0, low]]), np.array([[1.0, high]]), dtype=np.float64)
+        with pytest.raises(cairn.errors.ConfigError, match=r"entry \(0, 1\) .*holds no float32 number"):
+            policy_class(obs, space, seed=0)
+    # Bounds float32 holds exactly, equal or not, are fine.
+    for low, high in ((0.0, 0.0), (0.25, 0.25), (0.1, 0.2)):
+        space = gym.spaces.Box(np.array([-1.0, low]), np.array([1.0, high]), dtype=np.float64)
+        policy = policy_class(obs, space, seed=0)
+        actions = policy.compute_actions(np.zeros((4, 3), np.float32), explore=True)
+        assert all(space.contains(a) for a in actions)
