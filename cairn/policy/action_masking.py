@@ -294,10 +294,10 @@ def check_masks(mask: np.ndarray, sizes: Sequence[int]) -> None:
 
 
 def legal_actions(raw: np.ndarray, inputs: np.ndarray, mask: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
-    """``raw`` actions, with any illegal one (sampling can land on an action of probability 0
-    only when its uniform draw is exactly 0; the argmax does when every legal score is below
-    MASKED_SCORE) replaced by the best legal action of ``inputs`` (masked scores), chosen among
-    the legal ones alone."""
+    """``raw`` actions, with any illegal one (sampling never draws an action of probability 0,
+    but an illegal action has a probability above 0, and the argmax picks it, when the legal
+    scores are near or below MASKED_SCORE) replaced by the best legal action of ``inputs``
+    (masked scores), chosen among the legal ones alone."""
     columns = raw.reshape(raw.shape[0], len(sizes))  # one column per (sub-)action, also for 0 rows
     rows = np.arange(columns.shape[0])
     fixed = None

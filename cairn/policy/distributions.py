@@ -96,9 +96,11 @@ class ActionDistribution(ABC):
 def _sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     # Inverse-CDF sampling: one uniform per row, cheaper than torch.multinomial for small
     # batches and driven by the policy's own generator so that runs are reproducible.
+    # Action k where cdf[k - 1] <= u < cdf[k], u below the CDF's last entry (as in the numpy
+    # draw): an action of probability 0 (a logit of -inf) has no such u and is never drawn.
     cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)
-    u = torch.rand((logits.shape[0], 1), generator=generator, dtype=logits.dtype)
-    return (cdf < u).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
+    u = torch.rand((logits.shape[0], 1), generator=generator, dtype=logits.dtype) * cdf[:, -1:]
+    return (cdf <= u).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
 
 
 
@@ -110,8 +112,11 @@ def _categorical_cdf(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _draw_from_cdf(cdf: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     u = rng.random((cdf.shape[0], 1), dtype=np.float32) * cdf[:, -1:]
-    # The count of CDF entries below the draw, taken as int64 at once (no cast after the sum).
-    return np.minimum(reduce_sum(cdf < u, axis=-1, dtype=np.int64), cdf.shape[-1] - 1)
+    # The count of CDF entries at or below the draw, taken as int64 at once (no cast after the
+    # sum): action k where cdf[k - 1] <= u < cdf[k]. u is below the last entry, and an action of
+    # probability 0 (a logit of -inf) has an empty interval, so it is never drawn, not even by
+    # u = 0 (which "below the draw" gave action 0 whatever its probability).
+    return np.minimum(reduce_sum(cdf <= u, axis=-1, dtype=np.int64), cdf.shape[-1] - 1)
 
 
 def _sample_categorical_numpy(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:

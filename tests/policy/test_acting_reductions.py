@@ -56,7 +56,7 @@ def slow_sample_and_logp(logits: np.ndarray, rng: np.random.Generator) -> tuple[
     top = logits.max(axis=-1, keepdims=True)
     cdf = np.cumsum(np.exp(logits - top), axis=-1)
     u = rng.random((cdf.shape[0], 1), dtype=np.float32) * cdf[:, -1:]
-    raw = np.minimum((cdf < u).sum(axis=-1), cdf.shape[-1] - 1).astype(np.int64)
+    raw = np.minimum((cdf <= u).sum(axis=-1), cdf.shape[-1] - 1).astype(np.int64)
     logp = logits[np.arange(len(raw)), raw] - top[:, 0] - np.log(cdf[:, -1])
     return raw, logp.astype(np.float32, copy=False)
 
@@ -119,7 +119,7 @@ def test_categorical_draws_and_logp_equal_the_slow_path(dtype: type, rows: int) 
 
 
 def test_a_uniform_on_a_cdf_entry_takes_the_same_action() -> None:
-    """``u`` equal to a CDF entry: the count of entries strictly below it decides, on both paths.
+    """``u`` equal to a CDF entry: the count of entries at or below it decides, on both paths.
     Scores of equal probability make the CDF's entries exact multiples that a float32 uniform can
     hit; a generator that always returns the same value forces the hit."""
 
