@@ -33,10 +33,15 @@ def check_action_space(space: gym.Space[Any]) -> None:
     if not isinstance(space, _SUPPORTED_ACTION_SPACES):
         raise ValueError(
             f"Unsupported action space {space!r}: cairn policies act in Discrete, "
-            "MultiDiscrete and Box spaces. Wrap the environment to use one of them."
+            f"MultiDiscrete and Box spaces. Fix: wrap the environment to use one of them "
+            f"({_action_space_fix(space)})."
         )
     if isinstance(space, gym.spaces.Box) and not np.issubdtype(space.dtype, np.floating):
-        raise ValueError(f"Box action spaces must have a float dtype, got {space!r}.")
+        raise ValueError(
+            f"Box action spaces must have a float dtype, got {space!r}. Fix: for integer actions "
+            "use a MultiDiscrete space (nvec = high - low + 1, start = low) in an action wrapper, "
+            "or a float Box whose actions the wrapper rounds."
+        )
     if isinstance(space, gym.spaces.Box):
         low, high = float32_bounds(space)
         if np.any(low > high):  # clipped to [low, high], an action would lie outside the Box
@@ -50,6 +55,16 @@ def check_action_space(space: gym.Space[Any]) -> None:
                 "bounds, so no action they give would lie in the space. Fix: widen the bounds to "
                 "hold a float32 number (or bounds float32 holds exactly, such as 0.0), or fix the "
                 "entry in a wrapper and leave it out of the action space.")
+
+
+def _action_space_fix(space: gym.Space[Any]) -> str:
+    """How to express ``space`` (an action space cairn's policies cannot act in) as one they can."""
+    if isinstance(space, gym.spaces.MultiBinary):
+        return f"MultiBinary{space.shape} is MultiDiscrete(np.full({space.shape}, 2))"
+    if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        return ("a Tuple or Dict of discrete parts is one MultiDiscrete of their sizes, of Box parts "
+                "one flat Box; independent sub-actions are what cairn's distributions assume")
+    return "e.g. an index into a list of actions as a Discrete"
 
 
 def float32_bounds(space: gym.spaces.Box) -> tuple[np.ndarray, np.ndarray]:

@@ -1,3 +1,4 @@
+import re
 from collections import OrderedDict
 
 import gymnasium as gym
@@ -7,7 +8,7 @@ import pytest
 import cairn
 from cairn.errors import ObservationSpaceError
 from cairn.space_json import space_from_json, space_to_json
-from cairn.spaces import ObservationPreprocessor
+from cairn.spaces import ObservationPreprocessor, check_action_space
 
 SPACES = [
     gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
@@ -133,3 +134,17 @@ def test_discrete_observations_as_whole_floats_or_bools_are_read_as_before():
     np.testing.assert_array_equal(preprocessor(np.array([1.0, 3.0, 2.0])), expected)
     flags = ObservationPreprocessor(gym.spaces.Discrete(2))([True, False])
     np.testing.assert_array_equal(flags, [[0, 1], [1, 0]])
+
+
+@pytest.mark.parametrize(("space", "fix"), [
+    (gym.spaces.MultiBinary(3), r"MultiBinary\(3,\) is MultiDiscrete\(np.full\(\(3,\), 2\)\)"),
+    (gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.Discrete(3)]), "one MultiDiscrete of their sizes"),
+    (gym.spaces.Dict({"a": gym.spaces.Box(-1.0, 1.0, (2,))}), "one flat Box"),
+    (gym.spaces.Box(0, 10, (2,), np.int64), r"MultiDiscrete space \(nvec = high - low \+ 1, start = low\)"),
+])
+def test_unsupported_action_spaces_are_refused_naming_a_fix(space: gym.Space, fix: str) -> None:
+    with pytest.raises(ValueError, match="Fix: ") as info:
+        check_action_space(space)
+    assert re.search(fix, str(info.value)), str(info.value)
+    with pytest.raises(cairn.errors.ConfigError, match=fix):
+        cairn.Policy(gym.spaces.Box(-1.0, 1.0, (3,)), space, seed=0)
