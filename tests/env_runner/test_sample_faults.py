@@ -142,6 +142,10 @@ def test_multi_agent_runners_discard_the_fragment(tmp_path: Path, kind: str, hoo
     mid-step discards the fragment; the policies' sampled-step counters (which turn-based
     runners count as the agents act) and the runner's episodes are as before it."""
     config = small_ma_ppo() if kind == "parallel" else _tictactoe()
+    # One fragment per iteration: the iteration that raises is the fragment that raises (an
+    # iteration of several rounds keeps those before it counted: tests/algorithms/ppo/test_train_batch.py).
+    steps = 16 * config.num_envs_per_env_runner
+    config = config.training(train_batch_size=steps, minibatch_size=min(config.minibatch_size, steps))
     algo = config.env_runners(rollout_fragment_length=16).callbacks(RaiseOnce).build()
     runner = algo.env_runner_group.local
     assert runner is not None

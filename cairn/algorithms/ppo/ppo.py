@@ -43,18 +43,36 @@ class PPO(Algorithm):
         super().__init__(config, **kwargs)
 
     def training_step(self) -> dict[str, dict[str, float]]:
-        sampled = self.counters["num_env_steps_sampled_lifetime"]
-        batches = self._sample()
-        env_steps = self.counters["num_env_steps_sampled_lifetime"] - sampled
+        rounds, env_steps = self._sample_train_batch()
         stats = {}
         for pid in self.policies_to_train:
-            batch = batches.get(pid)
-            if batch is not None and len(batch):
-                stats[pid] = self._learn(self.policies[pid], batch, self._learner_rewards(pid, batch),
-                                         policy_id=pid)
+            parts = [batches[pid] for batches in rounds if pid in batches and len(batches[pid])]
+            if parts:
+                # Rewards are normalised round by round: a trajectory's rows are contiguous (and
+                # its running return carried over) within one round's batch, not across rounds.
+                rewards = np.concatenate([self._learner_rewards(pid, part) for part in parts])
+                batch = parts[0] if len(parts) == 1 else SampleBatch.concat(parts)
+                stats[pid] = self._learn(self.policies[pid], batch, rewards, policy_id=pid)
                 if len(stats) == 1:  # the sample's env steps, once: a batch's rows are agent steps
                     self.counters["num_env_steps_trained_lifetime"] += env_steps
         return stats
+
+    def _sample_train_batch(self) -> tuple[list[dict[str, SampleBatch]], int]:
+        """Sampling rounds (each one fragment per environment, by policy) until at least
+        ``train_batch_size`` env steps are in hand, as RLlib's PPO samples; and their env steps.
+
+        One round alone fell short whenever ``rollout_fragment_length`` was set with
+        ``fragment * num_envs_per_env_runner * num_env_runners < train_batch_size``: PPO learned
+        from that one fragment and ignored ``train_batch_size`` without a word."""
+        counters = self.counters
+        start = counters["num_env_steps_sampled_lifetime"]
+        rounds: list[dict[str, SampleBatch]] = []
+        while counters["num_env_steps_sampled_lifetime"] - start < self.config.train_batch_size:
+            before = counters["num_env_steps_sampled_lifetime"]
+            rounds.append(self._sample())
+            if counters["num_env_steps_sampled_lifetime"] == before:
+                break  # nothing was sampled (no envs stepped); avoid spinning
+        return rounds, counters["num_env_steps_sampled_lifetime"] - start
 
     def _learner_rewards(self, pid: str, batch: SampleBatch) -> np.ndarray:
         """The rewards the learner uses: as sampled, or scaled by the policy's normaliser."""
