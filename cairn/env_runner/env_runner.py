@@ -271,6 +271,10 @@ class EnvRunner:
                     policy_id=pid, origin=partial(self._row_origin, rows), record=record)
                 if record:  # the actions, their logps and the state each row acted from
                     acted.record(t, pid, policy, rows, raw, logp, state_in)
+                    # Counted as they act, as the multi-agent runners count: a DQN policy's
+                    # epsilon (and SAC's random warm-up) follows its schedule step by step,
+                    # not once per fragment.
+                    count_sampled_steps(self.policies, {pid: n_envs if rows is None else len(rows)})
                 actions = policy.dist.to_env(raw)
                 if rows is None:
                     env_actions = actions
@@ -319,7 +323,6 @@ class EnvRunner:
         self._obs = obs
         if not record:
             return {}
-        count_sampled_steps(self.policies, acted.steps_by_policy())
         firsts[1:] = term_buf[:-1] | trunc_buf[:-1]  # ... later, the step after an episode's end
         return acted.batches(
             obs=obs_buf, rewards=rew_buf, terminateds=term_buf, truncateds=trunc_buf, firsts=firsts,

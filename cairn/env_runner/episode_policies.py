@@ -101,11 +101,6 @@ class ActedRows:
             for buf, s in zip(states, state_in):
                 buf[t, where] = s
 
-    def steps_by_policy(self) -> dict[str, int]:
-        """Rows acted by each policy."""
-        counts = np.bincount(self._owner.ravel(), minlength=len(self._actions))
-        return {pid: int(n) for pid, n in zip(self._actions, counts)}
-
     def batches(self, **columns: np.ndarray) -> dict[str, SampleBatch]:
         """One batch per policy of its rows, the shared time-major ``columns`` (``[steps, envs,
         ...]``: obs, rewards, flags, next_obs, streams) joined with its actions and states.

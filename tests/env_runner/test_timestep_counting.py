@@ -1,0 +1,93 @@
+"""A policy's ``global_timestep`` counts its rows as they are acted, in every kind of env runner:
+DQN's epsilon follows its schedule step by step within a fragment, and SAC's random warm-up
+lasts its number of steps, not whole fragments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cairn import Callbacks, DQNConfig
+from cairn.algorithms.dqn.dqn_policy import epsilon_at
+from tests.helpers import make_ma_cartpole, map_by_index
+
+SCHEDULE = [[0, 1.0], [100, 0.0]]
+#: (policy ID, its global_timestep, its epsilon) at every on_episode_step call.
+SEEN: list[tuple[str, int, float]] = []
+
+
+class RecordEpsilon(Callbacks):
+    def on_episode_step(self, *, episode: Any, env_runner: Any) -> None:
+        for pid, policy in env_runner.policies.items():
+            SEEN.append((pid, policy.global_timestep, policy.epsilon))
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_single_agent_epsilon_follows_the_schedule_within_a_fragment(num_envs: int) -> None:
+    # One fragment of 40 steps per env: epsilon used to stay at the fragment's first value (1.0)
+    # for all of them, and the schedule moved only between fragments.
+    algo = (DQNConfig().environment("CartPole-v1").callbacks(RecordEpsilon)
+            .env_runners(rollout_fragment_length=40, num_envs_per_env_runner=num_envs)
+            .training(train_batch_size=40 * num_envs, minibatch_size=16, epsilon=SCHEDULE,
+                      num_steps_sampled_before_learning_starts=10_000, model={"hidden": [8]})
+            .debugging(seed=0).build())
+    try:
+        SEEN.clear()
+        algo.train()
+        # on_episode_step runs once per env after each step: the step's epsilon was the schedule's
+        # at the rows acted before it, and the counter then holds this step's rows too.
+        assert len(SEEN) == 40 * num_envs
+        for k, (_, timestep, epsilon) in enumerate(SEEN):
+            t = k // num_envs
+            assert timestep == (t + 1) * num_envs
+            assert epsilon == pytest.approx(epsilon_at(SCHEDULE, t * num_envs))
+        assert algo.get_policy().global_timestep == 40 * num_envs
+    finally:
+        algo.stop()
+
+
+def test_single_and_multi_agent_runners_count_alike() -> None:
+    """MultiAgentCartPole (parallel runner) counted as its agents act already: one env, one
+    agent, one policy gives the single-agent runner's sequence."""
+    def run(config: Any) -> list[tuple[int, float]]:
+        algo = config.callbacks(RecordEpsilon).env_runners(rollout_fragment_length=30).training(
+            train_batch_size=30, minibatch_size=16, epsilon=SCHEDULE,
+            num_steps_sampled_before_learning_starts=10_000, model={"hidden": [8]}).debugging(seed=0).build()
+        try:
+            SEEN.clear()
+            algo.train()
+            return [(timestep, epsilon) for _, timestep, epsilon in SEEN]
+        finally:
+            algo.stop()
+
+    single = run(DQNConfig().environment("CartPole-v1"))
+    multi = run(DQNConfig().environment(make_ma_cartpole, env_config={"num_agents": 1})
+                .multi_agent(policies={"p0"}, policy_mapping_fn=map_by_index))
+    assert len(single) == 30 and single == multi[:len(single)]
+
+
+def test_sac_acts_at_random_for_exactly_its_warm_up_steps() -> None:
+    """SAC's random warm-up (num_steps_sampled_before_learning_starts=20) with fragments of 16
+    steps: the policy acts at random for 20 steps, not for whole fragments (32)."""
+    from cairn import SACConfig
+
+    algo = (SACConfig().environment("Pendulum-v1")
+            .training(train_freq=16, train_batch_size=48, minibatch_size=16,
+                      num_steps_sampled_before_learning_starts=20, model={"hidden": [8]})
+            .debugging(seed=0).build())
+    try:
+        policy = algo.get_policy()
+        network_rows: list[int] = []
+        compute = policy.compute_action_inputs
+
+        def counting(processed_obs: Any) -> Any:
+            network_rows.append(len(processed_obs))
+            return compute(processed_obs)
+
+        policy.compute_action_inputs = counting  # type: ignore[method-assign]
+        algo.train()
+        assert policy.global_timestep == 48
+        assert sum(network_rows) == 48 - 20
+    finally:
+        algo.stop()
