@@ -35,13 +35,13 @@ def test_single_agent_epsilon_follows_the_schedule_within_a_fragment(num_envs: i
     try:
         SEEN.clear()
         algo.train()
-        # on_episode_step runs once per env after each step: the step's epsilon was the schedule's
-        # at the rows acted before it, and the counter then holds this step's rows too.
+        # on_episode_step runs once per env after each step: the counter then holds this step's
+        # rows, and epsilon (the schedule's at the counter) is what the next step explores with.
         assert len(SEEN) == 40 * num_envs
         for k, (_, timestep, epsilon) in enumerate(SEEN):
             t = k // num_envs
             assert timestep == (t + 1) * num_envs
-            assert epsilon == pytest.approx(epsilon_at(SCHEDULE, t * num_envs))
+            assert epsilon == pytest.approx(epsilon_at(SCHEDULE, timestep))  # what the next step uses
         assert algo.get_policy().global_timestep == 40 * num_envs
     finally:
         algo.stop()

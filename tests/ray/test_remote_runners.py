@@ -116,3 +116,29 @@ def test_remote_runners_follow_an_added_policy(ray_cluster):
         assert set(result["learners"]) == {"p1", "p2"}
     finally:
         algo.stop()
+
+
+def test_the_learners_dqn_epsilon_follows_the_remote_runners_steps(ray_cluster):
+    """The learner's DQN policy never acts with remote runners: its epsilon (reported in
+    results, held in its state) is the schedule's at the steps they sampled for it, not the
+    schedule's start."""
+    import cairn
+    from cairn.algorithms.dqn.dqn_policy import epsilon_at
+
+    schedule = [[0, 1.0], [128, 0.0]]
+    algo = (cairn.DQNConfig().environment("CartPole-v1")
+            .env_runners(num_env_runners=1, rollout_fragment_length=32)
+            .training(train_batch_size=64, minibatch_size=16, num_steps_sampled_before_learning_starts=32,
+                      epsilon=schedule, model={"hidden": [8]}).debugging(seed=0).build())
+    try:
+        for expected_steps in (64, 128):
+            result = algo.train()
+            policy = algo.get_policy()
+            assert policy.global_timestep == expected_steps
+            expected = epsilon_at(schedule, expected_steps)
+            assert result["learners"]["default_policy"]["epsilon"] == pytest.approx(expected)
+            assert policy.epsilon == pytest.approx(expected)
+            assert policy.get_state()["exploration"]["epsilon"] == pytest.approx(expected)
+        assert expected == 0.0
+    finally:
+        algo.stop()

@@ -79,7 +79,8 @@ class DQNPolicy(Policy):
 
     Owns a target network (a frozen copy of the Q-network, synchronised by the algorithm),
     whose weights and last update time are part of the policy's state, as is the current
-    epsilon; so a DQNPolicy checkpoint alone is enough to continue training.
+    epsilon (:attr:`epsilon`, the schedule's at the policy's sampled steps); so a DQNPolicy
+    checkpoint alone is enough to continue training.
 
     Config (merged over :attr:`DEFAULT_CONFIG`): ``model`` (``hidden``, ``activation``, and
     ``conv_filters``, ``conv_activation``, ``conv_dense`` for image observations: docs/models.md),
@@ -122,7 +123,6 @@ class DQNPolicy(Policy):
         self.target_model = copy.deepcopy(self.model)
         self.target_model.requires_grad_(False)
         self.last_target_update = 0
-        self.epsilon = epsilon_at(self.config["epsilon"], 0)
 
     @builds_config_mlp
     def make_model(self) -> QNetwork | KerasQNetwork | QModel:
@@ -158,7 +158,6 @@ class DQNPolicy(Policy):
         """Greedy actions, each replaced by a uniform random one with probability epsilon."""
         mask = self.action_masks(processed_obs)
         if explore:
-            self.epsilon = epsilon_at(self.config["epsilon"], self.global_timestep)
             n = processed_obs.shape[0]
             explore_mask = np.asarray(self.np_random.random(n) < self.epsilon)
             random_actions = (np.asarray(self.np_random.integers(self.num_actions, size=n)) if mask is None
@@ -226,7 +225,8 @@ class DQNPolicy(Policy):
     def follow_config(self, config: Mapping[str, Any]) -> None:
         """The learning rate and the ``epsilon`` schedule of ``config`` (a restore's
         ``config_overrides={"epsilon": ...}``); epsilon is then the new schedule's at the
-        policy's timestep (the same schedule keeps the restored epsilon: exact resume). Another
+        policy's timestep (:attr:`epsilon` is derived, so the same schedule gives the restored
+        epsilon: exact resume). Another
         ``dueling`` than the restored network's is a ConfigError, raised before anything changes."""
         dueling = config.get("dueling", self.config["dueling"])
         if bool(dueling) != bool(self.config["dueling"]):
@@ -239,11 +239,16 @@ class DQNPolicy(Policy):
         if "epsilon" in config and config["epsilon"] != self.config["epsilon"]:
             check_epsilon_schedule("epsilon", config["epsilon"])
             self.config["epsilon"] = copy.deepcopy(config["epsilon"])
-            self.epsilon = epsilon_at(self.config["epsilon"], self.global_timestep)
+
+    @property
+    def epsilon(self) -> float:
+        """The exploration rate: the ``epsilon`` schedule's value at this policy's sampled steps
+        (``global_timestep``), which its next exploring action uses. Derived, never held: the
+        learner's policy of remote env runners never acts, and a held value stayed at the
+        schedule's start there (in results and states) while the runners' copies moved on."""
+        return epsilon_at(self.config["epsilon"], self.global_timestep)
 
     def get_exploration_state(self) -> dict[str, Any]:
+        """``{"epsilon": ...}``: the current :attr:`epsilon`, for the state's readers (restoring
+        derives it again from the schedule and the restored timestep)."""
         return {"epsilon": self.epsilon}
-
-    def set_exploration_state(self, state: Mapping[str, Any]) -> None:
-        if "epsilon" in state:
-            self.epsilon = float(state["epsilon"])
