@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,20 +40,23 @@ DEFAULT_EPSILON: list[list[float]] = [[0, 1.0], [8_000, 0.04]]
 
 
 def check_epsilon_schedule(key: str, value: Any) -> None:
-    """A schedule is a non-empty list of ``[timestep, epsilon]`` pairs with rising timesteps."""
+    """A schedule is a non-empty list of ``[timestep, epsilon]`` pairs with rising, finite
+    timesteps from 0 on (an infinite one is never reached: the schedule would silently stay at
+    the value before it)."""
     ok = isinstance(value, (list, tuple)) and len(value) > 0
-    previous = -1.0
+    previous: float | None = None
     for pair in value if ok else []:
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2
                 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair)
-                and pair[0] > previous and 0.0 <= pair[1] <= 1.0):
+                and math.isfinite(pair[0]) and pair[0] >= 0 and (previous is None or pair[0] > previous)
+                and 0.0 <= pair[1] <= 1.0):
             ok = False
             break
         previous = pair[0]
     if not ok:
         raise ConfigError(
             f"Config {key!r}={value!r} is invalid: expected [[timestep, epsilon], ...] with "
-            "rising timesteps >= 0 and epsilons in [0, 1], e.g. [[0, 1.0], [10000, 0.05]]."
+            "rising finite timesteps >= 0 and epsilons in [0, 1], e.g. [[0, 1.0], [10000, 0.05]]."
         )
 
 

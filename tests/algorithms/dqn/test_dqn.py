@@ -406,3 +406,13 @@ def test_a_users_q_networks_targets_are_the_same_on_a_gpu_learner_as_on_the_cpu(
     on_cpu = dqn_targets(config, policy, sample)
     move_policy(policy, torch.device("cuda"))
     np.testing.assert_allclose(dqn_targets(config, policy, sample), on_cpu, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("schedule", [
+    [[-0.5, 1.0], [100, 0.1]],  # a timestep below 0 (the check's start was -1)
+    [[0, 1.0], [float("inf"), 0.1]],  # never reached: epsilon stays 1.0 for the whole run
+    [[0, 1.0], [float("nan"), 0.1]],
+])
+def test_epsilon_schedule_timesteps_must_be_finite_and_not_negative(schedule: list[list[float]]) -> None:
+    with pytest.raises(ConfigError, match=r"rising finite timesteps >= 0"):
+        DQNConfig().training(epsilon=schedule)
