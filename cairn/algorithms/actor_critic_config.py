@@ -95,6 +95,9 @@ class ActorCriticConfig(AlgorithmConfig):
     (and into ``get_state()``), for exact resume.
     """
 
+    #: Minibatches come from replay: one larger than an iteration's env steps is fine.
+    minibatches_from_train_batch = False
+
     # One attribute per shared field, so that mypy checks every option read.
     replay_buffer_config: dict[str, Any]
     train_freq: int

@@ -57,6 +57,10 @@ class AlgorithmConfig:
     FIELDS: ClassVar[dict[str, Field]] = BASE_FIELDS
     #: Registry name of the algorithm class this config builds (set by subclasses).
     algo_class_name: ClassVar[str | None] = None
+    #: Whether minibatches are cut from each iteration's train batch, so that ``minibatch_size``
+    #: may not exceed ``train_batch_size`` (PPO, IMPALA). Off-policy configs draw them from
+    #: replay instead, where ``train_batch_size`` only counts the env steps of an iteration.
+    minibatches_from_train_batch: ClassVar[bool] = True
 
     # One attribute per field of FIELDS (documented there and in the fluent methods).
     env: Any
@@ -386,7 +390,8 @@ class AlgorithmConfig:
         check_env(self.env)
         if not isinstance(self.env_config, Mapping):
             raise ConfigError(f"Config 'env_config' must be a dict, got {self.env_config!r}.")
-        if self.minibatch_size is not None and self.minibatch_size > self.train_batch_size:
+        if (self.minibatches_from_train_batch and self.minibatch_size is not None
+                and self.minibatch_size > self.train_batch_size):
             raise ConfigError(
                 f"Config 'minibatch_size'={self.minibatch_size} is larger than "
                 f"'train_batch_size'={self.train_batch_size}; lower minibatch_size or raise "

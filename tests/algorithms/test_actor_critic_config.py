@@ -72,3 +72,27 @@ def test_a_later_learning_start_on_restore_keeps_the_policy_acting_at_random(con
         np.testing.assert_array_equal(actions, uniform)  # the uniform draws, no actor
     finally:
         restored.stop()
+
+
+@pytest.mark.parametrize("config_class", [*CONFIGS, cairn.DQNConfig])
+def test_replay_minibatches_may_exceed_an_iterations_env_steps(config_class):
+    """Off-policy minibatches come from replay, so minibatch_size=64 with train_batch_size=16
+    (report every 16 env steps) is a valid config: it was refused as 'larger than
+    train_batch_size', a rule of the algorithms that cut minibatches from the iteration's batch."""
+    env = "CartPole-v1" if config_class is cairn.DQNConfig else "Pendulum-v1"
+    algo = (config_class().environment(env).debugging(seed=0)
+            .training(train_batch_size=16, minibatch_size=64, model={"hidden": [8]},
+                      num_steps_sampled_before_learning_starts=32).build())
+    try:
+        algo.train()
+        result = algo.train()
+        policy = algo.get_policy()
+        assert result["num_env_steps_sampled_lifetime"] >= 32 and policy.num_grad_updates > 0
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("config_class", [cairn.PPOConfig, cairn.IMPALAConfig])
+def test_minibatches_cut_from_the_train_batch_may_not_exceed_it(config_class):
+    with pytest.raises(ConfigError, match=r"'minibatch_size'=64 is larger than 'train_batch_size'=16"):
+        config_class().environment("CartPole-v1").training(train_batch_size=16, minibatch_size=64).validate()

@@ -104,6 +104,8 @@ class DQNConfig(AlgorithmConfig):
         "store_replay_buffer": Field("checkpointing", False, boolean, "buffer in checkpoints"),
     }
     algo_class_name = "DQN"
+    #: Minibatches come from replay: one larger than an iteration's env steps is fine.
+    minibatches_from_train_batch = False
 
     # One attribute per DQN field (documented above), so that mypy checks every option read.
     replay_buffer_config: dict[str, Any]
