@@ -56,8 +56,9 @@ __all__ = ["TurnBasedSampler"]
 Pending = tuple[np.ndarray, np.ndarray, "np.floating[Any] | None"]
 
 #: One selection of an agent: (env index, agent, raw obs, reward, terminated, truncated,
-#: pending move it completes or None, whether the agent is to move now).
-_Selection = tuple[int, Any, Any, float, bool, bool, "Pending | None", bool]
+#: pending move it completes or None, whether the agent is to move now, whether that pending
+#: move was the agent's first of its game).
+_Selection = tuple[int, Any, Any, float, bool, bool, "Pending | None", bool, bool]
 
 
 #: The observation slot of a scripted opponent to move: it acts on the env's own observation
@@ -205,8 +206,11 @@ class TurnBasedSampler(AgentSampler):
                 episode.agent_returns[agent] += reward
                 done = bool(terminated or truncated)
                 pending = self.pending[i].pop(agent, None)
+                # Read now: a game that ends here is reset below, which forgets its first moves.
+                first = pending is not None and agent in self.first_moves[i]
+                self.first_moves[i].discard(agent)
                 selections[self.policy_of(i, agent)].append(
-                    (i, agent, obs, reward, bool(terminated), bool(truncated), pending, not done))
+                    (i, agent, obs, reward, bool(terminated), bool(truncated), pending, not done, first))
                 if episode.history is not None:  # the reward of its last move, then what it sees
                     if pending is not None:
                         episode.history.reward(agent, reward)
@@ -232,10 +236,8 @@ class TurnBasedSampler(AgentSampler):
                     [s[2] for s in observed], update=update_filter and pid not in self.runner.frozen_policies)
                 processed = {id(s): row for s, row in zip(observed, rows)}
             for selection in items:
-                i, agent, _, reward, terminated, truncated, pending, moves = selection
+                i, agent, _, reward, terminated, truncated, pending, moves, first = selection
                 row = processed.get(id(selection))
-                first = agent in self.first_moves[i]
-                self.first_moves[i].discard(agent)
                 if pending is not None and trajs is not None:
                     trajs.add((i, agent), pid, pending[0], pending[1], reward, terminated, truncated,
                               first=first, action_logp=pending[2])

@@ -50,8 +50,9 @@ def shared_policy(agent_id: str, **kwargs: object) -> str:
 
 
 class ScriptedGame(AECEnv):
-    """Two players alternate for five moves. After move k (1-based) player_0 receives k and
-    player_1 receives 10 k, whoever moved; the observation is [moves so far, player index]."""
+    """Two players alternate for five moves (:attr:`moves_per_game`). After move k (1-based)
+    player_0 receives k and player_1 receives 10 k, whoever moved; the observation is [moves so
+    far, player index]."""
 
     metadata = {"name": "scripted_game_v0", "render_modes": []}
 
@@ -68,6 +69,8 @@ class ScriptedGame(AECEnv):
 
     #: Observe None for a player once the game is over (some AEC envs do).
     blind_at_end = False
+    #: The moves of one game.
+    moves_per_game = 5
 
     def observe(self, agent):
         if self.blind_at_end and self.terminations[agent]:
@@ -91,7 +94,7 @@ class ScriptedGame(AECEnv):
         self._cumulative_rewards[self.agent_selection] = 0.0  # PettingZoo's usual bookkeeping
         self._moves += 1
         self.rewards = {"player_0": float(self._moves), "player_1": 10.0 * self._moves}
-        if self._moves == 5:
+        if self._moves == self.moves_per_game:
             self.terminations = dict.fromkeys(self.agents, True)
         self.agent_selection = self.possible_agents[self._moves % 2]
         self._accumulate_rewards()
@@ -160,6 +163,23 @@ def test_scripted_game_rewards_accumulate_between_moves_and_both_players_get_the
             assert not batch["truncateds"].any() and batch["ends"][-1]
         [episode] = runner.get_metrics()
         assert episode == {"return": 165.0, "length": 5, "policy_returns": {"a": [15.0], "b": [150.0]}}
+    finally:
+        algo.stop()
+
+
+def test_a_players_only_move_of_a_game_is_its_first_even_when_the_game_ends_at_once(monkeypatch):
+    # Three moves: player_1 moves once per game, and the game ends (and the env is reset) when
+    # that move completes; its row is still the first step of its part in the game.
+    monkeypatch.setattr(ScriptedGame, "moves_per_game", 3)
+    algo = _scripted_config().build()
+    try:
+        batches = algo.env_runner_group.local.sample(6)  # exactly two games
+        a, b = batches["a"], batches["b"]
+        np.testing.assert_array_equal(b["rewards"], [50.0, 50.0])  # 20 + 30 per game
+        np.testing.assert_array_equal(b["terminateds"], [True, True])
+        np.testing.assert_array_equal(b["firsts"], [True, True])
+        np.testing.assert_array_equal(a["rewards"], [3.0, 3.0, 3.0, 3.0])
+        np.testing.assert_array_equal(a["firsts"], [True, False, True, False])
     finally:
         algo.stop()
 
