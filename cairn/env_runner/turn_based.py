@@ -42,7 +42,7 @@ from cairn.env_runner.inference import compute_raw_actions
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.env_runner.trajectories import AgentTrajectories
 from cairn.env_runner.turn_based_check import check_moves_in_flight
-from cairn.errors import EnvError
+from cairn.errors import ConfigError, EnvError
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -271,8 +271,8 @@ class TurnBasedSampler(AgentSampler):
                 "agent_pids": {str(a): p for a, p in self.agent_pids[i].items()},
                 "to_move": None if entry is None else {"agent": str(entry[0]), "obs": arr(entry[1])},
                 "pending_agents": [str(a) for a in pending],
-                "pending_obs": np.stack([p[0] for p in pending.values()]) if pending else None,
-                "pending_actions": np.stack([p[1] for p in pending.values()]) if pending else None,
+                "pending_obs": _stack_moves(i, pending, 0, "observation rows") if pending else None,
+                "pending_actions": _stack_moves(i, pending, 1, "raw actions") if pending else None,
                 # NaN for a move whose policy does not want its logp (None in memory).
                 "pending_action_logp": np.array([np.nan if p[2] is None else p[2] for p in pending.values()],
                                                 np.float32) if pending else None,
@@ -335,3 +335,22 @@ class TurnBasedSampler(AgentSampler):
                     logp = policy.dist.logp_numpy(inputs, action[None])[0]
             out[agent] = (obs, action, logp)
         return out
+
+
+def _stack_moves(i: int, pending: Mapping[Any, Pending], column: int, what: str) -> np.ndarray:
+    """Column ``column`` of env ``i``'s pending moves as one array (the state's format), or a
+    :class:`~cairn.errors.ConfigError` when the agents' entries differ in shape or kind of dtype: in a
+    game of three or more players whose policies make different observations or actions, two
+    pending moves would not stack (numpy's bare ValueError), or would stack into a common dtype
+    that restores one policy's actions in another's kind (an int action as a float)."""
+    arrays = [np.asarray(p[column]) for p in pending.values()]
+    # By kind of dtype: int32 beside int64 stacks (and restores) as it should.
+    if len({a.shape for a in arrays}) > 1 or len({a.dtype.kind for a in arrays}) > 1:
+        found = ", ".join(f"{str(agent)!r:.40}: {a.dtype}{list(a.shape)}"
+                          for agent, a in zip(pending, arrays))
+        raise ConfigError(
+            f"Cannot save the turn-based env runner's state: in env {i}, the agents waiting for their "
+            f"next move have {what} of different shapes or kinds of dtype ({found}), and the runner "
+            "state keeps the moves in flight as one array. Fix: give the policies of the players of one game "
+            "observations (and actions) of one shape, e.g. by padding the smaller observations.")
+    return np.stack(arrays)

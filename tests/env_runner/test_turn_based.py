@@ -415,3 +415,61 @@ def test_action_mask_error_names_agent_env_and_step(kind):
         assert info.value.rows == (0,) and isinstance(info.value.__cause__, ActionMaskError)
     finally:
         algo.stop()
+
+
+class UnequalSeats(AECEnv):
+    """Three players take turns for ever; player k observes k + 1 numbers (the moves so far)."""
+
+    metadata = {"name": "unequal_seats_v0", "render_modes": []}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = ["p0", "p1", "p2"]
+        self.render_mode = None
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(0.0, 1e6, (self.possible_agents.index(agent) + 1,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(2)
+
+    def observe(self, agent):
+        return np.full(self.possible_agents.index(agent) + 1, self._moves, np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        self._moves = 0
+        self.agent_selection = "p0"
+        for key in ("rewards", "_cumulative_rewards"):
+            setattr(self, key, dict.fromkeys(self.agents, 0.0))
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: {} for a in self.agents}
+
+    def step(self, action):
+        self._moves += 1
+        self.agent_selection = self.possible_agents[self._moves % 3]
+
+
+def make_unequal_seats(env_config: dict) -> AECEnv:
+    return UnequalSeats()
+
+
+def test_moves_in_flight_of_unequal_observations_are_refused_at_save_with_the_fix():
+    # After two moves p0's and p1's moves wait, with observation rows of 1 and 2 numbers: the
+    # state keeps them as one array (a bare ValueError from numpy before).
+    config = (cairn.PPOConfig().environment(make_unequal_seats).training(**SMALL)
+              .multi_agent(policies={"p0", "p1", "p2"}, policy_mapping_fn={a: a for a in ("p0", "p1", "p2")})
+              .debugging(seed=0))
+    algo = config.build()
+    try:
+        runner = algo.env_runner_group.local
+        runner.sample(2)
+        with pytest.raises(cairn.errors.ConfigError, match=r"observation rows of different shapes.*'p0': "
+                                                           r"float32\[1\], 'p1': float32\[2\].*Fix: "):
+            runner.get_state()
+        batches = runner.sample(3)  # the runner goes on: the save changed nothing
+        assert set(batches) == {"p0", "p1", "p2"}
+        assert [batches[p]["obs"].shape[1] for p in ("p0", "p1", "p2")] == [1, 2, 3]
+    finally:
+        algo.stop()
