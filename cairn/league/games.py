@@ -16,8 +16,11 @@ converted) with both actions at once. The rules, which a hand-written PettingZoo
 * a move the mask forbids is counted (``illegal_moves`` for main, ``opponent_illegal_moves``)
   and played: the env's own rules decide what follows (PettingZoo's classic games end the game
   with -1 for the player who made it, 0 for the other);
-* the game is won, drawn or lost by the sign of main's return (the sum of its rewards over the
-  game: in board games, its final reward).
+* the game is won, drawn or lost by comparing main's return (the sum of its rewards over the
+  game: in board games, its final reward) with its opponent's (:func:`cairn.league.payoff.
+  game_score`, the rule the league's payoff and ratings use while training): a forfeit by an
+  illegal move (-1 for the offender, 0 for the other) is the other player's win, and a game that
+  is not zero-sum (winner +1, loser 0) is scored as it was played.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from cairn.core import PolicyLike, ScriptedOpponent
 from cairn.env_runner.make_env import close_env, is_multi_agent_env, is_turn_based_env
 from cairn.env_runner.scripted_opponents import check_discrete_action, scripted_move, split_observation
 from cairn.errors import ConfigError
+from cairn.league.payoff import game_score
 
 __all__ = ["GameResults", "play_games", "two_player_agents"]
 
@@ -151,9 +155,10 @@ def play_games(env_creator: Callable[[], Any], main: PolicyLike, opponent: Scrip
             players = {agent: _Player(main if agent == seat else opponent, env.action_space(agent), rng,
                                       "main" if agent == seat else opponent_name)
                        for agent in agents}
-            total = play(env, players, seed + game)[seat]
-            key = "wins" if total > 0 else "losses" if total < 0 else "draws"
-            counts[key] += 1
+            returns = play(env, players, seed + game)
+            other = next(agent for agent in agents if agent != seat)
+            score = game_score(returns[seat], returns[other])
+            counts["wins" if score == 1.0 else "losses" if score == 0.0 else "draws"] += 1
             counts["illegal_moves"] += players[seat].illegal_moves
             counts["opponent_illegal_moves"] += sum(p.illegal_moves for a, p in players.items() if a != seat)
         return GameResults(games=games, **counts)

@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from pettingzoo import ParallelEnv
 from pettingzoo.classic import connect_four_v3, rps_v2
 from pettingzoo.utils.env_logger import EnvLogger
 
@@ -49,11 +50,13 @@ def hand_written_connect_four(main: Any, opponent: Any, games: int, seed: int) -
         env.reset(seed=seed + game)
         me = ["player_0", "player_1"][game % 2]
         rng = np.random.default_rng([seed, game])
-        total = 0.0
+        total = other = 0.0  # main's return and its opponent's
         for agent in env.agent_iter():
             obs, reward, terminated, truncated, _ = env.last()
             if agent == me:
                 total += reward
+            else:
+                other += reward
             if terminated or truncated:
                 env.step(None)
                 continue
@@ -67,7 +70,7 @@ def hand_written_connect_four(main: Any, opponent: Any, games: int, seed: int) -
                 action = opponent(obs["observation"], obs["action_mask"], rng)
                 out["opponent_illegal_moves"] += int(obs["action_mask"][action] == 0)
             env.step(action)
-        out["wins" if total > 0 else "losses" if total < 0 else "draws"] += 1
+        out["wins" if total > other else "losses" if total < other else "draws"] += 1
     env.close()
     return out
 
@@ -127,12 +130,13 @@ def test_illegal_moves_are_counted_and_the_env_decides_the_game():
     assert isinstance(main, PolicyLike)
     results = play_games(make_connect_four, main, lambda obs, mask, rng: 0, games=2, seed=0)
     # Both drop into column 0 until it is full (6 pieces, no four in a line); the 7th move is
-    # illegal: main's in game 0 (it moved first: a loss, -1), the opponent's in game 1 (main
-    # gets 0: PettingZoo's TerminateIllegalWrapper rewards the other player nothing).
-    assert results == GameResults(games=2, wins=0, draws=1, losses=1, illegal_moves=1,
+    # illegal: main's in game 0 (it moved first: a loss, -1 against 0), the opponent's in game 1
+    # (main gets 0 and the opponent -1: PettingZoo's TerminateIllegalWrapper rewards the other
+    # player nothing): main's win, as the league's payoff scores the same game in training.
+    assert results == GameResults(games=2, wins=1, draws=0, losses=1, illegal_moves=1,
                                   opponent_illegal_moves=1)
-    assert results.to_dict() == {"games": 2, "wins": 0, "draws": 1, "losses": 1, "illegal_moves": 1,
-                                 "opponent_illegal_moves": 1, "win_rate": 0.0, "draw_rate": 0.5,
+    assert results.to_dict() == {"games": 2, "wins": 1, "draws": 0, "losses": 1, "illegal_moves": 1,
+                                 "opponent_illegal_moves": 1, "win_rate": 0.5, "draw_rate": 0.0,
                                  "loss_rate": 0.5}
 
 
@@ -200,14 +204,15 @@ def hand_written_rps(main: Any, opponent: Any, games: int, seed: int) -> dict[st
         observations, _ = env.reset(seed=seed + game)
         me = env.possible_agents[game % 2]
         rng = np.random.default_rng([seed, game])
-        total = 0.0
+        total = other = 0.0  # main's return and its opponent's
         while env.agents:
             actions = {agent: (main.compute_single_action(observations[agent], explore=False) if agent == me
                                else opponent(observations[agent], np.ones(3, np.int8), rng))
                        for agent in env.agents}
             observations, rewards, *_ = env.step(actions)
             total += rewards[me]
-        out["wins" if total > 0 else "losses" if total < 0 else "draws"] += 1
+            other += sum(r for agent, r in rewards.items() if agent != me)
+        out["wins" if total > other else "losses" if total < other else "draws"] += 1
     return out
 
 
@@ -244,7 +249,8 @@ def test_a_recurrent_policy_carries_its_state_through_each_game():
     out = {"wins": 0, "draws": 0, "losses": 0, "illegal_moves": 0, "opponent_illegal_moves": 0}
     for game in range(6):  # the hand-written loop: a fresh state per game, carried move to move
         observations, _ = env.reset(seed=1 + game)
-        me, rng, total = env.possible_agents[game % 2], np.random.default_rng([1, game]), 0.0
+        me, rng = env.possible_agents[game % 2], np.random.default_rng([1, game])
+        total = opponent_total = 0.0
         state = main.get_initial_state()
         while env.agents:
             action, state = main.compute_single_action(observations[me], explore=False, state=state)
@@ -252,7 +258,8 @@ def test_a_recurrent_policy_carries_its_state_through_each_game():
             actions = {me: action, other: by_hand(observations[other], np.ones(3, np.int8), rng)}
             observations, rewards, *_ = env.step(actions)
             total += rewards[me]
-        out["wins" if total > 0 else "losses" if total < 0 else "draws"] += 1
+            opponent_total += rewards[other]
+        out["wins" if total > opponent_total else "losses" if total < opponent_total else "draws"] += 1
     assert played.seen == by_hand.seen  # main's moves, as its opponent saw them
     assert results == GameResults(games=6, **out)
 
@@ -273,3 +280,44 @@ def test_random_legal_plays_actions_of_a_space_that_starts_at_1():
     opponent_moves = [action for k, (agent, action) in enumerate(env.played)
                       if agent != ["player_0", "player_1"][k // 4 % 2]]  # main's seat alternates
     assert len(opponent_moves) == 40 and set(opponent_moves) == {2, 3}
+
+
+class HigherCardWins(ParallelEnv):
+    """One round, not zero-sum: each player shows a card (0-2); the higher card gets +1, the
+    lower 0, equal cards 0 each."""
+
+    metadata = {"name": "higher_card_wins_v0"}
+    possible_agents = ["player_0", "player_1"]
+
+    def __init__(self) -> None:
+        self.agents: list[str] = []
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(3)
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        return {a: np.zeros(1, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        first, second = (int(actions[a]) for a in self.possible_agents)
+        rewards = {"player_0": float(first > second), "player_1": float(second > first)}
+        done = dict.fromkeys(self.agents, True)
+        observations = {a: np.zeros(1, np.float32) for a in self.agents}
+        infos = {a: {} for a in self.agents}
+        self.agents = []
+        return observations, rewards, done, dict.fromkeys(done, False), infos
+
+
+def test_a_game_that_is_not_zero_sum_is_scored_against_the_opponents_return():
+    # Main always shows 0, the opponent 1: main's return is 0 in every game, which the sign of
+    # main's return alone would call a draw; it is a loss (the opponent got +1), as the league's
+    # payoff scores it in training. Equal cards (both 0) are a draw.
+    main = ColumnZero()
+    results = play_games(HigherCardWins, main, lambda obs, mask, rng: 1, games=4, seed=0)
+    assert results == GameResults(games=4, wins=0, draws=0, losses=4, illegal_moves=0,
+                                  opponent_illegal_moves=0)
+    assert play_games(HigherCardWins, main, lambda obs, mask, rng: 0, games=2, seed=0).draws == 2
