@@ -15,6 +15,7 @@ __all__ = [
     "ObservationSpaceError",
     "ActionMaskError",
     "PolicyOutputError",
+    "NonFiniteLossError",
     "ExportError",
     "FrameworkUnavailableError",
     "EnvRunnerFailedError",
@@ -100,6 +101,37 @@ class PolicyOutputError(CairnError, ValueError):
     def __init__(self, message: str, rows: tuple[int, ...] = ()) -> None:
         super().__init__(message)
         self.rows = tuple(rows)
+
+
+class NonFiniteLossError(CairnError, FloatingPointError):
+    """A learn step's loss (or the gradient norm, where clipping computed it) was NaN or
+    infinite, so the step was not applied: the optimizer did not step, and the policy's weights
+    and optimizer state are those the step started from (updates completed before it stay).
+    ``policy_id`` names the policy (None until the learner that ran the step fills it in),
+    ``stat`` the quantity (``"loss"``, ``"grad_norm"``) and ``value`` its value."""
+
+    def __init__(self, stat: str, value: float, policy_id: str | None = None) -> None:
+        self.stat, self.value, self.policy_id = stat, value, policy_id
+        super().__init__(self._message())
+
+    def with_policy_id(self, policy_id: str) -> NonFiniteLossError:
+        """This error, naming ``policy_id`` (the learner that ran the step knows it)."""
+        self.policy_id = policy_id
+        self.args = (self._message(),)
+        return self
+
+    def _message(self) -> str:
+        who = "a policy" if self.policy_id is None else f"policy {self.policy_id!r}"
+        return (
+            f"The {self.stat} of a learn step of {who} is {self.value} (not finite), so the step was "
+            "not applied: its weights and optimizer state are those before this step (steps completed "
+            "earlier in the call stay). Likely causes: a NaN or infinite observation or reward from "
+            "the environment (with observation_filter='NoFilter' and no reward normalisation nothing "
+            "checks them before learning), a network whose outputs overflow, or a learning rate so "
+            "high that the values diverge. Fix: make the environment return finite numbers (check "
+            "np.isfinite on its observations and rewards), or scale them (config.env_runners("
+            "observation_filter='MeanStdFilter') refuses non-finite ones when sampling); lower the "
+            "learning rate or set config.training(grad_clip=...).")
 
 
 class ExportError(CairnError):

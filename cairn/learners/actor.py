@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, NonFiniteLossError
 from cairn.learners.device import accelerator_report
 from cairn.learners.policy_sync import learned_parts
 from cairn.learners.sync import LOCAL_SYNC, DistributedGradientSync, GradientSync, LearnOutput
@@ -45,11 +45,17 @@ def move_policy(policy: Policy, device: torch.device) -> None:
 
 
 def run_learn(fn: LearnFunction, config: AlgorithmConfig, policy: Policy, sync: GradientSync,
-              inputs: Mapping[str, Any]) -> LearnOutput:
+              inputs: Mapping[str, Any], *, policy_id: str | None = None) -> LearnOutput:
     """``fn(config, policy, sync, **inputs)``, a user's network in training mode for it
-    (:func:`learning`): every place a learn function runs calls it so."""
+    (:func:`learning`): every place a learn function runs calls it so. A
+    :class:`~cairn.errors.NonFiniteLossError` from it is made to name ``policy_id``."""
     with learning(policy):
-        return fn(config, policy, sync, **inputs)
+        try:
+            return fn(config, policy, sync, **inputs)
+        except NonFiniteLossError as error:
+            if policy_id is not None:
+                error.with_policy_id(policy_id)
+            raise
 
 
 @contextmanager
@@ -124,7 +130,7 @@ class LearnerActor:
                 self.policies.pop(policy_id, None)
                 raise
         policy = self._policy(policy_id)
-        output = run_learn(fn, self.config, policy, self.sync, inputs)
+        output = run_learn(fn, self.config, policy, self.sync, inputs, policy_id=policy_id)
         if self.sync.rank != 0:
             return output, None
         return output, {"weights": policy.get_weights(), "num_grad_updates": policy.num_grad_updates}

@@ -84,7 +84,7 @@ class LearnerGroup:
         learners learned once :meth:`sync_to_driver` ran)."""
         learner = self.learner
         if learner is None:
-            return run_learn(fn, self.config, policy, LOCAL_SYNC, inputs)
+            return run_learn(fn, self.config, policy, LOCAL_SYNC, inputs, policy_id=policy_id)
         # The loan starts with the driver's whole state; another object under the ID (a policy
         # replaced mid-iteration) starts a new one.
         state = None

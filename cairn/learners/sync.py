@@ -12,6 +12,7 @@ same lines run in the driver and in every learner actor.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cairn.errors import NonFiniteLossError
 from cairn.policy.torch_utils import clip_grad_norm
 
 __all__ = ["GradientSync", "DistributedGradientSync", "LOCAL_SYNC", "LearnOutput", "shard_bounds"]
@@ -68,18 +70,43 @@ class GradientSync:
         all-reduce), sums the gradients of ``params`` and ``also_reduce`` over the learners,
         clips those of ``params`` to the global norm ``grad_clip`` (None: no clipping), steps.
         Returns the norm before clipping (None without ``grad_clip``).
+
+        A loss that is not finite on any learner, or a gradient norm (computed when clipping)
+        that is not finite, raises :class:`~cairn.errors.NonFiniteLossError` on every learner
+        before the optimizer steps: the weights and optimizer state stay those before this step
+        (a NaN gradient would make every weight NaN, silently). The check reads the loss as one
+        float, and the norm that clipping reads anyway; every rank reaches the same decision (the
+        flags travel with the gradients' all-reduce).
         """
         for group in optimizer.param_groups:
             for param in group["params"]:
                 param.grad = None
         for param in params:
             param.grad = None
+        loss_value = 0.0
         if loss is not None:
+            loss_value = float(loss.detach())
             loss.backward()
-        self.all_reduce_grads([*params, *also_reduce])
-        grad_norm = None if grad_clip is None else clip_grad_norm(params, grad_clip)
-        optimizer.step()
-        return grad_norm
+        reduced = [*params, *also_reduce]
+        if self.reduce_and_check(reduced, finite=math.isfinite(loss_value)):
+            grad_norm = None if grad_clip is None else clip_grad_norm(params, grad_clip)
+            if grad_norm is None or math.isfinite(float(grad_norm)):
+                optimizer.step()
+                return grad_norm
+            bad = NonFiniteLossError("gradient norm", float(grad_norm))
+        elif not math.isfinite(loss_value):
+            bad = NonFiniteLossError("loss", loss_value)
+        else:  # another learner's loss: every rank raises, none steps
+            bad = NonFiniteLossError("loss on another learner", float("nan"))
+        for param in [*reduced, *(p for group in optimizer.param_groups for p in group["params"])]:
+            param.grad = None  # no NaN gradient left behind for anyone to step
+        raise bad
+
+    def reduce_and_check(self, params: Sequence[torch.nn.Parameter], *, finite: bool) -> bool:
+        """:meth:`all_reduce_grads` of ``params``, and whether every learner's ``finite`` flag
+        (its loss was finite) is True (alone: ``finite`` itself)."""
+        self.all_reduce_grads(params)
+        return finite
 
 
 #: The sync of a learner that is alone (``num_learners=0``).
@@ -100,20 +127,28 @@ class DistributedGradientSync(GradientSync):
         self.world_size = world_size
 
     def all_reduce_grads(self, params: Sequence[torch.nn.Parameter]) -> None:
+        self.reduce_and_check(params, finite=True)
+
+    def reduce_and_check(self, params: Sequence[torch.nn.Parameter], *, finite: bool) -> bool:
+        """The gradients' all-reduce, carrying one more flag: how many ranks' losses were not
+        finite (so that every rank raises, or none: a rank raising alone would leave its peers
+        waiting in the next collective)."""
         import torch.distributed as dist
 
         if not params:
-            return
+            return finite
         device = params[0].device
         parts = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=device)
                  for p in params]
-        flags = torch.tensor([0.0 if p.grad is None else 1.0 for p in params], device=device)
+        flags = torch.tensor([0.0 if p.grad is None else 1.0 for p in params] + [0.0 if finite else 1.0],
+                             device=device)
         flat = torch.cat([*parts, flags])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         offset = 0
-        reached = flat[-len(params):]
+        reached = flat[-len(params) - 1:-1]
         for i, param in enumerate(params):
             size = param.numel()
             if reached[i] > 0:
                 param.grad = flat[offset:offset + size].view_as(param).clone()
             offset += size
+        return bool(flat[-1] == 0)

@@ -155,3 +155,36 @@ def test_weights_from_read_only_arrays_load() -> None:
     policy.set_weights(weights)
     for name, value in policy.get_weights().items():
         np.testing.assert_array_equal(value, weights[name])
+
+
+def test_distributed_sync_carries_a_non_finite_loss_flag_with_the_gradients() -> None:
+    # Every rank must decide alike (a rank raising alone leaves its peers in the next collective):
+    # the flag of a rank's non-finite loss travels in the same all-reduce as the gradients.
+    import socket
+
+    import torch.distributed as dist
+
+    from cairn.errors import NonFiniteLossError
+    from cairn.learners.sync import DistributedGradientSync
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        net = torch.nn.Linear(3, 2)
+        optimizer = torch.optim.Adam(net.parameters(), lr=0.1)
+        sync = DistributedGradientSync(0, 1)
+        net(torch.randn(4, 3)).square().sum().backward()
+        assert sync.reduce_and_check(list(net.parameters()), finite=True)
+        assert not sync.reduce_and_check(list(net.parameters()), finite=False)
+        before = [p.detach().clone() for p in net.parameters()]
+        loss = net(torch.randn(4, 3)).square().sum() * float("nan")
+        with pytest.raises(NonFiniteLossError, match="loss"):
+            sync.optimizer_step(optimizer, loss, list(net.parameters()), grad_clip=None)
+        assert all(torch.equal(p, q) for p, q in zip(net.parameters(), before, strict=True))
+        sync.optimizer_step(optimizer, net(torch.randn(4, 3)).square().sum(), list(net.parameters()),
+                            grad_clip=None)
+        assert not any(torch.equal(p, q) for p, q in zip(net.parameters(), before, strict=True))
+    finally:
+        dist.destroy_process_group()

@@ -5,8 +5,10 @@ stale gradients stepped, an empty shard stepping anything)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from cairn.errors import NonFiniteLossError
 from cairn.learners import LOCAL_SYNC, GradientSync
 from cairn.policy.torch_utils import clip_grad_norm
 
@@ -72,3 +74,55 @@ def test_without_a_loss_nothing_moves_but_the_all_reduce_still_runs():
     assert len(sync.reduced) == 1  # an empty shard still joins the other learners' sum
     assert all(torch.equal(p, q) for p, q in zip([*a.parameters(), *b.parameters()], before, strict=True))
     assert all(p.grad is None for p in [*a.parameters(), *b.parameters()])
+
+
+def _state(net: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    tensors = [p.detach().clone() for p in net.parameters()]
+    for state in optimizer.state.values():
+        tensors += [v.detach().clone() for v in state.values() if isinstance(v, torch.Tensor)]
+    return tensors
+
+
+def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("grad_clip", [None, 0.5])
+def test_a_non_finite_loss_raises_before_the_step_and_the_next_step_works(bad, grad_clip):
+    # The silent failure this guards: a NaN loss backpropagates NaN gradients, Adam steps, and
+    # every weight is NaN with no error until the policy next acts.
+    a, b, optimizer = two_groups()
+    params = list(a.parameters())
+    LOCAL_SYNC.optimizer_step(optimizer, loss_of(a, b), params, grad_clip=grad_clip)  # Adam has state
+    before = _state(a, optimizer)
+    poisoned = loss_of(a, b) * torch.tensor(bad)
+    with pytest.raises(NonFiniteLossError, match="loss") as caught:
+        LOCAL_SYNC.optimizer_step(optimizer, poisoned, params, grad_clip=grad_clip)
+    assert caught.value.stat == "loss" and str(caught.value.value) == str(bad)
+    assert "grad_clip" in str(caught.value) and "observation_filter" in str(caught.value)
+    assert _same(_state(a, optimizer), before), "the weights or Adam's state moved"
+    assert all(p.grad is None for p in [*a.parameters(), *b.parameters()])
+    LOCAL_SYNC.optimizer_step(optimizer, loss_of(a, b), params, grad_clip=grad_clip)
+    after = _state(a, optimizer)
+    assert not _same(after, before) and all(torch.isfinite(t).all() for t in after)
+
+
+def test_a_finite_loss_with_non_finite_gradients_raises_when_clipping_reads_their_norm():
+    a, _b, optimizer = two_groups()
+    params = list(a.parameters())
+    before = _state(a, optimizer)
+    out = a(torch.ones(4, 3))
+    loss = torch.sqrt((out - out.detach()).abs()).sum()  # 0, but d sqrt(|u|)/du at 0 is NaN
+    assert torch.isfinite(loss)
+    with pytest.raises(NonFiniteLossError, match="gradient norm") as caught:
+        LOCAL_SYNC.optimizer_step(optimizer, loss, params, grad_clip=1.0)
+    assert caught.value.stat == "gradient norm"
+    assert _same(_state(a, optimizer), before)
+    assert all(p.grad is None for p in params)
+
+
+def test_the_error_names_the_policy_once_a_learner_fills_it_in():
+    error = NonFiniteLossError("loss", float("nan"))
+    assert "a policy" in str(error)
+    assert "policy 'hero'" in str(error.with_policy_id("hero")) and error.policy_id == "hero"

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from cairn.algorithms.dqn.model import QNetwork, numpy_q_forward
+from cairn.errors import NonFiniteLossError
 
 __all__ = ["numpy_update_unsupported", "supports_numpy_update", "numpy_dqn_update", "UpdateResult",
            "NUMPY_UPDATE_ACTIVATIONS"]
@@ -153,6 +154,8 @@ def numpy_dqn_update(
         per_sample = td * td
         d_q_taken = w * 2.0 * td / batch
     loss = float((w * per_sample).mean())
+    if not math.isfinite(loss):  # before anything steps, as the torch path (GradientSync.optimizer_step)
+        raise NonFiniteLossError("loss", loss)
     # Backward, through the heads, then the trunk from its last layer to its first.
     features = outputs[-1]
     d_q = np.zeros_like(q_values)
@@ -178,6 +181,8 @@ def numpy_dqn_update(
             d_h = d_z @ layers.hidden[i][0].T
     if grad_clip is not None:
         total = math.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in grads.values()))
+        if not math.isfinite(total):
+            raise NonFiniteLossError("gradient norm", total)
         scale = grad_clip / (total + 1e-6)
         if scale < 1.0:
             for g in grads.values():

@@ -1,0 +1,97 @@
+"""A learn step whose loss is NaN or infinite raises NonFiniteLossError before the optimizer
+steps (docs/fault-tolerance.md): without the check, the NaN gradients made every weight NaN and
+training went on, with no error, until the policy next acted (a checkpoint saved the NaN weights)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import cairn
+from cairn.errors import NonFiniteLossError
+
+
+class ScaledRewards(gym.Wrapper):
+    """An env whose reward at its ``at``-th step (counted over the env's life) is ``value``, and
+    every other reward times ``scale``."""
+
+    def __init__(self, env: gym.Env, at: int, value: float, scale: float) -> None:
+        super().__init__(env)
+        self.steps, self.at, self.value, self.scale = 0, at, value, scale
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        reward = self.value if self.steps == self.at else float(reward) * self.scale
+        return obs, reward, terminated, truncated, info
+
+
+def make_env(env_config: dict[str, Any]) -> gym.Env:
+    return ScaledRewards(gym.make(env_config["id"]), env_config["at"], env_config["value"],
+                         env_config.get("scale", 1.0))
+
+
+def all_finite(policy: cairn.Policy) -> bool:
+    return all(np.isfinite(np.asarray(w)).all() for w in policy.get_weights().values())
+
+
+def same_weights(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
+
+
+@pytest.mark.parametrize("config_class", [cairn.PPOConfig, cairn.APPOConfig])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_reward_raises_before_stepping_and_training_goes_on(config_class, value, tmp_path: Path):
+    config = (config_class().environment(make_env, env_config={"id": "CartPole-v1", "at": 20, "value": value})
+              .training(train_batch_size=64, minibatch_size=64, num_epochs=1).debugging(seed=0))
+    algo = config.build()
+    try:
+        policy = algo.get_policy()
+        before = policy.get_weights()
+        with pytest.raises(NonFiniteLossError, match="policy 'default_policy'") as caught:
+            algo.train()
+        assert caught.value.policy_id == "default_policy"
+        # One minibatch, which raised: nothing stepped.
+        assert same_weights(policy.get_weights(), before)
+        assert policy.num_grad_updates == 0 and algo.iteration == 0
+        result = algo.train()  # the env's non-finite reward is behind it
+        assert result["training_iteration"] == 1 and all_finite(policy)
+        restored = type(algo).from_checkpoint(algo.save(str(tmp_path / "ckpt")))
+        try:
+            assert same_weights(restored.get_policy().get_weights(), policy.get_weights())
+        finally:
+            restored.stop()
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("kind", ["dqn-numpy", "dqn-torch", "sac", "td3"])
+def test_an_overflowing_loss_from_finite_rewards_raises_before_stepping(kind):
+    # Rewards of 1e30 are finite (a replay buffer takes them), but their squared TD errors are
+    # not in float32.
+    env_config = {"id": "CartPole-v1" if kind.startswith("dqn") else "Pendulum-v1", "at": 0, "value": 0.0,
+                  "scale": 1e30}
+    config: Any
+    if kind.startswith("dqn"):
+        config = cairn.DQNConfig().training(update_backend=kind.split("-")[1], td_error_loss_fn="mse",
+                                            grad_clip=None)
+    else:
+        config = (cairn.SACConfig() if kind == "sac" else cairn.TD3Config()).training(train_freq=8)
+    config = (config.environment(make_env, env_config=env_config).env_runners(rollout_fragment_length=8)
+              .training(num_steps_sampled_before_learning_starts=16, train_batch_size=16)
+              .debugging(seed=0))
+    algo = config.build()
+    try:
+        policy = algo.get_policy()
+        before = policy.get_weights()
+        with pytest.raises(NonFiniteLossError, match="policy 'default_policy'"):
+            for _ in range(4):
+                algo.train()
+        assert all_finite(policy) and same_weights(policy.get_weights(), before)
+        assert policy.num_grad_updates == 0
+    finally:
+        algo.stop()
