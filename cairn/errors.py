@@ -16,6 +16,7 @@ __all__ = [
     "ActionMaskError",
     "PolicyOutputError",
     "NonFiniteLossError",
+    "NonFiniteSampleError",
     "ExportError",
     "FrameworkUnavailableError",
     "EnvRunnerFailedError",
@@ -132,6 +133,17 @@ class NonFiniteLossError(CairnError, FloatingPointError):
             "np.isfinite on its observations and rewards), or scale them (config.env_runners("
             "observation_filter='MeanStdFilter') refuses non-finite ones when sampling); lower the "
             "learning rate or set config.training(grad_clip=...).")
+
+
+class NonFiniteSampleError(CairnError, ValueError):
+    """A sampled row bound for a replay buffer holds a NaN or infinite reward or observation:
+    stored, it would make the target of every minibatch that replays it NaN, update after
+    update. ``policy_id``, ``column`` (``"rewards"``, ``"obs"``, ``"next_obs"``) and ``rows``
+    (the batch rows at fault) say where."""
+
+    def __init__(self, message: str, *, policy_id: str, column: str, rows: tuple[int, ...]) -> None:
+        super().__init__(message)
+        self.policy_id, self.column, self.rows = policy_id, column, tuple(rows)
 
 
 class ExportError(CairnError):

@@ -10,7 +10,8 @@ from typing import Any
 from cairn.algorithms.actor_critic_config import ActorCriticConfig
 from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.dqn.config import DQNConfig
-from cairn.algorithms.replay_buffers import PolicyReplayBuffers, ReplayRatio
+from cairn.algorithms.replay_buffers import PolicyReplayBuffers, ReplayRatio, check_finite_transitions
+from cairn.env_runner.sample_batch import SampleBatch
 from cairn.learners import LearnFunction
 from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer
 
@@ -62,6 +63,18 @@ class OffPolicyAlgorithm(Algorithm):
         return self.replay.buffers
 
     # ---------------------------------------------------------------------------- training
+    def _sample(self) -> dict[str, SampleBatch]:
+        """One round of experience, refused (NonFiniteSampleError) before it is counted or any
+        of it stored when a row a replay buffer would store holds a NaN or infinite reward or
+        observation: stored, it would make every minibatch that replays it NaN
+        (:func:`check_finite_transitions`)."""
+        batches, episodes, env_steps = self.env_runner_group.sample()
+        for pid in self.policies_to_train:
+            if pid in batches:
+                check_finite_transitions(pid, batches[pid])
+        self.record_sample(batches, episodes, env_steps)
+        return batches
+
     def training_step(self) -> dict[str, dict[str, Any]]:
         cfg = self.config
         counters = self.counters

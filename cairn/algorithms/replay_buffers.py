@@ -11,15 +11,45 @@ import numpy as np
 
 from cairn.algorithms.dqn.loss import n_step_returns
 from cairn.env_runner.sample_batch import SampleBatch
-from cairn.errors import ReplayBufferNotRestoredWarning
+from cairn.errors import NonFiniteSampleError, ReplayBufferNotRestoredWarning
 from cairn.replay import ReplayBuffer, make_replay_buffer
 from cairn.rng import REPLAY_BUFFER_STREAM, seed_sequence
 
 __all__ = ["REPLAY_BUFFER_COMPONENT", "PolicyReplayBuffers", "NStepTransitions", "ReplayRatio",
-           "replay_transitions"]
+           "replay_transitions", "check_finite_transitions"]
 
 #: The checkpoint component (``components/replay_buffer/``) holding the replay buffers.
 REPLAY_BUFFER_COMPONENT = "replay_buffer"
+
+
+#: The columns of a sample batch that a stored transition's target reads as numbers.
+_FINITE_COLUMNS = ("rewards", "obs", "next_obs")
+
+
+def check_finite_transitions(policy_id: str, batch: SampleBatch) -> None:
+    """NonFiniteSampleError when ``batch`` (policy ``policy_id``'s rows, bound for its replay
+    buffer) holds a NaN or infinite reward or observation. Stored, such a row would be
+    replayed again and again: each minibatch that draws it has a NaN loss (refused by the
+    learner, :class:`~cairn.errors.NonFiniteLossError`), so learning could not go on until the
+    row left the buffer. Integer and boolean columns (image frames) cannot hold one and are
+    not scanned."""
+    for column in _FINITE_COLUMNS:
+        if column not in batch:
+            continue
+        values = np.asarray(batch[column])
+        if values.dtype.kind not in "fc" or np.isfinite(values).all():
+            continue
+        bad = np.flatnonzero(~np.isfinite(values).reshape(len(values), -1).all(axis=1))
+        row = int(bad[0])
+        raise NonFiniteSampleError(
+            f"Policy {policy_id!r} sampled {len(bad)} row(s) whose {column!r} is NaN or infinite "
+            f"(rows {bad[:8].tolist()}{' ...' if len(bad) > 8 else ''}; row {row}: {values[row]!r}). "
+            "A replay buffer refuses them: a stored one would make the loss of every minibatch that "
+            "replays it NaN. The round's rows are not stored or counted; the environments go on. Fix: "
+            "make the environment return finite rewards and observations (a wrapper that replaces or "
+            "clips them, or ends the episode); config.env_runners(observation_filter='MeanStdFilter') "
+            "refuses non-finite observations already when sampling.",
+            policy_id=policy_id, column=column, rows=tuple(int(i) for i in bad))
 
 
 def replay_transitions(batch: SampleBatch, *, gamma: float, n_step: int) -> dict[str, np.ndarray]:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import cairn
-from cairn.errors import NonFiniteLossError
+from cairn.errors import NonFiniteLossError, NonFiniteSampleError
 
 
 class ScaledRewards(gym.Wrapper):
@@ -93,5 +93,55 @@ def test_an_overflowing_loss_from_finite_rewards_raises_before_stepping(kind):
                 algo.train()
         assert all_finite(policy) and same_weights(policy.get_weights(), before)
         assert policy.num_grad_updates == 0
+    finally:
+        algo.stop()
+
+
+class InfiniteObservation(gym.Wrapper):
+    """An env whose ``at``-th step ends its episode in an infinite observation (so that no
+    action is computed from it: the policy would refuse to act on it, PolicyOutputError)."""
+
+    def __init__(self, env: gym.Env, at: int) -> None:
+        super().__init__(env)
+        self.steps, self.at = 0, at
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.steps == self.at:
+            return np.full_like(obs, np.inf), reward, True, truncated, info
+        return obs, reward, terminated, truncated, info
+
+
+def make_inf_obs_env(env_config: dict[str, Any]) -> gym.Env:
+    return InfiniteObservation(gym.make(env_config["id"]), env_config["at"])
+
+
+@pytest.mark.parametrize("kind,column", [("dqn", "rewards"), ("sac", "rewards"), ("td3", "next_obs")])
+def test_a_replay_buffer_refuses_a_non_finite_round_before_counting_or_storing_it(kind, column):
+    # Stored, the NaN row would be replayed by minibatch after minibatch: every later update NaN.
+    env_id = "CartPole-v1" if kind == "dqn" else "Pendulum-v1"
+    make, env_config = ((make_env, {"id": env_id, "at": 21, "value": float("nan")}) if column == "rewards"
+                        else (make_inf_obs_env, {"id": env_id, "at": 21}))
+    config: Any = {"dqn": cairn.DQNConfig, "sac": cairn.SACConfig, "td3": cairn.TD3Config}[kind]()
+    config = (config.env_runners(rollout_fragment_length=8) if kind == "dqn"
+              else config.training(train_freq=8))
+    config = (config.environment(make, env_config=env_config)
+              .training(num_steps_sampled_before_learning_starts=8, train_batch_size=16)
+              .debugging(seed=0))
+    algo = config.build()
+    try:
+        algo.train()  # rounds 1-2: steps 1-16
+        buffer = algo.replay_buffers["default_policy"]
+        stored, sampled = len(buffer), algo.counters["num_env_steps_sampled_lifetime"]
+        assert stored == sampled == 16
+        with pytest.raises(NonFiniteSampleError, match=f"'{column}' is NaN or infinite") as caught:
+            algo.train()  # round 3 (steps 17-24) holds step 21
+        assert caught.value.policy_id == "default_policy" and caught.value.column == column
+        assert caught.value.rows == (4,)
+        assert len(buffer) == stored and algo.counters["num_env_steps_sampled_lifetime"] == sampled
+        assert all(np.isfinite(buffer.columns[c][:len(buffer)]).all() for c in ("rewards", "obs", "next_obs"))
+        assert algo.train()["training_iteration"] == 2  # the later rounds are finite
+        assert len(buffer) == 32 and all_finite(algo.get_policy())
     finally:
         algo.stop()
