@@ -309,3 +309,28 @@ def test_a_restore_while_loans_are_open_reaches_the_learners(ray_cluster, tmp_pa
         assert_same_policy(ddp.get_policy(), single.get_policy())
     finally:
         single.stop()
+
+
+def nan_loss_on_rank_1(config, policy, sync):
+    """A learn step whose loss is NaN on rank 1 only (its shard held the NaN row)."""
+    params = list(policy.model.parameters())
+    loss = sum(p.square().sum() for p in params) * (float("nan") if sync.rank == 1 else 1e-3)
+    sync.optimizer_step(policy.optimizer, loss, params, grad_clip=None)
+    return LearnOutput({})
+
+
+def test_a_nan_loss_on_one_rank_stops_every_rank_before_stepping(ray_cluster) -> None:
+    # Every rank raises at the same step (the flag travels in the all-reduce), none steps, and
+    # the driver keeps its weights: no rank goes on to a collective its peer never joins.
+    algo = ppo_config().learners(num_learners=2).build()
+    try:
+        before = algo.get_policy().get_weights()
+        with pytest.raises(LearnerFailedError, match="not finite") as caught:
+            algo.learner_group.update(nan_loss_on_rank_1, "default_policy", algo.get_policy())
+        assert "NonFiniteLossError" in str(caught.value)
+        after = algo.get_policy().get_weights()
+        assert all(np.array_equal(after[k], before[k]) for k in before)
+        assert algo.train()["training_iteration"] == 1  # with a new group of learners
+    finally:
+        algo.stop()
+    assert free_cpus_become(ray_cluster, 2.0)
