@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from cairn.errors import ConfigError, NonFiniteLossError
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
 
 __all__ = [
-    "LearnerActor", "LearnFunction", "PROCESS_GROUP_TIMEOUT_S", "learning", "move_policy", "run_learn",
+    "LearnerActor", "LearnFunction", "PROCESS_GROUP_TIMEOUT_S", "learning", "learning_seed", "move_policy",
+    "run_learn",
 ]
 
 #: A learn function: ``fn(config, policy, sync, **inputs) -> LearnOutput``.
@@ -64,15 +66,49 @@ def learning(policy: Policy) -> Iterator[None]:
     the block (its ``Dropout`` on, ``BatchNorm`` normalising by the batch and moving its
     statistics, as torch trains them), and back in eval mode, where it rests and acts, after it,
     also when it raises. A no-gradient target inside it that should see the deployed network
-    switches to eval mode itself (PPO's values for GAE: :func:`cairn.numpy_acting.evaluating`)."""
+    switches to eval mode itself (PPO's values for GAE: :func:`cairn.numpy_acting.evaluating`).
+
+    For the block torch's global generator (the CPU's, and the network's device's) is forked and
+    seeded by :func:`learning_seed`: a torch ``Dropout`` draws its masks from it, and unseeded it
+    would be whatever the process drew before (another algorithm, a learner actor's fresh
+    process), so a seeded run would not repeat and a restored one would not go on as the
+    uninterrupted run. Every learner of a DDP group seeds it alike. The generator is handed
+    back as it was, also when the block raises."""
     if not policy.switches_modes:
         yield
         return
-    policy.model.train(True)
-    try:
-        yield
-    finally:
-        policy.model.train(False)
+    device = next(iter(policy.model.parameters()), torch.empty(0)).device
+    seed = learning_seed(policy)
+    if device.type == "cuda":
+        forked = torch.random.fork_rng(devices=[torch.cuda.current_device() if device.index is None
+                                                else device.index], device_type="cuda")
+    else:  # the CPU's (mps: its own generator is seeded below but not forked)
+        forked = torch.random.fork_rng(devices=[])
+    with forked:
+        torch.default_generator.manual_seed(seed)
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        elif device.type == "mps":
+            torch.mps.manual_seed(seed)
+        policy.model.train(True)
+        try:
+            yield
+        finally:
+            policy.model.train(False)
+
+
+def learning_seed(policy: Policy) -> int:
+    """The seed of torch's global generator for one learn call of ``policy`` (:func:`learning`):
+    from its training state only, so that a restored policy and every DDP learner draw what the
+    uninterrupted run, or a learner alone, draws. Mixes a draw of a copy of ``policy.generator``
+    (the policy's seed and, for SAC and TD3, the noise drawn so far; the generator itself does
+    not move) with ``num_grad_updates`` (which moves with every learn call)."""
+    copy = torch.Generator()
+    copy.set_state(policy.generator.get_state())
+    base = int(torch.randint(0, 2**62, (1,), generator=copy))
+    words = np.random.SeedSequence([base, int(policy.num_grad_updates)]).generate_state(2, np.uint32)
+    return (int(words[0]) << 31) ^ int(words[1])
 
 
 class LearnerActor:
