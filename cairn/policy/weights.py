@@ -75,7 +75,9 @@ def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> N
             torch.autograd.graph.increment_version(tensor)
             continue
         with torch.no_grad():
-            tensor.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+            # np.require, not np.ascontiguousarray: that one makes a 0-d array (BatchNorm's
+            # num_batches_tracked) 1-d, which copy_ refuses.
+            tensor.copy_(torch.from_numpy(np.require(value, requirements="C")))
 
 
 def adopt_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> None:

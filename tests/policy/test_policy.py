@@ -152,3 +152,28 @@ def test_restored_policy_reads_dict_observations_in_their_key_order(tmp_path):
     obs = [space.sample() for _ in range(200)]
     np.testing.assert_array_equal(restored.compute_actions(obs, explore=False),
                                   policy.compute_actions(obs, explore=False))
+
+
+def test_weights_with_a_zero_dimensional_buffer_load_back():
+    # BatchNorm's num_batches_tracked is a 0-d buffer: loading it must keep its shape, from
+    # writeable arrays (a state round trip, a device learner's returned weights) and read-only
+    # ones (Ray's) alike.
+    from tests.models.nets import NoisyHeads
+
+    space, actions = gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2)
+    source = cairn.Policy(space, actions, {"model": {"custom_model": NoisyHeads}}, seed=0)
+    with torch.no_grad():
+        source.model.trunk[1].running_mean.add_(0.5)
+        source.model.trunk[1].num_batches_tracked.fill_(7)
+    weights = source.get_weights()
+    assert weights["trunk.1.num_batches_tracked"].shape == ()
+    for writeable in (True, False):
+        target = cairn.Policy(space, actions, {"model": {"custom_model": NoisyHeads}}, seed=1)
+        given = {name: value.copy() for name, value in weights.items()}
+        for value in given.values():
+            value.flags.writeable = writeable
+        target.set_weights(given)
+        for name, value in weights.items():
+            np.testing.assert_array_equal(target.get_weights()[name], value, err_msg=name)
+    restored = cairn.Policy.from_state(source.get_state())
+    assert int(restored.model.trunk[1].num_batches_tracked) == 7
