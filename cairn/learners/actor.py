@@ -167,6 +167,7 @@ class LearnerActor:
                 raise
         policy = self._policy(policy_id)
         output = run_learn(fn, self.config, policy, self.sync, inputs, policy_id=policy_id)
+        self.sync.broadcast_buffers(policy.networks())
         if self.sync.rank != 0:
             return output, None
         return output, {"weights": policy.get_weights(), "num_grad_updates": policy.num_grad_updates}

@@ -59,6 +59,9 @@ class GradientSync:
     def all_reduce_grads(self, params: Sequence[torch.nn.Parameter]) -> None:
         """Sum the gradients of ``params`` over the learners (alone: nothing to do)."""
 
+    def broadcast_buffers(self, networks: Sequence[torch.nn.Module]) -> None:
+        """Give every learner rank 0's buffers of ``networks`` (alone: nothing to do)."""
+
     def optimizer_step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor | None,
                        params: Sequence[torch.nn.Parameter], *, grad_clip: float | None,
                        also_reduce: Sequence[torch.nn.Parameter] = ()) -> torch.Tensor | None:
@@ -125,6 +128,18 @@ class DistributedGradientSync(GradientSync):
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank = rank
         self.world_size = world_size
+
+    def broadcast_buffers(self, networks: Sequence[torch.nn.Module]) -> None:
+        """Overwrite this rank's buffers of ``networks`` (a user's ``BatchNorm`` running
+        statistics) with rank 0's, as torch's DistributedDataParallel does: each rank's
+        training-mode forward moved them by its own shard, and rank 0's are the ones that come
+        back to the driver. Without it a rank's eval-mode targets (DQN's, V-trace's) would read
+        statistics the driver never sees. cairn's own networks hold no buffer: nothing travels."""
+        import torch.distributed as dist
+
+        for network in networks:
+            for buffer in network.buffers():
+                dist.broadcast(buffer.data, src=0)
 
     def all_reduce_grads(self, params: Sequence[torch.nn.Parameter]) -> None:
         self.reduce_and_check(params, finite=True)

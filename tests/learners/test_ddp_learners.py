@@ -217,6 +217,43 @@ def test_learner_gpus_the_ray_cluster_lacks_are_a_config_error_at_build(ray_clus
     assert free_cpus_become(ray_cluster, 2.0)  # no actor was left holding a CPU
 
 
+def move_batchnorm_by_shard(config, policy, sync, *, obs):
+    """A learn function whose training-mode forward moves a BatchNorm's running statistics by
+    this rank's shard of ``obs`` only (as every learn function's forward does)."""
+    with torch.no_grad():
+        policy.model(torch.from_numpy(obs[sync.shard(len(obs))]))
+    return LearnOutput({})
+
+
+def report_buffers(config, policy, sync):
+    """A learn function that returns this rank's buffers of every network, flat, as its rows."""
+    return LearnOutput({}, np.concatenate([buffer.detach().cpu().numpy().astype(np.float64).ravel()
+                                           for network in policy.networks() for buffer in network.buffers()]))
+
+
+def test_every_rank_holds_rank_0s_batchnorm_statistics_after_a_learn_call(ray_cluster) -> None:
+    """A user's BatchNorm moves its running statistics by each rank's shard; after the learn
+    call every rank holds rank 0's (those the driver gets), so that a rank's later eval-mode
+    targets read the statistics the driver has."""
+    from tests.models.nets import NoisyHeads
+
+    algo = ppo_config().training(model={"custom_model": NoisyHeads}).learners(num_learners=2).build()
+    try:
+        obs = (np.random.default_rng(0).normal(size=(9, 4)) * [1.0, 2.0, 3.0, 4.0]).astype(np.float32)
+        algo.learn(move_batchnorm_by_shard, "default_policy", obs=obs)
+        rows = algo.learn(report_buffers, "default_policy").rows
+        assert rows is not None
+        rank0, rank1 = np.split(rows, 2)
+        np.testing.assert_array_equal(rank1, rank0)
+        driver = algo.get_policy().get_weights()  # ends the loan: rank 0's buffers came back
+        assert driver["trunk.1.num_batches_tracked"] == 1
+        names = ("trunk.1.running_mean", "trunk.1.running_var", "trunk.1.num_batches_tracked")
+        np.testing.assert_array_equal(
+            np.concatenate([np.asarray(driver[name], np.float64).ravel() for name in names]), rank0)
+    finally:
+        algo.stop()
+
+
 def _ranks_holding(algo: cairn.Algorithm, policy_id: str) -> list[int]:
     """The learner ranks that still hold a copy of ``policy_id`` (asked for its learned parts)."""
     import ray
