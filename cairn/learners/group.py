@@ -34,6 +34,7 @@ from cairn.learners.policy_sync import with_learned_parts
 from cairn.learners.remote import RemoteLearners
 from cairn.learners.sync import LOCAL_SYNC, LearnOutput
 from cairn.policy.policy import Policy
+from cairn.policy.recurrent import is_recurrent
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -90,6 +91,7 @@ class LearnerGroup:
         state = None
         if self.lent.get(policy_id) is not policy:
             _check_optimizer_class(policy_id, policy)
+            self._check_not_recurrent(policy_id, policy)
             state = policy.get_state()
         try:
             output, returned = learner.update(fn, policy_id, state, inputs)
@@ -105,6 +107,21 @@ class LearnerGroup:
         policy.set_weights(returned["weights"])
         policy.num_grad_updates = int(returned["num_grad_updates"])
         return output
+
+    def _check_not_recurrent(self, policy_id: str, policy: Policy) -> None:
+        """ConfigError for a recurrent policy with several DDP learners, before anything is
+        sent: ``use_lstm`` is refused by ``config.validate()``, but a user's
+        RecurrentActorCriticModel is known only once built, and the learn functions cut whole
+        sequences, which they do not shard. Raised here the learners stay up and hold nothing
+        new; raised on the learners it shut the group down, and every ``train()`` started a new
+        one to fail the same way."""
+        if self.remote is None or self.remote.num_learners < 2 or not is_recurrent(policy):
+            return
+        raise ConfigError(
+            f"Policy {policy_id!r} is recurrent (a RecurrentActorCriticModel), and "
+            f"num_learners={self.remote.num_learners} DDP learners cannot train it: recurrent "
+            "policies learn whole sequences in one learner. Fix: config.learners(num_learners=0) "
+            "(or num_learners=1), or a feed-forward model (docs/learners.md).")
 
     def _take_back_failed(self, policy_id: str, policy: Policy) -> None:
         """After an update of the device learner raised: bring its copy of ``policy_id`` whole

@@ -217,6 +217,27 @@ def test_learner_gpus_the_ray_cluster_lacks_are_a_config_error_at_build(ray_clus
     assert free_cpus_become(ray_cluster, 2.0)  # no actor was left holding a CPU
 
 
+def test_a_users_recurrent_model_is_a_config_error_that_keeps_the_learners(ray_cluster) -> None:
+    """A RecurrentActorCriticModel passes validate() (only use_lstm is known there); its first
+    learn call with 2 learners is a ConfigError naming the policy and the fix, raised before
+    the learners are sent anything, so they stay up."""
+    from cairn.envs import make_cue_recall
+
+    config = (cairn.PPOConfig().environment(make_cue_recall, env_config={"delay": 2})
+              .training(train_batch_size=64, minibatch_size=32, num_epochs=1,
+                        model={"custom_model": "tests.recurrent.nets:RecordingGRU", "max_seq_len": 3})
+              .learners(num_learners=2))
+    algo = config.build()
+    try:
+        actors = algo.learner_group.remote_actors()
+        for _ in range(2):
+            with pytest.raises(ConfigError, match=r"'default_policy' is recurrent.*num_learners=0"):
+                algo.train()
+            assert algo.learner_group.remote_actors() == actors
+    finally:
+        algo.stop()
+
+
 def move_batchnorm_by_shard(config, policy, sync, *, obs):
     """A learn function whose training-mode forward moves a BatchNorm's running statistics by
     this rank's shard of ``obs`` only (as every learn function's forward does)."""
