@@ -115,6 +115,9 @@ class Algorithm:
         with self._stopped_on_error():
             self.learner_group = LearnerGroup(self.config)
             self.setup()
+            # What was built took its settings: changing one now would be ignored by training
+            # and used by a restore (AlgorithmConfig.freeze: a ConfigError naming the fix).
+            self.config.freeze()
             self.callbacks.on_algorithm_init(algorithm=self)  # on the whole algorithm, once checked
 
     @contextlib.contextmanager
@@ -327,6 +330,7 @@ class Algorithm:
         policies = policies_after_change(self.policies, new_config, default_class=self.default_policy_class,
                                          add=add, remove=remove)
         old_config, old_policies = self.config, dict(self.policies)
+        new_config.freeze()  # as the config it replaces
         self.config = new_config
         self.policies.clear()  # in place: the runner group holds this dict
         self.policies.update(policies)

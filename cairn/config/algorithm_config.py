@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -39,6 +39,28 @@ __all__ = ["AlgorithmConfig", "PolicyMapping", "BASE_FIELDS", "CALLABLE_KEY", "m
 PolicyMapping = Callable[..., str] | Mapping[Any, str]
 _NOT_PROVIDED: Any = object()
 
+#: How to change each kind of setting a built algorithm took, for :func:`frozen_setting_message`.
+_POLICY_SET_FIX = ("algo.add_policy(...) / algo.remove_policy(...) (which take policy_mapping_fn= "
+                   "and policies_to_train=), or Algorithm.from_checkpoint(path, policy_ids=..., "
+                   "policy_mapping_fn=..., policies_to_train=...)")
+_FIXES = {
+    "lr": "algo.get_policy(policy_id).set_learning_rate(lr) changes a policy's learning rate now; or ",
+    "policies": _POLICY_SET_FIX + "; or ",
+    "policy_mapping_fn": _POLICY_SET_FIX + "; or ",
+    "policies_to_train": _POLICY_SET_FIX + "; or ",
+}
+
+
+def frozen_setting_message(key: str) -> str:
+    """The error for setting ``key`` on a built algorithm's (frozen) config."""
+    restore = ("" if key in ("policies", "policy_mapping_fn", "policies_to_train") else
+               "save and restore with Algorithm.from_checkpoint(path, "
+               f"config_overrides={{{key!r}: ...}}), or ")
+    return (f"Config {key!r} cannot change after the algorithm was built: it took {key!r} then, so "
+            "training would ignore the new value (and a restore from its checkpoints would use it). "
+            f"Fix: {_FIXES.get(key, '')}{restore}build a new algorithm from algo.config.copy() with "
+            f"the new {key!r}.")
+
 
 class AlgorithmConfig:
     """Settings of an algorithm, set through fluent methods and validated once.
@@ -61,6 +83,14 @@ class AlgorithmConfig:
     #: may not exceed ``train_batch_size`` (PPO, IMPALA). Off-policy configs draw them from
     #: replay instead, where ``train_batch_size`` only counts the env steps of an iteration.
     minibatches_from_train_batch: ClassVar[bool] = True
+    #: The sections whose settings are read each time they are used (each save, evaluation,
+    #: ``train()`` call or runner failure), which stay changeable on a built algorithm's
+    #: config. Every other setting is taken when the algorithm is built (by its policies,
+    #: environments, runners or learners): :meth:`freeze` makes changing one an error.
+    LIVE_SECTIONS: ClassVar[frozenset[str]] = frozenset(
+        {"checkpointing", "evaluation", "fault_tolerance", "resources"})
+    #: Whether :meth:`freeze` was called (a built algorithm's config).
+    _frozen = False
 
     # One attribute per field of FIELDS (documented there and in the fluent methods).
     env: Any
@@ -111,6 +141,33 @@ class AlgorithmConfig:
             setattr(self, key, field.default_value())
         self.policies = {DEFAULT_POLICY_ID: PolicySpec()}
 
+    # ------------------------------------------------------------------------------ freezing
+    def freeze(self) -> None:
+        """Refuse changes to the settings an algorithm took when it was built (every setting
+        outside :attr:`LIVE_SECTIONS`): ``Algorithm`` freezes its own config. Such a change
+        would be silently ignored by training but used by a restore from the algorithm's
+        checkpoints, so setting one (by a fluent method or an attribute) raises ConfigError
+        naming the fix. A :meth:`copy` is not frozen."""
+        object.__setattr__(self, "_frozen", True)
+
+    @property
+    def is_frozen(self) -> bool:
+        """Whether :meth:`freeze` was called (this is a built algorithm's config)."""
+        return self._frozen
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._check_changeable((name,))
+        super().__setattr__(name, value)
+
+    def _check_changeable(self, keys: Iterable[str]) -> None:
+        """ConfigError for the first of ``keys`` that a frozen config may not change."""
+        if not self._frozen:
+            return
+        for key in keys:
+            field = self.FIELDS.get(key)
+            if field is not None and field.section not in self.LIVE_SECTIONS:
+                raise ConfigError(frozen_setting_message(key))
+
     # ------------------------------------------------------------------------- fluent methods
     def _set(self, section: str, values: Mapping[str, Any]) -> AlgorithmConfig:
         """Check every value of ``values``, then set them: a call with one bad value changes
@@ -128,6 +185,7 @@ class AlgorithmConfig:
                     + suggest(key, allowed)
                 )
             self.FIELDS[key].check(key, value)
+        self._check_changeable(given)  # before any is set: a refused call changes nothing
         for key, value in given.items():
             setattr(self, key, owned_value(self.FIELDS[key], value))
         return self
@@ -264,6 +322,9 @@ class AlgorithmConfig:
                 (docs/multi-agent.md).
             policies_to_train: IDs of the policies that learn; None means all.
         """
+        self._check_changeable(key for key, value in (
+            ("policies", policies), ("policy_mapping_fn", policy_mapping_fn),
+            ("policies_to_train", policies_to_train)) if value is not _NOT_PROVIDED)
         # Copies, as every other section keeps: a dict (or a PolicySpec's config) the caller
         # changes later, say to build another config from it, must not change this one.
         if policies is not _NOT_PROVIDED:
@@ -315,6 +376,7 @@ class AlgorithmConfig:
         default snapshot rule holds while no call named one).
         """
         given = {k: v for k, v in locals().items() if k != "self" and v is not _NOT_PROVIDED}
+        self._check_changeable(("league_config", "policies"))
         # What earlier calls named: remembered while league_config is still what they made
         # (else, set by from_dict or by hand, all of it counts as named).
         made, named = getattr(self, "_league_named", (None, {}))
@@ -351,6 +413,7 @@ class AlgorithmConfig:
         """Set the :class:`cairn.Callbacks` subclass whose hooks run in training (a class, a
         name registered with ``cairn.registry.register_class``, or ``"package.module:QualName"``;
         None: no callbacks). The config stores its reference (docs/callbacks.md)."""
+        self._check_changeable(("callbacks_class",))
         reference = callbacks_reference(callbacks_class)
         self.FIELDS["callbacks_class"].check("callbacks_class", reference)
         self.callbacks_class = reference
@@ -365,7 +428,8 @@ class AlgorithmConfig:
 
     # ------------------------------------------------------------------------------ lifecycle
     def copy(self) -> Self:
-        """A deep copy (callables are shared, not copied)."""
+        """A deep copy (callables are shared, not copied), not frozen: a built algorithm's
+        ``algo.config.copy()`` may be changed and built into another algorithm."""
         # deepcopy shares functions but copied callable objects (a policy mapping with state, a
         # functools.partial): build() copies its config, so a user's later change to the object
         # never reached the algorithm.
@@ -374,7 +438,9 @@ class AlgorithmConfig:
             value = getattr(self, key)
             if callable(value) and not isinstance(value, Mapping):
                 memo[id(value)] = value
-        return copy.deepcopy(self, memo)
+        clone = copy.deepcopy(self, memo)
+        object.__setattr__(clone, "_frozen", False)
+        return clone
 
     def validate(self) -> None:
         """Check every setting; raise ConfigError naming the key, the value and the fix.
