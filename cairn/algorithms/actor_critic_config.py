@@ -3,7 +3,7 @@ checks; each algorithm's config adds its own fields and policy settings."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cairn.algorithms.dqn.config import check_fragment_length, check_replay_buffer_config
@@ -121,3 +121,10 @@ class ActorCriticConfig(AlgorithmConfig):
         base = super().policy_config(policy_id)
         base.setdefault("initial_random_steps", self.num_steps_sampled_before_learning_starts)
         return base
+
+    def policy_settings_set_by(self, keys: Iterable[str]) -> frozenset[str]:
+        """As the base class's, plus ``initial_random_steps`` for
+        ``num_steps_sampled_before_learning_starts``."""
+        keys = list(keys)
+        derived = {"initial_random_steps"} if "num_steps_sampled_before_learning_starts" in keys else set()
+        return super().policy_settings_set_by(keys) | derived

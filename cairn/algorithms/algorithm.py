@@ -11,7 +11,7 @@ import os
 import time
 import warnings
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, ClassVar, Literal, overload
@@ -66,11 +66,13 @@ class Algorithm:
 
     def __init__(
         self, config: AlgorithmConfig, *, policy_states: Mapping[str, Any] | None = None,
-        copy_policy_states: bool = True,
+        copy_policy_states: bool = True, followed_settings: Collection[str] | None = None,
     ) -> None:
         """Build from ``config``; ``policy_states`` (``{policy_id: Policy.get_state()}``, as
         :meth:`from_state` passes them) restore those policies instead of building new ones,
-        taking their arrays as storage when ``copy_policy_states`` is False."""
+        taking their arrays as storage when ``copy_policy_states`` is False. The restored
+        policies take the keys ``followed_settings`` of their config (None: all) from
+        ``config`` (``Policy.follow_config``) and keep their stored value of the others."""
         if not isinstance(config, self.config_class):
             name = self.config_class.__name__
             raise ConfigError(f"{type(self).__name__} needs a {name}, got a {type(config).__name__}; "
@@ -100,7 +102,8 @@ class Algorithm:
         self._runner_callbacks = self.callbacks
         #: The league of ``config.league(...)`` (None without one; docs/league.md).
         self.league: League | None = attach_league(self.config)
-        probe_env = self._build_policies(policy_states or {}, copy=copy_policy_states)
+        probe_env = self._build_policies(policy_states or {}, copy=copy_policy_states,
+                                         followed=followed_settings)
         if self.league is not None:
             self.league.set_agents(probe_env)
         self.env_runner_group = EnvRunnerGroup(self.config, self.policies, first_env=probe_env,
@@ -138,14 +141,15 @@ class Algorithm:
         algorithm); an exception stops what was built. The base class adds nothing."""
 
     # ---------------------------------------------------------------------------- building
-    def _build_policies(self, states: Mapping[str, Any], *, copy: bool) -> Any:
+    def _build_policies(self, states: Mapping[str, Any], *, copy: bool,
+                        followed: Collection[str] | None = None) -> Any:
         """New policies, or restored from ``states`` (see :mod:`cairn.algorithms.policy_specs`).
         Returns the env probed for its agents, for the local env runner to reuse."""
         env, agents = probe_agents(self.config)
         resolved = resolve_policy_specs(
             self.config, agents, {pid: PolicySpec.from_dict(s["spec"]) for pid, s in states.items()},
             default_class=self.default_policy_class)
-        self.policies.update(build_policies(self.config, resolved, states, copy=copy))
+        self.policies.update(build_policies(self.config, resolved, states, copy=copy, followed=followed))
         record_specs(self.config, resolved)
         return env
 
@@ -520,7 +524,10 @@ class Algorithm:
         algo_cls, config, policy_states = from_state_inputs(
             cls, state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
             policies_to_train=policies_to_train, config_overrides=config_overrides)
-        algo: Algorithm = algo_cls(config, policy_states=policy_states, copy_policy_states=copy)
+        # The restored policies keep what they used (a set_learning_rate included) but for the
+        # settings that config_overrides names.
+        algo: Algorithm = algo_cls(config, policy_states=policy_states, copy_policy_states=copy,
+                                   followed_settings=config.policy_settings_set_by(config_overrides or {}))
         with algo._stopped_on_error():  # a state the config refuses (a replay buffer of another kind)
             algo.set_state({**state, "policies": {}})
         return algo

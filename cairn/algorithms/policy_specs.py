@@ -3,7 +3,7 @@ checking the agent mapping, and making (or restoring) each policy."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from cairn.env_runner.env_runner import DEFAULT_AGENT_ID
@@ -90,10 +90,12 @@ def new_policy(config: AlgorithmConfig, policy_id: str, spec: PolicySpec) -> Pol
 
 def build_policies(
     config: AlgorithmConfig, resolved: Mapping[str, PolicySpec], states: Mapping[str, Any], *,
-    copy: bool = True,
+    copy: bool = True, followed: Collection[str] | None = None,
 ) -> dict[str, Policy]:
     """The policies of ``resolved`` specs: restored from ``states`` where one is given (its
-    spaces checked against the environment's agents), else new."""
+    spaces checked against the environment's agents), else new. A restored policy takes the
+    keys ``followed`` of its spec's config (None: all; a restore's ``config_overrides``) and
+    keeps its stored value of the others: what it used when it was saved."""
     policies: dict[str, Policy] = {}
     for pid, spec in resolved.items():
         if pid not in states:
@@ -108,10 +110,12 @@ def build_policies(
                 f"Restored policy {pid!r} has {name} space {policy_space}, but the environment's "
                 f"agents mapped to it have {agents_space}."
             )
-        # The restored config's lr and exploration settings (possibly overridden) win over
-        # the stored ones, before the env runners copy the policy.
-        if spec.config:
-            policy.follow_config(spec.config)
+        # The overridden lr and exploration settings win over the stored ones, before the env
+        # runners copy the policy; the others stay the policy's own (its set_learning_rate).
+        settings = {key: value for key, value in (spec.config or {}).items()
+                    if followed is None or key in followed}
+        if settings:
+            policy.follow_config(settings)
         policies[pid] = policy
     return policies
 

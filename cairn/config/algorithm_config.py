@@ -44,7 +44,8 @@ _POLICY_SET_FIX = ("algo.add_policy(...) / algo.remove_policy(...) (which take p
                    "and policies_to_train=), or Algorithm.from_checkpoint(path, policy_ids=..., "
                    "policy_mapping_fn=..., policies_to_train=...)")
 _FIXES = {
-    "lr": "algo.get_policy(policy_id).set_learning_rate(lr) changes a policy's learning rate now; or ",
+    "lr": "algo.get_policy(policy_id).set_learning_rate(lr) changes a policy's learning rate now "
+          "(its checkpoints keep it); or ",
     "policies": _POLICY_SET_FIX + "; or ",
     "policy_mapping_fn": _POLICY_SET_FIX + "; or ",
     "policies_to_train": _POLICY_SET_FIX + "; or ",
@@ -550,6 +551,14 @@ class AlgorithmConfig:
         for key, value in self.own_policy_settings().items():
             base.setdefault(key, value)  # the shared keys are set: only a spec's own keys stay
         return base
+
+    def policy_settings_set_by(self, keys: Iterable[str]) -> frozenset[str]:
+        """The keys of :meth:`policy_config` that the settings ``keys`` (flat ``to_dict()``
+        keys, as a restore's ``config_overrides`` names them) set: a restored policy takes
+        those from the restored config and keeps its own stored value of the others (a
+        ``set_learning_rate`` survives a save and restore)."""
+        own = {"lr", "model", "observation_filter", *self.own_policy_settings()}
+        return frozenset(key for key in keys if key in own)
 
     def map_agent(self, agent_id: Any, *, episode: Mapping[str, Any] | None = None,
                   worker: int | None = None) -> str:

@@ -290,9 +290,10 @@ class Policy:
 
     def follow_config(self, config: Mapping[str, Any]) -> None:
         """Take the settings of ``config`` that may change when this policy is restored into an
-        algorithm (its policy config, ``config_overrides`` included) without changing the
-        network: the learning rate here, a subclass's exploration settings in its override.
-        Called before the env runners copy the policy, so that every copy acts with them.
+        algorithm (those of its policy config that the restore's ``config_overrides`` names:
+        the others stay this policy's own) without changing the network: the learning rate
+        here, a subclass's exploration settings in its override. Called before the env runners
+        copy the policy, so that every copy acts with them.
 
         An ``observation_filter`` of another kind than this policy's (its statistics are this
         policy's state, which another filter cannot take) and a ``model`` setting other than the

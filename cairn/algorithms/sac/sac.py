@@ -50,9 +50,10 @@ class SAC(OffPolicyAlgorithm):
 
     def check_policies(self) -> None:
         for pid in self.policies:
-            # A restored policy keeps its Adam moments but takes the config's learning
-            # rates (config_overrides={"actor_lr": ...} on restore).
-            self._sac_policy(pid).set_group_learning_rates(self.config.policy_config(pid))
+            # A SACPolicy, or a TypeError saying what to do. A restored one keeps its learning
+            # rates but for those config_overrides names ({"actor_lr": ...}), which it took in
+            # SACPolicy.follow_config: setting the config's here lost a set_learning_rate.
+            self._sac_policy(pid)
 
     def _sac_policy(self, pid: str) -> SACPolicy:
         policy: SACPolicy = self.trained_policy(pid)

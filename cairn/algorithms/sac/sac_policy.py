@@ -152,10 +152,11 @@ class SACPolicy(Policy):
         self.apply_learning_rates()
 
     def follow_config(self, config: Mapping[str, Any]) -> None:
-        """The learning rate and the ``target_entropy`` of ``config`` (a restore's
-        ``config_overrides={"target_entropy": ...}``: alpha learns towards it from then on).
-        The groups' own rates are taken by the algorithm (:meth:`set_group_learning_rates`)."""
+        """The learning rates (``lr`` and the groups' own, ``actor_lr``, ...) and the
+        ``target_entropy`` of ``config`` (a restore's ``config_overrides={"target_entropy":
+        ...}``: alpha learns towards it from then on); the Adam moments stay."""
         super().follow_config(config)
+        self.set_group_learning_rates(config)  # the rates config names; the others stay
         if "target_entropy" in config:
             check_target_entropy("target_entropy", config["target_entropy"])
             self.config["target_entropy"] = config["target_entropy"]
