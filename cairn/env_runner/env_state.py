@@ -38,6 +38,7 @@ import numpy as np
 from cairn._compat import gymnasium_internals
 from cairn.env_runner.make_env import is_turn_based_env
 from cairn.env_runner.pettingzoo_state import get_board_game_state, set_board_game_state
+from cairn.errors import EnvError
 from cairn.rng import make_rng, rng_state
 
 __all__ = ["get_env_state", "set_env_state"]
@@ -81,7 +82,18 @@ def get_env_state(env: Any) -> dict[str, Any] | None:
     getter = getattr(base, "get_state", None)
     if callable(getter) and callable(getattr(base, "set_state", None)):
         # Restored without its wrappers' state, a TimeLimit truncated at the restoring env's count.
-        return {"kind": "protocol", "state": getter()} if _wrappers_keep_no_state(env) else None
+        if not _wrappers_keep_no_state(env):
+            return None
+        try:
+            state = getter()
+        except Exception as exc:  # the env's own code: say whose it is, and why cairn called it
+            raise EnvError(
+                f"{type(base).__name__}.get_state() raised {type(exc).__name__}: {exc}. cairn calls an "
+                "environment's get_state() when it saves the env runner's state (a checkpoint, which "
+                "resumes the episodes in flight exactly), also before the first reset. Fix get_state() "
+                "for every state the env can be in (e.g. attributes its reset() sets), or remove "
+                "get_state/set_state: the runner then starts fresh episodes after a restore.") from exc
+        return {"kind": "protocol", "state": state}
     if not _is_classic_control(base):
         board_game = None if isinstance(env, gym.Env) else get_board_game_state(env)
         return None if board_game is None else {"kind": "pettingzoo_board_game", "state": board_game}

@@ -286,3 +286,28 @@ def test_a_protocol_env_made_by_gym_make_resumes_exactly_in_a_new_runner():
     out_a, out_b = a.sample(10)["default_policy"], b.sample(10)["default_policy"]
     np.testing.assert_array_equal(out_b["obs"][:, 0], np.arange(4, 14))
     np.testing.assert_array_equal(out_a["obs"], out_b["obs"])
+
+
+class _StateBeforeResetFails(_ProtocolCounter):
+    """Its get_state reads an attribute only reset() sets (as Pendulum's ``state``)."""
+
+    def __init__(self):
+        self.t_at_reset = None
+
+    def reset(self, *, seed=None, options=None):
+        out = super().reset(seed=seed, options=options)
+        self.t_at_reset = 0
+        return out
+
+    def get_state(self):
+        return {"t": self.t}  # AttributeError before the first reset
+
+
+def test_an_envs_failing_get_state_is_an_env_error_naming_it_and_the_runner_goes_on():
+    a, _ = _runner(small_ppo().environment(lambda cfg: _StateBeforeResetFails()))
+    with pytest.raises(EnvError, match=r"_StateBeforeResetFails\.get_state\(\) raised AttributeError.*"
+                                       r"remove get_state/set_state"):
+        a.get_state()
+    batch = a.sample(3)["default_policy"]  # the runner is as it was: it resets and samples
+    np.testing.assert_array_equal(batch["obs"][:, 0], [0, 1, 2])
+    assert a.get_state()["envs"] == [{"kind": "protocol", "state": {"t": 3}}]

@@ -58,8 +58,8 @@ class MultiAgentPendulum(ParallelEnv):  # type: ignore[misc]
 
     def get_state(self) -> dict[str, Any]:
         return {"agents": list(self.agents), "steps": self._steps, "envs": {
-            a: {"state": None if e.state is None else np.array(e.state),
-                "last_u": None if e.last_u is None else float(e.last_u),
+            a: {"state": None if getattr(e, "state", None) is None else np.array(e.state),  # before reset
+                "last_u": None if getattr(e, "last_u", None) is None else float(e.last_u),
                 "np_random": None if e._np_random is None else rng_state(e._np_random)}
             for a, e in self._envs.items()}}
 
