@@ -14,11 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from cairn.errors import CairnError, ConfigError, LearnerFailedError
 from cairn.learners.actor import LearnerActor, LearnFunction
-from cairn.learners.sync import LearnOutput
+from cairn.learners.sync import LearnOutput, join_outputs
 from cairn.ray_cluster import ensure_ray
 
 if TYPE_CHECKING:
@@ -83,8 +81,9 @@ class RemoteLearners:
     def update(self, fn: LearnFunction, policy_id: str, state: Mapping[str, Any] | None,
                inputs: Mapping[str, Any]) -> tuple[LearnOutput, dict[str, Any]]:
         """Run ``fn`` on every rank (loading the driver's ``state`` first when a loan starts:
-        one object in Ray's store that every rank reads); returns the joined output (the
-        ranks' per-row outputs in rank order) and rank 0's weights and ``num_grad_updates``.
+        one object in Ray's store that every rank reads); returns the joined output
+        (:func:`~cairn.learners.sync.join_outputs`: the ranks' per-row outputs in rank order, the
+        whole minibatches' loss statistics) and rank 0's weights and ``num_grad_updates``.
 
         A rank that dies or raises: the group is shut down and LearnerFailedError names it.
         """
@@ -96,9 +95,7 @@ class RemoteLearners:
         inputs_ref = ray.put(dict(inputs))
         refs = [a.update.remote(fn, policy_id, state_ref, inputs_ref) for a in self.actors]
         results = self._gather(refs, "an update")
-        outputs = [output for output, _ in results]
-        rows = [o.rows for o in outputs if o.rows is not None]
-        return LearnOutput(outputs[0].stats, np.concatenate(rows) if rows else None), results[0][1]
+        return join_outputs([output for output, _ in results]), results[0][1]
 
     def learned(self, policy_id: str) -> dict[str, Any]:
         """Rank 0's learned parts of ``policy_id`` (:func:`~cairn.learners.policy_sync.learned_parts`)."""

@@ -13,7 +13,7 @@ same lines run in the driver and in every learner actor.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,17 +23,41 @@ import torch
 from cairn.errors import NonFiniteLossError
 from cairn.policy.torch_utils import clip_grad_norm
 
-__all__ = ["GradientSync", "DistributedGradientSync", "LOCAL_SYNC", "LearnOutput", "shard_bounds"]
+__all__ = ["GradientSync", "DistributedGradientSync", "LOCAL_SYNC", "LearnOutput", "join_outputs",
+           "shard_bounds"]
 
 
 @dataclass
 class LearnOutput:
-    """What a learn function returns: ``stats`` (rank 0's are reported) and optionally
-    ``rows``, a per-row array of this rank's shard (TD errors for prioritized replay), which
-    the learner group joins in rank order into the whole minibatch's."""
+    """What a learn function returns: ``stats`` (a dict, or a list), optionally ``rows``, a
+    per-row array of this rank's shard (TD errors for prioritized replay), which the learner
+    group joins in rank order into the whole minibatch's, and ``summed``: the keys of ``stats``
+    (a list's indices) that hold this rank's part of a mean over rows (each minibatch's mean
+    over its shard times the shard's share of the minibatch's rows), which the learner group
+    sums over the ranks into the whole's (:func:`join_outputs`). A learner alone has every
+    row, so its parts are the whole. Every other stat is reported as rank 0 has it."""
 
     stats: Any
     rows: np.ndarray | None = None
+    summed: Sequence[Any] = ()
+
+
+def join_outputs(outputs: Sequence[LearnOutput]) -> LearnOutput:
+    """The ranks' ``outputs`` (in rank order) as one learner's: the ``rows`` joined in rank
+    order, rank 0's ``stats`` with each of its ``summed`` keys the sum of the ranks' parts (a
+    rank whose shards were all empty has none: its part is 0)."""
+    rows = [o.rows for o in outputs if o.rows is not None]
+    first = outputs[0]
+    stats = first.stats
+    if first.summed:
+        stats = dict(stats) if isinstance(stats, Mapping) else list(stats)
+        for key in first.summed:
+            stats[key] = sum(float(o.stats[key]) for o in outputs if _has(o.stats, key))
+    return LearnOutput(stats, np.concatenate(rows) if rows else None)
+
+
+def _has(stats: Any, key: Any) -> bool:
+    return key in stats if isinstance(stats, Mapping) else 0 <= key < len(stats)
 
 
 def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:

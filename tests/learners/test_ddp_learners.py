@@ -392,3 +392,51 @@ def test_a_nan_loss_on_one_rank_stops_every_rank_before_stepping(ray_cluster) ->
     finally:
         algo.stop()
     assert free_cpus_become(ray_cluster, 2.0)
+
+
+def frozen_ppo_config() -> cairn.PPOConfig:
+    # Minibatches of 43, 43, 43 and 1 rows: shards of 22/21 (uneven, so that a plain mean of the
+    # ranks' statistics is not the minibatch's) and 1/0 (rank 1 has no row of the last one).
+    return ppo_config().training(minibatch_size=43, lr=1e-30, grad_clip=0.5)  # type: ignore[return-value]
+
+
+def frozen_appo_config() -> cairn.AlgorithmConfig:
+    return vtrace_config("APPO").training(minibatch_size=43, lr=1e-30)
+
+
+def frozen_dqn_config() -> cairn.DQNConfig:
+    # Prioritized minibatches of 15 rows (importance-weighted losses): shards of 8 and 7.
+    return dqn_config().training(lr=1e-30)  # type: ignore[return-value]
+
+
+def frozen_sac_config() -> cairn.SACConfig:
+    return sac_config().training(minibatch_size=15, lr=1e-30)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("make_config", [frozen_ppo_config, frozen_appo_config, frozen_dqn_config,
+                                         frozen_sac_config], ids=["ppo", "appo", "dqn", "sac"])
+def test_two_learners_report_the_statistics_of_one(ray_cluster, make_config) -> None:
+    """The learner statistics of 2 learners are the whole minibatches', as one learner reports
+    them, not rank 0's shards'. A learning rate too small to move a weight keeps every
+    minibatch's statistics of the same weights on both layouts (and the same batches sampled),
+    so they differ only by float reassociation: rtol=1e-5, and atol=1e-6 for the statistics
+    that are near 0 (PPO's approx_kl at a ratio of 1, SAC's alpha loss at log alpha = 0)."""
+    single = make_config().build()
+    try:
+        want = single.train()["learners"]["default_policy"]
+    finally:
+        single.stop()
+    ddp = make_config().learners(num_learners=2).build()
+    try:
+        got = ddp.train()["learners"]["default_policy"]
+    finally:
+        ddp.stop()
+    assert free_cpus_become(ray_cluster, 2.0)
+    assert got.keys() == want.keys()
+    assert want["num_grad_updates"] == got["num_grad_updates"] > 0
+    assert {"total_loss", "loss", "critic_loss"} & want.keys(), sorted(want)  # the losses are there
+    for name, value in want.items():
+        if isinstance(value, float):
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+        else:
+            assert got[name] == value, name

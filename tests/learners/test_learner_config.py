@@ -9,7 +9,7 @@ import cairn
 from cairn.errors import ConfigError
 from cairn.learners import LearnerGroup
 from cairn.learners.actor import LearnerActor
-from cairn.learners.sync import LOCAL_SYNC, shard_bounds
+from cairn.learners.sync import LOCAL_SYNC, LearnOutput, join_outputs, shard_bounds
 
 NO_CUDA = "torch sees no CUDA device"
 
@@ -60,6 +60,25 @@ def test_shards_are_contiguous_and_cover_the_minibatch(n: int, world: int) -> No
     sizes = [stop - start for start, stop in bounds]
     assert max(sizes) - min(sizes) <= 1 and sizes[0] >= 1
     assert LOCAL_SYNC.shard(n) == slice(0, n)
+
+
+def test_joined_outputs_sum_the_ranks_parts_and_keep_rank_0s_other_stats() -> None:
+    """The learner group's join: each ``summed`` stat is the sum of the ranks' parts (a rank
+    with no rows has none), every other stat is rank 0's (not summed, though every rank has
+    it), the rows are joined in rank order; with no ``summed`` key rank 0's stats come back."""
+    ranks = [LearnOutput({"loss": 0.75, "grad_norm": 2.0, "num_grad_updates": 4.0}, np.array([1.0, 2.0]),
+                         summed=["loss"]),
+             LearnOutput({"loss": 0.5, "grad_norm": 2.0, "num_grad_updates": 4.0}, np.array([3.0]),
+                         summed=["loss"]),
+             LearnOutput({"grad_norm": 2.0, "num_grad_updates": 4.0}, None, summed=[])]
+    joined = join_outputs(ranks)
+    assert joined.stats == {"loss": 1.25, "grad_norm": 2.0, "num_grad_updates": 4.0}
+    np.testing.assert_array_equal(joined.rows, [1.0, 2.0, 3.0])
+    assert ranks[0].stats["loss"] == 0.75  # rank 0's own output is left as it was
+    lists = join_outputs([LearnOutput([0.25, 1.0], summed=range(2)), LearnOutput([], summed=range(0)),
+                          LearnOutput([0.5, float("nan")], summed=range(2))])
+    assert lists.stats[0] == 0.75 and np.isnan(lists.stats[1]) and lists.rows is None
+    assert join_outputs([LearnOutput({"x": 1.0}), LearnOutput({"x": 5.0})]).stats == {"x": 1.0}
 
 
 def test_device_learner_path_gives_the_same_weights_as_learning_in_place() -> None:

@@ -51,8 +51,9 @@ def dqn_learn(config: DQNConfig, policy: DQNPolicy, sync: GradientSync, *,
               sample: Mapping[str, np.ndarray]) -> LearnOutput:
     """One gradient update of a DQN ``policy`` on a replayed ``sample`` in torch: targets
     over the whole minibatch, the TD loss of this learner's shard weighted by its share of the
-    rows, gradients all-reduced, then clipped. Returns the loss statistics of the shard and its
-    TD errors as ``rows``."""
+    rows, gradients all-reduced, then clipped. Returns the loss statistics of the shard weighted
+    by its share of the rows (this learner's parts of the minibatch's, summed by the learner
+    group) and its TD errors as ``rows``."""
     targets = dqn_targets(config, policy, sample)
     shard = sync.shard(len(targets))
     n = len(targets)
@@ -73,11 +74,14 @@ def dqn_learn(config: DQNConfig, policy: DQNPolicy, sync: GradientSync, *,
         )
         # A mean over rows: weighted by the shard's share, the learners' gradients sum to the
         # minibatch's (alone the weight is exactly 1).
-        loss = loss * ((shard.stop - shard.start) / n)
-        stats, td_errors = list(loss_stats.values()), td.numpy()
+        share = (shard.stop - shard.start) / n
+        loss = loss * share
+        # Every statistic is a mean over rows: weighted alike, the learners' parts sum to the
+        # minibatch's (join_outputs).
+        stats, td_errors = [value * share for value in loss_stats.values()], td.numpy()
     sync.optimizer_step(policy.optimizer, loss, list(policy.model.parameters()), grad_clip=config.grad_clip)
     policy.num_grad_updates += 1
-    return LearnOutput(stats, td_errors)
+    return LearnOutput(stats, td_errors, summed=range(len(stats)))
 
 
 def numpy_dqn_learn(config: DQNConfig, policy: DQNPolicy, sync: GradientSync, *,

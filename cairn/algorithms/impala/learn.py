@@ -13,7 +13,7 @@ from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.loss import appo_loss, impala_loss, update_kl_coeff
 from cairn.algorithms.impala.vtrace import VTraceReturns, vtrace
-from cairn.algorithms.ppo.learn import behaviour_logp, next_values, update_stats
+from cairn.algorithms.ppo.learn import behaviour_logp, next_values, update_output
 from cairn.algorithms.ppo.recurrent import Sequences
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
@@ -114,6 +114,7 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
     size = n if config.minibatch_size is None else min(config.minibatch_size, n)
     params = list(model.parameters())
     history: list[torch.Tensor] = []
+    shares: list[float] = []  # this learner's share of each history row's minibatch
     stats: dict[str, torch.Tensor] = {}
     returns: torch.Tensor | None = None
     values_np: np.ndarray | None = None
@@ -135,8 +136,10 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
             policy.num_grad_updates += 1
             if len(rows):
                 history.append(torch.stack(list(stats.values())))
+                shares.append(len(rows) / len(idx))
     assert returns is not None and values_np is not None  # num_epochs >= 1 (a positive_int field)
-    return LearnOutput(update_stats(list(stats), history, returns, values_np, policy))
+    num_minibatches = len(permutations) * -(-n // size)
+    return update_output(list(stats), history, returns, values_np, policy, shares, num_minibatches)
 
 
 def require_target_network(policy: Policy) -> APPOPolicy:

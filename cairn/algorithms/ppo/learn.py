@@ -17,7 +17,7 @@ from cairn.learners import GradientSync, LearnOutput
 from cairn.numpy_acting import evaluating
 from cairn.policy.policy import Policy
 
-__all__ = ["ppo_learn", "behaviour_logp", "next_values", "update_stats"]
+__all__ = ["ppo_learn", "behaviour_logp", "next_values", "update_output", "update_stats"]
 
 
 def ppo_learn(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: SampleBatch,
@@ -31,7 +31,8 @@ def ppo_learn(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: S
     advantage statistics over the whole minibatch, then takes the loss of its shard only,
     scaled by its share of the minibatch's rows, so that the all-reduced gradients are the
     whole minibatch's (exact alone; up to float reassociation across learners). The batch
-    moves to the policy's device once per call. Stats are of this learner's shards.
+    moves to the policy's device once per call. The loss statistics are this learner's parts
+    of the whole minibatches' (:func:`update_output`).
     """
     model, dist = policy.model, policy.dist
     device = next(model.parameters()).device
@@ -53,6 +54,7 @@ def ppo_learn(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: S
     n, size = len(batch), min(config.minibatch_size, len(batch))
     params = list(model.parameters())
     history: list[torch.Tensor] = []
+    shares: list[float] = []  # this learner's share of each history row's minibatch
     stats: dict[str, torch.Tensor] = {}
     for perm_np in permutations:
         perm = torch.from_numpy(perm_np).to(device)
@@ -82,7 +84,9 @@ def ppo_learn(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: S
             policy.num_grad_updates += 1
             if len(rows):
                 history.append(torch.stack(list(stats.values())))
-    return LearnOutput(update_stats(list(stats), history, returns, values_np, policy))
+                shares.append(len(rows) / len(idx))
+    num_minibatches = len(permutations) * -(-n // size)
+    return update_output(list(stats), history, returns, values_np, policy, shares, num_minibatches)
 
 
 def behaviour_logp(batch: SampleBatch, policy: Policy, device: torch.device) -> torch.Tensor:
@@ -116,6 +120,36 @@ def update_stats(names: Sequence[str], history: Sequence[torch.Tensor], returns:
     out["vf_explained_var"] = float("nan") if var_y == 0 else 1.0 - float(np.var(returns_np - values)) / var_y
     out["num_grad_updates"] = float(policy.num_grad_updates)
     return out
+
+
+#: Statistics that are not a mean over the minibatch's rows: the gradient norm (every learner's,
+#: computed after the all-reduce).
+GLOBAL_STATS = frozenset({"grad_norm"})
+
+
+def update_output(names: Sequence[str], history: Sequence[torch.Tensor], returns: torch.Tensor,
+                  values: np.ndarray, policy: Policy, shares: Sequence[float],
+                  num_minibatches: int) -> LearnOutput:
+    """:func:`update_stats` of one learner of a group: the minibatches' loss statistics ``names``
+    of its ``history`` rows (of its non-empty shards) weighted by its ``shares`` of their
+    minibatches' rows, summed and divided by all ``num_minibatches``, so that the learners'
+    parts sum to the mean over the minibatches of the whole minibatches' statistics (the
+    learner group sums them: :func:`cairn.learners.sync.join_outputs`). Alone every share is 1
+    and this is :func:`update_stats` exactly. ``grad_norm`` is every learner's already: its
+    mean is not weighted (rank 0's shards are never empty, so its mean is over every
+    minibatch)."""
+    weighted = list(history)
+    if history:
+        weights = torch.tensor([[1.0 if name in GLOBAL_STATS else share for name in names]
+                                for share in shares], dtype=history[0].dtype, device=history[0].device)
+        weighted = list(torch.stack(list(history)) * weights)
+    out = update_stats(names, weighted, returns, values, policy)
+    scale = len(history) / num_minibatches  # 1 unless some of this learner's shards were empty
+    summed = [name for name in names if name not in GLOBAL_STATS]
+    if scale != 1.0:
+        for name in summed:
+            out[name] *= scale
+    return LearnOutput(out, summed=summed)
 
 
 def next_values(model: nn.Module, batch: SampleBatch, values: np.ndarray) -> np.ndarray:

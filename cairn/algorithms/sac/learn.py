@@ -31,7 +31,8 @@ def sac_learn(config: SACConfig, policy: SACPolicy, sync: GradientSync, *,
     Every learner draws the noise of the whole minibatch from the policy's generator (so the
     generator moves as it would alone) and uses its shard's rows; each loss is a mean over rows,
     weighted by the shard's share, and each phase's gradients are all-reduced before clipping.
-    Returns the shard's statistics and its TD errors as ``rows``.
+    Returns the shard's statistics weighted by its share of the rows (this learner's parts of
+    the minibatch's, summed by the learner group) and its TD errors as ``rows``.
 
     ``policy.num_grad_updates`` counts the step once the critics stepped: an exception from the
     actor's phase (a model raising) leaves it equal to the critics' optimizer steps, with the
@@ -87,5 +88,7 @@ def sac_learn(config: SACConfig, policy: SACPolicy, sync: GradientSync, *,
         return LearnOutput([], np.zeros(0, dtype=np.float32))
     stats = [float(loss_critic.detach()), float(loss_actor.detach()), float(loss_alpha.detach()),
              float(q_values.detach().mean()), float(targets.mean()), float(log_prob.detach().mean())]
-    return LearnOutput(stats, td_errors.cpu().numpy())
+    # Every statistic is a mean over rows: weighted by the shard's share, the learners' parts
+    # sum to the minibatch's (join_outputs; alone the weight is exactly 1).
+    return LearnOutput([value * share for value in stats], td_errors.cpu().numpy(), summed=range(len(stats)))
 

@@ -39,7 +39,8 @@ def td3_learn(config: TD3Config, policy: TD3Policy, sync: GradientSync, *,
     (so the generator moves as it would alone) and uses its shard's rows; each loss is a mean
     over rows, weighted by the shard's share, and each phase's gradients are all-reduced before
     clipping. Returns ``[critic_loss, actor_loss (nan on a step without one), q_mean,
-    target_mean]`` of the shard and its TD errors as ``rows``.
+    target_mean]`` of the shard, weighted by its share of the rows (this learner's parts of the
+    minibatch's, summed by the learner group), and its TD errors as ``rows``.
 
     ``policy.num_grad_updates`` counts the step once the critics stepped: an exception from the
     actor's phase (a model raising) leaves it equal to the critics' optimizer steps; that step's
@@ -91,5 +92,7 @@ def td3_learn(config: TD3Config, policy: TD3Policy, sync: GradientSync, *,
         return LearnOutput([], np.zeros(0, dtype=np.float32))
     stats = [float(loss_critic.detach()), float("nan") if loss_actor is None else float(loss_actor.detach()),
              float(q_values.detach().mean()), float(targets.mean())]
-    return LearnOutput(stats, td_errors.cpu().numpy())
+    # Every statistic is a mean over rows: weighted by the shard's share, the learners' parts
+    # sum to the minibatch's (join_outputs; alone the weight is exactly 1).
+    return LearnOutput([value * share for value in stats], td_errors.cpu().numpy(), summed=range(len(stats)))
 
