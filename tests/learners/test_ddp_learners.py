@@ -400,8 +400,8 @@ def frozen_ppo_config() -> cairn.PPOConfig:
     return ppo_config().training(minibatch_size=43, lr=1e-30, grad_clip=0.5)  # type: ignore[return-value]
 
 
-def frozen_appo_config() -> cairn.AlgorithmConfig:
-    return vtrace_config("APPO").training(minibatch_size=43, lr=1e-30)
+def frozen_vtrace_config(algo: str) -> cairn.AlgorithmConfig:
+    return vtrace_config(algo).training(minibatch_size=43, lr=1e-30)
 
 
 def frozen_dqn_config() -> cairn.DQNConfig:
@@ -413,8 +413,14 @@ def frozen_sac_config() -> cairn.SACConfig:
     return sac_config().training(minibatch_size=15, lr=1e-30)  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("make_config", [frozen_ppo_config, frozen_appo_config, frozen_dqn_config,
-                                         frozen_sac_config], ids=["ppo", "appo", "dqn", "sac"])
+def frozen_td3_config() -> cairn.TD3Config:
+    return td3_config().training(lr=1e-30)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("make_config", [
+    frozen_ppo_config, lambda: frozen_vtrace_config("IMPALA"), lambda: frozen_vtrace_config("APPO"),
+    frozen_dqn_config, frozen_sac_config, frozen_td3_config,
+], ids=["ppo", "impala", "appo", "dqn", "sac", "td3"])
 def test_two_learners_report_the_statistics_of_one(ray_cluster, make_config) -> None:
     """The learner statistics of 2 learners are the whole minibatches', as one learner reports
     them, not rank 0's shards'. A learning rate too small to move a weight keeps every
@@ -437,6 +443,6 @@ def test_two_learners_report_the_statistics_of_one(ray_cluster, make_config) -> 
     assert {"total_loss", "loss", "critic_loss"} & want.keys(), sorted(want)  # the losses are there
     for name, value in want.items():
         if isinstance(value, float):
-            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, equal_nan=False, err_msg=name)
         else:
             assert got[name] == value, name
