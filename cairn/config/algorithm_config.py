@@ -149,7 +149,7 @@ class AlgorithmConfig:
         would be silently ignored by training but used by a restore from the algorithm's
         checkpoints, so setting one (by a fluent method or an attribute) raises ConfigError
         naming the fix. A :meth:`copy` is not frozen."""
-        object.__setattr__(self, "_frozen", True)
+        self._frozen = True  # not a field: __setattr__ lets it through
 
     @property
     def is_frozen(self) -> bool:
@@ -440,7 +440,7 @@ class AlgorithmConfig:
             if callable(value) and not isinstance(value, Mapping):
                 memo[id(value)] = value
         clone = copy.deepcopy(self, memo)
-        object.__setattr__(clone, "_frozen", False)
+        clone._frozen = False
         return clone
 
     def validate(self) -> None:
