@@ -126,25 +126,36 @@ class LearnerActor:
         self.sync: GradientSync = (DistributedGradientSync(rank, world_size) if world_size > 1
                                    else LOCAL_SYNC)
         self.policies: dict[str, tuple[Policy, Any]] = {}
+        #: Rank 0's rendezvous store, open from :meth:`address` on (None elsewhere).
+        self.store: Any = None
         if num_threads is not None:
             torch.set_num_threads(max(1, num_threads))
 
     def address(self) -> str:
-        """``tcp://host:port`` for the group's rendezvous (asked of rank 0: a port free here)."""
-        host = socket.gethostbyname(socket.gethostname())
-        with socket.socket() as sock:
-            sock.bind((host, 0))
-            port = sock.getsockname()[1]
-        return f"tcp://{host}:{port}"
-
-    def join(self, init_method: str) -> int:
-        """Join the process group (gloo on CPU, NCCL on CUDA); returns this process's ID."""
+        """``tcp://host:port`` for the group's rendezvous (asked of rank 0). Rank 0 opens the
+        group's store on a port the OS picks and keeps it listening until it joins: a port found
+        free and released before the group bound it again could be taken by another process in
+        between (``EADDRINUSE``)."""
         import torch.distributed as dist
 
+        host = socket.gethostbyname(socket.gethostname())
+        self.store = dist.TCPStore(host, 0, self.sync.world_size, is_master=True, wait_for_workers=False,
+                                   timeout=datetime.timedelta(seconds=PROCESS_GROUP_TIMEOUT_S))
+        return f"tcp://{host}:{self.store.port}"
+
+    def join(self, init_method: str) -> int:
+        """Join the process group (gloo on CPU, NCCL on CUDA) through the store at
+        ``init_method`` (:meth:`address`); returns this process's ID."""
+        import torch.distributed as dist
+
+        timeout = datetime.timedelta(seconds=PROCESS_GROUP_TIMEOUT_S)
+        store = self.store
+        if store is None:  # a rank other than 0 (or a rank 0 asked no address): a client of rank 0's store
+            host, _, port = init_method.removeprefix("tcp://").rpartition(":")
+            store = dist.TCPStore(host, int(port), self.sync.world_size, is_master=False, timeout=timeout)
         backend = "nccl" if self.device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=init_method, rank=self.sync.rank,
-                                world_size=self.sync.world_size,
-                                timeout=datetime.timedelta(seconds=PROCESS_GROUP_TIMEOUT_S))
+        dist.init_process_group(backend, store=store, rank=self.sync.rank, world_size=self.sync.world_size,
+                                timeout=timeout)
         return os.getpid()
 
     def update(self, fn: LearnFunction, policy_id: str, state: Mapping[str, Any] | None,

@@ -207,3 +207,15 @@ def test_distributed_sync_carries_a_non_finite_loss_flag_with_the_gradients() ->
         assert not any(torch.equal(p, q) for p, q in zip(net.parameters(), before, strict=True))
     finally:
         dist.destroy_process_group()
+
+
+def test_rank_0_keeps_its_rendezvous_port_from_address_to_join():
+    # The port used to be found free, released, and bound again by the process group later:
+    # another process could take it in between (EADDRINUSE, seen once on a loaded machine). Rank
+    # 0 now holds it open (its store listens there) from the moment it names it.
+    import socket
+
+    actor = LearnerActor(cairn.PPOConfig().environment("CartPole-v1"), rank=0, world_size=2, device="cpu")
+    host, _, port = actor.address().removeprefix("tcp://").rpartition(":")
+    with socket.socket() as other, pytest.raises(OSError):
+        other.bind((host, int(port)))
