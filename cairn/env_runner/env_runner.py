@@ -30,6 +30,7 @@ from cairn.env_runner.recurrent_state import RecurrentStates, refuse_recurrent_p
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps, stream_ids
 from cairn.env_runner.turn_based import TurnBasedSampler
 from cairn.env_runner.vector_envs import make_vector_envs
+from cairn.errors import ConfigError
 from cairn.policy_ids import check_mapped_policy_id
 from cairn.rng import draw_reset_seed, env_runner_rng, make_rng, rng_state
 
@@ -206,26 +207,39 @@ class EnvRunner:
 
     def run_episodes(self, num_episodes: int, *, explore: bool = False) -> list[dict[str, Any]]:
         """Play ``num_episodes`` fresh episodes without recording or updating filters
-        (used for evaluation) and return their metrics (the first ``num_episodes`` that end,
-        when several envs end theirs at the same step).
+        (used for evaluation) and return their metrics, in the order they ended.
+
+        Which episodes count is decided before their lengths are known, so that short episodes
+        are not favoured: env copy ``i`` of the runner's ``k`` plays the first
+        ``num_episodes // k + (1 if i < num_episodes % k else 0)`` episodes it starts (its
+        *share*; one env copy plays them all), and only the copies that still owe episodes are
+        stepped. (Keeping the first ``num_episodes`` to *end* would: a copy in a short episode
+        ends it and starts another while a long one is still in flight.) Equal seeds give
+        equal episodes.
 
         Stepping stops at the step that ends the last of them: no episode beyond them ends,
         so the episode hooks see the episodes reported and no others (the next one begins, in
-        the reset that follows an end, and is left unplayed)."""
+        the reset that follows an end, and is left unplayed; so is the first episode of a copy
+        whose share is 0)."""
+        if (isinstance(num_episodes, bool) or not isinstance(num_episodes, (int, np.integer))
+                or num_episodes < 0):
+            raise ConfigError(f"run_episodes(num_episodes={num_episodes!r}): pass an int of at least 0.")
+        n, k = int(num_episodes), self.num_envs
         self._episodes.take()
         try:
             with single_threaded_blas():
                 self._reset_all(update_filter=False)
+                self._episodes.owed = [n // k + (1 if i < n % k else 0) for i in range(k)]
                 sample = self._sampler()
-                while len(self._episodes.completed) < num_episodes:
-                    sample(64, explore=explore, record=False, update_filter=False,
-                           until_episodes=num_episodes)
+                while not self._episodes.all_played():
+                    sample(64, explore=explore, record=False, update_filter=False)
         except BaseException:
             self._episodes.take()  # the episodes of a run that raised are not reported
             raise
         finally:
+            self._episodes.owed = None
             self._needs_reset = True
-        return self._episodes.take(num_episodes)
+        return self._episodes.take()
 
     def _sampler(self) -> Any:
         """The sampling function for this runner's kind of environment."""
@@ -239,8 +253,10 @@ class EnvRunner:
 
     def _sample_single_agent(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool,
-        until_episodes: int | None = None,
     ) -> dict[str, SampleBatch]:
+        """Step the envs ``steps`` times; with ``record``, return the experience by policy ID.
+        In :meth:`run_episodes` (not recording) only the envs that still owe episodes act and
+        step, and stepping stops once none does."""
         n_envs, envs, episodes = self.num_envs, self.vector_envs, self._episodes.current
         env_pids = self._env_pids  # each env's policy for its episode (mapped as one starts)
         step_hook = self._episodes.step if self._episodes.has_step_hook else None
@@ -262,8 +278,11 @@ class EnvRunner:
             firsts = np.zeros((steps, n_envs), dtype=bool)
             firsts[0] = [ep.length == 0 for ep in episodes]
         for t in range(steps):
+            # run_episodes: the envs that owe episodes (None: every env; always so in sample()).
+            live = self._episodes.playing()
+            assert live is None or not record
             env_actions: Any = [None] * n_envs
-            for pid, rows in group_by_policy(env_pids):  # one group (rows None) unless per-episode draws
+            for pid, rows in _acting_groups(env_pids, live):  # one group (rows None) unless per-episode draws
                 policy = self.policies[pid]
                 group_keys = keys if rows is None else [keys[i] for i in rows]
                 raw, logp, state_in = self.recurrent_states.act(
@@ -281,8 +300,13 @@ class EnvRunner:
                 else:
                     for k, i in enumerate(rows):
                         env_actions[i] = actions[k]
-            next_raw, finals, reset_seeds = [], [], {}
-            for i, (o, r, terminated, truncated, info) in enumerate(envs.step(env_actions)):
+            next_raw: list[Any] = [None] * n_envs
+            finals, reset_seeds = [], {}
+            if live is None:
+                stepped: Any = enumerate(envs.step(env_actions))
+            else:
+                stepped = zip(live, envs.step([env_actions[i] for i in live], live))
+            for i, (o, r, terminated, truncated, info) in stepped:
                 ep = episodes[i]
                 # As a Python float: an env's numpy float32 rewards would otherwise add up in
                 # float32, which drifts over long episodes (the multi-agent samplers do the same).
@@ -302,13 +326,19 @@ class EnvRunner:
                     self._episodes.finish(i, {DEFAULT_AGENT_ID: env_pids[i]}.__getitem__)
                     self.recurrent_states.end_episode(i)
                     reset_seeds[i] = self._draw_seed()  # drawn in env order, in both modes
-                next_raw.append(o)
+                next_raw[i] = o
             for i, (o, info) in envs.reset(reset_seeds).items():
                 next_raw[i] = o
                 env_pids[i] = self._mapped_policy(DEFAULT_AGENT_ID)  # its next episode's policy
                 self._begin_episode(i, o, info)
-            next_obs = process_by_policy(self.policies, next_raw, env_pids, update=update_filter,
-                                         frozen=frozen)
+            if live is None:
+                next_obs = process_by_policy(self.policies, next_raw, env_pids, update=update_filter,
+                                             frozen=frozen)
+            else:  # the envs that did not step keep their observations
+                next_obs = obs.copy()
+                next_obs[live] = process_by_policy(self.policies, [next_raw[i] for i in live],
+                                                   [env_pids[i] for i in live], update=update_filter,
+                                                   frozen=frozen)
             if record:
                 obs_buf[t] = obs
                 next_buf[t] = next_obs
@@ -318,7 +348,7 @@ class EnvRunner:
                                                    frozen=frozen)
                     next_buf[t, [i for i, _, _ in finals]] = final_rows
             obs = next_obs
-            if until_episodes is not None and len(self._episodes.completed) >= until_episodes:
+            if self._episodes.all_played():
                 break  # run_episodes has its episodes (not recording: no buffer is left part-filled)
         self._obs = obs
         if not record:
@@ -447,3 +477,12 @@ class EnvRunner:
     def stop(self) -> None:
         """Close the environments (``"async"``: and end their child processes)."""
         self.vector_envs.close()
+
+
+def _acting_groups(env_pids: list[str], live: list[int] | None) -> list[tuple[str, list[int] | None]]:
+    """:func:`group_by_policy` of the envs ``live`` (None: every env, whose groups' rows are
+    None when one policy acts for all)."""
+    if live is None:
+        return group_by_policy(env_pids)
+    return [(pid, live if rows is None else [live[k] for k in rows])
+            for pid, rows in group_by_policy([env_pids[i] for i in live])]

@@ -122,6 +122,21 @@ class EpisodeBook:
         self.current = [self.new_episode(i) for i in range(num_envs)]
         self.completed: list[dict[str, Any]] = []
         self.num_episodes = 0
+        #: ``EnvRunner.run_episodes``: per env, the episodes it still owes (:meth:`finish` counts
+        #: them down; the samplers step only the envs that owe some). None: every env plays on.
+        self.owed: list[int] | None = None
+
+    def playing(self) -> list[int] | None:
+        """The envs to step: those that still owe episodes (:attr:`owed`), or None for every env
+        (also when every env owes some, so that the samplers take their usual path)."""
+        owed = self.owed
+        if owed is None or all(o > 0 for o in owed):
+            return None
+        return [i for i, o in enumerate(owed) if o > 0]
+
+    def all_played(self) -> bool:
+        """Whether every env played the episodes it owed (False while :attr:`owed` is None)."""
+        return self.owed is not None and not any(o > 0 for o in self.owed)
 
     def new_episode(self, env_index: int, *, restored: bool = False) -> EpisodeTotals:
         """Fresh totals for env ``env_index`` (``restored``: of an episode restored mid-way)."""
@@ -170,6 +185,8 @@ class EpisodeBook:
             record["custom_metrics"] = dict(ep.custom_metrics)
         self.completed.append(record)
         self.num_episodes += 1
+        if self.owed is not None:
+            self.owed[env_index] -= 1
         self.current[env_index] = self.new_episode(env_index)
 
     def mark(self) -> tuple[int, int]:

@@ -162,21 +162,25 @@ class ParallelSampler(AgentSampler):
 
     def sample(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool,
-        until_episodes: int | None = None,
     ) -> dict[str, SampleBatch]:
         """Step every env ``steps`` times; with ``record``, return the experience as one batch
-        per policy. ``until_episodes`` (not recording): stop after the step at which that many
-        episodes are completed (``EnvRunner.run_episodes``)."""
+        per policy. In ``EnvRunner.run_episodes`` (not recording) only the envs that still owe
+        episodes (``episodes.playing()``) act and step, and stepping stops once none does."""
         # One trajectory per (env index, agent); rows are appended as the agent acts, and the
         # next observation of its last row is filled in when the following observation arrives.
         trajs = AgentTrajectories()
         for _ in range(steps):
+            live = self.episodes.playing()  # run_episodes: the envs that owe episodes (None: all)
+            acting = range(len(self.envs)) if live is None else live
             by_pid: dict[str, list[tuple[int, Any]]] = defaultdict(list)
-            for i in range(len(self.envs)):
+            for i in acting:
                 for agent in self.obs[i]:
                     by_pid[self.policy_of(i, agent)].append((i, agent))
-            # Scripted opponents' actions were drawn when their observations arrived.
-            actions: list[dict[Any, Any]] = [dict(scripted) for scripted in self.scripted_actions]
+            # Scripted opponents' actions were drawn when their observations arrived; an env
+            # left out (no actions) is not stepped, and keeps them for its next step.
+            actions: list[dict[Any, Any]] = [{} for _ in self.envs]
+            for i in acting:
+                actions[i] = dict(self.scripted_actions[i])
             acted: dict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = {}
             states_in: dict[tuple[int, Any], list[np.ndarray]] = {}  # recurrent policies' rows
             logps: dict[tuple[int, Any], np.ndarray] = {}  # of policies that want them
@@ -275,7 +279,7 @@ class ParallelSampler(AgentSampler):
                 self.obs[i][tag] = processed_row
             for key in ended:  # no later observation is theirs (a reset's is the next episode's)
                 trajs.close(key)
-            if until_episodes is not None and len(self.episodes.completed) >= until_episodes:
+            if self.episodes.all_played():
                 break
         return trajs.batches(self.runner.worker_index) if record else {}
 

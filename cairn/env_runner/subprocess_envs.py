@@ -221,11 +221,12 @@ class AsyncEnvs:
                 f"gym_env_vectorize_mode='async' runs single-agent Gymnasium environments; "
                 f"{env!r} is multi-agent (PettingZoo). Use gym_env_vectorize_mode='sync' for it.")
 
-    def step(self, actions: Iterable[Any]) -> list[StepResult]:
+    def step(self, actions: Iterable[Any], indices: Sequence[int] | None = None) -> list[StepResult]:
         command = "step+info" if self.keep_infos else "step"
-        for proxy, action in zip(self.envs, actions):
+        proxies = self.envs if indices is None else [self.envs[i] for i in indices]
+        for proxy, action in zip(proxies, actions):
             proxy.send(command, action)
-        return _receive_all(self.envs, "step")
+        return _receive_all(proxies, "step")
 
     def reset(self, seeds: Mapping[int, int | None]) -> dict[int, tuple[Any, Any]]:
         command = "reset+info" if self.keep_infos else "reset"

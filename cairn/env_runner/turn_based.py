@@ -102,16 +102,17 @@ class TurnBasedSampler(AgentSampler):
 
     def sample(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool,
-        until_episodes: int | None = None,
     ) -> dict[str, SampleBatch]:
         """Move ``steps`` times in every env; with ``record``, return the transitions that
-        completed meanwhile as one batch per policy. ``until_episodes`` (not recording): stop
-        after the move at which that many episodes are completed (``EnvRunner.run_episodes``)."""
+        completed meanwhile as one batch per policy. In ``EnvRunner.run_episodes`` (not
+        recording) only the envs that still owe episodes (``episodes.playing()``) move, and
+        moving stops once none does."""
         trajs = AgentTrajectories() if record else None
         for _ in range(steps):
-            self._move_all(explore=explore, record=record)
-            self._advance(update_filter=update_filter, trajs=trajs)
-            if until_episodes is not None and len(self.episodes.completed) >= until_episodes:
+            live = self.episodes.playing()  # None: every env
+            self._move_all(explore=explore, record=record, live=live)
+            self._advance(update_filter=update_filter, trajs=trajs, live=live)
+            if self.episodes.all_played():
                 break
         return {} if trajs is None else trajs.batches(self.runner.worker_index)
 
@@ -124,10 +125,13 @@ class TurnBasedSampler(AgentSampler):
             raise EnvError(f"{type(env).__name__}.reset() left env.agents empty: a turn-based "
                            "game needs at least one agent to move after a reset.")
 
-    def _move_all(self, *, explore: bool, record: bool) -> None:
-        """Every env's agent to move acts; one batched inference per policy."""
+    def _move_all(self, *, explore: bool, record: bool, live: list[int] | None = None) -> None:
+        """Every env's (``live``: those envs') agent to move acts; one batched inference per
+        policy."""
+        moving = range(len(self.envs)) if live is None else live
         by_pid: dict[str, list[int]] = defaultdict(list)
-        for i, entry in enumerate(self.to_move):
+        for i in moving:
+            entry = self.to_move[i]
             if entry is None:
                 raise EnvError("TurnBasedSampler.sample() before reset_all(): no agent to move.")
             by_pid[self.policy_of(i, entry[0])].append(i)
@@ -159,8 +163,8 @@ class TurnBasedSampler(AgentSampler):
                 history = self.episodes.current[i].history
                 if history is not None:
                     history.act(mover[0], env_actions[k])
-        for i, env in enumerate(self.envs):
-            env.step(actions[i])
+        for i in moving:
+            self.envs[i].step(actions[i])
             self.episodes.current[i].length += 1
             self.episodes.step(i)  # on_episode_step (the move's rewards are read at the next selection)
 
@@ -188,12 +192,15 @@ class TurnBasedSampler(AgentSampler):
             moved.add(agent)
             self.first_moves[i].add(agent)
 
-    def _advance(self, *, update_filter: bool, trajs: AgentTrajectories | None) -> None:
-        """Bring every env to its next agent to move: read each selected agent's reward, step
-        dead agents with ``None``, finish and reset ended games; then process the observations
-        per policy in one batch each and complete the pending moves."""
+    def _advance(self, *, update_filter: bool, trajs: AgentTrajectories | None,
+                 live: list[int] | None = None) -> None:
+        """Bring every env (``live``: those that moved) to its next agent to move: read each
+        selected agent's reward, step dead agents with ``None``, finish and reset ended games;
+        then process the observations per policy in one batch each and complete the pending
+        moves."""
         selections: dict[str, list[_Selection]] = defaultdict(list)
-        for i, env in enumerate(self.envs):
+        for i in range(len(self.envs)) if live is None else live:
+            env = self.envs[i]
             while True:
                 if not env.agents:
                     self._end_episode(i, trajs)

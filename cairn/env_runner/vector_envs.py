@@ -42,10 +42,12 @@ class VectorEnvs(Protocol):
     #: ``"async"`` child then does not send them).
     keep_infos: bool
 
-    def step(self, actions: Iterable[Any]) -> list[StepResult]:
+    def step(self, actions: Iterable[Any], indices: Sequence[int] | None = None) -> list[StepResult]:
         """Step environment ``i`` with the ``i``-th action (a list, or an array whose first axis
         is the environment), every one of them: ``(obs, reward, terminated, truncated, info)``
-        each (``info`` None unless :attr:`keep_infos`)."""
+        each (``info`` None unless :attr:`keep_infos`). With ``indices``, step only environment
+        ``indices[j]``, with the ``j``-th action (the others wait), and return their results
+        in that order."""
         ...
 
     def reset(self, seeds: Mapping[int, int | None]) -> dict[int, tuple[Any, Any]]:
@@ -73,8 +75,9 @@ class SyncEnvs:
         self.envs = envs
         self.keep_infos = False  # the infos are here anyway: returned either way
 
-    def step(self, actions: Iterable[Any]) -> list[StepResult]:
-        return [env.step(action) for env, action in zip(self.envs, actions)]
+    def step(self, actions: Iterable[Any], indices: Sequence[int] | None = None) -> list[StepResult]:
+        envs = self.envs if indices is None else [self.envs[i] for i in indices]
+        return [env.step(action) for env, action in zip(envs, actions)]
 
     def reset(self, seeds: Mapping[int, int | None]) -> dict[int, tuple[Any, Any]]:
         return {i: self.envs[i].reset(seed=seed) for i, seed in seeds.items()}
