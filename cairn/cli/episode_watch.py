@@ -26,9 +26,8 @@ __all__ = ["EpisodeWatch", "stderr_unless"]
 
 class EpisodeWatch:
     """Counts the episodes an evaluation finishes and prints a line for each of the first
-    ``total`` (the runner stops at the step that ends the ``total``-th; should it have several
-    envs that end episodes at that step, the report keeps the first ``total``, and so do these
-    lines).
+    ``total`` (the runner stops at the step that ends the ``total``-th, and no other episode ends:
+    ``EnvRunner.run_episodes``; an extra one would get no line).
 
     Args:
         total: Episodes the evaluation reports.
