@@ -241,6 +241,41 @@ def test_async_envs_play_the_episodes_of_sync_ones():
     assert [len(episodes) for episodes in results[0]] == [5, 1, 7]
 
 
+class EndsByEnvCopy(cairn.Callbacks):
+    """Keeps the env copy of each episode that ends (on the instance the runner holds)."""
+
+    def __init__(self) -> None:
+        self.ends: list[int] = []
+
+    def on_episode_end(self, *, episode: Any, env_runner: Any) -> None:
+        self.ends.append(episode.env_index)
+
+
+def test_games_against_a_scripted_opponent_count_by_share():
+    """Connect four against a league's fixed opponent (a scripted player, which moves on the
+    runner's generator): three copies, seven games; the copies play 3, 2 and 2 games, the
+    opponent sits in them, and equal seeds give equal games."""
+    from collections import Counter
+
+    from tests.league.games import small_league
+
+    results = []
+    for _ in range(2):
+        algo = small_league(opponents={"random_legal": "random_legal"}, self_play_fraction=0.0) \
+            .callbacks(EndsByEnvCopy).build()
+        runner = EnvRunner(algo.config, algo.policies, num_envs=3)
+        try:
+            episodes = runner.run_episodes(7)
+            assert isinstance(runner.callbacks, EndsByEnvCopy)
+            assert Counter(runner.callbacks.ends) == {0: 3, 1: 2, 2: 2}
+            assert all(set(e["policy_returns"]) == {"main", "random_legal"} for e in episodes)
+            results.append(episodes)
+        finally:
+            runner.stop()
+            algo.stop()
+    assert results[0] == results[1]
+
+
 def test_an_env_error_mid_run_leaves_the_runner_playing_whole_shares():
     """An env copy raises in the middle of run_episodes: the error propagates, nothing of that
     run is reported, and the next call plays each copy's share from fresh episodes."""
