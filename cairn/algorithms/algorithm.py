@@ -165,10 +165,15 @@ class Algorithm:
         raise NotImplementedError(f"{type(self).__name__} must implement training_step().")
 
     def _sample(self) -> dict[str, SampleBatch]:
-        """Collect one round of experience and update the sampling counters and metrics."""
+        """Collect one round of experience, :meth:`check_sample` it, and update the sampling
+        counters and metrics."""
         batches, episodes, env_steps = self.env_runner_group.sample()
+        self.check_sample(batches)
         self.record_sample(batches, episodes, env_steps)
         return batches
+
+    def check_sample(self, batches: Mapping[str, SampleBatch]) -> None:
+        """Refuse (raise) a round of experience before it is counted; accepts any by default."""
 
     def record_sample(self, batches: Mapping[str, SampleBatch], episodes: Sequence[dict[str, Any]],
                       env_steps: int) -> None:

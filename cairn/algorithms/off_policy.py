@@ -63,17 +63,13 @@ class OffPolicyAlgorithm(Algorithm):
         return self.replay.buffers
 
     # ---------------------------------------------------------------------------- training
-    def _sample(self) -> dict[str, SampleBatch]:
-        """One round of experience, refused (NonFiniteSampleError) before it is counted or any
-        of it stored when a row a replay buffer would store holds a NaN or infinite reward or
-        observation: stored, it would make every minibatch that replays it NaN
-        (:func:`check_finite_transitions`)."""
-        batches, episodes, env_steps = self.env_runner_group.sample()
+    def check_sample(self, batches: Mapping[str, SampleBatch]) -> None:
+        """Refuse a round (NonFiniteSampleError) before it is counted or any of it stored when a
+        row a replay buffer would store holds a NaN or infinite reward or observation: stored,
+        it would make every minibatch that replays it NaN (:func:`check_finite_transitions`)."""
         for pid in self.policies_to_train:
             if pid in batches:
                 check_finite_transitions(pid, batches[pid])
-        self.record_sample(batches, episodes, env_steps)
-        return batches
 
     def training_step(self) -> dict[str, dict[str, Any]]:
         cfg = self.config
