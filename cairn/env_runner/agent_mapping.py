@@ -3,7 +3,7 @@ share (:class:`AgentSampler`), and as saved in an env runner's state."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Container, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
@@ -84,6 +84,11 @@ class AgentSampler:
     def policies(self) -> Mapping[str, Policy]:
         """The runner's policies."""
         return self.runner.policies
+
+    def unfed_filters(self, update_filter: bool) -> Container[str]:
+        """The policies whose observation filters a sampling call leaves unfed: all of them
+        without ``update_filter``, else the runner's ``frozen_policies`` (read once per call)."""
+        return self.policies.keys() if not update_filter else self.runner.frozen_policies
 
     def scripted_opponents(self) -> dict[str, str]:
         """``{name: spec}`` of the league's fixed opponents (``config.league(opponents=...)``),

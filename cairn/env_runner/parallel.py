@@ -21,7 +21,7 @@ until the env steps with it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from functools import partial
 from typing import Any
 
@@ -81,7 +81,7 @@ class ParallelSampler(AgentSampler):
             first, infos = self._reset_env(i)
             for agent, obs in first.items():
                 self._receive(i, agent, obs, infos, raw_by_pid)
-        for (i, agent), row in self._process(raw_by_pid, update_filter=update_filter).items():
+        for (i, agent), row in self._process(raw_by_pid, unfed=self.unfed_filters(update_filter)).items():
             self.obs[i][agent] = row
 
     def _reset_env(self, i: int) -> tuple[dict[Any, Any], Mapping[Any, Any]]:
@@ -114,15 +114,12 @@ class ParallelSampler(AgentSampler):
                 pid, self.envs[i], agent, obs, (infos or {}).get(agent, {}))
 
     def _process(
-        self, raw_by_pid: Mapping[str, list[tuple[int, Any, Any]]], *, update_filter: bool
+        self, raw_by_pid: Mapping[str, list[tuple[int, Any, Any]]], *, unfed: Container[str]
     ) -> dict[tuple[int, Any], np.ndarray]:
         """Process newly received observations per policy in one batch each."""
         processed: dict[tuple[int, Any], np.ndarray] = {}
-        frozen = self.runner.frozen_policies  # their filters act, unfed
         for pid, items in raw_by_pid.items():
-            rows = self.policies[pid].process_observations(
-                [o for _, _, o in items], update=update_filter and pid not in frozen
-            )
+            rows = self.policies[pid].process_observations([o for _, _, o in items], update=pid not in unfed)
             for k, (i, agent, _) in enumerate(items):
                 processed[(i, agent)] = rows[k]
         return processed
@@ -169,6 +166,7 @@ class ParallelSampler(AgentSampler):
         # One trajectory per (env index, agent); rows are appended as the agent acts, and the
         # next observation of its last row is filled in when the following observation arrives.
         trajs = AgentTrajectories()
+        unfed = self.unfed_filters(update_filter)
         for _ in range(steps):
             live = self.episodes.playing()  # run_episodes: the envs that owe episodes (None: all)
             acting = range(len(self.envs)) if live is None else live
@@ -266,7 +264,7 @@ class ParallelSampler(AgentSampler):
                             self._receive(i, agent, obs_d[agent], infos_d, incoming)
                     if not any(agent in obs_d for agent in env.agents):
                         raise self._no_observation_error(i, f"step {ep.length} of its episode returned")
-            processed = self._process(incoming, update_filter=update_filter)
+            processed = self._process(incoming, unfed=unfed)
             for (i, tag), processed_row in processed.items():
                 if isinstance(tag, tuple):  # ("final", agent): next obs of a finished agent
                     if trajs.waiting((i, tag[1])):

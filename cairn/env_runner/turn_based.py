@@ -28,7 +28,7 @@ The episode length counts moves (dead-agent steps excluded); returns add up ever
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -98,7 +98,7 @@ class TurnBasedSampler(AgentSampler):
         episodes cut short are dropped). The caller restarts the episode totals first."""
         for i, env in enumerate(self.envs):
             self._reset_env(i, env)
-        self._advance(update_filter=update_filter, trajs=None)
+        self._advance(unfed=self.unfed_filters(update_filter), trajs=None)
 
     def sample(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool,
@@ -108,10 +108,11 @@ class TurnBasedSampler(AgentSampler):
         recording) only the envs that still owe episodes (``episodes.playing()``) move, and
         moving stops once none does."""
         trajs = AgentTrajectories() if record else None
+        unfed = self.unfed_filters(update_filter)
         for _ in range(steps):
             live = self.episodes.playing()  # None: every env
             self._move_all(explore=explore, record=record, live=live)
-            self._advance(update_filter=update_filter, trajs=trajs, live=live)
+            self._advance(unfed=unfed, trajs=trajs, live=live)
             if self.episodes.all_played():
                 break
         return {} if trajs is None else trajs.batches(self.runner.worker_index)
@@ -192,7 +193,7 @@ class TurnBasedSampler(AgentSampler):
             moved.add(agent)
             self.first_moves[i].add(agent)
 
-    def _advance(self, *, update_filter: bool, trajs: AgentTrajectories | None,
+    def _advance(self, *, unfed: Container[str], trajs: AgentTrajectories | None,
                  live: list[int] | None = None) -> None:
         """Bring every env (``live``: those that moved) to its next agent to move: read each
         selected agent's reward, step dead agents with ``None``, finish and reset ended games;
@@ -240,7 +241,7 @@ class TurnBasedSampler(AgentSampler):
             processed: dict[int, np.ndarray] = {}
             if observed:
                 rows = self.policies[pid].process_observations(
-                    [s[2] for s in observed], update=update_filter and pid not in self.runner.frozen_policies)
+                    [s[2] for s in observed], update=pid not in unfed)
                 processed = {id(s): row for s, row in zip(observed, rows)}
             for selection in items:
                 i, agent, _, reward, terminated, truncated, pending, moves, first = selection
