@@ -97,11 +97,6 @@ class AsyncSampler:
         """Requests sent and not yet collected (finished ones included)."""
         return sum(len(r) for r in self._requests.values())
 
-    @property
-    def num_fragments_queued(self) -> int:
-        """Fragments collected and not yet taken by :meth:`get`."""
-        return len(self._queue)
-
     def get(self, *, min_fragments: int = 1, max_fragments: int | None = None) -> list[RemoteFragment]:
         """At least ``min_fragments`` (at most ``max_fragments``; None: all queued) finished
         fragments, oldest first, waiting for them if the queue holds fewer. Every healthy
@@ -119,7 +114,7 @@ class AsyncSampler:
             # wait without end.
             self.runners.recover("sample()")
             self._top_up()
-            self._collect(block=True)
+            self._collect()
         self._top_up()  # the runners that just delivered get their next request at once
         count = len(self._queue) if max_fragments is None else min(max_fragments, len(self._queue))
         return [self._queue.popleft() for _ in range(count)]
@@ -128,7 +123,7 @@ class AsyncSampler:
         """Send nothing more; wait for every request in flight and return all queued
         fragments. Afterwards the runners are idle until the next :meth:`get`."""
         while self._requests:
-            self._collect(block=True)
+            self._collect()
         fragments = list(self._queue)
         self._queue.clear()
         return fragments
@@ -149,9 +144,9 @@ class AsyncSampler:
                 ref = actor.sample.remote(self._weights_ref)
                 pending.append(_Request(ref, actor, self.weights_version, now))
 
-    def _collect(self, *, block: bool) -> None:
+    def _collect(self) -> None:
         """Move every finished request to the queue (failed runners recorded, then recovered);
-        with ``block``, first wait until one finishes or a runner's oldest request is overdue."""
+        first wait until one finishes or a runner's oldest request is overdue."""
         ray = ensure_ray()
         runners = self.runners
         timeout_s = runners.config.sample_timeout_s
@@ -165,8 +160,7 @@ class AsyncSampler:
             return
         refs = [r.ref for reqs in self._requests.values() for r in reqs]
         oldest = min(reqs[0].started for reqs in self._requests.values())
-        if block:
-            ray.wait(refs, num_returns=1, timeout=max(0.0, oldest + timeout_s - time.monotonic()))
+        ray.wait(refs, num_returns=1, timeout=max(0.0, oldest + timeout_s - time.monotonic()))
         ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
         now = time.monotonic()
         for index, reqs in sorted(self._requests.items()):
