@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from cairn.algorithms.actor_critic_config import ActorCriticConfig, actor_critic_fields
-from cairn.algorithms.td3.td3_policy import TD3Policy
+from cairn.algorithms.td3.td3_policy import TD3Policy, check_exploration_noise
 from cairn.config.fields import Field, number, positive_int
 
 __all__ = ["TD3Config"]
@@ -45,7 +45,7 @@ class TD3Config(ActorCriticConfig):
         "target_policy_noise": Field("training", 0.2, number(0.0, 10.0), "target smoothing noise std"),
         "target_noise_clip": Field("training", 0.5, number(0.0, 10.0), "target smoothing noise clip"),
         "exploration_noise": Field("training", TD3Policy.DEFAULT_CONFIG["exploration_noise"],
-                                   number(0.0, 10.0), "acting noise std"),
+                                   check_exploration_noise, "acting noise std"),
     })
     algo_class_name = "TD3"
 

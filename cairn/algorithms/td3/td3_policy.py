@@ -19,7 +19,7 @@ from cairn.algorithms.td3.distribution import GaussianActionNoise
 from cairn.algorithms.td3.keras_model import keras_td3_model
 from cairn.algorithms.td3.model import TD3Model, TD3ModelBase
 from cairn.algorithms.td3.output_shapes import check_td3_outputs
-from cairn.errors import ConfigError
+from cairn.config.fields import number
 from cairn.policy.custom_model import uses_custom_model
 from cairn.policy.keras_config import model_framework
 from cairn.policy.merge import deep_merge
@@ -30,16 +30,14 @@ from cairn.registry import register_class
 if TYPE_CHECKING:
     from cairn.policy.export_hook import ExportGraph
 
-__all__ = ["TD3Policy", "OPTIMIZER_GROUPS"]
+__all__ = ["TD3Policy", "OPTIMIZER_GROUPS", "check_exploration_noise"]
 
 #: The parameter groups of the policy's optimizer, in order: TD3's two optimizers.
 OPTIMIZER_GROUPS = ("actor", "critic")
 
 
-def _check_number(key: str, value: Any, *, low: float, high: float, example: str) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
-        raise ConfigError(f"Config {key!r}={value!r} is invalid: expected a number in [{low}, {high}], "
-                          f"e.g. {example}.")
+#: The check of ``exploration_noise``, in the config (TD3Config's field) and in the policy.
+check_exploration_noise = number(0.0, 10.0)
 
 
 @register_class
@@ -88,7 +86,7 @@ class TD3Policy(Policy):
 
     def check_setup(self, action_space: gym.Space[Any], config: Mapping[str, Any]) -> None:
         check_bounded_box_actions("TD3", action_space)
-        _check_number("exploration_noise", config["exploration_noise"], low=0.0, high=10.0, example="0.1")
+        check_exploration_noise("exploration_noise", config["exploration_noise"])
 
     def make_distribution(self, action_space: gym.Space[Any]) -> GaussianActionNoise:
         box: gym.spaces.Box = action_space  # type: ignore[assignment]  # a Box: check_setup
@@ -125,7 +123,7 @@ class TD3Policy(Policy):
 
     def set_exploration_noise(self, noise_std: float) -> None:
         """Set ``config["exploration_noise"]`` and the noise the policy acts with."""
-        _check_number("exploration_noise", noise_std, low=0.0, high=10.0, example="0.1")
+        check_exploration_noise("exploration_noise", noise_std)
         self.config["exploration_noise"] = float(noise_std)
         self.noisy_actions.noise_std = float(noise_std)
 

@@ -130,3 +130,13 @@ def test_cli_trains_td3_and_its_run_checkpoint_holds_the_replay_buffer(tmp_path)
         assert isinstance(restored, cairn.TD3) and restored.config.model["hidden"] == [8]
     finally:
         restored.stop()
+
+
+def test_the_policy_refuses_an_exploration_noise_out_of_range_and_keeps_its_own():
+    expected = r"'exploration_noise'=-1 is invalid: expected a number in \[0.0, 10.0\]"
+    with pytest.raises(ConfigError, match=expected):
+        TD3Policy(OBS, ACT, {"exploration_noise": -1}, seed=0)
+    policy = TD3Policy(OBS, ACT, {"exploration_noise": 0.2}, seed=0)
+    with pytest.raises(ConfigError, match=r"'exploration_noise'=11.0 is invalid"):
+        policy.set_exploration_noise(11.0)
+    assert policy.config["exploration_noise"] == 0.2 and policy.noisy_actions.noise_std == 0.2
