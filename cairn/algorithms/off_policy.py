@@ -55,7 +55,11 @@ class OffPolicyAlgorithm(Algorithm):
 
     def check_policies(self) -> None:
         """Check (and adjust) the built or restored policies once, before any training;
-        raise what a user must fix."""
+        raise what a user must fix: each must be a :attr:`default_policy_class`
+        (:meth:`trained_policy`). A restored policy took ``config_overrides`` in its own
+        ``follow_config``: its settings are not set again here."""
+        for pid in self.policies:
+            self.trained_policy(pid)
 
     @property
     def replay_buffers(self) -> dict[str, ReplayBuffer]:

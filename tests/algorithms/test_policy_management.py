@@ -218,3 +218,15 @@ def test_a_policy_removed_and_added_again_starts_new(make_config, tmp_path):
     generator, TD3's delay counter ``num_grad_updates``) lives in the policy's own state,
     which a re-added policy brings new."""
     readd_after_removal_matches_restore(make_config(), str(tmp_path / "removed"))
+
+
+@pytest.mark.parametrize("config_class, env", [
+    (cairn.DQNConfig, "CartPole-v1"), (cairn.SACConfig, "Pendulum-v1"), (cairn.TD3Config, "Pendulum-v1"),
+])
+def test_an_off_policy_algorithm_refuses_to_build_with_a_policy_of_another_class(config_class, env):
+    algo_name = config_class.algo_class_name
+    config = config_class().environment(env).multi_agent(
+        policies={"p": cairn.PolicySpec(cairn.Policy)}, policy_mapping_fn=lambda agent, *args, **kwargs: "p")
+    with pytest.raises(TypeError, match=rf"{algo_name} trains {algo_name}Policy policies; 'p' is a Policy\. "
+                                        rf"Add it with PolicySpec\({algo_name}Policy, \.\.\.\)"):
+        config.build()

@@ -47,12 +47,10 @@ class DQN(OffPolicyAlgorithm):
     default_policy_class: ClassVar[type[Policy]] = DQNPolicy
 
     def check_policies(self) -> None:
-        for pid in self.policies:
-            self._dqn_policy(pid)
-
+        super().check_policies()
         if self.config.update_backend == "numpy":  # refuse what numpy cannot train now, not later
             for pid in self.policies_to_train:
-                self._update_backend(pid, self._dqn_policy(pid))
+                self._update_backend(pid, self.trained_policy(pid))
 
     # ---------------------------------------------------------------------------- training
     def training_step(self) -> dict[str, dict[str, Any]]:
@@ -66,7 +64,7 @@ class DQN(OffPolicyAlgorithm):
         return self.replay_ratio.due(pid, rows)
 
     def learn_on_replay(self, pid: str, buffer: ReplayBuffer) -> list[float]:
-        policy = self._dqn_policy(pid)
+        policy: DQNPolicy = self.trained_policy(pid)
         if pid not in self._backends:  # once per iteration: a few microseconds
             self._backends[pid] = self._update_backend(pid, policy)
         # torch: here, on the learner's device, or on the DDP learners; numpy: only here.
@@ -76,13 +74,13 @@ class DQN(OffPolicyAlgorithm):
     def sync_target(self, pid: str) -> None:
         """Copy the Q-network into the target network once ``target_network_update_freq``
         of the policy's steps were sampled since the last copy."""
-        policy = self._dqn_policy(pid)
+        policy: DQNPolicy = self.trained_policy(pid)
         if policy.global_timestep - policy.last_target_update >= self.config.target_network_update_freq:
             self.sync_learners([pid])  # a write of the training state: the learners give it back
             policy.update_target()
 
     def learner_stats(self, pid: str, history: Sequence[Sequence[float]]) -> dict[str, Any]:
-        policy = self._dqn_policy(pid)
+        policy: DQNPolicy = self.trained_policy(pid)
         means = np.mean(history, axis=0).tolist()
         names = ("loss", "q_mean", "target_mean", "td_error_abs_mean")
         stats: dict[str, Any] = dict(zip(names, means, strict=True))
@@ -90,10 +88,6 @@ class DQN(OffPolicyAlgorithm):
                      replay_buffer_size=float(len(self.replay_buffers[pid])),
                      update_backend=self._backends[pid])
         return stats
-
-    def _dqn_policy(self, pid: str) -> DQNPolicy:
-        policy: DQNPolicy = self.trained_policy(pid)
-        return policy
 
     def _update_backend(self, pid: str, policy: DQNPolicy) -> str:
         """``"numpy"`` or ``"torch"``: who runs ``policy``'s updates, per ``update_backend``.

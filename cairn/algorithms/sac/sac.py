@@ -48,24 +48,13 @@ class SAC(OffPolicyAlgorithm):
     config: SACConfig
     default_policy_class: ClassVar[type[Policy]] = SACPolicy
 
-    def check_policies(self) -> None:
-        for pid in self.policies:
-            # A SACPolicy, or a TypeError saying what to do. A restored one keeps its learning
-            # rates but for those config_overrides names ({"actor_lr": ...}), which it took in
-            # SACPolicy.follow_config: setting the config's here lost a set_learning_rate.
-            self._sac_policy(pid)
-
-    def _sac_policy(self, pid: str) -> SACPolicy:
-        policy: SACPolicy = self.trained_policy(pid)
-        return policy
-
     # ---------------------------------------------------------------------------- training
     def learn_on_replay(self, pid: str, buffer: ReplayBuffer) -> list[float]:
-        self._sac_policy(pid)  # a SACPolicy, or a TypeError saying what to do
+        self.trained_policy(pid)  # a SACPolicy, or a TypeError saying what to do
         return self.learn_minibatch(sac_learn, pid, buffer)
 
     def learner_stats(self, pid: str, history: Sequence[Sequence[float]]) -> dict[str, Any]:
-        policy = self._sac_policy(pid)
+        policy: SACPolicy = self.trained_policy(pid)
         stats: dict[str, Any] = dict(zip(LEARNER_STATS, np.mean(history, axis=0).tolist(), strict=True))
         stats.update(alpha=policy.alpha, num_grad_updates=float(policy.num_grad_updates),
                      replay_buffer_size=float(len(self.replay_buffers[pid])))

@@ -47,23 +47,12 @@ class TD3(OffPolicyAlgorithm):
     config: TD3Config
     default_policy_class: ClassVar[type[Policy]] = TD3Policy
 
-    def check_policies(self) -> None:
-        for pid in self.policies:
-            # A TD3Policy, or a TypeError saying what to do. A restored one took the config's
-            # exploration noise (config_overrides on restore) in TD3Policy.follow_config, before
-            # the env runners copied it.
-            self._td3_policy(pid)
-
-    def _td3_policy(self, pid: str) -> TD3Policy:
-        policy: TD3Policy = self.trained_policy(pid)
-        return policy
-
     def learn_on_replay(self, pid: str, buffer: ReplayBuffer) -> list[float]:
-        self._td3_policy(pid)  # a TD3Policy, or a TypeError saying what to do
+        self.trained_policy(pid)  # a TD3Policy, or a TypeError saying what to do
         return self.learn_minibatch(td3_learn, pid, buffer)
 
     def learner_stats(self, pid: str, history: Sequence[Sequence[float]]) -> dict[str, Any]:
-        policy = self._td3_policy(pid)
+        policy: TD3Policy = self.trained_policy(pid)
         values = np.asarray(history, dtype=np.float64)
         stats: dict[str, Any] = {name: float(np.mean(values[:, i])) for i, name in enumerate(LEARNER_STATS)}
         actor = values[:, LEARNER_STATS.index("actor_loss")]
