@@ -42,8 +42,7 @@ class SampledRunner(Protocol):
     @property
     def rng(self) -> np.random.Generator: ...
 
-    @property
-    def frozen_policies(self) -> frozenset[str]: ...
+    def unfed_filters(self, update_filter: bool) -> Container[str]: ...
 
 
 class AgentSampler:
@@ -84,11 +83,6 @@ class AgentSampler:
     def policies(self) -> Mapping[str, Policy]:
         """The runner's policies."""
         return self.runner.policies
-
-    def unfed_filters(self, update_filter: bool) -> Container[str]:
-        """The policies whose observation filters a sampling call leaves unfed: all of them
-        without ``update_filter``, else the runner's ``frozen_policies`` (read once per call)."""
-        return self.policies.keys() if not update_filter else self.runner.frozen_policies
 
     def scripted_opponents(self) -> dict[str, str]:
         """``{name: spec}`` of the league's fixed opponents (``config.league(opponents=...)``),

@@ -12,7 +12,7 @@ own objects for the local runner, copies for remote ones). ``sample()`` returns
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -116,13 +116,15 @@ class EnvRunner:
         scripted opponents (:mod:`cairn.env_runner.scripted_opponents`)."""
         return self._rng
 
-    @property
-    def frozen_policies(self) -> frozenset[str]:
-        """The policies outside ``config.policies_to_train`` (none when it is None: all learn).
-        They act, but sampling does not feed their observation filters: a frozen policy (a
-        league snapshot, a fixed opponent) keeps normalising as it did when it was frozen, as it
-        keeps its weights."""
+    def unfed_filters(self, update_filter: bool) -> Container[str]:
+        """The policies whose observation filters a sampling call leaves unfed (read once per
+        call): all of them without ``update_filter``, else those outside
+        ``config.policies_to_train`` (none when it is None: all learn). Those act, but a frozen
+        policy (a league snapshot, a fixed opponent) keeps normalising as it did when it was
+        frozen, as it keeps its weights."""
         chosen = self.config.policies_to_train
+        if not update_filter:
+            return self.policies.keys()
         return frozenset() if chosen is None else frozenset(p for p in self.policies if p not in chosen)
 
     # ------------------------------------------------------------------------------- helpers
@@ -149,7 +151,7 @@ class EnvRunner:
             resets = self.vector_envs.reset(seeds)
             self._env_pids = [self._mapped_policy(DEFAULT_AGENT_ID) for _ in range(self.num_envs)]
             self._obs = process_by_policy(self.policies, [o for o, _ in resets.values()], self._env_pids,
-                                          update=update_filter, frozen=self.frozen_policies)
+                                          unfed=self.unfed_filters(update_filter))
             for i, (o, info) in resets.items():
                 self._begin_episode(i, o, info)
         self._needs_reset = False
@@ -261,7 +263,7 @@ class EnvRunner:
         env_pids = self._env_pids  # each env's policy for its episode (mapped as one starts)
         step_hook = self._episodes.step if self._episodes.has_step_hook else None
         recording = self._episodes.recording
-        frozen = self.frozen_policies  # their filters act, unfed
+        unfed = self.unfed_filters(update_filter)
         obs = self._obs
         assert obs is not None
         if record:
@@ -332,20 +334,17 @@ class EnvRunner:
                 env_pids[i] = self._mapped_policy(DEFAULT_AGENT_ID)  # its next episode's policy
                 self._begin_episode(i, o, info)
             if live is None:
-                next_obs = process_by_policy(self.policies, next_raw, env_pids, update=update_filter,
-                                             frozen=frozen)
+                next_obs = process_by_policy(self.policies, next_raw, env_pids, unfed=unfed)
             else:  # the envs that did not step keep their observations
                 next_obs = obs.copy()
                 next_obs[live] = process_by_policy(self.policies, [next_raw[i] for i in live],
-                                                   [env_pids[i] for i in live], update=update_filter,
-                                                   frozen=frozen)
+                                                   [env_pids[i] for i in live], unfed=unfed)
             if record:
                 obs_buf[t] = obs
                 next_buf[t] = next_obs
                 if finals:  # processed by the policy of the episode they end
                     final_rows = process_by_policy(self.policies, [o for _, o, _ in finals],
-                                                   [pid for _, _, pid in finals], update=update_filter,
-                                                   frozen=frozen)
+                                                   [pid for _, _, pid in finals], unfed=unfed)
                     next_buf[t, [i for i, _, _ in finals]] = final_rows
             obs = next_obs
             if self._episodes.all_played():

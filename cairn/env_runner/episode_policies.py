@@ -36,21 +36,19 @@ def group_by_policy(pids: Sequence[str]) -> list[tuple[str, list[int] | None]]:
 
 
 def process_by_policy(
-    policies: Mapping[str, Policy], raws: Sequence[Any], pids: Sequence[str], *, update: bool,
-    frozen: Container[str] = (),
+    policies: Mapping[str, Policy], raws: Sequence[Any], pids: Sequence[str], *, unfed: Container[str],
 ) -> np.ndarray:
     """``raws[i]`` processed by the filter of policy ``pids[i]`` (each policy's rows in one call,
-    which also feeds its filter's statistics with ``update``, unless the policy is in ``frozen``),
-    stacked in order."""
+    which also feeds its filter's statistics unless the policy is in ``unfed``), stacked in
+    order."""
     groups = group_by_policy(pids)
     if len(groups) == 1:
         pid = groups[0][0]
-        return policies[pid].process_observations(raws, update=update and pid not in frozen)
+        return policies[pid].process_observations(raws, update=pid not in unfed)
     out: np.ndarray | None = None
     for pid, rows in groups:
         assert rows is not None
-        processed = policies[pid].process_observations([raws[i] for i in rows],
-                                                       update=update and pid not in frozen)
+        processed = policies[pid].process_observations([raws[i] for i in rows], update=pid not in unfed)
         if out is None:
             out = np.empty((len(raws), *processed.shape[1:]), dtype=processed.dtype)
         out[rows] = processed

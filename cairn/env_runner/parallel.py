@@ -81,7 +81,8 @@ class ParallelSampler(AgentSampler):
             first, infos = self._reset_env(i)
             for agent, obs in first.items():
                 self._receive(i, agent, obs, infos, raw_by_pid)
-        for (i, agent), row in self._process(raw_by_pid, unfed=self.unfed_filters(update_filter)).items():
+        processed = self._process(raw_by_pid, unfed=self.runner.unfed_filters(update_filter))
+        for (i, agent), row in processed.items():
             self.obs[i][agent] = row
 
     def _reset_env(self, i: int) -> tuple[dict[Any, Any], Mapping[Any, Any]]:
@@ -166,7 +167,7 @@ class ParallelSampler(AgentSampler):
         # One trajectory per (env index, agent); rows are appended as the agent acts, and the
         # next observation of its last row is filled in when the following observation arrives.
         trajs = AgentTrajectories()
-        unfed = self.unfed_filters(update_filter)
+        unfed = self.runner.unfed_filters(update_filter)
         for _ in range(steps):
             live = self.episodes.playing()  # run_episodes: the envs that owe episodes (None: all)
             acting = range(len(self.envs)) if live is None else live

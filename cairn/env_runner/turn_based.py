@@ -98,7 +98,7 @@ class TurnBasedSampler(AgentSampler):
         episodes cut short are dropped). The caller restarts the episode totals first."""
         for i, env in enumerate(self.envs):
             self._reset_env(i, env)
-        self._advance(unfed=self.unfed_filters(update_filter), trajs=None)
+        self._advance(unfed=self.runner.unfed_filters(update_filter), trajs=None)
 
     def sample(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool,
@@ -108,7 +108,7 @@ class TurnBasedSampler(AgentSampler):
         recording) only the envs that still owe episodes (``episodes.playing()``) move, and
         moving stops once none does."""
         trajs = AgentTrajectories() if record else None
-        unfed = self.unfed_filters(update_filter)
+        unfed = self.runner.unfed_filters(update_filter)
         for _ in range(steps):
             live = self.episodes.playing()  # None: every env
             self._move_all(explore=explore, record=record, live=live)
