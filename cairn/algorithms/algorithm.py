@@ -164,6 +164,19 @@ class Algorithm:
         """Sample and learn once; return learner stats per policy ID."""
         raise NotImplementedError(f"{type(self).__name__} must implement training_step().")
 
+    def sample_rounds(self) -> Iterator[dict[str, SampleBatch]]:
+        """Rounds of experience (:meth:`_sample`: one fragment per environment, by policy) until
+        ``train_batch_size`` env steps were sampled since the first, as RLlib samples; a round
+        that samples nothing (no env stepped) ends them instead of spinning."""
+        counters = self.counters
+        start = counters["num_env_steps_sampled_lifetime"]
+        while counters["num_env_steps_sampled_lifetime"] - start < self.config.train_batch_size:
+            before = counters["num_env_steps_sampled_lifetime"]
+            batches = self._sample()
+            if counters["num_env_steps_sampled_lifetime"] == before:
+                return
+            yield batches
+
     def _sample(self) -> dict[str, SampleBatch]:
         """Collect one round of experience, :meth:`check_sample` it, and update the sampling
         counters and metrics."""

@@ -77,15 +77,9 @@ class OffPolicyAlgorithm(Algorithm):
 
     def training_step(self) -> dict[str, dict[str, Any]]:
         cfg = self.config
-        counters = self.counters
         history: dict[str, list[Sequence[float]]] = {}
-        start = counters["num_env_steps_sampled_lifetime"]
-        while counters["num_env_steps_sampled_lifetime"] - start < cfg.train_batch_size:
-            before = counters["num_env_steps_sampled_lifetime"]
-            batches = self._sample()
-            if counters["num_env_steps_sampled_lifetime"] == before:
-                break  # nothing was sampled (no envs stepped); avoid spinning
-            learning = (counters["num_env_steps_sampled_lifetime"]
+        for batches in self.sample_rounds():
+            learning = (self.counters["num_env_steps_sampled_lifetime"]
                         >= cfg.num_steps_sampled_before_learning_starts)
             added = {pid: len(batches[pid]) if pid in batches else 0 for pid in self.policies_to_train}
             # Every policy's rows are stored before any policy learns: the round is counted

@@ -43,7 +43,11 @@ class PPO(Algorithm):
         super().__init__(config, **kwargs)
 
     def training_step(self) -> dict[str, dict[str, float]]:
-        rounds, env_steps = self._sample_train_batch()
+        # Rounds until train_batch_size: one round alone fell short whenever
+        # fragment * num_envs_per_env_runner * num_env_runners < train_batch_size.
+        start = self.counters["num_env_steps_sampled_lifetime"]
+        rounds = list(self.sample_rounds())
+        env_steps = self.counters["num_env_steps_sampled_lifetime"] - start
         stats = {}
         for pid in self.policies_to_train:
             parts = [batches[pid] for batches in rounds if pid in batches and len(batches[pid])]
@@ -56,23 +60,6 @@ class PPO(Algorithm):
                 if len(stats) == 1:  # the sample's env steps, once: a batch's rows are agent steps
                     self.counters["num_env_steps_trained_lifetime"] += env_steps
         return stats
-
-    def _sample_train_batch(self) -> tuple[list[dict[str, SampleBatch]], int]:
-        """Sampling rounds (each one fragment per environment, by policy) until at least
-        ``train_batch_size`` env steps are in hand, as RLlib's PPO samples; and their env steps.
-
-        One round alone fell short whenever ``rollout_fragment_length`` was set with
-        ``fragment * num_envs_per_env_runner * num_env_runners < train_batch_size``: PPO learned
-        from that one fragment and ignored ``train_batch_size`` without a word."""
-        counters = self.counters
-        start = counters["num_env_steps_sampled_lifetime"]
-        rounds: list[dict[str, SampleBatch]] = []
-        while counters["num_env_steps_sampled_lifetime"] - start < self.config.train_batch_size:
-            before = counters["num_env_steps_sampled_lifetime"]
-            rounds.append(self._sample())
-            if counters["num_env_steps_sampled_lifetime"] == before:
-                break  # nothing was sampled (no envs stepped); avoid spinning
-        return rounds, counters["num_env_steps_sampled_lifetime"] - start
 
     def _learner_rewards(self, pid: str, batch: SampleBatch) -> np.ndarray:
         """The rewards the learner uses: as sampled, or scaled by the policy's normaliser."""
