@@ -14,9 +14,7 @@ from cairn.algorithms.ppo.recurrent import learn_recurrent, sequence_count
 from cairn.algorithms.reward_normalization import RewardNormalizer
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.sample_batch import SampleBatch
-from cairn.policy.policy import Policy
 from cairn.policy.recurrent import is_recurrent
-from cairn.policy_ids import DEFAULT_POLICY_ID
 from cairn.registry import register_class
 
 __all__ = ["PPO", "PPOConfig"]
@@ -56,7 +54,7 @@ class PPO(Algorithm):
                 # its running return carried over) within one round's batch, not across rounds.
                 rewards = np.concatenate([self._learner_rewards(pid, part) for part in parts])
                 batch = parts[0] if len(parts) == 1 else SampleBatch.concat(parts)
-                stats[pid] = self._learn(self.policies[pid], batch, rewards, policy_id=pid)
+                stats[pid] = self._learn(pid, batch, rewards)
                 if len(stats) == 1:  # the sample's env steps, once: a batch's rows are agent steps
                     self.counters["num_env_steps_trained_lifetime"] += env_steps
         return stats
@@ -96,11 +94,11 @@ class PPO(Algorithm):
             norm.set_state(norm_state)
         self.reward_normalizers = normalizers
 
-    def _learn(self, policy: Policy, batch: SampleBatch, rewards: np.ndarray, *,
-               policy_id: str = DEFAULT_POLICY_ID) -> dict[str, float]:
+    def _learn(self, policy_id: str, batch: SampleBatch, rewards: np.ndarray) -> dict[str, float]:
         # The epochs' orders (of rows; of a recurrent policy's sequences) come from the
         # algorithm's generator, here, so that every learner (one, or each DDP rank) walks the
         # same minibatches.
+        policy = self.policies[policy_id]
         recurrent = is_recurrent(policy)  # whole sequences from their stored states (docs/ppo.md)
         n = sequence_count(batch, policy) if recurrent else len(batch)
         permutations = [self._rng.permutation(n) for _ in range(self.config.num_epochs)]
