@@ -92,6 +92,6 @@ def policies_after_change(
         pid, obj = add
         changed[pid] = obj if isinstance(obj, Policy) else new_policy(new_config, pid, resolved[pid])
         if turn_based:  # as building refuses them (the runners carry no state there)
-            refuse_recurrent_policies({pid: changed[pid]}, "turn-based (PettingZoo AEC) environments")
+            refuse_recurrent_policies({pid: changed[pid]})
     record_specs(new_config, resolved)
     return changed

@@ -100,7 +100,7 @@ class EnvRunner:
         if self.multi_agent:
             sampler = TurnBasedSampler if is_turn_based_env(self.envs[0]) else ParallelSampler
             if sampler is TurnBasedSampler:
-                refuse_recurrent_policies(self.policies, "turn-based (PettingZoo AEC) environments")
+                refuse_recurrent_policies(self.policies)
             self._agents = sampler(self, episodes=self._episodes, draw_seed=self._draw_seed)
         #: Single-agent: per env, the policy of its current episode (mapped as each one starts).
         self._env_pids: list[str] = []
@@ -131,15 +131,13 @@ class EnvRunner:
     def _draw_seed(self) -> int | None:
         return None if self.config.seed is None else draw_reset_seed(self._rng)
 
-    def _mapped_policy(
-        self, agent: Any, config: AlgorithmConfig | None = None,
-        policies: Mapping[str, Policy] | None = None,
-    ) -> str:
-        """The policy ID that ``config`` (default: this runner's) maps ``agent`` to, which must
-        be one of ``policies`` (default: this runner's)."""
+    def _mapped_policy(self, config: AlgorithmConfig | None = None,
+                       policies: Mapping[str, Policy] | None = None) -> str:
+        """The policy ID that ``config`` (default: this runner's) maps the single agent to, which
+        must be one of ``policies`` (default: this runner's)."""
         config = self.config if config is None else config
         policies = self.policies if policies is None else policies
-        return check_mapped_policy_id(agent, config.map_agent(agent), policies)
+        return check_mapped_policy_id(DEFAULT_AGENT_ID, config.map_agent(DEFAULT_AGENT_ID), policies)
 
     def _reset_all(self, *, update_filter: bool) -> None:
         self._episodes.restart_all()
@@ -149,7 +147,7 @@ class EnvRunner:
         else:
             seeds = {i: self._draw_seed() for i in range(self.num_envs)}
             resets = self.vector_envs.reset(seeds)
-            self._env_pids = [self._mapped_policy(DEFAULT_AGENT_ID) for _ in range(self.num_envs)]
+            self._env_pids = [self._mapped_policy() for _ in range(self.num_envs)]
             self._obs = process_by_policy(self.policies, [o for o, _ in resets.values()], self._env_pids,
                                           unfed=self.unfed_filters(update_filter))
             for i, (o, info) in resets.items():
@@ -331,7 +329,7 @@ class EnvRunner:
                 next_raw[i] = o
             for i, (o, info) in envs.reset(reset_seeds).items():
                 next_raw[i] = o
-                env_pids[i] = self._mapped_policy(DEFAULT_AGENT_ID)  # its next episode's policy
+                env_pids[i] = self._mapped_policy()  # its next episode's policy
                 self._begin_episode(i, o, info)
             if live is None:
                 next_obs = process_by_policy(self.policies, next_raw, env_pids, unfed=unfed)
@@ -423,7 +421,7 @@ class EnvRunner:
             # without it (older checkpoints, whose mapping was one policy for every episode)
             # maps each env now.
             pids = state.get("episode_policy_ids")
-            pids = [self._mapped_policy(DEFAULT_AGENT_ID) for _ in range(self.num_envs)] if pids is None \
+            pids = [self._mapped_policy() for _ in range(self.num_envs)] if pids is None \
                 else [str(p) for p in pids]
             if len(pids) != self.num_envs or any(p not in self.policies for p in pids):
                 self._needs_reset = True  # a saved policy is gone: its filter processed the obs
@@ -461,7 +459,7 @@ class EnvRunner:
         if self._agents is not None:
             changed = self._agents.update_policies(config, policies)
         else:
-            self._mapped_policy(DEFAULT_AGENT_ID, config, policies)  # checked before anything changes
+            self._mapped_policy(config, policies)  # checked before anything changes
             changed = any(pid not in policies for pid in self._env_pids)
         self.config, self.policies = config, policies
         self._needs_reset = self._needs_reset or changed

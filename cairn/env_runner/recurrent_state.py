@@ -30,15 +30,16 @@ __all__ = ["RecurrentStates", "refuse_recurrent_policies"]
 Key = tuple[int, Any]
 
 
-def refuse_recurrent_policies(policies: Mapping[str, Policy], where: str) -> None:
-    """Raise :class:`~cairn.errors.ConfigError` when one of ``policies`` is recurrent: ``where``
-    (e.g. turn-based environments) carries no recurrent state."""
+def refuse_recurrent_policies(policies: Mapping[str, Policy]) -> None:
+    """Raise :class:`~cairn.errors.ConfigError` when one of ``policies`` is recurrent: turn-based
+    environments carry no recurrent state."""
     recurrent = sorted(pid for pid, policy in policies.items() if is_recurrent(policy))
     if recurrent:
         raise ConfigError(
             f"Recurrent policies {recurrent} (model.use_lstm, or a RecurrentActorCriticModel) are not "
-            f"supported with {where}; they are with single-agent Gymnasium environments and "
-            "PettingZoo ParallelEnv ones. Drop use_lstm, or use a parallel environment.")
+            "supported with turn-based (PettingZoo AEC) environments; they are with single-agent "
+            "Gymnasium environments and PettingZoo ParallelEnv ones. Drop use_lstm, or use a parallel "
+            "environment.")
 
 
 class RecurrentStates:
