@@ -29,6 +29,7 @@ from cairn.algorithms.policy_changes import (
 from cairn.algorithms.policy_specs import build_policies, probe_agents, record_specs, resolve_policy_specs
 from cairn.algorithms.save_restore import algorithm_from_checkpoint, from_state_inputs
 from cairn.callbacks.base import make_callbacks, report_checkpoint_saved
+from cairn.checkpoint.manager import checkpoint_name
 from cairn.config.algorithm_config import AlgorithmConfig, PolicyMapping
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.group import EnvRunnerGroup
@@ -592,7 +593,7 @@ class Algorithm:
         ``cairn.get_checkpoint_info(path)["metadata"]`` returns (docs/checkpoints.md).
         """
         if path is None:
-            path = Path(self.log_dir) / f"checkpoint_{self.iteration:06d}"
+            path = Path(self.log_dir) / checkpoint_name(self.iteration)
         iteration = self.iteration  # the snapshot's: a background write may finish later
 
         def report(location: str) -> None:
