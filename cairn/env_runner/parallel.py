@@ -70,7 +70,15 @@ class ParallelSampler(AgentSampler):
         self.scripted_actions: list[dict[Any, Any]] = [{} for _ in self.envs]
 
     def agents_in_flight(self) -> list[list[Any]]:
-        return [[*obs, *scripted] for obs, scripted in zip(self.obs, self.scripted_actions)]
+        """Per env: the agents with an observation to act on, those a scripted opponent seats,
+        then the live agents that acted and wait for their next observation (their episode
+        goes on with the policy they acted with: that policy's removal must end it)."""
+        in_flight = []
+        for i, (obs, scripted) in enumerate(zip(self.obs, self.scripted_actions)):
+            waiting = [a for a in self.envs[i].agents
+                       if a in self.agent_pids[i] and a not in obs and a not in scripted]
+            in_flight.append([*obs, *scripted, *waiting])
+        return in_flight
 
     # ------------------------------------------------------------------------------ stepping
     def reset_all(self, *, update_filter: bool) -> None:

@@ -111,3 +111,50 @@ def test_run_episodes_raises_rather_than_waiting_forever():
         assert runner.get_metrics() == []
     finally:
         algo.stop()
+
+
+class _Skipping(TwoAgentParallel):
+    """agent_1 observes only at even t (so it acts at even t and waits for its next observation
+    at odd t); agent_0 at every t. Both paid 1 per step; episodes end at t = 6 (truncated)."""
+
+    metadata = {"name": "skipping_v0", "render_modes": []}
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        self.t += 1
+        end = self.t >= 6
+        rewards = {a: 1.0 for a in self.agents}
+        truncated = {a: end for a in self.agents}
+        if end:
+            self.agents = []
+        obs = {a: self._obs(a) for a in self.agents if a == "agent_0" or self.t % 2 == 0}
+        return obs, rewards, dict.fromkeys(truncated, False), truncated, {a: {} for a in obs}
+
+
+def _make_skipping(config: dict[str, Any]) -> _Skipping:
+    return _Skipping(config)
+
+
+def test_removing_the_policy_of_an_agent_waiting_for_its_observation_starts_new_episodes():
+    """An agent that acted and has no observation yet is in flight (its action waits for its
+    outcome, and its episode keeps the policy it acted with). Unfixed, removing its policy left
+    the episode going on, and its next observation went to the removed policy: a KeyError
+    that discarded the next fragment."""
+    algo = two_policy_ppo(_make_skipping).build()
+    runner = EnvRunner(algo.config, algo.policies)
+    try:
+        runner.sample(1)  # agent_1 (p1) acted at t = 0 and got no observation at t = 1
+        assert runner.get_state()["current_obs"][0]["agents"] == ["agent_0"]
+        algo.remove_policy("p1", policy_mapping_fn=lambda agent_id, **kwargs: "p0")
+        runner.update_policies(algo.config, algo.policies)
+        assert runner.get_state()["needs_reset"]  # p1's episode does not go on without p1
+        batches = runner.sample(6)
+        # A new episode from the reset: both agents on p0, agent_1 acting at t = 0, 2, 4.
+        assert sorted(batches) == ["p0"]
+        b = batches["p0"]
+        assert sorted(b["obs"][b["obs"][:, 1] == 1, 0].tolist()) == [0.0, 2.0, 4.0]
+        assert runner.num_env_steps_sampled == 7
+    finally:
+        algo.stop()
