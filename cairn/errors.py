@@ -6,6 +6,9 @@ found, what was expected, and how to fix it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 __all__ = [
     "CairnError",
     "ConfigError",
@@ -105,34 +108,76 @@ class PolicyOutputError(CairnError, ValueError):
 
 
 class NonFiniteLossError(CairnError, FloatingPointError):
-    """A learn step's loss (or the gradient norm, where clipping computed it) was NaN or
-    infinite, so the step was not applied: the optimizer did not step, and the policy's weights
-    and optimizer state are those the step started from (updates completed before it stay).
-    ``policy_id`` names the policy (None until the learner that ran the step fills it in),
-    ``stat`` the quantity (``"loss"``, ``"grad_norm"``) and ``value`` its value."""
+    """A learn step's loss, or its gradient, was NaN or infinite, so the step was not applied:
+    the optimizer did not step, and the policy's weights and optimizer state are those the step
+    started from (updates completed before it stay). ``policy_id`` names the policy (None until
+    the learner that ran the step fills it in), ``stat`` the quantity (``"loss"``,
+    ``"gradient norm"``: the global L2 norm of the gradients the optimizer would have applied)
+    and ``value`` its value; ``parameters`` names the parameters whose gradient holds a NaN or
+    infinite entry (empty for a loss, or where only the norm overflowed float32)."""
 
-    def __init__(self, stat: str, value: float, policy_id: str | None = None) -> None:
+    def __init__(self, stat: str, value: float, policy_id: str | None = None, *,
+                 parameters: Sequence[object] = ()) -> None:
+        # ``parameters``: the tensors at fault, until with_policy_id names them (then their
+        # names); kept out of ``args`` and dropped once named, so no tensor travels with the error.
+        self._tensors: tuple[object, ...] = tuple(parameters)
+        self.parameters: tuple[str, ...] = tuple(
+            f"parameter #{i} of shape {tuple(getattr(t, 'shape', ()))}" for i, t in enumerate(self._tensors))
         self.stat, self.value, self.policy_id = stat, value, policy_id
         super().__init__(self._message())
 
-    def with_policy_id(self, policy_id: str) -> NonFiniteLossError:
-        """This error, naming ``policy_id`` (the learner that ran the step knows it)."""
+    def with_policy_id(self, policy_id: str,
+                       named_parameters: Iterable[tuple[str, object]] = ()) -> NonFiniteLossError:
+        """This error, naming ``policy_id`` (the learner that ran the step knows it) and, from
+        ``named_parameters`` (the policy's networks' ``named_parameters()``), the parameters at
+        fault."""
         self.policy_id = policy_id
+        if self._tensors:
+            names = {id(tensor): name for name, tensor in named_parameters}
+            self.parameters = tuple(names.get(id(t), described)
+                                    for t, described in zip(self._tensors, self.parameters, strict=True))
+            self._tensors = ()
         self.args = (self._message(),)
         return self
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Across processes (a DDP learner's error): the names and values, no tensor.
+        return (_rebuild_non_finite_loss_error, (self.stat, self.value, self.policy_id, self.parameters))
+
     def _message(self) -> str:
         who = "a policy" if self.policy_id is None else f"policy {self.policy_id!r}"
+        if self.stat == "loss" or self.stat.startswith("loss "):
+            return (
+                f"The {self.stat} of a learn step of {who} is {self.value} (not finite), so the step was "
+                "not applied: its weights and optimizer state are those before this step (steps "
+                "completed earlier in the call stay). Likely causes: a NaN or infinite observation or "
+                "reward from the environment (with observation_filter='NoFilter' and no reward "
+                "normalisation nothing checks them before learning), a network whose outputs overflow, "
+                "or a learning rate so high that the values diverge. Fix: make the environment return "
+                "finite numbers (check np.isfinite on its observations and rewards), or scale them "
+                "(config.env_runners(observation_filter='MeanStdFilter') refuses non-finite ones when "
+                "sampling); lower the learning rate or set config.training(grad_clip=...).")
+        where = (f"NaN or infinite entries in the gradients of {', '.join(self.parameters)}"
+                 if self.parameters else "every entry finite, but their norm overflowed float32")
         return (
-            f"The {self.stat} of a learn step of {who} is {self.value} (not finite), so the step was "
-            "not applied: its weights and optimizer state are those before this step (steps completed "
-            "earlier in the call stay). Likely causes: a NaN or infinite observation or reward from "
-            "the environment (with observation_filter='NoFilter' and no reward normalisation nothing "
-            "checks them before learning), a network whose outputs overflow, or a learning rate so "
-            "high that the values diverge. Fix: make the environment return finite numbers (check "
-            "np.isfinite on its observations and rewards), or scale them (config.env_runners("
-            "observation_filter='MeanStdFilter') refuses non-finite ones when sampling); lower the "
-            "learning rate or set config.training(grad_clip=...).")
+            f"The {self.stat} of a learn step of {who} is {self.value} (not finite; {where}), so the "
+            "step was not applied: its weights and optimizer state are those before this step (steps "
+            "completed earlier in the call stay). The loss was finite: the gradient is not. Likely "
+            "causes: a term of the model or loss whose derivative is not finite where it is evaluated "
+            "(sqrt or log at 0, a division by a value that reaches 0), gradients that overflow "
+            "(observations of huge magnitude, unscaled), or weights that diverged. Fix: check the model "
+            "(torch.autograd.detect_anomaly() names the operation), scale the observations "
+            "(config.env_runners(observation_filter='MeanStdFilter')), lower the learning rate, or set "
+            "config.training(grad_clip=...) so that large gradients are scaled down before they "
+            "overflow.")
+
+
+def _rebuild_non_finite_loss_error(stat: str, value: float, policy_id: str | None,
+                                   parameters: tuple[str, ...]) -> NonFiniteLossError:
+    error = NonFiniteLossError(stat, value, policy_id)
+    error.parameters = tuple(parameters)
+    error.args = (error._message(),)
+    return error
 
 
 class NonFiniteSampleError(CairnError, ValueError):

@@ -50,13 +50,15 @@ def run_learn(fn: LearnFunction, config: AlgorithmConfig, policy: Policy, sync: 
               inputs: Mapping[str, Any], *, policy_id: str | None = None) -> LearnOutput:
     """``fn(config, policy, sync, **inputs)``, a user's network in training mode for it
     (:func:`learning`): every place a learn function runs calls it so. A
-    :class:`~cairn.errors.NonFiniteLossError` from it is made to name ``policy_id``."""
+    :class:`~cairn.errors.NonFiniteLossError` from it is made to name ``policy_id`` and the
+    parameters at fault."""
     with learning(policy):
         try:
             return fn(config, policy, sync, **inputs)
         except NonFiniteLossError as error:
             if policy_id is not None:
-                error.with_policy_id(policy_id)
+                error.with_policy_id(policy_id, ((name, param) for network in policy.networks()
+                                                 for name, param in network.named_parameters()))
             raise
 
 

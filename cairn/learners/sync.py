@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from cairn.errors import NonFiniteLossError
-from cairn.policy.torch_utils import clip_grad_norm
+from cairn.policy.torch_utils import clip_grad_norm, global_grad_norm, non_finite_grads
 
 __all__ = ["GradientSync", "DistributedGradientSync", "LOCAL_SYNC", "LearnOutput", "join_outputs",
            "shard_bounds"]
@@ -98,12 +98,14 @@ class GradientSync:
         clips those of ``params`` to the global norm ``grad_clip`` (None: no clipping), steps.
         Returns the norm before clipping (None without ``grad_clip``).
 
-        A loss that is not finite on any learner, or a gradient norm (computed when clipping)
-        that is not finite, raises :class:`~cairn.errors.NonFiniteLossError` on every learner
-        before the optimizer steps: the weights and optimizer state stay those before this step
-        (a NaN gradient would make every weight NaN, silently). The check reads the loss as one
-        float, and the norm that clipping reads anyway; every rank reaches the same decision (the
-        flags travel with the gradients' all-reduce).
+        A loss that is not finite on any learner, or a gradient that is not finite (its global
+        norm over ``params`` and ``also_reduce``, after the all-reduce), raises
+        :class:`~cairn.errors.NonFiniteLossError` on every learner before the optimizer steps:
+        the weights and optimizer state stay those before this step (a NaN gradient would make
+        every weight NaN, silently; an infinite one Adam's state). The check reads the loss as one
+        float, and the gradients' global norm as one more: the norm clipping computes anyway,
+        else one fused reduction. Every rank reaches the same decision: the loss flags travel
+        with the gradients' all-reduce, and every rank checks the same summed gradients.
         """
         for group in optimizer.param_groups:
             for param in group["params"]:
@@ -117,10 +119,15 @@ class GradientSync:
         reduced = [*params, *also_reduce]
         if self.reduce_and_check(reduced, finite=math.isfinite(loss_value)):
             grad_norm = None if grad_clip is None else clip_grad_norm(params, grad_clip)
-            if grad_norm is None or math.isfinite(float(grad_norm)):
+            # The norm of what is stepped: clipping's norm covers ``params``, not ``also_reduce``.
+            unchecked = reduced if grad_norm is None else also_reduce
+            norm = 0.0 if grad_norm is None else float(grad_norm)
+            if unchecked:
+                norm = math.hypot(norm, float(global_grad_norm(unchecked)))
+            if math.isfinite(norm):
                 optimizer.step()
                 return grad_norm
-            bad = NonFiniteLossError("gradient norm", float(grad_norm))
+            bad = NonFiniteLossError("gradient norm", norm, parameters=non_finite_grads(reduced))
         elif not math.isfinite(loss_value):
             bad = NonFiniteLossError("loss", loss_value)
         else:  # another learner's loss: every rank raises, none steps

@@ -16,8 +16,8 @@ from cairn._compat.torch_internals import foreach_mul_, foreach_norm
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
 
-__all__ = ["TORCH_ACTIVATIONS", "uniform_fan_in_", "clip_grad_norm", "torch_threads",
-           "SMALL_NETWORK_PARAMETERS"]
+__all__ = ["TORCH_ACTIVATIONS", "uniform_fan_in_", "clip_grad_norm", "global_grad_norm", "non_finite_grads",
+           "torch_threads", "SMALL_NETWORK_PARAMETERS"]
 
 #: Below this many parameters per policy, ``torch_num_threads="auto"`` means one thread.
 SMALL_NETWORK_PARAMETERS = 1_000_000
@@ -52,6 +52,21 @@ def clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float) -> tor
     if coef < 1.0:  # scaling by exactly 1 would change nothing; skip the operation
         foreach_mul_(grads, coef)
     return total.detach()
+
+
+def global_grad_norm(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
+    """The global L2 norm of the gradients of ``params`` (0 without any), as a tensor: one fused
+    reduction. NaN or infinite when any entry is, or when the norm overflows the dtype."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack(foreach_norm(grads))).detach()
+
+
+def non_finite_grads(params: Sequence[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
+    """The parameters of ``params`` whose gradient holds a NaN or infinite entry (the slow,
+    exact check, for an error message once the norm was found not finite)."""
+    return [p for p in params if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
 
 
 @contextlib.contextmanager

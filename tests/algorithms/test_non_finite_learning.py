@@ -10,9 +10,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
 import cairn
+from cairn.algorithms.dqn.learn import dqn_learn, numpy_dqn_learn
 from cairn.errors import NonFiniteLossError, NonFiniteSampleError
+from cairn.models import ActorCriticModel
 
 
 class ScaledRewards(gym.Wrapper):
@@ -143,5 +147,78 @@ def test_a_replay_buffer_refuses_a_non_finite_round_before_counting_or_storing_i
         assert all(np.isfinite(buffer.columns[c][:len(buffer)]).all() for c in ("rewards", "obs", "next_obs"))
         assert algo.train()["training_iteration"] == 2  # the later rounds are finite
         assert len(buffer) == 32 and all_finite(algo.get_policy())
+    finally:
+        algo.stop()
+
+
+class SqrtAtZero(ActorCriticModel):
+    """A user's network whose value adds ``sqrt(|h - h|)``: 0 forward, NaN backward (the
+    derivative of sqrt at 0) while ``poisoned``; the loss is finite, the gradients are not."""
+
+    poisoned = True
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):  # type: ignore[no-untyped-def]
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.trunk = nn.Sequential(nn.Linear(self.obs_size, 16), nn.Tanh())
+        self.pi, self.vf = nn.Linear(16, num_outputs), nn.Linear(16, 1)
+
+    def forward(self, obs):  # type: ignore[no-untyped-def]
+        h = self.trunk(obs)
+        value = self.vf(h).squeeze(-1)
+        if SqrtAtZero.poisoned:
+            value = value + torch.sqrt((h - h.detach()).abs()).sum(-1)
+        return self.pi(h), value
+
+
+@pytest.mark.parametrize("config_class", [cairn.PPOConfig, cairn.APPOConfig])
+def test_a_finite_loss_with_nan_gradients_raises_before_stepping_without_grad_clip(config_class, monkeypatch):
+    # Without grad_clip nothing read the gradients: the step made every weight NaN silently.
+    config = (config_class().environment("CartPole-v1")
+              .training(train_batch_size=64, minibatch_size=64, num_epochs=1, grad_clip=None,
+                        model={"custom_model": SqrtAtZero}).debugging(seed=0))
+    algo = config.build()
+    try:
+        policy = algo.get_policy()
+        before = policy.get_weights()
+        with pytest.raises(NonFiniteLossError, match="policy 'default_policy'") as caught:
+            algo.train()
+        assert caught.value.stat == "gradient norm" and "trunk.0.weight" in caught.value.parameters
+        assert "trunk.0.weight" in str(caught.value)
+        assert same_weights(policy.get_weights(), before) and policy.num_grad_updates == 0
+        monkeypatch.setattr(SqrtAtZero, "poisoned", False)
+        assert algo.train()["training_iteration"] == 1 and all_finite(policy)
+        assert not same_weights(policy.get_weights(), before)
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_a_dqn_gradient_that_overflows_from_a_finite_loss_raises_before_stepping(backend):
+    # An observation entry of 3e38 (finite) read by a zero weight: the Q-values and the loss are
+    # finite, the weight's gradient overflows to inf; Adam would make it NaN, silently.
+    algo = (cairn.DQNConfig().environment("CartPole-v1")
+            .training(update_backend=backend, grad_clip=None, td_error_loss_fn="mse")
+            .debugging(seed=0).build())
+    try:
+        policy = algo.get_policy()
+        first = next(policy.model.parameters())
+        with torch.no_grad():
+            first[:, 0] = 0.0
+        before = policy.get_weights()
+        state = {k: v.clone() for s in policy.optimizer.state.values() for k, v in s.items()}
+        rng = np.random.default_rng(0)
+        obs = rng.standard_normal((32, 4)).astype(np.float32)
+        obs[:, 0] = 3e38
+        sample = {"obs": obs, "actions": np.zeros(32, np.int64), "rewards": np.full(32, 100.0, np.float32),
+                  "next_obs": rng.standard_normal((32, 4)).astype(np.float32),
+                  "terminateds": np.ones(32, bool), "n_steps": np.ones(32, np.int64)}
+        learn = numpy_dqn_learn if backend == "numpy" else dqn_learn
+        with pytest.raises(NonFiniteLossError, match="gradient norm") as caught:
+            algo.learn(learn, "default_policy", sample=sample)
+        assert caught.value.parameters and caught.value.policy_id == "default_policy"
+        assert same_weights(policy.get_weights(), before) and all_finite(policy)
+        assert {k: v for s in policy.optimizer.state.values() for k, v in s.items()}.keys() == state.keys()
+        assert policy.num_grad_updates == 0
+        assert algo.train()["training_iteration"] == 1 and all_finite(policy)
     finally:
         algo.stop()

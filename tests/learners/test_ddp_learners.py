@@ -394,6 +394,34 @@ def test_a_nan_loss_on_one_rank_stops_every_rank_before_stepping(ray_cluster) ->
     assert free_cpus_become(ray_cluster, 2.0)
 
 
+def nan_gradient_on_rank_1(config, policy, sync):
+    """A learn step whose loss is finite on every rank, but whose gradient is NaN on rank 1's
+    shard only (``sqrt(|u - u|)``: 0 forward, NaN backward)."""
+    params = list(policy.model.parameters())
+    loss = sum(p.square().sum() for p in params) * 1e-3
+    if sync.rank == 1:
+        loss = loss + torch.sqrt((params[1] - params[1].detach()).abs()).sum()
+    sync.optimizer_step(policy.optimizer, loss, params, grad_clip=None)
+    return LearnOutput({})
+
+
+def test_a_nan_gradient_on_one_rank_stops_every_rank_before_stepping(ray_cluster) -> None:
+    # Every rank reads the same all-reduced (NaN) gradients, so every rank raises at the same
+    # step and none steps; without grad_clip nothing read them and every rank's weights went NaN.
+    algo = ppo_config().learners(num_learners=2).build()
+    try:
+        before = algo.get_policy().get_weights()
+        with pytest.raises(LearnerFailedError, match="gradient norm") as caught:
+            algo.learner_group.update(nan_gradient_on_rank_1, "default_policy", algo.get_policy())
+        assert "NonFiniteLossError" in str(caught.value)
+        after = algo.get_policy().get_weights()
+        assert all(np.array_equal(after[k], before[k]) for k in before)
+        assert algo.train()["training_iteration"] == 1  # with a new group of learners
+    finally:
+        algo.stop()
+    assert free_cpus_become(ray_cluster, 2.0)
+
+
 def frozen_ppo_config() -> cairn.PPOConfig:
     # Minibatches of 43, 43, 43 and 1 rows: shards of 22/21 (uneven, so that a plain mean of the
     # ranks' statistics is not the minibatch's) and 1/0 (rank 1 has no row of the last one).

@@ -126,3 +126,71 @@ def test_the_error_names_the_policy_once_a_learner_fills_it_in():
     error = NonFiniteLossError("loss", float("nan"))
     assert "a policy" in str(error)
     assert "policy 'hero'" in str(error.with_policy_id("hero")) and error.policy_id == "hero"
+
+
+@pytest.mark.parametrize("grad_clip", [None, 1.0])
+def test_a_finite_loss_with_nan_gradients_raises_before_the_step_and_the_next_step_works(grad_clip):
+    # Without grad_clip nothing read the gradients: Adam stepped on NaN and every weight of
+    # ``a`` became NaN, with no error.
+    a, _b, optimizer = two_groups()
+    params = list(a.parameters())
+    LOCAL_SYNC.optimizer_step(optimizer, a(torch.ones(4, 3)).square().mean(), params, grad_clip=grad_clip)
+    before = _state(a, optimizer)
+    out = a(torch.ones(4, 3))
+    loss = torch.sqrt((out - out.detach()).abs()).sum()  # 0, but d sqrt(|u|)/du at 0 is NaN
+    assert torch.isfinite(loss)
+    with pytest.raises(NonFiniteLossError, match="gradient norm") as caught:
+        LOCAL_SYNC.optimizer_step(optimizer, loss, params, grad_clip=grad_clip)
+    assert caught.value.stat == "gradient norm" and caught.value.parameters
+    assert "lower the learning rate" in str(caught.value) and "grad_clip" in str(caught.value)
+    assert _same(_state(a, optimizer), before), "the weights or Adam's state moved"
+    assert all(p.grad is None for p in params)
+    LOCAL_SYNC.optimizer_step(optimizer, a(torch.ones(4, 3)).square().mean(), params, grad_clip=grad_clip)
+    after = _state(a, optimizer)
+    assert not _same(after, before) and all(torch.isfinite(t).all() for t in after)
+
+
+def test_a_gradient_that_overflows_from_a_finite_loss_raises_naming_the_parameter():
+    # A huge but finite observation entry (3e38, a float32 "no value" sentinel) read by a zero
+    # weight: the output and loss are finite, the weight's gradient (a sum of 32 products of it)
+    # is infinite. Adam would make that weight NaN.
+    net = torch.nn.Linear(3, 1)
+    with torch.no_grad():
+        net.weight[0, 0] = 0.0
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.1)
+    before = _state(net, optimizer)
+    loss = (net(torch.tensor([[3e38, 1.0, 1.0]] * 32)) - 10.0).square().mean()
+    assert torch.isfinite(loss)
+    with pytest.raises(NonFiniteLossError, match="gradient norm") as caught:
+        LOCAL_SYNC.optimizer_step(optimizer, loss, list(net.parameters()), grad_clip=None)
+    assert caught.value.value == float("inf")
+    named = caught.value.with_policy_id("hero", net.named_parameters())
+    assert named.parameters == ("weight",) and "gradients of weight" in str(named)
+    assert "policy 'hero'" in str(named)
+    assert _same(_state(net, optimizer), before)
+
+
+def test_a_non_finite_gradient_of_also_reduce_raises_with_clipping_set():
+    # SAC's temperature steps with the critics (also_reduce) but is not clipped with them: its
+    # gradient is checked too.
+    a, _b, optimizer = two_groups()
+    log_alpha = torch.nn.Parameter(torch.zeros(()))
+    optimizer.add_param_group({"params": [log_alpha], "name": "alpha"})
+    before = [*_state(a, optimizer), log_alpha.detach().clone()]
+    loss = a(torch.ones(4, 3)).square().mean() + torch.sqrt((log_alpha - log_alpha.detach()).abs())
+    with pytest.raises(NonFiniteLossError, match="gradient norm") as caught:
+        LOCAL_SYNC.optimizer_step(optimizer, loss, list(a.parameters()), grad_clip=1.0,
+                                  also_reduce=[log_alpha])
+    assert len(caught.value.parameters) == 1
+    assert _same([*_state(a, optimizer), log_alpha.detach().clone()], before)
+
+
+def test_the_error_crosses_processes_with_names_and_no_tensor():
+    import pickle  # the transport Ray uses for a learner actor's error; no load path of cairn
+
+    error = NonFiniteLossError("gradient norm", float("nan"), parameters=[torch.zeros(2)])
+    error.with_policy_id("hero", [("pi.weight", torch.zeros(1))])
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.stat, copy.policy_id) == ("gradient norm", "hero")
+    assert copy.parameters == ("parameter #0 of shape (2,)",)
+    assert str(copy) == str(error)

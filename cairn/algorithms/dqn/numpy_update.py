@@ -179,10 +179,14 @@ def numpy_dqn_update(
         grads[hidden[i].bias] = d_z.sum(axis=0)
         if i:
             d_h = d_z @ layers.hidden[i][0].T
-    if grad_clip is not None:
+    # Checked with or without clipping, before anything steps, as the torch path: a finite loss
+    # can still have non-finite gradients (an overflow in a product with a huge observation).
+    with np.errstate(over="ignore", invalid="ignore"):
         total = math.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in grads.values()))
-        if not math.isfinite(total):
-            raise NonFiniteLossError("gradient norm", total)
+    if not math.isfinite(total):
+        raise NonFiniteLossError("gradient norm", total,
+                                 parameters=[t for t, g in grads.items() if not np.isfinite(g).all()])
+    if grad_clip is not None:
         scale = grad_clip / (total + 1e-6)
         if scale < 1.0:
             for g in grads.values():
