@@ -23,6 +23,7 @@ With a ``Box`` action space the key is an ordinary part of the observation.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,13 +32,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from cairn.errors import ActionMaskError, ConfigError, ObservationSpaceError
-from cairn.numpy_acting import in_torch, reduce_any
+from cairn.errors import ActionMaskError, ConfigError, ObservationSpaceError, PolicyOutputError
+from cairn.numpy_acting import in_torch, reduce_any, reduce_max, reduce_sum
 from cairn.policy.filters import MeanStdFilter, NoFilter
 from cairn.spaces import ObservationPreprocessor
 
 __all__ = [
     "legal_argmax",
+    "check_legal_scores",
     "ACTION_MASK_KEY",
     "MASKED_SCORE",
     "action_mask_size",
@@ -291,6 +293,34 @@ def check_masks(mask: np.ndarray, sizes: Sequence[int]) -> None:
             f"{' in a sub-action' if len(sizes) > 1 else ''}): a policy cannot act there. Fix the "
             "environment so that every observation an agent must act on has a legal action "
             "(a finished agent's final observation is never acted on).", rows)
+
+
+def check_legal_scores(scores: np.ndarray, mask: np.ndarray, sizes: Sequence[int]) -> None:
+    """Raise :class:`~cairn.errors.PolicyOutputError` when a row of masked ``scores`` (logits,
+    Q-values) gives every legal choice of some (sub-)action a score of ``-inf``: no legal action
+    has a probability there. Acted on, the illegal actions' finite MASKED_SCORE would take all
+    the probability and the legal argmax over ``-inf`` would pick the first index, legal or not,
+    with a log-probability of ``-inf``, silently. NaN and ``+inf`` are
+    :func:`~cairn.policy.acting.check_action_inputs`' to refuse."""
+    # Masked scores are finite unless the network's are: one scalar reduction on the usual path.
+    if math.isfinite(reduce_sum(scores, axis=None)):
+        return
+    dead = np.zeros(scores.shape[0], dtype=bool)
+    for segment, part in zip(_segments(mask, sizes), _segments(scores, sizes), strict=True):
+        dead |= reduce_max(np.where(segment > 0.5, part, -np.inf), axis=1) == -np.inf
+    if not reduce_any(dead):
+        return
+    rows = tuple(int(i) for i in np.flatnonzero(dead))
+    raise PolicyOutputError(
+        f"The policy's network gave every legal action of observation row(s) {list(rows)} a score "
+        f"(logit or Q-value) of -inf (row {rows[0]}: {np.array2string(scores[rows[0]], threshold=8)}, "
+        f"legal: {np.flatnonzero(mask[rows[0]] > 0.5).tolist()}), so no legal action has a "
+        "probability and it cannot act there. A network that masks its own outputs (receives_action_mask) "
+        "must leave the legal ones finite: add a large negative penalty to illegal actions, not "
+        "log(mask) of a mask that may be all zeros where its policy still acts; cairn masks the "
+        "outputs itself (illegal actions never get a probability). Otherwise the weights have "
+        "most likely diverged in training: lower the learning rate, clip gradients (grad_clip), and "
+        "go on from a checkpoint saved before it diverged.", rows)
 
 
 def legal_actions(raw: np.ndarray, inputs: np.ndarray, mask: np.ndarray, sizes: Sequence[int]) -> np.ndarray:

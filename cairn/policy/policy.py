@@ -24,6 +24,7 @@ from cairn.policy.action_masking import (
     MaskedActorCritic,
     MaskedObservationPreprocessor,
     action_sizes,
+    check_legal_scores,
     checked_masks,
     legal_actions,
     make_preprocessor,
@@ -379,6 +380,8 @@ class Policy:
         """Processed observations -> raw actions (category indices / unclipped samples)."""
         mask = self.action_masks(processed_obs)
         inputs = self.compute_action_inputs(processed_obs)
+        if mask is not None:
+            check_legal_scores(inputs, mask, action_sizes(self.action_space))
         raw = raw_actions(self.dist, inputs, self.np_random, explore=explore)
         return raw if mask is None else legal_actions(raw, inputs, mask, action_sizes(self.action_space))
 
@@ -391,6 +394,8 @@ class Policy:
         "Behaviour log-probabilities")."""
         mask = self.action_masks(processed_obs)
         inputs = self.compute_action_inputs(processed_obs)
+        if mask is not None:
+            check_legal_scores(inputs, mask, action_sizes(self.action_space))
         raw, logp = raw_actions_and_logp(self.dist, inputs, self.np_random, explore=explore)
         if mask is not None:
             legal = legal_actions(raw, inputs, mask, action_sizes(self.action_space))

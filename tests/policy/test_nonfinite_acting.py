@@ -15,6 +15,7 @@ import torch
 import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.errors import PolicyOutputError
+from cairn.models import ActorCriticModel, QModel
 from cairn.policy.acting import check_action_inputs
 from cairn.policy.distributions import distribution_for
 
@@ -130,3 +131,78 @@ def test_check_passes_usable_rows_whose_sum_is_not_finite() -> None:
         check_action_inputs(categorical, np.array([[0.0, -INF, 1.0], [-INF, -INF, -INF]], np.float32))
     assert info.value.rows == (1,)
     check_action_inputs(categorical, np.zeros((0, 3), np.float32))  # an empty batch
+
+
+class LegalToMinusInf(ActorCriticModel):
+    """A user's network that masks its own logits the wrong way round (``-inf`` where the mask
+    allows) in the rows whose first observation is positive: every legal logit ``-inf`` there."""
+
+    receives_action_mask = True
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):  # type: ignore[no-untyped-def]
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.pi, self.vf = torch.nn.Linear(self.obs_size, num_outputs), torch.nn.Linear(self.obs_size, 1)
+
+    def forward(self, obs, action_mask):  # type: ignore[no-untyped-def]
+        bad = (obs[:, :1] > 0) & (action_mask > 0.5)
+        return self.pi(obs).masked_fill(bad, -INF), self.vf(obs).squeeze(-1)
+
+
+class LegalQToMinusInf(QModel):
+    receives_action_mask = True
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):  # type: ignore[no-untyped-def]
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.q = torch.nn.Linear(self.obs_size, num_outputs)
+
+    def forward(self, obs, action_mask):  # type: ignore[no-untyped-def]
+        return self.q(obs).masked_fill((obs[:, :1] > 0) & (action_mask > 0.5), -INF)
+
+
+def _masked_rows(mask: list[int]) -> list[dict[str, np.ndarray]]:
+    rows = np.abs(ROWS)
+    rows[2, 0] = 0.5  # only row 2's first entry is positive
+    rows[[0, 1, 3], 0] = -0.5
+    return [{"observation": row, "action_mask": np.array(mask, np.int8)} for row in rows]
+
+
+@pytest.mark.parametrize("action_space,mask", [(gym.spaces.Discrete(3), [0, 1, 1]),
+                                               (gym.spaces.MultiDiscrete([2, 3]), [0, 1, 0, 1, 1])])
+@pytest.mark.parametrize("explore", [True, False])
+def test_a_masked_policy_whose_legal_logits_are_all_minus_inf_is_refused(action_space, mask, explore) -> None:
+    # Acted, the illegal actions' finite masked score took all the probability, the legal
+    # argmax over -inf picked index 0, illegal here, with a log-probability of -inf: no error.
+    space = gym.spaces.Dict({"observation": OBS, "action_mask": gym.spaces.MultiBinary(len(mask))})
+    policy = cairn.Policy(space, action_space, {"model": {"custom_model": LegalToMinusInf}}, seed=0)
+    obs = _masked_rows(mask)
+    with pytest.raises(PolicyOutputError, match="every legal action") as info:
+        policy.compute_actions(obs, explore=explore)
+    assert info.value.rows == (2,)
+    with pytest.raises(PolicyOutputError, match="every legal action"):
+        policy.compute_raw_actions_and_logp(policy.process_observations(obs, update=False), explore=explore)
+    good = obs[:2] + obs[3:]
+    raw, logp = policy.compute_raw_actions_and_logp(policy.process_observations(good, update=False),
+                                                    explore=explore)
+    assert np.isfinite(logp).all()
+    legal = np.flatnonzero(np.array(mask[:action_space.nvec[0]] if hasattr(action_space, "nvec") else mask))
+    assert set(np.asarray(raw).reshape(len(good), -1)[:, 0].tolist()) <= set(legal.tolist())
+
+
+def test_a_legal_logit_of_minus_inf_beside_a_finite_one_still_acts() -> None:
+    space = gym.spaces.Dict({"observation": OBS, "action_mask": gym.spaces.MultiBinary(3)})
+    policy = cairn.Policy(space, gym.spaces.Discrete(3), seed=0)
+    inputs = np.array([[-INF, 0.3, -1e9]], np.float32)  # action 0 legal but impossible, 1 legal
+    from cairn.policy.action_masking import check_legal_scores
+
+    check_legal_scores(inputs, np.array([[1.0, 1.0, 0.0]], np.float32), (3,))
+    assert policy.compute_actions(_masked_rows([0, 1, 1])[:1], explore=False).tolist() in ([1], [2])
+
+
+def test_a_masked_dqn_policy_whose_legal_q_values_are_all_minus_inf_is_refused() -> None:
+    space = gym.spaces.Dict({"observation": OBS, "action_mask": gym.spaces.MultiBinary(3)})
+    policy = DQNPolicy(space, gym.spaces.Discrete(3), {"model": {"custom_model": LegalQToMinusInf}}, seed=0)
+    obs = _masked_rows([0, 1, 1])
+    with pytest.raises(PolicyOutputError, match="every legal action") as info:
+        policy.compute_actions(obs, explore=False)
+    assert info.value.rows == (2,)
+    assert set(policy.compute_actions(obs[:2], explore=False).tolist()) <= {1, 2}

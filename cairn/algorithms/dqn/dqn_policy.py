@@ -16,7 +16,7 @@ from cairn.algorithms.dqn.model import QNetwork
 from cairn.errors import ConfigError, RestoredSettingError
 from cairn.models import QModel
 from cairn.policy.acting import check_action_inputs
-from cairn.policy.action_masking import MaskedQModel, legal_argmax, random_legal_actions
+from cairn.policy.action_masking import MaskedQModel, check_legal_scores, legal_argmax, random_legal_actions
 from cairn.policy.custom_model import build_custom_model, uses_custom_model
 from cairn.policy.keras_config import model_framework
 from cairn.policy.merge import deep_merge
@@ -170,6 +170,8 @@ class DQNPolicy(Policy):
                 return random_actions
         q_values = self.compute_action_inputs(processed_obs)
         check_action_inputs(self.dist, q_values)  # argmax over a NaN is the NaN's index
+        if mask is not None:  # every legal Q-value -inf: the legal argmax would be index 0, legal or not
+            check_legal_scores(q_values, mask, (self.num_actions,))
         # Among the legal actions only: a legal Q-value may lie below the masked score.
         greedy = q_values.argmax(axis=1) if mask is None else legal_argmax(q_values, mask)
         if explore:
