@@ -23,8 +23,8 @@ from cairn.policy.distributions import ActionDistribution
 from cairn.policy.filters import MeanStdFilter, NoFilter
 from cairn.spaces import ObservationPreprocessor
 
-__all__ = ["ObservationInput", "action_inputs", "check_action_inputs", "raw_actions", "raw_actions_and_logp",
-           "single_action"]
+__all__ = ["ObservationInput", "action_inputs", "check_action_inputs", "check_sampling_inputs", "raw_actions",
+           "raw_actions_and_logp", "single_action"]
 
 
 class ObservationInput:
@@ -83,14 +83,38 @@ def check_action_inputs(dist: ActionDistribution, inputs: np.ndarray) -> None:
         "observations and rewards, and go on from a checkpoint saved before it diverged.", rows)
 
 
+def check_sampling_inputs(dist: ActionDistribution, inputs: np.ndarray) -> None:
+    """Raise :class:`~cairn.errors.PolicyOutputError` unless a sample can be drawn from every
+    row of usable ``inputs`` (:meth:`ActionDistribution.sampleable_rows`): a Gaussian whose
+    log-std is finite but so large (about 88.7 or more) that its std overflows float32 would
+    draw an infinite or NaN action, clipped or squashed to a bound of the Box, with a
+    log-probability of ``-inf``. Checked before anything is drawn."""
+    sampleable = dist.sampleable_rows(inputs)
+    if sampleable is None or np.logical_and.reduce(sampleable):
+        return
+    rows = tuple(int(i) for i in np.flatnonzero(~sampleable))
+    raise PolicyOutputError(
+        f"The policy's network gave a log-std so large that its standard deviation exp(log_std) "
+        f"overflows float32 (about 88.7 or more) for observation row(s) {list(rows)} (row {rows[0]}: "
+        f"{np.array2string(inputs[rows[0]], threshold=8)}, [mean, log_std]), so it cannot sample an "
+        "action there: the draw would be infinite, clipped or squashed to a bound of the action "
+        "space, with a log-probability of -inf. Its weights have most likely diverged in training "
+        "(an entropy bonus that keeps raising the log-std, a learning rate too high): bound the "
+        "log-std in the network (clamp it, as SAC's built-in actor does to [-20, 2]), lower the "
+        "learning rate or entropy_coeff, clip gradients (grad_clip), and go on from a checkpoint "
+        "saved before it diverged. Deterministic actions (explore=False) read the mean only.", rows)
+
+
 def raw_actions(
     dist: ActionDistribution, inputs: np.ndarray, rng: np.random.Generator, *, explore: bool
 ) -> np.ndarray:
     """Raw actions (category indices / unclipped samples) from distribution inputs: sampled
     with ``rng`` when ``explore``, else the deterministic ones. Raises
-    :class:`~cairn.errors.PolicyOutputError` for inputs that define no distribution (NaN)."""
+    :class:`~cairn.errors.PolicyOutputError` for inputs that define no distribution (NaN), or
+    when sampling, none that can be sampled in float32 (:func:`check_sampling_inputs`)."""
     check_action_inputs(dist, inputs)
     if explore:
+        check_sampling_inputs(dist, inputs)
         return dist.sample_numpy(inputs, rng)
     return dist.deterministic_numpy(inputs)
 
@@ -102,6 +126,7 @@ def raw_actions_and_logp(
     ``inputs``' distribution."""
     check_action_inputs(dist, inputs)
     if explore:
+        check_sampling_inputs(dist, inputs)
         return dist.sample_numpy_and_logp(inputs, rng)
     raw = dist.deterministic_numpy(inputs)
     return raw, dist.logp_numpy(inputs, raw)

@@ -26,11 +26,14 @@ __all__ = [
     "MultiCategorical",
     "DiagGaussian",
     "distribution_for",
+    "finite_std_rows",
     "float32_bounds",
 ]
 
 _LOG_2PI_E = math.log(2 * math.pi * math.e)
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+#: exp(88) = 1.65e38 is well inside float32 (max 3.40e38, reached at about 88.72) on any CPU.
+_SURELY_FINITE_LOG_STD = 88.0
 
 
 class ActionDistribution(ABC):
@@ -87,6 +90,12 @@ class ActionDistribution(ABC):
         ``[B]``): the acting path refuses the others rather than act on them
         (:class:`~cairn.errors.PolicyOutputError`). This default refuses rows holding a NaN."""
         return ~reduce_any(np.isnan(inputs), axis=-1)  # type: ignore[no-any-return]
+
+    def sampleable_rows(self, inputs: np.ndarray) -> np.ndarray | None:
+        """Per row of usable numpy ``inputs`` (:meth:`usable_rows`), whether a sample can be
+        drawn from it in float32 (bool ``[B]``), or None when every row can (the usual case, and
+        this default). The acting path refuses the others when it samples."""
+        return None
 
     @abstractmethod
     def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
@@ -310,9 +319,24 @@ class DiagGaussian(ActionDistribution):
         # An infinite mean or log-std makes the sample (or its logp) inf or NaN.
         return np.logical_and.reduce(np.isfinite(inputs), axis=-1)  # type: ignore[no-any-return]
 
+    def sampleable_rows(self, inputs: np.ndarray) -> np.ndarray | None:
+        return finite_std_rows(inputs[:, self.size:])
+
     def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
         clipped = np.clip(raw_actions, self.low, self.high)
         return clipped.reshape((raw_actions.shape[0], *self.shape)).astype(self.env_dtype)
+
+
+def finite_std_rows(log_std: np.ndarray) -> np.ndarray | None:
+    """Per row of a Gaussian's finite ``log_std`` (``[B, k]``), whether every ``exp(log_std)``
+    is finite in float32 (it is not from about 88.7 on), or None when all are: one scalar
+    reduction on the usual path. An infinite std (a diverged network) draws infinite or NaN
+    samples, clipped to a bound of the Box (or squashed to one), with a log-probability of
+    ``-inf``: a sample from no distribution."""
+    if not log_std.size or reduce_max(log_std, axis=None) < _SURELY_FINITE_LOG_STD:
+        return None
+    with np.errstate(over="ignore"):  # the exact check, rare: exp itself decides
+        return np.logical_and.reduce(np.isfinite(np.exp(log_std)), axis=-1)  # type: ignore[no-any-return]
 
 
 def distribution_for(space: gym.Space[Any]) -> ActionDistribution:

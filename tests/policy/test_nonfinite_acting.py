@@ -15,7 +15,7 @@ import torch
 import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.errors import PolicyOutputError
-from cairn.models import ActorCriticModel, QModel
+from cairn.models import ActorCriticModel, QModel, SACActorModel
 from cairn.policy.acting import check_action_inputs
 from cairn.policy.distributions import distribution_for
 
@@ -206,3 +206,63 @@ def test_a_masked_dqn_policy_whose_legal_q_values_are_all_minus_inf_is_refused()
         policy.compute_actions(obs, explore=False)
     assert info.value.rows == (2,)
     assert set(policy.compute_actions(obs[:2], explore=False).tolist()) <= {1, 2}
+
+
+class HugeLogStdActor(SACActorModel):
+    """A user's SAC actor with an unbounded log-std that diverged to 89 in the rows whose first
+    observation is positive: ``exp(89)`` overflows float32."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):  # type: ignore[no-untyped-def]
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.mean = torch.nn.Linear(self.obs_size, num_outputs)
+
+    def forward(self, obs):  # type: ignore[no-untyped-def]
+        log_std = torch.where(obs[:, :1] > 0, 89.0, 0.0).expand(-1, self.mean.out_features)
+        return self.mean(obs), log_std
+
+
+def _huge_log_std_policy(algo: str) -> tuple[cairn.Policy, np.ndarray]:
+    from cairn.algorithms.sac.sac_policy import SACPolicy
+
+    box = gym.spaces.Box(-2.0, 1.0, (2,), np.float32)
+    obs = ROWS.copy()
+    obs[:, 0] = [-0.5, -0.5, 0.5, -0.5]  # row 2 only
+    if algo == "ppo":
+        policy = cairn.Policy(OBS, box, seed=0)
+        with torch.no_grad():
+            policy.model.log_std.copy_(torch.tensor([0.0, 89.0]))  # an entropy bonus's drift
+        return policy, obs
+    policy = SACPolicy(OBS, box, {"model": {"custom_model": HugeLogStdActor}, "initial_random_steps": 0},
+                       seed=0)
+    return policy, obs
+
+
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_a_log_std_whose_std_overflows_is_refused_when_sampling(algo: str) -> None:
+    # exp(89) is inf in float32: the draw was +-inf, clipped (squashed) to a bound of the Box,
+    # with a log-probability of -inf, and no error.
+    policy, obs = _huge_log_std_policy(algo)
+    twin, _ = _huge_log_std_policy(algo)
+    rows = (0, 1, 2, 3) if algo == "ppo" else (2,)  # PPO's built-in log-std is one for every row
+    with pytest.raises(PolicyOutputError, match="overflows float32") as info:
+        policy.compute_actions(obs, explore=True)
+    assert info.value.rows == rows
+    processed = policy.process_observations(obs, update=False)
+    if algo == "ppo":
+        with pytest.raises(PolicyOutputError, match="overflows float32"):
+            policy.compute_raw_actions_and_logp(processed, explore=True)
+        raw, logp = policy.compute_raw_actions_and_logp(processed, explore=False)  # the mean: finite
+        assert np.isfinite(raw).all() and np.isfinite(logp).all()
+    assert np.isfinite(policy.compute_actions(obs, explore=False)).all()
+    if algo == "sac":  # the other rows act; nothing was drawn by the refused call
+        good = obs[[0, 1, 3]]
+        np.testing.assert_array_equal(policy.compute_actions(good), twin.compute_actions(good))
+
+
+def test_a_large_but_finite_std_still_samples() -> None:
+    policy = cairn.Policy(OBS, gym.spaces.Box(-2.0, 1.0, (2,), np.float32), seed=0)
+    with torch.no_grad():
+        policy.model.log_std.copy_(torch.tensor([0.0, 80.0]))  # std 5.5e34: finite
+    raw, logp = policy.compute_raw_actions_and_logp(policy.process_observations(ROWS, update=False),
+                                                    explore=True)
+    assert np.isfinite(raw).all() and np.isfinite(logp).all()

@@ -12,7 +12,7 @@ import torch
 from cairn.algorithms.sac.loss import squashed_gaussian_log_prob, squashed_gaussian_sample
 from cairn.errors import ConfigError
 from cairn.policy.acting import raw_actions
-from cairn.policy.distributions import ActionDistribution, float32_bounds
+from cairn.policy.distributions import ActionDistribution, finite_std_rows, float32_bounds
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -120,6 +120,9 @@ class SquashedGaussian(ActionDistribution):
             "A tanh-squashed Gaussian has no closed-form entropy; estimate it as -logp(inputs, "
             "sample(inputs)) (SAC's losses do)."
         )
+
+    def sampleable_rows(self, inputs: np.ndarray) -> np.ndarray | None:
+        return finite_std_rows(inputs[:, self.size:])
 
     def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
         scaled = self.low + (raw_actions + 1.0) * self.half_range
