@@ -23,8 +23,8 @@ from cairn.policy.distributions import ActionDistribution
 from cairn.policy.filters import MeanStdFilter, NoFilter
 from cairn.spaces import ObservationPreprocessor
 
-__all__ = ["ObservationInput", "action_inputs", "check_action_inputs", "check_sampling_inputs", "raw_actions",
-           "raw_actions_and_logp", "single_action"]
+__all__ = ["ObservationInput", "action_inputs", "check_action_inputs", "check_action_logp",
+           "check_sampling_inputs", "raw_actions", "raw_actions_and_logp", "single_action"]
 
 
 class ObservationInput:
@@ -127,9 +127,36 @@ def raw_actions_and_logp(
     check_action_inputs(dist, inputs)
     if explore:
         check_sampling_inputs(dist, inputs)
-        return dist.sample_numpy_and_logp(inputs, rng)
-    raw = dist.deterministic_numpy(inputs)
-    return raw, dist.logp_numpy(inputs, raw)
+        raw, logp = dist.sample_numpy_and_logp(inputs, rng)
+    else:
+        raw = dist.deterministic_numpy(inputs)
+        logp = dist.logp_numpy(inputs, raw)
+    check_action_logp(logp, inputs)
+    return raw, logp
+
+
+def check_action_logp(logp: np.ndarray, inputs: np.ndarray) -> None:
+    """Raise :class:`~cairn.errors.PolicyOutputError` unless every action's log-probability
+    ``logp`` (under the distribution ``inputs`` define) is finite. An action acted is never
+    impossible, so ``-inf`` or NaN is a distribution float32 cannot hold: a Gaussian whose
+    log-std is so low that ``exp(-log_std)`` overflows (about -88.7 or less: NaN), or a user's
+    distribution. Recorded, it would make every later PPO or V-trace loss over the row NaN
+    (:class:`~cairn.errors.NonFiniteLossError`, which blames the environment). One scalar
+    reduction on the usual path; checked after the draw."""
+    if math.isfinite(reduce_sum(logp, axis=None)):
+        return
+    bad = ~np.isfinite(logp)
+    if not np.logical_or.reduce(bad):  # finite, only their sum overflowed
+        return
+    rows = tuple(int(i) for i in np.flatnonzero(bad))
+    raise PolicyOutputError(
+        f"The log-probability of the action a policy chose is {float(logp[rows[0]])} (not finite) for "
+        f"observation row(s) {list(rows)} (row {rows[0]}'s distribution inputs: "
+        f"{np.array2string(inputs[rows[0]], threshold=8)}), so it cannot be recorded for learning: "
+        "the distribution collapsed beyond float32 (a Gaussian's log-std about -88.7 or lower, whose "
+        "exp(-log_std) overflows). Its weights have most likely diverged in training: bound the "
+        "log-std in the network (clamp it), lower the learning rate, clip gradients (grad_clip), "
+        "and go on from a checkpoint saved before it diverged.", rows)
 
 
 def single_action(action_space: gym.Space[Any], action: Any) -> Any:

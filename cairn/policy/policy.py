@@ -16,6 +16,7 @@ from cairn.policy import files as policy_files
 from cairn.policy.acting import (
     ObservationInput,
     action_inputs,
+    check_action_logp,
     raw_actions,
     raw_actions_and_logp,
     single_action,
@@ -401,6 +402,7 @@ class Policy:
             legal = legal_actions(raw, inputs, mask, action_sizes(self.action_space))
             if legal is not raw:  # a draw replaced by the best legal action (a zero-probability draw)
                 raw, logp = legal, self.dist.logp_numpy(inputs, legal)
+                check_action_logp(logp, inputs)
         return raw, logp
 
     def action_masks(self, processed_obs: np.ndarray) -> np.ndarray | None:

@@ -266,3 +266,27 @@ def test_a_large_but_finite_std_still_samples() -> None:
     raw, logp = policy.compute_raw_actions_and_logp(policy.process_observations(ROWS, update=False),
                                                     explore=True)
     assert np.isfinite(raw).all() and np.isfinite(logp).all()
+
+
+@pytest.mark.parametrize("explore", [True, False])
+def test_a_log_std_whose_inverse_overflows_is_refused_where_the_logp_is_recorded(explore: bool) -> None:
+    # exp(90) is inf in float32: (a - mean) * exp(-log_std) was 0 * inf, a NaN log-probability
+    # recorded with the action, and every PPO loss over the row NaN, blamed on the environment.
+    policy = cairn.Policy(OBS, gym.spaces.Box(-2.0, 1.0, (2,), np.float32), seed=0)
+    with torch.no_grad():
+        policy.model.log_std.copy_(torch.tensor([0.0, -90.0]))  # a collapsed std
+    processed = policy.process_observations(ROWS, update=False)
+    with pytest.raises(PolicyOutputError, match="log-probability") as info:
+        policy.compute_raw_actions_and_logp(processed, explore=explore)
+    assert info.value.rows == (0, 1, 2, 3)
+    assert np.isfinite(policy.compute_actions(ROWS, explore=explore)).all()  # acting alone reads the mean
+
+
+def test_the_logp_check_names_the_rows_and_passes_finite_ones_whose_sum_overflows() -> None:
+    from cairn.policy.acting import check_action_logp
+
+    with pytest.raises(PolicyOutputError, match="-inf") as info:
+        check_action_logp(np.array([-0.5, -INF, NAN], np.float32), np.zeros((3, 2), np.float32))
+    assert info.value.rows == (1, 2)
+    check_action_logp(np.full(3, -3e38, np.float32), np.zeros((3, 2), np.float32))  # finite; the sum is not
+    check_action_logp(np.zeros(0, np.float32), np.zeros((0, 2), np.float32))
