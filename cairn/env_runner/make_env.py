@@ -29,12 +29,28 @@ def make_env(config: AlgorithmConfig) -> Any:
     return create_env(config.env, config.env_config)
 
 
+def _own_copy(value: Any) -> Any:
+    """``value`` copied through its plain dicts, lists and tuples, the creator's to change (other
+    objects are shared: a user's object in ``env_config`` may not copy, a dict subclass keeps its
+    type). A shallow copy let a creator that changes a nested value
+    (``env_config["layout"].append(...)``) change the config's own, so every env created after
+    it, ``to_dict()`` and checkpoints saw the change."""
+    if type(value) is dict:
+        return {key: _own_copy(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_own_copy(item) for item in value]
+    if type(value) is tuple:
+        return tuple(_own_copy(item) for item in value)
+    return value
+
+
 def create_env(env: Any, env_config: dict[str, Any] | None) -> Any:
     """Create one environment from ``env`` (a Gymnasium ID, a name given to
     :func:`cairn.register_env`, or a creator ``creator(env_config) -> env``) and ``env_config``,
-    as :func:`make_env` does for a config. A Gymnasium ``VectorEnv`` is refused (EnvError):
-    env runners vectorise environments themselves."""
-    env_config = dict(env_config or {})
+    as :func:`make_env` does for a config; the creator gets its own copy of ``env_config``, its
+    nested dicts and lists too. A Gymnasium ``VectorEnv`` is refused (EnvError): env runners
+    vectorise environments themselves."""
+    env_config = _own_copy(dict(env_config or {}))
     try:
         if callable(env):
             created = env(env_config)
