@@ -456,11 +456,13 @@ class Algorithm:
         for pid, policy_state in policy_states.items():
             if pid not in added:
                 self.policies[pid].set_state(policy_state)
-        for pid, policy in added.items():
-            self.config.policies[pid] = PolicySpec(
+        if added:  # a new config, as add_policy makes: the built one's policies are read-only
+            config = self.config.copy()
+            config.policies = {**config.policies, **{pid: PolicySpec(
                 type(policy), policy.observation_space, policy.action_space,
-                policy_states[pid]["spec"].get("config"))
-        if added:
+                policy_states[pid]["spec"].get("config")) for pid, policy in added.items()}}
+            config.freeze()
+            self.config = config
             self.env_runner_group.update_policies(self.config, self.policies)
         self.iteration = iteration
         self.counters.update(counters)

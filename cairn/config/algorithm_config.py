@@ -26,6 +26,7 @@ from cairn.config.checks import (
 from cairn.config.dict_form import config_to_dict, load_dict, owned_value
 from cairn.config.fields import Field
 from cairn.config.league_settings import DrawnMapping, league_settings
+from cairn.config.read_only import read_only
 from cairn.core import AlgorithmLike
 from cairn.errors import ConfigError
 from cairn.policy.custom_model import model_references
@@ -52,13 +53,16 @@ _FIXES = {
 }
 
 
-def frozen_setting_message(key: str) -> str:
-    """The error for setting ``key`` on a built algorithm's (frozen) config."""
+def frozen_setting_message(key: str, *, in_place: bool = False) -> str:
+    """The error for setting ``key`` on a built algorithm's (frozen) config; ``in_place``: for a
+    write into its value (a dict or list, read-only once frozen), e.g. ``config.model["hidden"]``."""
     restore = ("" if key in ("policies", "policy_mapping_fn", "policies_to_train") else
                "save and restore with Algorithm.from_checkpoint(path, "
                f"config_overrides={{{key!r}: ...}}), or ")
-    return (f"Config {key!r} cannot change after the algorithm was built: it took {key!r} then, so "
-            "training would ignore the new value (and a restore from its checkpoints would use it). "
+    how = (f" (not in place either: the dicts and lists of a built algorithm's config {key!r} are "
+           "read-only)") if in_place else ""
+    return (f"Config {key!r} cannot change after the algorithm was built{how}: it took {key!r} then, "
+            "so training would ignore the new value (and a restore from its checkpoints would use it). "
             f"Fix: {_FIXES.get(key, '')}{restore}build a new algorithm from algo.config.copy() with "
             f"the new {key!r}.")
 
@@ -148,7 +152,14 @@ class AlgorithmConfig:
         outside :attr:`LIVE_SECTIONS`): ``Algorithm`` freezes its own config. Such a change
         would be silently ignored by training but used by a restore from the algorithm's
         checkpoints, so setting one (by a fluent method or an attribute) raises ConfigError
-        naming the fix. A :meth:`copy` is not frozen."""
+        naming the fix. Their dicts and lists (``model``, ``env_config``, ``policies`` and each
+        PolicySpec in it, ``policies_to_train``, DQN's ``epsilon``, ...) become read-only
+        (:mod:`cairn.config.read_only`): a write into one, ``config.model["hidden"] = [8]``,
+        raises the same ConfigError. A :meth:`copy` is not frozen, and its values are plain
+        dicts and lists again."""
+        for key, field in self.FIELDS.items():
+            if field.section not in self.LIVE_SECTIONS:  # past __setattr__, which refuses them
+                self.__dict__[key] = read_only(getattr(self, key), frozen_setting_message(key, in_place=True))
         self._frozen = True  # not a field: __setattr__ lets it through
 
     @property
@@ -430,7 +441,8 @@ class AlgorithmConfig:
     # ------------------------------------------------------------------------------ lifecycle
     def copy(self) -> Self:
         """A deep copy (callables are shared, not copied), not frozen: a built algorithm's
-        ``algo.config.copy()`` may be changed and built into another algorithm."""
+        ``algo.config.copy()`` may be changed (its dicts and lists too) and built into another
+        algorithm (RLlib's ``copy(copy_frozen=False)``)."""
         # deepcopy shares functions but copied callable objects (a policy mapping with state, a
         # functools.partial): build() copies its config, so a user's later change to the object
         # never reached the algorithm.
@@ -439,8 +451,21 @@ class AlgorithmConfig:
             value = getattr(self, key)
             if callable(value) and not isinstance(value, Mapping):
                 memo[id(value)] = value
-        clone = copy.deepcopy(self, memo)
-        clone._frozen = False
+        return self._copied(memo, frozen=False)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        # A deep copy of a frozen config is frozen as well (its dicts and lists read-only again:
+        # copying them gives plain ones); copy() gives a changeable one.
+        return self._copied(memo, frozen=self._frozen)
+
+    def _copied(self, memo: dict[int, Any], *, frozen: bool) -> Self:
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        for name, value in self.__dict__.items():  # past __setattr__: the clone is not frozen yet
+            clone.__dict__[name] = copy.deepcopy(value, memo)
+        clone.__dict__["_frozen"] = False
+        if frozen:
+            clone.freeze()
         return clone
 
     def validate(self) -> None:

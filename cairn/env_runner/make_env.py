@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from cairn.config.read_only import ReadOnlyDict, ReadOnlyList
 from cairn.errors import EnvError
 from cairn.registry import registered_envs
 
@@ -35,9 +36,9 @@ def _own_copy(value: Any) -> Any:
     type). A shallow copy let a creator that changes a nested value
     (``env_config["layout"].append(...)``) change the config's own, so every env created after
     it, ``to_dict()`` and checkpoints saw the change."""
-    if type(value) is dict:
+    if type(value) in (dict, ReadOnlyDict):  # a built algorithm's config holds read-only ones
         return {key: _own_copy(item) for key, item in value.items()}
-    if type(value) is list:
+    if type(value) in (list, ReadOnlyList):
         return [_own_copy(item) for item in value]
     if type(value) is tuple:
         return tuple(_own_copy(item) for item in value)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 
 from cairn.core import PolicyLike
+from cairn.errors import ConfigError
 from cairn.policy.custom_model import model_references
 from cairn.registry import class_reference
 from cairn.space_json import space_from_json, space_to_json
@@ -39,6 +40,36 @@ class PolicySpec:
         model = (self.config or {}).get("model")
         if isinstance(model, Mapping):  # model classes -> references, so that the spec is data
             self.config = {**(self.config or {}), "model": model_references(model)}
+
+    #: The ConfigError message for setting an attribute of this spec: set on a
+    #: :meth:`read_only_copy`, None (changeable) otherwise. Not a field: equality and
+    #: ``to_dict`` ignore it.
+    read_only_refusal: ClassVar[str | None] = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.read_only_refusal is not None:
+            raise ConfigError(self.read_only_refusal)
+        super().__setattr__(name, value)
+
+    def read_only_copy(self, config: dict[str, Any] | None, refusal: str) -> PolicySpec:
+        """This spec with ``config`` (a read-only form of its own, as a frozen
+        ``AlgorithmConfig`` holds its policies) whose attributes cannot be set: setting one
+        raises ConfigError(``refusal``). A ``copy.copy``/``copy.deepcopy`` of it is changeable."""
+        spec = PolicySpec.__new__(PolicySpec)
+        spec.__dict__.update(self.__dict__, config=config, read_only_refusal=refusal)
+        return spec
+
+    def __copy__(self) -> PolicySpec:
+        spec = type(self).__new__(type(self))
+        spec.__dict__.update({k: v for k, v in self.__dict__.items() if k != "read_only_refusal"})
+        return spec
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PolicySpec:
+        spec = type(self).__new__(type(self))
+        memo[id(self)] = spec
+        spec.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items()
+                              if k != "read_only_refusal"})
+        return spec
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form; spaces become JSON descriptions."""
