@@ -232,8 +232,8 @@ class Policy:
         one learn function (:func:`cairn.learners.actor.learning`), putting it back in eval mode
         after, also when the function raises. cairn's own networks hold no such layer
         (tests/models/test_user_model_acting.py walks every one), so both modes compute the same
-        for them and theirs is never switched. A target network keeps the mode it was copied in,
-        as before this was added."""
+        for them and theirs is never switched. A target network (DQN's, APPO's, SAC's and TD3's)
+        is in eval mode always, as SB3 keeps its targets, also while its policy learns."""
         model = self.config["model"]
         return (uses_custom_model(model) or uses_custom_model(model, "custom_q_model")
                 or model.get("keras_model") is not None)

@@ -194,6 +194,27 @@ class RecordingCritic(SmallCritic):
         return super().forward(obs, actions)
 
 
+class NoisyCritic(SmallCritic):
+    """SmallCritic with BatchNorm and Dropout: a critic whose output depends on the mode."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        width = int(model_config.get("width", 32))
+        act = int(action_space.shape[0])
+        self.net = nn.Sequential(nn.Linear(self.obs_size + act, width), nn.BatchNorm1d(width), nn.ReLU(),
+                                 nn.Dropout(0.5), nn.Linear(width, 1))
+
+
+class NoisyTD3Actor(SmallTD3Actor):
+    """SmallTD3Actor with BatchNorm and Dropout."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        width = int(model_config.get("width", 32))
+        self.net = nn.Sequential(nn.Linear(self.obs_size, width), nn.BatchNorm1d(width), nn.ReLU(),
+                                 nn.Dropout(0.5), nn.Linear(width, num_outputs))
+
+
 class RecordingMaskAware(MaskAware):
     """MaskAware recording ``(gradients enabled, training mode)`` at each forward."""
 

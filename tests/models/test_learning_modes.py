@@ -7,21 +7,26 @@ test_keras_dqn.py).
 
 Forwards without gradients inside a learn function are its targets: PPO's values, IMPALA's and
 APPO's V-trace values and target log-probabilities (APPO's target network too) and DQN's
-targets (on a CPU learner) are taken in eval mode and checked so. SAC's and TD3's targets
-(the actor's next actions, the target critics) run in training mode, as before (not asserted)."""
+targets (on a CPU learner) are taken in eval mode and checked so, and so are SAC's target
+critics and TD3's target actor and critics: every target network rests and runs in eval mode. SAC's
+next actions come from the online actor in training mode, as SB3 samples them."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+import torch
 
 import cairn
 from cairn.envs import make_cue_recall
+from cairn.learners.actor import learning
 from tests.models.masked_env import make_pick_legal
 from tests.models.nets import (
     ModeRecorder,
+    NoisyCritic,
     NoisyQ,
+    NoisyTD3Actor,
     RecordingActor,
     RecordingCritic,
     RecordingMaskAware,
@@ -34,8 +39,9 @@ OFF_POLICY = {"num_steps_sampled_before_learning_starts": 32, "train_batch_size"
 
 CUE = {"delay": 2}
 FRAGMENT = {"rollout_fragment_length": 64}
-CASES: dict[str, tuple[Any, list[Any], bool]] = {
-    # name: (config, the recording classes, whether the learn function's targets run in eval mode)
+CASES: dict[str, tuple[Any, list[Any], Any]] = {
+    # name: (config, the recording classes, whether the learn function's targets run in eval mode:
+    # True for every class, else the classes whose forwards without gradients run in eval mode)
     "ppo": (lambda: cairn.PPOConfig().environment("CartPole-v1").training(
         **SMALL, model={"custom_model": ModeRecorder}), [ModeRecorder], True),
     "ppo_recurrent": (lambda: cairn.PPOConfig().environment(make_cue_recall, env_config=CUE).training(
@@ -48,11 +54,11 @@ CASES: dict[str, tuple[Any, list[Any], bool]] = {
         **OFF_POLICY, model={"custom_model": NoisyQ}).env_runners(**FRAGMENT), [NoisyQ], True),
     "sac": (lambda: cairn.SACConfig().environment("Pendulum-v1").training(
         **OFF_POLICY, model={"custom_model": RecordingActor, "custom_q_model": RecordingCritic}),
-        [RecordingActor, RecordingCritic], False),
+        [RecordingActor, RecordingCritic], [RecordingCritic]),
     "td3": (lambda: cairn.TD3Config().environment("Pendulum-v1").training(
         **OFF_POLICY, policy_delay=1,
         model={"custom_model": RecordingTD3Actor, "custom_q_model": RecordingCritic}),
-        [RecordingTD3Actor, RecordingCritic], False),
+        [RecordingTD3Actor, RecordingCritic], True),
     "impala": (lambda: cairn.IMPALAConfig().environment("CartPole-v1").training(
         train_batch_size=64, model={"custom_model": ModeRecorder}), [ModeRecorder], True),
     "appo": (lambda: cairn.APPOConfig().environment("CartPole-v1").training(
@@ -88,8 +94,49 @@ def test_users_networks_act_in_eval_mode_and_learn_in_training_mode(name: str) -
         algo.train()
         learning = {mode for cls in classes for mode in cls.seen}
         assert {training for grad, training in learning if grad} == {True}, learning  # every loss
-        if eval_targets:
-            assert {training for grad, training in learning if not grad} == {False}, learning
+        target_classes = classes if eval_targets is True else eval_targets
+        targets = {mode for cls in target_classes for mode in cls.seen}
+        assert {training for grad, training in targets if not grad} == {False}, targets
         assert not policy.model.training  # back at rest
+        for name in ("target_model", "target_critic", "target_actor"):  # targets rest in eval mode too
+            holder = policy if name == "target_model" else policy.model
+            if hasattr(holder, name):
+                assert not getattr(holder, name).training, name
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_target_networks_run_in_eval_mode_and_copy_batchnorm_statistics(algorithm: str) -> None:
+    """A user's critic (and TD3's actor) with BatchNorm and Dropout: the Bellman targets are the
+    target networks' eval-mode values (the same in two passes inside a learn call: no dropout
+    draw), target passes move no BatchNorm statistics, and a target update copies the online
+    network's statistics (SB3's rule), so the target normalises as its source does."""
+    td3_model = {"custom_model": NoisyTD3Actor, "custom_q_model": NoisyCritic}
+    config = (cairn.SACConfig().training(model={"custom_q_model": NoisyCritic}) if algorithm == "sac" else
+              cairn.TD3Config().training(policy_delay=1, model=td3_model))
+    algo = config.environment("Pendulum-v1").debugging(seed=0).training(**OFF_POLICY).build()
+    try:
+        algo.train()
+        algo.train()
+        policy = algo.get_policy()
+        model = policy.model
+        pairs = [(model.target_critic, model.critic)]
+        if algorithm == "td3":
+            pairs.append((model.target_actor, model.actor))
+        assert policy.num_grad_updates > 0
+        for target, source in pairs:  # after a target update: the source's statistics, exactly
+            for kept, moved in zip(target.buffers(), source.buffers(), strict=True):
+                assert torch.equal(kept, moved)
+        before = [b.clone() for target, _ in pairs for b in target.buffers()]
+        obs, actions = torch.randn(8, 3), torch.rand(8, 1) * 2 - 1
+        with learning(policy), torch.no_grad():
+            assert model.training and not model.target_critic.training
+            first, second = model.target_critic(obs, actions), model.target_critic(obs, actions)
+            if algorithm == "td3":
+                assert torch.equal(model.target_actor(obs), model.target_actor(obs))
+        assert torch.equal(first, second)
+        after = [b for target, _ in pairs for b in target.buffers()]
+        assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     finally:
         algo.stop()

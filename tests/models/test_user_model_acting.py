@@ -212,7 +212,7 @@ def test_a_users_q_model_rests_in_eval_mode_and_learns_in_training_mode() -> Non
     try:
         policy = algo.get_policy()
         assert policy.switches_modes and not policy.model.training
-        assert policy.target_model.training  # a target keeps the mode it was copied in, as before
+        assert not policy.target_model.training  # a target network is in eval mode always
         algo.train()
         assert not policy.model.training
         assert {training for grad, training in NoisyQ.seen if grad} == {True}  # the losses

@@ -126,6 +126,9 @@ class DQNPolicy(Policy):
         # overwrites both from the saved state.
         self.target_model = copy.deepcopy(self.model)
         self.target_model.requires_grad_(False)
+        # A target is a frozen estimate: eval mode always (a user's Dropout does not draw in it,
+        # a BatchNorm reads the statistics it was copied with), as SB3 keeps its targets.
+        self.target_model.train(False)
         self.last_target_update = 0
 
     @builds_config_mlp

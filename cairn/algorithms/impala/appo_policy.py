@@ -42,6 +42,9 @@ class APPOPolicy(Policy):
         # overwrites both from the saved state.
         self.target_model = copy.deepcopy(self.model)
         self.target_model.requires_grad_(False)
+        # A target is a frozen estimate: eval mode always (a user's Dropout does not draw in it,
+        # a BatchNorm reads the statistics it was copied with), as SB3 keeps its targets.
+        self.target_model.train(False)
         self.kl_coeff = float(self.config["kl_coeff"])
         self.num_train_batches = 0
 

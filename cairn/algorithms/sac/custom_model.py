@@ -89,6 +89,7 @@ class CustomSACModel(SACModelBase):
         self.critic: nn.Module = twin_critics(model, obs_size, action_size, encoder=encoder, **spaces)
         self.target_critic: nn.Module = copy.deepcopy(self.critic)
         self.target_critic.requires_grad_(False)
+        self.target_critic.train(False)  # a target stays in eval mode (SACModelBase.train)
         self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)]))
         self.initial_alpha = initial_alpha
 

@@ -62,3 +62,5 @@ class CustomTD3Model(TD3ModelBase):
         self.target_critic = copy.deepcopy(self.critic)
         self.target_actor.requires_grad_(False)
         self.target_critic.requires_grad_(False)
+        self.target_actor.train(False)  # targets stay in eval mode (TD3ModelBase.train)
+        self.target_critic.train(False)

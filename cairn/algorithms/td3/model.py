@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from cairn._compat.torch_internals import foreach_lerp_
 from cairn.algorithms.sac.model import TwinQ
+from cairn.algorithms.sac.model_base import polyak_update, targets_in_eval_mode
 from cairn.errors import ConfigError
 from cairn.policy.encoders import ObservationEncoder
 from cairn.policy.torch_utils import TORCH_ACTIVATIONS, uniform_fan_in_
@@ -81,6 +81,13 @@ class TD3ModelBase(nn.Module):
     target_actor: nn.Module
     target_critic: TwinQ | TwinCritic | KerasTwinQ
 
+    def train(self, mode: bool = True) -> TD3ModelBase:
+        """``mode`` for the actor and the critics; both targets stay in eval mode
+        (:func:`~cairn.algorithms.sac.model_base.targets_in_eval_mode`)."""
+        super().train(mode)
+        targets_in_eval_mode(self, ("target_actor", "target_critic"))
+        return self
+
     def reset_parameters(self, generator: torch.Generator) -> None:
         """Each built-in part's initialisation from the policy's generator, actor first (a
         user's part initialised itself when built); the targets copy."""
@@ -99,12 +106,10 @@ class TD3ModelBase(nn.Module):
         """The deterministic action ``pi(s)`` in [-1, 1] (the distribution's input)."""
         return self.actor(obs)  # type: ignore[no-any-return]
 
-    @torch.no_grad()
     def update_targets(self, tau: float) -> None:
-        """Polyak averaging of both targets: ``target <- (1 - tau) * target + tau * source``."""
-        targets: list[torch.Tensor] = [*self.target_actor.parameters(), *self.target_critic.parameters()]
-        sources: list[torch.Tensor] = [*self.actor.parameters(), *self.critic.parameters()]
-        foreach_lerp_(targets, sources, tau)
+        """Polyak averaging of both targets: ``target <- (1 - tau) * target + tau * source``;
+        buffers copied (:func:`~cairn.algorithms.sac.model_base.polyak_update`)."""
+        polyak_update([self.target_actor, self.target_critic], [self.actor, self.critic], tau)
 
 
 class TD3Model(TD3ModelBase):
