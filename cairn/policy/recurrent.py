@@ -24,7 +24,8 @@ from cairn.policy.acting import raw_actions, raw_actions_and_logp
 from cairn.policy.distributions import ActionDistribution
 from cairn.policy.recurrent_config import recurrent_settings
 
-__all__ = ["MaybeRecurrent", "RecurrentActing", "RecurrentState", "is_recurrent", "recurrent_acting"]
+__all__ = ["BATCH_STATISTICS_LAYERS", "MaybeRecurrent", "RecurrentActing", "RecurrentState", "is_recurrent",
+           "recurrent_acting", "refuse_batch_statistics"]
 
 #: A recurrent state: one array per component (``[h, c]``), batched (``[B, *shape]``) or not.
 RecurrentState = list[np.ndarray]
@@ -59,7 +60,31 @@ def recurrent_acting(model: torch.nn.Module, dist: ActionDistribution, model_con
             f"Config 'model.use_lstm'=True is not supported by {policy_class}: only PPO, IMPALA "
             "and APPO (cairn.Policy's actor-critic) have recurrent policies. Drop use_lstm, or "
             "use one of them.")
-    return RecurrentActing(model, dist) if isinstance(model, RecurrentActorCriticModel) else None
+    if not isinstance(model, RecurrentActorCriticModel):
+        return None
+    refuse_batch_statistics(model)
+    return RecurrentActing(model, dist)
+
+
+#: Layers that normalise by statistics of the whole batch in training mode.
+BATCH_STATISTICS_LAYERS: tuple[type[torch.nn.Module], ...] = (
+    torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.LazyBatchNorm1d,
+    torch.nn.LazyBatchNorm2d, torch.nn.LazyBatchNorm3d, torch.nn.SyncBatchNorm)
+
+
+def refuse_batch_statistics(model: RecurrentActorCriticModel) -> None:
+    """ConfigError when the recurrent ``model`` holds a layer that normalises by batch statistics
+    (``BatchNorm``): the learners run it over sequences padded at their end to the longest one
+    (:mod:`cairn.algorithms.ppo.recurrent`), so the padded steps would enter the batch's mean and
+    variance, and so every real step's output and the running statistics, with no error."""
+    for name, module in model.named_modules():
+        if isinstance(module, BATCH_STATISTICS_LAYERS):
+            raise ConfigError(
+                f"{type(model).__qualname__} (model.custom_model) is recurrent and holds "
+                f"{type(module).__name__} at {name!r}: the learners run a recurrent model over sequences "
+                "padded at their end, and the padded steps would enter its batch statistics (a model gets "
+                "no mask to leave them out). Fix: normalise per step instead (nn.LayerNorm), or drop the "
+                "batch normalisation.")
 
 
 class RecurrentActing:

@@ -61,3 +61,27 @@ class RecordingGRU(TinyGRU):
     def forward(self, obs, state):
         type(self).seen.append((torch.is_grad_enabled(), self.training))
         return super().forward(obs, state)
+
+
+class BatchNormGRU(TinyGRU):
+    """TinyGRU normalising its input by batch statistics (BatchNorm1d over every step): padded
+    steps of the learners' sequences would enter them."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.norm = nn.Sequential(nn.BatchNorm1d(self.obs_size))
+
+    def forward(self, obs, state):
+        b, t, f = obs.shape
+        return super().forward(self.norm(obs.reshape(b * t, f)).reshape(b, t, f), state)
+
+
+class LayerNormGRU(TinyGRU):
+    """TinyGRU normalising each step on its own (LayerNorm): padding cannot reach a real step."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.norm = nn.LayerNorm(self.obs_size)
+
+    def forward(self, obs, state):
+        return super().forward(self.norm(obs), state)

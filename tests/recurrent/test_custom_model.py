@@ -72,3 +72,25 @@ def test_a_recurrent_model_with_dropout_acts_and_takes_gae_values_in_eval_mode()
         assert not model.training  # back at rest after the learn function
     finally:
         algo.stop()
+
+
+def test_a_recurrent_model_with_batch_statistics_is_refused_when_built():
+    """The learners run a recurrent model over sequences padded at their end (each padded step a
+    copy of its sequence's first row): a BatchNorm in it normalised the real steps by statistics
+    that included the padding, and moved its running statistics by them, with no error. Such a
+    model is refused when the policy is built (and restored); a per-step LayerNorm is fine."""
+    import gymnasium as gym
+    import pytest
+
+    from cairn.errors import ConfigError
+    from tests.recurrent.nets import BatchNormGRU, LayerNormGRU
+
+    box = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    with pytest.raises(ConfigError, match=r"BatchNormGRU .*BatchNorm1d at 'norm.0'.*padded.*nn.LayerNorm"):
+        cairn.Policy(box, gym.spaces.Discrete(2), {"model": {"custom_model": BatchNormGRU}}, seed=0)
+    with pytest.raises(ConfigError, match="BatchNorm1d"):
+        (cairn.APPOConfig().environment(make_cue_recall, env_config={"delay": 2})
+         .training(model={"custom_model": BatchNormGRU}).build())
+    policy = cairn.Policy(box, gym.spaces.Discrete(2), {"model": {"custom_model": LayerNormGRU}}, seed=0)
+    action, _ = policy.compute_single_action(np.zeros(4, np.float32), state=policy.get_initial_state())
+    assert action in (0, 1)
