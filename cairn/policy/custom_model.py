@@ -5,13 +5,16 @@ given in a config into the name it is registered under or its ``"module:QualName
 (:func:`cairn.registry.model_class_reference`), so that configs and checkpoints stay JSON.
 :func:`build_custom_model` resolves the reference with cairn's one resolver (the class must
 subclass the base class of its role) and builds it with torch's generator seeded from the
-policy's own, so that a seeded policy always starts from the same weights.
+policy's own, so that a seeded policy always starts from the same weights; a user's Keras
+builder runs under the same seeding (:func:`seeded_build`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import random
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import gymnasium as gym
@@ -22,7 +25,7 @@ from cairn.models import ModelBase
 from cairn.registry import callable_reference, model_class_reference, resolve_model_class
 
 __all__ = ["CUSTOM_MODEL_KEYS", "MODEL_CLASS_KEYS", "check_custom_model_settings", "model_references",
-           "uses_custom_model", "build_custom_model"]
+           "uses_custom_model", "build_custom_model", "seeded_build"]
 
 #: Optional ``model`` keys for a user's network (no default: absent means the built-in one).
 CUSTOM_MODEL_KEYS = ("custom_model", "custom_model_config", "custom_q_model")
@@ -86,9 +89,7 @@ def build_custom_model(model: Mapping[str, Any], base: type[M], *, observation_s
     ``model[key]`` names, which must subclass ``base``; built with torch's global generator
     seeded from ``generator`` (and restored afterwards)."""
     model_class = resolve_model_class(model[key], base, what=f"model.{key}")
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device="cpu"))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_build(generator):
         try:
             net = model_class(observation_space, action_space, num_outputs,
                               dict(model.get("custom_model_config") or {}))
@@ -98,3 +99,23 @@ def build_custom_model(model: Mapping[str, Any], base: type[M], *, observation_s
                 "(observation_space, action_space, num_outputs, model_config), as "
                 f"{base.__module__}.{base.__qualname__}'s does.") from exc
     return net
+
+
+@contextmanager
+def seeded_build(generator: torch.Generator) -> Iterator[None]:
+    """Build a user's network in the block with torch's global generator (the CPU's) and Python's
+    ``random`` seeded by one draw of the policy's ``generator``, both handed back as they were
+    afterwards, also when the block raises: a torch model's initialisation draws from the first,
+    and a Keras model's unseeded initializers and random layers (``GaussianNoise``, whose
+    generator state is a variable saved with the weights) take their seeds from the second
+    (``keras.random.make_default_seed``), so a seeded policy always starts from the same weights
+    and draws the same noise."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device="cpu"))
+    python_state = random.getstate()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(python_state)

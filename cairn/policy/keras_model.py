@@ -295,12 +295,14 @@ def _acting_views(model: KerasActorCritic, view: View) -> tuple[list[Dense], Den
 
 
 def make_keras_actor_critic(obs_size: int, num_outputs: int, model_config: Mapping[str, Any], *,
-                            free_log_std: bool, encoder: Mapping[str, Any] | None = None) -> KerasActorCritic:
+                            free_log_std: bool, encoder: Mapping[str, Any] | None = None,
+                            generator: torch.Generator | None = None) -> KerasActorCritic:
     """The :class:`KerasActorCritic` ``model_config`` describes: the user's builder
     (``keras_model``) when set, else the MLP of ``hidden``/``activation``/``vf_share_layers``
     behind the CNN/per-part ``encoder`` (an :func:`~cairn.policy.encoders.encoder_description`;
     None: the MLP reads the processed row). A user's model reads the processed row whatever
-    the observations hold (images as raw values) and encodes them as it likes."""
+    the observations hold (images as raw values) and encodes them as it likes; its builder
+    runs seeded from ``generator`` (the policy's) when given (:func:`build_user_keras_model`)."""
     reference = model_config.get("keras_model")
     if reference is None:
         network, layers = build_actor_critic_mlp(
@@ -309,13 +311,15 @@ def make_keras_actor_critic(obs_size: int, num_outputs: int, model_config: Mappi
             log_std_init=float(model_config["log_std_init"]), encoder=encoder)
         return KerasActorCritic(network, layers)
     return KerasActorCritic(build_user_keras_model(
-        reference, obs_size, num_outputs, model_config, outputs=2,
+        reference, obs_size, num_outputs, model_config, outputs=2, generator=generator,
         expected=f"two outputs, [action_inputs [batch, {num_outputs}], value [batch, 1]]"))
 
 
-def actor_critic_network(model_config: Mapping[str, Any]) -> Callable[..., nn.Module]:
+def actor_critic_network(model_config: Mapping[str, Any],
+                         generator: torch.Generator | None = None) -> Callable[..., nn.Module]:
     """What ``Policy.make_model`` builds for a merged model config: ActorCriticMLP, or for
-    ``framework="keras"`` a :class:`KerasActorCritic` taking ActorCriticMLP's arguments."""
+    ``framework="keras"`` a :class:`KerasActorCritic` taking ActorCriticMLP's arguments (a user's
+    Keras builder seeded from ``generator``, the policy's, when given)."""
     if model_framework(model_config) != "keras":
         return ActorCriticMLP
 
@@ -328,6 +332,6 @@ def actor_critic_network(model_config: Mapping[str, Any]) -> Callable[..., nn.Mo
         settings = {**model_config, "hidden": list(hidden), "activation": activation,
                     "vf_share_layers": vf_share_layers, "log_std_init": log_std_init}
         return make_keras_actor_critic(obs_size, num_outputs, settings, free_log_std=free_log_std,
-                                       encoder=encoder)
+                                       encoder=encoder, generator=generator)
 
     return build

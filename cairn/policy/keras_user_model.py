@@ -11,6 +11,7 @@ each variable, which is what that last check reads.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import weakref
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from cairn.errors import ConfigError
+from cairn.policy.custom_model import seeded_build
 from cairn.policy.keras_backend import import_keras
 from cairn.registry import resolve_callable
 
@@ -35,13 +37,18 @@ def load_keras_builder(reference: str) -> Any:
 
 
 def build_user_keras_model(reference: str, obs_size: int, num_outputs: int,
-                           model_config: Mapping[str, Any], *, outputs: int, expected: str) -> Any:
+                           model_config: Mapping[str, Any], *, outputs: int, expected: str,
+                           generator: torch.Generator | None = None) -> Any:
     """The ``keras.Model`` the user's builder ``reference`` returns for
     ``builder(obs_size, num_outputs, model_config)``; ConfigError unless it is one with
-    ``outputs`` outputs (``expected`` describes them in the message)."""
+    ``outputs`` outputs (``expected`` describes them in the message). With ``generator`` (the
+    policy's) the builder runs under :func:`~cairn.policy.custom_model.seeded_build`: Keras seeds
+    unseeded initializers and random layers from Python's ``random``, so a seeded policy starts
+    from the same weights and noise streams, as a torch model of the user's does."""
     builder = load_keras_builder(reference)  # refused before Keras (seconds) is imported
-    keras = import_keras(f"model.keras_model={reference!r}")
-    network = builder(obs_size, num_outputs, dict(model_config))
+    keras = import_keras(f"model.keras_model={reference!r}")  # first: importing draws from `random`
+    with contextlib.nullcontext() if generator is None else seeded_build(generator):
+        network = builder(obs_size, num_outputs, dict(model_config))
     # A subclassed model, or a Sequential without an Input, has no graph (no inputs/outputs) yet.
     graph_outputs = getattr(network, "outputs", None) if isinstance(network, keras.Model) else None
     if graph_outputs is not None and len(graph_outputs) != outputs:

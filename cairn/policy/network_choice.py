@@ -44,4 +44,4 @@ def actor_critic_model(config: Mapping[str, Any], *, network_observation_space: 
     if recurrent["use_lstm"]:  # encoder + MLP, then an LSTM, then the heads (docs/ppo.md)
         return LSTMActorCritic(network_observation_space, action_space, num_outputs, obs_size=obs_size,
                                cell_size=recurrent["lstm_cell_size"], **settings)
-    return actor_critic_network(model_cfg)(obs_size, num_outputs, **settings)  # type: ignore[no-any-return]
+    return actor_critic_network(model_cfg, generator)(obs_size, num_outputs, **settings)  # type: ignore[no-any-return]

@@ -148,3 +148,23 @@ def cached_actor_critic(obs_size, num_outputs, model_config):
     if "model" not in _CACHE:
         _CACHE["model"] = small_actor_critic(obs_size, num_outputs, model_config)
     return _CACHE["model"]
+
+
+def unseeded_noisy_actor_critic(obs_size, num_outputs, model_config):
+    """Keras' defaults: unseeded initializers and an unseeded GaussianNoise, which Keras seeds
+    from Python's ``random`` when they are built, and an unseeded Dropout (torch's generator)."""
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    obs = keras.Input((obs_size,))
+    x = keras.layers.GaussianNoise(0.3)(keras.layers.Dense(16, activation="tanh")(obs))
+    x = keras.layers.Dropout(0.25)(x)
+    return keras.Model(obs, _heads(keras, x, num_outputs))
+
+
+def unseeded_q_network(obs_size, num_actions, model_config):
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    obs = keras.Input((obs_size,))
+    return keras.Model(obs, keras.layers.Dense(num_actions)(keras.layers.Dense(16, activation="tanh")(obs)))

@@ -15,7 +15,7 @@ import torch
 import cairn
 from cairn.errors import ConfigError, FrameworkUnavailableError
 from tests.conftest import ROOT
-from tests.helpers import small_ppo, weights_digest
+from tests.helpers import assert_trains_identically, small_ppo, weights_digest
 from tests.keras.plain_keras import plain_keras_outputs
 
 KERAS = {"model": {"framework": "keras"}}
@@ -124,6 +124,48 @@ def test_a_users_keras_dropout_and_batchnorm_learn_in_training_mode_and_act_in_e
         np.testing.assert_array_equal(restored.compute_action_inputs(OBS), policy.compute_action_inputs(OBS))
     finally:
         algo.stop()
+
+
+def test_a_users_unseeded_keras_model_starts_and_trains_alike_under_the_same_seed(tmp_path):
+    """Keras seeds unseeded initializers and random layers (GaussianNoise) from Python's
+    ``random`` when they are built: before, two runs with ``debugging(seed=0)`` started from
+    other weights and drew other noise, with no error, where a torch model of the user's starts
+    alike (cairn seeds torch around its constructor). The builder now runs with Python's
+    ``random`` seeded from the policy's generator and handed back as it was. A restored run
+    goes on as the uninterrupted one (the noise layer's generator state is a saved variable;
+    the unseeded Dropout draws from torch's generator, seeded per learn call)."""
+    import random
+
+    model = {"framework": "keras", "keras_model": "tests.keras.builders:unseeded_noisy_actor_critic"}
+    digests = []
+    for draws in (0, 3):
+        for _ in range(draws):  # whatever the process drew before
+            random.random()
+        algo = small_ppo(model=model, num_epochs=1).build()
+        try:
+            start = weights_digest(algo)
+            algo.train()
+            digests.append((start, weights_digest(algo)))
+            if draws:
+                restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+                try:
+                    assert_trains_identically(algo, restored, iterations=1)
+                finally:
+                    restored.stop()
+        finally:
+            algo.stop()
+    assert digests[0] == digests[1]
+    space, actions = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+    state = random.getstate()
+    other = cairn.Policy(space, actions, {"model": model}, seed=1)
+    assert random.getstate() == state  # the caller's stream is handed back
+    first = cairn.Policy(space, actions, {"model": model}, seed=0).get_weights()
+    assert not all(np.array_equal(first[k], v) for k, v in other.get_weights().items())  # another seed
+    q_model = {"framework": "keras", "keras_model": "tests.keras.builders:unseeded_q_network"}
+    from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+
+    q_weights = [DQNPolicy(space, actions, {"model": q_model}, seed=0).get_weights() for _ in range(2)]
+    assert all(np.array_equal(q_weights[0][k], v) for k, v in q_weights[1].items())
 
 
 @pytest.mark.parametrize("model, match", [

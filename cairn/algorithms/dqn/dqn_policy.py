@@ -142,7 +142,8 @@ class DQNPolicy(Policy):
         encoder = policy_encoder_description(self.network_observation_space, self.config)
         if model_framework(model_cfg) == "keras":  # Keras Dense layers on the torch backend (docs/keras.md)
             return keras_q_network(self.preprocessor.size, int(self.action_space.n), model_cfg,  # type: ignore[attr-defined]
-                                   dueling=bool(self.config["dueling"]), encoder=encoder)
+                                   dueling=bool(self.config["dueling"]), encoder=encoder,
+                                   generator=self.generator)
         return QNetwork(
             self.preprocessor.size, int(self.action_space.n), hidden=list(model_cfg["hidden"]),  # type: ignore[attr-defined]
             activation=model_cfg["activation"], dueling=bool(self.config["dueling"]), encoder=encoder,

@@ -120,7 +120,8 @@ class KerasQNetwork(KerasNetwork):
 
 
 def keras_q_network(obs_size: int, num_actions: int, model_config: Mapping[str, Any], *, dueling: bool,
-                    encoder: Mapping[str, Any] | None = None) -> KerasQNetwork:
+                    encoder: Mapping[str, Any] | None = None,
+                    generator: torch.Generator | None = None) -> KerasQNetwork:
     """DQNPolicy.make_model's Keras network: the user's builder (``model.keras_model``) when
     set, called as ``builder(obs_size, num_actions, model_config)`` and returning a
     ``keras.Model`` from ``[batch, obs_size]`` to Q-values ``[batch, num_actions]`` (``dueling``
@@ -134,4 +135,4 @@ def keras_q_network(obs_size: int, num_actions: int, model_config: Mapping[str, 
         return KerasQNetwork(network, layers)
     return KerasQNetwork(build_user_keras_model(
         reference, obs_size, num_actions, model_config, outputs=1,
-        expected=f"one output for DQN, the Q-values [batch, {num_actions}]"))
+        expected=f"one output for DQN, the Q-values [batch, {num_actions}]", generator=generator))
