@@ -25,7 +25,7 @@ from cairn.models import ModelBase
 from cairn.registry import callable_reference, model_class_reference, resolve_model_class
 
 __all__ = ["CUSTOM_MODEL_KEYS", "MODEL_CLASS_KEYS", "check_custom_model_settings", "model_references",
-           "uses_custom_model", "build_custom_model", "seeded_build"]
+           "uses_custom_model", "build_custom_model", "refuse_lazy_tensors", "seeded_build"]
 
 #: Optional ``model`` keys for a user's network (no default: absent means the built-in one).
 CUSTOM_MODEL_KEYS = ("custom_model", "custom_model_config", "custom_q_model")
@@ -98,7 +98,26 @@ def build_custom_model(model: Mapping[str, Any], base: type[M], *, observation_s
                 f"Could not build model.{key}={model[key]!r}: {exc}. Its constructor must take "
                 "(observation_space, action_space, num_outputs, model_config), as "
                 f"{base.__module__}.{base.__qualname__}'s does.") from exc
+    refuse_lazy_tensors(net, key)
     return net
+
+
+def refuse_lazy_tensors(net: torch.nn.Module, key: str) -> None:
+    """ConfigError when a user's network still has uninitialized parameters or buffers once built
+    (``nn.LazyLinear``, ``nn.LazyBatchNorm1d``, ...): their first forward would draw their initial
+    values from torch's unseeded global generator (cairn's first forward is the output check, after
+    the seeded constructor), so two runs with the same seed started from other weights, and a
+    checkpoint of such a policy could not be restored (torch loads no state into an
+    uninitialized parameter)."""
+    lazy = [name for name, tensor in (*net.named_parameters(), *net.named_buffers())
+            if isinstance(tensor, (torch.nn.UninitializedParameter, torch.nn.UninitializedBuffer))]
+    if lazy:
+        raise ConfigError(
+            f"Config 'model.{key}'={type(net).__qualname__} has parameters or buffers that are created on "
+            f"its first forward (lazy modules), {lazy[:4]}: they would be initialised unseeded, and a "
+            "checkpoint of it could not be restored. Fix: give their input sizes in the constructor "
+            "(self.obs_size is the observation's flattened size), e.g. nn.Linear(self.obs_size, 64) for "
+            "nn.LazyLinear(64).")
 
 
 @contextmanager

@@ -302,3 +302,17 @@ class PenaltyMask(TwoHeads):
     def forward(self, obs, action_mask):
         logits, value = super().forward(obs)
         return logits + action_mask.sub_(1.0).mul_(1e4), value
+
+
+class LazyHeads(TwoHeads):
+    """TwoHeads whose trunk is an nn.LazyLinear: its weights exist only after a first forward."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.trunk = nn.Sequential(nn.LazyLinear(32), nn.Tanh())
+
+
+class LazyCritic(SmallCritic):
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.net = nn.Sequential(nn.LazyLinear(32), nn.ReLU(), nn.Linear(32, 1))
