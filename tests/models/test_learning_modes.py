@@ -140,3 +140,24 @@ def test_target_networks_run_in_eval_mode_and_copy_batchnorm_statistics(algorith
         assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     finally:
         algo.stop()
+
+
+def test_td3s_actor_loss_runs_the_first_of_a_users_critics_alone() -> None:
+    """TD3's actor loss reads Q_1 only (the built-in twin Q and SB3 compute it alone). With a
+    user's critics both ran and the second's row was dropped: in training mode that moved the
+    second critic's BatchNorm statistics (which its target then copies) by a pass nobody reads."""
+    config = cairn.TD3Config().environment("Pendulum-v1").training(model={"custom_q_model": NoisyCritic})
+    algo = config.debugging(seed=0).build()
+    try:
+        critic = algo.get_policy().model.critic
+        obs, actions = torch.randn(8, 3), torch.rand(8, 1) * 2 - 1
+        before = [[b.clone() for b in q.buffers()] for q in (critic.q1, critic.q2)]
+        critic.train(True)
+        first = critic.first_q(obs, actions, detach=True)
+        critic.train(False)
+        assert first.shape == (8,)
+        moved = [not all(torch.equal(a, b) for a, b in zip(old, q.buffers(), strict=True))
+                 for old, q in zip(before, (critic.q1, critic.q2), strict=True)]
+        assert moved == [True, False]
+    finally:
+        algo.stop()

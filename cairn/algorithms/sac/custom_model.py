@@ -35,22 +35,24 @@ class TwinCritic(nn.Module):
         self.q1, self.q2 = first, second
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
-        values = []
-        for critic in (self.q1, self.q2):
-            # Each critic its own copies: a user's critic may write into its inputs (``obs *= s``),
-            # and the second critic and the caller's later passes read the same tensors.
-            inputs = (obs.clone(), actions.clone())
-            if detach:
-                params = {name: p.detach() for name, p in critic.named_parameters()}
-                values.append(functional_call(critic, params, inputs))
-            else:
-                values.append(critic(*inputs))
-        return torch.stack(values)
+        return torch.stack([_q_values(critic, obs, actions, detach) for critic in (self.q1, self.q2)])
 
     def first_q(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
-        """``[batch]``: ``Q_1(obs, action)``, what TD3's actor loss reads (here both critics run
-        and the first row is taken; the built-in ``TwinQ`` computes ``Q_1`` alone)."""
-        return self(obs, actions, detach=detach)[0]  # type: ignore[no-any-return]
+        """``[batch]``: ``Q_1(obs, action)`` alone, what TD3's actor loss reads (as the built-in
+        ``TwinQ`` and SB3's ``q1_forward``): running ``Q_2`` too would move its ``BatchNorm``
+        statistics and draw its ``Dropout`` masks for a value nobody reads."""
+        return _q_values(self.q1, obs, actions, detach)
+
+
+def _q_values(critic: nn.Module, obs: torch.Tensor, actions: torch.Tensor, detach: bool) -> torch.Tensor:
+    """``critic(obs, actions)``; ``detach``: through detached weights (gradients reach the actions
+    only). The critic gets its own copies: a user's critic may write into its inputs (``obs *= s``),
+    and the other critic and the caller's later passes read the same tensors."""
+    inputs = (obs.clone(), actions.clone())
+    if detach:
+        params = {name: p.detach() for name, p in critic.named_parameters()}
+        return functional_call(critic, params, inputs)  # type: ignore[no-any-return]
+    return critic(*inputs)  # type: ignore[no-any-return]
 
 
 def twin_critics(model: Mapping[str, Any], obs_size: int, action_size: int, *,
