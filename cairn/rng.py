@@ -1,72 +1,149 @@
 """Random generators: the seed streams derived from ``config.seed``, and generator state as
 JSON-safe data.
 
-Every seed cairn derives comes from :func:`seed_sequence`: the config seed followed by the
-stream's own key. The keys are the table below, one owner for all of them; streams with
-different keys are independent, and the same seed gives the same streams in every run.
+Every numpy generator and derived seed cairn makes comes from :func:`seed_sequence`, keyed by
+one of the :class:`Stream` tags below (one table, one owner) and that stream's own keys.
+
+**The key rule.** A stream's entropy is a list of 32-bit words built so that two different
+``(seed, tag, *keys)`` can never give the same list, nor one that numpy treats as the same:
+
+* every value is written as a header word and its words: an int ``v >= 0`` as ``2 * n``
+  followed by its ``n >= 1`` little-endian 32-bit words, a str as ``2 * len(bytes) + 1``
+  followed by its UTF-8 bytes packed into words; so the list reads back unambiguously (no
+  value is a prefix of another, and ``2**32`` is not ``[0, 1]``);
+* the list is ``seed, tag, *keys`` written so, then one word, the number of words before it:
+  never zero, so the zero padding numpy's ``SeedSequence`` applies (``[s, 1]`` and
+  ``[s, 1, 0]`` are one stream to it) cannot make two lists alike;
+* every stream starts with its own tag (:class:`Stream`), so streams of different kinds differ
+  whatever their keys, and a generator seeded with a plain int (``np.random.default_rng(s)``,
+  entropy ``[s]``) is none of them.
+
+A new stream takes a new :class:`Stream` member; code outside this module never builds a
+generator from a seed by itself (``np.random.default_rng(seed)``) but asks for its stream here.
+The same seed gives the same streams in every run; ``seed=None`` gives fresh OS entropy.
+torch's generators are seeded with seeds drawn from these streams (a policy's from
+:func:`policy_init_seed`, a learn call's from :data:`Stream.LEARNING`).
 """
 
 from __future__ import annotations
 
-import zlib
+import enum
 from typing import Any
 
 import numpy as np
 
 __all__ = [
-    "seed_sequence", "derive_seed", "seeded_rng", "rng_state", "make_rng", "ALGORITHM_STREAM",
+    "Stream", "seed_sequence", "derive_seed", "seeded_rng", "rng_state", "make_rng", "ALGORITHM_STREAM",
     "REPLAY_BUFFER_STREAM", "LEAGUE_STREAM", "EVALUATION_SEED_OFFSET", "ACTIONS_STREAM", "algorithm_rng",
-    "policy_init_seed", "env_runner_rng", "runner_actions_rng", "draw_reset_seed",
-    "set_rng_state",
+    "policy_init_seed", "policy_sampling_rng", "env_runner_rng", "runner_actions_rng", "draw_reset_seed",
+    "replay_buffer_seed", "replay_sampling_rng", "league_remote_mapping_rng", "league_evaluation_seed",
+    "game_rng", "check_inputs_rng", "set_rng_state",
 ]
 
-#: The stream keys used across cairn; an int, or a str (a policy ID) hashed with crc32.
+#: A stream's key after its tag: an int >= 0, or a str (a policy ID).
 StreamKey = int | str
 
-# ----------------------------------------------------------------- the seed streams' keys
-# (config seed, *key) for each stream; a new stream takes a key no other one starts with.
-#: ``(1,)``: the algorithm's own generator (``Algorithm.rng``: PPO's minibatch order).
-ALGORITHM_STREAM = 1
-#: ``(2, policy_id)``: a policy's replay buffer (its sampling order).
-REPLAY_BUFFER_STREAM = 2
-#: ``(3,)``: a league's generator (cairn.league: which opponent each game draws).
-LEAGUE_STREAM = 3
-#: ``(worker_index, seed_offset)``: an env runner's reset seeds; the evaluation runner is
-#: worker 0 with this offset, which keeps its envs apart from the training ones.
+
+# ----------------------------------------------------------------- the seed streams' tags
+class Stream(enum.IntEnum):
+    """The tag each stream's entropy starts with (after the seed); one member per stream, never
+    reused. ``(keys)``: what follows the tag; "seed" is the config seed unless said otherwise."""
+
+    #: ``()``: the algorithm's own generator (``Algorithm.rng``: PPO's minibatch order).
+    ALGORITHM = 1
+    #: ``(policy_id)``: the seed of a policy's replay buffer (:func:`replay_buffer_seed`).
+    REPLAY_BUFFER = 2
+    #: ``()``: a league's generator (cairn.league: which opponent each game draws).
+    LEAGUE = 3
+    #: ``(worker_index, seed_offset)``: an env runner's reset seeds (:func:`env_runner_rng`).
+    ENV_RUNNER = 4
+    #: ``(worker_index, policy_id, env_steps)``: a remote runner's action sampling.
+    RUNNER_ACTIONS = 5
+    #: ``(policy_id)``: the seed of a new policy (its weights, :func:`policy_init_seed`).
+    POLICY_INIT = 6
+    #: ``()`` of the *policy's* seed: a policy's numpy generator (actions in the sampling loop).
+    POLICY_SAMPLING = 7
+    #: ``()``: the seed of a league's evaluation games (:func:`league_evaluation_seed`).
+    LEAGUE_EVALUATION = 8
+    #: ``(worker, snapshots_taken)``: a remote runner's copy of the league's mapping.
+    LEAGUE_REMOTE_MAPPING = 9
+    #: ``(game)`` of the games' seed: a scripted opponent's generator in one greedy game.
+    GAME = 10
+    #: ``(num_grad_updates)`` of a draw of the policy's torch generator: one learn call's
+    #: seed of torch's global generator (cairn.learners.actor.learning_seed).
+    LEARNING = 11
+    #: ``()`` of the buffer's seed: a replay buffer's sampling order.
+    REPLAY_SAMPLING = 12
+    #: ``()`` of the check's seed: the inputs an export check feeds the exported graph.
+    CHECK_INPUTS = 13
+
+
+ALGORITHM_STREAM = Stream.ALGORITHM
+REPLAY_BUFFER_STREAM = Stream.REPLAY_BUFFER
+LEAGUE_STREAM = Stream.LEAGUE
+ACTIONS_STREAM = Stream.RUNNER_ACTIONS
+#: The ``seed_offset`` of the evaluation runner (worker 0): its envs' stream is apart from the
+#: training ones'.
 EVALUATION_SEED_OFFSET = 1_000_003
-#: ``(worker_index, "actions", policy_id, env_steps)``: a remote runner's action sampling.
-ACTIONS_STREAM = "actions"
-# ``(policy_id,)``: a policy's initial weights (:func:`policy_init_seed`).
 
 
-def seed_sequence(seed: int | None, *stream: StreamKey) -> np.random.SeedSequence:
-    """The seed sequence of one stream: entropy ``[seed, *stream]`` (str keys as their crc32),
-    or fresh OS entropy when ``seed`` is None.
+def _words(value: StreamKey, what: str) -> list[int]:
+    """``value`` as its header word and 32-bit words (the key rule in the module docstring)."""
+    if isinstance(value, str):
+        data = value.encode()
+        data += bytes(-len(data) % 4)
+        return [2 * len(value.encode()) + 1, *(int.from_bytes(data[i:i + 4], "little")
+                                               for i in range(0, len(data), 4))]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"Seed stream {what} {value!r} is invalid: expected an int >= 0 or a str.")
+    value = int(value)
+    words = [(value >> shift) & 0xFFFFFFFF for shift in range(0, max(value.bit_length(), 1), 32)]
+    return [2 * len(words), *words]
 
-    >>> int(seed_sequence(0, "default_policy").generate_state(1)[0]) == int(
-    ...     seed_sequence(0, "default_policy").generate_state(1)[0])
+
+def stream_entropy(seed: int, stream: Stream, *keys: StreamKey) -> list[int]:
+    """The entropy words of one stream (the key rule in the module docstring).
+
+    >>> stream_entropy(2**32, Stream.ALGORITHM)
+    [4, 0, 1, 2, 1, 5]
+    """
+    if not isinstance(stream, Stream):
+        raise ValueError(f"Seed stream tag {stream!r} is not a cairn.rng.Stream; add the stream there.")
+    words = [*_words(seed, "seed"), *_words(int(stream), "tag")]
+    for key in keys:
+        words += _words(key, "key")
+    return [*words, len(words)]
+
+
+def seed_sequence(seed: int | None, stream: Stream, *keys: StreamKey) -> np.random.SeedSequence:
+    """The seed sequence of one stream: entropy :func:`stream_entropy`, or fresh OS entropy when
+    ``seed`` is None.
+
+    >>> int(seed_sequence(0, Stream.POLICY_INIT, "p0").generate_state(1)[0]) == int(
+    ...     seed_sequence(0, Stream.POLICY_INIT, "p0").generate_state(1)[0])
     True
     """
     if seed is None:
+        stream_entropy(0, stream, *keys)  # checks the keys all the same
         return np.random.SeedSequence(None)
-    keys = [zlib.crc32(k.encode()) if isinstance(k, str) else int(k) for k in stream]
-    return np.random.SeedSequence([seed, *keys])
+    return np.random.SeedSequence(stream_entropy(seed, stream, *keys))
 
 
-def derive_seed(seed: int | None, *stream: StreamKey) -> int | None:
+def derive_seed(seed: int | None, stream: Stream, *keys: StreamKey) -> int | None:
     """One int seed for a stream (None when ``seed`` is None, so the consumer draws its own).
 
-    >>> derive_seed(None, "p0") is None
+    >>> derive_seed(None, Stream.POLICY_INIT, "p0") is None
     True
     """
     if seed is None:
+        seed_sequence(None, stream, *keys)  # checks the keys all the same
         return None
-    return int(seed_sequence(seed, *stream).generate_state(1)[0])
+    return int(seed_sequence(seed, stream, *keys).generate_state(1)[0])
 
 
-def seeded_rng(seed: int | None, *stream: StreamKey) -> np.random.Generator:
+def seeded_rng(seed: int | None, stream: Stream, *keys: StreamKey) -> np.random.Generator:
     """A numpy Generator for one stream (see :func:`seed_sequence`)."""
-    return np.random.default_rng(seed_sequence(seed, *stream))
+    return np.random.default_rng(seed_sequence(seed, stream, *keys))
 
 
 def algorithm_rng(seed: int | None) -> np.random.Generator:
@@ -75,20 +152,56 @@ def algorithm_rng(seed: int | None) -> np.random.Generator:
 
 
 def policy_init_seed(seed: int | None, policy_id: str) -> int | None:
-    """The seed of a new policy's initial weights: the stream keyed by its ID."""
-    return derive_seed(seed, policy_id)
+    """The seed of a new policy (its initial weights and its generators,
+    :func:`policy_sampling_rng`): :data:`Stream.POLICY_INIT` keyed by its ID."""
+    return derive_seed(seed, Stream.POLICY_INIT, policy_id)
+
+
+def policy_sampling_rng(policy_seed: int | None) -> np.random.Generator:
+    """A policy's numpy generator (actions in the sampling loop), from the policy's own seed."""
+    return seeded_rng(policy_seed, Stream.POLICY_SAMPLING)
 
 
 def env_runner_rng(seed: int | None, worker_index: int, seed_offset: int = 0) -> np.random.Generator:
     """The generator an env runner draws its reset seeds from (:func:`draw_reset_seed`)."""
-    return seeded_rng(seed, worker_index, seed_offset)
+    return seeded_rng(seed, Stream.ENV_RUNNER, worker_index, seed_offset)
 
 
 def runner_actions_rng(seed: int | None, worker_index: int, policy_id: str,
                        env_steps: int) -> np.random.Generator:
     """A remote runner's action-sampling generator for ``policy_id``, keyed by where the runner
-    stands (:data:`ACTIONS_STREAM`)."""
-    return seeded_rng(seed, worker_index, ACTIONS_STREAM, policy_id, env_steps)
+    stands (:data:`Stream.RUNNER_ACTIONS`)."""
+    return seeded_rng(seed, Stream.RUNNER_ACTIONS, worker_index, policy_id, env_steps)
+
+
+def replay_buffer_seed(seed: int | None, policy_id: str) -> int:
+    """The seed of policy ``policy_id``'s replay buffer (fresh when ``seed`` is None)."""
+    return int(seed_sequence(seed, Stream.REPLAY_BUFFER, policy_id).generate_state(1)[0])
+
+
+def replay_sampling_rng(buffer_seed: int | None) -> np.random.Generator:
+    """A replay buffer's sampling generator, from the buffer's seed."""
+    return seeded_rng(buffer_seed, Stream.REPLAY_SAMPLING)
+
+
+def league_remote_mapping_rng(seed: int | None, worker: int, snapshots_taken: int) -> np.random.Generator:
+    """The generator a remote runner's copy of a league's mapping draws games from."""
+    return seeded_rng(seed, Stream.LEAGUE_REMOTE_MAPPING, worker, snapshots_taken)
+
+
+def league_evaluation_seed(seed: int | None) -> int:
+    """The ``seed`` of a league's evaluation games (0 without a seed), below 2**31."""
+    return (derive_seed(seed, Stream.LEAGUE_EVALUATION) or 0) % 2**31
+
+
+def game_rng(games_seed: int, game: int) -> np.random.Generator:
+    """A scripted opponent's generator in game ``game`` of ``play_games(seed=games_seed)``."""
+    return seeded_rng(games_seed, Stream.GAME, game)
+
+
+def check_inputs_rng(check_seed: int) -> np.random.Generator:
+    """The generator an export check draws its inputs (and masks) from."""
+    return seeded_rng(check_seed, Stream.CHECK_INPUTS)
 
 
 def draw_reset_seed(rng: np.random.Generator) -> int:

@@ -13,7 +13,7 @@ from cairn.algorithms.dqn.loss import n_step_returns
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import NonFiniteSampleError, ReplayBufferNotRestoredWarning
 from cairn.replay import ReplayBuffer, make_replay_buffer
-from cairn.rng import REPLAY_BUFFER_STREAM, seed_sequence
+from cairn.rng import replay_buffer_seed
 
 __all__ = ["REPLAY_BUFFER_COMPONENT", "PolicyReplayBuffers", "NStepTransitions", "ReplayRatio",
            "replay_transitions", "check_finite_transitions"]
@@ -215,7 +215,7 @@ class PolicyReplayBuffers:
         if pid not in self.buffers:
             self.buffers[pid] = make_replay_buffer(
                 self.replay_buffer_config,
-                seed=int(seed_sequence(self.seed, REPLAY_BUFFER_STREAM, pid).generate_state(1)[0]),
+                seed=replay_buffer_seed(self.seed, pid),
             )
         return self.buffers[pid]
 

@@ -22,6 +22,7 @@ from cairn.errors import ExportError
 from cairn.export.conventions import model_feeds
 from cairn.policy.action_masking import ACTION_MASK_KEY, action_sizes
 from cairn.policy.export_hook import ExportGraph
+from cairn.rng import check_inputs_rng
 
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
@@ -49,7 +50,7 @@ def sample_observations(space: gym.Space[Any], n: int, *, seed: int = 0) -> list
 def with_legal_masks(observations: Sequence[Any], sizes: Sequence[int], *, seed: int = 0) -> list[Any]:
     """Copies of Dict ``observations`` whose ``"action_mask"`` allows at least one action of
     each (sub-)action: a mask segment with no entry above 0.5 gets one random entry set to 1."""
-    rng = np.random.default_rng(seed)
+    rng = check_inputs_rng(seed)
     bounds = np.cumsum([0, *sizes])
     out = []
     for obs in observations:

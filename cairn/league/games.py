@@ -12,7 +12,7 @@ converted) with both actions at once. The rules, which a hand-written PettingZoo
   applies; a policy opponent acts the same way; a scripted opponent gets the observation (a
   dict's ``"observation"`` entry), the action mask (the observation's ``"action_mask"``, else
   the info's, else all ones for a Discrete action space) and its own generator for the game,
-  ``np.random.default_rng([seed, g])``;
+  ``cairn.rng.game_rng(seed, g)``;
 * a move the mask forbids is counted (``illegal_moves`` for main, ``opponent_illegal_moves``)
   and played: the env's own rules decide what follows (PettingZoo's classic games end the game
   with -1 for the player who made it, 0 for the other);
@@ -37,6 +37,7 @@ from cairn.env_runner.make_env import close_env, is_multi_agent_env, is_turn_bas
 from cairn.env_runner.scripted_opponents import check_discrete_action, scripted_move, split_observation
 from cairn.errors import ConfigError
 from cairn.league.payoff import game_score
+from cairn.rng import game_rng
 
 __all__ = ["GameResults", "play_games", "two_player_agents"]
 
@@ -151,7 +152,7 @@ def play_games(env_creator: Callable[[], Any], main: PolicyLike, opponent: Scrip
         counts = {"wins": 0, "draws": 0, "losses": 0, "illegal_moves": 0, "opponent_illegal_moves": 0}
         for game in range(games):
             seat = agents[game % 2]
-            rng = np.random.default_rng([seed, game])
+            rng = game_rng(seed, game)
             players = {agent: _Player(main if agent == seat else opponent, env.action_space(agent), rng,
                                       "main" if agent == seat else opponent_name)
                        for agent in agents}

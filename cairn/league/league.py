@@ -31,16 +31,13 @@ from cairn.league.snapshots import (
     snapshot_due,
     snapshot_id,
 )
-from cairn.rng import LEAGUE_STREAM, derive_seed, make_rng, rng_state, seeded_rng, set_rng_state
+from cairn.rng import LEAGUE_STREAM, league_evaluation_seed, make_rng, rng_state, seeded_rng, set_rng_state
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
     from cairn.core import ScriptedOpponent
 
 __all__ = ["League", "attach_league"]
-
-#: Seed stream key of the games against fixed opponents in evaluation (cairn.rng).
-LEAGUE_EVALUATION_STREAM = "league-evaluation"
 
 
 class League:
@@ -241,7 +238,7 @@ class League:
     def evaluation_seed(self) -> int:
         """The ``seed`` of :meth:`evaluate`'s games: from the config seed's own stream (0
         without a seed)."""
-        return (derive_seed(self.seed, LEAGUE_EVALUATION_STREAM) or 0) % 2**31
+        return league_evaluation_seed(self.seed)
 
     # -------------------------------------------------------------------------------- state
     def get_state(self) -> dict[str, Any]:

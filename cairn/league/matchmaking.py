@@ -17,12 +17,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from cairn.config.league_settings import DrawnMapping
-from cairn.rng import seeded_rng
+from cairn.rng import league_remote_mapping_rng
 
 __all__ = ["LeagueState", "LeagueMapping", "opponent_weights", "pfsp_weight"]
-
-#: Stream key of the generators of mappings copied into remote env runners (cairn.rng).
-REMOTE_MAPPING_STREAM = "league-remote-mapping"
 
 
 def pfsp_weight(win_rate: float) -> float:
@@ -99,7 +96,7 @@ class LeagueMapping(DrawnMapping):
             return self.league.rng
         key = worker or 0
         if key not in self._remote_rngs:
-            self._remote_rngs[key] = seeded_rng(self.league.seed, REMOTE_MAPPING_STREAM, key,
+            self._remote_rngs[key] = league_remote_mapping_rng(self.league.seed, key,
                                                 self.league.snapshots_taken)
         return self._remote_rngs[key]
 

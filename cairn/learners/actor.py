@@ -21,6 +21,7 @@ from cairn.learners.device import accelerator_report
 from cairn.learners.policy_sync import learned_parts
 from cairn.learners.sync import LOCAL_SYNC, DistributedGradientSync, GradientSync, LearnOutput
 from cairn.policy.policy import Policy
+from cairn.rng import Stream, seed_sequence
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -109,7 +110,7 @@ def learning_seed(policy: Policy) -> int:
     copy = torch.Generator()
     copy.set_state(policy.generator.get_state())
     base = int(torch.randint(0, 2**62, (1,), generator=copy))
-    words = np.random.SeedSequence([base, int(policy.num_grad_updates)]).generate_state(2, np.uint32)
+    words = seed_sequence(base, Stream.LEARNING, int(policy.num_grad_updates)).generate_state(2, np.uint32)
     return (int(words[0]) << 31) ^ int(words[1])
 
 

@@ -24,6 +24,7 @@ from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategoric
 from cairn.policy.export_actor_critic import ActorCriticModule, actor_critic_outputs, discrete_sizes
 from cairn.policy.export_hook import BATCH, ExportedPolicy, ExportGraph, TensorSpec
 from cairn.policy.observation_path import example_input, filter_description, input_spec
+from cairn.rng import check_inputs_rng
 
 __all__ = ["recurrent_export_graph", "STATE_NAMES"]
 
@@ -97,7 +98,7 @@ def recurrent_export_graph(policy: ExportedPolicy) -> ExportGraph:
         return [action, *heads, *state_out, values]
 
     def check_inputs(n: int, seed: int) -> tuple[np.ndarray, ...]:
-        rng = np.random.default_rng(seed)
+        rng = check_inputs_rng(seed)
         return tuple((0.5 * rng.standard_normal((n, *shape))).astype(np.float32) for shape in shapes)
 
     example = example_input(policy)

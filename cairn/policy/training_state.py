@@ -28,7 +28,7 @@ from cairn.policy.optimizer_state import (
     optimizer_state_from_tree,
     optimizer_state_to_tree,
 )
-from cairn.rng import make_rng
+from cairn.rng import make_rng, policy_sampling_rng
 
 __all__ = ["PolicyTrainingState", "TrainingStateField"]
 
@@ -51,7 +51,7 @@ class PolicyTrainingState:
             self.generator.seed()
         else:
             self.generator.manual_seed(int(seed) % (2**63))
-        self.np_random = np.random.default_rng(None if seed is None else [int(seed) % (2**63), 7])
+        self.np_random = policy_sampling_rng(None if seed is None else int(seed) % (2**63))
         #: Env steps acted with this policy, and optimizer steps taken on it.
         self.global_timestep = 0
         self.num_grad_updates = 0

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from cairn.rng import make_rng, rng_state
+from cairn.rng import make_rng, replay_sampling_rng, rng_state
 
 __all__ = ["ReplayBuffer"]
 
@@ -39,7 +39,7 @@ class ReplayBuffer:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"Replay buffer capacity must be an int >= 1, got {capacity!r}.")
         self.capacity = capacity
-        self.rng = np.random.default_rng(seed)
+        self.rng = replay_sampling_rng(seed)
         self.columns: dict[str, np.ndarray] = {}
         self.size = 0
         self.cursor = 0  # where the next row goes

@@ -21,6 +21,7 @@ from cairn.envs import connect_four_heuristic
 from cairn.envs.pettingzoo_env import make_pettingzoo_env
 from cairn.errors import ConfigError, EnvError
 from cairn.league.games import GameResults, play_games
+from cairn.rng import game_rng
 
 SMALL_NET = {"model": {"hidden": [16]}}
 
@@ -49,7 +50,7 @@ def hand_written_connect_four(main: Any, opponent: Any, games: int, seed: int) -
     for game in range(games):
         env.reset(seed=seed + game)
         me = ["player_0", "player_1"][game % 2]
-        rng = np.random.default_rng([seed, game])
+        rng = game_rng(seed, game)
         total = other = 0.0  # main's return and its opponent's
         for agent in env.agent_iter():
             obs, reward, terminated, truncated, _ = env.last()
@@ -203,7 +204,7 @@ def hand_written_rps(main: Any, opponent: Any, games: int, seed: int) -> dict[st
     for game in range(games):
         observations, _ = env.reset(seed=seed + game)
         me = env.possible_agents[game % 2]
-        rng = np.random.default_rng([seed, game])
+        rng = game_rng(seed, game)
         total = other = 0.0  # main's return and its opponent's
         while env.agents:
             actions = {agent: (main.compute_single_action(observations[agent], explore=False) if agent == me
@@ -249,7 +250,7 @@ def test_a_recurrent_policy_carries_its_state_through_each_game():
     out = {"wins": 0, "draws": 0, "losses": 0, "illegal_moves": 0, "opponent_illegal_moves": 0}
     for game in range(6):  # the hand-written loop: a fresh state per game, carried move to move
         observations, _ = env.reset(seed=1 + game)
-        me, rng = env.possible_agents[game % 2], np.random.default_rng([1, game])
+        me, rng = env.possible_agents[game % 2], game_rng(1, game)
         total = opponent_total = 0.0
         state = main.get_initial_state()
         while env.agents:
