@@ -123,13 +123,16 @@ def test_league_with_a_fixed_opponent_resumes_bit_for_bit(tmp_path):
 def test_an_edited_scripted_move_in_flight_is_refused():
     algo = small_league(opponents={"random_legal": "random_legal"}, matchmaking="uniform").build()
     try:
-        for _ in range(2):
-            algo.train()
+        algo.train()
         runner = algo.env_runner_group.local
-        state = runner.get_state()
-        scripted = [i for i, env in enumerate(state["current_obs"])
-                    if env["agent_pids"].get(env["to_move"]["agent"]) == "random_legal"]
-        assert scripted  # seed 0: env 1's opponent is to move
+        for _ in range(200):  # step until an env's scripted opponent is to move (any seed)
+            state = runner.get_state()
+            scripted = [i for i, env in enumerate(state["current_obs"])
+                        if env["agent_pids"].get(env["to_move"]["agent"]) == "random_legal"]
+            if scripted:
+                break
+            runner.sample(1)
+        assert scripted
         edited = copy.deepcopy(state)
         edited["current_obs"][scripted[0]]["to_move"]["obs"] = np.zeros(3, np.float32)
         with pytest.raises(CheckpointFormatError, match="scripted opponent"):
