@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "Stream", "seed_sequence", "derive_seed", "seeded_rng", "rng_state", "make_rng", "ALGORITHM_STREAM",
+    "Stream", "stream_entropy", "seed_sequence", "derive_seed", "seeded_rng", "rng_state", "make_rng",
+    "ALGORITHM_STREAM",
     "REPLAY_BUFFER_STREAM", "LEAGUE_STREAM", "EVALUATION_SEED_OFFSET", "ACTIONS_STREAM", "algorithm_rng",
     "policy_init_seed", "policy_sampling_rng", "env_runner_rng", "runner_actions_rng", "draw_reset_seed",
     "replay_buffer_seed", "replay_sampling_rng", "league_remote_mapping_rng", "league_evaluation_seed",
