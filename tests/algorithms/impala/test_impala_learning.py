@@ -1,6 +1,11 @@
-"""IMPALA and APPO learn CartPole-v1: greedy return >= 475 within 30k env steps, one seed each
-(bench/impala_learning.py runs 3 seeds; docs/impala.md records them), synchronous path; and
-IMPALA with an LSTM within 40k."""
+"""IMPALA and APPO learn CartPole-v1: greedy return >= 475 within a budget of env steps, one seed
+each (bench/impala_learning.py runs several; docs/impala.md records them), synchronous path; and
+IMPALA with an LSTM within 40k.
+
+The budgets come from the seeds measured with the seed streams of cairn.rng (docs/impala.md
+"Learning"): IMPALA reached 475 within 22,200 env steps for each of seeds 0-4; APPO's path varies
+more (2,400-46,200 over seeds 0-7), so APPO's budget is 60,000: the slowest of the eight with a
+margin of a quarter, not a budget one seed happens to meet."""
 
 from __future__ import annotations
 
@@ -11,10 +16,10 @@ from tests.helpers import learning_seed
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
-def test_learns_cartpole_within_30k_steps(algo_name):
-    first, points = steps_to_bar(algo_name, learning_seed(0), bar=475.0, budget=30_000, eval_every=2_000)
-    assert first is not None, f"{algo_name}: greedy returns {points} never reached 475 in 30k env steps"
+@pytest.mark.parametrize(("algo_name", "budget"), [("IMPALA", 30_000), ("APPO", 60_000)])
+def test_learns_cartpole_within_its_budget(algo_name, budget):
+    first, points = steps_to_bar(algo_name, learning_seed(0), bar=475.0, budget=budget, eval_every=2_000)
+    assert first is not None, f"{algo_name}: greedy returns {points} never reached 475 in {budget} env steps"
 
 
 @pytest.mark.slow
