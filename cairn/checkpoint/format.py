@@ -18,7 +18,7 @@ __all__ = [
 
 FORMAT_NAME = "cairn-checkpoint"
 #: The version this cairn writes. Every version ever written keeps loading (migrations.py).
-FORMAT_VERSION = "3"
+FORMAT_VERSION = "4"
 MANIFEST_FILE = "cairn_checkpoint.json"
 ALGORITHM_STATE_FILE = "algorithm_state.json"
 ALGORITHM_ARRAYS_FILE = "algorithm_state.safetensors"

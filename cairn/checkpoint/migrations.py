@@ -17,6 +17,12 @@ Versions:
   and LSTM read by the value head with its gradient stopped, which is now
   ``vf_share_layers=True, vf_stop_gradient=True``; ``"2" -> "3"`` rewrites every model config a
   state holds to that (:func:`rename_lstm_value_sharing`), and leaves everything else as it was.
+* ``"4"``: a parallel multi-agent env runner's state keeps the rows that wait for their agent's
+  next observation across a fragment's end (key ``pending`` of each ``current_obs`` entry;
+  docs/checkpoint-format.md, section 10). Up to 3 no such row was kept: ``"3" -> "4"`` gives
+  every parallel runner state (the env runners' and the evaluation runner's) an empty
+  ``pending`` list per env (:func:`add_empty_pending`), and leaves Policy and component states
+  as they were.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from cairn.checkpoint.format import FORMAT_VERSION
 from cairn.errors import CheckpointFormatError, UnsupportedCheckpointVersionError
 
 __all__ = ["COMPONENT_KIND", "Migration", "MigrationRegistry", "MIGRATIONS", "register_migration", "migrate",
-           "parse_version", "rename_lstm_value_sharing"]
+           "parse_version", "rename_lstm_value_sharing", "add_empty_pending"]
 
 #: ``fn(state) -> state`` for one kind ("Algorithm" or "Policy") and one version step.
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
@@ -169,3 +175,31 @@ def _policy_2_to_3(state: dict[str, Any]) -> dict[str, Any]:
 register_migration("Algorithm", "2", "3")(_algorithm_2_to_3)
 register_migration("Policy", "2", "3")(_policy_2_to_3)
 register_migration(COMPONENT_KIND, "2", "3")(_unchanged)
+
+
+def add_empty_pending(runner: Any) -> Any:
+    """A format-3 env runner state in format 4: a parallel multi-agent runner's ``current_obs``
+    entries each get ``pending: []`` (format 3 kept no waiting rows); any other state (single-agent,
+    turn-based, none) is returned as it was."""
+    if not (isinstance(runner, Mapping) and runner.get("multi_agent") and not runner.get("turn_based")
+            and isinstance(runner.get("current_obs"), list)):
+        return runner
+    entries = [{**entry, "pending": []} if isinstance(entry, Mapping) and "pending" not in entry else entry
+               for entry in runner["current_obs"]]
+    return {**runner, "current_obs": entries}
+
+
+def _algorithm_3_to_4(state: dict[str, Any]) -> dict[str, Any]:
+    """Every env runner state the Algorithm state holds (``env_runners`` and
+    ``evaluation_runner``) through :func:`add_empty_pending`."""
+    out = dict(state)
+    if isinstance(state.get("env_runners"), list):
+        out["env_runners"] = [add_empty_pending(runner) for runner in state["env_runners"]]
+    if "evaluation_runner" in state:
+        out["evaluation_runner"] = add_empty_pending(state["evaluation_runner"])
+    return out
+
+
+register_migration("Algorithm", "3", "4")(_algorithm_3_to_4)
+register_migration("Policy", "3", "4")(_unchanged)
+register_migration(COMPONENT_KIND, "3", "4")(_unchanged)

@@ -8,9 +8,11 @@ reward, terminated and truncated flags come with the step, its next observation 
 agent's following observation (or its final one). An agent that leaves the game (or whose
 episode ends) with neither flag ends its trajectory there as truncated. An agent that got no
 observation at a step does not act at the next: the rewards and flags the env gives it until
-it observes again (or ends) join the row of its last action while that row is in the fragment
-being sampled (docs/multi-agent.md). A step or reset that observes no live agent leaves none to
-act, and the env could never step again: an :class:`~cairn.errors.EnvError` naming the env copy.
+it observes again (or ends) join the row of its last action. A row still waiting when its
+fragment ends waits on into the next (:attr:`ParallelSampler.pending`, saved with the runner's
+state), which sends it complete (docs/multi-agent.md). A step or reset that observes no live
+agent leaves none to act, and the env could never step again: an
+:class:`~cairn.errors.EnvError` naming the env copy.
 
 An agent mapped to a scripted opponent (a league's fixed opponent: the mapping returned its
 name) leaves no row: its next action is drawn as soon as its observation arrives, by
@@ -23,9 +25,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Container, Mapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
 
 from cairn.env_runner.agent_mapping import (
@@ -35,9 +36,13 @@ from cairn.env_runner.agent_mapping import (
 )
 from cairn.env_runner.episode_history import EpisodeHistory
 from cairn.env_runner.inference import RowOrigin
+from cairn.env_runner.parallel_state import pending_state, plain_action, restore_action, restore_pending
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
-from cairn.env_runner.trajectories import AgentTrajectories
+from cairn.env_runner.trajectories import AgentTrajectories, WaitingRow
 from cairn.errors import CheckpointFormatError, EnvError
+
+if TYPE_CHECKING:
+    from cairn.policy.policy import Policy
 
 __all__ = ["ParallelSampler"]
 
@@ -68,6 +73,10 @@ class ParallelSampler(AgentSampler):
         #: Per env: the next action of each live agent seated by a scripted opponent, drawn when
         #: its observation arrived (nothing of its observation is processed or kept).
         self.scripted_actions: list[dict[Any, Any]] = [{} for _ in self.envs]
+        #: Per env: the rows of the agents that acted and still waited for their next observation
+        #: when the last recorded fragment ended: the next fragment completes them (and sends
+        #: them), with the rewards and flags paid meanwhile. A reset drops them.
+        self.pending: list[dict[Any, WaitingRow]] = [{} for _ in self.envs]
 
     def agents_in_flight(self) -> list[list[Any]]:
         """Per env: the agents with an observation to act on, those a scripted opponent seats,
@@ -101,6 +110,7 @@ class ParallelSampler(AgentSampler):
         self.obs[i] = {}
         self.joined[i] = set()
         self.scripted_actions[i] = {}
+        self.pending[i] = {}
         first = {a: o for a, o in obs.items() if a in self.envs[i].agents}
         if not first:
             raise self._no_observation_error(i, "reset() returned")
@@ -176,6 +186,14 @@ class ParallelSampler(AgentSampler):
         # next observation of its last row is filled in when the following observation arrives.
         trajs = AgentTrajectories()
         unfed = self.runner.unfed_filters(update_filter)
+        # The rows that waited across the last fragment's end wait on in this one (a sample that
+        # raises drops them with its fragment; the runner then resets every env). Not recording,
+        # nothing follows them: they are dropped (run_episodes resets every env first anyway).
+        carried, self.pending = self.pending, [{} for _ in self.envs]
+        if record:
+            for i, rows in enumerate(carried):
+                for agent, waiting in rows.items():
+                    waiting.add_to(trajs, (i, agent))
         for _ in range(steps):
             live = self.episodes.playing()  # run_episodes: the envs that owe episodes (None: all)
             acting = range(len(self.envs)) if live is None else live
@@ -234,7 +252,7 @@ class ParallelSampler(AgentSampler):
                 # The other agents of the episode (those that had no observation at the last
                 # step did not act at this one): what the env pays them counts in their return,
                 # and joins, with their flags, the row of their last action while it waits for
-                # its next observation (in this fragment).
+                # its next observation (carried from the last fragment, if need be).
                 for agent in self.agent_pids[i]:
                     if agent in actions[i]:
                         continue
@@ -288,17 +306,26 @@ class ParallelSampler(AgentSampler):
                 trajs.close(key)
             if self.episodes.all_played():
                 break
-        return trajs.batches(self.runner.worker_index) if record else {}
+        if not record:
+            return {}
+        # A row still waiting for its agent's next observation is not sent with its own
+        # observation standing in: the next fragment completes it.
+        for i, agent in trajs.waiting_keys():
+            self.pending[i][agent] = trajs.pop_waiting((i, agent))
+        return trajs.batches(self.runner.worker_index)
 
     # --------------------------------------------------------------------------------- state
     def get_state(self, *, copy: bool = True) -> list[dict[str, Any]]:
         """Per env: the live agents, their processed observations (``copy=False``: views),
-        their policy IDs and the scripted opponents' next actions (JSON numbers or arrays)."""
+        their policy IDs, the scripted opponents' next actions (JSON numbers or arrays) and the
+        rows waiting for their agents' next observations
+        (:func:`~cairn.env_runner.parallel_pending.pending_state`)."""
         return [
             {"agents": [str(a) for a in obs],
              "obs": {str(a): row.copy() if copy else row for a, row in obs.items()},
              "agent_pids": {str(a): p for a, p in self.agent_pids[i].items()},
-             "scripted_actions": {str(a): plain_action(act) for a, act in self.scripted_actions[i].items()}}
+             "scripted_actions": {str(a): plain_action(act) for a, act in self.scripted_actions[i].items()},
+             "pending": pending_state(self.pending[i], copy=copy)}
             for i, obs in enumerate(self.obs)
         ]
 
@@ -306,8 +333,9 @@ class ParallelSampler(AgentSampler):
         """Restore :meth:`get_state` (after the envs' own states), the episodes' mapping
         included; False, with nothing changed, when the agents changed or a saved policy is
         gone: the observations in flight belong to other agents or were processed by other
-        policies' filters, so the envs start over. Scripted opponents' actions that do not fit
-        the restored env are a :class:`~cairn.errors.CheckpointFormatError` (nothing changed)."""
+        policies' filters, so the envs start over. Scripted opponents' actions or waiting rows
+        that do not fit the restored env are a :class:`~cairn.errors.CheckpointFormatError`
+        (nothing changed)."""
         restored = []
         for i, entry in enumerate(states):
             saved = restore_agent_pids(self.envs[i], entry["agent_pids"], self.seat_ids())
@@ -316,13 +344,22 @@ class ParallelSampler(AgentSampler):
             ids = agent_ids_by_name(self.envs[i])
             obs = {ids.get(k, k): np.asarray(v, dtype=np.float32) for k, v in entry["obs"].items()}
             scripted = self._restore_scripted_actions(i, saved, entry.get("scripted_actions") or {})
-            restored.append((saved, obs, scripted))
-        for i, (saved, obs, scripted) in enumerate(restored):
+            # Format 4 on (the 3 -> 4 migration gives older states an empty list).
+            pending = restore_pending(self.envs[i], i, entry["pending"], pids=saved, acting={*obs, *scripted},
+                                      policy_of=self._restored_policy)
+            restored.append((saved, obs, scripted, pending))
+        for i, (saved, obs, scripted, pending) in enumerate(restored):
             self.agent_pids[i], self.obs[i], self.scripted_actions[i] = saved, obs, scripted
+            self.pending[i] = pending
             # Not saved: an agent that joined at the last step before the save counts as having
             # acted (docs/fault-tolerance.md, n-step).
             self.joined[i] = set()
         return True
+
+    def _restored_policy(self, pid: str) -> Policy | None:
+        """The policy ``pid`` names (:meth:`restore_agent_pids` checked it is one), None for a
+        scripted opponent."""
+        return None if self.scripted(pid) is not None else self.policies[pid]
 
     def _restore_scripted_actions(self, i: int, pids: Mapping[Any, str],
                                   saved: Mapping[str, Any]) -> dict[Any, Any]:
@@ -346,25 +383,3 @@ class ParallelSampler(AgentSampler):
             actions[ids[name]] = action
         return actions
 
-
-def plain_action(action: Any) -> Any:
-    """A scripted opponent's action as state data: a numpy scalar as a Python number, an array
-    copied, anything else as it is."""
-    if isinstance(action, np.generic):
-        return action.item()
-    return np.array(action) if isinstance(action, np.ndarray) else action
-
-
-def restore_action(space: Any, value: Any) -> Any:
-    """``value`` (a saved :func:`plain_action`) as an action of ``space``: an int for a
-    Discrete space, else an array of its dtype; None when it is not one of its actions."""
-    if isinstance(space, gym.spaces.Discrete):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            return None
-        action: Any = int(value)
-    else:
-        try:
-            action = np.asarray(value, dtype=space.dtype)
-        except (TypeError, ValueError):
-            return None
-    return action if space.contains(action) else None

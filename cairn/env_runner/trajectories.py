@@ -8,13 +8,20 @@ policies (per-episode opponent draws) gives every row to the policy that acted i
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from cairn.env_runner.sample_batch import ACTION_LOGP, STATE_COLUMN, SampleBatch, state_columns, stream_ids
+from cairn.env_runner.sample_batch import (
+    ACTION_LOGP,
+    STATE_COLUMN,
+    SampleBatch,
+    batch_states,
+    state_columns,
+    stream_ids,
+)
 
-__all__ = ["AgentTrajectories"]
+__all__ = ["AgentTrajectories", "WaitingRow"]
 
 #: ``(env_index, agent_id)``: one agent in one of a runner's environments.
 AgentKey = tuple[int, Any]
@@ -22,6 +29,29 @@ AgentKey = tuple[int, Any]
 _TrajectoryKey = tuple[int, Any, str]
 
 _ROW_COLUMNS = ("obs", "actions", "rewards", "terminateds", "truncateds", "firsts", "next_obs")
+
+
+class WaitingRow(NamedTuple):
+    """A row taken out of a fragment while it waits for its next observation
+    (:meth:`AgentTrajectories.pop_waiting`): what :meth:`AgentTrajectories.add` takes to put it
+    back, with the reward and flags it gathered while waiting."""
+
+    policy_id: str
+    obs: np.ndarray
+    action: np.ndarray
+    reward: float
+    terminated: bool
+    truncated: bool
+    first: bool
+    #: The behaviour log-probability of the action (None: its policy does not want it).
+    action_logp: Any
+    #: A recurrent policy's state the agent acted from, one array per component (else None).
+    state_in: list[np.ndarray] | None
+
+    def add_to(self, trajs: AgentTrajectories, key: AgentKey) -> None:
+        """Put this row back as ``key``'s last row, still waiting for its next observation."""
+        trajs.add(key, self.policy_id, self.obs, self.action, self.reward, self.terminated, self.truncated,
+                  first=self.first, state_in=self.state_in, action_logp=self.action_logp)
 
 
 class AgentTrajectories:
@@ -73,8 +103,9 @@ class AgentTrajectories:
         self._open.discard(key)
 
     def waiting(self, key: AgentKey) -> bool:
-        """Whether ``key``'s last row (in this fragment) still waits for its next observation:
-        its agent acted and has neither observed again nor ended since."""
+        """Whether ``key``'s last row (in this fragment, or put back by :meth:`WaitingRow.add_to`)
+        still waits for its next observation: its agent acted and has neither observed again nor
+        ended since."""
         return key in self._open
 
     def extend_last(self, key: AgentKey, reward: float, terminated: bool, truncated: bool) -> None:
@@ -84,6 +115,27 @@ class AgentTrajectories:
         row["rewards"][-1] += reward
         row["terminateds"][-1] = row["terminateds"][-1] or terminated
         row["truncateds"][-1] = row["truncateds"][-1] or truncated
+
+    def waiting_keys(self) -> list[AgentKey]:
+        """The agents whose last row :meth:`waiting`, in the order their trajectories began
+        (not a set's order, which varies with the hash seed from process to process)."""
+        return [(i, agent) for (i, agent, pid) in self._rows
+                if (i, agent) in self._open and self._last_policy[(i, agent)] == pid]
+
+    def pop_waiting(self, key: AgentKey) -> WaitingRow:
+        """Take ``key``'s last row, which :meth:`waiting`, out of its trajectory (and the batches):
+        its next observation comes in a later fragment, which :meth:`WaitingRow.add_to` gives it."""
+        policy_id = self._last_policy.pop(key)
+        self._open.discard(key)
+        trajectory = (*key, policy_id)
+        row = self._rows[trajectory]
+        last = {column: values.pop() for column, values in row.items()}
+        if not row["obs"]:
+            del self._rows[trajectory]
+        states = batch_states(last)
+        return WaitingRow(policy_id, last["obs"], last["actions"], float(last["rewards"]),
+                          bool(last["terminateds"]), bool(last["truncateds"]), bool(last["firsts"]),
+                          last.get(ACTION_LOGP), states or None)
 
     def close(self, key: AgentKey) -> None:
         """``key``'s last row ended (its agent left or its episode ended): nothing more joins it."""

@@ -131,3 +131,16 @@ def test_format_2_lstm_restores_and_upgrades_to_the_gradient_stopped_shared_lstm
         assert net.vf_stop_gradient and net.critic_lstm is None
         check_lstm_fixture(algo, FIXTURES / "2" / "ppo_lstm.expected.json")
         algo.stop()
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if int(v) <= 3])
+def test_parallel_fixtures_before_format_4_resume_with_no_waiting_rows(version):
+    """Format 3 and before kept no rows waiting across a fragment's end: the migration gives each
+    parallel env entry an empty ``pending``, and the episode in flight goes on (not reset)."""
+    algo = cairn.Algorithm.from_checkpoint(FIXTURES / version / "ppo_multi")
+    try:
+        state = algo.env_runner_group.local.get_state()
+        assert state["multi_agent"] and not state["turn_based"] and not state["needs_reset"]
+        assert [entry["pending"] for entry in state["current_obs"]] == [[] for _ in state["current_obs"]]
+    finally:
+        algo.stop()

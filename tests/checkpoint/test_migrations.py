@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 
 from cairn.checkpoint.migrations import MIGRATIONS, MigrationRegistry, migrate, register_migration
@@ -110,3 +112,34 @@ def test_format_2_states_without_model_configs_pass_through():
     assert migrate("Algorithm", {"config": None}, "2", target="3") == {"config": None}
     assert migrate("Policy", {"spec": {"config": None}}, "2", target="3") == {"spec": {"config": None}}
     assert migrate("component:league", {"x": [1]}, "2", target="3") == {"x": [1]}
+
+
+# Format 3 -> 4: a parallel multi-agent runner state keeps the rows waiting across a fragment's
+# end (``pending`` in each current_obs entry); format 3 kept none.
+def _runner(multi_agent, turn_based, current_obs):
+    return {"multi_agent": multi_agent, "turn_based": turn_based, "current_obs": current_obs, "num_envs": 2}
+
+
+def test_format_3_parallel_runner_states_get_no_waiting_rows():
+    parallel = _runner(True, False, [{"agents": ["a"], "obs": {}, "agent_pids": {"a": "p"}},
+                                     {"agents": [], "obs": {}, "agent_pids": {}, "scripted_actions": {}}])
+    turn_based = _runner(True, True, [{"to_move": None, "pending_agents": []}])
+    single = _runner(False, False, [[0.0, 1.0]])
+    state = {"iteration": 2, "env_runners": [parallel, turn_based, single, None],
+             "evaluation_runner": copy.deepcopy(parallel)}
+    before = copy.deepcopy(state)
+    out = migrate("Algorithm", state, "3", target="4")
+    assert state == before  # the input is not modified
+    migrated = out["env_runners"][0]["current_obs"]
+    assert [entry["pending"] for entry in migrated] == [[], []]
+    assert [{k: v for k, v in e.items() if k != "pending"} for e in migrated] == parallel["current_obs"]
+    assert out["evaluation_runner"]["current_obs"] == migrated
+    # Turn-based (its own pending_* keys), single-agent and absent runners are left as they were.
+    assert out["env_runners"][1:] == [turn_based, single, None]
+    assert out["iteration"] == 2
+    # Nothing else: no runner state, no evaluation runner, Policy and component states.
+    assert migrate("Algorithm", {"config": None}, "3", target="4") == {"config": None}
+    assert migrate("Algorithm", {"env_runners": [], "evaluation_runner": None}, "3", target="4") == \
+        {"env_runners": [], "evaluation_runner": None}
+    assert migrate("Policy", {"spec": {"x": 1}}, "3", target="4") == {"spec": {"x": 1}}
+    assert migrate("component:league", {"x": [1]}, "3", target="4") == {"x": [1]}

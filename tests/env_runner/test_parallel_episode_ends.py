@@ -132,38 +132,50 @@ def _make_silent(config: dict[str, Any]) -> _Silent:
     return _Silent(config)
 
 
-def _silent_p1(steps: int, **env_config: Any) -> tuple[Any, dict[str, Any]]:
-    """agent_1's rows (policy p1) of ``steps`` steps of one :class:`_Silent`, and the one
-    episode the runner reports."""
+def _silent_p1(steps: int, then: int, **env_config: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """agent_1's rows (policy p1) of a fragment of ``steps`` steps of one :class:`_Silent` and of
+    the fragment of ``then`` steps after it, and the one episode the runner reports after the
+    first fragment."""
     algo = two_policy_ppo(_make_silent, env_config).build()
     try:
         runner = EnvRunner(algo.config, algo.policies)
         p1 = runner.sample(steps)["p1"]
         [episode] = runner.get_metrics()
+        later = runner.sample(then)["p1"]
     finally:
         algo.stop()
-    return p1, episode
+    return p1, later, episode
 
 
 def test_an_agent_that_does_not_act_at_a_step_keeps_its_reward_on_its_last_action():
-    p1, episode = _silent_p1(8)
+    p1, later, episode = _silent_p1(8, then=2)
     # agent_1 acts at t = 0, 2, 4 of each episode; each action earns the rewards paid until its
     # next observation (two steps), the last one the step that ends the episode.
-    assert p1["obs"][:, 0].tolist() == [0, 2, 4, 0, 2]
-    assert p1["rewards"].tolist() == [2, 2, 1, 2, 1]
-    assert p1["next_obs"][:3, 0].tolist() == [2, 4, 5]
-    assert p1["next_obs"][3, 0] == 2
+    assert p1["obs"][:, 0].tolist() == [0, 2, 4, 0]
+    assert p1["rewards"].tolist() == [2, 2, 1, 2]
+    assert p1["next_obs"][:, 0].tolist() == [2, 4, 5, 2]
     assert np.flatnonzero(p1["truncateds"]).tolist() == [2]
     assert episode == {"return": 10.0, "length": 5, "policy_returns": {"p0": [5.0], "p1": [5.0]}}
+    # Its action at t = 2 of the second episode (the fragment's last step) waits for its next
+    # observation across the fragment's end: the next fragment sends it, with both rewards.
+    assert later["obs"][:, 0].tolist() == [2, 4]
+    assert later["rewards"].tolist() == [2, 1]
+    assert later["next_obs"][:, 0].tolist() == [4, 5]
+    assert later["truncateds"].tolist() == [False, True]
 
 
 def test_an_agent_that_does_not_act_at_the_last_step_ends_with_the_episode():
     # Episodes of 4 steps: agent_1 acts at t = 0 and 2 only; the episode ends at a step where it
     # did not act, and that step's reward, flag and final observation are its last row's.
-    p1, episode = _silent_p1(6, end=4)
+    p1, later, episode = _silent_p1(6, then=3, end=4)
     assert p1["obs"][:, 0].tolist() == [0, 2, 0]
     assert p1["rewards"].tolist() == [2, 2, 2]
     assert p1["next_obs"][:, 0].tolist() == [2, 4, 2]
     assert p1["truncateds"].tolist() == [False, True, False]
     assert p1["ends"].tolist() == [False, True, True]
     assert episode == {"return": 8.0, "length": 4, "policy_returns": {"p0": [4.0], "p1": [4.0]}}
+    # Then it acts at t = 2 and the second episode ends at t = 4; its action at t = 0 of the third
+    # (the fragment's last step) waits for its next observation: not sent with its own standing in.
+    assert later["obs"][:, 0].tolist() == [2]
+    assert later["next_obs"][:, 0].tolist() == [4]
+    assert later["truncateds"].tolist() == [True]
