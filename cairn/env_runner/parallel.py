@@ -319,7 +319,7 @@ class ParallelSampler(AgentSampler):
         """Per env: the live agents, their processed observations (``copy=False``: views),
         their policy IDs, the scripted opponents' next actions (JSON numbers or arrays) and the
         rows waiting for their agents' next observations
-        (:func:`~cairn.env_runner.parallel_pending.pending_state`)."""
+        (:func:`~cairn.env_runner.parallel_state.pending_state`)."""
         return [
             {"agents": [str(a) for a in obs],
              "obs": {str(a): row.copy() if copy else row for a, row in obs.items()},
@@ -344,9 +344,9 @@ class ParallelSampler(AgentSampler):
             ids = agent_ids_by_name(self.envs[i])
             obs = {ids.get(k, k): np.asarray(v, dtype=np.float32) for k, v in entry["obs"].items()}
             scripted = self._restore_scripted_actions(i, saved, entry.get("scripted_actions") or {})
-            # Format 4 on (the 3 -> 4 migration gives older states an empty list).
-            pending = restore_pending(self.envs[i], i, entry["pending"], pids=saved, acting={*obs, *scripted},
-                                      policy_of=self._restored_policy)
+            # Format 4 on (the 3 -> 4 migration gives older states an empty list; none is refused).
+            pending = restore_pending(self.envs[i], i, entry.get("pending"), pids=saved,
+                                      acting={*obs, *scripted}, policy_of=self._restored_policy)
             restored.append((saved, obs, scripted, pending))
         for i, (saved, obs, scripted, pending) in enumerate(restored):
             self.agent_pids[i], self.obs[i], self.scripted_actions[i] = saved, obs, scripted

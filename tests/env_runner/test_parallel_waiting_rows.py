@@ -138,6 +138,33 @@ def test_fragments_send_the_rows_one_fragment_sends(lengths):
         np.testing.assert_array_equal(cut[column], whole[column], err_msg=column)
 
 
+@pytest.mark.parametrize("lengths", [[5, 2], [1, 1, 1, 1, 1, 1, 1]])
+def test_n_step_transitions_are_those_of_one_fragment(lengths):
+    """DQN's and SAC's n-step windows join a stream's rows across fragments (same ``streams`` id,
+    not a first step, the observation where they stopped): cut anywhere, a1's 3-step transitions
+    are those of the whole episode in one fragment (its +10 and termination included)."""
+    from cairn.algorithms.replay_buffers import NStepTransitions
+
+    def transitions(fragment_lengths: list[int]) -> dict[str, np.ndarray]:
+        algo = _config().build()
+        try:
+            runner, n_step = algo.env_runner_group.local, NStepTransitions(gamma=0.5, n_step=3)
+            parts = [n_step.add(runner.sample(n)["p"]) for n in fragment_lengths]
+        finally:
+            algo.stop()
+        joined = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        a1 = np.flatnonzero(joined["obs"][:, 1] == 1)
+        a1 = a1[np.argsort(joined["obs"][a1, 0], kind="stable")]
+        return {k: v[a1] for k, v in joined.items()}
+
+    whole, cut = transitions([7]), transitions(lengths)
+    assert whole["obs"][:, 0].tolist() == [0, 2, 4]
+    assert whole["rewards"].tolist() == [2 + 0.5 * 2 + 0.25 * 11, 2 + 0.5 * 11, 11]
+    assert whole["terminateds"].tolist() == [True, True, True]
+    for key in whole:
+        np.testing.assert_array_equal(cut[key], whole[key], err_msg=key)
+
+
 def test_an_env_error_in_the_next_fragment_drops_the_waiting_row():
     # The 6th env step raises: a1's row of t = 4 waits from fragment one into fragment two.
     algo = _config(fail_at=6).build()
@@ -278,14 +305,32 @@ def test_tampered_waiting_rows_are_refused_and_nothing_changes(case):
         try:
             target = other.env_runner_group.local
             target.sample(3)
-            before = target._agents.pending
+            before = [dict(rows) for rows in target._agents.pending]
+            assert [list(rows) for rows in before] == [["a1"]]  # its own row of t = 2 waits
             with pytest.raises(CheckpointFormatError, match=r"current_obs\[0\]\['pending'\]\[0\]"):
                 target.set_state(bad)
-            assert target._agents.pending is before or target._agents.pending == before
+            after = target._agents.pending
+            assert [list(rows) for rows in after] == [list(rows) for rows in before]
+            assert all(after[0][a] is row for a, row in before[0].items())  # the same rows, untouched
             target.set_state(state)  # the unedited state restores
             assert list(target._agents.pending[0]) == ["a1"]
         finally:
             other.stop()
+    finally:
+        algo.stop()
+
+
+def test_a_state_without_the_waiting_rows_key_is_refused():
+    """Format 4 states have ``pending`` (older ones get it from the migration): its absence is
+    an edited state, refused with a clear error, not a bare KeyError."""
+    algo = _config().build()
+    try:
+        runner = algo.env_runner_group.local
+        runner.sample(5)
+        state = runner.get_state()
+        del state["current_obs"][0]["pending"]
+        with pytest.raises(CheckpointFormatError, match=r"current_obs\[0\]\['pending'\] is NoneType"):
+            runner.set_state(state)
     finally:
         algo.stop()
 
