@@ -22,7 +22,8 @@ def test_single_agent_resume_mid_episode_is_exact(tmp_path):
     for _ in range(2):
         algo.train()
     runner_state = algo.env_runner_group.local.get_state()
-    assert [e["env"] for e in runner_state["recurrent_states"]] == [0, 1]
+    # Both envs mid-episode with a state (in the order their episodes began: seed-dependent).
+    assert sorted(e["env"] for e in runner_state["recurrent_states"]) == [0, 1]
     assert all(np.abs(e["state"][0]).sum() > 0 for e in runner_state["recurrent_states"])  # mid-episode
     path = algo.save(tmp_path / "c")
     restored = cairn.Algorithm.from_checkpoint(path)
