@@ -133,18 +133,19 @@ class AgentSampler:
 
     def update_policies(self, config: AlgorithmConfig, policies: Mapping[str, Policy]) -> bool:
         """After a policy change (``Algorithm.add_policy``/``remove_policy``, a new mapping):
-        True when an agent in flight acts with a policy no longer in ``policies``, so that the
-        envs must start new episodes. An episode in flight keeps the mapping drawn at its start
-        (RLlib's rule: a new ``policy_mapping_fn`` applies from each env's next episode);
-        ``agent_pids`` is not changed. ``config``'s mapping is checked first: an agent in flight
+        True when an episode in flight mapped one of its agents (in flight, or already gone from
+        it) to a policy no longer in ``policies``, so that the envs must start new episodes: the
+        rule a restore applies to the saved mapping (:func:`restore_agent_pids`), so that a run
+        restored after the change continues as the live one. An episode in flight keeps the
+        mapping drawn at its start (RLlib's rule: a new ``policy_mapping_fn`` applies from each
+        env's next episode); ``agent_pids`` is not changed. ``config``'s mapping is checked first: an agent in flight
         that it maps to a policy not in ``policies`` raises :class:`~cairn.errors.ConfigError`
         (and nothing changes). The runner takes ``config`` and ``policies`` afterwards."""
         in_flight, seats = self.agents_in_flight(), self.seat_ids(policies)
         for agents in in_flight:
             for agent in agents:
                 check_mapped_policy_id(agent, config.map_agent(agent), seats)
-        return any(self.agent_pids[i].get(agent, "") not in seats
-                   for i, agents in enumerate(in_flight) for agent in agents)
+        return any(pid not in seats for pids in self.agent_pids for pid in pids.values())
 
     def seat_ids(self, policies: Mapping[str, Any] | None = None) -> list[str]:
         """The IDs an agent may be mapped to: the policies', then the scripted opponents'."""
