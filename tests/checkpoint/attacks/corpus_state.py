@@ -61,7 +61,8 @@ attack("config_replay_capacity_5e8", CheckpointConfigError, ("algo",), "dqn",
     _edit(["config", "replay_buffer_config", "capacity"], 500_000_000))
 
 # ------------------------------------------------- a turn-based game in flight (tic-tac-toe)
-# Env 0 of the base: board [0, 2, 1, 2, 1, 2, 2, 1, 1], player_1 to move, player_2 pending.
+# Env 0 of the base, mid-game: one player to move, the other's move pending (which one, and the
+# board, follow the seed: the cases about who moves edit relative to the saved state).
 for _name, _path, _value in [
         ("board_value", [*BOARD, "board"], [7, 2, 1, 2, 1, 2, 2, 1, 1]),
         ("board_short", [*BOARD, "board"], [0, 2, 1]),
@@ -72,10 +73,33 @@ for _name, _path, _value in [
         ("selector_agent", [*BOARD, "selector", "selected_agent"], "nobody"),
         ("selector_index", [*BOARD, "selector", "current_agent"], 5),
         ("agent_dicts", [*BOARD, "agent_dicts", "rewards"], {}),
-        ("to_move_not_selected", [*TURN, "to_move", "agent"], "player_2"),
         ("to_move_none", [*TURN, "to_move"], None),
-        ("pending_is_to_move", [*TURN, "pending_agents"], ["player_1"]),
         ("pending_rows", [*TURN, "pending_agents"], ["player_2", "player_1"])]:
     _key = str(_path[-1]) if _path[-2] not in ("to_move", "agent_dicts") else str(_path[-2])
     attack(f"turn_based_{_name}", CheckpointFormatError, ("algo",), "tictactoe", names=(_key,))(
         _edit(_path, _value))
+
+
+def _entry(state: Any) -> Any:
+    entry = state
+    for key in TURN:
+        entry = entry[key]
+    return entry
+
+
+@attack("turn_based_to_move_not_selected", CheckpointFormatError, ("algo",), "tictactoe", names=("to_move",))
+def _(root: Path, _s: Path) -> None:
+    def fn(state: Any) -> None:  # the player whose move is pending, not the env's selected one
+        entry = _entry(state)
+        assert entry["pending_agents"] and entry["to_move"]["agent"] not in entry["pending_agents"]
+        entry["to_move"]["agent"] = entry["pending_agents"][0]
+    edit_json(root, ASTATE, fn)
+
+
+@attack("turn_based_pending_is_to_move", CheckpointFormatError, ("algo",), "tictactoe",
+        names=("pending_agents",))
+def _(root: Path, _s: Path) -> None:
+    def fn(state: Any) -> None:  # the player to move said to wait for its last move's outcome
+        entry = _entry(state)
+        entry["pending_agents"] = [entry["to_move"]["agent"]]
+    edit_json(root, ASTATE, fn)
