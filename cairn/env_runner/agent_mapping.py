@@ -138,9 +138,10 @@ class AgentSampler:
         rule a restore applies to the saved mapping (:func:`restore_agent_pids`), so that a run
         restored after the change continues as the live one. An episode in flight keeps the
         mapping drawn at its start (RLlib's rule: a new ``policy_mapping_fn`` applies from each
-        env's next episode); ``agent_pids`` is not changed. ``config``'s mapping is checked first: an agent in flight
-        that it maps to a policy not in ``policies`` raises :class:`~cairn.errors.ConfigError`
-        (and nothing changes). The runner takes ``config`` and ``policies`` afterwards."""
+        env's next episode); ``agent_pids`` is not changed. ``config``'s mapping is checked
+        first: an agent in flight that it maps to a policy not in ``policies`` raises
+        :class:`~cairn.errors.ConfigError` (and nothing changes). The runner takes ``config``
+        and ``policies`` afterwards."""
         in_flight, seats = self.agents_in_flight(), self.seat_ids(policies)
         for agents in in_flight:
             for agent in agents:
