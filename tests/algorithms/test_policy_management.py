@@ -62,6 +62,34 @@ def test_runner_starts_new_episodes_only_when_a_policy_in_flight_is_removed():
     assert not runner.get_state()["needs_reset"]
 
 
+def test_removing_the_policy_of_an_agent_gone_from_the_episode_starts_new_episodes(tmp_path):
+    """An episode that mapped a departed agent to the removed policy starts over, as a restore of
+    a checkpoint saved after the removal does (its saved mapping names a policy that is gone):
+    the live run and the restored one then continue alike."""
+    algo = small_ma_ppo(2).build()
+    runner = algo.env_runner_group.local
+    for _ in range(500):  # until one agent's pole has fallen while the other's stands
+        if len(runner.envs[0].agents) == 1:
+            break
+        runner.sample(1)
+    (stays,) = runner.envs[0].agents
+    gone_pid = "p1" if stays == "agent_0" else "p0"
+    stays_pid = "p0" if gone_pid == "p1" else "p1"
+    gone = "agent_1" if stays == "agent_0" else "agent_0"
+    assert runner.get_state()["current_obs"][0]["agent_pids"][gone] == gone_pid  # mapped, not in flight
+    algo.remove_policy(gone_pid, policy_mapping_fn={"agent_0": stays_pid, "agent_1": stays_pid})
+    assert runner.get_state()["needs_reset"]
+    restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+    try:
+        a, b = runner.sample(20), restored.env_runner_group.local.sample(20)
+        assert set(a) == set(b) == {stays_pid}
+        for key in a[stays_pid]:
+            np.testing.assert_array_equal(a[stays_pid][key], b[stays_pid][key], err_msg=key)
+    finally:
+        restored.stop()
+        algo.stop()
+
+
 def test_multi_agent_runner_keeps_the_mapping_of_the_episodes_in_flight():
     """RLlib's rule: a new mapping applies from each env's next episode."""
     algo = small_ma_ppo(2).build()
