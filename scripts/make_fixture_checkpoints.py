@@ -3,13 +3,15 @@
     python scripts/make_fixture_checkpoints.py
 
 Writes tests/fixtures/checkpoints/<FORMAT_VERSION>/{ppo_single,ppo_multi,policy,sac_single,td3_single,
-ppo_lstm,impala_single,appo_single}/ (and {sac,td3}_single.expected.json, the greedy actions those
-fixtures must keep computing, ppo_lstm.expected.json: the LSTM's greedy actions, logits and values,
-and {impala,appo}_single.expected.json: the greedy actions, logits and values, and APPO's target
-network logits, KL weight and train batch count). Run it
-once per format version, commit the output, and never regenerate an existing fixture: the
-fixtures prove that checkpoints written by earlier releases keep loading. The script writes
-only the fixtures missing from the version folder and never overwrites one.
+ppo_lstm,impala_single,appo_single,ppo_parallel_pending}/ (and {sac,td3}_single.expected.json, the
+greedy actions those fixtures must keep computing, ppo_lstm.expected.json: the LSTM's greedy
+actions, logits and values, {impala,appo}_single.expected.json: the greedy actions, logits and
+values, and APPO's target network logits, KL weight and train batch count, and
+ppo_parallel_pending.expected.json: the rows its parallel env runner keeps waiting across the
+fragment's end, format version 4 on). Run it once per format version, commit the output, and
+never regenerate an existing fixture: the fixtures prove that checkpoints written by earlier
+releases keep loading. The script writes only the fixtures missing from the version folder and
+never overwrites one.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def main() -> int:
     for algo_name in ("IMPALA", "APPO"):
         if not (out / f"{algo_name.lower()}_single").exists():
             write_vtrace(out, algo_name)
+    if not (out / "ppo_parallel_pending").exists():
+        write_parallel_pending(out)
     if (out / "ppo_single").exists():
         print(f"{out}/ppo_* exist; fixtures of a released format version are never regenerated.")
         return 0
@@ -174,6 +178,40 @@ def write_vtrace(out: Path, algo_name: str) -> None:
             expected["target_action_inputs"] = policy.target_model(obs)[0].tolist()
         expected.update(kl_coeff=policy.kl_coeff, num_train_batches=policy.num_train_batches)
     (out / f"{name}.expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+    algo.stop()
+
+
+#: The config of the ppo_parallel_pending fixture (and of the run its test compares it with):
+#: 2 envs of 10 steps each after one train(), so each env is at t = 3 of its second episode, a1's
+#: row of t = 2 waiting for its observation of t = 4.
+PENDING_SETTINGS = {"train_batch_size": 20, "minibatch_size": 10, "num_epochs": 1,
+                    "model": {"hidden": [8], "use_lstm": True, "lstm_cell_size": 4, "max_seq_len": 3}}
+
+
+def write_parallel_pending(out: Path) -> None:
+    """A PPO checkpoint of a parallel multi-agent env (a recurrent policy per agent) saved with a
+    row waiting across the fragment's end in each env (``pending``, format version 4 on), and
+    those rows as the runner's state held them."""
+    if str(ROOT) not in sys.path:  # the env is the test package's (its reference is frozen in it)
+        sys.path.insert(0, str(ROOT))
+    from tests.checkpoint.fixture_envs import make_waiting_parallel
+
+    algo = (cairn.PPOConfig().environment(make_waiting_parallel)
+            .training(**PENDING_SETTINGS)
+            .env_runners(rollout_fragment_length=5, num_envs_per_env_runner=2)
+            .multi_agent(policies=["p0", "p1"], policy_mapping_fn={"a0": "p0", "a1": "p1"})
+            .debugging(seed=0).build())
+    algo.train()
+    entries = algo.env_runner_group.local.get_state()["current_obs"]
+    pending = [entry["pending"] for entry in entries]
+    if [[row["agent"] for row in rows] for rows in pending] != [["a1"], ["a1"]]:
+        raise RuntimeError(f"the fixture's point is a1's row waiting in each env, got {pending!r:.300}")
+    algo.save(out / "ppo_parallel_pending")
+    expected = {"pending": [[{key: value.tolist() if isinstance(value, np.ndarray)
+                              else [s.tolist() for s in value] if key == "state_in" and value is not None
+                              else value
+                              for key, value in row.items()} for row in rows] for rows in pending]}
+    (out / "ppo_parallel_pending.expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     algo.stop()
 
 

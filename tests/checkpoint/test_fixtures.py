@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import cairn
+from tests.helpers import assert_trains_identically, assert_trees_equal
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
 VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -20,9 +21,10 @@ EXPECTED = {
     "ppo_lstm": ("Algorithm", ["default_policy"]),
     "impala_single": ("Algorithm", ["default_policy"]),
     "appo_single": ("Algorithm", ["default_policy"]),
+    "ppo_parallel_pending": ("Algorithm", ["p0", "p1"]),
 }
 #: The fixtures each version has (a fixture added later, such as td3_single and ppo_lstm in
-#: version 2, is absent from the versions before it).
+#: version 2, and ppo_parallel_pending in version 4, is absent from the versions before it).
 CASES = [(version, name) for version in VERSIONS for name in sorted(EXPECTED)
          if (FIXTURES / version / name).is_dir()]
 
@@ -63,6 +65,8 @@ def test_fixture_loads_acts_and_trains(tmp_path, version, name):
         check_lstm_fixture(algo, FIXTURES / version / f"{name}.expected.json")
     elif name in ("impala_single", "appo_single"):
         check_vtrace_fixture(algo, FIXTURES / version / f"{name}.expected.json")
+    elif name == "ppo_parallel_pending":
+        check_pending_fixture(algo, FIXTURES / version / f"{name}.expected.json")
     else:
         for pid in policy_ids:
             assert algo.compute_single_action(obs, policy_id=pid) in (0, 1)
@@ -142,5 +146,84 @@ def test_parallel_fixtures_before_format_4_resume_with_no_waiting_rows(version):
         state = algo.env_runner_group.local.get_state()
         assert state["multi_agent"] and not state["turn_based"] and not state["needs_reset"]
         assert [entry["pending"] for entry in state["current_obs"]] == [[] for _ in state["current_obs"]]
+    finally:
+        algo.stop()
+
+
+def check_pending_fixture(algo, expected_path):
+    """The parallel fixture restores the episodes in flight (each env at t = 3 of its second
+    episode, tests/checkpoint/fixture_envs.py) and, in each env, a1's row of t = 2 waiting for
+    its next observation: every field as the runner held it when the fixture was written."""
+    expected = json.loads(expected_path.read_text())["pending"]
+    state = algo.env_runner_group.local.get_state()
+    assert state["multi_agent"] and not state["turn_based"] and not state["needs_reset"]
+    assert [env["state"] for env in state["envs"]] == [{"t": 3, "agents": ["a0", "a1"]}] * 2
+    assert [entry["agents"] for entry in state["current_obs"]] == [["a0"], ["a0"]]  # a1 waits
+    assert len(state["current_obs"]) == len(expected) == 2
+    for entry, rows in zip(state["current_obs"], expected, strict=True):
+        [row] = entry["pending"]
+        [want] = rows
+        assert set(row) == set(want)
+        assert (row["agent"], row["reward"], row["terminated"], row["truncated"], row["first"]) == \
+            ("a1", 1.0, False, False, False)  # acted at t = 2, paid 1 at t = 3, not observed since
+        assert row["obs"].dtype == np.float32 and row["obs"].tolist() == [2.0, 1.0]
+        assert row["action"].tolist() == want["action"] and want["action"] in (0, 1)
+        assert row["action_logp"] == want["action_logp"] and row["action_logp"] < 0
+        assert [s.dtype for s in row["state_in"]] == [np.float32] * len(want["state_in"])
+        for got, saved in zip(row["state_in"], want["state_in"], strict=True):
+            np.testing.assert_array_equal(got, np.array(saved, np.float32))
+
+
+def _carried_rows(batch):
+    """p1's rows of a1's observation at t = 2, in a fragment that starts at t = 3: only the rows
+    that waited across the fragment's end (each env's next a1 row of t = 2 is in its next episode,
+    beyond the fragment)."""
+    rows = np.flatnonzero(np.asarray(batch["obs"])[:, 0] == 2)
+    return {key: np.asarray(value)[rows] for key, value in batch.items()}
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if (FIXTURES / v / "ppo_parallel_pending").is_dir()])
+def test_parallel_fixture_sends_its_waiting_rows_and_resumes_as_a_resaved_copy(tmp_path, version):
+    """The waiting rows of the frozen parallel fixture are sent by the next fragment, completed
+    (their true next observation, the rewards paid meanwhile, the saved action, log-probability
+    and recurrent state), and the fixture trains on exactly as its copy saved at the current
+    format version and loaded again does (the same machine runs both: nothing here depends on
+    the float behaviour of the machine that wrote the fixture)."""
+    path = FIXTURES / version / "ppo_parallel_pending"
+    expected = json.loads((FIXTURES / version / "ppo_parallel_pending.expected.json").read_text())["pending"]
+    algo = cairn.Algorithm.from_checkpoint(path)
+    try:
+        check_pending_fixture(algo, FIXTURES / version / "ppo_parallel_pending.expected.json")
+        resaved = algo.save(tmp_path / "resaved")
+        assert cairn.get_checkpoint_info(resaved)["checkpoint_version"] == cairn.checkpoint.FORMAT_VERSION
+        again = cairn.Algorithm.from_checkpoint(resaved)
+        try:
+            runner, other = algo.env_runner_group.local, again.env_runner_group.local
+            assert_trees_equal(other.get_state(), runner.get_state())
+            a, b = runner.sample(5), other.sample(5)
+            assert set(a) == set(b) == {"p0", "p1"}
+            for pid in a:
+                assert_trees_equal(dict(a[pid]), dict(b[pid]), f"sample/{pid}")
+            carried = _carried_rows(a["p1"])
+            # One per env, matched to the saved rows by their log-probability (the envs' order in
+            # a batch is not the point here).
+            order = np.argsort(carried["action_logp"])
+            saved = sorted(expected, key=lambda rows: rows[0]["action_logp"])
+            assert len(order) == len(saved) == 2
+            for i, [want] in zip(order, saved, strict=True):
+                assert carried["obs"][i].tolist() == [2.0, 1.0]
+                assert carried["next_obs"][i].tolist() == [4.0, 1.0]  # its true next observation
+                assert carried["rewards"][i] == 2.0  # paid at t = 3 (saved) and t = 4
+                assert not carried["firsts"][i] and not carried["terminateds"][i]
+                assert not carried["truncateds"][i]
+                assert carried["actions"][i] == want["action"]
+                assert carried["action_logp"][i] == np.float32(want["action_logp"])
+                for k, state_in in enumerate(want["state_in"]):
+                    np.testing.assert_array_equal(carried[f"state_in_{k}"][i], np.array(state_in, np.float32))
+            before = algo.iteration
+            assert_trains_identically(algo, again, iterations=2)
+            assert algo.iteration == again.iteration == before + 2
+        finally:
+            again.stop()
     finally:
         algo.stop()
