@@ -392,7 +392,12 @@ class EnvRunner:
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`get_state`. Environments whose state cannot be set (or a different
-        number of them) start fresh episodes seeded from the restored generator."""
+        number of them) start fresh episodes seeded from the restored generator. The episodes
+        completed and not yet taken (:meth:`get_metrics`) are forgotten: they are the replaced
+        run's."""
+        # The episodes completed since the last get_metrics() (a direct sample(), outside
+        # train()) belong to the run this state replaces: the next train() must not count them.
+        self._episodes.take()
         self._rng = make_rng(state["rng"])
         counters = state["counters"]
         self.num_env_steps_sampled = int(counters["num_env_steps_sampled"])

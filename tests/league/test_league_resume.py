@@ -11,7 +11,7 @@ import pytest
 
 import cairn
 from tests.conftest import ROOT
-from tests.helpers import weights_digest
+from tests.helpers import assert_trains_identically, weights_digest
 from tests.league.games import small_league
 
 _CONTINUE = """
@@ -127,5 +127,32 @@ def test_an_in_place_restore_of_an_earlier_checkpoint_drops_the_snapshots_taken_
         algo.train()
         assert algo.league.pool == ["main_v4", "main_v5"]
         assert sorted(algo.policies) == ["main", "main_v4", "main_v5"]
+    finally:
+        algo.stop()
+
+
+def _sample_directly(algo):
+    """A fragment sampled by the local runner outside train() that finishes games (connect four
+    games end within 42 moves: 64 steps in each of 2 env copies finish some)."""
+    runner = algo.env_runner_group.local
+    games = runner.num_episodes
+    runner.sample(64)
+    assert runner.num_episodes > games
+
+
+def test_an_in_place_restore_forgets_the_games_a_direct_sample_finished_before_it(tmp_path):
+    """Games a direct ``runner.sample()`` finished before ``restore()`` belong to the run the
+    restore leaves: the next train() counts none of them."""
+    algo = small_league().build()
+    try:
+        algo.train()
+        path = algo.save(tmp_path / "c")
+        fresh = cairn.Algorithm.from_checkpoint(path)
+        try:
+            _sample_directly(algo)
+            algo.restore(path)
+            assert_trains_identically(algo, fresh, iterations=1)
+        finally:
+            fresh.stop()
     finally:
         algo.stop()
