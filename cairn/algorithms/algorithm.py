@@ -180,7 +180,10 @@ class Algorithm:
 
     def _sample(self) -> dict[str, SampleBatch]:
         """Collect one round of experience, :meth:`check_sample` it, and update the sampling
-        counters and metrics."""
+        counters and metrics. The episodes waiting on the local runner are counted first
+        (:meth:`_record_waiting_episodes`): a league draws this sample's games from a payoff
+        that holds them, as in a run restored from a checkpoint saved before it."""
+        self._record_waiting_episodes()
         batches, episodes, env_steps = self.env_runner_group.sample()
         self.check_sample(batches)
         self.record_sample(batches, episodes, env_steps)
@@ -382,8 +385,14 @@ class Algorithm:
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
         """The whole algorithm as a tree of JSON values and numpy arrays (the layout is in
         :mod:`cairn.algorithms.state`). ``copy=False`` may return views of live arrays (policy
-        weights, a replay buffer), for a caller that writes them at once."""
+        weights, a replay buffer), for a caller that writes them at once.
+
+        Episodes the local env runner finished outside ``train()`` (a direct
+        ``env_runner_group.local.sample()``), which the next ``train()`` would count, are
+        counted first (counters, :attr:`recent_episodes`, the league): the state holds them,
+        and the run goes on as it would have."""
         self.sync_learners()
+        self._record_waiting_episodes()
         return {
             "algorithm_class": class_reference(type(self)),
             "config": self.config.to_dict(),
@@ -399,6 +408,17 @@ class Algorithm:
             "components": self.get_components(copy=copy),
             **({} if self.league is None else {"league": self.league.get_state()}),
         }
+
+    def _record_waiting_episodes(self) -> None:
+        """Record the episodes waiting on the local env runner, those of a direct
+        ``sample()`` outside ``train()`` (a remote runner's are taken with each of its
+        samples): before a state is read, since no runner state holds them, and before the
+        next sample, so that a run that saved and one that did not count them alike."""
+        local = self.env_runner_group.local
+        if local is not None:
+            episodes = local.get_metrics()
+            if episodes:
+                self.record_sample({}, episodes, 0)
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`get_state` in place. Policies in the state replace those

@@ -11,7 +11,7 @@ import pytest
 
 import cairn
 from tests.conftest import ROOT
-from tests.helpers import assert_trains_identically, weights_digest
+from tests.helpers import assert_trains_identically, assert_trees_equal, weights_digest
 from tests.league.games import small_league
 
 _CONTINUE = """
@@ -138,6 +138,53 @@ def _sample_directly(algo):
     games = runner.num_episodes
     runner.sample(64)
     assert runner.num_episodes > games
+
+
+def test_the_games_a_direct_sample_finished_are_in_the_checkpoint(tmp_path, monkeypatch):
+    """Games finished by a direct ``runner.sample()`` wait on the runner until they are counted
+    (league games, payoff, ratings, episode counters and window). A checkpoint saved meanwhile
+    has them: the restored run goes on as the saving run does, and as a twin that never saved,
+    down to the payoff each next game's opponent is drawn from (pfsp between two snapshots)."""
+    from cairn.league.matchmaking import LeagueMapping
+
+    draws: list[tuple[dict[str, float], dict[str, object]]] = []
+    draw_game = LeagueMapping.draw_game
+
+    def recorded(self, rng):
+        game = draw_game(self, rng)
+        draws.append((self.league.win_rates(), game))
+        return game
+
+    monkeypatch.setattr(LeagueMapping, "draw_game", recorded)
+
+    def build():
+        algo = small_league(matchmaking="pfsp").build()
+        for _ in range(2):
+            algo.train()
+        assert algo.league.pool == ["main_v1", "main_v2"]
+        _sample_directly(algo)
+        return algo
+
+    def train_and_draws(algo):
+        draws.clear()
+        algo.train()
+        return list(draws)
+
+    algo, twin = build(), build()
+    try:
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+        try:
+            saved_draws = train_and_draws(algo)
+            assert saved_draws and saved_draws == train_and_draws(restored) == train_and_draws(twin)
+            assert_trains_identically(algo, restored, iterations=1)
+            twin.train()
+            assert weights_digest(twin) == weights_digest(algo)
+            assert_trees_equal(twin.get_state(), algo.get_state())
+        finally:
+            restored.stop()
+    finally:
+        algo.stop()
+        twin.stop()
 
 
 def test_an_in_place_restore_forgets_the_games_a_direct_sample_finished_before_it(tmp_path):
