@@ -30,7 +30,7 @@ from cairn.policy.recurrent import is_recurrent
 if TYPE_CHECKING:
     from cairn.policy.policy import Policy
 
-__all__ = ["pending_state", "plain_action", "restore_action", "restore_pending"]
+__all__ = ["check_row", "pending_state", "plain_action", "refuse", "restore_action", "restore_pending"]
 
 _KEYS = {"agent", "obs", "action", "reward", "terminated", "truncated", "first", "action_logp", "state_in"}
 
@@ -50,7 +50,8 @@ def pending_state(rows: Mapping[Any, WaitingRow], *, copy: bool = True) -> list[
             for agent, row in rows.items()]
 
 
-def _refuse(where: str, message: str) -> CheckpointFormatError:
+def refuse(where: str, message: str) -> CheckpointFormatError:
+    """The error for a runner state's moves in flight that do not fit: ``where`` + ``message``."""
     return CheckpointFormatError(f"{where}{message} Restore from an unedited checkpoint.")
 
 
@@ -59,14 +60,12 @@ def restore_pending(env: Any, i: int, saved: Any, *, pids: Mapping[Any, str], ac
     """Env ``i``'s saved waiting rows (``saved``: :func:`pending_state`'s list), keyed by
     ``env``'s agent IDs, checked against the restored env: each names a distinct agent that is
     alive (``env.agents``), mapped in its episode (``pids``) and not about to act (not in
-    ``acting``: it has no observation to act on), whose policy (``policy_of(policy ID)``; None
-    for a scripted opponent, which leaves no row) made it: an observation row of that policy's
-    shape, a raw action of its shape and dtype, a finite reward, bool flags, a finite
-    behaviour log-probability exactly when the policy wants one, and a recurrent state of that
-    policy's shapes exactly when it is recurrent; every number finite."""
+    ``acting``: it has no observation to act on), whose policy (``policy_of(policy ID)``) made
+    it (:func:`check_row`), with a finite reward, bool flags and a finite recurrent state of
+    that policy's shapes exactly when it is recurrent."""
     where = f"The saved env runner state's current_obs[{i}]['pending']"
     if not isinstance(saved, list):
-        raise _refuse(where, f" is {type(saved).__name__}; expected a list of waiting rows.")
+        raise refuse(where, f" is {type(saved).__name__}; expected a list of waiting rows.")
     ids = agent_ids_by_name(env)
     alive = set(env.agents)
     rows: dict[Any, WaitingRow] = {}
@@ -74,45 +73,59 @@ def restore_pending(env: Any, i: int, saved: Any, *, pids: Mapping[Any, str], ac
         at = f"{where}[{k}]"
         if not isinstance(entry, Mapping) or set(entry) != _KEYS:
             keys = sorted(entry) if isinstance(entry, Mapping) else type(entry).__name__
-            raise _refuse(at, f" has keys {keys!r:.200}; expected {sorted(_KEYS)}.")
+            raise refuse(at, f" has keys {keys!r:.200}; expected {sorted(_KEYS)}.")
         name = entry["agent"]
         agent = ids.get(name) if isinstance(name, str) else None
         if agent is None or agent not in alive or agent not in pids or agent in acting or agent in rows:
-            raise _refuse(at, f"['agent'] is {name!r:.60}: a waiting row belongs to a distinct live agent "
-                              f"of env {i} (env.agents: {[str(a) for a in env.agents]!r:.200}) that acted in "
-                              "its episode and has no observation to act on.")
+            raise refuse(at, f"['agent'] is {name!r:.60}: a waiting row belongs to a distinct live agent "
+                             f"of env {i} (env.agents: {[str(a) for a in env.agents]!r:.200}) that acted in "
+                             "its episode and has no observation to act on.")
         pid = pids[agent]
         policy = policy_of(pid)
-        if policy is None:
-            raise _refuse(at, f" is a row of {name!r:.60}, whose policy {pid!r:.60} is a scripted "
-                              "opponent: it leaves no rows.")
-        obs = np.asarray(entry["obs"], dtype=np.float32)
-        shape = tuple(policy.network_observation_space.shape or ())
-        if obs.shape != shape or not np.isfinite(obs).all():
-            raise _refuse(at, f"['obs'] has shape {obs.shape} (finite: {bool(np.isfinite(obs).all())}); "
-                              f"policy {pid!r:.60} makes finite rows of shape {shape}.")
-        dist = policy.dist
-        action = _raw_action(entry["action"], dist.raw_action_dtype, tuple(dist.raw_action_shape))
-        if action is None:
-            raise _refuse(at, f"['action'] is {entry['action']!r:.60}; policy {pid!r:.60}'s raw actions are "
-                              f"finite {dist.raw_action_dtype} of shape {tuple(dist.raw_action_shape)}.")
+        obs, action, logp = check_row(at, ("['obs']", "['action']", "['action_logp']"), policy,
+                                      f"policy {pid!r:.60} (agent {name!r:.60})",
+                                      entry["obs"], entry["action"], entry["action_logp"])
         reward = entry["reward"]
         if type(reward) not in (int, float) or not math.isfinite(reward):
-            raise _refuse(at, f"['reward'] is {reward!r:.60}; expected a finite number.")
+            raise refuse(at, f"['reward'] is {reward!r:.60}; expected a finite number.")
         flags = [entry[key] for key in ("terminated", "truncated", "first")]
         if any(type(flag) is not bool for flag in flags):
-            raise _refuse(at, f"['terminated'], ['truncated'], ['first'] are {flags!r:.100}; expected bools.")
-        logp = entry["action_logp"]
-        wants = policy.wants_action_logp
-        if (logp is None) == wants or (logp is not None and (type(logp) not in (int, float)
-                                                             or not math.isfinite(logp))):
-            wanted = "wants a finite behaviour log-probability" if wants else "keeps none (None)"
-            raise _refuse(at, f"['action_logp'] is {logp!r:.60}; policy {pid!r:.60} {wanted}.")
-        state_in = _state_in(at, entry["state_in"], policy)
-        rows[agent] = WaitingRow(pid, obs.copy(), action, float(reward), entry["terminated"],
-                                 entry["truncated"], entry["first"],
-                                 None if logp is None else np.float32(logp), state_in)
+            raise refuse(at, f"['terminated'], ['truncated'], ['first'] are {flags!r:.100}; expected bools.")
+        assert policy is not None  # check_row refuses a scripted opponent's row
+        rows[agent] = WaitingRow(pid, obs, action, float(reward), entry["terminated"], entry["truncated"],
+                                 entry["first"], logp, _state_in(at, entry["state_in"], policy))
     return rows
+
+
+def check_row(at: str, keys: tuple[str, str, str | None], policy: Policy | None, owner: str, obs: Any,
+              action: Any, logp: Any, *, shape: tuple[int, ...] | None = None) -> tuple[
+                  np.ndarray, np.ndarray, np.float32 | None]:
+    """One saved row in flight (a parallel env's waiting row, a turn-based pending move) as
+    (float32 observation, raw action of its policy's dtype, float32 logp or None), copied, if
+    it fits the ``policy`` that made it (named ``owner``; None: a scripted opponent, which
+    leaves no rows): ``obs`` a finite row of ``shape`` (None: the policy's network observation
+    shape), ``action`` finite, of the policy's raw shape and dtype (not 1.5 for an int), ``logp``
+    finite exactly when the policy wants behaviour log-probabilities, else None (unchecked when
+    ``keys[2]`` is None: older states lack it). Else a CheckpointFormatError naming the key."""
+    obs_key, action_key, logp_key = keys
+    if policy is None:
+        raise refuse(at, f"{obs_key} is a row of {owner}, a scripted opponent: it leaves no rows.")
+    row = np.asarray(obs, dtype=np.float32)
+    shape = tuple(policy.network_observation_space.shape or ()) if shape is None else shape
+    if row.shape != shape or not np.isfinite(row).all():
+        raise refuse(at, f"{obs_key} has shape {row.shape} (finite: {bool(np.isfinite(row).all())}); "
+                         f"{owner} makes finite rows of shape {shape}.")
+    dtype, raw_shape = policy.dist.raw_action_dtype, tuple(policy.dist.raw_action_shape)
+    raw = _raw_action(action, dtype, raw_shape)
+    if raw is None:
+        raise refuse(at, f"{action_key} is {action!r:.60}; the raw actions of {owner} are finite {dtype} "
+                         f"of shape {raw_shape}.")
+    wants = policy.wants_action_logp
+    if logp_key is not None and ((logp is None) == wants or (
+            logp is not None and (type(logp) not in (int, float) or not math.isfinite(logp)))):
+        wanted = "wants a finite behaviour log-probability" if wants else "keeps none (None)"
+        raise refuse(at, f"{logp_key} is {logp!r:.60}; {owner} {wanted}.")
+    return row.copy(), raw, None if logp is None else np.float32(logp)
 
 
 def _raw_action(value: Any, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray | None:
@@ -142,7 +155,7 @@ def _state_in(at: str, saved: Any, policy: Policy) -> list[np.ndarray] | None:
         found = None if states is None else [s.shape for s in states]
         wanted = ("none (None)" if expected is None
                   else f"finite arrays of shapes {[s.shape for s in expected]}")
-        raise _refuse(at, f"['state_in'] has shapes {found}; the policy's recurrent state is {wanted}.")
+        raise refuse(at, f"['state_in'] has shapes {found}; the policy's recurrent state is {wanted}.")
     return [s.copy() for s in states]
 
 

@@ -303,17 +303,14 @@ class TurnBasedSampler(AgentSampler):
                 return False
             to_move = None if entry is None else (
                 ids[entry["agent"]], np.asarray(entry["obs"], dtype=np.float32).copy())
-            agents = [ids[a] for a in state["pending_agents"]]
 
             def policy_of(name: str, pids: dict[Any, str] = pids, ids: dict[str, Any] = ids) -> Any:
                 pid = pids.get(ids[name]) or self.config.map_agent(ids[name])
                 return None if self.scripted(pid) is not None else self.policies[pid]
 
-            check_moves_in_flight(self.envs[i], i, state, to_move, policy_of)
-            moves = {a: (np.asarray(state["pending_obs"][k], dtype=np.float32).copy(),
-                         np.asarray(state["pending_actions"][k]).copy()) for k, a in enumerate(agents)}
-            movers = {a: policy_of(name) for a, name in zip(agents, state["pending_agents"])}
-            pending = self._restored_logps(moves, state.get("pending_action_logp"), movers)
+            moves = check_moves_in_flight(self.envs[i], i, state, to_move, policy_of)
+            pending = {ids[name]: self._restored_move(policy_of(name), *move)
+                       for name, move in zip(state["pending_agents"], moves)}
             restored.append((pids, to_move, pending))
         for i, (pids, to_move, pending) in enumerate(restored):
             self.agent_pids[i], self.to_move[i], self.pending[i] = pids, to_move, pending
@@ -324,25 +321,15 @@ class TurnBasedSampler(AgentSampler):
         return True
 
     @staticmethod
-    def _restored_logps(moves: Mapping[Any, tuple[np.ndarray, np.ndarray]], saved: Any,
-                        policies: Mapping[Any, Policy | None]) -> dict[Any, Pending]:
-        """The pending moves with their behaviour log-probabilities: the saved ones (checked by
-        :func:`~cairn.env_runner.turn_based_check.check_moves_in_flight`) for a policy that
-        wants them. A state saved before ``pending_action_logp`` existed has none: they are taken
-        from the restored weights, which are the weights that learn from these moves next, so
-        such a move counts as on-policy, as it did when that checkpoint was written."""
-        out: dict[Any, Pending] = {}
-        for k, (agent, (obs, action)) in enumerate(moves.items()):
-            policy = policies[agent]
-            logp = None
-            if policy is not None and policy.wants_action_logp:
-                if saved is not None:
-                    logp = np.float32(np.asarray(saved, dtype=np.float32)[k])
-                else:
-                    inputs = policy.compute_action_inputs(obs[None])
-                    logp = policy.dist.logp_numpy(inputs, action[None])[0]
-            out[agent] = (obs, action, logp)
-        return out
+    def _restored_move(policy: Policy, obs: np.ndarray, action: np.ndarray, logp: Any) -> Pending:
+        """A pending move as :func:`~cairn.env_runner.turn_based_check.check_moves_in_flight`
+        restores it, with its behaviour log-probability where the policy wants one. A state saved
+        before ``pending_action_logp`` existed has none: it is taken from the restored weights,
+        which are the weights that learn from the move next, so such a move counts as on-policy,
+        as it did when that checkpoint was written."""
+        if logp is None and policy.wants_action_logp:
+            logp = policy.dist.logp_numpy(policy.compute_action_inputs(obs[None]), action[None])[0]
+        return obs, action, logp
 
 
 def _stack_moves(i: int, pending: Mapping[Any, Pending], column: int, what: str) -> np.ndarray:
