@@ -279,7 +279,7 @@ class EnvRunner:
             firsts[0] = [ep.length == 0 for ep in episodes]
         for t in range(steps):
             # run_episodes: the envs that owe episodes (None: every env; always so in sample()).
-            live = self._episodes.playing()
+            live = self._episodes.playing(None)
             assert live is None or not record
             env_actions: Any = [None] * n_envs
             for pid, rows in _acting_groups(env_pids, live):  # one group (rows None) unless per-episode draws

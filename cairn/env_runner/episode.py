@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.callbacks.base import Callbacks, overrides
 from cairn.env_runner.episode_history import EpisodeHistory, Indices
@@ -14,6 +14,7 @@ from cairn.errors import ConfigError
 __all__ = ["EpisodeTotals", "EpisodeBook"]
 
 _EPISODE_HOOKS = ("on_episode_start", "on_episode_step", "on_episode_end")
+E = TypeVar("E")
 
 
 class EpisodeTotals:
@@ -126,12 +127,13 @@ class EpisodeBook:
         #: them down; the samplers step only the envs that owe some). None: every env plays on.
         self.owed: list[int] | None = None
 
-    def playing(self) -> list[int] | None:
-        """The envs to step: those that still owe episodes (:attr:`owed`), or None for every env
-        (also when every env owes some, so that the samplers take their usual path)."""
+    def playing(self, every: E) -> list[int] | E:
+        """The envs to step: those that still owe episodes (:attr:`owed`), or ``every`` when every
+        env plays (also when each owes some, so that the samplers take their usual path): the
+        single-agent sampler passes None, the multi-agent ones every env's index."""
         owed = self.owed
         if owed is None or all(o > 0 for o in owed):
-            return None
+            return every
         return [i for i, o in enumerate(owed) if o > 0]
 
     def all_played(self) -> bool:

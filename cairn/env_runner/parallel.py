@@ -181,7 +181,7 @@ class ParallelSampler(AgentSampler):
     ) -> dict[str, SampleBatch]:
         """Step every env ``steps`` times; with ``record``, return the experience as one batch
         per policy. In ``EnvRunner.run_episodes`` (not recording) only the envs that still owe
-        episodes (``episodes.playing()``) act and step, and stepping stops once none does."""
+        episodes (``episodes.playing``) act and step, and stepping stops once none does."""
         # One trajectory per (env index, agent); rows are appended as the agent acts, and the
         # next observation of its last row is filled in when the following observation arrives.
         trajs = AgentTrajectories()
@@ -195,8 +195,7 @@ class ParallelSampler(AgentSampler):
                 for agent, waiting in rows.items():
                     waiting.add_to(trajs, (i, agent))
         for _ in range(steps):
-            live = self.episodes.playing()  # run_episodes: the envs that owe episodes (None: all)
-            acting = range(len(self.envs)) if live is None else live
+            acting = self.episodes.playing(range(len(self.envs)))  # run_episodes: those that owe episodes
             by_pid: dict[str, list[tuple[int, Any]]] = defaultdict(list)
             for i in acting:
                 for agent in self.obs[i]:

@@ -28,7 +28,7 @@ The episode length counts moves (dead-agent steps excluded); returns add up ever
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Container, Mapping
+from collections.abc import Container, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -98,21 +98,21 @@ class TurnBasedSampler(AgentSampler):
         episodes cut short are dropped). The caller restarts the episode totals first."""
         for i, env in enumerate(self.envs):
             self._reset_env(i, env)
-        self._advance(unfed=self.runner.unfed_filters(update_filter), trajs=None)
+        self._advance(range(len(self.envs)), unfed=self.runner.unfed_filters(update_filter), trajs=None)
 
     def sample(
         self, steps: int, *, explore: bool, record: bool, update_filter: bool,
     ) -> dict[str, SampleBatch]:
         """Move ``steps`` times in every env; with ``record``, return the transitions that
         completed meanwhile as one batch per policy. In ``EnvRunner.run_episodes`` (not
-        recording) only the envs that still owe episodes (``episodes.playing()``) move, and
+        recording) only the envs that still owe episodes (``episodes.playing``) move, and
         moving stops once none does."""
         trajs = AgentTrajectories() if record else None
         unfed = self.runner.unfed_filters(update_filter)
         for _ in range(steps):
-            live = self.episodes.playing()  # None: every env
-            self._move_all(explore=explore, record=record, live=live)
-            self._advance(unfed=unfed, trajs=trajs, live=live)
+            live = self.episodes.playing(range(len(self.envs)))
+            self._move_all(live, explore=explore, record=record)
+            self._advance(live, unfed=unfed, trajs=trajs)
             if self.episodes.all_played():
                 break
         return {} if trajs is None else trajs.batches(self.runner.worker_index)
@@ -126,12 +126,10 @@ class TurnBasedSampler(AgentSampler):
             raise EnvError(f"{type(env).__name__}.reset() left env.agents empty: a turn-based "
                            "game needs at least one agent to move after a reset.")
 
-    def _move_all(self, *, explore: bool, record: bool, live: list[int] | None = None) -> None:
-        """Every env's (``live``: those envs') agent to move acts; one batched inference per
-        policy."""
-        moving = range(len(self.envs)) if live is None else live
+    def _move_all(self, live: Sequence[int], *, explore: bool, record: bool) -> None:
+        """The agent to move of each env in ``live`` acts; one batched inference per policy."""
         by_pid: dict[str, list[int]] = defaultdict(list)
-        for i in moving:
+        for i in live:
             entry = self.to_move[i]
             if entry is None:
                 raise EnvError("TurnBasedSampler.sample() before reset_all(): no agent to move.")
@@ -164,7 +162,7 @@ class TurnBasedSampler(AgentSampler):
                 history = self.episodes.current[i].history
                 if history is not None:
                     history.act(mover[0], env_actions[k])
-        for i in moving:
+        for i in live:
             self.envs[i].step(actions[i])
             self.episodes.current[i].length += 1
             self.episodes.step(i)  # on_episode_step (the move's rewards are read at the next selection)
@@ -193,14 +191,14 @@ class TurnBasedSampler(AgentSampler):
             moved.add(agent)
             self.first_moves[i].add(agent)
 
-    def _advance(self, *, unfed: Container[str], trajs: AgentTrajectories | None,
-                 live: list[int] | None = None) -> None:
-        """Bring every env (``live``: those that moved) to its next agent to move: read each
+    def _advance(self, live: Sequence[int], *, unfed: Container[str],
+                 trajs: AgentTrajectories | None) -> None:
+        """Bring each env in ``live`` (those that moved) to its next agent to move: read each
         selected agent's reward, step dead agents with ``None``, finish and reset ended games;
         then process the observations per policy in one batch each and complete the pending
         moves."""
         selections: dict[str, list[_Selection]] = defaultdict(list)
-        for i in range(len(self.envs)) if live is None else live:
+        for i in live:
             env = self.envs[i]
             while True:
                 if not env.agents:
