@@ -22,7 +22,8 @@ A new stream takes a new :class:`Stream` member; code outside this module never 
 generator from a seed by itself (``np.random.default_rng(seed)``) but asks for its stream here.
 The same seed gives the same streams in every run; ``seed=None`` gives fresh OS entropy.
 torch's generators are seeded with seeds drawn from these streams (a policy's from
-:func:`policy_init_seed`, a learn call's from :data:`Stream.LEARNING`).
+:func:`policy_init_seed`, a learn call's from :data:`Stream.LEARNING`), and so is Keras' global
+``SeedGenerator`` in a learn call (:data:`Stream.KERAS_LEARNING`).
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ class Stream(enum.IntEnum):
     REPLAY_SAMPLING = 12
     #: ``()`` of the check's seed: the inputs an export check feeds the exported graph.
     CHECK_INPUTS = 13
+    #: ``(num_grad_updates)`` of :data:`LEARNING`'s draw: one learn call's seed of Keras' global
+    #: ``SeedGenerator`` (``keras.random.*`` without a seed; cairn.learners.actor.learning).
+    KERAS_LEARNING = 14
 
 
 ALGORITHM_STREAM = Stream.ALGORITHM

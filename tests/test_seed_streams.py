@@ -65,6 +65,8 @@ def streams(seed: int, num_workers: int) -> Iterator[tuple[str, np.random.Genera
         yield f"policy {pid} actions", PolicyTrainingState(NoFilter(), seed=policy_seed).np_random
         for updates in (0, 1):  # learning_seed's stream, from a draw of the policy's torch generator
             yield f"policy {pid} learn call {updates}", seeded_rng(policy_seed, Stream.LEARNING, updates)
+            yield (f"policy {pid} learn call {updates}, Keras' global generator",
+                   seeded_rng(policy_seed, Stream.KERAS_LEARNING, updates))
     league = League(LEAGUE_SETTINGS, seed)
     yield "league", league.rng
     for worker in range(num_workers + 1):

@@ -10,16 +10,18 @@ import datetime
 import os
 import socket
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from cairn._compat.keras_internals import seeded_global_seed_generator
 from cairn.errors import ConfigError, NonFiniteLossError
 from cairn.learners.device import accelerator_report
 from cairn.learners.policy_sync import learned_parts
 from cairn.learners.sync import LOCAL_SYNC, DistributedGradientSync, GradientSync, LearnOutput
+from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
 from cairn.rng import Stream, seed_sequence
 
@@ -27,8 +29,8 @@ if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
 
 __all__ = [
-    "LearnerActor", "LearnFunction", "PROCESS_GROUP_TIMEOUT_S", "learning", "learning_seed", "move_policy",
-    "run_learn",
+    "LearnerActor", "LearnFunction", "PROCESS_GROUP_TIMEOUT_S", "keras_learning_seed", "learning",
+    "learning_seed", "move_policy", "run_learn",
 ]
 
 #: A learn function: ``fn(config, policy, sync, **inputs) -> LearnOutput``.
@@ -76,7 +78,11 @@ def learning(policy: Policy) -> Iterator[None]:
     would be whatever the process drew before (another algorithm, a learner actor's fresh
     process), so a seeded run would not repeat and a restored one would not go on as the
     uninterrupted run. Every learner of a DDP group seeds it alike. The generator is handed
-    back as it was, also when the block raises."""
+    back as it was, also when the block raises. A Keras model's unseeded ``keras.random.*``
+    draws (a custom layer's ``keras.random.normal(shape)``) come from Keras' global
+    ``SeedGenerator``, which the block replaces, for a Keras policy, with one seeded by
+    :func:`keras_learning_seed`, and hands back after it, unmoved (Python's ``random`` and numpy's
+    global state are left alone)."""
     if not policy.switches_modes:
         yield
         return
@@ -87,7 +93,7 @@ def learning(policy: Policy) -> Iterator[None]:
                                                 else device.index], device_type="cuda")
     else:  # the CPU's (mps: its own generator is seeded below but not forked)
         forked = torch.random.fork_rng(devices=[])
-    with forked:
+    with forked, _keras_seeded(policy):
         torch.default_generator.manual_seed(seed)
         if device.type == "cuda":
             with torch.cuda.device(device):
@@ -101,17 +107,36 @@ def learning(policy: Policy) -> Iterator[None]:
             policy.model.train(False)
 
 
+def _keras_seeded(policy: Policy) -> AbstractContextManager[None]:
+    """For a Keras policy, Keras' global ``SeedGenerator`` seeded by :func:`keras_learning_seed`
+    for the block (:func:`learning`); nothing for a torch one (Keras is not imported for it)."""
+    if not uses_keras(policy.config):
+        return nullcontext()
+    return seeded_global_seed_generator(keras_learning_seed(policy))
+
+
+def _learning_words(policy: Policy, stream: Stream) -> np.ndarray:
+    copy = torch.Generator()
+    copy.set_state(policy.generator.get_state())
+    base = int(torch.randint(0, 2**62, (1,), generator=copy))
+    return seed_sequence(base, stream, int(policy.num_grad_updates)).generate_state(2, np.uint32)
+
+
 def learning_seed(policy: Policy) -> int:
     """The seed of torch's global generator for one learn call of ``policy`` (:func:`learning`):
     from its training state only, so that a restored policy and every DDP learner draw what the
     uninterrupted run, or a learner alone, draws. Mixes a draw of a copy of ``policy.generator``
     (the policy's seed and, for SAC and TD3, the noise drawn so far; the generator itself does
     not move) with ``num_grad_updates`` (which moves with every learn call)."""
-    copy = torch.Generator()
-    copy.set_state(policy.generator.get_state())
-    base = int(torch.randint(0, 2**62, (1,), generator=copy))
-    words = seed_sequence(base, Stream.LEARNING, int(policy.num_grad_updates)).generate_state(2, np.uint32)
+    words = _learning_words(policy, Stream.LEARNING)
     return (int(words[0]) << 31) ^ int(words[1])
+
+
+def keras_learning_seed(policy: Policy) -> int:
+    """The seed (below ``2**31``, as Keras' int32 seed state holds it) of Keras' global
+    ``SeedGenerator`` for one learn call of a Keras ``policy`` (:func:`learning`): from the same
+    training state as :func:`learning_seed`, on its own stream (:data:`Stream.KERAS_LEARNING`)."""
+    return int(_learning_words(policy, Stream.KERAS_LEARNING)[0]) >> 1
 
 
 class LearnerActor:

@@ -168,3 +168,33 @@ def unseeded_q_network(obs_size, num_actions, model_config):
     keras = import_keras()
     obs = keras.Input((obs_size,))
     return keras.Model(obs, keras.layers.Dense(num_actions)(keras.layers.Dense(16, activation="tanh")(obs)))
+
+
+_LAYER_CLASSES = {}
+
+
+def _unseeded_noise_layer(keras):
+    """A custom layer adding ``keras.random.normal(shape)`` (no ``seed``: Keras' process-wide
+    global ``SeedGenerator``) to its input in training, registered so that model.keras holds it."""
+    if "noise" not in _LAYER_CLASSES:
+        @keras.saving.register_keras_serializable(package="cairn_tests")
+        class UnseededNoise(keras.layers.Layer):
+            def call(self, x, training=False):
+                return x + 0.5 * keras.random.normal(keras.ops.shape(x)) if training else x
+
+        _LAYER_CLASSES["noise"] = UnseededNoise
+    return _LAYER_CLASSES["noise"]
+
+
+def global_noise_actor_critic(obs_size, num_outputs, model_config):
+    """Every kind of Keras randomness in training: an unseeded Dropout (torch's generator), a
+    seeded one and a GaussianNoise (their own SeedGenerators, variables of the model), and a
+    custom layer drawing from Keras' global SeedGenerator (``keras.random.normal(shape)``)."""
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    obs = keras.Input((obs_size,))
+    x = keras.layers.Dense(16, activation="tanh")(obs)
+    x = keras.layers.Dropout(0.25, seed=5)(keras.layers.Dropout(0.25)(keras.layers.GaussianNoise(0.3)(x)))
+    x = _unseeded_noise_layer(keras)()(x)
+    return keras.Model(obs, _heads(keras, x, num_outputs))

@@ -1,0 +1,105 @@
+"""Keras' global ``SeedGenerator`` in learn calls: a Keras layer calling ``keras.random.*`` with no
+``seed`` draws from it, so each learn call of a Keras policy installs one seeded from the policy's
+training state (cairn.learners.actor.learning) and hands the caller's back after it: a seeded run
+repeats whatever the process drew before, and a restored run goes on as the uninterrupted one.
+Unseeded ``Dropout`` (torch's generator, seeded per learn call) and layers with a seed or a
+``SeedGenerator`` of their own (``GaussianNoise``; its state is a variable, saved with the
+weights) ride along in the same model."""
+
+from __future__ import annotations
+
+import random
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import cairn
+from tests.helpers import small_ppo, weights_digest
+
+MODEL = {"framework": "keras", "keras_model": "tests.keras.builders:global_noise_actor_critic"}
+
+
+def _keras():
+    from cairn.policy.keras_backend import import_keras
+
+    return import_keras()
+
+
+def _other_draws() -> None:
+    """What a user's code, or another algorithm, draws between runs: Keras' global generator,
+    Python's ``random``."""
+    _keras().random.normal((5,))
+    random.random()
+
+
+def _trained_digest(iterations: int) -> str:
+    algo = small_ppo(model=MODEL, num_epochs=1).build()
+    try:
+        for _ in range(iterations):
+            algo.train()
+        return weights_digest(algo)
+    finally:
+        algo.stop()
+
+
+def test_a_seeded_run_drawing_from_keras_global_seed_generator_repeats():
+    """Before, the custom layer's noise came from whatever Keras' global generator held (seeded
+    from Python's ``random`` when first used, moved by every unseeded draw since): two runs with
+    ``debugging(seed=0)`` ended with other weights, with no error."""
+    first = _trained_digest(2)
+    _other_draws()
+    assert _trained_digest(2) == first
+
+
+def test_a_restored_run_drawing_from_keras_global_seed_generator_goes_on_as_the_uninterrupted_one(tmp_path):
+    want = _trained_digest(2)
+    algo = small_ppo(model=MODEL, num_epochs=1).build()
+    try:
+        algo.train()
+        path = algo.save(tmp_path / "c")
+    finally:
+        algo.stop()
+    _other_draws()  # the global generator moved since: the restored run must not read it
+    restored = cairn.Algorithm.from_checkpoint(path)
+    try:
+        restored.train()
+        assert weights_digest(restored) == want
+    finally:
+        restored.stop()
+
+
+def _global_generator():
+    from cairn._compat.keras_internals import global_seed_generator
+
+    return global_seed_generator()
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_learning_hands_back_keras_global_generator_and_leaves_python_and_numpy_alone(raises):
+    from cairn.learners.actor import learning
+
+    keras = _keras()
+    policy = cairn.Policy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), {"model": MODEL}, seed=0)
+    keras.random.normal((1,))  # Keras has made its global generator
+    before = _global_generator()
+    state = keras.ops.convert_to_numpy(before.state.value).copy()
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    draws = []
+    for _ in range(2):  # the same training state: the same draws
+        try:
+            with learning(policy):
+                assert _global_generator() is not before
+                draws.append(keras.ops.convert_to_numpy(keras.random.normal((4,))))
+                if raises:
+                    raise KeyError("a learn function raising")
+        except KeyError:
+            assert raises
+        assert _global_generator() is before
+    np.testing.assert_array_equal(draws[0], draws[1])
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(before.state.value), state)
+    assert random.getstate() == python_state
+    np.testing.assert_array_equal(np.random.get_state()[1], numpy_state[1])
+    policy.num_grad_updates += 1  # the next learn call draws other noise
+    with learning(policy):
+        assert not np.array_equal(keras.ops.convert_to_numpy(keras.random.normal((4,))), draws[0])
