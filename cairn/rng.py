@@ -23,7 +23,8 @@ generator from a seed by itself (``np.random.default_rng(seed)``) but asks for i
 The same seed gives the same streams in every run; ``seed=None`` gives fresh OS entropy.
 torch's generators are seeded with seeds drawn from these streams (a policy's from
 :func:`policy_init_seed`, a learn call's from :data:`Stream.LEARNING`), and so is Keras' global
-``SeedGenerator`` in a learn call (:data:`Stream.KERAS_LEARNING`).
+``SeedGenerator`` in a learn call (:data:`Stream.KERAS_LEARNING`) and while a user's Keras builder
+runs (:data:`Stream.KERAS_BUILD`).
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class Stream(enum.IntEnum):
     #: ``(num_grad_updates)`` of :data:`LEARNING`'s draw: one learn call's seed of Keras' global
     #: ``SeedGenerator`` (``keras.random.*`` without a seed; cairn.learners.actor.learning).
     KERAS_LEARNING = 14
+    #: ``()`` of a user's builder's seed (cairn.policy.custom_model.seeded_build): Keras' global
+    #: ``SeedGenerator`` while a user's Keras builder runs.
+    KERAS_BUILD = 15
 
 
 ALGORITHM_STREAM = Stream.ALGORITHM

@@ -67,6 +67,7 @@ def streams(seed: int, num_workers: int) -> Iterator[tuple[str, np.random.Genera
             yield f"policy {pid} learn call {updates}", seeded_rng(policy_seed, Stream.LEARNING, updates)
             yield (f"policy {pid} learn call {updates}, Keras' global generator",
                    seeded_rng(policy_seed, Stream.KERAS_LEARNING, updates))
+        yield f"policy {pid} Keras builder's global generator", seeded_rng(policy_seed, Stream.KERAS_BUILD)
     league = League(LEAGUE_SETTINGS, seed)
     yield "league", league.rng
     for worker in range(num_workers + 1):

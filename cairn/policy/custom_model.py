@@ -121,20 +121,21 @@ def refuse_lazy_tensors(net: torch.nn.Module, key: str) -> None:
 
 
 @contextmanager
-def seeded_build(generator: torch.Generator) -> Iterator[None]:
+def seeded_build(generator: torch.Generator) -> Iterator[int]:
     """Build a user's network in the block with torch's global generator (the CPU's) and Python's
     ``random`` seeded by one draw of the policy's ``generator``, both handed back as they were
     afterwards, also when the block raises: a torch model's initialisation draws from the first,
     and a Keras model's unseeded initializers and random layers (``GaussianNoise``, whose
     generator state is a variable saved with the weights) take their seeds from the second
     (``keras.random.make_default_seed``), so a seeded policy always starts from the same weights
-    and draws the same noise."""
+    and draws the same noise. The block gets the drawn seed (a Keras builder seeds Keras' global
+    generator from it too: :func:`cairn.policy.keras_user_model.build_user_keras_model`)."""
     seed = int(torch.randint(0, 2**62, (1,), generator=generator, device="cpu"))
     python_state = random.getstate()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         random.seed(seed)
         try:
-            yield
+            yield seed
         finally:
             random.setstate(python_state)

@@ -20,10 +20,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from cairn._compat.keras_internals import seeded_global_seed_generator
 from cairn.errors import ConfigError
 from cairn.policy.custom_model import seeded_build
 from cairn.policy.keras_backend import import_keras
 from cairn.registry import resolve_callable
+from cairn.rng import Stream, seed_sequence
 
 __all__ = ["build_user_keras_model", "load_keras_builder", "register_keras_variables"]
 
@@ -44,10 +46,16 @@ def build_user_keras_model(reference: str, obs_size: int, num_outputs: int,
     ``outputs`` outputs (``expected`` describes them in the message). With ``generator`` (the
     policy's) the builder runs under :func:`~cairn.policy.custom_model.seeded_build`: Keras seeds
     unseeded initializers and random layers from Python's ``random``, so a seeded policy starts
-    from the same weights and noise streams, as a torch model of the user's does."""
+    from the same weights and noise streams, as a torch model of the user's does; and with Keras'
+    global ``SeedGenerator`` (``keras.random.*`` without a seed) seeded from the same draw
+    (:data:`~cairn.rng.Stream.KERAS_BUILD`), the process's handed back unmoved afterwards."""
     builder = load_keras_builder(reference)  # refused before Keras (seconds) is imported
     keras = import_keras(f"model.keras_model={reference!r}")  # first: importing draws from `random`
-    with contextlib.nullcontext() if generator is None else seeded_build(generator):
+    with contextlib.ExitStack() as seeded:
+        if generator is not None:
+            seed = seeded.enter_context(seeded_build(generator))
+            keras_seed = int(seed_sequence(seed, Stream.KERAS_BUILD).generate_state(1)[0]) >> 1  # int32
+            seeded.enter_context(seeded_global_seed_generator(keras_seed))
         network = builder(obs_size, num_outputs, dict(model_config))
     # A subclassed model, or a Sequential without an Input, has no graph (no inputs/outputs) yet.
     graph_outputs = getattr(network, "outputs", None) if isinstance(network, keras.Model) else None

@@ -198,3 +198,18 @@ def global_noise_actor_critic(obs_size, num_outputs, model_config):
     x = keras.layers.Dropout(0.25, seed=5)(keras.layers.Dropout(0.25)(keras.layers.GaussianNoise(0.3)(x)))
     x = _unseeded_noise_layer(keras)()(x)
     return keras.Model(obs, _heads(keras, x, num_outputs))
+
+
+def global_draw_initialized_actor_critic(obs_size, num_outputs, model_config):
+    """A hidden layer whose initializer draws ``keras.random.normal(shape)`` (no ``seed``: Keras'
+    global ``SeedGenerator``) when the builder builds it."""
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+
+    def initializer(shape, dtype=None):
+        return keras.random.normal(shape, dtype=dtype)
+
+    obs = keras.Input((obs_size,))
+    x = keras.layers.Dense(16, activation="tanh", kernel_initializer=initializer)(obs)
+    return keras.Model(obs, _heads(keras, x, num_outputs))

@@ -4,7 +4,8 @@ training state (cairn.learners.actor.learning) and hands the caller's back after
 repeats whatever the process drew before, and a restored run goes on as the uninterrupted one.
 Unseeded ``Dropout`` (torch's generator, seeded per learn call) and layers with a seed or a
 ``SeedGenerator`` of their own (``GaussianNoise``; its state is a variable, saved with the
-weights) ride along in the same model."""
+weights) ride along in the same model. A user's builder runs with one seeded from the policy's
+seed too, so an initializer drawing from it starts a seeded policy from the same weights."""
 
 from __future__ import annotations
 
@@ -103,3 +104,25 @@ def test_learning_hands_back_keras_global_generator_and_leaves_python_and_numpy_
     policy.num_grad_updates += 1  # the next learn call draws other noise
     with learning(policy):
         assert not np.array_equal(keras.ops.convert_to_numpy(keras.random.normal((4,))), draws[0])
+
+
+def test_a_builder_drawing_from_keras_global_seed_generator_starts_alike_under_the_same_seed():
+    """A builder whose initializer calls ``keras.random.normal(shape)`` draws from Keras' global
+    generator: before, two policies with ``seed=0`` started from other weights (the second
+    continued the generator the first moved), with no error. The builder now runs with one
+    seeded from the policy's seed, and the process's is handed back unmoved."""
+    keras = _keras()
+    model = {"model": {"framework": "keras",
+                       "keras_model": "tests.keras.builders:global_draw_initialized_actor_critic"}}
+    space, actions = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+    keras.random.normal((1,))  # Keras has made its global generator
+    before = _global_generator()
+    state = keras.ops.convert_to_numpy(before.state.value).copy()
+    first = cairn.Policy(space, actions, model, seed=0).get_weights()
+    assert _global_generator() is before
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(before.state.value), state)
+    _other_draws()
+    again = cairn.Policy(space, actions, model, seed=0).get_weights()
+    assert all(np.array_equal(first[k], v) for k, v in again.items())
+    other = cairn.Policy(space, actions, model, seed=1).get_weights()
+    assert not all(np.array_equal(first[k], v) for k, v in other.items())
