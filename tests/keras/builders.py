@@ -213,3 +213,15 @@ def global_draw_initialized_actor_critic(obs_size, num_outputs, model_config):
     obs = keras.Input((obs_size,))
     x = keras.layers.Dense(16, activation="tanh", kernel_initializer=initializer)(obs)
     return keras.Model(obs, _heads(keras, x, num_outputs))
+
+
+def global_noise_q_network(obs_size, num_actions, model_config):
+    """global_noise_actor_critic's layers in a Q-network (DQN)."""
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    obs = keras.Input((obs_size,))
+    x = keras.layers.Dense(16, activation="tanh")(obs)
+    x = keras.layers.Dropout(0.25, seed=5)(keras.layers.Dropout(0.25)(keras.layers.GaussianNoise(0.3)(x)))
+    x = _unseeded_noise_layer(keras)()(x)
+    return keras.Model(obs, keras.layers.Dense(num_actions)(x))

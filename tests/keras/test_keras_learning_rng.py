@@ -34,8 +34,17 @@ def _other_draws() -> None:
     random.random()
 
 
-def _trained_digest(iterations: int) -> str:
-    algo = small_ppo(model=MODEL, num_epochs=1).build()
+def _config(algorithm: str) -> cairn.AlgorithmConfig:
+    if algorithm == "ppo":
+        return small_ppo(model=MODEL, num_epochs=1)
+    model = {"framework": "keras", "keras_model": "tests.keras.builders:global_noise_q_network"}
+    return (cairn.DQNConfig().environment("CartPole-v1")
+            .training(train_batch_size=32, num_steps_sampled_before_learning_starts=32, model=model)
+            .checkpointing(store_replay_buffer=True).debugging(seed=0))
+
+
+def _trained_digest(algorithm: str, iterations: int) -> str:
+    algo = _config(algorithm).build()
     try:
         for _ in range(iterations):
             algo.train()
@@ -44,18 +53,21 @@ def _trained_digest(iterations: int) -> str:
         algo.stop()
 
 
-def test_a_seeded_run_drawing_from_keras_global_seed_generator_repeats():
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_a_seeded_run_drawing_from_keras_global_seed_generator_repeats(algorithm):
     """Before, the custom layer's noise came from whatever Keras' global generator held (seeded
     from Python's ``random`` when first used, moved by every unseeded draw since): two runs with
     ``debugging(seed=0)`` ended with other weights, with no error."""
-    first = _trained_digest(2)
+    first = _trained_digest(algorithm, 2)
     _other_draws()
-    assert _trained_digest(2) == first
+    assert _trained_digest(algorithm, 2) == first
 
 
-def test_a_restored_run_drawing_from_keras_global_seed_generator_goes_on_as_the_uninterrupted_one(tmp_path):
-    want = _trained_digest(2)
-    algo = small_ppo(model=MODEL, num_epochs=1).build()
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_a_restored_run_drawing_from_keras_global_seed_generator_goes_on_as_the_uninterrupted_one(
+        algorithm, tmp_path):
+    want = _trained_digest(algorithm, 2)
+    algo = _config(algorithm).build()
     try:
         algo.train()
         path = algo.save(tmp_path / "c")
