@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
+import numpy as np
 
 from cairn.config.read_only import ReadOnlyDict, ReadOnlyList
 from cairn.errors import EnvError
@@ -31,17 +32,21 @@ def make_env(config: AlgorithmConfig) -> Any:
 
 
 def _own_copy(value: Any) -> Any:
-    """``value`` copied through its plain dicts, lists and tuples, the creator's to change (other
-    objects are shared: a user's object in ``env_config`` may not copy, a dict subclass keeps its
-    type). A shallow copy let a creator that changes a nested value
-    (``env_config["layout"].append(...)``) change the config's own, so every env created after
-    it, ``to_dict()`` and checkpoints saw the change."""
+    """``value`` copied through its plain dicts, lists and tuples, with its numpy arrays copied
+    (writeable, also where a built algorithm's config holds read-only ones), the creator's to
+    change (other objects are shared: a user's object in ``env_config`` may not copy, a dict
+    subclass keeps its type). A shallow copy let a creator that changes a nested value
+    (``env_config["layout"].append(...)``, ``env_config["goal"][0] += 1`` on an array) change
+    the config's own, so every env created after it, ``to_dict()`` and checkpoints saw the
+    change."""
     if type(value) in (dict, ReadOnlyDict):  # a built algorithm's config holds read-only ones
         return {key: _own_copy(item) for key, item in value.items()}
     if type(value) in (list, ReadOnlyList):
         return [_own_copy(item) for item in value]
     if type(value) is tuple:
         return tuple(_own_copy(item) for item in value)
+    if type(value) is np.ndarray:
+        return value.copy()
     return value
 
 
@@ -49,7 +54,7 @@ def create_env(env: Any, env_config: dict[str, Any] | None) -> Any:
     """Create one environment from ``env`` (a Gymnasium ID, a name given to
     :func:`cairn.register_env`, or a creator ``creator(env_config) -> env``) and ``env_config``,
     as :func:`make_env` does for a config; the creator gets its own copy of ``env_config``, its
-    nested dicts and lists too. A Gymnasium ``VectorEnv`` is refused (EnvError): env runners
+    nested dicts, lists and numpy arrays too. A Gymnasium ``VectorEnv`` is refused (EnvError): env runners
     vectorise environments themselves."""
     env_config = _own_copy(dict(env_config or {}))
     try:

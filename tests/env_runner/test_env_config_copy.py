@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from cairn.env_runner.make_env import create_env
 from tests.helpers import small_ppo
@@ -54,3 +55,31 @@ def test_the_creators_copy_keeps_other_objects_as_they_are():
 
     create_env(creator, {"marker": marker, "token": token, "nested": [{"x": [1]}]}).close()
     assert got["marker"] is marker and got["token"] is token and got["nested"] == [{"x": [1]}]
+
+
+#: What each call of :func:`_array_creator` found in ``env_config["goal"]``.
+GOALS: list[list[float]] = []
+
+
+def _array_creator(env_config: dict[str, Any]) -> gym.Env:
+    """A creator that changes a numpy array of the env_config it is given, in place."""
+    GOALS.append(env_config["goal"].tolist())
+    env_config["goal"][0] += 1.0
+    env_config["nested"][0]["goal"][1] += 1.0
+    return gym.make("CartPole-v1")
+
+
+def test_a_creator_that_changes_a_numpy_array_in_place_changes_neither_the_config_nor_later_envs():
+    # The copy went through dicts, lists and tuples only: an array was shared, so the second env
+    # got goal [2, 2] where the first got [1, 2], and the checkpoint stored [3, 2].
+    GOALS.clear()
+    goal, nested = np.array([1.0, 2.0]), [{"goal": np.array([5.0, 6.0])}]
+    algo = (small_ppo().environment(_array_creator, env_config={"goal": goal, "nested": nested})
+            .env_runners(num_envs_per_env_runner=2).build())
+    try:
+        assert len(GOALS) >= 2 and all(seen == [1.0, 2.0] for seen in GOALS)
+        assert algo.config.env_config["goal"].tolist() == [1.0, 2.0]
+        assert algo.config.env_config["nested"][0]["goal"].tolist() == [5.0, 6.0]
+        assert goal.tolist() == [1.0, 2.0] and nested[0]["goal"].tolist() == [5.0, 6.0]
+    finally:
+        algo.stop()
