@@ -155,8 +155,9 @@ class AlgorithmConfig:
         naming the fix. Their dicts and lists (``model``, ``env_config``, ``policies`` and each
         PolicySpec in it, ``policies_to_train``, DQN's ``epsilon``, ...) become read-only
         (:mod:`cairn.config.read_only`): a write into one, ``config.model["hidden"] = [8]``,
-        raises the same ConfigError. A :meth:`copy` is not frozen, and its values are plain
-        dicts and lists again."""
+        raises the same ConfigError; their numpy arrays become read-only copies (a write raises
+        numpy's ValueError). A :meth:`copy` is not frozen, and its values are plain dicts, lists
+        and changeable arrays again."""
         for key, field in self.FIELDS.items():
             if field.section not in self.LIVE_SECTIONS:  # past __setattr__, which refuses them
                 self.__dict__[key] = read_only(getattr(self, key), frozen_setting_message(key, in_place=True))

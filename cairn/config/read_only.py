@@ -8,13 +8,16 @@ unchanged (``isinstance``, ``==`` with plain dicts and lists, ``json.dumps``); o
 a :class:`~cairn.errors.ConfigError` with the message of the setting they belong to. A copy is
 the caller's to change: ``copy()``, ``copy.copy`` and ``dict(...)``/``list(...)`` give a
 plain shallow copy, ``copy.deepcopy`` a plain deep one, and pickling (Ray, a
-child process) keeps them read-only.
+child process) keeps them read-only. A numpy array in such a setting becomes a read-only copy
+(``flags.writeable`` False), which numpy itself guards.
 """
 
 from __future__ import annotations
 
 import copy
 from typing import Any, NoReturn
+
+import numpy as np
 
 from cairn.errors import ConfigError
 from cairn.policy.spec import PolicySpec
@@ -99,8 +102,10 @@ class ReadOnlyList(list[Any]):
 
 def read_only(value: Any, refusal: str) -> Any:
     """``value`` with every plain dict and list in it (through dicts, lists and tuples) made
-    read-only, their writes raising ConfigError(``refusal``); other objects (a user's object in
-    ``env_config``, a dict subclass) are kept as they are; a :class:`PolicySpec` becomes its
+    read-only, their writes raising ConfigError(``refusal``), and every numpy array in them a
+    read-only copy (``flags.writeable`` False: a write raises numpy's ValueError "assignment
+    destination is read-only"); other objects (a user's object in ``env_config``, a dict
+    subclass) are kept as they are; a :class:`PolicySpec` becomes its
     :meth:`~PolicySpec.read_only_copy`. ``value`` itself is not changed."""
     kind = type(value)
     if kind is dict or kind is ReadOnlyDict:
@@ -109,6 +114,10 @@ def read_only(value: Any, refusal: str) -> Any:
         return ReadOnlyList([read_only(item, refusal) for item in value], refusal)
     if kind is tuple:
         return tuple(read_only(item, refusal) for item in value)
+    if kind is np.ndarray:  # a copy: the caller's array (or one still in use) stays changeable
+        frozen = value.copy()
+        frozen.flags.writeable = False
+        return frozen
     if kind is PolicySpec:  # its attributes too (algo.config.policies[pid].config = ...)
         return value.read_only_copy(read_only(value.config, refusal), refusal)
     return value

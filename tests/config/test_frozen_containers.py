@@ -10,6 +10,8 @@ import copy
 import json
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import pytest
 
 import cairn
@@ -227,3 +229,47 @@ def test_restoring_a_state_with_a_new_policy_adds_it_to_a_new_frozen_config(tmp_
         algo.stop()
         other.stop()
 
+
+
+#: What each env creation of :func:`_goal_creator` found in ``env_config["goal"]``.
+GOALS: list[list[float]] = []
+
+
+def _goal_creator(env_config: dict[str, Any]) -> Any:
+    """An env creator that records and then changes (its copy of) ``env_config["goal"]``."""
+    GOALS.append(env_config["goal"].tolist())
+    env_config["goal"][0] = -1.0
+    return gym.make("CartPole-v1")
+
+
+def test_a_numpy_array_in_a_frozen_setting_is_a_read_only_copy(tmp_path):
+    # Before, algo.config.env_config["goal"][1] = 50.0 was accepted: the envs kept goal [1, 2]
+    # while to_dict(), every checkpoint and each env created later (evaluation) had [1, 50].
+    GOALS.clear()
+    goal = np.array([1.0, 2.0])
+    algo = (small_ppo().environment(_goal_creator, env_config={"goal": goal, "deep": [{"a": np.arange(3)}]})
+            .evaluation(evaluation_duration=1).build())
+    try:
+        with pytest.raises(ValueError, match="read-only"):
+            algo.config.env_config["goal"][1] = 50.0
+        with pytest.raises(ValueError, match="read-only"):
+            algo.config.env_config["deep"][0]["a"] += 1
+        assert algo.config.env_config["goal"].tolist() == [1.0, 2.0]
+        assert algo.config.env_config["deep"][0]["a"].tolist() == [0, 1, 2]
+        goal[1] = 7.0  # the caller's array is neither frozen nor the config's
+        assert algo.config.env_config["goal"].tolist() == [1.0, 2.0]
+        algo.evaluate()  # a creator called after the freeze still gets a copy it may change
+        assert GOALS and all(seen == [1.0, 2.0] for seen in GOALS)
+        thawed = algo.config.copy()
+        thawed.env_config["goal"][1] = 3.0  # a copy is changeable again
+        assert algo.config.env_config["goal"].tolist() == [1.0, 2.0]
+        path = algo.save(tmp_path / "ckpt")
+        restored = cairn.Algorithm.from_checkpoint(path)
+        try:
+            assert restored.config.env_config["goal"].tolist() == [1.0, 2.0]
+            with pytest.raises(ValueError, match="read-only"):
+                restored.config.env_config["goal"][0] = 0.0
+        finally:
+            restored.stop()
+    finally:
+        algo.stop()
