@@ -17,12 +17,13 @@ from __future__ import annotations
 import copy
 from typing import Any, NoReturn
 
+import gymnasium as gym
 import numpy as np
 
 from cairn.errors import ConfigError
 from cairn.policy.spec import PolicySpec
 
-__all__ = ["ReadOnlyDict", "ReadOnlyList", "read_only"]
+__all__ = ["ReadOnlyDict", "ReadOnlyList", "read_only", "read_only_space"]
 
 
 class ReadOnlyDict(dict[Any, Any]):
@@ -119,6 +120,39 @@ def read_only(value: Any, refusal: str) -> Any:
         frozen.flags.writeable = False
         return frozen
     if kind is PolicySpec:  # its attributes too (algo.config.policies[pid].config = ...)
-        return value.read_only_copy(read_only(value.config, refusal), refusal)
+        spaces = (read_only_space(value.observation_space, refusal),
+                  read_only_space(value.action_space, refusal))
+        return value.read_only_copy(read_only(value.config, refusal), refusal, spaces=spaces)
     return value
+
+
+def read_only_space(space: gym.Space[Any] | None, refusal: str) -> gym.Space[Any] | None:
+    """A deep copy of ``space`` (None: None) whose numpy arrays (a Box's ``low``/``high``, a
+    MultiDiscrete's ``nvec``, ...), its subspaces' too, are read-only, and whose Dict subspaces
+    are a :class:`ReadOnlyDict` (``space["y"] = ...`` raises ConfigError(``refusal``)).
+
+    A copy: the config's PolicySpec held the policy's own space objects (the env's, for an
+    inferred one), so ``algo.config.policies[pid].action_space.low[0] = 1.5`` changed what the
+    policy's checkpoints stored while its action distribution kept the bounds it was built
+    with, and a restore used the new ones."""
+    if space is None:
+        return None
+    frozen = copy.deepcopy(space)
+    _lock_space(frozen, refusal)
+    return frozen
+
+
+def _lock_space(space: Any, refusal: str) -> None:
+    for name, value in vars(space).items():
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+        elif isinstance(value, gym.Space):
+            _lock_space(value, refusal)
+        elif type(value) in (dict, tuple, list):  # a Dict's or Tuple's subspaces
+            items = value.values() if isinstance(value, dict) else value
+            for item in items:
+                if isinstance(item, gym.Space):
+                    _lock_space(item, refusal)
+            if type(value) is dict:
+                vars(space)[name] = ReadOnlyDict(value, refusal)
 

@@ -51,12 +51,19 @@ class PolicySpec:
             raise ConfigError(self.read_only_refusal)
         super().__setattr__(name, value)
 
-    def read_only_copy(self, config: dict[str, Any] | None, refusal: str) -> PolicySpec:
+    def read_only_copy(
+        self, config: dict[str, Any] | None, refusal: str,
+        spaces: tuple[gym.Space[Any] | None, gym.Space[Any] | None] | None = None,
+    ) -> PolicySpec:
         """This spec with ``config`` (a read-only form of its own, as a frozen
-        ``AlgorithmConfig`` holds its policies) whose attributes cannot be set: setting one
-        raises ConfigError(``refusal``). A ``copy.copy``/``copy.deepcopy`` of it is changeable."""
+        ``AlgorithmConfig`` holds its policies) and ``spaces`` (observation and action space:
+        read-only copies of its own; None keeps its own), whose attributes cannot be set:
+        setting one raises ConfigError(``refusal``). A ``copy.copy``/``copy.deepcopy`` of it is
+        changeable."""
         spec = PolicySpec.__new__(PolicySpec)
         spec.__dict__.update(self.__dict__, config=config, read_only_refusal=refusal)
+        if spaces is not None:
+            spec.__dict__.update(observation_space=spaces[0], action_space=spaces[1])
         return spec
 
     def __copy__(self) -> PolicySpec:

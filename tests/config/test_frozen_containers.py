@@ -273,3 +273,57 @@ def test_a_numpy_array_in_a_frozen_setting_is_a_read_only_copy(tmp_path):
             restored.stop()
     finally:
         algo.stop()
+
+
+def test_the_spaces_of_a_frozen_config_are_read_only_copies_of_the_policies_spaces(tmp_path):
+    # Before, the frozen config's PolicySpec held the policy's own space objects (the env's,
+    # for an inferred one): action_space.low[0] = 1.5 was accepted, the policy still clipped
+    # actions at -2 while its checkpoints (and to_dict()) stored low 1.5, so a restore clipped
+    # at 1.5.
+    given = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+    algo = (cairn.PPOConfig().environment("Pendulum-v1")
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
+            .multi_agent(policies={"default_policy": PolicySpec(action_space=given)})
+            .debugging(seed=0).build())
+    try:
+        policy, spec = algo.get_policy(), algo.config.policies["default_policy"]
+        assert spec.action_space is not policy.action_space
+        assert spec.observation_space is not policy.observation_space
+        assert spec.action_space == policy.action_space and spec.observation_space == policy.observation_space
+        before = algo.config.to_dict()
+        with pytest.raises(ValueError, match="read-only"):
+            spec.action_space.low[0] = 1.5
+        with pytest.raises(ValueError, match="read-only"):
+            spec.observation_space.high[0] = 99.0
+        assert algo.config.to_dict() == before
+        assert policy.action_space.low.tolist() == [-2.0] and policy.observation_space.high[0] == 1.0
+        assert policy.get_state()["spec"]["action_space"]["low"] == [-2.0]
+        given.low[0] = -1.0  # the caller's space is neither frozen nor the config's
+        assert spec.action_space.low.tolist() == [-2.0]
+        thawed = algo.config.copy()
+        thawed.policies["default_policy"].action_space.low[0] = -1.0  # a copy is changeable
+        assert spec.action_space.low.tolist() == [-2.0]
+        restored = cairn.Algorithm.from_checkpoint(algo.save(tmp_path / "ckpt"))
+        try:
+            restored_spec = restored.config.policies["default_policy"]
+            assert restored_spec.action_space == policy.action_space
+            with pytest.raises(ValueError, match="read-only"):
+                restored_spec.action_space.high[0] = 0.0
+        finally:
+            restored.stop()
+    finally:
+        algo.stop()
+
+
+def test_a_dict_observation_space_of_a_frozen_config_refuses_a_new_subspace():
+    obs = gym.spaces.Dict({"x": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)})
+    frozen = small_ppo().multi_agent(policies={"default_policy": PolicySpec(observation_space=obs)})
+    frozen.freeze()
+    space = frozen.policies["default_policy"].observation_space
+    with pytest.raises(ConfigError, match="Config 'policies' cannot change"):
+        space["y"] = gym.spaces.Discrete(2)
+    with pytest.raises(ValueError, match="read-only"):
+        space["x"].low[1] = 0.0
+    assert space == obs and space is not obs
+    obs["y"] = gym.spaces.Discrete(2)  # the caller's stays changeable
+    assert list(space.keys()) == ["x"]
