@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, overload
@@ -145,6 +146,10 @@ class Policy:
         seed: int | None,
         init_weights: bool,
     ) -> None:
+        # Copies, the policy's own: an inferred space is the env's object, so the env (or the
+        # caller) changing it in place (action_space.low[0] = 1.5) changed the spec this policy
+        # saves while its distribution and preprocessor kept the bounds they were built with.
+        observation_space, action_space = copy.deepcopy(observation_space), copy.deepcopy(action_space)
         config = dict(config or {})
         if isinstance(config.get("model"), Mapping):  # model classes -> references (JSON)
             config["model"] = model_references(config["model"])

@@ -177,3 +177,32 @@ def test_weights_with_a_zero_dimensional_buffer_load_back():
             np.testing.assert_array_equal(target.get_weights()[name], value, err_msg=name)
     restored = cairn.Policy.from_state(source.get_state())
     assert int(restored.model.trunk[1].num_batches_tracked) == 7
+
+
+class _NarrowingPendulum(gym.Wrapper):
+    """Pendulum whose own action space's low bound is raised in place at each reset (a
+    curriculum written the unsupported way)."""
+
+    def reset(self, **kwargs):
+        self.env.action_space.low[0] = 1.5
+        return self.env.reset(**kwargs)
+
+
+def test_a_policy_keeps_its_own_spaces_when_the_env_changes_its_own_in_place(tmp_path):
+    # The policy held the env's own space objects (inferred spaces): the env's in-place change
+    # reached the policy's spec, so its checkpoints stored low 1.5 while it still clipped
+    # actions at the -2 it was built with, and a restored policy clipped at 1.5.
+    algo = (cairn.PPOConfig().environment(lambda _: _NarrowingPendulum(gym.make("Pendulum-v1")))
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1).debugging(seed=0).build())
+    try:
+        algo.train()
+        policy = algo.get_policy()
+        assert policy.action_space.low.tolist() == [-2.0]
+        assert policy.get_state()["spec"]["action_space"]["low"] == [-2.0]
+        restored = cairn.Policy.from_state(policy.get_state())
+        obs = np.zeros((1, 3), np.float32)
+        assert restored.action_space == policy.action_space
+        np.testing.assert_array_equal(restored.dist.low, policy.dist.low)
+        assert restored.compute_actions(obs, explore=False)[0].shape == (1,)
+    finally:
+        algo.stop()
