@@ -342,7 +342,12 @@ class Policy:
 
     @property
     def spec(self) -> PolicySpec:
-        """This policy as data: class, spaces and config."""
+        """This policy as data: class, spaces and config; a deep copy, the caller's to change (to
+        build another policy from it) without changing this policy or what it saves."""
+        return copy.deepcopy(self._own_spec())
+
+    def _own_spec(self) -> PolicySpec:
+        """:attr:`spec` sharing this policy's spaces and nested config values (to read only)."""
         return PolicySpec(type(self), self.observation_space, self.action_space, self.config)
 
     @classmethod
@@ -473,7 +478,8 @@ class Policy:
         may return views of the live weight and optimizer arrays, for a caller that writes them
         at once (a checkpoint save). Subclasses extend it (``super().get_state(copy=copy)``).
         """
-        return {"spec": self.spec.to_dict(), "weights": weights_to_numpy(self.model, copy=copy),
+        # to_dict copies the config and writes the spaces as JSON: no deep copy of spec needed
+        return {"spec": self._own_spec().to_dict(), "weights": weights_to_numpy(self.model, copy=copy),
                 **self.training.get_state(self.make_optimizer, lr=float(self.config["lr"]), copy=copy,
                                           exploration=self.get_exploration_state())}
 

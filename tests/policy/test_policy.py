@@ -206,3 +206,23 @@ def test_a_policy_keeps_its_own_spaces_when_the_env_changes_its_own_in_place(tmp
         assert restored.compute_actions(obs, explore=False)[0].shape == (1,)
     finally:
         algo.stop()
+
+
+def test_changing_a_policys_spec_changes_neither_the_policy_nor_what_it_saves():
+    # spec shared the policy's nested config values and its spaces: editing it to build another
+    # policy (spec.config["model"]["custom_model_config"]..., hidden.append, action_space.low)
+    # changed the config and spaces this policy saves while its network and distribution kept
+    # what they were built with.
+    config = {"model": {"hidden": [8], "custom_model_config": {"width": 3}}}
+    policy = cairn.Policy(gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+                          gym.spaces.Box(-2.0, 2.0, (1,), np.float32), config, seed=0)
+    saved = policy.get_state()["spec"]
+    spec = policy.spec
+    spec.config["model"]["hidden"].append(16)
+    spec.config["model"]["custom_model_config"]["width"] = 9
+    spec.action_space.low[0] = 1.5
+    spec.observation_space.high[0] = 5.0
+    assert policy.get_state()["spec"] == saved
+    assert policy.config["model"]["hidden"] == [8] and policy.action_space.low.tolist() == [-2.0]
+    other = cairn.Policy.from_spec(spec, seed=0)
+    assert other.config["model"]["hidden"] == [8, 16] and other.action_space.low.tolist() == [1.5]
