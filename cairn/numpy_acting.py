@@ -22,7 +22,7 @@ from torch import nn
 from cairn._compat.torch_internals import own_tables
 
 __all__ = ["NUMPY_ACTIVATIONS", "Dense", "LiveViews", "View", "affine", "dense_stack", "in_torch", "linear",
-           "evaluating", "lstm_cell", "reduce_any", "reduce_max", "reduce_sum"]
+           "evaluating", "lstm_cell", "reduce_any", "reduce_max", "reduce_min", "reduce_sum"]
 
 NumpyFn = Callable[[np.ndarray], np.ndarray]
 
@@ -32,6 +32,7 @@ NumpyFn = Callable[[np.ndarray], np.ndarray]
 # the same bits without the wrapper (tests/policy/test_acting_reductions.py).
 reduce_any = np.logical_or.reduce
 reduce_max = np.maximum.reduce
+reduce_min = np.minimum.reduce
 reduce_sum = np.add.reduce
 #: A dense layer as numpy views: ``(weight [in, out], bias [out])``.
 Dense = tuple[np.ndarray, np.ndarray]

@@ -26,6 +26,7 @@ from cairn.policy.action_masking import (
     MaskedActorCritic,
     MaskedObservationPreprocessor,
     action_sizes,
+    check_legal_logp,
     check_legal_scores,
     checked_masks,
     legal_actions,
@@ -405,11 +406,13 @@ class Policy:
         "Behaviour log-probabilities")."""
         mask = self.action_masks(processed_obs)
         inputs = self.compute_action_inputs(processed_obs)
+        sizes = action_sizes(self.action_space) if mask is not None else ()
         if mask is not None:
-            check_legal_scores(inputs, mask, action_sizes(self.action_space))
+            check_legal_scores(inputs, mask, sizes)
+            check_legal_logp(inputs, mask, sizes)  # before the draw
         raw, logp = raw_actions_and_logp(self.dist, inputs, self.np_random, explore=explore)
         if mask is not None:
-            legal = legal_actions(raw, inputs, mask, action_sizes(self.action_space))
+            legal = legal_actions(raw, inputs, mask, sizes)
             if legal is not raw:  # a draw replaced by the best legal action (a zero-probability draw)
                 raw, logp = legal, self.dist.logp_numpy(inputs, legal)
                 check_action_logp(logp, inputs)

@@ -1,0 +1,83 @@
+"""The recorded log-probability of an acted action is finite, or the call is refused before the draw.
+
+These tests check that what the inputs alone decide (a masked MultiDiscrete's legal logits too
+far below the masked score) is refused before anything is drawn, leaving the generator as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import cairn
+from cairn.errors import PolicyOutputError
+from cairn.models import ActorCriticModel
+
+MAX = float(np.finfo(np.float32).max)
+OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+
+class FixedOutputs(ActorCriticModel):
+    """Gives every row the distribution inputs the test sets in ``OUTPUTS``."""
+
+    OUTPUTS: ClassVar[list[float]] = []
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):  # type: ignore[no-untyped-def]
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.vf = torch.nn.Linear(self.obs_size, 1)
+        self.register_buffer("outputs", torch.tensor(self.OUTPUTS, dtype=torch.float32))
+
+    def forward(self, obs):  # type: ignore[no-untyped-def]
+        return self.outputs.expand(obs.shape[0], -1).clone(), self.vf(obs).squeeze(-1)
+
+
+def _policy(action_space: gym.Space[Any], outputs: list[float], mask: list[int] | None = None,
+            rows: int = 64) -> tuple[cairn.Policy, np.ndarray]:
+    FixedOutputs.OUTPUTS = outputs
+    if mask is None:
+        space: gym.Space[Any] = OBS
+        obs: Any = np.zeros((rows, 3), np.float32)
+    else:
+        space = gym.spaces.Dict({"observation": OBS, "action_mask": gym.spaces.MultiBinary(len(mask))})
+        obs = [{"observation": np.zeros(3, np.float32), "action_mask": np.array(mask, np.int8)}] * rows
+    policy = cairn.Policy(space, action_space, {"model": {"custom_model": FixedOutputs}}, seed=3)
+    return policy, policy.process_observations(obs, update=False)
+
+
+@pytest.mark.parametrize("explore", [True, False])
+def test_masked_multidiscrete_legal_logits_whose_logp_sum_overflows_are_refused_before_the_draw(
+        explore: bool) -> None:
+    # Each sub-action's replaced legal action has a logp of about -2e38, finite; their sum is -inf.
+    # It was refused after the draw, blaming a Gaussian's log-std, with the generator advanced.
+    space = gym.spaces.MultiDiscrete([2, 2, 2])
+    mask = [1, 0, 1, 0, 1, 1]
+    policy, processed = _policy(space, [-2e38, 0.0, -2e38, 0.0, 0.0, 0.0], mask=mask, rows=4)
+    with pytest.raises(PolicyOutputError, match="far below the masked score") as info:
+        policy.compute_raw_actions_and_logp(processed, explore=explore)
+    assert info.value.rows == (0, 1, 2, 3)
+    # Nothing was drawn: the policy acts next as a fresh one does.
+    fresh, _ = _policy(space, [-2e38, 0.0, -2e38, 0.0, 0.0, 0.0], mask=mask, rows=4)
+    assert policy.np_random.bit_generator.state == fresh.np_random.bit_generator.state
+    for acting in (policy, fresh):
+        with torch.no_grad():
+            acting.model.net.outputs.copy_(torch.tensor([-1e38, 0.0, -1e38, 0.0, 0.0, 0.0]))  # -2e38 in all
+    raw, logp = policy.compute_raw_actions_and_logp(processed, explore=True)
+    fresh_raw, fresh_logp = fresh.compute_raw_actions_and_logp(processed, explore=True)
+    np.testing.assert_array_equal(raw, fresh_raw)
+    np.testing.assert_array_equal(logp, fresh_logp)
+    assert np.isfinite(logp).all() and (logp < -1.9e38).all()
+    assert set(np.asarray(raw)[:, :2].ravel().tolist()) == {0}  # legal, as ever
+
+
+def test_masked_multidiscrete_with_some_legal_logits_huge_but_a_finite_sum_still_acts() -> None:
+    policy, processed = _policy(gym.spaces.MultiDiscrete([2, 2]), [-1.7e38, 0.0, -1.6e38, 0.0],
+                                mask=[1, 0, 1, 0])
+    for explore in (True, False):
+        _, logp = policy.compute_raw_actions_and_logp(processed, explore=explore)
+        assert np.isfinite(logp).all() and (logp < -3.2e38).all()
+        raw, logp = policy.compute_raw_actions_and_logp(processed[:0], explore=explore)  # no rows
+        assert raw.shape == (0, 2) and logp.shape == (0,)
