@@ -24,7 +24,8 @@ from cairn.policy.filters import MeanStdFilter, NoFilter
 from cairn.spaces import ObservationPreprocessor
 
 __all__ = ["ObservationInput", "action_inputs", "check_action_inputs", "check_action_logp",
-           "check_sampling_inputs", "raw_actions", "raw_actions_and_logp", "single_action"]
+           "check_loggable_inputs", "check_sampling_inputs", "raw_actions", "raw_actions_and_logp",
+           "single_action"]
 
 
 class ObservationInput:
@@ -105,6 +106,26 @@ def check_sampling_inputs(dist: ActionDistribution, inputs: np.ndarray) -> None:
         "saved before it diverged. Deterministic actions (explore=False) read the mean only.", rows)
 
 
+def check_loggable_inputs(dist: ActionDistribution, inputs: np.ndarray) -> None:
+    """Raise :class:`~cairn.errors.PolicyOutputError` unless every row of usable ``inputs`` can
+    give its action a finite log-probability (:meth:`ActionDistribution.loggable_rows`): a
+    Gaussian whose log-std is so low (about -88.7 or less) that ``exp(-log_std)`` overflows
+    float32 gives every action a NaN or ``-inf`` logp. Checked before anything is drawn, so a
+    refused call leaves the policy's random generator as it was."""
+    loggable = dist.loggable_rows(inputs)
+    if loggable is None or np.logical_and.reduce(loggable):
+        return
+    rows = tuple(int(i) for i in np.flatnonzero(~loggable))
+    raise PolicyOutputError(
+        f"The policy's network gave a log-std so low that exp(-log_std) overflows float32 (about "
+        f"-88.7 or less) for observation row(s) {list(rows)} (row {rows[0]}: "
+        f"{np.array2string(inputs[rows[0]], threshold=8)}, [mean, log_std]), so the log-probability "
+        "of any action there is NaN or -inf and cannot be recorded for learning (every later PPO or "
+        "V-trace loss over the row would be NaN). Its weights have most likely diverged in training: "
+        "bound the log-std in the network (clamp it), lower the learning rate, clip gradients "
+        "(grad_clip), and go on from a checkpoint saved before it diverged.", rows)
+
+
 def raw_actions(
     dist: ActionDistribution, inputs: np.ndarray, rng: np.random.Generator, *, explore: bool
 ) -> np.ndarray:
@@ -123,10 +144,14 @@ def raw_actions_and_logp(
     dist: ActionDistribution, inputs: np.ndarray, rng: np.random.Generator, *, explore: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`raw_actions` (the same draws, the same checks) and their log-probabilities under
-    ``inputs``' distribution."""
+    ``inputs``' distribution. Inputs whose logp cannot be finite are refused before the draw
+    (:func:`check_loggable_inputs`); the logp itself is checked after it
+    (:func:`check_action_logp`)."""
     check_action_inputs(dist, inputs)
     if explore:
         check_sampling_inputs(dist, inputs)
+    check_loggable_inputs(dist, inputs)
+    if explore:
         raw, logp = dist.sample_numpy_and_logp(inputs, rng)
     else:
         raw = dist.deterministic_numpy(inputs)
@@ -138,11 +163,13 @@ def raw_actions_and_logp(
 def check_action_logp(logp: np.ndarray, inputs: np.ndarray) -> None:
     """Raise :class:`~cairn.errors.PolicyOutputError` unless every action's log-probability
     ``logp`` (under the distribution ``inputs`` define) is finite. An action acted is never
-    impossible, so ``-inf`` or NaN is a distribution float32 cannot hold: a Gaussian whose
-    log-std is so low that ``exp(-log_std)`` overflows (about -88.7 or less: NaN), or a user's
-    distribution. Recorded, it would make every later PPO or V-trace loss over the row NaN
-    (:class:`~cairn.errors.NonFiniteLossError`, which blames the environment). One scalar
-    reduction on the usual path; checked after the draw."""
+    impossible, so ``-inf`` or NaN is a distribution float32 cannot hold: a Gaussian sample that
+    overflowed float32 (a huge mean or std), or a user's distribution. Recorded, it would make
+    every later PPO or V-trace loss over the row NaN (:class:`~cairn.errors.NonFiniteLossError`,
+    which blames the environment). One scalar reduction on the usual path; checked after the
+    draw, for what the draw decides: what the inputs alone decide is refused before it
+    (:func:`check_loggable_inputs`).
+    """
     if math.isfinite(reduce_sum(logp, axis=None)):
         return
     bad = ~np.isfinite(logp)
@@ -153,10 +180,10 @@ def check_action_logp(logp: np.ndarray, inputs: np.ndarray) -> None:
         f"The log-probability of the action a policy chose is {float(logp[rows[0]])} (not finite) for "
         f"observation row(s) {list(rows)} (row {rows[0]}'s distribution inputs: "
         f"{np.array2string(inputs[rows[0]], threshold=8)}), so it cannot be recorded for learning: "
-        "the distribution collapsed beyond float32 (a Gaussian's log-std about -88.7 or lower, whose "
-        "exp(-log_std) overflows). Its weights have most likely diverged in training: bound the "
-        "log-std in the network (clamp it), lower the learning rate, clip gradients (grad_clip), "
-        "and go on from a checkpoint saved before it diverged.", rows)
+        "the distribution went beyond float32 (a Gaussian sample that overflowed, from a huge mean "
+        "or log-std, or a user's distribution). Its weights have most likely diverged in training: "
+        "bound the log-std in the network (clamp it), lower the learning rate, clip gradients "
+        "(grad_clip), and go on from a checkpoint saved before it diverged.", rows)
 
 
 def single_action(action_space: gym.Space[Any], action: Any) -> Any:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from cairn.numpy_acting import reduce_any, reduce_max, reduce_sum
+from cairn.numpy_acting import reduce_any, reduce_max, reduce_min, reduce_sum
 from cairn.spaces import float32_bounds
 
 __all__ = [
@@ -34,6 +34,8 @@ _LOG_2PI_E = math.log(2 * math.pi * math.e)
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 #: exp(88) = 1.65e38 is well inside float32 (max 3.40e38, reached at about 88.72) on any CPU.
 _SURELY_FINITE_LOG_STD = 88.0
+#: exp(-log_std) (a Gaussian's logp divides by the std) is as surely finite from -88.0 up.
+_SURELY_FINITE_INVERSE_LOG_STD = -88.0
 
 
 class ActionDistribution(ABC):
@@ -95,6 +97,13 @@ class ActionDistribution(ABC):
         """Per row of usable numpy ``inputs`` (:meth:`usable_rows`), whether a sample can be
         drawn from it in float32 (bool ``[B]``), or None when every row can (the usual case, and
         this default). The acting path refuses the others when it samples."""
+        return None
+
+    def loggable_rows(self, inputs: np.ndarray) -> np.ndarray | None:
+        """Per row of usable numpy ``inputs`` (:meth:`usable_rows`), whether the actions it gives
+        can have a finite log-probability in float32 (bool ``[B]``), or None when every row's can
+        (the usual case, and this default): what can be decided before a draw. The acting path
+        refuses the others where it records the logp, before anything is drawn."""
         return None
 
     @abstractmethod
@@ -321,6 +330,15 @@ class DiagGaussian(ActionDistribution):
 
     def sampleable_rows(self, inputs: np.ndarray) -> np.ndarray | None:
         return finite_std_rows(inputs[:, self.size:])
+
+    def loggable_rows(self, inputs: np.ndarray) -> np.ndarray | None:
+        # The logp multiplies by exp(-log_std): infinite from a log-std of about -88.7 down, where
+        # every action's logp is NaN (the mean: 0 * inf) or -inf, whatever the draw.
+        log_std = inputs[:, self.size:]
+        if not log_std.size or reduce_min(log_std, axis=None) > _SURELY_FINITE_INVERSE_LOG_STD:
+            return None
+        with np.errstate(over="ignore"):  # the exact check, rare: exp itself decides
+            return np.logical_and.reduce(np.isfinite(np.exp(-log_std)), axis=-1)  # type: ignore[no-any-return]
 
     def to_env(self, raw_actions: np.ndarray) -> np.ndarray:
         clipped = np.clip(raw_actions, self.low, self.high)

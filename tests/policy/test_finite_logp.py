@@ -1,7 +1,8 @@
 """The recorded log-probability of an acted action is finite, or the call is refused before the draw.
 
-These tests check that what the inputs alone decide (a masked MultiDiscrete's legal logits too
-far below the masked score) is refused before anything is drawn, leaving the generator as it was.
+These tests check that what the inputs alone decide (a Gaussian's log-std too low, a masked
+MultiDiscrete's legal logits too far below the masked score) is refused before anything is
+drawn, leaving the generator as it was.
 """
 
 from __future__ import annotations
@@ -81,3 +82,38 @@ def test_masked_multidiscrete_with_some_legal_logits_huge_but_a_finite_sum_still
         assert np.isfinite(logp).all() and (logp < -3.2e38).all()
         raw, logp = policy.compute_raw_actions_and_logp(processed[:0], explore=explore)  # no rows
         assert raw.shape == (0, 2) and logp.shape == (0,)
+
+
+@pytest.mark.parametrize("explore", [True, False])
+def test_a_gaussian_log_std_too_low_for_a_logp_is_refused_before_the_draw(explore: bool) -> None:
+    # exp(-log_std) overflows from about -88.7: every action's logp is NaN or -inf, whatever the
+    # draw. It was refused after the draw, so the refused call still moved the generator.
+    box = gym.spaces.Box(-2.0, 1.0, (2,), np.float32)
+    policy, processed = _policy(box, [0.5, 0.5, 0.0, -90.0], rows=4)
+    fresh, _ = _policy(box, [0.5, 0.5, 0.0, -90.0], rows=4)
+    with pytest.raises(PolicyOutputError, match=r"log-probability.*-88\.7|-88\.7.*log-probability") as info:
+        policy.compute_raw_actions_and_logp(processed, explore=explore)
+    assert info.value.rows == (0, 1, 2, 3)
+    assert policy.np_random.bit_generator.state == fresh.np_random.bit_generator.state
+    for acting in (policy, fresh):
+        with torch.no_grad():
+            acting.model.outputs.copy_(torch.tensor([0.5, 0.5, 0.0, -1.0]))
+    raw, logp = policy.compute_raw_actions_and_logp(processed, explore=True)
+    fresh_raw, fresh_logp = fresh.compute_raw_actions_and_logp(processed, explore=True)
+    np.testing.assert_array_equal(raw, fresh_raw)
+    np.testing.assert_array_equal(logp, fresh_logp)
+
+
+def test_a_gaussian_log_std_just_above_the_bound_still_records_a_finite_logp() -> None:
+    policy, processed = _policy(gym.spaces.Box(-2.0, 1.0, (2,), np.float32), [0.5, 0.5, 0.0, -87.5])
+    for explore in (True, False):
+        _, logp = policy.compute_raw_actions_and_logp(processed, explore=explore)
+        assert np.isfinite(logp).all()
+
+
+def test_a_gaussian_sample_that_overflows_is_still_refused_after_the_draw() -> None:
+    # A finite std (exp(88) = 1.7e38) beside a mean of 3e38: the sample overflows for some draws,
+    # which the inputs alone cannot tell; the check after the draw keeps its -inf out of the batch.
+    policy, processed = _policy(gym.spaces.Box(-2.0, 1.0, (1,), np.float32), [3e38, 88.0], rows=64)
+    with pytest.raises(PolicyOutputError, match="not finite"), np.errstate(over="ignore", invalid="ignore"):
+        policy.compute_raw_actions_and_logp(processed, explore=True)
