@@ -27,6 +27,8 @@ __all__ = ["ObservationInput", "action_inputs", "check_action_inputs", "check_ac
            "check_loggable_inputs", "check_sampling_inputs", "raw_actions", "raw_actions_and_logp",
            "single_action"]
 
+_FLOAT32 = np.dtype(np.float32)
+
 
 class ObservationInput:
     """A policy's observation connector: raw observations -> float32 network rows, through its
@@ -146,17 +148,21 @@ def raw_actions_and_logp(
     """:func:`raw_actions` (the same draws, the same checks) and their log-probabilities under
     ``inputs``' distribution. Inputs whose logp cannot be finite are refused before the draw
     (:func:`check_loggable_inputs`); the logp itself is checked after it
-    (:func:`check_action_logp`)."""
+    (:func:`check_action_logp`) unless the distribution proves it finite for float32 inputs
+    (:attr:`ActionDistribution.finite_logp`: the categoricals)."""
     check_action_inputs(dist, inputs)
     if explore:
         check_sampling_inputs(dist, inputs)
-    check_loggable_inputs(dist, inputs)
+    checked = not (dist.finite_logp and inputs.dtype is _FLOAT32)  # the proof is float32's
+    if checked:
+        check_loggable_inputs(dist, inputs)
     if explore:
         raw, logp = dist.sample_numpy_and_logp(inputs, rng)
     else:
         raw = dist.deterministic_numpy(inputs)
         logp = dist.logp_numpy(inputs, raw)
-    check_action_logp(logp, inputs)
+    if checked:
+        check_action_logp(logp, inputs)
     return raw, logp
 
 

@@ -44,6 +44,13 @@ class ActionDistribution(ABC):
     num_inputs: int
     raw_action_dtype: np.dtype[Any]
     raw_action_shape: tuple[int, ...]
+    #: Whether every action drawn (:meth:`sample_numpy_and_logp`) or picked (:meth:`deterministic_numpy`,
+    #: then :meth:`logp_numpy`) from float32 rows that passed :meth:`usable_rows` and
+    #: :meth:`sampleable_rows` has a finite log-probability, proven for the distribution (the
+    #: categoricals': docs/models.md): the acting path then checks neither :meth:`loggable_rows`
+    #: nor the recorded logp (:func:`~cairn.policy.acting.check_action_logp`). False, the default,
+    #: keeps both, the second after the draw (a Gaussian's sample itself may overflow).
+    finite_logp: bool = False
 
     @abstractmethod
     def sample(self, inputs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -172,6 +179,11 @@ def _categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
 class Categorical(ActionDistribution):
     """One categorical over ``n`` choices, for a Discrete space."""
 
+    # A drawn action has exp(logit - max) > 0 (an empty CDF interval is never drawn), so its
+    # logit - max is finite (above about -104), and the argmax's is 0; the normaliser's log lies
+    # in [0, log n]: docs/models.md, "Finite log-probabilities".
+    finite_logp = True
+
     def __init__(self, space: gym.spaces.Discrete) -> None:
         self.num_inputs = int(space.n)
         self.start = int(space.start)
@@ -214,6 +226,9 @@ class Categorical(ActionDistribution):
 
 class MultiCategorical(ActionDistribution):
     """Independent categoricals, one per MultiDiscrete component."""
+
+    # Each part as Categorical's, above about -104 - log(n): their float32 sum cannot overflow.
+    finite_logp = True
 
     def __init__(self, space: gym.spaces.MultiDiscrete) -> None:
         self.nvec = [int(n) for n in space.nvec.reshape(-1)]

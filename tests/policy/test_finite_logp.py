@@ -1,8 +1,9 @@
 """The recorded log-probability of an acted action is finite, or the call is refused before the draw.
 
-These tests check that what the inputs alone decide (a Gaussian's log-std too low, a masked
-MultiDiscrete's legal logits too far below the masked score) is refused before anything is
-drawn, leaving the generator as it was.
+Categoricals skip the check of the recorded logp (``ActionDistribution.finite_logp``): these tests
+try to fool that skip with float32's extremes, on the real acting path, and check that what the
+inputs alone decide (a Gaussian's log-std too low, a masked MultiDiscrete's legal logits too far
+below the masked score) is refused before anything is drawn, leaving the generator as it was.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ import torch
 import cairn
 from cairn.errors import PolicyOutputError
 from cairn.models import ActorCriticModel
+from cairn.policy.acting import raw_actions_and_logp
+from cairn.policy.distributions import ActionDistribution, Categorical, DiagGaussian, MultiCategorical
 
 MAX = float(np.finfo(np.float32).max)
+INF = float("inf")
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 
 
@@ -47,6 +51,78 @@ def _policy(action_space: gym.Space[Any], outputs: list[float], mask: list[int] 
         obs = [{"observation": np.zeros(3, np.float32), "action_mask": np.array(mask, np.int8)}] * rows
     policy = cairn.Policy(space, action_space, {"model": {"custom_model": FixedOutputs}}, seed=3)
     return policy, policy.process_observations(obs, update=False)
+
+
+def _refused_earlier_or_finite(policy: cairn.Policy, processed: np.ndarray, explore: bool) -> None:
+    try:
+        with np.errstate(all="ignore"):  # max - (-max) is -inf (an impossible action), max + max inf
+            raw, logp = policy.compute_raw_actions_and_logp(processed, explore=explore)
+    except PolicyOutputError as error:
+        assert "log-probability of the action a policy chose" not in str(error)  # the skipped check's
+        return
+    assert logp.dtype == np.float32 and np.isfinite(logp).all(), logp
+    torch_logp = policy.dist.logp(torch.from_numpy(policy.compute_action_inputs(processed)),
+                                  torch.from_numpy(np.asarray(raw)))
+    assert np.isfinite(torch_logp.numpy()).all()  # what the learner recomputes
+
+
+ADVERSARIAL = [
+    [0.0, -3e38], [3e38, -3e38], [-3e38, 3e38], [MAX, -MAX], [-MAX, MAX], [-MAX, -MAX], [MAX, MAX],
+    [1e30, -1e30], [0.0, -INF], [-INF, -MAX], [-INF, MAX], [MAX, -INF],
+]
+
+
+def test_the_categoricals_skip_the_logp_check_and_gaussians_keep_it() -> None:
+    assert Categorical(gym.spaces.Discrete(2)).finite_logp
+    assert MultiCategorical(gym.spaces.MultiDiscrete([2, 3])).finite_logp
+    assert not DiagGaussian(gym.spaces.Box(-1.0, 1.0, (2,))).finite_logp
+    assert not ActionDistribution.finite_logp  # users' distributions keep the check
+
+
+@pytest.mark.parametrize("logits", ADVERSARIAL)
+@pytest.mark.parametrize("explore", [True, False])
+def test_a_discrete_policy_gives_huge_spread_logits_a_finite_logp(logits: list[float], explore: bool) -> None:
+    policy, processed = _policy(gym.spaces.Discrete(2), logits)
+    _refused_earlier_or_finite(policy, processed, explore)
+
+
+@pytest.mark.parametrize("explore", [True, False])
+def test_a_multidiscrete_policy_gives_huge_spread_logits_a_finite_logp(explore: bool) -> None:
+    # Every pair of adversarial rows as two sub-actions, and one sub-action of each per call: the
+    # sum of the parts, -inf where one part alone could be as low as -3.4e38, is what is at stake.
+    policy, processed = _policy(gym.spaces.MultiDiscrete([2, 2, 2]), [0.0] * 6, rows=8)
+    for first in ADVERSARIAL:
+        for second in ADVERSARIAL:
+            with torch.no_grad():
+                policy.model.outputs.copy_(torch.tensor([*first, *second, *first]))
+            _refused_earlier_or_finite(policy, processed, explore)
+
+
+@pytest.mark.parametrize("explore", [True, False])
+def test_random_float32_extremes_never_give_a_categorical_a_non_finite_logp(explore: bool) -> None:
+    # Rows mixing +-max, -inf, huge and ordinary logits, through the acting function itself: each
+    # row is refused (check_action_inputs) or its logp is finite.
+    rng = np.random.default_rng(7)
+    values = np.array([MAX, -MAX, -INF, 3e38, -3e38, 1e30, -1e30, -1e9, 0.0, 1.0, -104.0, -87.0], np.float32)
+    for dist in (Categorical(gym.spaces.Discrete(5)), MultiCategorical(gym.spaces.MultiDiscrete([3, 2, 4]))):
+        inputs = values[rng.integers(0, len(values), (4000, dist.num_inputs))]
+        usable = dist.usable_rows(inputs)
+        assert usable.sum() > 1000  # most rows are acted on
+        with np.errstate(over="ignore", invalid="ignore"):
+            _, logp = raw_actions_and_logp(dist, inputs[usable], np.random.default_rng(0), explore=explore)
+        assert np.isfinite(logp).all(), inputs[usable][~np.isfinite(logp)][:3]
+
+
+@pytest.mark.parametrize("legal", [[-3e38, -MAX], [-MAX, -1e30], [-1e10, -MAX]])
+@pytest.mark.parametrize("explore", [True, False])
+def test_masked_discrete_legal_logits_far_below_the_masked_score_give_a_finite_logp(
+        legal: list[float], explore: bool) -> None:
+    # The illegal action's -1e9 takes all the probability; the legal argmax acted has a logp of
+    # about legal - (-1e9): one categorical's, finite.
+    policy, processed = _policy(gym.spaces.Discrete(3), [*legal, 5.0], mask=[1, 1, 0])
+    raw, logp = policy.compute_raw_actions_and_logp(processed, explore=explore)
+    assert set(np.asarray(raw).tolist()) == {int(np.argmax(legal))}
+    assert np.isfinite(logp).all()
 
 
 @pytest.mark.parametrize("explore", [True, False])
