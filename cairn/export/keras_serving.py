@@ -29,7 +29,12 @@ import numpy as np
 
 from cairn.errors import ExportError
 from cairn.policy.action_mask_input import ACTION_MASK_INPUT
-from cairn.policy.action_masking import MASKED_SCORE, MaskedActorCritic, MaskedQModel
+from cairn.policy.action_masking import (
+    LOWEST_PLAIN_LEGAL_SCORE,
+    MASKED_SCORE,
+    MaskedActorCritic,
+    MaskedQModel,
+)
 from cairn.policy.distributions import Categorical, DiagGaussian, MultiCategorical
 from cairn.policy.filters import MeanStdFilter
 from cairn.policy.keras_backend import builds_float32, import_keras
@@ -95,11 +100,17 @@ def _bounds(values: np.ndarray) -> np.ndarray:
 
 
 def _masked(scores: Any, mask: Any, keras: Any) -> Any:
-    """``scores`` where ``mask`` > 0.5, MASKED_SCORE elsewhere (``mask_scores`` in Keras ops)."""
+    """``scores`` where ``mask`` > 0.5, MASKED_SCORE elsewhere, or ``-inf`` in a row
+    with a legal score at or below LOWEST_PLAIN_LEGAL_SCORE (``mask_scores`` in Keras ops)."""
     if mask is None:
         return scores
     ops = keras.ops
-    return ops.where(ops.greater(mask, 0.5), scores, ops.full_like(scores, MASKED_SCORE))
+    legal = ops.greater(mask, 0.5)
+    lowest_legal = ops.min(ops.where(legal, scores, ops.full_like(scores, np.inf)), axis=-1, keepdims=True)
+    fill = ops.where(ops.greater(lowest_legal, LOWEST_PLAIN_LEGAL_SCORE),
+                     ops.full_like(lowest_legal, MASKED_SCORE),
+                     ops.full_like(lowest_legal, -np.inf))
+    return ops.where(legal, scores, fill)
 
 
 def _legal_scores(scores: Any, mask: Any, keras: Any) -> Any:

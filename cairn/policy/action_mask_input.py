@@ -38,7 +38,8 @@ def action_mask_inputs(policy: ExportedPolicy) -> tuple[TensorSpec, ...]:
     return (TensorSpec(
         ACTION_MASK_INPUT, "float32", (BATCH, size),
         f"The observation's {ACTION_MASK_KEY!r} flattened, as float32{parts}: entries > 0.5 are "
-        f"legal actions. Illegal actions get the score {MASKED_SCORE:g}, so the exported action is "
+        f"legal actions. Illegal actions get the score {MASKED_SCORE:g} (-inf in a row with a legal score at "
+        f"or below {MASKED_SCORE:g} + 1024), so the exported action is "
         "legal wherever each row (each sub-action) has a legal action.",
     ),)
 

@@ -8,7 +8,8 @@ convention, ``{"observation": ..., "action_mask": ...}``), for a ``Discrete`` or
 * the network reads the observation without the mask (:func:`network_observation_space`);
 * each processed row is ``[network input | mask]``; the policy's model is the user's or the
   built-in network wrapped in :class:`MaskedActorCritic` / :class:`MaskedQModel`, which split
-  the row and give every illegal action the score :data:`MASKED_SCORE`. Everything that calls
+  the row and give every illegal action the score :data:`MASKED_SCORE` (``-inf`` in a row whose
+  legal scores reach down to it, :func:`mask_scores`). Everything that calls
   the model (acting, PPO's loss, DQN's targets, exports) therefore sees masked logits or
   Q-values: a softmax gives illegal actions probability exactly 0, entropies and
   log-probabilities run over the legal actions, argmax and max pick legal actions; DQN's
@@ -43,6 +44,7 @@ __all__ = [
     "check_legal_logp",
     "ACTION_MASK_KEY",
     "MASKED_SCORE",
+    "LOWEST_PLAIN_LEGAL_SCORE",
     "action_mask_size",
     "network_observation_space",
     "MaskedObservationPreprocessor",
@@ -62,11 +64,20 @@ __all__ = [
 ACTION_MASK_KEY = "action_mask"
 #: The score (logit, Q-value) of an illegal action: finite, so that ``0 * log p`` stays 0 and
 #: no NaN appears, and low enough that ``exp(MASKED_SCORE - max)`` is exactly 0 in float32.
+#: A row with a legal score at or below :data:`LOWEST_PLAIN_LEGAL_SCORE` gives its illegal
+#: actions ``-inf`` instead (:func:`mask_scores`).
 MASKED_SCORE = -1e9
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: Below this a drawn action's logit - max is never: exp of it is 0 in float32 (an empty CDF
 #: interval, never drawn); about -103.3 is where exp leaves the smallest subnormal.
 _DRAWN_LOGIT_GAP = -105.0
+#: While every legal score of a row lies above this (``MASKED_SCORE + 1024``), ``MASKED_SCORE``
+#: is more than 1024 below each of them and ``exp(MASKED_SCORE - s)`` is exactly 0 even in
+#: float64: illegal actions get MASKED_SCORE. Below it, MASKED_SCORE could match or beat a legal
+#: score (an illegal action would take the probability, and the greedy choice), so illegal
+#: actions get ``-inf`` instead: probability 0 beside any finite legal score, as a user's
+#: network's ``-inf`` logit (the entropy clamps it; log-probabilities are read at legal actions).
+LOWEST_PLAIN_LEGAL_SCORE = MASKED_SCORE + 1024.0
 
 
 def action_sizes(action_space: gym.Space[Any]) -> tuple[int, ...]:
@@ -201,15 +212,29 @@ def legal_action_table(rows: np.ndarray, size: int) -> np.ndarray:
 
 
 def mask_scores(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``scores`` where ``mask`` is set, :data:`MASKED_SCORE` elsewhere (no gradient there)."""
-    return torch.where(mask > 0.5, scores, torch.full_like(scores, MASKED_SCORE))
+    """``scores`` where ``mask`` is set, an illegal score elsewhere (no gradient there): :data:`MASKED_SCORE`,
+    or ``-inf`` in a row with a legal score at or below :data:`LOWEST_PLAIN_LEGAL_SCORE`
+    (at ``-5e9`` MASKED_SCORE would outrank the legal actions: all the probability, the entropy
+    of the illegal ones, a log-probability of ``-4e9`` for a legal action that is certain).
+    Every comparison stays in tensors (no host sync, the same graph when exported)."""
+    legal = mask > 0.5
+    lowest_legal = torch.where(legal, scores, torch.full_like(scores, torch.inf)).amin(dim=-1, keepdim=True)
+    fill = torch.full_like(lowest_legal, MASKED_SCORE).masked_fill(
+        ~(lowest_legal > LOWEST_PLAIN_LEGAL_SCORE), -torch.inf)
+    return torch.where(legal, scores, fill)
 
 
 _MASKED_SCORE32 = np.float32(MASKED_SCORE)
 
 
 def _mask_scores_numpy(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    return np.where(mask > 0.5, scores, _MASKED_SCORE32).astype(np.float32, copy=False)
+    scores = scores.astype(np.float32, copy=False)
+    legal = mask > 0.5
+    if scores.size == 0 or reduce_min(scores, axis=None) > LOWEST_PLAIN_LEGAL_SCORE:  # the usual path
+        return np.where(legal, scores, _MASKED_SCORE32)
+    lowest_legal = reduce_min(np.where(legal, scores, np.float32(np.inf)), axis=-1, keepdims=True)
+    fill = np.where(lowest_legal > LOWEST_PLAIN_LEGAL_SCORE, _MASKED_SCORE32, np.float32(-np.inf))
+    return np.where(legal, scores, fill)
 
 
 class _MaskedModel(nn.Module):

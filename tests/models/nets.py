@@ -316,3 +316,12 @@ class LazyCritic(SmallCritic):
     def __init__(self, observation_space, action_space, num_outputs, model_config):
         super().__init__(observation_space, action_space, num_outputs, model_config)
         self.net = nn.Sequential(nn.LazyLinear(32), nn.ReLU(), nn.Linear(32, 1))
+
+
+class FarBelowMaskedScore(TwoHeads):
+    """Logits of ``offset`` (-5e9 by default: far below the masked score, -1e9) for every action,
+    whatever the observation: as a user's network giving log-probabilities of its own."""
+
+    def forward(self, obs):
+        logits, value = super().forward(obs)
+        return torch.full_like(logits, float(self.model_config.get("offset", -5e9))) + 0.0 * logits, value

@@ -23,10 +23,16 @@ import cairn
 from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.algorithms.dqn.learn import dqn_targets
 from cairn.errors import ActionMaskError, CairnError, ConfigError
-from cairn.policy.action_masking import MASKED_SCORE, random_legal_actions
+from cairn.policy.action_masking import (
+    LOWEST_PLAIN_LEGAL_SCORE,
+    MASKED_SCORE,
+    _mask_scores_numpy,
+    mask_scores,
+    random_legal_actions,
+)
 from tests.helpers import learning_seed
 from tests.models.masked_env import make_pick_legal
-from tests.models.nets import MaskAware, TwoHeads
+from tests.models.nets import FarBelowMaskedScore, MaskAware, TwoHeads
 
 N = 6
 SPACE = gym.spaces.Dict({"observation": gym.spaces.Box(0.0, 1.0, (N,), np.float32),
@@ -98,6 +104,67 @@ def test_masked_logits_give_the_distribution_of_the_legal_actions() -> None:
         entropy = policy.dist.entropy(logits[i : i + 1])
         torch.testing.assert_close(entropy, -(expected.exp() * expected).sum().unsqueeze(0))
     assert torch.isfinite(policy.dist.entropy(logits)).all()
+
+
+def test_legal_logits_far_below_the_masked_score_keep_the_distribution_of_the_legal_actions() -> None:
+    """Legal logits of -5e9 (all equal: uniform over the legal actions) lie below the masked
+    score -1e9. Given -1e9, the illegal actions took all the probability: sampling drew them and
+    fell back to the greedy legal action every time, the recorded and the learner's log-probability
+    was -4e9 (not -log k) and the entropy that of the illegal actions (main: log(6 - k), not log k)."""
+    policy = cairn.Policy(SPACE, gym.spaces.Discrete(N), {"model": {"custom_model": FarBelowMaskedScore}},
+                          seed=0)
+    observations = _observations(400)
+    rows = policy.process_observations(observations, update=False)
+    legal = rows[:, N:] > 0.5
+    expected_logp = -np.log(legal.sum(axis=1)).astype(np.float32)
+    actions, logp = policy.compute_raw_actions_and_logp(rows, explore=True)
+    assert _legal(observations, actions)
+    np.testing.assert_allclose(logp, expected_logp, rtol=1e-6)
+    # Drawn among the legal actions, not the greedy one (the first legal action) each time.
+    first_legal = legal.argmax(axis=1)
+    several = legal.sum(axis=1) > 1
+    assert 0.2 < np.mean(actions[several] != first_legal[several]) < 0.9
+    with torch.no_grad():
+        logits, _ = policy.model(torch.from_numpy(rows))
+        learner_logp = policy.dist.logp(logits, torch.from_numpy(actions)).numpy()
+        entropy = policy.dist.entropy(logits).numpy()
+    np.testing.assert_allclose(learner_logp, expected_logp, rtol=1e-6)
+    np.testing.assert_allclose(entropy, -expected_logp, rtol=1e-6)
+    assert (logits.numpy()[~legal] < -5e9).all()  # below every legal logit
+    greedy = policy.compute_actions(observations, explore=False)
+    np.testing.assert_array_equal(greedy, first_legal)  # ties: the first legal action, as before
+
+
+def test_numpy_masking_equals_torch_masking() -> None:
+    """The numpy acting path masks with one check over the whole batch first (the usual path);
+    it must give what :func:`mask_scores` gives row by row, bit for bit: on rows built to fool
+    the check (a legal score exactly at the limit or one float above it, an illegal score far
+    below it beside ordinary legal ones, NaN, -inf, no legal action), alone and in one batch."""
+    limit = np.float32(LOWEST_PLAIN_LEGAL_SCORE)
+    above = np.nextafter(limit, np.float32(0.0))
+    scores = np.array([[0.5, -2.0, 3.0],
+                       [limit, 0.0, 1.0],
+                       [above, 0.0, 1.0],
+                       [-1e12, 0.0, 1.0],  # the illegal entry is far below, the legal ones are not
+                       [-5e9, -5e9, 7.0],
+                       [np.nan, 0.0, 1.0],
+                       [0.0, np.nan, 1.0],
+                       [-np.inf, 0.0, 1.0],
+                       [-5e9, 2.0, 1.0],
+                       [3e38, -3e38, 0.0]], np.float32)
+    masks = np.array([[1, 0, 1], [1, 1, 0], [1, 1, 0], [0, 1, 1], [1, 1, 0], [1, 0, 1], [1, 0, 1],
+                      [1, 1, 0], [0, 0, 0], [1, 1, 0]], np.float32)
+    expected = mask_scores(torch.from_numpy(scores), torch.from_numpy(masks)).numpy()
+    assert expected[0, 1] == expected[3, 0] == np.float32(MASKED_SCORE)  # ordinary legal scores
+    assert expected[2, 2] == np.float32(MASKED_SCORE) and expected[1, 2] == -np.inf
+    assert expected[4, 2] == -np.inf and expected[8].tolist() == [MASKED_SCORE] * 3
+    np.testing.assert_array_equal(_mask_scores_numpy(scores, masks), expected)
+    for i in range(len(scores)):
+        one = _mask_scores_numpy(scores[i : i + 1], masks[i : i + 1])
+        np.testing.assert_array_equal(one, expected[i : i + 1])
+    assert _mask_scores_numpy(scores[:0], masks[:0]).shape == (0, 3)
+    for dtype in (np.float64, np.float32):  # a user's numpy method may answer in float64
+        assert _mask_scores_numpy(scores.astype(dtype), masks).dtype == np.float32
 
 
 def test_illegal_logits_receive_no_gradient() -> None:

@@ -173,9 +173,12 @@ class DQNPolicy(Policy):
             if explore_mask.all():  # nothing greedy to compute
                 return random_actions
         q_values = self.compute_action_inputs(processed_obs)
-        check_action_inputs(self.dist, q_values)  # argmax over a NaN is the NaN's index
-        if mask is not None:  # every legal Q-value -inf: the legal argmax would be index 0, legal or not
+        # Every legal Q-value -inf: the legal argmax would be index 0, legal or not. First, as the
+        # row's illegal Q-values are then -inf too (mask_scores), which check_action_inputs refuses
+        # with a less precise message.
+        if mask is not None:
             check_legal_scores(q_values, mask, (self.num_actions,))
+        check_action_inputs(self.dist, q_values)  # argmax over a NaN is the NaN's index
         # Among the legal actions only: a legal Q-value may lie below the masked score.
         greedy = q_values.argmax(axis=1) if mask is None else legal_argmax(q_values, mask)
         if explore:
