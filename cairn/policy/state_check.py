@@ -65,6 +65,57 @@ def check_policy_state(state: Mapping[str, Any], where: Any, *, base: type) -> N
     except (ValueError, TypeError, OverflowError) as exc:
         raise CheckpointFormatError(f"{where}: the policy spec's spaces are invalid: {exc}.") from None
     _check_network_fits(spec, obs_space, act_space, state, weights, where, base)
+    _check_finite_numbers(state, where)
+
+
+def _first_bad(array: np.ndarray, *, nan_only: bool) -> tuple[int, str] | None:
+    """``(count, "value at index")`` of the NaN entries (``nan_only``) or the NaN and infinite
+    ones of a float ``array``; None when there are none, or it holds no floats. A sum first: NaN
+    anywhere makes it NaN (and inf or NaN it non-finite), so the usual case costs one reduction;
+    a sum that overflows, or adds +inf to -inf, is checked entry by entry."""
+    if not np.issubdtype(array.dtype, np.floating) or array.size == 0:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add.reduce(array, axis=None)
+    if (not np.isnan(total)) if nan_only else np.isfinite(total):
+        return None
+    flags = np.isnan(array) if nan_only else ~np.isfinite(array)
+    if not flags.any():
+        return None
+    index = np.unravel_index(int(np.argmax(flags)), array.shape)
+    return int(flags.sum()), f"{array[index]} at index {tuple(int(i) for i in index)}"
+
+
+def _check_finite_numbers(state: Mapping[str, Any], where: Any) -> None:
+    """Refuse a NaN in a stored weight (the network's or the target network's) and a NaN or
+    infinite optimizer slot (Adam's ``exp_avg_sq``, a momentum): cairn never applies a step
+    that would store one, but an older version, or a file edited by hand, could. Restored,
+    a NaN weight is refused only when the policy acts, blamed on training, and a NaN moment makes
+    the weights NaN at the first step, refused as a loss that blames the environment. Weights may
+    hold +-inf (a buffer such as an attention mask of -inf); optimizer slots may not."""
+    fix = ("Fix: restore a checkpoint saved before this one (training had most likely diverged "
+           "when it was written), or build a new policy and copy only the finite parts into it "
+           "(cairn.checkpoint.load_policy_states / load_policy_state read the stored arrays; "
+           "policy.set_weights loads weights; a new policy starts with a fresh optimizer state).")
+    target = state.get("target")
+    target_weights = target.get("weights") if isinstance(target, dict) else None
+    for label, tree in (("weight", state["weights"]), ("target network weight", target_weights)):
+        for name, array in (tree or {}).items():
+            found = _first_bad(array, nan_only=True) if isinstance(array, np.ndarray) else None
+            if found is not None:
+                raise CheckpointFormatError(
+                    f"{where}: the stored {label} {name!r} holds {found[0]} NaN value(s) (first: "
+                    f"{found[1]}): the policy would act on NaN outputs. {fix}")
+    optimizer_state = state["optimizer"].get("state")
+    for index, slots in (optimizer_state.items() if isinstance(optimizer_state, dict) else ()):
+        for name, array in (slots.items() if isinstance(slots, dict) else ()):
+            found = _first_bad(array, nan_only=False) if isinstance(array, np.ndarray) else None
+            if found is not None:
+                raise CheckpointFormatError(
+                    f"{where}: the stored optimizer state's slot {name!r} of parameter {index} (the "
+                    f"network's parameters in order) holds {found[0]} NaN or infinite value(s) "
+                    f"(first: {found[1]}): the first learning step from it would make the weights "
+                    f"NaN. {fix}")
 
 
 def _flat_size(space: gym.Space[Any]) -> int:
