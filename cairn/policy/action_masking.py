@@ -217,11 +217,10 @@ def mask_scores(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     (at ``-5e9`` MASKED_SCORE would outrank the legal actions: all the probability, the entropy
     of the illegal ones, a log-probability of ``-4e9`` for a legal action that is certain).
     Every comparison stays in tensors (no host sync, the same graph when exported)."""
-    legal = mask > 0.5
-    lowest_legal = torch.where(legal, scores, torch.full_like(scores, torch.inf)).amin(dim=-1, keepdim=True)
-    fill = torch.full_like(lowest_legal, MASKED_SCORE).masked_fill(
-        ~(lowest_legal > LOWEST_PLAIN_LEGAL_SCORE), -torch.inf)
-    return torch.where(legal, scores, fill)
+    legal = mask > 0.5  # a NaN entry is illegal, as everywhere
+    lowest_legal = torch.where(legal, scores, torch.inf).amin(dim=-1, keepdim=True)
+    fill = torch.where(lowest_legal > LOWEST_PLAIN_LEGAL_SCORE, MASKED_SCORE, -torch.inf)
+    return torch.where(legal, scores, fill.to(scores.dtype))
 
 
 _MASKED_SCORE32 = np.float32(MASKED_SCORE)

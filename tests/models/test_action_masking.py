@@ -151,13 +151,16 @@ def test_numpy_masking_equals_torch_masking() -> None:
                        [0.0, np.nan, 1.0],
                        [-np.inf, 0.0, 1.0],
                        [-5e9, 2.0, 1.0],
-                       [3e38, -3e38, 0.0]], np.float32)
+                       [3e38, -3e38, 0.0],
+                       [-5e9, 1.0, 2.0],  # mask entries of NaN and exactly 0.5 are illegal
+                       [1.0, -5e9, 2.0]], np.float32)
     masks = np.array([[1, 0, 1], [1, 1, 0], [1, 1, 0], [0, 1, 1], [1, 1, 0], [1, 0, 1], [1, 0, 1],
-                      [1, 1, 0], [0, 0, 0], [1, 1, 0]], np.float32)
+                      [1, 1, 0], [0, 0, 0], [1, 1, 0], [np.nan, 1, 1], [1, 0.5, 1]], np.float32)
     expected = mask_scores(torch.from_numpy(scores), torch.from_numpy(masks)).numpy()
     assert expected[0, 1] == expected[3, 0] == np.float32(MASKED_SCORE)  # ordinary legal scores
     assert expected[2, 2] == np.float32(MASKED_SCORE) and expected[1, 2] == -np.inf
     assert expected[4, 2] == -np.inf and expected[8].tolist() == [MASKED_SCORE] * 3
+    assert expected[10, 0] == expected[11, 1] == np.float32(MASKED_SCORE)
     np.testing.assert_array_equal(_mask_scores_numpy(scores, masks), expected)
     for i in range(len(scores)):
         one = _mask_scores_numpy(scores[i : i + 1], masks[i : i + 1])
