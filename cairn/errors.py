@@ -114,16 +114,18 @@ class NonFiniteLossError(CairnError, FloatingPointError):
     the learner that ran the step fills it in), ``stat`` the quantity (``"loss"``,
     ``"gradient norm"``: the global L2 norm of the gradients the optimizer would have applied)
     and ``value`` its value; ``parameters`` names the parameters whose gradient holds a NaN or
-    infinite entry (empty for a loss, or where only the norm overflowed float32)."""
+    infinite entry (empty for a loss, or where only the norm overflowed float32). ``detail``,
+    where the learner found what made a loss non-finite (a log-probability of ``-inf``), says it
+    in place of the list of likely causes."""
 
     def __init__(self, stat: str, value: float, policy_id: str | None = None, *,
-                 parameters: Sequence[object] = ()) -> None:
+                 parameters: Sequence[object] = (), detail: str | None = None) -> None:
         # ``parameters``: the tensors at fault, until with_policy_id names them (then their
         # names); kept out of ``args`` and dropped once named, so no tensor travels with the error.
         self._tensors: tuple[object, ...] = tuple(parameters)
         self.parameters: tuple[str, ...] = tuple(
             f"parameter #{i} of shape {tuple(getattr(t, 'shape', ()))}" for i, t in enumerate(self._tensors))
-        self.stat, self.value, self.policy_id = stat, value, policy_id
+        self.stat, self.value, self.policy_id, self.detail = stat, value, policy_id, detail
         super().__init__(self._message())
 
     def with_policy_id(self, policy_id: str,
@@ -142,10 +144,15 @@ class NonFiniteLossError(CairnError, FloatingPointError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Across processes (a DDP learner's error): the names and values, no tensor.
-        return (_rebuild_non_finite_loss_error, (self.stat, self.value, self.policy_id, self.parameters))
+        return (_rebuild_non_finite_loss_error,
+                (self.stat, self.value, self.policy_id, self.parameters, self.detail))
 
     def _message(self) -> str:
         who = "a policy" if self.policy_id is None else f"policy {self.policy_id!r}"
+        if self.detail is not None:
+            return (f"The {self.stat} of a learn step of {who} is {self.value} (not finite), so the step was "
+                    "not applied: its weights and optimizer state are those before this step (steps "
+                    f"completed earlier in the call stay). {self.detail}")
         if self.stat == "loss" or self.stat.startswith("loss "):
             return (
                 f"The {self.stat} of a learn step of {who} is {self.value} (not finite), so the step was "
@@ -173,8 +180,9 @@ class NonFiniteLossError(CairnError, FloatingPointError):
 
 
 def _rebuild_non_finite_loss_error(stat: str, value: float, policy_id: str | None,
-                                   parameters: tuple[str, ...]) -> NonFiniteLossError:
-    error = NonFiniteLossError(stat, value, policy_id)
+                                   parameters: tuple[str, ...],
+                                   detail: str | None = None) -> NonFiniteLossError:
+    error = NonFiniteLossError(stat, value, policy_id, detail=detail)
     error.parameters = tuple(parameters)
     error.args = (error._message(),)
     return error

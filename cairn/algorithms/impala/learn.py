@@ -16,14 +16,14 @@ from cairn.algorithms.impala.vtrace import VTraceReturns, vtrace
 from cairn.algorithms.ppo.learn import behaviour_logp, next_values, update_output
 from cairn.algorithms.ppo.recurrent import Sequences
 from cairn.env_runner.sample_batch import SampleBatch
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, NonFiniteLossError
 from cairn.learners import GradientSync, LearnOutput
 from cairn.numpy_acting import evaluating
 from cairn.policy.policy import Policy
 from cairn.policy.recurrent import is_recurrent
 
 __all__ = ["vtrace_learn", "batch_vtrace", "target_logp", "BatchTensors", "kl_estimate", "after_train_batch",
-           "require_target_network", "rows_loss"]
+           "require_target_network", "rows_loss", "explain_non_finite_loss"]
 
 
 class BatchTensors:
@@ -132,7 +132,12 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
                 # The loss is a mean over rows: weighted by this shard's share, the learners'
                 # gradients sum to the minibatch's (alone the weight is exactly 1).
                 loss = loss * (len(rows) / len(idx))
-            sync.optimizer_step(policy.optimizer, loss, params, grad_clip=config.grad_clip)
+            try:
+                sync.optimizer_step(policy.optimizer, loss, params, grad_clip=config.grad_clip)
+            except NonFiniteLossError as exc:
+                with torch.no_grad():  # the inputs the step had: a refused step changed no weight
+                    inputs = model(data.obs[rows])[0] if len(rows) else None
+                raise explain_non_finite_loss(exc, policy, data, rows, old_logp, inputs) from exc
             policy.num_grad_updates += 1
             if len(rows):
                 history.append(torch.stack(list(stats.values())))
@@ -180,6 +185,43 @@ def rows_loss(config: IMPALAConfig, policy: Policy, data: BatchTensors, targets:
                             entropy_coeff=config.entropy_coeff, kl_coeff=policy.kl_coeff,
                             target_worker_clipping=config.target_worker_clipping)
     return loss, dict(stats)
+
+
+def explain_non_finite_loss(error: NonFiniteLossError, policy: Policy, data: BatchTensors, rows: torch.Tensor,
+                            old_logp: torch.Tensor | None,
+                            action_inputs: torch.Tensor | None) -> NonFiniteLossError:
+    """``error`` (a learn step's non-finite loss on the batch ``rows``), or one that says what
+    made it non-finite when a log-probability of an action the behaviour policy took is not
+    finite: the network being learnt's (``action_inputs``: its inputs for ``rows``, as the step
+    had them) or APPO's target network's (``old_logp``).
+    A policy that calls a taken action impossible makes V-trace's ratio 0 and its policy-gradient
+    term ``0 * -inf``, NaN (APPO's KL estimate infinite): nothing the environment did. Costs
+    nothing until a step fails."""
+    if not error.stat.startswith("loss") or action_inputs is None or not len(rows):
+        return error
+    with torch.no_grad():
+        parts = [("the network being learnt", policy.dist.logp(action_inputs, data.actions[rows]))]
+    if old_logp is not None:
+        parts.append(("APPO's target network (pi_old)", old_logp[rows]))
+    for who, logp in parts:
+        bad = torch.nonzero(~torch.isfinite(logp)).flatten()
+        if not len(bad):
+            continue
+        first = int(bad[0])
+        detail = (
+            f"{who.capitalize()} gives the action taken in {len(bad)} row(s) of the batch (row "
+            f"{int(rows[first])} first: action {data.actions[rows][first].tolist()}) a log-probability of "
+            f"{float(logp[first])}, where the behaviour policy (the weights that acted it) gave "
+            f"{float(data.behaviour_logp[rows][first])}: it calls an action impossible that was "
+            "taken, so V-trace's importance ratio is 0 there and the policy-gradient term 0 * log pi "
+            "is NaN (APPO's KL estimate infinite); the environment is not at fault. Likely causes: a "
+            "network that gives some actions a logit of -inf (log of a 0 probability, a mask of its "
+            "own) where earlier weights did not, or weights that diverged until a logit overflowed. "
+            "Fix: give such actions a large finite negative logit instead, or let cairn mask them "
+            "(an 'action_mask' in the observation, docs/models.md); lower the learning rate or set "
+            "config.training(grad_clip=...), and go on from a checkpoint saved before it diverged.")
+        return NonFiniteLossError(error.stat, error.value, error.policy_id, detail=detail)
+    return error
 
 
 def kl_estimate(old_logp: torch.Tensor, logp: torch.Tensor, behaviour_logp: torch.Tensor) -> torch.Tensor:

@@ -25,12 +25,17 @@ import numpy as np
 import torch
 
 from cairn.algorithms.impala.config import IMPALAConfig
-from cairn.algorithms.impala.learn import BatchTensors, require_target_network, rows_loss
+from cairn.algorithms.impala.learn import (
+    BatchTensors,
+    explain_non_finite_loss,
+    require_target_network,
+    rows_loss,
+)
 from cairn.algorithms.impala.vtrace import VTraceReturns, vtrace
 from cairn.algorithms.ppo.learn import update_stats
 from cairn.algorithms.ppo.recurrent import Sequences
 from cairn.env_runner.sample_batch import SampleBatch
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, NonFiniteLossError
 from cairn.learners import GradientSync, LearnOutput
 from cairn.numpy_acting import evaluating
 from cairn.policy.policy import Policy
@@ -86,7 +91,10 @@ def vtrace_learn_recurrent(config: IMPALAConfig, policy: Policy, sync: GradientS
         for mb_seqs in seqs.minibatches(perm, size):
             inputs, values, rows = seqs.forward(model, mb_seqs)
             loss, stats = rows_loss(config, policy, data, targets, rows, old_logp, inputs, values)
-            sync.optimizer_step(policy.optimizer, loss, params, grad_clip=config.grad_clip)
+            try:
+                sync.optimizer_step(policy.optimizer, loss, params, grad_clip=config.grad_clip)
+            except NonFiniteLossError as exc:
+                raise explain_non_finite_loss(exc, policy, data, rows, old_logp, inputs.detach()) from exc
             policy.num_grad_updates += 1
             history.append(torch.stack(list(stats.values())))
     assert returns is not None and values_np is not None  # num_epochs >= 1 (a positive_int field)
