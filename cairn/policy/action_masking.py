@@ -41,7 +41,6 @@ from cairn.spaces import ObservationPreprocessor
 __all__ = [
     "legal_argmax",
     "check_legal_scores",
-    "check_legal_logp",
     "ACTION_MASK_KEY",
     "MASKED_SCORE",
     "LOWEST_PLAIN_LEGAL_SCORE",
@@ -67,10 +66,6 @@ ACTION_MASK_KEY = "action_mask"
 #: A row with a legal score at or below :data:`LOWEST_PLAIN_LEGAL_SCORE` gives its illegal
 #: actions ``-inf`` instead (:func:`mask_scores`).
 MASKED_SCORE = -1e9
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-#: Below this a drawn action's logit - max is never: exp of it is 0 in float32 (an empty CDF
-#: interval, never drawn); about -103.3 is where exp leaves the smallest subnormal.
-_DRAWN_LOGIT_GAP = -105.0
 #: While every legal score of a row lies above this (``MASKED_SCORE + 1024``), ``MASKED_SCORE``
 #: is more than 1024 below each of them and ``exp(MASKED_SCORE - s)`` is exactly 0 even in
 #: float64: illegal actions get MASKED_SCORE. Below it, MASKED_SCORE could match or beat a legal
@@ -350,46 +345,6 @@ def check_legal_scores(scores: np.ndarray, mask: np.ndarray, sizes: Sequence[int
         "outputs itself (illegal actions never get a probability). Otherwise the weights have "
         "most likely diverged in training: lower the learning rate, clip gradients (grad_clip), and "
         "go on from a checkpoint saved before it diverged.", rows)
-
-
-def check_legal_logp(scores: np.ndarray, mask: np.ndarray, sizes: Sequence[int]) -> None:
-    """Raise :class:`~cairn.errors.PolicyOutputError`, before anything is drawn, when a row of a
-    MultiDiscrete policy's masked ``scores`` could give its action a log-probability float32
-    cannot hold. Where a sub-action's legal logits lie so far below :data:`MASKED_SCORE` that an
-    illegal one is drawn or is the argmax, :func:`legal_actions` replaces it by the best legal
-    one, whose log-probability is about ``legal max - MASKED_SCORE``: finite for each sub-action
-    (one categorical's logp always is), but their sum over the sub-actions overflows to ``-inf``
-    once it passes -3.4e38. Refused when the worst sum the draw could give (every sub-action
-    replaced, or drawn at a logit gap of at most about 105) is beyond float32's range with a
-    margin for its rounding; rows holding NaN or ``+inf`` are
-    :func:`~cairn.policy.acting.check_action_inputs`' to refuse."""
-    if len(sizes) < 2 or not scores.size:  # one categorical's logp is finite (docs/models.md)
-        return
-    # Every score at least this high keeps each sub-action's logp above a quarter of float32's
-    # range over their number: one scalar reduction on the usual path.
-    if reduce_min(scores, axis=None) >= -_FLOAT32_MAX / (4 * len(sizes)):
-        return
-    worst = np.zeros(scores.shape[0])  # float64: per row, the lowest logp the draw could give
-    for segment, part, n in zip(_segments(mask, sizes), _segments(scores, sizes), sizes, strict=True):
-        legal_top = reduce_max(np.where(segment > 0.5, part, -np.inf), axis=1).astype(np.float64)
-        with np.errstate(invalid="ignore"):  # +inf - +inf: a row check_action_inputs refuses
-            gap = legal_top - reduce_max(part, axis=1).astype(np.float64)
-        worst += np.minimum(gap, _DRAWN_LOGIT_GAP) - math.log(n)
-    # The float32 parts and their sum round by at most (len(sizes) + 2) half-ulps, relatively.
-    worst *= 1.0 + (len(sizes) + 4) * 2.0 ** -23
-    dead = np.isfinite(worst) & (worst < -_FLOAT32_MAX)
-    if not reduce_any(dead):
-        return
-    rows = tuple(int(i) for i in np.flatnonzero(dead))
-    raise PolicyOutputError(
-        f"The policy's network gave the legal actions of observation row(s) {list(rows)} scores "
-        f"(logits) so far below the masked score of illegal actions ({MASKED_SCORE:g}) (row {rows[0]}: "
-        f"{np.array2string(scores[rows[0]], threshold=8)}, legal: "
-        f"{np.flatnonzero(mask[rows[0]] > 0.5).tolist()}) that the log-probability of the legal action "
-        f"it would act, summed over the {len(sizes)} sub-actions, is below -3.4e38, beyond float32: it "
-        "would be recorded as -inf, and every later PPO or V-trace loss over the row would be NaN. "
-        "Its weights have most likely diverged in training: lower the learning rate, clip gradients "
-        "(grad_clip), and go on from a checkpoint saved before it diverged.", rows)
 
 
 def legal_actions(raw: np.ndarray, inputs: np.ndarray, mask: np.ndarray, sizes: Sequence[int]) -> np.ndarray:

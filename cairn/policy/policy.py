@@ -26,7 +26,6 @@ from cairn.policy.action_masking import (
     MaskedActorCritic,
     MaskedObservationPreprocessor,
     action_sizes,
-    check_legal_logp,
     check_legal_scores,
     checked_masks,
     legal_actions,
@@ -409,7 +408,6 @@ class Policy:
         sizes = action_sizes(self.action_space) if mask is not None else ()
         if mask is not None:
             check_legal_scores(inputs, mask, sizes)
-            check_legal_logp(inputs, mask, sizes)  # before the draw
         raw, logp = raw_actions_and_logp(self.dist, inputs, self.np_random, explore=explore)
         if mask is not None:
             legal = legal_actions(raw, inputs, mask, sizes)
