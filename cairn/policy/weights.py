@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 import torch
 
 from cairn.alignment import aligned
 
-__all__ = ["weights_to_numpy", "check_weights", "check_target_state", "load_weights", "adopt_weights"]
+__all__ = ["weights_to_numpy", "check_weights", "load_weights", "adopt_weights"]
 
 
 def weights_to_numpy(model: torch.nn.Module, *, copy: bool) -> dict[str, np.ndarray]:
@@ -41,25 +40,6 @@ def check_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> 
                 "changed?"
             )
     return own
-
-
-def check_target_state(target_model: torch.nn.Module, state: Mapping[str, Any],
-                       numbers: Sequence[str]) -> None:
-    """Raise ValueError unless ``state["target"]`` holds weights that fit ``target_model`` and
-    a number under each key of ``numbers`` (what a policy with a target network restores from
-    it), without changing anything."""
-    target = state.get("target")
-    if not isinstance(target, Mapping) or not isinstance(target.get("weights"), Mapping):
-        raise ValueError("The policy state has no target network weights (state['target']['weights']); "
-                         "it is not a state of this policy class.")
-    try:
-        check_weights(target_model, target["weights"])
-    except ValueError as exc:
-        raise ValueError(f"Target network: {exc}") from None
-    for key in numbers:
-        value = target.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise ValueError(f"The policy state's target[{key!r}] must be a number, got {value!r:.60}.")
 
 
 def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> None:

@@ -22,8 +22,7 @@ from cairn.policy.keras_config import model_framework
 from cairn.policy.merge import deep_merge
 from cairn.policy.mlp_actor_critic import DEFAULT_MODEL_CONFIG, builds_config_mlp, policy_encoder_description
 from cairn.policy.output_shapes import check_q_value_outputs
-from cairn.policy.policy import Policy
-from cairn.policy.weights import check_target_state, load_weights, weights_to_numpy
+from cairn.policy.target_network import TargetNetworkPolicy
 from cairn.registry import register_class
 
 if TYPE_CHECKING:
@@ -78,7 +77,7 @@ def epsilon_at(schedule: Sequence[Sequence[float]], timestep: int) -> float:
 
 
 @register_class
-class DQNPolicy(Policy):
+class DQNPolicy(TargetNetworkPolicy):
     """A Q-network for a Discrete action space, acting epsilon-greedily when exploring.
 
     Owns a target network (a frozen copy of the Q-network, synchronised by the algorithm),
@@ -100,6 +99,7 @@ class DQNPolicy(Policy):
     model: QValueModel
     #: A frozen copy of :attr:`model`, synchronised by the algorithm.
     target_model: QValueModel
+    target_numbers = {"last_update_timestep": ("last_target_update", int)}
 
     #: Off-policy: its learner never reads the behaviour log-probability of a row.
     wants_action_logp = False
@@ -122,13 +122,7 @@ class DQNPolicy(Policy):
 
     def finish_setup(self) -> None:
         self.num_actions = int(self.action_space.n)  # type: ignore[attr-defined]
-        # A copy of the (initialised, or still empty when restoring) Q-network; restoring
-        # overwrites both from the saved state.
-        self.target_model = copy.deepcopy(self.model)
-        self.target_model.requires_grad_(False)
-        # A target is a frozen estimate: eval mode always (a user's Dropout does not draw in it,
-        # a BatchNorm reads the statistics it was copied with), as SB3 keeps its targets.
-        self.target_model.train(False)
+        super().finish_setup()
         self.last_target_update = 0
 
     @builds_config_mlp
@@ -204,37 +198,12 @@ class DQNPolicy(Policy):
         return q_value_export_graph(self, self.model, self.compute_q_values)
 
     # ------------------------------------------------------------------------- target network
-
-    def networks(self) -> list[torch.nn.Module]:
-        return [self.model, self.target_model]
-
     def update_target(self) -> None:
-        """Copy the Q-network's weights into the target network."""
-        self.target_model.load_state_dict(self.model.state_dict())
+        """Copy the Q-network's weights into the target network, at this timestep."""
+        super().update_target()
         self.last_target_update = self.global_timestep
 
     # ----------------------------------------------------------------------------------- state
-    def get_state(self, *, copy: bool = True) -> dict[str, Any]:
-        state = super().get_state(copy=copy)
-        state["target"] = {
-            "weights": weights_to_numpy(self.target_model, copy=copy),
-            "last_update_timestep": self.last_target_update,
-        }
-        return state
-
-    def check_state(self, state: Mapping[str, Any]) -> None:
-        """:meth:`Policy.check_state`, and the target network's part (``state["target"]``):
-        weights that fit the target network and its update timestep, so that a state
-        refused for its target changes nothing (not the online weights either)."""
-        super().check_state(state)
-        check_target_state(self.target_model, state, ("last_update_timestep",))
-
-    def set_state(self, state: Mapping[str, Any]) -> None:
-        super().set_state(state)
-        target = state["target"]
-        load_weights(self.target_model, target["weights"])
-        self.last_target_update = int(target["last_update_timestep"])
-
     def follow_config(self, config: Mapping[str, Any]) -> None:
         """The learning rate and the ``epsilon`` schedule of ``config`` (a restore's
         ``config_overrides={"epsilon": ...}``); epsilon is then the new schedule's at the

@@ -22,6 +22,7 @@ from cairn.algorithms.sac.model import SquashedGaussianActor, TwinQ
 from cairn.algorithms.sac.model_base import SACModelBase
 from cairn.models import SACActorModel, SACCriticModel
 from cairn.policy.custom_model import build_custom_model, uses_custom_model
+from cairn.policy.target_network import frozen
 
 __all__ = ["CustomSACModel", "TwinCritic", "twin_critics"]
 
@@ -89,9 +90,7 @@ class CustomSACModel(SACModelBase):
             build_custom_model(model, SACActorModel, num_outputs=action_size, **spaces)
             if uses_custom_model(model) else SquashedGaussianActor(obs_size, action_size, **builtin))
         self.critic: nn.Module = twin_critics(model, obs_size, action_size, encoder=encoder, **spaces)
-        self.target_critic: nn.Module = copy.deepcopy(self.critic)
-        self.target_critic.requires_grad_(False)
-        self.target_critic.train(False)  # a target stays in eval mode (SACModelBase.train)
+        self.target_critic: nn.Module = frozen(copy.deepcopy(self.critic))
         self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)]))
         self.initial_alpha = initial_alpha
 

@@ -48,6 +48,7 @@ from cairn.policy.keras_model import (
     torch_linear_init,
 )
 from cairn.policy.keras_user_model import register_keras_variables
+from cairn.policy.target_network import frozen
 from cairn.policy.torch_utils import uniform_fan_in_
 
 __all__ = ["KerasSACModel", "KerasSquashedGaussianActor", "KerasTwinQ", "keras_box_action", "keras_sac_model",
@@ -201,8 +202,7 @@ class KerasSACModel(KerasVariablesModule, SACModelBase):
         nets = {"hidden": list(hidden), "activation": activation, "encoder": encoder}
         self.actor = KerasSquashedGaussianActor(obs_size, action_size, log_std_bounds=log_std_bounds, **nets)  # type: ignore[arg-type]
         self.critic = KerasTwinQ(obs_size, action_size, **nets)  # type: ignore[arg-type]
-        self.target_critic = KerasTwinQ(obs_size, action_size, **nets)  # type: ignore[arg-type]
-        self.target_critic.requires_grad_(False)
+        self.target_critic = frozen(KerasTwinQ(obs_size, action_size, **nets))  # type: ignore[arg-type]
         # On the CPU whatever device the policy builds under: a restore copies into it.
         self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)], device="cpu"))
         self.initial_alpha = initial_alpha

@@ -22,6 +22,7 @@ from torch.nn import functional as F
 from cairn.algorithms.sac.model_base import SACModelBase, numpy_actor_inputs
 from cairn.numpy_acting import Dense, LiveViews, View, in_torch, linear
 from cairn.policy.encoders import ObservationEncoder
+from cairn.policy.target_network import frozen
 from cairn.policy.torch_utils import TORCH_ACTIVATIONS, uniform_fan_in_
 
 __all__ = ["SACModel", "SquashedGaussianActor", "TwinQ", "LOG_STD_MIN", "LOG_STD_MAX"]
@@ -175,8 +176,7 @@ class SACModel(SACModelBase):
         nets = {"hidden": hidden, "activation": activation, "encoder": encoder}
         self.actor = SquashedGaussianActor(obs_size, action_size, **nets)  # type: ignore[arg-type]
         self.critic = TwinQ(obs_size, action_size, **nets)  # type: ignore[arg-type]
-        self.target_critic = TwinQ(obs_size, action_size, **nets)  # type: ignore[arg-type]
-        self.target_critic.requires_grad_(False)
+        self.target_critic = frozen(TwinQ(obs_size, action_size, **nets))  # type: ignore[arg-type]
         self.log_alpha = nn.Parameter(torch.tensor([math.log(initial_alpha)]))
         self.initial_alpha = initial_alpha
 

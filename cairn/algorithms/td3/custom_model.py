@@ -22,6 +22,7 @@ from cairn.algorithms.sac.custom_model import twin_critics
 from cairn.algorithms.td3.model import DeterministicActor, TD3ModelBase
 from cairn.models import TD3ActorModel
 from cairn.policy.custom_model import build_custom_model, uses_custom_model
+from cairn.policy.target_network import frozen
 
 __all__ = ["CustomTD3Model", "TanhActor"]
 
@@ -58,9 +59,5 @@ class CustomTD3Model(TD3ModelBase):
             DeterministicActor(obs_size, action_size, hidden=list(model["hidden"]),
                                activation=model["activation"], encoder=encoder))
         self.critic = twin_critics(model, obs_size, action_size, encoder=encoder, **spaces)
-        self.target_actor: nn.Module = copy.deepcopy(self.actor)
-        self.target_critic = copy.deepcopy(self.critic)
-        self.target_actor.requires_grad_(False)
-        self.target_critic.requires_grad_(False)
-        self.target_actor.train(False)  # targets stay in eval mode (TD3ModelBase.train)
-        self.target_critic.train(False)
+        self.target_actor: nn.Module = frozen(copy.deepcopy(self.actor))
+        self.target_critic = frozen(copy.deepcopy(self.critic))

@@ -35,6 +35,7 @@ from cairn.policy.keras_model import (
     torch_linear_init,
 )
 from cairn.policy.keras_user_model import register_keras_variables
+from cairn.policy.target_network import frozen
 
 __all__ = ["KerasDeterministicActor", "KerasTD3Model", "keras_td3_model"]
 
@@ -93,10 +94,8 @@ class KerasTD3Model(KerasVariablesModule, TD3ModelBase):
         nets: dict[str, Any] = {"hidden": list(hidden), "activation": activation, "encoder": encoder}
         self.actor = KerasDeterministicActor(obs_size, action_size, **nets)
         self.critic = KerasTwinQ(obs_size, action_size, **nets)
-        self.target_actor = KerasDeterministicActor(obs_size, action_size, **nets)
-        self.target_critic = KerasTwinQ(obs_size, action_size, **nets)
-        self.target_actor.requires_grad_(False)
-        self.target_critic.requires_grad_(False)
+        self.target_actor = frozen(KerasDeterministicActor(obs_size, action_size, **nets))
+        self.target_critic = frozen(KerasTwinQ(obs_size, action_size, **nets))
 
     @property
     def network(self) -> Any:

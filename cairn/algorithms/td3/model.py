@@ -25,9 +25,9 @@ import torch
 from torch import nn
 
 from cairn.algorithms.sac.model import TwinQ
-from cairn.algorithms.sac.model_base import polyak_update, targets_in_eval_mode
 from cairn.errors import ConfigError
 from cairn.policy.encoders import ObservationEncoder
+from cairn.policy.target_network import TargetParts, frozen
 from cairn.policy.torch_utils import TORCH_ACTIVATIONS, uniform_fan_in_
 
 if TYPE_CHECKING:
@@ -70,23 +70,17 @@ class DeterministicActor(nn.Module):
         return torch.tanh(self.action_head(x))
 
 
-class TD3ModelBase(nn.Module):
+class TD3ModelBase(TargetParts):
     """The optimizer groups, acting input, initialisation and target update shared by TD3's
     models; a subclass builds ``actor``, ``critic``, ``target_actor`` and ``target_critic``
-    (the targets with ``requires_grad`` off)."""
+    (the targets :func:`~cairn.policy.target_network.frozen`)."""
 
     actor: nn.Module
     #: Twin Q (``critic(obs, actions, detach=False) -> [2, B]``, ``first_q``): built-in, a user's, or Keras.
     critic: TwinQ | TwinCritic | KerasTwinQ
     target_actor: nn.Module
     target_critic: TwinQ | TwinCritic | KerasTwinQ
-
-    def train(self, mode: bool = True) -> TD3ModelBase:
-        """``mode`` for the actor and the critics; both targets stay in eval mode
-        (:func:`~cairn.algorithms.sac.model_base.targets_in_eval_mode`)."""
-        super().train(mode)
-        targets_in_eval_mode(self, ("target_actor", "target_critic"))
-        return self
+    target_sources = {"target_actor": "actor", "target_critic": "critic"}
 
     def reset_parameters(self, generator: torch.Generator) -> None:
         """Each built-in part's initialisation from the policy's generator, actor first (a
@@ -95,8 +89,7 @@ class TD3ModelBase(nn.Module):
             reset = getattr(part, "reset_parameters", None)
             if reset is not None:
                 reset(generator)
-        self.target_actor.load_state_dict(self.actor.state_dict())
-        self.target_critic.load_state_dict(self.critic.state_dict())
+        self.copy_targets()
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         """The parameters each of TD3's two optimizers trains."""
@@ -105,11 +98,6 @@ class TD3ModelBase(nn.Module):
     def action_inputs(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic action ``pi(s)`` in [-1, 1] (the distribution's input)."""
         return self.actor(obs)  # type: ignore[no-any-return]
-
-    def update_targets(self, tau: float) -> None:
-        """Polyak averaging of both targets: ``target <- (1 - tau) * target + tau * source``;
-        buffers copied (:func:`~cairn.algorithms.sac.model_base.polyak_update`)."""
-        polyak_update([self.target_actor, self.target_critic], [self.actor, self.critic], tau)
 
 
 class TD3Model(TD3ModelBase):
@@ -122,7 +110,5 @@ class TD3Model(TD3ModelBase):
         nets: dict[str, Any] = {"hidden": hidden, "activation": activation, "encoder": encoder}
         self.actor = DeterministicActor(obs_size, action_size, **nets)
         self.critic = TwinQ(obs_size, action_size, **nets)
-        self.target_actor = DeterministicActor(obs_size, action_size, **nets)
-        self.target_critic = TwinQ(obs_size, action_size, **nets)
-        self.target_actor.requires_grad_(False)
-        self.target_critic.requires_grad_(False)
+        self.target_actor = frozen(DeterministicActor(obs_size, action_size, **nets))
+        self.target_critic = frozen(TwinQ(obs_size, action_size, **nets))
