@@ -3,7 +3,8 @@
 As PPO's recurrent learner (:mod:`cairn.algorithms.ppo.recurrent`, docs/ppo.md), it
 
 1. cuts the batch's trajectory pieces (episode and fragment ends) into sequences of at most
-   ``model.max_seq_len`` steps, each run from the state recorded with its first row (no
+   ``model.max_seq_len`` steps, each run from the state recorded with its first row (from the
+   model's initial state now where it opens an episode; no
    burn-in; the state is the one the behaviour policy acted from);
 2. per epoch, runs the network over the padded sequences for the values ``V(x_s)``, the
    bootstrap values at piece ends (from the state after the piece's last step) and, for IMPALA,

@@ -4,7 +4,9 @@ A batch of a recurrent policy (:mod:`cairn.env_runner.recurrent_state`) holds, p
 state the policy acted from (``state_in_<k>``). The learner
 
 1. cuts the batch's trajectory pieces (``ends``: episode and fragment ends) into sequences of at
-   most ``model.max_seq_len`` steps, each starting from the recorded state of its first row;
+   most ``model.max_seq_len`` steps, each starting from the recorded state of its first row
+   (one that opens an episode, ``firsts``: from the model's initial state now, so that an
+   initial state computed from weights learns);
 2. runs the network over the padded sequences (padding at the end of a sequence: steps are
    causal, so it never reaches a real step) to get the values (the old log-probabilities are
    the batch's ``action_logp``, recorded as the rows were acted), and
@@ -96,7 +98,8 @@ def bootstrap_values(model: nn.Module, batch: SampleBatch, obs: torch.Tensor, st
 class Sequences:
     """``batch`` (of recurrent ``policy``; ``obs``: its observations as a tensor on the
     learner's device) cut into sequences of at most ``max_seq_len`` steps at every piece end
-    (episode and fragment ends), each starting from the recorded state of its first row; padded
+    (episode and fragment ends), each starting from the recorded state of its first row (or
+    from the model's initial state, with its gradient, where it opens an episode); padded
     steps sit at the end of a sequence and are never read back. PPO's learner and IMPALA's and
     APPO's (:mod:`cairn.algorithms.impala.recurrent`) run their networks through it."""
 
@@ -109,6 +112,14 @@ class Sequences:
         self.rows = torch.from_numpy(rows).to(device)
         self.mask = torch.from_numpy(mask).to(device)
         self.states = [torch.from_numpy(s).to(device) for s in batch_states(batch)]
+        # The sequences that open an episode (``firsts``; a batch without the column: none). They
+        # run from the model's initial state as it is now, not the one recorded with their first
+        # row: the same numbers for a constant initial state (zeros), and for one computed from
+        # the model's weights (a learned ``h0``) the gradient reaches those weights, which a
+        # recorded copy would cut off (they would never learn).
+        firsts = batch.get("firsts")
+        fresh = np.zeros(len(self.starts), bool) if firsts is None else np.asarray(firsts, bool)[self.starts]
+        self.fresh = torch.from_numpy(fresh).to(device)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -124,9 +135,22 @@ class Sequences:
         index = torch.from_numpy(seqs).to(self.obs.device)
         mask = self.mask[index, :steps]
         rows = self.rows[index, :steps]
-        first = torch.from_numpy(self.starts[seqs]).to(self.obs.device)
-        inputs, values, _ = model(self.obs[rows], [s[first] for s in self.states])
+        inputs, values, _ = model(self.obs[rows], self.start_states(model, seqs))
         return inputs[mask], values[mask], rows[mask]
+
+    def start_states(self, model: nn.Module, seqs: np.ndarray) -> list[torch.Tensor]:
+        """The state each of sequences ``seqs`` starts from under ``model``: the recorded state
+        of its first row, or for a sequence that opens an episode the model's initial state now
+        (with its gradient)."""
+        device = self.obs.device
+        index = torch.from_numpy(seqs).to(device)
+        recorded = [s[torch.from_numpy(self.starts[seqs]).to(device)] for s in self.states]
+        fresh = self.fresh[index]
+        if not bool(fresh.any()):
+            return recorded
+        initial = model.get_initial_state()  # type: ignore[operator]  # a RecurrentActorCriticModel's
+        return [torch.where(fresh.reshape(-1, *[1] * (s.dim() - 1)), i.to(device=device, dtype=s.dtype), s)
+                for s, i in zip(recorded, initial, strict=True)]
 
     def logp(self, model: nn.Module, dist: ActionDistribution, actions: torch.Tensor) -> torch.Tensor:
         """``log pi(a_s|x_s)`` of every row's action (``actions``) under ``model`` (the policy's
@@ -142,7 +166,10 @@ class Sequences:
         with torch.no_grad():
             inputs, values, _ = self.forward(model)
             values_np = values.cpu().numpy()
-            next_values = bootstrap_values(model, self.batch, self.obs, self.states, self.starts,
+            states = [s.clone() for s in self.states]  # each sequence's first row: its start state
+            for s, start in zip(states, self.start_states(model, np.arange(len(self.starts))), strict=True):
+                s[torch.from_numpy(self.starts).to(s.device)] = start
+            next_values = bootstrap_values(model, self.batch, self.obs, states, self.starts,
                                            self.lengths, values_np)
         return inputs, values, torch.from_numpy(next_values).to(values.device)
 
