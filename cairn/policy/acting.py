@@ -92,20 +92,15 @@ def check_sampling_inputs(dist: ActionDistribution, inputs: np.ndarray) -> None:
     log-std is finite but so large (about 88.7 or more) that its std overflows float32 would
     draw an infinite or NaN action, clipped or squashed to a bound of the Box, with a
     log-probability of ``-inf``. Checked before anything is drawn."""
-    sampleable = dist.sampleable_rows(inputs)
-    if sampleable is None or np.logical_and.reduce(sampleable):
-        return
-    rows = tuple(int(i) for i in np.flatnonzero(~sampleable))
-    raise PolicyOutputError(
-        f"The policy's network gave a log-std so large that its standard deviation exp(log_std) "
-        f"overflows float32 (about 88.7 or more) for observation row(s) {list(rows)} (row {rows[0]}: "
-        f"{np.array2string(inputs[rows[0]], threshold=8)}, [mean, log_std]), so it cannot sample an "
-        "action there: the draw would be infinite, clipped or squashed to a bound of the action "
-        "space, with a log-probability of -inf. Its weights have most likely diverged in training "
-        "(an entropy bonus that keeps raising the log-std, a learning rate too high): bound the "
+    _refuse_rows(
+        dist.sampleable_rows(inputs), inputs,
+        "a log-std so large that its standard deviation exp(log_std) overflows float32 (about 88.7 or more)",
+        "so it cannot sample an action there: the draw would be infinite, clipped or squashed to a bound "
+        "of the action space, with a log-probability of -inf. Its weights have most likely diverged in "
+        "training (an entropy bonus that keeps raising the log-std, a learning rate too high): bound the "
         "log-std in the network (clamp it, as SAC's built-in actor does to [-20, 2]), lower the "
         "learning rate or entropy_coeff, clip gradients (grad_clip), and go on from a checkpoint "
-        "saved before it diverged. Deterministic actions (explore=False) read the mean only.", rows)
+        "saved before it diverged. Deterministic actions (explore=False) read the mean only.")
 
 
 def check_loggable_inputs(dist: ActionDistribution, inputs: np.ndarray) -> None:
@@ -114,18 +109,25 @@ def check_loggable_inputs(dist: ActionDistribution, inputs: np.ndarray) -> None:
     Gaussian whose log-std is so low (about -88.7 or less) that ``exp(-log_std)`` overflows
     float32 gives every action a NaN or ``-inf`` logp. Checked before anything is drawn, so a
     refused call leaves the policy's random generator as it was."""
-    loggable = dist.loggable_rows(inputs)
-    if loggable is None or np.logical_and.reduce(loggable):
+    _refuse_rows(
+        dist.loggable_rows(inputs), inputs,
+        "a log-std so low that exp(-log_std) overflows float32 (about -88.7 or less)",
+        "so the log-probability of any action there is NaN or -inf and cannot be recorded for learning "
+        "(every later PPO or V-trace loss over the row would be NaN). Its weights have most likely "
+        "diverged in training: bound the log-std in the network (clamp it), lower the learning rate, "
+        "clip gradients (grad_clip), and go on from a checkpoint saved before it diverged.")
+
+
+def _refuse_rows(ok: np.ndarray | None, inputs: np.ndarray, what: str, consequence: str) -> None:
+    """Raise :class:`~cairn.errors.PolicyOutputError` naming the rows of Gaussian ``inputs``
+    (``[mean, log_std]``) that ``ok`` (bool ``[B]``; None: all) leaves out: the network gave
+    ``what`` there, ``consequence`` follows (with the fix)."""
+    if ok is None or np.logical_and.reduce(ok):
         return
-    rows = tuple(int(i) for i in np.flatnonzero(~loggable))
+    rows = tuple(int(i) for i in np.flatnonzero(~ok))
     raise PolicyOutputError(
-        f"The policy's network gave a log-std so low that exp(-log_std) overflows float32 (about "
-        f"-88.7 or less) for observation row(s) {list(rows)} (row {rows[0]}: "
-        f"{np.array2string(inputs[rows[0]], threshold=8)}, [mean, log_std]), so the log-probability "
-        "of any action there is NaN or -inf and cannot be recorded for learning (every later PPO or "
-        "V-trace loss over the row would be NaN). Its weights have most likely diverged in training: "
-        "bound the log-std in the network (clamp it), lower the learning rate, clip gradients "
-        "(grad_clip), and go on from a checkpoint saved before it diverged.", rows)
+        f"The policy's network gave {what} for observation row(s) {list(rows)} (row {rows[0]}: "
+        f"{np.array2string(inputs[rows[0]], threshold=8)}, [mean, log_std]), {consequence}", rows)
 
 
 def raw_actions(
