@@ -63,6 +63,21 @@ def config_removing_policy(
     return _remap(new_config, policy_mapping_fn, policies_to_train)
 
 
+def _refuse_an_alias(policies: Mapping[str, Policy], policy_id: str, policy: Policy) -> None:
+    """A ConfigError when ``policy`` (to be added as ``policy_id``) is already one of
+    ``policies``: one object under two IDs shares weights, optimizer and observation filter, so
+    a "frozen" copy would go on learning with the other, and a checkpoint (which saves each ID
+    apart) would restore two objects that act differently from the live run."""
+    for pid, existing in policies.items():
+        if existing is policy:
+            raise ConfigError(
+                f"add_policy({policy_id!r}, ...): that Policy object is already this algorithm's "
+                f"policy {pid!r}; under two IDs it would share its weights, optimizer and observation "
+                f"filter (a frozen copy would keep learning). Fix: add a copy, "
+                f"Policy.from_state(algo.get_policy({pid!r}).get_state()), or map the agents to "
+                f"{pid!r} to share it.")
+
+
 def policies_after_change(
     policies: Mapping[str, Policy], new_config: AlgorithmConfig, *, default_class: type[Policy],
     add: tuple[str, PolicySpec | Policy] | None = None, remove: str | None = None,
@@ -77,6 +92,8 @@ def policies_after_change(
     before anything is returned (a recurrent one is refused for a turn-based environment, as
     when building); if either fails, ``policies`` is as it was.
     """
+    if add is not None and isinstance(add[1], Policy):
+        _refuse_an_alias(policies, add[0], add[1])
     known = {pid: p.spec for pid, p in policies.items()}
     if add is not None and isinstance(add[1], Policy):
         known[add[0]] = add[1].spec

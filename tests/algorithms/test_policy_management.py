@@ -185,6 +185,29 @@ def test_add_policy_under_an_id_in_use_is_refused_and_the_trained_policy_kept():
         algo.stop()
 
 
+def test_add_policy_of_an_object_already_in_the_algorithm_is_refused():
+    """add_policy("frozen", algo.get_policy("p0")) used to register the one object under two
+    IDs: the "frozen" opponent kept learning (p0's optimizer steps changed its weights, p0's
+    sampling fed its observation filter) and a checkpoint saved it twice, so a restored run
+    (two objects) acted differently from the live one. Nothing changes when it is refused."""
+    algo = small_ma_ppo(2).env_runners(observation_filter="MeanStdFilter").build()
+    try:
+        algo.train()
+        config_before, policies_before = algo.config.to_dict(), dict(algo.policies)
+        with pytest.raises(ConfigError, match=r"add_policy\('frozen', \.\.\.\).*already this algorithm's "
+                                              r"policy 'p0'.*Policy\.from_state"):
+            algo.add_policy("frozen", algo.get_policy("p0"), policies_to_train=["p0", "p1"])
+        assert algo.config.to_dict() == config_before and algo.policies == policies_before
+        copy = cairn.Policy.from_state(algo.get_policy("p0").get_state())
+        algo.add_policy("frozen", copy, policies_to_train=["p0", "p1"])  # a copy is the way
+        filter_before, weights_before = copy.observation_filter.get_state(), copy.get_weights()
+        algo.train()
+        assert copy.observation_filter.count == filter_before["count"]
+        assert _same(copy.get_weights(), weights_before)
+    finally:
+        algo.stop()
+
+
 def _map_to_p0(agent_id, **kwargs):
     return "p0"
 

@@ -83,7 +83,8 @@ def test_a_copy_of_a_built_config_and_the_config_built_from_are_not_frozen(algo)
 
 
 def test_a_config_after_add_policy_stays_frozen(algo):
-    algo.add_policy("other", algo.get_policy(),  # a copy of the trained one, as a frozen opponent
+    other = cairn.Policy.from_state(algo.get_policy().get_state())  # a copy, as a frozen opponent
+    algo.add_policy("other", other,
                     policy_mapping_fn={"default_agent": "default_policy"})
     assert "other" in algo.config.policies
     with pytest.raises(ConfigError, match="Config 'lr' cannot change"):
