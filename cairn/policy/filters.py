@@ -178,7 +178,8 @@ def _positive_real(value: Any) -> bool:
 def mean_std_state_problem(state: Mapping[str, Any], size: int) -> str | None:
     """What makes ``state`` unfit to be the state of a MeanStdFilter of ``size`` features, or
     None: ``mean`` and ``m2`` must be ``size`` finite numbers (``m2``, sums of squared
-    deviations, >= 0), ``count`` a whole number >= 0, ``clip`` and ``epsilon`` finite and > 0.
+    deviations, >= 0; 0 when ``count`` < 2, and ``mean`` 0 when ``count`` is 0, as no data gives
+    otherwise), ``count`` a whole number >= 0, ``clip`` and ``epsilon`` finite and > 0.
     Any other such state would normalise every observation to NaN, to 0 or to one bound
     without an error (a negative ``m2`` has no square root; ``clip`` 0 maps all to 0)."""
     try:
@@ -196,6 +197,14 @@ def mean_std_state_problem(state: Mapping[str, Any], size: int) -> str | None:
         return "'mean' holds NaN or infinity"
     if not (np.isfinite(m2).all() and (m2 >= 0).all()):
         return "'m2' (sums of squared deviations) must be finite and >= 0"
+    # What fewer than two observations give: nothing (mean and m2 0), or one (m2 0). Any other
+    # m2 would be merged into the statistics of everything seen later, and a mean would
+    # normalise without data behind it, both without an error.
+    if count < 2 and m2.any():
+        return (f"'m2' must be 0 for 'count'={int(float(count))} (fewer than two observations "
+                "deviate from nothing)")
+    if count == 0 and mean.any():
+        return "'mean' must be 0 for 'count'=0 (no observation gave it)"
     for key in ("clip", "epsilon"):
         if not _positive_real(state.get(key)):
             return f"'{key}'={state.get(key)!r:.100} must be a finite number > 0"

@@ -95,6 +95,26 @@ def test_a_state_that_would_normalise_to_nonsense_is_refused_and_changes_nothing
     np.testing.assert_array_equal(f.apply(x.copy()), expected)
 
 
+@pytest.mark.parametrize(("count", "key"), [(0, "m2"), (1, "m2"), (0, "mean")])
+def test_statistics_of_fewer_than_two_observations_that_no_data_gives_are_refused(count: int,
+                                                                                   key: str) -> None:
+    # No observation gives an m2 but 0 (one observation deviates from nothing) and none gives a
+    # mean but 0. Restored, such a state passed the check and its m2 (or mean) leaked into the
+    # statistics of everything seen later: a count-0 state with m2 100 merged with 900 rows of
+    # std (2, 0.1, 5) gave std (2.0, 0.35, 5.0) instead, without an error.
+    g = MeanStdFilter(3)
+    state = {**g.get_state(), "count": count, key: np.array([0.0, 100.0, 0.0])}
+    with pytest.raises(ValueError, match=f"'{key}'.*'count'={count}"):
+        g.set_state(state)
+    assert g.count == 0 and not g.m2.any() and not g.mean.any()
+    one = MeanStdFilter(3)
+    one.update(_data()[:1])  # what one observation does give: count 1, its mean, m2 0
+    assert one.count == 1 and not one.m2.any()
+    for good in (MeanStdFilter(3), one):
+        g.set_state(good.get_state())
+        np.testing.assert_array_equal(g.mean, good.mean)
+
+
 @pytest.mark.parametrize("key", sorted(_BAD_STATES))
 def test_a_policy_refuses_a_bad_filter_state_before_changing_anything(key: str) -> None:
     from cairn.errors import CheckpointFormatError
