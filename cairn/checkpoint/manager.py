@@ -128,6 +128,12 @@ def _committed(store: ManagerStore) -> list[int]:
     return sorted(iterations)
 
 
+def _same_metric(recorded: Any, metric: str) -> bool:
+    """Whether a record's ``metric_name`` names ``metric`` (nested keys joined with ``/`` or
+    ``.``, as ``keep_best`` takes them)."""
+    return isinstance(recorded, str) and recorded.replace(".", "/") == metric.replace(".", "/")
+
+
 class CheckpointManager:
     """Save an algorithm's checkpoints under ``root`` when due; keep the last, the best, and
     every k-th.
@@ -143,7 +149,9 @@ class CheckpointManager:
             Results without a finite value of it never count as best (nor those without
             ``evaluation``, for an evaluation metric); among equal values the newest wins. A
             result that lacks the metric otherwise makes :meth:`save` raise a
-            :class:`~cairn.errors.ConfigError` naming it and the result's metrics.
+            :class:`~cairn.errors.ConfigError` naming it and the result's metrics. A
+            checkpoint whose record holds another metric (saved under another ``keep_best``)
+            has no metric for this manager.
         keep_every_iterations: Also keep, forever, the checkpoints of iterations that are
             multiples of this (``iteration % k == 0``); None: no such rule.
         save_every_iterations: :meth:`save` is due at iterations that are multiples of this;
@@ -213,11 +221,16 @@ class CheckpointManager:
 
     # ------------------------------------------------------------------------------ queries
     def _listing(self) -> list[ManagedCheckpoint]:
-        """The committed checkpoints with their metrics (from the records), oldest first."""
+        """The committed checkpoints with their metrics (from the records), oldest first. With
+        ``keep_best``, a record's metric counts only when it is of the same metric (a manager
+        restarted with another ``keep_best`` metric must not rank the old values as the new)."""
         out = []
         for iteration in _committed(self._store):
             record = read_record(self._store, checkpoint_name(iteration))
             value = record.get("metric") if record else None
+            best = self._keep_best
+            if record and best and not _same_metric(record.get("metric_name"), best.metric):
+                value = None
             metric = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
             out.append(ManagedCheckpoint(iteration, self._store.location(checkpoint_name(iteration)), metric))
         return out

@@ -158,6 +158,27 @@ def test_a_new_manager_on_the_same_root_knows_the_checkpoints_and_their_metrics(
         _save_at(resumed, algo, 2, force=True)
 
 
+def test_a_manager_restarted_with_another_keep_best_metric_ignores_the_old_values(algo, tmp_path):
+    """The records name their metric: a training return of 500 is no win rate of 500, so it
+    neither stays as the best by the new metric nor is returned by best()."""
+    first = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=("score", "max"))
+    for i, score in [(1, 500.0), (2, 1.0)]:
+        _save_at(first, algo, i, {"score": score, "win_rate": 0.0})
+    resumed = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=("win_rate", "max"))
+    assert resumed.best() is None and [c.metric for c in resumed.checkpoints()] == [None, None]
+    for i, rate in [(3, 0.9), (4, 0.2)]:
+        _save_at(resumed, algo, i, {"score": 0.0, "win_rate": rate})
+    assert resumed.best() == str(tmp_path / "checkpoint_000003")
+    assert [c.iteration for c in resumed.checkpoints()] == [3, 4]
+    # the same metric spelt with '.' instead of '/' is the same metric
+    nested = tmp_path / "nested"
+    first = cairn.CheckpointManager(nested, keep_last=1, keep_best=("evaluation/episode_return_mean", "max"))
+    _save_at(first, algo, 1, {"evaluation": {"episode_return_mean": 7.0}})
+    resumed = cairn.CheckpointManager(nested, keep_last=1,
+                                      keep_best=("evaluation.episode_return_mean", "max"))
+    assert resumed.best() == str(nested / "checkpoint_000001")
+
+
 def test_algorithm_from_checkpoint_of_a_manager_root_is_the_latest(algo, tmp_path):
     manager = cairn.CheckpointManager(tmp_path / "run", keep_last=2)
     for i in (1, 2):
