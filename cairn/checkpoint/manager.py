@@ -148,7 +148,8 @@ class CheckpointManager:
             :mod:`cairn.result_names`) or with ``.`` (``"evaluation.episode_return_mean"``).
             Results without a finite value of it never count as best (nor those without
             ``evaluation``, for an evaluation metric); among equal values the newest wins. A
-            result that lacks the metric otherwise makes :meth:`save` raise a
+            result that lacks the metric otherwise, or whose value of it is no number (a group such
+            as ``"evaluation"``, a string, a bool), makes :meth:`save` raise a
             :class:`~cairn.errors.ConfigError` naming it and the result's metrics. A
             checkpoint whose record holds another metric (saved under another ``keep_best``)
             has no metric for this manager.

@@ -5,6 +5,7 @@ any rule says so, and never twice for one iteration.
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -84,7 +85,8 @@ def result_metric(result: Mapping[str, Any] | None, key: str) -> float | None:
 
     Raises :class:`~cairn.errors.ConfigError` naming the metric and the result's numeric names
     when the result lacks it otherwise (a misspelt ``keep_best`` metric would keep no best
-    checkpoint, silently).
+    checkpoint, silently), and when its value is no number (a group of metrics such as
+    ``"evaluation"``, a string, a bool): that too would keep no best checkpoint.
     """
     if result is None:
         return None
@@ -96,15 +98,27 @@ def result_metric(result: Mapping[str, Any] | None, key: str) -> float | None:
         if name not in names:
             if _comes_and_goes(result, name):
                 return None
-            numeric = [n for n, v in names.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-            more = f", ... ({len(numeric) - 80} more)" if len(numeric) > 80 else ""
-            shown = ", ".join(numeric[:80]) + more
             raise ConfigError(
                 f"CheckpointManager(keep_best=({key!r}, ...)): the result has no metric {key!r}. Its metrics "
-                f"are: {shown}. Fix: name one of them (nested keys joined with '/', as in progress.csv, "
-                "or with '.').")
+                f"are: {_numeric_names(names)}. Fix: name one of them (nested keys joined with '/', as in "
+                "progress.csv, or with '.').")
         value = names[name]
+    if value is None:
+        return None
+    if not (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+        kind = "a group of metrics" if isinstance(value, Mapping) else f"{type(value).__name__} {value!r:.80}"
+        raise ConfigError(
+            f"CheckpointManager(keep_best=({key!r}, ...)): the result's {key!r} is {kind}, not a number, so "
+            f"no checkpoint could ever count as best by it. Its metrics are: {_numeric_names(names)}. Fix: "
+            "name one of them (nested keys joined with '/', as in progress.csv, or with '.').")
     return float(value) if is_finite_number(value) else None
+
+
+def _numeric_names(names: Mapping[str, Any]) -> str:
+    """The names of ``names`` (a :func:`flat_result`) whose values are numbers, the first 80."""
+    numeric = [n for n, v in names.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    more = f", ... ({len(numeric) - 80} more)" if len(numeric) > 80 else ""
+    return ", ".join(numeric[:80]) + more
 
 
 def _comes_and_goes(result: Mapping[str, Any], name: str) -> bool:

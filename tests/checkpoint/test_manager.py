@@ -113,6 +113,22 @@ def test_a_missing_keep_best_metric_is_an_error_naming_it_and_the_metrics(algo, 
     assert manager.checkpoints() == [] and _names(tmp_path) == []  # nothing written
 
 
+@pytest.mark.parametrize("metric", ["evaluation", "league", "env", "done"])
+def test_a_keep_best_metric_that_is_no_number_is_an_error(algo, tmp_path, metric):
+    """A top-level key naming a group of metrics, a string or a bool never has a finite value:
+    refused at the save, as a missing metric is, instead of keeping no best checkpoint."""
+    manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=(metric, "max"))
+    result = {**_league_result(1, {"random_legal": 0.5}), "evaluation": {"episode_return_mean": 1.0},
+              "env": "CartPole-v1", "done": False}
+    with pytest.raises(ConfigError, match=f"'{metric}' is .*not a number") as err:
+        _save_at(manager, algo, 1, result)
+    assert "evaluation/episode_return_mean" in str(err.value)  # the metrics it could name
+    assert manager.checkpoints() == [] and _names(tmp_path) == []  # nothing written
+    manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=("episode_return_mean", "max"))
+    _save_at(manager, algo, 1, {"episode_return_mean": None})  # no value yet: saved, never best
+    assert manager.best() is None and len(manager.checkpoints()) == 1
+
+
 def test_a_top_level_key_and_ties(algo, tmp_path):
     manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=("episode_return_mean", "max"))
     for i in (1, 2, 3):
