@@ -26,6 +26,7 @@ over it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import socket
@@ -41,11 +42,13 @@ if TYPE_CHECKING:
     from cairn.checkpoint.manager_store import ManagerStore
 
 __all__ = ["LEASE_SECONDS", "RECORD_SUFFIX", "RENEW_EVERY", "LeaseRenewal", "RecordLease", "abandoned",
-           "owner", "read_record"]
+           "owner", "read_record", "resolve_record"]
 
 #: A checkpoint ``checkpoint_<N>``'s record is ``checkpoint_<N>.record.json`` beside it.
 RECORD_SUFFIX = ".record.json"
 _RECORD_FORMAT = "cairn-manager-record"
+#: The field of a replacement's record, until it commits: the replaced manifest and record.
+_REPLACES = "replaces"
 
 #: How long after its last renewal a record of an uncommitted checkpoint counts as abandoned.
 LEASE_SECONDS = 600.0
@@ -118,15 +121,24 @@ class RecordLease:
         # of its iteration), and writes over its record; keep what that said, and of which
         # checkpoint (its manifest), so that a replacement that fails gives the record back.
         self._replaced: tuple[bytes, Any] | None = None
+        # Until the replacement commits, the record says so, with the replaced checkpoint's
+        # manifest digest and record: a reader (another manager, one after a crash) whose
+        # checkpoint still has that manifest reads the replaced record (read_record).
+        self._pending: dict[str, Any] = {}
         if replacing:
             manifest = store.manifest_bytes(name)
             if manifest is not None:
-                self._replaced = (manifest, store.read_json(self._name))
+                earlier = store.read_json(self._name)
+                if isinstance(earlier, dict) and isinstance(earlier.get(_REPLACES), dict):
+                    earlier = resolve_record(earlier, manifest)  # an earlier replacement cut short
+                self._replaced = (manifest, earlier)
+                self._pending = {_REPLACES: {"manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+                                             "record": earlier}}
         self._renew()
         self._renewal = LeaseRenewal(self._renew).start()
 
     def _renew(self) -> None:
-        self._store.write_json(self._name, {**self._record, **owner()})
+        self._store.write_json(self._name, {**self._record, **self._pending, **owner()})
 
     def finish(self) -> list[str]:
         """After the checkpoint committed: stop renewing and check that every file its
@@ -164,6 +176,23 @@ class RecordLease:
 
 
 def read_record(store: ManagerStore, name: str) -> dict[str, Any] | None:
-    """The record of the checkpoint ``name``; None when it has none (or an unreadable one)."""
+    """The record of the checkpoint ``name``; None when it has none (or an unreadable one).
+    The record of a replacement (``save(force=True)``) that has not committed (in flight, or
+    cut short by a crash) is the replaced checkpoint's: :func:`resolve_record`."""
     record = store.read_json(name + RECORD_SUFFIX)
+    if isinstance(record, dict) and isinstance(record.get(_REPLACES), dict):
+        record = resolve_record(record, store.manifest_bytes(name))
     return record if isinstance(record, dict) and record.get("format") == _RECORD_FORMAT else None
+
+
+def resolve_record(record: dict[str, Any], manifest: bytes | None) -> Any:
+    """The record that describes the checkpoint whose manifest is ``manifest`` (None: none can
+    be read), given ``record`` as read: a replacement's record names the manifest it replaces
+    and that checkpoint's record; while the checkpoint still has that manifest (the
+    replacement did not commit), that record (None when it had none) is the checkpoint's."""
+    replaces = record.get(_REPLACES)
+    if not isinstance(replaces, dict) or manifest is None:
+        return record
+    if replaces.get("manifest_sha256") != hashlib.sha256(manifest).hexdigest():
+        return record  # the replacement committed
+    return replaces.get("record")

@@ -55,11 +55,23 @@ def run_manager(root: str, *, keep: int | None, every: int | None,
 
 
 def _record(root: str, name: str) -> dict[str, Any]:
+    """The manager's record of the checkpoint ``name`` ({} without one); that of the checkpoint
+    it replaces while a ``save(force=True)`` has not committed (:func:`resolve_record`)."""
+    from cairn.checkpoint.format import MANIFEST_FILE
+    from cairn.checkpoint.manager_records import resolve_record
+
     try:
         with open(os.path.join(root, name + _RECORD_SUFFIX)) as f:
             record = json.load(f)
     except (OSError, ValueError):
         return {}
+    if isinstance(record, dict):
+        try:
+            with open(os.path.join(root, name, MANIFEST_FILE), "rb") as f:
+                manifest: bytes | None = f.read()
+        except OSError:
+            manifest = None
+        record = resolve_record(record, manifest)
     return record if isinstance(record, dict) else {}
 
 

@@ -21,6 +21,7 @@ import pytest
 import cairn
 from cairn.checkpoint.manager import checkpoint_name
 from cairn.checkpoint.reader import load_algorithm_state
+from cairn.cli.run_checkpoints import list_checkpoints
 from tests.checkpoint.crash_child import run_in_child
 from tests.helpers import small_ppo
 
@@ -103,3 +104,49 @@ def test_a_save_killed_at_any_step_leaves_latest_whole(setup, tmp_path, blocking
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (kill_at, total)
         outcomes.add(_check(root, algo))
     assert outcomes == {2, 3}  # kills before and after the commit were both tried
+
+
+def test_a_replacement_killed_at_any_step_keeps_each_checkpoints_own_metric(setup, tmp_path):
+    """save(force=True) of iteration 2 (score 5.0, the best) writes its record (score 0.5) before
+    the new checkpoint: killed before the commit, the old checkpoint 2 must still rank by 5.0,
+    else the next save's keep_best would keep the wrong checkpoint and best() names a result it
+    never had; killed after it, the new checkpoint ranks by 0.5. The new one carries metadata."""
+    algo, template = setup
+    root = tmp_path / "root"
+
+    def fresh() -> None:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.copytree(template, root)
+
+    def child(kill_at: int | None, count_file: Path | None) -> int:
+        manager = _manager(root)
+        algo.iteration = 2
+
+        def action() -> None:
+            manager.save(algo, {"score": 0.5}, force=True, metadata={"save": "replacement"})
+
+        try:
+            return run_in_child(action, kill_at, count_file)
+        finally:
+            algo.iteration = 3
+
+    fresh()
+    count_file = tmp_path / "steps"
+    assert child(None, count_file) == 0
+    total = int(count_file.read_text())
+    kill_points = sorted({max(1, round(i * total / 12)) for i in range(1, 13)} | {1, total - 1})
+    outcomes = set()
+    for kill_at in kill_points:
+        fresh()
+        status = child(kill_at, None)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (kill_at, total)
+        manager = _manager(root)
+        kept = {c.iteration: c for c in manager.checkpoints()}
+        assert sorted(kept) == [1, 2], kill_at
+        replaced = kept[2].metadata == {"save": "replacement"}
+        assert kept[2].metric == (0.5 if replaced else SCORES[2]), (kill_at, replaced)
+        listed = {c.iteration: c.metric for c in list_checkpoints(str(root))}  # cairn checkpoint ls
+        assert listed == {i: c.metric for i, c in kept.items()}, kill_at
+        assert manager.best() == str(root / checkpoint_name(2 if not replaced else 1)), kill_at
+        outcomes.add(replaced)
+    assert outcomes == {False, True}  # kills before and after the commit were both tried
