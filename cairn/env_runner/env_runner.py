@@ -220,12 +220,16 @@ class EnvRunner:
         Stepping stops at the step that ends the last of them: no episode beyond them ends,
         so the episode hooks see the episodes reported and no others (the next one begins, in
         the reset that follows an end, and is left unplayed; so is the first episode of a copy
-        whose share is 0)."""
+        whose share is 0).
+
+        The episodes a ``sample()`` finished and :meth:`get_metrics` has not taken yet (a
+        direct ``sample()`` outside ``train()``) stay waiting, whether this call returns or
+        raises: the next ``train()`` or ``get_state()`` of the algorithm still counts them."""
         if (isinstance(num_episodes, bool) or not isinstance(num_episodes, (int, np.integer))
                 or num_episodes < 0):
             raise ConfigError(f"run_episodes(num_episodes={num_episodes!r}): pass an int of at least 0.")
         n, k = int(num_episodes), self.num_envs
-        self._episodes.take()
+        waiting = self._episodes.take()  # put back below, after this run's episodes are taken
         try:
             with single_threaded_blas():
                 self._reset_all(update_filter=False)
@@ -233,13 +237,15 @@ class EnvRunner:
                 sample = self._sampler()
                 while not self._episodes.all_played():
                     sample(64, explore=explore, record=False, update_filter=False)
+            played = self._episodes.take()
         except BaseException:
             self._episodes.take()  # the episodes of a run that raised are not reported
             raise
         finally:
+            self._episodes.completed = waiting
             self._episodes.owed = None
             self._needs_reset = True
-        return self._episodes.take()
+        return played
 
     def _sampler(self) -> Any:
         """The sampling function for this runner's kind of environment."""

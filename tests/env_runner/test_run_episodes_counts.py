@@ -296,6 +296,43 @@ def test_an_env_error_mid_run_leaves_the_runner_playing_whole_shares():
         algo.stop()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_episodes_a_direct_sample_finished_stay_waiting_through_run_episodes(kind: str):
+    """A direct ``sample()`` finishes episodes, which wait on the runner until ``train()`` or
+    ``get_state()`` counts them (``get_metrics()``). ``run_episodes`` on that runner, returning
+    or raising, leaves them waiting: it used to drop them, and the counters, the episode window
+    and a league's payoff missed those games. A twin runner that samples alike and never
+    evaluates says which episodes wait."""
+    algo, twin = _runner(kind, 3)
+    runners = [twin, EnvRunner(algo.config, algo.policies, seed_offset=7),
+               EnvRunner(algo.config, algo.policies, seed_offset=7)]
+    try:
+        for runner in runners:
+            runner.sample(20)  # episodes of 1 or 9 steps: 3 copies x 20 steps finish some
+        expected = twin.get_metrics()
+        assert expected
+        evaluated = runners[1].run_episodes(4)
+        assert len(evaluated) == 4
+        assert runners[1].get_metrics() == expected
+        broken, calls = runners[2].envs[1].unwrapped, []
+
+        def fails_at_the_third_step(*args: Any) -> Any:
+            calls.append(args)
+            if len(calls) == 3:
+                raise RuntimeError("injected env failure")
+            return type(broken).step(broken, *args)
+
+        broken.step = fails_at_the_third_step
+        with pytest.raises(RuntimeError, match="injected env failure"):
+            runners[2].run_episodes(9)
+        assert runners[2].get_metrics() == expected
+        assert len(runners[2].run_episodes(3)) == 3 and runners[2].get_metrics() == []
+    finally:
+        for runner in runners:
+            runner.stop()
+        algo.stop()
+
+
 @pytest.mark.parametrize("bad", [-1, 2.0, True, "3"])
 def test_a_count_that_is_not_an_int_of_at_least_0_is_refused_by_name(bad: Any):
     from cairn.errors import ConfigError

@@ -203,3 +203,26 @@ def test_an_in_place_restore_forgets_the_games_a_direct_sample_finished_before_i
             fresh.stop()
     finally:
         algo.stop()
+
+
+def test_games_a_direct_sample_finished_are_counted_after_run_episodes_on_the_same_runner():
+    """``run_episodes`` on the local runner (evaluation games on the training runner) after a
+    direct ``sample()`` keeps the games that sample finished waiting: the algorithm counts them
+    (episode counter and window, the league's payoff) as a twin that never evaluated does."""
+    algos = [small_league().build() for _ in range(2)]
+    try:
+        for algo in algos:
+            algo.train()
+            _sample_directly(algo)
+        trained = algos[0].counters["num_episodes_lifetime"]
+        evaluated = algos[0].env_runner_group.local.run_episodes(2)
+        assert len(evaluated) == 2
+        states = [algo.get_state() for algo in algos]
+        for key in ("counters", "recent_episodes"):
+            assert_trees_equal(states[0][key], states[1][key])
+        assert_trees_equal(states[0]["league"]["payoff"], states[1]["league"]["payoff"])
+        assert states[0]["counters"]["num_episodes_lifetime"] > trained  # the direct games count
+        algos[0].train()  # and training goes on
+    finally:
+        for algo in algos:
+            algo.stop()
