@@ -37,8 +37,9 @@ from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError, LoggerWarning, UnknownPolicyIdError
 from cairn.league import League, attach_league
 from cairn.learners import LearnerGroup, LearnFunction, LearnOutput, learner_device
-from cairn.policy.policy import Policy
+from cairn.policy.policy import Policy, set_synced_state
 from cairn.policy.spec import PolicySpec
+from cairn.policy.state_check import check_finite_policy_state
 from cairn.policy.torch_utils import torch_threads
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
 from cairn.registry import class_reference
@@ -427,9 +428,11 @@ class Algorithm:
         so. The rest of the config is kept.
 
         What may refuse its part of the state is checked, or restored aside, first: a policy
-        whose network the stored weights do not fit, the iteration, counters and generator, the
-        league's state, the extra state (:meth:`set_extra_state`, undone by setting the previous
-        :meth:`get_extra_state` again when it or the components raise) and the components (a
+        whose network the stored weights do not fit, or whose state holds a NaN weight or a NaN
+        or infinite optimizer slot (ValueError naming the policy and the array), the
+        iteration, counters and generator, the league's state, the extra state
+        (:meth:`set_extra_state`, undone by setting the previous :meth:`get_extra_state` again
+        when it or the components raise) and the components (a
         replay buffer of another kind than the config's). When one refuses, nothing has changed
         (``restore()`` of a checkpoint that does not fit keeps the algorithm as it was). With a
         league, its snapshots that the restored pool lacks (taken after an earlier checkpoint
@@ -447,6 +450,9 @@ class Algorithm:
         # send the restored state, not go on from the learners' copies.
         self.sync_learners()
         policy_states = state.get("policies", {})
+        for pid, policy_state in policy_states.items():
+            if isinstance(policy_state, Mapping):  # NaN weights, non-finite optimizer slots
+                check_finite_policy_state(policy_state, f"Algorithm.set_state: policy {pid!r}")
         for pid, policy_state in policy_states.items():
             if pid in self.policies:
                 self.policies[pid].check_state(policy_state)
@@ -474,8 +480,8 @@ class Algorithm:
             self.set_extra_state(previous_extra)
             raise
         for pid, policy_state in policy_states.items():
-            if pid not in added:
-                self.policies[pid].set_state(policy_state)
+            if pid not in added:  # checked above
+                set_synced_state(self.policies[pid], policy_state)
         if added:  # a new config, as add_policy makes: the built one's policies are read-only
             config = self.config.copy()
             config.policies = {**config.policies, **{pid: PolicySpec(

@@ -22,7 +22,7 @@ from cairn.learners.device import accelerator_report
 from cairn.learners.policy_sync import learned_parts
 from cairn.learners.sync import LOCAL_SYNC, DistributedGradientSync, GradientSync, LearnOutput
 from cairn.policy.keras_config import uses_keras
-from cairn.policy.policy import Policy
+from cairn.policy.policy import Policy, set_synced_state
 from cairn.rng import Stream, seed_sequence
 
 if TYPE_CHECKING:
@@ -199,8 +199,8 @@ class LearnerActor:
                     policy = Policy.from_state(state)
                     move_policy(policy, self.device)
                     self.policies[policy_id] = (policy, state["spec"])
-                else:
-                    policy.set_state(state)
+                else:  # each loan: the driver's policy, checked where its state entered
+                    set_synced_state(policy, state)
             except BaseException:  # a copy that may hold part of the state is no loan's copy
                 self.policies.pop(policy_id, None)
                 raise

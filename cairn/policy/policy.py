@@ -46,6 +46,7 @@ from cairn.policy.output_shapes import check_actor_critic_outputs
 from cairn.policy.recurrent import RecurrentActing, RecurrentState, recurrent_acting
 from cairn.policy.recurrent_config import recurrent_settings
 from cairn.policy.spec import PolicySpec
+from cairn.policy.state_check import check_finite_policy_state
 from cairn.policy.training_state import PolicyTrainingState, TrainingStateField
 from cairn.policy.weights import adopt_weights, check_weights, load_weights, weights_to_numpy
 from cairn.registry import class_reference, register_class, resolve_class
@@ -84,6 +85,9 @@ class Policy:
 
     #: Arrays that ``from_state(copy=False)`` hands to ``_setup``/``set_state`` as storage.
     _adopted_weights: Mapping[str, np.ndarray] | None = None
+    #: True while :func:`set_synced_state` loads a state cairn made itself (a learner sync):
+    #: :meth:`set_state` then skips the finite-number check that a user's state gets.
+    _synced_state: bool = False
 
     #: Whether this policy's learner reads the behaviour log-probability of each sampled action:
     #: env runners then act through :meth:`compute_raw_actions_and_logp` and record it as the
@@ -494,8 +498,13 @@ class Policy:
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`get_state` into this policy (same spaces and model); a
-        state that :meth:`check_state` refuses changes nothing."""
+        state that :meth:`check_state` refuses changes nothing, nor does one holding a NaN
+        weight or a NaN or infinite optimizer slot (ValueError naming the array; as a
+        checkpoint's are refused: :func:`cairn.policy.state_check.check_finite_policy_state`,
+        one sum per array)."""
         adopted = self._adopted_weights
+        if not self._synced_state:
+            check_finite_policy_state(state, "The policy state")
         self.check_state(state)  # before anything changes
         if adopted is not state["weights"]:
             self.set_weights(state["weights"])
@@ -515,7 +524,9 @@ class Policy:
     def from_state(cls, state: Mapping[str, Any], *, copy: bool = True) -> Policy:
         """Rebuild a policy from :meth:`get_state` alone, without running random init.
 
-        The class named in the state must be a subclass of :class:`Policy`. With
+        The class named in the state must be a subclass of :class:`Policy`. A state holding a
+        NaN weight or a NaN or infinite optimizer slot is refused (ValueError), as by
+        :meth:`set_state`. With
         ``copy=False`` the policy takes the state's arrays as its own storage instead of copying
         them (the checkpoint reader does this with the buffers it just read); the caller must
         not use those arrays afterwards.
@@ -644,3 +655,16 @@ class Policy:
         """The reference stored in checkpoints for this policy's class."""
         return class_reference(type(self))
 
+
+
+def set_synced_state(policy: Policy, state: Mapping[str, Any]) -> None:
+    """``policy.set_state(state)`` without the finite-number check, for a state cairn made
+    itself from policies it keeps finite, on a path taken every iteration (a learner's loan
+    starting, its learned parts coming back to the driver's policy): the check's sum over every
+    weight and optimizer slot is paid where a user's state enters (``Policy.set_state``,
+    ``Policy.from_state``, ``Algorithm.set_state``, checkpoint reads), not on these syncs."""
+    policy._synced_state = True
+    try:
+        policy.set_state(state)
+    finally:
+        policy._synced_state = False

@@ -26,7 +26,7 @@ from cairn.policy.mlp_actor_critic import DEFAULT_MODEL_CONFIG
 from cairn.registry import check_reference_form, resolve_class
 from cairn.space_json import space_from_json
 
-__all__ = ["check_policy_state"]
+__all__ = ["check_finite_policy_state", "check_policy_state"]
 
 _POLICY_KEYS = {
     "spec": dict, "weights": dict, "optimizer": dict, "observation_filter": dict,
@@ -86,33 +86,50 @@ def _first_bad(array: np.ndarray, *, nan_only: bool) -> tuple[int, str] | None:
     return int(flags.sum()), f"{array[index]} at index {tuple(int(i) for i in index)}"
 
 
-def _check_finite_numbers(state: Mapping[str, Any], where: Any) -> None:
+def check_finite_policy_state(state: Mapping[str, Any], where: str) -> None:
+    """Raise ValueError, starting with ``where``, when an in-memory policy state (a
+    :meth:`Policy.get_state` tree a user or a Ray actor hands to ``set_state`` or
+    ``from_state``) holds a NaN weight or a NaN or infinite optimizer slot, as
+    :func:`check_policy_state` refuses them in a checkpoint; one sum per float array. The
+    caller checks the structure (``Policy.check_state``); parts of the wrong type are left to it."""
+    fix = ("Fix: pass a state taken before training diverged, or build a new policy and load only "
+           "the finite parts (policy.set_weights loads weights; a new policy starts with a fresh "
+           "optimizer state).")
+    _check_finite_numbers(state, where, error=ValueError, fix=fix, stored="")
+
+
+def _check_finite_numbers(state: Mapping[str, Any], where: Any, *,
+                          error: type[Exception] = CheckpointFormatError, fix: str | None = None,
+                          stored: str = "stored ") -> None:
     """Refuse a NaN in a stored weight (the network's or the target network's) and a NaN or
     infinite optimizer slot (Adam's ``exp_avg_sq``, a momentum): cairn never applies a step
     that would store one, but an older version, or a file edited by hand, could. Restored,
     a NaN weight is refused only when the policy acts, blamed on training, and a NaN moment makes
     the weights NaN at the first step, refused as a loss that blames the environment. Weights may
     hold +-inf (a buffer such as an attention mask of -inf); optimizer slots may not."""
-    fix = ("Fix: restore a checkpoint saved before this one (training had most likely diverged "
-           "when it was written), or build a new policy and copy only the finite parts into it "
-           "(cairn.checkpoint.load_policy_states / load_policy_state read the stored arrays; "
-           "policy.set_weights loads weights; a new policy starts with a fresh optimizer state).")
+    if fix is None:
+        fix = ("Fix: restore a checkpoint saved before this one (training had most likely diverged "
+               "when it was written), or build a new policy and copy only the finite parts into it "
+               "(cairn.checkpoint.load_policy_states / load_policy_state read the stored arrays; "
+               "policy.set_weights loads weights; a new policy starts with a fresh optimizer state).")
     target = state.get("target")
-    target_weights = target.get("weights") if isinstance(target, dict) else None
-    for label, tree in (("weight", state["weights"]), ("target network weight", target_weights)):
-        for name, array in (tree or {}).items():
+    target_weights = target.get("weights") if isinstance(target, Mapping) else None
+    weights = state.get("weights")
+    for label, tree in (("weight", weights), ("target network weight", target_weights)):
+        for name, array in (tree.items() if isinstance(tree, Mapping) else ()):
             found = _first_bad(array, nan_only=True) if isinstance(array, np.ndarray) else None
             if found is not None:
-                raise CheckpointFormatError(
-                    f"{where}: the stored {label} {name!r} holds {found[0]} NaN value(s) (first: "
+                raise error(
+                    f"{where}: the {stored}{label} {name!r} holds {found[0]} NaN value(s) (first: "
                     f"{found[1]}): the policy would act on NaN outputs. {fix}")
-    optimizer_state = state["optimizer"].get("state")
-    for index, slots in (optimizer_state.items() if isinstance(optimizer_state, dict) else ()):
-        for name, array in (slots.items() if isinstance(slots, dict) else ()):
+    optimizer = state.get("optimizer")
+    optimizer_state = optimizer.get("state") if isinstance(optimizer, Mapping) else None
+    for index, slots in (optimizer_state.items() if isinstance(optimizer_state, Mapping) else ()):
+        for name, array in (slots.items() if isinstance(slots, Mapping) else ()):
             found = _first_bad(array, nan_only=False) if isinstance(array, np.ndarray) else None
             if found is not None:
-                raise CheckpointFormatError(
-                    f"{where}: the stored optimizer state's slot {name!r} of parameter {index} (the "
+                raise error(
+                    f"{where}: the {stored}optimizer state's slot {name!r} of parameter {index} (the "
                     f"network's parameters in order) holds {found[0]} NaN or infinite value(s) "
                     f"(first: {found[1]}): the first learning step from it would make the weights "
                     f"NaN. {fix}")
