@@ -414,7 +414,12 @@ class Algorithm:
         """Record the episodes waiting on the local env runner, those of a direct
         ``sample()`` outside ``train()`` (a remote runner's are taken with each of its
         samples): before a state is read, since no runner state holds them, and before the
-        next sample, so that a run that saved and one that did not count them alike."""
+        next sample, so that a run that saved and one that did not count them alike.
+
+        That sample's env and agent steps are not counted (0 here): the lifetime step counters
+        are the steps ``train()`` sampled, which drive its batch sizes, the off-policy learning
+        start and the save schedules, and that sample's rows reach no batch or replay buffer.
+        The runner's ``num_env_steps_sampled`` and the policies' ``global_timestep`` count them."""
         local = self.env_runner_group.local
         if local is not None:
             episodes = local.get_metrics()

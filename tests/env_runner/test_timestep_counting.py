@@ -91,3 +91,40 @@ def test_sac_acts_at_random_for_exactly_its_warm_up_steps() -> None:
         assert sum(network_rows) == 48 - 20
     finally:
         algo.stop()
+
+
+def test_a_direct_sample_counts_in_the_runner_and_the_policy_not_in_the_algorithm_counters() -> None:
+    """A direct ``runner.sample()`` outside ``train()``: its env steps count in the runner's
+    ``num_env_steps_sampled`` and the acting policy's ``global_timestep`` (its exploration
+    schedule), its finished episodes in the algorithm's episode counters (at the next train()),
+    but its steps not in ``num_env_steps_sampled_lifetime`` / ``num_agent_steps_sampled_lifetime``:
+    those count the steps train() sampled and drive its batches. Counted, the next PPO
+    iteration would stop sampling after one 32-step round (50 + 32 >= 64) and train on half of
+    train_batch_size, with no error."""
+    from cairn import PPOConfig
+
+    algo = (PPOConfig().environment("CartPole-v1").env_runners(rollout_fragment_length=32)
+            .training(train_batch_size=64, minibatch_size=32).debugging(seed=0)).build()
+    try:
+        algo.train()
+        runner, policy = algo.env_runner_group.local, algo.get_policy()
+        counters = dict(algo.counters)
+        sampled, timestep = runner.num_env_steps_sampled, policy.global_timestep
+        runner.sample(50)
+        rounds: list[int] = []
+        sample_rounds = algo.sample_rounds
+
+        def counted_rounds() -> Any:
+            for batches in sample_rounds():
+                rounds.append(sum(len(b) for b in batches.values()))
+                yield batches
+
+        algo.sample_rounds = counted_rounds  # type: ignore[method-assign]
+        algo.train()
+        assert rounds == [32, 32]  # a whole train_batch_size of fresh steps
+        for key in ("num_env_steps_sampled_lifetime", "num_agent_steps_sampled_lifetime"):
+            assert algo.counters[key] - counters[key] == 64, key
+        assert runner.num_env_steps_sampled - sampled == 50 + 64
+        assert policy.global_timestep - timestep == 50 + 64
+    finally:
+        algo.stop()
