@@ -67,8 +67,9 @@ class ParallelSampler(AgentSampler):
     def init_slots(self) -> None:
         #: Per env: each live agent's processed observation, which its next action is computed from.
         self.obs: list[dict[Any, np.ndarray]] = [{} for _ in self.envs]
-        #: Per env: the agents that joined its episode after the reset and have not acted yet
-        #: (their next step is their first in it; at the reset, every agent's is).
+        #: Per env: the agents that joined its episode after the reset, or came back to it after
+        #: their part in it ended (a respawn), and have not acted yet: their next step is the
+        #: first of a new trajectory (``firsts``; at the reset, every agent's is).
         self.joined: list[set[Any]] = [set() for _ in self.envs]
         #: Per env: the next action of each live agent seated by a scripted opponent, drawn when
         #: its observation arrived (nothing of its observation is processed or kept).
@@ -232,11 +233,17 @@ class ParallelSampler(AgentSampler):
                     continue
                 scripted = self.scripted_actions[i]
                 self.scripted_actions[i] = {}
+                # An agent alive after the step and not before it joins (or comes back: its part
+                # before ended when it left env.agents, _agent_flags), and so does one whose part
+                # ended at this step and that observes on (an env that respawns it at once).
+                # Decided from this step alone, which a restored runner replays alike.
+                was_alive = set(env.agents)
                 obs_d, rew_d, term_d, trunc_d, infos_d = env.step(actions[i])
                 ep = self.episodes.current[i]
                 opening = ep.length == 0  # the episode's first step: every agent's first in it
                 ep.length += 1
                 alive = set(env.agents)
+                parted: set[Any] = set()  # the agents whose part ended at this step
                 for agent in actions[i]:
                     r = float(rew_d.get(agent, 0.0))
                     ep.ret += r
@@ -244,6 +251,8 @@ class ParallelSampler(AgentSampler):
                     first = opening or agent in self.joined[i]
                     self.joined[i].discard(agent)
                     terminated, truncated = self._agent_flags(i, agent, term_d, trunc_d, alive)
+                    if terminated or truncated:
+                        parted.add(agent)
                     if record and agent not in scripted:
                         trajs.add((i, agent), self.agent_pids[i][agent], *acted[(i, agent)], r,
                                   terminated, truncated, first=first, state_in=states_in.get((i, agent)),
@@ -260,6 +269,8 @@ class ParallelSampler(AgentSampler):
                         ep.ret += r
                         ep.agent_returns[agent] += r
                     terminated, truncated = self._agent_flags(i, agent, term_d, trunc_d, alive)
+                    if terminated or truncated:
+                        parted.add(agent)
                     if trajs.waiting((i, agent)):
                         trajs.extend_last((i, agent), r, terminated, truncated)
                         if agent not in alive:
@@ -285,7 +296,9 @@ class ParallelSampler(AgentSampler):
                     self.obs[i] = {}
                     for agent in env.agents:  # not the set: its order varies with the hash seed
                         if agent in obs_d:
-                            if agent not in self.agent_pids[i]:  # joined now: its first observation
+                            # Joined now (its first observation), or back after its part ended:
+                            # a new trajectory, from the policy's initial recurrent state.
+                            if agent not in self.agent_pids[i] or agent not in was_alive or agent in parted:
                                 self.joined[i].add(agent)
                             self._receive(i, agent, obs_d[agent], infos_d, incoming)
                     if not any(agent in obs_d for agent in env.agents):
@@ -350,8 +363,8 @@ class ParallelSampler(AgentSampler):
         for i, (saved, obs, scripted, pending) in enumerate(restored):
             self.agent_pids[i], self.obs[i], self.scripted_actions[i] = saved, obs, scripted
             self.pending[i] = pending
-            # Not saved: an agent that joined at the last step before the save counts as having
-            # acted (docs/fault-tolerance.md, n-step).
+            # Not saved: an agent that joined (or came back) at the last step before the save
+            # counts as having acted (docs/fault-tolerance.md, n-step).
             self.joined[i] = set()
         return True
 

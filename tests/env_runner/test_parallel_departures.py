@@ -13,6 +13,7 @@ from pettingzoo import ParallelEnv
 
 import cairn
 from cairn.algorithms.ppo.recurrent import sequence_starts
+from tests.helpers import assert_trees_equal
 
 LSTM = {"use_lstm": True, "lstm_cell_size": 4, "max_seq_len": 20}
 
@@ -101,6 +102,12 @@ class Respawning(Vanishing):
             self.agents, obs["a1"] = ["a0", "a1"], self._obs("a1")
         return obs, dict.fromkeys(actions, 1.0), done, dict.fromkeys(actions, False), {a: {} for a in actions}
 
+    def get_state(self) -> dict[str, Any]:
+        return {"t": self.t, "agents": list(self.agents)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.t, self.agents = int(state["t"]), list(state["agents"])
+
 
 def test_an_agent_that_comes_back_after_its_end_starts_from_the_initial_state():
     """Its termination ended its trajectory (the learner cuts its returns and sequences there):
@@ -120,5 +127,92 @@ def test_an_agent_that_comes_back_after_its_end_starts_from_the_initial_state():
         # step only: its first observation is zeros, and so are the LSTM's initial biases)
         a0 = np.flatnonzero(~a1)
         assert batch["state_in_0"][a0[2:]].any(axis=1).all()
+    finally:
+        algo.stop()
+
+
+def _a1_back(batch: Any) -> int:
+    """The row of ``a1``'s first action after it came back (observed at step 4)."""
+    [back] = np.flatnonzero((batch["obs"][:, 1] == 1) & (batch["obs"][:, 0] == 4))
+    return int(back)
+
+
+@pytest.mark.parametrize("model", [{"hidden": [8]}, LSTM], ids=["mlp", "lstm"])
+def test_an_agent_that_comes_back_after_its_end_starts_a_new_trajectory(model):
+    """Its first row back is a first (``firsts``), as its state restarts: a recurrent learner's
+    sequence starts there from the initial state, and a reward normaliser's running return and
+    n-step replay do not run on from the stay that ended with terminated=True."""
+    algo = _config(Respawning, model).build()
+    try:
+        batch = algo.env_runner_group.local.sample(8)["p"]
+        back = _a1_back(batch)
+        assert batch["terminateds"][back - 1] and batch["ends"][back - 1]
+        assert batch["firsts"][back]
+        # Only the episode's opening rows and the row back are firsts.
+        step, firsts = batch["obs"][:, 0], batch["firsts"]
+        assert set(np.flatnonzero(firsts)) == set(np.flatnonzero(step == 0)) | {back}
+        if "use_lstm" in model:
+            starts, _ = sequence_starts(batch["ends"], LSTM["max_seq_len"])
+            assert back in set(starts)
+            assert not batch["state_in_0"][back].any() and not batch["state_in_1"][back].any()
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("model", [{"hidden": [8]}, LSTM], ids=["mlp", "lstm"])
+@pytest.mark.parametrize("before", [2, 3], ids=["just-ended", "away"])
+def test_a_runner_restored_while_the_agent_is_away_marks_its_return_alike(model, before):
+    """A checkpoint taken after ``a1``'s termination (steps 2 and 3: it is away) and before it
+    comes back: the restored runner marks the same row first as the run without a stop (what
+    decides it, the env's live agents before and after the step, is in the restored state)."""
+    algo = _config(Respawning, model).build()
+    try:
+        runner = algo.env_runner_group.local
+        first = runner.sample(before)["p"]
+        assert not (first["obs"][:, 1] == 1)[first["obs"][:, 0] >= 2].any()  # a1 has not acted since
+        state = runner.get_state()
+        assert "a1" not in state["current_obs"][0]["agents"]
+        restored = cairn.Algorithm.from_state(
+            algo.get_state(), config_overrides={"env": lambda _cfg: Respawning()},
+            policy_mapping_fn=lambda agent_id, **kwargs: "p")
+        try:
+            other = restored.env_runner_group.local
+            assert_trees_equal(other.get_state(), state)
+            a = runner.sample(8 - before)["p"]
+            b = other.sample(8 - before)["p"]
+            assert_trees_equal(dict(a), dict(b))
+            assert b["firsts"][_a1_back(b)]
+        finally:
+            restored.stop()
+    finally:
+        algo.stop()
+
+
+class InstantRespawning(Respawning):
+    """``a1`` is terminated at step 2 and observes on at once (the env keeps it in ``agents``:
+    respawned in the same step); the episode ends at step 8."""
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        self.t += 1
+        obs = {a: self._obs(a) for a in actions}
+        done = dict.fromkeys(actions, self.t >= 8)
+        if self.t == 2:
+            done["a1"] = True
+        self.agents = [] if self.t >= 8 else ["a0", "a1"]
+        return obs, dict.fromkeys(actions, 1.0), done, dict.fromkeys(actions, False), {a: {} for a in actions}
+
+
+@pytest.mark.parametrize("model", [{"hidden": [8]}, LSTM], ids=["mlp", "lstm"])
+def test_an_agent_respawned_in_the_step_that_ended_it_starts_a_new_trajectory(model):
+    algo = _config(InstantRespawning, model).build()
+    try:
+        batch = algo.env_runner_group.local.sample(8)["p"]
+        a1 = np.flatnonzero(batch["obs"][:, 1] == 1)
+        assert batch["obs"][a1, 0].tolist() == list(range(8))
+        back = a1[2]  # its row at step 2, after the row of step 1 was terminated
+        assert batch["terminateds"][back - 1] and batch["firsts"][back]
+        assert set(np.flatnonzero(batch["firsts"])) == set(np.flatnonzero(batch["obs"][:, 0] == 0)) | {back}
+        if "use_lstm" in model:
+            assert not batch["state_in_0"][back].any() and not batch["state_in_1"][back].any()
     finally:
         algo.stop()
