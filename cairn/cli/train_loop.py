@@ -92,6 +92,7 @@ def train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, settings
     title = f"{type(algo).__name__} {env_label(algo.config.env, algo.config.env_config)}"
     reporter = make_reporter(quiet=bool(getattr(args, "quiet", False)), title=title, stop=settings["stop"])
     last: list[dict[str, Any]] = []
+    start = algo.iteration
     with InterruptRequest() as interrupt:
         reporter.start(resumed)
         try:
@@ -107,8 +108,10 @@ def train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, settings
                     return EXIT_INTERRUPTED
                 interrupt.requested = True  # raised outside our handler: save what there is
                 latest, interrupted = None, True
+            unchanged = resumed is not None and algo.iteration == start  # nothing counted since --resume
             try:
-                path = latest or str(manager.save(algo, last[0] if last else None, force=True))
+                path = (latest or (_resumed_from(manager, start) if unchanged else None)
+                        or str(manager.save(algo, last[0] if last else None, force=True)))
             except KeyboardInterrupt:  # saves are atomic: an interrupted one leaves the others
                 return _not_saved(interrupt)
         finally:
@@ -127,6 +130,17 @@ def train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, settings
               "result['done']", flush=True)
     print(f"checkpoint: {path}", flush=True)
     return 0
+
+
+def _resumed_from(manager: CheckpointManager, iteration: int) -> str | None:
+    """The checkpoint a run resumed from at ``iteration``, when nothing has counted since: it
+    holds the algorithm's state, so a final save would only replace it, and its record (the
+    iteration's metric, its best status) by one with no result. None if the root's latest is
+    another."""
+    from cairn.checkpoint.manager import checkpoint_name
+
+    latest = manager.latest()
+    return latest if latest is not None and Path(latest).name == checkpoint_name(iteration) else None
 
 
 def _not_saved(interrupt: InterruptRequest) -> int:

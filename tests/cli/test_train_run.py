@@ -399,3 +399,52 @@ def test_a_yaml_config_file_reads_exponent_numbers_as_floats(tmp_path, capsys):
                  "--out", str(run), "-q"]) == 0, capsys.readouterr().err
     config = json.loads((run / "config.json").read_text())
     assert (config["lr"], config["gamma"], config["log_dir"]) == (0.001, 0.99, "1e5")
+
+
+def _records(run):
+    """{iteration: (the manager's record metric, its env-step count)} of each run checkpoint."""
+    from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, _record, list_checkpoints
+
+    root = str(run / CHECKPOINTS_DIR)
+    return {c.iteration: (c.metric, _record(root, Path(c.path).name).get("timesteps"))
+            for c in list_checkpoints(root)}
+
+
+def test_ctrl_c_before_a_resumed_runs_first_iteration_keeps_its_checkpoint(tmp_path, capsys, monkeypatch):
+    """Ctrl-C after --resume but before its first iteration re-saved the checkpoint it resumed
+    from with no result: its record lost its metric (a best checkpoint lost its best status), and
+    with --checkpoint-every-timesteps the save raised ConfigError instead of exiting 130. Nothing
+    was trained since the resume: the checkpoint on disk is the one to continue from."""
+    import signal
+
+    from cairn.cli import train_loop
+
+    real_reporter = train_loop.make_reporter
+
+    def ctrl_c_at_start(**kwargs):
+        reporter = real_reporter(**kwargs)
+        real_start = reporter.start
+
+        def start(resumed):
+            real_start(resumed)
+            signal.raise_signal(signal.SIGINT)  # a user's Ctrl-C before the first iteration
+        reporter.start = start  # type: ignore[method-assign]
+        return reporter
+
+    for extra in ([], ["--checkpoint-every-timesteps", "64"]):
+        run = tmp_path / f"run{len(extra)}"
+        new_run = [*TRAIN, "--stop-iters", "2", "--checkpoint-every", "1", *extra, "--out", str(run), "-q"]
+        assert main(new_run) == 0
+        before = _records(run)
+        assert sorted(before) == [1, 2] and all(m is not None for m, _ in before.values()), before
+        monkeypatch.setattr(train_loop, "make_reporter", ctrl_c_at_start)
+        capsys.readouterr()
+        assert main(["train", "--resume", str(run), "--stop-iters", "4"]) == 130, capsys.readouterr()
+        monkeypatch.setattr(train_loop, "make_reporter", real_reporter)
+        out = capsys.readouterr().out
+        assert f"checkpoint saved to {run / 'checkpoints' / 'checkpoint_000002'}" in out, out
+        assert _records(run) == before  # the metrics and step counts of the records are kept
+        assert [r["training_iteration"] for r in _rows(run)] == ["1", "2"]
+        assert main(["train", "--resume", str(run), "--stop-iters", "3", "-q"]) == 0  # goes on from it
+        assert sorted(_records(run)) == [1, 2, 3]
+
