@@ -18,7 +18,7 @@ from cairn.cli.common import EXIT_INTERRUPTED
 from cairn.cli.env_names import env_label
 from cairn.cli.interrupt import InterruptRequest
 from cairn.cli.progress import Reporter, make_reporter
-from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, run_manager
+from cairn.cli.run_checkpoints import BEST_METRIC, CHECKPOINTS_DIR, run_manager
 from cairn.cli.runlog import RunLog
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, settings
             unchanged = resumed is not None and algo.iteration == start  # nothing counted since --resume
             try:
                 path = (latest or (_resumed_from(manager, start) if unchanged else None)
-                        or str(manager.save(algo, last[0] if last else None, force=True)))
+                        or str(manager.save(algo, _final_result(algo, last), force=True)))
             except KeyboardInterrupt:  # saves are atomic: an interrupted one leaves the others
                 return _not_saved(interrupt)
         finally:
@@ -130,6 +130,17 @@ def train_run(algo: Algorithm, run_dir: Path, args: argparse.Namespace, settings
               "result['done']", flush=True)
     print(f"checkpoint: {path}", flush=True)
     return 0
+
+
+def _final_result(algo: Algorithm, last: list[dict[str, Any]]) -> dict[str, Any]:
+    """The result the final save records with checkpoint ``algo.iteration``: that iteration's,
+    or, when the loop never had it (a KeyboardInterrupt after train() counted the iteration but
+    before it returned: an ``on_train_result`` callback, no SIGINT handler of ours), the
+    algorithm's own counters (the env steps the timestep schedule needs) with no metric, so the
+    previous iteration's return and steps are not recorded as this checkpoint's."""
+    if last and last[0]["training_iteration"] == algo.iteration:
+        return last[0]
+    return {"training_iteration": algo.iteration, **algo.counters, BEST_METRIC: None}
 
 
 def _resumed_from(manager: CheckpointManager, iteration: int) -> str | None:

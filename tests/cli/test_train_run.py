@@ -448,3 +448,38 @@ def test_ctrl_c_before_a_resumed_runs_first_iteration_keeps_its_checkpoint(tmp_p
         assert main(["train", "--resume", str(run), "--stop-iters", "3", "-q"]) == 0  # goes on from it
         assert sorted(_records(run)) == [1, 2, 3]
 
+
+def test_an_interrupt_after_an_iteration_counted_saves_it_with_its_own_steps(tmp_path, capsys, monkeypatch):
+    """A KeyboardInterrupt raised after train() counted an iteration but before the loop had its
+    result (an on_train_result callback, or no SIGINT handler of ours) made the final save record
+    checkpoint N with iteration N-1's return and env steps: a wrong best and a wrong schedule."""
+    from cairn.algorithms.algorithm import Algorithm
+
+    real_train = Algorithm.train
+
+    def interrupted_after_the_third(self):
+        result = real_train(self)
+        if self.iteration == 3:  # counted, but its result never reaches the loop
+            raise KeyboardInterrupt
+        return result
+
+    monkeypatch.setattr(Algorithm, "train", interrupted_after_the_third)
+    for extra in ([], ["--checkpoint-every-timesteps", "64"]):
+        run = tmp_path / f"run{len(extra)}"
+        capsys.readouterr()
+        new_run = [*TRAIN, "--stop-iters", "5", "--checkpoint-every", "1", *extra, "--out", str(run), "-q"]
+        assert main(new_run) == 130
+        assert "interrupted after iteration 3" in capsys.readouterr().out
+        records = _records(run)
+        assert sorted(records) == [1, 2, 3], records
+        saved = cairn.Algorithm.from_checkpoint(run / "checkpoints" / "checkpoint_000003")
+        try:
+            steps = saved.counters["num_env_steps_sampled_lifetime"]
+        finally:
+            saved.stop()
+        # Its own steps, not iteration 2's; its return is unknown (the result was lost): no metric.
+        assert records[3] == (None, steps) and steps == 192 and records[2][1] == 128, records
+        monkeypatch.setattr(Algorithm, "train", real_train)
+        assert main(["train", "--resume", str(run), "--stop-iters", "4", "-q"]) == 0
+        monkeypatch.setattr(Algorithm, "train", interrupted_after_the_third)
+        assert sorted(_records(run))[-2:] == [3, 4]  # resumed from it (the default --keep 3 drops one)
