@@ -14,6 +14,9 @@ Transition semantics (docs/multi-agent.md, "Turn-based games"):
 * When the game ends, PettingZoo selects every remaining agent once more as a dead agent; each
   one's pending transition ends there with its terminal reward and the terminated/truncated
   flags, and the env is stepped with ``None`` as PettingZoo's protocol asks.
+* An agent whose part ends before the game does is selected dead likewise (its transition ends
+  with its flags, the env is stepped with ``None``); if the env adds it back in the same game, its
+  next move starts a new trajectory (``firsts``).
 * A transition whose agent left the game without being selected again ends with reward 0,
   ``truncated`` and no next observation of its own; so does the next observation of a dead
   agent that the env observes as None (its own observation stands in, as in
@@ -81,8 +84,10 @@ class TurnBasedSampler(AgentSampler):
         self.pending: list[dict[Any, Pending]] = [{} for _ in self.envs]
         #: Per env: whether ``on_episode_start`` ran for its episode (at its first selection).
         self.started: list[bool] = [False for _ in self.envs]
-        #: Per env: the agents that moved in its game (None after a restore: derived at the
-        #: next move from the game's length), and those whose pending move is their first.
+        #: Per env: the agents that moved in their current part of its game (an agent whose
+        #: part ended, selected as a dead agent, is forgotten: if it is added back, its next move
+        #: starts a new trajectory), None after a restore (derived from the moves in flight), and
+        #: those whose pending move is their first.
         self.moved: list[set[Any] | None] = [set() for _ in self.envs]
         self.first_moves: list[set[Any]] = [set() for _ in self.envs]
 
@@ -180,13 +185,23 @@ class TurnBasedSampler(AgentSampler):
             history.act(agent, action)
         return action
 
-    def _count_move(self, i: int, agent: Any) -> None:
-        """``agent`` moved in env ``i``: note whether it was its first move of the game."""
+    def _moved(self, i: int) -> set[Any]:
+        """The agents that moved in their current part of env ``i``'s game. After a restore it is
+        derived from the game as it stands: a game of length 0 had no move; else every agent in
+        flight moved (an agent moves, then waits with its move pending until it is selected
+        again), and no other did in its current part (an agent whose part ended was selected
+        dead, which completed its move: it is in flight no more)."""
         moved = self.moved[i]
-        if moved is None:  # restored: a game of length 0 had no move; else, all in flight moved
+        if moved is None:
             entry = self.to_move[i]
             moved = self.moved[i] = (set() if self.episodes.current[i].length == 0 else
                                      {*self.pending[i], *([] if entry is None else [entry[0]])})
+        return moved
+
+    def _count_move(self, i: int, agent: Any) -> None:
+        """``agent`` moved in env ``i``: note whether it was its first move of its part of the
+        game (of the game, unless its part ended and it was added back)."""
+        moved = self._moved(i)
         if agent not in moved:
             moved.add(agent)
             self.first_moves[i].add(agent)
@@ -226,6 +241,9 @@ class TurnBasedSampler(AgentSampler):
                     self.episodes.start(i)
                 if not done:
                     break
+                # Its part of the game ends here: added back later in this game, its next move
+                # starts a new trajectory (as it does after a restore, which derives the same).
+                self._moved(i).discard(agent)
                 env.step(None)  # PettingZoo's protocol: a dead agent steps with None
         for pid, items in selections.items():
             if self.scripted(pid) is not None:  # it moves on env.observe(): no row, nothing pending
