@@ -17,9 +17,10 @@ Transition semantics (docs/multi-agent.md, "Turn-based games"):
 * An agent whose part ends before the game does is selected dead likewise (its transition ends
   with its flags, the env is stepped with ``None``); if the env adds it back in the same game, its
   next move starts a new trajectory (``firsts``).
-* A transition whose agent left the game without being selected again ends with reward 0,
-  ``truncated`` and no next observation of its own; so does the next observation of a dead
-  agent that the env observes as None (its own observation stands in, as in
+* A transition whose agent left the game (``env.agents``) without being selected again ends
+  with reward 0, ``truncated`` and no next observation of its own, at the step it left (if the
+  env adds it back, its next move starts a new trajectory); so does the next observation of a
+  dead agent that the env observes as None (its own observation stands in, as in
   :class:`~cairn.env_runner.trajectories.AgentTrajectories`).
 * Transitions still waiting for their agent's next move when a fragment ends are carried over
   (and saved by :meth:`TurnBasedSampler.get_state`); they appear in a later batch.
@@ -216,8 +217,9 @@ class TurnBasedSampler(AgentSampler):
         for i in live:
             env = self.envs[i]
             while True:
+                self._end_departed_moves(i, trajs)
                 if not env.agents:
-                    self._end_episode(i, trajs)
+                    self._end_episode(i)
                     self._reset_env(i, env)
                 agent = env.agent_selection
                 obs, reward, terminated, truncated, info = env.last()
@@ -270,13 +272,24 @@ class TurnBasedSampler(AgentSampler):
                 if moves and row is not None:
                     self.to_move[i] = (agent, row)
 
-    def _end_episode(self, i: int, trajs: AgentTrajectories | None) -> None:
-        # Agents that left without being selected again: their moves end here, truncated.
-        for agent, pending in self.pending[i].items():
+    def _end_departed_moves(self, i: int, trajs: AgentTrajectories | None) -> None:
+        """End the pending moves of the agents that left env ``i``'s ``env.agents`` without being
+        selected again, as at the game's end (reward 0, truncated): at once, so that an agent the
+        env adds back later in the game starts a new trajectory instead of its move spanning its
+        absence. Decided from ``env.agents`` after each step, which a restored runner sees alike."""
+        alive = set(self.envs[i].agents)
+        for agent in [a for a in self.pending[i] if a not in alive]:  # in the moves' order
+            pending = self.pending[i].pop(agent)
             if trajs is not None:
                 trajs.add((i, agent), self.agent_pids[i][agent], pending[0], pending[1], 0.0, False, True,
                           first=agent in self.first_moves[i], action_logp=pending[2])
-        self.pending[i] = {}
+            self.first_moves[i].discard(agent)
+            self._moved(i).discard(agent)
+
+    def _end_episode(self, i: int) -> None:
+        # No move is pending: the agents that left without being selected again (env.agents is
+        # empty) had theirs ended by _end_departed_moves, truncated.
+        assert not self.pending[i]
         pids = self.agent_pids[i]
         self.episodes.finish(i, lambda agent: pids.get(agent, str(agent)))
 

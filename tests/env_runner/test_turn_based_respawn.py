@@ -23,6 +23,9 @@ class RespawnGame(AECEnv):
 
     metadata = {"name": "respawn_game_v0", "render_modes": []}
 
+    #: Remove player_1 from ``env.agents`` after move 2 without terminating it (no dead step).
+    vanish = False
+
     def __init__(self) -> None:
         super().__init__()
         self.possible_agents = [P0, P1]
@@ -59,6 +62,14 @@ class RespawnGame(AECEnv):
         self._cumulative_rewards[self.agent_selection] = 0.0
         self._moves += 1
         self.rewards = {a: (1.0 if a == P0 else 10.0) * self._moves for a in self.agents}
+        if self._moves == 2 and self.vanish:  # player_1 leaves at once, unselected
+            self._accumulate_rewards()
+            for table in (self.rewards, self._cumulative_rewards, self.terminations, self.truncations,
+                          self.infos):
+                del table[P1]
+            self.agents.remove(P1)
+            self.agent_selection = P0
+            return
         if self._moves == 2:  # player_1's part ends; after its dead step player_0 moves on
             self.terminations[P1] = True
             self._skip_agent_selection = P0
@@ -92,26 +103,34 @@ def make_respawn_game(env_config: dict) -> AECEnv:
     return OrderEnforcingWrapper(RespawnGame())
 
 
-def _config() -> cairn.AlgorithmConfig:
-    return (cairn.PPOConfig().environment(make_respawn_game)
+def _config(make=make_respawn_game) -> cairn.AlgorithmConfig:
+    return (cairn.PPOConfig().environment(make)
             .training(train_batch_size=128, minibatch_size=64)
             .env_runners(num_envs_per_env_runner=1)
             .multi_agent(policies={"a", "b"}, policy_mapping_fn={P0: "a", P1: "b"})
             .debugging(seed=0))
 
 
+def make_vanishing_game(env_config: dict) -> AECEnv:
+    game = RespawnGame()
+    game.vanish = True
+    return OrderEnforcingWrapper(game)
+
+
 def _concat(parts: list[dict], pid: str, key: str) -> np.ndarray:
     return np.concatenate([np.asarray(p[pid][key]) for p in parts if pid in p])
 
 
-def _check_one_game(parts: list[dict]) -> None:
-    # player_1: move 2 ends its first part (terminated, 20); move 5 is the first of its second
-    # part (50 + 60 until its next move), move 7 ends it (70).
+def _check_one_game(parts: list[dict], *, vanish: bool = False) -> None:
+    # player_1: move 2 ends its first part (terminated, 20; or, when it vanishes unselected,
+    # truncated with reward 0 and its own observation as next); move 5 is the first of its
+    # second part (50 + 60 until its next move), move 7 ends it (70).
     np.testing.assert_array_equal(_concat(parts, "b", "obs")[:, 0], [1, 4, 6])
-    np.testing.assert_array_equal(_concat(parts, "b", "rewards"), [20.0, 110.0, 70.0])
-    np.testing.assert_array_equal(_concat(parts, "b", "terminateds"), [True, False, True])
+    np.testing.assert_array_equal(_concat(parts, "b", "rewards"), [0.0 if vanish else 20.0, 110.0, 70.0])
+    np.testing.assert_array_equal(_concat(parts, "b", "terminateds"), [not vanish, False, True])
+    np.testing.assert_array_equal(_concat(parts, "b", "truncateds"), [vanish, False, False])
     np.testing.assert_array_equal(_concat(parts, "b", "firsts"), [True, True, False])
-    np.testing.assert_array_equal(_concat(parts, "b", "next_obs")[:, 0], [2, 6, 7])
+    np.testing.assert_array_equal(_concat(parts, "b", "next_obs")[:, 0], [1 if vanish else 2, 6, 7])
     # player_0 plays on through player_1's absence: one trajectory.
     np.testing.assert_array_equal(_concat(parts, "a", "obs")[:, 0], [0, 2, 3, 5])
     np.testing.assert_array_equal(_concat(parts, "a", "rewards"), [3.0, 3.0, 9.0, 13.0])
@@ -142,5 +161,25 @@ def test_a_runner_restored_while_the_player_is_away_marks_the_same_first_move():
         restored.set_state(state)
         _check_one_game([before, restored.sample(4)])
         _check_one_game([before, runner.sample(4)])
+    finally:
+        algo.stop()
+
+
+def test_a_player_that_left_unselected_and_is_added_back_starts_a_new_trajectory():
+    # Its move before it left does not span its absence: it ends where it left, truncated.
+    algo = _config(make_vanishing_game).build()
+    try:
+        runner = algo.env_runner_group.local
+        before = runner.sample(3)
+        assert P1 not in runner.envs[0].agents
+        assert "b" in before, "player_1's move ends where it left, not at the game's end"
+        np.testing.assert_array_equal(before["b"]["truncateds"], [True])
+        state = runner.get_state()
+        assert state["current_obs"][0]["pending_agents"] == []  # player_0 is to move
+        restored = cairn.env_runner.EnvRunner(algo.config, algo.policies)
+        restored.set_state(state)
+        _check_one_game([before, restored.sample(4)], vanish=True)
+        _check_one_game([before, runner.sample(4)], vanish=True)
+        _check_one_game([runner.sample(7)], vanish=True)
     finally:
         algo.stop()
