@@ -277,7 +277,9 @@ class TurnBasedSampler(AgentSampler):
         selected again, as at the game's end (reward 0, truncated): at once, so that an agent the
         env adds back later in the game starts a new trajectory instead of its move spanning its
         absence. Decided from ``env.agents`` after each step, which a restored runner sees alike."""
-        alive = set(self.envs[i].agents)
+        if not self.pending[i]:
+            return
+        alive = self.envs[i].agents  # a short list: no set built on this per-move path
         for agent in [a for a in self.pending[i] if a not in alive]:  # in the moves' order
             pending = self.pending[i].pop(agent)
             if trajs is not None:
