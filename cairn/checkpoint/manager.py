@@ -150,7 +150,9 @@ class CheckpointManager:
             ``evaluation``, for an evaluation metric); among equal values the newest wins. A
             result that lacks the metric otherwise, or whose value of it is no number (a group such
             as ``"evaluation"``, a string, a bool), makes :meth:`save` raise a
-            :class:`~cairn.errors.ConfigError` naming it and the result's metrics. A
+            :class:`~cairn.errors.ConfigError` naming it and the result's metrics; so does a
+            ``league/win_rate/<opponent>`` whose opponent the result's league can never report
+            (not a fixed opponent nor a snapshot ``<main>_v<n>``: a misspelt name). A
             checkpoint whose record holds another metric (saved under another ``keep_best``)
             has no metric for this manager.
         keep_every_iterations: Also keep, forever, the checkpoints of iterations that are

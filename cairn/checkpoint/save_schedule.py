@@ -6,6 +6,7 @@ any rule says so, and never twice for one iteration.
 from __future__ import annotations
 
 import numbers
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -86,7 +87,9 @@ def result_metric(result: Mapping[str, Any] | None, key: str) -> float | None:
     Raises :class:`~cairn.errors.ConfigError` naming the metric and the result's numeric names
     when the result lacks it otherwise (a misspelt ``keep_best`` metric would keep no best
     checkpoint, silently), and when its value is no number (a group of metrics such as
-    ``"evaluation"``, a string, a bool): that too would keep no best checkpoint.
+    ``"evaluation"``, a string, a bool): that too would keep no best checkpoint. Also when it
+    is main's win rate against an opponent that the result's league can never report (neither a
+    fixed opponent nor a snapshot ``"<main>_v<n>"``), naming those it can report.
     """
     if result is None:
         return None
@@ -96,6 +99,7 @@ def result_metric(result: Mapping[str, Any] | None, key: str) -> float | None:
     else:
         name = key if key in names else key.replace(".", "/")
         if name not in names:
+            _check_league_opponent(result, key)
             if _comes_and_goes(result, name):
                 return None
             raise ConfigError(
@@ -131,6 +135,38 @@ def _comes_and_goes(result: Mapping[str, Any], name: str) -> bool:
     league = result.get("league")
     return name.startswith("league/win_rate/") and isinstance(league, Mapping) \
         and isinstance(league.get("win_rate"), Mapping)
+
+
+def _check_league_opponent(result: Mapping[str, Any], key: str) -> None:
+    """Raise :class:`~cairn.errors.ConfigError` when ``key`` is main's win rate against an
+    opponent that ``result``'s league can never report: not one of its fixed opponents, not a
+    snapshot ID ``"<main>_v<n>"`` (:func:`cairn.league.snapshots.snapshot_id`; main plays no
+    games against itself). Such a name (a misspelt opponent) would look like an opponent with no
+    game yet at every save, and no checkpoint would ever count as best. Snapshots and fixed
+    opponents with no game yet are left alone: they can have a win rate later. Without the
+    league's ``main`` and ``rating`` (every participant's, fixed opponents included) it cannot
+    tell, and checks nothing."""
+    match = re.fullmatch(r"league[./]win_rate[./](.+)", key, flags=re.DOTALL)
+    league = result.get("league")
+    if match is None or not isinstance(league, Mapping):
+        return
+    main, ratings = league.get("main"), league.get("rating")
+    if not (isinstance(main, str) and isinstance(ratings, Mapping)):
+        return
+    opponent = match.group(1)
+
+    def is_snapshot(name: Any) -> bool:
+        return isinstance(name, str) and re.fullmatch(rf"{re.escape(main)}_v[0-9]+", name) is not None
+
+    fixed = sorted(str(name) for name in ratings if name != main and not is_snapshot(name))
+    if opponent in fixed or is_snapshot(opponent):
+        return
+    raise ConfigError(
+        f"CheckpointManager(keep_best=({key!r}, ...)): the league never reports main's win rate against "
+        f"{opponent!r}: it is neither one of its fixed opponents ({', '.join(map(repr, fixed)) or 'none'}) "
+        f"nor a snapshot of main {main!r} ('{main}_v<n>'; main plays no games against itself), so no "
+        "checkpoint could ever count as best by it. Fix: name one of those opponents "
+        f"('league/win_rate/<opponent>'), or add {opponent!r} to config.league(opponents=...).")
 
 
 def result_timesteps(result: Mapping[str, Any] | None) -> int | None:

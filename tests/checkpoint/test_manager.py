@@ -16,7 +16,9 @@ import cairn
 from cairn.checkpoint import save_schedule
 from cairn.checkpoint.manager import ManagedCheckpoint, checkpoint_name, resolve_checkpoint
 from cairn.checkpoint.reader import load_algorithm_state
+from cairn.config.league_settings import league_settings
 from cairn.errors import BackgroundSaveError, CheckpointError, ConfigError
+from cairn.league import League
 from tests.helpers import small_ppo
 
 
@@ -111,6 +113,46 @@ def test_a_missing_keep_best_metric_is_an_error_naming_it_and_the_metrics(algo, 
     for name in ("league/win_rate/random_legal", "league/rating/main", "evaluation/episode_return_mean"):
         assert name in message
     assert manager.checkpoints() == [] and _names(tmp_path) == []  # nothing written
+
+
+def _real_league_result(iteration: int) -> dict:
+    """A result whose ``league`` section is a real League's metrics: main ``main``, the fixed
+    opponent ``random_legal`` (no game yet: no win rate), one snapshot in the pool."""
+    league = League(league_settings(opponents={"random_legal": "random_legal"}), seed=0)
+    league.pool = ["main_v1"]
+    league.ratings.ensure("main_v1", like="main")
+    return {"training_iteration": iteration, "episode_return_mean": 0.0, "league": league.metrics()}
+
+
+@pytest.mark.parametrize("opponent", ["random_legl", "main", "main_vx", "heuristic", "random.legal"])
+def test_a_league_win_rate_against_an_opponent_that_can_never_play_is_an_error(algo, tmp_path, opponent):
+    """A misspelt opponent would look like one with no game yet at every save, so that no
+    checkpoint ever counts as best: refused when the league tells it can never appear (not a
+    fixed opponent, not a snapshot name '<main>_v<n>'; main plays no games against itself)."""
+    metric = f"league/win_rate/{opponent}"
+    manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=(metric, "max"))
+    with pytest.raises(ConfigError) as err:
+        _save_at(manager, algo, 1, _real_league_result(1))
+    message = str(err.value)
+    assert repr(opponent) in message and "'random_legal'" in message and "'main_v<n>'" in message
+    assert "Fix:" in message
+    assert manager.checkpoints() == [] and _names(tmp_path) == []  # nothing written
+    # The next call works: a name that can appear later is saved, not yet best.
+    manager = cairn.CheckpointManager(tmp_path, keep_last=1,
+                                      keep_best=("league/win_rate/random_legal", "max"))
+    _save_at(manager, algo, 1, _real_league_result(1))
+    assert manager.best() is None and len(manager.checkpoints()) == 1
+
+
+@pytest.mark.parametrize("metric", ["league/win_rate/random_legal", "league/win_rate/main_v1",
+                                    "league/win_rate/main_v7", "league.win_rate.main_v7"])
+def test_a_league_win_rate_against_an_opponent_that_can_still_play_is_saved_never_best(
+        algo, tmp_path, metric):
+    """A fixed opponent with no game yet, a pool snapshot, a snapshot the league has not taken
+    yet: none has a win rate in this result, but each can have one later."""
+    manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=(metric, "max"))
+    _save_at(manager, algo, 1, _real_league_result(1))
+    assert manager.best() is None and len(manager.checkpoints()) == 1
 
 
 @pytest.mark.parametrize("metric", ["evaluation", "league", "env", "done"])
