@@ -179,9 +179,11 @@ def mean_std_state_problem(state: Mapping[str, Any], size: int) -> str | None:
     """What makes ``state`` unfit to be the state of a MeanStdFilter of ``size`` features, or
     None: ``mean`` and ``m2`` must be ``size`` finite numbers (``m2``, sums of squared
     deviations, >= 0; 0 when ``count`` < 2, and ``mean`` 0 when ``count`` is 0, as no data gives
-    otherwise), ``count`` a whole number >= 0, ``clip`` and ``epsilon`` finite and > 0.
-    Any other such state would normalise every observation to NaN, to 0 or to one bound
-    without an error (a negative ``m2`` has no square root; ``clip`` 0 maps all to 0)."""
+    otherwise), ``count`` a whole number >= 0, ``clip`` and ``epsilon`` finite and > 0; and
+    since the filter acts in float32, ``mean`` and the standard deviation from ``m2`` finite in
+    float32 and ``epsilon`` within float32's normal range. Any other such state would normalise
+    every observation to NaN, to 0 or to one bound without an error (a negative ``m2`` has no
+    square root; ``clip`` 0 maps all to 0; a mean of 1e300 is infinite in float32)."""
     try:
         mean = np.asarray(state["mean"], dtype=np.float64)
         m2 = np.asarray(state["m2"], dtype=np.float64)
@@ -208,7 +210,33 @@ def mean_std_state_problem(state: Mapping[str, Any], size: int) -> str | None:
     for key in ("clip", "epsilon"):
         if not _positive_real(state.get(key)):
             return f"'{key}'={state.get(key)!r:.100} must be a finite number > 0"
+    # The filter acts with float32 constants (constants(); exported models embed them): a mean
+    # beyond float32's range becomes infinite (every value normalises to one bound), a std beyond
+    # it has an inverse of 0 (every value normalises to 0), and an epsilon below float32's
+    # smallest normal number gives a constant feature (std 0) an infinite inverse std (its mean
+    # value normalises to NaN). An epsilon from the smallest normal up keeps 1 / (std + epsilon)
+    # finite.
+    limits = f"float32's range (magnitudes up to {_F32.max:.4g}), in which the filter acts"
+    if not _float32_finite(mean):
+        return f"'mean' holds values beyond {limits}"
+    std = np.sqrt(m2 / float(count)) if float(count) >= 2 else np.ones(size)
+    if not _float32_finite(std):
+        return (f"'m2' gives a standard deviation beyond {limits} (its inverse would be 0, and every "
+                "observation would normalise to 0)")
+    epsilon = float(state["epsilon"])
+    if not (float(_F32.tiny) <= epsilon and _float32_finite(np.array([epsilon]))):
+        return (f"'epsilon'={state['epsilon']!r:.100} must be within float32's normal range "
+                f"({_F32.tiny:.4g} to {_F32.max:.4g}), in which the filter acts (default 1e-08)")
     return None
+
+
+_F32 = np.finfo(np.float32)
+
+
+def _float32_finite(values: np.ndarray) -> bool:
+    """Whether ``values`` stay finite when cast to float32 (as :meth:`MeanStdFilter.constants` casts)."""
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(values.astype(np.float32)).all())
 
 
 def make_filter(name: str, size: int) -> NoFilter | MeanStdFilter:

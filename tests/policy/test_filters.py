@@ -95,6 +95,49 @@ def test_a_state_that_would_normalise_to_nonsense_is_refused_and_changes_nothing
     np.testing.assert_array_equal(f.apply(x.copy()), expected)
 
 
+_F32 = np.finfo(np.float32)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("mean", np.array([1e300, 0.0, 0.0])), ("mean", np.array([0.0, -1e39, 0.0])),
+    ("m2", np.array([1e300, 0.0, 1.0])), ("epsilon", 1e-45), ("epsilon", 1e-40), ("epsilon", 1e39),
+], ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_a_state_finite_in_float64_but_not_in_the_float32_constants_is_refused(key: str,
+                                                                               value: object) -> None:
+    # The filter acts with float32 constants (constants(), and the exported models embed them).
+    # Restored silently before: a mean of 1e300 became inf, so every value of that feature
+    # normalised to one bound; an m2 of 1e300 gave a std whose inverse is 0 in float32, so every
+    # value normalised to 0; epsilon 1e-45 on this constant feature (m2 0) gave an infinite
+    # inverse std, so its mean value normalised to NaN and every other to a bound.
+    f = MeanStdFilter(3)
+    f.update(np.column_stack([_data()[:, 0], np.full(900, 4.0), _data()[:, 2]]))
+    assert f.m2[1] == 0.0  # the constant feature
+    before = f.get_state()
+    x = np.array([[3.0, 4.0, 0.0], [2.0, 4.5, 1.0]], np.float32)
+    expected = f.apply(x.copy())
+    with pytest.raises(ValueError, match=f"MeanStdFilter state: '{key}'.*float32"):
+        f.set_state({**before, key: value})
+    np.testing.assert_array_equal(f.apply(x.copy()), expected)  # unchanged
+    g = MeanStdFilter(3)  # and the next restore works
+    g.set_state(before)
+    np.testing.assert_array_equal(g.apply(x.copy()), expected)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("mean", np.array([float(_F32.max), 0.0, -float(_F32.max)])), ("epsilon", float(_F32.tiny)),
+    ("epsilon", float(_F32.max) / 2), ("m2", np.array([1e70, 0.0, 1.0])),
+], ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_a_state_at_the_edges_of_float32_is_restored_and_acts_finitely(key: str, value: object) -> None:
+    # The largest mean, the smallest normal epsilon (on a constant feature: the largest inverse
+    # std), a large epsilon and a std near float32's largest all stay finite in float32.
+    f = MeanStdFilter(3)
+    f.update(np.column_stack([_data()[:, 0], np.full(900, 4.0), _data()[:, 2]]))
+    f.set_state({**f.get_state(), key: value})
+    mean, inv_std = f.constants()
+    assert np.isfinite(mean).all() and np.isfinite(inv_std).all() and (inv_std > 0).all()
+    assert np.isfinite(f.apply(np.array([[3.0, 4.0, 0.0], [2.0, 4.5, 1.0]], np.float32))).all()
+
+
 @pytest.mark.parametrize(("count", "key"), [(0, "m2"), (1, "m2"), (0, "mean")])
 def test_statistics_of_fewer_than_two_observations_that_no_data_gives_are_refused(count: int,
                                                                                    key: str) -> None:
