@@ -10,7 +10,7 @@ from cairn.errors import ConfigError
 
 __all__ = [
     "DEFAULT_POLICY_ID", "validate_policy_id", "check_policy_ids", "check_mapped_policy_id",
-    "normalize_policy_ids",
+    "normalize_policy_ids", "snapshot_id", "is_snapshot_id",
 ]
 
 DEFAULT_POLICY_ID = "default_policy"
@@ -133,3 +133,19 @@ def normalize_policy_ids(policy_ids: str | Iterable[str] | None) -> list[str] | 
                 f"in {ids!r:.200}; pass the IDs as strings, e.g. policy_ids=['p0']."
             )
     return list(dict.fromkeys(sorted(ids) if isinstance(policy_ids, (set, frozenset)) else ids))
+
+
+def snapshot_id(main: str, n: int) -> str:
+    """The policy ID of a league's ``n``-th snapshot of ``main``: ``"<main>_v<n>"``
+    (:mod:`cairn.league.snapshots`; here, below the league and the checkpoint manager, which
+    both read the form)."""
+    return f"{main}_v{n}"
+
+
+def is_snapshot_id(main: str, policy_id: str) -> bool:
+    """Whether ``policy_id`` has the form of a :func:`snapshot_id` of ``main``.
+
+    >>> is_snapshot_id("main", "main_v12"), is_snapshot_id("main", "main_vx")
+    (True, False)
+    """
+    return re.fullmatch(rf"{re.escape(main)}_v[0-9]+", policy_id) is not None

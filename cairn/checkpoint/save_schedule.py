@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cairn.errors import ConfigError
+from cairn.policy_ids import is_snapshot_id
 from cairn.result_names import flat_result, is_finite_number
 
 __all__ = ["SaveSchedule", "TIMESTEPS_KEY", "result_metric", "result_timesteps"]
@@ -140,7 +141,7 @@ def _comes_and_goes(result: Mapping[str, Any], name: str) -> bool:
 def _check_league_opponent(result: Mapping[str, Any], key: str) -> None:
     """Raise :class:`~cairn.errors.ConfigError` when ``key`` is main's win rate against an
     opponent that ``result``'s league can never report: not one of its fixed opponents, not a
-    snapshot ID ``"<main>_v<n>"`` (:func:`cairn.league.snapshots.snapshot_id`; main plays no
+    snapshot ID ``"<main>_v<n>"`` (:func:`cairn.policy_ids.is_snapshot_id`; main plays no
     games against itself). Such a name (a misspelt opponent) would look like an opponent with no
     game yet at every save, and no checkpoint would ever count as best. Snapshots and fixed
     opponents with no game yet are left alone: they can have a win rate later. Without the
@@ -154,12 +155,9 @@ def _check_league_opponent(result: Mapping[str, Any], key: str) -> None:
     if not (isinstance(main, str) and isinstance(ratings, Mapping)):
         return
     opponent = match.group(1)
-
-    def is_snapshot(name: Any) -> bool:
-        return isinstance(name, str) and re.fullmatch(rf"{re.escape(main)}_v[0-9]+", name) is not None
-
-    fixed = sorted(str(name) for name in ratings if name != main and not is_snapshot(name))
-    if opponent in fixed or is_snapshot(opponent):
+    fixed = sorted(str(name) for name in ratings
+                   if name != main and not (isinstance(name, str) and is_snapshot_id(main, name)))
+    if opponent in fixed or is_snapshot_id(main, opponent):
         return
     raise ConfigError(
         f"CheckpointManager(keep_best=({key!r}, ...)): the league never reports main's win rate against "

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from cairn.policy.policy import Policy
+from cairn.policy_ids import is_snapshot_id, snapshot_id
 
 __all__ = ["PolicyPool", "snapshot_due", "is_snapshot_id", "snapshot_id", "add_snapshot", "remove_snapshot"]
 
@@ -31,20 +31,6 @@ class PolicyPool(Protocol):
                    policies_to_train: Sequence[str] | None = None) -> Policy: ...
 
     def remove_policy(self, policy_id: str) -> None: ...
-
-
-def snapshot_id(main: str, n: int) -> str:
-    """The policy ID of main's ``n``-th snapshot: ``"<main>_v<n>"``."""
-    return f"{main}_v{n}"
-
-
-def is_snapshot_id(main: str, policy_id: str) -> bool:
-    """Whether ``policy_id`` has the form of a :func:`snapshot_id` of ``main``.
-
-    >>> is_snapshot_id("main", "main_v12"), is_snapshot_id("main", "main_vx")
-    (True, False)
-    """
-    return re.fullmatch(rf"{re.escape(main)}_v[0-9]+", policy_id) is not None
 
 
 def snapshot_due(settings: Mapping[str, Any], iteration: int, *, has_snapshot: bool,
