@@ -23,8 +23,8 @@ import torch
 from cairn.errors import NonFiniteLossError
 from cairn.policy.torch_utils import clip_grad_norm, global_grad_norm, non_finite_grads
 
-__all__ = ["GradientSync", "DistributedGradientSync", "LOCAL_SYNC", "LearnOutput", "join_outputs",
-           "shard_bounds"]
+__all__ = ["GradientSync", "DistributedGradientSync", "LOCAL_SYNC", "LearnOutput", "ShardedSample",
+           "join_outputs", "shard_bounds"]
 
 
 @dataclass
@@ -67,6 +67,32 @@ def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
     base, extra = divmod(n, world_size)
     start = rank * base + min(rank, extra)
     return start, start + base + (1 if rank < extra else 0)
+
+
+class ShardedSample:
+    """This learner's shard of a replayed minibatch ``sample`` (DQN's, SAC's, TD3's learn
+    functions): ``n`` rows in all, ``rows`` the shard's slice, ``share`` its share of the ``n``
+    (the weight of its losses), ``empty`` whether it has none; calling it gives a column's rows
+    as a tensor on ``device``."""
+
+    def __init__(self, sync: GradientSync, sample: Mapping[str, np.ndarray], device: torch.device) -> None:
+        self.sample, self.device = sample, device
+        self.n = len(sample["rewards"])
+        self.rows = sync.shard(self.n)
+        self.share = (self.rows.stop - self.rows.start) / self.n
+        self.empty = self.rows.stop == self.rows.start
+
+    def __call__(self, name: str) -> torch.Tensor:
+        """Column ``name``'s rows of the shard, as a tensor on the device."""
+        return torch.from_numpy(np.ascontiguousarray(self.sample[name][self.rows])).to(self.device)
+
+    def weights(self) -> torch.Tensor | None:
+        """The shard's importance weights (prioritized replay's ``weights``), None without them."""
+        return self("weights") if self.sample.get("weights") is not None else None
+
+    def discounts(self, gamma: float) -> torch.Tensor:
+        """``gamma ** n_steps`` of each of the shard's rows (float32): its n-step target's discount."""
+        return torch.from_numpy(gamma ** self.sample["n_steps"][self.rows].astype(np.float32)).to(self.device)
 
 
 class GradientSync:

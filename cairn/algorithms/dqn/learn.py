@@ -14,6 +14,7 @@ from cairn.algorithms.dqn.dqn_policy import DQNPolicy, QValueModel
 from cairn.algorithms.dqn.loss import dqn_loss, q_targets
 from cairn.algorithms.dqn.numpy_update import numpy_dqn_update
 from cairn.learners import GradientSync, LearnOutput
+from cairn.learners.sync import ShardedSample
 from cairn.numpy_acting import evaluating
 from cairn.policy.action_masking import legal_action_table
 
@@ -55,26 +56,20 @@ def dqn_learn(config: DQNConfig, policy: DQNPolicy, sync: GradientSync, *,
     by its share of the rows (this learner's parts of the minibatch's, summed by the learner
     group) and its TD errors as ``rows``."""
     targets = dqn_targets(config, policy, sample)
-    shard = sync.shard(len(targets))
-    n = len(targets)
     device = next(policy.model.parameters()).device
-
-    def rows(name: str) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(sample[name][shard])).to(device)
-
+    rows = ShardedSample(sync, sample, device)
     stats: list[float] = []
     td_errors = np.zeros(0, dtype=np.float32)
     loss: torch.Tensor | None = None
-    if shard.stop > shard.start:
-        weights = sample.get("weights")
+    if not rows.empty:
         loss, td, loss_stats = dqn_loss(
             policy.model(rows("obs")), rows("actions"),
-            torch.from_numpy(targets[shard]).to(device), loss_fn=config.td_error_loss_fn,
-            weights=None if weights is None else rows("weights"),
+            torch.from_numpy(targets[rows.rows]).to(device), loss_fn=config.td_error_loss_fn,
+            weights=rows.weights(),
         )
         # A mean over rows: weighted by the shard's share, the learners' gradients sum to the
         # minibatch's (alone the weight is exactly 1).
-        share = (shard.stop - shard.start) / n
+        share = rows.share
         loss = loss * share
         # Every statistic is a mean over rows: weighted alike, the learners' parts sum to the
         # minibatch's (join_outputs).

@@ -18,6 +18,7 @@ from cairn.algorithms.sac.loss import (
 )
 from cairn.algorithms.sac.sac_policy import SACPolicy
 from cairn.learners import GradientSync, LearnOutput
+from cairn.learners.sync import ShardedSample
 
 __all__ = ["sac_learn"]
 
@@ -41,20 +42,14 @@ def sac_learn(config: SACConfig, policy: SACPolicy, sync: GradientSync, *,
     model, optimizer = policy.model, policy.optimizer
     groups: dict[str, list[torch.nn.Parameter]] = {g["name"]: g["params"] for g in optimizer.param_groups}
     device = model.log_alpha.device
-    n = len(sample["rewards"])
-    shard = sync.shard(n)
-    share = (shard.stop - shard.start) / n
-
-    def rows(name: str) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(sample[name][shard])).to(device)
-
-    shape = (n, policy.action_size)
-    noise = torch.randn(shape, generator=policy.generator)[shard].to(device)
-    next_noise = torch.randn(shape, generator=policy.generator)[shard].to(device)
+    rows = ShardedSample(sync, sample, device)
+    share, empty = rows.share, rows.empty
+    shape = (rows.n, policy.action_size)
+    noise = torch.randn(shape, generator=policy.generator)[rows.rows].to(device)
+    next_noise = torch.randn(shape, generator=policy.generator)[rows.rows].to(device)
     obs, actions, next_obs = rows("obs"), rows("actions"), rows("next_obs")
-    weights = rows("weights") if sample.get("weights") is not None else None
+    weights = rows.weights()
     alpha = model.log_alpha.detach().exp()  # this step's temperature, before alpha moves
-    empty = shard.stop == shard.start
 
     # The actor's reparameterised actions at s, for the alpha and actor losses.
     if not empty:
@@ -64,9 +59,8 @@ def sac_learn(config: SACConfig, policy: SACPolicy, sync: GradientSync, *,
         with torch.no_grad():
             next_mean, next_log_std = model.actor(next_obs)
             next_actions, next_log_prob = squashed_gaussian_sample(next_mean, next_log_std, next_noise)
-            discounts = torch.from_numpy(config.gamma ** sample["n_steps"][shard].astype(np.float32))
             targets = soft_q_targets(
-                rows("rewards"), discounts.to(device), rows("terminateds"),
+                rows("rewards"), rows.discounts(config.gamma), rows("terminateds"),
                 model.target_critic(next_obs, next_actions), next_log_prob, alpha)
         q_values = model.critic(obs, actions)
         loss_critic, td_errors = critic_loss(q_values, targets, weights)

@@ -18,6 +18,7 @@ from cairn.algorithms.td3.loss import (
 )
 from cairn.algorithms.td3.td3_policy import TD3Policy
 from cairn.learners import GradientSync, LearnOutput
+from cairn.learners.sync import ShardedSample
 
 __all__ = ["td3_learn", "actor_update_due"]
 
@@ -49,25 +50,19 @@ def td3_learn(config: TD3Config, policy: TD3Policy, sync: GradientSync, *,
     model, optimizer = policy.model, policy.optimizer
     groups: dict[str, list[torch.nn.Parameter]] = {g["name"]: g["params"] for g in optimizer.param_groups}
     device = next(model.critic.parameters()).device
-    n = len(sample["rewards"])
-    shard = sync.shard(n)
-    share = (shard.stop - shard.start) / n
-
-    def rows(name: str) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(sample[name][shard])).to(device)
-
-    noise = torch.randn((n, policy.action_size), generator=policy.generator)[shard].to(device)
-    empty = shard.stop == shard.start
+    rows = ShardedSample(sync, sample, device)
+    share, empty = rows.share, rows.empty
+    noise = torch.randn((rows.n, policy.action_size), generator=policy.generator)[rows.rows].to(device)
     obs = rows("obs")
     if not empty:
-        weights = rows("weights") if sample.get("weights") is not None else None
+        weights = rows.weights()
         with torch.no_grad():
             next_obs = rows("next_obs")
             next_actions = smoothed_target_actions(model.target_actor(next_obs), noise,
                                                    noise_std=config.target_policy_noise,
                                                    noise_clip=config.target_noise_clip)
-            discounts = torch.from_numpy(config.gamma ** sample["n_steps"][shard].astype(np.float32))
-            targets = clipped_double_q_targets(rows("rewards"), discounts.to(device), rows("terminateds"),
+            targets = clipped_double_q_targets(rows("rewards"), rows.discounts(config.gamma),
+                                               rows("terminateds"),
                                                model.target_critic(next_obs, next_actions))
         q_values = model.critic(obs, rows("actions"))
         loss_critic, td_errors = critic_loss(q_values, targets, weights)
