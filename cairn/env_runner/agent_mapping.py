@@ -165,6 +165,12 @@ class AgentSampler:
             pids[agent] = check_mapped_policy_id(agent, mapped, self.seat_ids())
         return pids[agent]
 
+    def finish_episode(self, env_index: int) -> None:
+        """Record env ``env_index``'s episode as completed, each agent's return under the policy
+        ID it was mapped to (:meth:`policy_of`; an agent never mapped, under its own name)."""
+        pids = self.agent_pids[env_index]
+        self.episodes.finish(env_index, lambda agent: pids.get(agent, str(agent)))
+
 
 def agent_ids_by_name(env: Any) -> dict[str, Any]:
     """``{str(agent_id): agent_id}`` of ``env``'s possible agents: a state names agents by

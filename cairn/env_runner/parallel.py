@@ -155,10 +155,6 @@ class ParallelSampler(AgentSampler):
             "step(), or end the episode by emptying env.agents (PettingZoo's parallel API: an "
             "agent leaves env.agents at the step that terminates or truncates it).")
 
-    def _finish_episode(self, i: int) -> None:
-        pids = self.agent_pids[i]
-        self.episodes.finish(i, lambda agent: pids.get(agent, str(agent)))
-
     def _agent_flags(self, i: int, agent: Any, term_d: Mapping[Any, Any], trunc_d: Mapping[Any, Any],
                      alive: set[Any]) -> tuple[bool, bool]:
         """``(terminated, truncated)`` of ``agent`` in env ``i`` after a step, whether it acted at
@@ -287,7 +283,7 @@ class ParallelSampler(AgentSampler):
                         if agent in obs_d:
                             incoming[self.policy_of(i, agent)].append((i, ("final", agent), obs_d[agent]))
                 if episode_over:
-                    self._finish_episode(i)
+                    self.finish_episode(i)
                     self.runner.recurrent_states.end_episode(i)
                     reset_obs, reset_infos = self._reset_env(i)
                     for agent, o in reset_obs.items():

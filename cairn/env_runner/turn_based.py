@@ -219,7 +219,10 @@ class TurnBasedSampler(AgentSampler):
             while True:
                 self._end_departed_moves(i, trajs)
                 if not env.agents:
-                    self._end_episode(i)
+                    # No move is pending: the agents that left without being selected again had
+                    # theirs ended by _end_departed_moves, truncated.
+                    assert not self.pending[i]
+                    self.finish_episode(i)
                     self._reset_env(i, env)
                 agent = env.agent_selection
                 obs, reward, terminated, truncated, info = env.last()
@@ -287,13 +290,6 @@ class TurnBasedSampler(AgentSampler):
                           first=agent in self.first_moves[i], action_logp=pending[2])
             self.first_moves[i].discard(agent)
             self._moved(i).discard(agent)
-
-    def _end_episode(self, i: int) -> None:
-        # No move is pending: the agents that left without being selected again (env.agents is
-        # empty) had theirs ended by _end_departed_moves, truncated.
-        assert not self.pending[i]
-        pids = self.agent_pids[i]
-        self.episodes.finish(i, lambda agent: pids.get(agent, str(agent)))
 
     # --------------------------------------------------------------------------------- state
     def get_state(self, *, copy: bool = True) -> list[dict[str, Any]]:
