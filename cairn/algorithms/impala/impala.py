@@ -17,7 +17,7 @@ from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.fragments import Fragment, join_fragments, policy_lags
 from cairn.algorithms.impala.learn import after_train_batch, vtrace_learn
 from cairn.algorithms.impala.recurrent import vtrace_learn_recurrent
-from cairn.algorithms.ppo.recurrent import sequence_count
+from cairn.algorithms.ppo.recurrent import epoch_permutations
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.remote import join_batches
 from cairn.env_runner.sample_batch import SampleBatch
@@ -113,12 +113,9 @@ class IMPALA(Algorithm):
                 if batch is None:
                     continue
                 lags = policy_lags(fragments, pid, self.weights_version)
-                # The epochs' orders (of rows; of a recurrent policy's sequences) come from the
-                # algorithm's generator, here, so that every learner (one, or each DDP rank) walks
-                # the same minibatches.
-                recurrent = is_recurrent(self.policies[pid])
-                n = sequence_count(batch, self.policies[pid]) if recurrent else len(batch)
-                permutations = [self._rng.permutation(n) for _ in range(self.config.num_epochs)]
+                policy = self.policies[pid]
+                recurrent = is_recurrent(policy)
+                permutations = epoch_permutations(self._rng, batch, policy, self.config.num_epochs)
                 output = self.learn(vtrace_learn_recurrent if recurrent else vtrace_learn, pid, batch=batch,
                                     permutations=permutations, appo=self.uses_target_network)
                 stats[pid] = {**output.stats, **self.after_learn(pid, batch),

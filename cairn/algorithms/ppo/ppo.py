@@ -10,7 +10,7 @@ import numpy as np
 from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.ppo.config import PPOConfig
 from cairn.algorithms.ppo.learn import ppo_learn
-from cairn.algorithms.ppo.recurrent import learn_recurrent, sequence_count
+from cairn.algorithms.ppo.recurrent import epoch_permutations, learn_recurrent
 from cairn.algorithms.reward_normalization import RewardNormalizer
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.sample_batch import SampleBatch
@@ -95,13 +95,9 @@ class PPO(Algorithm):
         self.reward_normalizers = normalizers
 
     def _learn(self, policy_id: str, batch: SampleBatch, rewards: np.ndarray) -> dict[str, float]:
-        # The epochs' orders (of rows; of a recurrent policy's sequences) come from the
-        # algorithm's generator, here, so that every learner (one, or each DDP rank) walks the
-        # same minibatches.
         policy = self.policies[policy_id]
         recurrent = is_recurrent(policy)  # whole sequences from their stored states (docs/ppo.md)
-        n = sequence_count(batch, policy) if recurrent else len(batch)
-        permutations = [self._rng.permutation(n) for _ in range(self.config.num_epochs)]
+        permutations = epoch_permutations(self._rng, batch, policy, self.config.num_epochs)
         output = self.learn(learn_recurrent if recurrent else ppo_learn, policy_id, batch=batch,
                             rewards=rewards, permutations=permutations)
         stats: dict[str, float] = output.stats

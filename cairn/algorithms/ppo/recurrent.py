@@ -38,10 +38,11 @@ from cairn.learners import GradientSync, LearnOutput
 from cairn.numpy_acting import evaluating
 from cairn.policy.distributions import ActionDistribution
 from cairn.policy.policy import Policy
+from cairn.policy.recurrent import is_recurrent
 from cairn.policy.recurrent_config import recurrent_settings
 
-__all__ = ["learn_recurrent", "sequence_count", "sequence_starts", "padded_rows", "bootstrap_values",
-           "Sequences"]
+__all__ = ["learn_recurrent", "sequence_count", "epoch_permutations", "sequence_starts", "padded_rows",
+           "bootstrap_values", "Sequences"]
 
 
 def sequence_starts(ends: np.ndarray, max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -189,6 +190,15 @@ def sequence_count(batch: SampleBatch, policy: Policy) -> int:
     algorithm draws a permutation of them per epoch)."""
     max_seq_len = int(recurrent_settings(policy.config["model"])["max_seq_len"])
     return len(sequence_starts(batch["ends"], max_seq_len)[0])
+
+
+def epoch_permutations(rng: np.random.Generator, batch: SampleBatch, policy: Policy,
+                       num_epochs: int) -> list[np.ndarray]:
+    """The order of each of ``num_epochs`` epochs over ``batch`` (of its rows; of a recurrent
+    policy's sequences, :func:`sequence_count`), drawn by the algorithm from its generator
+    ``rng`` so that every learner (one, or each DDP rank) walks the same minibatches."""
+    n = sequence_count(batch, policy) if is_recurrent(policy) else len(batch)
+    return [rng.permutation(n) for _ in range(num_epochs)]
 
 
 def learn_recurrent(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: SampleBatch,
