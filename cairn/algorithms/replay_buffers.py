@@ -63,13 +63,21 @@ def replay_transitions(batch: SampleBatch, *, gamma: float, n_step: int) -> dict
         steps = np.ones(len(batch), dtype=np.int32)
     else:
         returns, last, steps = n_step_returns(batch["rewards"], batch["ends"], gamma=gamma, n=n_step)
+    return _transitions(batch, returns, last, steps)
+
+
+def _transitions(rows: Mapping[str, np.ndarray], returns: np.ndarray, last: np.ndarray, steps: np.ndarray,
+                 keep: Any = slice(None)) -> dict[str, np.ndarray]:
+    """The stored columns of the transitions ``keep`` of ``rows``: each one's ``obs`` and
+    ``actions``, its n-step return (``returns``), the ``next_obs`` and ``terminateds`` of its
+    window's ``last`` row and its window length (``steps``)."""
     return {
-        "obs": batch["obs"],
-        "actions": batch["actions"],
-        "rewards": returns.astype(np.float32, copy=False),
-        "next_obs": batch["next_obs"][last],
-        "terminateds": batch["terminateds"][last],
-        "n_steps": steps.astype(np.int32, copy=False),
+        "obs": rows["obs"][keep],
+        "actions": rows["actions"][keep],
+        "rewards": returns[keep].astype(np.float32, copy=False),
+        "next_obs": rows["next_obs"][last[keep]],
+        "terminateds": rows["terminateds"][last[keep]],
+        "n_steps": steps[keep].astype(np.int32, copy=False),
     }
 
 
@@ -111,15 +119,7 @@ class NStepTransitions:
         for stream in np.unique(joined["streams"][hold]):
             rows = hold & (joined["streams"] == stream)
             self.pending[int(stream)] = {k: v[rows] for k, v in joined.items()}
-        keep = ~hold
-        return {
-            "obs": joined["obs"][keep],
-            "actions": joined["actions"][keep],
-            "rewards": returns[keep].astype(np.float32, copy=False),
-            "next_obs": joined["next_obs"][last[keep]],
-            "terminateds": joined["terminateds"][last[keep]],
-            "n_steps": steps[keep].astype(np.int32, copy=False),
-        }
+        return _transitions(joined, returns, last, steps, ~hold)
 
     def _join(self, batch: SampleBatch) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """``batch`` with each stream's held rows in front of its first row (when that row does
