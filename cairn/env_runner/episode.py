@@ -201,10 +201,9 @@ class EpisodeBook:
         del self.completed[mark[0]:]
         self.num_episodes = mark[1]
 
-    def take(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Return the completed episodes (the first ``limit`` of them) and forget them all."""
-        done = self.completed if limit is None else self.completed[:limit]
-        self.completed = []
+    def take(self) -> list[dict[str, Any]]:
+        """Return the completed episodes and forget them."""
+        done, self.completed = self.completed, []
         return done
 
 
