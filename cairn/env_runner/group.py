@@ -174,7 +174,7 @@ class EnvRunnerGroup:
             self.stop_async_sampling()  # its fragments and weights are of the old policies
             self.policies, remote.config = policies, config  # what a recreated runner is built from
             remote.recover("update_policies()")
-            states = ensure_ray().put({pid: p.get_state() for pid, p in policies.items()})
+            states = ensure_ray().put(self._policy_states())
             remote.call("reset_policies", {i: (config, states) for i in remote.actors},
                         timeout_s=remote.config.env_runner_health_probe_timeout_s)
             remote.recover("update_policies()")
