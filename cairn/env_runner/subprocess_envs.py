@@ -32,6 +32,7 @@ parent died (its pipe closes) exits by itself.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import pickle
 import weakref
@@ -161,14 +162,19 @@ def _end(conn: Connection, process: Any) -> None:
     conn.close()
 
 
-def _receive_all(proxies: Sequence[SubprocessEnv], command: str) -> list[Any]:
-    """Every proxy's answer to ``command``, in order; when some failed, the first failure is
-    raised, after every answer was read (each pipe is then ready for the next request)."""
+def _request_all(proxies: Sequence[SubprocessEnv], command: str, arguments: Iterable[Any],
+                 name: str) -> list[Any]:
+    """Send every proxy ``command`` with its argument (``arguments``, in order), then read every
+    answer, in order (``name``: the request in error messages); when some failed, the first
+    failure is raised, after every answer was read (each pipe is then ready for the next
+    request). Every child works on its request while the others are sent theirs."""
+    for proxy, argument in zip(proxies, arguments):
+        proxy.send(command, argument)
     answers: list[Any] = []
     first_error: EnvError | None = None
     for proxy in proxies:
         try:
-            answers.append(proxy.receive(command))
+            answers.append(proxy.receive(name))
         except EnvError as exc:
             first_error = first_error or exc
             answers.append(None)
@@ -224,26 +230,17 @@ class AsyncEnvs:
     def step(self, actions: Iterable[Any], indices: Sequence[int] | None = None) -> list[StepResult]:
         command = "step+info" if self.keep_infos else "step"
         proxies = self.envs if indices is None else [self.envs[i] for i in indices]
-        for proxy, action in zip(proxies, actions):
-            proxy.send(command, action)
-        return _receive_all(proxies, "step")
+        return _request_all(proxies, command, actions, "step")
 
     def reset(self, seeds: Mapping[int, int | None]) -> dict[int, tuple[Any, Any]]:
         command = "reset+info" if self.keep_infos else "reset"
-        proxies = [self.envs[i] for i in seeds]
-        for proxy, seed in zip(proxies, seeds.values()):
-            proxy.send(command, seed)
-        return dict(zip(seeds, _receive_all(proxies, "reset")))
+        return dict(zip(seeds, _request_all([self.envs[i] for i in seeds], command, seeds.values(), "reset")))
 
     def get_states(self) -> list[dict[str, Any] | None]:
-        for proxy in self.envs:
-            proxy.send("get_state")
-        return _receive_all(self.envs, "get_state")
+        return _request_all(self.envs, "get_state", itertools.repeat(None), "get_state")
 
     def set_states(self, states: Sequence[dict[str, Any] | None]) -> bool:
-        for proxy, state in zip(self.envs, states):
-            proxy.send("set_state", state)
-        return all(_receive_all(self.envs, "set_state"))
+        return all(_request_all(self.envs, "set_state", states, "set_state"))
 
     def close(self) -> None:
         self._finalizer()
