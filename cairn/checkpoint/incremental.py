@@ -154,7 +154,7 @@ def plan_reuse(state: Any, previous: PreviousPolicy | None, *, native: bool,
         return None
     files = previous.manifest["files"]
     entries = state_file_entries(state, POLICY_STATE_FILE, POLICY_ARRAYS_FILE)
-    if entries is None or files.get(POLICY_ARRAYS_FILE) != entries[POLICY_ARRAYS_FILE]:
+    if files.get(POLICY_ARRAYS_FILE) != entries[POLICY_ARRAYS_FILE]:
         return None
     whole = (files.get(POLICY_STATE_FILE) == entries[POLICY_STATE_FILE]
              and _same_native(native, reuses, previous.manifest.get("native_model"))

@@ -8,7 +8,7 @@ import contextlib
 import contextvars
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,22 +97,14 @@ class _Discard:
         return len(data)
 
 
-def state_file_entries(state: Any, json_name: str, arrays_name: str,
-                       known: Mapping[str, Mapping[str, Any]] | None = None) -> Files | None:
+def state_file_entries(state: Any, json_name: str, arrays_name: str) -> Files:
     """The ``{"size", "hash"}`` entries :func:`write_state_files` would record for ``state``,
-    computed without writing. With ``known`` (an earlier manifest's files) it stops at the
-    first file that differs from there and returns None: the cheap JSON file is hashed first,
-    so a changed state rarely costs hashing its arrays."""
+    computed without writing."""
     tree, arrays = split_state(state)
-    text = _json_bytes(tree, compact=True)
-    entries: Files = {json_name: file_entry([text])}
-    if known is not None and known.get(json_name) != entries[json_name]:
-        return None
+    entries: Files = {json_name: file_entry([_json_bytes(tree, compact=True)])}
     hasher = new_hasher()
     size = write_safetensors(_Discard(), arrays, hasher)  # type: ignore[arg-type]
     entries[arrays_name] = {"size": size, "hash": hasher.hexdigest()}
-    if known is not None and known.get(arrays_name) != entries[arrays_name]:
-        return None
     return entries
 
 
