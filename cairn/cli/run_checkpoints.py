@@ -9,7 +9,6 @@ start-up cleans a crashed save's leftovers and could race a run that is saving.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ CHECKPOINTS_DIR = "checkpoints"
 BEST_METRIC = "episode_return_mean"
 
 _NAME = re.compile(r"checkpoint_(\d{6,})")
-_RECORD_SUFFIX = ".record.json"  # the manager's record next to each checkpoint (cairn/checkpoint/manager.py)
 
 
 @dataclass(frozen=True)
@@ -55,24 +53,14 @@ def run_manager(root: str, *, keep: int | None, every: int | None,
 
 
 def _record(root: str, name: str) -> dict[str, Any]:
-    """The manager's record of the checkpoint ``name`` ({} without one); that of the checkpoint
-    it replaces while a ``save(force=True)`` has not committed (:func:`resolve_record`)."""
-    from cairn.checkpoint.format import MANIFEST_FILE
-    from cairn.checkpoint.manager_records import resolve_record
+    """The manager's record of the checkpoint ``name`` ({} without one), read as the manager
+    reads it (:func:`~cairn.checkpoint.manager_records.read_record`): that of the checkpoint it
+    replaces while a ``save(force=True)`` has not committed."""
+    from cairn.checkpoint.manager_records import read_record
+    from cairn.checkpoint.manager_store import ManagerStore
+    from cairn.checkpoint.storage import LocalStorage
 
-    try:
-        with open(os.path.join(root, name + _RECORD_SUFFIX)) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if isinstance(record, dict):
-        try:
-            with open(os.path.join(root, name, MANIFEST_FILE), "rb") as f:
-                manifest: bytes | None = f.read()
-        except OSError:
-            manifest = None
-        record = resolve_record(record, manifest)
-    return record if isinstance(record, dict) else {}
+    return read_record(ManagerStore(LocalStorage(root)), name) or {}
 
 
 def _committed(root: str) -> list[tuple[int, str, str, dict[str, Any]]]:
