@@ -8,7 +8,7 @@ import json
 import math
 import platform
 from collections.abc import Iterator, Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Union
 
 from cairn.checkpoint.dirhandle import CheckpointDir
@@ -38,7 +38,7 @@ from cairn.policy_ids import validate_policy_id
 from cairn.registry import check_class_reference_form
 
 __all__ = ["build_manifest", "check_metadata", "parse_manifest", "read_manifest", "read_verified",
-           "safe_relative_path", "library_versions"]
+           "check_relative_name", "library_versions"]
 
 CHECKPOINT_TYPES = ("Algorithm", "Policy")
 #: The largest ``metadata`` a manifest takes, as JSON.
@@ -131,16 +131,9 @@ def check_metadata(metadata: Any) -> dict[str, Any] | None:
     return json.loads(text)  # type: ignore[no-any-return]
 
 
-def safe_relative_path(name: Any) -> PurePosixPath:
-    """Check that a manifest file name stays inside the checkpoint directory."""
-    check_relative_name(name)
-    return PurePosixPath(name)
-
-
 def check_relative_name(name: Any) -> None:
     """Refuse (``UnsafeCheckpointError``) a manifest file name that leaves the checkpoint
-    directory; :func:`safe_relative_path` without building the path (manifests list every
-    file, so this runs once per file on every read)."""
+    directory (manifests list every file, so this runs once per file on every read)."""
     if not isinstance(name, str) or not name or len(name) > 1024:
         raise UnsafeCheckpointError(f"Manifest lists an invalid file name {name!r:.100}.")
     bad = ("\x00" in name or "\\" in name or name.startswith("/") or ":" in name)
@@ -293,7 +286,7 @@ def read_verified(directory: Directory, name: str, manifest: Mapping[str, Any], 
     with _opened(directory) as handle:
         if entry is None:
             raise CheckpointFormatError(f"{handle.path}: {name} is not listed in the manifest.")
-        safe_relative_path(name)
+        check_relative_name(name)
         buffer = handle.read_file(name, f"checkpoint file {name}", expected_size=entry["size"],
                                   limit=limit)
         if file_entry([buffer])["hash"] != entry["hash"]:
