@@ -54,12 +54,11 @@ Location = Union[str, "os.PathLike[str]", Storage]
 
 
 def _write_policy_dir(root: Path, policy_state: Mapping[str, Any],
-                      native_files: NativeFiles | None) -> tuple[dict[str, Any], Files]:
-    """Write one Policy checkpoint into ``root``; return its manifest's size and hash, and the
-    files the manifest lists."""
+                      native_files: NativeFiles | None) -> dict[str, Any]:
+    """Write one Policy checkpoint into ``root``; return its manifest's size and hash."""
     files: Files = {}
     write_state_files(root, POLICY_STATE_FILE, POLICY_ARRAYS_FILE, policy_state, files)
-    return _write_policy_manifest(root, policy_state, native_files, files), files
+    return _write_policy_manifest(root, policy_state, native_files, files)
 
 
 def _write_policy_manifest(root: Path, policy_state: Mapping[str, Any], native_files: NativeFiles | None,
@@ -128,17 +127,16 @@ def write_policy_checkpoint(path: Location, state: Mapping[str, Any], *,
     return target.storage.url
 
 
-def _reused_policy(target: WriteTarget, pid: str, state: Any, reuse: Reuse) -> tuple[dict[str, Any], Files]:
-    """The manifest's entry and files of policy ``pid`` whose files (all, or its arrays file)
+def _reused_policy(target: WriteTarget, pid: str, state: Any, reuse: Reuse) -> dict[str, Any]:
+    """The manifest's entry of policy ``pid`` whose files (all, or its arrays file)
     :func:`~cairn.checkpoint.incremental.link_policies` took; the JSON state file and the
     manifest are written here when only the arrays file was taken."""
-    files = reuse.previous.manifest["files"]
     if reuse.whole:
-        return dict(reuse.previous.entry), {name: dict(entry) for name, entry in files.items()}
+        return dict(reuse.previous.entry)
     root = target.directory / POLICIES_DIR / pid
-    written: Files = {POLICY_ARRAYS_FILE: dict(files[POLICY_ARRAYS_FILE])}
+    written: Files = {POLICY_ARRAYS_FILE: dict(reuse.previous.manifest["files"][POLICY_ARRAYS_FILE])}
     write_json_file(root, POLICY_STATE_FILE, split_state(state)[0], written, compact=True)
-    return _write_policy_manifest(root, state, None, written), written
+    return _write_policy_manifest(root, state, None, written)
 
 
 def write_algorithm_checkpoint(
@@ -203,9 +201,9 @@ def write_algorithm_checkpoint(
         files: Files = {}
         for pid, policy_state in policy_states.items():
             # The root manifest vouches for each policy's manifest, hashed as it is written.
-            entry, _ = (_reused_policy(target, pid, policy_state, reuse[pid]) if pid in reuse else
-                        _write_policy_dir(tmp / POLICIES_DIR / pid, policy_state, native.get(pid)))
-            files[f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"] = entry
+            files[f"{POLICIES_DIR}/{pid}/{MANIFEST_FILE}"] = (
+                _reused_policy(target, pid, policy_state, reuse[pid]) if pid in reuse else
+                _write_policy_dir(tmp / POLICIES_DIR / pid, policy_state, native.get(pid)))
         for name, component in components.items():
             write_state_files(tmp, f"{COMPONENTS_DIR}/{name}/{COMPONENT_STATE_FILE}",
                               f"{COMPONENTS_DIR}/{name}/{COMPONENT_ARRAYS_FILE}", component, files)
