@@ -21,10 +21,6 @@ from cairn.cli.common import CommandError
 
 __all__ = ["add_parser", "run", "upgrade_checkpoint"]
 
-#: Files of a Policy checkpoint that the writer writes itself; any other listed file is a
-#: native model file, copied as it is.
-_POLICY_STATE_FILES = ("policy_state.json", "policy_state.safetensors")
-
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``upgrade`` to ``cairn checkpoint``'s actions."""
@@ -42,12 +38,14 @@ def _native_copier(policy_dir: str) -> Any:
     """A ``native_files`` callback that copies the native model files of the Policy checkpoint
     in ``policy_dir`` (verified against its manifest) into the checkpoint being written."""
     from cairn.checkpoint import get_checkpoint_info
+    from cairn.checkpoint.format import POLICY_ARRAYS_FILE, POLICY_STATE_FILE
     from cairn.checkpoint.storage import resolve_storage
     from cairn.checkpoint.storage.reuse_check import hash_problem
 
     info = get_checkpoint_info(policy_dir)
     source = resolve_storage(info["checkpoint_dir"])
-    names = [name for name in info["files"] if name not in _POLICY_STATE_FILES]
+    # the writer writes the state files itself; any other listed file is a native model file
+    names = [name for name in info["files"] if name not in (POLICY_STATE_FILE, POLICY_ARRAYS_FILE)]
     if not names:
         return None
     record = info.get("native_model")

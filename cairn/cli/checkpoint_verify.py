@@ -19,8 +19,6 @@ from cairn.cli.common import EXIT_FAILURE
 
 __all__ = ["add_parser", "run", "verify_checkpoint"]
 
-MANIFEST = "cairn_checkpoint.json"
-
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``verify`` to ``cairn checkpoint``'s actions."""
@@ -68,6 +66,7 @@ def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None
     ``checkpoint`` is any location cairn reads (a path, a ``file://`` or object-store URL)."""
     from cairn.algorithms.save_restore import check_algorithm_state, check_env_reference
     from cairn.checkpoint import get_checkpoint_info, load_algorithm_state, load_policy_state
+    from cairn.checkpoint.format import MANIFEST_FILE
     from cairn.checkpoint.storage import resolve_storage
     from cairn.errors import CheckpointError
     from cairn.policy.policy import Policy
@@ -81,7 +80,7 @@ def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None
     storage = resolve_storage(info["checkpoint_dir"])
     present = set(storage.list_files())
     problems = []
-    listed = {MANIFEST}
+    listed = {MANIFEST_FILE}
     bad: set[str] = set()
     for name, entry in sorted(info["files"].items()):
         listed.add(name)
@@ -91,7 +90,7 @@ def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None
             bad.add(name)
     for pid in info["policy_ids"] or []:
         sub = f"policies/{pid}"
-        if f"{sub}/{MANIFEST}" in bad:  # reported; a manifest that fails its hash vouches for nothing
+        if f"{sub}/{MANIFEST_FILE}" in bad:  # reported; a manifest that fails its hash vouches for nothing
             listed.update(name for name in present if name.startswith(f"{sub}/"))
             continue
         try:

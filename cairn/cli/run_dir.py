@@ -26,11 +26,14 @@ def run_files(run_dir: Path) -> list[str]:
 def check_new_run_dir(run_dir: Path, out: str, *, overwrite: bool) -> None:
     """Check that a new run may start in ``run_dir`` (given as ``--out out``); with
     ``overwrite``, remove the files of the run it holds first."""
+    from cairn.checkpoint.format import MANIFEST_FILE
+    from cairn.checkpoint.manager_records import RECORD_SUFFIX
+
     if os.path.lexists(run_dir) and not run_dir.is_dir():
         raise UsageError(f"--out {out} exists and is not a directory; choose another --out.")
     if not run_dir.is_dir():
         return
-    if (run_dir / "cairn_checkpoint.json").exists():
+    if (run_dir / MANIFEST_FILE).exists():
         raise UsageError(f"--out {out} is a cairn checkpoint, not a run directory; choose a new or empty "
                          "directory for the run (its checkpoints go to RUN/checkpoints/).")
     ours = run_files(run_dir)
@@ -47,7 +50,7 @@ def check_new_run_dir(run_dir: Path, out: str, *, overwrite: bool) -> None:
         if name == CHECKPOINTS_DIR:
             for stored in list_checkpoints(str(path)):
                 shutil.rmtree(stored.path)
-                Path(f"{stored.path}.record.json").unlink(missing_ok=True)
+                Path(stored.path + RECORD_SUFFIX).unlink(missing_ok=True)
         elif path.is_dir():
             shutil.rmtree(path)
         else:
