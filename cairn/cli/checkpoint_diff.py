@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -202,9 +203,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("settings: no differences")
     if diff["state"]:  # many values (generators, env states, optimizer moments): counted per part
-        counts: dict[str, int] = {}
-        for key in diff["state"]:
-            counts[_state_part(key)] = counts.get(_state_part(key), 0) + 1
+        counts = Counter(_state_part(key) for key in diff["state"])
         print(f"state ({len(diff['state'])} values differ; --json lists them):")
         for part, count in counts.items():
             print(f"  {part}: {count} value{'s differ' if count > 1 else ' differs'}")
