@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol
 
 __all__ = ["Reporter", "PlainReporter", "BarReporter", "QuietReporter", "make_reporter", "format_line"]
 
@@ -60,21 +60,15 @@ class QuietReporter:
 
 
 class PlainReporter:
-    """One line per iteration on ``stream`` (default stdout), flushed at once."""
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream
-
-    def _out(self) -> TextIO:
-        return self.stream or sys.stdout
+    """One line per iteration on stdout, flushed at once."""
 
     def start(self, result: Mapping[str, Any] | None) -> None: ...
 
     def update(self, result: Mapping[str, Any]) -> None:
-        print(format_line(result), file=self._out(), flush=True)
+        print(format_line(result), flush=True)
 
     def message(self, text: str) -> None:
-        print(text, file=self._out(), flush=True)
+        print(text, flush=True)
 
     def stop(self) -> None: ...
 
@@ -167,16 +161,14 @@ class BarReporter:
         self.progress.stop()
 
 
-def make_reporter(*, quiet: bool, title: str, stop: Mapping[str, Any],
-                  stream: TextIO | None = None) -> Reporter:
+def make_reporter(*, quiet: bool, title: str, stop: Mapping[str, Any]) -> Reporter:
     """The reporter for this process: quiet, a bar when stdout is a terminal (and rich is
     installed), else plain lines."""
     if quiet:
         return QuietReporter()
-    out = stream or sys.stdout
-    if out.isatty():
+    if sys.stdout.isatty():
         try:
             return BarReporter(title, stop)
         except ImportError:
             pass
-    return PlainReporter(stream)
+    return PlainReporter()
