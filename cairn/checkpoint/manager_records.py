@@ -61,7 +61,7 @@ def owner() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "renewed": time.time()}
 
 
-def abandoned(record: Any, *, now: float | None = None) -> bool:
+def abandoned(record: Any) -> bool:
     """Whether the save that wrote ``record`` (a parsed record, or None) is proven over: its
     process is dead on this host, or its lease expired (module docstring). Records of older
     cairn versions carry only ``time``, which counts as their last renewal."""
@@ -76,7 +76,7 @@ def abandoned(record: Any, *, now: float | None = None) -> bool:
     renewed = record.get("renewed", record.get("time"))
     if isinstance(renewed, bool) or not isinstance(renewed, (int, float)) or not math.isfinite(renewed):
         return False
-    return (time.time() if now is None else now) - renewed > LEASE_SECONDS
+    return time.time() - renewed > LEASE_SECONDS
 
 
 class LeaseRenewal:

@@ -51,10 +51,10 @@ class SaveFuture(Future[str]):
             self.delivered()
         return exc
 
-    def undelivered_exception(self, timeout: float | None = None) -> BaseException | None:
+    def undelivered_exception(self) -> BaseException | None:
         """The exception (waiting as :meth:`exception` does) without counting it as delivered:
         for code that passes it on to a Future of its own, such as ``CheckpointManager``."""
-        return super().exception(timeout)
+        return super().exception()
 
     def delivered(self) -> None:
         """Record that the caller has the exception (called by :meth:`result` and
