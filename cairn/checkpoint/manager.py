@@ -71,6 +71,7 @@ from cairn.checkpoint.save_future import SaveFuture
 from cairn.checkpoint.save_schedule import (
     TIMESTEPS_KEY,
     SaveSchedule,
+    check_count,
     result_metric,
     result_timesteps,
 )
@@ -189,10 +190,7 @@ class CheckpointManager:
             raise ConfigError(f"CheckpointManager: keep_last={keep_last!r}; expected an int >= 1 "
                               "(the latest checkpoint is always kept) or None to keep all.")
         self._keep_best: KeepBest | None = parse_keep_best(keep_best)
-        if keep_every_iterations is not None and (type(keep_every_iterations) is not int
-                                                  or keep_every_iterations < 1):
-            raise ConfigError(f"CheckpointManager: keep_every_iterations={keep_every_iterations!r}; "
-                              "expected an int >= 1, or None for no such rule.")
+        check_count("keep_every_iterations", keep_every_iterations, "no such rule")
         if isinstance(save_every_iterations, _Default):
             save_every_iterations = None if save_every_timesteps is not None else 1
         self._schedule = SaveSchedule(every_iterations=save_every_iterations,

@@ -15,13 +15,14 @@ from cairn.errors import ConfigError
 from cairn.policy_ids import is_snapshot_id
 from cairn.result_names import flat_result, is_finite_number
 
-__all__ = ["SaveSchedule", "TIMESTEPS_KEY", "result_metric", "result_timesteps"]
+__all__ = ["SaveSchedule", "TIMESTEPS_KEY", "check_count", "result_metric", "result_timesteps"]
 
 #: The result key (``Algorithm.train()``'s) that counts env steps for ``save_every_timesteps``.
 TIMESTEPS_KEY = "num_env_steps_sampled_lifetime"
 
 
-def _check_count(name: str, value: Any, what: str) -> None:
+def check_count(name: str, value: Any, what: str) -> None:
+    """Refuse a CheckpointManager setting ``name`` that is neither None (``what``) nor an int >= 1."""
     if value is not None and (type(value) is not int or value < 1):
         raise ConfigError(f"CheckpointManager: {name}={value!r}; expected an int >= 1, or None for {what}.")
 
@@ -32,8 +33,8 @@ class SaveSchedule:
 
     def __init__(self, *, every_iterations: int | None, every_seconds: float | None,
                  every_timesteps: int | None) -> None:
-        _check_count("save_every_iterations", every_iterations, "no iteration rule")
-        _check_count("save_every_timesteps", every_timesteps, "no env-step rule")
+        check_count("save_every_iterations", every_iterations, "no iteration rule")
+        check_count("save_every_timesteps", every_timesteps, "no env-step rule")
         if every_seconds is not None and not (
                 isinstance(every_seconds, (int, float)) and not isinstance(every_seconds, bool)
                 and every_seconds > 0):
