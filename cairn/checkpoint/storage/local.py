@@ -53,7 +53,7 @@ class LocalStorage(Storage):
     def _at(self, relative: str) -> Path:
         return self.path.joinpath(*relative_parts(relative))
 
-    def _file(self, relative: str) -> str:
+    def local_file(self, relative: str) -> str:
         """:meth:`_at` as a str, without pathlib (an incremental save looks up hundreds)."""
         return os.path.join(self.url, *relative_parts(relative))
 
@@ -139,9 +139,6 @@ class LocalStorage(Storage):
         else:
             path.unlink(missing_ok=True)
 
-    def local_file(self, relative: str) -> str | None:
-        return self._file(relative)
-
     # ------------------------------------------------------------------ checkpoints
     def check_writable(self) -> None:
         check_replaceable(self.path)
@@ -175,7 +172,7 @@ class LocalStorage(Storage):
             made = os.path.join(target.directory, *relative_parts(parent))
             os.makedirs(made, exist_ok=True)
             not_taken += [NotTaken(f"{parent}/{failed.directory}".lstrip("/"), failed.file, failed.problem)
-                          for failed in _link_children(source._file(parent), made, children)]
+                          for failed in _link_children(source.local_file(parent), made, children)]
         return not_taken
 
     def _reuse_dirs_by_path(self, target: WriteTarget, source: LocalStorage, dirs: Listed) -> list[NotTaken]:
@@ -187,7 +184,7 @@ class LocalStorage(Storage):
             for file, entry in files.items():
                 destination = os.path.join(made, file)
                 os.makedirs(os.path.dirname(destination), exist_ok=True)  # model/ of native files
-                problem = _taken(link_or_copy, source._file(f"{directory}/{file}"), destination)
+                problem = _taken(link_or_copy, source.local_file(f"{directory}/{file}"), destination)
                 problem = problem or file_problem(None, destination, entry)
                 if problem is not None:
                     shutil.rmtree(made)
