@@ -141,10 +141,7 @@ def _shape(value: Any) -> tuple[int, ...]:
         raise ValueError(f"expected a shape (list of at most 32 ints), got {value!r}")
     if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d for d in value):
         raise ValueError(f"shape entries must be non-negative ints, got {value!r}")
-    size = 1
-    for d in value:
-        size *= d
-    if size > MAX_SPACE_ELEMENTS:
+    if math.prod(value) > MAX_SPACE_ELEMENTS:
         raise ValueError(f"shape {value!r} has more than {MAX_SPACE_ELEMENTS} elements")
     return tuple(value)
 

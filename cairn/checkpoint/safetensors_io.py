@@ -9,6 +9,7 @@ serialisation copy); reading parses the header strictly and returns numpy views 
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
@@ -110,9 +111,7 @@ def parse_safetensors(buffer: bytearray | bytes | memoryview) -> dict[str, np.nd
                 type(o) is int for o in offsets)):
             raise SafetensorsError(f"entry {name!r} has invalid data_offsets {offsets!r:.100}")
         begin, end = offsets
-        count = 1
-        for d in shape:
-            count *= d
+        count = math.prod(shape)
         if not 0 <= begin <= end <= data_len:
             raise SafetensorsError(f"entry {name!r} has bytes [{begin}, {end}) outside the data")
         if (end - begin) != count * dtype.itemsize:
