@@ -27,7 +27,6 @@ from cairn.league.snapshots import (
     PolicyPool,
     add_snapshot,
     is_snapshot_id,
-    remove_snapshot,
     snapshot_due,
     snapshot_id,
 )
@@ -194,7 +193,7 @@ class League:
         self.pool.remove(pid)
         self.forget(pid)
         try:
-            remove_snapshot(algo, pid)
+            algo.remove_policy(pid)  # its episodes in flight start again
         except BaseException:
             self.set_state(before, algo.policies)
             raise

@@ -1,5 +1,5 @@
 """Snapshots of main: when one is due, and taking one (a frozen copy added with
-``add_policy``, not in ``policies_to_train``) or dropping the oldest (``remove_policy``)."""
+``add_policy``, not in ``policies_to_train``); the league drops one with ``remove_policy``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from cairn.policy.policy import Policy
 from cairn.policy_ids import is_snapshot_id, snapshot_id
 
-__all__ = ["PolicyPool", "snapshot_due", "is_snapshot_id", "snapshot_id", "add_snapshot", "remove_snapshot"]
+__all__ = ["PolicyPool", "snapshot_due", "is_snapshot_id", "snapshot_id", "add_snapshot"]
 
 
 class PolicyPool(Protocol):
@@ -60,8 +60,3 @@ def add_snapshot(algo: PolicyPool, main: str, policy_id: str) -> None:
     trained = [pid for pid in algo.policies_to_train if pid != policy_id]
     copy = Policy.from_state(algo.get_policy(main).get_state(copy=True), copy=False)
     algo.add_policy(policy_id, copy, policies_to_train=trained)
-
-
-def remove_snapshot(algo: PolicyPool, policy_id: str) -> None:
-    """Remove a snapshot from the algorithm (its episodes in flight start again)."""
-    algo.remove_policy(policy_id)
