@@ -138,3 +138,40 @@ def test_a_builder_drawing_from_keras_global_seed_generator_starts_alike_under_t
     assert all(np.array_equal(first[k], v) for k, v in again.items())
     other = cairn.Policy(space, actions, model, seed=1).get_weights()
     assert not all(np.array_equal(first[k], v) for k, v in other.items())
+
+
+def test_the_reseeded_generator_draws_what_a_new_one_draws_also_with_a_block_inside_a_block():
+    """Each block reuses the thread's generator, its state set to the seed's: it must draw what a
+    new ``SeedGenerator(seed)`` draws, however far the last block moved it, and a block inside a
+    block (a Keras builder running inside a learn call) must not move the outer block's."""
+    from cairn._compat.keras_internals import seeded_global_seed_generator
+
+    keras = _keras()
+
+    def draws(seed, count):
+        """What a new ``SeedGenerator(seed)`` as Keras' global one draws (Keras' internals: it
+        draws unordered, as no ``seed=`` argument can)."""
+        from keras.src.backend.common import global_state
+        from keras.src.random.seed_generator import GLOBAL_SEED_GENERATOR
+
+        previous = global_state.get_global_attribute(GLOBAL_SEED_GENERATOR)
+        global_state.set_global_attribute(GLOBAL_SEED_GENERATOR, keras.random.SeedGenerator(seed))
+        try:
+            return [normal() for _ in range(count)]
+        finally:
+            global_state.set_global_attribute(GLOBAL_SEED_GENERATOR, previous)
+
+    def normal():
+        return keras.ops.convert_to_numpy(keras.random.normal((3,)))
+
+    for seed in (5, 2**31 - 1, 5):
+        with seeded_global_seed_generator(seed):
+            got = [normal() for _ in range(3)]  # moves the generator the next block reuses
+        np.testing.assert_array_equal(np.stack(got), np.stack(draws(seed, 3)))
+    with seeded_global_seed_generator(5):
+        first = normal()
+        with seeded_global_seed_generator(9):
+            inner = normal()
+        second = normal()
+    np.testing.assert_array_equal(np.stack([first, second]), np.stack(draws(5, 2)))
+    np.testing.assert_array_equal(inner, draws(9, 1)[0])
