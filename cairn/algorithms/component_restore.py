@@ -73,7 +73,7 @@ def restore_policy_component(policies: Mapping[str, Policy], path: Any, componen
             if ref.part == "weights":
                 policy.set_weights(state["weights"])
             else:
-                policy.set_state(state)
+                policy.set_state(state, check_finite=False)  # check_policy_state did
 
 
 def _check_same_kind(policy: Policy, state: Mapping[str, Any], where: str) -> None:

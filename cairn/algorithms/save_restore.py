@@ -89,6 +89,10 @@ class CheckpointedAlgorithm(Stateful, Protocol):
         """The live policies by ID."""
         ...
 
+    def set_state(self, state: Mapping[str, Any], *, check_finite: bool = True) -> None:
+        """Restore :meth:`get_state` output in place (``check_finite``: ``Policy.set_state``'s)."""
+        ...
+
 
 def save_algorithm(algo: CheckpointedAlgorithm, path: str | os.PathLike[str], *,
                    storage_options: Mapping[str, Any] | None = None,
@@ -293,7 +297,7 @@ def restore_algorithm(algo: CheckpointedAlgorithm, checkpoint: CheckpointLike, *
             raise _class_mismatch(checkpoint, stored, f"this algorithm is a {own.__name__}, and restore() "
                                                       f"loads only a checkpoint of its own algorithm")
         with restoring(checkpoint):
-            algo.set_state(state)
+            algo.set_state(state, check_finite=False)  # check_algorithm_state did
 
 
 def from_state_inputs(

@@ -55,7 +55,8 @@ class RestorablePolicy(Protocol):
     """A policy class, as the reading functions build from it (``Policy`` passes itself)."""
 
     @classmethod
-    def from_state(cls: type[P], state: Mapping[str, Any], *, copy: bool = True) -> P: ...
+    def from_state(cls: type[P], state: Mapping[str, Any], *, copy: bool = True,
+                   check_finite: bool = True) -> P: ...
 
 
 def write_policy_checkpoint_dir(
@@ -161,5 +162,5 @@ def policy_from_checkpoint_state(state: Mapping[str, Any], where: Any, *, base: 
     check_policy_state(state, where, base=base)
     with restoring(where):
         # The arrays were read into buffers nobody else holds: adopt them, don't copy.
-        return base.from_state(state, copy=False)
+        return base.from_state(state, copy=False, check_finite=False)  # check_policy_state did
     raise AssertionError("unreachable")  # restoring() re-raises every error it catches
