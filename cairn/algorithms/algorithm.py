@@ -37,7 +37,7 @@ from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError, LoggerWarning, UnknownPolicyIdError
 from cairn.league import League, attach_league
 from cairn.learners import LearnerGroup, LearnFunction, LearnOutput, learner_device
-from cairn.policy.policy import Policy, set_synced_state
+from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
 from cairn.policy.state_check import check_finite_policy_state
 from cairn.policy.torch_utils import torch_threads
@@ -490,7 +490,7 @@ class Algorithm:
             raise
         for pid, policy_state in policy_states.items():
             if pid not in added:  # checked above
-                set_synced_state(self.policies[pid], policy_state)
+                self.policies[pid].set_state(policy_state, check_finite=False)
         if added:  # a new config, as add_policy makes: the built one's policies are read-only
             config = self.config.copy()
             config.policies = {**config.policies, **{pid: PolicySpec(

@@ -22,7 +22,7 @@ from cairn.learners.device import accelerator_report
 from cairn.learners.policy_sync import learned_parts
 from cairn.learners.sync import LOCAL_SYNC, DistributedGradientSync, GradientSync, LearnOutput
 from cairn.policy.keras_config import uses_keras
-from cairn.policy.policy import Policy, set_synced_state
+from cairn.policy.policy import Policy
 from cairn.rng import Stream, seed_sequence
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ class LearnerActor:
                     move_policy(policy, self.device)
                     self.policies[policy_id] = (policy, state["spec"])
                 else:  # each loan: the driver's policy, checked where its state entered
-                    set_synced_state(policy, state)
+                    policy.set_state(state, check_finite=False)
             except BaseException:  # a copy that may hold part of the state is no loan's copy
                 self.policies.pop(policy_id, None)
                 raise

@@ -33,7 +33,7 @@ from cairn.learners.device import learner_device
 from cairn.learners.policy_sync import with_learned_parts
 from cairn.learners.remote import RemoteLearners
 from cairn.learners.sync import LOCAL_SYNC, LearnOutput
-from cairn.policy.policy import Policy, set_synced_state
+from cairn.policy.policy import Policy
 from cairn.policy.recurrent import is_recurrent
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def _take_back(policy: Policy, parts: Mapping[str, Any], *, weights: Mapping[str
     state = with_learned_parts(policy.get_state(), parts)
     if weights is not None:
         state["weights"] = weights
-    set_synced_state(policy, state)  # every iteration: parts of the driver's own policy
+    policy.set_state(state, check_finite=False)  # every iteration: parts of the driver's own policy
 
 
 def _check_optimizer_class(policy_id: str, policy: Policy) -> None:

@@ -85,9 +85,6 @@ class Policy:
 
     #: Arrays that ``from_state(copy=False)`` hands to ``_setup``/``set_state`` as storage.
     _adopted_weights: Mapping[str, np.ndarray] | None = None
-    #: True while :func:`set_synced_state` loads a state cairn made itself (a learner sync):
-    #: :meth:`set_state` then skips the finite-number check that a user's state gets.
-    _synced_state: bool = False
 
     #: Whether this policy's learner reads the behaviour log-probability of each sampled action:
     #: env runners then act through :meth:`compute_raw_actions_and_logp` and record it as the
@@ -502,9 +499,11 @@ class Policy:
         weight or a NaN or infinite optimizer slot (ValueError naming the array; as a
         checkpoint's are refused: :func:`cairn.policy.state_check.check_finite_policy_state`,
         one sum per array). ``check_finite=False`` skips that check, for a state checked
-        already (a checkpoint's, by its reader; an algorithm state's, by ``Algorithm.set_state``)."""
+        already (a checkpoint's, by its reader; an algorithm state's, by ``Algorithm.set_state``)
+        or made by cairn from policies it keeps finite, on a path taken every iteration (a
+        learner's loan starting, its learned parts coming back to the driver's policy)."""
         adopted = self._adopted_weights
-        if check_finite and not self._synced_state:
+        if check_finite:
             check_finite_policy_state(state, "The policy state")
         self.check_state(state)  # before anything changes
         if adopted is not state["weights"]:
@@ -656,17 +655,3 @@ class Policy:
     def policy_class_reference(self) -> str:
         """The reference stored in checkpoints for this policy's class."""
         return class_reference(type(self))
-
-
-
-def set_synced_state(policy: Policy, state: Mapping[str, Any]) -> None:
-    """``policy.set_state(state)`` without the finite-number check, for a state cairn made
-    itself from policies it keeps finite, on a path taken every iteration (a learner's loan
-    starting, its learned parts coming back to the driver's policy): the check's sum over every
-    weight and optimizer slot is paid where a user's state enters (``Policy.set_state``,
-    ``Policy.from_state``, ``Algorithm.set_state``, checkpoint reads), not on these syncs."""
-    policy._synced_state = True
-    try:
-        policy.set_state(state)
-    finally:
-        policy._synced_state = False
