@@ -38,6 +38,25 @@ def small_ppo(**training: object) -> cairn.PPOConfig:
     )
 
 
+def small_cartpole(kind: str) -> cairn.AlgorithmConfig:
+    """CartPole PPO or DQN (``kind``: "ppo", "dqn") with batches of 64, minibatches of 32 and
+    seed 0; DQN learns from its 32nd step on (the non-finite state tests')."""
+    config = cairn.PPOConfig() if kind == "ppo" else cairn.DQNConfig().training(
+        num_steps_sampled_before_learning_starts=32)
+    return (config.environment("CartPole-v1").training(train_batch_size=64, minibatch_size=32)
+            .debugging(seed=0))
+
+
+def trained_cartpole(kind: str, iterations: int) -> cairn.Algorithm:
+    """:func:`small_cartpole` built and trained ``iterations`` times, its optimizer holding
+    moments (DQN learns from its second iteration on)."""
+    algo = small_cartpole(kind).build()
+    for _ in range(iterations):
+        algo.train()
+    assert algo.get_policy().optimizer.state  # the optimizer has moments to spoil
+    return algo
+
+
 def small_ma_ppo(num_agents: int = 2, **training: object) -> cairn.PPOConfig:
     """Multi-agent CartPole PPO, one policy per agent (p0, p1, ...)."""
     defaults = {"train_batch_size": 128, "minibatch_size": 64, "num_epochs": 2}

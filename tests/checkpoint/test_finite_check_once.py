@@ -13,6 +13,7 @@ import pytest
 
 import cairn
 from cairn.policy import state_check
+from tests.helpers import small_cartpole
 
 
 def test_every_path_checks_a_policy_state_for_non_finite_numbers_once(
@@ -25,8 +26,7 @@ def test_every_path_checks_a_policy_state_for_non_finite_numbers_once(
         return check(state, where, **kwargs)
 
     monkeypatch.setattr(state_check, "_check_finite_numbers", counted)
-    algo = (cairn.PPOConfig().environment("CartPole-v1").training(train_batch_size=64, minibatch_size=32)
-            .debugging(seed=0).build())
+    algo = small_cartpole("ppo").build()
     try:
         algo.train()
         path = algo.save(tmp_path / "c")

@@ -14,21 +14,7 @@ import torch
 
 import cairn
 from cairn.errors import CheckpointFormatError
-
-
-def _config(kind: str) -> cairn.AlgorithmConfig:
-    config = cairn.PPOConfig() if kind == "ppo" else cairn.DQNConfig().training(
-        num_steps_sampled_before_learning_starts=32)
-    return (config.environment("CartPole-v1").training(train_batch_size=64, minibatch_size=32)
-            .debugging(seed=0))
-
-
-def _trained(kind: str) -> cairn.Algorithm:
-    algo = _config(kind).build()
-    for _ in range(3):  # DQN learns from its second iteration on
-        algo.train()
-    assert algo.get_policy().optimizer.state  # the optimizer has moments to spoil
-    return algo
+from tests.helpers import small_cartpole, trained_cartpole
 
 
 def _spoil_moment(algo: cairn.Algorithm, value: float) -> None:
@@ -41,14 +27,14 @@ def _spoil_moment(algo: cairn.Algorithm, value: float) -> None:
 @pytest.mark.parametrize("kind", ["ppo", "dqn"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_a_non_finite_optimizer_moment_is_refused_at_restore(kind: str, value: float, tmp_path: Path) -> None:
-    algo = _trained(kind)
+    algo = trained_cartpole(kind, 3)
     try:
         good = algo.save(tmp_path / "good")
         _spoil_moment(algo, value)
         bad = algo.save(tmp_path / "bad")
     finally:
         algo.stop()
-    restored = _config(kind).build()
+    restored = small_cartpole(kind).build()
     try:
         before = restored.get_policy().get_weights()
         with pytest.raises(CheckpointFormatError) as info:
@@ -71,7 +57,7 @@ def test_a_non_finite_optimizer_moment_is_refused_at_restore(kind: str, value: f
 
 @pytest.mark.parametrize("target", [False, True])
 def test_a_nan_weight_is_refused_at_restore(target: bool, tmp_path: Path) -> None:
-    algo = _trained("dqn")
+    algo = trained_cartpole("dqn", 3)
     try:
         policy = algo.get_policy()
         model = policy.target_model if target else policy.model

@@ -15,21 +15,11 @@ import numpy as np
 import pytest
 
 import cairn
-from tests.helpers import assert_trees_equal
-
-
-def _config(kind: str) -> cairn.AlgorithmConfig:
-    config = cairn.PPOConfig() if kind == "ppo" else cairn.DQNConfig().training(
-        num_steps_sampled_before_learning_starts=32)
-    return (config.environment("CartPole-v1").training(train_batch_size=64, minibatch_size=32)
-            .debugging(seed=0))
+from tests.helpers import assert_trees_equal, trained_cartpole
 
 
 def _trained(kind: str) -> cairn.Algorithm:
-    algo = _config(kind).build()
-    for _ in range(1 if kind == "ppo" else 2):  # DQN learns from its second iteration on
-        algo.train()
-    return algo
+    return trained_cartpole(kind, 1 if kind == "ppo" else 2)
 
 
 def _spoiled(policy_state: dict[str, Any], part: str, value: float) -> dict[str, Any]:
