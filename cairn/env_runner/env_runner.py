@@ -476,11 +476,14 @@ class EnvRunner:
         self._needs_reset = self._needs_reset or changed
 
     def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:
-        """Load policy weights (and filter states) sent by the learner."""
+        """Load policy weights (and filter states, and the settings their actions read,
+        ``Policy.acting_settings``) sent by the learner."""
         for pid, w in weights.items():
             if pid in self.policies:
                 self.policies[pid].set_weights(w["weights"])
                 self.policies[pid].observation_filter.set_state(w["observation_filter"])
+                if "acting" in w:
+                    self.policies[pid].set_acting_settings(w["acting"])
 
     def stop(self) -> None:
         """Close the environments (``"async"``: and end their child processes)."""

@@ -74,7 +74,7 @@ class EnvRunnerGroup:
     def _broadcast(self) -> dict[str, Any]:
         return {
             pid: {"weights": p.get_weights(), "observation_filter": p.observation_filter.get_state(),
-                  "global_timestep": p.global_timestep}
+                  "global_timestep": p.global_timestep, "acting": p.acting_settings()}
             for pid, p in self.policies.items()
         }
 

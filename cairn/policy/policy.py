@@ -472,6 +472,17 @@ class Policy:
         """Load parameters produced by :meth:`get_weights` (names and shapes must match)."""
         load_weights(self.model, weights)
 
+    def acting_settings(self) -> dict[str, Any]:
+        """The settings besides the weights and the observation filter that this policy's
+        actions read and that may change while it trains (TD3's ``exploration_noise``, which
+        ``set_exploration_noise`` changes); none here. Remote env runners' copies take them with
+        the weights before every sample (:meth:`set_acting_settings`), so that they act as this
+        policy would, not with the settings they were built with."""
+        return {}
+
+    def set_acting_settings(self, settings: Mapping[str, Any]) -> None:
+        """Take the :meth:`acting_settings` of another copy of this policy (the learner's)."""
+
     # ----------------------------------------------------------------------------------- state
     def get_state(self, *, copy: bool = True) -> dict[str, Any]:
         """The whole policy as a tree of JSON values and numpy arrays.

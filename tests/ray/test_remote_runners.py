@@ -142,3 +142,25 @@ def test_the_learners_dqn_epsilon_follows_the_remote_runners_steps(ray_cluster):
         assert expected == 0.0
     finally:
         algo.stop()
+
+
+def test_remote_runners_act_with_the_exploration_noise_the_learners_policy_was_set_to(ray_cluster):
+    """TD3's ``set_exploration_noise`` during training reaches the remote runners' copies of the
+    policy with the next broadcast, not only after a save and restore (which builds them again
+    from the policy's state): the run acts with the noise its checkpoints say it acts with."""
+    import cairn
+
+    algo = (cairn.TD3Config().environment("Pendulum-v1").env_runners(num_env_runners=1)
+            .training(train_batch_size=64, minibatch_size=16, exploration_noise=0.5, train_freq=32,
+                      num_steps_sampled_before_learning_starts=0, model={"hidden": [8]})
+            .debugging(seed=0).build())
+    try:
+        policy = algo.get_policy()
+        noisy = algo.env_runner_group.sample()[0]["default_policy"]
+        assert np.abs(noisy["actions"] - policy.compute_raw_actions(noisy["obs"], explore=False)).max() > 0.1
+        policy.set_exploration_noise(0.0)
+        batch = algo.env_runner_group.sample()[0]["default_policy"]
+        deterministic = policy.compute_raw_actions(batch["obs"], explore=False)
+        np.testing.assert_allclose(batch["actions"], deterministic, rtol=0, atol=1e-6)  # no noise
+    finally:
+        algo.stop()

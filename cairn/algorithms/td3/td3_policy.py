@@ -127,6 +127,14 @@ class TD3Policy(Policy):
         self.config["exploration_noise"] = float(noise_std)
         self.noisy_actions.noise_std = float(noise_std)
 
+    def acting_settings(self) -> dict[str, Any]:
+        """``exploration_noise``: remote env runners' copies act with the learner's policy's."""
+        return {"exploration_noise": float(self.config["exploration_noise"])}
+
+    def set_acting_settings(self, settings: Mapping[str, Any]) -> None:
+        if "exploration_noise" in settings:
+            self.set_exploration_noise(settings["exploration_noise"])
+
     def follow_config(self, config: Mapping[str, Any]) -> None:
         """The learning rate and the ``exploration_noise`` of ``config`` (a restore's
         ``config_overrides={"exploration_noise": ...}``)."""
