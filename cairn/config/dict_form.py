@@ -54,6 +54,11 @@ def config_to_dict(config: FieldConfig) -> dict[str, Any]:
             value = {pid: spec.to_dict() for pid, spec in normalize_policies(value).items()}
         elif isinstance(value, DrawnMapping):
             value = None  # drawn by the league of league_config, rebuilt with it
+        elif key == "policy_mapping_fn" and isinstance(value, Mapping):
+            # A dict's agent IDs as the JSON strings a checkpoint keeps, looked up again by
+            # str(agent_id) (checks.map_agent; docs/multi-agent.md): an int key failed the save
+            # after training. check_policy_mapping refuses keys that two agents' str() share.
+            value = {str(agent_id): pid for agent_id, pid in value.items()}
         elif field.holds_callable and callable(value) and not isinstance(value, Mapping):
             value = encode_callable(value)
         else:

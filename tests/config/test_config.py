@@ -245,6 +245,25 @@ def test_a_mapping_dict_whose_keys_a_checkpoint_cannot_keep_is_refused(mapping, 
     assert [back.map_agent(0), back.map_agent(1)] == ["p0", "p1"]
 
 
+def test_a_mapping_dict_with_int_agent_ids_is_saved_and_restored(tmp_path):
+    """The int keys a mapping dict may have (above) are stored as the JSON strings map_agent
+    looks up after a restore (docs/multi-agent.md); the checkpoint writer, which takes only str
+    keys, refused them: such a run trained and failed at its first save."""
+    algo = small_ma_ppo().multi_agent(policy_mapping_fn={"agent_0": "p0", "agent_1": "p1", 7: "p1"}).build()
+    try:
+        algo.train()
+        path = algo.save(str(tmp_path / "ckpt"))
+        assert algo.config.to_dict()["policy_mapping_fn"] == {"agent_0": "p0", "agent_1": "p1", "7": "p1"}
+    finally:
+        algo.stop()
+    restored = cairn.Algorithm.from_checkpoint(path)
+    try:
+        assert [restored.config.map_agent(a) for a in ("agent_0", "agent_1", 7)] == ["p0", "p1", "p1"]
+        restored.train()
+    finally:
+        restored.stop()
+
+
 def test_copy_and_build_share_callable_objects():
     """copy() promised to share callables, but deep-copied callable objects: build() copies its
     config, so the algorithm mapped agents with a copy of a stateful mapping object and the
