@@ -21,6 +21,7 @@ from cairn.config.checks import (
 from cairn.config.fields import Field
 from cairn.config.league_settings import DrawnMapping
 from cairn.errors import ConfigError
+from cairn.policy.custom_model import model_references
 from cairn.policy.mlp_actor_critic import check_model_config
 from cairn.policy.spec import PolicySpec
 
@@ -90,6 +91,8 @@ def load_dict(
         if key == "policies":
             value = {pid: PolicySpec.from_dict(s) for pid, s in require_mapping(value, key).items()}
         elif key == "model":
+            if isinstance(value, Mapping):  # classes as references, as training() stores them: a
+                value = model_references(value)  # restore's config_overrides may name the class
             check_model_config(value)
         setattr(config, key, owned_value(config.FIELDS[key], value))
     for key, value in callables.items():  # callables for keys absent from data

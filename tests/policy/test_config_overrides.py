@@ -69,6 +69,27 @@ def test_a_main_model_comes_back_through_config_overrides(monkeypatch: pytest.Mo
                                       policy.compute_action_inputs(ROWS))
 
 
+def test_an_algorithm_restored_with_a_model_class_stores_its_reference_and_saves(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The class given by config_overrides stayed in the restored algorithm's config (training()
+    # stores a class's reference): the algorithm trained, and its first save failed ("value at
+    # 'config/model/custom_model' has type type, which is not state data").
+    _, _, algo_dir = _saved_with_main_model(monkeypatch, tmp_path)
+    algo = cairn.Algorithm.from_checkpoint(algo_dir, config_overrides={"model": {"custom_model": TwoHeads}})
+    try:
+        assert algo.config.model["custom_model"] == "tests.models.nets:TwoHeads"
+        assert type(algo.get_policy().model) is TwoHeads
+        algo.train()
+        again = algo.save(tmp_path / "again")
+    finally:
+        algo.stop()
+    restored = cairn.Algorithm.from_checkpoint(again)  # no override needed any more
+    try:
+        assert type(restored.get_policy().model) is TwoHeads
+    finally:
+        restored.stop()
+
+
 def test_overrides_replace_values_and_the_restored_policy_uses_them(tmp_path: Path) -> None:
     policy = DQNPolicy(OBS, ACT, {"model": {"hidden": [8]}, "lr": 1e-3}, seed=0)
     policy.optimizer  # noqa: B018  (built, so that its state is saved)
