@@ -19,7 +19,7 @@ import xxhash
 
 from cairn.alignment import ALIGNMENT, aligned, is_aligned
 
-__all__ = ["write_safetensors", "parse_safetensors", "SafetensorsError"]
+__all__ = ["write_safetensors", "parse_safetensors", "stored_dtype", "SafetensorsError"]
 
 _DTYPES: dict[str, np.dtype[Any]] = {
     "BOOL": np.dtype(np.bool_),
@@ -34,6 +34,13 @@ MAX_HEADER_BYTES = 100 << 20  # the reference implementation's limit
 
 class SafetensorsError(ValueError):
     """The bytes are not a valid safetensors file."""
+
+
+def stored_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
+    """The little-endian dtype ``dtype``'s arrays are written as, or None when the format has
+    none for it (strings, objects, complex numbers, float128)."""
+    dtype = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+    return dtype if dtype in _NAMES else None
 
 
 def write_safetensors(f: IO[bytes], arrays: Mapping[str, np.ndarray], hasher: Any) -> int:
@@ -52,8 +59,8 @@ def write_safetensors(f: IO[bytes], arrays: Mapping[str, np.ndarray], hasher: An
         array = arrays[name]
         # np.ascontiguousarray would turn 0-d arrays (Adam's step) into 1-d ones.
         arr = array if array.flags.c_contiguous else array.copy(order="C")
-        dtype = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
-        if dtype not in _NAMES:
+        dtype = stored_dtype(arr.dtype)
+        if dtype is None:
             raise SafetensorsError(f"array {name!r} has unsupported dtype {arr.dtype}")
         arr = arr.astype(dtype, copy=False)
         header[name] = {"dtype": _NAMES[dtype], "shape": list(arr.shape),

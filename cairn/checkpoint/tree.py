@@ -8,6 +8,7 @@ JSON cannot hold (nan, inf) become ``{"__float__": "nan" | "inf" | "-inf"}``.
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +27,15 @@ _NUMBERS = frozenset([int, float, bool])
 
 class TreeError(ValueError):
     """The tree holds something that is not state data, or references a missing array."""
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+
+
+def _short_repr(value: Any) -> str:
+    """``repr(value)``, shortened (reprlib: a ``__repr__`` that raises gives a placeholder)."""
+    return _REPR.repr(value)
 
 
 def _float_json(x: float) -> Any:
@@ -89,7 +99,8 @@ def split_arrays(tree: Any) -> tuple[Any, dict[str, np.ndarray]]:
             return bool(node)
         if isinstance(node, (float, np.floating)):
             return _float_json(float(node))
-        raise TreeError(f"value at {path!r} has type {type(node).__name__}, which is not state data")
+        raise TreeError(f"value {_short_repr(node)} at {path!r} has type {type(node).__name__}, which is "
+                        "not state data")
 
     return walk(tree, "", 0), arrays
 

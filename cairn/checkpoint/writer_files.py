@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cairn.checkpoint.safetensors_io import file_entry, new_hasher, write_safetensors
+import numpy as np
+
+from cairn.checkpoint.safetensors_io import file_entry, new_hasher, stored_dtype, write_safetensors
 from cairn.checkpoint.tree import TreeError, split_arrays
 from cairn.errors import CheckpointError
 
-__all__ = ["Files", "HashingFile", "split_state", "staging", "write_json_file", "write_state_files",
-           "state_file_entries"]
+__all__ = ["Files", "HashingFile", "UnsaveableStateError", "encode_state", "split_state", "staging",
+           "write_json_file", "write_state_files", "state_file_entries"]
 
 #: ``{relative path: {"size": int, "hash": str}}``, a manifest's ``files``.
 Files = dict[str, dict[str, Any]]
@@ -76,10 +78,20 @@ def write_json_file(root: Path, name: str, data: Any, files: Files, *, compact: 
 def write_state_files(root: Path, json_name: str, arrays_name: str, state: Any, files: Files) -> None:
     """Write a state tree as ``json_name`` (its JSON values) and ``arrays_name`` (its arrays,
     safetensors), recording both in ``files``."""
-    tree, arrays = split_state(state)
+    text, arrays = encode_state(state)  # before any file: a state it refuses writes nothing
     with HashingFile(root, arrays_name, files) as out:
         write_safetensors(out.f, arrays, out.hasher)
-    write_json_file(root, json_name, tree, files, compact=True)
+    with HashingFile(root, json_name, files) as out:
+        out.write(text)
+
+
+class UnsaveableStateError(CheckpointError):
+    """A state tree holds a value that a checkpoint cannot store; ``reason`` names it and where
+    it is (``"dict key 1 at 'config/env_config' is not a str"``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"Cannot save this state: {reason}.")
+        self.reason = reason
 
 
 def split_state(state: Any) -> tuple[Any, dict[str, Any]]:
@@ -87,7 +99,24 @@ def split_state(state: Any) -> tuple[Any, dict[str, Any]]:
     try:
         return split_arrays(state)
     except TreeError as exc:
-        raise CheckpointError(f"Cannot save this state: {exc}.") from exc
+        raise UnsaveableStateError(str(exc)) from exc
+
+
+def encode_state(state: Any) -> tuple[bytes, dict[str, np.ndarray]]:
+    """A state tree as a save stores it: its compact JSON (arrays replaced by references) and
+    its arrays, by name. UnsaveableStateError for the first value a checkpoint cannot store:
+    this is the one test of what a save takes, which ``AlgorithmConfig.validate()`` also runs
+    on each setting, so that such a config fails at ``build()`` rather than at its first save."""
+    tree, arrays = split_state(state)
+    for name, array in arrays.items():
+        if stored_dtype(array.dtype) is None:
+            raise UnsaveableStateError(
+                f"array at {name!r} has dtype {array.dtype}, which safetensors cannot store (it "
+                "stores bool, int8 to int64, uint8 to uint64, float16, float32 and float64)")
+    try:
+        return _json_bytes(tree, compact=True), arrays
+    except ValueError as exc:  # an int with more digits than Python converts to a str
+        raise UnsaveableStateError(str(exc)) from exc
 
 
 class _Discard:
@@ -100,8 +129,8 @@ class _Discard:
 def state_file_entries(state: Any, json_name: str, arrays_name: str) -> Files:
     """The ``{"size", "hash"}`` entries :func:`write_state_files` would record for ``state``,
     computed without writing."""
-    tree, arrays = split_state(state)
-    entries: Files = {json_name: file_entry([_json_bytes(tree, compact=True)])}
+    text, arrays = encode_state(state)
+    entries: Files = {json_name: file_entry([text])}
     hasher = new_hasher()
     size = write_safetensors(_Discard(), arrays, hasher)  # type: ignore[arg-type]
     entries[arrays_name] = {"size": size, "hash": hasher.hexdigest()}

@@ -23,7 +23,7 @@ from cairn.config.checks import (
     require_mapping,
     suggest,
 )
-from cairn.config.dict_form import config_to_dict, load_dict, owned_value
+from cairn.config.dict_form import check_saveable, config_to_dict, load_dict, owned_value
 from cairn.config.fields import Field
 from cairn.config.league_settings import DrawnMapping, league_settings
 from cairn.config.read_only import read_only
@@ -508,6 +508,7 @@ class AlgorithmConfig:
             if spec.config:
                 model = require_mapping(spec.config.get("model", {}), f"policies[{pid!r}].config['model']")
                 check_model_config(merge_setting(self.model, model))  # the model policy_config gives
+        check_saveable(self.to_dict())  # what every save stores: refused now, not after training
 
     def _check_league(self, policies: Mapping[str, PolicySpec]) -> None:
         main = self.league_config["main"] if self.league_config else None

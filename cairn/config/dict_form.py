@@ -11,6 +11,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol
 
+from cairn.checkpoint.writer_files import UnsaveableStateError, encode_state
 from cairn.config.checks import (
     decode_callable,
     encode_callable,
@@ -25,7 +26,7 @@ from cairn.policy.custom_model import model_references
 from cairn.policy.mlp_actor_critic import check_model_config
 from cairn.policy.spec import PolicySpec
 
-__all__ = ["FieldConfig", "owned_value", "config_to_dict", "load_dict"]
+__all__ = ["FieldConfig", "owned_value", "config_to_dict", "check_saveable", "load_dict"]
 
 #: Keys that ``load_dict`` leaves to ``validate()``: their checks need the other settings.
 _CHECKED_IN_VALIDATE = ("env", "policies", "policy_mapping_fn", "policies_to_train")
@@ -66,6 +67,32 @@ def config_to_dict(config: FieldConfig) -> dict[str, Any]:
             value = copy.deepcopy(value)
         out[key] = value
     return out
+
+
+#: What to give instead, for the settings where a user's values reach the stored config.
+_SAVEABLE_FIXES = {
+    "env_config": "keep env_config to str keys and plain values, and pass an object by a string "
+                  "the env creator resolves (a name, a 'package.module:Name' import path)",
+    "policies": "keep each PolicySpec's config to str keys and plain values",
+}
+
+
+def check_saveable(data: Mapping[str, Any]) -> None:
+    """ConfigError for the first setting of ``data`` (:func:`config_to_dict` output) that a
+    checkpoint cannot store, by the save's own test (``encode_state``): without it the config
+    trains, and its first ``algo.save()`` fails after the training ran."""
+    for key, value in data.items():
+        try:  # where a save puts it (cairn.algorithms.state): its path and depth in the tree
+            encode_state({"config": {key: value}})
+        except UnsaveableStateError as exc:
+            fix = _SAVEABLE_FIXES.get(key, f"give {key!r} only such values")
+            raise ConfigError(
+                f"Config {key!r} cannot be saved in a checkpoint: {exc.reason}. Every checkpoint "
+                "(algo.save(), a CheckpointManager's, cairn train's) stores the config as JSON "
+                "and numpy arrays: dicts with str keys, lists and tuples (restored as lists), "
+                "str, int, float, bool, None, numpy numbers, and numpy arrays of bools, ints or "
+                f"floats up to float64. Fix: {fix}."
+            ) from None
 
 
 def load_dict(
