@@ -25,7 +25,7 @@ from cairn.config.checks import (
 )
 from cairn.config.dict_form import check_saveable, config_to_dict, load_dict, owned_value
 from cairn.config.fields import Field
-from cairn.config.league_settings import DrawnMapping, league_settings
+from cairn.config.league_settings import DrawnMapping, league_settings, stored_as_named
 from cairn.config.read_only import read_only
 from cairn.core import AlgorithmLike
 from cairn.errors import ConfigError
@@ -391,10 +391,10 @@ class AlgorithmConfig:
         given = {k: v for k, v in locals().items() if k != "self" and v is not _NOT_PROVIDED}
         self._check_changeable(("league_config", "policies"))
         # What earlier calls named: remembered while league_config is still what they made
-        # (else, set by from_dict or by hand, all of it counts as named).
+        # (else, set by from_dict or by hand, all of it but the default snapshot rule).
         made, named = getattr(self, "_league_named", (None, {}))
         earlier = {} if self.league_config is None else (
-            named if made == self.league_config else dict(self.league_config))
+            named if made == self.league_config else stored_as_named(self.league_config))
         given = {**earlier, **given}
         settings = league_settings(**given)
         self._league_named = (copy.deepcopy(settings), copy.deepcopy(given))

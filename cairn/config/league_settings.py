@@ -9,7 +9,8 @@ from typing import Any
 from cairn.errors import ConfigError
 from cairn.policy_ids import validate_policy_id
 
-__all__ = ["LEAGUE_DEFAULTS", "MATCHMAKING_KINDS", "DrawnMapping", "check_league", "league_settings"]
+__all__ = ["LEAGUE_DEFAULTS", "MATCHMAKING_KINDS", "DrawnMapping", "check_league", "league_settings",
+           "stored_as_named"]
 
 #: How the opponent of each game is drawn (cairn.league.matchmaking).
 MATCHMAKING_KINDS = ("pfsp", "uniform", "latest")
@@ -77,6 +78,20 @@ def league_settings(**given: Any) -> dict[str, Any]:
         settings["self_play_fraction"] = float(fraction)
     check_league("league", settings)
     return settings
+
+
+def stored_as_named(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What a later ``config.league(...)`` call keeps of ``settings``, a complete dict that no
+    call on this config made (read by ``from_dict``, from a checkpoint, or set as a whole):
+    every setting as if named, except the default snapshot rule. ``snapshot_every_iterations``
+    equal to :data:`DEFAULT_SNAPSHOT_EVERY` with no ``snapshot_win_rate`` is what
+    :func:`league_settings` fills in when no call names a rule, so it counts as not named: a
+    later ``league(snapshot_win_rate=p)`` replaces it, as on the config the dict came from.
+    (The dict cannot tell it from a named 10; name both rules in that call to keep both.)"""
+    named = dict(settings)
+    if named["snapshot_every_iterations"] == DEFAULT_SNAPSHOT_EVERY and named["snapshot_win_rate"] is None:
+        del named["snapshot_every_iterations"]
+    return named
 
 
 def _incomplete(value: Any) -> str:

@@ -121,7 +121,8 @@ def test_a_later_league_call_keeps_what_earlier_ones_set():
     assert later["snapshot_every_iterations"] is None and later["snapshot_win_rate"] == 0.6
     both = _config().league(snapshot_every_iterations=10).league(snapshot_win_rate=0.6).league_config
     assert both["snapshot_every_iterations"] == 10 and both["snapshot_win_rate"] == 0.6
-    # Settings stored otherwise (from_dict, a direct assignment) count as set.
+    # Settings stored otherwise (from_dict, a direct assignment) count as set (all but the
+    # default snapshot rule: the tests below).
     stored = cairn.AlgorithmConfig.from_dict(_config().league(max_snapshots=2).to_dict())
     assert stored.league(matchmaking="latest").league_config["max_snapshots"] == 2
     replaced = _config().league(max_snapshots=3)
@@ -130,6 +131,69 @@ def test_a_later_league_call_keeps_what_earlier_ones_set():
     with pytest.raises(ConfigError, match="max_snapshots=0"):  # a bad later call changes nothing
         config.league(max_snapshots=0)
     assert config.league_config == settings
+
+
+#: First calls on the original config, and later calls on it and on its round-tripped copy.
+_FIRST = [{}, {"max_snapshots": 3}, {"snapshot_win_rate": 0.5}, {"snapshot_every_iterations": 5},
+          {"snapshot_every_iterations": 10, "snapshot_win_rate": 0.5},
+          {"snapshot_every_iterations": 5, "snapshot_win_rate": 0.5}, {"snapshot_win_rate": None},
+          {"snapshot_every_iterations": None},
+          {"matchmaking": "latest", "opponents": {"rnd": "random_legal"}}]
+_LATER = [{"snapshot_win_rate": 0.6}, {"snapshot_every_iterations": 4}, {"snapshot_win_rate": None},
+          {"snapshot_every_iterations": None}, {"snapshot_every_iterations": None, "snapshot_win_rate": 0.7},
+          {"matchmaking": "uniform"}, {"snapshot_every_iterations": 10, "snapshot_win_rate": 0.6}, {}]
+
+
+def _outcome(config: cairn.AlgorithmConfig, calls: list[dict]) -> object:
+    """league_config after ``calls``, or the ConfigError's message."""
+    try:
+        for call in calls:
+            config.league(**call)
+    except ConfigError as exc:
+        return str(exc)
+    return config.league_config
+
+
+@pytest.mark.parametrize("first", _FIRST)
+def test_a_config_read_back_from_its_dict_takes_every_later_league_call_as_the_original(first):
+    # from_dict counted every stored setting as named: .league(snapshot_win_rate=0.6) on it kept
+    # the default snapshot_every_iterations=10 (both rules), unlike the config it came from.
+    import json
+
+    original = _config().league(**first)
+    for later in [[a] for a in _LATER] + [[a, b] for a in _LATER for b in _LATER]:
+        read_back = cairn.AlgorithmConfig.from_dict(json.loads(json.dumps(original.to_dict())))
+        assert _outcome(read_back, later) == _outcome(original.copy(), later), (first, later)
+
+
+def test_a_league_restored_from_a_checkpoint_takes_a_win_rate_rule_as_the_original(tmp_path):
+    from tests.league.games import small_league
+
+    config = small_league(snapshot_every_iterations=None)  # no rule named: the default rule
+    algo = config.build()
+    try:
+        path = algo.save(str(tmp_path / "ckpt"))
+    finally:
+        algo.stop()
+    restored = cairn.Algorithm.from_checkpoint(path)
+    restored.stop()
+    assert restored.config.league_config == config.league_config
+    assert config.league_config["snapshot_every_iterations"] == 10  # the default rule
+    expected = config.copy().league(snapshot_win_rate=0.6).league_config
+    assert expected["snapshot_every_iterations"] is None
+    assert restored.config.copy().league(snapshot_win_rate=0.6).league_config == expected
+
+
+def test_a_named_every_10_rule_read_back_counts_as_the_default_rule():
+    # The one case the stored dict cannot tell apart (docs/league.md): a named 10 with no
+    # win-rate rule is stored as the default rule is, and read back as the default rule.
+    named = _config().league(snapshot_every_iterations=10)
+    read_back = cairn.AlgorithmConfig.from_dict(named.to_dict())
+    assert read_back.league_config == named.league_config
+    assert read_back.league(snapshot_win_rate=0.6).league_config["snapshot_every_iterations"] is None
+    both = cairn.AlgorithmConfig.from_dict(named.to_dict())  # naming both rules keeps both
+    settings = both.league(snapshot_every_iterations=10, snapshot_win_rate=0.6).league_config
+    assert settings["snapshot_every_iterations"] == 10 and settings["snapshot_win_rate"] == 0.6
 
 
 def test_a_fixed_opponent_named_like_a_policy_is_refused():
