@@ -22,7 +22,8 @@ from torch import nn
 from cairn._compat.torch_internals import own_tables
 
 __all__ = ["NUMPY_ACTIVATIONS", "Dense", "LiveViews", "View", "affine", "dense_stack", "in_torch", "linear",
-           "evaluating", "lstm_cell", "reduce_any", "reduce_max", "reduce_min", "reduce_sum"]
+           "evaluating", "lstm_cell", "reduce_any", "reduce_max", "reduce_min", "reduce_sum",
+           "row_means"]
 
 NumpyFn = Callable[[np.ndarray], np.ndarray]
 
@@ -63,6 +64,27 @@ NUMPY_ACTIVATIONS: dict[str, NumpyFn] = {
 #: less per layer on the acting path, the same ufunc and so the same bits.
 _IN_PLACE: dict[str, NumpyFn] = {"tanh": lambda x: np.tanh(x, out=x),
                                  "relu": lambda x: np.maximum(x, 0.0, out=x)}
+
+_EXACT_FLOAT32_COUNT = 1 << 24  # every count up to it is a float32 value
+
+
+def row_means(x: np.ndarray) -> np.ndarray:
+    """``x.mean(axis=1, keepdims=True)`` bit for bit, for the dueling head of a few rows, without
+    ``mean``'s Python wrapper (numpy/_core/_methods.py), which costs more than the maths on one row.
+
+    For float32 and float64 (dtype characters ``f``, ``d``) ``mean`` sums with the ufunc, then divides
+    in place by the count as an ``intp``: float32 promotes to a float64 division rounded back to
+    float32. Here the count is a Python int, so float32 divides in float32: the same bits, as a
+    quotient of two float32 values computed in float64 (53 >= 2 * 24 + 2 bits) and rounded to float32
+    is the correctly rounded float32 quotient, and a count up to 2**24 is exact in float32. Other
+    dtypes (float16 sums in float32), empty rows and wider rows go through ``mean`` itself
+    (tests/policy/test_acting_reductions.py)."""
+    count = x.shape[1]
+    if x.dtype.char not in "fd" or not 0 < count <= _EXACT_FLOAT32_COUNT:
+        return x.mean(axis=1, keepdims=True)  # type: ignore[no-any-return]
+    total = reduce_sum(x, axis=1, keepdims=True)
+    total /= count
+    return total  # type: ignore[no-any-return]
 
 
 class LiveViews(Generic[V]):

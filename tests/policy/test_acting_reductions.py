@@ -10,6 +10,7 @@ paths see the same uniforms.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import gymnasium as gym
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from cairn.errors import ActionMaskError
+from cairn.numpy_acting import row_means
 from cairn.policy.action_masking import check_masks, legal_actions
 from cairn.policy.distributions import distribution_for
 
@@ -137,3 +139,33 @@ def test_a_uniform_on_a_cdf_entry_takes_the_same_action() -> None:
         raw, logp = dist.sample_numpy_and_logp(logits, Fixed(float(value)))
         slow_raw, slow_logp = slow_sample_and_logp(logits, Fixed(float(value)))
         assert same(raw, slow_raw) and same(logp, slow_logp)
+
+
+def adversarial_rows(rng: np.random.Generator, rows: int, width: int, dtype: type) -> np.ndarray:
+    """Q-values whose sum rounds differently in another order or precision, and whose mean is
+    rounded twice by a division in float64: magnitudes over the dtype's range, subnormal ones
+    included, signs mixed, and NaN and infinite entries now and then."""
+    low, high = {np.float16: (-8, 5), np.float32: (-45, 39), np.float64: (-320, 308)}[dtype]
+    scale = 10.0 ** rng.integers(low, high, (rows, width)).astype(float)
+    values = rng.choice([-1.0, 1.0], (rows, width)) * rng.random((rows, width)) * scale
+    special = rng.random((rows, width))
+    values[special < 0.02] = np.nan
+    values[(special >= 0.02) & (special < 0.04)] = np.inf
+    return values.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("width", [0, 1, 2, 3, 7, 18])
+@pytest.mark.parametrize("rows", [0, 1, 2, 32])
+def test_row_means_equal_ndarray_mean(dtype: type, width: int, rows: int) -> None:
+    """The dueling head's mean over actions (DQN acting, targets and update) skips ``mean``'s wrapper:
+    it must give ``mean``'s bits, on rows that make a sum in another order or dtype, or a division
+    in another precision, come out different, and on strided views as the network's outputs can be."""
+    rng = np.random.default_rng(rows * 1000 + width * 10 + np.dtype(dtype).itemsize)
+    for _ in range(20):
+        values = adversarial_rows(rng, rows, width, dtype)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a mean of no columns is NaN, warned
+            for x in (values, np.asfortranarray(values), values[::-1], values[:, ::2]):
+                got, expected = row_means(x), x.mean(axis=1, keepdims=True)
+                assert same(got, expected), (got, expected)

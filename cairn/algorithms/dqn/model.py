@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch, linear
+from cairn.numpy_acting import Dense, LiveViews, View, affine, dense_stack, in_torch, linear, row_means
 from cairn.policy.encoders import ObservationEncoder
 from cairn.policy.mlp_actor_critic import ACTIVATIONS
 from cairn.policy.torch_utils import TORCH_ACTIVATIONS, uniform_fan_in_
@@ -37,7 +37,7 @@ def numpy_q_forward(layers: NumpyQLayers, obs: np.ndarray, outputs: list[np.ndar
     advantages = affine(x, layers.advantage)
     if layers.value is None:
         return advantages
-    mean = advantages.mean(axis=1, keepdims=True)
+    mean = row_means(advantages)
     advantages += affine(x, layers.value)  # V + A - mean A, in place (a + v is v + a bit for bit)
     advantages -= mean
     return advantages
