@@ -5,10 +5,12 @@ them is stored in the config or the checkpoints)."""
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import TYPE_CHECKING, Any
 
 from cairn.callbacks import Callbacks, MLflowLogger, WandbLogger
 from cairn.callbacks.base import report_checkpoint_saved
+from cairn.release import release_all
 
 if TYPE_CHECKING:
     from cairn.algorithms.algorithm import Algorithm
@@ -25,14 +27,17 @@ def add_logger_options(parser: argparse.ArgumentParser) -> None:
 
 
 class LoggedCallbacks(Callbacks):
-    """The algorithm's own callbacks, then each logger, for the algorithm-level hooks."""
+    """The algorithm's own callbacks, then each logger, for the algorithm-level hooks. Each runs
+    also after one before it raised, and then the first error is raised: an own hook that fails
+    keeps no logger from logging the iteration (it counted; ``last_result`` holds it), the saved
+    checkpoint, or from ending its run at ``stop()``."""
 
     def __init__(self, own: Callbacks, loggers: list[Callbacks]) -> None:
         self.own, self.loggers = own, loggers
 
     def _each(self, hook: str, **kwargs: Any) -> None:
-        for target in (self.own, *self.loggers):
-            getattr(target, hook)(**kwargs)
+        release_all(*(functools.partial(getattr(target, hook), **kwargs)
+                      for target in (self.own, *self.loggers)))
 
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         self._each("on_train_result", algorithm=algorithm, result=result)
@@ -41,8 +46,9 @@ class LoggedCallbacks(Callbacks):
         self._each("on_evaluate_end", algorithm=algorithm, evaluation_metrics=evaluation_metrics)
 
     def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str, iteration: int) -> None:
-        for target in (self.own, *self.loggers):
-            report_checkpoint_saved(target, algorithm=algorithm, checkpoint=checkpoint, iteration=iteration)
+        release_all(*(functools.partial(report_checkpoint_saved, target, algorithm=algorithm,
+                                        checkpoint=checkpoint, iteration=iteration)
+                      for target in (self.own, *self.loggers)))
 
     def on_checkpoint_loaded(self, *, algorithm: Any) -> None:
         self._each("on_checkpoint_loaded", algorithm=algorithm)

@@ -106,6 +106,21 @@ class RaiseEveryStep(Callbacks):
         raise RuntimeError("RaiseEveryStep: this callback fails on every step")
 
 
+class RaiseAfterTraining(Callbacks):
+    """Raises in every algorithm-level hook that runs after an iteration learned or while the
+    algorithm stops (``on_train_result``, ``on_checkpoint_saved``, ``on_algorithm_stop``): a
+    user's failing hooks, beside which the ready-made loggers of ``cairn train --mlflow`` run."""
+
+    def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
+        raise RuntimeError("RaiseAfterTraining: on_train_result fails")
+
+    def on_checkpoint_saved(self, *, algorithm: Any, checkpoint: str) -> None:
+        raise RuntimeError("RaiseAfterTraining: on_checkpoint_saved fails")
+
+    def on_algorithm_stop(self, *, algorithm: Any) -> None:
+        raise RuntimeError("RaiseAfterTraining: on_algorithm_stop fails")
+
+
 class RaiseOnLoad(CountingCallbacks):
     """Counts every hook, and raises once in each of ``on_algorithm_init`` and
     ``on_checkpoint_loaded`` that :data:`RAISE_ON_LOAD` names."""

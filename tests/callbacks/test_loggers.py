@@ -12,7 +12,13 @@ import pytest
 from cairn.callbacks import MLflowLogger, WandbLogger
 from cairn.cli import main
 from cairn.errors import LoggerWarning
-from tests.callbacks.hooks import BadNameMLflowLogger, BadNameWandbLogger, LateReport, LateWandbLogger
+from tests.callbacks.hooks import (
+    BadNameMLflowLogger,
+    BadNameWandbLogger,
+    LateReport,
+    LateWandbLogger,
+    RaiseAfterTraining,
+)
 from tests.helpers import small_ppo
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra (make test installs it)")
@@ -197,3 +203,34 @@ def test_wandb_logs_the_iterations_trained_again_after_restoring_an_earlier_chec
     assert summary["episode_return_mean"] == pytest.approx(result["episode_return_mean"])
     assert summary["time_this_iter_s"] == pytest.approx(result["time_this_iter_s"])
     algo.stop()
+
+
+def test_cairn_train_loggers_log_and_end_their_run_when_the_configs_own_hooks_raise(
+        mlflow_store: str, tmp_path: Path) -> None:
+    """The loggers that ``--mlflow`` attaches run after the config's own callbacks: an own hook
+    that raises must not keep them from logging the iteration (it counts, and ``last_result``
+    holds it), the checkpoint (it was saved) or from ending their run when the algorithm stops
+    (a run left RUNNING forever); the own hook's error still reaches the caller."""
+    import argparse
+
+    from mlflow.tracking import MlflowClient
+
+    from cairn.cli.loggers import attach_loggers
+
+    algo = small_ppo().callbacks(RaiseAfterTraining).build()
+    attach_loggers(algo, argparse.Namespace(mlflow=True, wandb=False))
+    (logger,) = algo.callbacks.loggers
+    with pytest.raises(RuntimeError, match="on_train_result fails"):
+        algo.train()
+    assert algo.iteration == 1 and algo.last_result is not None
+    with pytest.warns(LoggerWarning, match="on_checkpoint_saved fails"):
+        path = algo.save(tmp_path / "ckpt")
+    with pytest.raises(RuntimeError, match="on_algorithm_stop fails"):
+        algo.stop()
+    client = MlflowClient(mlflow_store)
+    run = client.get_run(logger.run_id)
+    assert run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "num_env_steps_sampled_lifetime")
+    assert [(m.step, m.value) for m in history] == [(1, algo.last_result["num_env_steps_sampled_lifetime"])]
+    names = [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")]
+    assert names == [f"checkpoints/{Path(path).name}"]
