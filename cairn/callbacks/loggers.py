@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -98,12 +99,16 @@ class MLflowLogger(Callbacks):
         self._client: Any = None
         self._stopped = False
         self._refused: set[str] = set()  # metric names MLflow refuses, warned about once
+        #: Held while a run starts: a background save reports from its writer thread, maybe
+        #: while the first train() result arrives, and each would start its own run.
+        self._start_lock = threading.Lock()
 
     def _start(self, algorithm: Any) -> bool:
         """Start the run unless it is running (or the algorithm was stopped); True when one is."""
-        if self.run_id is None and not self._stopped:
-            self._start_run(algorithm)
-        return self.run_id is not None
+        with self._start_lock:
+            if self.run_id is None and not self._stopped:
+                self._start_run(algorithm)
+            return self.run_id is not None
 
     def _start_run(self, algorithm: Any) -> None:
         mlflow = _import("mlflow", "mlflow")
@@ -183,20 +188,22 @@ class WandbLogger(Callbacks):
     def __init__(self) -> None:
         self.run: Any = None
         self._stopped = False
+        self._start_lock = threading.Lock()  #: held while a run starts (as MLflowLogger's)
 
     def _start(self, algorithm: Any) -> bool:
         """Start the run unless it is running (or the algorithm was stopped); True when one is."""
-        if self.run is None and not self._stopped:
-            wandb = _import("wandb", "wandb")
-            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "cairn"), reinit="create_new",
-                                  config=json.loads(json.dumps(algorithm.config.to_dict(), default=str)),
-                                  name=type(algorithm).__name__)
-            # training_iteration is the x-axis of every metric, not W&B's own step: W&B drops
-            # a row logged at a step below its last one, which would lose every iteration
-            # trained again after restore() of an earlier checkpoint.
-            self.run.define_metric("training_iteration")
-            self.run.define_metric("*", step_metric="training_iteration")
-        return self.run is not None
+        with self._start_lock:
+            if self.run is None and not self._stopped:
+                wandb = _import("wandb", "wandb")
+                self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "cairn"), reinit="create_new",
+                                      config=json.loads(json.dumps(algorithm.config.to_dict(), default=str)),
+                                      name=type(algorithm).__name__)
+                # training_iteration is the x-axis of every metric, not W&B's own step: W&B drops
+                # a row logged at a step below its last one, which would lose every iteration
+                # trained again after restore() of an earlier checkpoint.
+                self.run.define_metric("training_iteration")
+                self.run.define_metric("*", step_metric="training_iteration")
+            return self.run is not None
 
     @_warns
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:

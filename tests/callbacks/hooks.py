@@ -202,6 +202,46 @@ class BadNameMLflowLogger(MLflowLogger):
 
 
 
+class RacingMLflowLogger(MLflowLogger):
+    """The MLflow logger, with its run's start on a background save's writer thread held open
+    until the main thread comes to start one too (at the start's lock, ``_start_lock``, or
+    through ``_start_run`` itself, which it then finishes first): the two first reports of a
+    run, at once."""
+
+    writer_starting = threading.Event()  #: the writer thread is inside _start_run
+    main_arrived = threading.Event()  #: the main thread came to start a run
+
+    def __init__(self) -> None:
+        super().__init__()
+        lock = getattr(self, "_start_lock", None)
+        if lock is not None:
+            self._start_lock = _ArrivalLock(lock, self.main_arrived)
+
+    def _start_run(self, algorithm: Any) -> None:
+        if threading.current_thread() is threading.main_thread():
+            super()._start_run(algorithm)  # whole, before the writer's goes on
+            self.main_arrived.set()
+            return
+        self.writer_starting.set()
+        assert self.main_arrived.wait(120), "the main thread never came to start the run"
+        super()._start_run(algorithm)
+
+
+class _ArrivalLock:
+    """A lock that sets ``arrived`` when the main thread comes to take it."""
+
+    def __init__(self, lock: Any, arrived: threading.Event) -> None:
+        self.lock, self.arrived = lock, arrived
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self.arrived.set()
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
 class BadNameWandbLogger(WandbLogger):
     """The W&B logger with the same custom metrics as :class:`BadNameMLflowLogger`."""
 

@@ -17,6 +17,7 @@ from tests.callbacks.hooks import (
     BadNameWandbLogger,
     LateReport,
     LateWandbLogger,
+    RacingMLflowLogger,
     RaiseAfterTraining,
 )
 from tests.helpers import small_ppo
@@ -234,3 +235,29 @@ def test_cairn_train_loggers_log_and_end_their_run_when_the_configs_own_hooks_ra
     assert [(m.step, m.value) for m in history] == [(1, algo.last_result["num_env_steps_sampled_lifetime"])]
     names = [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")]
     assert names == [f"checkpoints/{Path(path).name}"]
+
+
+def test_a_background_save_and_train_reporting_at_once_start_one_mlflow_run(
+        mlflow_store: str, tmp_path: Path) -> None:
+    """A background save's report (from its writer thread) and the first ``train()`` result
+    both start the logger's run when none is running: both at once started two, one of them
+    left RUNNING forever with the checkpoint or the first iterations' metrics."""
+    from mlflow.tracking import MlflowClient
+
+    RacingMLflowLogger.writer_starting.clear()
+    RacingMLflowLogger.main_arrived.clear()
+    algo = small_ppo().callbacks(RacingMLflowLogger).build()
+    future = algo.save(tmp_path / "ckpt", blocking=False)  # the run starts in its report
+    assert RacingMLflowLogger.writer_starting.wait(120), "the background save never reported"
+    algo.train()
+    path = future.result()
+    algo.train()
+    algo.stop()
+    client = MlflowClient(mlflow_store)
+    runs = client.search_runs([client.get_experiment_by_name("cairn-tests").experiment_id])
+    assert [run.info.run_id for run in runs] == [algo.callbacks.run_id]
+    (run,) = runs
+    assert run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "training_iteration")
+    assert [m.step for m in history] == [1, 2]
+    assert run.data.tags["cairn.last_checkpoint"] == f"checkpoints/{Path(path).name}"
