@@ -115,15 +115,30 @@ class MLflowLogger(Callbacks):
         from mlflow.tracking import MlflowClient
 
         self._client = MlflowClient()
-        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "Default")
-        experiment = self._client.get_experiment_by_name(name)
-        experiment_id = experiment.experiment_id if experiment else self._client.create_experiment(name)
+        experiment_id = self._experiment_id(os.environ.get("MLFLOW_EXPERIMENT_NAME", "Default"))
         run = self._client.create_run(experiment_id, run_name=f"{type(algorithm).__name__}",
                                       tags={"cairn.algorithm": type(algorithm).__name__})
         self.run_id = run.info.run_id
         params = [mlflow.entities.Param(k, v) for k, v in flat_params(algorithm.config.to_dict()).items()]
         for start in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             self._client.log_batch(self.run_id, params=params[start:start + 100])
+
+    def _experiment_id(self, name: str) -> str:
+        """The ID of the experiment ``name``, created if missing. Another process (a parallel
+        Tune trial) may create it between the look-up and the create: MLflow then refuses the
+        create (``RESOURCE_ALREADY_EXISTS``), and the run goes into the one it created."""
+        from mlflow.exceptions import MlflowException
+
+        experiment = self._client.get_experiment_by_name(name)
+        if experiment is not None:
+            return str(experiment.experiment_id)
+        try:
+            return str(self._client.create_experiment(name))
+        except MlflowException as exc:
+            experiment = self._client.get_experiment_by_name(name)
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS" or experiment is None:
+                raise
+            return str(experiment.experiment_id)
 
     @_warns
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:

@@ -242,6 +242,40 @@ class _ArrivalLock:
         self.lock.release()
 
 
+class LateExperimentMLflowLogger(MLflowLogger):
+    """The MLflow logger, whose first look-up of its experiment misses it and another process
+    (a parallel Tune trial starting its own run) creates it right after: the experiment exists
+    by the time this logger creates it."""
+
+    @property
+    def _client(self) -> Any:
+        return self.__dict__.get("_real_client")
+
+    @_client.setter
+    def _client(self, client: Any) -> None:
+        self.__dict__["_real_client"] = None if client is None else _CreatedMeanwhile(client)
+
+
+class _CreatedMeanwhile:
+    """An ``MlflowClient`` whose first ``get_experiment_by_name`` answers None (the experiment
+    is absent at the look-up), after which another client creates that experiment."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.looked_up = client, False
+
+    def get_experiment_by_name(self, name: str) -> Any:
+        if self.looked_up:
+            return self.client.get_experiment_by_name(name)
+        self.looked_up = True
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient().create_experiment(name)  # the other process, in its own client
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
 class BadNameWandbLogger(WandbLogger):
     """The W&B logger with the same custom metrics as :class:`BadNameMLflowLogger`."""
 

@@ -15,6 +15,7 @@ from cairn.errors import LoggerWarning
 from tests.callbacks.hooks import (
     BadNameMLflowLogger,
     BadNameWandbLogger,
+    LateExperimentMLflowLogger,
     LateReport,
     LateWandbLogger,
     RacingMLflowLogger,
@@ -261,3 +262,22 @@ def test_a_background_save_and_train_reporting_at_once_start_one_mlflow_run(
     history = client.get_metric_history(run.info.run_id, "training_iteration")
     assert [m.step for m in history] == [1, 2]
     assert run.data.tags["cairn.last_checkpoint"] == f"checkpoints/{Path(path).name}"
+
+
+def test_an_mlflow_experiment_created_meanwhile_by_another_trial_takes_the_run(mlflow_store: str) -> None:
+    """Parallel Tune trials (processes) each start a run in a new experiment: the one whose
+    look-up missed the experiment that another created right after failed its create, lost its
+    first iteration's metrics (a LoggerWarning) and started its run an iteration late."""
+    from mlflow.tracking import MlflowClient
+
+    algo = small_ppo().callbacks(LateExperimentMLflowLogger).build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LoggerWarning)
+        for _ in range(2):
+            algo.train()
+    algo.stop()
+    client = MlflowClient(mlflow_store)
+    run = client.get_run(algo.callbacks.run_id)
+    assert client.get_experiment(run.info.experiment_id).name == "cairn-tests"
+    history = client.get_metric_history(run.info.run_id, "training_iteration")
+    assert [m.step for m in history] == [1, 2]
