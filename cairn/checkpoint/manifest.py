@@ -13,6 +13,7 @@ from typing import Any, Union
 
 from cairn.checkpoint.dirhandle import CheckpointDir
 from cairn.checkpoint.format import (
+    COMPONENTS_DIR,
     FORMAT_NAME,
     FORMAT_VERSION,
     HASH_ALGORITHM,
@@ -273,9 +274,25 @@ def _check_manifest(manifest: Any, path: Any, directory: Any, expected_type: str
                 )
     elif policy_ids is not None:
         raise CheckpointFormatError(f"{path}: a Policy checkpoint has policy_ids null.")
+    _check_component_files(manifest, path)
     if not isinstance(manifest.get("metadata", {}), (dict, type(None))):
         raise CheckpointFormatError(f"{path}: 'metadata' must be an object (or null).")
     return manifest
+
+
+def _check_component_files(manifest: dict[str, Any], path: Any) -> None:
+    """Refuse listed files under ``components/<name>/`` whose ``name`` the manifest's
+    ``components`` does not list: nothing would read them, so a manifest whose list was damaged
+    (one flipped byte in the key ``"components"`` drops the list, which defaults to none) would
+    load without the component (a replay buffer) that its hashed files still hold."""
+    listed = manifest.get("components", []) if manifest.get("type") == "Algorithm" else []
+    for name in manifest["files"]:
+        parts = name.split("/")
+        if parts[0] == COMPONENTS_DIR and len(parts) > 2 and parts[1] not in listed:
+            raise CheckpointFormatError(
+                f"{path} lists the file {name!r:.120}, but not its component {parts[1]!r:.80} among its "
+                f"'components' ({listed!r:.200}): the manifest is damaged; restore the checkpoint "
+                "from a copy, or load an older checkpoint of the run.")
 
 
 def read_verified(directory: Directory, name: str, manifest: Mapping[str, Any], *,

@@ -12,6 +12,7 @@ import pytest
 import cairn
 from cairn.checkpoint import FORMAT_VERSION, load_algorithm_state, load_policy_state, load_policy_states
 from cairn.cli import main
+from tests.helpers import small_cartpole
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
 FIXTURE_DIRS = sorted(p for p in FIXTURES.glob("*/*") if p.is_dir())
@@ -337,3 +338,26 @@ def test_ls_of_a_checkpoint_says_what_to_pass(trained_run, capsys):
     err = capsys.readouterr().err
     assert f"cairn: error: {ckpt} is a checkpoint, not a run directory" in err
     assert f"cairn checkpoint info {ckpt}" in err and f"cairn checkpoint ls {trained_run}" in err
+
+
+def test_a_manifest_that_lost_its_components_list_is_refused(tmp_path, capsys):
+    """One flipped byte in the manifest's key "components" ("bomponents") hid the replay buffer
+    the checkpoint lists among its files: the hashes all matched, `verify` said ok and a load
+    restored no buffer. Listed component files that no listed component owns are corruption."""
+    from cairn.errors import CheckpointFormatError
+
+    algo = small_cartpole("dqn").checkpointing(store_replay_buffer=True).build()
+    try:
+        algo.train()
+        path = Path(algo.save(tmp_path / "c"))
+    finally:
+        algo.stop()
+    manifest_file = path / "cairn_checkpoint.json"
+    text = manifest_file.read_text()
+    assert '"components": [' in text and '"components/replay_buffer/' in text
+    manifest_file.write_text(text.replace('"components": [', '"bomponents": [', 1))
+    assert main(["checkpoint", "verify", str(path)]) == 1
+    err = capsys.readouterr().out
+    assert "components/replay_buffer/" in err and "'components'" in err
+    with pytest.raises(CheckpointFormatError, match="components/replay_buffer/"):
+        load_algorithm_state(path)
