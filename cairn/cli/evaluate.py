@@ -238,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--fps {args.fps}: expected at least 1.")
     if args.max_episode_steps is not None and args.max_episode_steps < 1:
         raise UsageError(f"--max-episode-steps {args.max_episode_steps}: expected at least 1.")
+    if args.seed is not None and args.seed < 0:  # refused by the config only after the restore
+        raise UsageError(f"--seed {args.seed}: expected an int of at least 0.")
     check_arguments(args)
     args.checkpoint = checkpoint_or_latest_of_run(args.checkpoint)
     if get_checkpoint_info(args.checkpoint)["type"] != "Algorithm":

@@ -46,8 +46,6 @@ def check_arguments(args: argparse.Namespace) -> None:
                              "are counted with --games N.")
     if args.games is not None and args.games < 1:
         raise UsageError(f"--games {args.games}: expected at least 1.")
-    if args.seed is not None and args.seed < 0:
-        raise UsageError(f"--seed {args.seed}: expected at least 0 with --opponent.")
 
 
 def _main_policy_id(algo: Algorithm, requested: str | None) -> str:

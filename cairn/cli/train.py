@@ -275,6 +275,8 @@ def _check_counts(args: argparse.Namespace) -> None:
                         ("--stop-iters", args.stop_iters), ("--stop-timesteps", args.stop_timesteps)):
         if value is not None and value < (0 if flag == "--keep" else 1):
             raise UsageError(f"{flag} {value}: expected an int of at least {0 if flag == '--keep' else 1}.")
+    if args.seed is not None and args.seed < 0:  # not "Config 'seed'=-1", which names no flag
+        raise UsageError(f"--seed {args.seed}: expected an int of at least 0.")
     if args.stop_reward is not None and not math.isfinite(args.stop_reward):  # NaN is never reached
         raise UsageError(f"--stop-reward {args.stop_reward}: expected a finite number (the "
                          "episode_return_mean at which to stop).")

@@ -129,3 +129,16 @@ def test_config_settings_in_python_spelling_or_with_nested_keys_name_the_fix(tmp
                  "-q"]) == 2
     error = capsys.readouterr().err
     assert error == f"cairn: error: {message}\n" and not run.exists()
+
+
+def test_a_negative_seed_is_refused_as_the_flag_given(trained_run, tmp_path, capsys):
+    """--seed -1 failed later, after the restore (evaluate) or the config's build (train), with
+    exit status 1 and "Config 'seed'=-1 is invalid", which names no flag of the command line."""
+    ckpt = str(trained_run / "checkpoints" / "checkpoint_000003")
+    out = tmp_path / "run"
+    for command in (["evaluate", ckpt, "--episodes", "1", "--seed", "-1"],
+                    ["train", "--algo", "PPO", "--env", "CartPole-v1", "--seed", "-1", "--stop-iters", "1",
+                     "--out", str(out), "-q"]):
+        assert main(command) == 2
+        assert capsys.readouterr().err == "cairn: error: --seed -1: expected an int of at least 0.\n"
+    assert not out.exists()
