@@ -248,6 +248,17 @@ def _check_out(out: str) -> None:
         raise UsageError(f"--out {out}: the folder {parent} does not exist; create it first.")
 
 
+def _check_distinct(run_dirs: Sequence[str]) -> None:
+    """Refuse a run given twice (``runs/a runs/a/``): grouped with itself by its config, it was
+    drawn as the mean of two seeds, one run's curve presented as an experiment over seeds."""
+    seen: dict[str, int] = {}
+    for index, run_dir in enumerate(run_dirs):
+        first = seen.setdefault(os.path.realpath(run_dir), index)
+        if first != index:
+            raise UsageError(f"{run_dir} is the run {run_dirs[first]} again; give each run once (runs that "
+                             "differ only by seed are drawn as their mean).")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``cairn plot``."""
     size = _parse_size(args.size)
@@ -258,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise UsageError("cairn plot needs matplotlib: pip install 'cairn-rl[cli]'.") from None
     _check_out(args.out)
+    _check_distinct(args.runs)
     if args.league:
         plot_league(args.runs, args.out, x=args.x, size=size, title=args.title)
     else:

@@ -224,3 +224,14 @@ def test_plot_draws_a_curve_of_one_point_as_a_dot(tmp_path, monkeypatch):
         ("a1", 1), ("s (mean of 2 seeds; band: min to max)", 1), ("o3", 3)]
     assert all(marker not in (None, "None", "", " ") for _, n, marker in drawn if n == 1)
     assert drawn[-1][2] in (None, "None", "", " ")  # lines of several points as before
+
+
+def test_plot_refuses_a_run_given_twice(trained_run, tmp_path, capsys):
+    """The same run twice (`cairn plot runs/a runs/a/`) was drawn as "a (mean of 2 seeds; band:
+    min to max)": one run's curve presented as an experiment over two seeds."""
+    out = tmp_path / "c.png"
+    assert main(["plot", str(trained_run), f"{trained_run}/", "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert error == (f"cairn: error: {trained_run}/ is the run {trained_run} again; give each run once "
+                     "(runs that differ only by seed are drawn as their mean).\n")
+    assert not out.exists()
