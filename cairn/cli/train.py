@@ -213,6 +213,23 @@ def _update_settings(data: dict[str, Any], settings: dict[str, Any], defaults: A
         data[key] = value
 
 
+def _check_files_fit(args: argparse.Namespace, from_files: dict[str, Any], defaults: Any) -> None:
+    """Refuse ``--config`` files of another algorithm than ``--algo`` names when they hold keys
+    its config does not take (``--algo PPO --config DQN_RUN/config.json``): the config's own
+    "Unknown config key 'double_q'" said neither that the file is a DQN config nor the fix."""
+    file_algo = from_files.get("algo_class")
+    unknown = sorted(set(from_files) - set(defaults.FIELDS) - {"algo_class"})
+    if args.algo is None or not isinstance(file_algo, str) or file_algo == defaults.algo_class_name \
+            or not unknown:
+        return
+    files = [item for item in args.config if not is_assignment(item)]
+    named = [f for f in files if _load_config_file(f).get("algo_class") == file_algo][-1:] or files
+    shown = ", ".join(repr(key) for key in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+    raise UsageError(f"--config {named[0]} is a {file_algo} config (algo_class {file_algo!r}), and --algo "
+                     f"{args.algo} takes no {shown}: leave out --algo to train {file_algo} as the file "
+                     f"says, or give --algo {args.algo} a file of its own settings.")
+
+
 def _build_config(args: argparse.Namespace) -> Any:
     from cairn.algorithms.algorithm import Algorithm
     from cairn.errors import CairnError
@@ -233,6 +250,7 @@ def _build_config(args: argparse.Namespace) -> Any:
                          "--algo package.module:ClassName, or a "
                          "name that a module registers (cairn.register_class) and --import names.") from None
     defaults = algo_cls.config_class()
+    _check_files_fit(args, from_files, defaults)
     data = defaults.to_dict()
     _update_settings(data, from_files, defaults)
     data["algo_class"] = algo_cls.config_class().algo_class_name

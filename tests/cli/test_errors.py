@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import cairn
 from cairn.cli import main
 from tests.conftest import ROOT
 
@@ -142,3 +143,19 @@ def test_a_negative_seed_is_refused_as_the_flag_given(trained_run, tmp_path, cap
         assert main(command) == 2
         assert capsys.readouterr().err == "cairn: error: --seed -1: expected an int of at least 0.\n"
     assert not out.exists()
+
+
+def test_algo_that_contradicts_the_config_file_names_both_and_the_fix(tmp_path, capsys):
+    """--algo PPO with a DQN run's config.json failed with "Unknown config key 'double_q'" and a
+    list of PPO's keys: it said neither that the file is a DQN config nor what to do."""
+    import json
+
+    file = tmp_path / "config.json"
+    file.write_text(json.dumps(cairn.DQNConfig().environment("CartPole-v1").to_dict()))
+    out = tmp_path / "run"
+    assert main(["train", "--algo", "PPO", "--config", str(file), "--out", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cairn: error: --config {file} is a DQN config (algo_class 'DQN'), and --algo "
+                          "PPO takes no 'double_q'") and "leave out --algo" in err and err.count("\n") == 1
+    assert not out.exists()
+
