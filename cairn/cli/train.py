@@ -275,7 +275,25 @@ def _build_config(args: argparse.Namespace) -> Any:
         # --league: the defaults (main, snapshots every 10 iterations, PFSP) and a random legal
         # player as fixed opponent, drawn in training and played by evaluations.
         config.league(opponents={"random_legal": "random_legal"})
+        _check_league_flag(config, assignments)
     return config
+
+
+def _check_league_flag(config: Any, assignments: dict[str, Any]) -> None:
+    """Refuse ``--league`` with ``--config`` settings that the league cannot train with, in the
+    command line's terms (the build's ConfigError names its fix in Python: ``multi_agent(...)``,
+    ``config.league(...)``)."""
+    where = "--config" if "policy_mapping_fn" in assignments else "a --config file's"
+    if config.policy_mapping_fn is not None:
+        mapping = json.dumps(config.policy_mapping_fn, default=str)
+        raise UsageError(f"--league with {where} policy_mapping_fn={mapping}: the league maps the game's "
+                         "agents to main and its opponents itself; leave out --league or the --config "
+                         "policy_mapping_fn setting.")
+    main = config.league_config["main"]
+    if main not in config.policies:
+        raise UsageError(f"--league trains the policy {main!r}, which --config policies="
+                         f"{json.dumps(sorted(config.policies))} leaves out; leave out the policies setting "
+                         f"or --league, or name {main!r} among the policies.")
 
 
 # ------------------------------------------------------------------------------- training

@@ -159,3 +159,22 @@ def test_algo_that_contradicts_the_config_file_names_both_and_the_fix(tmp_path, 
                           "PPO takes no 'double_q'") and "leave out --algo" in err and err.count("\n") == 1
     assert not out.exists()
 
+
+def test_league_with_a_mapping_of_the_users_names_the_command_line_fix(tmp_path, capsys):
+    """--league with --config policy_mapping_fn=... failed with exit status 1 and the library's
+    fix in Python ("multi_agent(policy_mapping_fn=None) or drop config.league()"), which a user
+    of the command line cannot type."""
+    out = tmp_path / "run"
+    mapping = 'policy_mapping_fn={"player_0": "main", "player_1": "main"}'
+    assert main(["train", "--algo", "PPO", "--env", "pettingzoo.classic.connect_four_v3", "--league",
+                 "--config", mapping, "--out", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cairn: error: --league with --config policy_mapping_fn=") and err.count("\n") == 1
+    assert "leave out --league or the --config policy_mapping_fn setting" in err
+    assert not out.exists()
+    assert main(["train", "--algo", "PPO", "--env", "pettingzoo.classic.connect_four_v3", "--league",
+                 "--config", 'policies={"a": {}, "b": {}}', "--out", str(out), "-q"]) == 2
+    assert capsys.readouterr().err == (
+        "cairn: error: --league trains the policy 'main', which --config policies=[\"a\", \"b\"] leaves out; "
+        "leave out the policies setting or --league, or name 'main' among the policies.\n")
+    assert not out.exists()
