@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from cairn.checkpoint.manager import CheckpointManager
 
 __all__ = ["CHECKPOINTS_DIR", "BEST_METRIC", "StoredCheckpoint", "run_manager", "list_checkpoints",
-           "latest_checkpoint", "checkpoint_or_latest_of_run"]
+           "latest_checkpoint", "checkpoint_or_latest_of_run", "unreadable_after"]
 
 #: The folder of a run directory that holds its checkpoints.
 CHECKPOINTS_DIR = "checkpoints"
@@ -122,6 +122,31 @@ def latest_checkpoint(root: str) -> str | None:
     (reads only the checkpoints' top manifests: no records, no sizes)."""
     committed = _committed(root)
     return max(committed, key=lambda c: c[0])[2] if committed else None
+
+
+def unreadable_after(root: str, latest: str) -> tuple[str, str] | None:
+    """``(path, the reader's error)`` of the newest ``checkpoint_<N>`` in the local folder
+    ``root`` after ``latest`` (the newest readable one, :func:`latest_checkpoint`) whose
+    manifest is there but cannot be read, or None. The
+    checkpoint manager counts such a one as saved (its manifest is there), so a run resumed from
+    an older checkpoint would train its iterations again without saving them."""
+    from cairn.checkpoint import get_checkpoint_info
+    from cairn.checkpoint.format import MANIFEST_FILE
+    from cairn.errors import CheckpointError
+
+    match = _NAME.fullmatch(os.path.basename(latest))
+    if match is None or not os.path.isdir(root):
+        return None
+    iteration = int(match.group(1))
+    found = sorted((int(m.group(1)), name) for name in os.listdir(root)
+                   if (m := _NAME.fullmatch(name)) and int(m.group(1)) > iteration
+                   and os.path.isfile(os.path.join(root, name, MANIFEST_FILE)))
+    for _, name in reversed(found):
+        try:
+            get_checkpoint_info(os.path.join(root, name))
+        except CheckpointError as exc:
+            return os.path.join(root, name), " ".join(str(exc).split())
+    return None
 
 
 def checkpoint_or_latest_of_run(path: str) -> str:

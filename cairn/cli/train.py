@@ -24,7 +24,7 @@ from cairn.cli.common import (
 )
 from cairn.cli.env_names import ENV_FORMS, ENV_HELP, add_import_option, resolve_env
 from cairn.cli.loggers import add_logger_options, attach_loggers
-from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_checkpoint
+from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_checkpoint, unreadable_after
 from cairn.cli.run_dir import check_new_run_dir, local_dir
 from cairn.cli.runlog import RUN_FILE, RunLog
 from cairn.cli.train_loop import should_stop, train_run
@@ -342,6 +342,12 @@ def _resume(args: argparse.Namespace) -> int:
     if latest is None:
         raise UsageError(f"--resume {args.resume}: no checkpoint in {run_dir / CHECKPOINTS_DIR}; "
                          "is it a run directory of cairn train?")
+    damaged = unreadable_after(str(run_dir / CHECKPOINTS_DIR), latest)
+    if damaged is not None:
+        raise UsageError(f"--resume {args.resume}: its newest checkpoint {damaged[0]} cannot be read "
+                         f"({damaged[1]}); resuming from {latest} would train its iterations again and "
+                         f"not save them. Check it with cairn checkpoint verify {damaged[0]}; restore it "
+                         f"from a copy, or delete it (and its .record.json) to resume from {latest}.")
     saved: dict[str, Any] = {}
     if (run_dir / RUN_FILE).is_file():
         saved = json.loads((run_dir / RUN_FILE).read_text())

@@ -483,3 +483,22 @@ def test_an_interrupt_after_an_iteration_counted_saves_it_with_its_own_steps(tmp
         assert main(["train", "--resume", str(run), "--stop-iters", "4", "-q"]) == 0
         monkeypatch.setattr(Algorithm, "train", interrupted_after_the_third)
         assert sorted(_records(run))[-2:] == [3, 4]  # resumed from it (the default --keep 3 drops one)
+
+
+def test_resume_refuses_a_newest_checkpoint_it_cannot_read(tmp_path, capsys):
+    """A run whose newest checkpoint had a damaged manifest resumed, exit status 0, from the one
+    before (saying so only at INFO), trained that iteration again and left it unsaved: the
+    checkpoint manager counts the damaged one as saved, so the retrained iteration was not due."""
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--stop-iters", "2", "--checkpoint-every", "1", "--out", str(run), "-q"]) == 0
+    damaged = run / "checkpoints" / "checkpoint_000002"
+    (damaged / "cairn_checkpoint.json").write_text('{"format": "cairn-checkpoint", ')
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--stop-iters", "3", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cairn: error: --resume {run}: its newest checkpoint {damaged} cannot be read (")
+    older = damaged.parent / "checkpoint_000001"
+    assert f"cairn checkpoint verify {damaged}" in err and f"to resume from {older}" in err
+    assert err.count("\n") == 1
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
