@@ -17,7 +17,7 @@ from cairn.algorithms.sac.sac_policy import SACPolicy
 from cairn.algorithms.td3.td3_policy import TD3Policy
 from cairn.errors import ExportError
 from cairn.export import export_model, model_inputs
-from tests.models.nets import NoisyHeads, SmallActor, SmallCritic, SmallQ, SmallTD3Actor, TwoHeads
+from tests.models.nets import NoisyHeads, NoisyQ, SmallActor, SmallCritic, SmallQ, SmallTD3Actor, TwoHeads
 
 BOX = gym.spaces.Box(-2.0, 2.0, (4,))
 
@@ -188,4 +188,23 @@ def test_a_model_with_dropout_and_batchnorm_exports_as_it_acts(tmp_path: Path) -
     with torch.inference_mode():
         action = program(torch.from_numpy(obs))[0].numpy()
     np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))
+    assert policy.model.training  # handed back in the mode it had
+
+
+def test_a_q_model_with_dropout_gives_its_q_values_and_exports_as_it_acts(tmp_path: Path) -> None:
+    """DQN's compute_q_values (the export check's reference for ``q_values``) runs the model in
+    eval mode, as its greedy actions and the export do: in training mode a Dropout made it
+    return other Q-values at each call and the export fail as "not faithful"."""
+    policy = DQNPolicy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": NoisyQ}}, seed=0)
+    obs = np.random.default_rng(0).uniform(-2.0, 2.0, (6, 4)).astype(np.float32)
+    resting = policy.compute_q_values(obs)
+    policy.model.train()  # a model the user put in training mode (it rests in eval mode)
+    np.testing.assert_array_equal(policy.compute_q_values(obs), resting)
+    np.testing.assert_array_equal(policy.compute_q_values(obs), resting)
+    policy.export_model(tmp_path / "pt")
+    program = torch.export.load(str(tmp_path / "pt" / "model.pt2")).module()
+    with torch.inference_mode():
+        action, q_values = (t.numpy() for t in program(torch.from_numpy(obs)))
+    np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))
+    np.testing.assert_allclose(q_values, resting, rtol=1e-5, atol=1e-5)
     assert policy.model.training  # handed back in the mode it had

@@ -15,6 +15,7 @@ from cairn.algorithms.dqn.keras_model import KerasQNetwork, keras_q_network
 from cairn.algorithms.dqn.model import QNetwork
 from cairn.errors import ConfigError, RestoredSettingError
 from cairn.models import QModel
+from cairn.numpy_acting import in_torch
 from cairn.policy.acting import check_action_inputs
 from cairn.policy.action_masking import MaskedQModel, check_legal_scores, legal_argmax, random_legal_actions
 from cairn.policy.custom_model import build_custom_model, uses_custom_model
@@ -184,10 +185,11 @@ class DQNPolicy(TargetNetworkPolicy):
         return self.model.numpy_q_values(processed_obs)
 
     def compute_q_values(self, obs_batch: Sequence[Any] | np.ndarray) -> np.ndarray:
-        """``Q(s, .)`` for a batch of raw observations, ``[batch, num_actions]``."""
+        """``Q(s, .)`` for a batch of raw observations, ``[batch, num_actions]``, with the model
+        in eval mode as the greedy actions (and exported models) take them: a user's Dropout or
+        BatchNorm gives the same Q-values whatever mode the model was left in."""
         processed = self.process_observations(obs_batch, update=False)
-        with torch.inference_mode():
-            return self.model(torch.from_numpy(processed)).numpy()  # type: ignore[no-any-return]
+        return in_torch(self.model, processed, self.model)
 
     def export_graph(self) -> ExportGraph:
         """The export hook: outputs ``action`` (the greedy action, argmax of Q plus the action
