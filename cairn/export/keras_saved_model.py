@@ -18,11 +18,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cairn.checkpoint.storage import resolve_storage
 from cairn.errors import ExportError
 from cairn.export import keras_tf_worker
 from cairn.export.conventions import model_feeds
@@ -49,10 +51,16 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def export_saved_model(policy: Policy, export_dir: str | os.PathLike[str]) -> dict[str, Any]:
+def export_saved_model(policy: Policy, export_dir: str | os.PathLike[str], *,
+                       storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write ``export_dir/saved_model/`` (a TensorFlow SavedModel of ``policy``'s whole
     observation-to-action path), ``model.keras`` beside it and ``signature.json``, after
     checking the SavedModel's outputs, computed by TensorFlow, against the policy.
+
+    ``export_dir`` is a local directory or an object-store URL (``s3://...``: the files are
+    written locally, checked, then uploaded under that prefix), as for
+    :func:`cairn.export.export_model`; ``storage_options`` are the options of a URL's fsspec
+    file system (docs/storage.md).
 
     A masked policy's SavedModel takes ``[obs, action_mask]`` (``serve([obs, action_mask])``).
     Raises ExportError for a torch policy, without TensorFlow, or when the SavedModel fails or
@@ -65,7 +73,14 @@ def export_saved_model(policy: Policy, export_dir: str | os.PathLike[str]) -> di
     if importlib.util.find_spec("tensorflow") is None:
         raise ExportError("--format saved_model needs TensorFlow, which is not installed; "
                           f"install it with {TF_INSTALL_HINT}.")
-    directory = Path(export_dir)
+    # In place for a local directory; written locally, checked, then uploaded for a URL (a
+    # URL read as a local path would be a directory named "s3:" under the working directory).
+    with resolve_storage(export_dir, storage_options=storage_options).loose_files() as directory:
+        return _export_saved_model_into(policy, directory)
+
+
+def _export_saved_model_into(policy: Policy, directory: Path) -> dict[str, Any]:
+    """:func:`export_saved_model` into the local ``directory``."""
     graph = policy.export_graph().with_outputs()
     with tempfile.TemporaryDirectory(prefix="cairn-saved-model-") as tmp_name:
         tmp = Path(tmp_name)

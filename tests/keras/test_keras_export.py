@@ -156,3 +156,26 @@ def test_an_incremental_save_writes_the_native_files_it_is_asked_for(tmp_path, f
     # The same native files: taken whole, as before.
     assert (tmp_path / "c" / keras_file).stat().st_ino == (tmp_path / "b" / keras_file).stat().st_ino
     assert verify_checkpoint(incremental)[0] == verify_checkpoint(again)[0] == []
+
+
+@pytest.mark.tf
+def test_saved_model_export_to_a_url_is_written_there(tmp_path, monkeypatch):
+    """``cairn export --format saved_model --out URL`` writes under the URL, as the other formats
+    do (export_model): the SavedModel export took the URL as a local path and wrote it into a
+    directory named ``memory:`` (``s3:``, ``file:``) under the working directory, reporting
+    success."""
+    import fsspec
+
+    from cairn.export.keras_saved_model import export_saved_model
+
+    monkeypatch.chdir(tmp_path)
+    policy = cairn.Policy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2),
+                          {"model": {"framework": "keras"}}, seed=0)
+    url = f"memory://cairn-saved-model-{tmp_path.name}/tf"
+    signature = export_saved_model(policy, url)
+    fs = fsspec.filesystem("memory")
+    root = url.removeprefix("memory://")
+    assert json.loads(fs.cat(f"{root}/signature.json")) == signature
+    assert fs.isfile(f"{root}/saved_model/saved_model.pb") and fs.isfile(f"{root}/model.keras")
+    assert list(tmp_path.iterdir()) == []  # nothing written locally
+    fs.rm(root, recursive=True)
