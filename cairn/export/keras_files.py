@@ -60,8 +60,12 @@ def save_keras_file(policy: Policy, graph: ExportGraph, directory: Path) -> dict
     mode and check it against the policy; returns ``{"keras": "model.keras"}``. The file is
     written and checked in a staging folder and moved into place once the check passed: a
     failed export leaves an earlier ``model.keras`` in ``directory`` as it was."""
-    from cairn.export.keras_serving import serving_model
+    from cairn.export.keras_serving import keras_network, serving_model
 
+    # First: a torch policy is refused here, and Keras is imported on the torch backend before
+    # TensorFlow is. TensorFlow imported first imports Keras on its own backend, on which no
+    # Keras policy of this process could be built any more.
+    keras_network(policy)
     directory.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".cairn-export-", dir=directory))
     path = staging / KERAS_FILE

@@ -65,6 +65,39 @@ def test_saved_model_of_a_torch_policy_is_refused(tmp_path):
     assert not (tmp_path / "sm").exists()
 
 
+_REFUSED_THEN_KERAS = """
+import os, tempfile
+os.environ.pop("KERAS_BACKEND", None)
+import gymnasium as gym
+import cairn
+from cairn.errors import ExportError
+from cairn.export.keras_saved_model import export_saved_model
+torch_policy = cairn.Policy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
+try:
+    export_saved_model(torch_policy, tempfile.mkdtemp())
+except ExportError as exc:
+    print("refused:", exc)
+policy = cairn.Policy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), {"model": {"framework": "keras"}},
+                      seed=0)
+print("keras policy:", type(policy.model).__name__)
+"""
+
+
+@pytest.mark.tf
+def test_a_refused_saved_model_export_leaves_keras_usable_in_the_process(tmp_path):
+    """A torch policy's SavedModel export is refused as not a Keras model, and the process still
+    builds Keras policies. Before, the export imported TensorFlow before Keras, TensorFlow
+    imported Keras on its own backend, and the refusal blamed that ("Keras is loaded in this
+    process with the 'tensorflow' backend") while every later Keras policy of the process failed
+    the same way."""
+    done = subprocess.run([sys.executable, "-c", _REFUSED_THEN_KERAS], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("refused:") and "is not a Keras model" in line for line in lines), lines
+    assert any(line.startswith("keras policy:") for line in lines), lines
+
+
 _SERVE = """
 import json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
