@@ -88,8 +88,11 @@ def recurrent_export_graph(policy: ExportedPolicy) -> ExportGraph:
     def reference(observations: Sequence[Any], *state: np.ndarray) -> list[np.ndarray]:
         action, state_out = policy.compute_actions(observations, state=list(state), explore=False)
         x = torch.from_numpy(policy.process_observations(observations, update=False)).unsqueeze(1)
+        # Copies of the state, as the policy acts on: a model may write into its inputs, and these
+        # arrays are fed to the exported model next.
+        copies = [torch.from_numpy(np.array(s, dtype=np.float32)) for s in state]
         with torch.inference_mode(), evaluating(policy.model):  # as the policy acts, and the export runs
-            inputs, values, _ = policy.model(x, [torch.from_numpy(s) for s in state])
+            inputs, values, _ = policy.model(x, copies)
         inputs, values = inputs[:, 0].numpy(), values[:, 0].numpy()
         if isinstance(dist, DiagGaussian):
             heads = [inputs[:, : dist.size], inputs[:, dist.size :]]

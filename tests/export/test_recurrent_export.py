@@ -138,6 +138,35 @@ def test_a_recurrent_model_with_dropout_exports_and_acts_as_the_policy(tmp_path)
     assert run_episodes(policy, torch_step, CueRecall(2)) == 9
     assert policy.model.training  # handed back in the mode it had
 
+class DecaysItsState(TinyGRU):
+    """Writes into its state input (legal torch; the policy acts on copies of the state)."""
+
+    def forward(self, obs, state):
+        h = state[0]
+        h.mul_(0.5)
+        out, h = self.gru(obs, h.unsqueeze(0))
+        return self.pi(out), self.vf(out).squeeze(-1), [h.squeeze(0)]
+
+
+def test_a_recurrent_model_that_writes_into_its_state_exports_and_acts_as_the_policy(tmp_path):
+    """The export check's reference ran the model on the very state arrays the exported model was
+    then fed: a model writing into its state halved them first, and the faithful export was
+    refused as "chose different actions than the policy". The reference now runs on copies, as
+    the policy acts."""
+    policy = cairn.Policy(CueRecall(2).observation_space, CueRecall(2).action_space,
+                          {"model": {"custom_model": DecaysItsState, "custom_model_config": {"width": 5}}},
+                          seed=0)
+    policy.export_model(tmp_path / "pt", extra_outputs=["value"])
+    program = torch.export.load(str(tmp_path / "pt" / "model.pt2")).module()
+
+    def torch_step(obs, state):
+        with torch.inference_mode():
+            action, _logits, h, _value = program(torch.from_numpy(obs), torch.from_numpy(state[0].copy()))
+        return action.numpy(), [h.numpy()]
+
+    assert run_episodes(policy, torch_step, CueRecall(2)) == 9
+
+
 def test_native_model_files_in_checkpoints_and_a_state_of_three_components(tmp_path):
     policy = cairn.Policy(gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2), {"model": LSTM},
                           seed=0)
