@@ -97,11 +97,12 @@ def actor_critic_export_graph(policy: ExportedPolicy) -> ExportGraph:
 
     def reference(observations: Sequence[Any]) -> list[np.ndarray]:
         action = policy.compute_actions(observations, explore=False)
-        x = torch.from_numpy(policy.process_observations(observations, update=False))
+        x = policy.process_observations(observations, update=False)
         with torch.inference_mode(), evaluating(model):  # as the policy acts, and the export runs
-            # The methods checked above (cairn.models.ActorCriticModel's), unseen on torch.nn.Module.
-            inputs = model.action_inputs(x).numpy()  # type: ignore[operator]
-            value = model.value(x).numpy()  # type: ignore[operator]
+            # The methods checked above (cairn.models.ActorCriticModel's), unseen on torch.nn.Module;
+            # each on its own copy, as the policy calls them (a model may write into its input).
+            inputs = model.action_inputs(torch.from_numpy(x.copy())).numpy()  # type: ignore[operator]
+            value = model.value(torch.from_numpy(x.copy())).numpy()  # type: ignore[operator]
         if isinstance(dist, DiagGaussian):
             return [action, inputs[:, : dist.size], inputs[:, dist.size :], value]
         return [action, inputs, value]

@@ -17,6 +17,7 @@ from cairn.algorithms.sac.sac_policy import SACPolicy
 from cairn.algorithms.td3.td3_policy import TD3Policy
 from cairn.errors import ExportError
 from cairn.export import export_model, model_inputs
+from cairn.numpy_acting import in_torch
 from tests.models.nets import NoisyHeads, NoisyQ, SmallActor, SmallCritic, SmallQ, SmallTD3Actor, TwoHeads
 
 BOX = gym.spaces.Box(-2.0, 2.0, (4,))
@@ -62,6 +63,15 @@ class BranchyTD3Actor(SmallTD3Actor):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         u = super().forward(obs)
         return u + 1 if u.sum() > 0 else u
+
+
+class ScalesItsInput(TwoHeads):
+    """Writes into its input (``obs *= 2``: legal torch; the policy calls it on copies)."""
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        obs.mul_(2.0)
+        h = self.trunk(obs)
+        return self.pi(h), self.vf(h).squeeze(-1)
 
 
 def custom_ppo(action_space: gym.Space[Any], model: type = TwoHeads, obs_space: gym.Space[Any] = BOX,
@@ -208,3 +218,22 @@ def test_a_q_model_with_dropout_gives_its_q_values_and_exports_as_it_acts(tmp_pa
     np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))
     np.testing.assert_allclose(q_values, resting, rtol=1e-5, atol=1e-5)
     assert policy.model.training  # handed back in the mode it had
+
+
+def test_the_exported_value_of_a_model_that_writes_into_its_input_is_its_value(tmp_path: Path) -> None:
+    """The exported graph (and the check's reference) ran ``value`` on the tensor
+    ``action_inputs`` had just written into: a model doubling its input gave the value of
+    ``4 * obs`` as V(obs), and the check, sharing the mistake, passed it. Each now gets the
+    processed observations as the policy's calls do (their own copy)."""
+    policy = custom_ppo(gym.spaces.Discrete(3), model=ScalesItsInput)
+    obs = np.random.default_rng(0).uniform(-2.0, 2.0, (6, 4)).astype(np.float32)
+    processed = policy.process_observations(obs, update=False)
+    expected_value = in_torch(policy.model.value, processed, policy.model)
+    expected_logits = policy.compute_action_inputs(processed)
+    policy.export_model(tmp_path / "pt", extra_outputs=["value"])
+    program = torch.export.load(str(tmp_path / "pt" / "model.pt2")).module()
+    with torch.inference_mode():
+        action, logits, value = (t.numpy() for t in program(torch.from_numpy(obs.copy())))
+    np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))
+    np.testing.assert_allclose(logits, expected_logits, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(value, expected_value, rtol=1e-5, atol=1e-5)
