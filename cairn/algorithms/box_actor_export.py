@@ -35,7 +35,7 @@ class _DeterministicBoxActor(nn.Module):
 
     def __init__(self, policy: Policy, actor: nn.Module, bounds: SquashedGaussian, *, squashed: bool) -> None:
         super().__init__()
-        self.observations = ObservationPath(policy)
+        self.observations = ObservationPath(policy, actor)
         self.actor = copy.deepcopy(actor).eval()
         self.squashed = squashed
         self.shape = bounds.shape

@@ -33,7 +33,7 @@ class ActorCriticModule(nn.Module):
 
     def __init__(self, policy: ExportedPolicy) -> None:
         super().__init__()
-        self.observations = ObservationPath(policy)
+        self.observations = ObservationPath(policy, policy.model)
         self.model = copy.deepcopy(policy.model).eval()
         self.dist = dist = policy.dist
         self.start = int(dist.start) if isinstance(dist, Categorical) else 0

@@ -51,6 +51,8 @@ class RecurrentActorCriticModule(ActorCriticModule):
                 state_in_c: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         x = self.observations(obs, None)
         state = [state_in_h] if state_in_c is None else [state_in_h, state_in_c]
+        if self.observations.copy_input:  # a user's model may write into its state, as into obs
+            state = [s.clone() for s in state]
         inputs, value, state_out = self.model(x.unsqueeze(1), state)
         inputs, value = inputs[:, 0], value[:, 0]
         action = self.to_env(self.dist.deterministic(inputs))

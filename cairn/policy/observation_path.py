@@ -20,7 +20,8 @@ from cairn.policy.action_mask_input import action_mask_examples, action_mask_inp
 from cairn.policy.export_hook import BATCH, ExportedPolicy, ExportGraph, TensorSpec
 from cairn.policy.filters import MeanStdFilter
 
-__all__ = ["input_spec", "example_input", "filter_description", "ObservationPath", "policy_export_graph"]
+__all__ = ["input_spec", "example_input", "filter_description", "ObservationPath", "policy_export_graph",
+           "may_write_into_inputs"]
 
 
 def input_spec(observation_space: gym.Space[Any]) -> TensorSpec:
@@ -86,19 +87,39 @@ def filter_description(policy: ExportedPolicy) -> dict[str, Any]:
     return {"name": obs_filter.name}
 
 
+def may_write_into_inputs(network: nn.Module | None) -> bool:
+    """Whether the export module must give ``network`` copies of its inputs.
+
+    torch.export keeps a network's writes into its inputs (``obs.mul_(2)``, legal torch) as
+    writes into the tensors the caller passes to the program, whereas the policy always acts on
+    copies. cairn's own networks (every module inside them a cairn or torch.nn class) never
+    write into their inputs (tests/export/test_program_input_writes.py checks the traced
+    programs' record of input writes), so they read the inputs as given; a user's network, or
+    an unknown one (None), gets copies.
+    """
+    if network is None or not type(network).__module__.startswith("cairn."):
+        return True
+    return not all(type(m).__module__.startswith(("cairn.", "torch.nn.")) for m in network.modules())
+
+
 class ObservationPath(nn.Module):
     """``forward(obs) -> float32 [batch, obs_size]``: :meth:`cairn.Policy.process_observations`
     in torch (flatten or one-hot, then the observation filter with its current constants).
 
     A masked policy's path is ``forward(obs, action_mask) -> [features | action_mask]``, the rows
     its (masking) model reads, as ``process_observations`` gives them.
+
+    The rows are never the caller's ``obs`` memory when ``network`` (the network that reads
+    them) may write into its inputs (:func:`may_write_into_inputs`): a float32, unfiltered,
+    unmasked ``obs`` is then cloned (every other path computes new rows).
     """
 
     obs_mean: torch.Tensor
     obs_inv_std: torch.Tensor
 
-    def __init__(self, policy: ExportedPolicy) -> None:
+    def __init__(self, policy: ExportedPolicy, network: nn.Module | None = None) -> None:
         super().__init__()
+        self.copy_input = may_write_into_inputs(network)
         space = policy.network_observation_space
         self.obs_size = int(policy.preprocessor.size)
         self.obs_discrete = isinstance(space, gym.spaces.Discrete)
@@ -121,7 +142,11 @@ class ObservationPath(nn.Module):
 
     def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.features(obs)
-        return x if action_mask is None else torch.cat([x, action_mask], dim=1)
+        if action_mask is not None:
+            return torch.cat([x, action_mask], dim=1)  # new rows: neither input's memory
+        if self.copy_input and not (self.obs_discrete or self.filtered) and obs.dtype == torch.float32:
+            return x.clone()  # x is obs, or a view of it (flatten, unsqueeze)
+        return x
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """The network input of ``obs``: preprocessed and filtered."""

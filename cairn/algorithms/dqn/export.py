@@ -29,7 +29,7 @@ class _GreedyQModule(nn.Module):
 
     def __init__(self, policy: Policy, q_network: nn.Module, start: int) -> None:
         super().__init__()
-        self.observations = ObservationPath(policy)
+        self.observations = ObservationPath(policy, q_network)
         self.model = copy.deepcopy(q_network).eval()
         self.start = start
 

@@ -1,0 +1,129 @@
+"""An exported torch program never writes into the tensors it is given.
+
+torch.export keeps a model's in-place writes to its inputs (``obs.mul_(2)``, legal torch): run
+through the loaded program, a user's model that writes into its input changed the caller's
+array (``torch.from_numpy(obs)``), while the policy itself always acts on a copy. The exported
+module now copies the inputs of users' networks; cairn's own networks are proven (below, by the
+traced program's own record of input mutations) never to write into theirs, and get no copy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import cairn
+from cairn.algorithms.dqn.dqn_policy import DQNPolicy
+from cairn.algorithms.sac.sac_policy import SACPolicy
+from cairn.algorithms.td3.td3_policy import TD3Policy
+from cairn.export.model_export import trace_policy
+from cairn.policy.observation_path import may_write_into_inputs
+from tests.models.nets import (
+    ActorScalesInPlace,
+    GRUScalesInPlace,
+    QScalesInPlace,
+    ScalesInPlace,
+    SmallCritic,
+    TD3ActorScalesInPlace,
+)
+
+BOX = gym.spaces.Box(-2.0, 2.0, (4,))
+GRID = gym.spaces.Box(-2.0, 2.0, (2, 2))  # flattened by a view: still the caller's memory
+
+
+def ppo(obs_space: gym.Space[Any] = BOX, **model: Any) -> cairn.Policy:
+    return cairn.Policy(obs_space, gym.spaces.Discrete(3), {"model": model}, seed=0)
+
+
+def dqn(**model: Any) -> DQNPolicy:
+    return DQNPolicy(BOX, gym.spaces.Discrete(3), {"model": model}, seed=0)
+
+
+def sac(**model: Any) -> SACPolicy:
+    return SACPolicy(BOX, gym.spaces.Box(-1.0, 3.0, (2,)), {"model": model}, seed=0)
+
+
+def td3(**model: Any) -> TD3Policy:
+    return TD3Policy(BOX, gym.spaces.Box(-1.0, 3.0, (2,)), {"model": model}, seed=0)
+
+
+USERS_MODELS = {
+    "ppo": lambda: ppo(custom_model=ScalesInPlace),
+    "ppo-2d-box": lambda: ppo(GRID, custom_model=ScalesInPlace),
+    "dqn": lambda: dqn(custom_model=QScalesInPlace),
+    "sac": lambda: sac(custom_model=ActorScalesInPlace, custom_q_model=SmallCritic),
+    "td3": lambda: td3(custom_model=TD3ActorScalesInPlace, custom_q_model=SmallCritic),
+}
+
+
+@pytest.mark.parametrize("name", sorted(USERS_MODELS))
+def test_a_program_of_a_model_writing_into_its_input_leaves_the_callers_array_alone(
+        tmp_path: Path, name: str) -> None:
+    policy = USERS_MODELS[name]()
+    shape = policy.observation_space.shape
+    obs = np.random.default_rng(0).uniform(-2.0, 2.0, (5, *shape)).astype(np.float32)
+    before = obs.copy()
+    policy.export_model(tmp_path / "pt")
+    program = torch.export.load(str(tmp_path / "pt" / "model.pt2")).module()
+    with torch.inference_mode():
+        action = program(torch.from_numpy(obs))[0].numpy()
+    np.testing.assert_array_equal(obs, before)
+    np.testing.assert_array_equal(action, policy.compute_actions(before, explore=False))
+    # A second call on the same array acts as the first (it read what the first left behind).
+    with torch.inference_mode():
+        again = program(torch.from_numpy(obs))[0].numpy()
+    np.testing.assert_array_equal(again, action)
+
+
+def test_a_recurrent_program_leaves_the_callers_observation_and_state_alone(tmp_path: Path) -> None:
+    policy = cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": GRUScalesInPlace}}, seed=0)
+    rng = np.random.default_rng(1)
+    obs = rng.uniform(-2.0, 2.0, (3, 4)).astype(np.float32)
+    h = rng.standard_normal((3, 8)).astype(np.float32)
+    obs_before, h_before = obs.copy(), h.copy()
+    policy.export_model(tmp_path / "pt")
+    program = torch.export.load(str(tmp_path / "pt" / "model.pt2")).module()
+    with torch.inference_mode():
+        action, _logits, h_out = (t.numpy() for t in program(torch.from_numpy(obs), torch.from_numpy(h)))
+    np.testing.assert_array_equal(obs, obs_before)
+    np.testing.assert_array_equal(h, h_before)
+    expected_action, (expected_h,) = policy.compute_actions(obs_before, state=[h_before], explore=False)
+    np.testing.assert_array_equal(action, expected_action)
+    np.testing.assert_allclose(h_out, expected_h, rtol=1e-5, atol=1e-5)
+
+
+BUILT_IN = {
+    "ppo": lambda: ppo(),
+    "ppo-2d-box": lambda: ppo(GRID),
+    "ppo-lstm": lambda: ppo(use_lstm=True),
+    "dqn": lambda: dqn(),
+    "sac": lambda: sac(),
+    "td3": lambda: td3(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
+def test_built_in_networks_never_write_into_their_inputs_and_get_no_copy(name: str) -> None:
+    """The proof behind giving cairn's own networks no copy: torch.export records every write
+    into an input (``user_inputs_to_mutate``), and there is none (the graphs' ONNX nodes are
+    those of before the copy existed)."""
+    traced = trace_policy(BUILT_IN[name]())
+    assert not traced.graph.module.observations.copy_input
+    assert not traced.program.graph_signature.user_inputs_to_mutate
+
+
+def test_a_users_network_inside_a_cairn_class_still_gets_copies() -> None:
+    """The decision reads every module inside the network: a cairn wrapper (the masked
+    policies' MaskedActorCritic) around a user's network is not a built-in network."""
+    built_in, users = ppo().model, ppo(custom_model=ScalesInPlace).model
+    assert not may_write_into_inputs(built_in)
+    assert may_write_into_inputs(users)
+    assert may_write_into_inputs(torch.nn.Sequential(torch.nn.ReLU(inplace=True)))  # not cairn's
+    assert may_write_into_inputs(None)
+    built_in.add_module("extra", users)  # a cairn class holding a user's module
+    assert may_write_into_inputs(built_in)
