@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from cairn.cli.checkpoint_diff import add_parser as add_diff
@@ -91,7 +92,7 @@ def _metrics_by_iteration(run_dir: str) -> dict[int, float]:
 def ls(args: argparse.Namespace) -> int:
     """``cairn checkpoint ls ROOT``."""
     from cairn.checkpoint.format import MANIFEST_FILE
-    from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, list_checkpoints
+    from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, list_checkpoints_and_damaged
 
     root = os.path.expanduser(args.root)
     if not os.path.isdir(root):
@@ -106,7 +107,7 @@ def ls(args: argparse.Namespace) -> int:
     nested = os.path.join(root, CHECKPOINTS_DIR)
     folder, run_dir = ((nested, root) if os.path.isdir(nested)
                        else (root, os.path.dirname(os.path.abspath(root))))
-    stored = list_checkpoints(folder)
+    stored, damaged = list_checkpoints_and_damaged(folder)
     metrics = _metrics_by_iteration(run_dir)
     rows: list[dict[str, Any]] = [
         {"path": c.path, "iteration": c.iteration, "size": c.size, "created_at": c.created_at,
@@ -123,16 +124,22 @@ def ls(args: argparse.Namespace) -> int:
         from cairn.cli.common import json_safe
 
         print(json.dumps(json_safe(rows), indent=2))
+        for path, error in damaged:  # the list's entries keep their fields; these have none to give
+            print(f"cairn checkpoint ls: {path} cannot be read: {error}", file=sys.stderr)
         return 0
-    if not rows:
-        print(f"no checkpoints in {folder}")
-        return 0
-    name_width = max(len(os.path.basename(r["path"])) for r in rows)
-    print(f"{'checkpoint':<{name_width}}  {'iteration':>9}  {'return_mean':>11}  {'size':>10}  created")
-    for r in rows:
+    names = [os.path.basename(r["path"]) for r in rows]
+    name_width = max((len(name) for name in names), default=0)
+    if rows:
+        print(f"{'checkpoint':<{name_width}}  {'iteration':>9}  {'return_mean':>11}  {'size':>10}  created")
+    for name, r in zip(names, rows, strict=True):
         metric = r["episode_return_mean"]
         shown = "-" if metric is None or metric != metric else f"{metric:.2f}"
-        print(f"{os.path.basename(r['path']):<{name_width}}  {r['iteration']:>9}  {shown:>11}  "
+        print(f"{name:<{name_width}}  {r['iteration']:>9}  {shown:>11}  "
               f"{format_size(r['size']):>10}  {r['created_at'] or '-':<25}  {', '.join(r['tags'])}".rstrip())
-    print(f"{len(rows)} checkpoint{'s' if len(rows) != 1 else ''} in {folder}")
+    for path, error in damaged:
+        print(f"{os.path.basename(path):<{name_width}}  cannot be read: {error}")
+    count = f"{len(rows)} checkpoint{'s' if len(rows) != 1 else ''}" if rows else "no checkpoints"
+    unreadable = (f", and {len(damaged)} that cannot be read: "
+                  f"{', '.join(os.path.basename(path) for path, _ in damaged)}" if damaged else "")
+    print(f"{count} in {folder}{unreadable}")
     return 0

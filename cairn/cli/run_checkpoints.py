@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from cairn.checkpoint.manager import CheckpointManager
 
 __all__ = ["CHECKPOINTS_DIR", "BEST_METRIC", "StoredCheckpoint", "run_manager", "list_checkpoints",
-           "latest_checkpoint", "checkpoint_or_latest_of_run", "unreadable_after"]
+           "list_checkpoints_and_damaged", "latest_checkpoint",
+           "checkpoint_or_latest_of_run", "unreadable_after"]
 
 #: The folder of a run directory that holds its checkpoints.
 CHECKPOINTS_DIR = "checkpoints"
@@ -66,12 +67,20 @@ def _record(root: str, name: str) -> dict[str, Any]:
 def _committed(root: str) -> list[tuple[int, str, str, dict[str, Any]]]:
     """``(iteration, name, path, manifest summary)`` of each committed ``checkpoint_<N>`` in the
     local folder ``root``, in no order; anything else there is left out."""
+    return _scan(root)[0]
+
+
+def _scan(root: str) -> tuple[list[tuple[int, str, str, dict[str, Any]]], list[tuple[int, str, str]]]:
+    """:func:`_committed`'s checkpoints, and ``(iteration, path, the reader's error)`` of each
+    ``checkpoint_<N>`` whose manifest is there but cannot be read (one still being written has
+    no manifest yet: it is in neither list)."""
     from cairn.checkpoint import get_checkpoint_info
+    from cairn.checkpoint.format import MANIFEST_FILE
     from cairn.errors import CheckpointError
 
     if not os.path.isdir(root):
-        return []
-    found = []
+        return [], []
+    found, damaged = [], []
     for name in os.listdir(root):
         match = _NAME.fullmatch(name)
         path = os.path.join(root, name)
@@ -79,22 +88,33 @@ def _committed(root: str) -> list[tuple[int, str, str, dict[str, Any]]]:
             continue
         try:
             found.append((int(match.group(1)), name, path, get_checkpoint_info(path)))
-        except CheckpointError:
-            continue
-    return found
+        except CheckpointError as exc:
+            if os.path.isfile(os.path.join(path, MANIFEST_FILE)):
+                damaged.append((int(match.group(1)), path, " ".join(str(exc).split())))
+    return found, damaged
 
 
 def list_checkpoints(root: str) -> list[StoredCheckpoint]:
     """The committed cairn checkpoints in the local folder ``root`` (named ``checkpoint_<N>``),
-    oldest iteration first; anything else there is left out. Reads only manifests and records."""
+    oldest iteration first; anything else there is left out (those whose manifest cannot be read:
+    :func:`list_checkpoints_and_damaged`).
+    Reads only manifests and records."""
+    return list_checkpoints_and_damaged(root)[0]
+
+
+def list_checkpoints_and_damaged(root: str) -> tuple[list[StoredCheckpoint], list[tuple[str, str]]]:
+    """:func:`list_checkpoints` of ``root``, and ``(path, the reader's error)`` of each
+    ``checkpoint_<N>`` there whose manifest is there but cannot be read (oldest first)."""
+    committed, damaged = _scan(root)
     stored = []
-    for iteration, name, path, info in _committed(root):
+    for iteration, name, path, info in committed:
         record = _record(root, name)
         metric = record.get("metric")
         stored.append(StoredCheckpoint(path, iteration, _listed_size(path, info), info.get("created_at"),
                                        float(metric) if isinstance(metric, (int, float)) else None,
                                        record.get("metric_name")))
-    return sorted(stored, key=lambda c: c.iteration)
+    return (sorted(stored, key=lambda c: c.iteration),
+            [(path, error) for _, path, error in sorted(damaged)])
 
 
 def _listed_size(path: str, info: dict[str, Any]) -> int:

@@ -361,3 +361,39 @@ def test_a_manifest_that_lost_its_components_list_is_refused(tmp_path, capsys):
     assert "components/replay_buffer/" in err and "'components'" in err
     with pytest.raises(CheckpointFormatError, match="components/replay_buffer/"):
         load_algorithm_state(path)
+
+
+def test_ls_shows_a_checkpoint_whose_manifest_cannot_be_read(trained_run, tmp_path, capsys):
+    """A checkpoint_<N> whose manifest is there but cannot be read was left out of the listing and
+    the count with no sign that it exists. The table now names it with the reader's error; the
+    JSON list keeps its shape (the readable checkpoints) and the damaged one is named on stderr."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    (run / "checkpoints" / "checkpoint_000002" / "cairn_checkpoint.json").write_text("{not json")
+    assert main(["checkpoint", "ls", str(run)]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    damaged = [line for line in lines if line.startswith("checkpoint_000002")]
+    assert len(damaged) == 1 and "cannot be read" in damaged[0] and "cairn_checkpoint.json" in damaged[0]
+    assert lines[-1] == (f"2 checkpoints in {run / 'checkpoints'}, and 1 that cannot be read: "
+                         "checkpoint_000002")
+    assert main(["checkpoint", "ls", str(run), "--json"]) == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
+    assert [r["iteration"] for r in rows] == [1, 3]  # the list's entries as before
+    assert "checkpoint_000002" in captured.err and "cannot be read" in captured.err
+    # Only checkpoints with a manifest count: a save still being written (no manifest yet) is not damage.
+    (run / "checkpoints" / "checkpoint_000004").mkdir()
+    assert main(["checkpoint", "ls", str(run)]) == 0
+    assert "checkpoint_000004" not in capsys.readouterr().out
+
+
+def test_ls_of_a_folder_whose_only_checkpoint_cannot_be_read(trained_run, tmp_path, capsys):
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    shutil.copytree(trained_run / "checkpoints" / "checkpoint_000001", root / "checkpoint_000001")
+    (root / "checkpoint_000001" / "cairn_checkpoint.json").write_bytes(b"\xff\xfe")
+    assert main(["checkpoint", "ls", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("checkpoint_000001") and "cannot be read" in lines[0]
+    assert lines[-1] == f"no checkpoints in {root}, and 1 that cannot be read: checkpoint_000001"
