@@ -26,6 +26,7 @@ from cairn.policy.observation_path import may_write_into_inputs
 from tests.models.nets import (
     ActorScalesInPlace,
     GRUScalesInPlace,
+    PenaltyMask,
     QScalesInPlace,
     ScalesInPlace,
     SmallCritic,
@@ -127,3 +128,30 @@ def test_a_users_network_inside_a_cairn_class_still_gets_copies() -> None:
     assert may_write_into_inputs(None)
     built_in.add_module("extra", users)  # a cairn class holding a user's module
     assert may_write_into_inputs(built_in)
+
+
+class PenaltyMaskScalesObs(PenaltyMask):
+    """Writes into both of its inputs: the observations and the action mask."""
+
+    def forward(self, obs, action_mask):
+        obs.mul_(2.0)
+        return super().forward(obs, action_mask)
+
+
+def test_a_masked_program_leaves_the_callers_observation_and_mask_alone(tmp_path: Path) -> None:
+    masked = gym.spaces.Dict({"observation": BOX, "action_mask": gym.spaces.MultiBinary(3)})
+    policy = cairn.Policy(masked, gym.spaces.Discrete(3), {"model": {"custom_model": PenaltyMaskScalesObs}},
+                          seed=0)
+    rng = np.random.default_rng(2)
+    obs = rng.uniform(-2.0, 2.0, (4, 4)).astype(np.float32)
+    mask = np.array([[1, 0, 1], [0, 1, 1], [1, 1, 1], [0, 0, 1]], np.float32)
+    obs_before, mask_before = obs.copy(), mask.copy()
+    policy.export_model(tmp_path / "pt")
+    program = torch.export.load(str(tmp_path / "pt" / "model.pt2")).module()
+    with torch.inference_mode():
+        action = program(torch.from_numpy(obs), torch.from_numpy(mask))[0].numpy()
+    np.testing.assert_array_equal(obs, obs_before)
+    np.testing.assert_array_equal(mask, mask_before)
+    expected = policy.compute_actions([{"observation": o, "action_mask": m.astype(np.int8)}
+                                       for o, m in zip(obs_before, mask_before)], explore=False)
+    np.testing.assert_array_equal(action, expected)
