@@ -103,15 +103,17 @@ def check_row(at: str, keys: tuple[str, str, str | None], policy: Policy | None,
     """One saved row in flight (a parallel env's waiting row, a turn-based pending move) as
     (float32 observation, raw action of its policy's dtype, float32 logp or None), copied, if
     it fits the ``policy`` that made it (named ``owner``; None: a scripted opponent, which
-    leaves no rows): ``obs`` a finite row of ``shape`` (None: the policy's network observation
-    shape), ``action`` finite, of the policy's raw shape and dtype (not 1.5 for an int), ``logp``
-    finite exactly when the policy wants behaviour log-probabilities, else None (unchecked when
-    ``keys[2]`` is None: older states lack it). Else a CheckpointFormatError naming the key."""
+    leaves no rows): ``obs`` a finite row of ``shape`` (None: the shape of the policy's processed
+    rows, ``(size + mask_size,)``: flattened, with a masked policy's mask), ``action`` finite, of
+    the policy's raw shape and dtype (not 1.5 for an int), ``logp`` finite exactly when the policy
+    wants behaviour log-probabilities, else None (unchecked when ``keys[2]`` is None: older
+    states lack it). Else a CheckpointFormatError naming the key."""
     obs_key, action_key, logp_key = keys
     if policy is None:
         raise refuse(at, f"{obs_key} is a row of {owner}, a scripted opponent: it leaves no rows.")
     row = np.asarray(obs, dtype=np.float32)
-    shape = tuple(policy.network_observation_space.shape or ()) if shape is None else shape
+    if shape is None:  # a processed row, not an observation: a (1, 2) Box, a Dict give flat rows
+        shape = (int(policy.preprocessor.size) + int(policy.preprocessor.mask_size),)
     if row.shape != shape or not np.isfinite(row).all():
         raise refuse(at, f"{obs_key} has shape {row.shape} (finite: {bool(np.isfinite(row).all())}); "
                          f"{owner} makes finite rows of shape {shape}.")
