@@ -37,6 +37,7 @@ from cairn.policy.action_masking import (
     action_sizes,
     check_masks,
     network_observation_space,
+    network_observations,
 )
 from cairn.policy.export_hook import BATCH, TensorSpec
 from cairn.policy.observation_path import input_spec
@@ -67,14 +68,6 @@ def _obs_input(observation_space: gym.Space[Any], obs_batch: Sequence[Any] | np.
     return rows
 
 
-def _network_parts(observation_space: gym.Space[Any], obs_batch: Sequence[Any] | np.ndarray) -> list[Any]:
-    """The part of each masked observation the network reads (see the module docstring)."""
-    network_space = network_observation_space(observation_space)
-    if isinstance(network_space, gym.spaces.Dict):
-        return [{key: o[key] for key in network_space.spaces} for o in obs_batch]
-    return [o["observation"] for o in obs_batch]
-
-
 def model_inputs(observation_space: gym.Space[Any], obs_batch: Sequence[Any] | np.ndarray, *,
                  action_space: gym.Space[Any] | None = None) -> np.ndarray:
     """Raw observations -> the exported model's ``obs`` input (numpy, batch first).
@@ -91,7 +84,7 @@ def model_inputs(observation_space: gym.Space[Any], obs_batch: Sequence[Any] | n
     if mask_size:  # the observations, their masks included, checked as the policy checks them
         _read(MaskedObservationPreprocessor(observation_space, mask_size), obs_batch)  # type: ignore[arg-type]
         return _obs_input(network_observation_space(observation_space),
-                          _network_parts(observation_space, obs_batch))
+                          network_observations(observation_space, obs_batch))  # type: ignore[arg-type]
     return _obs_input(observation_space, obs_batch)
 
 

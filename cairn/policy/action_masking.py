@@ -46,6 +46,7 @@ __all__ = [
     "LOWEST_PLAIN_LEGAL_SCORE",
     "action_mask_size",
     "network_observation_space",
+    "network_observations",
     "MaskedObservationPreprocessor",
     "make_preprocessor",
     "filter_features",
@@ -120,9 +121,25 @@ def network_observation_space(observation_space: gym.Space[Any]) -> gym.Space[An
     ``"observation"`` part when that is all that is left (PettingZoo's classic games)."""
     assert isinstance(observation_space, gym.spaces.Dict)
     rest = {k: s for k, s in observation_space.spaces.items() if k != ACTION_MASK_KEY}
-    if list(rest) == ["observation"]:
+    if _reads_observation_part(observation_space):
         return rest["observation"]
     return gym.spaces.Dict(rest)
+
+
+def _reads_observation_part(observation_space: gym.spaces.Dict) -> bool:
+    """Whether the network reads the ``"observation"`` entry alone (the only key beside the mask)."""
+    return [k for k in observation_space.spaces if k != ACTION_MASK_KEY] == ["observation"]
+
+
+def network_observations(observation_space: gym.spaces.Dict, batch: Sequence[Any] | np.ndarray) -> list[Any]:
+    """The part of each masked observation in ``batch`` that the network reads, an observation
+    of :func:`network_observation_space`: its ``"observation"`` entry when that is the only
+    key beside the mask (whatever its space, a Dict included), else the observation without the
+    mask. Raises KeyError or TypeError for observations without those keys."""
+    if _reads_observation_part(observation_space):
+        return [o["observation"] for o in batch]
+    keys = [k for k in observation_space.spaces if k != ACTION_MASK_KEY]
+    return [{k: o[k] for k in keys} for o in batch]
 
 
 class MaskedObservationPreprocessor:
@@ -144,10 +161,7 @@ class MaskedObservationPreprocessor:
     def __call__(self, batch: Sequence[Any] | np.ndarray) -> np.ndarray:
         """``batch`` of Dict observations -> ``float32 [len(batch), row_size]``."""
         try:
-            if isinstance(self.network_space, gym.spaces.Dict):
-                parts = [{k: o[k] for k in self.network_space.spaces} for o in batch]
-            else:
-                parts = [o["observation"] for o in batch]
+            parts = network_observations(self.space, batch)
             masks = [np.asarray(o[ACTION_MASK_KEY], dtype=np.float32).reshape(-1) for o in batch]
         except (KeyError, TypeError, IndexError) as exc:
             raise ObservationSpaceError(

@@ -86,6 +86,28 @@ def test_the_network_reads_the_observation_without_the_mask() -> None:
     assert policy.preprocessor.size == 5
 
 
+def test_an_observation_part_that_is_a_dict_is_read_as_the_policy_reads_it_unmasked() -> None:
+    """``{"observation": Dict(...), "action_mask": ...}``: the network reads the inner Dict, and
+    each observation's ``"observation"`` entry is what it flattens (not its outer keys)."""
+    from cairn.export import model_feeds
+
+    inner = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,)), "mode": gym.spaces.Discrete(3)})
+    space = gym.spaces.Dict({"observation": inner, "action_mask": gym.spaces.MultiBinary(N)})
+    masked = cairn.Policy(space, gym.spaces.Discrete(N), seed=0)
+    plain = cairn.Policy(inner, gym.spaces.Discrete(N), seed=0)
+    assert masked.network_observation_space == inner
+    parts = [{"pos": np.array([0.5, -0.25], np.float32), "mode": m} for m in (2, 0)]
+    masks = [np.eye(N, dtype=np.int8)[m] for m in (4, 1)]
+    observations = [{"observation": o, "action_mask": m} for o, m in zip(parts, masks)]
+    rows = masked.process_observations(observations, update=False)
+    np.testing.assert_array_equal(rows[:, :masked.preprocessor.size],
+                                  plain.process_observations(parts, update=False))
+    np.testing.assert_array_equal(rows[:, masked.preprocessor.size:], np.stack(masks))
+    assert masked.compute_actions(observations, explore=False).tolist() == [4, 1]  # the legal ones
+    feeds = model_feeds(space, gym.spaces.Discrete(N), observations)
+    np.testing.assert_array_equal(feeds["obs"], plain.process_observations(parts, update=False))
+
+
 def test_masked_logits_give_the_distribution_of_the_legal_actions() -> None:
     policy = cairn.Policy(SPACE, gym.spaces.Discrete(N), seed=0)
     observations = _observations(32)
