@@ -5,6 +5,7 @@ image, and the conversion of observations into the float rows a network takes
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -163,27 +164,42 @@ def _check_nested_parts(space: Any, path: str, depth: int) -> None:
             )
 
 
-def _has_discrete_parts(space: gym.Space[Any]) -> bool:
+def _has_checked_parts(space: gym.Space[Any]) -> bool:
+    """Whether ``space`` has parts whose values :func:`_parts_fit` checks: Discrete and
+    MultiDiscrete ones, and integer Box and MultiBinary ones."""
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
         return True
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
+        return not np.issubdtype(space.dtype, np.floating)
     if isinstance(space, gym.spaces.Dict):
-        return any(map(_has_discrete_parts, space.spaces.values()))
-    return isinstance(space, gym.spaces.Tuple) and any(map(_has_discrete_parts, space.spaces))
+        return any(map(_has_checked_parts, space.spaces.values()))
+    return isinstance(space, gym.spaces.Tuple) and any(map(_has_checked_parts, space.spaces))
 
 
-def _discrete_parts_fit(space: gym.Space[Any], obs: Any) -> bool:
+def _parts_fit(space: gym.Space[Any], obs: Any) -> bool:
     """Whether every Discrete and MultiDiscrete value in ``obs`` (an observation that
-    :func:`gymnasium.spaces.flatten` took) lies in its ``[start, start + n)``; Box and
-    MultiBinary parts are not checked."""
+    :func:`gymnasium.spaces.flatten` took) lies in its ``[start, start + n)``, and every value
+    of an integer Box or MultiBinary part is one its dtype holds (flatten casts the part to it:
+    0.7 would be read as 0, 300 in an int8 part as 44); float Box parts are not checked."""
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
+        if np.issubdtype(space.dtype, np.floating):
+            return True
+        values = np.asarray(obs)
+        if values.dtype == space.dtype:
+            return True
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # NaN or inf cast to an integer
+            cast = values.astype(space.dtype)
+        return bool(np.array_equal(cast, values))
     if isinstance(space, gym.spaces.Discrete):
         return bool(space.start <= int(obs) < space.start + space.n)
     if isinstance(space, gym.spaces.MultiDiscrete):
         values = np.asarray(obs)
         return bool(np.all(values >= space.start) and np.all(values < space.start + space.nvec))
     if isinstance(space, gym.spaces.Dict):
-        return all(_discrete_parts_fit(sub, obs[key]) for key, sub in space.spaces.items())
+        return all(_parts_fit(sub, obs[key]) for key, sub in space.spaces.items())
     if isinstance(space, gym.spaces.Tuple):
-        return all(_discrete_parts_fit(sub, part) for sub, part in zip(space.spaces, obs, strict=True))
+        return all(_parts_fit(sub, part) for sub, part in zip(space.spaces, obs, strict=True))
     return True
 
 
@@ -205,7 +221,7 @@ class ObservationPreprocessor:
         # The shape one observation has: what each row of a batch must have (Discrete: ()).
         self._obs_shape: tuple[int, ...] = tuple(space.shape or ()) if self._array_like else ()
         self._start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
-        self._check_discrete_parts = self.kind == "flattened" and _has_discrete_parts(space)
+        self._check_parts = self.kind == "flattened" and _has_checked_parts(space)
 
     def __call__(self, batch: Sequence[Any] | np.ndarray) -> np.ndarray:
         """``batch`` (a sequence or array of observations) -> ``float32 [len(batch), size]``.
@@ -250,14 +266,17 @@ class ObservationPreprocessor:
         try:
             rows = [np.asarray(gym.spaces.flatten(self.space, o), dtype=np.float32) for o in batch]
             out = np.stack(rows) if rows else np.zeros((0, self.size), dtype=np.float32)
-        except (ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
+        except (ValueError, TypeError, IndexError, KeyError, AttributeError, OverflowError) as exc:
             raise self._error(f"could not be flattened ({type(exc).__name__}: {exc})") from exc
         if out.shape != (len(rows), self.size):
             raise self._error(f"flattened to rows of shape {out.shape[1:]}, not ({self.size},)")
         # gymnasium.spaces.flatten writes a Discrete value's 1 unchecked: one below the range
-        # lands at the end of its entries (a negative index), one above it in the next part's.
-        if self._check_discrete_parts and not all(_discrete_parts_fit(self.space, o) for o in batch):
-            raise self._error("hold Discrete or MultiDiscrete values outside their ranges [start, start + n)")
+        # lands at the end of its entries (a negative index), one above it in the next part's;
+        # and it casts an integer part to its dtype, cutting fractions off and wrapping around.
+        if self._check_parts and not all(_parts_fit(self.space, o) for o in batch):
+            raise self._error("hold Discrete or MultiDiscrete values outside their ranges [start, "
+                              "start + n), or values an integer Box or MultiBinary part cannot hold (a "
+                              "fraction, NaN, or a number beyond its dtype) and flattening would change")
         return out
 
     def _error(self, problem: str) -> ObservationSpaceError:

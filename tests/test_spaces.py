@@ -148,3 +148,35 @@ def test_unsupported_action_spaces_are_refused_naming_a_fix(space: gym.Space, fi
     assert re.search(fix, str(info.value)), str(info.value)
     with pytest.raises(cairn.errors.ConfigError, match=fix):
         cairn.Policy(gym.spaces.Box(-1.0, 1.0, (3,)), space, seed=0)
+
+
+INTEGER_PARTS = gym.spaces.Dict({"count": gym.spaces.Box(0, 100, (2,), np.int8),
+                                 "flags": gym.spaces.MultiBinary(2),
+                                 "speed": gym.spaces.Box(-1.0, 1.0, (1,))})
+
+
+@pytest.mark.parametrize(("part", "value"), [
+    # gymnasium.spaces.flatten casts each part to its dtype: 0.7 became 0 and 300 became 44.
+    ("count", np.array([0.7, 3.0])), ("count", np.array([300, 3])), ("count", [300, 3]),
+    ("flags", np.array([0.5, 1.0])), ("count", np.array([np.nan, 1.0]))])
+def test_integer_parts_the_cast_would_change_are_refused(part, value):
+    good = {"count": np.array([7, 3], np.int8), "flags": np.array([1, 0], np.int8),
+            "speed": np.array([0.5], np.float32)}
+    preprocessor = ObservationPreprocessor(INTEGER_PARTS)
+    # (A Python int beyond the dtype: numpy's own OverflowError, "out of bounds for int8".)
+    with pytest.raises(ObservationSpaceError, match="cannot hold|out of bounds for int8"):
+        preprocessor([good, {**good, part: value}])
+    policy = cairn.Policy(INTEGER_PARTS, gym.spaces.Discrete(2), seed=0)
+    with pytest.raises(ObservationSpaceError):
+        policy.compute_actions([{**good, part: value}], explore=False)
+
+
+def test_integer_parts_given_as_whole_floats_or_other_int_dtypes_are_read_as_before():
+    preprocessor = ObservationPreprocessor(INTEGER_PARTS)
+    exact = {"count": np.array([7, 3], np.int8), "flags": np.array([1, 0], np.int8),
+             "speed": np.array([0.5], np.float32)}
+    expected = preprocessor([exact])
+    np.testing.assert_array_equal(expected, [[7, 3, 1, 0, 0.5]])
+    for other in ({"count": np.array([7.0, 3.0]), "flags": [True, False]},
+                  {"count": [7, 3], "flags": np.array([1, 0], np.int64)}):
+        np.testing.assert_array_equal(preprocessor([{**exact, **other}]), expected)
