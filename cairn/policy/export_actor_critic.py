@@ -63,9 +63,9 @@ class ActorCriticModule(nn.Module):
     def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         x = self.observations(obs, action_mask)
         # The value reads its own copy, as the policy's calls do: a user's model may write into its
-        # input (obs *= 2), and value(x) after action_inputs(x) would read what it wrote. Traced
-        # away when the value is not exported; an Identity that onnxruntime drops when it is.
-        x_value = x.clone()
+        # input (obs *= 2), and value(x) after action_inputs(x) would read what it wrote. cairn's
+        # own networks never write into their inputs (ObservationPath.copy_input), and read x.
+        x_value = x.clone() if self.observations.copy_input else x
         # An actor-critic's methods (cairn.models.ActorCriticModel; checked by
         # actor_critic_export_graph before this module is built), unseen on torch.nn.Module.
         inputs = self.model.action_inputs(x)  # type: ignore[operator]
