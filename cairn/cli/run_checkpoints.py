@@ -150,23 +150,12 @@ def unreadable_after(root: str, latest: str) -> tuple[str, str] | None:
     manifest is there but cannot be read, or None. The
     checkpoint manager counts such a one as saved (its manifest is there), so a run resumed from
     an older checkpoint would train its iterations again without saving them."""
-    from cairn.checkpoint import get_checkpoint_info
-    from cairn.checkpoint.format import MANIFEST_FILE
-    from cairn.errors import CheckpointError
-
     match = _NAME.fullmatch(os.path.basename(latest))
-    if match is None or not os.path.isdir(root):
+    if match is None:
         return None
-    iteration = int(match.group(1))
-    found = sorted((int(m.group(1)), name) for name in os.listdir(root)
-                   if (m := _NAME.fullmatch(name)) and int(m.group(1)) > iteration
-                   and os.path.isfile(os.path.join(root, name, MANIFEST_FILE)))
-    for _, name in reversed(found):
-        try:
-            get_checkpoint_info(os.path.join(root, name))
-        except CheckpointError as exc:
-            return os.path.join(root, name), " ".join(str(exc).split())
-    return None
+    later = [(iteration, path, error) for iteration, path, error in _scan(root)[1]
+             if iteration > int(match.group(1))]
+    return max(later)[1:] if later else None
 
 
 def checkpoint_or_latest_of_run(path: str) -> str:
