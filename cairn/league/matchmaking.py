@@ -4,7 +4,9 @@ league's policy mapping, which draws one game per episode of each env copy.
 A game is drawn when the first agent of an episode is mapped (cairn calls the mapping once per
 (episode, agent), docs/multi-agent.md): self-play with probability ``self_play_fraction``
 (every seat acts with main), else an opponent drawn by the matchmaking weights and a seat for
-main drawn uniformly; the episode's other agents then read that draw. The draws come from the
+main drawn uniformly, the opponent taking the next seat (the other one of two; in a game of
+three or more seats main holds all but that one); the episode's other agents then read that
+draw. The draws come from the
 league's own generator, so a restored league draws the same games.
 """
 
@@ -128,8 +130,11 @@ class LeagueMapping(DrawnMapping):
             return main
         if any(pid != main for pid in mapped.values()):
             return main  # the episode's opponent is seated already
-        seat = league.agents.index(agent_id)
-        return main if seat == plan["main_seat"] else str(plan["opponent"])
+        # The opponent's one seat is the one after main's drawn seat (the other one of two), so
+        # that in a game of three or more seats, where main holds all the others, it too is
+        # drawn uniformly, whatever the order in which the runner maps the agents.
+        opponent_seat = (int(plan["main_seat"]) + 1) % len(league.agents)
+        return str(plan["opponent"]) if league.agents.index(agent_id) == opponent_seat else main
 
 
 def copy_plans(plans: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

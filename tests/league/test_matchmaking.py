@@ -79,6 +79,38 @@ def test_draws_reach_each_opponent_in_proportion(matchmaking):
     assert abs(main_seats["player_0"] - n / 2) <= 4 * np.sqrt(n / 4)
 
 
+@pytest.mark.parametrize("order", [["p0", "p1", "p2"], ["p2", "p0", "p1"]])
+def test_in_a_game_of_three_seats_the_opponent_takes_each_seat_alike_whatever_the_mapping_order(order):
+    """Main holds every seat but the opponent's: the opponent's seat is drawn uniformly and does
+    not depend on the order in which the runner maps the agents (the same draws seat the same
+    game in either order)."""
+
+    class ThreeSeats:
+        possible_agents = ["p0", "p1", "p2"]
+
+    def seat_games(agent_order: list[str], games: int = 3000) -> list[str]:
+        league = League(league_settings(matchmaking="uniform", self_play_fraction=0.0), seed=0)
+        league.set_agents(ThreeSeats())
+        league.pool = ["main_v1"]
+        seats = []
+        for _ in range(games):
+            mapped: dict[str, str] = {}
+            for agent in agent_order:
+                episode = {"env_index": 0, "mapped": dict(mapped)}
+                mapped[agent] = league.mapping(agent, episode=episode, worker=0)
+            opponents = [a for a, pid in mapped.items() if pid != "main"]
+            assert len(opponents) == 1 and mapped[opponents[0]] == "main_v1"
+            seats.append(opponents[0])
+        return seats
+
+    seats = seat_games(order)
+    assert seats == seat_games(list(ThreeSeats.possible_agents))  # the order changes nothing
+    counts = Counter(seats)
+    n = len(seats)
+    for agent in ThreeSeats.possible_agents:  # each seat with probability 1/3
+        assert abs(counts[agent] - n / 3) <= 4 * np.sqrt(n * (1 / 3) * (2 / 3)), counts
+
+
 def test_draws_come_from_the_league_generator_and_repeat_from_its_state():
     league = _league(matchmaking="uniform")
     _play(league, 10)
