@@ -155,7 +155,7 @@ class League:
         self.pool.append(pid)
         self.adding = pid
         try:
-            add_snapshot(algo, self.main, pid)
+            add_snapshot(algo, self.main, pid, self.seed)
         finally:
             self.adding = None
             if pid in algo.policies:  # also when add_policy raised after taking it

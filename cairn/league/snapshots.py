@@ -7,7 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from cairn.policy.policy import Policy
+from cairn.policy.training_state import seeded_generators_state
 from cairn.policy_ids import is_snapshot_id, snapshot_id
+from cairn.rng import policy_init_seed
 
 __all__ = ["PolicyPool", "snapshot_due", "is_snapshot_id", "snapshot_id", "add_snapshot"]
 
@@ -54,9 +56,17 @@ def snapshot_due(settings: Mapping[str, Any], iteration: int, *, has_snapshot: b
     return len(recent_scores) >= window and sum(recent_scores) / len(recent_scores) >= rate
 
 
-def add_snapshot(algo: PolicyPool, main: str, policy_id: str) -> None:
+def add_snapshot(algo: PolicyPool, main: str, policy_id: str, seed: int | None) -> None:
     """Add a frozen copy of ``main`` as ``policy_id``: its state copied once (weights, filter,
-    optimizer), built without random init, and kept out of ``policies_to_train``."""
+    optimizer), built without random init, and kept out of ``policies_to_train``.
+
+    Its random generators are its own, seeded as those of a new policy ``policy_id`` of a
+    config seeded ``seed`` are (:func:`cairn.rng.policy_init_seed`), not copies of main's: with
+    those, main and the snapshot drew the same numbers move for move, and in a symmetric game
+    right after the snapshot (the same weights too) they played the same moves, every game a
+    draw."""
     trained = [pid for pid in algo.policies_to_train if pid != policy_id]
-    copy = Policy.from_state(algo.get_policy(main).get_state(copy=True), copy=False)
+    state = algo.get_policy(main).get_state(copy=True)
+    state["rng"] = seeded_generators_state(policy_init_seed(seed, policy_id))
+    copy = Policy.from_state(state, copy=False)
     algo.add_policy(policy_id, copy, policies_to_train=trained)

@@ -30,10 +30,27 @@ from cairn.policy.optimizer_state import (
 )
 from cairn.rng import make_rng, policy_sampling_rng
 
-__all__ = ["PolicyTrainingState", "TrainingStateField"]
+__all__ = ["PolicyTrainingState", "TrainingStateField", "seeded_generators", "seeded_generators_state"]
 
 MakeOptimizer = Callable[[], torch.optim.Optimizer]
 T = TypeVar("T")
+
+
+def seeded_generators(seed: int | None) -> tuple[torch.Generator, np.random.Generator]:
+    """A new policy's torch and numpy generators, seeded by ``seed`` (None: fresh entropy)."""
+    generator = torch.Generator()
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(int(seed) % (2**63))
+    return generator, policy_sampling_rng(None if seed is None else int(seed) % (2**63))
+
+
+def seeded_generators_state(seed: int | None) -> dict[str, Any]:
+    """The ``rng`` entry of a policy state (:meth:`PolicyTrainingState.get_state`) of generators
+    seeded by ``seed`` as a new policy's are: to give a copy of a policy generators of its own."""
+    generator, np_random = seeded_generators(seed)
+    return {"torch": generator.get_state().numpy().copy(), "numpy": np_random.bit_generator.state}
 
 
 class PolicyTrainingState:
@@ -46,12 +63,7 @@ class PolicyTrainingState:
 
     def __init__(self, observation_filter: NoFilter | MeanStdFilter, *, seed: int | None) -> None:
         self.observation_filter = observation_filter
-        self.generator = torch.Generator()
-        if seed is None:
-            self.generator.seed()
-        else:
-            self.generator.manual_seed(int(seed) % (2**63))
-        self.np_random = policy_sampling_rng(None if seed is None else int(seed) % (2**63))
+        self.generator, self.np_random = seeded_generators(seed)
         #: Env steps acted with this policy, and optimizer steps taken on it.
         self.global_timestep = 0
         self.num_grad_updates = 0

@@ -166,3 +166,37 @@ def test_a_configured_policy_named_like_the_next_snapshot_is_an_error_not_replac
         assert algo.train()["league"]["pool"] == ["main_v1"]
     finally:
         algo.stop()
+
+
+def test_a_snapshot_samples_its_moves_from_generators_of_its_own():
+    """A snapshot is a copy of main's weights, not of main's random generators: with a copy of
+    those, main and its newest snapshot drew the same numbers, move for move. In a symmetric
+    simultaneous game right after the snapshot (the same weights, every env starting a game
+    against it when the oldest snapshot leaves) they then played the same move every round,
+    and every game of the iteration was a draw."""
+    import numpy as np
+
+    from tests.league.games import small_parallel_league
+
+    algo = small_parallel_league(self_play_fraction=0.0, matchmaking="latest", max_snapshots=1).build()
+    scores: list[float] = []  # main's game results against a snapshot: 1 won, 0 drawn, -1 lost
+    record = algo.league.record_episodes
+
+    def spy(episodes: Any) -> None:
+        episodes = list(episodes)
+        scores.extend(float(np.sign(e["policy_returns"]["main"][0] - e["policy_returns"][other][0]))
+                      for e in episodes for other in e["policy_returns"] if other != "main")
+        record(episodes)
+
+    algo.league.record_episodes = spy  # type: ignore[method-assign]
+    try:
+        for _ in range(2):
+            algo.train()
+        main, snapshot = (algo.get_policy(pid).get_state()["rng"] for pid in ("main", "main_v2"))
+        played = len(scores)
+        algo.train()  # against main_v2 alone, taken at the end of iteration 2 with main's weights then
+        third = scores[played:]
+    finally:
+        algo.stop()
+    assert len(third) >= 20 and set(third) != {0.0}, third  # not all draws
+    assert main["numpy"] != snapshot["numpy"] and not np.array_equal(main["torch"], snapshot["torch"])
