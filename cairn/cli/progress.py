@@ -28,8 +28,9 @@ def _num(value: Any, spec: str) -> str:
 
 
 def league_summary(result: Mapping[str, Any]) -> tuple[float, float] | None:
-    """(main's mean win rate against the pool's opponents, nan before any game; main's rating)
-    of a league's result, else None: a zero-sum game's return says nothing, these do."""
+    """(main's mean win rate against its opponents, the pool's snapshots and the fixed
+    opponents alike: the mean of ``result["league"]["win_rate"]``, nan before any game; main's
+    rating) of a league's result, else None: a zero-sum game's return says nothing, these do."""
     league = result.get("league")
     if not league:
         return None

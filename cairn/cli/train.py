@@ -106,8 +106,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--league", action="store_true",
                    help="league self-play for a two-player game (docs/league.md): policy 'main', a frozen "
                         "snapshot every 10 iterations, PFSP opponents, a random legal player as fixed "
-                        "opponent; the progress shows main's win rate "
-                        "against the pool and its rating (config key league_config for other settings)")
+                        "opponent; the progress shows main's mean win rate against its opponents "
+                        "(snapshots and random legal) and its rating (config key league_config for "
+                        "other settings)")
     add_logger_options(p)
     add_import_option(p)
     p.set_defaults(run=run, parser=p)
