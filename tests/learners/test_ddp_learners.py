@@ -275,6 +275,50 @@ def test_every_rank_holds_rank_0s_batchnorm_statistics_after_a_learn_call(ray_cl
         algo.stop()
 
 
+def vtrace_learn_reporting_target_buffers(config, policy, sync, *, batch, permutations):
+    """IMPALA's learn function, returning as its rows this rank's buffers of the network at each
+    eval-mode forward (V-trace's targets over the whole batch, once per epoch)."""
+    from cairn.algorithms.impala.learn import vtrace_learn
+
+    seen = []
+
+    def record(model, args):
+        if not model.training:
+            seen.append(np.concatenate([buffer.detach().cpu().numpy().astype(np.float64).ravel()
+                                        for buffer in model.buffers()]))
+
+    hook = policy.model.register_forward_pre_hook(record)
+    try:
+        vtrace_learn(config, policy, sync, batch=batch, permutations=permutations, appo=False)
+    finally:
+        hook.remove()
+    return LearnOutput({}, np.concatenate(seen))
+
+
+def test_every_rank_computes_each_epochs_vtrace_targets_from_rank_0s_batchnorm_stats(ray_cluster) -> None:
+    """IMPALA computes V-trace's targets again before each epoch, in eval mode, from the
+    running statistics that the epoch before moved by each rank's shards: every rank reads
+    rank 0's there too (those the driver gets), not its own, so that the ranks' targets are one
+    minibatch's targets and not each rank's own."""
+    from cairn.algorithms.impala.fragments import join_fragments
+    from tests.models.nets import NoisyHeads
+
+    config = vtrace_config("IMPALA").training(model={"custom_model": NoisyHeads}).learners(num_learners=2)
+    algo = config.build()
+    try:
+        batch = join_fragments(algo.sample_fragments(), "default_policy")
+        order = np.random.default_rng(0).permutation(len(batch))
+        rows = algo.learn(vtrace_learn_reporting_target_buffers, "default_policy", batch=batch,
+                          permutations=[order, order[::-1].copy()]).rows
+        assert rows is not None
+        rank0, rank1 = np.split(rows, 2)
+        first, second = np.split(rank0, 2)
+        assert not np.array_equal(second, first)  # the first epoch moved them
+        np.testing.assert_array_equal(rank1, rank0)
+    finally:
+        algo.stop()
+
+
 def _ranks_holding(algo: cairn.Algorithm, policy_id: str) -> list[int]:
     """The learner ranks that still hold a copy of ``policy_id`` (asked for its learned parts)."""
     import ray

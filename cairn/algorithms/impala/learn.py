@@ -100,8 +100,11 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
 
     Each learner computes V-trace over the whole batch, then the loss of its shard of each
     minibatch only, scaled by its share of the minibatch's rows, so that the all-reduced
-    gradients are the whole minibatch's (as PPO's learner). APPO's target network and KL weight
-    are read here and written by the algorithm afterwards (:func:`after_train_batch`)."""
+    gradients are the whole minibatch's (as PPO's learner); before each later epoch's V-trace
+    every rank takes rank 0's buffers of the network (a user's BatchNorm statistics, which the
+    epoch before moved by each rank's shards), so that every rank's targets are the same. APPO's
+    target network and KL weight are read here and written by the algorithm afterwards
+    (:func:`after_train_batch`)."""
     model = policy.model
     device = next(model.parameters()).device
     data = BatchTensors(batch, policy, device)
@@ -118,7 +121,11 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
     stats: dict[str, torch.Tensor] = {}
     returns: torch.Tensor | None = None
     values_np: np.ndarray | None = None
-    for perm_np in permutations:
+    for epoch, perm_np in enumerate(permutations):
+        if epoch:
+            # The epoch before moved a user's BatchNorm statistics by each rank's own shards:
+            # the targets read rank 0's on every rank, as after the call (LearnerActor.update).
+            sync.broadcast_buffers([model])
         targets, values_now = batch_vtrace(config, policy, data, target_logp_rows=old_logp)
         if returns is None:  # the first epoch's: the value function before this update
             returns, values_np = targets.vs, values_now
