@@ -19,7 +19,7 @@ import torch
 from cairn._compat.keras_internals import seeded_global_seed_generator
 from cairn.errors import ConfigError, NonFiniteLossError
 from cairn.learners.device import accelerator_report
-from cairn.learners.policy_sync import learned_parts
+from cairn.learners.policy_sync import keep_learning_rates, learned_parts
 from cairn.learners.sync import LOCAL_SYNC, DistributedGradientSync, GradientSync, LearnOutput
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
@@ -201,6 +201,8 @@ class LearnerActor:
                     self.policies[policy_id] = (policy, state["spec"])
                 else:  # each loan: the driver's policy, checked where its state entered
                     policy.set_state(state, check_finite=False)
+                # The driver's optimizer was built: its learning rates, not the config's.
+                keep_learning_rates(policy, state["optimizer"])
             except BaseException:  # a copy that may hold part of the state is no loan's copy
                 self.policies.pop(policy_id, None)
                 raise

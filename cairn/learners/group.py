@@ -30,7 +30,7 @@ import torch
 from cairn.errors import ConfigError, LearnerFailedError
 from cairn.learners.actor import LearnerActor, LearnFunction, run_learn
 from cairn.learners.device import learner_device
-from cairn.learners.policy_sync import with_learned_parts
+from cairn.learners.policy_sync import keep_learning_rates, with_learned_parts
 from cairn.learners.remote import RemoteLearners
 from cairn.learners.sync import LOCAL_SYNC, LearnOutput
 from cairn.policy.policy import Policy
@@ -92,6 +92,9 @@ class LearnerGroup:
         if self.lent.get(policy_id) is not policy:
             _check_optimizer_class(policy_id, policy)
             self._check_not_recurrent(policy_id, policy)
+            # Built (as learning here would build it), so that the state holds the learning
+            # rates it steps with, which the learners keep (policy_sync.keep_learning_rates).
+            policy.optimizer  # noqa: B018
             state = policy.get_state()
         try:
             output, returned = learner.update(fn, policy_id, state, inputs)
@@ -194,6 +197,7 @@ def _take_back(policy: Policy, parts: Mapping[str, Any], *, weights: Mapping[str
     if weights is not None:
         state["weights"] = weights
     policy.set_state(state, check_finite=False)  # every iteration: parts of the driver's own policy
+    keep_learning_rates(policy, parts["optimizer"])  # those learnt with, not the config's
 
 
 def _check_optimizer_class(policy_id: str, policy: Policy) -> None:

@@ -128,6 +128,12 @@ def _learning_rate(algo: cairn.Algorithm, _: str) -> None:
     algo.get_policy().set_learning_rate(3e-3)
 
 
+def _learning_rate_in_param_groups(algo: cairn.Algorithm, _: str) -> None:
+    # torch's own way (a user's schedule in on_train_result): the policy's config does not see it.
+    for group in algo.get_policy().optimizer.param_groups:
+        group["lr"] *= 3.0
+
+
 def _restore(algo: cairn.Algorithm, checkpoint: str) -> None:
     algo.restore(checkpoint)
 
@@ -142,6 +148,7 @@ def _policy_state(algo: cairn.Algorithm, checkpoint: str) -> None:
 
 
 MUTATIONS = [_set_weights, _weights_through_data, _optimizer_moments_through_data, _learning_rate,
+             _learning_rate_in_param_groups,
              _restore, _restore_policy_component, _policy_state]
 
 
