@@ -12,6 +12,7 @@ from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.dqn.config import DQNConfig
 from cairn.algorithms.replay_buffers import PolicyReplayBuffers, ReplayRatio, check_finite_transitions
 from cairn.env_runner.sample_batch import SampleBatch
+from cairn.errors import NonFiniteSampleError
 from cairn.learners import LearnFunction
 from cairn.replay import PrioritizedReplayBuffer, ReplayBuffer
 
@@ -70,10 +71,18 @@ class OffPolicyAlgorithm(Algorithm):
     def check_sample(self, batches: Mapping[str, SampleBatch]) -> None:
         """Refuse a round (NonFiniteSampleError) before it is counted or any of it stored when a
         row a replay buffer would store holds a NaN or infinite reward or observation: stored,
-        it would make every minibatch that replays it NaN (:func:`check_finite_transitions`)."""
-        for pid in self.policies_to_train:
-            if pid in batches:
-                check_finite_transitions(pid, batches[pid])
+        it would make every minibatch that replays it NaN (:func:`check_finite_transitions`).
+        The n-step rows held for the round's trajectories are stored then, with the windows they
+        have: the steps that would complete them are gone
+        (:meth:`~cairn.algorithms.replay_buffers.PolicyReplayBuffers.refuse`)."""
+        try:
+            for pid in self.policies_to_train:
+                if pid in batches:
+                    check_finite_transitions(pid, batches[pid])
+        except NonFiniteSampleError:
+            for pid, batch in batches.items():
+                self.replay.refuse(pid, batch)
+            raise
 
     def training_step(self) -> dict[str, dict[str, Any]]:
         cfg = self.config

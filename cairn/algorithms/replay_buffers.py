@@ -4,7 +4,7 @@ component, and the (n-step) transitions a sample batch adds to them."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -108,9 +108,8 @@ class NStepTransitions:
                 return rows
             # Rows held under a longer n_step (restored with n_step=1 now, say): nothing joins
             # them any more, so they are stored with the windows they have, before the batch.
-            held = self.get_state()
-            self.pending = {}
-            stored = replay_transitions(SampleBatch(held), gamma=self.gamma, n_step=self.n_step)
+            stored = self.end(list(self.pending))
+            assert stored is not None  # some rows are held
             return {k: np.concatenate([stored[k], rows[k]]) for k in rows}
         joined, waits = self._join(batch)
         returns, last, steps = n_step_returns(joined["rewards"], joined["ends"],
@@ -120,6 +119,18 @@ class NStepTransitions:
             rows = hold & (joined["streams"] == stream)
             self.pending[int(stream)] = {k: v[rows] for k, v in joined.items()}
         return _transitions(joined, returns, last, steps, ~hold)
+
+    def end(self, streams: Iterable[int]) -> dict[str, np.ndarray] | None:
+        """The transitions of the rows held for ``streams``, with the windows they have (each
+        stops where its fragment was cut and bootstraps from there), since their sequel will
+        never be added (its sample round was refused); None when those streams hold none. The
+        rows are held no more."""
+        held = [self.pending.pop(stream) for stream in dict.fromkeys(int(s) for s in streams)
+                if stream in self.pending]
+        if not held:
+            return None
+        rows = SampleBatch({k: np.concatenate([h[k] for h in held]) for k in _HELD_COLUMNS})
+        return replay_transitions(rows, gamma=self.gamma, n_step=self.n_step)
 
     def _join(self, batch: SampleBatch) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """``batch`` with each stream's held rows in front of its first row (when that row does
@@ -208,6 +219,20 @@ class PolicyReplayBuffers:
             self.n_step[pid] = NStepTransitions(self.gamma, self.n_step_length)
         rows = self.n_step[pid].add(batch)
         if len(rows["rewards"]):
+            self.buffer(pid).add(rows)
+
+    def refuse(self, pid: str, batch: SampleBatch) -> None:
+        """``batch`` of policy ``pid`` will not be stored (its sample round was refused) while its
+        episodes go on: the rows held for its trajectories can never be completed, so they are
+        stored now, with the windows they have. Kept, they would be completed with the first
+        rows of the trajectory's next stored fragment whenever it starts from the observation
+        they ended with (an env whose observations repeat), the window spanning the refused
+        steps as if they were not there."""
+        n_step = self.n_step.get(pid)
+        if n_step is None or "streams" not in batch:
+            return
+        rows = n_step.end(batch["streams"])
+        if rows is not None and len(rows["rewards"]):
             self.buffer(pid).add(rows)
 
     def buffer(self, pid: str) -> ReplayBuffer:

@@ -95,3 +95,28 @@ def make_flaky_constant_env(config: dict[str, Any]) -> FlakyConstantEnv:
 
 def make_flaky_constant_parallel(config: dict[str, Any]) -> FlakyConstantParallel:
     return FlakyConstantParallel(config)
+
+
+class NaNRewardConstantEnv(gym.Env):  # type: ignore[misc]
+    """One agent, one endless episode; step ``t`` (from 1) pays ``t``, but step ``nan_at`` pays
+    NaN, and the episode goes on: the sample round holding it is refused (NonFiniteSampleError)
+    while the env keeps its episode, whose next observation equals every earlier one."""
+
+    observation_space = _SPACE
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.nan_at = int(config["nan_at"])
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return _OBS.copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        return _OBS.copy(), float("nan") if self.t == self.nan_at else float(self.t), False, False, {}
+
+
+def make_nan_reward_constant_env(config: dict[str, Any]) -> NaNRewardConstantEnv:
+    return NaNRewardConstantEnv(config)

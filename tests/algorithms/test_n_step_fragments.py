@@ -10,7 +10,12 @@ import pytest
 import cairn
 from cairn.algorithms.replay_buffers import NStepTransitions, replay_transitions
 from cairn.env_runner.sample_batch import SampleBatch
-from tests.algorithms.constant_obs_envs import make_flaky_constant_env, make_flaky_constant_parallel
+from cairn.errors import NonFiniteSampleError
+from tests.algorithms.constant_obs_envs import (
+    make_flaky_constant_env,
+    make_flaky_constant_parallel,
+    make_nan_reward_constant_env,
+)
 from tests.algorithms.sac.multi_agent_pendulum import make_ma_pendulum
 from tests.helpers import map_by_index
 
@@ -201,3 +206,27 @@ def test_firsts_survive_a_checkpoint_between_the_fragments(maker, tmp_path):
                 assert batch["firsts"].tolist() == [first_row, False]
         finally:
             restored.stop()
+
+
+def test_held_rows_never_join_the_fragment_after_a_refused_round():
+    """A round refused for a NaN reward (NonFiniteSampleError) is not stored, but the episode
+    goes on: the next round's first rows do not follow the held rows, whose next steps were in
+    the refused round. Here every observation is equal, so equal observations prove nothing: on
+    main the rows of steps 3 and 4 were completed with the rewards of steps 9 and 10 as if they
+    were their next steps (3 + .5 * 4 + .25 * 9 = 7.25 and 4 + .5 * 9 + .25 * 10 = 11). They end
+    where their round was cut instead, bootstrapping from its last observation."""
+    algo = (cairn.DQNConfig().environment(make_nan_reward_constant_env, env_config={"nan_at": 6})
+            .training(n_step=N, gamma=0.5, train_batch_size=4, num_steps_sampled_before_learning_starts=1000)
+            .env_runners(rollout_fragment_length=4).debugging(seed=0).build())
+    try:
+        algo.train()  # steps 1-4: the rows of steps 3 and 4 wait for steps 5 and 6
+        with pytest.raises(NonFiniteSampleError):
+            algo.train()  # steps 5-8, refused (step 6 pays NaN)
+        algo.train()  # steps 9-12
+        buffer = algo.replay_buffers["default_policy"]
+        rewards, n_steps = buffer.columns["rewards"][:len(buffer)], buffer.columns["n_steps"][:len(buffer)]
+    finally:
+        algo.stop()
+    # Steps 3 and 4 stop at step 4, where their round was cut (2 and 1 steps).
+    assert rewards.tolist() == pytest.approx([1 + 1 + .75, 2 + 1.5 + 1, 3 + 2, 4, 9 + 5 + 2.75, 10 + 5.5 + 3])
+    assert n_steps.tolist() == [3, 3, 2, 1, 3, 3]
