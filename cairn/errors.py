@@ -343,8 +343,9 @@ class StorageCleanupWarning(UserWarning):
 
 class ReplayBufferNotRestoredWarning(UserWarning):
     """An off-policy algorithm (DQN, SAC) was restored from a state without its replay buffers
-    (saved without ``config.checkpointing(store_replay_buffer=True)``): training goes on from
-    empty buffers, so it does not repeat the original run exactly.
+    (saved without ``config.checkpointing(store_replay_buffer=True)``), or with buffers of
+    n-step returns summed with another ``gamma`` than its config's, which it leaves out:
+    training goes on from empty buffers, so it does not repeat the original run exactly.
 
     Acting, evaluating and exporting never read the buffers; filter it
     (``warnings.simplefilter("ignore", ReplayBufferNotRestoredWarning)``) when the restored

@@ -199,6 +199,16 @@ class OffPolicyAlgorithm(Algorithm):
         self.replay.n_step.pop(policy_id, None)
         self.replay_ratio.credit.pop(policy_id, None)
 
+    def set_state(self, state: Mapping[str, Any], *, check_finite: bool = True) -> None:
+        """:meth:`Algorithm.set_state <cairn.algorithms.algorithm.Algorithm.set_state>`, leaving
+        out (with a warning) the stored replay buffers whose n-step returns were summed with
+        another ``gamma`` than this config's (a ``config_overrides``, or an in-place restore into
+        another config): :meth:`~cairn.algorithms.replay_buffers.PolicyReplayBuffers.fitting_components`."""
+        components = self.replay.fitting_components(
+            state.get("components") or {}, (state.get("config") or {}).get("gamma"),
+            [*self.policies, *(state.get("policies") or {})])
+        super().set_state({**state, "components": components}, check_finite=check_finite)
+
     def get_components(self, *, copy: bool) -> dict[str, Any]:
         """The replay buffers, when ``store_replay_buffer`` is set: in checkpoints as the
         ``replay_buffer`` component, and in :meth:`get_state` (as a copy) likewise."""

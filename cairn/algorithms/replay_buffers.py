@@ -253,6 +253,38 @@ class PolicyReplayBuffers:
             **({"n_step_pending": held} if held else {}),
         }}
 
+    def fitting_components(self, components: Mapping[str, Any], gamma: Any,
+                           policy_ids: Iterable[str]) -> Mapping[str, Any]:
+        """``components`` without the stored buffers (of ``policy_ids``) that hold n-step returns
+        (rows of more than one step) summed with a ``gamma`` (the stored config's) other than
+        this one's, with a ReplayBufferNotRestoredWarning for each: those policies start with
+        empty buffers, as after a checkpoint without them. Restored, their targets would add
+        returns discounted by one ``gamma`` to values bootstrapped by this one's
+        ``gamma ** n_steps``, with no error. One-step rows hold plain rewards (any ``gamma``
+        applies to them), and rows held for their next fragment are summed when stored."""
+        stored = components.get(REPLAY_BUFFER_COMPONENT)
+        if (stored is None or isinstance(gamma, bool) or not isinstance(gamma, (int, float))
+                or float(gamma) == self.gamma):
+            return components
+        stale = {}
+        for pid in policy_ids:
+            n_steps = ((stored["policies"].get(pid) or {}).get("columns") or {}).get("n_steps")
+            if n_steps is not None and len(n_steps) and int(np.max(n_steps)) > 1:
+                stale[pid] = int(np.max(n_steps))
+        for pid, longest in stale.items():
+            warnings.warn(
+                f"The stored replay buffer of policy {pid!r} holds n-step returns (windows of up to "
+                f"{longest} steps) summed with gamma={gamma}, but this config has gamma={self.gamma}: "
+                "restored, its targets would mix both discounts, so it starts empty (training refills it "
+                f"and does not repeat the original run). Restore with gamma={gamma} to keep it.",
+                ReplayBufferNotRestoredWarning,
+                stacklevel=3,  # fitting_components <- set_state <- caller
+            )
+        if not stale:
+            return components
+        policies = {pid: state for pid, state in stored["policies"].items() if pid not in stale}
+        return {**components, REPLAY_BUFFER_COMPONENT: {**stored, "policies": policies}}
+
     def restore(self, components: Mapping[str, Any], policy_ids: Any, *, algorithm: str) -> None:
         """Replace the buffers by those stored in ``components`` (for the policies in
         ``policy_ids``); none stored: empty buffers, with a warning that says how to keep them.

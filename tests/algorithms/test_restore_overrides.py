@@ -3,6 +3,7 @@ settings (``AlgorithmConfig.merged_fields()``) merge into the stored value, othe
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 import cairn
 from cairn import DQNConfig, PPOConfig
-from cairn.errors import ConfigError
+from cairn.errors import ConfigError, ReplayBufferNotRestoredWarning
 from tests.helpers import make_ma_cartpole, small_ppo
 
 
@@ -204,3 +205,56 @@ def test_an_observation_filter_override_is_refused_not_ignored(tmp_path):
     same = cairn.Algorithm.from_checkpoint(path, config_overrides={"observation_filter": "MeanStdFilter"})
     assert same.get_policy().observation_filter.count > 0
     same.stop()
+
+
+def _n_step_dqn(n_step: int, gamma: float) -> cairn.Algorithm:
+    return (DQNConfig().environment("CartPole-v1")
+            .training(n_step=n_step, gamma=gamma, train_batch_size=64, minibatch_size=16,
+                      num_steps_sampled_before_learning_starts=32, model={"hidden": [8]})
+            .checkpointing(store_replay_buffer=True).debugging(seed=0).build())
+
+
+def test_a_buffer_of_n_step_returns_summed_with_another_gamma_is_not_restored(tmp_path):
+    """A stored n-step row holds r_t + gamma r_t+1 + gamma^2 r_t+2 of the saved run's gamma, and
+    its target adds gamma^n Q(s'): restored under another gamma, the targets mixed the two
+    discounts with no word (2.9701 = 1 + .99 + .99^2 trained on with gamma .5, which sums to
+    1.75). Such a buffer now starts empty, with a warning; one-step rows hold plain rewards."""
+    algo = _n_step_dqn(3, 0.99)
+    other = _n_step_dqn(3, 0.5)
+    try:
+        algo.train()
+        assert algo.replay_buffers["default_policy"].columns["n_steps"].max() == 3
+        path = algo.save(tmp_path / "c")
+        for restore in (lambda: cairn.Algorithm.from_checkpoint(path, config_overrides={"gamma": 0.5}),
+                        lambda: (other.restore(path), other)[1]):  # in place, into a config of another gamma
+            with pytest.warns(ReplayBufferNotRestoredWarning,
+                              match=r"'default_policy'.*gamma=0\.99.*gamma=0\.5.*starts empty"):
+                restored = restore()
+            assert restored.config.gamma == 0.5 and restored.iteration == 1
+            assert restored.replay_buffers == {}
+            restored.train()
+            assert restored.replay_buffers["default_policy"].columns["rewards"].max() < 2  # 1 + .5 + .25
+            if restored is not other:
+                restored.stop()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            same = cairn.Algorithm.from_checkpoint(path, config_overrides={"gamma": 0.99})
+        assert len(same.replay_buffers["default_policy"]) == len(algo.replay_buffers["default_policy"])
+        same.stop()
+    finally:
+        algo.stop()
+        other.stop()
+    one_step = _n_step_dqn(1, 0.99)
+    try:
+        one_step.train()
+        path = one_step.save(tmp_path / "one")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            restored = cairn.Algorithm.from_checkpoint(path, config_overrides={"gamma": 0.5})
+        assert restored.config.gamma == 0.5
+        stored = len(one_step.replay_buffers["default_policy"])
+        assert len(restored.replay_buffers["default_policy"]) == stored > 0
+        restored.train()
+        restored.stop()
+    finally:
+        one_step.stop()
