@@ -61,6 +61,9 @@ class SumTree:
 
     def rebuild(self, priorities: np.ndarray) -> None:
         """Reset the tree to ``priorities`` on the first leaves (all others unset)."""
+        # A copy first: ``priorities`` may view this tree's own leaves (:meth:`leaves`, a state
+        # taken with ``copy=False``), which the reset below would zero before they are read.
+        priorities = np.array(priorities, dtype=np.float64)
         self.sums[:] = 0.0
         self.mins[:] = np.inf
         self.sums[self.size : self.size + len(priorities)] = priorities

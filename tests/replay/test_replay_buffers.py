@@ -322,6 +322,26 @@ def test_prioritized_state_round_trip_is_exact() -> None:
         restored.update_priorities(b["batch_indexes"], b["obs"][:, 0])
 
 
+def test_a_buffer_restored_from_its_own_view_state_keeps_its_priorities() -> None:
+    """get_state(copy=False) gives the tree's leaves as a view; set_state rebuilt the tree by
+    zeroing it first and then reading that view: every priority became 0 (the old rows never
+    drawn again once new ones came, or sample() refusing an all-zero buffer)."""
+    buffer = make_replay_buffer({"type": "prioritized", "capacity": 8}, seed=5)
+    twin = make_replay_buffer({"type": "prioritized", "capacity": 8}, seed=5)
+    for b in (buffer, twin):
+        b.add(rows(0, 5))
+        b.update_priorities(np.arange(5), np.arange(5.0) + 1)
+    leaves = buffer.tree.leaves(5).copy()
+    assert (leaves > 0).all()
+    buffer.set_state(buffer.get_state(copy=False))
+    np.testing.assert_array_equal(buffer.tree.leaves(5), leaves)
+    np.testing.assert_array_equal(buffer.tree.sums, twin.tree.sums)
+    tree = SumTree(8)
+    tree.update(np.arange(3), np.array([1.0, 2.0, 3.0]))
+    tree.rebuild(tree.leaves(3))  # the tree's own leaves, not a copy
+    assert tree.leaves(3).tolist() == [1.0, 2.0, 3.0] and tree.total == 6.0
+
+
 def _prioritized_with_td_errors(alpha: float, epsilon: float,
                                 td_errors: np.ndarray) -> PrioritizedReplayBuffer:
     buffer = PrioritizedReplayBuffer(16, alpha=alpha, epsilon=epsilon, seed=0)
