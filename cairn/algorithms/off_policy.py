@@ -96,6 +96,11 @@ class OffPolicyAlgorithm(Algorithm):
             for pid, rows in added.items():
                 if rows:
                     self.replay.add(pid, batches[pid])
+            # A policy that acts but does not train (taken out of policies_to_train) stores none
+            # of its rows: those held for its trajectories can never be completed now.
+            for pid, batch in batches.items():
+                if pid not in added:
+                    self.replay.refuse(pid, batch)
             # Every policy's updates of the round are owed before any policy learns: with a
             # replay ratio, a learner that raises must not cost a later policy its credit.
             due: dict[str, int] = {}

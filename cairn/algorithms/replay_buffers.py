@@ -222,12 +222,12 @@ class PolicyReplayBuffers:
             self.buffer(pid).add(rows)
 
     def refuse(self, pid: str, batch: SampleBatch) -> None:
-        """``batch`` of policy ``pid`` will not be stored (its sample round was refused) while its
-        episodes go on: the rows held for its trajectories can never be completed, so they are
-        stored now, with the windows they have. Kept, they would be completed with the first
-        rows of the trajectory's next stored fragment whenever it starts from the observation
-        they ended with (an env whose observations repeat), the window spanning the refused
-        steps as if they were not there."""
+        """``batch`` of policy ``pid`` will not be stored (its sample round was refused, or the
+        policy does not train now) while its episodes go on: the rows held for its trajectories
+        can never be completed, so they are stored now, with the windows they have. Kept, they
+        would be completed with the first rows of the trajectory's next stored fragment whenever
+        it starts from the observation they ended with (an env whose observations repeat), the
+        window spanning the steps not stored as if they were not there."""
         n_step = self.n_step.get(pid)
         if n_step is None or "streams" not in batch:
             return

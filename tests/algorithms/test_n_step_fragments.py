@@ -230,3 +230,28 @@ def test_held_rows_never_join_the_fragment_after_a_refused_round():
     # Steps 3 and 4 stop at step 4, where their round was cut (2 and 1 steps).
     assert rewards.tolist() == pytest.approx([1 + 1 + .75, 2 + 1.5 + 1, 3 + 2, 4, 9 + 5 + 2.75, 10 + 5.5 + 3])
     assert n_steps.tolist() == [3, 3, 2, 1, 3, 3]
+
+
+def test_held_rows_never_join_the_fragment_after_rounds_their_policy_did_not_train():
+    """A policy taken out of policies_to_train still acts, but its rows are not stored: the rows
+    held for its trajectories cannot be completed by a fragment sampled once it trains again
+    (here the env's observation never changes, so it starts where they ended). On main the rows
+    of steps 3 and 4 joined steps 9 and 10 (3 + .5 * 4 + .25 * 9 = 7.25 and 11)."""
+    algo = (cairn.DQNConfig().environment(make_nan_reward_constant_env, env_config={"nan_at": 10**9})
+            .training(n_step=N, gamma=0.5, train_batch_size=4, num_steps_sampled_before_learning_starts=1000)
+            .env_runners(rollout_fragment_length=4).debugging(seed=0).build())
+    try:
+        algo.train()  # steps 1-4: the rows of steps 3 and 4 wait for steps 5 and 6
+        policy = algo.get_policy()
+        spec = cairn.PolicySpec(observation_space=policy.observation_space, action_space=policy.action_space)
+        algo.add_policy("other", spec, policies_to_train=["other"],
+                        policy_mapping_fn=lambda *_, **__: "default_policy")
+        algo.train()  # steps 5-8: default_policy acts but does not train
+        algo.remove_policy("other", policies_to_train=["default_policy"])
+        algo.train()  # steps 9-12
+        buffer = algo.replay_buffers["default_policy"]
+        rewards, n_steps = buffer.columns["rewards"][:len(buffer)], buffer.columns["n_steps"][:len(buffer)]
+    finally:
+        algo.stop()
+    assert rewards.tolist() == pytest.approx([1 + 1 + .75, 2 + 1.5 + 1, 3 + 2, 4, 9 + 5 + 2.75, 10 + 5.5 + 3])
+    assert n_steps.tolist() == [3, 3, 2, 1, 3, 3]
