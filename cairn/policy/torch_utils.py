@@ -45,13 +45,11 @@ def clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float) -> tor
     per iteration.
     """
     grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    total = torch.linalg.vector_norm(torch.stack(foreach_norm(grads)))
+    total = global_grad_norm(params)
     coef = max_norm / (float(total) + 1e-6)
-    if coef < 1.0:  # scaling by exactly 1 would change nothing; skip the operation
+    if grads and coef < 1.0:  # scaling by exactly 1 would change nothing; skip the operation
         foreach_mul_(grads, coef)
-    return total.detach()
+    return total
 
 
 def global_grad_norm(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
