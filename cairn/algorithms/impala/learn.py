@@ -133,18 +133,18 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
         for start in range(0, n, size):
             idx = perm[start:start + size]
             rows = idx[sync.shard(len(idx))]
-            loss = None
+            loss = inputs = None
             if len(rows):
-                loss, stats = _loss(config, policy, data, targets, rows, old_logp)
+                inputs, values = model(data.obs[rows])
+                loss, stats = rows_loss(config, policy, data, targets, rows, old_logp, inputs, values)
                 # The loss is a mean over rows: weighted by this shard's share, the learners'
                 # gradients sum to the minibatch's (alone the weight is exactly 1).
                 loss = loss * (len(rows) / len(idx))
             try:
                 sync.optimizer_step(policy.optimizer, loss, params, grad_clip=config.grad_clip)
-            except NonFiniteLossError as exc:
-                with torch.no_grad():  # the inputs the step had: a refused step changed no weight
-                    inputs = model(data.obs[rows])[0] if len(rows) else None
-                raise explain_non_finite_loss(exc, policy, data, rows, old_logp, inputs) from exc
+            except NonFiniteLossError as exc:  # explained by the inputs the step had
+                step_inputs = None if inputs is None else inputs.detach()
+                raise explain_non_finite_loss(exc, policy, data, rows, old_logp, step_inputs) from exc
             policy.num_grad_updates += 1
             if len(rows):
                 history.append(torch.stack(list(stats.values())))
@@ -164,19 +164,13 @@ def require_target_network(policy: Policy) -> APPOPolicy:
     return policy
 
 
-def _loss(config: IMPALAConfig, policy: Policy, data: BatchTensors, targets: VTraceReturns,
-          rows: torch.Tensor, old_logp: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The loss (a mean over ``rows``) and its statistics: IMPALA's, or APPO's when
-    ``old_logp`` holds the target network's log-probabilities of the whole batch."""
-    inputs, values = policy.model(data.obs[rows])
-    return rows_loss(config, policy, data, targets, rows, old_logp, inputs, values)
-
-
 def rows_loss(config: IMPALAConfig, policy: Policy, data: BatchTensors, targets: VTraceReturns,
               rows: torch.Tensor, old_logp: torch.Tensor | None, inputs: torch.Tensor,
               values: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """:func:`_loss` given the network's action inputs and values of ``rows`` (in that order),
-    however they were computed (a feed-forward pass, or sequences of a recurrent network)."""
+    """The loss (a mean over ``rows``) and its statistics: IMPALA's, or APPO's when
+    ``old_logp`` holds the target network's log-probabilities of the whole batch; given the
+    network's action inputs and values of ``rows`` (in that order), however they were computed
+    (a feed-forward pass, or sequences of a recurrent network)."""
     logp = policy.dist.logp(inputs, data.actions[rows])
     entropy = policy.dist.entropy(inputs)
     vs, pg_adv = targets.vs[rows], targets.pg_advantages[rows]
