@@ -16,14 +16,12 @@ from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.fragments import Fragment, join_fragments, policy_lags
 from cairn.algorithms.impala.learn import after_train_batch, vtrace_learn
-from cairn.algorithms.impala.recurrent import vtrace_learn_recurrent
 from cairn.algorithms.ppo.recurrent import epoch_permutations
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.remote import join_batches
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError
 from cairn.policy.policy import Policy
-from cairn.policy.recurrent import is_recurrent
 from cairn.registry import register_class
 
 __all__ = ["IMPALA", "APPO"]
@@ -114,10 +112,9 @@ class IMPALA(Algorithm):
                     continue
                 lags = policy_lags(fragments, pid, self.weights_version)
                 policy = self.policies[pid]
-                recurrent = is_recurrent(policy)
                 permutations = epoch_permutations(self._rng, batch, policy, self.config.num_epochs)
-                output = self.learn(vtrace_learn_recurrent if recurrent else vtrace_learn, pid, batch=batch,
-                                    permutations=permutations, appo=self.uses_target_network)
+                output = self.learn(vtrace_learn, pid, batch=batch, permutations=permutations,
+                                    appo=self.uses_target_network)
                 stats[pid] = {**output.stats, **self.after_learn(pid, batch),
                               "policy_lag_mean": float(lags.mean()), "policy_lag_max": float(lags.max())}
                 if len(stats) == 1:  # the fragments' env steps, once: a batch's rows are agent steps

@@ -4,10 +4,11 @@ learners (:mod:`cairn.learners.sync` says how the work is shared)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
@@ -22,8 +23,12 @@ from cairn.numpy_acting import evaluating
 from cairn.policy.policy import Policy
 from cairn.policy.recurrent import is_recurrent
 
-__all__ = ["vtrace_learn", "batch_vtrace", "target_logp", "BatchTensors", "kl_estimate", "after_train_batch",
-           "require_target_network", "rows_loss", "explain_non_finite_loss"]
+__all__ = ["vtrace_learn", "batch_vtrace", "minibatches", "target_logp", "BatchTensors", "kl_estimate",
+           "after_train_batch", "require_target_network", "rows_loss", "explain_non_finite_loss"]
+
+#: A minibatch: this learner's batch rows, the minibatch's number of rows, and the network's
+#: action inputs and values of those rows (None for an empty shard).
+Minibatch = tuple[torch.Tensor, int, "tuple[torch.Tensor, torch.Tensor] | None"]
 
 
 class BatchTensors:
@@ -46,9 +51,9 @@ class BatchTensors:
         return self.obs.clone()
 
 
-def target_logp(policy: APPOPolicy, data: BatchTensors) -> torch.Tensor:
+def target_logp(policy: APPOPolicy, data: BatchTensors, seqs: Sequences | None = None) -> torch.Tensor:
     """``log pi_target(a_s|x_s)`` of every row of ``data``: APPO's target network on the whole
-    batch, in one forward pass.
+    batch, in one forward pass (a recurrent policy's: over the batch's sequences ``seqs``).
 
     :func:`vtrace_learn` computes it once per call: the target network is frozen during a learn
     call (no optimizer holds its parameters, ``requires_grad`` is off, and only
@@ -58,11 +63,14 @@ def target_logp(policy: APPOPolicy, data: BatchTensors) -> torch.Tensor:
     round differently in the last bits (tests/algorithms/impala/test_appo_target_once.py measures
     it)."""
     with torch.no_grad(), evaluating(policy.target_model):  # a target: as a deployed model gives it
+        if seqs is not None:
+            return seqs.logp(policy.target_model, policy.dist, data.actions)
         return policy.dist.logp(policy.target_model(data.whole_obs())[0], data.actions)
 
 
 def batch_vtrace(config: IMPALAConfig, policy: Policy, data: BatchTensors, *,
-                 target_logp_rows: torch.Tensor | None) -> tuple[VTraceReturns, np.ndarray]:
+                 target_logp_rows: torch.Tensor | None,
+                 seqs: Sequences | None = None) -> tuple[VTraceReturns, np.ndarray]:
     """V-trace's targets and advantages of the whole batch under the policy's current weights,
     and the values ``V(x_s)`` they were computed from (numpy).
 
@@ -70,20 +78,27 @@ def batch_vtrace(config: IMPALAConfig, policy: Policy, data: BatchTensors, *,
     the row's ``next_obs`` (a truncation or a fragment end bootstraps, as PPO's GAE does; a
     termination gets 0). The target policy is the network itself (``target_logp_rows`` None:
     IMPALA) or the one whose log-probabilities of the batch's actions ``target_logp_rows``
-    holds (APPO's ``pi_target``: :func:`target_logp`)."""
+    holds (APPO's ``pi_target``: :func:`target_logp`). A recurrent policy's network runs over
+    the batch's sequences ``seqs``
+    (:meth:`~cairn.algorithms.ppo.recurrent.Sequences.values_and_next`: the bootstrap values
+    from the state after a piece's last step)."""
     model, dist = policy.model, policy.dist
     # Targets, as a deployed model gives them (as PPO's GAE values): eval mode, so that a user's
     # Dropout does not perturb them and a BatchNorm neither moves its statistics nor fails on
     # the one next_obs row a fragment may bootstrap from.
     with torch.no_grad(), evaluating(model):
-        if target_logp_rows is None:  # IMPALA: the network is its own target policy
+        if seqs is not None:
+            inputs, values, next_vals = seqs.values_and_next(model)
+        elif target_logp_rows is None:  # IMPALA: the network is its own target policy
             inputs, values = model(data.whole_obs())
-            target_logp_rows = dist.logp(inputs, data.actions)
         else:  # only the values: the model contract makes value(obs) forward's value
             # An actor-critic's method (cairn.models.ActorCriticModel), unseen on torch.nn.Module.
             values = model.value(data.whole_obs())  # type: ignore[operator]
+        if target_logp_rows is None:
+            target_logp_rows = dist.logp(inputs, data.actions)
         values_np = values.cpu().numpy()
-        next_vals = torch.from_numpy(next_values(model, data.batch, values_np)).to(values.device)
+        if seqs is None:
+            next_vals = torch.from_numpy(next_values(model, data.batch, values_np)).to(values.device)
     returns = vtrace(behaviour_logp=data.behaviour_logp, target_logp=target_logp_rows, rewards=data.rewards,
                      values=values, next_values=next_vals, terminateds=data.terminateds, ends=data.ends,
                      gamma=config.gamma, clip_rho_threshold=config.vtrace_clip_rho_threshold,
@@ -95,8 +110,9 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
                  permutations: Sequence[np.ndarray], appo: bool) -> LearnOutput:
     """One IMPALA (``appo`` False) or APPO (``appo`` True, on an :class:`APPOPolicy`) update of
     ``policy`` on ``batch``: per
-    array of ``permutations`` (the row order of an epoch, drawn by the algorithm) V-trace over the
-    whole batch, then minibatches of ``minibatch_size`` rows (None: the whole batch).
+    array of ``permutations`` (the order of an epoch, drawn by the algorithm: of the batch's rows,
+    or of a recurrent policy's sequences) V-trace over the whole batch, then minibatches of
+    ``minibatch_size`` rows (None: the whole batch; see :func:`minibatches`).
 
     Each learner computes V-trace over the whole batch, then the loss of its shard of each
     minibatch only, scaled by its share of the minibatch's rows, so that the all-reduced
@@ -104,42 +120,50 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
     every rank takes rank 0's buffers of the network (a user's BatchNorm statistics, which the
     epoch before moved by each rank's shards), so that every rank's targets are the same. APPO's
     target network and KL weight are read here and written by the algorithm afterwards
-    (:func:`after_train_batch`)."""
+    (:func:`after_train_batch`).
+
+    A recurrent policy (:mod:`cairn.algorithms.impala.recurrent`, docs/impala.md) learns over
+    the batch's sequences (:class:`~cairn.algorithms.ppo.recurrent.Sequences`) in one learner
+    (DDP learners are refused by the config, and here); its statistics add ``num_sequences``."""
     model = policy.model
     device = next(model.parameters()).device
     data = BatchTensors(batch, policy, device)
+    seqs = None
+    if is_recurrent(policy):
+        if sync.world_size > 1:
+            raise ConfigError("recurrent policies learn in one learner: config.learners(num_learners=0).")
+        seqs = Sequences(batch, policy, data.obs)
     old_logp = None
     if appo:
         # Once per call, not per epoch and minibatch: the target network does not change until
         # the call returns (target_logp says why).
-        old_logp = target_logp(require_target_network(policy), data)
+        old_logp = target_logp(require_target_network(policy), data, seqs)
     n = len(batch)
     size = n if config.minibatch_size is None else min(config.minibatch_size, n)
     params = list(model.parameters())
     history: list[torch.Tensor] = []
     shares: list[float] = []  # this learner's share of each history row's minibatch
+    num_minibatches = 0
     stats: dict[str, torch.Tensor] = {}
     returns: torch.Tensor | None = None
     values_np: np.ndarray | None = None
-    for epoch, perm_np in enumerate(permutations):
+    for epoch, perm in enumerate(permutations):
         if epoch:
             # The epoch before moved a user's BatchNorm statistics by each rank's own shards:
             # the targets read rank 0's on every rank, as after the call (LearnerActor.update).
             sync.broadcast_buffers([model])
-        targets, values_now = batch_vtrace(config, policy, data, target_logp_rows=old_logp)
+        targets, values_now = batch_vtrace(config, policy, data, target_logp_rows=old_logp, seqs=seqs)
         if returns is None:  # the first epoch's: the value function before this update
             returns, values_np = targets.vs, values_now
-        perm = torch.from_numpy(perm_np).to(device)
-        for start in range(0, n, size):
-            idx = perm[start:start + size]
-            rows = idx[sync.shard(len(idx))]
+        for rows, whole, outputs in minibatches(model, data, seqs, perm, size, sync):
+            num_minibatches += 1
             loss = inputs = None
-            if len(rows):
-                inputs, values = model(data.obs[rows])
+            if outputs is not None:
+                inputs, values = outputs
                 loss, stats = rows_loss(config, policy, data, targets, rows, old_logp, inputs, values)
                 # The loss is a mean over rows: weighted by this shard's share, the learners'
                 # gradients sum to the minibatch's (alone the weight is exactly 1).
-                loss = loss * (len(rows) / len(idx))
+                loss = loss * (len(rows) / whole)
             try:
                 sync.optimizer_step(policy.optimizer, loss, params, grad_clip=config.grad_clip)
             except NonFiniteLossError as exc:  # explained by the inputs the step had
@@ -148,10 +172,31 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
             policy.num_grad_updates += 1
             if len(rows):
                 history.append(torch.stack(list(stats.values())))
-                shares.append(len(rows) / len(idx))
+                shares.append(len(rows) / whole)
     assert returns is not None and values_np is not None  # num_epochs >= 1 (a positive_int field)
-    num_minibatches = len(permutations) * -(-n // size)
-    return update_output(list(stats), history, returns, values_np, policy, shares, num_minibatches)
+    output = update_output(list(stats), history, returns, values_np, policy, shares, num_minibatches)
+    if seqs is not None:
+        output.stats["num_sequences"] = float(len(seqs))
+    return output
+
+
+def minibatches(model: nn.Module, data: BatchTensors, seqs: Sequences | None, perm: np.ndarray, size: int,
+                sync: GradientSync) -> Iterator[Minibatch]:
+    """The minibatches of an epoch whose order is ``perm``, each a :data:`Minibatch` whose
+    network outputs are computed as the minibatch is reached. Feed-forward: ``size`` rows each,
+    this learner's shard of them; recurrent (``seqs``): whole sequences of about ``size`` env
+    steps, a sequence joining the minibatch its first step falls in, padded steps left out
+    (:meth:`~cairn.algorithms.ppo.recurrent.Sequences.minibatches`)."""
+    if seqs is not None:
+        for part in seqs.minibatches(perm, size):
+            inputs, values, rows = seqs.forward(model, part)
+            yield rows, len(rows), (inputs, values)
+        return
+    order = torch.from_numpy(perm).to(data.obs.device)
+    for start in range(0, len(order), size):
+        idx = order[start:start + size]
+        rows = idx[sync.shard(len(idx))]
+        yield rows, len(idx), (model(data.obs[rows]) if len(rows) else None)
 
 
 def require_target_network(policy: Policy) -> APPOPolicy:
@@ -252,10 +297,9 @@ def after_train_batch(config: APPOConfig, policy: APPOPolicy, batch: SampleBatch
                 if is_recurrent(policy):  # both networks over the batch's sequences
                     seqs = Sequences(batch, policy, data.obs)
                     logp = seqs.logp(policy.model, policy.dist, data.actions)
-                    old = seqs.logp(policy.target_model, policy.dist, data.actions)
                 else:
-                    logp = policy.dist.logp(policy.model(data.whole_obs())[0], data.actions)
-                    old = target_logp(policy, data)
+                    seqs, logp = None, policy.dist.logp(policy.model(data.whole_obs())[0], data.actions)
+                old = target_logp(policy, data, seqs)
                 kl = float(kl_estimate(old, logp, data.behaviour_logp).mean())
             policy.kl_coeff = update_kl_coeff(policy.kl_coeff, kl, kl_target=config.kl_target)
         policy.update_target()
