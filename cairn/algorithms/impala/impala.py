@@ -16,7 +16,7 @@ from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.fragments import Fragment, join_fragments, policy_lags
 from cairn.algorithms.impala.learn import after_train_batch, vtrace_learn
-from cairn.algorithms.ppo.recurrent import epoch_permutations
+from cairn.algorithms.ppo.sequences import epoch_permutations
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.remote import join_batches
 from cairn.env_runner.sample_batch import SampleBatch

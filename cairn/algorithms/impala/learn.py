@@ -4,18 +4,17 @@ learners (:mod:`cairn.learners.sync` says how the work is shared)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
 from cairn.algorithms.impala.appo_policy import APPOPolicy
 from cairn.algorithms.impala.config import APPOConfig, IMPALAConfig
 from cairn.algorithms.impala.loss import appo_loss, impala_loss, update_kl_coeff
 from cairn.algorithms.impala.vtrace import VTraceReturns, vtrace
 from cairn.algorithms.ppo.learn import behaviour_logp, next_values, update_output
-from cairn.algorithms.ppo.recurrent import Sequences
+from cairn.algorithms.ppo.sequences import Sequences, minibatches
 from cairn.env_runner.sample_batch import SampleBatch
 from cairn.errors import ConfigError, NonFiniteLossError
 from cairn.learners import GradientSync, LearnOutput
@@ -23,12 +22,8 @@ from cairn.numpy_acting import evaluating
 from cairn.policy.policy import Policy
 from cairn.policy.recurrent import is_recurrent
 
-__all__ = ["vtrace_learn", "batch_vtrace", "minibatches", "target_logp", "BatchTensors", "kl_estimate",
+__all__ = ["vtrace_learn", "batch_vtrace", "target_logp", "BatchTensors", "kl_estimate",
            "after_train_batch", "require_target_network", "rows_loss", "explain_non_finite_loss"]
-
-#: A minibatch: this learner's batch rows, the minibatch's number of rows, and the network's
-#: action inputs and values of those rows (None for an empty shard).
-Minibatch = tuple[torch.Tensor, int, "tuple[torch.Tensor, torch.Tensor] | None"]
 
 
 class BatchTensors:
@@ -80,7 +75,7 @@ def batch_vtrace(config: IMPALAConfig, policy: Policy, data: BatchTensors, *,
     IMPALA) or the one whose log-probabilities of the batch's actions ``target_logp_rows``
     holds (APPO's ``pi_target``: :func:`target_logp`). A recurrent policy's network runs over
     the batch's sequences ``seqs``
-    (:meth:`~cairn.algorithms.ppo.recurrent.Sequences.values_and_next`: the bootstrap values
+    (:meth:`~cairn.algorithms.ppo.sequences.Sequences.values_and_next`: the bootstrap values
     from the state after a piece's last step)."""
     model, dist = policy.model, policy.dist
     # Targets, as a deployed model gives them (as PPO's GAE values): eval mode, so that a user's
@@ -112,7 +107,8 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
     ``policy`` on ``batch``: per
     array of ``permutations`` (the order of an epoch, drawn by the algorithm: of the batch's rows,
     or of a recurrent policy's sequences) V-trace over the whole batch, then minibatches of
-    ``minibatch_size`` rows (None: the whole batch; see :func:`minibatches`).
+    ``minibatch_size`` rows (None: the whole batch; see
+    :func:`~cairn.algorithms.ppo.sequences.minibatches`).
 
     Each learner computes V-trace over the whole batch, then the loss of its shard of each
     minibatch only, scaled by its share of the minibatch's rows, so that the all-reduced
@@ -123,7 +119,7 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
     (:func:`after_train_batch`).
 
     A recurrent policy (:mod:`cairn.algorithms.impala.recurrent`, docs/impala.md) learns over
-    the batch's sequences (:class:`~cairn.algorithms.ppo.recurrent.Sequences`) in one learner
+    the batch's sequences (:class:`~cairn.algorithms.ppo.sequences.Sequences`) in one learner
     (DDP learners are refused by the config, and here); its statistics add ``num_sequences``."""
     model = policy.model
     device = next(model.parameters()).device
@@ -155,7 +151,7 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
         targets, values_now = batch_vtrace(config, policy, data, target_logp_rows=old_logp, seqs=seqs)
         if returns is None:  # the first epoch's: the value function before this update
             returns, values_np = targets.vs, values_now
-        for rows, whole, outputs in minibatches(model, data, seqs, perm, size, sync):
+        for idx, rows, outputs in minibatches(model, data.obs, seqs, perm, size, sync):
             num_minibatches += 1
             loss = inputs = None
             if outputs is not None:
@@ -163,7 +159,7 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
                 loss, stats = rows_loss(config, policy, data, targets, rows, old_logp, inputs, values)
                 # The loss is a mean over rows: weighted by this shard's share, the learners'
                 # gradients sum to the minibatch's (alone the weight is exactly 1).
-                loss = loss * (len(rows) / whole)
+                loss = loss * (len(rows) / len(idx))
             try:
                 sync.optimizer_step(policy.optimizer, loss, params, grad_clip=config.grad_clip)
             except NonFiniteLossError as exc:  # explained by the inputs the step had
@@ -172,31 +168,12 @@ def vtrace_learn(config: IMPALAConfig, policy: Policy, sync: GradientSync, *, ba
             policy.num_grad_updates += 1
             if len(rows):
                 history.append(torch.stack(list(stats.values())))
-                shares.append(len(rows) / whole)
+                shares.append(len(rows) / len(idx))
     assert returns is not None and values_np is not None  # num_epochs >= 1 (a positive_int field)
     output = update_output(list(stats), history, returns, values_np, policy, shares, num_minibatches)
-    if seqs is not None:
-        output.stats["num_sequences"] = float(len(seqs))
+    if seqs is not None:  # one learner (no shards): its statistics are the whole's
+        return LearnOutput({**output.stats, "num_sequences": float(len(seqs))})
     return output
-
-
-def minibatches(model: nn.Module, data: BatchTensors, seqs: Sequences | None, perm: np.ndarray, size: int,
-                sync: GradientSync) -> Iterator[Minibatch]:
-    """The minibatches of an epoch whose order is ``perm``, each a :data:`Minibatch` whose
-    network outputs are computed as the minibatch is reached. Feed-forward: ``size`` rows each,
-    this learner's shard of them; recurrent (``seqs``): whole sequences of about ``size`` env
-    steps, a sequence joining the minibatch its first step falls in, padded steps left out
-    (:meth:`~cairn.algorithms.ppo.recurrent.Sequences.minibatches`)."""
-    if seqs is not None:
-        for part in seqs.minibatches(perm, size):
-            inputs, values, rows = seqs.forward(model, part)
-            yield rows, len(rows), (inputs, values)
-        return
-    order = torch.from_numpy(perm).to(data.obs.device)
-    for start in range(0, len(order), size):
-        idx = order[start:start + size]
-        rows = idx[sync.shard(len(idx))]
-        yield rows, len(idx), (model(data.obs[rows]) if len(rows) else None)
 
 
 def require_target_network(policy: Policy) -> APPOPolicy:

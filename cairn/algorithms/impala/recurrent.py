@@ -27,7 +27,7 @@ import torch
 from cairn.algorithms.impala.config import IMPALAConfig
 from cairn.algorithms.impala.learn import BatchTensors, batch_vtrace, vtrace_learn
 from cairn.algorithms.impala.vtrace import VTraceReturns
-from cairn.algorithms.ppo.recurrent import Sequences
+from cairn.algorithms.ppo.sequences import Sequences
 from cairn.policy.policy import Policy
 
 __all__ = ["vtrace_learn_recurrent", "sequences_vtrace"]

@@ -11,19 +11,23 @@ from torch import nn
 
 from cairn.algorithms.ppo.config import PPOConfig
 from cairn.algorithms.ppo.loss import compute_gae, ppo_loss
+from cairn.algorithms.ppo.sequences import Sequences, minibatches
 from cairn.env_runner.sample_batch import ACTION_LOGP, SampleBatch
 from cairn.errors import ConfigError
 from cairn.learners import GradientSync, LearnOutput
 from cairn.numpy_acting import evaluating
 from cairn.policy.policy import Policy
+from cairn.policy.recurrent import is_recurrent
 
 __all__ = ["ppo_learn", "behaviour_logp", "next_values", "update_output", "update_stats"]
 
 
 def ppo_learn(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: SampleBatch,
               rewards: np.ndarray, permutations: Sequence[np.ndarray]) -> LearnOutput:
-    """One PPO update of ``policy`` on ``batch``: one epoch per array of ``permutations``
-    (the row order of that epoch, drawn by the algorithm), minibatches of ``minibatch_size``.
+    """One PPO update of ``policy`` on ``batch`` (``rewards``: the learner's, maybe normalised):
+    one epoch per array of ``permutations`` (the order of that epoch, drawn by the algorithm: of
+    the batch's rows, or of a recurrent policy's sequences), minibatches of ``minibatch_size``
+    (:func:`~cairn.algorithms.ppo.sequences.minibatches`).
 
     The ratio's denominator is the batch's ``action_logp`` column (:func:`behaviour_logp`): the
     log-probability each action had under the weights that acted it. Each learner computes
@@ -33,42 +37,56 @@ def ppo_learn(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: S
     whole minibatch's (exact alone; up to float reassociation across learners). The batch
     moves to the policy's device once per call. The loss statistics are this learner's parts
     of the whole minibatches' (:func:`update_output`).
+
+    A recurrent policy (:mod:`cairn.algorithms.ppo.recurrent`, docs/ppo.md) learns over its
+    batch's sequences (:class:`~cairn.algorithms.ppo.sequences.Sequences`: the values and GAE's
+    bootstrap values from the network run over them) in one learner, wherever that runs
+    (``config.learners``: in the driver, or on its device); DDP learners (``sync`` of several
+    ranks) are refused by the config, and here. Its statistics add ``num_sequences``.
     """
     model, dist = policy.model, policy.dist
     device = next(model.parameters()).device
     obs = torch.from_numpy(batch["obs"]).to(device)
     actions = torch.from_numpy(batch["actions"]).to(device)
-    old_logp = behaviour_logp(batch, policy, device)
+    seqs = None
+    if is_recurrent(policy):
+        if sync.world_size > 1:
+            raise ConfigError("recurrent policies learn in one learner: config.learners(num_learners=0).")
+        seqs = Sequences(batch, policy, obs)
+    old_logp = behaviour_logp(batch, policy, device)  # as the rows were acted (docs/ppo.md)
     with torch.no_grad(), evaluating(model):  # GAE's values: targets, as a deployed model gives them
-        # Its own copy: a model may write into its input (``obs *= scale``), and ``obs`` is the
-        # rows every minibatch reads (on a CPU learner, the sample batch's own memory).
-        _, values = model(obs.clone())
-        values_np = values.cpu().numpy()
-        next_vals = next_values(model, batch, values_np)
+        if seqs is not None:
+            _, values, next_values_t = seqs.values_and_next(model)
+            values_np, next_vals = values.cpu().numpy(), next_values_t.cpu().numpy()
+        else:
+            # Its own copy: a model may write into its input (``obs *= scale``), and ``obs`` is
+            # the rows every minibatch reads (on a CPU learner, the sample batch's own memory).
+            _, values = model(obs.clone())
+            values_np = values.cpu().numpy()
+            next_vals = next_values(model, batch, values_np)
     advantages = compute_gae(
         rewards, values_np, next_vals, batch["terminateds"],
         batch["ends"], gamma=config.gamma, lambda_=config.lambda_,
     )
     adv_t = torch.from_numpy(advantages).to(device)
     returns = adv_t + values
-    n, size = len(batch), min(config.minibatch_size, len(batch))
+    size = min(config.minibatch_size, len(batch))
     params = list(model.parameters())
     history: list[torch.Tensor] = []
     shares: list[float] = []  # this learner's share of each history row's minibatch
+    num_minibatches = 0
     stats: dict[str, torch.Tensor] = {}
-    for perm_np in permutations:
-        perm = torch.from_numpy(perm_np).to(device)
-        for start in range(0, n, size):
-            idx = perm[start : start + size]
+    for perm in permutations:
+        for idx, rows, outputs in minibatches(model, obs, seqs, perm, size, sync):
+            num_minibatches += 1
             mb_adv = adv_t[idx]
             if config.normalize_advantages and len(idx) > 1:
                 # Normalisation makes no sense for a single sample (std undefined).
                 mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-            shard = sync.shard(len(idx))
-            rows, mb_adv = idx[shard], mb_adv[shard]
+            mb_adv = mb_adv[sync.shard(len(idx))]  # this learner's rows
             loss = None
-            if len(rows):
-                mb_inputs, mb_values = model(obs[rows])
+            if outputs is not None:
+                mb_inputs, mb_values = outputs
                 loss, stats = ppo_loss(
                     dist.logp(mb_inputs, actions[rows]), old_logp[rows], mb_adv, mb_values,
                     values[rows], returns[rows], dist.entropy(mb_inputs),
@@ -85,8 +103,10 @@ def ppo_learn(config: PPOConfig, policy: Policy, sync: GradientSync, *, batch: S
             if len(rows):
                 history.append(torch.stack(list(stats.values())))
                 shares.append(len(rows) / len(idx))
-    num_minibatches = len(permutations) * -(-n // size)
-    return update_output(list(stats), history, returns, values_np, policy, shares, num_minibatches)
+    output = update_output(list(stats), history, returns, values_np, policy, shares, num_minibatches)
+    if seqs is not None:  # one learner (no shards): its statistics are the whole's
+        return LearnOutput({**output.stats, "num_sequences": float(len(seqs))})
+    return output
 
 
 def behaviour_logp(batch: SampleBatch, policy: Policy, device: torch.device) -> torch.Tensor:

@@ -10,11 +10,10 @@ import numpy as np
 from cairn.algorithms.algorithm import Algorithm
 from cairn.algorithms.ppo.config import PPOConfig
 from cairn.algorithms.ppo.learn import ppo_learn
-from cairn.algorithms.ppo.recurrent import epoch_permutations, learn_recurrent
+from cairn.algorithms.ppo.sequences import epoch_permutations
 from cairn.algorithms.reward_normalization import RewardNormalizer
 from cairn.config.algorithm_config import AlgorithmConfig
 from cairn.env_runner.sample_batch import SampleBatch
-from cairn.policy.recurrent import is_recurrent
 from cairn.registry import register_class
 
 __all__ = ["PPO", "PPOConfig"]
@@ -96,9 +95,8 @@ class PPO(Algorithm):
 
     def _learn(self, policy_id: str, batch: SampleBatch, rewards: np.ndarray) -> dict[str, float]:
         policy = self.policies[policy_id]
-        recurrent = is_recurrent(policy)  # whole sequences from their stored states (docs/ppo.md)
+        # A recurrent policy's: whole sequences from their stored states (docs/ppo.md).
         permutations = epoch_permutations(self._rng, batch, policy, self.config.num_epochs)
-        output = self.learn(learn_recurrent if recurrent else ppo_learn, policy_id, batch=batch,
-                            rewards=rewards, permutations=permutations)
+        output = self.learn(ppo_learn, policy_id, batch=batch, rewards=rewards, permutations=permutations)
         stats: dict[str, float] = output.stats
         return stats
