@@ -39,7 +39,7 @@ from cairn.league import League, attach_league
 from cairn.learners import LearnerGroup, LearnFunction, LearnOutput, learner_device
 from cairn.policy.policy import Policy
 from cairn.policy.spec import PolicySpec
-from cairn.policy.state_check import check_finite_policy_state
+from cairn.policy.state_check import check_finite_policy_state, finite_checked
 from cairn.policy.torch_utils import torch_threads
 from cairn.policy_ids import DEFAULT_POLICY_ID, check_policy_ids
 from cairn.registry import class_reference
@@ -69,12 +69,10 @@ class Algorithm:
     def __init__(
         self, config: AlgorithmConfig, *, policy_states: Mapping[str, Any] | None = None,
         copy_policy_states: bool = True, followed_settings: Collection[str] | None = None,
-        check_finite: bool = True,
     ) -> None:
         """Build from ``config``; ``policy_states`` (``{policy_id: Policy.get_state()}``, as
         :meth:`from_state` passes them) restore those policies instead of building new ones,
-        taking their arrays as storage when ``copy_policy_states`` is False (``check_finite``:
-        ``Policy.from_state``'s). The restored
+        taking their arrays as storage when ``copy_policy_states`` is False. The restored
         policies take the keys ``followed_settings`` of their config (None: all) from
         ``config`` (``Policy.follow_config``) and keep their stored value of the others."""
         if not isinstance(config, self.config_class):
@@ -107,7 +105,7 @@ class Algorithm:
         #: The league of ``config.league(...)`` (None without one; docs/league.md).
         self.league: League | None = attach_league(self.config)
         probe_env = self._build_policies(policy_states or {}, copy=copy_policy_states,
-                                         followed=followed_settings, check_finite=check_finite)
+                                         followed=followed_settings)
         if self.league is not None:
             self.league.set_agents(probe_env)
         self.env_runner_group = EnvRunnerGroup(self.config, self.policies, first_env=probe_env,
@@ -146,15 +144,14 @@ class Algorithm:
 
     # ---------------------------------------------------------------------------- building
     def _build_policies(self, states: Mapping[str, Any], *, copy: bool,
-                        followed: Collection[str] | None = None, check_finite: bool = True) -> Any:
+                        followed: Collection[str] | None = None) -> Any:
         """New policies, or restored from ``states`` (see :mod:`cairn.algorithms.policy_specs`).
         Returns the env probed for its agents, for the local env runner to reuse."""
         env, agents = probe_agents(self.config)
         resolved = resolve_policy_specs(
             self.config, agents, {pid: PolicySpec.from_dict(s["spec"]) for pid, s in states.items()},
             default_class=self.default_policy_class)
-        self.policies.update(build_policies(self.config, resolved, states, copy=copy, followed=followed,
-                                            check_finite=check_finite))
+        self.policies.update(build_policies(self.config, resolved, states, copy=copy, followed=followed))
         record_specs(self.config, resolved)
         return env
 
@@ -429,7 +426,7 @@ class Algorithm:
             if episodes:
                 self.record_sample({}, episodes, 0)
 
-    def set_state(self, state: Mapping[str, Any], *, check_finite: bool = True) -> None:
+    def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`get_state` in place. Policies in the state replace those
         with the same ID; new IDs are added (with their spec in the config, and known to the env
         runners) but no agent is mapped to them unless the current ``policy_mapping_fn`` does
@@ -453,13 +450,14 @@ class Algorithm:
         evaluation runner state), and the local runner of that env has the state's generator
         and counters and starts new episodes in all its envs at its next ``sample()``, seeded
         from that generator, as after a sample that raised (docs/fault-tolerance.md): the next
-        ``train()`` works. ``check_finite=False`` skips the NaN and infinity check of the
-        policies' states, for a state whose reader checked them (``restore()``'s)."""
+        ``train()`` works. The NaN and infinity check skips the policy states whose reader
+        checked them (``restore()`` names them in :func:`cairn.policy.state_check.finite_checked`).
+        Subclasses extend it (``super().set_state(state)``); ``restore()`` calls it."""
         # Loans left open (a direct training_step() call) end first: their next update must
         # send the restored state, not go on from the learners' copies.
         self.sync_learners()
         policy_states = state.get("policies", {})
-        for pid, policy_state in policy_states.items() if check_finite else ():
+        for pid, policy_state in policy_states.items():
             if isinstance(policy_state, Mapping):  # NaN weights, non-finite optimizer slots
                 check_finite_policy_state(policy_state, f"Algorithm.set_state: policy {pid!r}")
         for pid, policy_state in policy_states.items():
@@ -469,7 +467,8 @@ class Algorithm:
         for pid, policy_state in policy_states.items():
             if pid not in self.policies:
                 check_policy_ids([*self.policies, *added, pid])
-                added[pid] = Policy.from_state(policy_state, check_finite=False)  # above, or by the reader
+                with finite_checked(policy_state):  # above, or by the reader
+                    added[pid] = Policy.from_state(policy_state)
         iteration = int(state["iteration"])
         counters = {k: int(v) for k, v in state["counters"].items()}
         set_rng_state(np.random.Generator(type(self._rng.bit_generator)()), state["rng"])  # checked aside
@@ -490,7 +489,8 @@ class Algorithm:
             raise
         for pid, policy_state in policy_states.items():
             if pid not in added:  # checked above
-                self.policies[pid].set_state(policy_state, check_finite=False)
+                with finite_checked(policy_state):  # above, or by the reader
+                    self.policies[pid].set_state(policy_state)
         if added:  # a new config, as add_policy makes: the built one's policies are read-only
             config = self.config.copy()
             config.policies = {**config.policies, **{pid: PolicySpec(
@@ -570,22 +570,22 @@ class Algorithm:
     def from_state(
         cls, state: Mapping[str, Any], *, policy_ids: str | Sequence[str] | None = None,
         policy_mapping_fn: PolicyMapping | None = None, policies_to_train: Sequence[str] | None = None,
-        config_overrides: Mapping[str, Any] | None = None, copy: bool = True, check_finite: bool = True,
+        config_overrides: Mapping[str, Any] | None = None, copy: bool = True,
     ) -> Algorithm:
         """Rebuild an algorithm from :meth:`get_state` alone (no config or class needed; a
         subclass builds only its own kind); the arguments are in
         :func:`cairn.algorithms.save_restore.from_state_inputs`, and ``copy=False`` lets the
         policies take the state's weight and optimizer arrays as their storage instead of
-        copying them (the state must not be used afterwards); ``check_finite`` is
-        ``Policy.from_state``'s (False: :meth:`from_checkpoint`, whose reader checked them)."""
+        copying them (the state must not be used afterwards). Its policy states are checked for
+        NaN and infinity as by ``Policy.from_state`` (not again in :meth:`from_checkpoint`,
+        whose reader checked them)."""
         algo_cls, config, policy_states = from_state_inputs(
             cls, state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
             policies_to_train=policies_to_train, config_overrides=config_overrides)
         # The restored policies keep what they used (a set_learning_rate included) but for the
         # settings that config_overrides names.
         algo: Algorithm = algo_cls(config, policy_states=policy_states, copy_policy_states=copy,
-                                   followed_settings=config.policy_settings_set_by(config_overrides or {}),
-                                   check_finite=check_finite)
+                                   followed_settings=config.policy_settings_set_by(config_overrides or {}))
         with algo._stopped_on_error():  # a state the config refuses (a replay buffer of another kind)
             algo.set_state({**state, "policies": {}})
         return algo
@@ -692,8 +692,7 @@ class Algorithm:
             storage_options=storage_options,
             build=lambda state: cls.from_state(
                 state, policy_ids=policy_ids, policy_mapping_fn=policy_mapping_fn,
-                policies_to_train=policies_to_train, config_overrides=config_overrides, copy=False,
-                check_finite=False))  # check_algorithm_state did
+                policies_to_train=policies_to_train, config_overrides=config_overrides, copy=False))
         with algo._stopped_on_error():
             algo.callbacks.on_checkpoint_loaded(algorithm=algo)
         return algo

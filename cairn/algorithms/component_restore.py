@@ -29,7 +29,7 @@ from cairn.checkpoint.manager import resolve_checkpoint
 from cairn.checkpoint.reference_scope import loading_checkpoint
 from cairn.errors import CheckpointClassMismatchError, CheckpointFormatError, UnknownPolicyIdError
 from cairn.policy.policy import Policy
-from cairn.policy.state_check import check_policy_state
+from cairn.policy.state_check import check_policy_state, finite_checked
 from cairn.registry import resolve_class
 from cairn.space_json import space_from_json
 
@@ -73,7 +73,8 @@ def restore_policy_component(policies: Mapping[str, Policy], path: Any, componen
             if ref.part == "weights":
                 policy.set_weights(state["weights"])
             else:
-                policy.set_state(state, check_finite=False)  # check_policy_state did
+                with finite_checked(state):  # check_policy_state did
+                    policy.set_state(state)
 
 
 def _check_same_kind(policy: Policy, state: Mapping[str, Any], where: str) -> None:

@@ -90,7 +90,7 @@ def new_policy(config: AlgorithmConfig, policy_id: str, spec: PolicySpec) -> Pol
 
 def build_policies(
     config: AlgorithmConfig, resolved: Mapping[str, PolicySpec], states: Mapping[str, Any], *,
-    copy: bool = True, followed: Collection[str] | None = None, check_finite: bool = True,
+    copy: bool = True, followed: Collection[str] | None = None,
 ) -> dict[str, Policy]:
     """The policies of ``resolved`` specs: restored from ``states`` where one is given (its
     spaces checked against the environment's agents), else new. A restored policy takes the
@@ -101,7 +101,7 @@ def build_policies(
         if pid not in states:
             policies[pid] = new_policy(config, pid, spec)
             continue
-        policy = Policy.from_state(states[pid], copy=copy, check_finite=check_finite)
+        policy = Policy.from_state(states[pid], copy=copy)
         mismatch = mismatched_space((spec.observation_space, spec.action_space),
                                     (policy.observation_space, policy.action_space))
         if mismatch is not None:

@@ -51,6 +51,7 @@ from cairn.policy.custom_model import MODEL_CLASS_KEYS, model_references
 from cairn.policy.files import native_files_writer
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
+from cairn.policy.state_check import finite_checked
 from cairn.policy_ids import check_policy_ids
 from cairn.registry import (
     CALLABLE_KEY,
@@ -89,8 +90,8 @@ class CheckpointedAlgorithm(Stateful, Protocol):
         """The live policies by ID."""
         ...
 
-    def set_state(self, state: Mapping[str, Any], *, check_finite: bool = True) -> None:
-        """Restore :meth:`get_state` output in place (``check_finite``: ``Policy.set_state``'s)."""
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`get_state` output in place (``Policy.set_state``'s finite check)."""
         ...
 
 
@@ -277,7 +278,7 @@ def algorithm_from_checkpoint(
         if "env" not in (config_overrides or {}):
             check_env_reference(state["config"], checkpoint)
             check_env_known(state["config"], checkpoint)
-        with restoring(checkpoint):
+        with restoring(checkpoint), finite_checked(*state["policies"].values()):  # check_algorithm_state did
             return build(state)
     raise AssertionError("unreachable")  # restoring() re-raises every error it catches
 
@@ -296,8 +297,8 @@ def restore_algorithm(algo: CheckpointedAlgorithm, checkpoint: CheckpointLike, *
         if not (issubclass(stored, own) or issubclass(own, stored)):
             raise _class_mismatch(checkpoint, stored, f"this algorithm is a {own.__name__}, and restore() "
                                                       f"loads only a checkpoint of its own algorithm")
-        with restoring(checkpoint):
-            algo.set_state(state, check_finite=False)  # check_algorithm_state did
+        with restoring(checkpoint), finite_checked(*state["policies"].values()):  # check_algorithm_state did
+            algo.set_state(state)
 
 
 def from_state_inputs(

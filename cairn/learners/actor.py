@@ -23,6 +23,7 @@ from cairn.learners.policy_sync import keep_learning_rates, learned_parts
 from cairn.learners.sync import LOCAL_SYNC, DistributedGradientSync, GradientSync, LearnOutput
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
+from cairn.policy.state_check import finite_checked
 from cairn.rng import Stream, seed_sequence
 
 if TYPE_CHECKING:
@@ -200,7 +201,8 @@ class LearnerActor:
                     move_policy(policy, self.device)
                     self.policies[policy_id] = (policy, state["spec"])
                 else:  # each loan: the driver's policy, checked where its state entered
-                    policy.set_state(state, check_finite=False)
+                    with finite_checked(state):
+                        policy.set_state(state)
                 # The driver's optimizer was built: its learning rates, not the config's.
                 keep_learning_rates(policy, state["optimizer"])
             except BaseException:  # a copy that may hold part of the state is no loan's copy

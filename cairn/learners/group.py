@@ -35,6 +35,7 @@ from cairn.learners.remote import RemoteLearners
 from cairn.learners.sync import LOCAL_SYNC, LearnOutput
 from cairn.policy.policy import Policy
 from cairn.policy.recurrent import is_recurrent
+from cairn.policy.state_check import finite_checked
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -196,7 +197,8 @@ def _take_back(policy: Policy, parts: Mapping[str, Any], *, weights: Mapping[str
     state = with_learned_parts(policy.get_state(), parts)
     if weights is not None:
         state["weights"] = weights
-    policy.set_state(state, check_finite=False)  # every iteration: parts of the driver's own policy
+    with finite_checked(state):  # every iteration: parts of the driver's own policy
+        policy.set_state(state)
     keep_learning_rates(policy, parts["optimizer"])  # those learnt with, not the config's
 
 

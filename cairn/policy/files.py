@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cairn.policy.config_overrides import with_config_overrides
 from cairn.policy.keras_config import uses_keras
-from cairn.policy.state_check import check_policy_state
+from cairn.policy.state_check import check_policy_state, finite_checked
 from cairn.registry import model_exporter, native_model_reuses, native_model_writer
 
 if TYPE_CHECKING:
@@ -55,8 +55,7 @@ class RestorablePolicy(Protocol):
     """A policy class, as the reading functions build from it (``Policy`` passes itself)."""
 
     @classmethod
-    def from_state(cls: type[P], state: Mapping[str, Any], *, copy: bool = True,
-                   check_finite: bool = True) -> P: ...
+    def from_state(cls: type[P], state: Mapping[str, Any], *, copy: bool = True) -> P: ...
 
 
 def write_policy_checkpoint_dir(
@@ -160,7 +159,7 @@ def policy_from_checkpoint_state(state: Mapping[str, Any], where: Any, *, base: 
 
     state = with_config_overrides(state, config_overrides, where)  # checked as it will be built
     check_policy_state(state, where, base=base)
-    with restoring(where):
+    with restoring(where), finite_checked(state):  # check_policy_state did
         # The arrays were read into buffers nobody else holds: adopt them, don't copy.
-        return base.from_state(state, copy=False, check_finite=False)  # check_policy_state did
+        return base.from_state(state, copy=False)
     raise AssertionError("unreachable")  # restoring() re-raises every error it catches

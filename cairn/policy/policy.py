@@ -504,18 +504,19 @@ class Policy:
         check_weights(self.model, state["weights"])
         self.training.check_state(state, list(self.model.parameters()))
 
-    def set_state(self, state: Mapping[str, Any], *, check_finite: bool = True) -> None:
+    def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore a state from :meth:`get_state` into this policy (same spaces and model); a
         state that :meth:`check_state` refuses changes nothing, nor does one holding a NaN
         weight or a NaN or infinite optimizer slot (ValueError naming the array; as a
         checkpoint's are refused: :func:`cairn.policy.state_check.check_finite_policy_state`,
-        one sum per array). ``check_finite=False`` skips that check, for a state checked
-        already (a checkpoint's, by its reader; an algorithm state's, by ``Algorithm.set_state``)
-        or made by cairn from policies it keeps finite, on a path taken every iteration (a
-        learner's loan starting, its learned parts coming back to the driver's policy)."""
+        one sum per array). That check is skipped for a state checked already (a checkpoint's,
+        by its reader; an algorithm state's, by ``Algorithm.set_state``) or made by cairn from
+        policies it keeps finite, on a path taken every iteration (a learner's loan starting,
+        its learned parts coming back to the driver's policy): those callers name the state in
+        :func:`cairn.policy.state_check.finite_checked`. Subclasses extend it
+        (``super().set_state(state)``); cairn calls it on restores and learner syncs."""
         adopted = self._adopted_weights
-        if check_finite:
-            check_finite_policy_state(state, "The policy state")
+        check_finite_policy_state(state, "The policy state")
         self.check_state(state)  # before anything changes
         if adopted is not state["weights"]:
             self.set_weights(state["weights"])
@@ -532,13 +533,12 @@ class Policy:
         """Restore :meth:`get_exploration_state`."""
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any], *, copy: bool = True,
-                   check_finite: bool = True) -> Policy:
+    def from_state(cls, state: Mapping[str, Any], *, copy: bool = True) -> Policy:
         """Rebuild a policy from :meth:`get_state` alone, without running random init.
 
         The class named in the state must be a subclass of :class:`Policy`. A state holding a
         NaN weight or a NaN or infinite optimizer slot is refused (ValueError), as by
-        :meth:`set_state` (``check_finite`` as there). With
+        :meth:`set_state` (which it calls; skipped as there). With
         ``copy=False`` the policy takes the state's arrays as its own storage instead of copying
         them (the checkpoint reader does this with the buffers it just read); the caller must
         not use those arrays afterwards.
@@ -555,7 +555,7 @@ class Policy:
                 seed=0,
                 init_weights=False,
             )
-            policy.set_state(state, check_finite=check_finite)
+            policy.set_state(state)
         finally:
             policy._adopted_weights = None
         return policy

@@ -8,8 +8,10 @@ shape, with ``CheckpointFormatError`` (docs/checkpoint-format.md, section 5).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import gymnasium as gym
@@ -26,7 +28,7 @@ from cairn.policy.mlp_actor_critic import DEFAULT_MODEL_CONFIG
 from cairn.registry import check_reference_form, resolve_class
 from cairn.space_json import space_from_json
 
-__all__ = ["check_finite_policy_state", "check_policy_state"]
+__all__ = ["check_finite_policy_state", "check_policy_state", "finite_checked"]
 
 _POLICY_KEYS = {
     "spec": dict, "weights": dict, "optimizer": dict, "observation_filter": dict,
@@ -34,6 +36,8 @@ _POLICY_KEYS = {
 }
 #: Elements a network input or output may have when its model is not one of cairn's own.
 _MAX_UNCHECKED_SIZE = 1 << 26
+#: The policy state objects whose NaN and infinity check is done (:func:`finite_checked`).
+_FINITE_CHECKED: ContextVar[tuple[Mapping[str, Any], ...]] = ContextVar("cairn_finite_checked", default=())
 
 
 def check_policy_state(state: Mapping[str, Any], where: Any, *, base: type) -> None:
@@ -86,12 +90,31 @@ def _first_bad(array: np.ndarray, *, nan_only: bool) -> tuple[int, str] | None:
     return int(flags.sum()), f"{array[index]} at index {tuple(int(i) for i in index)}"
 
 
+@contextlib.contextmanager
+def finite_checked(*states: Mapping[str, Any]) -> Iterator[None]:
+    """Within the block, :func:`check_finite_policy_state` passes these state objects (by
+    identity) without summing their arrays again: their check is done (a checkpoint's by its
+    reader, an algorithm state's policies by ``Algorithm.set_state``), or cairn made them from
+    policies it keeps finite (a learner sync). So a restore checks each array once, while the
+    public ``Policy.set_state(state)``/``from_state`` and ``Algorithm.set_state(state)`` keep
+    a signature that a user's override can copy. A state made anew inside the block (a
+    subclass's override passing ``{**state, ...}`` to ``super()``) is checked as usual."""
+    token = _FINITE_CHECKED.set((*_FINITE_CHECKED.get(), *states))
+    try:
+        yield
+    finally:
+        _FINITE_CHECKED.reset(token)
+
+
 def check_finite_policy_state(state: Mapping[str, Any], where: str) -> None:
     """Raise ValueError, starting with ``where``, when an in-memory policy state (a
     :meth:`Policy.get_state` tree a user or a Ray actor hands to ``set_state`` or
     ``from_state``) holds a NaN weight or a NaN or infinite optimizer slot, as
-    :func:`check_policy_state` refuses them in a checkpoint; one sum per float array. The
-    caller checks the structure (``Policy.check_state``); parts of the wrong type are left to it."""
+    :func:`check_policy_state` refuses them in a checkpoint; one sum per float array; nothing
+    for a state that an enclosing :func:`finite_checked` names. The caller checks the structure
+    (``Policy.check_state``); parts of the wrong type are left to it."""
+    if any(state is checked for checked in _FINITE_CHECKED.get()):
+        return
     fix = ("Fix: pass a state taken before training diverged, or build a new policy and load only "
            "the finite parts (policy.set_weights loads weights; a new policy starts with a fresh "
            "optimizer state).")

@@ -125,8 +125,8 @@ class TargetNetworkPolicy(Policy):
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise ValueError(f"The policy state's target[{key!r}] must be a number, got {value!r:.60}.")
 
-    def set_state(self, state: Mapping[str, Any], *, check_finite: bool = True) -> None:
-        super().set_state(state, check_finite=check_finite)
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        super().set_state(state)
         target = state["target"]
         load_weights(self.target_model, target["weights"])
         for key, (name, kind) in self.target_numbers.items():

@@ -4,7 +4,8 @@ NaN weight or a NaN or infinite optimizer slot (Adam's ``exp_avg_sq``) is refuse
 (tests/checkpoint/test_non_finite_state.py): a ValueError naming the policy and the array, and
 nothing changed. They used to load it, and the first learning step made every weight NaN (a
 NonFiniteLossError that blamed the environment). The per-iteration learner syncs skip the check
-(``set_state(..., check_finite=False)``): cairn made those states from its own finite policies."""
+(``set_state`` inside ``state_check.finite_checked``): cairn made those states from its own
+finite policies."""
 
 from __future__ import annotations
 

@@ -176,8 +176,8 @@ class SACPolicy(Policy):
         for group in self.optimizer.param_groups:
             group["lr"] = lrs[group["name"]]
 
-    def set_state(self, state: Mapping[str, Any], *, check_finite: bool = True) -> None:
-        super().set_state(state, check_finite=check_finite)
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        super().set_state(state)
         self.apply_learning_rates()  # the config's rates win over the stored ones
 
     # --------------------------------------------------------------------------- entropy
