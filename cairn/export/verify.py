@@ -35,9 +35,18 @@ Runner = Callable[..., Sequence[np.ndarray]]
 RTOL, ATOL = 1e-5, 1e-5
 """Float outputs agree when ``|got - expected| <= ATOL + RTOL * |expected|`` (docs/export.md):
 float32 results of order 1000 differ between runtimes by more than 1e-5 in float rounding."""
-# A discrete action may legitimately differ where the two best scores are this close: float
-# rounding in another runtime's matrix products can swap them.
 TIE_MARGIN = 1e-4
+"""A discrete action may legitimately differ where its score and the best are within
+``TIE_MARGIN * (1 + max(|best|, |score|))`` (:func:`_within_tie_margin`): float rounding in another
+runtime's matrix products can swap them. Relative like the tolerance of the float outputs (ten
+times ``ATOL + RTOL * |expected|``), since scores near 1000 round by 1000 times more than near 1:
+an absolute margin refused correct exports of large Q-values or logits."""
+
+
+def _within_tie_margin(best: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Whether each ``score`` is close enough to its ``best`` that rounding may swap them."""
+    scale = 1.0 + np.maximum(np.abs(best), np.abs(score))
+    return best - score < TIE_MARGIN * scale
 
 
 def sample_observations(space: gym.Space[Any], n: int, *, seed: int = 0) -> list[Any]:
@@ -76,20 +85,20 @@ def sample_policy_observations(policy: Policy, n: int, *, seed: int = 0) -> list
 
 def _near_ties(scores: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
     """``[rows, len(sizes)]``: whether each row's two best scores of each (sub-)action are
-    within TIE_MARGIN (where float rounding may swap that sub-action's choice, and only it)."""
+    within the tie margin (where float rounding may swap that sub-action's choice, and only it)."""
     tied = np.zeros((scores.shape[0], len(sizes)), dtype=bool)
     offset = 0
     for k, size in enumerate(sizes):
         part = np.sort(scores[:, offset : offset + size], axis=1)
         offset += size
         if size > 1:
-            tied[:, k] = (part[:, -1] - part[:, -2]) < TIE_MARGIN
+            tied[:, k] = _within_tie_margin(part[:, -1], part[:, -2])
     return tied
 
 
 def _near_best(scores: np.ndarray, chosen: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
     """``[rows, len(sizes)]``: whether each row's ``chosen`` index of each (sub-)action (``[rows,
-    len(sizes)]``, 0-based) is one of its choices and scores within TIE_MARGIN of its best."""
+    len(sizes)]``, 0-based) is one of its choices and scores within the tie margin of its best."""
     near = np.zeros(chosen.shape, dtype=bool)
     rows = np.arange(scores.shape[0])
     offset = 0
@@ -98,7 +107,7 @@ def _near_best(scores: np.ndarray, chosen: np.ndarray, sizes: Sequence[int]) -> 
         offset += size
         inside = (chosen[:, k] >= 0) & (chosen[:, k] < size)
         score = part[rows, np.clip(chosen[:, k], 0, size - 1)]
-        near[:, k] = inside & (part.max(axis=1) - score < TIE_MARGIN)
+        near[:, k] = inside & _within_tie_margin(part.max(axis=1), score)
     return near
 
 
@@ -114,7 +123,7 @@ def _action_starts(space: gym.Space[Any]) -> np.ndarray | None:
 def _excused(policy: Policy, action: np.ndarray, reference: np.ndarray, scores: np.ndarray,
              sizes: Sequence[int]) -> np.ndarray:
     """``[rows, len(sizes)]``: where a (sub-)action that differs from the policy's is excused:
-    both it and the policy's score within TIE_MARGIN of the best (another runtime's rounding may
+    both it and the policy's score within the tie margin of the best (another runtime's rounding may
     swap them). A graph whose actions are not those of a Discrete or MultiDiscrete space (a
     policy's own export graph) is excused wherever its two best scores tie."""
     starts = _action_starts(policy.action_space)
@@ -137,7 +146,8 @@ def check_against_policy(
     ``compute_actions(obs, explore=False)``, then e.g. its action inputs and value, or its
     Q-values); ``graph`` defaults to ``policy.export_graph()``; a recurrent policy's model and
     reference also get the random states of ``graph.check_inputs``. Discrete actions must be equal,
-    or another action scoring within TIE_MARGIN of the best (per sub-action); everything else
+    or another action scoring within the tie margin of the best (``TIE_MARGIN * (1 + |best|)``,
+    per sub-action); everything else
     (Box actions included) within ``|got - expected| <= 1e-5 + 1e-5 * |expected|``
     (``numpy.allclose``).
     """

@@ -265,3 +265,38 @@ def test_a_tie_excuses_only_another_of_the_tied_best_actions(helpers: Any) -> No
     for action in (6, 7, 3):  # the worst action; actions outside the space
         with pytest.raises(ExportError, match="chose different actions than the policy for 64 of 64"):
             check_against_policy(policy, choosing(action), "model")
+
+
+@pytest.mark.parametrize("level", [1000.0, -1000.0])
+def test_the_tie_margin_scales_with_the_scores_as_the_float_tolerance_does(
+        helpers: Any, level: float) -> None:
+    """Logits (or Q-values) near 1000 round about 1000 times more than near 1 in another
+    runtime (their float tolerance is 0.01 there): two best ones 0.003 apart may swap in a
+    correct export. The tie margin was an absolute 1e-4, so such an export was refused as
+    unfaithful; it is now relative as the tolerance is. An action 1.0 below the best at that
+    level is still not excused."""
+    policy = helpers.make_policy(OBS, gym.spaces.Discrete(3, start=4), filtered=False)
+    with torch.no_grad():  # logits: a + level, a + level + 0.003, a + level - 1 on every row
+        head = policy.model.action_head
+        head.weight[1:] = head.weight[0]
+        head.bias[0] = level
+        head.bias[1] = level + 0.003
+        head.bias[2] = level - 1.0
+
+    def faithful(obs: np.ndarray) -> list[np.ndarray]:
+        processed = torch.from_numpy(policy.process_observations(obs, update=False))
+        with torch.no_grad():
+            inputs = policy.model.action_inputs(processed)
+            value = policy.model.value(processed)
+        return [policy.compute_actions(obs, explore=False), inputs.numpy(), value.numpy()]
+
+    def choosing(action: int) -> Any:
+        def run(obs: np.ndarray) -> list[np.ndarray]:
+            reference, inputs, value = faithful(obs)
+            return [np.full_like(reference, action), inputs, value]
+        return run
+
+    assert set(faithful(helpers.sample(OBS, 64, seed=0))[0]) == {5}
+    check_against_policy(policy, choosing(4), "model")  # 0.003 below the best, at 1000
+    with pytest.raises(ExportError, match="chose different actions than the policy for 64 of 64"):
+        check_against_policy(policy, choosing(6), "model")  # 1.0 below the best
