@@ -25,6 +25,7 @@ from cairn.errors import ExportError
 from cairn.export.conventions import BATCH
 from cairn.export.summary import short_reason
 from cairn.policy.export_hook import ExportGraph
+from cairn.policy.observation_path import may_write_into_inputs
 
 __all__ = ["PROGRAM_FILE", "WEIGHTS_FILE", "trace_program", "save_program", "load_program"]
 
@@ -85,12 +86,31 @@ def _dynamic_batch(graph: ExportGraph, batch: Any) -> Any:
 
 def trace_program(graph: ExportGraph) -> torch.export.ExportedProgram:
     """Trace the policy's export graph with a dynamic batch dimension; raise ExportError,
-    naming the network and the reason, if torch.export cannot."""
+    naming the network and the reason, if torch.export cannot.
+
+    A module that may write into its inputs (``may_write_into_inputs``: one holding a class
+    that is not cairn's or torch.nn's, such as a user's own ``export_graph()`` module built
+    without ObservationPath) and does so (``obs.mul_(2)``, which torch.export keeps as a write
+    into the caller's tensor) is traced again on copies of the inputs it writes into, as the
+    policy acts on copies: the program never writes into the tensors it is called with, and a
+    second call on the same array computes what the first did.
+    """
     batch = torch.export.Dim(BATCH)
     shapes = _dynamic_batch(graph, batch)
     try:
         with torch.no_grad(), _quiet_tracer():
-            return torch.export.export(graph.module, graph.examples, dynamic_shapes=shapes)
+            program = torch.export.export(graph.module, graph.examples, dynamic_shapes=shapes)
+            # A graph with fewer outputs holds its module as selected_from (not a submodule).
+            source = getattr(graph.module, "selected_from", graph.module)
+            written = _inputs_written(program) if may_write_into_inputs(source) else ()
+            if not written:
+                return program
+            copies = graph.module.register_forward_pre_hook(
+                lambda module, inputs: tuple(x.clone() if i in written else x for i, x in enumerate(inputs)))
+            try:
+                return torch.export.export(graph.module, graph.examples, dynamic_shapes=shapes)
+            finally:
+                copies.remove()
     except Exception as exc:  # torch.export raises many error types; all mean "not exportable"
         name, reason = graph.network_name, short_reason(exc, lines=1).rstrip(".")
         raise ExportError(
@@ -99,6 +119,15 @@ def trace_program(graph: ExportGraph) -> torch.export.ExportedProgram:
             "torch.cond), no .item(), .tolist() or numpy calls on tensors (use torch "
             "operations); or override the policy's export_graph() with a graph that is."
         ) from exc
+
+
+def _inputs_written(program: torch.export.ExportedProgram) -> tuple[int, ...]:
+    """The positions of the inputs ``program`` writes into. The traced graph keeps an in-place
+    op as it is (its ``user_inputs_to_mutate`` is empty); functionalizing it (no
+    decompositions) records each write into an input, through views too."""
+    signature = program.run_decompositions({}).graph_signature
+    names = list(signature.user_inputs)
+    return tuple(sorted({names.index(name) for name in signature.user_inputs_to_mutate.values()}))
 
 
 def save_program(program: torch.export.ExportedProgram, directory: Path) -> list[str]:

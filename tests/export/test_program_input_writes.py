@@ -4,11 +4,14 @@ torch.export keeps a model's in-place writes to its inputs (``obs.mul_(2)``, leg
 through the loaded program, a user's model that writes into its input changed the caller's
 array (``torch.from_numpy(obs)``), while the policy itself always acts on a copy. The exported
 module now copies the inputs of users' networks; cairn's own networks are proven (below, by the
-traced program's own record of input mutations) never to write into theirs, and get no copy.
-"""
+traced program's own record of input mutations, read from the functionalized program: the
+traced graph keeps ``mul_`` as it is and records nothing) never to write into theirs, and get no
+copy. A module of a policy's own ``export_graph()`` that writes into its input is traced again on
+copies."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +63,12 @@ USERS_MODELS = {
     "sac": lambda: sac(custom_model=ActorScalesInPlace, custom_q_model=SmallCritic),
     "td3": lambda: td3(custom_model=TD3ActorScalesInPlace, custom_q_model=SmallCritic),
 }
+
+
+def written_inputs(program: torch.export.ExportedProgram) -> dict[str, str]:
+    """The inputs ``program`` writes into. The traced graph keeps an in-place op as it is, with
+    an empty ``user_inputs_to_mutate``; the functionalized graph records every write."""
+    return dict(program.run_decompositions({}).graph_signature.user_inputs_to_mutate)
 
 
 @pytest.mark.parametrize("name", sorted(USERS_MODELS))
@@ -115,7 +124,7 @@ def test_built_in_networks_never_write_into_their_inputs_and_get_no_copy(name: s
     those of before the copy existed)."""
     traced = trace_policy(BUILT_IN[name]())
     assert not traced.graph.module.observations.copy_input
-    assert not traced.program.graph_signature.user_inputs_to_mutate
+    assert not written_inputs(traced.program)
 
 
 def test_a_users_network_inside_a_cairn_class_still_gets_copies() -> None:
@@ -155,3 +164,44 @@ def test_a_masked_program_leaves_the_callers_observation_and_mask_alone(tmp_path
     expected = policy.compute_actions([{"observation": o, "action_mask": m.astype(np.int8)}
                                        for o, m in zip(obs_before, mask_before)], explore=False)
     np.testing.assert_array_equal(action, expected)
+
+
+class HalvesAfterDoubling(torch.nn.Module):
+    """A user's own export module (built without ObservationPath): doubles ``obs`` in place,
+    then acts on half of it, which is what the policy computes, on its first call."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, obs: torch.Tensor) -> Any:
+        obs.mul_(2)
+        return self.inner(obs * 0.5)
+
+
+class OwnExportModulePolicy(cairn.Policy):
+    """A policy whose export_graph() hands the exporter a module of its own."""
+
+    def export_graph(self) -> Any:
+        graph = super().export_graph()
+        return dataclasses.replace(graph, module=HalvesAfterDoubling(graph.module))
+
+
+def test_a_users_own_export_module_writing_into_its_input_gets_a_copy(tmp_path: Path) -> None:
+    """torch.export keeps the module's ``obs.mul_(2)`` as a write into the caller's tensor
+    (``graph_signature.user_inputs_to_mutate``); the exporter's copy of the inputs was only
+    ObservationPath's, which a user's own module does not use, so the program doubled the
+    caller's array and acted on the doubled one at its next call. The exporter now gives such a
+    module copies of the inputs it writes into: the program computes what the policy does."""
+    policy = OwnExportModulePolicy(BOX, gym.spaces.Discrete(3), seed=0)
+    assert not written_inputs(trace_policy(policy).program)
+    obs = np.random.default_rng(0).uniform(-2.0, 2.0, (64, 4)).astype(np.float32)
+    before = obs.copy()
+    policy.export_model(tmp_path / "m")
+    policy.export_model(tmp_path / "o", onnx=18)  # converted from the program with the copy
+    program = torch.export.load(str(tmp_path / "m" / "model.pt2")).module()
+    for _ in range(2):  # the second call reads what the first left in the array
+        with torch.inference_mode():
+            action = program(torch.from_numpy(obs))[0].numpy()
+        np.testing.assert_array_equal(obs, before)
+        np.testing.assert_array_equal(action, policy.compute_actions(before, explore=False))
