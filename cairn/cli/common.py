@@ -11,7 +11,7 @@ from typing import Any
 __all__ = ["EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
            "EXIT_STDOUT_CLOSED",
            "CommandError", "UsageError", "ArgumentsError",
-           "common_options", "parse_assignment", "is_assignment", "json_safe"]
+           "common_options", "check_seed", "parse_assignment", "is_assignment", "json_safe"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -62,6 +62,13 @@ def common_options() -> argparse.ArgumentParser:
     group.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="the same as -vv: DEBUG logging and the traceback of a failure")
     return common
+
+
+def check_seed(seed: int | None) -> None:
+    """UsageError for a ``--seed`` below 0, before any work: the config refuses it too, but
+    as "Config 'seed'=-1", which names no flag, and (``cairn evaluate``) only after the restore."""
+    if seed is not None and seed < 0:
+        raise UsageError(f"--seed {seed}: expected an int of at least 0.")
 
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")

@@ -16,7 +16,7 @@ import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from cairn.cli.common import CommandError, UsageError, json_safe
+from cairn.cli.common import CommandError, UsageError, check_seed, json_safe
 from cairn.cli.env_names import ENV_HELP, add_import_option, resolve_env
 from cairn.cli.episode_watch import EpisodeWatch, stderr_unless
 from cairn.cli.evaluate_games import DEFAULT_GAMES, DEFAULT_MAIN, check_arguments, run_games
@@ -238,8 +238,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--fps {args.fps}: expected at least 1.")
     if args.max_episode_steps is not None and args.max_episode_steps < 1:
         raise UsageError(f"--max-episode-steps {args.max_episode_steps}: expected at least 1.")
-    if args.seed is not None and args.seed < 0:  # refused by the config only after the restore
-        raise UsageError(f"--seed {args.seed}: expected an int of at least 0.")
+    check_seed(args.seed)
     check_arguments(args)
     args.checkpoint = checkpoint_or_latest_of_run(args.checkpoint)
     if get_checkpoint_info(args.checkpoint)["type"] != "Algorithm":

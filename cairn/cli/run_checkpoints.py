@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHECKPOINTS_DIR", "BEST_METRIC", "StoredCheckpoint", "run_manager", "list_checkpoints",
            "list_checkpoints_and_damaged", "latest_checkpoint",
-           "checkpoint_or_latest_of_run", "unreadable_after"]
+           "checkpoint_or_latest_of_run", "latest_and_unreadable_after"]
 
 #: The folder of a run directory that holds its checkpoints.
 CHECKPOINTS_DIR = "checkpoints"
@@ -64,16 +64,11 @@ def _record(root: str, name: str) -> dict[str, Any]:
     return read_record(ManagerStore(LocalStorage(root)), name) or {}
 
 
-def _committed(root: str) -> list[tuple[int, str, str, dict[str, Any]]]:
-    """``(iteration, name, path, manifest summary)`` of each committed ``checkpoint_<N>`` in the
-    local folder ``root``, in no order; anything else there is left out."""
-    return _scan(root)[0]
-
-
 def _scan(root: str) -> tuple[list[tuple[int, str, str, dict[str, Any]]], list[tuple[int, str, str]]]:
-    """:func:`_committed`'s checkpoints, and ``(iteration, path, the reader's error)`` of each
-    ``checkpoint_<N>`` whose manifest is there but cannot be read (one still being written has
-    no manifest yet: it is in neither list)."""
+    """``(iteration, name, path, manifest summary)`` of each committed ``checkpoint_<N>`` in the
+    local folder ``root``, in no order (anything else there is left out), and ``(iteration,
+    path, the reader's error)`` of each ``checkpoint_<N>`` whose manifest is there but cannot be
+    read (one still being written has no manifest yet: it is in neither list)."""
     from cairn.checkpoint import get_checkpoint_info
     from cairn.checkpoint.format import MANIFEST_FILE
     from cairn.errors import CheckpointError
@@ -140,22 +135,21 @@ def _listed_size(path: str, info: dict[str, Any]) -> int:
 def latest_checkpoint(root: str) -> str | None:
     """The path of the newest committed checkpoint in ``root``, or None when there is none
     (reads only the checkpoints' top manifests: no records, no sizes)."""
-    committed = _committed(root)
-    return max(committed, key=lambda c: c[0])[2] if committed else None
+    return latest_and_unreadable_after(root)[0]
 
 
-def unreadable_after(root: str, latest: str) -> tuple[str, str] | None:
-    """``(path, the reader's error)`` of the newest ``checkpoint_<N>`` in the local folder
-    ``root`` after ``latest`` (the newest readable one, :func:`latest_checkpoint`) whose
-    manifest is there but cannot be read, or None. The
-    checkpoint manager counts such a one as saved (its manifest is there), so a run resumed from
-    an older checkpoint would train its iterations again without saving them."""
-    match = _NAME.fullmatch(os.path.basename(latest))
-    if match is None:
-        return None
-    later = [(iteration, path, error) for iteration, path, error in _scan(root)[1]
-             if iteration > int(match.group(1))]
-    return max(later)[1:] if later else None
+def latest_and_unreadable_after(root: str) -> tuple[str | None, tuple[str, str] | None]:
+    """:func:`latest_checkpoint` of the local folder ``root``, and ``(path, the reader's
+    error)`` of the newest ``checkpoint_<N>`` there after it whose manifest is there but cannot
+    be read (None when there is none, or no readable checkpoint), from one read of each
+    manifest. The checkpoint manager counts such a one as saved (its manifest is there), so a
+    run resumed from an older checkpoint would train its iterations again without saving them."""
+    committed, damaged = _scan(root)
+    if not committed:
+        return None, None
+    iteration, _, latest, _ = max(committed, key=lambda c: c[0])
+    later = [(n, path, error) for n, path, error in damaged if n > iteration]
+    return latest, (max(later)[1:] if later else None)
 
 
 def checkpoint_or_latest_of_run(path: str) -> str:

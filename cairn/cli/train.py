@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 from cairn.cli.common import (
     ArgumentsError,
     UsageError,
+    check_seed,
     is_assignment,
 )
 from cairn.cli.env_names import ENV_FORMS, ENV_HELP, add_import_option
 from cairn.cli.loggers import add_logger_options, attach_loggers
-from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_checkpoint, unreadable_after
+from cairn.cli.run_checkpoints import CHECKPOINTS_DIR, latest_and_unreadable_after
 from cairn.cli.run_dir import check_new_run_dir, local_dir
 from cairn.cli.runlog import RUN_FILE, RunLog
 from cairn.cli.train_config import build_config, config_settings
@@ -129,8 +130,7 @@ def _check_counts(args: argparse.Namespace) -> None:
                         ("--stop-iters", args.stop_iters), ("--stop-timesteps", args.stop_timesteps)):
         if value is not None and value < (0 if flag == "--keep" else 1):
             raise UsageError(f"{flag} {value}: expected an int of at least {0 if flag == '--keep' else 1}.")
-    if args.seed is not None and args.seed < 0:  # not "Config 'seed'=-1", which names no flag
-        raise UsageError(f"--seed {args.seed}: expected an int of at least 0.")
+    check_seed(args.seed)
     if args.stop_reward is not None and not math.isfinite(args.stop_reward):  # NaN is never reached
         raise UsageError(f"--stop-reward {args.stop_reward}: expected a finite number (the "
                          "episode_return_mean at which to stop).")
@@ -156,11 +156,10 @@ def _resume(args: argparse.Namespace) -> int:
                              f"leave out {', '.join(given + files)} "
                              "(KEY=VALUE settings are allowed: they become config_overrides).")
     run_dir = local_dir(args.resume, "--resume")
-    latest = latest_checkpoint(str(run_dir / CHECKPOINTS_DIR))
+    latest, damaged = latest_and_unreadable_after(str(run_dir / CHECKPOINTS_DIR))
     if latest is None:
         raise UsageError(f"--resume {args.resume}: no checkpoint in {run_dir / CHECKPOINTS_DIR}; "
                          "is it a run directory of cairn train?")
-    damaged = unreadable_after(str(run_dir / CHECKPOINTS_DIR), latest)
     if damaged is not None:
         raise UsageError(f"--resume {args.resume}: its newest checkpoint {damaged[0]} cannot be read "
                          f"({damaged[1]}); resuming from {latest} would train its iterations again and "

@@ -502,3 +502,26 @@ def test_resume_refuses_a_newest_checkpoint_it_cannot_read(tmp_path, capsys):
     assert f"cairn checkpoint verify {damaged}" in err and f"to resume from {older}" in err
     assert err.count("\n") == 1
     assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_resume_reads_each_checkpoint_manifest_once(tmp_path, capsys, monkeypatch):
+    """--resume finds the newest readable checkpoint and any unreadable one after it in one scan
+    of the run's manifests; it read every manifest twice (the newest readable one, then the
+    unreadable ones after it)."""
+    import cairn.checkpoint
+
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--stop-iters", "2", "--checkpoint-every", "1", "--keep", "0", "--out", str(run),
+                 "-q"]) == 0
+    read: list[str] = []
+    real = cairn.checkpoint.get_checkpoint_info
+
+    def counted(path, *args, **kwargs):
+        read.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(cairn.checkpoint, "get_checkpoint_info", counted)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "-q"]) == 0  # met its stop criterion: nothing to train
+    assert "already meets its stop criteria" in capsys.readouterr().out
+    assert read.count("checkpoint_000001") == 1, read
