@@ -17,6 +17,7 @@ import os
 import re
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,15 +84,23 @@ def fail_one(monkeypatch: pytest.MonkeyPatch, coroutine: str, key_end: str, *,
     return failed
 
 
-def killed_in_fork(action: Callable[[], Any], kill_at: int) -> int:
+def killed_in_fork(action: Callable[[], Any], kill_at: int, temp: Path) -> int:
     """Fork a child that runs ``action()`` and SIGKILLs itself as soon as its ``kill_at``-th
     changing request has completed (others may be in flight in the transfer threads), as
     ``crash_child.run_in_child`` does at file-system steps; return its wait status (exit 0:
-    finished; 3: ``action`` raised). fsspec starts its event loop afresh in a forked child."""
+    finished; 3: ``action`` raised). fsspec starts its event loop afresh in a forked child.
+
+    The child's temporary files go under ``temp`` (a folder the test owns): a killed save
+    cannot remove its local staging folder (``cairn-upload-*``), which would stay in the
+    system's temporary folder for good."""
     pid = os.fork()
     if pid == 0:  # never return into pytest
         try:
+            import tempfile
+
             import s3fs
+
+            tempfile.tempdir = str(temp)  # this process only: the fork's own copy of the module
 
             done: list[str] = []
 

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,21 +65,24 @@ def _values(state: dict) -> set[float]:
     return {float(v) for array in arrays for v in np.unique(array)}
 
 
-def _killed_save(url: str, options: dict, kill_at: int, method: str = "_put_file") -> None:
+def _killed_save(url: str, options: dict, kill_at: int, temp: Path, method: str = "_put_file") -> None:
     """Save ``state_tree(2.0)`` to ``url`` in a child process killed by SIGKILL as soon as its
     ``kill_at``-th ``method`` (s3fs's upload coroutine, or ``_cp_file``, its server-side copy)
-    has completed."""
+    has completed. The child's temporary files go under ``temp`` (``TMPDIR``), a folder the
+    test owns: the killed save's local staging folder (``cairn-upload-*``), which it cannot
+    remove, was left in the system's temporary folder by every run."""
     script = _CHILD.format(root=str(ROOT), url=url, options=options, kill_at=kill_at, method=method)
-    done = subprocess.run([sys.executable, "-c", script],
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(temp)},
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == -9, done.stdout + done.stderr  # SIGKILL, at the chosen upload
+    assert [p.name[:len("cairn-upload-")] for p in temp.iterdir()] == ["cairn-upload-"]
 
 
 @pytest.mark.parametrize("kill_at", [2, FILES - 1])
-def test_a_save_killed_mid_upload_is_never_visible_and_the_previous_is_intact(s3, kill_at):
+def test_a_save_killed_mid_upload_is_never_visible_and_the_previous_is_intact(s3, kill_at, tmp_path):
     options = s3.storage_options
     previous = write_algorithm_checkpoint(s3.url("run/c1"), state_tree(1.0), storage_options=options)
-    _killed_save(s3.url("run/c2"), options, kill_at)
+    _killed_save(s3.url("run/c2"), options, kill_at, tmp_path)
     assert s3.keys("run/c2/") and "run/c2/cairn_checkpoint.json" not in s3.keys("run/c2/")
     with pytest.raises(UncommittedCheckpointError):
         load_algorithm_state(s3.url("run/c2"), storage_options=options)
@@ -93,13 +97,13 @@ def _beside(s3, key: str) -> list[str]:
     return [k for k in s3.keys(parent) if not k.startswith(key + "/")]
 
 
-def test_a_replacement_killed_mid_upload_leaves_the_previous_checkpoint_whole(s3):
+def test_a_replacement_killed_mid_upload_leaves_the_previous_checkpoint_whole(s3, tmp_path):
     """The new files go to a temporary prefix beside the checkpoint until all are uploaded
     (issue 25): a save killed meanwhile changed nothing of the old checkpoint, and the next
     save there removes what it left."""
     options = s3.storage_options
     url = write_algorithm_checkpoint(s3.url("run/same"), state_tree(1.0), storage_options=options)
-    _killed_save(url, options, 5)
+    _killed_save(url, options, 5, tmp_path)
     assert _values(load_algorithm_state(url, storage_options=options)) == {1.0}
     assert _beside(s3, "run/same") and all(".same.cairn-tmp-" in k for k in _beside(s3, "run/same"))
     write_algorithm_checkpoint(url, state_tree(3.0), storage_options=options)
@@ -107,13 +111,13 @@ def test_a_replacement_killed_mid_upload_leaves_the_previous_checkpoint_whole(s3
     assert _beside(s3, "run/same") == []
 
 
-def test_a_replacement_killed_in_its_commit_step_loads_the_new_checkpoint(s3):
+def test_a_replacement_killed_in_its_commit_step_loads_the_new_checkpoint(s3, tmp_path):
     """Killed while the staged files are copied over the old ones: the stage holds the new
     checkpoint whole (its manifest was uploaded before the first copy), loads read it, and the
     next save there completes it before it replaces it."""
     options = s3.storage_options
     url = write_algorithm_checkpoint(s3.url("run/same"), state_tree(1.0), storage_options=options)
-    _killed_save(url, options, 3, method="_cp_file")
+    _killed_save(url, options, 3, tmp_path, method="_cp_file")
     assert _values(load_algorithm_state(url, storage_options=options)) == {2.0}
     write_algorithm_checkpoint(url, state_tree(3.0), storage_options=options)
     assert _values(load_algorithm_state(url, storage_options=options)) == {3.0}
@@ -121,7 +125,7 @@ def test_a_replacement_killed_in_its_commit_step_loads_the_new_checkpoint(s3):
 
 
 @pytest.mark.parametrize("kill_at", range(1, 16))
-def test_a_manager_killed_anywhere_in_saving_an_iteration_again_keeps_it_loadable(s3, kill_at):
+def test_a_manager_killed_anywhere_in_saving_an_iteration_again_keeps_it_loadable(s3, kill_at, tmp_path):
     """Issue 36 item 4 and issue 37 item 3: a process killed after any of the 15 requests that
     change the bucket in ``manager.save(force=True)`` of an iteration already saved (its
     record, 5 uploads to the stage and its manifest, 5 copies over the old files and the new
@@ -138,8 +142,10 @@ def test_a_manager_killed_anywhere_in_saving_an_iteration_again_keeps_it_loadabl
         manager = cairn.CheckpointManager(root, keep_last=1, storage_options=options)
         manager.save(TreeAlgo(2.0), force=True)
 
-    status = killed_in_fork(save_again, kill_at)
+    status = killed_in_fork(save_again, kill_at, tmp_path)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    # the killed save's local staging folder, if it had made one, is in the test's own folder
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith("cairn-upload-")]) <= 1
     expected = 1.0 if kill_at <= 6 else 2.0  # the stage's manifest is the 7th request
     assert loaded_value(url, options) == expected
     manager = cairn.CheckpointManager(root, keep_last=1, storage_options=options)
