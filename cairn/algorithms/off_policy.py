@@ -204,7 +204,7 @@ class OffPolicyAlgorithm(Algorithm):
         self.replay.n_step.pop(policy_id, None)
         self.replay_ratio.credit.pop(policy_id, None)
 
-    def set_state(self, state: Mapping[str, Any], *, check_finite: bool = True) -> None:
+    def set_state(self, state: Mapping[str, Any]) -> None:
         """:meth:`Algorithm.set_state <cairn.algorithms.algorithm.Algorithm.set_state>`, leaving
         out (with a warning) the stored replay buffers whose n-step returns were summed with
         another ``gamma`` than this config's (a ``config_overrides``, or an in-place restore into
@@ -212,7 +212,7 @@ class OffPolicyAlgorithm(Algorithm):
         components = self.replay.fitting_components(
             state.get("components") or {}, (state.get("config") or {}).get("gamma"),
             [*self.policies, *(state.get("policies") or {})])
-        super().set_state({**state, "components": components}, check_finite=check_finite)
+        super().set_state({**state, "components": components})
 
     def get_components(self, *, copy: bool) -> dict[str, Any]:
         """The replay buffers, when ``store_replay_buffer`` is set: in checkpoints as the
