@@ -179,8 +179,12 @@ class Policy:
             warn_if_image_observations(self.network_observation_space, self.config["model"], stacklevel=3)
         self.dist: ActionDistribution = self.make_distribution(action_space)
         # Restoring skips random initialisation: parameters are created uninitialised (meta
-        # device, then empty CPU storage) and filled from the saved state right after.
-        with torch.device("meta") if not init_weights else contextlib.nullcontext():
+        # device, then empty CPU storage) and filled from the saved state right after. Not a
+        # user's network: it may hold tensors that no state dict has and only its constructor
+        # sets (a non-persistent buffer, a tensor attribute), which would stay uninitialised
+        # memory or meta tensors; it is built as its constructor makes it, then loaded.
+        skip_init = not init_weights and not self.switches_modes
+        with torch.device("meta") if skip_init else contextlib.nullcontext():
             self.model = self.make_model()
             if self.action_mask_size:
                 self.model = self.mask_model(self.model)
@@ -195,7 +199,7 @@ class Policy:
             self.init_weights()
         elif adopted is not None:
             adopt_weights(self.model, adopted)
-        else:
+        elif skip_init:
             self.model.to_empty(device="cpu")
         # The default optimizer is built on first use (see the optimizer property); an
         # overridden make_optimizer is built now, as its parameter grouping is its own.

@@ -325,3 +325,28 @@ class FarBelowMaskedScore(TwoHeads):
     def forward(self, obs):
         logits, value = super().forward(obs)
         return torch.full_like(logits, float(self.model_config.get("offset", -5e9))) + 0.0 * logits, value
+
+
+class ConstantScaled(TwoHeads):
+    """Reads its input through constants its constructor sets and no state dict holds: a
+    non-persistent buffer and a plain tensor attribute (a restore must build them as here)."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.register_buffer("scale", torch.linspace(1.0, 4.0, self.obs_size), persistent=False)
+        self.offset = torch.full((self.obs_size,), 0.25)
+
+    def forward(self, obs):
+        return super().forward(obs * self.scale + self.offset)
+
+
+class ConstantScaledQ(SmallQ):
+    """:class:`ConstantScaled`'s constants in DQN's network."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.register_buffer("scale", torch.linspace(1.0, 4.0, self.obs_size), persistent=False)
+        self.offset = torch.full((self.obs_size,), 0.25)
+
+    def forward(self, obs):
+        return super().forward(obs * self.scale + self.offset)

@@ -18,11 +18,20 @@ import torch
 from torch import nn
 
 import cairn
+from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.errors import CheckpointConfigError, CheckpointError, ConfigError, UnsafeCheckpointError
 from cairn.models import ActorCriticModel, register_model, registered_models
 from tests.checkpoint.attacks import edit_json
 from tests.helpers import small_ma_ppo, small_ppo
-from tests.models.nets import SmallActor, SmallCritic, SmallQ, SmallTD3Actor, TwoHeads
+from tests.models.nets import (
+    ConstantScaled,
+    ConstantScaledQ,
+    SmallActor,
+    SmallCritic,
+    SmallQ,
+    SmallTD3Actor,
+    TwoHeads,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
@@ -248,6 +257,7 @@ def test_split_observation_gives_the_dict_back_and_exports(tmp_path: Path) -> No
 _MAIN_SCRIPT = '''
 import sys, warnings
 import cairn
+from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from tests.models.nets import TwoHeads
 
 class Net(TwoHeads):  # defined in the script: its reference is '__main__:Net'
@@ -317,3 +327,27 @@ def test_a_model_with_lazy_parameters_is_refused_when_built() -> None:
          .training(model={"custom_q_model": LazyCritic}).build())
     policy = cairn.Policy(box, discrete, {"model": {"custom_model": TwoHeads}}, seed=0)  # the next one works
     assert policy.compute_single_action(np.zeros(4, np.float32)) in (0, 1)
+
+
+@pytest.mark.parametrize("policy_class, net", [(cairn.Policy, ConstantScaled), (DQNPolicy, ConstantScaledQ)])
+def test_a_restored_model_keeps_the_constants_its_constructor_sets(
+        tmp_path: Path, policy_class: type[cairn.Policy], net: type[nn.Module]) -> None:
+    """A non-persistent buffer and a tensor attribute are in no state dict: a restore that built
+    the network without its constructor's values (uninitialised memory, or meta tensors) acted on
+    garbage with no error (``from_state``: remote runners, learners) or failed as a damaged
+    checkpoint (``from_checkpoint``)."""
+    space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    policy = policy_class(space, gym.spaces.Discrete(3), {"model": {"custom_model": net}}, seed=0)
+    policy.export_checkpoint(tmp_path / "policy")
+    obs = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (16, 4)).astype(np.float32))
+    with torch.no_grad():
+        expected = policy.model(obs)[0] if policy_class is cairn.Policy else policy.model(obs)
+    restored = {"from_state": policy_class.from_state(policy.get_state()),
+                "adopting": policy_class.from_state(policy.get_state(copy=True), copy=False),
+                "from_checkpoint": cairn.Policy.from_checkpoint(tmp_path / "policy")}
+    for how, copy in restored.items():
+        assert torch.equal(copy.model.scale, policy.model.scale), how
+        assert torch.equal(copy.model.offset, policy.model.offset), how
+        with torch.no_grad():
+            out = copy.model(obs)[0] if policy_class is cairn.Policy else copy.model(obs)
+        assert torch.equal(out, expected), how
