@@ -25,7 +25,8 @@ from cairn.models import ModelBase
 from cairn.registry import callable_reference, model_class_reference, resolve_model_class
 
 __all__ = ["CUSTOM_MODEL_KEYS", "MODEL_CLASS_KEYS", "check_custom_model_settings", "model_references",
-           "uses_custom_model", "build_custom_model", "refuse_lazy_tensors", "seeded_build"]
+           "uses_custom_model", "build_custom_model", "refuse_lazy_tensors", "refuse_unbuilt_model_classes",
+           "seeded_build"]
 
 #: Optional ``model`` keys for a user's network (no default: absent means the built-in one).
 CUSTOM_MODEL_KEYS = ("custom_model", "custom_model_config", "custom_q_model")
@@ -75,6 +76,20 @@ def model_references(model: Mapping[str, Any]) -> dict[str, Any]:
                 "(not in __main__, a lambda or a closure) or pass 'package.module:builder'.")
         out["keras_model"] = reference
     return out
+
+
+def refuse_unbuilt_model_classes(model: Mapping[str, Any], built: tuple[str, ...], policy_class: str) -> None:
+    """ConfigError when ``model`` names a class under a key of :data:`MODEL_CLASS_KEYS` that
+    ``policy_class`` does not build (``built``: its own keys): a ``custom_q_model`` given to DQN,
+    PPO, IMPALA or APPO was ignored, and the built-in network trained in its place while the
+    config and every checkpoint named the user's class."""
+    for key in MODEL_CLASS_KEYS:
+        if key not in built and uses_custom_model(model, key):
+            raise ConfigError(
+                f"Config 'model.{key}'={model[key]!r:.100} is not used by {policy_class}: only SAC's and "
+                "TD3's critics are built from it (a cairn.models.SACCriticModel). This policy's network of "
+                "your own is model.custom_model (DQN: a cairn.models.QModel; PPO, IMPALA, APPO: an "
+                f"ActorCriticModel, whose forward returns the value too). Remove model.{key}.")
 
 
 def uses_custom_model(model: Mapping[str, Any] | None, key: str = "custom_model") -> bool:

@@ -31,7 +31,7 @@ from cairn.policy.action_masking import (
     legal_actions,
     make_preprocessor,
 )
-from cairn.policy.custom_model import model_references, uses_custom_model
+from cairn.policy.custom_model import model_references, refuse_unbuilt_model_classes, uses_custom_model
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
 from cairn.policy.merge import deep_merge
@@ -91,6 +91,10 @@ class Policy:
     #: batch column ``action_logp`` (PPO's ratio, V-trace's importance weights). Off-policy
     #: classes that never read it (DQN, SAC, TD3) set it False and pay nothing.
     wants_action_logp: ClassVar[bool] = True
+
+    #: The ``model`` keys naming a user's class that this policy builds (SAC and TD3 add
+    #: ``custom_q_model``, their critics); a new policy refuses a class named under another.
+    model_class_keys: ClassVar[tuple[str, ...]] = ("custom_model",)
 
     #: The network, built by :meth:`make_model` (and wrapped by :meth:`mask_model` for a masked
     #: policy): a torch module for every policy, Keras networks included (they run as torch
@@ -171,6 +175,8 @@ class Policy:
         self.action_mask_size = preprocessor.mask_size
         self.network_observation_space = preprocessor.network_space
         check_model_config(self.config["model"])
+        if init_weights:  # a restore builds what its checkpoint holds, as it always did
+            refuse_unbuilt_model_classes(self.config["model"], self.model_class_keys, type(self).__name__)
         self.observation_space = observation_space
         self.action_space = action_space
         # Only a new policy warns: a restored one was warned about when it was first made.

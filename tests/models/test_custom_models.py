@@ -129,6 +129,19 @@ def test_dqn_sac_and_td3_build_the_users_classes() -> None:
         assert all(torch.equal(a, b) for a, b in zip(source.parameters(), target.parameters(), strict=True))
 
 
+@pytest.mark.parametrize("make", [
+    lambda: _dqn(custom_q_model=SmallQ),
+    lambda: small_ppo(model={"custom_q_model": SmallCritic}),
+    lambda: cairn.APPOConfig().environment("CartPole-v1").training(model={"custom_q_model": SmallCritic}),
+], ids=["dqn", "ppo", "appo"])
+def test_a_custom_q_model_an_algorithm_never_builds_is_refused(make: Any) -> None:
+    """Only SAC's and TD3's critics are a ``custom_q_model``: DQN, PPO and APPO built their own
+    network in its place and trained it, with no error, while the config and every checkpoint
+    named the user's class."""
+    with pytest.raises(ConfigError, match=r"model.custom_q_model.*model.custom_model"):
+        make().build()
+
+
 @pytest.mark.parametrize("make", [lambda: small_ppo(model={"custom_model": TwoHeads}),
                                   lambda: _dqn(custom_model=SmallQ)], ids=["ppo", "dqn"])
 def test_a_fresh_process_restores_it_by_importing_its_module(make: Any, tmp_path: Path) -> None:

@@ -75,6 +75,8 @@ class TD3Policy(Policy):
 
     #: Off-policy: its learner never reads the behaviour log-probability of a row.
     wants_action_logp = False
+    #: The actor (``custom_model``) and the critics (``custom_q_model``) may be a user's.
+    model_class_keys = ("custom_model", "custom_q_model")
 
     DEFAULT_CONFIG: dict[str, Any] = {
         "model": {**DEFAULT_MODEL_CONFIG, "hidden": [400, 300], "activation": "relu"},
