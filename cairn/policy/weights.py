@@ -61,11 +61,27 @@ def load_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> N
 
 
 def adopt_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> None:
-    """Make the given arrays the parameters' storage (no allocation, no copy)."""
+    """Make the given arrays the parameters' storage (no allocation, no copy).
+
+    A tensor the network holds under several names (tied weights, ``b.weight = a.weight``)
+    adopts the array of its first name, and its other names are pointed at that same tensor
+    again: assigning each name its own array would untie them into separate parameters."""
     own = check_weights(model, weights)
+    first: dict[int, str] = {}
+    tied = {}  # a later name -> the first name of the same tensor
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if first.setdefault(id(tensor), name) != name:
+            tied[name] = first[id(tensor)]
     tensors = {}
     for name, value in weights.items():
+        if name in tied:
+            continue
         # Misaligned storage would change what MKL computes (see cairn.alignment).
         tensor = torch.from_numpy(aligned(np.asarray(value)))
         tensors[name] = tensor if tensor.dtype == own[name].dtype else tensor.to(own[name].dtype)
-    model.load_state_dict(tensors, assign=True)
+    model.load_state_dict(tensors, strict=not tied, assign=True)  # names: checked above
+    for name, source in tied.items():
+        owner, _, attribute = name.rpartition(".")
+        source_owner, _, source_attribute = source.rpartition(".")
+        setattr(model.get_submodule(owner), attribute,
+                getattr(model.get_submodule(source_owner), source_attribute))

@@ -350,3 +350,19 @@ class ConstantScaledQ(SmallQ):
 
     def forward(self, obs):
         return super().forward(obs * self.scale + self.offset)
+
+
+class TiedWeights(ActorCriticModel):
+    """Two layers sharing one weight Parameter (``b.weight = a.weight``), each with its own bias:
+    one parameter to train, under two names in the state dict."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.inp = nn.Linear(self.obs_size, 8)
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.b.weight = self.a.weight
+        self.pi, self.vf = nn.Linear(8, num_outputs), nn.Linear(8, 1)
+
+    def forward(self, obs):
+        h = torch.tanh(self.inp(obs))
+        return self.pi(torch.tanh(self.a(h))), self.vf(torch.tanh(self.b(h))).squeeze(-1)

@@ -22,7 +22,7 @@ from cairn.algorithms.dqn.dqn_policy import DQNPolicy
 from cairn.errors import CheckpointConfigError, CheckpointError, ConfigError, UnsafeCheckpointError
 from cairn.models import ActorCriticModel, register_model, registered_models
 from tests.checkpoint.attacks import edit_json
-from tests.helpers import small_ma_ppo, small_ppo
+from tests.helpers import assert_resumes_exactly, small_ma_ppo, small_ppo
 from tests.models.nets import (
     ConstantScaled,
     ConstantScaledQ,
@@ -30,6 +30,7 @@ from tests.models.nets import (
     SmallCritic,
     SmallQ,
     SmallTD3Actor,
+    TiedWeights,
     TwoHeads,
 )
 
@@ -364,3 +365,19 @@ def test_a_restored_model_keeps_the_constants_its_constructor_sets(
         with torch.no_grad():
             out = copy.model(obs)[0] if policy_class is cairn.Policy else copy.model(obs)
         assert torch.equal(out, expected), how
+
+
+def test_tied_weights_stay_one_parameter_through_a_restore(tmp_path: Path) -> None:
+    """A restore that adopts the stored arrays gave each state-dict name its own tensor, so
+    ``b.weight = a.weight`` became two parameters: the checkpoint of a trained policy was refused
+    as damaged (its optimizer state holds one slot for the pair), and a policy restored without
+    optimizer state trained the two halves apart, with no error."""
+    policy = cairn.Policy(BOX, gym.spaces.Discrete(2), {"model": {"custom_model": TiedWeights}}, seed=0)
+    for copy in (True, False):
+        restored = cairn.Policy.from_state(policy.get_state(copy=True), copy=copy)
+        assert restored.model.b.weight is restored.model.a.weight, copy
+        assert len(list(restored.model.parameters())) == len(list(policy.model.parameters()))
+    algo = small_ppo(model={"custom_model": TiedWeights}).build()
+    algo.train()
+    assert_resumes_exactly(algo, tmp_path / "ckpt")
+    algo.stop()
