@@ -25,8 +25,8 @@ from cairn.models import ModelBase
 from cairn.registry import callable_reference, model_class_reference, resolve_model_class
 
 __all__ = ["CUSTOM_MODEL_KEYS", "MODEL_CLASS_KEYS", "check_custom_model_settings", "model_references",
-           "uses_custom_model", "build_custom_model", "refuse_lazy_tensors", "refuse_unbuilt_model_classes",
-           "seeded_build"]
+           "uses_custom_model", "build_custom_model", "has_reset_parameters", "refuse_lazy_tensors",
+           "refuse_unbuilt_model_classes", "reset_users_parameters", "seeded_build"]
 
 #: Optional ``model`` keys for a user's network (no default: absent means the built-in one).
 CUSTOM_MODEL_KEYS = ("custom_model", "custom_model_config", "custom_q_model")
@@ -115,6 +115,19 @@ def build_custom_model(model: Mapping[str, Any], base: type[M], *, observation_s
                 f"{base.__module__}.{base.__qualname__}'s does.") from exc
     refuse_lazy_tensors(net, key)
     return net
+
+
+def has_reset_parameters(net: torch.nn.Module) -> bool:
+    """Whether a user's network initialises itself in ``reset_parameters(generator)``."""
+    return callable(getattr(net, "reset_parameters", None))
+
+
+def reset_users_parameters(net: torch.nn.Module, generator: torch.Generator) -> None:
+    """``net.reset_parameters(generator)`` where a user's network defines it (docs/models.md,
+    "Weights"): cairn calls it with the policy's generator when the policy is made; a network
+    without one keeps what its seeded constructor gave it."""
+    if has_reset_parameters(net):
+        net.reset_parameters(generator)  # type: ignore[operator]
 
 
 def refuse_lazy_tensors(net: torch.nn.Module, key: str) -> None:

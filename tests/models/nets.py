@@ -366,3 +366,33 @@ class TiedWeights(ActorCriticModel):
     def forward(self, obs):
         h = torch.tanh(self.inp(obs))
         return self.pi(torch.tanh(self.a(h))), self.vf(torch.tanh(self.b(h))).squeeze(-1)
+
+
+def _reset_to_marker(layer: nn.Linear, generator: torch.Generator) -> None:
+    """A ``reset_parameters(generator)`` body: small normal weights, biases of exactly 0.5."""
+    with torch.no_grad():
+        layer.weight.normal_(0.0, 0.01, generator=generator)
+        layer.bias.fill_(0.5)
+
+
+class ResettingActor(SmallActor):
+    """Initialises itself in ``reset_parameters(generator)`` (docs/models.md, "Weights")."""
+
+    def reset_parameters(self, generator):
+        for layer in self.net:
+            if isinstance(layer, nn.Linear):
+                _reset_to_marker(layer, generator)
+
+
+class ResettingCritic(SmallCritic):
+    def reset_parameters(self, generator):
+        for layer in self.net:
+            if isinstance(layer, nn.Linear):
+                _reset_to_marker(layer, generator)
+
+
+class ResettingTD3Actor(SmallTD3Actor):
+    def reset_parameters(self, generator):
+        for layer in self.net:
+            if isinstance(layer, nn.Linear):
+                _reset_to_marker(layer, generator)

@@ -26,6 +26,9 @@ from tests.helpers import assert_resumes_exactly, small_ma_ppo, small_ppo
 from tests.models.nets import (
     ConstantScaled,
     ConstantScaledQ,
+    ResettingActor,
+    ResettingCritic,
+    ResettingTD3Actor,
     SmallActor,
     SmallCritic,
     SmallQ,
@@ -380,4 +383,26 @@ def test_tied_weights_stay_one_parameter_through_a_restore(tmp_path: Path) -> No
     algo = small_ppo(model={"custom_model": TiedWeights}).build()
     algo.train()
     assert_resumes_exactly(algo, tmp_path / "ckpt")
+    algo.stop()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _sac(custom_model=ResettingActor, custom_q_model=ResettingCritic),
+    lambda: _sac(custom_q_model=ResettingCritic),
+    lambda: _td3(custom_model=ResettingTD3Actor, custom_q_model=ResettingCritic),
+    lambda: _td3(custom_model=ResettingTD3Actor),
+], ids=["sac", "sac-critics-only", "td3", "td3-actor-only"])
+def test_sac_and_td3_call_a_users_reset_parameters(make: Any) -> None:
+    """docs/models.md: a model may initialise itself in ``reset_parameters(generator)``, which cairn
+    calls with the policy's generator. PPO and DQN called it; SAC and TD3 never did, so a user's
+    actor and critics kept torch's default initialisation with no error. The targets copy them."""
+    algo = make().build()
+    weights = algo.get_policy().get_weights()
+    users = [name for name in weights if name.endswith("bias") and ".net." in name]
+    assert users and all(np.all(weights[name] == 0.5) for name in users), users
+    for name, value in weights.items():
+        if name.startswith("target_"):
+            assert np.array_equal(value, weights[name.removeprefix("target_")]), name
+    again = make().build().get_policy().get_weights()  # seeded: the same generator, the same draws
+    assert all(np.array_equal(weights[name], again[name]) for name in weights)
     algo.stop()

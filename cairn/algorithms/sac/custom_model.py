@@ -21,7 +21,12 @@ from torch.func import functional_call
 from cairn.algorithms.sac.model import SquashedGaussianActor, TwinQ
 from cairn.algorithms.sac.model_base import SACModelBase
 from cairn.models import SACActorModel, SACCriticModel
-from cairn.policy.custom_model import build_custom_model, uses_custom_model
+from cairn.policy.custom_model import (
+    build_custom_model,
+    has_reset_parameters,
+    reset_users_parameters,
+    uses_custom_model,
+)
 from cairn.policy.target_network import frozen
 
 __all__ = ["CustomSACModel", "TwinCritic", "twin_critics"]
@@ -37,6 +42,12 @@ class TwinCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
         return torch.stack([_q_values(critic, obs, actions, detach) for critic in (self.q1, self.q2)])
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """Each of the user's critics that defines ``reset_parameters(generator)`` initialises
+        itself from the policy's generator, the first one first (docs/models.md, "Weights")."""
+        reset_users_parameters(self.q1, generator)
+        reset_users_parameters(self.q2, generator)
 
     def first_q(self, obs: torch.Tensor, actions: torch.Tensor, *, detach: bool = False) -> torch.Tensor:
         """``[batch]``: ``Q_1(obs, action)`` alone, what TD3's actor loss reads (as the built-in
@@ -95,6 +106,9 @@ class CustomSACModel(SACModelBase):
         self.initial_alpha = initial_alpha
 
     def builtin_parts(self) -> Sequence[nn.Module]:
-        """The parts cairn built (a user's actor or critics initialised themselves)."""
-        builtin = (SquashedGaussianActor, TwinQ)
-        return [part for part in (self.actor, self.critic) if isinstance(part, builtin)]
+        """The parts :meth:`reset_parameters` initialises: cairn's own, the user's critics (their
+        :class:`TwinCritic` calls each one's ``reset_parameters`` where it defines one) and a
+        user's actor that defines ``reset_parameters(generator)``; any other user's actor
+        initialised itself when built."""
+        return [part for part in (self.actor, self.critic)
+                if isinstance(part, (SquashedGaussianActor, TwinQ, TwinCritic)) or has_reset_parameters(part)]

@@ -38,7 +38,7 @@ class SACModelBase(TargetParts):
 
     def builtin_parts(self) -> Sequence[nn.Module]:
         """The parts :meth:`reset_parameters` initialises: the actor and the critics (a user's
-        part initialised itself when built, see ``CustomSACModel``)."""
+        part only through its own ``reset_parameters``, see ``CustomSACModel``)."""
         return self.actor, self.critic
 
     def reset_parameters(self, generator: torch.Generator) -> None:

@@ -21,7 +21,7 @@ from torch import nn
 from cairn.algorithms.sac.custom_model import twin_critics
 from cairn.algorithms.td3.model import DeterministicActor, TD3ModelBase
 from cairn.models import TD3ActorModel
-from cairn.policy.custom_model import build_custom_model, uses_custom_model
+from cairn.policy.custom_model import build_custom_model, reset_users_parameters, uses_custom_model
 from cairn.policy.target_network import frozen
 
 __all__ = ["CustomTD3Model", "TanhActor"]
@@ -35,6 +35,10 @@ class TanhActor(nn.Module):
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
         self.net = net
+
+    def reset_parameters(self, generator: torch.Generator) -> None:
+        """The user's ``reset_parameters(generator)``, where it defines one (docs/models.md)."""
+        reset_users_parameters(self.net, generator)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # A copy: the user's actor may write into its input, and TD3's learner hands the critics

@@ -83,8 +83,9 @@ class TD3ModelBase(TargetParts):
     target_sources = {"target_actor": "actor", "target_critic": "critic"}
 
     def reset_parameters(self, generator: torch.Generator) -> None:
-        """Each built-in part's initialisation from the policy's generator, actor first (a
-        user's part initialised itself when built); the targets copy."""
+        """Each part's initialisation from the policy's generator, actor first (a user's part
+        through its ``reset_parameters(generator)`` where it defines one, else as its seeded
+        constructor made it); the targets copy."""
         for part in (self.actor, self.critic):
             reset = getattr(part, "reset_parameters", None)
             if reset is not None:
