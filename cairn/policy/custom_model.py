@@ -26,7 +26,8 @@ from cairn.registry import callable_reference, model_class_reference, resolve_mo
 
 __all__ = ["CUSTOM_MODEL_KEYS", "MODEL_CLASS_KEYS", "check_custom_model_settings", "model_references",
            "uses_custom_model", "build_custom_model", "has_reset_parameters", "refuse_lazy_tensors",
-           "refuse_unbuilt_model_classes", "reset_users_parameters", "seeded_build"]
+           "refuse_unbuilt_model_classes", "refuse_unmet_mask_requests", "reset_users_parameters",
+           "seeded_build"]
 
 #: Optional ``model`` keys for a user's network (no default: absent means the built-in one).
 CUSTOM_MODEL_KEYS = ("custom_model", "custom_model_config", "custom_q_model")
@@ -90,6 +91,19 @@ def refuse_unbuilt_model_classes(model: Mapping[str, Any], built: tuple[str, ...
                 "TD3's critics are built from it (a cairn.models.SACCriticModel). This policy's network of "
                 "your own is model.custom_model (DQN: a cairn.models.QModel; PPO, IMPALA, APPO: an "
                 f"ActorCriticModel, whose forward returns the value too). Remove model.{key}.")
+
+
+def refuse_unmet_mask_requests(model: torch.nn.Module, policy_class: str) -> None:
+    """ConfigError when a user's network in ``model`` (a policy's, whose observations carry no
+    action mask) sets ``receives_action_mask = True``: nothing could pass it the mask, and the
+    first call failed with torch's bare TypeError about ``forward``'s arguments."""
+    for module in model.modules():
+        if isinstance(module, ModelBase) and module.receives_action_mask:
+            raise ConfigError(
+                f"{type(module).__qualname__} sets receives_action_mask = True, but the observations of "
+                f"this {policy_class} carry no action mask: a mask is read from a Dict observation's "
+                "'action_mask' key, with Discrete or MultiDiscrete actions (docs/models.md, \"Action "
+                "masking\"). Fix: add the mask to the observation space, or drop receives_action_mask.")
 
 
 def uses_custom_model(model: Mapping[str, Any] | None, key: str = "custom_model") -> bool:

@@ -31,7 +31,12 @@ from cairn.policy.action_masking import (
     legal_actions,
     make_preprocessor,
 )
-from cairn.policy.custom_model import model_references, refuse_unbuilt_model_classes, uses_custom_model
+from cairn.policy.custom_model import (
+    model_references,
+    refuse_unbuilt_model_classes,
+    refuse_unmet_mask_requests,
+    uses_custom_model,
+)
 from cairn.policy.distributions import ActionDistribution, distribution_for
 from cairn.policy.filters import MeanStdFilter, NoFilter, make_filter
 from cairn.policy.merge import deep_merge
@@ -194,6 +199,8 @@ class Policy:
             self.model = self.make_model()
             if self.action_mask_size:
                 self.model = self.mask_model(self.model)
+            else:
+                refuse_unmet_mask_requests(self.model, type(self).__name__)
         #: The acting path with a state (None: feed-forward); use_lstm is PPO's, without a mask.
         self.recurrent: RecurrentActing | None = recurrent_acting(
             self.model, self.dist, self.config["model"], action_mask_size=self.action_mask_size,

@@ -26,6 +26,7 @@ from tests.helpers import assert_resumes_exactly, small_ma_ppo, small_ppo
 from tests.models.nets import (
     ConstantScaled,
     ConstantScaledQ,
+    MaskAware,
     ResettingActor,
     ResettingCritic,
     ResettingTD3Actor,
@@ -406,3 +407,10 @@ def test_sac_and_td3_call_a_users_reset_parameters(make: Any) -> None:
     again = make().build().get_policy().get_weights()  # seeded: the same generator, the same draws
     assert all(np.array_equal(weights[name], again[name]) for name in weights)
     algo.stop()
+
+
+def test_a_model_asking_for_a_mask_the_observations_lack_is_a_config_error() -> None:
+    """A model with ``receives_action_mask = True`` under a policy whose observations hold no
+    ``"action_mask"`` failed the build with torch's bare TypeError about forward's arguments."""
+    with pytest.raises(ConfigError, match=r"MaskAware.*receives_action_mask.*action_mask"):
+        cairn.Policy(BOX, gym.spaces.Discrete(2), {"model": {"custom_model": MaskAware}}, seed=0)
