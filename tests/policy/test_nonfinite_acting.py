@@ -290,3 +290,49 @@ def test_the_logp_check_names_the_rows_and_passes_finite_ones_whose_sum_overflow
     assert info.value.rows == (1, 2)
     check_action_logp(np.full(3, -3e38, np.float32), np.zeros((3, 2), np.float32))  # finite; the sum is not
     check_action_logp(np.zeros(0, np.float32), np.zeros((0, 2), np.float32))
+
+
+
+class InfiniteOutputActor(SACActorModel):
+    """A user's SAC actor whose mean or log-std (``model_config["bad"]``) is infinite in the
+    rows whose first observation is positive: weights that diverged there."""
+
+    def __init__(self, observation_space, action_space, num_outputs, model_config):  # type: ignore[no-untyped-def]
+        super().__init__(observation_space, action_space, num_outputs, model_config)
+        self.mean = torch.nn.Linear(self.obs_size, num_outputs)
+        self.bad = model_config["bad"]
+
+    def forward(self, obs):  # type: ignore[no-untyped-def]
+        inf = torch.where(obs[:, :1] > 0, INF, 0.0).expand(-1, self.mean.out_features)
+        mean, log_std = self.mean(obs), torch.zeros_like(inf)
+        return (mean + inf, log_std) if self.bad == "mean" else (mean, log_std + inf)
+
+
+@pytest.mark.parametrize("explore", [True, False])
+@pytest.mark.parametrize("bad", ["mean", "log_std"])
+def test_sac_refuses_an_infinite_mean_or_log_std(explore: bool, bad: str) -> None:
+    """SAC's squashed Gaussian, as PPO's Gaussian: an infinite pre-squash mean (weights that
+    diverged) acted the bound of the Box, ``tanh(inf) = 1``, and a user's actor's infinite
+    log-std acted greedily from the mean, with no error; both are refused now."""
+    from cairn.algorithms.sac.distribution import SquashedGaussian
+    from cairn.algorithms.sac.sac_policy import SACPolicy
+
+    box = gym.spaces.Box(-2.0, 1.0, (2,), np.float32)
+    inputs = np.zeros((3, 4), np.float32)
+    inputs[1, 0 if bad == "mean" else 3] = INF
+    inputs[2, 1 if bad == "mean" else 2] = -INF
+    assert SquashedGaussian(box).usable_rows(inputs).tolist() == [True, False, False]
+
+    def policy() -> SACPolicy:
+        model = {"custom_model": InfiniteOutputActor, "custom_model_config": {"bad": bad}}
+        return SACPolicy(OBS, box, {"model": model, "initial_random_steps": 0}, seed=0)
+
+    refusing, twin = policy(), policy()
+    obs = ROWS.copy()
+    obs[:, 0] = [-0.5, -0.5, 0.5, -0.5]  # row 2 only
+    with pytest.raises(PolicyOutputError, match="NaN or infinite") as info:
+        refusing.compute_actions(obs, explore=explore)
+    assert info.value.rows == (2,)
+    good = obs[[0, 1, 3]]  # the other rows act; nothing was drawn by the refused call
+    np.testing.assert_array_equal(refusing.compute_actions(good, explore=explore),
+                                  twin.compute_actions(good, explore=explore))

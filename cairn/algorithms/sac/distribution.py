@@ -121,6 +121,11 @@ class SquashedGaussian(ActionDistribution):
             "sample(inputs)) (SAC's losses do)."
         )
 
+    def usable_rows(self, inputs: np.ndarray) -> np.ndarray:
+        # As DiagGaussian's: an infinite mean would act a bound of the Box (tanh(inf) = 1) and an
+        # infinite log-std a greedy action from the mean, though no distribution is defined there.
+        return np.logical_and.reduce(np.isfinite(inputs), axis=-1)  # type: ignore[no-any-return]
+
     def sampleable_rows(self, inputs: np.ndarray) -> np.ndarray | None:
         return finite_std_rows(inputs[:, self.size:])
 
