@@ -40,7 +40,7 @@ __all__ = [
     "REPLAY_BUFFER_STREAM", "LEAGUE_STREAM", "EVALUATION_SEED_OFFSET", "ACTIONS_STREAM", "algorithm_rng",
     "policy_init_seed", "policy_sampling_rng", "env_runner_rng", "runner_actions_rng", "draw_reset_seed",
     "replay_buffer_seed", "replay_sampling_rng", "league_remote_mapping_rng", "league_evaluation_seed",
-    "game_rng", "check_inputs_rng", "set_rng_state",
+    "game_rng", "check_inputs_rng", "set_rng_state", "env_process_seed",
 ]
 
 #: A stream's key after its tag: an int >= 0, or a str (a policy ID).
@@ -85,6 +85,9 @@ class Stream(enum.IntEnum):
     #: ``()`` of a user's builder's seed (cairn.policy.custom_model.seeded_build): Keras' global
     #: ``SeedGenerator`` while a user's Keras builder runs.
     KERAS_BUILD = 15
+    #: ``(worker_index, seed_offset, env_index)``: the seed of numpy's and torch's global
+    #: generators in the child process of one ``"async"`` environment (:func:`env_process_seed`).
+    ENV_PROCESS = 16
 
 
 ALGORITHM_STREAM = Stream.ALGORITHM
@@ -174,6 +177,13 @@ def policy_sampling_rng(policy_seed: int | None) -> np.random.Generator:
 def env_runner_rng(seed: int | None, worker_index: int, seed_offset: int = 0) -> np.random.Generator:
     """The generator an env runner draws its reset seeds from (:func:`draw_reset_seed`)."""
     return seeded_rng(seed, Stream.ENV_RUNNER, worker_index, seed_offset)
+
+
+def env_process_seed(seed: int | None, worker_index: int, seed_offset: int, env_index: int) -> int | None:
+    """The seed of numpy's and torch's global generators in the child process of environment
+    ``env_index`` of env runner ``worker_index`` (``"async"``), a 32-bit int (None for
+    ``seed=None``: the child takes fresh OS entropy) (:data:`Stream.ENV_PROCESS`)."""
+    return derive_seed(seed, Stream.ENV_PROCESS, worker_index, seed_offset, env_index)
 
 
 def runner_actions_rng(seed: int | None, worker_index: int, policy_id: str,

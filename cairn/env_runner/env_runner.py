@@ -84,7 +84,8 @@ class EnvRunner:
         self.num_envs = num_envs or config.num_envs_per_env_runner
         self._rng = env_runner_rng(config.seed, worker_index, seed_offset)
         #: The environments, stepped together (in this process or in children).
-        self.vector_envs = make_vector_envs(config, self.num_envs, first_env)
+        self.vector_envs = make_vector_envs(config, self.num_envs, first_env, worker_index=worker_index,
+                                            seed_offset=seed_offset)
         self.envs = self.vector_envs.envs
         self.multi_agent = is_multi_agent_env(self.envs[0])
         self._episodes = EpisodeBook(self.num_envs, self.callbacks, self, multi_agent=self.multi_agent)

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import pickle
 import signal
+import sys
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
+
+import numpy as np
 
 from cairn.env_runner.env_state import get_env_state, set_env_state
 from cairn.env_runner.make_env import close_env, create_env, is_multi_agent_env
@@ -57,16 +60,37 @@ def _answer(env: Any, command: str, argument: Any) -> Any:
     raise ValueError(f"unknown env worker command {command!r}")
 
 
-def run_env_worker(conn: Connection, payload: bytes) -> None:
+def _reseed_global_generators(seed: int | None) -> None:
+    """Seed numpy's and torch's global generators in this child with ``seed``, its own
+    (:func:`cairn.rng.env_process_seed`; None: fresh OS entropy).
+
+    Every child is forked from one fork server and inherited its generators' state (torch's
+    starts from the same fixed seed in every process anyway), so an environment drawing from
+    them (``np.random.random()``, ``torch.rand()``: much user code does) returned the very same
+    numbers in every env copy, all copies playing one episode. Python reseeds ``random`` after
+    a fork itself (from OS entropy); a reproducible environment draws from its own
+    ``np_random``, which the runner's reset seeds."""
+    np.random.seed(seed)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if seed is None:
+            torch.seed()
+        else:
+            torch.manual_seed(seed)
+
+
+def run_env_worker(conn: Connection, payload: bytes, process_seed: int | None = None) -> None:
     """Create the environment of ``payload`` (``(env, env_config)`` pickled with cloudpickle,
     as :func:`create_env` takes them) and serve the parent's commands on ``conn`` (the module
-    docstring lists them)."""
+    docstring lists them); numpy's and torch's global generators are seeded with
+    ``process_seed`` first (None: fresh OS entropy)."""
     # Ctrl-C reaches the whole process group, and so does SIGTERM from a job scheduler (SLURM
     # signals every process of the job) or `kill -TERM -PGID`: the parent handles them (cairn
     # train finishes the iteration and saves, which reads these children's states) and closes
     # its children; a child whose parent is gone sees its pipe end and exits.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _reseed_global_generators(process_seed)
     try:
         instance = create_env(*pickle.loads(payload))
         multi_agent = is_multi_agent_env(instance)

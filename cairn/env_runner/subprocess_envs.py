@@ -85,11 +85,12 @@ class SubprocessEnv:
     an answer always belongs to the request just sent.
     """
 
-    def __init__(self, context: Any, env_name: str, payload: bytes, index: int) -> None:
+    def __init__(self, context: Any, env_name: str, payload: bytes, index: int,
+                 process_seed: int | None = None) -> None:
         self.index = index
         self.env_name = env_name
         self._conn, child_conn = context.Pipe()
-        self.process = context.Process(target=run_env_worker, args=(child_conn, payload),
+        self.process = context.Process(target=run_env_worker, args=(child_conn, payload, process_seed),
                                        name=f"cairn-env-{index}", daemon=True)
         self.process.start()
         child_conn.close()  # our copy: the pipe then closes when the child exits
@@ -196,6 +197,8 @@ class AsyncEnvs:
             ``creator(env_config) -> env`` (sent with cloudpickle).
         env_config: Passed to the creator (or ``gym.make``) in each child.
         num_envs: How many children.
+        process_seeds: The seed of numpy's and torch's global generators in each child
+            (:func:`cairn.rng.env_process_seed`); None, or a None entry: fresh OS entropy.
 
     Raises:
         EnvError: ``env`` cannot be pickled, or a child could not create it (the child's
@@ -203,7 +206,8 @@ class AsyncEnvs:
         ConfigError: the environment is multi-agent (``"async"`` takes single-agent ones).
     """
 
-    def __init__(self, env: Any, env_config: Any, num_envs: int) -> None:
+    def __init__(self, env: Any, env_config: Any, num_envs: int,
+                 process_seeds: Sequence[int | None] | None = None) -> None:
         payload = _pickled_env(env, env_config)
         env_name = str(getattr(env, "__qualname__", env))
         context = _context()
@@ -212,7 +216,8 @@ class AsyncEnvs:
         self._finalizer = weakref.finalize(self, _end_all, self.envs)
         try:
             for i in range(num_envs):
-                self.envs.append(SubprocessEnv(context, env_name, payload, i))
+                seed = None if process_seeds is None else process_seeds[i]
+                self.envs.append(SubprocessEnv(context, env_name, payload, i, seed))
             infos = [proxy.receive("create") for proxy in self.envs]
         except BaseException:
             self.close()

@@ -25,6 +25,7 @@ from cairn.env_runner.make_env import close_env, make_env
 from cairn.env_runner.subprocess_envs import AsyncEnvs
 from cairn.errors import ConfigError
 from cairn.release import release_all
+from cairn.rng import env_process_seed
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -92,12 +93,15 @@ class SyncEnvs:
         release_all(*(lambda env=env: close_env(env) for env in self.envs))
 
 
-def make_vector_envs(config: AlgorithmConfig, num_envs: int, first_env: Any = None) -> VectorEnvs:
+def make_vector_envs(config: AlgorithmConfig, num_envs: int, first_env: Any = None, *,
+                     worker_index: int = 0, seed_offset: int = 0) -> VectorEnvs:
     """``num_envs`` environments of ``config`` in ``config.gym_env_vectorize_mode``.
 
     ``first_env``, an already created environment, becomes the first one in ``"sync"`` mode;
     ``"async"`` closes it (an environment object does not move to another process) and creates
-    every environment in its child.
+    every environment in its child, whose numpy and torch global generators are seeded from
+    ``config.seed``, ``worker_index``, ``seed_offset`` (the runner's) and the env's index
+    (:func:`cairn.rng.env_process_seed`).
     """
     mode = config.gym_env_vectorize_mode
     if mode == "sync":
@@ -105,6 +109,7 @@ def make_vector_envs(config: AlgorithmConfig, num_envs: int, first_env: Any = No
         return SyncEnvs(envs + [make_env(config) for _ in range(num_envs - len(envs))])
     if mode == "async":
         close_env(first_env)
-        return AsyncEnvs(config.env, config.env_config, num_envs)
+        seeds = [env_process_seed(config.seed, worker_index, seed_offset, i) for i in range(num_envs)]
+        return AsyncEnvs(config.env, config.env_config, num_envs, seeds)
     raise ConfigError(f"Config 'gym_env_vectorize_mode'={mode!r} is invalid: expected one of "
                       f"{list(GYM_ENV_VECTORIZE_MODES)}.")

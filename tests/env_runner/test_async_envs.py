@@ -16,6 +16,7 @@ import pytest
 import cairn
 from cairn.env_runner.subprocess_envs import AsyncEnvs
 from cairn.errors import ConfigError, EnvError
+from cairn.rng import env_process_seed
 from tests.conftest import ROOT
 from tests.helpers import small_ma_ppo, small_ppo, weights_digest
 
@@ -44,6 +45,30 @@ def stubborn_creator(env_config: dict) -> gym.Env:
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return _StubbornEnv(gym.make("CartPole-v1"))
+
+
+class _GlobalRandomEnv(gym.Env):
+    """Draws its observations from numpy's and torch's global generators (as much user code
+    does), not from its own ``np_random``."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def _draw(self) -> np.ndarray:
+        import torch
+
+        return np.concatenate([np.random.random(2), torch.rand(2).numpy()]).astype(np.float32)
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def]
+        super().reset(seed=seed)
+        return self._draw(), {}
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        return self._draw(), 0.0, False, False, {}
+
+
+def global_random_creator(env_config: dict) -> gym.Env:
+    return _GlobalRandomEnv()
 
 
 def _async(config: cairn.PPOConfig, num_envs: int = 2) -> cairn.PPOConfig:
@@ -213,3 +238,45 @@ def test_close_kills_a_child_that_neither_closes_nor_takes_sigterm():
     envs.close()
     assert not process.is_alive() and not _alive(process.pid)
     assert process.exitcode == -9  # SIGKILL: close() hung and SIGTERM was ignored
+
+
+def _first_global_draws(process_seeds: list | None) -> list[tuple[float, ...]]:
+    """Each child's reset and first step observation (numpy's then torch's global draws)."""
+    envs = AsyncEnvs(global_random_creator, {}, 3, process_seeds)
+    try:
+        resets = [tuple(np.asarray(o).tolist()) for o, _ in envs.reset({i: None for i in range(3)}).values()]
+        steps = [tuple(np.asarray(o).tolist()) for o, *_ in envs.step([0, 0, 0])]
+    finally:
+        envs.close()
+    return [r + s for r, s in zip(resets, steps)]
+
+
+def test_children_draw_apart_from_numpys_and_torchs_global_generators():
+    """Every child is forked from one fork server: it inherited its global numpy (and torch)
+    generator state, so env copies drawing from them (np.random.random(), torch.rand())
+    returned the very same numbers, all copies one episode. Each child's generators now take
+    its own seed (config.seed's stream), or fresh entropy without a seed."""
+    seeds = [env_process_seed(0, 0, 0, i) for i in range(3)]
+    for draws in (_first_global_draws(seeds), _first_global_draws(None)):
+        for column in range(8):  # numpy's two draws, then torch's, at reset and at the step
+            values = [row[column] for row in draws]
+            assert len(set(values)) == 3, (column, values)
+    assert _first_global_draws(seeds) == _first_global_draws(seeds)  # seeded: reproducible
+
+
+def test_an_async_runners_children_are_seeded_by_its_own_stream():
+    """The runner passes each child its seed of config.seed's stream (keyed by its worker index,
+    seed offset and env index): equal seeds give equal draws, and its env copies differ."""
+    config = _async(small_ppo().environment(global_random_creator), num_envs=2)
+    algo = config.build()
+    try:
+        first = algo.env_runner_group.local.sample(2)["default_policy"]["obs"]  # type: ignore[union-attr]
+    finally:
+        algo.stop()
+    algo = config.build()
+    try:
+        again = algo.env_runner_group.local.sample(2)["default_policy"]["obs"]  # type: ignore[union-attr]
+    finally:
+        algo.stop()
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first[:2], first[2:])  # env 0's rows, env 1's rows
