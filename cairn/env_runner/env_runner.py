@@ -12,6 +12,7 @@ own objects for the local runner, copies for remote ones). ``sample()`` returns
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Container, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -329,7 +330,10 @@ class EnvRunner:
                     term_buf[t, i] = terminated
                     trunc_buf[t, i] = truncated
                 if terminated or truncated:
-                    finals.append((i, o, env_pids[i]))
+                    # A copy: it is filtered after the env's reset, which may write the next
+                    # episode's first observation into the very array (an env returning its own
+                    # buffer); "async" copies it anyway, in the pipe.
+                    finals.append((i, copy.deepcopy(o), env_pids[i]))
                     self._episodes.finish(i, {DEFAULT_AGENT_ID: env_pids[i]}.__getitem__)
                     self.recurrent_states.end_episode(i)
                     reset_seeds[i] = self._draw_seed()  # drawn in env order, in both modes

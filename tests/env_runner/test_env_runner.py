@@ -164,6 +164,46 @@ def test_episode_returns_add_float32_rewards_in_double_precision(mode):
     assert episode["policy_returns"] == {"default_policy": [expected]}
 
 
+class _ObservationBuffer(gym.Env):
+    """Returns its own observation buffer, written in place by the next step or reset (as a
+    simulator's view of its state may be); truncated after 3 steps, observing ``[t, t]``."""
+
+    observation_space = gym.spaces.Box(-1.0, 10.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, env_config):
+        self.buffer = np.zeros(2, np.float32)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.buffer[:] = -1.0
+        return self.buffer, {}
+
+    def step(self, action):
+        self.t += 1
+        self.buffer[:] = self.t
+        return self.buffer, 1.0, False, self.t >= 3, {}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_truncated_episode_keeps_its_final_observation_when_the_reset_overwrites_it(mode):
+    # The final observation was filtered after the env's reset: an env returning its own buffer
+    # had it overwritten by the reset's, so with "sync" (no pickling in between) next_obs, the
+    # value PPO and DQN bootstrap from, was the next episode's first observation.
+    config = small_ppo().environment(_ObservationBuffer).env_runners(gym_env_vectorize_mode=mode)
+    runner, algo = _runner(config)
+    try:
+        batch = runner.sample(8)["default_policy"]
+    finally:
+        runner.stop()
+        algo.stop()
+    np.testing.assert_array_equal(batch["truncateds"], [False, False, True] * 2 + [False, False])
+    np.testing.assert_array_equal(batch["next_obs"][:, 0], [1, 2, 3, 1, 2, 3, 1, 2])
+    np.testing.assert_array_equal(batch["obs"][:, 0], [-1, 1, 2, -1, 1, 2, -1, 1])
+
+
 class _CountingWrapper(gym.Wrapper):
     """A user wrapper with state of its own (its steps, seen in the observation)."""
 
