@@ -22,6 +22,7 @@ until the env steps with it.
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Container, Mapping
 from functools import partial
@@ -271,8 +272,9 @@ class ParallelSampler(AgentSampler):
                         trajs.extend_last((i, agent), r, terminated, truncated)
                         if agent not in alive:
                             ended.add((i, agent))
-                            if agent in obs_d:
-                                incoming[self.policy_of(i, agent)].append((i, ("final", agent), obs_d[agent]))
+                            if agent in obs_d:  # a copy: see below
+                                incoming[self.policy_of(i, agent)].append(
+                                    (i, ("final", agent), copy.deepcopy(obs_d[agent])))
                 if ep.history is not None:
                     _record_step(ep.history, actions[i], rew_d, obs_d, infos_d, alive)
                 self.episodes.step(i)  # on_episode_step, when the user's callbacks have one
@@ -280,8 +282,10 @@ class ParallelSampler(AgentSampler):
                 for agent in actions[i]:
                     if (agent not in alive or episode_over) and agent not in scripted:
                         ended.add((i, agent))
-                        if agent in obs_d:
-                            incoming[self.policy_of(i, agent)].append((i, ("final", agent), obs_d[agent]))
+                        if agent in obs_d:  # a copy: processed after the reset below, which may
+                            # write into the very array (an env returning its own buffers)
+                            incoming[self.policy_of(i, agent)].append(
+                                (i, ("final", agent), copy.deepcopy(obs_d[agent])))
                 if episode_over:
                     self.finish_episode(i)
                     self.runner.recurrent_states.end_episode(i)

@@ -179,3 +179,45 @@ def test_an_agent_that_does_not_act_at_the_last_step_ends_with_the_episode():
     assert later["obs"][:, 0].tolist() == [2]
     assert later["next_obs"][:, 0].tolist() == [4]
     assert later["truncateds"].tolist() == [True]
+
+
+class _ObservationBuffers(TwoAgentParallel):
+    """Each agent's observation is the env's own buffer, written in place by the next step or
+    reset (``[-1, -1]`` at the reset, ``[t, t]`` after step t); both truncated after 3 steps."""
+
+    metadata = {"name": "observation_buffers_v0", "render_modes": []}
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.buffers = {a: np.zeros(2, np.float32) for a in self.possible_agents}
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        self.agents, self.t = list(self.possible_agents), 0
+        for buffer in self.buffers.values():
+            buffer[:] = -1.0
+        return dict(self.buffers), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        self.t += 1
+        for buffer in self.buffers.values():
+            buffer[:] = self.t
+        over = self.t >= 3
+        agents = list(self.agents)
+        self.agents = [] if over else agents
+        return (dict(self.buffers), dict.fromkeys(agents, 1.0), dict.fromkeys(agents, False),
+                dict.fromkeys(agents, over), {a: {} for a in agents})
+
+
+def test_a_truncated_agent_keeps_its_final_observation_when_the_reset_overwrites_it():
+    # The final observations were processed after the env's reset: an env returning its own
+    # buffers had them overwritten by the reset's, so next_obs, the value PPO bootstraps
+    # from, was the next episode's first observation.
+    algo = two_policy_ppo(_ObservationBuffers).build()
+    try:
+        batches = EnvRunner(algo.config, algo.policies).sample(8)
+    finally:
+        algo.stop()
+    for batch in batches.values():
+        np.testing.assert_array_equal(batch["truncateds"], [False, False, True] * 2 + [False, False])
+        np.testing.assert_array_equal(batch["next_obs"][:, 0], [1, 2, 3, 1, 2, 3, 1, 2])
+        np.testing.assert_array_equal(batch["obs"][:, 0], [-1, 1, 2, -1, 1, 2, -1, 1])
