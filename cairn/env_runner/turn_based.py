@@ -31,6 +31,7 @@ The episode length counts moves (dead-agent steps excluded); returns add up ever
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Container, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -231,6 +232,8 @@ class TurnBasedSampler(AgentSampler):
                 episode.ret += reward
                 episode.agent_returns[agent] += reward
                 done = bool(terminated or truncated)
+                if done:  # processed below, after steps and maybe a reset that may write into it
+                    obs = copy.deepcopy(obs)
                 pending = self.pending[i].pop(agent, None)
                 # Read now: a game that ends here is reset below, which forgets its first moves.
                 first = pending is not None and agent in self.first_moves[i]

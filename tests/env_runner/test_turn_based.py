@@ -167,6 +167,38 @@ def test_scripted_game_rewards_accumulate_between_moves_and_both_players_get_the
         algo.stop()
 
 
+class BufferedScriptedGame(ScriptedGame):
+    """ScriptedGame whose observe() returns the env's own buffer per player, written in place
+    by the next observe() of that player (after a reset too)."""
+
+    metadata = {"name": "buffered_scripted_game_v0", "render_modes": []}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffers = {a: np.zeros(2, np.float32) for a in self.possible_agents}
+
+    def observe(self, agent):
+        self.buffers[agent][:] = super().observe(agent)
+        return self.buffers[agent]
+
+
+def make_buffered_scripted(env_config: dict) -> AECEnv:
+    return OrderEnforcingWrapper(BufferedScriptedGame())
+
+
+def test_a_players_final_observation_survives_the_reset_writing_into_it():
+    # The final observations were processed after the dead players stepped and the game was
+    # reset: an env returning its own buffers had them overwritten by the next game's first
+    # observation, which became the last transition's next_obs.
+    algo = _scripted_config().environment(make_buffered_scripted).build()
+    try:
+        batches = algo.env_runner_group.local.sample(5)  # one game of five moves, then the reset
+        np.testing.assert_array_equal(batches["a"]["next_obs"][:, 0], [2, 4, 5])
+        np.testing.assert_array_equal(batches["b"]["next_obs"][:, 0], [3, 5])
+    finally:
+        algo.stop()
+
+
 def test_a_players_only_move_of_a_game_is_its_first_even_when_the_game_ends_at_once(monkeypatch):
     # Three moves: player_1 moves once per game, and the game ends (and the env is reset) when
     # that move completes; its row is still the first step of its part in the game.
