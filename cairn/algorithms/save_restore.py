@@ -47,7 +47,7 @@ from cairn.errors import (
     ConfigError,
     UnsafeCheckpointError,
 )
-from cairn.policy.custom_model import MODEL_CLASS_KEYS, model_references
+from cairn.policy.config_overrides import with_model_classes
 from cairn.policy.files import native_files_writer
 from cairn.policy.keras_config import uses_keras
 from cairn.policy.policy import Policy
@@ -339,27 +339,18 @@ def from_state_inputs(
 
 def _with_model_references(policy_states: Mapping[str, Any], model: Any) -> dict[str, Any]:
     """``policy_states`` with the model classes named by ``config_overrides["model"]``
-    (``custom_model``, ``custom_q_model``, ``keras_model``) put into each policy that names one.
-
-    A restored policy rebuilds its network from its own stored model config (an override of
-    ``hidden`` does not reshape stored weights), but a class reference may resolve only in the
-    process that saved it (a class defined in ``__main__``): replacing the reference is how a
-    user brings that class back. Other model keys stay as stored. The states are not changed.
+    (``custom_model``, ``custom_q_model``, ``keras_model``) put into each policy that names one
+    (:func:`~cairn.policy.config_overrides.with_model_classes`, the rule
+    ``Policy.from_checkpoint`` follows too). Other model keys stay as stored (a restored policy
+    refuses another one in ``follow_config``). The states are not changed.
     """
     if not isinstance(model, Mapping):
         return dict(policy_states)
-    # The JSON form the config stores (a class's reference, a Keras builder's import path).
-    given = model_references({key: model[key] for key in (*MODEL_CLASS_KEYS, "keras_model") if key in model})
-    if not given:
-        return dict(policy_states)
     replaced: dict[str, Any] = {}
     for pid, policy_state in policy_states.items():
-        stored = policy_state["spec"]["config"].get("model") or {}
-        new = {key: value for key, value in given.items() if stored.get(key)}
-        if not new:
-            replaced[pid] = policy_state
-            continue
         spec = policy_state["spec"]
-        config = {**spec["config"], "model": {**stored, **new}}
-        replaced[pid] = {**policy_state, "spec": {**spec, "config": config}}
+        stored = spec["config"].get("model") or {}
+        built = with_model_classes(stored, model)
+        replaced[pid] = (policy_state if built == stored else
+                         {**policy_state, "spec": {**spec, "config": {**spec["config"], "model": built}}})
     return replaced

@@ -31,6 +31,7 @@ from cairn.policy.action_masking import (
     legal_actions,
     make_preprocessor,
 )
+from cairn.policy.config_overrides import check_model_follows
 from cairn.policy.custom_model import (
     model_references,
     refuse_unbuilt_model_classes,
@@ -334,29 +335,9 @@ class Policy:
                 "cannot become another filter's. Fix: restore without that override (the policy "
                 "keeps its filter), or train a new policy with the filter you want.",
                 setting="observation_filter", given=wanted, stored=self.observation_filter.name)
-        self._check_model_follows(config.get("model"))
+        check_model_follows(config.get("model"), self.config["model"])
         if "lr" in config:
             self.set_learning_rate(float(config["lr"]))
-
-    def _check_model_follows(self, model: Any) -> None:
-        """RestoredSettingError for a ``model`` setting of ``model`` (a restore's config) that
-        differs from the one this policy was built with; a key this policy's config lacks
-        counts when it is set (not None, False or empty)."""
-        if not isinstance(model, Mapping):
-            return
-        model, kept = model_references(model), self.config["model"]
-        for name, given in model.items():
-            stored = kept.get(name)
-            if (given == stored) if name in kept else (given is None or given is False or given == {}):
-                continue
-            raise RestoredSettingError(
-                f"Config 'model.{name}'={given!r:.200}, but this restored policy's network was built "
-                f"with model.{name}={stored!r:.200} and keeps its stored structure and weights: the "
-                "config would describe a network the algorithm does not have. Fix: restore without "
-                "that override (the policy keeps its network), or start a new run with the model "
-                "you want; to start it from these weights where their shapes fit, build it and "
-                "load them with algo.restore_from_path(checkpoint, component='policies/<id>/weights').",
-                setting=f"model.{name}", given=given, stored=stored)
 
     @property
     def spec(self) -> PolicySpec:

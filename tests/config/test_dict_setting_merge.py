@@ -74,11 +74,19 @@ def test_a_restore_override_replaces_a_nested_dict_of_the_stored_model(tmp_path)
 
 
 def test_a_policy_restore_override_replaces_a_nested_dict_of_the_stored_model(tmp_path):
+    """As for the algorithm restore above: the override's dict replaces the stored one whole,
+    which the restored network was not built with, so Policy.from_checkpoint refuses it too (it
+    restored a policy whose config said {"width": 8} for a network built with {"depth": 2}
+    besides). A merge that kept the stored "depth" would accept it: this fails then too."""
     algo, _ = _saved(tmp_path)
     algo.get_policy().export_checkpoint(tmp_path / "p")
-    restored = cairn.Policy.from_checkpoint(
-        tmp_path / "p", config_overrides={"model": {"custom_model_config": {"width": 8}}})
-    assert restored.config["model"]["custom_model_config"] == {"width": 8}
+    with pytest.raises(RestoredSettingError, match="custom_model_config") as raised:
+        cairn.Policy.from_checkpoint(
+            tmp_path / "p", config_overrides={"model": {"custom_model_config": {"width": 8}}})
+    assert raised.value.given == {"width": 8} and raised.value.stored == {"width": 8, "depth": 2}
+    same = {"model": {"custom_model_config": {"width": 8, "depth": 2}}}  # the stored one: accepted
+    restored = cairn.Policy.from_checkpoint(tmp_path / "p", config_overrides=same)
+    assert restored.config["model"]["custom_model_config"] == {"width": 8, "depth": 2}
     assert restored.config["model"]["custom_model"] == algo.config.model["custom_model"]
     algo.stop()
 

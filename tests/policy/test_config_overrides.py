@@ -120,10 +120,44 @@ def test_unknown_or_invalid_keys_are_config_errors_naming_the_valid_ones(tmp_pat
 
 def test_an_override_that_reshapes_the_network_is_refused_not_ignored(tmp_path: Path) -> None:
     """The stored weights cannot fill another network: an error, never a policy silently built
-    from the stored config while reporting the overridden one."""
+    from the stored config while reporting the overridden one. (It was the weight check's
+    CheckpointFormatError; the restore now refuses the setting itself, before the weights, as
+    Algorithm.from_checkpoint does: a RestoredSettingError naming it.)"""
+    from cairn.errors import RestoredSettingError
+
     cairn.Policy(OBS, ACT, {"model": {"hidden": [8]}}, seed=0).export_checkpoint(tmp_path / "p")
-    with pytest.raises(CheckpointFormatError, match="model config"):
+    with pytest.raises(RestoredSettingError, match=r"'model\.hidden'=\[16\].*model\.hidden=\[8\]"):
         cairn.Policy.from_checkpoint(tmp_path / "p", config_overrides={"model": {"hidden": [16]}})
+
+
+@pytest.mark.parametrize("override", [{"activation": "relu"}, {"custom_model": TwoHeads}])
+def test_a_model_override_the_network_was_not_built_with_is_refused_as_by_an_algorithm_restore(
+        tmp_path: Path, override: dict) -> None:
+    """config_overrides={"model": {"activation": "relu"}} on a tanh policy restored the stored
+    weights into a relu network with no error (its greedy actions changed), while
+    Algorithm.from_checkpoint refused the same override. Both follow one rule now: a model
+    setting other than the stored network's is a RestoredSettingError naming it, for Policy and
+    Algorithm checkpoints; a custom model class for a built-in network too (its weights are the
+    built-in network's). The stored value given again restores the same policy."""
+    from cairn.errors import RestoredSettingError
+
+    algo = small_ppo(model={"hidden": [8], "activation": "tanh"}).build()
+    policy = algo.get_policy()
+    policy.export_checkpoint(tmp_path / "p")
+    algo.save(tmp_path / "a")
+    algo.stop()
+    name = next(iter(override))
+    for path in (tmp_path / "p", tmp_path / "a"):
+        with pytest.raises(RestoredSettingError, match=rf"'model\.{name}'=.*model\.{name}=") as raised:
+            cairn.Policy.from_checkpoint(path, config_overrides={"model": override})
+        assert raised.value.setting == f"model.{name}" and str(path) in str(raised.value)
+        with pytest.raises(ConfigError, match=rf"'model\.{name}'="):  # the algorithm's own refusal
+            cairn.Algorithm.from_checkpoint(path if path.name == "a" else tmp_path / "a",
+                                            config_overrides={"model": override})
+        same = cairn.Policy.from_checkpoint(path, config_overrides={"model": {"activation": "tanh"}})
+        same = same["default_policy"] if isinstance(same, dict) else same
+        assert same.config["model"] == policy.config["model"]
+        np.testing.assert_array_equal(same.compute_action_inputs(ROWS), policy.compute_action_inputs(ROWS))
 
 
 def test_an_observation_filter_override_of_another_kind_is_a_config_error_naming_the_fix(
