@@ -3,8 +3,10 @@
 A network whose outputs have the wrong shape does not always fail: logits wider than a
 ``Discrete(n)`` action space sample actions outside it, and a value of shape ``[B, 1]``
 broadcasts against PPO's ``[B]`` returns into a ``[B, B]`` loss. So every policy, when it is
-built and when it is restored, runs its network once on :data:`SAMPLE_BATCH` sample rows and
-compares each output with the shape its algorithm reads (``Policy.check_model_outputs``); a
+built and when it is restored, runs its network on :data:`SAMPLE_BATCH` sample rows and again
+on one row (:data:`SAMPLE_BATCHES`: acting on one observation is a batch of one, which a
+network that squeezes every size-1 axis, ``.squeeze()``, turns into outputs without a batch axis)
+and compares each output with the shape its algorithm reads (``Policy.check_model_outputs``); a
 mismatch is a :class:`~cairn.errors.ConfigError` naming the network's class, the output, the
 expected and the actual shape, and the fix.
 
@@ -27,12 +29,15 @@ from cairn.errors import ConfigError
 from cairn.models import ModelBase, RecurrentActorCriticModel
 from cairn.policy.action_masking import MaskedActorCritic, MaskedQModel
 
-__all__ = ["SAMPLE_BATCH", "SAMPLE_STEPS", "quiet_forward", "sample_rows", "unmasked", "network_name",
-           "require_shape", "unpack_outputs", "check_actor_critic_outputs", "check_q_value_outputs"]
+__all__ = ["SAMPLE_BATCH", "SAMPLE_BATCHES", "SAMPLE_STEPS", "quiet_forward", "sample_rows", "unmasked",
+           "network_name", "require_shape", "unpack_outputs", "check_actor_critic_outputs",
+           "check_q_value_outputs"]
 
 #: Rows in the sample batch: 5 rather than 1 or 2, so that a batch axis is not mistaken for an
 #: action axis of common sizes, nor squeezed away.
 SAMPLE_BATCH = 5
+#: The batch sizes every check runs: :data:`SAMPLE_BATCH`, then 1 (acting on one observation).
+SAMPLE_BATCHES = (SAMPLE_BATCH, 1)
 #: Steps per sequence for a recurrent network's sample batch.
 SAMPLE_STEPS = 3
 
@@ -51,10 +56,11 @@ def quiet_forward(module: nn.Module) -> Iterator[None]:
             m.training = mode
 
 
-def sample_rows(feature_size: int, mask_size: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(features, mask)``: float32 zeros ``[SAMPLE_BATCH, feature_size]`` and ones
-    ``[SAMPLE_BATCH, mask_size]`` (every action legal)."""
-    return (torch.zeros(SAMPLE_BATCH, feature_size), torch.ones(SAMPLE_BATCH, mask_size))
+def sample_rows(feature_size: int, mask_size: int = 0,
+                batch: int = SAMPLE_BATCH) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(features, mask)``: float32 zeros ``[batch, feature_size]`` and ones
+    ``[batch, mask_size]`` (every action legal)."""
+    return (torch.zeros(batch, feature_size), torch.ones(batch, mask_size))
 
 
 def unmasked(model: nn.Module, mask: torch.Tensor) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -84,18 +90,22 @@ def _shape(shape: Sequence[int]) -> str:
 
 
 def require_shape(value: Any, expected: Sequence[int], *, network: str, output: str, reads: str,
-                  fix: str) -> None:
+                  fix: str, rows: int = SAMPLE_BATCH) -> None:
     """ConfigError unless ``value`` is a tensor of shape ``expected``. ``reads`` says what the
-    algorithm reads (``"[batch, num_outputs=2] for Discrete(2)"``); ``fix`` how to fix it."""
+    algorithm reads (``"[batch, num_outputs=2] for Discrete(2)"``); ``fix`` how to fix it;
+    ``rows`` the sample observations the network ran on (one: the message says to keep the
+    batch axis)."""
     if not isinstance(value, torch.Tensor):
         found = f"a {type(value).__name__}, not a tensor"
     elif tuple(value.shape) == tuple(expected):
         return
     else:
         found = f"shape {_shape(value.shape)}"
+    one_row = (" On one observation (how a policy acts on one) the batch axis must stay: squeeze a "
+               "named axis (.squeeze(-1)), never every size-1 axis (.squeeze()).") if rows == 1 else ""
     raise ConfigError(
         f"{network} returned {output} of {found}, expected {_shape(expected)}: the policy reads "
-        f"{reads} (checked on {SAMPLE_BATCH} sample observations). Fix: {fix}")
+        f"{reads} (checked on {rows} sample observation{'s' if rows != 1 else ''}). Fix: {fix}{one_row}")
 
 
 def unpack_outputs(value: Any, count: int, *, network: str, call: str, names: str) -> Sequence[Any]:
@@ -113,9 +123,15 @@ def check_actor_critic_outputs(model: nn.Module, *, feature_size: int, mask_size
     ``[B, num_outputs]`` and values ``[B]``; a recurrent one ``[B, T, num_outputs]``, ``[B, T]``
     and a state out in the layout of its state in (:func:`_check_recurrent_outputs`)."""
     name = network_name(model, model_config)
-    features, mask = sample_rows(feature_size, mask_size)
+    for batch in SAMPLE_BATCHES:
+        _check_actor_critic_batch(model, batch, name=name, feature_size=feature_size, mask_size=mask_size,
+                                  num_outputs=num_outputs, action_space=action_space)
+
+
+def _check_actor_critic_batch(model: nn.Module, batch: int, *, name: str, feature_size: int, mask_size: int,
+                              num_outputs: int, action_space: gym.Space[Any]) -> None:
+    features, mask = sample_rows(feature_size, mask_size, batch)
     net, extra = unmasked(model, mask)
-    batch = SAMPLE_BATCH
     inputs_fix = (f"return action inputs of shape [batch, num_outputs] (num_outputs={num_outputs}, the "
                   "constructor's third argument: the logits of Discrete(n), sum(nvec) for MultiDiscrete, "
                   "2 * size for a Box's mean and log-std).")
@@ -130,20 +146,21 @@ def check_actor_critic_outputs(model: nn.Module, *, feature_size: int, mask_size
             inputs, value = unpack_outputs(net(features, *extra), 2, network=name, call="forward(obs)",
                                            names="(action_inputs [batch, num_outputs], value [batch])")
             require_shape(inputs, (batch, num_outputs), network=name, output="action_inputs", reads=reads,
-                          fix=inputs_fix)
-            require_shape(value, (batch,), network=name, output="value", reads="[batch]", fix=value_fix)
+                          fix=inputs_fix, rows=batch)
+            require_shape(value, (batch,), network=name, output="value", reads="[batch]", fix=value_fix,
+                          rows=batch)
         # Acting reads action_inputs and PPO's bootstrap value(): a class may override either.
         for method, expected, method_reads, fix in (
                 ("action_inputs", (batch, num_outputs), reads, inputs_fix),
                 ("value", (batch,), "[batch]", value_fix)):
             if hasattr(net, method):
                 require_shape(getattr(net, method)(features, *extra), expected, network=name,
-                              output=f"{method}(obs)", reads=method_reads, fix=fix)
+                              output=f"{method}(obs)", reads=method_reads, fix=fix, rows=batch)
 
 
 def _check_recurrent_outputs(net: RecurrentActorCriticModel, features: torch.Tensor, *, num_outputs: int,
                              action_space: gym.Space[Any], name: str, inputs_fix: str) -> None:
-    batch, steps = SAMPLE_BATCH, SAMPLE_STEPS
+    batch, steps = features.shape[0], SAMPLE_STEPS
     initial = net.get_initial_state()
     if not isinstance(initial, (list, tuple)) or not all(isinstance(s, torch.Tensor) for s in initial):
         raise ConfigError(f"{name}: get_initial_state() returned {type(initial).__name__}, expected a list "
@@ -155,26 +172,29 @@ def _check_recurrent_outputs(net: RecurrentActorCriticModel, features: torch.Ten
         names="(action_inputs [batch, T, num_outputs], value [batch, T], state_out)")
     require_shape(inputs, (batch, steps, num_outputs), network=name, output="action_inputs",
                   reads=f"[batch, T, num_outputs={num_outputs}] for {action_space}",
-                  fix=inputs_fix.replace("[batch, num_outputs]", "[batch, T, num_outputs]"))
+                  fix=inputs_fix.replace("[batch, num_outputs]", "[batch, T, num_outputs]"), rows=batch)
     require_shape(value, (batch, steps), network=name, output="value", reads="[batch, T]",
-                  fix="return values of shape [batch, T] (a [batch, T, 1] value head needs .squeeze(-1)).")
+                  fix="return values of shape [batch, T] (a [batch, T, 1] value head needs .squeeze(-1)).",
+                  rows=batch)
     outs = unpack_outputs(state_out, len(state), network=name, call="forward(obs, state)'s state_out",
                     names="one tensor per component of get_initial_state()")
     for k, (out, s) in enumerate(zip(outs, state)):
         require_shape(out, tuple(s.shape), network=name, output=f"state_out[{k}]",
                       reads=f"[batch, *get_initial_state()[{k}].shape]",
-                      fix="return the state after the last step in the layout of the state passed in.")
+                      fix="return the state after the last step in the layout of the state passed in.",
+                      rows=batch)
 
 
 def check_q_value_outputs(model: nn.Module, *, feature_size: int, mask_size: int, num_actions: int,
                           action_space: gym.Space[Any], model_config: Mapping[str, Any]) -> None:
     """DQN's network: ``forward`` gives Q-values ``[B, num_actions]``."""
     name = network_name(model, model_config)
-    features, mask = sample_rows(feature_size, mask_size)
-    net, extra = unmasked(model, mask)
-    with quiet_forward(net):
-        q_values = net(features, *extra)
-    require_shape(q_values, (SAMPLE_BATCH, num_actions), network=name, output="q_values",
-                  reads=f"[batch, num_actions={num_actions}] for {action_space}",
-                  fix=f"return one Q-value per action, [batch, num_outputs] (num_outputs={num_actions}, "
-                      "the constructor's third argument).")
+    for batch in SAMPLE_BATCHES:
+        features, mask = sample_rows(feature_size, mask_size, batch)
+        net, extra = unmasked(model, mask)
+        with quiet_forward(net):
+            q_values = net(features, *extra)
+        require_shape(q_values, (batch, num_actions), network=name, output="q_values",
+                      reads=f"[batch, num_actions={num_actions}] for {action_space}",
+                      fix=f"return one Q-value per action, [batch, num_outputs] (num_outputs={num_actions}, "
+                          "the constructor's third argument).", rows=batch)

@@ -247,3 +247,77 @@ def test_a_checkpoint_whose_model_class_changed_its_outputs_is_refused_at_restor
         _refused(lambda: cairn.Algorithm.from_checkpoint(tmp_path / "algo"), "Switchable", f"[{B}, 4]")
     finally:
         Switchable.WIDE = False
+
+
+class SqueezedValue(TwoHeads):
+    """``.squeeze()`` where ``.squeeze(-1)`` was meant: ``[5, 1]`` gives ``[5]``, ``[1, 1]`` gives ``[]``."""
+
+    def forward(self, obs):
+        h = self.trunk(obs)
+        return self.pi(h), self.vf(h).squeeze()
+
+
+class SqueezedLogits(TwoHeads):
+    def forward(self, obs):
+        logits, value = super().forward(obs)
+        return logits.squeeze(), value
+
+
+class SqueezedQ(SmallQ):
+    def forward(self, obs):
+        return super().forward(obs).squeeze()
+
+
+class SqueezedActor(SmallActor):
+    def forward(self, obs):
+        mean, log_std = super().forward(obs)
+        return mean.squeeze(), log_std.squeeze()
+
+
+class SqueezedCritic(SmallCritic):
+    def forward(self, obs, actions):
+        return self.net(torch.cat([obs, actions], dim=-1)).squeeze()
+
+
+class SqueezedTD3Actor(SmallTD3Actor):
+    def forward(self, obs):
+        return super().forward(obs).squeeze()
+
+
+class SqueezedGRU(TinyGRU):
+    def forward(self, obs, state):
+        inputs, value, out = super().forward(obs, state)
+        return inputs.squeeze(), value, out
+
+
+ONE_ROW = "checked on 1 sample observation)"
+
+
+@pytest.mark.parametrize(("build", "names"), [
+    (lambda: cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": SqueezedValue}}),
+     ("SqueezedValue (model.custom_model)", "returned value of shape [], expected [1]")),
+    (lambda: cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": SqueezedLogits}}),
+     ("SqueezedLogits", "returned action_inputs of shape [3], expected [1, 3]")),
+    (lambda: cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": SqueezedGRU}}),
+     ("SqueezedGRU", "returned action_inputs of shape [3, 3], expected [1, 3, 3]")),
+    (lambda: DQNPolicy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": SqueezedQ}}),
+     ("SqueezedQ (model.custom_model)", "returned q_values of shape [3], expected [1, 3]")),
+    (lambda: SACPolicy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": {"custom_model": SqueezedActor}}),
+     ("SqueezedActor", "returned mean of shape [2], expected [1, 2]")),
+    (lambda: SACPolicy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": {"custom_q_model": SqueezedCritic}}),
+     ("SqueezedCritic (model.custom_q_model)", "returned q of shape [], expected [1]")),
+    (lambda: TD3Policy(BOX, gym.spaces.Box(-1, 1, (2,)), {"model": {"custom_model": SqueezedTD3Actor}}),
+     ("SqueezedTD3Actor", "returned action of shape [2], expected [1, 2]")),
+], ids=["ppo-value", "ppo-logits", "recurrent", "dqn", "sac-actor", "sac-critic", "td3-actor"])
+def test_a_network_that_squeezes_away_a_batch_of_one_is_refused_at_build(build: Any,
+                                                                         names: tuple[str, ...]) -> None:
+    """A model that ``.squeeze()``s its outputs passed the check on 5 rows (nothing of size 1 to
+    squeeze) and failed acting on one observation with an IndexError or numpy AxisError naming
+    neither the model nor the fix. The check runs on one row too: a ConfigError naming the model,
+    the shape and the fix."""
+    _refused(build, *names, ONE_ROW, "never every size-1 axis (.squeeze())", "Fix:")
+
+
+def test_a_correct_network_acts_on_one_observation_after_the_one_row_check() -> None:
+    policy = cairn.Policy(BOX, gym.spaces.Discrete(3), {"model": {"custom_model": TwoHeads}}, seed=0)
+    assert policy.compute_single_action(np.zeros(4, np.float32)) in range(3)

@@ -15,7 +15,7 @@ from torch import nn
 from cairn.algorithms.sac.custom_model import TwinCritic
 from cairn.algorithms.sac.model_base import SACModelBase
 from cairn.policy.output_shapes import (
-    SAMPLE_BATCH,
+    SAMPLE_BATCHES,
     network_name,
     quiet_forward,
     require_shape,
@@ -31,19 +31,20 @@ def check_sac_outputs(model: SACModelBase, *, feature_size: int, action_size: in
     """ConfigError naming the network, the output and both shapes unless the actor gives
     ``(mean, log_std)`` of ``[B, action_size]`` each and the critics ``Q(s, a)`` of ``[B]`` each.
     The target critics are copies of the critics (same class and weights' shapes)."""
-    features, _ = sample_rows(feature_size)
-    actions = torch.zeros(SAMPLE_BATCH, action_size)
-    batch = SAMPLE_BATCH
     actor = network_name(model.actor, model_config)
     reads = f"[batch, action_size={action_size}] for {action_space}"
-    with quiet_forward(model):
-        mean, log_std = unpack_outputs(model.actor(features), 2, network=actor, call="forward(obs)",
-                                       names="(mean [batch, action_size], log_std [batch, action_size])")
-        for output, value in (("mean", mean), ("log_std", log_std)):
-            require_shape(value, (batch, action_size), network=actor, output=output, reads=reads,
-                          fix=f"return {output} of shape [batch, num_outputs] (num_outputs={action_size}, "
-                              "the constructor's third argument: one per action dimension).")
-        check_twin_q_outputs(model.critic, features, actions, model_config)
+    for batch in SAMPLE_BATCHES:
+        features, _ = sample_rows(feature_size, batch=batch)
+        actions = torch.zeros(batch, action_size)
+        with quiet_forward(model):
+            mean, log_std = unpack_outputs(model.actor(features), 2, network=actor, call="forward(obs)",
+                                           names="(mean [batch, action_size], log_std [batch, action_size])")
+            for output, value in (("mean", mean), ("log_std", log_std)):
+                require_shape(value, (batch, action_size), network=actor, output=output, reads=reads,
+                              fix=f"return {output} of shape [batch, num_outputs] "
+                                  f"(num_outputs={action_size}, the constructor's third argument: one per "
+                                  "action dimension).", rows=batch)
+            check_twin_q_outputs(model.critic, features, actions, model_config)
 
 
 def check_twin_q_outputs(critic: nn.Module, features: torch.Tensor, actions: torch.Tensor,
@@ -57,8 +58,9 @@ def check_twin_q_outputs(critic: nn.Module, features: torch.Tensor, actions: tor
             require_shape(one(features, actions), (batch,),
                           network=network_name(one, model_config, "custom_q_model"), output="q",
                           reads="[batch], one Q-value per (observation, action)",
-                          fix="return Q-values of shape [batch] (a [batch, 1] head needs .squeeze(-1)).")
+                          fix="return Q-values of shape [batch] (a [batch, 1] head needs .squeeze(-1)).",
+                          rows=batch)
     else:
         require_shape(critic(features, actions), (2, batch), network=network_name(critic, {}),
                       output="twin q", reads="[2, batch], both critics' Q-values",
-                      fix="stack both critics' [batch] Q-values.")
+                      fix="stack both critics' [batch] Q-values.", rows=batch)
