@@ -22,6 +22,7 @@ from cairn.export.torch_program import (
     PROGRAM_FILE,
     WEIGHTS_FILE,
     load_program,
+    program_output_dtypes,
     save_program,
     trace_program,
 )
@@ -49,7 +50,10 @@ def trace_policy(policy: Policy, extra_outputs: Sequence[str] = ()) -> Traced:
     the optional outputs named in ``extra_outputs``, with torch.export; raise ExportError if it
     cannot be."""
     graph = policy.export_graph().with_outputs(extra_outputs)
-    return Traced(policy, graph, trace_program(graph))
+    program = trace_program(graph)
+    # A network computing in another float dtype (float64) is cast to the declared outputs.
+    cast = graph.with_output_dtypes(program_output_dtypes(program))
+    return Traced(policy, graph, program) if cast is graph else Traced(policy, cast, trace_program(cast))
 
 
 def _missing_dirs(directory: Path) -> list[Path]:

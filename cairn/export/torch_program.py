@@ -27,7 +27,8 @@ from cairn.export.summary import short_reason
 from cairn.policy.export_hook import ExportGraph
 from cairn.policy.observation_path import may_write_into_inputs
 
-__all__ = ["PROGRAM_FILE", "WEIGHTS_FILE", "trace_program", "save_program", "load_program"]
+__all__ = ["PROGRAM_FILE", "WEIGHTS_FILE", "trace_program", "program_output_dtypes", "save_program",
+           "load_program"]
 
 PROGRAM_FILE = "model.pt2"
 WEIGHTS_FILE = "model.safetensors"
@@ -119,6 +120,12 @@ def trace_program(graph: ExportGraph) -> torch.export.ExportedProgram:
             "torch.cond), no .item(), .tolist() or numpy calls on tensors (use torch "
             "operations); or override the policy's export_graph() with a graph that is."
         ) from exc
+
+
+def program_output_dtypes(program: torch.export.ExportedProgram) -> list[torch.dtype]:
+    """The dtype of each output of ``program``, in order, as traced."""
+    (output,) = program.graph.find_nodes(op="output")
+    return [node.meta["val"].dtype for node in output.args[0]]
 
 
 def _inputs_written(program: torch.export.ExportedProgram) -> tuple[int, ...]:

@@ -182,9 +182,33 @@ class ExportGraph:
             outputs=tuple(self.outputs[i] for i in keep), reference=selected_reference)
 
 
+    def with_output_dtypes(self, dtypes: Sequence[torch.dtype]) -> ExportGraph:
+        """This graph with its module's floating outputs cast to the dtypes :attr:`outputs`
+        declare, given ``dtypes``, the ones the module gives (its traced program's): a user's
+        network computing in float64 gave ``tensor(double)`` outputs under a ``signature.json``
+        that says float32. The reference is cast the same way (numpy and torch both round to
+        nearest even: the same values), so the export check compares what the files give.
+        Itself when every output already has its declared dtype."""
+        declared = [torch.from_numpy(np.zeros(0, spec.dtype)).dtype for spec in self.outputs]
+        casts = {i: want for i, (want, dtype) in enumerate(zip(declared, dtypes, strict=True))
+                 if want.is_floating_point and dtype.is_floating_point and dtype != want}
+        if not casts:
+            return self
+        reference = self.reference
+
+        def cast_reference(observations: Sequence[Any], *more: np.ndarray) -> list[np.ndarray]:
+            expected = reference(observations, *more)
+            return [np.asarray(out).astype(self.outputs[i].dtype) if i in casts else out
+                    for i, out in enumerate(expected)]
+
+        module = _SelectOutputs(self.module, range(len(self.outputs)), casts)
+        return replace(self, module=module, reference=cast_reference)
+
+
 class _SelectOutputs(nn.Module):
     """``forward(obs, action_mask=None, *more)``: the outputs of ``module`` at ``keep``, in order
-    (tracing drops the computation of the others).
+    (tracing drops the computation of the others), those at the indices of ``casts`` (in
+    ``keep``'s order) cast to its dtypes.
 
     ``module``'s parameters, buffers and submodules are registered here under their own names,
     so the exported weights keep the names they have in ``module`` (no wrapper prefix).
@@ -192,7 +216,8 @@ class _SelectOutputs(nn.Module):
 
     selected_from: nn.Module
 
-    def __init__(self, module: nn.Module, keep: Sequence[int]) -> None:
+    def __init__(self, module: nn.Module, keep: Sequence[int],
+                 casts: Mapping[int, torch.dtype] | None = None) -> None:
         super().__init__()
         for name, child in module.named_children():
             self.add_module(name, child)
@@ -202,10 +227,12 @@ class _SelectOutputs(nn.Module):
             self.register_buffer(name, buffer)
         object.__setattr__(self, "selected_from", module)  # not a submodule: no name prefix
         self.keep = tuple(keep)
+        self.casts = dict(casts or {})
 
     def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None,
                 *more: torch.Tensor) -> tuple[torch.Tensor, ...]:
         # Named parameters, not one *inputs: torch.export names a program's inputs after them.
         inputs = (obs,) if action_mask is None else (obs, action_mask, *more)
         outputs = self.selected_from(*inputs)
-        return tuple(outputs[i] for i in self.keep)
+        kept = (outputs[i] for i in self.keep)
+        return tuple(out.to(self.casts[k]) if k in self.casts else out for k, out in enumerate(kept))

@@ -237,3 +237,61 @@ def test_the_exported_value_of_a_model_that_writes_into_its_input_is_its_value(t
     np.testing.assert_array_equal(action, policy.compute_actions(obs, explore=False))
     np.testing.assert_allclose(logits, expected_logits, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(value, expected_value, rtol=1e-5, atol=1e-5)
+
+
+class DoubleHeads(TwoHeads):
+    """Computes its heads in float64 (a user's choice of precision; acting takes it as it is)."""
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, value = super().forward(obs)
+        return logits.double(), value.double()
+
+
+class DoubleQ(SmallQ):
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return super().forward(obs).double()
+
+
+class DoubleActor(SmallActor):
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = super().forward(obs)
+        return mean.double(), log_std.double()
+
+
+FLOAT64_POLICIES = {
+    "ppo-discrete": lambda: custom_ppo(gym.spaces.Discrete(3), DoubleHeads),
+    "ppo-box": lambda: custom_ppo(gym.spaces.Box(-1.0, 1.0, (2,)), DoubleHeads),
+    "dqn": lambda: custom_dqn(DoubleQ),
+    "sac": lambda: custom_sac(DoubleActor),
+}
+
+
+@pytest.mark.parametrize("onnx", [None, 18])
+@pytest.mark.parametrize("name", list(FLOAT64_POLICIES))
+def test_a_float64_model_exports_the_dtypes_its_signature_declares(name: str, onnx: int | None,
+                                                                   tmp_path: Path) -> None:
+    """A network computing in float64 exported ``tensor(double)`` (and a torch program of
+    float64) outputs while signature.json declared float32: a consumer allocating by the
+    signature read garbage or failed. The export casts them to the declared dtypes, and its check
+    against the policy (inside export_model) still passes, on the policy's values cast alike."""
+    if onnx is not None:
+        pytest.importorskip("onnxruntime")
+    policy = FLOAT64_POLICIES[name]()
+    extra = ["value"] if type(policy) is cairn.Policy else []  # PPO's optional output
+    signature = export_model(policy, tmp_path, onnx=onnx, extra_outputs=extra)
+    space = policy.observation_space
+    space.seed(3)
+    observations = [space.sample() for _ in range(50)]
+    outputs = outputs_of(tmp_path, model_inputs(space, observations))
+    declared = [np.dtype(spec["dtype"]) for spec in signature["outputs"]]
+    assert [out.dtype for out in outputs] == declared
+    assert np.dtype(np.float64) not in declared and len(outputs) == len(declared) > 1
+    processed = policy.process_observations(observations, update=False)
+    if isinstance(policy, DQNPolicy):
+        scores = policy.compute_q_values(observations)
+    else:
+        scores = policy.compute_action_inputs(processed)
+    assert scores.dtype == np.float64  # acting keeps the model's float64: the export casts
+    width = scores.shape[1]
+    got = np.concatenate([out.reshape(len(out), -1) for out in outputs[1:]], axis=1)
+    np.testing.assert_allclose(got[:, :width], scores, rtol=1e-5, atol=1e-5)
