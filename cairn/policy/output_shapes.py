@@ -8,7 +8,8 @@ on one row (:data:`SAMPLE_BATCHES`: acting on one observation is a batch of one,
 network that squeezes every size-1 axis, ``.squeeze()``, turns into outputs without a batch axis)
 and compares each output with the shape its algorithm reads (``Policy.check_model_outputs``); a
 mismatch is a :class:`~cairn.errors.ConfigError` naming the network's class, the output, the
-expected and the actual shape, and the fix.
+expected and the actual shape, and the fix; so is an output of a dtype numpy cannot hold
+(bfloat16), which acting could not read.
 
 The sample rows are zeros, with every action legal for a masked policy: only shapes are read.
 The forward runs in eval mode, without gradients, with torch's global generator forked: it
@@ -18,6 +19,7 @@ changes nothing (no BatchNorm statistics, no dropout draws, no random state).
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -98,6 +100,7 @@ def require_shape(value: Any, expected: Sequence[int], *, network: str, output: 
     if not isinstance(value, torch.Tensor):
         found = f"a {type(value).__name__}, not a tensor"
     elif tuple(value.shape) == tuple(expected):
+        _require_numpy_dtype(value, network=network, output=output)
         return
     else:
         found = f"shape {_shape(value.shape)}"
@@ -106,6 +109,26 @@ def require_shape(value: Any, expected: Sequence[int], *, network: str, output: 
     raise ConfigError(
         f"{network} returned {output} of {found}, expected {_shape(expected)}: the policy reads "
         f"{reads} (checked on {rows} sample observation{'s' if rows != 1 else ''}). Fix: {fix}{one_row}")
+
+
+def _require_numpy_dtype(value: torch.Tensor, *, network: str, output: str) -> None:
+    """ConfigError unless numpy can hold ``value``'s dtype: acting reads every output as numpy,
+    so a bfloat16 output (a Keras model under ``keras.config.set_dtype_policy("mixed_bfloat16")``)
+    built and then failed on the first action with torch's "unsupported ScalarType BFloat16"."""
+    try:
+        torch.empty(0, dtype=value.dtype).numpy()
+    except TypeError:
+        pass
+    else:
+        return
+    keras = sys.modules.get("keras")
+    policy = keras.config.dtype_policy().name if keras is not None and hasattr(keras, "config") else None
+    under = f" (Keras' dtype policy is {policy!r})" if policy not in (None, "float32") else ""
+    raise ConfigError(
+        f"{network} returned {output} of dtype {value.dtype}{under}, which numpy cannot hold: the "
+        "policy acts on its outputs as numpy arrays. Fix: return float32 outputs (a Keras model: "
+        "give its output layers dtype='float32', or use keras.config.set_dtype_policy("
+        "'mixed_float16') or 'float32'; a torch model: .float() its outputs).")
 
 
 def unpack_outputs(value: Any, count: int, *, network: str, call: str, names: str) -> Sequence[Any]:

@@ -225,3 +225,15 @@ def global_noise_q_network(obs_size, num_actions, model_config):
     x = keras.layers.Dropout(0.25, seed=5)(keras.layers.Dropout(0.25)(keras.layers.GaussianNoise(0.3)(x)))
     x = _unseeded_noise_layer(keras)()(x)
     return keras.Model(obs, keras.layers.Dense(num_actions)(x))
+
+
+def float32_heads_actor_critic(obs_size, num_outputs, model_config):
+    """``small_actor_critic`` with float32 output layers: under a mixed dtype policy its hidden
+    layer computes in the policy's dtype and its outputs stay float32."""
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    obs = keras.Input((obs_size,), name="obs")
+    x = keras.layers.Dense(16, activation="relu")(obs)
+    return keras.Model(obs, [keras.layers.Dense(num_outputs, dtype="float32")(x),
+                             keras.layers.Dense(1, dtype="float32")(x)])

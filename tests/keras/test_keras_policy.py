@@ -350,3 +350,36 @@ def test_cairns_keras_networks_stay_float32_under_a_users_dtype_policy(dtype_pol
         assert q_network.network(OBS).dtype == torch.float32
     finally:
         keras.config.set_dtype_policy(previous)
+
+
+@pytest.fixture
+def mixed_bfloat16():
+    """Keras' process-wide dtype policy set to "mixed_bfloat16", and restored after the test."""
+    from cairn.policy.keras_backend import import_keras
+
+    keras = import_keras()
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        yield keras
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+@pytest.mark.parametrize("actions", [gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (2,))])
+def test_a_users_bfloat16_keras_model_is_refused_at_build_naming_the_dtype_policy(mixed_bfloat16, actions):
+    """A user's Keras model under keras.config.set_dtype_policy("mixed_bfloat16") built, then
+    crashed on the first action with torch's "TypeError: Got unsupported ScalarType BFloat16"
+    (acting reads the outputs as numpy, which has no bfloat16). It is refused when the policy is
+    built: a ConfigError naming the model, the dtype, the dtype policy and the fix; the fix given
+    (float32 output layers) builds and acts."""
+    space = gym.spaces.Box(-5, 5, (4,))
+    model = {"framework": "keras", "keras_model": "tests.keras.builders:small_actor_critic"}
+    with pytest.raises(ConfigError, match=r"small_actor_critic'.*dtype torch\.bfloat16 \(Keras' dtype policy "
+                                          r"is 'mixed_bfloat16'\).*Fix:.*dtype='float32'"):
+        cairn.Policy(space, actions, {"model": model}, seed=0)
+    fixed = {"framework": "keras", "keras_model": "tests.keras.builders:float32_heads_actor_critic"}
+    policy = cairn.Policy(space, actions, {"model": fixed}, seed=0)
+    assert policy.compute_action_inputs(OBS).dtype == np.float32
+    assert actions.contains(policy.compute_single_action(OBS[0]))
+    assert mixed_bfloat16.config.dtype_policy().name == "mixed_bfloat16"  # the user's, untouched
