@@ -57,8 +57,13 @@ def snapshot_due(settings: Mapping[str, Any], iteration: int, *, has_snapshot: b
 
 
 def add_snapshot(algo: PolicyPool, main: str, policy_id: str, seed: int | None) -> None:
-    """Add a frozen copy of ``main`` as ``policy_id``: its state copied once (weights, filter,
-    optimizer), built without random init, and kept out of ``policies_to_train``.
+    """Add a frozen copy of ``main`` as ``policy_id``: its weights, filter and counters copied
+    once, built without random init, and kept out of ``policies_to_train``.
+
+    Its optimizer state is a fresh one (main's hyperparameters, no moments), as a new policy's
+    is: a frozen snapshot never steps its optimizer, and Adam's moments (twice the weights) would
+    double its memory and its files in every checkpoint. A snapshot a user puts back into
+    training starts from that fresh state.
 
     Its random generators are its own, seeded as those of a new policy ``policy_id`` of a
     config seeded ``seed`` are (:func:`cairn.rng.policy_init_seed`), not copies of main's: with
@@ -66,7 +71,10 @@ def add_snapshot(algo: PolicyPool, main: str, policy_id: str, seed: int | None) 
     right after the snapshot (the same weights too) they played the same moves, every game a
     draw."""
     trained = [pid for pid in algo.policies_to_train if pid != policy_id]
-    state = algo.get_policy(main).get_state(copy=True)
+    # Views of main's live arrays, copied once by from_state(copy=True); the moments are not read.
+    state = algo.get_policy(main).get_state(copy=False)
+    groups = [dict(group) for group in state["optimizer"]["param_groups"]]
+    state["optimizer"] = {"state": {}, "param_groups": groups}
     state["rng"] = seeded_generators_state(policy_init_seed(seed, policy_id))
-    copy = Policy.from_state(state, copy=False)
+    copy = Policy.from_state(state, copy=True)
     algo.add_policy(policy_id, copy, policies_to_train=trained)

@@ -200,3 +200,41 @@ def test_a_snapshot_samples_its_moves_from_generators_of_its_own():
         algo.stop()
     assert len(third) >= 20 and set(third) != {0.0}, third  # not all draws
     assert main["numpy"] != snapshot["numpy"] and not np.array_equal(main["torch"], snapshot["torch"])
+
+
+def test_a_snapshot_carries_weights_filter_and_counters_but_no_optimizer_moments(tmp_path):
+    """Issue 39: adding a snapshot costs no more than copying weights. A frozen snapshot never
+    steps its optimizer, so it carries main's weights, filter and counters and a fresh optimizer
+    state (no Adam moments: they were twice the weights, in memory and in every checkpoint's
+    snapshot files). Its copies are its own: main training on leaves the snapshot as taken."""
+    from cairn.checkpoint import load_algorithm_state
+    from tests.helpers import assert_trees_equal
+
+    algo = (small_league(max_snapshots=None).env_runners(observation_filter="MeanStdFilter")
+            .training(model={"hidden": [64]}).build())
+    try:
+        algo.train()  # main learns, then main_v1 is taken
+        main, snapshot = algo.get_policy("main").get_state(), algo.get_policy("main_v1").get_state()
+        assert main["optimizer"]["state"] and main["counters"]["num_grad_updates"] > 0
+        assert snapshot["optimizer"]["state"] == {}
+        assert snapshot["optimizer"]["param_groups"] == main["optimizer"]["param_groups"]
+        for key in ("weights", "observation_filter", "counters", "exploration"):
+            assert_trees_equal(snapshot[key], main[key], key)
+        assert main["observation_filter"]["count"] > 0  # the filter copied is one that learnt
+
+        path = algo.save(tmp_path / "c")
+        stored = load_algorithm_state(path)["policies"]
+        assert stored["main_v1"]["optimizer"]["state"] == {}
+        assert_trees_equal(stored["main_v1"]["weights"], main["weights"], "stored weights")
+        sizes = {pid: (tmp_path / "c/policies" / pid / "policy_state.safetensors").stat().st_size
+                 for pid in ("main", "main_v1")}
+        assert sizes["main_v1"] < 0.5 * sizes["main"]  # main's holds its two moments per weight
+
+        algo.train()  # main learns on; the snapshot keeps what it was given
+        assert_trees_equal(algo.get_policy("main_v1").get_state()["weights"], snapshot["weights"])
+        # Put back into training, a snapshot starts with a fresh optimizer, as a new policy does.
+        optimizer = algo.get_policy("main_v1").optimizer
+        assert optimizer.state_dict()["state"] == {}
+        assert [g["lr"] for g in optimizer.param_groups] == [algo.get_policy("main").config["lr"]]
+    finally:
+        algo.stop()
