@@ -113,4 +113,12 @@ def run_games(algo: Algorithm, args: argparse.Namespace, env_label: str) -> int:
         ("losses", results.losses, results.loss_rate))))
     print(f"  illegal moves: {main_id} {results.illegal_moves}, "
           f"{args.opponent} {results.opponent_illegal_moves}")
+    distinct = results.distinct_games
+    if distinct is not None and distinct < games:
+        plural = "s" if distinct != 1 else ""
+        print(f"  note: only {distinct} distinct game{plural} among the {games} played: both players "
+              "act deterministically (greedy, or a scripted opponent that ignores its generator), so "
+              f"games repeat and the rates rest on {distinct}. For games that differ, play a scripted "
+              "opponent that draws from its generator (--opponent random_legal, "
+              "cairn.envs.connect_four:connect_four_heuristic).")
     return 0

@@ -20,13 +20,18 @@ converted) with both actions at once. The rules, which a hand-written PettingZoo
   game: in board games, its final reward) with its opponent's (:func:`cairn.league.payoff.
   game_score`, the rule the league's payoff and ratings use while training): a forfeit by an
   illegal move (-1 for the offender, 0 for the other) is the other player's win, and a game that
-  is not zero-sum (winner +1, loser 0) is scored as it was played.
+  is not zero-sum (winner +1, loser 0) is scored as it was played;
+* ``distinct_games`` counts the different games among them: two games are the same when main
+  held the same seat and every move met the same observation and was the same action. Greedy
+  players on a deterministic game (connect four) play one game per seat over and over unless a
+  scripted opponent draws from its generator, and the rates then rest on that many games.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -58,6 +63,10 @@ class GameResults:
     illegal_moves: int
     #: Moves the opponent played that its action mask forbade.
     opponent_illegal_moves: int = 0
+    #: How many different games were among them (main's seat, every observation and move): as
+    #: few as 2 when both players are deterministic, whatever ``games``. None when not counted.
+    #: Left out of ``==``, which compares what was won and lost.
+    distinct_games: int | None = field(default=None, compare=False)
 
     @property
     def win_rate(self) -> float:
@@ -98,8 +107,11 @@ class _Player:
     """One side of one game: a greedy cairn policy (with its recurrent state, if any) or a
     scripted opponent with the game's generator."""
 
-    def __init__(self, actor: Any, action_space: Any, rng: np.random.Generator, who: str) -> None:
+    def __init__(self, actor: Any, action_space: Any, rng: np.random.Generator, who: str,
+                 trace: Any) -> None:
         self.actor, self.action_space, self.rng, self.who = actor, action_space, rng, who
+        #: The game's digest (hashlib), fed every observation and move, to tell games apart.
+        self.trace = trace
         self.is_policy = isinstance(actor, PolicyLike)
         recurrent = self.is_policy and getattr(actor, "recurrent", None) is not None
         self.state = actor.get_initial_state() if recurrent else None
@@ -119,7 +131,26 @@ class _Player:
             index = check_discrete_action(action, self.action_space, self.who)
             if mask is not None and not mask[index]:
                 self.illegal_moves += 1
+        _feed(self.trace, self.who, observation, action)
         return action
+
+
+def _feed(trace: Any, *parts: Any) -> None:
+    """Add ``parts`` (names, observations, actions: arrays, dicts of them, numbers) to a game's
+    digest: arrays by dtype, shape and bytes, anything else (object arrays too, whose bytes are
+    pointers) by its repr."""
+    for part in parts:
+        if isinstance(part, Mapping):
+            for key in sorted(part, key=repr):
+                _feed(trace, repr(key), part[key])
+            continue
+        array = np.asarray(part) if isinstance(part, (np.ndarray, np.generic)) else None
+        if array is not None and array.dtype != object:
+            trace.update(f"{array.dtype.str}{array.shape}".encode())
+            trace.update(np.ascontiguousarray(array).tobytes())
+        else:
+            trace.update(repr(part).encode())
+        trace.update(b"|")
 
 
 def play_games(env_creator: Callable[[], Any], main: PolicyLike, opponent: ScriptedOpponent | PolicyLike, *,
@@ -150,11 +181,13 @@ def play_games(env_creator: Callable[[], Any], main: PolicyLike, opponent: Scrip
         agents = two_player_agents(env)
         play = _play_turn_based if is_turn_based_env(env) else _play_parallel
         counts = {"wins": 0, "draws": 0, "losses": 0, "illegal_moves": 0, "opponent_illegal_moves": 0}
+        seen: set[bytes] = set()
         for game in range(games):
             seat = agents[game % 2]
             rng = game_rng(seed, game)
+            trace = hashlib.blake2b(repr(seat).encode(), digest_size=16)
             players = {agent: _Player(main if agent == seat else opponent, env.action_space(agent), rng,
-                                      "main" if agent == seat else opponent_name)
+                                      "main" if agent == seat else opponent_name, trace)
                        for agent in agents}
             returns = play(env, players, seed + game)
             other = next(agent for agent in agents if agent != seat)
@@ -162,7 +195,9 @@ def play_games(env_creator: Callable[[], Any], main: PolicyLike, opponent: Scrip
             counts["wins" if score == 1.0 else "losses" if score == 0.0 else "draws"] += 1
             counts["illegal_moves"] += players[seat].illegal_moves
             counts["opponent_illegal_moves"] += sum(p.illegal_moves for a, p in players.items() if a != seat)
-        return GameResults(games=games, **counts)
+            _feed(trace, returns[seat], returns[other])
+            seen.add(trace.digest())
+        return GameResults(games=games, **counts, distinct_games=len(seen))
     finally:
         close_env(env)
 

@@ -119,3 +119,19 @@ def test_a_one_player_env_is_refused(trained_run, capsys):
     assert ("--opponent plays two-player games, and Games against an opponent need a two-player PettingZoo "
             "game; CartPole-v1 has one player (a single-agent env).") in err
     assert "Leave out --opponent and --games to play its episodes." in err
+
+
+def test_repeated_games_are_reported_with_the_number_of_distinct_ones(league_checkpoint, capsys):
+    # Before, two greedy policies on connect four played one game per seat, 3 times each, and
+    # the report read like 6 sampled games (rates of 0/50/100%) with nothing saying so.
+    argv = ["evaluate", league_checkpoint, "--opponent", "past", "--games", "6"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3].startswith("  note: only 2 distinct games among the 6 played"), lines
+    assert "--opponent random_legal" in lines[3]  # the fix: an opponent whose games differ
+    report = _json(capsys, [*argv, "--json"])
+    assert report["distinct_games"] == 2 and report["games"] == 6
+    # Games that all differ get no note.
+    assert main(["evaluate", league_checkpoint, "--opponent", "random_legal", "--games", "6"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and not any("distinct" in line for line in lines)

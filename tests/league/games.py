@@ -31,6 +31,14 @@ def plays_outside_the_space(observation: Any, action_mask: Any, rng: Any) -> int
     return 99
 
 
+def leftmost_legal(observation: Any, action_mask: Any, rng: Any) -> int:
+    """A deterministic scripted opponent (``"tests.league.games:leftmost_legal"``): the lowest
+    legal action; it never draws from its generator."""
+    import numpy as np
+
+    return int(np.flatnonzero(action_mask)[0])
+
+
 class CountingRandomLegal:
     """A scripted opponent (``"tests.league.games:CountingRandomLegal"``) that plays random legal
     moves and counts them in :attr:`moves` (class-wide: the env runner builds its own instance)."""

@@ -22,6 +22,7 @@ from cairn.envs.pettingzoo_env import make_pettingzoo_env
 from cairn.errors import ConfigError, EnvError
 from cairn.league.games import GameResults, play_games
 from cairn.rng import game_rng
+from tests.league.games import leftmost_legal
 
 SMALL_NET = {"model": {"hidden": [16]}}
 
@@ -91,6 +92,46 @@ def test_connect_four_counts_equal_a_hand_written_loop(opponent):
         assert other == GameResults(games=12, **hand_written_connect_four(main, player, games=12, seed=6))
 
 
+def distinct_connect_four_games(main: Any, opponent: Any, games: int, seed: int) -> int:
+    """How many different games (main's seat and every move) the hand-written loop plays."""
+    env, seen = connect_four_v3.env(), set()
+    for game in range(games):
+        env.reset(seed=seed + game)
+        me, rng, moves = ["player_0", "player_1"][game % 2], game_rng(seed, game), []
+        for agent in env.agent_iter():
+            obs, _, terminated, truncated, _ = env.last()
+            if terminated or truncated:
+                env.step(None)
+                continue
+            player = main if agent == me else opponent
+            action = (player.compute_single_action(obs, explore=False) if isinstance(player, cairn.Policy)
+                      else player(obs["observation"], obs["action_mask"], rng))
+            moves.append(int(action))
+            env.step(action)
+        seen.add((me, tuple(moves)))
+    env.close()
+    return len(seen)
+
+
+@pytest.mark.parametrize("opponent", ["policy", "leftmost", "random_legal", "heuristic"])
+def test_the_results_count_the_distinct_games_among_those_played(opponent):
+    # Before, 20 greedy games of two deterministic players on connect four were two games (one
+    # per seat) played ten times each, reported as if 20 games had been sampled: nothing said
+    # that the rates rested on two games. A scripted opponent drawing from its generator makes
+    # the games differ.
+    main = connect_four_policy(seed=0)
+    player = {"policy": connect_four_policy(seed=1), "leftmost": leftmost_legal,
+              "random_legal": random_legal, "heuristic": connect_four_heuristic}[opponent]
+    results = play_games(make_connect_four, main, player, games=20, seed=4)
+    expected = distinct_connect_four_games(main, player, games=20, seed=4)
+    assert results.distinct_games == expected
+    assert results.to_dict()["distinct_games"] == expected
+    if opponent in ("policy", "leftmost"):
+        assert expected == 2  # one game per seat, repeated
+    if opponent == "random_legal":
+        assert expected == 20
+
+
 def test_seats_alternate_so_a_greedy_policy_against_itself_wins_as_often_as_it_loses():
     # Greedy self-play repeats one game; main is its first player in games 0 and 2 and its
     # second in 1 and 3, so every win of the first seat is one loss of main as second.
@@ -137,8 +178,8 @@ def test_illegal_moves_are_counted_and_the_env_decides_the_game():
     assert results == GameResults(games=2, wins=1, draws=0, losses=1, illegal_moves=1,
                                   opponent_illegal_moves=1)
     assert results.to_dict() == {"games": 2, "wins": 1, "draws": 0, "losses": 1, "illegal_moves": 1,
-                                 "opponent_illegal_moves": 1, "win_rate": 0.5, "draw_rate": 0.0,
-                                 "loss_rate": 0.5}
+                                 "opponent_illegal_moves": 1, "distinct_games": 2, "win_rate": 0.5,
+                                 "draw_rate": 0.0, "loss_rate": 0.5}
 
 
 class RecordedConnectFour:

@@ -37,6 +37,19 @@ def test_evaluation_plays_each_fixed_opponent_as_play_games_does():
         algo.stop()
 
 
+def test_evaluation_says_how_many_of_its_games_differ():
+    # Greedy main against a deterministic scripted opponent plays one game per seat, repeated;
+    # evaluation["league"] says so (distinct_games), as cairn evaluate does.
+    opponents = {"leftmost": "tests.league.games:leftmost_legal", "random_legal": "random_legal"}
+    algo = small_league(opponents=opponents, evaluation_games=6).build()
+    try:
+        evaluation = algo.evaluate(num_episodes=1)["league"]
+        assert evaluation["leftmost"]["games"] == 6 and evaluation["leftmost"]["distinct_games"] == 2
+        assert evaluation["random_legal"]["distinct_games"] == 6
+    finally:
+        algo.stop()
+
+
 def test_no_fixed_opponents_no_league_evaluation():
     algo = small_league().build()
     try:
