@@ -203,9 +203,13 @@ def replay_sampling_rng(buffer_seed: int | None) -> np.random.Generator:
     return seeded_rng(buffer_seed, Stream.REPLAY_SAMPLING)
 
 
-def league_remote_mapping_rng(seed: int | None, worker: int, snapshots_taken: int) -> np.random.Generator:
-    """The generator a remote runner's copy of a league's mapping draws games from."""
-    return seeded_rng(seed, Stream.LEAGUE_REMOTE_MAPPING, worker, snapshots_taken)
+def league_remote_mapping_rng(seed: int | None, worker: int,
+                              num_env_steps_sampled: int) -> np.random.Generator:
+    """The generator a remote runner's copy of a league's mapping draws one sample's games from,
+    keyed by where the runner stands (its worker index and the env steps it sampled before), as
+    its action sampling is (:func:`runner_actions_rng`): a runner recreated after a fault and
+    brought to its last position draws on from there, not its predecessor's draws again."""
+    return seeded_rng(seed, Stream.LEAGUE_REMOTE_MAPPING, worker, num_env_steps_sampled)
 
 
 def league_evaluation_seed(seed: int | None) -> int:

@@ -37,6 +37,12 @@ class DrawnMapping:
     def __call__(self, agent_id: Any, **kwargs: Any) -> str:
         raise NotImplementedError
 
+    def continue_from(self, worker_index: int, num_env_steps_sampled: int) -> None:
+        """Called by a remote env runner before each sample with where it stands (its worker
+        index and the env steps it sampled so far), so that a copy there draws that sample's
+        games from a stream of that position: a runner recreated after a fault, brought to
+        its last position, then draws on instead of repeating its predecessor's draws."""
+
 
 #: Used when neither snapshot rule is given (the CLI's ``--league`` default too).
 DEFAULT_SNAPSHOT_EVERY = 10

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cairn.config.league_settings import DrawnMapping
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.ray_cluster import ensure_ray
@@ -85,6 +86,9 @@ class RemoteEnvRunner:
             # copies built from one policy state would otherwise draw the same numbers.
             policy.np_random = runner_actions_rng(
                 runner.config.seed, runner.worker_index, pid, runner.num_env_steps_sampled)
+        mapping = runner.config.policy_mapping_fn
+        if isinstance(mapping, DrawnMapping):  # a league's: its games drawn from there too
+            mapping.continue_from(runner.worker_index, runner.num_env_steps_sampled)
         before = runner.num_env_steps_sampled
         batches = runner.sample()
         deltas = {pid: p.observation_filter.pop_delta() for pid, p in runner.policies.items()}

@@ -55,7 +55,6 @@ class LeagueState(Protocol):
     plans: dict[str, dict[str, Any]]
     rng: np.random.Generator
     seed: int | None
-    snapshots_taken: int
     #: The fixed opponents' names (config order), drawn with the snapshots in every game kind.
     fixed_names: list[str]
 
@@ -73,10 +72,13 @@ class LeagueMapping(DrawnMapping):
     every agent and draw nothing (the league's draws and planned games are the training
     runners' alone; evaluation against fixed opponents is :meth:`League.evaluate`).
 
-    Copies made for remote env runners (pickling) draw from their own generator per worker
-    (seeded by the config seed, the worker and the number of snapshots taken), with the pool and
-    win rates of when they were sent (each snapshot sends them again); only the local runner's
-    draws are the league generator's (exact resume with ``num_env_runners=0``).
+    Copies made for remote env runners (pickling) draw from their own generator per worker and
+    sample, seeded by the config seed, the worker and the env steps that runner sampled before
+    the sample (:meth:`continue_from`, which the remote runner calls before each sample: a
+    runner recreated after a fault, brought to its last position, draws on from there rather
+    than repeating its predecessor's draws), with the pool and win rates of when they were sent
+    (each snapshot sends them again); only the local runner's draws are the league generator's
+    (exact resume with ``num_env_runners=0``).
     """
 
     def __init__(self, league: LeagueState) -> None:
@@ -93,13 +95,17 @@ class LeagueMapping(DrawnMapping):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.league, self._remote, self._remote_rngs = state["league"], True, {}
 
+    def continue_from(self, worker_index: int, num_env_steps_sampled: int) -> None:
+        if self._remote:
+            self._remote_rngs[worker_index] = league_remote_mapping_rng(
+                self.league.seed, worker_index, num_env_steps_sampled)
+
     def _rng(self, worker: int | None) -> np.random.Generator:
         if not self._remote:
             return self.league.rng
         key = worker or 0
-        if key not in self._remote_rngs:
-            self._remote_rngs[key] = league_remote_mapping_rng(self.league.seed, key,
-                                                self.league.snapshots_taken)
+        if key not in self._remote_rngs:  # a copy no runner positioned (continue_from): its start
+            self.continue_from(key, 0)
         return self._remote_rngs[key]
 
     def draw_game(self, rng: np.random.Generator) -> dict[str, Any]:

@@ -202,6 +202,33 @@ def test_copies_sent_to_remote_runners_draw_from_their_own_generators():
     assert rng_state(league.rng) == before  # the driver's generator is the local runner's alone
 
 
+def test_remote_copies_draw_each_sample_from_where_their_runner_stands():
+    # A remote runner calls continue_from(worker, env steps sampled) before each sample. Before,
+    # a copy drew from one stream per (worker, snapshots taken), so a runner recreated after a
+    # fault (a new copy) drew its predecessor's games again; now a copy at the same position
+    # draws the same games, one at a later position others, and the driver's copy is untouched.
+    import pickle
+
+    league = _league(matchmaking="uniform")
+    before = rng_state(league.rng)
+
+    def games(position: int, worker: int = 1, n: int = 20) -> list[dict[str, str]]:
+        remote = pickle.loads(pickle.dumps(league.mapping))  # as Ray ships the config
+        remote.continue_from(worker, position)
+        out = []
+        for _ in range(n):
+            mapped: dict[str, str] = {}
+            for agent in AGENTS:
+                mapped[agent] = remote(agent, episode={"env_index": 0, "mapped": dict(mapped)}, worker=worker)
+            out.append(mapped)
+        return out
+
+    assert games(128) == games(128) != games(0)
+    assert games(128, worker=2) != games(128)
+    league.mapping.continue_from(1, 128)  # the local runner's draws stay the league generator's
+    assert rng_state(league.rng) == before
+
+
 def _summed_again(league: League) -> dict[str, float]:
     """Main's win rates from the payoff's windows, summed afresh: the slow path."""
     rates = {o: sum(s) / len(s) for o, s in league.payoff.recent.items() if s}
