@@ -30,6 +30,7 @@ runs (:data:`Stream.KERAS_BUILD`).
 from __future__ import annotations
 
 import enum
+import sys
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,8 @@ __all__ = [
     "REPLAY_BUFFER_STREAM", "LEAGUE_STREAM", "EVALUATION_SEED_OFFSET", "ACTIONS_STREAM", "algorithm_rng",
     "policy_init_seed", "policy_sampling_rng", "env_runner_rng", "runner_actions_rng", "draw_reset_seed",
     "replay_buffer_seed", "replay_sampling_rng", "league_remote_mapping_rng", "league_evaluation_seed",
-    "game_rng", "check_inputs_rng", "set_rng_state", "env_process_seed",
+    "game_rng", "check_inputs_rng", "set_rng_state", "env_process_seed", "runner_process_seed",
+    "seed_process_generators",
 ]
 
 #: A stream's key after its tag: an int >= 0, or a str (a policy ID).
@@ -88,6 +90,9 @@ class Stream(enum.IntEnum):
     #: ``(worker_index, seed_offset, env_index)``: the seed of numpy's and torch's global
     #: generators in the child process of one ``"async"`` environment (:func:`env_process_seed`).
     ENV_PROCESS = 16
+    #: ``(worker_index)``: the seed of numpy's and torch's global generators in the process of
+    #: remote env runner ``worker_index`` (:func:`runner_process_seed`).
+    RUNNER_PROCESS = 17
 
 
 ALGORITHM_STREAM = Stream.ALGORITHM
@@ -184,6 +189,32 @@ def env_process_seed(seed: int | None, worker_index: int, seed_offset: int, env_
     ``env_index`` of env runner ``worker_index`` (``"async"``), a 32-bit int (None for
     ``seed=None``: the child takes fresh OS entropy) (:data:`Stream.ENV_PROCESS`)."""
     return derive_seed(seed, Stream.ENV_PROCESS, worker_index, seed_offset, env_index)
+
+
+def runner_process_seed(seed: int | None, worker_index: int) -> int | None:
+    """The seed of numpy's and torch's global generators in the Ray actor process of remote env
+    runner ``worker_index`` (None for ``seed=None``: fresh OS entropy) (:data:`Stream.RUNNER_PROCESS`)."""
+    return derive_seed(seed, Stream.RUNNER_PROCESS, worker_index)
+
+
+def seed_process_generators(seed: int | None) -> None:
+    """Seed numpy's and torch's global generators of this process with ``seed`` (None: fresh OS
+    entropy): in a process cairn starts for environments (an ``"async"`` env's child, a remote
+    env runner's actor), which would otherwise share one stream with its siblings.
+
+    Every ``"async"`` child is forked from one fork server and inherits its generators' state,
+    and torch's starts from the same fixed seed in every new process anyway, so an environment
+    drawing from them (``np.random.random()``, ``torch.rand()``: much user code does) returned
+    the very same numbers in every env copy, or on every remote runner. Python reseeds
+    ``random`` after a fork itself; a reproducible environment draws from its own
+    ``np_random``, which the runner's reset seeds."""
+    np.random.seed(seed)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if seed is None:
+            torch.seed()
+        else:
+            torch.manual_seed(seed)
 
 
 def runner_actions_rng(seed: int | None, worker_index: int, policy_id: str,

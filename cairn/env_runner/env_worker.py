@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import pickle
 import signal
-import sys
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-import numpy as np
-
 from cairn.env_runner.env_state import get_env_state, set_env_state
 from cairn.env_runner.make_env import close_env, create_env, is_multi_agent_env
+from cairn.rng import seed_process_generators
 
 __all__ = ["run_env_worker", "StepResult"]
 
@@ -60,25 +58,6 @@ def _answer(env: Any, command: str, argument: Any) -> Any:
     raise ValueError(f"unknown env worker command {command!r}")
 
 
-def _reseed_global_generators(seed: int | None) -> None:
-    """Seed numpy's and torch's global generators in this child with ``seed``, its own
-    (:func:`cairn.rng.env_process_seed`; None: fresh OS entropy).
-
-    Every child is forked from one fork server and inherited its generators' state (torch's
-    starts from the same fixed seed in every process anyway), so an environment drawing from
-    them (``np.random.random()``, ``torch.rand()``: much user code does) returned the very same
-    numbers in every env copy, all copies playing one episode. Python reseeds ``random`` after
-    a fork itself (from OS entropy); a reproducible environment draws from its own
-    ``np_random``, which the runner's reset seeds."""
-    np.random.seed(seed)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        if seed is None:
-            torch.seed()
-        else:
-            torch.manual_seed(seed)
-
-
 def run_env_worker(conn: Connection, payload: bytes, process_seed: int | None = None) -> None:
     """Create the environment of ``payload`` (``(env, env_config)`` pickled with cloudpickle,
     as :func:`create_env` takes them) and serve the parent's commands on ``conn`` (the module
@@ -90,7 +69,7 @@ def run_env_worker(conn: Connection, payload: bytes, process_seed: int | None = 
     # its children; a child whose parent is gone sees its pipe end and exits.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _reseed_global_generators(process_seed)
+    seed_process_generators(process_seed)
     try:
         instance = create_env(*pickle.loads(payload))
         multi_agent = is_multi_agent_env(instance)

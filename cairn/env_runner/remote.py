@@ -16,7 +16,7 @@ from cairn.config.league_settings import DrawnMapping
 from cairn.env_runner.env_runner import EnvRunner
 from cairn.env_runner.sample_batch import SampleBatch, count_sampled_steps
 from cairn.ray_cluster import ensure_ray
-from cairn.rng import runner_actions_rng
+from cairn.rng import runner_actions_rng, runner_process_seed, seed_process_generators
 
 if TYPE_CHECKING:
     from cairn.config.algorithm_config import AlgorithmConfig
@@ -70,6 +70,9 @@ class RemoteEnvRunner:
     def __init__(self, config: AlgorithmConfig, policy_states: Mapping[str, Any], worker_index: int) -> None:
         from cairn.policy.policy import Policy
 
+        # The actor's process is new: torch's global generator starts from the same fixed seed
+        # in every one, so environments drawing from it (or numpy's) need a seed of their own.
+        seed_process_generators(runner_process_seed(config.seed, worker_index))
         policies = {pid: Policy.from_state(s) for pid, s in policy_states.items()}
         self.runner = EnvRunner(config, policies, worker_index=worker_index)
 

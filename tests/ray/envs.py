@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 
 class FlakyCartPole(gym.Wrapper):
@@ -104,3 +105,27 @@ def wait_until_held(hold_file: str | os.PathLike, *pids: int, timeout_s: float =
 
 def make_flaky_cartpole(env_config: dict[str, Any]) -> FlakyCartPole:
     return FlakyCartPole(env_config)
+
+
+class GlobalRandomEnv(gym.Env):
+    """Draws its observations from numpy's and torch's global generators (as much user code
+    does), not from its own ``np_random``."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def _draw(self) -> np.ndarray:
+        import torch
+
+        return np.concatenate([np.random.random(2), torch.rand(2).numpy()]).astype(np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return self._draw(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return self._draw(), 0.0, False, False, {}
+
+
+def global_random_creator(env_config: dict[str, Any]) -> gym.Env:
+    return GlobalRandomEnv()
