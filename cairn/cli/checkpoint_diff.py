@@ -76,11 +76,14 @@ def _has_structure(value: Any) -> bool:
 
 
 def _equal(a: Any, b: Any) -> bool:
-    """``a == b`` for plain values (lists of them too), with NaN equal to NaN."""
+    """``a == b`` for plain values (lists of them too), with NaN equal to NaN and a bool never
+    equal to a number (``True == 1`` in Python, but the checkpoints hold different JSON)."""
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
         return True
+    if isinstance(a, bool) != isinstance(b, bool):
+        return False
     return bool(a == b)
 
 

@@ -397,3 +397,23 @@ def test_ls_of_a_folder_whose_only_checkpoint_cannot_be_read(trained_run, tmp_pa
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("checkpoint_000001") and "cannot be read" in lines[0]
     assert lines[-1] == f"no checkpoints in {root}, and 1 that cannot be read: checkpoint_000001"
+
+
+@pytest.mark.parametrize(("x", "y"), [(True, 1), (False, 0), ([True, 2], [1, 2])])
+def test_diff_tells_a_bool_from_a_number(ppo_algo, tmp_path, capsys, x, y):
+    """``True == 1`` in Python, so a setting stored as ``true`` in one checkpoint and ``1`` in
+    the other (an env_config flag an env reads with ``is True``, or as a count) was reported as
+    "no differences", though the checkpoints hold different JSON and a restore differs."""
+    from cairn.checkpoint import write_algorithm_checkpoint
+
+    ppo_algo.save(tmp_path / "saved")
+    for name, value in (("a", x), ("b", y)):
+        state = load_algorithm_state(tmp_path / "saved")
+        state["config"]["env_config"] = {"flag": value}
+        write_algorithm_checkpoint(tmp_path / name, state)
+    assert main(["checkpoint", "diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["settings"] == {"config.env_config.flag": [x, y]}
+    assert main(["checkpoint", "diff", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] != "no differences"
+    assert main(["checkpoint", "diff", str(tmp_path / "a"), str(tmp_path / "a"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["settings"] == {}
