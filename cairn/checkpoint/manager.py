@@ -23,7 +23,8 @@ saying what is missing, the broken checkpoint is removed and retention does not 
 Retention runs after each commit: the ``keep_last`` newest checkpoints, the ``n`` best by
 ``keep_best`` and every ``keep_every_iterations``-th stay (:mod:`cairn.checkpoint.retention`),
 the others are deleted, as :meth:`CheckpointManager.delete` deletes one; the newest
-checkpoint whose files are all there is never deleted. A checkpoint is first
+checkpoint whose files are all there is never deleted, nor (with ``keep_best``) one whose
+record is there but cannot be read at that moment (its metric is unknown: a warning). A checkpoint is first
 made invisible (renamed to a temporary name that :func:`cairn.checkpoint.atomic.cleanup`
 removes, or its manifest deleted first on a store without rename), then removed, then its
 record. A crash at any point leaves
@@ -56,6 +57,7 @@ from cairn.checkpoint.manager_store import (
     incomplete_save_error,
     open_store,
     retention_failure_warning,
+    unread_record_warning,
 )
 from cairn.checkpoint.manifest import check_metadata
 from cairn.checkpoint.reader import get_checkpoint_info
@@ -221,13 +223,19 @@ class CheckpointManager:
         return self._store.location("")
 
     # ------------------------------------------------------------------------------ queries
-    def _listing(self) -> list[ManagedCheckpoint]:
+    def _listing(self, unread: dict[int, Exception] | None = None) -> list[ManagedCheckpoint]:
         """The committed checkpoints with their metrics (from the records), oldest first. With
         ``keep_best``, a record's metric counts only when it is of the same metric (a manager
-        restarted with another ``keep_best`` metric must not rank the old values as the new)."""
+        restarted with another ``keep_best`` metric must not rank the old values as the new).
+        With ``unread`` (retention), a record that is there but cannot be read is no metric
+        here and its error goes into ``unread`` by iteration, instead of passing for none."""
         out = []
         for iteration in _committed(self._store):
-            record = read_record(self._store, checkpoint_name(iteration))
+            try:
+                record = read_record(self._store, checkpoint_name(iteration), strict=unread is not None)
+            except (CheckpointError, OSError, ValueError) as exc:
+                assert unread is not None
+                unread[iteration], record = exc, None
             value = record.get("metric") if record else None
             best = self._keep_best
             if record and best and not _same_metric(record.get("metric_name"), best.metric):
@@ -424,14 +432,23 @@ class CheckpointManager:
     def _retain(self, *, whole: int) -> None:
         """Delete the committed checkpoints that no rule keeps (``keep_last``, ``keep_best``,
         ``keep_every_iterations``: :func:`cairn.checkpoint.retention.retained`), but never the
-        newest one whose files are all there (``whole``: an iteration just checked)."""
+        newest one whose files are all there (``whole``: an iteration just checked), nor, with
+        ``keep_best``, one whose record is there but cannot be read now (a store that failed to
+        answer): its metric is unknown, so it may be the best (a warning says so)."""
         with self._lock:
-            checkpoints = self._listing()
+            unread: dict[int, Exception] = {}
+            checkpoints = self._listing(unread if self._keep_best else None)
             keep = retained(checkpoints, keep_last=self.keep_last, keep_best=self._keep_best,
                             keep_every_iterations=self.keep_every_iterations)
             if any(checkpoint.iteration not in keep for checkpoint in checkpoints):
                 keep.update(newest_whole(checkpoints, lambda c: c.iteration == whole or not
                                          self._store.problems(checkpoint_name(c.iteration))))
+            for iteration, exc in unread.items():
+                if iteration not in keep and self._keep_best:
+                    keep.add(iteration)
+                    name = checkpoint_name(iteration)
+                    warnings.warn(unread_record_warning(self._store, name, name + RECORD_SUFFIX, exc,
+                                                        metric=self._keep_best.metric), stacklevel=3)
             for checkpoint in checkpoints:
                 if checkpoint.iteration not in keep:
                     try:

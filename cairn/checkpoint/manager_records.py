@@ -175,11 +175,13 @@ class RecordLease:
                     self._store.write_json(self._name, earlier)
 
 
-def read_record(store: ManagerStore, name: str) -> dict[str, Any] | None:
-    """The record of the checkpoint ``name``; None when it has none (or an unreadable one).
-    The record of a replacement (``save(force=True)``) that has not committed (in flight, or
-    cut short by a crash) is the replaced checkpoint's: :func:`resolve_record`."""
-    record = store.read_json(name + RECORD_SUFFIX)
+def read_record(store: ManagerStore, name: str, *, strict: bool = False) -> dict[str, Any] | None:
+    """The record of the checkpoint ``name``; None when it has none (or an unreadable one;
+    with ``strict``, a record file that is there but cannot be read or parsed raises:
+    :meth:`ManagerStore.read_json_strictly`). The record of a replacement
+    (``save(force=True)``) that has not committed (in flight, or cut short by a crash) is the
+    replaced checkpoint's: :func:`resolve_record`."""
+    record = (store.read_json_strictly if strict else store.read_json)(name + RECORD_SUFFIX)
     if isinstance(record, dict) and isinstance(record.get(_REPLACES), dict):
         record = resolve_record(record, store.manifest_bytes(name))
     return record if isinstance(record, dict) and record.get("format") == _RECORD_FORMAT else None

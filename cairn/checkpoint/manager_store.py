@@ -17,9 +17,10 @@ from typing import Any
 
 from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.storage import Storage, resolve_storage
-from cairn.errors import CairnError, CheckpointError, StorageCleanupWarning
+from cairn.errors import CairnError, CheckpointError, CheckpointNotFoundError, StorageCleanupWarning
 
-__all__ = ["ManagerStore", "incomplete_save_error", "open_store", "retention_failure_warning"]
+__all__ = ["ManagerStore", "incomplete_save_error", "open_store", "retention_failure_warning",
+           "unread_record_warning"]
 
 _RECORD_LIMIT = 1 << 20
 _MANIFEST_LIMIT = 64 << 20
@@ -46,9 +47,22 @@ class ManagerStore:
     def read_json(self, name: str) -> Any:
         """The JSON value of the file ``name``; None when missing or unreadable."""
         try:
-            return json.loads(self.storage.read_bytes(name, limit=_RECORD_LIMIT))
+            return self.read_json_strictly(name)
         except (CheckpointError, OSError, ValueError):
             return None
+
+    def read_json_strictly(self, name: str) -> Any:
+        """The JSON value of the file ``name``; None when there is no such file. Unlike
+        :meth:`read_json`, a file that is there but cannot be read or parsed (a store that
+        failed to answer, damaged bytes) raises (``CheckpointError``, ``OSError`` or
+        ``ValueError``): retention must not take it for a checkpoint without a metric."""
+        try:
+            data = self.storage.read_bytes(name, limit=_RECORD_LIMIT)
+        except CheckpointNotFoundError:
+            if self.storage.exists(name):
+                raise  # there, but the read failed (a local file that cannot be opened)
+            return None
+        return json.loads(data)
 
     def manifest_bytes(self, name: str) -> bytes | None:
         """The bytes of the manifest that a load of the checkpoint ``name`` reads (on an object
@@ -175,3 +189,16 @@ def retention_failure_warning(store: ManagerStore, name: str, error: CheckpointE
     return StorageCleanupWarning(
         f"The save to {saved} committed and loads, but retention could not delete {location} "
         f"({type(error).__name__}: {error}). {held}")
+
+
+def unread_record_warning(store: ManagerStore, name: str, record: str, error: BaseException, *,
+                          metric: str) -> StorageCleanupWarning:
+    """The warning of a retention that kept the checkpoint ``name`` because its record
+    ``record`` is there but could not be read: its ``keep_best`` ``metric`` is unknown, and
+    taking it for none could delete the best checkpoint."""
+    return StorageCleanupWarning(
+        f"Retention kept {store.location(name)}: its record {store.location(record)} is there but "
+        f"could not be read ({type(error).__name__}: {' '.join(str(error).split())}), so whether it "
+        f"is among the best by {metric!r} is unknown. The next save's retention reads the record "
+        "again. If the record is damaged, delete it (the checkpoint then has no metric), or delete "
+        "the checkpoint (CheckpointManager.delete).")

@@ -389,3 +389,22 @@ def test_a_failed_replacement_of_a_checkpoint_without_a_record_leaves_it_without
     monkeypatch.undo()
     assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(3, None)]
     assert _names(root) == [checkpoint_name(3)]
+
+
+def test_a_damaged_record_at_retention_keeps_its_checkpoint(algo, tmp_path):
+    """A record that is there but cannot be parsed (damaged on disk) passed for "no metric", so
+    keep_best deleted what may be the best checkpoint. It is kept, with a warning naming the
+    record; once the record is deleted (the fix the warning gives), the rules decide."""
+    from cairn.errors import StorageCleanupWarning
+
+    manager = cairn.CheckpointManager(tmp_path, keep_last=1, keep_best=("score", "max"))
+    for iteration, score in [(1, 9.0), (2, 1.0)]:
+        _save_at(manager, algo, iteration, {"score": score})
+    record = tmp_path / f"{checkpoint_name(1)}.record.json"
+    record.write_bytes(record.read_bytes()[:-3])
+    with pytest.warns(StorageCleanupWarning, match=f"{checkpoint_name(1)}.record.json"):
+        _save_at(manager, algo, 3, {"score": 2.0})
+    assert [c.iteration for c in manager.checkpoints()] == [1, 3]
+    record.unlink()
+    _save_at(manager, algo, 4, {"score": 0.0})
+    assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(3, 2.0), (4, 0.0)]

@@ -98,3 +98,47 @@ def test_unchanged_policies_are_linked_from_the_previous_checkpoint(tmp_path):
     assert load_algorithm_state(second)["iteration"] == 2  # ...and the new one verifies whole
     assert second == str(tmp_path / checkpoint_name(2))
     algo.stop()
+
+
+def test_a_record_that_cannot_be_read_at_retention_does_not_lose_the_best_checkpoint(s3, monkeypatch):
+    """A record read that fails (a connection reset s3fs gave up retrying, a throttled GET)
+    counted as "no metric", so retention ranked the other checkpoints without it and deleted
+    the best checkpoint for good, with no error and no warning. A checkpoint whose record
+    exists but cannot be read is now kept, with a warning saying why; the next save decides."""
+    import aiohttp
+    import pytest
+    import s3fs
+
+    from cairn.errors import StorageCleanupWarning
+
+    original = s3fs.S3FileSystem._cat_file
+    failing: list[str] = []  # the key whose next read fails, once
+    failed: list[str] = []
+
+    async def cat_file(self, path, *args, **kwargs):
+        if failing and str(path).endswith(failing[0]):
+            failed.append(failing.pop())
+            raise aiohttp.ClientOSError(104, "Connection reset by peer")
+        return await original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", cat_file)
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cache", {})  # instances bind methods when made
+    root = s3.url("runs/best")
+    algo = small_ppo().build()
+    manager = cairn.CheckpointManager(root, keep_last=1, keep_best=("score", "max"),
+                                      storage_options=s3.storage_options)
+    for iteration, score in [(1, 9.0), (2, 1.0)]:
+        algo.iteration = iteration
+        manager.save(algo, {"score": score})
+    assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(1, 9.0), (2, 1.0)]
+    failing.append(f"{checkpoint_name(1)}.record.json")
+    algo.iteration = 3
+    with pytest.warns(StorageCleanupWarning, match=f"{checkpoint_name(1)}.record.json"):
+        manager.save(algo, {"score": 2.0})
+    assert failed  # the fault struck during this save's retention
+    assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(1, 9.0), (3, 2.0)]
+    algo.iteration = 4
+    manager.save(algo, {"score": 0.0})  # the record reads again: retention as the rules say
+    assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(1, 9.0), (4, 0.0)]
+    assert manager.best() == f"{root}/{checkpoint_name(1)}"
+    algo.stop()
