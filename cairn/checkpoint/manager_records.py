@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cairn.checkpoint.atomic import pid_alive
-from cairn.errors import CheckpointError
+from cairn.errors import CheckpointError, CheckpointStorageError
 
 if TYPE_CHECKING:
     from cairn.checkpoint.manager_store import ManagerStore
@@ -146,9 +146,17 @@ class RecordLease:
         record as that of a committed checkpoint (``"committed": true``: once its checkpoint is
         gone, the record is abandoned, as when a deletion was cut short between the two) and
         return ``[]``; else remove the broken checkpoint and its record, and return what is
-        wrong."""
+        wrong. A store that fails to answer that check raises (``CheckpointStorageError``), the
+        checkpoint left in place: a failed read proves nothing wrong with it."""
         self._renewal.stop()
-        problems = self._store.problems(self._checkpoint)
+        try:
+            problems = self._store.problems(self._checkpoint, strict=True)
+        except CheckpointStorageError as exc:  # the store failed: nothing is known to be wrong
+            location = self._store.location(self._checkpoint)
+            raise type(exc)(
+                f"The save to {location} committed, but reading it back to check that its files "
+                f"are all there failed ({exc}). It was left as it is: `cairn checkpoint verify "
+                f"{location}` checks it; save again to be sure.") from exc
         if problems:
             self._store.remove_checkpoint(self._checkpoint)
             self._store.remove_file(self._name)

@@ -17,7 +17,13 @@ from typing import Any
 
 from cairn.checkpoint.format import MANIFEST_FILE
 from cairn.checkpoint.storage import Storage, resolve_storage
-from cairn.errors import CairnError, CheckpointError, CheckpointNotFoundError, StorageCleanupWarning
+from cairn.errors import (
+    CairnError,
+    CheckpointError,
+    CheckpointNotFoundError,
+    CheckpointStorageError,
+    StorageCleanupWarning,
+)
 
 __all__ = ["ManagerStore", "incomplete_save_error", "open_store", "retention_failure_warning",
            "unread_record_warning"]
@@ -118,12 +124,14 @@ class ManagerStore:
                 self.storage.delete_prefix(checkpoint)  # a checkpoint that never committed
             self.storage.delete(name)  # last: until the files are gone, it says whose they were
 
-    def problems(self, name: str) -> list[str]:
+    def problems(self, name: str, *, strict: bool = False) -> list[str]:
         """What of the committed checkpoint ``name`` is not as its manifests say: each file a
         manifest lists (the root's, and those of the manifests it lists, such as a policy's)
         that is missing or of another size, or a manifest that cannot be read; ``[]`` when every
         file is there with its size. (Sizes, not hashes: it catches files deleted or cut short
-        by another process, at the cost of one listing and the small manifests.)"""
+        by another process, at the cost of one listing and the small manifests.) With
+        ``strict``, a store that fails to answer a manifest's read raises its
+        ``CheckpointStorageError`` instead: that says nothing about the checkpoint."""
         storage = self.storage.child(name)
         sizes = storage.file_sizes()
         found: list[str] = []
@@ -134,6 +142,9 @@ class ManagerStore:
                 files = json.loads(storage.read_bytes(prefix + MANIFEST_FILE, limit=_MANIFEST_LIMIT))["files"]
                 entries = list(files.items())
             except (CairnError, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                if strict and isinstance(exc, CheckpointStorageError) and not isinstance(
+                        exc, CheckpointNotFoundError):
+                    raise
                 found.append(f"{prefix}{MANIFEST_FILE} cannot be read ({type(exc).__name__})")
                 continue
             for relative, entry in entries:

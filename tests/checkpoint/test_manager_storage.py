@@ -142,3 +142,47 @@ def test_a_record_that_cannot_be_read_at_retention_does_not_lose_the_best_checkp
     assert [(c.iteration, c.metric) for c in manager.checkpoints()] == [(1, 9.0), (4, 0.0)]
     assert manager.best() == f"{root}/{checkpoint_name(1)}"
     algo.stop()
+
+
+def test_a_failed_read_while_checking_a_committed_save_does_not_remove_it(s3, monkeypatch):
+    """The check after each commit (every file its manifests list is there) took a manifest
+    read that the store failed to answer for a broken checkpoint: the committed save was
+    removed, and with ``save(force=True)`` the iteration's earlier checkpoint with it, the error
+    blaming "something deleted or changed them". The save now raises saying it committed and
+    the check could not be made, and the checkpoint stays."""
+    import aiohttp
+    import pytest
+    import s3fs
+
+    from cairn.errors import CheckpointStorageError
+
+    original = s3fs.S3FileSystem._cat_file
+    reads: list[str] = []
+    fail_at: list[int] = []  # the read of checkpoint 2's manifest that fails, once
+
+    async def cat_file(self, path, *args, **kwargs):
+        if str(path).endswith(f"{checkpoint_name(2)}/cairn_checkpoint.json"):
+            reads.append(str(path))
+            if fail_at and len(reads) == fail_at[0]:
+                fail_at.clear()
+                raise aiohttp.ClientOSError(104, "Connection reset by peer")
+        return await original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", cat_file)
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cache", {})  # instances bind methods when made
+    root = s3.url("runs/check")
+    algo = small_ppo().build()
+    manager = cairn.CheckpointManager(root, keep_last=2, storage_options=s3.storage_options)
+    for iteration in (1, 2):
+        algo.iteration = iteration
+        manager.save(algo)
+    # A replacement reads the manifest it replaces, rolls the stage forward (one read), then
+    # checks the committed checkpoint: fail the check's read.
+    reads.clear()
+    fail_at.append(3)
+    with pytest.raises(CheckpointStorageError, match="committed, but reading it back"):
+        manager.save(algo, force=True)
+    assert not fail_at  # the fault struck
+    assert [c.iteration for c in manager.checkpoints()] == [1, 2]
+    assert load_algorithm_state(manager.latest(), storage_options=s3.storage_options)["iteration"] == 2
+    algo.stop()
