@@ -182,6 +182,10 @@ def _state_part(key: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``cairn checkpoint diff``."""
+    from cairn.cli.run_checkpoints import refuse_run_directory
+
+    for checkpoint in (args.a, args.b):
+        refuse_run_directory(checkpoint, "cairn checkpoint diff")
     diff = diff_checkpoints(args.a, args.b)
     if args.json:
         print(json.dumps(json_safe(diff), indent=2))

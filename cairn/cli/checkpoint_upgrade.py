@@ -100,7 +100,9 @@ def upgrade_checkpoint(checkpoint: str, out: str | None = None) -> tuple[str, st
 def run(args: argparse.Namespace) -> int:
     """Run ``cairn checkpoint upgrade``."""
     from cairn.checkpoint import FORMAT_VERSION, get_checkpoint_info
+    from cairn.cli.run_checkpoints import refuse_run_directory
 
+    refuse_run_directory(args.checkpoint, "cairn checkpoint upgrade")
     version = get_checkpoint_info(args.checkpoint)["checkpoint_version"]
     if version == FORMAT_VERSION and args.out is None:
         print(f"{args.checkpoint} is already at format version {version}, the current one; nothing to do.")

@@ -120,6 +120,9 @@ def verify_checkpoint(checkpoint: str) -> tuple[list[str], dict[str, Any] | None
 
 def run(args: argparse.Namespace) -> int:
     """Run ``cairn checkpoint verify``."""
+    from cairn.cli.run_checkpoints import refuse_run_directory
+
+    refuse_run_directory(args.checkpoint, "cairn checkpoint verify")
     problems, info = verify_checkpoint(args.checkpoint)
     for problem in problems:
         print(problem, flush=True)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHECKPOINTS_DIR", "BEST_METRIC", "StoredCheckpoint", "run_manager", "list_checkpoints",
            "list_checkpoints_and_damaged", "latest_checkpoint",
-           "checkpoint_or_latest_of_run", "latest_and_unreadable_after"]
+           "checkpoint_or_latest_of_run", "refuse_run_directory", "latest_and_unreadable_after"]
 
 #: The folder of a run directory that holds its checkpoints.
 CHECKPOINTS_DIR = "checkpoints"
@@ -175,3 +175,20 @@ def checkpoint_or_latest_of_run(path: str) -> str:
         raise UsageError(f"{path} is a run directory with no committed checkpoint in {folder}; train it with "
                          "--checkpoint-every N or until it ends (the last iteration is always saved).")
     return path
+
+
+def refuse_run_directory(path: str, command: str) -> None:
+    """Raise :class:`~cairn.cli.common.UsageError` when ``path`` is a run directory or its
+    ``checkpoints/`` folder rather than a checkpoint: ``command`` (``cairn checkpoint verify``,
+    ``upgrade``, ``diff``) acts on the checkpoints it is given, not on the newest of a run as
+    ``info``, ``evaluate`` and ``export`` do, so the error names the newest to pass and how to
+    list the others. Anything else is left for the checkpoint reader to accept or explain."""
+    from cairn.cli.common import UsageError
+
+    checkpoint = checkpoint_or_latest_of_run(path)  # a run without a committed checkpoint: its own error
+    if checkpoint == path:
+        return
+    folder = os.path.dirname(checkpoint)
+    run_dir = os.path.dirname(folder) if os.path.basename(folder) == CHECKPOINTS_DIR else folder
+    raise UsageError(f"{path} is a run directory, not a checkpoint; {command} takes a checkpoint, such as "
+                     f"the run's newest: {checkpoint}; cairn checkpoint ls {run_dir} lists them all.")

@@ -417,3 +417,22 @@ def test_diff_tells_a_bool_from_a_number(ppo_algo, tmp_path, capsys, x, y):
     assert capsys.readouterr().out.splitlines()[-1] != "no differences"
     assert main(["checkpoint", "diff", str(tmp_path / "a"), str(tmp_path / "a"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["settings"] == {}
+
+
+@pytest.mark.parametrize("action", ["verify", "upgrade", "diff"])
+def test_checkpoint_tools_of_one_checkpoint_refuse_a_run_directory(trained_run, action, capsys):
+    """`cairn checkpoint verify RUN` printed "RUN is not a cairn checkpoint ... 1 problem" and
+    exited 1, as if a checkpoint were damaged, where info, evaluate, export and league take a run
+    directory; verify, upgrade and diff act on given checkpoints, so the error (a usage error)
+    names the run's newest checkpoint to pass and the command that lists the others."""
+    newest = _ckpt(trained_run, 3)
+    for where in (trained_run, trained_run / "checkpoints"):
+        args = [str(where), str(newest)] if action == "diff" else [str(where)]
+        assert main(["checkpoint", action, *args]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert f"cairn: error: {where} is a run directory, not a checkpoint" in captured.err
+        assert f"cairn checkpoint {action} takes a checkpoint, such as the run's newest: {newest};" in captured.err
+        assert f"cairn checkpoint ls {trained_run}" in captured.err
+    assert main(["checkpoint", "verify", str(newest)]) == 0  # a checkpoint itself is verified as before
+    assert capsys.readouterr().out.startswith("ok: ")
