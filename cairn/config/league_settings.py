@@ -111,11 +111,11 @@ def _incomplete(value: Any) -> str:
     said = "; ".join(part for part in (f"missing {missing}" if missing else "",
                                        f"unknown {unknown}" if unknown else "") if part)
     try:
-        whole = league_settings(**{str(k): v for k, v in value.items()})
-    except ConfigError:
-        whole = None
+        whole, wrong = league_settings(**{str(k): v for k, v in value.items()}), ""
+    except ConfigError as exc:  # a wrong value is named too: the whole dict would be refused for it next
+        whole, wrong = None, "" if unknown else f" ({str(exc).rstrip('.')})"
     fix = (f" Fix: give the whole dict: with the defaults for the settings left out, {whole!r}"
-           if whole is not None else f" Fix: give every key of {sorted(LEAGUE_DEFAULTS)} and no other")
+           if whole is not None else f" Fix: give every key of {sorted(LEAGUE_DEFAULTS)} and no other{wrong}")
     fix += ("; overriding a checkpoint's, start from its own (the league_config of the config in "
             "its algorithm_state.json)")
     return (f" ({said}). A dict given as a whole (--config league_config=..., config_overrides, "

@@ -97,6 +97,19 @@ def test_a_partial_league_dict_is_refused_with_the_missing_keys_and_the_whole_di
         cairn.AlgorithmConfig.from_dict(data)
 
 
+def test_a_partial_league_dict_with_a_wrong_value_names_that_value():
+    # A misspelt matchmaking in a partial dict was answered only with "give every key": a user who
+    # did so was then refused again for the value the first message had not named.
+    data = _config().league().to_dict()
+    data["league_config"] = {"matchmaking": "pfps"}
+    with pytest.raises(ConfigError) as info:
+        cairn.AlgorithmConfig.from_dict(data)
+    message = str(info.value)
+    assert "missing ['evaluation_games', 'main'" in message
+    assert "matchmaking='pfps' is invalid: expected one of ['pfsp', 'uniform', 'latest']" in message
+    assert "give every key of ['evaluation_games'" in message
+
+
 def test_the_command_lines_partial_league_config_gets_the_same_message(capsys, tmp_path):
     from cairn.cli import main
 
