@@ -10,6 +10,7 @@ a scripted opponent ``package.module:function_or_class``
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 from typing import TYPE_CHECKING
@@ -74,8 +75,10 @@ def _opponent(algo: Algorithm, spec: str) -> Policy | ScriptedOpponent:
     try:
         return resolve_opponent(spec)
     except ConfigError as exc:
+        close = difflib.get_close_matches(spec, sorted(algo.policies), n=1)  # a misspelt policy ID
+        hint = f" Did you mean the checkpoint's policy {close[0]!r}?" if close else ""
         raise UsageError(f"--opponent {spec}: not a policy of the checkpoint ({sorted(algo.policies)}), and "
-                         f"{exc}") from exc
+                         f"{exc}{hint}") from exc
 
 
 def run_games(algo: Algorithm, args: argparse.Namespace, env_label: str) -> int:

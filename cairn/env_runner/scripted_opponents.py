@@ -14,6 +14,7 @@ callables). The signature is :class:`cairn.core.ScriptedOpponent`::
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,7 +81,9 @@ def resolve_opponent(spec: str) -> ScriptedOpponent:
         return random_legal
     module_name, _, qualname = spec.partition(":") if isinstance(spec, str) else ("", "", "")
     if not all(part.isidentifier() for part in module_name.split(".") + qualname.split(".")):
-        raise ConfigError(f"Unknown opponent {spec!r:.100}: expected {_FORMS}.")
+        close = difflib.get_close_matches(str(spec), [RANDOM_LEGAL], n=1)  # a misspelt random_legal
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"Unknown opponent {spec!r:.100}: expected {_FORMS}.{hint}")
     try:
         resolved: Any = resolve_reference(spec, what="scripted opponent", base=ScriptedOpponent,
                                           functions=True)

@@ -98,6 +98,8 @@ def test_a_scripted_opponent_and_another_policy_of_the_checkpoint(league_checkpo
     (["--opponent", "random_legal", "--games", "0"], "--games 0: expected at least 1"),
     (["--opponent", "random_legal", "--episodes", "3"], "--episodes cannot go with --opponent"),
     (["--games", "3"], "--games goes with --opponent"),
+    (["--opponent", "random_legl"], "Did you mean 'random_legal'?"),
+    (["--opponent", "pats"], "Did you mean the checkpoint's policy 'past'?"),
 ])
 def test_bad_arguments_are_refused_with_the_fix(league_checkpoint, capsys, argv, message):
     assert main(["evaluate", league_checkpoint, *argv]) == 2

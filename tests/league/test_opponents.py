@@ -71,6 +71,14 @@ def test_a_bad_spec_is_a_config_error_naming_it_and_the_fix(spec, match):
         resolve_opponent(spec)
 
 
+def test_a_misspelt_random_legal_is_named_as_the_fix():
+    with pytest.raises(ConfigError, match=r"Did you mean 'random_legal'\?"):
+        resolve_opponent("random_legl")
+    with pytest.raises(ConfigError) as info:  # nothing is guessed for a name far from it
+        resolve_opponent("heuristic")
+    assert "Did you mean" not in str(info.value)
+
+
 @pytest.mark.parametrize("spec", [
     "os:system",  # the standard library is refused before anything is imported
     "numpy:argmax",  # not a function defined in the module it names
