@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from cairn.cli.common import UsageError
+from cairn.cli.common import CommandError, UsageError
 from cairn.cli.env_names import add_import_option
 
 __all__ = ["add_parser", "run"]
@@ -63,13 +63,18 @@ def run(args: argparse.Namespace) -> int:
     """Run ``cairn export`` with parsed arguments."""
     from cairn.cli.run_checkpoints import checkpoint_or_latest_of_run
     from cairn.export import DEFAULT_OPSET, export_model
-    from cairn.export.onnx_model import check_opset
+    from cairn.errors import ExportError
+    from cairn.export.onnx_model import SUPPORTED_OPSETS, check_opset
 
     if args.opset is not None and args.format != "onnx":
         raise UsageError("--opset applies to --format onnx only.")
     opset = None
     if args.format == "onnx":  # checked before any policy is read or written
-        opset = check_opset(DEFAULT_OPSET if args.opset is None else args.opset)
+        try:
+            opset = check_opset(DEFAULT_OPSET if args.opset is None else args.opset)
+        except ExportError:  # its message names the Python keyword (onnx=...), not the flag
+            raise CommandError(f"--opset {args.opset}: not an opset cairn exports. Valid opsets are: "
+                               f"{list(SUPPORTED_OPSETS)} (default {DEFAULT_OPSET}).") from None
     if args.format == "saved_model" and args.extra_outputs:
         raise UsageError("--extra-output applies to --format onnx and torch only.")
     source = checkpoint_or_latest_of_run(args.checkpoint)

@@ -55,6 +55,17 @@ def test_export_exit_codes(multi_agent_checkpoint: Any, tmp_path: Path,
     assert exited.value.code == 2
 
 
+def test_an_opset_cairn_does_not_export_is_named_as_the_flag(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`cairn export --opset 17` answered "Got invalid onnx=17", the Python keyword, which the
+    command line has none of; the error names the flag as given (still exit status 1)."""
+    out = str(tmp_path / "out")
+    assert main(["export", str(tmp_path / "ckpt"), "--format", "onnx", "--opset", "17", "--out", out]) == 1
+    err = capsys.readouterr().err
+    assert "cairn: error: --opset 17: not an opset cairn exports. Valid opsets are: [18," in err, err
+    assert "onnx=" not in err and not Path(out).exists()
+
+
 def test_export_writes_all_policies_or_the_chosen_ones(
     multi_agent_checkpoint: Any, tmp_path: Path, helpers: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
