@@ -6,7 +6,9 @@ import contextlib
 import datetime
 import json
 import math
+import os
 import platform
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Union
@@ -196,7 +198,24 @@ def read_manifest_bytes(directory: Directory) -> bytes | memoryview:
             raise CheckpointNotFoundError(
                 f"{handle.path} is not a cairn checkpoint: it has no {MANIFEST_FILE}. Pass the "
                 "directory that Algorithm.save() or Policy.export_checkpoint() wrote."
+                + _newest_inside(handle.path)
             ) from None
+
+
+def _newest_inside(path: Any) -> str:
+    """For a local folder of ``checkpoint_<N>`` checkpoints (a CheckpointManager root), or one
+    whose ``checkpoints/`` holds them (a ``cairn train`` run directory), the sentence naming the
+    newest to pass; else ``""``. Only names and manifests' presence are looked at."""
+    for root in (Path(path), Path(path) / "checkpoints") if isinstance(path, (str, Path)) else ():
+        try:
+            names = os.listdir(root)
+        except OSError:
+            continue
+        found = [(int(match.group(1)), name) for name in names
+                 if (match := re.fullmatch(r"checkpoint_(\d{6,})", name)) and (root / name / MANIFEST_FILE).is_file()]
+        if found:
+            return f" It holds checkpoints: pass one of them, such as the newest, {root / max(found)[1]}."
+    return ""
 
 
 def parse_manifest(data: bytes | memoryview, directory: Any, *,

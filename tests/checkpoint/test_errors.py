@@ -55,6 +55,29 @@ def test_not_found(tmp_path, ckpt):
         cairn.get_checkpoint_info(ckpt)
 
 
+def test_a_folder_of_checkpoints_names_the_newest_to_pass(ppo_algo, tmp_path):
+    """Algorithm.from_checkpoint of a cairn train run directory (or get_checkpoint_info of a
+    CheckpointManager root) said only "no cairn_checkpoint.json. Pass the directory that Algorithm.save() ... wrote": a
+    newcomer who passed the run folder learnt nothing of the checkpoints inside it."""
+    root = tmp_path / "run" / "checkpoints"
+    for iteration in (2, 10):  # numeric order, not the names' order, picks the newest
+        ppo_algo.save(root / f"checkpoint_{iteration:06d}")
+    (root / "checkpoint_000011").mkdir()  # a save in progress (no manifest) is no checkpoint yet
+    newest = root / "checkpoint_000010"
+    # from_checkpoint takes a manager root (its latest checkpoint), not the run folder above it;
+    # get_checkpoint_info reads one checkpoint's manifest, so a manager root is refused there.
+    for where, read in ((tmp_path / "run", cairn.Algorithm.from_checkpoint),
+                        (tmp_path / "run", cairn.Policy.from_checkpoint), (root, cairn.get_checkpoint_info)):
+        with pytest.raises(CheckpointNotFoundError) as info:
+            read(where)
+        message = str(info.value)
+        assert message.startswith(f"{where} is not a cairn checkpoint: it has no cairn_checkpoint.json.")
+        assert f"It holds checkpoints: pass one of them, such as the newest, {newest}." in message
+    with pytest.raises(CheckpointNotFoundError) as info:  # an empty folder: nothing to suggest
+        cairn.get_checkpoint_info(tmp_path)
+    assert "It holds checkpoints" not in str(info.value)
+
+
 def test_missing_file(ckpt):
     (ckpt / "algorithm_state.safetensors").unlink()
     with pytest.raises(CheckpointNotFoundError, match="algorithm_state.safetensors"):
