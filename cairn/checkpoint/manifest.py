@@ -202,6 +202,11 @@ def read_manifest_bytes(directory: Directory) -> bytes | memoryview:
             ) from None
 
 
+def _article(word: str) -> str:
+    """``"an"`` before a vowel (an Algorithm checkpoint), else ``"a"`` (a Policy checkpoint)."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
 def _newest_inside(path: Any) -> str:
     """For a local folder of ``checkpoint_<N>`` checkpoints (a CheckpointManager root), or one
     whose ``checkpoints/`` holds them (a ``cairn train`` run directory), the sentence naming the
@@ -244,7 +249,8 @@ def _check_manifest(manifest: Any, path: Any, directory: Any, expected_type: str
         raise CheckpointFormatError(f"{path} has type {kind!r:.40}; expected one of {CHECKPOINT_TYPES}.")
     if expected_type is not None and kind != expected_type:
         raise CheckpointFormatError(
-            f"{directory} is a {kind} checkpoint, but a {expected_type} checkpoint is needed here."
+            f"{directory} is {_article(kind)} {kind} checkpoint, but {_article(expected_type)} {expected_type} "
+            "checkpoint is needed here."
             + (" Use Policy.from_checkpoint() for a Policy checkpoint." if kind == "Policy" else "")
         )
     for key, types in (("class", str), ("state_file", str), ("files", dict), ("versions", dict)):

@@ -122,6 +122,8 @@ def test_wrong_kind(ckpt, ppo_algo, tmp_path):
     ppo_algo.get_policy().export_checkpoint(tmp_path / "pol")
     with pytest.raises(CheckpointFormatError, match="Policy.from_checkpoint"):
         cairn.Algorithm.from_checkpoint(tmp_path / "pol")
+    with pytest.raises(CheckpointFormatError, match="is a Policy checkpoint, but an Algorithm checkpoint is"):
+        cairn.Algorithm.from_checkpoint(tmp_path / "pol")  # not "a Algorithm"
 
 
 def test_unsafe_class_reference(ckpt):
