@@ -217,7 +217,8 @@ def _newest_inside(path: Any) -> str:
         except OSError:
             continue
         found = [(int(match.group(1)), name) for name in names
-                 if (match := re.fullmatch(r"checkpoint_(\d{6,})", name)) and (root / name / MANIFEST_FILE).is_file()]
+                 if (match := re.fullmatch(r"checkpoint_(\d{6,})", name))
+                 and (root / name / MANIFEST_FILE).is_file()]
         if found:
             return f" It holds checkpoints: pass one of them, such as the newest, {root / max(found)[1]}."
     return ""
@@ -249,8 +250,8 @@ def _check_manifest(manifest: Any, path: Any, directory: Any, expected_type: str
         raise CheckpointFormatError(f"{path} has type {kind!r:.40}; expected one of {CHECKPOINT_TYPES}.")
     if expected_type is not None and kind != expected_type:
         raise CheckpointFormatError(
-            f"{directory} is {_article(kind)} {kind} checkpoint, but {_article(expected_type)} {expected_type} "
-            "checkpoint is needed here."
+            f"{directory} is {_article(kind)} {kind} checkpoint, but {_article(expected_type)} "
+            f"{expected_type} checkpoint is needed here."
             + (" Use Policy.from_checkpoint() for a Policy checkpoint." if kind == "Policy" else "")
         )
     for key, types in (("class", str), ("state_file", str), ("files", dict), ("versions", dict)):

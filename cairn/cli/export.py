@@ -62,8 +62,8 @@ def _targets(args: argparse.Namespace) -> list[tuple[str | None, Any, str]]:
 def run(args: argparse.Namespace) -> int:
     """Run ``cairn export`` with parsed arguments."""
     from cairn.cli.run_checkpoints import checkpoint_or_latest_of_run
-    from cairn.export import DEFAULT_OPSET, export_model
     from cairn.errors import ExportError
+    from cairn.export import DEFAULT_OPSET, export_model
     from cairn.export.onnx_model import SUPPORTED_OPSETS, check_opset
 
     if args.opset is not None and args.format != "onnx":

@@ -57,8 +57,9 @@ def test_not_found(tmp_path, ckpt):
 
 def test_a_folder_of_checkpoints_names_the_newest_to_pass(ppo_algo, tmp_path):
     """Algorithm.from_checkpoint of a cairn train run directory (or get_checkpoint_info of a
-    CheckpointManager root) said only "no cairn_checkpoint.json. Pass the directory that Algorithm.save() ... wrote": a
-    newcomer who passed the run folder learnt nothing of the checkpoints inside it."""
+    CheckpointManager root) said only "no cairn_checkpoint.json. Pass the directory that
+    Algorithm.save() ... wrote": a newcomer who passed the run folder learnt nothing of the
+    checkpoints inside it."""
     root = tmp_path / "run" / "checkpoints"
     for iteration in (2, 10):  # numeric order, not the names' order, picks the newest
         ppo_algo.save(root / f"checkpoint_{iteration:06d}")

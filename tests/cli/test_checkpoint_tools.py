@@ -432,7 +432,8 @@ def test_checkpoint_tools_of_one_checkpoint_refuse_a_run_directory(trained_run, 
         captured = capsys.readouterr()
         assert captured.out == ""
         assert f"cairn: error: {where} is a run directory, not a checkpoint" in captured.err
-        assert f"cairn checkpoint {action} takes a checkpoint, such as the run's newest: {newest};" in captured.err
+        takes = f"cairn checkpoint {action} takes a checkpoint, such as the run's newest: {newest};"
+        assert takes in captured.err
         assert f"cairn checkpoint ls {trained_run}" in captured.err
     assert main(["checkpoint", "verify", str(newest)]) == 0  # a checkpoint itself is verified as before
     assert capsys.readouterr().out.startswith("ok: ")

@@ -119,7 +119,8 @@ class GlobalRandomEnv(gym.Env):
 
         return np.concatenate([np.random.random(2), torch.rand(2).numpy()]).astype(np.float32)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         return self._draw(), {}
 

@@ -12,8 +12,8 @@ pytestmark = pytest.mark.ray
 def _first_fragments(seed: int) -> np.ndarray:
     """The observations of two remote runners' first fragments of 8 steps (runner 1's, then
     runner 2's), from an env drawing them from the process's global generators."""
-    algo = (small_ppo(train_batch_size=16, minibatch_size=8).environment(global_random_creator).debugging(seed=seed)
-            .env_runners(num_env_runners=2, rollout_fragment_length=8).build())
+    algo = (small_ppo(train_batch_size=16, minibatch_size=8).environment(global_random_creator)
+            .debugging(seed=seed).env_runners(num_env_runners=2, rollout_fragment_length=8).build())
     try:
         batches, _, steps = algo.env_runner_group.sample()
     finally:
