@@ -19,6 +19,7 @@ from cairn.errors import ConfigError, EnvError
 from cairn.rng import env_process_seed
 from tests.conftest import ROOT
 from tests.helpers import small_ma_ppo, small_ppo, weights_digest
+from tests.ray.envs import global_random_creator
 
 
 def failing_creator(env_config: dict) -> gym.Env:
@@ -45,30 +46,6 @@ def stubborn_creator(env_config: dict) -> gym.Env:
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return _StubbornEnv(gym.make("CartPole-v1"))
-
-
-class _GlobalRandomEnv(gym.Env):
-    """Draws its observations from numpy's and torch's global generators (as much user code
-    does), not from its own ``np_random``."""
-
-    observation_space = gym.spaces.Box(0.0, 1.0, (4,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def _draw(self) -> np.ndarray:
-        import torch
-
-        return np.concatenate([np.random.random(2), torch.rand(2).numpy()]).astype(np.float32)
-
-    def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def]
-        super().reset(seed=seed)
-        return self._draw(), {}
-
-    def step(self, action):  # type: ignore[no-untyped-def]
-        return self._draw(), 0.0, False, False, {}
-
-
-def global_random_creator(env_config: dict) -> gym.Env:
-    return _GlobalRandomEnv()
 
 
 def _async(config: cairn.PPOConfig, num_envs: int = 2) -> cairn.PPOConfig:
